@@ -1,0 +1,3 @@
+from grandrounds.cli import main
+
+main()

@@ -1,0 +1,36 @@
+"""Small pure text helpers shared by extraction and judge parsing."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_THINK_PATTERNS = (
+    re.compile(r"<think>.*?</think>", re.S | re.I),
+    re.compile(r"<seed:think>.*?</seed:think>", re.S | re.I),
+)
+
+
+def strip_reasoning(text: str) -> str:
+    """Remove reasoning traces before extraction or judging.
+
+    Handles ``<think>…</think>`` (also an unopened ``…</think>`` prefix), ``<seed:think>``,
+    gpt-oss ``analysis…assistantfinal`` and hunyuan ``<answer>…</answer>`` wrappers
+    (PROTOCOLS.md, format quirk 13).
+    """
+    out = text
+    for pat in _THINK_PATTERNS:
+        out = pat.sub("", out)
+    if "</think>" in out:
+        out = out.rsplit("</think>", 1)[1]
+    if "assistantfinal" in out:
+        out = out.rsplit("assistantfinal", 1)[1]
+    m = re.search(r"<answer>(.*?)</answer>", out, re.S)
+    if m:
+        out = m.group(1)
+    return out.strip()
+
+
+def normalize_width(text: str) -> str:
+    """Fold full-width ASCII (``：`` ``（`` ``４`` ``Ａ``) to half-width with NFKC."""
+    return unicodedata.normalize("NFKC", text)
