@@ -1,0 +1,266 @@
+"""The ``grandrounds`` command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from grandrounds.errors import ConfigError, GrandroundsError
+from grandrounds.registry import BENCHMARKS, PROVIDERS, UnknownComponent
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate LLMs on medical benchmarks, every answer shown.")
+console = Console()
+err_console = Console(stderr=True)
+
+StoreOpt = typer.Option(None, "--store", help="SQLite store (default $GRANDROUNDS_STORE or ./grandrounds.db)")
+
+
+def store_path(path: Optional[Path]) -> Path:
+    return path or Path(os.environ.get("GRANDROUNDS_STORE", "grandrounds.db"))
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values parsed as JSON when they are JSON (numbers, lists), else strings."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--param {item!r} must be KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+@app.command("list")
+def list_cmd() -> None:
+    """Show the benchmarks and providers."""
+    t = Table(title="Benchmarks")
+    t.add_column("name")
+    t.add_column("modes")
+    t.add_column("judge")
+    t.add_column("description")
+    for name in BENCHMARKS.names():
+        try:
+            cls = BENCHMARKS.get(name)
+            t.add_row(name, ", ".join(cls.answer_modes), "yes" if cls.needs_judge else "", cls.description)
+        except Exception as e:  # a broken plugin should not hide the rest
+            t.add_row(name, "", "", f"[red]unavailable: {e}")
+    console.print(t)
+    p = Table(title="Providers")
+    p.add_column("name")
+    p.add_column("spec example")
+    examples = {"openai": "openai/gpt-4o (any OpenAI-compatible server with --base-url)", "llamacpp": "llamacpp/smollm2 or llamacpp/path/model.gguf", "scripted": "scripted/NAME (tests)"}
+    for name in PROVIDERS.names():
+        p.add_row(name, examples.get(name, ""))
+    console.print(p)
+
+
+@app.command()
+def run(
+    benchmark: str = typer.Argument(..., help="benchmark name (see `grandrounds list`)"),
+    model: str = typer.Option("llamacpp/smollm2", "--model", "-m", help="PROVIDER/MODEL"),
+    data: Optional[Path] = typer.Option(None, "--data", help="local file or directory in the original format"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="first N samples in source order"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write results.json and samples.jsonl here"),
+    store: Optional[Path] = StoreOpt,
+    base_url: str = typer.Option("", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="calls in flight per endpoint"),
+    answer_mode: str = typer.Option("generate", "--answer-mode", help="generate | letter | loglik"),
+    shuffle_options: bool = typer.Option(False, "--shuffle-options", help="permute options (recorded)"),
+    seed: int = typer.Option(0, "--seed"),
+    temperature: float = typer.Option(0.0, "--temperature"),
+    max_tokens: int = typer.Option(1024, "--max-tokens"),
+    judge: list[str] = typer.Option([], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel"),
+    judge_base_url: str = typer.Option("", "--judge-base-url"),
+    judge_temperature: float = typer.Option(0.0, "--judge-temperature"),
+    judge_max_tokens: int = typer.Option(2048, "--judge-max-tokens"),
+    judge_mode: str = typer.Option("default", "--judge-mode", help="e.g. per-criterion | batched (HealthBench)"),
+    judge_runs: int = typer.Option(1, "--judge-runs", help="judge runs per answer where the protocol averages runs"),
+    max_reask: int = typer.Option(2, "--max-reask", help="re-asks of an unparseable judge reply"),
+    param: list[str] = typer.Option([], "--param", help="benchmark parameter KEY=VALUE (e.g. subjects=[\"anatomy\"])"),
+    scoring: list[str] = typer.Option([], "--scoring", help="scoring option KEY=VALUE recorded in the fingerprint"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for llamacpp models"),
+) -> None:
+    """Run BENCHMARK against a model and print the result."""
+    from grandrounds.benchmarks.base import RunOptions
+    from grandrounds.records import GenParams
+    from grandrounds.runner import JudgeConfig, RunConfig
+
+    cfg = RunConfig(
+        benchmark=benchmark,
+        model=model,
+        bench_params=parse_params(param),
+        data=data,
+        base_url=base_url,
+        options=RunOptions(
+            answer_mode=answer_mode,
+            shuffle_options=shuffle_options,
+            seed=seed,
+            judge_mode=judge_mode,
+            judge_runs=judge_runs,
+            max_reask=max_reask,
+            extra=parse_params(scoring),
+        ),
+        gen=GenParams(temperature=temperature, max_tokens=max_tokens, seed=seed),
+        judges=tuple(
+            JudgeConfig(j, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed)) for j in judge
+        ),
+        concurrency=concurrency,
+        limit=limit,
+        provider_options={"n_threads": threads} if threads and model.startswith("llamacpp/") else {},
+    )
+    _execute([cfg], store_path(store), out)
+
+
+@app.command()
+def demo(
+    store: Optional[Path] = StoreOpt,
+    out: Optional[Path] = typer.Option(None, "--out"),
+    threads: Optional[int] = typer.Option(None, "--threads"),
+) -> None:
+    """The bundled example exam on the default local model (no key, no network), both scoring ways."""
+    from grandrounds.benchmarks.base import RunOptions
+    from grandrounds.records import GenParams
+    from grandrounds.runner import RunConfig
+
+    popts = {"n_threads": threads} if threads else {}
+    cfgs = [
+        RunConfig("demo", "llamacpp/smollm2", options=RunOptions(answer_mode=mode), gen=GenParams(max_tokens=64), provider_options=popts)
+        for mode in ("letter", "generate")
+    ]
+    _execute(cfgs, store_path(store or Path(os.environ.get("GRANDROUNDS_STORE", "grandrounds-demo.db"))), out)
+
+
+def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path]) -> None:
+    from grandrounds.outputs import sample_line, write_outputs
+    from grandrounds.progress import RichProgress
+    from grandrounds.runner import run as run_async
+    from grandrounds.store import Store
+
+    st = Store(store_file)
+    outcomes = []
+    try:
+        with RichProgress(err_console) as prog:
+            for cfg in cfgs:
+                outcomes.append(asyncio.run(run_async(st, cfg, prog)))
+    finally:
+        st.close()
+    print_results([o.result for o in outcomes])
+    for o in outcomes:
+        s = o.answer_stats
+        err_console.print(
+            f"[dim]{o.result.benchmark} · {o.result.model}: {s.made} calls made, {s.cached} from the store, "
+            f"{s.failed} failed, {s.retries} retries; run {o.run.id}"
+        )
+    if out:
+        lines = []
+        for o in outcomes:
+            for smp, g in zip(o.samples, o.grades):
+                lines.append(sample_line(o.result, smp, None, o.responses.get(smp.id), g))
+        _attach_prompts(store_file, outcomes, lines)
+        write_outputs(out, [o.result for o in outcomes], lines)
+        err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
+
+
+def _attach_prompts(store_file: Path, outcomes: list[Any], lines: list[dict[str, Any]]) -> None:
+    from grandrounds.store import Store
+
+    st = Store(store_file)
+    try:
+        prompts: dict[tuple[str, str], Any] = {}
+        for o in outcomes:
+            for sid, pj in st.db.execute("SELECT sample_id, prompt_json FROM answers WHERE run_id = ?", (o.run.id,)):
+                prompts[(o.result.model + o.result.benchmark, sid)] = json.loads(pj).get("messages")
+        for line in lines:
+            line["prompt"] = prompts.get((line["model"] + line["benchmark"], line["sample_id"]))
+    finally:
+        st.close()
+
+
+def print_results(results: list[Any]) -> None:
+    t = Table(title="Results")
+    for col in ("benchmark", "model", "judge", "metric", "score", "95% CI", "n", "unscored"):
+        t.add_column(col)
+    for r in results:
+        ci = f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]" if r.ci95 else "n/a"
+        score = "n/a" if r.score is None else f"{r.score:.3f}"
+        mode = r.fingerprint.get("answer_mode", "")
+        t.add_row(r.benchmark, f"{r.model} ({mode})", r.judge or "", r.metric, score, ci, str(r.n), str(r.n_unscored))
+    console.print(t)
+
+
+@app.command()
+def regrade(
+    run_id: str = typer.Option(..., "--run", help="run id (printed by `run`; see `grandrounds runs`)"),
+    judge: list[str] = typer.Option([], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel"),
+    judge_base_url: str = typer.Option("", "--judge-base-url"),
+    judge_temperature: float = typer.Option(0.0, "--judge-temperature"),
+    judge_max_tokens: int = typer.Option(2048, "--judge-max-tokens"),
+    judge_mode: str = typer.Option("default", "--judge-mode"),
+    judge_runs: int = typer.Option(1, "--judge-runs"),
+    max_reask: int = typer.Option(2, "--max-reask"),
+    only_unknown: bool = typer.Option(False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"),
+    seed: int = typer.Option(0, "--seed"),
+    store: Optional[Path] = StoreOpt,
+) -> None:
+    """Re-judge stored answers with another judge or template, without generating again."""
+    from grandrounds.progress import RichProgress
+    from grandrounds.records import GenParams
+    from grandrounds.regrade import options_of, regrade as regrade_async
+    from grandrounds.runner import JudgeConfig
+    from grandrounds.store import Store
+
+    st = Store(store_path(store))
+    try:
+        run_rec = st.get_run(run_id)
+        if run_rec is None:
+            raise ConfigError(f"no run {run_id!r} in {st.path}")
+        judges = tuple(
+            JudgeConfig(j, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed)) for j in judge
+        )
+        opts = options_of(run_rec, judge_mode=judge_mode, judge_runs=judge_runs, max_reask=max_reask)
+        with RichProgress(err_console) as prog:
+            result, stats = asyncio.run(regrade_async(st, run_rec, judges, opts, only_unknown=only_unknown, progress=prog))
+    finally:
+        st.close()
+    print_results([result])
+    for s in stats:
+        err_console.print(f"[dim]judge calls: {s.made} made, {s.cached} from the store, {s.failed} failed")
+
+
+@app.command()
+def runs(store: Optional[Path] = StoreOpt) -> None:
+    """List the runs in the store."""
+    from grandrounds.store import Store
+
+    st = Store(store_path(store))
+    try:
+        t = Table(title=f"Runs in {st.path}")
+        for col in ("run", "benchmark", "model", "mode", "dataset", "created"):
+            t.add_column(col)
+        for r in st.runs():
+            t.add_row(r.id, r.benchmark_spec, r.model, r.options.get("answer_mode", ""), r.dataset_sha256[:12], r.created_at)
+        console.print(t)
+    finally:
+        st.close()
+
+
+def main() -> None:
+    try:
+        app()
+    except (GrandroundsError, UnknownComponent) as e:
+        err_console.print(f"[bold red]error:[/] {e}")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("interrupted; everything finished so far is stored; run the same command again to resume")
+        sys.exit(130)

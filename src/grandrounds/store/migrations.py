@@ -1,0 +1,88 @@
+"""Append-only numbered schema migrations. Never edit a released one; add the next number."""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+        CREATE TABLE calls (
+            key TEXT PRIMARY KEY,
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            purpose TEXT NOT NULL,
+            request_json TEXT NOT NULL,
+            text TEXT,
+            error TEXT,
+            scores_json TEXT,
+            prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            completion_tokens INTEGER NOT NULL DEFAULT 0,
+            latency REAL NOT NULL DEFAULT 0,
+            attempts INTEGER NOT NULL DEFAULT 1,
+            created_at TEXT NOT NULL
+        );
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            benchmark TEXT NOT NULL,
+            benchmark_spec TEXT NOT NULL,
+            model TEXT NOT NULL,
+            options_json TEXT NOT NULL,
+            dataset_sha256 TEXT NOT NULL,
+            package_version TEXT NOT NULL,
+            gen_params_json TEXT NOT NULL,
+            data_source TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE TABLE samples (
+            benchmark TEXT NOT NULL,
+            dataset_sha256 TEXT NOT NULL,
+            sample_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            sample_json TEXT NOT NULL,
+            PRIMARY KEY (benchmark, dataset_sha256, sample_id)
+        );
+        CREATE TABLE answers (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            sample_id TEXT NOT NULL,
+            request_key TEXT NOT NULL,
+            prompt_json TEXT NOT NULL,
+            PRIMARY KEY (run_id, sample_id)
+        );
+        CREATE TABLE graders (
+            fingerprint TEXT PRIMARY KEY,
+            spec_json TEXT NOT NULL
+        );
+        CREATE TABLE grades (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            grader_fp TEXT NOT NULL REFERENCES graders(fingerprint),
+            sample_id TEXT NOT NULL,
+            value REAL,
+            n_unknown INTEGER NOT NULL DEFAULT 0,
+            grade_json TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (run_id, grader_fp, sample_id)
+        );
+        CREATE TABLE results (
+            run_id TEXT NOT NULL REFERENCES runs(id),
+            grader_fp TEXT NOT NULL,
+            result_json TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (run_id, grader_fp)
+        );
+        CREATE TABLE reviews (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL,
+            grader_fp TEXT NOT NULL,
+            sample_id TEXT NOT NULL,
+            criterion_id TEXT NOT NULL DEFAULT '',
+            reviewer TEXT NOT NULL,
+            verdict TEXT,
+            score REAL,
+            reason TEXT NOT NULL DEFAULT '',
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX grades_sample ON grades(sample_id);
+        CREATE INDEX reviews_target ON reviews(run_id, sample_id);
+        """,
+    ),
+)
