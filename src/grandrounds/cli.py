@@ -255,6 +255,18 @@ def runs(store: Optional[Path] = StoreOpt) -> None:
         st.close()
 
 
+def _register_extensions() -> None:
+    """Commands that live beside their layer (reports, viewer) register themselves here."""
+    try:
+        from grandrounds.reports.commands import register
+    except ImportError:
+        return
+    register(app, store_path, StoreOpt)
+
+
+_register_extensions()
+
+
 def main() -> None:
     try:
         app()

@@ -12,12 +12,14 @@ import os
 import time
 from typing import Any
 
+import httpx2
 import openai
 
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.records import Request, Response, Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+LANE_WIDTH = 8
 
 
 def _retry_after(err: openai.APIStatusError) -> float | None:
@@ -56,11 +58,44 @@ class OpenAIProvider(Provider):
     def __init__(self, spec: ModelSpec, timeout: float = 120.0, api_key_env: str = "OPENAI_API_KEY", **options: Any) -> None:
         base = spec.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         super().__init__(ModelSpec(spec.provider, spec.model, base.rstrip("/")), **options)
-        key = os.environ.get(api_key_env) or "EMPTY"  # local servers accept any key
-        self.client = openai.AsyncOpenAI(api_key=key, base_url=self.spec.base_url, max_retries=0, timeout=timeout)
+        self._key = os.environ.get(api_key_env) or "EMPTY"  # local servers accept any key
+        self._timeout = timeout
+        self._lanes: list[openai.AsyncOpenAI] = []
+        self._busy: list[int] = []
+
+    def _client(self) -> int:
+        """The least busy lane, opening a new one when all hold LANE_WIDTH calls.
+
+        The HTTP connection pool scans every connection on each request, so one pool of 64
+        connections costs more CPU per call than the whole harness; several small pools
+        ("lanes") keep that scan short.
+        """
+        if self._busy:
+            i = min(range(len(self._busy)), key=self._busy.__getitem__)
+            if self._busy[i] < LANE_WIDTH:
+                return i
+        limits = httpx2.Limits(max_connections=LANE_WIDTH, max_keepalive_connections=LANE_WIDTH)
+        self._lanes.append(
+            openai.AsyncOpenAI(
+                api_key=self._key,
+                base_url=self.spec.base_url,
+                max_retries=0,
+                timeout=self._timeout,
+                http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=self._timeout),
+            )
+        )
+        self._busy.append(0)
+        return len(self._lanes) - 1
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        return self._lanes[self._client()]
 
     async def aclose(self) -> None:
-        await self.client.close()
+        for c in self._lanes:
+            await c.close()
+        self._lanes.clear()
+        self._busy.clear()
 
     async def call(self, request: Request) -> Response:
         start = time.perf_counter()
@@ -93,27 +128,44 @@ class OpenAIProvider(Provider):
             kw["stop"] = list(p.stop)
         return kw
 
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST through the SDK's client (auth, timeouts, error types) without its per-call
+        TypedDict transforms and model construction, which cost more CPU than the rest of the
+        harness together; the JSON is validated here instead."""
+        lane = self._client()
+        self._busy[lane] += 1
+        try:
+            out = await self._lanes[lane].post(path, cast_to=object, body=body)
+        finally:
+            if lane < len(self._busy):
+                self._busy[lane] -= 1
+        if not isinstance(out, dict):
+            raise ProviderError("malformed response body: not a JSON object", retryable=True)
+        return out
+
     async def _chat(self, request: Request) -> tuple[str, Usage]:
         msgs = [{"role": m.role, "content": m.content} for m in request.messages]
-        out = await self.client.chat.completions.create(messages=msgs, **self._gen_kwargs(request))
-        if isinstance(out, str) or not getattr(out, "choices", None):
-            raise ProviderError("malformed response body: no choices", retryable=True)
-        text = out.choices[0].message.content
-        if text is None:
+        out = await self._post("/chat/completions", {"messages": msgs, **self._gen_kwargs(request)})
+        try:
+            text = out["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise ProviderError("malformed response body: no choices[0].message.content", retryable=True) from None
+        if not isinstance(text, str):
             raise ProviderError("malformed response body: empty message content", retryable=True)
         return text, _usage(out)
 
     async def _next_token(self, request: Request) -> tuple[dict[str, float], Usage]:
         """Log-prob of each continuation as the first generated token (top_logprobs=20)."""
         msgs = [{"role": m.role, "content": m.content} for m in request.messages]
-        kw = self._gen_kwargs(request) | {"max_tokens": 1, "temperature": 0.0}
-        out = await self.client.chat.completions.create(messages=msgs, logprobs=True, top_logprobs=20, **kw)
-        if isinstance(out, str) or not getattr(out, "choices", None) or out.choices[0].logprobs is None:
-            raise ProviderError("endpoint returned no logprobs for next-token scoring", retryable=False)
-        content = out.choices[0].logprobs.content or []
+        kw = self._gen_kwargs(request) | {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
+        out = await self._post("/chat/completions", {"messages": msgs, **kw})
+        try:
+            content = (out["choices"][0].get("logprobs") or {}).get("content")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise ProviderError("malformed response body: no choices", retryable=True) from None
         if not content:
-            raise ProviderError("malformed response body: empty logprobs", retryable=True)
-        top = {t.token.strip(): t.logprob for t in content[0].top_logprobs}
+            raise ProviderError("endpoint returned no logprobs for next-token scoring", retryable=False)
+        top = {str(t["token"]).strip(): float(t["logprob"]) for t in content[0].get("top_logprobs", [])}
         scores = {c: top[c.strip()] for c in request.continuations if c.strip() in top}
         return scores, _usage(out)
 
@@ -122,20 +174,22 @@ class OpenAIProvider(Provider):
         context = "\n\n".join(m.content for m in request.messages)
         scores: dict[str, float] = {}
         for cont in request.continuations:
-            out = await self.client.completions.create(
-                model=self.spec.model, prompt=context + cont, max_tokens=0, echo=True, logprobs=1, temperature=0.0
+            out = await self._post(
+                "/completions",
+                {"model": self.spec.model, "prompt": context + cont, "max_tokens": 0, "echo": True, "logprobs": 1, "temperature": 0.0},
             )
-            lp = out.choices[0].logprobs if getattr(out, "choices", None) else None
-            if lp is None or lp.token_logprobs is None or lp.text_offset is None:
-                raise ProviderError("endpoint returned no echo logprobs for log-likelihood scoring", retryable=False)
-            scores[cont] = float(
-                sum(x for x, off in zip(lp.token_logprobs, lp.text_offset) if off >= len(context) and x is not None)
-            )
+            try:
+                lp = out["choices"][0]["logprobs"]
+                pairs = list(zip(lp["token_logprobs"], lp["text_offset"]))
+            except (KeyError, IndexError, TypeError):
+                raise ProviderError("endpoint returned no echo logprobs for log-likelihood scoring", retryable=False) from None
+            scores[cont] = float(sum(x for x, off in pairs if off >= len(context) and x is not None))
         return scores, Usage()
 
 
-def _usage(out: Any) -> Usage:
-    u = getattr(out, "usage", None)
-    if u is None:
+def _usage(out: dict[str, Any]) -> Usage:
+    u = out.get("usage") or {}
+    try:
+        return Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+    except (TypeError, ValueError, AttributeError):
         return Usage()
-    return Usage(int(getattr(u, "prompt_tokens", 0) or 0), int(getattr(u, "completion_tokens", 0) or 0))

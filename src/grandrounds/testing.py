@@ -1,0 +1,165 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 for tests and benchmarks.
+
+It answers ``/v1/chat/completions`` and ``/v1/completions`` by a rule you give it, after a
+fixed latency, and can inject the faults a runner must survive: 429 with Retry-After, 500,
+a dropped connection, a malformed body. It runs its own event loop in a thread, so a test
+can use it from synchronous code while the runner under test uses ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+#: rule(body) -> reply text for chat, or a Fault to inject.
+Rule = Callable[[dict[str, Any]], "str | Fault"]
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str  # "429" | "500" | "drop" | "malformed"
+    retry_after: float = 0.0
+
+
+@dataclass
+class ServerStats:
+    requests: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    msgs = body.get("messages") or []
+    for m in reversed(msgs):
+        if m.get("role") == "user":
+            return str(m.get("content", ""))
+    return str(body.get("prompt", ""))
+
+
+class LoopbackServer:
+    """``with LoopbackServer(rule, latency=0.05) as srv: srv.base_url`` -> ``http://127.0.0.1:PORT/v1``."""
+
+    def __init__(self, rule: Rule, latency: float = 0.0, keep_bodies: bool = False) -> None:
+        self.rule = rule
+        self.latency = latency
+        self.keep_bodies = keep_bodies
+        self.stats = ServerStats()
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> "LoopbackServer":
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("loopback server did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop and self._stop:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread:
+            self._thread.join(10)
+
+    def _serve(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=1024)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        async with server:
+            await self._stop.wait()
+            server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                body_bytes = await reader.readexactly(int(headers.get("content-length", "0")))
+                keep = await self._respond(method, path, body_bytes, writer)
+                if not keep:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _respond(self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter) -> bool:
+        body = json.loads(raw or b"{}")
+        with self._lock:
+            self.stats.requests += 1
+            if self.keep_bodies:
+                self.stats.bodies.append(body)
+        out = self.rule(body)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if isinstance(out, Fault):
+            with self._lock:
+                self.stats.faults[out.kind] = self.stats.faults.get(out.kind, 0) + 1
+            if out.kind == "drop":
+                return False
+            if out.kind == "malformed":
+                self._write(writer, 200, b'{"id": "x", "choices": [{"mess')
+                return True
+            status = 429 if out.kind == "429" else 500
+            extra = {"retry-after": f"{out.retry_after:g}"} if out.kind == "429" else {}
+            self._write(writer, status, json.dumps({"error": {"message": f"injected {out.kind}"}}).encode(), extra)
+            return True
+        payload = _chat_payload(body, out) if path.endswith("/chat/completions") else _completion_payload(body, out)
+        self._write(writer, 200, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
+        return True
+
+    @staticmethod
+    def _write(writer: asyncio.StreamWriter, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+        reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}[status]
+        hdr = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n"
+        for k, v in (headers or {}).items():
+            hdr += f"{k}: {v}\r\n"
+        writer.write(hdr.encode() + b"\r\n" + data)
+
+
+def _chat_payload(body: dict[str, Any], text: str) -> dict[str, Any]:
+    prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    if body.get("logprobs"):
+        # The rule's text is the preferred next token; other letters get lower log-probs.
+        letters = ["A", "B", "C", "D", "E"]
+        tops = [{"token": text, "logprob": -0.1, "bytes": None}] + [
+            {"token": x, "logprob": -3.0 - i, "bytes": None} for i, x in enumerate(t for t in letters if t != text)
+        ]
+        choice["logprobs"] = {"content": [{"token": text, "logprob": -0.1, "bytes": None, "top_logprobs": tops}]}
+    return {
+        "id": "chatcmpl-loopback",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "loopback"),
+        "choices": [choice],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()), "total_tokens": prompt_tokens + len(text.split())},
+    }
+
+
+def _completion_payload(body: dict[str, Any], text: str) -> dict[str, Any]:
+    return {
+        "id": "cmpl-loopback",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": body.get("model", "loopback"),
+        "choices": [{"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}],
+    }
