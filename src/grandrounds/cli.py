@@ -271,7 +271,7 @@ def main() -> None:
     try:
         app()
     except (GrandroundsError, UnknownComponent) as e:
-        err_console.print(f"[bold red]error:[/] {e}")
+        sys.stderr.write(f"error: {e}\n")  # plain: no wrapping, no markup in file names
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted; everything finished so far is stored; run the same command again to resume")

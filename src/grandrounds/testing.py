@@ -30,6 +30,7 @@ class ServerStats:
     requests: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    rule_errors: list[str] = field(default_factory=list)
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -107,7 +108,13 @@ class LoopbackServer:
             self.stats.requests += 1
             if self.keep_bodies:
                 self.stats.bodies.append(body)
-        out = self.rule(body)
+        try:
+            out = self.rule(body)
+        except Exception as e:  # a broken rule is a test bug: answer 400 so the client fails fast
+            with self._lock:
+                self.stats.rule_errors.append(repr(e))
+            self._write(writer, 400, json.dumps({"error": {"message": f"rule failed: {e!r}"}}).encode())
+            return True
         if self.latency:
             await asyncio.sleep(self.latency)
         if isinstance(out, Fault):
@@ -128,7 +135,7 @@ class LoopbackServer:
 
     @staticmethod
     def _write(writer: asyncio.StreamWriter, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
-        reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}[status]
+        reason = {200: "OK", 400: "Bad Request", 429: "Too Many Requests", 500: "Internal Server Error"}[status]
         hdr = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n"
         for k, v in (headers or {}).items():
             hdr += f"{k}: {v}\r\n"

@@ -15,7 +15,9 @@ from typing import Any
 import httpx2
 import openai
 
+from grandrounds.errors import ConfigError
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
+from grandrounds.providers.lean_http import LeanClient
 from grandrounds.records import Request, Response, Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -55,13 +57,23 @@ class OpenAIProvider(Provider):
     supports = frozenset({"chat", "next_token", "loglikelihood"})
     default_concurrency = 32
 
-    def __init__(self, spec: ModelSpec, timeout: float = 120.0, api_key_env: str = "OPENAI_API_KEY", **options: Any) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        timeout: float = 120.0,
+        api_key_env: str = "OPENAI_API_KEY",
+        transport: str = "sdk",
+        **options: Any,
+    ) -> None:
         base = spec.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         super().__init__(ModelSpec(spec.provider, spec.model, base.rstrip("/")), **options)
         self._key = os.environ.get(api_key_env) or "EMPTY"  # local servers accept any key
         self._timeout = timeout
         self._lanes: list[openai.AsyncOpenAI] = []
         self._busy: list[int] = []
+        if transport not in ("sdk", "lean"):
+            raise ConfigError(f"transport must be sdk or lean, not {transport!r}")
+        self._lean = LeanClient(self.spec.base_url, self._key, timeout) if transport == "lean" else None
 
     def _client(self) -> int:
         """The least busy lane, opening a new one when all hold LANE_WIDTH calls.
@@ -92,6 +104,8 @@ class OpenAIProvider(Provider):
         return self._lanes[self._client()]
 
     async def aclose(self) -> None:
+        if self._lean is not None:
+            await self._lean.aclose()
         for c in self._lanes:
             await c.close()
         self._lanes.clear()
@@ -132,6 +146,11 @@ class OpenAIProvider(Provider):
         """POST through the SDK's client (auth, timeouts, error types) without its per-call
         TypedDict transforms and model construction, which cost more CPU than the rest of the
         harness together; the JSON is validated here instead."""
+        if self._lean is not None:
+            out = await self._lean.post_json(path, body)
+            if not isinstance(out, dict):
+                raise ProviderError("malformed response body: not a JSON object", retryable=True)
+            return out
         lane = self._client()
         self._busy[lane] += 1
         try:

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (first time only, with test tools) and run the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh dev
+export GRANDROUNDS_THREADS=${GRANDROUNDS_THREADS:-1}
+exec .venv/bin/python -m pytest -q "$@"
