@@ -1,0 +1,102 @@
+"""MMLU's six medical subjects, test split (1,089 questions), as vendored by MIRAGE.
+
+Format (PROTOCOLS.md section 6): one headerless CSV per subject, ``<subject>_test.csv``, with six
+columns: question, A, B, C, D, answer letter. Quoted cells may contain CRLF. Score: accuracy per
+subject; the headline is the micro average over all questions, the macro average (unweighted
+mean of the subject accuracies) is given in ``extra``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any, ClassVar, Sequence
+
+from grandrounds.benchmarks.base import RemoteFile, RunOptions, read_text
+from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, macro_average
+from grandrounds.benchmarks.medqa import MIRAGE
+from grandrounds.errors import ConfigError, DataError
+from grandrounds.records import Grade, Sample
+
+SUBJECTS = (
+    "anatomy",
+    "clinical_knowledge",
+    "college_biology",
+    "college_medicine",
+    "medical_genetics",
+    "professional_medicine",
+)
+_SHA = {
+    "anatomy": "966dfd5c4579885ebdb8c05d6754ae5834f672632586d8595be3c0f9360e6f4e",
+    "clinical_knowledge": "06a1ea973000d5ef5d2664c4ac1c68d0423f1cab6b3b682be7942633740811f1",
+    "college_biology": "e1204cb9d19887ea266145f038b5d4cc1fbc33d7efce186259c4ecca1cbe3119",
+    "college_medicine": "9c533cfff89edaa317b2e79bbabcdd5e2e522e019679cb4a6475e5f2a1861b1e",
+    "medical_genetics": "cc30c698e94f12c00e610a39c62d1a1d9587fa53c005359317346081f722c5e6",
+    "professional_medicine": "a034bf0dda10cb0848bdd3097eb1547d61ca2dac9e9b871563691621c38d51e9",
+}
+
+
+def read_subject_csv(path: Path) -> list[tuple[int, list[str]]]:
+    """(first line number, row) for each non-empty row; CRLF inside quoted cells is folded to LF."""
+    reader = csv.reader(io.StringIO(read_text(path), newline=""))
+    rows, start = [], 1
+    try:
+        for row in reader:
+            if row:
+                rows.append((start, [c.replace("\r\n", "\n") for c in row]))
+            start = reader.line_num + 1
+    except csv.Error as e:
+        raise DataError(path, start, f"malformed CSV ({e})") from None
+    return rows
+
+
+class MMLUMedical(MultipleChoiceBenchmark):
+    """MMLU anatomy, clinical knowledge, college biology/medicine, medical genetics, professional medicine.
+
+    ``subjects``: a list or comma-separated string of subject names (default all six).
+    """
+
+    name: ClassVar[str] = "mmlu-medical"
+    description: ClassVar[str] = "MMLU medical subjects (6), test split, 1,089 questions; micro accuracy"
+    remote_files: ClassVar[tuple[RemoteFile, ...]] = tuple(
+        RemoteFile(f"{MIRAGE}/mmlu/data/test/{s}_test.csv", f"{s}_test.csv", _SHA[s]) for s in SUBJECTS
+    )
+    category_fields: ClassVar[tuple[str, ...]] = ("subject",)
+
+    def __init__(self, subjects: Sequence[str] | str = SUBJECTS, **params: Any) -> None:
+        chosen = [s.strip() for s in subjects.split(",")] if isinstance(subjects, str) else list(subjects)
+        unknown = [s for s in chosen if s not in SUBJECTS]
+        if unknown or not chosen:
+            raise ConfigError(f"mmlu-medical: unknown subjects {unknown}; choose from {', '.join(SUBJECTS)}")
+        self.subjects = [s for s in SUBJECTS if s in chosen]
+        super().__init__(**({"subjects": self.subjects} if self.subjects != list(SUBJECTS) else {}), **params)
+
+    def data_files(self, root: Path) -> list[Path]:
+        if root.is_file():
+            return [root]
+        return [root / f"{s}_test.csv" for s in self.subjects]
+
+    def load(self, root: Path) -> list[Sample]:
+        if not root.exists():
+            raise DataError(root, None, "file or directory not found")
+        samples = []
+        for path in self.data_files(root):
+            if not path.exists():
+                raise DataError(path, None, f"file not found (expected {path.name} in {root})")
+            subject = path.stem.removesuffix("_test")
+            for i, (no, row) in enumerate(read_subject_csv(path)):
+                if len(row) != 6:
+                    raise DataError(path, no, f"expected 6 columns (question, A, B, C, D, answer), got {len(row)}")
+                if not row[0].strip():
+                    raise DataError(path, no, "empty question")
+                answer = row[5].strip().upper()
+                if answer not in "ABCD" or not answer:
+                    raise DataError(path, no, f"answer must be A, B, C or D, got {row[5]!r}")
+                choices = dict(zip("ABCD", row[1:5]))
+                samples.append(self.make_sample(f"{subject}-{i}", row[0], choices, answer, subject=subject))
+        return samples
+
+    def extra_metrics(self, scored: Sequence[tuple[Sample, Grade]], options: RunOptions) -> dict[str, Any]:
+        """The macro average: unweighted mean of per-subject accuracies."""
+        return {"macro_accuracy": macro_average(accuracy_by(scored, "subject")), "headline": "micro"}
