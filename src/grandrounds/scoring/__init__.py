@@ -1,0 +1,1 @@
+"""Pure rubric arithmetic: verdicts in, scores out. No I/O, no judges, no randomness without a seed."""

@@ -1,0 +1,129 @@
+"""HealthBench arithmetic, as in openai/simple-evals healthbench_eval.py @ ee3b031.
+
+Reference rules (PROTOCOLS.md section 4):
+
+- example score = sum of points of met items / sum of positive points (negatives subtract;
+  NOT clipped per example); ``None`` when there are no positive points;
+- rubric-tag score (axis:, level:, cluster:) = the same over the items carrying that tag,
+  skipped when that subset has no positive points;
+- example-tag score (theme:, physician_agreed_category:) = the example's overall score;
+- every metric m = clip(mean over the examples having m, 0, 1), with the std of that clipped
+  mean over 1000 bootstrap resamples (here seeded, the reference is unseeded).
+
+Our tri-state rule (a documented choice, not in the reference, which re-asks until it gets a
+boolean): criteria whose verdict is ``unknown`` are left out of both numerator and denominator,
+i.e. score = sum of points of KNOWN met items / sum of positive points of KNOWN items. With every
+verdict known this is exactly the reference. Coverage (known / total) is reported beside it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from grandrounds.records import Criterion, Verdict
+from grandrounds.stats import bootstrap, clipped_mean
+
+EXAMPLE_TAG_PREFIXES = ("theme:", "physician_agreed_category:")
+
+
+def rubric_score(points: Sequence[float], met: Sequence[bool]) -> float | None:
+    """Achieved / possible points (simple-evals ``calculate_score``); None if nothing is positive."""
+    if len(points) != len(met):
+        raise ValueError("points and met differ in length")
+    possible = sum(p for p in points if p > 0)
+    if possible == 0:
+        return None
+    return sum(p for p, m in zip(points, met) if m) / possible
+
+
+def reference_example_metrics(
+    rubric: Sequence[Criterion], met: Sequence[bool], example_tags: Sequence[str]
+) -> dict[str, float]:
+    """The per-example metrics simple-evals computes when every verdict is known.
+
+    Keys: ``overall_score``, each example tag (= overall score) and each rubric tag whose items
+    include a positive one.
+    """
+    overall = rubric_score([c.points for c in rubric], met)
+    if overall is None:
+        raise ValueError("rubric has no positive points")
+    metrics: dict[str, float] = {"overall_score": overall}
+    metrics.update({tag: overall for tag in example_tags})
+    by_tag: dict[str, list[int]] = defaultdict(list)
+    for i, crit in enumerate(rubric):
+        for tag in crit.tags:
+            by_tag[tag].append(i)
+    for tag, idx in by_tag.items():
+        score = rubric_score([rubric[i].points for i in idx], [met[i] for i in idx])
+        if score is not None:
+            metrics[tag] = score
+    return metrics
+
+
+@dataclass(frozen=True)
+class KnownScore:
+    """One example scored over its known verdicts: overall, per-tag metrics and coverage."""
+
+    overall: float | None
+    metrics: Mapping[str, float]
+    known: int
+    total: int
+
+    @property
+    def coverage(self) -> float:
+        return self.known / self.total if self.total else 0.0
+
+
+def known_example_metrics(
+    rubric: Sequence[Criterion], verdicts: Sequence[Verdict], example_tags: Sequence[str] = ()
+) -> KnownScore:
+    """Reference metrics over the criteria with a known (met/unmet) verdict only.
+
+    ``overall`` is None when no known criterion has positive points (the example is then
+    unscored); ``metrics`` is empty in that case.
+    """
+    status = {v.criterion_id: v.status for v in verdicts}
+    known = [c for c in rubric if status.get(c.id) in ("met", "unmet")]
+    met = [status[c.id] == "met" for c in known]
+    overall = rubric_score([c.points for c in known], met)
+    if overall is None:
+        return KnownScore(None, {}, len(known), len(rubric))
+    return KnownScore(overall, reference_example_metrics(known, met, example_tags), len(known), len(rubric))
+
+
+@dataclass(frozen=True)
+class ClippedStat:
+    """A HealthBench metric: clipped mean, bootstrap std and 95% percentile interval, n."""
+
+    score: float
+    std: float
+    ci95: tuple[float, float]
+    n: int
+
+
+def clipped_stat(values: Sequence[float], seed: int = 0, n_resamples: int = 1000) -> ClippedStat | None:
+    """clip(mean, 0, 1) with a seeded bootstrap (simple-evals ``_compute_clipped_stats``)."""
+    if not len(values):
+        return None
+    boot = bootstrap(values, stat=clipped_mean, n_resamples=n_resamples, seed=seed)
+    assert boot is not None
+    std, ci = boot
+    return ClippedStat(clipped_mean(np.asarray(values, dtype=float)), std, ci, len(values))
+
+
+def aggregate_metrics(per_example: Sequence[Mapping[str, float]], seed: int = 0) -> dict[str, ClippedStat]:
+    """Every metric name seen in any example -> its clipped statistic over the examples having it."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for metrics in per_example:
+        for name, value in metrics.items():
+            values[name].append(value)
+    out = {}
+    for name, vals in values.items():
+        stat = clipped_stat(vals, seed=seed)
+        assert stat is not None
+        out[name] = stat
+    return out
