@@ -58,7 +58,8 @@ class RunOptions:
     shuffle_options: bool = False
     seed: int = 0
     judge_mode: str = "default"
-    judge_runs: int = 1
+    #: Judge runs per answer where a protocol averages runs; None = the benchmark's own default.
+    judge_runs: int | None = None
     max_reask: int = 2
     extra: Mapping[str, Any] = field(default_factory=dict)
 

@@ -1,0 +1,165 @@
+"""MedCalc-Bench (v1.0 test set, 1,047 rows): compute a clinical value from a patient note.
+
+Data: ``test_data.csv`` from ncbi-nlp/MedCalc-Bench @ 5523b77 (PROTOCOLS.md section 6). The
+model is asked for JSON ``{"step_by_step_thinking", "answer"}`` as in the official zero-shot
+prompt; "Answer: ..." lines and bare values are accepted too. Scoring follows the official
+check_correctness (:mod:`grandrounds.scoring.medcalc`); an answer with no readable value is
+wrong and counted (``details["unextractable"]``), a failed call is unscored.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import io
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, read_text
+from grandrounds.errors import DataError
+from grandrounds.graders.base import GradeContext, Grader, unscored
+from grandrounds.records import Grade, Message, Response, Sample
+from grandrounds.registry import Spec
+from grandrounds.scoring import medcalc as mc
+from grandrounds.stats import wilson_ci
+
+COMMIT = "5523b7785c004912e76ca4db19efbd7367b23c40"
+COLUMNS = ("Row Number", "Calculator ID", "Calculator Name", "Category", "Output Type", "Note ID", "Note Type",
+           "Patient Note", "Question", "Relevant Entities", "Ground Truth Answer", "Lower Limit", "Upper Limit")
+SYSTEM = (
+    "You are a helpful assistant for calculating a score for a given patient note. Think step by step, "
+    'then give the value asked for. Reply with only a JSON object {"step_by_step_thinking": "...", "answer": "..."}.'
+)
+FORMAT_HINT = {
+    "date": "The answer must be a date in the format MM/DD/YYYY.",
+    "gestational_age": "The answer must be a tuple of weeks and days, e.g. (4 weeks, 3 days).",
+    "integer": "The answer must be a single whole number.",
+    "decimal": "The answer must be a single number.",
+}
+
+
+class MedCalcBench(Benchmark):
+    """MedCalc-Bench v1.0 (1,047 rows); accuracy overall and per category."""
+
+    name = "medcalc-bench"
+    description = "MedCalc-Bench v1.0: 1,047 patient notes, 55 calculators, official tolerance rules"
+    remote_files = (
+        RemoteFile(
+            url=f"https://raw.githubusercontent.com/ncbi-nlp/MedCalc-Bench/{COMMIT}/dataset/test_data.csv",
+            filename="test_data.csv",
+            sha256="c2d23097f8bdb7ae4a77dbf4a5a767335df7303998d7c7664a73a29fd8e2b31a",
+        ),
+    )
+
+    def load(self, root: Path) -> list[Sample]:
+        path = root if root.is_file() else root / "test_data.csv"
+        reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise DataError(path, 1, f"missing columns: {', '.join(missing)}")
+        return [self._row(path, row) for row in reader]
+
+    def _row(self, path: Path, row: dict[str, str]) -> Sample:
+        where = f"Row Number {row['Row Number']}"
+        try:
+            calc_id = int(row["Calculator ID"])
+        except ValueError:
+            raise DataError(path, where, f"Calculator ID {row['Calculator ID']!r} is not an integer") from None
+        kind = mc.kind_of(calc_id, row["Output Type"].strip())
+        if kind is None:
+            raise DataError(path, where, f"unknown Output Type {row['Output Type']!r}")
+        try:
+            entities = ast.literal_eval(row["Relevant Entities"])  # a Python dict literal, not JSON
+        except (ValueError, SyntaxError) as e:
+            raise DataError(path, where, f"Relevant Entities is not a Python literal: {e}") from None
+        truth = mc.parse_ground_truth(row["Ground Truth Answer"], kind)
+        lower = upper = None
+        if kind == "decimal":
+            try:
+                lower, upper = float(row["Lower Limit"]), float(row["Upper Limit"])
+            except ValueError:
+                raise DataError(path, where, "Lower/Upper Limit must be numbers for a decimal calculator") from None
+        if truth is None:
+            raise DataError(path, where, f"Ground Truth Answer {row['Ground Truth Answer']!r} is not a {kind}")
+        user = (
+            f"Here is the patient note:\n{row['Patient Note']}\n\nHere is the task:\n{row['Question']}\n\n"
+            f"{FORMAT_HINT[kind]}"
+        )
+        return Sample(
+            id=row["Row Number"],
+            benchmark=self.name,
+            messages=(Message("system", SYSTEM), Message("user", user)),
+            target={"kind": kind, "truth": row["Ground Truth Answer"], "lower": lower, "upper": upper},
+            metadata={
+                "calculator_id": calc_id,
+                "calculator": row["Calculator Name"],
+                "category": row["Category"],
+                "output_type": row["Output Type"],
+                "note_id": row["Note ID"],
+                "note_type": row["Note Type"],
+                "relevant_entities": entities,
+                "explanation": row.get("Ground Truth Explanation", ""),
+            },
+        )
+
+    def grader(self, options: RunOptions) -> "MedCalcGrader":
+        return MedCalcGrader()
+
+    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+        """Accuracy (Wilson CI) overall, per category and per output kind; unextractable counted."""
+        by_id = {g.sample_id: g for g in grades}
+        groups: dict[str, dict[str, list[Grade]]] = {"category": defaultdict(list), "kind": defaultdict(list)}
+        scored: list[Grade] = []
+        for s in samples:
+            g = by_id.get(s.id)
+            if g is None or g.value is None:
+                continue
+            scored.append(g)
+            groups["category"][s.metadata["category"]].append(g)
+            groups["kind"][s.target["kind"]].append(g)
+        overall = _acc(scored)
+        return Aggregate(
+            metric="accuracy",
+            score=overall["accuracy"],
+            ci95=overall["ci95"],
+            n=len(scored),
+            n_unscored=len(samples) - len(scored),
+            breakdown={f"{dim}:{k}": _acc(v) for dim, d in groups.items() for k, v in sorted(d.items())},
+            extra={"n_unextractable": overall["n_unextractable"], "version": "v1.0 (1,047 rows, commit 5523b77)"},
+        )
+
+
+def _acc(grades: Sequence[Grade]) -> dict[str, Any]:
+    k = sum(1 for g in grades if g.value == 1.0)
+    return {
+        "accuracy": k / len(grades) if grades else None,
+        "ci95": wilson_ci(k, len(grades)),
+        "n": len(grades),
+        "n_correct": k,
+        "n_unextractable": sum(1 for g in grades if g.details.get("unextractable")),
+    }
+
+
+class MedCalcGrader(Grader):
+    """Extract the value from the reply and apply the official tolerance for its calculator."""
+
+    def spec(self) -> Spec:
+        return Spec("medcalc", {})
+
+    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
+        if not response.ok:
+            return unscored(sample, f"answer call failed: {response.error}")
+        t = sample.target
+        kind = t["kind"]
+        text = mc.answer_text(response.text)
+        value = mc.parse_value(text, kind)
+        truth = mc.parse_ground_truth(t["truth"], kind)
+        ok = mc.is_correct(value, kind, truth, t["lower"], t["upper"])
+        shown = value.strftime("%m/%d/%Y") if kind == "date" and value is not None else value
+        return Grade(
+            sample.id,
+            1.0 if ok else 0.0,
+            extracted=None if value is None else str(shown),
+            details={"answer_text": text, "unextractable": value is None, "kind": kind, "truth": t["truth"]},
+        )

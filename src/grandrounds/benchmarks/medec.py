@@ -1,0 +1,174 @@
+"""MEDEC (MEDIQA-CORR 2024, MS collection): find and correct the one medical error, if any.
+
+Data: ``MEDEC-MS-{Test,Validation}Set-with-GroundTruth-and-ErrorType.csv`` from abachaa/MEDEC @
+70268d2 (PROTOCOLS.md section 6, format quirk 10). The test file ends with 328 blank rows, which
+are dropped; Error Flag / Error Sentence ID are cast to int. Headline metric: Error-Flag
+accuracy; sentence-id accuracy and the composite ROUGE-1 F of corrections sit beside it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, read_text
+from grandrounds.errors import DataError
+from grandrounds.graders.base import GradeContext, Grader, unscored
+from grandrounds.records import Grade, Message, Response, Sample
+from grandrounds.registry import Spec
+from grandrounds.scoring import medec as sc
+from grandrounds.stats import wilson_ci
+
+COMMIT = "70268d24e3ce0cd6d0e099ff7bfd4966f2bbcc28"
+_BASE = f"https://raw.githubusercontent.com/abachaa/MEDEC/{COMMIT}/MEDEC-MS"
+TEST = RemoteFile(f"{_BASE}/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
+                  "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
+                  "f35e2c3c1e4d98ca900394c4fcff14c2a84752e48ddc83698401da6a360c707e")
+VALIDATION = RemoteFile(f"{_BASE}/MEDEC-MS-ValidationSet-with-GroundTruth-and-ErrorType.csv",
+                        "MEDEC-MS-ValidationSet-with-GroundTruth-and-ErrorType.csv",
+                        "7571aec311e2fb88d9084082af2323aa579d102e1d5e1a06faf930fe4fd3977d")
+SPLITS = {"test": (TEST,), "validation": (VALIDATION,), "both": (TEST, VALIDATION)}
+COLUMNS = ("Text ID", "Sentences", "Error Flag", "Error Type", "Error Sentence ID", "Corrected Sentence")
+INSTRUCTIONS = (
+    "The following is a clinical text about a patient, one sentence per line, each line starting with its "
+    "sentence ID. You are a skilled physician reviewing it. The text is either correct or contains exactly one "
+    "medical error (in diagnosis, management, treatment, pharmacotherapy or causal organism).\n"
+    'Reply with only a JSON object: {"error": true or false, "sentence_id": the ID of the sentence with the '
+    'error or -1, "corrected": the corrected sentence or "NA"}.'
+)
+
+
+def _int(raw: str, path: Path, where: str, column: str) -> int:
+    """"1", "1.0" (as pandas writes it) -> 1; anything else is a DataError."""
+    try:
+        f = float(raw)
+    except ValueError:
+        raise DataError(path, where, f"{column} {raw!r} is not a number") from None
+    if not f.is_integer():
+        raise DataError(path, where, f"{column} {raw!r} is not an integer")
+    return int(f)
+
+
+class MEDEC(Benchmark):
+    """MEDEC-MS. Param ``split``: test (default) | validation | both."""
+
+    name = "medec"
+    description = "MEDEC-MS: detect and correct one medical error in clinical notes (597 test, 574 validation)"
+    remote_files = (TEST, VALIDATION)
+
+    def data_files(self, root: Path) -> list[Path]:
+        if root.is_file():
+            return [root]
+        split = self.params.get("split", "test")
+        if split not in SPLITS:
+            raise DataError(root, None, f"unknown MEDEC split {split!r}; use test, validation or both")
+        return [root / rf.filename for rf in SPLITS[split]]
+
+    def load(self, root: Path) -> list[Sample]:
+        return [s for path in self.data_files(root) for s in self._load_file(path)]
+
+    def _load_file(self, path: Path) -> list[Sample]:
+        reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise DataError(path, 1, f"missing columns: {', '.join(missing)}")
+        split = "validation" if "Validation" in path.name else "test" if "Test" in path.name else "unknown"
+        out = []
+        for row in reader:
+            if all(not (v or "").strip() for v in row.values()):
+                continue  # the test file's trailing empty rows
+            out.append(self._row(path, reader.line_num, row, split))
+        return out
+
+    def _row(self, path: Path, line: int, row: dict[str, str], split: str) -> Sample:
+        tid = row["Text ID"].strip()
+        where = f"line {line} ({tid or 'no Text ID'})"
+        if not tid or not row["Sentences"].strip():
+            raise DataError(path, where, "Text ID and Sentences are required")
+        flag = _int(row["Error Flag"], path, where, "Error Flag")
+        sid = _int(row["Error Sentence ID"], path, where, "Error Sentence ID")
+        corrected = " ".join((row["Corrected Sentence"] or "").split()) or sc.NA
+        if flag not in (0, 1) or (flag == 1) != (sid >= 0) or (flag == 1 and corrected == sc.NA):
+            raise DataError(path, where, f"inconsistent ground truth: flag {flag}, sentence {sid}, correction {corrected!r}")
+        sentences = "\n".join(ln.strip() for ln in row["Sentences"].splitlines() if ln.strip())
+        return Sample(
+            id=tid,
+            benchmark=self.name,
+            messages=(Message("user", f"{INSTRUCTIONS}\n\nText ID: {tid}\n\n{sentences}"),),
+            target={"flag": flag, "sentence_id": sid, "corrected": corrected if flag else sc.NA},
+            metadata={"split": split, "error_type": (row["Error Type"] or "").strip() or "NA",
+                      "error_sentence": row.get("Error Sentence", "")},
+        )
+
+    def grader(self, options: RunOptions) -> "MEDECGrader":
+        return MEDECGrader()
+
+    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+        """Error-flag accuracy (Wilson CI); sentence accuracy and R1FC in extra, by type/split."""
+        by_id = {g.sample_id: g for g in grades}
+        groups: dict[str, list[Grade | None]] = defaultdict(list)
+        rows = []
+        for s in samples:
+            g = by_id.get(s.id)
+            rows.append(g)
+            groups[f"error_type:{s.metadata['error_type']}"].append(g)
+            groups[f"split:{s.metadata['split']}"].append(g)
+        overall = _metrics(rows)
+        return Aggregate(
+            metric="error_flag_accuracy",
+            score=overall.pop("error_flag_accuracy"),
+            ci95=overall.pop("error_flag_ci95"),
+            n=overall["n"],
+            n_unscored=overall["n_unscored"],
+            breakdown={k: _metrics(v) for k, v in sorted(groups.items())},
+            extra=overall | {"rouge": "rouge_score rouge1 F (official scorer: python rouge package)"},
+        )
+
+
+def _metrics(grades: Sequence[Grade | None]) -> dict[str, Any]:
+    """Our accuracies over scored texts, plus the official ones counting unscored as wrong."""
+    scored = [g for g in grades if g is not None and g.value is not None]
+    n, total = len(scored), len(grades)
+    flags = sum(1 for g in scored if g.value == 1.0)
+    sents = sum(1 for g in scored if g.details.get("sentence_correct"))
+    corr = sum(float(g.details.get("correction_score", 0.0)) for g in scored)
+    return {
+        "error_flag_accuracy": flags / n if n else None,
+        "error_flag_ci95": wilson_ci(flags, n),
+        "error_sentence_accuracy": sents / n if n else None,
+        "error_sentence_ci95": wilson_ci(sents, n),
+        "r1fc": corr / n if n else None,
+        "reference_error_flag_accuracy": flags / total if total else None,
+        "reference_error_sentence_accuracy": sents / total if total else None,
+        "reference_r1fc": corr / total if total else None,
+        "n": n,
+        "n_texts": total,
+        "n_unscored": total - n,
+        "n_unparseable": sum(1 for g in scored if g.details.get("unparseable")),
+    }
+
+
+class MEDECGrader(Grader):
+    """Parse the prediction; flag, sentence id and correction scored as the official scorer."""
+
+    def spec(self) -> Spec:
+        return Spec("medec", {})
+
+    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
+        if not response.ok:
+            return unscored(sample, f"answer call failed: {response.error}")
+        t = sample.target
+        pred = sc.parse_prediction(response.text, text_id=sample.id)
+        if pred is None:  # the official scorer: missing prediction = wrong on every metric
+            details = {"unparseable": True, "flag_correct": False, "sentence_correct": False, "correction_score": 0.0}
+            return Grade(sample.id, 0.0, details=details)
+        details = {
+            "flag_correct": pred.flag == t["flag"],
+            "sentence_correct": pred.sentence_id == t["sentence_id"],
+            "correction_score": sc.correction_score(t["corrected"], pred.corrected),
+            "predicted": {"flag": pred.flag, "sentence_id": pred.sentence_id, "corrected": pred.corrected},
+        }
+        return Grade(sample.id, float(details["flag_correct"]), extracted=str(pred.flag), details=details)
