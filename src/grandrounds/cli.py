@@ -41,6 +41,17 @@ def parse_params(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def judge_configs(specs: list[str], base_url: str, params: Any) -> tuple[Any, ...]:
+    """``PROVIDER/MODEL[@BASE_URL]`` -> JudgeConfig; the URL is an endpoint, not part of the judge's identity."""
+    from grandrounds.runner import JudgeConfig
+
+    out = []
+    for text in specs:
+        spec, _, url = text.partition("@")
+        out.append(JudgeConfig(spec, url or base_url, params))
+    return tuple(out)
+
+
 @app.command("list")
 def list_cmd() -> None:
     """Show the benchmarks and providers."""
@@ -85,7 +96,7 @@ def run(
     judge_temperature: float = typer.Option(0.0, "--judge-temperature"),
     judge_max_tokens: int = typer.Option(2048, "--judge-max-tokens"),
     judge_mode: str = typer.Option("default", "--judge-mode", help="e.g. per-criterion | batched (HealthBench)"),
-    judge_runs: int = typer.Option(1, "--judge-runs", help="judge runs per answer where the protocol averages runs"),
+    judge_runs: Optional[int] = typer.Option(None, "--judge-runs", help="judge runs per answer where the protocol averages runs (default: the benchmark's)"),
     max_reask: int = typer.Option(2, "--max-reask", help="re-asks of an unparseable judge reply"),
     param: list[str] = typer.Option([], "--param", help="benchmark parameter KEY=VALUE (e.g. subjects=[\"anatomy\"])"),
     scoring: list[str] = typer.Option([], "--scoring", help="scoring option KEY=VALUE recorded in the fingerprint"),
@@ -94,7 +105,7 @@ def run(
     """Run BENCHMARK against a model and print the result."""
     from grandrounds.benchmarks.base import RunOptions
     from grandrounds.records import GenParams
-    from grandrounds.runner import JudgeConfig, RunConfig
+    from grandrounds.runner import RunConfig
 
     cfg = RunConfig(
         benchmark=benchmark,
@@ -112,9 +123,7 @@ def run(
             extra=parse_params(scoring),
         ),
         gen=GenParams(temperature=temperature, max_tokens=max_tokens, seed=seed),
-        judges=tuple(
-            JudgeConfig(j, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed)) for j in judge
-        ),
+        judges=judge_configs(judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed)),
         concurrency=concurrency,
         limit=limit,
         provider_options={"n_threads": threads} if threads and model.startswith("llamacpp/") else {},
@@ -207,17 +216,18 @@ def regrade(
     judge_temperature: float = typer.Option(0.0, "--judge-temperature"),
     judge_max_tokens: int = typer.Option(2048, "--judge-max-tokens"),
     judge_mode: str = typer.Option("default", "--judge-mode"),
-    judge_runs: int = typer.Option(1, "--judge-runs"),
+    judge_runs: Optional[int] = typer.Option(None, "--judge-runs"),
     max_reask: int = typer.Option(2, "--max-reask"),
     only_unknown: bool = typer.Option(False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"),
     seed: int = typer.Option(0, "--seed"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write results.json and samples.jsonl here"),
     store: Optional[Path] = StoreOpt,
 ) -> None:
     """Re-judge stored answers with another judge or template, without generating again."""
+    from grandrounds.outputs import sample_line, write_outputs
     from grandrounds.progress import RichProgress
     from grandrounds.records import GenParams
     from grandrounds.regrade import options_of, regrade as regrade_async
-    from grandrounds.runner import JudgeConfig
     from grandrounds.store import Store
 
     st = Store(store_path(store))
@@ -225,17 +235,24 @@ def regrade(
         run_rec = st.get_run(run_id)
         if run_rec is None:
             raise ConfigError(f"no run {run_id!r} in {st.path}")
-        judges = tuple(
-            JudgeConfig(j, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed)) for j in judge
-        )
+        judges = judge_configs(judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed))
         opts = options_of(run_rec, judge_mode=judge_mode, judge_runs=judge_runs, max_reask=max_reask)
         with RichProgress(err_console) as prog:
-            result, stats = asyncio.run(regrade_async(st, run_rec, judges, opts, only_unknown=only_unknown, progress=prog))
+            outcome = asyncio.run(regrade_async(st, run_rec, judges, opts, only_unknown=only_unknown, progress=prog))
+        if out:
+            answers = st.answers(run_rec.id)
+            lines = [
+                sample_line(outcome.result, smp, None, answers.get(smp.id, (None, None))[1], g)
+                for smp, g in zip(outcome.samples, outcome.grades)
+            ]
     finally:
         st.close()
-    print_results([result])
-    for s in stats:
+    print_results([outcome.result])
+    for s in outcome.judge_stats:
         err_console.print(f"[dim]judge calls: {s.made} made, {s.cached} from the store, {s.failed} failed")
+    if out:
+        write_outputs(out, [outcome.result], lines)
+        err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
 
 
 @app.command()

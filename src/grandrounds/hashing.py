@@ -3,23 +3,39 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+
+_SCALARS = (str, int, bool, type(None))
 
 
 def to_jsonable(obj: Any) -> Any:
     """Turn records (frozen dataclasses, tuples, mappings) into plain JSON values."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, _SCALARS):
+        return obj
+    if isinstance(obj, float):
+        return None if obj != obj else obj  # NaN has no JSON form
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
-    if isinstance(obj, float) and obj != obj:  # NaN has no JSON form
-        return None
+    names = _field_names(type(obj))
+    if names is not None:
+        return {n: to_jsonable(getattr(obj, n)) for n in names}
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
     return obj
+
+
+@functools.lru_cache(maxsize=None)
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def canonical_json(obj: Any) -> str:

@@ -85,7 +85,12 @@ class Request:
     attempt: int = 0
 
     def key(self) -> str:
-        return content_hash(self)
+        """Cache key, computed once per request (records are frozen, so it cannot go stale)."""
+        cached = self.__dict__.get("_key")
+        if cached is None:
+            cached = content_hash(self)
+            self.__dict__["_key"] = cached
+        return cached
 
 
 @dataclass(frozen=True)

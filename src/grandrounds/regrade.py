@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from grandrounds.benchmarks.base import RunOptions
@@ -11,9 +11,17 @@ from grandrounds.errors import ConfigError
 from grandrounds.executor import Executor, RetryPolicy
 from grandrounds.graders.base import GradeContext, unscored
 from grandrounds.hashing import content_hash
-from grandrounds.records import Grade, Response
+from grandrounds.records import Grade, Response, Result, Sample
 from grandrounds.runner import JudgeConfig, Progress, RunJudge, build_benchmark, grader_fingerprint, make_provider, make_result
 from grandrounds.store import RunRecord, Store
+
+
+@dataclass
+class RegradeOutcome:
+    result: Result
+    samples: list[Sample]
+    grades: list[Grade]
+    judge_stats: list[Any]
 
 
 def options_of(run: RunRecord, **override: Any) -> RunOptions:
@@ -37,8 +45,8 @@ async def regrade(
     retry: RetryPolicy = RetryPolicy(),
     concurrency: int | None = None,
     progress: Progress | None = None,
-) -> tuple[Any, list[Any]]:
-    """Grade every stored answer of ``run`` again; returns (Result, judge call stats).
+) -> RegradeOutcome:
+    """Grade every stored answer of ``run`` again.
 
     With ``only_unknown`` the grades stored under ``previous_fp`` (default: the same grader
     fingerprint) are the starting point: known verdicts are kept, only unknown ones re-asked.
@@ -84,7 +92,7 @@ async def regrade(
     ordered = [grades[s.id] for s in samples]
     result = make_result(bench, options, samples, ordered, run, fp, [j.spec for j in judges])
     store.put_result(run.id, fp_key, result)
-    return result, [e.stats for e in execs]
+    return RegradeOutcome(result, samples, ordered, [e.stats for e in execs])
 
 
 def _has_unknown(g: Grade) -> bool:

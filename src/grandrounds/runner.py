@@ -224,7 +224,7 @@ def group_samples(samples: Sequence[Sample]) -> list[list[Sample]]:
 
 
 def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: str, root: Path) -> RunRecord:
-    options = to_jsonable(replace(cfg.options, judge_mode="", judge_runs=0, max_reask=0))
+    options = to_jsonable(replace(cfg.options, judge_mode="", judge_runs=None, max_reask=0))
     ident = {
         "benchmark": str(bench.spec()),
         "model": str(provider.spec),
