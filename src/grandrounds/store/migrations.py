@@ -85,4 +85,21 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX reviews_target ON reviews(run_id, sample_id);
         """,
     ),
+    (
+        2,
+        """
+        CREATE TABLE review_queue (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL,
+            grader_fp TEXT NOT NULL,
+            sample_id TEXT NOT NULL,
+            criterion_id TEXT NOT NULL DEFAULT '',
+            reason TEXT NOT NULL,
+            seed INTEGER,
+            created_at TEXT NOT NULL,
+            UNIQUE (run_id, grader_fp, sample_id, criterion_id)
+        );
+        CREATE INDEX reviews_criterion ON reviews(run_id, grader_fp, sample_id, criterion_id)
+        """,
+    ),
 )

@@ -1,0 +1,248 @@
+"""Pure analysis over stored results: leaderboard, comparability, paired comparison, agreement.
+
+Nothing here reads the store; :mod:`grandrounds.reports.collect` turns the store into the
+plain rows these functions take. Every random number comes from an explicit seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from grandrounds.hashing import canonical_json
+from grandrounds.stats import cohen_kappa, macro_f1, mcnemar_exact, paired_bootstrap
+
+#: Fingerprint fields that must agree before two results may be ranked in one column.
+COMPARABLE_FIELDS: tuple[str, ...] = (
+    "benchmark",  # benchmark spec: subset, language, variant parameters
+    "dataset_sha256",
+    "grader",
+    "templates",
+    "judges",  # judge models and their generation parameters
+    "judge_mode",
+    "judge_runs",
+    "scoring",
+    "answer_mode",
+    "shuffle_options",
+)
+
+#: sample id -> per-answer value (None = unscored)
+Values = Mapping[str, "float | None"]
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One stored Result (run x grader) with the coverage of its verdicts."""
+
+    run_id: str
+    grader_fp: str
+    benchmark: str
+    model: str
+    metric: str
+    score: float | None
+    ci95: tuple[float, float] | None
+    n: int
+    n_unscored: int
+    coverage: float | None
+    judge: str | None = None
+    breakdown: Mapping[str, Any] = field(default_factory=dict)
+    fingerprint: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.run_id, self.grader_fp)
+
+
+def comparability(fingerprint: Mapping[str, Any]) -> str:
+    """Canonical text of the fingerprint fields that decide whether scores are comparable."""
+    return canonical_json({f: fingerprint.get(f) for f in COMPARABLE_FIELDS})
+
+
+def fingerprint_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """Names of the comparability fields in which two fingerprints differ."""
+    return [f for f in COMPARABLE_FIELDS if canonical_json(a.get(f)) != canonical_json(b.get(f))]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A paired comparison of A and B on the samples both answered (diff = A - B)."""
+
+    n: int
+    mean_a: float | None
+    mean_b: float | None
+    diff: float | None
+    ci95: tuple[float, float] | None
+    tied: bool
+    mcnemar: tuple[int, int, float] | None = None
+    seed: int = 0
+
+
+def paired_compare(a: Values, b: Values, seed: int = 0, n_resamples: int = 2000) -> Comparison:
+    """Mean difference with a seeded paired bootstrap CI; exact McNemar when both are 0/1.
+
+    Only samples both scored are used, so a failed call on either side never counts as wrong.
+    "tied" means the 95% CI holds 0 (the two cannot be told apart on these samples).
+    """
+    ids = sorted(sid for sid in a.keys() & b.keys() if a[sid] is not None and b[sid] is not None)
+    if not ids:
+        return Comparison(0, None, None, None, None, True, None, seed)
+    xa = [float(a[s]) for s in ids]  # type: ignore[arg-type]
+    xb = [float(b[s]) for s in ids]  # type: ignore[arg-type]
+    diff, ci = paired_bootstrap(xa, xb, n_resamples=n_resamples, seed=seed)
+    exact = all(v in (0.0, 1.0) for v in xa + xb)
+    mc = mcnemar_exact([v == 1.0 for v in xa], [v == 1.0 for v in xb]) if exact else None
+    tied = ci[0] <= 0.0 <= ci[1]
+    return Comparison(len(ids), sum(xa) / len(xa), sum(xb) / len(xb), diff, ci, tied, mc, seed)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A result placed on a leaderboard: its setting (column), rank, tie group and flags."""
+
+    row: ResultRow
+    setting: int
+    rank: int | None
+    group: int | None
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Board:
+    """One benchmark: entries ranked only within a setting of identical comparability fields."""
+
+    benchmark: str
+    metric: str
+    settings: int
+    entries: tuple[Entry, ...]
+
+
+def leaderboard(rows: Sequence[ResultRow], values: Mapping[tuple[str, str], Values] | None = None, seed: int = 0) -> list[Board]:
+    """Models x benchmarks, ranked within comparable settings, with tie groups and flags.
+
+    Results whose comparability fields differ go to separate settings; every entry of a
+    benchmark with more than one setting carries a flag naming what differs, so no reader
+    ranks them in one column unawares. Within a setting, consecutive models whose paired
+    CI against the group's leader holds 0 share a group ("tied"); without paired values
+    (no common samples) overlapping 95% CIs are used instead and the flag says so.
+    """
+    by_bench: dict[str, list[ResultRow]] = defaultdict(list)
+    for r in rows:
+        by_bench[r.benchmark].append(r)
+    boards = []
+    for bench in sorted(by_bench):
+        settings: dict[str, list[ResultRow]] = {}
+        for r in by_bench[bench]:
+            settings.setdefault(comparability(r.fingerprint), []).append(r)
+        ordered = sorted(settings.values(), key=lambda rs: -len(rs))
+        ref = ordered[0][0].fingerprint
+        entries: list[Entry] = []
+        for i, group_rows in enumerate(ordered, start=1):
+            flags: list[str] = []
+            if len(ordered) > 1:
+                if i == 1:
+                    flags.append(f"setting 1 of {len(ordered)}: other settings are not comparable")
+                else:
+                    diff = ", ".join(fingerprint_diff(ref, group_rows[0].fingerprint))
+                    flags.append(f"setting {i} of {len(ordered)}: differs from setting 1 in {diff}")
+            entries.extend(_rank(group_rows, i, flags, values or {}, seed))
+        boards.append(Board(bench, ordered[0][0].metric, len(ordered), tuple(entries)))
+    return boards
+
+
+def _rank(rows: list[ResultRow], setting: int, flags: list[str], values: Mapping[tuple[str, str], Values], seed: int) -> list[Entry]:
+    scored = sorted((r for r in rows if r.score is not None), key=lambda r: (-float(r.score or 0), r.model))
+    out: list[Entry] = []
+    group, leader = 0, None
+    for rank, r in enumerate(scored, start=1):
+        extra: list[str] = []
+        if leader is None or not _tied(leader, r, values, seed, extra):
+            group, leader = group + 1, r
+        out.append(Entry(r, setting, rank, group, tuple(flags + extra)))
+    out.extend(Entry(r, setting, None, None, tuple(flags + ["no score"])) for r in rows if r.score is None)
+    return out
+
+
+def _tied(leader: ResultRow, r: ResultRow, values: Mapping[tuple[str, str], Values], seed: int, notes: list[str]) -> bool:
+    va, vb = values.get(leader.key), values.get(r.key)
+    if va is not None and vb is not None:
+        cmp = paired_compare(va, vb, seed=seed)
+        if cmp.n:
+            return cmp.tied
+    notes.append("tie judged by CI overlap (no paired samples)")
+    if leader.ci95 is None or r.ci95 is None:
+        return False
+    return leader.ci95[0] <= r.ci95[1] and r.ci95[0] <= leader.ci95[1]
+
+
+def breakdown_families(breakdown: Mapping[str, Any]) -> dict[str, dict[str, tuple[float, int | None]]]:
+    """Normalise the benchmarks' breakdown shapes to {family: {name: (score, n)}}.
+
+    Shapes seen: {"dimension": {name: {"score", "n"}}} (families of entries), a flat
+    {name: {"score", "n"}} (one family, "category"), and {name: number}.
+    """
+    out: dict[str, dict[str, tuple[float, int | None]]] = {}
+    for key, val in breakdown.items():
+        if isinstance(val, Mapping) and _score_of(val) is not None:
+            out.setdefault("category", {})[str(key)] = (_score_of(val), val.get("n"))  # type: ignore[arg-type]
+        elif isinstance(val, Mapping):
+            fam = {str(k): (_score_of(v), v.get("n")) for k, v in val.items() if isinstance(v, Mapping) and _score_of(v) is not None}
+            if fam:
+                out[str(key)] = fam  # type: ignore[assignment]
+        elif isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val):
+            out.setdefault("category", {})[str(key)] = (float(val), None)
+    return out
+
+
+def _score_of(entry: Mapping[str, Any]) -> float | None:
+    for k in ("score", "usability_rate", "accuracy"):
+        v = entry.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+@dataclass(frozen=True)
+class AgreementPair:
+    """A judge verdict and a reviewer verdict on the same criterion of the same answer."""
+
+    benchmark: str
+    dimensions: tuple[str, ...]
+    judge: str
+    reviewer: str
+
+
+@dataclass(frozen=True)
+class AgreementStat:
+    n: int
+    kappa: float | None
+    macro_f1: float | None
+    agree: float | None
+    n_judge_unknown: int
+
+
+def agreement(pairs: Sequence[AgreementPair]) -> dict[str, dict[str, AgreementStat]]:
+    """Judge-vs-reviewer agreement overall, by benchmark and by dimension.
+
+    Cohen's kappa and macro-F1 (reviewer as reference) over criteria both rated met/unmet;
+    criteria the judge left unknown are counted apart, never folded into a label.
+    """
+    groups: dict[str, dict[str, list[AgreementPair]]] = {"overall": defaultdict(list), "benchmark": defaultdict(list), "dimension": defaultdict(list)}
+    for p in pairs:
+        groups["overall"]["all"].append(p)
+        groups["benchmark"][p.benchmark].append(p)
+        for d in p.dimensions:
+            groups["dimension"][d].append(p)
+    return {name: {k: _agree(v) for k, v in sorted(g.items())} for name, g in groups.items()}
+
+
+def _agree(pairs: Sequence[AgreementPair]) -> AgreementStat:
+    known = [p for p in pairs if p.judge in ("met", "unmet") and p.reviewer in ("met", "unmet")]
+    unknown = sum(1 for p in pairs if p.judge not in ("met", "unmet"))
+    if not known:
+        return AgreementStat(0, None, None, None, unknown)
+    j = [p.judge for p in known]
+    r = [p.reviewer for p in known]
+    agree = sum(1 for x, y in zip(j, r) if x == y) / len(known)
+    return AgreementStat(len(known), cohen_kappa(r, j), macro_f1(r, j), agree, unknown)

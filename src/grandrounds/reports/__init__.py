@@ -1,0 +1,29 @@
+"""Reports over the store: leaderboard, comparisons and report files (html, md, csv, xlsx, json, parquet)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grandrounds import analysis
+from grandrounds.reports import collect, html, tabular
+from grandrounds.store import Store
+
+
+def boards(store: Store, benchmark: str | None = None, seed: int = 0) -> list[analysis.Board]:
+    """The leaderboard with paired tie groups, from everything stored."""
+    rows = collect.result_rows(store, benchmark)
+    return analysis.leaderboard(rows, collect.values(store, [r.key for r in rows]), seed=seed)
+
+
+def build_report(store: Store, fmt: str, out: Path, benchmark: str | None = None, seed: int = 0, max_items: int | None = None, title: str = "grandrounds report") -> list[Path]:
+    """Write the report in ``fmt`` to ``out``; returns the files written."""
+    if fmt not in tabular.FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; one of {', '.join(tabular.FORMATS)}")
+    bs = boards(store, benchmark, seed)
+    rows = [e.row for b in bs for e in b.entries]
+    sections = collect.drilldown(store, rows, max_items)
+    if fmt == "html":
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(html.render(bs, sections, title), encoding="utf-8")
+        return [out]
+    return tabular.write(fmt, out, tabular.board_rows(bs), collect.sample_rows(sections))

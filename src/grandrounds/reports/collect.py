@@ -1,0 +1,138 @@
+"""Read the store into the plain rows the analysis and the reports use (the only I/O here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from grandrounds.analysis import ResultRow
+from grandrounds.records import Grade, Sample
+from grandrounds.store import RunRecord, Store
+
+
+def result_rows(store: Store, benchmark: str | None = None) -> list[ResultRow]:
+    """Every stored Result, newest last, with the coverage of its verdicts."""
+    runs = {r.id: r for r in store.runs()}
+    out = []
+    for run_id, fp, rj in store.results():
+        if benchmark and rj.get("benchmark") != benchmark:
+            continue
+        run = runs.get(run_id)
+        ci = rj.get("ci95")
+        out.append(
+            ResultRow(
+                run_id=run_id,
+                grader_fp=fp,
+                benchmark=rj.get("benchmark") or (run.benchmark if run else "?"),
+                model=rj.get("model") or (run.model if run else "?"),
+                metric=rj.get("metric", ""),
+                score=rj.get("score"),
+                ci95=(float(ci[0]), float(ci[1])) if ci else None,
+                n=int(rj.get("n", 0)),
+                n_unscored=int(rj.get("n_unscored", 0)),
+                coverage=coverage(store, run_id, fp),
+                judge=rj.get("judge"),
+                breakdown=rj.get("breakdown") or {},
+                fingerprint=rj.get("fingerprint") or {},
+            )
+        )
+    return out
+
+
+def coverage(store: Store, run_id: str, grader_fp: str) -> float | None:
+    """Share of known verdicts; for benchmarks without verdicts, the share of scored answers."""
+    n, verdicts, unknown, unscored = store.db.execute(
+        "SELECT COUNT(*), SUM(json_array_length(grade_json, '$.verdicts')), SUM(n_unknown), SUM(value IS NULL) "
+        "FROM grades WHERE run_id = ? AND grader_fp = ?",
+        (run_id, grader_fp),
+    ).fetchone()
+    if verdicts:
+        return (verdicts - (unknown or 0)) / verdicts
+    return (n - (unscored or 0)) / n if n else None
+
+
+def values(store: Store, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """(run, grader) -> sample id -> per-answer value (None = unscored)."""
+    out: dict[tuple[str, str], dict[str, float | None]] = {}
+    for run_id, fp in keys:
+        rows = store.db.execute("SELECT sample_id, value FROM grades WHERE run_id = ? AND grader_fp = ?", (run_id, fp))
+        out[(run_id, fp)] = {r[0]: r[1] for r in rows}
+    return out
+
+
+@dataclass
+class Answer:
+    row: ResultRow
+    text: str | None
+    error: str | None
+    grade: Grade | None
+
+
+@dataclass
+class Item:
+    sample: Sample
+    answers: list[Answer] = field(default_factory=list)
+
+
+@dataclass
+class Section:
+    """One benchmark dataset: its samples in source order with every model's answer and grade."""
+
+    benchmark: str
+    dataset: str
+    items: list[Item]
+
+
+def drilldown(store: Store, rows: Sequence[ResultRow], max_items: int | None = None) -> list[Section]:
+    """Samples with each result's answer and grade side by side, per (benchmark, dataset)."""
+    runs: dict[str, RunRecord] = {r.id: r for r in store.runs()}
+    sections: dict[tuple[str, str], Section] = {}
+    for row in rows:
+        run = runs.get(row.run_id)
+        if run is None:
+            continue
+        key = (run.benchmark, run.dataset_sha256)
+        if key not in sections:
+            samples = store.samples(*key)[:max_items] if max_items else store.samples(*key)
+            sections[key] = Section(run.benchmark, run.dataset_sha256, [Item(s) for s in samples])
+        answers = store.answers(row.run_id)
+        grades = store.grades(row.run_id, row.grader_fp)
+        for item in sections[key].items:
+            _, resp = answers.get(item.sample.id, ("", None))
+            item.answers.append(Answer(row, resp.text if resp else None, resp.error if resp else "not answered", grades.get(item.sample.id)))
+    return list(sections.values())
+
+
+def question_text(sample: Sample) -> str:
+    """The last user message: what the model was asked."""
+    for m in reversed(sample.messages):
+        if m.role == "user":
+            return m.content
+    return sample.messages[-1].content if sample.messages else ""
+
+
+def sample_rows(sections: Sequence[Section]) -> list[dict[str, Any]]:
+    """Flat per-answer rows for tables (csv, xlsx, parquet, json)."""
+    out = []
+    for sec in sections:
+        for item in sec.items:
+            for a in item.answers:
+                g = a.grade
+                out.append(
+                    {
+                        "benchmark": sec.benchmark,
+                        "sample_id": item.sample.id,
+                        "model": a.row.model,
+                        "run_id": a.row.run_id,
+                        "judge": a.row.judge or "",
+                        "value": g.value if g else None,
+                        "extracted": g.extracted if g else None,
+                        "n_met": sum(1 for v in g.verdicts if v.status == "met") if g else 0,
+                        "n_unmet": sum(1 for v in g.verdicts if v.status == "unmet") if g else 0,
+                        "n_unknown": sum(1 for v in g.verdicts if v.status == "unknown") if g else 0,
+                        "error": (g.error if g else None) or a.error,
+                        "question": question_text(item.sample),
+                        "answer": a.text,
+                    }
+                )
+    return out

@@ -1,0 +1,170 @@
+"""CLI commands of the reporting layer: leaderboard, compare, report, view, review-queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def _fmt(v: Any, d: int = 3) -> str:
+    return "n/a" if v is None else f"{v:.{d}f}"
+
+
+def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], StoreOpt: Any) -> None:
+    """Add the reporting commands to ``app``."""
+
+    @app.command()
+    def leaderboard(
+        benchmark: Optional[str] = typer.Option(None, "--benchmark", "-b"),
+        with_reviews: bool = typer.Option(False, "--with-reviews", help="also show mean per-answer values with clinician reviews applied, and judge-reviewer agreement"),
+        seed: int = typer.Option(0, "--seed", help="seed of the paired bootstrap used for tie groups"),
+        store: Optional[Path] = StoreOpt,
+    ) -> None:
+        """Models x benchmarks: score, 95% CI, n, coverage; tied models grouped; incomparable settings flagged."""
+        from grandrounds.reports import boards
+        from grandrounds.store import Store
+
+        st = Store(store_path(store))
+        try:
+            for b in boards(st, benchmark, seed):
+                _print_board(st, b, with_reviews)
+            if with_reviews:
+                _print_agreement(st)
+        finally:
+            st.close()
+
+    @app.command()
+    def compare(
+        model_a: str = typer.Argument(...),
+        model_b: str = typer.Argument(...),
+        benchmark: Optional[str] = typer.Option(None, "--benchmark", "-b"),
+        seed: int = typer.Option(0, "--seed"),
+        resamples: int = typer.Option(2000, "--resamples"),
+        store: Optional[Path] = StoreOpt,
+    ) -> None:
+        """A - B on the samples both answered: paired bootstrap CI (seeded), exact McNemar for 0/1 scores."""
+        from grandrounds.reports.compare import compare_models
+        from grandrounds.store import Store
+
+        st = Store(store_path(store))
+        try:
+            rows = compare_models(st, model_a, model_b, benchmark, seed, resamples)
+        finally:
+            st.close()
+        if not rows:
+            console.print(f"no benchmark has results for both {model_a!r} and {model_b!r}")
+            raise typer.Exit(1)
+        t = Table(title=f"{model_a} - {model_b} (paired bootstrap, seed {seed})")
+        for col in ("benchmark", "n paired", "A", "B", "A - B", "95% CI", "McNemar b/c/p", "verdict"):
+            t.add_column(col)
+        for c in rows:
+            t.add_row(*c.cells())
+        console.print(t)
+
+    @app.command()
+    def report(
+        fmt: str = typer.Option("html", "--format", "-f", help="html | md | csv | xlsx | json | parquet"),
+        out: Path = typer.Option(..., "--out", "-o"),
+        benchmark: Optional[str] = typer.Option(None, "--benchmark", "-b"),
+        max_items: Optional[int] = typer.Option(None, "--max-items", help="questions per benchmark in the drill-down"),
+        seed: int = typer.Option(0, "--seed"),
+        store: Optional[Path] = StoreOpt,
+    ) -> None:
+        """Write the leaderboard and every answer to one file (HTML: self-contained, works offline)."""
+        from grandrounds.reports import build_report
+        from grandrounds.store import Store
+
+        st = Store(store_path(store))
+        try:
+            paths = build_report(st, fmt, out, benchmark, seed, max_items)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+        finally:
+            st.close()
+        for p in paths:
+            console.print(f"wrote {p} ({p.stat().st_size / 1e6:.2f} MB)")
+
+    @app.command()
+    def view(
+        host: str = typer.Option("127.0.0.1", "--host"),
+        port: int = typer.Option(8765, "--port"),
+        store: Optional[Path] = StoreOpt,
+    ) -> None:
+        """Serve the local web viewer over the store (browse, filter, search, review)."""
+        from grandrounds.viewer.server import serve
+
+        serve(store_path(store), host, port, log=lambda msg: console.print(msg))
+
+    @app.command("review-queue")
+    def review_queue(
+        share: float = typer.Option(0.05, "--share", help="random share of the other verdicts to queue"),
+        seed: int = typer.Option(0, "--seed"),
+        show: int = typer.Option(20, "--show", help="list this many unreviewed queue items"),
+        store: Optional[Path] = StoreOpt,
+    ) -> None:
+        """Queue unknown verdicts, judge-panel disagreements and a seeded random share for clinician review."""
+        from grandrounds.reviews import ReviewError, fill_queue, queue
+        from grandrounds.store import Store
+
+        st = Store(store_path(store))
+        try:
+            try:
+                added = fill_queue(st, share, seed)
+            except ReviewError as e:
+                raise typer.BadParameter(str(e)) from None
+            console.print("added: " + (", ".join(f"{k} {v}" for k, v in sorted(added.items())) or "nothing new"))
+            items = queue(st, show)
+            t = Table(title="Unreviewed queue (open them in `grandrounds view`)")
+            for col in ("run", "sample", "criterion", "reason"):
+                t.add_column(col)
+            for q in items:
+                t.add_row(q["run_id"], q["sample_id"], q["criterion_id"] or "(answer)", q["reason"])
+            console.print(t)
+        finally:
+            st.close()
+
+
+def _print_board(st: Any, b: Any, with_reviews: bool) -> None:
+    from grandrounds.reviews import reviewed_values
+
+    t = Table(title=f"{b.benchmark} ({b.metric})" + (f"  ⚠ {b.settings} non-comparable settings" if b.settings > 1 else ""))
+    cols = ["set", "rank", "model", "score", "95% CI", "n", "unscored", "coverage", "judge", "flags"]
+    if with_reviews:
+        cols += ["mean (judge)", "mean (reviews)"]
+    for c in cols:
+        t.add_column(c)
+    sizes: dict[Any, int] = {}
+    for e in b.entries:
+        sizes[(e.setting, e.group)] = sizes.get((e.setting, e.group), 0) + 1
+    for e in b.entries:
+        r = e.row
+        rank = "-" if e.rank is None else str(e.rank) + (" tied" if sizes[(e.setting, e.group)] > 1 else "")
+        ci = f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]" if r.ci95 else "n/a"
+        cells = [str(e.setting), rank, r.model, _fmt(r.score), ci, str(r.n), str(r.n_unscored), _fmt(r.coverage), r.judge or "", "; ".join(e.flags)]
+        if with_reviews:
+            run = st.get_run(r.run_id)
+            judge_vals = [v for (v,) in st.db.execute("SELECT value FROM grades WHERE run_id=? AND grader_fp=? AND value IS NOT NULL", (r.run_id, r.grader_fp))]
+            rev = [v for v in reviewed_values(st, r.run_id, r.grader_fp, run.benchmark, run.dataset_sha256).values() if v is not None] if run else []
+            cells += [_fmt(sum(judge_vals) / len(judge_vals) if judge_vals else None), _fmt(sum(rev) / len(rev) if rev else None)]
+        t.add_row(*cells)
+    console.print(t)
+
+
+def _print_agreement(st: Any) -> None:
+    from grandrounds.analysis import agreement
+    from grandrounds.reviews import agreement_pairs
+
+    stats = agreement(agreement_pairs(st))
+    t = Table(title="Judge vs clinician reviewers (criteria rated met/unmet by both)")
+    for c in ("by", "group", "n", "kappa", "macro-F1", "agreement", "judge unknown"):
+        t.add_column(c)
+    for by, groups in stats.items():
+        for name, s in groups.items():
+            t.add_row(by, name, str(s.n), _fmt(s.kappa), _fmt(s.macro_f1), _fmt(s.agree), str(s.n_judge_unknown))
+    console.print(t)

@@ -1,0 +1,62 @@
+"""Pair two models' stored results per benchmark and compare them (the `compare` command)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from grandrounds.analysis import Comparison, ResultRow, fingerprint_diff, paired_compare
+from grandrounds.reports.collect import result_rows, values
+from grandrounds.store import Store
+
+
+@dataclass(frozen=True)
+class ModelComparison:
+    benchmark: str
+    a: ResultRow
+    b: ResultRow
+    result: Comparison | None
+    not_comparable: tuple[str, ...] = ()
+
+    def verdict(self) -> str:
+        if self.not_comparable:
+            return "not comparable: differs in " + ", ".join(self.not_comparable)
+        c = self.result
+        if c is None or c.diff is None:
+            return "no common scored samples"
+        if c.tied:
+            return "tied (CI holds 0)"
+        return "A better" if c.diff > 0 else "B better"
+
+    def cells(self) -> list[str]:
+        c = self.result
+        if c is None or c.diff is None or c.ci95 is None:
+            return [self.benchmark, str(c.n if c else 0), "", "", "", "", "", self.verdict()]
+        mc = f"{c.mcnemar[0]}/{c.mcnemar[1]}/p={c.mcnemar[2]:.3g}" if c.mcnemar else "n/a (not 0/1)"
+        return [self.benchmark, str(c.n), f"{c.mean_a:.4f}", f"{c.mean_b:.4f}", f"{c.diff:+.4f}", f"[{c.ci95[0]:+.4f}, {c.ci95[1]:+.4f}]", mc, self.verdict()]
+
+
+def _matches(model: str, query: str) -> bool:
+    return model == query or model.split("/", 1)[-1] == query
+
+
+def compare_models(store: Store, model_a: str, model_b: str, benchmark: str | None = None, seed: int = 0, n_resamples: int = 2000) -> list[ModelComparison]:
+    """A vs B on every benchmark (or one) where both have a result; newest result per model.
+
+    Results whose comparability fields differ (judge, template, dataset...) are reported as
+    not comparable instead of being compared.
+    """
+    rows = result_rows(store, benchmark)
+    out = []
+    for bench in sorted({r.benchmark for r in rows}):
+        ra = [r for r in rows if r.benchmark == bench and _matches(r.model, model_a)]
+        rb = [r for r in rows if r.benchmark == bench and _matches(r.model, model_b)]
+        if not ra or not rb:
+            continue
+        a, b = ra[-1], rb[-1]
+        diff = fingerprint_diff(a.fingerprint, b.fingerprint)
+        if diff:
+            out.append(ModelComparison(bench, a, b, None, tuple(diff)))
+            continue
+        vals = values(store, [a.key, b.key])
+        out.append(ModelComparison(bench, a, b, paired_compare(vals[a.key], vals[b.key], seed=seed, n_resamples=n_resamples)))
+    return out

@@ -1,0 +1,186 @@
+"""The viewer's single page and its script (kept in Python so they ship inside the package).
+
+The script builds every node with ``document.createElement`` and puts untrusted text in with
+``textContent`` / text nodes only; it never assigns ``innerHTML``.
+"""
+
+PAGE_HTML = """<!doctype html>
+<html><head><meta charset="utf-8"><title>grandrounds viewer</title>
+<style>
+body{font:14px/1.45 system-ui,sans-serif;margin:1em 1.5em;color:#222}
+nav a{margin-right:1em}table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 6px;vertical-align:top}
+th{background:#f4f4f4;position:sticky;top:0}.met{color:#176b2c}.unmet{color:#a11}.unknown{color:#a60;font-weight:bold}
+.answers{display:grid;gap:8px}.ans{white-space:pre-wrap;overflow-wrap:anywhere;border:1px solid #ccc;padding:6px;max-height:22em;overflow:auto;margin:0}
+.filters label{margin-right:.8em}.review{font-size:12px;color:#345}.msg{color:#176b2c}.err{color:#a11}.small{font-size:12px;color:#555}
+form.rv input[type=text]{width:8em}.q{white-space:pre-wrap;background:#fafafa;padding:6px}
+</style></head>
+<body><nav><a href="#/" id="nav-runs">Runs</a><a href="#/items" id="nav-items">Questions</a>
+<label>Reviewer <input id="reviewer" placeholder="your name"></label></nav>
+<div id="status" class="small"></div><main id="main"></main>
+<script src="/app.js"></script></body></html>
+"""
+
+APP_JS = r"""
+'use strict';
+const main = document.getElementById('main');
+const statusEl = document.getElementById('status');
+const reviewer = document.getElementById('reviewer');
+reviewer.value = localStorage.getItem('gr-reviewer') || '';
+reviewer.addEventListener('change', () => localStorage.setItem('gr-reviewer', reviewer.value));
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (k === 'className') e.className = v;
+    else e.setAttribute(k, v);
+  }
+  for (const kid of kids) {
+    if (kid === null || kid === undefined) continue;
+    e.appendChild(typeof kid === 'string' || typeof kid === 'number' ? document.createTextNode(String(kid)) : kid);
+  }
+  return e;
+}
+const fmt = (v, d = 3) => (v === null || v === undefined) ? 'n/a' : Number(v).toFixed(d);
+async function api(path, body) {
+  const opts = body ? {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)} : {};
+  const r = await fetch(path, opts);
+  const data = await r.json();
+  if (!r.ok) throw new Error(data.error || r.statusText);
+  return data;
+}
+function parseHash() {
+  const h = location.hash.slice(1) || '/';
+  const [path, query] = h.split('?');
+  return {path, params: new URLSearchParams(query || '')};
+}
+async function route() {
+  const {path, params} = parseHash();
+  main.replaceChildren();
+  statusEl.textContent = '';
+  try {
+    if (path.startsWith('/item/')) await showItem(path.slice(6));
+    else if (path === '/items') await showItems(params);
+    else await showRuns();
+  } catch (e) { statusEl.className = 'err'; statusEl.textContent = 'Error: ' + e.message; }
+}
+window.addEventListener('hashchange', route);
+
+async function showRuns() {
+  const runs = await api('/api/runs');
+  const t = el('table', {id: 'runs'}, el('tr', {}, ...['benchmark', 'model', 'score', '95% CI', 'n', 'unscored', 'judge', 'reviews', 'run'].map(h => el('th', {}, h))));
+  for (const r of runs) {
+    const link = el('a', {href: '#/items?' + new URLSearchParams({benchmark: r.benchmark, model: r.model}).toString(), className: 'run-link'}, r.model);
+    const ci = r.ci95 ? '[' + fmt(r.ci95[0]) + ', ' + fmt(r.ci95[1]) + ']' : 'n/a';
+    t.appendChild(el('tr', {}, el('td', {}, r.benchmark), el('td', {}, link), el('td', {}, fmt(r.score)), el('td', {}, ci),
+      el('td', {}, r.n ?? ''), el('td', {}, r.n_unscored ?? ''), el('td', {}, r.judge || ''), el('td', {}, r.n_reviews), el('td', {className: 'small'}, r.run_id)));
+  }
+  main.append(el('h2', {}, 'Runs'), t);
+}
+
+function select(id, label, options, value) {
+  const s = el('select', {id}, el('option', {value: ''}, '(any)'));
+  for (const o of options) { const opt = el('option', {value: o}, o); if (o === value) opt.selected = true; s.appendChild(opt); }
+  return el('label', {}, label + ' ', s);
+}
+function check(id, label, on) {
+  const c = el('input', {type: 'checkbox', id}); c.checked = on;
+  return el('label', {}, c, ' ' + label);
+}
+
+async function showItems(params) {
+  const facets = await api('/api/facets');
+  const p = k => params.get(k) || '';
+  const q = el('input', {id: 'f-q', placeholder: 'search questions and answers', value: p('q')});
+  const form = el('form', {className: 'filters', id: 'filters'},
+    select('f-benchmark', 'benchmark', facets.benchmarks, p('benchmark')), select('f-model', 'model', facets.models, p('model')),
+    select('f-dimension', 'dimension', facets.dimensions, p('dimension')), select('f-verdict', 'verdict', ['met', 'unmet', 'unknown'], p('verdict')),
+    check('f-disagree', 'models disagree', p('disagree') === '1'), check('f-unknown', 'unknown verdicts', p('unknown') === '1'),
+    check('f-queued', 'in review queue', p('queued') === '1'), q, el('button', {type: 'submit', id: 'f-apply'}, 'Apply'));
+  form.addEventListener('submit', ev => {
+    ev.preventDefault();
+    const np = new URLSearchParams();
+    for (const k of ['benchmark', 'model', 'dimension', 'verdict', 'q']) { const v = document.getElementById('f-' + k).value; if (v) np.set(k, v); }
+    for (const k of ['disagree', 'unknown', 'queued']) if (document.getElementById('f-' + k).checked) np.set(k, '1');
+    location.hash = '#/items?' + np.toString();
+  });
+  main.append(form);
+  const t0 = performance.now();
+  const data = await api('/api/items?' + params.toString());
+  const models = facets.models.filter(m => !p('model') || m === p('model'));
+  const t = el('table', {id: 'items'}, el('tr', {}, el('th', {}, 'question'), el('th', {}, 'benchmark'), ...models.map(m => el('th', {className: 'small'}, m))));
+  for (const it of data.items) {
+    const a = el('a', {href: '#/item/' + it.id, className: 'item-link'}, it.sample_id + ': ' + it.question);
+    const flags = (it.disagree ? ' [disagree]' : '') + (it.n_unknown ? ' [unknown ' + it.n_unknown + ']' : '');
+    t.appendChild(el('tr', {}, el('td', {}, a, el('span', {className: 'small'}, flags)), el('td', {}, it.benchmark),
+      ...models.map(m => { const v = it.values[m]; return el('td', {}, v ? fmt(v.value, 2) : ''); })));
+  }
+  const pages = Math.max(1, Math.ceil(data.total / data.per_page));
+  const go = n => { const np = new URLSearchParams(params); np.set('page', n); location.hash = '#/items?' + np.toString(); };
+  const pager = el('p', {id: 'pager'}, el('button', {id: 'prev', onclick: () => go(data.page - 1)}, '< prev'),
+    ' page ' + data.page + ' of ' + pages + ' (' + data.total + ' questions) ', el('button', {id: 'next', onclick: () => go(data.page + 1)}, 'next >'));
+  pager.querySelector('#prev').disabled = data.page <= 1;
+  pager.querySelector('#next').disabled = data.page >= pages;
+  main.append(pager, t);
+  statusEl.textContent = 'loaded in ' + Math.round(performance.now() - t0) + ' ms';
+}
+
+async function submitReview(body) {
+  body.reviewer = reviewer.value;
+  try {
+    await api('/api/review', body);
+    await route();
+    statusEl.className = 'msg'; statusEl.textContent = 'review saved';
+  } catch (e) { statusEl.className = 'err'; statusEl.textContent = 'review not saved: ' + e.message; }
+}
+
+function criterionForm(a, sampleId, cid) {
+  const sel = el('select', {className: 'rv-verdict'}, el('option', {value: 'met'}, 'met'), el('option', {value: 'unmet'}, 'unmet'));
+  const reason = el('input', {type: 'text', className: 'rv-reason', placeholder: 'reason'});
+  const f = el('form', {className: 'rv'}, sel, reason, el('button', {type: 'submit', className: 'rv-submit'}, 'review'));
+  f.addEventListener('submit', ev => { ev.preventDefault();
+    submitReview({run_id: a.run_id, grader_fp: a.grader_fp, sample_id: sampleId, criterion_id: cid, verdict: sel.value, reason: reason.value}); });
+  return f;
+}
+function scoreForm(a, sampleId) {
+  const score = el('input', {type: 'number', step: 'any', className: 'rv-score', placeholder: 'score'});
+  const reason = el('input', {type: 'text', className: 'rv-reason', placeholder: 'reason'});
+  const f = el('form', {className: 'rv'}, 'Your score: ', score, reason, el('button', {type: 'submit', className: 'rv-submit'}, 'save'));
+  f.addEventListener('submit', ev => { ev.preventDefault();
+    submitReview({run_id: a.run_id, grader_fp: a.grader_fp, sample_id: sampleId, score: score.value, reason: reason.value}); });
+  return f;
+}
+
+async function showItem(id) {
+  const d = await api('/api/item/' + encodeURIComponent(id));
+  const s = d.sample;
+  main.append(el('h2', {}, d.benchmark + ' / ' + s.id));
+  for (const m of s.messages || []) main.append(el('div', {className: 'q'}, el('b', {}, m.role + ': '), m.content));
+  if (s.target !== null && s.target !== undefined) main.append(el('p', {}, 'Target: ' + JSON.stringify(s.target)));
+  const grid = el('div', {className: 'answers', id: 'answers'});
+  grid.style.gridTemplateColumns = 'repeat(' + Math.max(1, d.answers.length) + ', minmax(0, 1fr))';
+  for (const a of d.answers) {
+    const revs = a.reviews.filter(r => !r.criterion_id).map(r => el('div', {className: 'review'}, r.reviewer + ' scored ' + r.score + ': ' + r.reason + ' (' + r.created_at + ')'));
+    grid.append(el('div', {className: 'answer'}, el('b', {}, a.model), el('div', {className: 'small'}, 'judge ' + (a.judge || '') + ' · value ' + fmt(a.value) + ' · with reviews ' + fmt(a.reviewed_value)
+      + (a.extracted ? ' · extracted ' + a.extracted : '') + (a.grade_error ? ' · ' + a.grade_error : '')),
+      el('pre', {className: 'ans'}, a.text === null ? ('(no answer: ' + (a.error || '') + ')') : a.text), ...revs, scoreForm(a, s.id)));
+  }
+  main.append(grid);
+  if ((s.rubric || []).length) {
+    const t = el('table', {id: 'rubric'}, el('tr', {}, el('th', {}, 'criterion'), el('th', {}, 'points'), ...d.answers.map(a => el('th', {}, a.model))));
+    for (const c of s.rubric) {
+      const cells = d.answers.map(a => {
+        const v = a.verdicts.find(x => x.criterion_id === c.id);
+        if (!v) return el('td', {className: 'unknown'}, 'not graded');
+        const split = new Set(v.votes).size > 1 ? el('span', {className: 'small'}, ' votes: ' + v.votes.join(', ')) : null;
+        const revs = a.reviews.filter(r => r.criterion_id === c.id).map(r => el('div', {className: 'review'}, 'reviewer ' + r.reviewer + ': ' + r.verdict + ' (' + r.reason + ', ' + r.created_at + ')'));
+        return el('td', {}, el('span', {className: 'verdict ' + (['met', 'unmet'].includes(v.status) ? v.status : 'unknown')}, v.status), split,
+          el('div', {className: 'small'}, v.explanation), ...revs, criterionForm(a, s.id, c.id));
+      });
+      t.appendChild(el('tr', {}, el('td', {}, c.text, el('div', {className: 'small'}, (c.tags || []).join(', '))), el('td', {}, c.points), ...cells));
+    }
+    main.append(t);
+  }
+}
+route();
+"""
