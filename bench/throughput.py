@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +27,12 @@ def serve(latency: float, q: "mp.Queue[str]") -> None:
     with LoopbackServer(lambda body: "Answer: B", latency=latency) as srv:
         q.put(srv.base_url)
         time.sleep(3600)
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def write_questions(path: Path, n: int) -> None:
@@ -79,12 +86,15 @@ def main() -> None:
             write_questions(data, args.calls)
             ideal = args.calls * args.latency / args.concurrency
             print(f"latency {args.latency * 1000:.0f} ms, concurrency {args.concurrency}, {args.calls} questions")
-            print(f"{'transport':<10}{'calls':>7}{'wall s':>9}{'ideal s':>9}{'ratio':>7}{'cpu ms/call':>13}{'accuracy':>10}")
+            print(f"{'transport':<10}{'calls':>7}{'wall s':>9}{'ideal s':>9}{'ratio':>7}{'cpu ms/call':>13}{'server ms/call':>16}{'accuracy':>10}")
             for transport in (["sdk", "lean"] if args.transport == "both" else [args.transport]):
+                s0 = proc_cpu(proc.pid)
                 calls, wall, cpu, score = measure(base_url, data, transport, args.concurrency)
+                server = proc_cpu(proc.pid) - s0
                 print(
                     f"{transport:<10}{calls:>7}{wall:>9.2f}{ideal:>9.2f}{wall / ideal:>7.2f}"
-                    f"{cpu / max(calls, 1) * 1000:>13.3f}{score if score is not None else float('nan'):>10.3f}"
+                    f"{cpu / max(calls, 1) * 1000:>13.3f}{server / max(calls, 1) * 1000:>16.3f}"
+                    f"{score if score is not None else float('nan'):>10.3f}"
                 )
     finally:
         proc.kill()

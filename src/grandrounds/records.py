@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from grandrounds.hashing import content_hash
+from grandrounds.hashing import canonical_json, text_hash
 
 Role = Literal["system", "user", "assistant"]
 Purpose = Literal["answer", "judge"]
@@ -84,11 +84,19 @@ class Request:
     base_url: str = ""
     attempt: int = 0
 
+    def canonical(self) -> str:
+        """Canonical JSON of the request, computed once (records are frozen, so it cannot go stale)."""
+        cached = self.__dict__.get("_canonical")
+        if cached is None:
+            cached = canonical_json(self)
+            self.__dict__["_canonical"] = cached
+        return cached
+
     def key(self) -> str:
-        """Cache key, computed once per request (records are frozen, so it cannot go stale)."""
+        """Cache key: sha256 of :meth:`canonical`."""
         cached = self.__dict__.get("_key")
         if cached is None:
-            cached = content_hash(self)
+            cached = text_hash(self.canonical())
             self.__dict__["_key"] = cached
         return cached
 

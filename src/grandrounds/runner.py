@@ -150,14 +150,18 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
     if progress:
         progress.start(len(samples), f"{bench.name} · {cfg.model}")
 
-    async def grade_one(sample: Sample, resp: Response) -> None:
+    async def grade_one(sample: Sample, resp: Response, link: tuple[str, Any] | None) -> None:
         g = stored_grades.get(sample.id)
+        fresh = False
         if not resp.ok:
-            g = unscored(sample, f"answer failed: {resp.error}")
-            store.put_grade(run_rec.id, fp_key, g)
+            g, fresh = unscored(sample, f"answer failed: {resp.error}"), True
         elif g is None or _stale(g):
-            g = await grader.grade(sample, resp, ctx)
-            store.put_grade(run_rec.id, fp_key, g)
+            g, fresh = await grader.grade(sample, resp, ctx), True
+        with store.batch():  # the answer's link and its grade land together
+            if link is not None:
+                store.put_answer(run_rec.id, sample.id, link[0], link[1])
+            if fresh:
+                store.put_grade(run_rec.id, fp_key, g)
         grades[sample.id] = g
         if progress:
             progress.advance(g)
@@ -166,6 +170,7 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
         history: list[tuple[Sample, str]] = []
         failed: str | None = None
         for sample in group:
+            link = None
             if failed is not None:
                 resp = Response(key="", error=f"not asked: earlier turn failed ({failed})")
             else:
@@ -180,14 +185,14 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
                     continuations=prompt.continuations,
                     base_url=provider.request_base_url(),
                 )
-                store.put_answer(run_rec.id, sample.id, req.key(), prompt)
                 resp = await answers(req)
+                link = (req.key(), prompt)
                 if resp.ok:
                     history.append((sample, resp.text or ""))
                 else:
                     failed = resp.error
             responses[sample.id] = resp
-            await grade_one(sample, resp)
+            await grade_one(sample, resp, link)
 
     try:
         await asyncio.gather(*(do_group(g) for g in group_samples(samples)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -54,6 +55,20 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Group several writes into one transaction (all or none of them land)."""
+        if self.db.in_transaction:
+            yield
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
     # ---- schema -------------------------------------------------------------------------
     def _migrate(self) -> None:
         self.db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
@@ -91,7 +106,7 @@ class Store:
             request.provider,
             request.model,
             request.purpose,
-            canonical_json(request),
+            request.canonical(),
             response.text,
             response.error,
             json.dumps(dict(response.scores)) if response.scores else None,
