@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import tempfile
 import urllib.request
@@ -32,15 +33,21 @@ def fetch(rf: RemoteFile, dest_dir: Path, timeout: float = 60.0) -> Path:
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(rf.url, timeout=timeout) as resp:  # noqa: S310
+            expected = resp.headers.get("Content-Length")
+            written = 0
             while block := resp.read(1 << 20):
                 out.write(block)
+                written += len(block)
+        if expected is not None and expected.isdigit() and written != int(expected):
+            raise DataError(rf.url, None, f"download interrupted: {written} of {expected} bytes; pass --data PATH to use a local copy")
+        tmp.chmod(0o644)
         got = file_sha256(tmp)
         if rf.sha256 is not None and got != rf.sha256:
             raise DataError(rf.url, None, f"checksum mismatch: expected sha256 {rf.sha256}, got {got}")
         tmp.replace(dest)
         return dest
-    except OSError as e:
-        raise DataError(rf.url, None, f"download failed ({e}); pass --data PATH to use a local copy") from None
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        raise DataError(rf.url, None, f"download failed ({type(e).__name__}: {e}); pass --data PATH to use a local copy") from None
     finally:
         if tmp.exists():
             tmp.unlink()
