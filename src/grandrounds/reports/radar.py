@@ -18,14 +18,16 @@ def radar_svg(axes: Sequence[str], series: Mapping[str, Mapping[str, float | Non
     if len(axes) < 3 or not series:
         return ""
     top = 100.0 if any((v or 0) > 1.0 for s in series.values() for v in s.values()) else 1.0
-    c, r = size / 2, size / 2 - 70
+    pad = 90  # room left and right for axis labels, which can be long (MedEQBench dimensions)
+    width = size + 2 * pad
+    c, cy, r = width / 2, size / 2, size / 2 - 70
     n = len(axes)
 
     def point(i: int, frac: float) -> tuple[float, float]:
         ang = -math.pi / 2 + 2 * math.pi * i / n
-        return c + r * frac * math.cos(ang), c + r * frac * math.sin(ang)
+        return c + r * frac * math.cos(ang), cy + r * frac * math.sin(ang)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="radar" width="{size}" height="{size}" viewBox="0 0 {size} {size}" role="img">']
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="radar" width="{width}" height="{size}" viewBox="0 0 {width} {size}" role="img">']
     for ring in (0.25, 0.5, 0.75, 1.0):
         pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in (point(i, ring) for i in range(n)))
         parts.append(f'<polygon points="{pts}" fill="none" stroke="#ccc" stroke-width="1"/>')
@@ -33,7 +35,7 @@ def radar_svg(axes: Sequence[str], series: Mapping[str, Mapping[str, float | Non
         x, y = point(i, 1.0)
         lx, ly = point(i, 1.12)
         anchor = "middle" if abs(lx - c) < 10 else ("start" if lx > c else "end")
-        parts.append(f'<line x1="{c}" y1="{c}" x2="{x:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
+        parts.append(f'<line x1="{c}" y1="{cy}" x2="{x:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
         parts.append(f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="10" text-anchor="{anchor}">{escape(name[:28])}</text>')
     for k, (label, scores) in enumerate(series.items()):
         col = COLOURS[k % len(COLOURS)]
