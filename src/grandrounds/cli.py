@@ -101,6 +101,7 @@ def run(
     param: list[str] = typer.Option([], "--param", help="benchmark parameter KEY=VALUE (e.g. subjects=[\"anatomy\"])"),
     scoring: list[str] = typer.Option([], "--scoring", help="scoring option KEY=VALUE recorded in the fingerprint"),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for llamacpp models"),
+    model_opt: list[str] = typer.Option([], "--model-opt", help="provider option KEY=VALUE, e.g. transport=lean (openai)"),
 ) -> None:
     """Run BENCHMARK against a model and print the result."""
     from grandrounds.benchmarks.base import RunOptions
@@ -126,7 +127,7 @@ def run(
         judges=judge_configs(judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed)),
         concurrency=concurrency,
         limit=limit,
-        provider_options={"n_threads": threads} if threads and model.startswith("llamacpp/") else {},
+        provider_options=parse_params(model_opt) | ({"n_threads": threads} if threads and model.startswith("llamacpp/") else {}),
     )
     _execute([cfg], store_path(store), out)
 

@@ -61,7 +61,8 @@ class Executor:
     ) -> None:
         self.store = store
         self.provider = provider
-        self.limit = asyncio.Semaphore(concurrency or provider.default_concurrency)
+        self.concurrency = concurrency or provider.default_concurrency
+        self.limit = asyncio.Semaphore(self.concurrency)
         self.retry = retry
         self.rng = random.Random(seed)
         self.observer = observer

@@ -194,9 +194,25 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
             responses[sample.id] = resp
             await grade_one(sample, resp, link)
 
+    pending = iter(group_samples(samples))
+
+    async def worker() -> None:
+        # A bounded pool of workers, not one task per sample: prompts are built just before
+        # they are sent, the first requests go out at once, and memory stays flat.
+        for group in pending:
+            await do_group(group)
+
+    async def flusher() -> None:
+        while True:  # so that buffered results land even while every worker waits on a slow call
+            await asyncio.sleep(0.1)
+            store.flush_if_due()
+
+    tick = asyncio.create_task(flusher())
     try:
-        await asyncio.gather(*(do_group(g) for g in group_samples(samples)))
+        with store.write_behind():
+            await asyncio.gather(*(worker() for _ in range(max(4, 2 * answers.concurrency))))
     finally:
+        tick.cancel()
         await provider.aclose()
         for e in judge_execs:
             await e.provider.aclose()

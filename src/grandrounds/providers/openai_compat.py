@@ -7,13 +7,9 @@ enters a request record, the store or a log. The base URL comes from ``--base-ur
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
-
-import httpx2
-import openai
 
 from grandrounds.errors import ConfigError
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
@@ -21,38 +17,12 @@ from grandrounds.providers.lean_http import LeanClient
 from grandrounds.records import Request, Response, Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-LANE_WIDTH = 8
-
-
-def _retry_after(err: openai.APIStatusError) -> float | None:
-    try:
-        value = err.response.headers.get("retry-after")
-        return float(value) if value is not None else None
-    except (AttributeError, ValueError):
-        return None
-
-
-def classify(err: BaseException) -> ProviderError:
-    """Map SDK errors onto retryable / final failures (never includes secrets)."""
-    if isinstance(err, ProviderError):
-        return err
-    if isinstance(err, openai.RateLimitError):
-        return ProviderError(f"429 rate limited: {err.message}", retryable=True, retry_after=_retry_after(err))
-    if isinstance(err, openai.APIStatusError):
-        code = err.status_code
-        retry = code >= 500 or code in (408, 409, 429)
-        return ProviderError(f"HTTP {code}: {err.message}", retryable=retry, retry_after=_retry_after(err))
-    if isinstance(err, openai.APITimeoutError):
-        return ProviderError("timeout", retryable=True)
-    if isinstance(err, openai.APIConnectionError):
-        return ProviderError(f"connection error: {err.message}", retryable=True)
-    if isinstance(err, (openai.APIResponseValidationError, json.JSONDecodeError, ValueError, KeyError, TypeError)):
-        return ProviderError(f"malformed response body: {type(err).__name__}: {err}", retryable=True)
-    return ProviderError(f"{type(err).__name__}: {err}", retryable=False)
 
 
 class OpenAIProvider(Provider):
-    """``openai/MODEL`` through the official SDK's async client, with the SDK's own retries off."""
+    """``openai/MODEL``: by default through the official SDK's async client (its retries off: the
+    runner retries); ``transport="lean"`` uses the small built-in HTTP client instead, for local
+    servers at high concurrency where the SDK's CPU cost per call limits throughput."""
 
     supports = frozenset({"chat", "next_token", "loglikelihood"})
     default_concurrency = 32
@@ -68,48 +38,17 @@ class OpenAIProvider(Provider):
         base = spec.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         super().__init__(ModelSpec(spec.provider, spec.model, base.rstrip("/")), **options)
         self._key = os.environ.get(api_key_env) or "EMPTY"  # local servers accept any key
-        self._timeout = timeout
-        self._lanes: list[openai.AsyncOpenAI] = []
-        self._busy: list[int] = []
-        if transport not in ("sdk", "lean"):
+        if transport == "sdk":
+            from grandrounds.providers.openai_sdk import SdkTransport  # the SDK is imported only when used
+
+            self._transport: Any = SdkTransport(self.spec.base_url, self._key, timeout)
+        elif transport == "lean":
+            self._transport = LeanClient(self.spec.base_url, self._key, timeout)
+        else:
             raise ConfigError(f"transport must be sdk or lean, not {transport!r}")
-        self._lean = LeanClient(self.spec.base_url, self._key, timeout) if transport == "lean" else None
-
-    def _client(self) -> int:
-        """The least busy lane, opening a new one when all hold LANE_WIDTH calls.
-
-        The HTTP connection pool scans every connection on each request, so one pool of 64
-        connections costs more CPU per call than the whole harness; several small pools
-        ("lanes") keep that scan short.
-        """
-        if self._busy:
-            i = min(range(len(self._busy)), key=self._busy.__getitem__)
-            if self._busy[i] < LANE_WIDTH:
-                return i
-        limits = httpx2.Limits(max_connections=LANE_WIDTH, max_keepalive_connections=LANE_WIDTH)
-        self._lanes.append(
-            openai.AsyncOpenAI(
-                api_key=self._key,
-                base_url=self.spec.base_url,
-                max_retries=0,
-                timeout=self._timeout,
-                http_client=openai.DefaultAsyncHttpxClient(limits=limits, timeout=self._timeout),
-            )
-        )
-        self._busy.append(0)
-        return len(self._lanes) - 1
-
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        return self._lanes[self._client()]
 
     async def aclose(self) -> None:
-        if self._lean is not None:
-            await self._lean.aclose()
-        for c in self._lanes:
-            await c.close()
-        self._lanes.clear()
-        self._busy.clear()
+        await self._transport.aclose()
 
     async def call(self, request: Request) -> Response:
         start = time.perf_counter()
@@ -122,14 +61,8 @@ class OpenAIProvider(Provider):
             else:
                 scores, usage = await self._loglikelihood(request)
             return Response(key=request.key(), scores=scores, usage=usage, latency=time.perf_counter() - start)
-        except BaseException as err:  # noqa: BLE001 - every failure becomes data
-            if isinstance(err, (KeyboardInterrupt, SystemExit)):
-                raise
-            import asyncio
-
-            if isinstance(err, asyncio.CancelledError):
-                raise
-            raise classify(err) from None
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
+            raise ProviderError(f"malformed response body: {type(err).__name__}: {err}", retryable=True) from None
 
     def _gen_kwargs(self, request: Request) -> dict[str, Any]:
         p = request.params
@@ -143,21 +76,8 @@ class OpenAIProvider(Provider):
         return kw
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST through the SDK's client (auth, timeouts, error types) without its per-call
-        TypedDict transforms and model construction, which cost more CPU than the rest of the
-        harness together; the JSON is validated here instead."""
-        if self._lean is not None:
-            out = await self._lean.post_json(path, body)
-            if not isinstance(out, dict):
-                raise ProviderError("malformed response body: not a JSON object", retryable=True)
-            return out
-        lane = self._client()
-        self._busy[lane] += 1
-        try:
-            out = await self._lanes[lane].post(path, cast_to=object, body=body)
-        finally:
-            if lane < len(self._busy):
-                self._busy[lane] -= 1
+        """POST a JSON body through the transport; the reply must be a JSON object."""
+        out = await self._transport.post_json(path, body)
         if not isinstance(out, dict):
             raise ProviderError("malformed response body: not a JSON object", retryable=True)
         return out

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -51,14 +52,69 @@ class Store:
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
+        self._pending: list[tuple[str, tuple[Any, ...]]] = []
+        self._pending_calls: dict[str, Response] = {}
+        self._pending_since = 0.0
+        self._behind: tuple[int, float] | None = None
 
     def close(self) -> None:
+        self.flush()
         self.db.close()
+
+    # ---- write-behind -------------------------------------------------------------------
+    @contextmanager
+    def write_behind(self, max_rows: int = 256, max_age: float = 0.05) -> Iterator[None]:
+        """Buffer calls, answers and grades and commit them together every ``max_rows`` rows or
+        ``max_age`` seconds, instead of one transaction each.
+
+        Each flush is one transaction, so a crash loses at most the last unflushed moment of
+        work (asked again on resume) and never leaves a half-written row. Reads of calls see
+        buffered ones, so the cache never misses its own writes.
+        """
+        self._behind = (max_rows, max_age)
+        try:
+            yield
+        finally:
+            self._behind = None
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        rows, self._pending = self._pending, []
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, params in rows:
+                self.db.execute(sql, params)
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            self._pending = rows + self._pending
+            raise
+        self.db.execute("COMMIT")
+        self._pending_calls.clear()
+
+    def flush_if_due(self) -> None:
+        if self._behind and self._pending and time.monotonic() - self._pending_since >= self._behind[1]:
+            self.flush()
+
+    def _write(self, sql: str, params: tuple[Any, ...], call: Response | None = None) -> None:
+        if self._behind is None:
+            self.db.execute(sql, params)
+            return
+        if not self._pending:
+            self._pending_since = time.monotonic()
+        self._pending.append((sql, params))
+        if call is not None and call.ok:
+            self._pending_calls[call.key] = replace(call, cached=True)
+        if len(self._pending) >= self._behind[0]:
+            self.flush()
+        else:
+            self.flush_if_due()
 
     @contextmanager
     def batch(self) -> Iterator[None]:
         """Group several writes into one transaction (all or none of them land)."""
-        if self.db.in_transaction:
+        if self.db.in_transaction or self._behind is not None:
             yield
             return
         self.db.execute("BEGIN IMMEDIATE")
@@ -93,6 +149,9 @@ class Store:
     # ---- calls (the cache) ----------------------------------------------------------------
     def get_call(self, key: str) -> Response | None:
         """A stored successful response for ``key``; failed calls are not cache hits."""
+        pending = self._pending_calls.get(key)
+        if pending is not None:
+            return pending
         row = self.db.execute("SELECT * FROM calls WHERE key = ? AND error IS NULL", (key,)).fetchone()
         return _row_to_response(row, cached=True) if row else None
 
@@ -117,9 +176,9 @@ class Store:
             now(),
         )
         if response.ok:
-            self.db.execute("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values)
+            self._write("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values, response)
         else:
-            self.db.execute(
+            self._write(
                 "INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
                 "error = excluded.error, attempts = calls.attempts + excluded.attempts, created_at = excluded.created_at "
                 "WHERE calls.error IS NOT NULL",
@@ -188,7 +247,7 @@ class Store:
         return [sample_from_json(json.loads(r[0])) for r in rows]
 
     def put_answer(self, run_id: str, sample_id: str, request_key: str, prompt: Any) -> None:
-        self.db.execute(
+        self._write(
             "INSERT OR REPLACE INTO answers VALUES (?,?,?,?)", (run_id, sample_id, request_key, canonical_json(prompt))
         )
 
@@ -208,7 +267,7 @@ class Store:
 
     def put_grade(self, run_id: str, grader_fp: str, grade: Grade) -> None:
         n_unknown = sum(1 for v in grade.verdicts if v.status == "unknown")
-        self.db.execute(
+        self._write(
             "INSERT OR REPLACE INTO grades VALUES (?,?,?,?,?,?,?)",
             (run_id, grader_fp, grade.sample_id, grade.value, n_unknown, canonical_json(grade), now()),
         )
