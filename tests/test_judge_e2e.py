@@ -103,3 +103,18 @@ def test_healthbench_unknowns_coverage_then_regrade_only_unknown(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "b" / "samples.jsonl").read_text().splitlines()]
     assert [round(x["score"], 12) for x in lines] == [round(p, 12) for p in per_all]
     assert all(v["status"] != "unknown" for x in lines for v in x["verdicts"])
+
+
+def test_regrade_only_unknown_needs_the_same_judge(tmp_path):
+    data = shared_file("healthbench", "healthbench_500.jsonl")
+    db = tmp_path / "s.db"
+    with LoopbackServer(lambda b: "See a doctor.") as cand, LoopbackServer(judge_rule(True)) as judge:
+        r = gr("run", "healthbench", "--data", str(data), "--limit", "3", "--model", "openai/cand", "--base-url",
+               cand.base_url, "--judge", f"openai/judge@{judge.base_url}", "--store", str(db), "--out", str(tmp_path / "a"))
+        assert r.returncode == 0, r.stderr
+        run_id = json.loads((tmp_path / "a" / "results.json").read_text())["results"][0]["fingerprint"]["run_id"]
+        before = judge.stats.requests
+        r = gr("regrade", "--run", run_id, "--judge", f"openai/another-judge@{judge.base_url}", "--only-unknown", "--store", str(db))
+        assert r.returncode == 2
+        assert "no grades by this judge" in r.stderr and "Traceback" not in r.stderr
+        assert judge.stats.requests == before

@@ -216,8 +216,8 @@ def regrade(
     judge_base_url: str = typer.Option("", "--judge-base-url"),
     judge_temperature: float = typer.Option(0.0, "--judge-temperature"),
     judge_max_tokens: int = typer.Option(2048, "--judge-max-tokens"),
-    judge_mode: str = typer.Option("default", "--judge-mode"),
-    judge_runs: Optional[int] = typer.Option(None, "--judge-runs"),
+    judge_mode: Optional[str] = typer.Option(None, "--judge-mode", help="default: as in the run's last grading"),
+    judge_runs: Optional[int] = typer.Option(None, "--judge-runs", help="default: as in the run's last grading"),
     max_reask: int = typer.Option(2, "--max-reask"),
     only_unknown: bool = typer.Option(False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"),
     seed: int = typer.Option(0, "--seed"),
@@ -228,7 +228,7 @@ def regrade(
     from grandrounds.outputs import sample_line, write_outputs
     from grandrounds.progress import RichProgress
     from grandrounds.records import GenParams
-    from grandrounds.regrade import options_of, regrade as regrade_async
+    from grandrounds.regrade import last_grading, options_of, regrade as regrade_async
     from grandrounds.store import Store
 
     st = Store(store_path(store))
@@ -237,7 +237,14 @@ def regrade(
         if run_rec is None:
             raise ConfigError(f"no run {run_id!r} in {st.path}")
         judges = judge_configs(judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed))
-        opts = options_of(run_rec, judge_mode=judge_mode, judge_runs=judge_runs, max_reask=max_reask)
+        last = last_grading(st, run_rec)
+        opts = options_of(
+            run_rec,
+            judge_mode=judge_mode or last.get("judge_mode", "default"),
+            judge_runs=judge_runs if judge_runs is not None else last.get("judge_runs"),
+            max_reask=max_reask,
+            extra=last.get("scoring", {}) or {},
+        )
         with RichProgress(err_console) as prog:
             outcome = asyncio.run(regrade_async(st, run_rec, judges, opts, only_unknown=only_unknown, progress=prog))
         if out:

@@ -24,6 +24,14 @@ class RegradeOutcome:
     judge_stats: list[Any]
 
 
+def last_grading(store: Store, run: RunRecord) -> dict[str, Any]:
+    """The fingerprint of the newest grading of ``run`` (empty if never graded)."""
+    row = store.db.execute(
+        "SELECT grader_fp FROM results WHERE run_id = ? ORDER BY created_at DESC LIMIT 1", (run.id,)
+    ).fetchone()
+    return (store.grader_spec(row[0]) or {}) if row else {}
+
+
 def options_of(run: RunRecord, **override: Any) -> RunOptions:
     o = run.options
     base = RunOptions(
@@ -64,6 +72,11 @@ async def regrade(
     fp_key = content_hash(fp)
     store.put_grader(fp_key, fp)
     previous = store.grades(run.id, previous_fp or fp_key) if only_unknown else {}
+    if only_unknown and not previous:
+        raise ConfigError(
+            f"run {run.id} has no grades by this judge and grading setting to complete; "
+            "--only-unknown needs the same judge(s), judge mode and runs as the grading it completes"
+        )
     grades: dict[str, Grade] = {}
     if progress:
         progress.start(len(samples), f"regrade {run.benchmark} · {run.model}")
