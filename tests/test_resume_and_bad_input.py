@@ -137,3 +137,39 @@ def test_bad_input_one_clear_error_and_store_unchanged(tmp_path, name, content, 
     assert str(bad) in flat or bad.name in flat
     assert needle in flat
     assert _digest(db) == before
+
+
+def test_ctrl_c_stops_cleanly_and_resume_asks_only_the_rest(tmp_path):
+    data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
+    key = load_key(data)
+    asked: list[str] = []
+
+    def rule(body):
+        content = body["messages"][-1]["content"]
+        asked.append(content)
+        q, a, _ = lookup(key, content)
+        return f"Answer: {rule_answer(q, a)}"
+
+    with LoopbackServer(rule, latency=0.02) as srv:
+        db = tmp_path / "s.db"
+        args = ["run", "medqa", "--data", str(data), "--model", "openai/rule", "--base-url", srv.base_url,
+                "--concurrency", "8", "--store", str(db)]
+        p = cli(*args)
+        deadline = time.time() + 120
+        while time.time() < deadline and len(asked) < 200:
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 130, err
+        assert "resume" in err and "Traceback" not in err
+        stored = stored_questions(db)
+        # Everything answered before the interrupt was written on the way out.
+        assert len(stored) >= len(set(asked)) - 8  # at most the calls in flight were lost
+        asked.clear()
+        p = cli(*args, "--out", str(tmp_path / "out"))
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        assert not (set(asked) & stored)
+        assert len(asked) == 1273 - len(stored)
+    res = json.loads((tmp_path / "out" / "results.json").read_text())["results"][0]
+    assert res["n"] == 1273 and res["n_unscored"] == 0

@@ -20,6 +20,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate LLM
 console = Console()
 err_console = Console(stderr=True)
 
+INTERRUPTED = "interrupted: everything finished so far is stored; run the same command again to resume\n"
 StoreOpt = typer.Option(None, "--store", help="SQLite store (default $GRANDROUNDS_STORE or ./grandrounds.db)")
 
 
@@ -163,6 +164,10 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path]) -> None:
         with RichProgress(err_console) as prog:
             for cfg in cfgs:
                 outcomes.append(asyncio.run(run_async(st, cfg, prog)))
+    except KeyboardInterrupt:
+        st.close()  # flushes what was answered before the interrupt
+        sys.stderr.write(INTERRUPTED)
+        raise typer.Exit(130) from None
     finally:
         st.close()
     print_results([o.result for o in outcomes])
@@ -299,5 +304,5 @@ def main() -> None:
         sys.stderr.write(f"error: {e}\n")  # plain: no wrapping, no markup in file names
         sys.exit(2)
     except KeyboardInterrupt:
-        err_console.print("interrupted; everything finished so far is stored; run the same command again to resume")
+        sys.stderr.write(INTERRUPTED)
         sys.exit(130)
