@@ -24,6 +24,7 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
         benchmark: Optional[str] = typer.Option(None, "--benchmark", "-b"),
         with_reviews: bool = typer.Option(False, "--with-reviews", help="also show mean per-answer values with clinician reviews applied, and judge-reviewer agreement"),
         seed: int = typer.Option(0, "--seed", help="seed of the paired bootstrap used for tie groups"),
+        breakdowns: bool = typer.Option(True, "--breakdowns/--no-breakdowns", help="per-dimension / subject / category tables"),
         store: Optional[Path] = StoreOpt,
     ) -> None:
         """Models x benchmarks: score, 95% CI, n, coverage; tied models grouped; incomparable settings flagged."""
@@ -34,6 +35,8 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
         try:
             for b in boards(st, benchmark, seed):
                 _print_board(st, b, with_reviews)
+                if breakdowns:
+                    _print_breakdowns(b)
             if with_reviews:
                 _print_agreement(st)
         finally:
@@ -154,6 +157,28 @@ def _print_board(st: Any, b: Any, with_reviews: bool) -> None:
             cells += [_fmt(sum(judge_vals) / len(judge_vals) if judge_vals else None), _fmt(sum(rev) / len(rev) if rev else None)]
         t.add_row(*cells)
     console.print(t)
+
+
+def _print_breakdowns(b: Any) -> None:
+    """One table per breakdown family (theme, axis, dimension, subject, category, ...):
+    its names down the side, the board's results across (with their setting number)."""
+    from grandrounds.analysis import breakdown_families
+
+    fams: dict[str, dict[str, dict[int, tuple[float, Any]]]] = {}
+    for i, e in enumerate(b.entries):
+        for fam, names in breakdown_families(e.row.breakdown).items():
+            for name, val in names.items():
+                fams.setdefault(fam, {}).setdefault(name, {})[i] = val
+    for fam, names in fams.items():
+        if fam == "cluster" or len(names) > 40:  # HealthBench clusters: too many to read as a table
+            continue
+        t = Table(title=f"{b.benchmark} by {fam}")
+        t.add_column(fam)
+        for e in b.entries:
+            t.add_column(f"{e.row.model} [{e.setting}]")
+        for name, vals in names.items():
+            t.add_row(name, *(_fmt(vals[i][0]) + (f" (n={vals[i][1]})" if vals[i][1] else "") if i in vals else "" for i in range(len(b.entries))))
+        console.print(t)
 
 
 def _print_agreement(st: Any) -> None:
