@@ -156,7 +156,11 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
         if not resp.ok:
             g, fresh = unscored(sample, f"answer failed: {resp.error}"), True
         elif g is None or _stale(g):
-            g, fresh = await grader.grade(sample, resp, ctx), True
+            try:
+                g = await grader.grade(sample, resp, ctx)
+            except Exception as e:  # a grader bug on one answer is counted and shown, not fatal to the run
+                g = unscored(sample, f"grading failed: {type(e).__name__}: {e}")
+            fresh = True
         with store.batch():  # the answer's link and its grade land together
             if link is not None:
                 store.put_answer(run_rec.id, sample.id, link[0], link[1])
@@ -223,8 +227,8 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
 
 
 def _stale(grade: Grade) -> bool:
-    """A stored grade made from a failed answer is redone once an answer exists."""
-    return grade.value is None and grade.error is not None and grade.error.startswith("answer failed")
+    """A stored grade made from a failed answer, or by a grader that crashed, is redone."""
+    return grade.value is None and grade.error is not None and grade.error.startswith(("answer failed", "grading failed"))
 
 
 def group_samples(samples: Sequence[Sample]) -> list[list[Sample]]:

@@ -1,0 +1,89 @@
+"""Runner behaviour with the scripted provider: failures are data, never wrong answers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from grandrounds.benchmarks.demo import DemoExam
+from grandrounds.executor import RetryPolicy
+from grandrounds.graders.base import Grader
+from grandrounds.providers.base import ProviderError
+from grandrounds.registry import BENCHMARKS
+from grandrounds.runner import RunConfig, group_samples, run
+from grandrounds.records import Message, Sample
+from grandrounds.store import Store
+
+
+class CrashyGrader(Grader):
+    """Wraps the demo's grader and crashes on sample "3" while ``broken`` is set."""
+
+    broken = True
+
+    def __init__(self, inner: Grader) -> None:
+        self.inner = inner
+        self.templates = inner.templates
+
+    def spec(self):
+        return self.inner.spec()
+
+    async def grade(self, sample, response, ctx):
+        if CrashyGrader.broken and sample.id == "3":
+            raise RuntimeError("boom")
+        return await self.inner.grade(sample, response, ctx)
+
+
+class CrashyDemo(DemoExam):
+    name = "crashy-demo"
+
+    def grader(self, options):
+        return CrashyGrader(super().grader(options))
+
+
+def test_grader_crash_is_counted_unscored_and_redone_later(tmp_path):
+    BENCHMARKS.register("crashy-demo", CrashyDemo)
+    store = Store(tmp_path / "s.db")
+    cfg = RunConfig("crashy-demo", "scripted/a", provider_options={"script": lambda req: "Answer: A"})
+    out = asyncio.run(run(store, cfg))
+    bad = [g for g in out.grades if g.value is None]
+    assert len(bad) == 1 and bad[0].sample_id == "3" and bad[0].error == "grading failed: RuntimeError: boom"
+    assert out.result.n == 11 and out.result.n_unscored == 1
+    CrashyGrader.broken = False
+    again = asyncio.run(run(store, cfg))
+    assert again.answer_stats.made == 0, "the answer is reused, only the grade is redone"
+    assert again.result.n == 12 and again.result.n_unscored == 0
+
+
+def test_non_retryable_failure_is_not_retried_and_unscored(tmp_path):
+    calls = {"n": 0}
+
+    def script(req):
+        calls["n"] += 1
+        return ProviderError("HTTP 400: bad request", retryable=False)
+
+    cfg = RunConfig("demo", "scripted/bad", limit=3, provider_options={"script": script}, retry=RetryPolicy(5, 0.001, 0.001))
+    out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
+    assert calls["n"] == 3
+    assert out.result.n == 0 and out.result.n_unscored == 3 and out.result.score is None
+    assert all(g.error.startswith("answer failed: HTTP 400") for g in out.grades)
+
+
+def test_retryable_failure_gives_up_after_the_bound(tmp_path):
+    calls = {"n": 0}
+
+    def script(req):
+        calls["n"] += 1
+        return ProviderError("HTTP 503: overloaded", retryable=True)
+
+    cfg = RunConfig("demo", "scripted/down", limit=2, provider_options={"script": script}, retry=RetryPolicy(4, 0.001, 0.001))
+    out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
+    assert calls["n"] == 8, "4 attempts each, no more"
+    assert out.result.n_unscored == 2
+    assert "gave up after 4 attempts" in out.grades[0].error
+
+
+def test_groups_keep_turn_order_and_singletons_alone():
+    def s(i, group=None, turn=0):
+        return Sample(id=str(i), benchmark="x", messages=(Message("user", str(i)),), group=group, turn=turn)
+
+    groups = group_samples([s(1), s(2, "g", 2), s(3, "g", 1), s(4), s(5, "h", 1)])
+    assert [[x.id for x in g] for g in groups] == [["1"], ["3", "2"], ["4"], ["5"]]
