@@ -62,3 +62,24 @@ def test_mmlu_run_then_leaderboard_shows_subject_breakdown(tmp_path):
     assert r.returncode == 0, r.stderr
     html = out.read_text(encoding="utf-8")
     assert "mmlu-medical" in html and "<script src=" not in html and "http://" not in html.split("<body", 1)[0]
+
+
+def test_api_key_never_reaches_store_outputs_or_logs(tmp_path):
+    from grandrounds.testing import LoopbackServer
+
+    secret = "sk-test-7f3a9c1e5b2d4f6a8c0e"
+    data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
+    db = tmp_path / "s.db"
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(ROOT), "OPENAI_API_KEY": secret}
+    with LoopbackServer(lambda b: "Answer: A") as srv:
+        r = subprocess.run(
+            [sys.executable, "-m", "grandrounds", "run", "medqa", "--data", str(data), "--limit", "5", "--model", "openai/m",
+             "--base-url", srv.base_url, "--store", str(db), "--out", str(tmp_path / "out")],
+            capture_output=True, text=True, env=env, timeout=120,
+        )
+        assert srv.stats.authorizations == {f"Bearer {secret}"}, "the key is used, and only in the request header"
+    assert r.returncode == 0, r.stderr
+    r2 = gr("report", "--format", "json", "--out", str(tmp_path / "rep.json"), "--store", str(db))
+    assert r2.returncode == 0, r2.stderr
+    blobs = [r.stdout, r.stderr, r2.stdout] + [p.read_bytes().decode("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file()]
+    assert blobs and all(secret not in b for b in blobs)

@@ -31,6 +31,7 @@ class ServerStats:
     faults: dict[str, int] = field(default_factory=dict)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     rule_errors: list[str] = field(default_factory=list)
+    authorizations: set[str] = field(default_factory=set)
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -94,6 +95,8 @@ class LoopbackServer:
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 body_bytes = await reader.readexactly(int(headers.get("content-length", "0")))
+                if "authorization" in headers:
+                    self.stats.authorizations.add(headers["authorization"])
                 keep = await self._respond(method, path, body_bytes, writer)
                 if not keep:
                     break
