@@ -47,16 +47,23 @@ def stored_questions(db: Path) -> set[str]:
         con.close()
 
 
-def test_kill_minus_nine_then_resume_repeats_no_stored_call(tmp_path):
-    data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
+def recording_rule(data: Path, asked: list[str]):
+    """Answer MedQA prompts by the known rule, recording every prompt the server is asked."""
     key = load_key(data)
-    asked: list[str] = []
 
     def rule(body):
         content = body["messages"][-1]["content"]
         asked.append(content)
         q, a, _ = lookup(key, content)
         return f"Answer: {rule_answer(q, a)}"
+
+    return rule
+
+
+def test_kill_minus_nine_then_resume_repeats_no_stored_call(tmp_path):
+    data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
+    asked: list[str] = []
+    rule = recording_rule(data, asked)
 
     with LoopbackServer(rule, latency=0.02) as srv:
         ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
@@ -141,14 +148,8 @@ def test_bad_input_one_clear_error_and_store_unchanged(tmp_path, name, content, 
 
 def test_ctrl_c_stops_cleanly_and_resume_asks_only_the_rest(tmp_path):
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
-    key = load_key(data)
     asked: list[str] = []
-
-    def rule(body):
-        content = body["messages"][-1]["content"]
-        asked.append(content)
-        q, a, _ = lookup(key, content)
-        return f"Answer: {rule_answer(q, a)}"
+    rule = recording_rule(data, asked)
 
     with LoopbackServer(rule, latency=0.02) as srv:
         db = tmp_path / "s.db"
