@@ -8,7 +8,6 @@ Nothing here touches any network beyond 127.0.0.1.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import socket
 import threading

@@ -11,7 +11,7 @@ from grandrounds.errors import ConfigError
 from grandrounds.executor import Executor, RetryPolicy
 from grandrounds.graders.base import GradeContext, unscored
 from grandrounds.hashing import content_hash
-from grandrounds.records import Grade, Response, Result, Sample
+from grandrounds.records import Grade, Result, Sample
 from grandrounds.runner import JudgeConfig, Progress, RunJudge, build_benchmark, grader_fingerprint, make_provider, make_result
 from grandrounds.store import RunRecord, Store
 
@@ -110,7 +110,3 @@ async def regrade(
 
 def _has_unknown(g: Grade) -> bool:
     return g.value is None or any(v.status == "unknown" for v in g.verdicts)
-
-
-def stored_response(store: Store, key: str) -> Response | None:
-    return store.get_call_any(key)
