@@ -166,17 +166,17 @@ def _print_breakdowns(b: Any) -> None:
 
     fams: dict[str, dict[str, dict[int, tuple[float, Any]]]] = {}
     for i, e in enumerate(b.entries):
-        for fam, names in breakdown_families(e.row.breakdown).items():
-            for name, val in names.items():
+        for fam, scores in breakdown_families(e.row.breakdown).items():
+            for name, val in scores.items():
                 fams.setdefault(fam, {}).setdefault(name, {})[i] = val
-    for fam, names in fams.items():
-        if fam == "cluster" or len(names) > 40:  # HealthBench clusters: too many to read as a table
+    for fam, table in fams.items():
+        if fam == "cluster" or len(table) > 40:  # HealthBench clusters: too many to read as a table
             continue
         t = Table(title=f"{b.benchmark} by {fam}")
         t.add_column(fam)
         for e in b.entries:
             t.add_column(f"{e.row.model} [{e.setting}]")
-        for name, vals in names.items():
+        for name, vals in table.items():
             t.add_row(name, *(_fmt(vals[i][0]) + (f" (n={vals[i][1]})" if vals[i][1] else "") if i in vals else "" for i in range(len(b.entries))))
         console.print(t)
 
