@@ -54,6 +54,7 @@ def main() -> None:
     ap.add_argument("--judge", default="llamacpp/smollm2")
     ap.add_argument("--judge-base-url", default="")
     ap.add_argument("--judge-max-tokens", type=int, default=512)
+    ap.add_argument("--judge-json", action="store_true", help="ask the judge for a JSON object (grammar on llama.cpp)")
     ap.add_argument("--store", type=Path, default=None, help="keep the store (resumable) instead of a temporary one")
     args = ap.parse_args()
 
@@ -63,7 +64,7 @@ def main() -> None:
         return answers[_conv_key(body["messages"])]
 
     store = Store(args.store or Path(tempfile.mkdtemp()) / "modes.db")
-    judge = JudgeConfig(args.judge, args.judge_base_url, GenParams(temperature=0.0, max_tokens=args.judge_max_tokens, seed=0))
+    judge = JudgeConfig(args.judge, args.judge_base_url, GenParams(temperature=0.0, max_tokens=args.judge_max_tokens, seed=0, json_object=args.judge_json))
     outcomes = {}
     with LoopbackServer(answer) as srv:
         for mode in ("per-criterion", "batched"):

@@ -96,6 +96,7 @@ def run(
     judge_base_url: str = typer.Option("", "--judge-base-url"),
     judge_temperature: float = typer.Option(0.0, "--judge-temperature"),
     judge_max_tokens: int = typer.Option(2048, "--judge-max-tokens"),
+    judge_json: bool = typer.Option(False, "--judge-json", help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)"),
     judge_mode: str = typer.Option("default", "--judge-mode", help="e.g. per-criterion | batched (HealthBench)"),
     judge_runs: Optional[int] = typer.Option(None, "--judge-runs", help="judge runs per answer where the protocol averages runs (default: the benchmark's)"),
     max_reask: int = typer.Option(2, "--max-reask", help="re-asks of an unparseable judge reply"),
@@ -125,7 +126,9 @@ def run(
             extra=parse_params(scoring),
         ),
         gen=GenParams(temperature=temperature, max_tokens=max_tokens, seed=seed),
-        judges=judge_configs(judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed)),
+        judges=judge_configs(
+            judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed, json_object=judge_json)
+        ),
         concurrency=concurrency,
         limit=limit,
         provider_options=parse_params(model_opt) | ({"n_threads": threads} if threads and model.startswith("llamacpp/") else {}),
@@ -221,6 +224,7 @@ def regrade(
     judge_base_url: str = typer.Option("", "--judge-base-url"),
     judge_temperature: float = typer.Option(0.0, "--judge-temperature"),
     judge_max_tokens: int = typer.Option(2048, "--judge-max-tokens"),
+    judge_json: bool = typer.Option(False, "--judge-json"),
     judge_mode: Optional[str] = typer.Option(None, "--judge-mode", help="default: as in the run's last grading"),
     judge_runs: Optional[int] = typer.Option(None, "--judge-runs", help="default: as in the run's last grading"),
     max_reask: int = typer.Option(2, "--max-reask"),
@@ -241,7 +245,9 @@ def regrade(
         run_rec = st.get_run(run_id)
         if run_rec is None:
             raise ConfigError(f"no run {run_id!r} in {st.path}")
-        judges = judge_configs(judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed))
+        judges = judge_configs(
+            judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed, json_object=judge_json)
+        )
         last = last_grading(st, run_rec)
         opts = options_of(
             run_rec,

@@ -62,6 +62,9 @@ class GenParams:
     top_p: float | None = None
     seed: int | None = 0
     stop: tuple[str, ...] = ()
+    #: Ask for a JSON object (OpenAI ``response_format``; a JSON grammar on llama.cpp). For judges
+    #: whose protocol answers in JSON, it turns small local models' prose into readable verdicts.
+    json_object: bool = False
 
 
 @dataclass(frozen=True)

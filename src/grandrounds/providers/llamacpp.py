@@ -105,6 +105,7 @@ class LlamaCppProvider(Provider):
                 max_tokens=p.max_tokens,
                 seed=p.seed,
                 stop=list(p.stop) or None,
+                response_format={"type": "json_object"} if p.json_object else None,
             )
             u = out.get("usage") or {}
             return out["choices"][0]["message"]["content"] or "", Usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0))

@@ -73,6 +73,8 @@ class OpenAIProvider(Provider):
             kw["seed"] = p.seed
         if p.stop:
             kw["stop"] = list(p.stop)
+        if p.json_object:
+            kw["response_format"] = {"type": "json_object"}
         return kw
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
