@@ -123,6 +123,18 @@ class Benchmark(ABC):
         """Headline score, CI and breakdown from per-sample grades, the authors' way."""
 
 
+def resolve_file(root: Path, filename: str) -> Path:
+    """``root`` itself if it is a file, else ``root/filename`` (the download cache layout)."""
+    if root.is_dir():
+        path = root / filename
+        if not path.exists():
+            raise DataError(path, None, f"file not found in directory {root} (expected {filename})")
+        return path
+    if not root.exists():
+        raise DataError(root, None, "file not found")
+    return root
+
+
 def require_file(path: Path) -> Path:
     if not path.exists():
         raise DataError(path, None, "file not found")

@@ -10,8 +10,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import ClassVar
 
+from grandrounds.benchmarks.base import resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-from grandrounds.benchmarks.mcq_io import resolve_file
 from grandrounds.benchmarks.medqa import load_medqa_format
 from grandrounds.records import Sample
 

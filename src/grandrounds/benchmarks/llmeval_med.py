@@ -14,7 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, read_text
+from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, read_text, resolve_file
 from grandrounds.errors import DataError
 from grandrounds.graders.llmeval_grader import CATEGORY_CODES, SYSTEM_PROMPT, LLMEvalGrader
 from grandrounds.records import Grade, Message, Sample
@@ -48,7 +48,7 @@ class LLMEvalMed(Benchmark):
     )
 
     def load(self, root: Path) -> list[Sample]:
-        path = root if root.is_file() else root / "dataset.json"
+        path = resolve_file(root, "dataset.json")
         try:
             data = json.loads(read_text(path))
         except json.JSONDecodeError as e:

@@ -14,9 +14,9 @@ import math
 from dataclasses import replace
 from typing import Any, ClassVar, Mapping, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RunOptions
+from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RunOptions, resolve_file
 from grandrounds.benchmarks.mcq_extract import extract_choice
-from grandrounds.benchmarks.mcq_io import read_json, read_jsonl, require_fields, resolve_file
+from grandrounds.benchmarks.mcq_io import read_json, read_jsonl, require_fields
 from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.records import Grade, Message, Response, Sample

@@ -10,18 +10,6 @@ from grandrounds.benchmarks.base import read_text
 from grandrounds.errors import DataError
 
 
-def resolve_file(root: Path, filename: str) -> Path:
-    """``root`` itself if it is a file, else ``root/filename`` (the download cache layout)."""
-    if root.is_dir():
-        path = root / filename
-        if not path.exists():
-            raise DataError(path, None, f"file not found in directory {root} (expected {filename})")
-        return path
-    if not root.exists():
-        raise DataError(root, None, "file not found")
-    return root
-
-
 def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line of a JSON Lines file.
 

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, read_text
+from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, read_text, resolve_file
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.records import Grade, Message, Response, Sample
@@ -53,7 +53,7 @@ class MedCalcBench(Benchmark):
     )
 
     def load(self, root: Path) -> list[Sample]:
-        path = root if root.is_file() else root / "test_data.csv"
+        path = resolve_file(root, "test_data.csv")
         reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
         if missing:

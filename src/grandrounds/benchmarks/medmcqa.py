@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from grandrounds.benchmarks.base import RemoteFile
+from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-from grandrounds.benchmarks.mcq_io import check_unique_ids, read_jsonl, require_fields, resolve_file
+from grandrounds.benchmarks.mcq_io import check_unique_ids, read_jsonl, require_fields
 from grandrounds.benchmarks.medqa import MIRAGE
 from grandrounds.errors import DataError
 from grandrounds.records import Sample

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from grandrounds.benchmarks.base import RemoteFile
+from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import LETTERS, MultipleChoiceBenchmark
-from grandrounds.benchmarks.mcq_io import read_jsonl, require_fields, resolve_file
+from grandrounds.benchmarks.mcq_io import read_jsonl, require_fields
 from grandrounds.errors import DataError
 from grandrounds.records import Sample
 

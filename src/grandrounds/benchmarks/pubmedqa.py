@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
-from grandrounds.benchmarks.base import RemoteFile, RunOptions
+from grandrounds.benchmarks.base import RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-from grandrounds.benchmarks.mcq_io import read_json, require_fields, resolve_file
+from grandrounds.benchmarks.mcq_io import read_json, require_fields
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.records import Grade, Sample
 
