@@ -8,7 +8,8 @@ from grandrounds.benchmarks.demo import DemoExam
 from grandrounds.executor import RetryPolicy
 from grandrounds.graders.base import Grader
 from grandrounds.providers.base import ProviderError
-from grandrounds.registry import BENCHMARKS
+from grandrounds.providers.scripted import ScriptedProvider
+from grandrounds.registry import BENCHMARKS, PROVIDERS
 from grandrounds.runner import RunConfig, group_samples, run
 from grandrounds.records import Message, Sample
 from grandrounds.store import Store
@@ -87,3 +88,34 @@ def test_groups_keep_turn_order_and_singletons_alone():
 
     groups = group_samples([s(1), s(2, "g", 2), s(3, "g", 1), s(4), s(5, "h", 1)])
     assert [[x.id for x in g] for g in groups] == [["1"], ["3", "2"], ["4"], ["5"]]
+
+
+class ReversedProvider(ScriptedProvider):
+    """Answers later questions sooner, so answers complete in the reverse of source order."""
+
+    finished: list[str] = []
+
+    async def call(self, request):
+        order = self.started = getattr(self, "started", -1) + 1
+        await asyncio.sleep(0.005 * (20 - order))  # the first asked waits longest
+        out = await super().call(request)
+        ReversedProvider.finished.append(request.messages[-1].content)
+        return out
+
+
+def test_samples_are_stored_with_their_answers_in_source_order(tmp_path):
+    PROVIDERS.register("reversed", ReversedProvider)
+    store = Store(tmp_path / "s.db")
+    bench = DemoExam()
+    cfg = RunConfig("demo", "reversed/a", limit=7, provider_options={"script": lambda req: "Answer: A"})
+    out = asyncio.run(run(store, cfg))
+    dataset = out.run.dataset_sha256
+    asked = [s.messages[-1].content for s in out.samples]
+    assert ReversedProvider.finished == asked[::-1], "the answers completed in reverse order"
+    stored = store.samples("demo", dataset)
+    # only the samples the run asked, each exactly once, in the file's order whatever order they completed in
+    assert [s.id for s in stored] == [s.id for s in out.samples] == [s.id for s in bench.load()[:7]]
+    assert stored == out.samples
+    again = asyncio.run(run(store, RunConfig("demo", "reversed/a", provider_options={"script": lambda req: "Answer: A"})))
+    assert again.answer_stats.made == 12 - 7
+    assert [s.id for s in store.samples("demo", dataset)] == [s.id for s in again.samples]

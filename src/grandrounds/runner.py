@@ -100,7 +100,7 @@ def grader_fingerprint(bench: Benchmark, grader: Grader, options: RunOptions, ju
     }
 
 
-@dataclass
+@dataclass(repr=False)
 class RunOutcome:
     run: RunRecord
     samples: list[Sample]
@@ -109,6 +109,11 @@ class RunOutcome:
     result: Result
     answer_stats: Any
     judge_stats: list[Any]
+
+    def __repr__(self) -> str:
+        # Short on purpose: asyncio.run reprs its main task (and so this result) when it restores
+        # the SIGINT handler on Python 3.11, and a full repr of thousands of samples costs ~0.1 s.
+        return f"RunOutcome(run={self.run.id!r}, samples={len(self.samples)}, score={self.result.score!r})"
 
 
 def build_benchmark(name: str, params: dict[str, Any]) -> Benchmark:
@@ -131,8 +136,11 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
     dataset = bench.dataset_hash(root)
     provider = make_provider(cfg.model, cfg.base_url, **cfg.provider_options)
     run_rec = _run_record(bench, cfg, provider, dataset, root)
-    store.put_samples(bench.name, dataset, samples)
     run_rec = store.ensure_run(run_rec)
+    # Each sample is stored with its answer (below), not all before the first call: on a large
+    # benchmark that is a noticeable pause before anything is asked.
+    stored_samples = store.sample_ids(bench.name, dataset)
+    position = {s.id: i for i, s in enumerate(samples)}
     answers = Executor(store, provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress)
     judge_execs = [
         Executor(store, make_provider(j.spec, j.base_url), cfg.judge_concurrency, cfg.retry, cfg.options.seed, progress)
@@ -161,7 +169,9 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
             except Exception as e:  # a grader bug on one answer is counted and shown, not fatal to the run
                 g = unscored(sample, f"grading failed: {type(e).__name__}: {e}")
             fresh = True
-        with store.batch():  # the answer's link and its grade land together
+        with store.batch():  # the sample, the answer's link and its grade land together
+            if sample.id not in stored_samples:
+                store.put_sample(bench.name, dataset, position[sample.id], sample)
             if link is not None:
                 store.put_answer(run_rec.id, sample.id, link[0], link[1])
             if fresh:
@@ -208,7 +218,7 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
 
     async def flusher() -> None:
         while True:  # so that buffered results land even while every worker waits on a slow call
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
             store.flush_if_due()
 
     tick = asyncio.create_task(flusher())

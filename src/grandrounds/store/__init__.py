@@ -82,10 +82,16 @@ class Store:
         if not self._pending:
             return
         rows, self._pending = self._pending, []
+        # One executemany per statement, rows of a statement in their order. Reordering across
+        # statements is safe: the buffered tables have no foreign keys between them, and the two
+        # call statements agree whatever their order (a stored success is never replaced by a failure).
+        by_sql: dict[str, list[tuple[Any, ...]]] = {}
+        for sql, params in rows:
+            by_sql.setdefault(sql, []).append(params)
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            for sql, params in rows:
-                self.db.execute(sql, params)
+            for sql, group in by_sql.items():
+                self.db.executemany(sql, group)
         except BaseException:
             self.db.execute("ROLLBACK")
             self._pending = rows + self._pending
@@ -108,8 +114,6 @@ class Store:
             self._pending_calls[call.key] = replace(call, cached=True)
         if len(self._pending) >= self._behind[0]:
             self.flush()
-        else:
-            self.flush_if_due()
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -238,6 +242,19 @@ class Store:
         except Exception:
             self.db.execute("ROLLBACK")
             raise
+
+    def put_sample(self, benchmark: str, dataset_sha256: str, index: int, sample: Sample) -> None:
+        """Store one sample (kept if already there); buffered like answers under write-behind."""
+        self._write(
+            "INSERT OR IGNORE INTO samples VALUES (?,?,?,?,?)",
+            (benchmark, dataset_sha256, sample.id, index, canonical_json(sample)),
+        )
+
+    def sample_ids(self, benchmark: str, dataset_sha256: str) -> set[str]:
+        rows = self.db.execute(
+            "SELECT sample_id FROM samples WHERE benchmark = ? AND dataset_sha256 = ?", (benchmark, dataset_sha256)
+        )
+        return {r[0] for r in rows}
 
     def samples(self, benchmark: str, dataset_sha256: str) -> list[Sample]:
         rows = self.db.execute(
