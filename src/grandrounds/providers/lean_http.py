@@ -37,8 +37,9 @@ class LeanClient:
 
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
         try:
-            return await asyncio.wait_for(self._post(path, body), self.timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.timeout):  # no extra task per call, unlike wait_for
+                return await self._post(path, body)
+        except TimeoutError:
             raise ProviderError("timeout", retryable=True) from None
         except (ConnectionError, asyncio.IncompleteReadError, OSError) as e:
             raise ProviderError(f"connection error: {type(e).__name__}", retryable=True) from None
