@@ -11,10 +11,27 @@ from typing import Any, Mapping
 
 
 _SCALARS = (str, int, bool, type(None))
+_EXACT_SCALARS = frozenset({str, int, bool, type(None)})
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Turn records (frozen dataclasses, tuples, mappings) into plain JSON values."""
+    """Turn records (frozen dataclasses, tuples, mappings) into plain JSON values.
+
+    Exact built-in types are dispatched on ``type(obj)`` first: this runs for every cache key
+    and every stored record, so it is on the runner's hot path.
+    """
+    t = type(obj)
+    if t in _EXACT_SCALARS:
+        return obj
+    if t is float:
+        return None if obj != obj else obj  # NaN has no JSON form
+    if t is dict:
+        return {k if type(k) is str else str(k): to_jsonable(v) for k, v in obj.items()}
+    if t is tuple or t is list:
+        return [to_jsonable(v) for v in obj]
+    names = _field_names(t)
+    if names is not None:
+        return {n: to_jsonable(getattr(obj, n)) for n in names}
     if isinstance(obj, _SCALARS):
         return obj
     if isinstance(obj, float):
@@ -23,9 +40,6 @@ def to_jsonable(obj: Any) -> Any:
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
-    names = _field_names(type(obj))
-    if names is not None:
-        return {n: to_jsonable(getattr(obj, n)) for n in names}
     if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     return obj

@@ -1,21 +1,23 @@
 """Statistics for scores: confidence intervals, bootstrap, paired comparison, agreement.
 
 All functions are pure; randomness comes from an explicit seed so every number can be
-reproduced from the store.
+reproduced from the store. numpy is imported by the functions that resample, not at import:
+exam runs need only the Wilson interval, and starting a run should not pay for numpy.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 Z95 = 1.959963984540054
 
 
 def mean(values: Sequence[float]) -> float | None:
-    return float(np.mean(values)) if len(values) else None
+    return math.fsum(values) / len(values) if len(values) else None
 
 
 def wilson_ci(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
@@ -31,11 +33,14 @@ def wilson_ci(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
 
 def bootstrap(
     values: Sequence[float],
-    stat: Callable[[np.ndarray], float] = np.mean,
+    stat: "Callable[[np.ndarray], float] | None" = None,
     n_resamples: int = 1000,
     seed: int = 0,
 ) -> tuple[float, tuple[float, float]] | None:
-    """Std and 95% percentile interval of ``stat`` over resamples with replacement (size n)."""
+    """Std and 95% percentile interval of ``stat`` (default: the mean) over resamples with replacement (size n)."""
+    import numpy as np
+
+    stat = stat or np.mean
     arr = np.asarray(values, dtype=float)
     if arr.size == 0:
         return None
@@ -46,8 +51,10 @@ def bootstrap(
     return float(np.std(stats)), (float(lo), float(hi))
 
 
-def clipped_mean(arr: np.ndarray) -> float:
+def clipped_mean(arr: "np.ndarray") -> float:
     """HealthBench's aggregate: the mean clipped to [0, 1] (simple-evals healthbench_eval.py)."""
+    import numpy as np
+
     return float(np.clip(np.mean(arr), 0.0, 1.0))
 
 
@@ -67,6 +74,8 @@ def paired_bootstrap(
     """Mean of a - b over paired items, with a 95% percentile CI resampling the pairs."""
     if len(a) != len(b) or not len(a):
         raise ValueError("paired_bootstrap needs two equal, non-empty sequences")
+    import numpy as np
+
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, d.size, size=(n_resamples, d.size))
@@ -114,4 +123,4 @@ def macro_f1(truth: Sequence[object], pred: Sequence[object]) -> float | None:
         fn = sum(1 for t, p in zip(truth, pred) if t == lab and p != lab)
         denom = 2 * tp + fp + fn
         f1s.append(2 * tp / denom if denom else 0.0)
-    return float(np.mean(f1s))
+    return sum(f1s) / len(f1s)

@@ -129,15 +129,16 @@ class MultipleChoiceBenchmark(Benchmark):
         self, sid: str, question: str, choices: Mapping[str, str], target: str, multi: bool = False, **meta: Any
     ) -> Sample:
         """Build a multiple-choice sample; ``messages`` hold the default (generate-mode) prompt."""
-        s = Sample(
+        choices = dict(choices)
+        metadata = {"question": question, "multi": multi, "language": self.language, **meta}
+        return Sample(
             id=sid,
             benchmark=self.name,
-            messages=(),
+            messages=(Message("user", self._render(metadata, choices, "generate")),),
             target=target,
-            choices=dict(choices),
-            metadata={"question": question, "multi": multi, "language": self.language, **meta},
+            choices=choices,
+            metadata=metadata,
         )
-        return replace(s, messages=(Message("user", self.render(s, "generate")),))
 
     @property
     def templates(self) -> dict[str, str]:
@@ -145,13 +146,16 @@ class MultipleChoiceBenchmark(Benchmark):
 
     def render(self, sample: Sample, mode: str) -> str:
         """The prompt text for ``mode`` (generate / letter / loglik) in the benchmark's language."""
+        return self._render(sample.metadata, sample.choices, mode)
+
+    def _render(self, metadata: Mapping[str, Any], choices: Mapping[str, str], mode: str) -> str:
         lang = "zh" if self.language.startswith("zh") else "en"
-        multi = "_multi" if mode == "generate" and sample.metadata.get("multi") else ""
+        multi = "_multi" if mode == "generate" and metadata.get("multi") else ""
         fields = {
-            **sample.metadata,
-            "question": sample.metadata["question"],
-            "options": render_options(sample.choices),
-            "letters": "/".join(sample.choices),
+            **metadata,
+            "question": metadata["question"],
+            "options": render_options(choices),
+            "letters": "/".join(choices),
         }
         return self.templates[f"{mode}{multi}_{lang}"].format(**fields)
 
@@ -180,9 +184,9 @@ class MultipleChoiceBenchmark(Benchmark):
     def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
         shown, _ = self.prepare(sample, options)
         mode = self.effective_mode(sample, options)
+        if mode == "generate":  # the shown sample's messages are its generate prompt, already rendered
+            return Prompt(shown.messages)
         msgs = (Message("user", self.render(shown, mode)),)
-        if mode == "generate":
-            return Prompt(msgs)
         conts = tuple(dict.fromkeys(self.continuations(shown, mode).values()))  # duplicates scored once
         return Prompt(msgs, kind="next_token" if mode == "letter" else "loglikelihood", continuations=conts)
 
