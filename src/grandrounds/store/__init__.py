@@ -64,8 +64,9 @@ class Store:
     # ---- write-behind -------------------------------------------------------------------
     @contextmanager
     def write_behind(self, max_rows: int = 256, max_age: float = 0.05) -> Iterator[None]:
-        """Buffer calls, answers and grades and commit them together every ``max_rows`` rows or
-        ``max_age`` seconds, instead of one transaction each.
+        """Buffer calls, samples, answers and grades and commit them together every ``max_rows``
+        rows, or once they are ``max_age`` seconds old when the holder calls :meth:`flush_if_due`
+        (the runner does so from a timer, so a commit never sits between a reply and the next request).
 
         Each flush is one transaction, so a crash loses at most the last unflushed moment of
         work (asked again on resume) and never leaves a half-written row. Reads of calls see
