@@ -354,3 +354,16 @@ def test_gb18030_decodes_and_garbage_errors(tmp_path):
     junk.write_bytes(json.dumps(MEDQA_LINE).encode() + b"\n\xff\xfe\x80\x81\xfe\xff\n")
     with pytest.raises(DataError, match=r"junk\.jsonl, line 2: cannot decode"):
         MedQA().load(junk)
+
+
+def test_jsonl_lines_end_at_newline_only(tmp_path):
+    """U+2028 / U+0085 inside a JSON string do not split a record (str.splitlines would)."""
+    from grandrounds.benchmarks.mcq_io import read_jsonl
+
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"q": "one\u2028two\u0085three"}\r\n\n{"q": 2}\n', encoding="utf-8")
+    assert read_jsonl(path) == [(1, {"q": "one\u2028two\u0085three"}), (3, {"q": 2})]
+    path.write_text('{"q": 1}\n{"q": \n', encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_jsonl(path)
+    assert err.value.where == 2 and "invalid JSON" in err.value.problem

@@ -8,11 +8,11 @@ sees it with the model's answer appended. Arithmetic: :mod:`grandrounds.scoring.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, read_text
+from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions
+from grandrounds.benchmarks.mcq_io import read_jsonl
 from grandrounds.errors import DataError
 from grandrounds.graders.healthbench_grader import HealthBenchGrader
 from grandrounds.records import Criterion, Grade, Message, Sample
@@ -86,13 +86,7 @@ class HealthBench(Benchmark):
         path = self.data_files(root)[0]
         samples: list[Sample] = []
         seen: set[str] = set()
-        for n, line in enumerate(read_text(path).split("\n"), start=1):  # not splitlines(): U+2028 occurs in text
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(path, n, f"invalid JSON: {e.msg}") from None
+        for n, rec in read_jsonl(path):
             sample = parse_record(rec, path, n, self.name)
             if sample.id in seen:
                 raise DataError(path, n, f"duplicate prompt_id {sample.id}")

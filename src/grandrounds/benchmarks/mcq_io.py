@@ -13,10 +13,12 @@ from grandrounds.errors import DataError
 def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(line number, object) for each non-blank line of a JSON Lines file.
 
-    A line that is not a JSON object (truncated, invalid) is a DataError naming its line.
+    Lines end at ``\n`` only: ``str.splitlines`` would also break at U+2028 and U+0085, which
+    occur raw inside JSON strings (HealthBench has them). A line that is not a JSON object
+    (truncated, invalid) is a DataError naming its line.
     """
     out: list[tuple[int, dict[str, Any]]] = []
-    for no, line in enumerate(read_text(path).splitlines(), start=1):
+    for no, line in enumerate(read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -15,7 +15,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions, read_text
+from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
+from grandrounds.benchmarks.mcq_io import read_jsonl
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.records import Grade, Message, Response, Sample
@@ -72,15 +73,9 @@ class MedBench(Benchmark):
 
     def _load_file(self, path: Path) -> list[Sample]:
         out: list[Sample] = []
-        for lineno, line in enumerate(read_text(path).splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(path, lineno, f"invalid JSON: {e.msg}") from None
-            other = rec.get("other") if isinstance(rec, dict) else None
-            if not isinstance(rec, dict) or not isinstance(rec.get("question"), str) or not rec["question"].strip():
+        for lineno, rec in read_jsonl(path):
+            other = rec.get("other")
+            if not isinstance(rec.get("question"), str) or not rec["question"].strip():
                 raise DataError(path, lineno, "each line needs a non-empty string 'question'")
             if not isinstance(other, dict) or "id" not in other or not other.get("source"):
                 raise DataError(path, lineno, "each line needs 'other': {'id', 'source'}")
