@@ -367,3 +367,16 @@ def test_jsonl_lines_end_at_newline_only(tmp_path):
     with pytest.raises(DataError) as err:
         read_jsonl(path)
     assert err.value.where == 2 and "invalid JSON" in err.value.problem
+
+
+@pytest.mark.parametrize(
+    "bench_name, filename",
+    [("medcalc-bench", "test_data.csv"), ("medec", "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv"), ("medeqbench", "test.csv")],
+)
+def test_csv_benchmarks_name_the_missing_columns(tmp_path, bench_name, filename):
+    path = tmp_path / filename
+    path.write_text("id,question\n1,hello\n", encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        BENCHMARKS.get(bench_name)().load(path)
+    assert err.value.where == 1 and err.value.problem.startswith("missing columns: ")
+    assert "question," not in err.value.problem  # only the absent ones are named

@@ -8,13 +8,13 @@ usability rate (%), i.e. the share of answers whose mean judge score over the ru
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, read_text, resolve_file
+from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, resolve_file
+from grandrounds.benchmarks.mcq_io import read_json
 from grandrounds.errors import DataError
 from grandrounds.graders.llmeval_grader import CATEGORY_CODES, SYSTEM_PROMPT, LLMEvalGrader
 from grandrounds.records import Grade, Message, Sample
@@ -49,10 +49,7 @@ class LLMEvalMed(Benchmark):
 
     def load(self, root: Path) -> list[Sample]:
         path = resolve_file(root, "dataset.json")
-        try:
-            data = json.loads(read_text(path))
-        except json.JSONDecodeError as e:
-            raise DataError(path, e.lineno, f"invalid JSON: {e.msg}") from None
+        data = read_json(path)
         if not isinstance(data, dict):
             raise DataError(path, None, "top level must be an object keyed by category")
         samples: list[Sample] = []

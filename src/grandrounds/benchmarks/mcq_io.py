@@ -1,7 +1,9 @@
-"""Reading exam files in their original formats, with errors that name the file and line or record."""
+"""Reading benchmark files in their original formats, with errors that name the file and line or record."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -40,6 +42,15 @@ def read_json(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise DataError(path, e.lineno, f"invalid JSON ({e.msg} at column {e.colno})") from None
+
+
+def read_csv(path: Path, columns: Iterable[str]) -> csv.DictReader:
+    """Rows of a CSV file with a header line; a DataError on line 1 names any of ``columns`` it lacks."""
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    missing = [c for c in columns if c not in (reader.fieldnames or [])]
+    if missing:
+        raise DataError(path, 1, f"missing columns: {', '.join(missing)}")
+    return reader
 
 
 def require_fields(

@@ -10,13 +10,12 @@ wrong and counted (``details["unextractable"]``), a failed call is unscored.
 from __future__ import annotations
 
 import ast
-import csv
-import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, read_text, resolve_file
+from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, resolve_file
+from grandrounds.benchmarks.mcq_io import read_csv
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.records import Grade, Message, Response, Sample
@@ -54,11 +53,7 @@ class MedCalcBench(Benchmark):
 
     def load(self, root: Path) -> list[Sample]:
         path = resolve_file(root, "test_data.csv")
-        reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(path, 1, f"missing columns: {', '.join(missing)}")
-        return [self._row(path, row) for row in reader]
+        return [self._row(path, row) for row in read_csv(path, COLUMNS)]
 
     def _row(self, path: Path, row: dict[str, str]) -> Sample:
         where = f"Row Number {row['Row Number']}"

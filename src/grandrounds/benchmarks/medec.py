@@ -8,13 +8,12 @@ accuracy; sentence-id accuracy and the composite ROUGE-1 F of corrections sit be
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, read_text
+from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
+from grandrounds.benchmarks.mcq_io import read_csv
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.records import Grade, Message, Response, Sample
@@ -71,10 +70,7 @@ class MEDEC(Benchmark):
         return [s for path in self.data_files(root) for s in self._load_file(path)]
 
     def _load_file(self, path: Path) -> list[Sample]:
-        reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise DataError(path, 1, f"missing columns: {', '.join(missing)}")
+        reader = read_csv(path, COLUMNS)
         split = "validation" if "Validation" in path.name else "test" if "Test" in path.name else "unknown"
         out = []
         for row in reader:

@@ -14,13 +14,12 @@ is parsed here, while the reference's ``line.index('】')`` fails and silently d
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, read_text
+from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
+from grandrounds.benchmarks.mcq_io import read_csv
 from grandrounds.errors import DataError
 from grandrounds.graders.medeq_grader import MedEQGrader
 from grandrounds.records import Criterion, Grade, Message, Sample
@@ -132,10 +131,7 @@ class MedEQBench(Benchmark):
 
     def load(self, root: Path) -> list[Sample]:
         path = self.data_files(root)[0]
-        reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
-        missing = {"id", "question", "rubrics"} - set(reader.fieldnames or ())
-        if missing:
-            raise DataError(path, 1, f"missing columns: {', '.join(sorted(missing))}")
+        reader = read_csv(path, ("id", "question", "rubrics"))
         samples, seen = [], set()
         for rec in reader:
             if not any((v or "").strip() for v in rec.values() if isinstance(v, str)):
