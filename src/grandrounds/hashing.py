@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 
 _SCALARS = (str, int, bool, type(None))
-_EXACT_SCALARS = frozenset({str, int, bool, type(None)})
+_EXACT_SCALARS = frozenset(_SCALARS)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -32,12 +32,11 @@ def to_jsonable(obj: Any) -> Any:
     names = _field_names(t)
     if names is not None:
         return {n: to_jsonable(getattr(obj, n)) for n in names}
+    # subclasses of the built-ins: str/int enums, numpy floats, named tuples, other mappings
     if isinstance(obj, _SCALARS):
         return obj
     if isinstance(obj, float):
-        return None if obj != obj else obj  # NaN has no JSON form
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        return None if obj != obj else obj
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, Mapping):
