@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.graders.rubric import compare_modes
+from grandrounds.graders.judging import compare_modes
 from grandrounds.records import GenParams
 from grandrounds.runner import JudgeConfig, RunConfig, run
 from grandrounds.store import Store

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grandrounds.hashing import content_hash
-from grandrounds.records import Criterion, GenParams, Grade, Message, Request, Response, Result, Sample, Verdict
+from grandrounds.records import Cell, Criterion, GenParams, Grade, Message, Request, Response, Result, Sample, Verdict
 from grandrounds.stats import mean_ci
 from grandrounds.store import RunRecord, Store
 
@@ -64,7 +64,7 @@ def build_store(path: Path | str, spec: SynthSpec = SynthSpec()) -> Store:
     dataset = content_hash(["synthetic", spec.benchmark, spec.n_samples, spec.seed])
     store.put_samples(spec.benchmark, dataset, samples)
     judges = ["scripted/judge-a", "scripted/judge-b"] if spec.panel else ["scripted/judge-a"]
-    fp_spec = {"grader": "SyntheticGrader", "templates": {"t": "0" * 16}, "judges": [{"model": j, "params": {}} for j in judges],
+    fp_spec = {"grader": {"name": "healthbench", "args": {}}, "templates": {"t": "0" * 16}, "judges": [{"model": j, "params": {}} for j in judges],
                "judge_mode": "default", "judge_runs": 1, "scoring": {}, "benchmark": spec.benchmark, "dataset_sha256": dataset}
     fp = content_hash(fp_spec)
     store.put_grader(fp, fp_spec)
@@ -109,8 +109,8 @@ def build_store(path: Path | str, spec: SynthSpec = SynthSpec()) -> Store:
 
 def _result(spec: SynthSpec, samples: list[Sample], run: RunRecord, m: int, values: list[float], fp_spec: dict) -> Result:
     rate = 0.35 + 0.05 * m
-    axes = {a: {"score": round(min(1.0, rate + 0.04 * (k - 2)), 4), "n": len(samples)} for k, a in enumerate(AXES)}
-    themes = {t: {"score": round(rate, 4), "n": len(samples) // len(THEMES)} for t in THEMES}
+    axes = {a: Cell(score=round(min(1.0, rate + 0.04 * (k - 2)), 4), n=len(samples)) for k, a in enumerate(AXES)}
+    themes = {t: Cell(score=round(rate, 4), n=len(samples) // len(THEMES)) for t in THEMES}
     return Result(
         benchmark=spec.benchmark, model=run.model, judge="scripted/judge-a", metric="overall_score (clipped mean, 0-1)",
         score=sum(values) / len(values) if values else None, ci95=mean_ci(values), n=len(values), n_unscored=len(samples) - len(values),

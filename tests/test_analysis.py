@@ -8,7 +8,6 @@ from grandrounds.analysis import (
     AgreementPair,
     ResultRow,
     agreement,
-    breakdown_families,
     fingerprint_diff,
     leaderboard,
     paired_compare,
@@ -90,14 +89,6 @@ def test_unscored_result_is_listed_unranked() -> None:
     [board] = leaderboard(rows, {})
     z = next(e for e in board.entries if e.row.model == "z")
     assert z.rank is None and "no score" in z.flags
-
-
-def test_breakdown_shapes() -> None:
-    nested = {"dimension": {"empathy": {"score": 3.5, "n": 10}, "safety": {"score": 4.0, "n": 9}}}
-    assert breakdown_families(nested) == {"dimension": {"empathy": (3.5, 10), "safety": (4.0, 9)}}
-    flat = {"MK": {"category": "knowledge", "usability_rate": 80.0, "n": 5}, "misc": 0.5}
-    assert breakdown_families(flat) == {"category": {"MK": (80.0, 5), "misc": (0.5, None)}}
-    assert breakdown_families({"note": "text", "x": {"y": "z"}}) == {}
 
 
 def test_agreement_kappa_f1_by_benchmark_and_dimension() -> None:

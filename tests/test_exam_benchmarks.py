@@ -19,8 +19,9 @@ from grandrounds.benchmarks.mmlu_medical import MMLUMedical
 from grandrounds.benchmarks.pubmedqa import PubMedQA, macro_f1_fixed
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.hashing import file_sha256
-from grandrounds.records import Grade
+from grandrounds.records import Cell, Grade
 from grandrounds.registry import BENCHMARKS
+from grandrounds.stats import wilson_ci
 
 
 def test_registry_paths_resolve_to_these_classes():
@@ -100,7 +101,7 @@ def test_pubmedqa_macro_f1_from_grades(shared_data):
     agg = bench.aggregate(samples, grades, RunOptions())
     assert agg.score == pytest.approx(276 / 500)
     assert agg.extra["macro_f1"] == pytest.approx((2 * 276 / (2 * 276 + 224)) / 3)
-    assert agg.breakdown["label"]["yes"]["score"] == 1.0 and agg.breakdown["label"]["no"]["score"] == 0.0
+    assert agg.breakdown["label"]["yes"].score == 1.0 and agg.breakdown["label"]["no"].score == 0.0
     assert "note" not in agg.extra
     assert "note" in bench.aggregate(samples, grades[:10], RunOptions()).extra
 
@@ -142,7 +143,7 @@ def test_mmlu_micro_headline_and_macro_extra(shared_data):
     agg = bench.aggregate(samples, grades, RunOptions())
     assert agg.score == pytest.approx(135 / 235)
     assert agg.extra["macro_accuracy"] == pytest.approx(0.5)
-    assert agg.breakdown["subject"]["medical_genetics"] == {"score": 0.0, "n": 100, "ci95": agg.breakdown["subject"]["medical_genetics"]["ci95"], "n_unscored": 0}
+    assert agg.breakdown["subject"]["medical_genetics"] == Cell(score=0.0, n=100, n_unscored=0, ci95=wilson_ci(0, 100))
 
 
 def test_mmlu_crlf_inside_quoted_cells(tmp_path):
@@ -234,7 +235,7 @@ def test_cmb_scoring_official_macro_and_set_match(shared_data, tmp_path):
     assert agg.extra["accuracy_per_subcategory"]["医师考试"] == {"规培结业": 1.0, "执业医师": pytest.approx(1 / 3)}
     assert agg.extra["accuracy_per_category"]["医师考试"] == pytest.approx((1.0 + 1 / 3) / 2)
     assert agg.extra["accuracy_per_category"]["护理考试"] == 0.0
-    assert agg.breakdown["exam_type"]["医师考试"]["official_macro"] == pytest.approx((1.0 + 1 / 3) / 2)
+    assert agg.breakdown["exam_type"]["医师考试"].metrics["official_macro"] == pytest.approx((1.0 + 1 / 3) / 2)
     assert agg.extra["n_unextracted"] == 2
 
 
@@ -358,7 +359,7 @@ def test_gb18030_decodes_and_garbage_errors(tmp_path):
 
 def test_jsonl_lines_end_at_newline_only(tmp_path):
     """U+2028 / U+0085 inside a JSON string do not split a record (str.splitlines would)."""
-    from grandrounds.benchmarks.mcq_io import read_jsonl
+    from grandrounds.benchmarks.readers import read_jsonl
 
     path = tmp_path / "x.jsonl"
     path.write_text('{"q": "one\u2028two\u0085three"}\r\n\n{"q": 2}\n', encoding="utf-8")

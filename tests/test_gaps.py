@@ -14,11 +14,13 @@ import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.gaps import GAPS, parse_rubric, repair_truncated_list
-from grandrounds.errors import DataError
+from grandrounds.errors import ConfigError, DataError
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.gaps_grader import GAPSGrader, parse_level, parse_passages
 from grandrounds.records import Grade, Response
+from grandrounds.runner import JudgeConfig, check_judges
 from grandrounds.scoring import gaps as sc
+from tests.grading import grade_answer
 
 
 @lru_cache(maxsize=None)
@@ -90,8 +92,9 @@ def test_vote_table(labels, decision):
 def test_single_judge_needs_min_valid_one(nsclc):
     assert sc.vote(["met"], min_valid=1) == "met" and sc.vote(["unknown"], min_valid=1) == "review_needed"
     one = (RuleJudge("a", lambda p, a: fenced("正向评分标准" in p)),)
-    g = asyncio.run(GAPSGrader().grade(nsclc[0], Response(key="x", text="答"), GradeContext(judges=one)))
-    assert g.value is None and "at least 2 judges" in g.error
+    with pytest.raises(ConfigError, match="at least 2 judges"):  # refused before any call
+        check_judges(GAPS(), GAPSGrader(), [JudgeConfig("openai/a")])
+    check_judges(GAPS(), GAPSGrader(min_valid=1), [JudgeConfig("openai/a")])
     g1 = asyncio.run(GAPSGrader(min_valid=1).grade(nsclc[0], Response(key="x", text="答"), GradeContext(judges=one)))
     assert g1.value == 1.0 and g1.details["reference_value"] == 1.0
 
@@ -164,17 +167,17 @@ def test_panel_grades_a_real_row_under_both_conventions(nsclc):
     assert g.value == round(earned_ref / (56 - pts["1"]), 4)  # item 1 excluded from the maximum
     assert g.details["coverage"] == pytest.approx(23 / 24)
     v1 = next(v for v in g.verdicts if v.criterion_id == "1")
-    assert v1.status == "unknown" and v1.votes == ("met", "unknown", "unmet")
+    assert v1.status == "unknown" and v1.statuses == ("met", "unknown", "unmet")
     v2 = next(v for v in g.verdicts if v.criterion_id == "2")
-    assert v2.votes == ("met", "met", "unknown") and v2.attempts == 3  # c re-asked twice
-    assert "我无法判断" in v2.raw
+    assert v2.statuses == ("met", "met", "unknown") and v2.attempts == 3  # c re-asked twice
+    assert v2.votes[2].raw == "我无法判断" and v2.votes[2].judge == "c"  # the unreadable reply is kept on its own vote
     # Negative items got the negative prompt, positive ones the positive prompt.
     neg_prompts = [p for _, p in judges[0].calls if "负向评分标准" in p]
     assert len(neg_prompts) == 8 and len(judges[0].calls) == 24
     # Aggregate: ours and reference side by side.
     agg = GAPS().aggregate([sample], [g], RunOptions())
     assert agg.score == g.value and agg.extra["reference_score"] == g.details["reference_value"]
-    assert agg.breakdown["G1"]["n_review_needed"] == 1
+    assert agg.breakdown["category"]["G1"].metrics["n_review_needed"] == 1
 
 
 def test_only_unknown_regrade_reasks_only_unknown_votes(nsclc):
@@ -194,11 +197,10 @@ def test_only_unknown_regrade_reasks_only_unknown_votes(nsclc):
 
 
 def test_failed_answer_is_unscored(nsclc):
-    g = asyncio.run(GAPSGrader().grade(nsclc[0], Response(key="x", error="boom"), GradeContext(judges=())))
-    assert g.value is None and "boom" in g.error
     ok_judges = (RuleJudge("a", lambda p, a: fenced(True)), RuleJudge("b", lambda p, a: fenced(True)))
-    g = asyncio.run(GAPSGrader().grade(nsclc[0], Response(key="x", error="boom"), GradeContext(judges=ok_judges)))
-    assert g.value is None and "boom" in g.error
+    g = grade_answer(GAPSGrader(), nsclc[0], Response(key="x", error="boom"), GradeContext(judges=ok_judges))
+    assert g.value is None and g.status == "answer_failed" and "boom" in g.error
+    assert ok_judges[0].calls == [] and ok_judges[1].calls == []
 
 
 def test_irrelevant_content_deduction(nsclc):

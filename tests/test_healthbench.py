@@ -21,9 +21,10 @@ from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.healthbench import HealthBench, HealthBenchConsensus, HealthBenchHard
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.graders.base import GradeContext
-from grandrounds.graders.healthbench_grader import HealthBenchGrader, render_conversation, render_item
-from grandrounds.graders.rubric import compare_modes
+from grandrounds.graders.healthbench_grader import HealthBenchGrader, HealthBenchParams, render_conversation, render_item
+from grandrounds.graders.judging import compare_modes
 from grandrounds.records import Message, Response
+from tests.grading import grade_answer
 from grandrounds.scoring.healthbench import known_example_metrics, reference_example_metrics
 
 ITEM = re.compile(r"# Rubric item\n\[(-?\d+)\] (.*?)\n\n# How to judge", re.S)
@@ -167,8 +168,8 @@ def test_per_sample_and_aggregate_match_independent_reference(samples):
     for s, v in zip(samples, per):
         by_theme[s.metadata["theme"]].append(v)
     for theme, vals in by_theme.items():
-        assert agg.breakdown["theme"][theme]["score"] == pytest.approx(float(np.clip(np.mean(vals), 0, 1)))
-        assert agg.breakdown["theme"][theme]["n"] == len(vals)
+        assert agg.breakdown["theme"][theme].score == pytest.approx(float(np.clip(np.mean(vals), 0, 1)))
+        assert agg.breakdown["theme"][theme].n == len(vals)
     by_axis = defaultdict(list)
     for s in samples:
         for axis in {t for c in s.rubric for t in c.tags if t.startswith("axis:")}:
@@ -177,10 +178,10 @@ def test_per_sample_and_aggregate_match_independent_reference(samples):
             if possible > 0:
                 by_axis[axis[5:]].append(sum(c.points for c in items if rule(c.text)) / possible)
     for axis, vals in by_axis.items():
-        assert agg.breakdown["axis"][axis]["score"] == pytest.approx(float(np.clip(np.mean(vals), 0, 1)))
+        assert agg.breakdown["axis"][axis].score == pytest.approx(float(np.clip(np.mean(vals), 0, 1)))
     again = HealthBench().aggregate(samples, grades, RunOptions(seed=7))
     assert again.ci95 == agg.ci95  # seeded bootstrap
-    themes = ", ".join(f"{k}: {v['score']:.3f}" for k, v in agg.breakdown["theme"].items())
+    themes = ", ".join(f"{k}: {v.score:.3f}" for k, v in agg.breakdown["theme"].items())
     print(f"\nHealthBench 500, rule judge: overall {agg.score:.4f} CI {agg.ci95[0]:.4f}-{agg.ci95[1]:.4f} "
           f"std {agg.extra['bootstrap_std']:.4f}; mean unclipped {np.mean(per):.4f}; min example {min(per):.3f}; "
           f"themes {{{themes}}}")
@@ -242,8 +243,8 @@ def test_failed_judge_calls_and_failed_answers_are_never_zeros(samples):
     assert g.value is None and all(v.status == "unknown" for v in g.verdicts)
     assert Down.calls == len(s.rubric)
     judge = RuleJudge()
-    g = asyncio.run(HealthBenchGrader().grade(s, Response(key="a", error="429"), GradeContext(judges=(judge,))))
-    assert g.value is None and "429" in g.error and judge.calls == []
+    g = grade_answer(HealthBenchGrader(), s, Response(key="a", error="429"), GradeContext(judges=(judge,)))
+    assert g.value is None and g.status == "answer_failed" and "429" in g.error and judge.calls == []
 
 
 def test_panel_majority_on_real_rows(samples):
@@ -252,7 +253,7 @@ def test_panel_majority_on_real_rows(samples):
     judges = (RuleJudge("a"), RuleJudge("b"), RuleJudge("c", flip=flip_all))
     g = asyncio.run(HealthBenchGrader().grade(s, Response(key="a", text="x"), GradeContext(judges=judges)))
     assert g.value == pytest.approx(expected_score(s))
-    assert all(len(v.votes) == 3 and v.votes[0] == v.votes[1] != v.votes[2] for v in g.verdicts)
+    assert all(len(v.votes) == 3 and v.statuses[0] == v.statuses[1] != v.statuses[2] for v in g.verdicts)
 
 
 def test_batched_mode_reasks_missing_and_agrees_with_per_criterion(samples):
@@ -265,7 +266,7 @@ def test_batched_mode_reasks_missing_and_agrees_with_per_criterion(samples):
             return await super().__call__(messages, attempt=attempt)
 
     batched = Flaky()
-    bgrader = HealthBenchGrader("batched")
+    bgrader = HealthBenchGrader(HealthBenchParams("batched"))
     bgrades = grade_all(bgrader, subset, lambda s: GradeContext(judges=(batched,)))
     need_reask = [s for s in subset if any(missing_first(c.text) for c in s.rubric)]
     assert len(batched.calls) == len(subset) + len(need_reask)
@@ -275,7 +276,7 @@ def test_batched_mode_reasks_missing_and_agrees_with_per_criterion(samples):
     for s, g in zip(subset, bgrades):
         assert g.value == pytest.approx(expected_score(s)) and g.details["judge_mode"] == "batched"
 
-    pgrades = grade_all(HealthBenchGrader("per-criterion"), subset, lambda s: GradeContext(judges=(RuleJudge(),)))
+    pgrades = grade_all(HealthBenchGrader(HealthBenchParams("per-criterion")), subset, lambda s: GradeContext(judges=(RuleJudge(),)))
     assert compare_modes(bgrades, pgrades).agreement == 1.0
     flip = lambda text: len(text) % 7 == 0  # noqa: E731
     fgrades = grade_all(HealthBenchGrader(), subset, lambda s: GradeContext(judges=(RuleJudge(flip=flip),)))
@@ -288,7 +289,7 @@ def test_batched_mode_reasks_missing_and_agrees_with_per_criterion(samples):
 
 def test_unknown_mode_is_rejected_and_spec_records_mode():
     with pytest.raises(ConfigError):
-        HealthBenchGrader("pairwise")
+        HealthBenchGrader(HealthBenchParams("pairwise"))
     assert HealthBench().grader(RunOptions()).spec().args == {"mode": "per-criterion"}
     g = HealthBench().grader(RunOptions(judge_mode="batched"))
     assert list(g.template_hashes()) == ["healthbench_batched"]

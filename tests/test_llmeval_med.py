@@ -15,6 +15,7 @@ from grandrounds.benchmarks.llmeval_med import LLMEvalMed
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.llmeval_grader import LLMEvalGrader, parse_score, summarize
 from grandrounds.records import Grade, Response
+from tests.grading import grade_answer
 
 
 @dataclass
@@ -110,7 +111,8 @@ def test_three_runs_use_distinct_attempt_numbers_and_average(samples):
     assert g.details["run_scores"] == [4, 5, 2]
     assert g.details["mean_score"] == pytest.approx(11 / 3)
     assert g.value == 0.0 and g.details["reference_usable"] is False
-    assert all(v.status in ("met", "unmet") for v in g.verdicts)
+    assert g.verdicts == () and [(v.run, v.score) for v in g.votes] == [(0, 4.0), (1, 5.0), (2, 2.0)]
+    assert all(v.status in ("met", "unmet") for v in g.votes)
     # The MK prompt carries the checklist and the reference answer of this very turn.
     prompt = judge.calls[0][1]
     assert sample.metadata["checklist"][:20] in prompt and sample.target[:20] in prompt and "回答内容" in prompt
@@ -122,8 +124,8 @@ def test_no_valid_score_is_unscored_but_unusable_for_the_reference(samples):
     g = _grade(sample, judge)
     assert g.value is None and g.error
     assert g.details["reference_usable"] is False
-    assert [v.status for v in g.verdicts] == ["unknown"] * 3
-    assert all(v.raw == "无分数" and v.attempts == 3 for v in g.verdicts)
+    assert [v.status for v in g.votes] == ["unknown"] * 3 and g.status == "unreadable"
+    assert all(v.raw == "无分数" and v.attempts == 3 for v in g.votes)
     assert len(judge.calls) == 9  # 3 runs x (1 + max_reask 2)
     assert "评分要点" not in judge.calls[0][1]  # MR has no checklist section
 
@@ -131,23 +133,24 @@ def test_no_valid_score_is_unscored_but_unusable_for_the_reference(samples):
 def test_failed_answer_and_failed_judge_calls_are_not_zero(samples):
     grader = LLMEvalGrader(runs=2)
     s = samples[0]
-    g = asyncio.run(grader.grade(s, Response(key="a", error="timeout"), GradeContext(judges=(FakeJudge(["[5]"]),))))
-    assert g.value is None and "timeout" in g.error
+    g = grade_answer(grader, s, Response(key="a", error="timeout"), GradeContext(judges=(FakeJudge(["[5]"]),)))
+    assert g.value is None and g.status == "answer_failed" and "timeout" in g.error
     judge = FakeJudge([None])
     g = asyncio.run(grader.grade(s, Response(key="a", text="x"), GradeContext(judges=(judge,))))
     assert g.value is None and len(judge.calls) == 2  # a failed call is not re-asked
-    assert all("HTTP 500" in v.explanation for v in g.verdicts)
+    assert g.status == "unreadable" and len(g.votes) == 2
+    assert all(v.status == "unknown" and "HTTP 500" in v.explanation and "HTTP 500" in (v.error or "") for v in g.votes)
 
 
 def test_only_unknown_regrade_keeps_known_runs_and_uses_fresh_attempts(samples):
     sample = samples[0]
     first = _grade(sample, FakeJudge(['{"得分": "[5]"}', "??", "??", "??", '{"得分": "[4]"}']))
-    assert [v.status for v in first.verdicts] == ["met", "unknown", "met"]
+    assert [v.status for v in first.votes] == ["met", "unknown", "met"]
     judge = FakeJudge(['{"得分": "[4]"}'])
     again = _grade(sample, judge, previous=first, only_unknown=True)
     assert [a for a, _ in judge.calls] == [9]  # after attempts 0..8 of the first grading
     assert again.details["run_scores"] == [5, 4, 4] and again.value == 1.0
-    assert again.verdicts[1].attempts == 4
+    assert again.votes[1].attempts == 4 and again.votes[0] == first.votes[0]  # known runs kept as they are
 
 
 def test_aggregate_usability_percent_and_reference_op(samples):
@@ -166,9 +169,9 @@ def test_aggregate_usability_percent_and_reference_op(samples):
     assert agg.extra["reference_op"] == pytest.approx(100 * 2 / 6)
     assert agg.extra["n_no_valid_score"] == 1
     assert agg.extra["mean_score"] == pytest.approx((4.5 + 3.0 + 5.0 + 2.0) / 4)
-    assert agg.breakdown["MK"]["usability_rate"] == pytest.approx(100 * 2 / 3)
-    assert agg.breakdown["MK"]["reference_rate"] == pytest.approx(50.0)
-    assert agg.breakdown["MR"]["usability_rate"] == 0.0
+    assert agg.breakdown["category"]["MK"].score == pytest.approx(100 * 2 / 3)
+    assert agg.breakdown["category"]["MK"].metrics["reference_rate"] == pytest.approx(50.0)
+    assert agg.breakdown["category"]["MR"].score == 0.0
     lo, hi = agg.ci95
     assert 0 < lo < 50 < hi < 100
     assert agg.extra["judge_runs"] == 3

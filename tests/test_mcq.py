@@ -8,16 +8,13 @@ import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.demo import DemoExam
-from grandrounds.benchmarks.mcq import (
-    MultipleChoiceBenchmark,
-    extract_choice,
-    permutation,
-    shuffle_choices,
-    to_original,
-)
+from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+from grandrounds.graders.choice_extract import extract_choice
+from grandrounds.graders.mcq_grader import permutation, shuffle_choices, to_original
 from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext
 from grandrounds.records import Grade, Response, Sample
+from tests.grading import grade_answer
 from grandrounds.stats import wilson_ci
 
 ABCD = "ABCD"
@@ -185,8 +182,8 @@ def _grade(bench, sample, response, options=RunOptions()) -> Grade:
 
 def test_failed_call_is_unscored_never_wrong():
     bench, samples = _demo()
-    g = _grade(bench, samples[0], Response(key="k", error="HTTP 500"))
-    assert g.value is None and "HTTP 500" in g.error
+    g = grade_answer(bench.grader(RunOptions()), samples[0], Response(key="k", error="HTTP 500"))
+    assert g.value is None and g.status == "answer_failed" and "HTTP 500" in g.error
 
 
 def test_chat_grading_right_wrong_and_unextracted():
@@ -251,11 +248,11 @@ def test_aggregate_accuracy_ci_breakdown_and_counts():
     assert agg.ci95 == wilson_ci(7, 10)
     assert agg.extra["n_unextracted"] == 2 and agg.extra["average"].startswith("micro")
     topics = agg.breakdown["meta_info"]
-    assert sum(v["n"] + v["n_unscored"] for v in topics.values()) == 12
+    assert sum(v.n + v.n_unscored for v in topics.values()) == 12
     phys = [s for s in samples if s.metadata["meta_info"] == "physiology"]
     scored_phys = [g for g, s in zip(grades, samples) if s in phys and g.value is not None]
-    assert topics["physiology"]["n"] == len(scored_phys)
-    assert topics["physiology"]["score"] == pytest.approx(sum(g.value for g in scored_phys) / len(scored_phys))
+    assert topics["physiology"].n == len(scored_phys)
+    assert topics["physiology"].score == pytest.approx(sum(g.value for g in scored_phys) / len(scored_phys))
 
 
 def test_aggregate_reports_acc_norm_and_rejects_unknown_ids():

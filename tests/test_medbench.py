@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.benchmarks.medbench import MedBench, mcq_letters, write_submission
+from grandrounds.benchmarks.medbench import MedBench, write_submission
+from grandrounds.graders.choice_extract import mcq_letters
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext
 from grandrounds.records import Response
+from tests.grading import grade_answer
 
 STEM = "你是一名医疗安全领域专家，请完成下列医疗安全单选题，只需要输出最适合的选项字母，不要输出解释。\n## 问题\n医疗膳食的留样时间至少为：\n"
 OPTION_ORDERS = (("72小时", "48小时", "24小时", "12小时"), ("48小时", "72小时", "12小时", "24小时"))
@@ -100,9 +102,9 @@ def test_local_scoring_when_answers_are_present(tmp_path):
     assert [g.value for g in grades] == [1.0, 0.0, 1.0, 0.0]
     assert grades[3].extracted == "AC"
     agg = bench.aggregate(samples, grades, RunOptions())
-    assert agg.score == 0.5 and agg.n_unscored == 0 and agg.breakdown["MedExam_V4"]["n"] == 4
-    failed = asyncio.run(bench.grader(RunOptions()).grade(samples[0], Response(key="k", error="429"), GradeContext()))
-    assert failed.value is None and "429" in failed.error
+    assert agg.score == 0.5 and agg.n_unscored == 0 and agg.breakdown["source"]["MedExam_V4"].n == 4
+    failed = grade_answer(bench.grader(RunOptions()), samples[0], Response(key="k", error="429"))
+    assert failed.value is None and failed.status == "answer_failed" and "429" in failed.error
 
 
 @pytest.mark.parametrize(
@@ -126,3 +128,46 @@ def test_malformed_lines_are_data_errors(tmp_path):
     empty.mkdir()
     with pytest.raises(DataError, match="no \\*.jsonl"):
         MedBench().load(empty)
+
+
+def test_submission_command_writes_a_runs_stored_answers(v4_dir, tmp_path):
+    """run (loopback model) then `grandrounds submission`: the platform file holds the stored answers."""
+    from typer.testing import CliRunner
+
+    from grandrounds.cli import app
+    from grandrounds.store import Store
+    from grandrounds.testing import LoopbackServer, last_user_text
+
+    def rule(body):
+        return "A" if "72小时" in last_user_text(body).split("A. ")[-1][:5] else "诊断：肺炎"
+
+    store = tmp_path / "s.db"
+    with LoopbackServer(rule) as srv:
+        r = CliRunner().invoke(app, ["run", "medbench", "--data", str(v4_dir), "--model", "openai/m",
+                                     "--base-url", srv.base_url, "--store", str(store)])
+        assert r.exit_code == 0, r.output
+    with Store(store) as st:
+        (run_rec,) = st.runs()
+    out = tmp_path / "sub"
+    out.mkdir()
+    r = CliRunner().invoke(app, ["submission", "--run", run_rec.id, "--out", str(out), "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    written = [json.loads(x) for x in (out / "MedSafety_V4.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [w["answer"] for w in written] == ["A", "诊断：肺炎", "A"]
+    assert json.loads((out / "MedDiag_V4.jsonl").read_text(encoding="utf-8"))["answer"] == "诊断：肺炎"
+
+
+def test_submission_is_refused_for_a_benchmark_scored_here(tmp_path):
+    from typer.testing import CliRunner
+
+    from grandrounds.cli import app
+
+    store = tmp_path / "s.db"
+    r = CliRunner().invoke(app, ["run", "demo", "--model", "scripted/a", "--limit", "2", "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    from grandrounds.store import Store
+
+    with Store(store) as st:
+        (run_rec,) = st.runs()
+    r = CliRunner().invoke(app, ["submission", "--run", run_rec.id, "--out", str(tmp_path / "x.jsonl"), "--store", str(store)])
+    assert r.exit_code != 0 and "demo has no submission format" in str(r.exception or r.output)

@@ -17,6 +17,8 @@ from grandrounds.benchmarks.medcalc import MedCalcBench
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext
 from grandrounds.records import Response
+from tests.grading import grade_answer
+from grandrounds.graders import medcalc_extract as mx
 from grandrounds.scoring import medcalc as mc
 
 
@@ -32,7 +34,7 @@ def rows(shared_data):
 
 def grade(sample, text=None, error=None):
     resp = Response(key="k", text=text, error=error)
-    return asyncio.run(MedCalcBench().grader(RunOptions()).grade(sample, resp, GradeContext()))
+    return grade_answer(MedCalcBench().grader(RunOptions()), sample, resp)
 
 
 def test_real_file_loads_completely(rows):
@@ -79,8 +81,8 @@ def test_tolerance_on_real_rows(rows, row, reply, correct):
 def test_real_row_targets(rows):
     assert rows["41"].target["kind"] == "integer" and rows["41"].metadata["calculator_id"] == 4
     assert rows["1"].target["lower"] == 23.9761 and rows["1"].target["upper"] == 26.4999
-    assert mc.parse_ground_truth(rows["928"].target["truth"], "date") == date(2014, 9, 23)
-    assert mc.parse_ground_truth(rows["1028"].target["truth"], "gestational_age") == (0, 6)
+    assert mx.parse_ground_truth(rows["928"].target["truth"], "date") == date(2014, 9, 23)
+    assert mx.parse_ground_truth(rows["1028"].target["truth"], "gestational_age") == (0, 6)
 
 
 def test_unextractable_is_wrong_and_counted_failed_call_unscored(rows):
@@ -95,8 +97,8 @@ def test_unextractable_is_wrong_and_counted_failed_call_unscored(rows):
     agg = bench.aggregate([s1, s41, s928], [g_none, g_fail, g_ok], RunOptions())
     assert agg.score == 0.5 and agg.n == 2 and agg.n_unscored == 1
     assert agg.extra["n_unextractable"] == 1
-    assert agg.breakdown["category:lab"]["accuracy"] == 0.0 and agg.breakdown["category:date"]["accuracy"] == 1.0
-    assert agg.breakdown["kind:date"]["n"] == 1
+    assert agg.breakdown["category"]["lab"].score == 0.0 and agg.breakdown["category"]["date"].score == 1.0
+    assert agg.breakdown["kind"]["date"].n == 1
     assert agg.ci95[0] < 0.5 < agg.ci95[1]
 
 
@@ -112,7 +114,7 @@ def test_unextractable_is_wrong_and_counted_failed_call_unscored(rows):
     ],
 )
 def test_answer_text(reply, text):
-    assert mc.answer_text(reply) == text
+    assert mx.answer_text(reply) == text
 
 
 def _write_one_row(tmp_path: Path, src: Path, **changes: str) -> Path:

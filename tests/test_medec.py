@@ -14,6 +14,8 @@ from grandrounds.benchmarks.medec import MEDEC
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext
 from grandrounds.records import Response
+from tests.grading import grade_answer
+from grandrounds.graders import medec_extract as ex
 from grandrounds.scoring import medec as sc
 
 TEST_CSV = "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv"
@@ -32,7 +34,7 @@ def test_rows(shared_data):
 
 def grade(sample, text=None, error=None):
     resp = Response(key="k", text=text, error=error)
-    return asyncio.run(MEDEC().grader(RunOptions()).grade(sample, resp, GradeContext()))
+    return grade_answer(MEDEC().grader(RunOptions()), sample, resp)
 
 
 def test_real_files_load_completely(shared_data, test_rows):
@@ -80,18 +82,18 @@ def test_real_row_without_error(test_rows):
 @pytest.mark.parametrize(
     "reply, expected",
     [
-        ('{"error": "yes", "sentence_id": "3", "corrected": "\\"Give aspirin.\\""}', sc.Prediction(1, 3, "Give aspirin.")),
-        ('{"error": 0}', sc.Prediction(0, -1, "NA")),
-        ('{"error": true, "sentence_id": 2}', sc.Prediction(1, 2, "NA")),  # no correction given
-        ("ms-test-7 1 4 Start heparin now.", sc.Prediction(1, 4, "Start heparin now.")),
-        ("ms-test-7 0 -1 whatever", sc.Prediction(0, -1, "NA")),  # flag 0 forces NA
+        ('{"error": "yes", "sentence_id": "3", "corrected": "\\"Give aspirin.\\""}', ex.Prediction(1, 3, "Give aspirin.")),
+        ('{"error": 0}', ex.Prediction(0, -1, "NA")),
+        ('{"error": true, "sentence_id": 2}', ex.Prediction(1, 2, "NA")),  # no correction given
+        ("ms-test-7 1 4 Start heparin now.", ex.Prediction(1, 4, "Start heparin now.")),
+        ("ms-test-7 0 -1 whatever", ex.Prediction(0, -1, "NA")),  # flag 0 forces NA
         ("other-id 1 4 Start heparin now.", None),  # a line for another text is not this prediction
         ('{"error": "maybe"}', None),
         ("I think sentence 4 is wrong.", None),
     ],
 )
 def test_parse_prediction(reply, expected):
-    assert sc.parse_prediction(reply, text_id="ms-test-7") == expected
+    assert ex.parse_prediction(reply, text_id="ms-test-7") == expected
 
 
 def test_aggregate_official_metrics(test_rows):
@@ -104,8 +106,8 @@ def test_aggregate_official_metrics(test_rows):
     assert agg.extra["error_sentence_accuracy"] == 0.5 and agg.extra["r1fc"] == 0.5
     assert agg.extra["reference_error_flag_accuracy"] == pytest.approx(1 / 3)  # missing = wrong
     assert agg.extra["n_unparseable"] == 1
-    assert agg.breakdown["error_type:causalOrganism"]["error_flag_accuracy"] == 1.0
-    assert agg.breakdown["error_type:NA"]["error_flag_accuracy"] == 0.0
+    assert agg.breakdown["error_type"]["causalOrganism"].score == 1.0
+    assert agg.breakdown["error_type"]["NA"].score == 0.0
 
 
 def test_inconsistent_or_non_numeric_rows_are_data_errors(tmp_path):

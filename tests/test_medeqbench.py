@@ -16,7 +16,8 @@ from grandrounds.benchmarks.medeqbench import DIMENSION_ALIASES, MedEQBench, par
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.medeq_grader import MedEQGrader, rubric_text
-from grandrounds.records import Response, Verdict
+from grandrounds.records import Cell, Response, Verdict
+from tests.grading import grade_answer
 from grandrounds.scoring.medeq import DIMENSIONS, question_score, reference_question_score
 
 ITEM_NO = re.compile(r"^\s*(\d+)\s*、", re.M)
@@ -184,7 +185,7 @@ def test_one_call_per_answer_and_scores_match_independent_arithmetic(samples):
     assert agg.score == pytest.approx(mean) and agg.n == 413 and agg.n_unscored == 0
     assert agg.ci95[0] <= agg.score <= agg.ci95[1]
     dims = agg.breakdown["dimension"]
-    assert set(DIMENSIONS) <= set(dims) and dims["内容结构"] == {"score": None, "n": 0}
+    assert set(DIMENSIONS) <= set(dims) and dims["内容结构"] == Cell(score=None, n=0)
     for dim in ("混合情绪", "文化背景考量"):  # nanmean over questions having the dimension
         vals = []
         for s in samples:
@@ -192,10 +193,10 @@ def test_one_call_per_answer_and_scores_match_independent_arithmetic(samples):
             if items:
                 hit = sum(c.points for c in items if int(c.id.split("_")[1]) % 2 == 0)
                 vals.append(round(100 * hit / sum(c.points for c in items), 2))
-        assert dims[dim]["n"] == len(vals)
-        assert dims[dim]["score"] == pytest.approx(round(sum(vals) / len(vals), 2))
+        assert dims[dim].n == len(vals)
+        assert dims[dim].score == pytest.approx(round(sum(vals) / len(vals), 2))
     print(f"\nMedEQ rule judge: final {agg.score:.2f} CI {agg.ci95[0]:.2f}-{agg.ci95[1]:.2f}; "
-          + ", ".join(f"{d} {v['score']}" for d, v in list(dims.items())[:5]))
+          + ", ".join(f"{d} {v.score}" for d, v in list(dims.items())[:5]))
 
 
 def test_missing_items_are_reasked_then_unknown(samples):
@@ -223,8 +224,8 @@ def test_missing_items_are_reasked_then_unknown(samples):
 
 def test_failed_answer_is_unscored_without_judging(samples):
     judge = LineJudge()
-    g = asyncio.run(MedEQGrader().grade(samples[0], Response(key="a", error="500"), GradeContext(judges=(judge,))))
-    assert g.value is None and judge.calls == []
+    g = grade_answer(MedEQGrader(), samples[0], Response(key="a", error="500"), GradeContext(judges=(judge,)))
+    assert g.value is None and g.status == "answer_failed" and judge.calls == []
 
 
 def test_judge_prompt_carries_question_answer_and_original_rubric(samples):

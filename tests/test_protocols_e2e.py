@@ -210,7 +210,8 @@ def test_gaps_panel_of_three_20_through_runner(tmp_path):
         negatives = {str(it.get("id")) for it in items if str(it.get("level", "")).upper().startswith("S")}
         for v in g.verdicts:
             want = "unmet" if v.criterion_id in negatives else "met"
-            assert v.status == want and v.votes == (want,) * 3
+            assert v.status == want and v.statuses == (want,) * 3
+            assert [x.judge for x in v.votes] == ["openai/j1", "openai/j2", "openai/j3"]
     print(f"\ngaps run: score {score} (reference {out.result.extra['reference_score']}), "
           f"{n_points} points x 3 judges = {j.stats.requests} judge calls")
 
@@ -388,5 +389,5 @@ def test_medbench_20_through_runner(tmp_path):
     assert score == pytest.approx(sum(right) / N)
     assert [g.value for g in out.grades] == [float(r) for r in right]
     assert out.result.extra["n_withheld"] == 0
-    assert out.result.breakdown["MedMulti_V4"]["n"] == 12 and out.result.breakdown["MedSafety_V4"]["n"] == 8
+    assert out.result.breakdown["source"]["MedMulti_V4"].n == 12 and out.result.breakdown["source"]["MedSafety_V4"].n == 8
     print(f"\nmedbench run: accuracy {score} ({sum(right)}/{N})")

@@ -82,15 +82,16 @@ def test_tabular_formats_hold_leaderboard_and_samples(store: Store, tmp_path: Pa
         from openpyxl import load_workbook
 
         wb = load_workbook(paths[0])
-        assert wb.sheetnames == ["leaderboard", "samples"]
+        assert wb.sheetnames == ["leaderboard", "samples", "breakdowns"]
         assert wb["leaderboard"].max_row == 4 and wb["samples"].max_row == 121
+        assert wb["breakdowns"].max_row == 1 + 3 * 10  # 3 models x (5 axes + 5 themes)
     elif fmt == "parquet":
         import pyarrow.parquet as pq
 
         assert pq.read_table(paths[0]).num_rows == 3 and pq.read_table(paths[1]).num_rows == 120
     else:
         text = paths[0].read_text(encoding="utf-8")
-        assert text.count("| healthbench |") == 3 + 120
+        assert text.count("| healthbench |") == 3 + 120 + 3 * 10  # leaderboard, samples, breakdown cells
 
 
 def test_unknown_format_rejected(store: Store, tmp_path: Path) -> None:

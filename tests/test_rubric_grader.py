@@ -1,4 +1,4 @@
-"""Shared rubric-judging machinery: re-asks, failed calls, panels, re-grading, reply parsing, compare_modes."""
+"""The judge engine: re-asks, failed calls, panels, re-grading, reply parsing, compare_modes."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 
 from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext
-from grandrounds.graders.healthbench_grader import json_values, parse_batched
-from grandrounds.graders.judge_parse import parse_criteria_met
+from grandrounds.graders.healthbench_grader import parse_batched
+from grandrounds.graders.judge_json import json_values, parse_criteria_met
+from grandrounds.graders.judging import Ask, Reading, ask, compare_modes, judge_criteria, majority, votes_of
 from grandrounds.graders.medeq_grader import parse_medeq_reply
-from grandrounds.graders.rubric import Ask, ask_judge, compare_modes, judge_rubric, majority
-from grandrounds.records import Grade, Message, Response, Verdict
+from grandrounds.records import Grade, Message, Response, Verdict, Vote
 
 
 class ScriptedJudge:
@@ -39,13 +39,22 @@ YES = '```json\n{"explanation": "ok", "criteria_met": true}\n```'
 NO = '{"explanation": "no", "criteria_met": false}'
 
 
-def per_criterion(ids):
-    return [Ask((c,), lambda _p, c=c: (Message("user", c),), lambda t, p: _single(t, p)) for c in ids]
+def per_criterion(_judge, ids):
+    return [Ask((c,), lambda _p, c=c: (Message("user", c),), _single) for c in ids]
 
 
 def _single(text, pending):
     met, expl = parse_criteria_met(text)
-    return {pending[0]: (met, expl)} if met is not None else {}
+    return {pending[0]: Reading("met" if met else "unmet", expl)} if met is not None else {}
+
+
+async def ask_judge(judge, a, first_attempt, max_reask):
+    """One judge's votes on one ask, as the engine forms them."""
+    return votes_of(judge.name, a, await ask(judge, a, first_attempt, max_reask), {})
+
+
+def judge_rubric(ids, make_asks, ctx):
+    return judge_criteria(ids, make_asks, ctx)
 
 
 def run(coro):
@@ -71,7 +80,7 @@ def test_majority(votes, expected):
 
 def test_reask_until_readable_then_met():
     judge = ScriptedJudge("j", {("a", 0): "I think yes", ("a", 1): YES})
-    votes = run(ask_judge(judge, per_criterion(["a"])[0], 0, 2))
+    votes = run(ask_judge(judge, per_criterion(0, ["a"])[0], 0, 2))
     assert votes["a"].status == "met"
     assert votes["a"].attempts == 2
     assert votes["a"].keys == ("j:a:0", "j:a:1")
@@ -80,7 +89,7 @@ def test_reask_until_readable_then_met():
 
 def test_garbage_becomes_unknown_after_max_reask_with_raw_kept():
     judge = ScriptedJudge("j", default="no json here")
-    votes = run(ask_judge(judge, per_criterion(["a"])[0], 0, 2))
+    votes = run(ask_judge(judge, per_criterion(0, ["a"])[0], 0, 2))
     assert votes["a"].status == "unknown"
     assert votes["a"].raw == "no json here"
     assert [a for _, a in judge.calls] == [0, 1, 2]
@@ -88,7 +97,7 @@ def test_garbage_becomes_unknown_after_max_reask_with_raw_kept():
 
 def test_failed_call_is_unknown_not_unmet_and_not_reasked():
     judge = ScriptedJudge("j", default=None)
-    votes = run(ask_judge(judge, per_criterion(["a"])[0], 0, 2))
+    votes = run(ask_judge(judge, per_criterion(0, ["a"])[0], 0, 2))
     assert votes["a"].status == "unknown"
     assert "HTTP 500" in votes["a"].explanation
     assert len(judge.calls) == 1
@@ -103,16 +112,16 @@ def test_panel_majority_records_votes():
     ctx = GradeContext(judges=judges, max_reask=0)
     verdicts = run(judge_rubric(["a", "b", "c"], per_criterion, ctx))
     by = {v.criterion_id: v for v in verdicts}
-    assert (by["a"].status, by["a"].votes) == ("met", ("met", "met", "unmet"))
-    assert (by["b"].status, by["b"].votes) == ("unmet", ("met", "unmet", "unmet"))
-    assert (by["c"].status, by["c"].votes) == ("met", ("met", "unknown", "unknown"))
+    assert (by["a"].status, by["a"].statuses) == ("met", ("met", "met", "unmet"))
+    assert (by["b"].status, by["b"].statuses) == ("unmet", ("met", "unmet", "unmet"))
+    assert (by["c"].status, by["c"].statuses) == ("met", ("met", "unknown", "unknown"))
     assert set(by["a"].judge_keys) == {"j1:a:0", "j2:a:0", "j3:a:0"}
 
 
 def test_panel_tie_is_unknown():
     judges = (ScriptedJudge("j1", {"a": YES}), ScriptedJudge("j2", {"a": NO}))
     (v,) = run(judge_rubric(["a"], per_criterion, GradeContext(judges=judges)))
-    assert v.status == "unknown" and v.votes == ("met", "unmet")
+    assert v.status == "unknown" and v.statuses == ("met", "unmet")
 
 
 def test_regrade_only_unknown_keeps_known_and_continues_attempts():
@@ -133,12 +142,14 @@ def test_regrade_only_unknown_keeps_known_and_continues_attempts():
 
 
 def test_regrade_panel_reasks_only_the_judge_whose_vote_was_unknown():
-    prev = Verdict("a", "unknown", votes=("met", "unknown"), attempts=1, judge_keys=("k1", "k2"))
+    votes = (Vote("j1", "met", attempts=1, keys=("k1",)), Vote("j2", "unknown", attempts=1, keys=("k2",)))
+    prev = Verdict("a", "unknown", votes=votes)
     j1, j2 = ScriptedJudge("j1", {"a": NO}), ScriptedJudge("j2", {"a": YES})
     ctx = GradeContext(judges=(j1, j2), previous=Grade("s", None, verdicts=(prev,)), only_unknown=True)
     (v,) = run(judge_rubric(["a"], per_criterion, ctx))
     assert j1.calls == [] and j2.calls == [("a", 1)]
-    assert v.status == "met" and v.votes == ("met", "met")
+    assert v.status == "met" and v.statuses == ("met", "met")
+    assert v.judge_keys == ("k1", "k2", "j2:a:1")  # the kept vote keeps its call; the new one adds its own
 
 
 def test_no_judge_is_a_config_error():
@@ -182,7 +193,7 @@ def test_per_criterion_reply_table(reply, met):
 )
 def test_batched_reply_table(reply, expected):
     got = parse_batched(reply, ["0", "1", "2"])
-    assert {k: v[0] for k, v in got.items()} == expected
+    assert {k: v.status == "met" for k, v in got.items()} == expected
 
 
 def test_json_values_finds_objects_and_arrays_in_prose():

@@ -6,49 +6,32 @@ import asyncio
 
 from grandrounds.benchmarks.demo import DemoExam
 from grandrounds.executor import RetryPolicy
-from grandrounds.graders.base import Grader
+from grandrounds.graders.mcq_grader import MCQGrader
 from grandrounds.providers.base import ProviderError
 from grandrounds.providers.scripted import ScriptedProvider
-from grandrounds.registry import BENCHMARKS, PROVIDERS
+from grandrounds.registry import PROVIDERS
 from grandrounds.runner import RunConfig, group_samples, run
 from grandrounds.records import Message, Sample
 from grandrounds.store import Store
 
 
-class CrashyGrader(Grader):
-    """Wraps the demo's grader and crashes on sample "3" while ``broken`` is set."""
+def test_grader_crash_is_counted_unscored_and_redone_later(tmp_path, monkeypatch):
+    real = MCQGrader.grade
 
-    broken = True
-
-    def __init__(self, inner: Grader) -> None:
-        self.inner = inner
-        self.templates = inner.templates
-
-    def spec(self):
-        return self.inner.spec()
-
-    async def grade(self, sample, response, ctx):
-        if CrashyGrader.broken and sample.id == "3":
+    async def crashy(self, sample, response, ctx):
+        if sample.id == "3":
             raise RuntimeError("boom")
-        return await self.inner.grade(sample, response, ctx)
+        return await real(self, sample, response, ctx)
 
-
-class CrashyDemo(DemoExam):
-    name = "crashy-demo"
-
-    def grader(self, options):
-        return CrashyGrader(super().grader(options))
-
-
-def test_grader_crash_is_counted_unscored_and_redone_later(tmp_path):
-    BENCHMARKS.register("crashy-demo", CrashyDemo)
+    monkeypatch.setattr(MCQGrader, "grade", crashy)
     store = Store(tmp_path / "s.db")
-    cfg = RunConfig("crashy-demo", "scripted/a", provider_options={"script": lambda req: "Answer: A"})
+    cfg = RunConfig("demo", "scripted/a", provider_options={"script": lambda req: "Answer: A"})
     out = asyncio.run(run(store, cfg))
     bad = [g for g in out.grades if g.value is None]
     assert len(bad) == 1 and bad[0].sample_id == "3" and bad[0].error == "grading failed: RuntimeError: boom"
+    assert bad[0].status == "grader_error"
     assert out.result.n == 11 and out.result.n_unscored == 1
-    CrashyGrader.broken = False
+    monkeypatch.setattr(MCQGrader, "grade", real)
     again = asyncio.run(run(store, cfg))
     assert again.answer_stats.made == 0, "the answer is reused, only the grade is redone"
     assert again.result.n == 12 and again.result.n_unscored == 0
@@ -104,7 +87,12 @@ class ReversedProvider(ScriptedProvider):
 
 
 def test_samples_are_stored_with_their_answers_in_source_order(tmp_path):
-    PROVIDERS.register("reversed", ReversedProvider)
+    with PROVIDERS.registered("reversed", ReversedProvider):
+        _reversed_order(tmp_path)
+    assert "reversed" not in PROVIDERS.names(), "a test registration does not leak"
+
+
+def _reversed_order(tmp_path):
     store = Store(tmp_path / "s.db")
     bench = DemoExam()
     cfg = RunConfig("demo", "reversed/a", limit=7, provider_options={"script": lambda req: "Answer: A"})

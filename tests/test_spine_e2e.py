@@ -148,19 +148,25 @@ def test_failed_calls_are_unscored_not_wrong_and_retried_later(tmp_path):
 
 
 def test_non_retryable_error_is_not_retried(tmp_path):
+    """A 400 is the caller's fault: asked once, stored as a failed call, the sample unscored (never wrong)."""
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
-    calls = {"n": 0}
+    with LoopbackServer(lambda body: Fault("400")) as srv:
+        cfg = RunConfig("medqa", "openai/m", data=data, limit=3, base_url=srv.base_url, retry=RetryPolicy(base_delay=0.001))
+        out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
+        assert srv.stats.requests == 3, "one request per question, no retry"
+    assert out.answer_stats.made == 3 and out.answer_stats.failed == 3 and out.answer_stats.retries == 0
+    assert all(g.value is None and g.status == "answer_failed" and "400" in g.error for g in out.grades)
+    assert out.result.score is None and out.result.n == 0 and out.result.n_unscored == 3
 
-    def rule(body):
-        calls["n"] += 1
-        return "A"
 
-    # A model spec whose provider is unknown fails before any call, with a did-you-mean hint.
+def test_unknown_provider_fails_before_any_call(tmp_path):
+    data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     from grandrounds.registry import UnknownComponent
 
+    store = Store(tmp_path / "s.db")
     with pytest.raises(UnknownComponent, match="did you mean openai"):
-        asyncio.run(run(Store(tmp_path / "s.db"), RunConfig("medqa", "opena/x", data=data, limit=2)))
-    assert calls["n"] == 0
+        asyncio.run(run(store, RunConfig("medqa", "opena/x", data=data, limit=2)))
+    assert store.runs() == [], "nothing stored for a run that could not start"
 
 
 def test_answer_modes_and_shuffle_are_recorded(tmp_path):

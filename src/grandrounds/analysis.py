@@ -1,4 +1,4 @@
-"""Pure analysis over stored results: leaderboard, comparability, paired comparison, agreement.
+"""Pure analysis over stored results: leaderboard, breakdown tables, comparability, paired comparison, agreement.
 
 Nothing here reads the store; :mod:`grandrounds.reports.collect` turns the store into the
 plain rows these functions take. Every random number comes from an explicit seed.
@@ -6,12 +6,12 @@ plain rows these functions take. Every random number comes from an explicit seed
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from grandrounds.hashing import canonical_json
+from grandrounds.records import Breakdown, Cell
 from grandrounds.stats import cohen_kappa, macro_f1, mcnemar_exact, paired_bootstrap
 
 #: Fingerprint fields that must agree before two results may be ranked in one column.
@@ -47,7 +47,7 @@ class ResultRow:
     n_unscored: int
     coverage: float | None
     judge: str | None = None
-    breakdown: Mapping[str, Any] = field(default_factory=dict)
+    breakdown: Breakdown = field(default_factory=dict)
     fingerprint: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -176,31 +176,41 @@ def _tied(leader: ResultRow, r: ResultRow, values: Mapping[tuple[str, str], Valu
     return leader.ci95[0] <= r.ci95[1] and r.ci95[0] <= leader.ci95[1]
 
 
-def breakdown_families(breakdown: Mapping[str, Any]) -> dict[str, dict[str, tuple[float, int | None]]]:
-    """Normalise the benchmarks' breakdown shapes to {family: {name: (score, n)}}.
+@dataclass(frozen=True)
+class FamilyTable:
+    """One breakdown family of a board, aligned over its entries: keys down, results across.
 
-    Shapes seen: {"dimension": {name: {"score", "n"}}} (families of entries), a flat
-    {name: {"score", "n"}} (one family, "category"), and {name: number}.
+    ``cells[i]`` holds entry i's cells of this family (a key it lacks has no cell, never a
+    guessed one); ``keys`` and ``metrics`` (every named metric any cell carries) are in
+    first-seen order, so a benchmark's own order (an exam's subjects) is kept.
     """
-    out: dict[str, dict[str, tuple[float, int | None]]] = {}
-    for key, val in breakdown.items():
-        if isinstance(val, Mapping) and _score_of(val) is not None:
-            out.setdefault("category", {})[str(key)] = (_score_of(val), val.get("n"))  # type: ignore[arg-type]
-        elif isinstance(val, Mapping):
-            fam = {str(k): (_score_of(v), v.get("n")) for k, v in val.items() if isinstance(v, Mapping) and _score_of(v) is not None}
-            if fam:
-                out[str(key)] = fam  # type: ignore[assignment]
-        elif isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val):
-            out.setdefault("category", {})[str(key)] = (float(val), None)
+
+    family: str
+    keys: tuple[str, ...]
+    metrics: tuple[str, ...]
+    entries: tuple[Entry, ...]
+    cells: tuple[Mapping[str, Cell], ...]
+
+    def rows(self) -> Iterator[tuple[str, Entry, Cell]]:
+        """(key, entry, cell) for every cell, grouped by key, entries in board order."""
+        for key in self.keys:
+            for entry, cells in zip(self.entries, self.cells):
+                if key in cells:
+                    yield key, entry, cells[key]
+
+
+def breakdown_tables(board: Board) -> list[FamilyTable]:
+    """The breakdown families of a board's results, in first-seen order, one table each."""
+    families: dict[str, None] = {}
+    for e in board.entries:
+        families.update(dict.fromkeys(e.row.breakdown))
+    out = []
+    for fam in families:
+        cells = tuple(e.row.breakdown.get(fam, {}) for e in board.entries)
+        keys = tuple(dict.fromkeys(k for c in cells for k in c))
+        metrics = tuple(dict.fromkeys(m for c in cells for cell in c.values() for m in cell.metrics))
+        out.append(FamilyTable(fam, keys, metrics, board.entries, cells))
     return out
-
-
-def _score_of(entry: Mapping[str, Any]) -> float | None:
-    for k in ("score", "usability_rate", "accuracy"):
-        v = entry.get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
-    return None
 
 
 @dataclass(frozen=True)

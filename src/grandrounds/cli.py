@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, get_args
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from grandrounds.errors import ConfigError, GrandroundsError
+from grandrounds.params import Param
+from grandrounds.records import AnswerMode
 from grandrounds.registry import BENCHMARKS, PROVIDERS, UnknownComponent
+
+if TYPE_CHECKING:
+    from grandrounds.benchmarks.base import Benchmark
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate LLMs on medical benchmarks, every answer shown.")
 console = Console()
@@ -28,18 +33,25 @@ def store_path(path: Optional[Path]) -> Path:
     return path or Path(os.environ.get("GRANDROUNDS_STORE", "grandrounds.db"))
 
 
-def parse_params(items: list[str]) -> dict[str, Any]:
-    """``key=value`` pairs; values parsed as JSON when they are JSON (numbers, lists), else strings."""
-    out: dict[str, Any] = {}
+def parse_params(items: list[str], flag: str = "--param") -> dict[str, str]:
+    """``KEY=VALUE`` pairs as typed; each value is coerced later to the type its owner declares."""
+    out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--param {item!r} must be KEY=VALUE")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
+        if not sep or not key.strip():
+            raise ConfigError(f"{flag} {item!r} must be KEY=VALUE")
+        out[key.strip()] = value
     return out
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A configuration or data error ends the command with its one-line message and exit code 2."""
+    try:
+        yield
+    except (GrandroundsError, UnknownComponent) as e:
+        sys.stderr.write(f"error: {e}\n")
+        raise typer.Exit(2) from None
 
 
 def judge_configs(specs: list[str], base_url: str, params: Any) -> tuple[Any, ...]:
@@ -53,28 +65,73 @@ def judge_configs(specs: list[str], base_url: str, params: Any) -> tuple[Any, ..
     return tuple(out)
 
 
+def bench_options(cls: type[Benchmark]) -> str:
+    """The options a benchmark class declares, as flags (what ``run`` accepts for it)."""
+    parts = []
+    if cls.parameters:
+        parts.append("--param " + ", ".join(p.name for p in cls.parameters))
+    if cls.scoring_options:
+        parts.append("--scoring " + ", ".join(p.name for p in cls.scoring_options))
+    if cls.judge_modes:
+        parts.append("--judge-mode " + "|".join(cls.judge_modes))
+    if cls.takes_judge_runs:
+        parts.append("--judge-runs")
+    if cls.shuffles_options:
+        parts.append("--shuffle-options")
+    return "; ".join(parts)
+
+
+def print_declared(title: str, params: Sequence[Param]) -> None:
+    """Each declared option on its own line: name, type, default, choices, help."""
+    if params:
+        console.print(f"[bold]{title}")
+        for p in params:
+            console.print(f"  {p.describe()}", markup=False, highlight=False)
+
+
 @app.command("list")
-def list_cmd() -> None:
-    """Show the benchmarks and providers."""
+def list_cmd(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="also list every option's type, default and meaning"),
+) -> None:
+    """Show the benchmarks and providers, with the options each accepts."""
     t = Table(title="Benchmarks")
     t.add_column("name")
     t.add_column("modes")
     t.add_column("judge")
+    t.add_column("options")
     t.add_column("description")
     for name in BENCHMARKS.names():
         try:
             cls = BENCHMARKS.get(name)
-            t.add_row(name, ", ".join(cls.answer_modes), "yes" if cls.needs_judge else "", cls.description)
+            t.add_row(name, ", ".join(cls.answer_modes), "yes" if cls.needs_judge else "", bench_options(cls), cls.description)
         except Exception as e:  # a broken plugin should not hide the rest
-            t.add_row(name, "", "", f"[red]unavailable: {e}")
+            t.add_row(name, "", "", "", f"[red]unavailable: {e}")
     console.print(t)
     p = Table(title="Providers")
     p.add_column("name")
     p.add_column("spec example")
-    examples = {"openai": "openai/gpt-4o (any OpenAI-compatible server with --base-url)", "llamacpp": "llamacpp/smollm2 or llamacpp/path/model.gguf", "scripted": "scripted/NAME (tests)"}
+    p.add_column("options (--model-opt)")
     for name in PROVIDERS.names():
-        p.add_row(name, examples.get(name, ""))
+        try:
+            pcls = PROVIDERS.get(name)
+            p.add_row(name, pcls.example, ", ".join(o.name for o in pcls.model_options))
+        except Exception as e:  # a broken plugin should not hide the rest
+            p.add_row(name, f"[red]unavailable: {e}", "")
     console.print(p)
+    if verbose:
+        _list_declared()
+
+
+def _list_declared() -> None:
+    """Every benchmark's and provider's declared options in full (broken plugins were shown above)."""
+    for name in BENCHMARKS.names():
+        with suppress(Exception):
+            cls = BENCHMARKS.get(name)
+            print_declared(f"{name} --param", cls.parameters)
+            print_declared(f"{name} --scoring", cls.scoring_options)
+    for name in PROVIDERS.names():
+        with suppress(Exception):
+            print_declared(f"{name} --model-opt", PROVIDERS.get(name).model_options)
 
 
 @app.command()
@@ -87,7 +144,7 @@ def run(
     store: Optional[Path] = StoreOpt,
     base_url: str = typer.Option("", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="calls in flight per endpoint"),
-    answer_mode: str = typer.Option("generate", "--answer-mode", help="generate | letter | loglik"),
+    answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
     shuffle_options: bool = typer.Option(False, "--shuffle-options", help="permute options (recorded)"),
     seed: int = typer.Option(0, "--seed"),
     temperature: float = typer.Option(0.0, "--temperature"),
@@ -97,62 +154,65 @@ def run(
     judge_temperature: float = typer.Option(0.0, "--judge-temperature"),
     judge_max_tokens: int = typer.Option(2048, "--judge-max-tokens"),
     judge_json: bool = typer.Option(False, "--judge-json", help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)"),
-    judge_mode: str = typer.Option("default", "--judge-mode", help="e.g. per-criterion | batched (HealthBench)"),
+    judge_mode: str = typer.Option("default", "--judge-mode", help="for benchmarks with judge modes, e.g. per-criterion | batched (HealthBench)"),
     judge_runs: Optional[int] = typer.Option(None, "--judge-runs", help="judge runs per answer where the protocol averages runs (default: the benchmark's)"),
     max_reask: int = typer.Option(2, "--max-reask", help="re-asks of an unparseable judge reply"),
-    param: list[str] = typer.Option([], "--param", help="benchmark parameter KEY=VALUE (e.g. subjects=[\"anatomy\"])"),
-    scoring: list[str] = typer.Option([], "--scoring", help="scoring option KEY=VALUE recorded in the fingerprint"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for llamacpp models"),
-    model_opt: list[str] = typer.Option([], "--model-opt", help="provider option KEY=VALUE, e.g. transport=lean (openai)"),
+    param: list[str] = typer.Option([], "--param", help="benchmark parameter KEY=VALUE, e.g. subjects=anatomy,college_medicine (see `grandrounds list`)"),
+    scoring: list[str] = typer.Option([], "--scoring", help="scoring option KEY=VALUE recorded in the fingerprint (see `grandrounds list`)"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads, for providers that take a threads option"),
+    model_opt: list[str] = typer.Option([], "--model-opt", help="provider option KEY=VALUE, e.g. transport=lean (see `grandrounds list`)"),
 ) -> None:
     """Run BENCHMARK against a model and print the result."""
     from grandrounds.benchmarks.base import RunOptions
     from grandrounds.records import GenParams
     from grandrounds.runner import RunConfig
 
-    cfg = RunConfig(
-        benchmark=benchmark,
-        model=model,
-        bench_params=parse_params(param),
-        data=data,
-        base_url=base_url,
-        options=RunOptions(
-            answer_mode=answer_mode,
-            shuffle_options=shuffle_options,
-            seed=seed,
-            judge_mode=judge_mode,
-            judge_runs=judge_runs,
-            max_reask=max_reask,
-            extra=parse_params(scoring),
-        ),
-        gen=GenParams(temperature=temperature, max_tokens=max_tokens, seed=seed),
-        judges=judge_configs(
-            judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed, json_object=judge_json)
-        ),
-        concurrency=concurrency,
-        limit=limit,
-        provider_options=parse_params(model_opt) | ({"n_threads": threads} if threads and model.startswith("llamacpp/") else {}),
-    )
-    _execute([cfg], store_path(store), out)
+    with user_errors():
+        cfg = RunConfig(
+            benchmark=benchmark,
+            model=model,
+            bench_params=parse_params(param),
+            data=data,
+            base_url=base_url,
+            options=RunOptions(
+                answer_mode=answer_mode,  # type: ignore[arg-type]  # checked against AnswerMode by the runner
+                shuffle_options=shuffle_options,
+                seed=seed,
+                judge_mode=judge_mode,
+                judge_runs=judge_runs,
+                max_reask=max_reask,
+                extra=parse_params(scoring, "--scoring"),
+            ),
+            gen=GenParams(temperature=temperature, max_tokens=max_tokens, seed=seed),
+            judges=judge_configs(
+                judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed, json_object=judge_json)
+            ),
+            concurrency=concurrency,
+            limit=limit,
+            provider_options=parse_params(model_opt, "--model-opt") | ({"threads": threads} if threads is not None else {}),
+        )
+        _execute([cfg], store_path(store), out)
 
 
 @app.command()
 def demo(
     store: Optional[Path] = StoreOpt,
     out: Optional[Path] = typer.Option(None, "--out"),
-    threads: Optional[int] = typer.Option(None, "--threads"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for the local model"),
 ) -> None:
     """The bundled example exam on the default local model (no key, no network), both scoring ways."""
     from grandrounds.benchmarks.base import RunOptions
     from grandrounds.records import GenParams
     from grandrounds.runner import RunConfig
 
-    popts = {"n_threads": threads} if threads else {}
+    popts = {"threads": threads} if threads is not None else {}
+    modes: tuple[AnswerMode, ...] = ("letter", "generate")
     cfgs = [
         RunConfig("demo", "llamacpp/smollm2", options=RunOptions(answer_mode=mode), gen=GenParams(max_tokens=64), provider_options=popts)
-        for mode in ("letter", "generate")
+        for mode in modes
     ]
-    _execute(cfgs, store_path(store or Path(os.environ.get("GRANDROUNDS_STORE", "grandrounds-demo.db"))), out)
+    with user_errors():
+        _execute(cfgs, store_path(store or Path(os.environ.get("GRANDROUNDS_STORE", "grandrounds-demo.db"))), out)
 
 
 def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path]) -> None:
@@ -161,18 +221,14 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path]) -> None:
     from grandrounds.runner import run as run_async
     from grandrounds.store import Store
 
-    st = Store(store_file)
     outcomes = []
     try:
-        with RichProgress(err_console) as prog:
+        with Store(store_file) as st, RichProgress(err_console) as prog:
             for cfg in cfgs:
                 outcomes.append(asyncio.run(run_async(st, cfg, prog)))
-    except KeyboardInterrupt:
-        st.close()  # flushes what was answered before the interrupt
+    except KeyboardInterrupt:  # leaving the block flushed what was answered before the interrupt
         sys.stderr.write(INTERRUPTED)
         raise typer.Exit(130) from None
-    finally:
-        st.close()
     print_results([o.result for o in outcomes])
     for o in outcomes:
         s = o.answer_stats
@@ -191,18 +247,16 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path]) -> None:
 
 
 def _attach_prompts(store_file: Path, outcomes: list[Any], lines: list[dict[str, Any]]) -> None:
+    """Add to each output line the messages that were sent for it, as stored with the answer."""
     from grandrounds.store import Store
 
-    st = Store(store_file)
-    try:
-        prompts: dict[tuple[str, str], Any] = {}
+    prompts: dict[tuple[str, str], Any] = {}
+    with Store(store_file) as st:
         for o in outcomes:
-            for sid, pj in st.db.execute("SELECT sample_id, prompt_json FROM answers WHERE run_id = ?", (o.run.id,)):
-                prompts[(o.result.model + o.result.benchmark, sid)] = json.loads(pj).get("messages")
-        for line in lines:
-            line["prompt"] = prompts.get((line["model"] + line["benchmark"], line["sample_id"]))
-    finally:
-        st.close()
+            for sid, prompt in st.answer_prompts(o.run.id).items():
+                prompts[(o.result.model + o.result.benchmark, sid)] = prompt.get("messages")
+    for line in lines:
+        line["prompt"] = prompts.get((line["model"] + line["benchmark"], line["sample_id"]))
 
 
 def print_results(results: list[Any]) -> None:
@@ -237,35 +291,25 @@ def regrade(
     from grandrounds.outputs import sample_line, write_outputs
     from grandrounds.progress import RichProgress
     from grandrounds.records import GenParams
-    from grandrounds.regrade import last_grading, options_of, regrade as regrade_async
+    from grandrounds.regrade import RegradeRequest, regrade as regrade_async
     from grandrounds.store import Store
 
-    st = Store(store_path(store))
-    try:
+    with Store(store_path(store)) as st:
         run_rec = st.get_run(run_id)
         if run_rec is None:
             raise ConfigError(f"no run {run_id!r} in {st.path}")
         judges = judge_configs(
             judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed, json_object=judge_json)
         )
-        last = last_grading(st, run_rec)
-        opts = options_of(
-            run_rec,
-            judge_mode=judge_mode or last.get("judge_mode", "default"),
-            judge_runs=judge_runs if judge_runs is not None else last.get("judge_runs"),
-            max_reask=max_reask,
-            extra=last.get("scoring", {}) or {},
-        )
+        req = RegradeRequest(run_rec, judges, judge_mode, judge_runs, max_reask, seed, only_unknown)
         with RichProgress(err_console) as prog:
-            outcome = asyncio.run(regrade_async(st, run_rec, judges, opts, only_unknown=only_unknown, progress=prog))
+            outcome = asyncio.run(regrade_async(st, req, progress=prog))
         if out:
             answers = st.answers(run_rec.id)
             lines = [
                 sample_line(outcome.result, smp, None, answers.get(smp.id, (None, None))[1], g)
                 for smp, g in zip(outcome.samples, outcome.grades)
             ]
-    finally:
-        st.close()
     print_results([outcome.result])
     for s in outcome.judge_stats:
         err_console.print(f"[dim]judge calls: {s.made} made, {s.cached} from the store, {s.failed} failed")
@@ -279,16 +323,36 @@ def runs(store: Optional[Path] = StoreOpt) -> None:
     """List the runs in the store."""
     from grandrounds.store import Store
 
-    st = Store(store_path(store))
-    try:
-        t = Table(title=f"Runs in {st.path}")
-        for col in ("run", "benchmark", "model", "mode", "dataset", "created"):
-            t.add_column(col)
-        for r in st.runs():
-            t.add_row(r.id, r.benchmark_spec, r.model, r.options.get("answer_mode", ""), r.dataset_sha256[:12], r.created_at)
-        console.print(t)
-    finally:
-        st.close()
+    path = store_path(store)
+    with Store(path) as st:
+        stored = st.runs()
+    t = Table(title=f"Runs in {path}")
+    for col in ("run", "benchmark", "model", "mode", "dataset", "created"):
+        t.add_column(col)
+    for r in stored:
+        t.add_row(r.id, r.benchmark_spec, r.model, r.options.get("answer_mode", ""), r.dataset_sha256[:12], r.created_at)
+    console.print(t)
+
+
+@app.command()
+def submission(
+    run_id: str = typer.Option(..., "--run", help="run id (see `grandrounds runs`)"),
+    out: Path = typer.Option(..., "--out", help="file, or directory for one file per question file"),
+    store: Optional[Path] = StoreOpt,
+) -> None:
+    """Write a run's stored answers in its benchmark's submission format (MedBench's platform)."""
+    from grandrounds.runner import build_benchmark
+    from grandrounds.store import Store
+
+    with Store(store_path(store)) as st:
+        run_rec = st.get_run(run_id)
+        if run_rec is None:
+            raise ConfigError(f"no run {run_id!r} in {st.path}")
+        bench = build_benchmark(run_rec.benchmark, dict(run_rec.options.get("bench_params") or {}))
+        samples = st.samples(run_rec.benchmark, run_rec.dataset_sha256)
+        texts = {sid: resp.text for sid, (_, resp) in st.answers(run_id).items() if resp is not None and resp.ok and resp.text is not None}
+    report = bench.write_submission(samples, texts, out)
+    err_console.print(f"wrote {report['n_written']} answers to {', '.join(report['files'])}; {len(report['missing'])} without an answer")
 
 
 def _register_extensions() -> None:

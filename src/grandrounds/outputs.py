@@ -38,8 +38,10 @@ def sample_line(result: Result, sample: Sample, prompt: Any, response: Response 
         "extracted": grade.extracted,
         "target": to_jsonable(sample.target),
         "score": grade.value,
+        "grade_status": grade.status,
         "grade_error": grade.error,
-        "verdicts": [to_jsonable(v) for v in grade.verdicts],
+        "verdicts": [to_jsonable(v) | {"raw": v.raw} for v in grade.verdicts],
+        "votes": [to_jsonable(v) for v in grade.votes],
         "details": to_jsonable(grade.details),
     }
 
@@ -56,13 +58,3 @@ def write_outputs(out: Path, results: Iterable[Result], lines: Sequence[dict[str
         for line in lines:
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
     tmp.replace(out / "samples.jsonl")
-
-
-def fmt_score(score: float | None, ci: Sequence[float] | None, scale: float = 100.0) -> str:
-    if score is None:
-        return "n/a"
-    s = f"{score * scale:.1f}" if scale != 1 else f"{score:.2f}"
-    if ci:
-        lo, hi = ci
-        s += f" [{lo * scale:.1f}, {hi * scale:.1f}]" if scale != 1 else f" [{lo:.2f}, {hi:.2f}]"
-    return s

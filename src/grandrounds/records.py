@@ -12,10 +12,17 @@ from typing import Any, Literal, Mapping
 
 from grandrounds.hashing import canonical_json, text_hash
 
-Role = Literal["system", "user", "assistant"]
 Purpose = Literal["answer", "judge"]
 RequestKind = Literal["chat", "next_token", "loglikelihood"]
 VerdictStatus = Literal["met", "unmet", "unknown"]
+#: Why a grade has the value it has. Only ``scored`` grades carry a value; the others are counted
+#: and shown as unscored, each for its own reason, and never parsed back out of a message.
+GradeStatus = Literal["scored", "answer_failed", "unreadable", "grader_error", "not_asked"]
+#: Grades the runner redoes on the next run: the answer or the grader may succeed this time.
+REDO_STATUSES: frozenset[str] = frozenset({"answer_failed", "grader_error", "not_asked"})
+#: Answer modes of exam benchmarks: extract a letter from generated text, rank option letters by
+#: next-token log-probability, or rank option texts by log-likelihood.
+AnswerMode = Literal["generate", "letter", "loglik"]
 
 
 @dataclass(frozen=True)
@@ -128,21 +135,64 @@ class Response:
 
 
 @dataclass(frozen=True)
+class Vote:
+    """One judge's say on one criterion, or on a whole answer (one run of a judge that scores).
+
+    ``status`` is met / unmet / unknown; ``score`` holds a numeric verdict where the protocol
+    scores (LLMEval-Med's 1-5). ``attempts`` counts the prompts sent for it so far (re-asks use
+    the next attempt numbers, so none repeats a cached reply); ``keys`` are those calls' keys.
+    ``error`` is set when the judge call itself failed (the vote is then unknown).
+    """
+
+    judge: str
+    status: VerdictStatus
+    score: float | None = None
+    explanation: str = ""
+    raw: str = ""
+    attempts: int = 0
+    keys: tuple[str, ...] = ()
+    error: str | None = None
+    run: int = 0
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """A judge's ruling on one criterion: ``met``, ``unmet`` or ``unknown`` (never guessed)."""
+    """The decision on one criterion, made from the votes of every judge (never guessed)."""
 
     criterion_id: str
     status: VerdictStatus
     explanation: str = ""
-    raw: str = ""
-    votes: tuple[str, ...] = ()
-    attempts: int = 1
-    judge_keys: tuple[str, ...] = ()
+    votes: tuple[Vote, ...] = ()
+
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        """Each judge's vote, in panel order."""
+        return tuple(v.status for v in self.votes)
+
+    @property
+    def raw(self) -> str:
+        """The reply behind the decision (every reply, separated, when the decision is unknown)."""
+        chosen = [v for v in self.votes if v.status == self.status and v.raw]
+        if chosen and self.status != "unknown":
+            return chosen[0].raw
+        return "\n---\n".join(v.raw for v in self.votes if v.raw)
+
+    @property
+    def attempts(self) -> int:
+        return max((v.attempts for v in self.votes), default=0)
+
+    @property
+    def judge_keys(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(k for v in self.votes for k in v.keys))
 
 
 @dataclass(frozen=True)
 class Grade:
-    """The grading of one answer. ``value`` None means unscored (failed call, unknown verdict)."""
+    """The grading of one answer. ``value`` None means unscored; ``status`` says why.
+
+    ``verdicts`` are per-criterion decisions; ``votes`` are whole-answer votes (a judge that
+    scores the answer, once per run). ``error`` is the human-readable reason for the status.
+    """
 
     sample_id: str
     value: float | None
@@ -151,6 +201,23 @@ class Grade:
     details: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
     judge_keys: tuple[str, ...] = ()
+    status: GradeStatus = "scored"
+    votes: tuple[Vote, ...] = ()
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row of a breakdown: a score with its sample size, unscored count, CI and extra metrics."""
+
+    score: float | None
+    n: int
+    n_unscored: int = 0
+    ci95: tuple[float, float] | None = None
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
+
+
+#: family (subject, theme, axis, dimension, error_type, category, kind...) -> key -> cell.
+Breakdown = Mapping[str, Mapping[str, Cell]]
 
 
 @dataclass(frozen=True)
@@ -165,7 +232,7 @@ class Result:
     ci95: tuple[float, float] | None
     n: int
     n_unscored: int
-    breakdown: Mapping[str, Any] = field(default_factory=dict)
+    breakdown: Breakdown = field(default_factory=dict)
     fingerprint: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -192,16 +259,44 @@ def sample_from_json(d: Mapping[str, Any]) -> Sample:
     )
 
 
+def vote_from_json(d: Any) -> Vote:
+    if isinstance(d, str):  # stores written before votes were typed kept only the status
+        return Vote(judge="", status=d)  # type: ignore[arg-type]
+    score = d.get("score")
+    return Vote(
+        judge=str(d.get("judge", "")),
+        status=d["status"],
+        score=None if score is None else float(score),
+        explanation=d.get("explanation", ""),
+        raw=d.get("raw", ""),
+        attempts=int(d.get("attempts", 0)),
+        keys=tuple(d.get("keys", ())),
+        error=d.get("error"),
+        run=int(d.get("run", 0)),
+    )
+
+
 def verdict_from_json(d: Mapping[str, Any]) -> Verdict:
     return Verdict(
         criterion_id=str(d["criterion_id"]),
         status=d["status"],
         explanation=d.get("explanation", ""),
-        raw=d.get("raw", ""),
-        votes=tuple(d.get("votes", ())),
-        attempts=int(d.get("attempts", 1)),
-        judge_keys=tuple(d.get("judge_keys", ())),
+        votes=tuple(vote_from_json(v) for v in d.get("votes", ())),
     )
+
+
+def _legacy_status(d: Mapping[str, Any]) -> GradeStatus:
+    """The status of a grade stored before grades carried one (read once, from its message)."""
+    if d.get("value") is not None:
+        return "scored"
+    err = str(d.get("error") or "")
+    if err.startswith(("answer failed", "answer call failed")):
+        return "answer_failed"
+    if err.startswith("grading failed"):
+        return "grader_error"
+    if err.startswith("not asked"):
+        return "not_asked"
+    return "unreadable"
 
 
 def grade_from_json(d: Mapping[str, Any]) -> Grade:
@@ -213,17 +308,31 @@ def grade_from_json(d: Mapping[str, Any]) -> Grade:
         details=dict(d.get("details") or {}),
         error=d.get("error"),
         judge_keys=tuple(d.get("judge_keys", ())),
+        status=d.get("status") or _legacy_status(d),
+        votes=tuple(vote_from_json(v) for v in d.get("votes", ())),
     )
 
 
-def response_from_json(d: Mapping[str, Any]) -> Response:
-    usage = d.get("usage") or {}
-    return Response(
-        key=d["key"],
-        text=d.get("text"),
-        error=d.get("error"),
-        scores=dict(d.get("scores") or {}),
-        usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
-        latency=float(d.get("latency", 0.0)),
-        cached=bool(d.get("cached", False)),
+def cell_from_json(d: Mapping[str, Any]) -> Cell:
+    ci = d.get("ci95")
+    return Cell(
+        score=d.get("score"),
+        n=int(d.get("n") or 0),
+        n_unscored=int(d.get("n_unscored") or 0),
+        ci95=(float(ci[0]), float(ci[1])) if ci else None,
+        metrics=dict(d.get("metrics") or {}),
     )
+
+
+def breakdown_from_json(d: Any) -> dict[str, dict[str, Cell]]:
+    """A stored breakdown back as cells. Anything not of the typed shape is left out, not guessed."""
+    out: dict[str, dict[str, Cell]] = {}
+    if not isinstance(d, Mapping):
+        return out
+    for family, cells in d.items():
+        if not isinstance(cells, Mapping):
+            continue
+        fam = {str(k): cell_from_json(c) for k, c in cells.items() if isinstance(c, Mapping) and "n" in c and "score" in c}
+        if fam:
+            out[str(family)] = fam
+    return out

@@ -2,7 +2,7 @@
 
 Built-in components are listed by import path and imported only when asked for, so
 ``grandrounds list`` stays fast and nothing runs at import. Plugins register through the
-entry-point groups ``grandrounds.benchmarks`` and ``grandrounds.providers``, exactly like
+entry-point groups ``grandrounds.benchmarks``, ``grandrounds.providers`` and ``grandrounds.graders``, exactly like
 built-ins. A component is named by a :class:`Spec` (name + arguments) that is recorded in
 the store, so it can be rebuilt later.
 """
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Generic, Mapping, TypeVar
+from typing import Any, Generic, Iterator, Mapping, TypeVar
 
 from grandrounds.hashing import canonical_json
 
@@ -50,6 +51,20 @@ class Registry(Generic[T]):
 
     def register(self, name: str, cls: type[T]) -> None:
         self._loaded[name] = cls
+
+    @contextmanager
+    def registered(self, name: str, cls: type[T]) -> Iterator[None]:
+        """``cls`` registered as ``name`` for the duration of a block (tests, scoped plugins);
+        whatever the name meant before is restored afterwards."""
+        before = self._loaded.get(name)
+        self._loaded[name] = cls
+        try:
+            yield
+        finally:
+            if before is None:
+                self._loaded.pop(name, None)
+            else:
+                self._loaded[name] = before
 
     def _scan_plugins(self) -> None:
         if self._plugins_scanned:
@@ -107,4 +122,20 @@ PROVIDERS: Registry[Any] = Registry(
         "scripted": "grandrounds.providers.scripted:ScriptedProvider",
     },
     "grandrounds.providers",
+)
+
+GRADERS: Registry[Any] = Registry(
+    "grader",
+    {
+        "mcq": "grandrounds.graders.mcq_grader:MCQGrader",
+        "medcalc": "grandrounds.graders.medcalc_grader:MedCalcGrader",
+        "medec": "grandrounds.graders.medec_grader:MEDECGrader",
+        "medbench": "grandrounds.graders.medbench_grader:MedBenchGrader",
+        "healthbench": "grandrounds.graders.healthbench_grader:HealthBenchGrader",
+        "medeq": "grandrounds.graders.medeq_grader:MedEQGrader",
+        "gaps": "grandrounds.graders.gaps_grader:GAPSGrader",
+        "llmeval-med": "grandrounds.graders.llmeval_grader:LLMEvalGrader",
+        "rubric": "grandrounds.graders.rubric_grader:RubricGrader",
+    },
+    "grandrounds.graders",
 )

@@ -1,18 +1,33 @@
-"""Re-judge stored answers with another judge or template, without generating again."""
+"""Re-judge stored answers with another judge or setting, without generating again.
+
+The grader is rebuilt from the spec stored with the run's last grading (so a re-grade with a new
+judge grades exactly as before), or from the benchmark with the judge mode or runs the user
+overrides. Grading goes through the runner's pipeline: bounded pool, a crashing grader becomes an
+unscored grade with its reason, write-behind commits.
+"""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
-from grandrounds.benchmarks.base import RunOptions
+from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.errors import ConfigError
-from grandrounds.executor import Executor, RetryPolicy
-from grandrounds.graders.base import GradeContext, unscored
+from grandrounds.executor import RetryPolicy
+from grandrounds.graders.base import GradeContext, Grader, build, spec_from_json
 from grandrounds.hashing import content_hash
-from grandrounds.records import Grade, Result, Sample
-from grandrounds.runner import JudgeConfig, Progress, RunJudge, build_benchmark, grader_fingerprint, make_provider, make_result
+from grandrounds.records import Grade, Response, Result, Sample
+from grandrounds.runner import (
+    Grading,
+    JudgeConfig,
+    Progress,
+    make_judges,
+    build_benchmark,
+    check_judges,
+    grader_fingerprint,
+    make_result,
+    run_pool,
+)
 from grandrounds.store import RunRecord, Store
 
 
@@ -26,10 +41,8 @@ class RegradeOutcome:
 
 def last_grading(store: Store, run: RunRecord) -> dict[str, Any]:
     """The fingerprint of the newest grading of ``run`` (empty if never graded)."""
-    row = store.db.execute(
-        "SELECT grader_fp FROM results WHERE run_id = ? ORDER BY created_at DESC LIMIT 1", (run.id,)
-    ).fetchone()
-    return (store.grader_spec(row[0]) or {}) if row else {}
+    fp = store.latest_grader_fp(run.id)
+    return (store.grader_spec(fp) or {}) if fp else {}
 
 
 def options_of(run: RunRecord, **override: Any) -> RunOptions:
@@ -43,70 +56,80 @@ def options_of(run: RunRecord, **override: Any) -> RunOptions:
     return replace(base, **override)
 
 
-async def regrade(
-    store: Store,
-    run: RunRecord,
-    judges: Sequence[JudgeConfig],
-    options: RunOptions,
-    only_unknown: bool = False,
-    previous_fp: str | None = None,
-    retry: RetryPolicy = RetryPolicy(),
-    concurrency: int | None = None,
-    progress: Progress | None = None,
-) -> RegradeOutcome:
-    """Grade every stored answer of ``run`` again.
+@dataclass(frozen=True)
+class RegradeRequest:
+    """What to re-grade and how: the run, the judges, and what to override of the last grading."""
 
-    With ``only_unknown`` the grades stored under ``previous_fp`` (default: the same grader
-    fingerprint) are the starting point: known verdicts are kept, only unknown ones re-asked.
+    run: RunRecord
+    judges: tuple[JudgeConfig, ...]
+    judge_mode: str | None = None
+    judge_runs: int | None = None
+    max_reask: int = 2
+    seed: int = 0
+    only_unknown: bool = False
+    concurrency: int | None = None
+    retry: RetryPolicy = RetryPolicy()
+
+
+def rebuild_grader(bench: Benchmark, req: RegradeRequest, last: dict[str, Any]) -> tuple[Grader, RunOptions]:
+    """The grader of the last grading, rebuilt from its stored spec, unless the request overrides it."""
+    stored = last.get("grader")
+    opts = options_of(req.run, max_reask=req.max_reask, extra=last.get("scoring") or {})
+    if isinstance(stored, dict) and req.judge_mode is None and req.judge_runs is None:
+        spec = spec_from_json(stored)
+        opts = bench.check_options(replace(opts, judge_mode=spec.args.get("mode", "default"), judge_runs=spec.args.get("runs")))
+        return build(spec), opts
+    opts = bench.check_options(replace(opts, judge_mode=req.judge_mode or "default", judge_runs=req.judge_runs))
+    return bench.grader(opts), opts
+
+
+async def regrade(store: Store, req: RegradeRequest, progress: Progress | None = None) -> RegradeOutcome:
+    """Grade every stored answer of ``req.run`` again.
+
+    With ``only_unknown`` the grades stored under the same grader fingerprint are the starting
+    point: grades with nothing unknown are kept, and only unknown votes are asked again.
     """
+    run = req.run
     bench = build_benchmark(run.benchmark, dict(run.options.get("bench_params") or {}))
-    samples = store.samples(run.benchmark, run.dataset_sha256)
+    grader, options = rebuild_grader(bench, req, last_grading(store, run))
+    check_judges(bench, grader, req.judges)
     answers = store.answers(run.id)
-    samples = [s for s in samples if s.id in answers]
+    samples = [s for s in store.samples(run.benchmark, run.dataset_sha256) if s.id in answers]
     if not samples:
         raise ConfigError(f"run {run.id} has no stored answers to grade")
-    execs = [Executor(store, make_provider(j.spec, j.base_url), concurrency, retry, options.seed, progress) for j in judges]
-    run_judges = tuple(RunJudge(e, j) for e, j in zip(execs, judges))
-    grader = bench.grader(options)
-    fp = grader_fingerprint(bench, grader, options, judges, run.dataset_sha256)
+    fp = grader_fingerprint(bench, grader, options, req.judges, run.dataset_sha256)
     fp_key = content_hash(fp)
     store.put_grader(fp_key, fp)
-    previous = store.grades(run.id, previous_fp or fp_key) if only_unknown else {}
-    if only_unknown and not previous:
+    previous = store.grades(run.id, fp_key) if req.only_unknown else {}
+    if req.only_unknown and not previous:
         raise ConfigError(
             f"run {run.id} has no grades by this judge and grading setting to complete; "
             "--only-unknown needs the same judge(s), judge mode and runs as the grading it completes"
         )
-    grades: dict[str, Grade] = {}
+    execs, judges = make_judges(store, req.judges, req.concurrency, req.retry, req.seed, progress)
+    grading = Grading(store, run.id, fp_key, grader, progress)
     if progress:
         progress.start(len(samples), f"regrade {run.benchmark} · {run.model}")
 
-    async def one(sample: Any) -> None:
-        _, resp = answers[sample.id]
-        if resp is None or not resp.ok:
-            g = unscored(sample, f"answer failed: {resp.error if resp else 'never answered'}")
-        else:
+    async def do_group(group: list[Sample]) -> None:
+        for sample in group:
+            _, resp = answers[sample.id]
             prev = previous.get(sample.id)
-            if only_unknown and prev is not None and not _has_unknown(prev):
-                g = prev
-            else:
-                ctx = GradeContext(judges=run_judges, previous=prev, only_unknown=only_unknown, max_reask=options.max_reask)
-                g = await grader.grade(sample, resp, ctx)
-        store.put_grade(run.id, fp_key, g)
-        grades[sample.id] = g
-        if progress:
-            progress.advance(g)
+            keep = prev if prev is not None and not _has_unknown(prev) else None
+            ctx = GradeContext(judges=judges, previous=prev, only_unknown=req.only_unknown, max_reask=req.max_reask)
+            grade, fresh = await grading.grade(sample, resp or Response(key="", error="never answered"), ctx, keep)
+            grading.record(grade, fresh)
 
     try:
-        await asyncio.gather(*(one(s) for s in samples))
+        await run_pool(store, [[s] for s in samples], do_group, 2 * max((e.concurrency for e in execs), default=4))
     finally:
         for e in execs:
             await e.provider.aclose()
-    ordered = [grades[s.id] for s in samples]
-    result = make_result(bench, options, samples, ordered, run, fp, [j.spec for j in judges])
+    ordered = [grading.grades[s.id] for s in samples]
+    result = make_result(bench, options, samples, ordered, run, fp, [j.spec for j in req.judges])
     store.put_result(run.id, fp_key, result)
     return RegradeOutcome(result, samples, ordered, [e.stats for e in execs])
 
 
 def _has_unknown(g: Grade) -> bool:
-    return g.value is None or any(v.status == "unknown" for v in g.verdicts)
+    return g.value is None or any(v.status == "unknown" for v in g.verdicts) or any(v.status == "unknown" for v in g.votes)

@@ -1,47 +1,45 @@
 """Clinician reviews: stored beside the judge's verdicts, never over them, and the review queue.
 
 A review is a reviewer's own verdict on one criterion (met/unmet) or their own score on a
-whole answer, with a name, a reason and a time stamp, appended to the ``reviews`` table.
-The judge's grade is never modified; "with reviews" figures are computed on the side.
+whole answer, with a name, a reason and a time stamp, appended to the store's reviews.
+The judge's grade is never modified; "with reviews" figures are computed on the side, and how
+criterion reviews change a value is the grader's rule (``Grader.rescore``), not this module's.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from grandrounds.analysis import AgreementPair
-from grandrounds.records import Grade, grade_from_json, sample_from_json
-from grandrounds.scoring.healthbench import rubric_score
-from grandrounds.store import Store, now
+from grandrounds.records import Grade, Sample
+from grandrounds.store import QueueEntry, QueueRow, ReviewInput, ReviewRow, Store
+
+if TYPE_CHECKING:
+    from grandrounds.graders import Grader
+
+__all__ = [
+    "REVIEW_VERDICTS",
+    "ReviewError",
+    "ReviewInput",
+    "add_review",
+    "agreement_pairs",
+    "fill_queue",
+    "latest",
+    "queue",
+    "queue_reasons",
+    "reviewed_value",
+    "reviewed_values",
+    "reviews_for",
+]
 
 REVIEW_VERDICTS = ("met", "unmet")
 
 
 class ReviewError(ValueError):
     """A review that cannot be stored (missing name, unknown criterion, bad score...)."""
-
-
-@dataclass(frozen=True)
-class ReviewInput:
-    run_id: str
-    grader_fp: str
-    sample_id: str
-    reviewer: str
-    reason: str
-    criterion_id: str = ""
-    verdict: str | None = None
-    score: float | None = None
-
-
-def _grade(store: Store, run_id: str, grader_fp: str, sample_id: str) -> Grade | None:
-    row = store.db.execute(
-        "SELECT grade_json FROM grades WHERE run_id = ? AND grader_fp = ? AND sample_id = ?", (run_id, grader_fp, sample_id)
-    ).fetchone()
-    return grade_from_json(json.loads(row[0])) if row else None
 
 
 def add_review(store: Store, r: ReviewInput) -> int:
@@ -51,7 +49,7 @@ def add_review(store: Store, r: ReviewInput) -> int:
         raise ReviewError("a review needs the reviewer's name")
     if not reason:
         raise ReviewError("a review needs a reason")
-    grade = _grade(store, r.run_id, r.grader_fp, r.sample_id)
+    grade = store.grade(r.run_id, r.grader_fp, r.sample_id)
     if grade is None:
         raise ReviewError(f"no grade for run {r.run_id!r}, grader {r.grader_fp[:12]!r}, sample {r.sample_id!r}")
     if r.criterion_id:
@@ -59,85 +57,85 @@ def add_review(store: Store, r: ReviewInput) -> int:
             raise ReviewError("a criterion review needs verdict 'met' or 'unmet' (and no score)")
         if r.criterion_id not in {v.criterion_id for v in grade.verdicts}:
             raise ReviewError(f"answer has no criterion {r.criterion_id!r}")
-    else:
-        if r.verdict is not None or r.score is None or not math.isfinite(r.score):
-            raise ReviewError("an answer review needs a finite score (and no verdict)")
-    cur = store.db.execute(
-        "INSERT INTO reviews (run_id, grader_fp, sample_id, criterion_id, reviewer, verdict, score, reason, created_at) "
-        "VALUES (?,?,?,?,?,?,?,?,?)",
-        (r.run_id, r.grader_fp, r.sample_id, r.criterion_id, reviewer, r.verdict, r.score, reason, now()),
-    )
-    return int(cur.lastrowid or 0)
+    elif r.verdict is not None or r.score is None or not math.isfinite(r.score):
+        raise ReviewError("an answer review needs a finite score (and no verdict)")
+    return store.put_review(replace(r, reviewer=reviewer, reason=reason))
 
 
-def reviews_for(store: Store, run_id: str | None = None, sample_id: str | None = None) -> list[dict[str, Any]]:
+def reviews_for(store: Store, run_id: str | None = None, sample_id: str | None = None) -> list[ReviewRow]:
     """Reviews (oldest first), optionally for one run and/or sample."""
-    q, args = "SELECT * FROM reviews WHERE 1=1", []
-    if run_id:
-        q, args = q + " AND run_id = ?", args + [run_id]
-    if sample_id:
-        q, args = q + " AND sample_id = ?", args + [sample_id]
-    return [dict(r) for r in store.db.execute(q + " ORDER BY id", args)]
+    return store.reviews(run_id=run_id, sample_id=sample_id)
 
 
-def latest(reviews: list[dict[str, Any]]) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+def latest(reviews: Iterable[ReviewRow]) -> dict[tuple[str, str, str, str], ReviewRow]:
     """The newest review per (run, grader, sample, criterion): what "with reviews" uses."""
-    out: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    out: dict[tuple[str, str, str, str], ReviewRow] = {}
     for r in sorted(reviews, key=lambda r: r["id"]):
         out[(r["run_id"], r["grader_fp"], r["sample_id"], r["criterion_id"])] = r
     return out
 
 
-def reviewed_values(store: Store, run_id: str, grader_fp: str, benchmark: str, dataset: str) -> dict[str, float | None]:
-    """Per-answer values with the newest reviews applied; the judge-only values are untouched.
+def reviewed_value(store: Store, grader_fp: str, sample: Sample | None, grade: Grade | None, reviews: Sequence[ReviewRow], graders: dict[str, Grader | None] | None = None) -> float | None:
+    """One answer's value with the newest of its ``reviews`` applied.
 
-    An answer score review replaces the value. Criterion reviews change the value only where
-    the arithmetic is the plain rubric ratio (HealthBench: simple-evals ``calculate_score``,
-    met positive points over possible positive points, over criteria with a known verdict).
+    A whole-answer score review replaces the value. Criterion reviews replace the judge's
+    verdicts and the grader that made the grade rescores the answer (graders without
+    per-criterion arithmetic keep the judge's value). ``graders`` caches rebuilt graders by
+    fingerprint across calls.
     """
-    vals: dict[str, float | None] = {
-        r[0]: r[1] for r in store.db.execute("SELECT sample_id, value FROM grades WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp))
-    }
-    newest = latest([r for r in reviews_for(store, run_id) if r["grader_fp"] == grader_fp])
-    by_sample: dict[str, dict[str, dict[str, Any]]] = {}
-    for (_, _, sid, cid), r in newest.items():
-        by_sample.setdefault(sid, {})[cid] = r
+    if grade is None:
+        return None
+    newest = {r["criterion_id"]: r for r in sorted(reviews, key=lambda r: r["id"])}
+    score = newest[""]["score"] if "" in newest else None
+    if score is not None:
+        return float(score)
+    if not newest or sample is None:
+        return grade.value
+    grader = _grader(store, grader_fp, graders if graders is not None else {})
+    if grader is None:
+        return grade.value
+    statuses = {v.criterion_id: v.status for v in grade.verdicts} | {c: str(r["verdict"]) for c, r in newest.items()}
+    return grader.rescore(sample, grade, {c: s for c, s in statuses.items() if s in REVIEW_VERDICTS})
+
+
+def _grader(store: Store, grader_fp: str, cache: dict[str, Grader | None]) -> Grader | None:
+    """The grader behind a fingerprint, rebuilt from its stored spec (None when none is stored)."""
+    if grader_fp not in cache:
+        from grandrounds.graders import grader_from_fingerprint
+
+        spec = store.grader_spec(grader_fp)
+        cache[grader_fp] = grader_from_fingerprint(spec) if spec is not None else None
+    return cache[grader_fp]
+
+
+def reviewed_values(store: Store, run_id: str, grader_fp: str, benchmark: str, dataset: str) -> dict[str, float | None]:
+    """Per-answer values of a (run, grader) with the newest reviews applied (see
+    :func:`reviewed_value`); the judge-only values in the store are untouched."""
+    vals = store.grade_values(run_id, grader_fp)
+    by_sample: dict[str, list[ReviewRow]] = {}
+    for r in store.reviews(run_id=run_id, grader_fp=grader_fp):
+        by_sample.setdefault(r["sample_id"], []).append(r)
+    graders: dict[str, Grader | None] = {}
     for sid, revs in by_sample.items():
-        if "" in revs:
-            vals[sid] = float(revs[""]["score"])
-        elif benchmark.startswith("healthbench"):
-            vals[sid] = _rescored(store, run_id, grader_fp, benchmark, dataset, sid, revs, vals.get(sid))
+        grade = store.grade(run_id, grader_fp, sid)
+        if grade is not None:
+            vals[sid] = reviewed_value(store, grader_fp, store.sample(benchmark, dataset, sid), grade, revs, graders)
     return vals
-
-
-def _rescored(store: Store, run_id: str, fp: str, bench: str, dataset: str, sid: str, revs: dict[str, dict[str, Any]], old: float | None) -> float | None:
-    grade = _grade(store, run_id, fp, sid)
-    row = store.db.execute("SELECT sample_json FROM samples WHERE benchmark = ? AND dataset_sha256 = ? AND sample_id = ?", (bench, dataset, sid)).fetchone()
-    if grade is None or row is None:
-        return old
-    status = {v.criterion_id: v.status for v in grade.verdicts} | {cid: r["verdict"] for cid, r in revs.items()}
-    rubric = [c for c in sample_from_json(json.loads(row[0])).rubric if status.get(c.id) in REVIEW_VERDICTS]
-    return rubric_score([c.points for c in rubric], [status[c.id] == "met" for c in rubric])
 
 
 def agreement_pairs(store: Store) -> list[AgreementPair]:
     """(judge verdict, newest reviewer verdict) for every reviewed criterion, with its dimensions."""
     pairs = []
     runs = {r.id: r for r in store.runs()}
-    newest = latest([r for r in reviews_for(store) if r["criterion_id"]])
+    newest = latest(r for r in store.reviews() if r["criterion_id"])
     for (run_id, fp, sid, cid), r in newest.items():
-        grade, run = _grade(store, run_id, fp, sid), runs.get(run_id)
+        grade, run = store.grade(run_id, fp, sid), runs.get(run_id)
         if grade is None or run is None:
             continue
         judge = next((v.status for v in grade.verdicts if v.criterion_id == cid), "unknown")
-        row = store.db.execute(
-            "SELECT sample_json FROM samples WHERE benchmark = ? AND dataset_sha256 = ? AND sample_id = ?", (run.benchmark, run.dataset_sha256, sid)
-        ).fetchone()
-        tags: tuple[str, ...] = ()
-        if row:
-            crit = next((c for c in sample_from_json(json.loads(row[0])).rubric if c.id == cid), None)
-            tags = crit.tags if crit else ()
-        pairs.append(AgreementPair(run.benchmark, tags, judge, r["verdict"]))
+        sample = store.sample(run.benchmark, run.dataset_sha256, sid)
+        crit = next((c for c in sample.rubric if c.id == cid), None) if sample else None
+        pairs.append(AgreementPair(run.benchmark, crit.tags if crit else (), judge, str(r["verdict"])))
     return pairs
 
 
@@ -151,7 +149,7 @@ def queue_reasons(grade: Grade, share: float, seed: int, run_id: str, fp: str) -
     """(criterion id, reason) to queue from one grade: unknown, panel disagreement, random share."""
     out = []
     for v in grade.verdicts:
-        known_votes = {x for x in v.votes if x != "unknown"}
+        known_votes = {x for x in v.statuses if x != "unknown"}
         if v.status == "unknown":
             out.append((v.criterion_id, "unknown verdict"))
         elif len(known_votes) > 1:
@@ -170,31 +168,18 @@ def fill_queue(store: Store, share: float = 0.05, seed: int = 0) -> dict[str, in
     """
     if not 0.0 <= share <= 1.0:
         raise ReviewError("share must be between 0 and 1")
+    entries = [
+        QueueEntry(g.run_id, g.grader_fp, g.grade.sample_id, cid, reason, seed)
+        for g in store.iter_grades()
+        for cid, reason in queue_reasons(g.grade, share, seed, g.run_id, g.grader_fp)
+    ]
     added: dict[str, int] = {}
-    store.db.execute("BEGIN IMMEDIATE")
-    try:
-        for run_id, fp, gj in store.db.execute("SELECT run_id, grader_fp, grade_json FROM grades").fetchall():
-            grade = grade_from_json(json.loads(gj))
-            for cid, reason in queue_reasons(grade, share, seed, run_id, fp):
-                cur = store.db.execute(
-                    "INSERT OR IGNORE INTO review_queue (run_id, grader_fp, sample_id, criterion_id, reason, seed, created_at) "
-                    "VALUES (?,?,?,?,?,?,?)",
-                    (run_id, fp, grade.sample_id, cid, reason, seed, now()),
-                )
-                if cur.rowcount:
-                    key = "random share" if reason.startswith("random") else reason
-                    added[key] = added.get(key, 0) + 1
-        store.db.execute("COMMIT")
-    except Exception:
-        store.db.execute("ROLLBACK")
-        raise
+    for e in store.enqueue_reviews(entries):
+        key = "random share" if e.reason.startswith("random") else e.reason
+        added[key] = added.get(key, 0) + 1
     return added
 
 
-def queue(store: Store, limit: int = 100) -> list[dict[str, Any]]:
+def queue(store: Store, limit: int = 100) -> list[QueueRow]:
     """Queued items not yet reviewed, oldest first."""
-    q = (
-        "SELECT q.* FROM review_queue q WHERE NOT EXISTS (SELECT 1 FROM reviews r WHERE r.run_id = q.run_id AND "
-        "r.grader_fp = q.grader_fp AND r.sample_id = q.sample_id AND r.criterion_id = q.criterion_id) ORDER BY q.id LIMIT ?"
-    )
-    return [dict(r) for r in store.db.execute(q, (limit,))]
+    return store.unreviewed_queue(limit)

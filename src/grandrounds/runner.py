@@ -1,8 +1,10 @@
 """The runner: one event loop that answers, grades and aggregates, storing every stage.
 
-Each sample is one task: ask (through the cached executor), grade, store the grade. Turns
-of a multi-turn group run in order inside one task, each with the model's own earlier
-answers. Judges are injected into graders as callables over their own executors, so judge
+``run`` and ``regrade`` share one pipeline: a bounded pool of workers over the samples (turns of
+a multi-turn group in order inside one worker), a :class:`Grading` stage that grades each answer
+and stores the grade with write-behind commits, and one aggregation. They differ only in where
+answers come from: ``run`` asks the model through the cached executor, ``regrade`` reads the
+stored answers. Judges are injected into graders as callables over their own executors, so judge
 calls are cached and retried like answers.
 """
 
@@ -11,16 +13,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
 
 import grandrounds
-from grandrounds.benchmarks.base import Benchmark, RunOptions
+from grandrounds.benchmarks.base import Benchmark, RunOptions, check_run
 from grandrounds.errors import ConfigError
 from grandrounds.executor import Executor, RetryPolicy
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.hashing import content_hash, to_jsonable
 from grandrounds.providers.base import ModelSpec, Provider
-from grandrounds.records import GenParams, Grade, Message, Request, Response, Result, Sample
+from grandrounds.records import REDO_STATUSES, GenParams, Grade, Message, Request, Response, Result, Sample
 from grandrounds.registry import BENCHMARKS, PROVIDERS
 from grandrounds.store import RunRecord, Store
 
@@ -87,13 +89,16 @@ class RunJudge:
 
 
 def grader_fingerprint(bench: Benchmark, grader: Grader, options: RunOptions, judges: Sequence[JudgeConfig], dataset: str) -> dict[str, Any]:
-    """What decides a grade besides the answer: shown on every result, hashed into its key."""
+    """What decides a grade besides the answer: shown on every result, hashed into its key.
+
+    ``grader`` is the grader's spec (name and typed parameters), from which re-grading and
+    clinician rescoring rebuild it.
+    """
+    spec = grader.spec()
     return {
-        "grader": str(grader.spec()),
+        "grader": {"name": spec.name, "args": to_jsonable(spec.args)},
         "templates": grader.template_hashes(),
         "judges": [{"model": j.spec, "params": to_jsonable(j.params)} for j in judges],
-        "judge_mode": options.judge_mode,
-        "judge_runs": options.judge_runs,
         "scoring": to_jsonable(options.extra),
         "benchmark": str(bench.spec()),
         "dataset_sha256": dataset,
@@ -120,125 +125,190 @@ def build_benchmark(name: str, params: dict[str, Any]) -> Benchmark:
     return BENCHMARKS.get(name)(**params)
 
 
-async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) -> RunOutcome:
-    """Answer, grade and aggregate ``cfg.benchmark`` with ``cfg.model``; resumable from the store."""
-    from grandrounds.datasource import resolve
+def check_judges(bench: Benchmark, grader: Grader, judges: Sequence[JudgeConfig]) -> None:
+    """Refuse, before any call, a panel the grader cannot use or cannot decide with."""
+    if judges and not grader.judged:
+        raise ConfigError(f"{bench.name} is not graded by an LLM judge: --judge is not used")
+    if len(judges) < grader.min_judges:
+        if not judges:
+            raise ConfigError(f"{bench.name} is graded by an LLM judge: pass --judge PROVIDER/MODEL")
+        raise ConfigError(
+            f"{bench.name} needs at least {grader.min_judges} judges to decide a vote, got {len(judges)} "
+            "(repeat --judge for a panel)"
+        )
 
-    bench = build_benchmark(cfg.benchmark, cfg.bench_params)
-    if cfg.options.answer_mode not in bench.answer_modes:
-        raise ConfigError(f"{bench.name} supports answer modes {', '.join(bench.answer_modes)}, not {cfg.options.answer_mode!r}")
-    if bench.needs_judge and not cfg.judges:
-        raise ConfigError(f"{bench.name} is graded by an LLM judge: pass --judge PROVIDER/MODEL")
-    root = resolve(bench, cfg.data)
-    samples = bench.load(root)  # raises DataError before the store is touched
-    if cfg.limit is not None:
-        samples = samples[: cfg.limit]
-    dataset = bench.dataset_hash(root)
-    provider = make_provider(cfg.model, cfg.base_url, **cfg.provider_options)
-    run_rec = _run_record(bench, cfg, provider, dataset, root)
-    run_rec = store.ensure_run(run_rec)
-    # Each sample is stored with its answer (below), not all before the first call: on a large
-    # benchmark that is a noticeable pause before anything is asked.
-    stored_samples = store.sample_ids(bench.name, dataset)
-    position = {s.id: i for i, s in enumerate(samples)}
-    answers = Executor(store, provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress)
-    judge_execs = [
-        Executor(store, make_provider(j.spec, j.base_url), cfg.judge_concurrency, cfg.retry, cfg.options.seed, progress)
-        for j in cfg.judges
-    ]
-    judges = tuple(RunJudge(e, j) for e, j in zip(judge_execs, cfg.judges))
-    grader = bench.grader(cfg.options)
-    fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset)
-    fp_key = content_hash(fp)
-    store.put_grader(fp_key, fp)
-    stored_grades = store.grades(run_rec.id, fp_key)
-    ctx = GradeContext(judges=judges, max_reask=cfg.options.max_reask)
-    responses: dict[str, Response] = {}
-    grades: dict[str, Grade] = {}
-    if progress:
-        progress.start(len(samples), f"{bench.name} · {cfg.model}")
 
-    async def grade_one(sample: Sample, resp: Response, link: tuple[str, Any] | None) -> None:
-        g = stored_grades.get(sample.id)
-        fresh = False
+class Grading:
+    """The grading stage shared by ``run`` and ``regrade``: grade one answer, store it, count it.
+
+    A failed answer gets an unscored grade with its reason (never graded); a grader that crashes
+    on one answer gives an unscored ``grader_error`` grade, redone on the next run; a stored grade
+    that ``reuse`` accepts is kept without grading again.
+    """
+
+    def __init__(self, store: Store, run_id: str, fp_key: str, grader: Grader, progress: Progress | None) -> None:
+        self.store, self.run_id, self.fp_key, self.grader, self.progress = store, run_id, fp_key, grader, progress
+        self.grades: dict[str, Grade] = {}
+
+    async def grade(self, sample: Sample, resp: Response, ctx: GradeContext, stored: Grade | None = None) -> tuple[Grade, bool]:
+        """The grade of one answer and whether it is new (to be stored)."""
         if not resp.ok:
-            g, fresh = unscored(sample, f"answer failed: {resp.error}"), True
-        elif g is None or _stale(g):
-            try:
-                g = await grader.grade(sample, resp, ctx)
-            except Exception as e:  # a grader bug on one answer is counted and shown, not fatal to the run
-                g = unscored(sample, f"grading failed: {type(e).__name__}: {e}")
-            fresh = True
-        with store.batch():  # the sample, the answer's link and its grade land together
-            if sample.id not in stored_samples:
-                store.put_sample(bench.name, dataset, position[sample.id], sample)
-            if link is not None:
-                store.put_answer(run_rec.id, sample.id, link[0], link[1])
-            if fresh:
-                store.put_grade(run_rec.id, fp_key, g)
-        grades[sample.id] = g
-        if progress:
-            progress.advance(g)
+            return failed_answer(sample, resp), True
+        if stored is not None:
+            return stored, False
+        try:
+            return await self.grader.grade(sample, resp, ctx), True
+        except Exception as e:  # a grader bug on one answer is counted and shown, not fatal to the run
+            return unscored(sample, "grader_error", f"grading failed: {type(e).__name__}: {e}"), True
 
-    async def do_group(group: list[Sample]) -> None:
-        history: list[tuple[Sample, str]] = []
-        failed: str | None = None
-        for sample in group:
-            link = None
-            if failed is not None:
-                resp = Response(key="", error=f"not asked: earlier turn failed ({failed})")
-            else:
-                prompt = bench.prompt(sample, cfg.options, history)
-                req = Request(
-                    provider=provider.spec.provider,
-                    model=provider.spec.model,
-                    messages=prompt.messages,
-                    params=cfg.gen,
-                    purpose="answer",
-                    kind=prompt.kind,
-                    continuations=prompt.continuations,
-                    base_url=provider.request_base_url(),
-                )
-                resp = await answers(req)
-                link = (req.key(), prompt)
-                if resp.ok:
-                    history.append((sample, resp.text or ""))
-                else:
-                    failed = resp.error
-            responses[sample.id] = resp
-            await grade_one(sample, resp, link)
+    def record(self, grade: Grade, fresh: bool) -> None:
+        """Store a new grade (buffered) and count it."""
+        if fresh:
+            self.store.put_grade(self.run_id, self.fp_key, grade)
+        self.grades[grade.sample_id] = grade
+        if self.progress:
+            self.progress.advance(grade)
 
-    pending = iter(group_samples(samples))
+
+def failed_answer(sample: Sample, resp: Response) -> Grade:
+    """The unscored grade of an answer that could not be obtained (a failed call, or a turn never asked)."""
+    if resp.key == "":
+        return unscored(sample, "not_asked", resp.error or "not asked")
+    return unscored(sample, "answer_failed", f"answer failed: {resp.error}")
+
+
+async def run_pool(store: Store, groups: Iterable[list[Sample]], do_group: Callable[[list[Sample]], Awaitable[None]], workers: int) -> None:
+    """Run ``do_group`` over ``groups`` with a bounded pool of workers and write-behind commits.
+
+    A pool, not one task per sample: prompts are built just before they are sent, the first
+    requests go out at once, and memory stays flat. A timer flushes buffered rows so results land
+    even while every worker waits on a slow call.
+    """
+    pending = iter(groups)
 
     async def worker() -> None:
-        # A bounded pool of workers, not one task per sample: prompts are built just before
-        # they are sent, the first requests go out at once, and memory stays flat.
         for group in pending:
             await do_group(group)
 
     async def flusher() -> None:
-        while True:  # so that buffered results land even while every worker waits on a slow call
+        while True:
             await asyncio.sleep(0.05)
             store.flush_if_due()
 
     tick = asyncio.create_task(flusher())
     try:
         with store.write_behind():
-            await asyncio.gather(*(worker() for _ in range(max(4, 2 * answers.concurrency))))
+            await asyncio.gather(*(worker() for _ in range(max(1, workers))))
     finally:
         tick.cancel()
-        await provider.aclose()
+
+
+@dataclass
+class Setup:
+    """A run's parts, resolved and checked before the first call."""
+
+    bench: Benchmark
+    samples: list[Sample]
+    dataset: str
+    provider: Provider
+    grader: Grader
+    fingerprint: dict[str, Any]
+    run: RunRecord
+
+
+def prepare(store: Store, cfg: RunConfig) -> Setup:
+    """Build and check everything; load the data (bad data fails here, before the store is touched)."""
+    from grandrounds.datasource import resolve
+
+    bench = build_benchmark(cfg.benchmark, cfg.bench_params)
+    grader = bench.grader(cfg.options)
+    check_judges(bench, grader, cfg.judges)
+    root = resolve(bench, cfg.data)
+    samples = bench.load(root)
+    if cfg.limit is not None:
+        samples = samples[: cfg.limit]
+    dataset = bench.dataset_hash(root)
+    provider = make_provider(cfg.model, cfg.base_url, **cfg.provider_options)
+    run_rec = store.ensure_run(_run_record(bench, cfg, provider, dataset, root))
+    fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset)
+    return Setup(bench, samples, dataset, provider, grader, fp, run_rec)
+
+
+def make_judges(
+    store: Store, configs: Sequence[JudgeConfig], concurrency: int | None, retry: RetryPolicy, seed: int, progress: Progress | None
+) -> tuple[list[Executor], tuple[RunJudge, ...]]:
+    """One cached executor per judge, and the judge callables graders are handed."""
+    execs = [Executor(store, make_provider(j.spec, j.base_url), concurrency, retry, seed, progress) for j in configs]
+    return execs, tuple(RunJudge(e, j) for e, j in zip(execs, configs))
+
+
+async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) -> RunOutcome:
+    """Answer, grade and aggregate ``cfg.benchmark`` with ``cfg.model``; resumable from the store."""
+    cfg = check_run(cfg)  # --param, --scoring, run and model options: declared, typed, used, before anything is loaded
+    s = prepare(store, cfg)
+    fp_key = content_hash(s.fingerprint)
+    store.put_grader(fp_key, s.fingerprint)
+    stored = {sid: g for sid, g in store.grades(s.run.id, fp_key).items() if g.status not in REDO_STATUSES}
+    # Each sample is stored with its answer, not all before the first call: on a large benchmark
+    # that is a noticeable pause before anything is asked.
+    stored_samples = store.sample_ids(s.bench.name, s.dataset)
+    position = {smp.id: i for i, smp in enumerate(s.samples)}
+    answers = Executor(store, s.provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress)
+    judge_execs, judges = make_judges(store, cfg.judges, cfg.judge_concurrency, cfg.retry, cfg.options.seed, progress)
+    ctx = GradeContext(judges=judges, max_reask=cfg.options.max_reask)
+    grading = Grading(store, s.run.id, fp_key, s.grader, progress)
+    responses: dict[str, Response] = {}
+    if progress:
+        progress.start(len(s.samples), f"{s.bench.name} · {cfg.model}")
+
+    async def do_group(group: list[Sample]) -> None:
+        history: list[tuple[Sample, str]] = []
+        failed: str | None = None
+        for sample in group:
+            if failed is not None:
+                resp, link = Response(key="", error=f"not asked: earlier turn failed ({failed})"), None
+            else:
+                resp, link = await _ask(s, cfg, answers, sample, history)
+                if resp.ok:
+                    history.append((sample, resp.text or ""))
+                else:
+                    failed = resp.error
+            responses[sample.id] = resp
+            grade, fresh = await grading.grade(sample, resp, ctx, stored.get(sample.id))
+            with store.batch():  # the sample, the answer's link and its grade land together
+                if sample.id not in stored_samples:
+                    store.put_sample(s.bench.name, s.dataset, position[sample.id], sample)
+                if link is not None:
+                    store.put_answer(s.run.id, sample.id, link[0], link[1])
+                grading.record(grade, fresh)
+
+    try:
+        await run_pool(store, group_samples(s.samples), do_group, max(4, 2 * answers.concurrency))
+    finally:
+        await s.provider.aclose()
         for e in judge_execs:
             await e.provider.aclose()
-    ordered = [grades[s.id] for s in samples]
-    result = make_result(bench, cfg.options, samples, ordered, run_rec, fp, judges=[j.spec for j in cfg.judges])
-    store.put_result(run_rec.id, fp_key, result)
-    return RunOutcome(run_rec, samples, ordered, responses, result, answers.stats, [e.stats for e in judge_execs])
+    ordered = [grading.grades[smp.id] for smp in s.samples]
+    result = make_result(s.bench, cfg.options, s.samples, ordered, s.run, s.fingerprint, [j.spec for j in cfg.judges])
+    store.put_result(s.run.id, fp_key, result)
+    return RunOutcome(s.run, s.samples, ordered, responses, result, answers.stats, [e.stats for e in judge_execs])
 
 
-def _stale(grade: Grade) -> bool:
-    """A stored grade made from a failed answer, or by a grader that crashed, is redone."""
-    return grade.value is None and grade.error is not None and grade.error.startswith(("answer failed", "grading failed"))
+async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, history: Sequence[tuple[Sample, str]]) -> tuple[Response, tuple[str, Any]]:
+    """Ask the model for one sample; returns the response and the (request key, prompt) link to store."""
+    prompt = s.bench.prompt(sample, cfg.options, history)
+    req = Request(
+        provider=s.provider.spec.provider,
+        model=s.provider.spec.model,
+        messages=prompt.messages,
+        params=cfg.gen,
+        purpose="answer",
+        kind=prompt.kind,
+        continuations=prompt.continuations,
+        base_url=s.provider.request_base_url(),
+    )
+    resp = await answers(req)
+    return resp, (req.key(), prompt)
 
 
 def group_samples(samples: Sequence[Sample]) -> list[list[Sample]]:
@@ -274,7 +344,7 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
         benchmark=bench.name,
         benchmark_spec=str(bench.spec()),
         model=str(provider.spec),
-        options=options | {"bench_params": cfg.bench_params, "limit": cfg.limit},
+        options=options | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit},
         dataset_sha256=dataset,
         package_version=grandrounds.__version__,
         gen_params=to_jsonable(cfg.gen),
@@ -288,13 +358,15 @@ def make_result(
     samples: Sequence[Sample],
     grades: Sequence[Grade],
     run_rec: RunRecord,
-    grader_fp: dict[str, Any],
+    grader_fp: Mapping[str, Any],
     judges: Sequence[str],
 ) -> Result:
+    """The Result of one grading: the benchmark's aggregate plus the full fingerprint."""
     agg = bench.aggregate(samples, grades, options)
     fingerprint = dict(grader_fp) | {
         "model": run_rec.model,
         "gen_params": run_rec.gen_params,
+        "prompt_templates": bench.template_hashes(),
         "answer_mode": options.answer_mode,
         "shuffle_options": options.shuffle_options,
         "seed": options.seed,

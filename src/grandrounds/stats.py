@@ -16,10 +16,6 @@ if TYPE_CHECKING:
 Z95 = 1.959963984540054
 
 
-def mean(values: Sequence[float]) -> float | None:
-    return math.fsum(values) / len(values) if len(values) else None
-
-
 def wilson_ci(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     """Wilson score interval for a proportion (Wilson 1927); better than Wald near 0 and 1."""
     if n == 0:

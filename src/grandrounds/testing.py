@@ -21,7 +21,7 @@ Rule = Callable[[dict[str, Any]], "str | Fault"]
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # "429" | "500" | "drop" | "malformed"
+    kind: str  # "429" | "500" | "400" | "drop" | "malformed"
     retry_after: float = 0.0
 
 
@@ -128,7 +128,7 @@ class LoopbackServer:
             if out.kind == "malformed":
                 self._write(writer, 200, b'{"id": "x", "choices": [{"mess')
                 return True
-            status = 429 if out.kind == "429" else 500
+            status = {"429": 429, "400": 400}.get(out.kind, 500)
             extra = {"retry-after": f"{out.retry_after:g}"} if out.kind == "429" else {}
             self._write(writer, status, json.dumps({"error": {"message": f"injected {out.kind}"}}).encode(), extra)
             return True

@@ -7,16 +7,21 @@ languages, prompt styles) are constructor parameters recorded in its spec, not c
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Protocol, Sequence, TypeVar, get_args
 
-from grandrounds.errors import DataError
+from grandrounds.errors import ConfigError, DataError
 from grandrounds.hashing import file_sha256
-from grandrounds.records import Grade, Message, RequestKind, Sample
-from grandrounds.registry import Spec
+from grandrounds.params import Param, check_values, did_you_mean, without_defaults
+from grandrounds.providers.base import check_model
+from grandrounds.records import AnswerMode, Breakdown, Grade, Message, RequestKind, Sample
+from grandrounds.registry import BENCHMARKS, Spec
 
-ANSWER_MODES = ("generate", "letter", "loglik")
+#: The request kind each answer mode sends: what a provider must serve for it.
+ANSWER_KINDS: Mapping[AnswerMode, RequestKind] = {"generate": "chat", "letter": "next_token", "loglik": "loglikelihood"}
+#: Re-asks of an unreadable judge reply when the user sets none (RunOptions.max_reask's default).
+DEFAULT_MAX_REASK = 2
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,8 @@ class Aggregate:
     ci95: tuple[float, float] | None
     n: int
     n_unscored: int
-    breakdown: Mapping[str, Any] = field(default_factory=dict)
+    #: family (subject, category, error_type, ...) -> key -> Cell, built with grandrounds.scoring.cells.
+    breakdown: Breakdown = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -54,13 +60,14 @@ class Aggregate:
 class RunOptions:
     """Options that change prompts or grading; all of them go into the fingerprint."""
 
-    answer_mode: str = "generate"
+    answer_mode: AnswerMode = "generate"
     shuffle_options: bool = False
     seed: int = 0
     judge_mode: str = "default"
     #: Judge runs per answer where a protocol averages runs; None = the benchmark's own default.
     judge_runs: int | None = None
-    max_reask: int = 2
+    max_reask: int = DEFAULT_MAX_REASK
+    #: Scoring options (``--scoring``), as the benchmark declares them in ``scoring_options``.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -71,15 +78,102 @@ class Benchmark(ABC):
     description: ClassVar[str] = ""
     language: ClassVar[str] = "en"
     remote_files: ClassVar[tuple[RemoteFile, ...]] = ()
-    answer_modes: ClassVar[tuple[str, ...]] = ("generate",)
-    #: True for benchmarks graded by an LLM judge (``--judge`` needed).
+    # ---- what the benchmark accepts (checked before a run loads or calls anything) ----
+    #: Constructor parameters (``--param``); those set to a non-default value are its spec.
+    parameters: ClassVar[tuple[Param, ...]] = ()
+    #: Scoring options (``--scoring``, ``RunOptions.extra``), recorded in the grader fingerprint.
+    scoring_options: ClassVar[tuple[Param, ...]] = ()
+    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate",)
+    #: True where ``--shuffle-options`` means something (multiple-choice exams).
+    shuffles_options: ClassVar[bool] = False
+    #: Judge modes (``--judge-mode``) the grader offers, the first being its default; () = none.
+    judge_modes: ClassVar[tuple[str, ...]] = ()
+    #: True where the protocol averages several judge runs per answer (``--judge-runs``).
+    takes_judge_runs: ClassVar[bool] = False
+    #: True for benchmarks graded by an LLM judge (``--judge`` needed, ``--max-reask`` used).
     needs_judge: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
-        self.params = dict(params)
+        """Check ``params`` against :attr:`parameters` and keep those not at their default."""
+        checked = check_values(self.parameters, params, self.name, "--param")
+        self.params: dict[str, Any] = without_defaults(self.parameters, checked)
+
+    def param(self, name: str) -> Any:
+        """The value of declared parameter ``name``: as given, else its default."""
+        if name in self.params:
+            return self.params[name]
+        for p in self.parameters:
+            if p.name == name:
+                return p.default
+        raise KeyError(f"{self.name} declares no parameter {name!r}")
+
+    def scoring(self, options: RunOptions, name: str) -> Any:
+        """The value of declared scoring option ``name`` in ``options``: as given, else its default."""
+        if name in options.extra:
+            return options.extra[name]
+        for p in self.scoring_options:
+            if p.name == name:
+                return p.default
+        raise KeyError(f"{self.name} declares no scoring option {name!r}")
 
     def spec(self) -> Spec:
         return Spec(self.name, dict(self.params))
+
+    # ---- run options ------------------------------------------------------------------
+    def check_options(self, options: RunOptions) -> RunOptions:
+        """``options`` checked for this benchmark and normalised, or a one-line ConfigError.
+
+        An option the benchmark does not use is refused when set to anything but its default, and
+        reset to the neutral default otherwise, so it never enters a fingerprint or run id.
+        Scoring options are coerced to their declared types; those at their default are dropped.
+        """
+        self._check_answer_mode(options.answer_mode)
+        scoring = check_values(self.scoring_options, options.extra, self.name, "--scoring")
+        return replace(
+            options,
+            shuffle_options=self._unused_off("--shuffle-options", options.shuffle_options, False, self.shuffles_options),
+            judge_mode=self._judge_mode(options.judge_mode),
+            judge_runs=self._judge_runs(options.judge_runs),
+            max_reask=self._unused_off("--max-reask", options.max_reask, DEFAULT_MAX_REASK, self.needs_judge),
+            extra=without_defaults(self.scoring_options, scoring),
+        )
+
+    def _check_answer_mode(self, mode: str) -> None:
+        if mode not in get_args(AnswerMode):
+            known = get_args(AnswerMode)
+            raise ConfigError(f"unknown --answer-mode {mode!r}{did_you_mean(mode, known)} (answer modes: {', '.join(known)})")
+        if mode not in self.answer_modes:
+            raise ConfigError(f"{self.name} supports --answer-mode {', '.join(self.answer_modes)}, not {mode!r}")
+
+    def _unused_off(self, flag: str, value: Any, neutral: Any, used: bool) -> Any:
+        """``value`` when the benchmark uses ``flag``; else ``neutral``, refusing any other value."""
+        if used:
+            return value
+        if value != neutral:
+            raise ConfigError(f"{self.name} does not use {flag}")
+        return neutral
+
+    def _judge_mode(self, mode: str) -> str:
+        """The declared mode (``default`` -> the first one), or ``default`` where modes mean nothing."""
+        if not self.judge_modes:
+            return self._unused_off("--judge-mode", mode, "default", False)
+        if mode == "default":
+            return self.judge_modes[0]
+        if mode not in self.judge_modes:
+            hint = did_you_mean(mode, self.judge_modes)
+            raise ConfigError(f"{self.name}: unknown --judge-mode {mode!r}{hint} (judge modes: {', '.join(self.judge_modes)})")
+        return mode
+
+    def _judge_runs(self, runs: int | None) -> int | None:
+        if not self.takes_judge_runs:
+            return self._unused_off("--judge-runs", runs, None, False)
+        if runs is not None and (not isinstance(runs, int) or isinstance(runs, bool) or runs < 1):
+            raise ConfigError(f"{self.name}: --judge-runs must be a whole number of at least 1, not {runs!r}")
+        return runs
+
+    def request_kind(self, options: RunOptions) -> RequestKind:
+        """The kind of answer request ``options`` make the benchmark send (a provider must serve it)."""
+        return ANSWER_KINDS[options.answer_mode]
 
     # ---- data -------------------------------------------------------------------------
     def data_files(self, root: Path) -> list[Path]:
@@ -115,12 +209,54 @@ class Benchmark(ABC):
 
     # ---- grading ----------------------------------------------------------------------
     @abstractmethod
+    def grader_spec(self, options: RunOptions) -> Spec:
+        """The spec of the benchmark's grader for these options (a name in ``registry.GRADERS``)."""
+
     def grader(self, options: RunOptions) -> "Any":
-        """The benchmark's default grader (a :class:`grandrounds.graders.base.Grader`)."""
+        """The benchmark's grader, built from :meth:`grader_spec`."""
+        from grandrounds.graders.base import build
+
+        return build(self.grader_spec(options))
+
+    def template_hashes(self) -> dict[str, str]:
+        """Hashes of the benchmark's own prompt templates (its fingerprint's ``prompt_templates``)."""
+        return {}
+
+    def write_submission(self, samples: Sequence[Sample], answers: Mapping[str, str], path: Path) -> dict[str, Any]:
+        """Write the answers in the benchmark's own submission format, for platforms that score
+        server-side. Benchmarks without one refuse."""
+        raise ConfigError(f"{self.name} has no submission format (its scores are computed here)")
 
     @abstractmethod
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
         """Headline score, CI and breakdown from per-sample grades, the authors' way."""
+
+
+class RunSettings(Protocol):
+    """The parts of a run configuration (``runner.RunConfig``) that :func:`check_run` checks."""
+
+    benchmark: str
+    model: str
+    bench_params: dict[str, Any]
+    options: RunOptions
+    provider_options: dict[str, Any]
+
+
+Settings = TypeVar("Settings", bound=RunSettings)
+
+
+def check_run(cfg: Settings) -> Settings:
+    """``cfg`` with its benchmark parameters, run options and model options checked and normalised.
+
+    The one check a run goes through before it loads data or makes a call: every value the user
+    set is one the benchmark and the provider declare, of the declared type, or a one-line
+    ConfigError says which is wrong and what is accepted. Options the benchmark does not use
+    are reset, so they never reach its spec, fingerprint or run id.
+    """
+    bench = BENCHMARKS.get(cfg.benchmark)(**cfg.bench_params)
+    options = bench.check_options(cfg.options)
+    provider_options = check_model(cfg.model, cfg.provider_options, bench.request_kind(options))
+    return replace(cfg, bench_params=dict(bench.params), options=options, provider_options=provider_options)  # type: ignore[type-var]
 
 
 def resolve_file(root: Path, filename: str) -> Path:

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, RemoteFile, RunOptions
-from grandrounds.benchmarks.mcq import LETTERS, MultipleChoiceBenchmark, accuracy_by, macro_average
-from grandrounds.benchmarks.mcq_io import check_unique_ids, read_json, require_fields
+from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, macro_average
+from grandrounds.graders.mcq_grader import LETTERS
+from grandrounds.benchmarks.readers import check_unique_ids, read_json, require_fields
 from grandrounds.errors import DataError
 from grandrounds.records import Grade, Sample
 
@@ -127,7 +128,7 @@ class CMB(MultipleChoiceBenchmark):
         """Micro headline; each exam_type in the breakdown also carries the official class macro."""
         agg = super().aggregate(samples, grades, options)
         macro = agg.extra.get("accuracy_per_category", {})
-        types = {t: {**v, "official_macro": macro.get(t)} for t, v in agg.breakdown.get("exam_type", {}).items()}
+        types = {t: replace(c, metrics={**c.metrics, "official_macro": macro.get(t)}) for t, c in agg.breakdown.get("exam_type", {}).items()}
         return replace(agg, breakdown={**agg.breakdown, "exam_type": types})
 
     def extra_metrics(self, scored: Sequence[tuple[Sample, Grade]], options: RunOptions) -> dict[str, Any]:
@@ -136,7 +137,7 @@ class CMB(MultipleChoiceBenchmark):
         per_type: dict[str, float | None] = {}
         for etype in dict.fromkeys(s.metadata.get("exam_type") for s, _ in scored):
             classes = accuracy_by([(s, g) for s, g in scored if s.metadata.get("exam_type") == etype], "exam_class")
-            per_class[str(etype)] = {c: v["score"] for c, v in classes.items()}
+            per_class[str(etype)] = {c: v.score for c, v in classes.items()}
             per_type[str(etype)] = macro_average(classes)
         vals = [v for v in per_type.values() if v is not None]
         return {

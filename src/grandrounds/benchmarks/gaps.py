@@ -11,15 +11,16 @@ The model under test answers each question; the file's answer columns stay in me
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, require_file
 from grandrounds.errors import DataError
-from grandrounds.graders.gaps_grader import GAPSGrader
-from grandrounds.records import Criterion, Grade, Message, Sample
-from grandrounds.scoring.gaps import LEVEL_POINTS, level_points
+from grandrounds.params import Param
+from grandrounds.registry import Spec
+from grandrounds.records import Cell, Criterion, Grade, Message, Sample
+from grandrounds.scoring.cells import group_cells, mean_cell, value_of
+from grandrounds.scoring.gaps import LEVEL_POINTS, STRATEGIES, level_points
 from grandrounds.stats import mean_ci
 
 COMMIT = "85e91cf8bfe4926a5b778250836a10f3166ef868"
@@ -118,14 +119,19 @@ class GAPS(Benchmark):
     language = "zh"
     needs_judge = True
     remote_files = (NSCLC, COMMUNITY)
+    parameters = (
+        Param("subset", str, "nsclc", "which workbook(s) a data directory is read from", tuple(SUBSETS)),
+        Param("rubric_column", str, "rubrics", "the sheet column holding the rubric JSON"),
+    )
+    scoring_options = (
+        Param("gaps_min_valid", int, 2, "valid judge votes a point needs, else review_needed", minimum=1),
+        Param("gaps_irrelevant", str, None, "also deduct for irrelevant content, votes combined this way", STRATEGIES),
+    )
 
     def data_files(self, root: Path) -> list[Path]:
         if root.is_file():
             return [root]
-        subset = self.params.get("subset", "nsclc")
-        if subset not in SUBSETS:
-            raise DataError(root, None, f"unknown GAPS subset {subset!r}; use {', '.join(SUBSETS)}")
-        return [root / rf.filename for rf in SUBSETS[subset]]
+        return [root / rf.filename for rf in SUBSETS[self.param("subset")]]
 
     def load(self, root: Path) -> list[Sample]:
         return [s for path in self.data_files(root) for s in self._load_file(path)]
@@ -134,7 +140,7 @@ class GAPS(Benchmark):
         import openpyxl
 
         require_file(path)
-        rubric_col = self.params.get("rubric_column", "rubrics")
+        rubric_col = self.param("rubric_column")
         try:
             wb = openpyxl.load_workbook(path, read_only=True, data_only=True)
         except Exception as e:  # openpyxl raises several unrelated types for a bad file
@@ -174,29 +180,37 @@ class GAPS(Benchmark):
                               rubric=rubric, metadata=meta))
         return out
 
-    def grader(self, options: RunOptions) -> GAPSGrader:
-        strategy = options.extra.get("gaps_irrelevant")
-        if strategy is True:
-            strategy = "conservative"
-        return GAPSGrader(min_valid=int(options.extra.get("gaps_min_valid", 2)), irrelevant=strategy or None)
+    def grader_spec(self, options: RunOptions) -> Spec:
+        return Spec("gaps", {"min_valid": int(self.scoring(options, "gaps_min_valid")), "irrelevant": self.scoring(options, "gaps_irrelevant")})
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Mean question score (ours) with bootstrap CI; the reference convention in extra."""
+        """Mean question score (ours) with bootstrap CI; the reference convention in extra.
+
+        Breakdown family ``category`` (the file's 分类, or specialty): each cell's score is our mean
+        with its CI, and :data:`CELL_METRICS` (the reference mean among them) sit beside it.
+        """
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
-        ours = [g.value for _, g in rows if g is not None and g.value is not None]
-        cats: dict[str, list[Grade | None]] = defaultdict(list)
-        for s, g in rows:
-            cats[s.metadata.get("category") or "?"].append(g)
+        overall = mean_cell([value_of(g) for _, g in rows])
         return Aggregate(
             metric="GAPS score (0-1; review_needed excluded)",
-            score=sum(ours) / len(ours) if ours else None,
-            ci95=mean_ci(ours),
-            n=len(ours),
-            n_unscored=len(samples) - len(ours),
-            breakdown={c: _summary(gs) for c, gs in sorted(cats.items())},
-            extra=_summary([g for _, g in rows]) | {"min_valid": int(options.extra.get("gaps_min_valid", 2))},
+            score=overall.score,
+            ci95=overall.ci95,
+            n=overall.n,
+            n_unscored=overall.n_unscored,
+            breakdown={"category": group_cells(((s.metadata.get("category") or "?", g) for s, g in rows), _cell)},
+            extra=_summary([g for _, g in rows]) | {"min_valid": int(self.scoring(options, "gaps_min_valid"))},
         )
+
+
+#: What each breakdown cell carries beside our mean score.
+CELL_METRICS = ("reference_score", "mean_coverage", "n_review_needed")
+
+
+def _cell(grades: Sequence[Grade | None]) -> Cell:
+    """Our mean score of some answers (CI from ``mean_ci``) with the reference mean, coverage and review count."""
+    summary = _summary(grades)
+    return mean_cell([value_of(g) for g in grades], {k: summary[k] for k in CELL_METRICS})
 
 
 def _summary(grades: Sequence[Grade | None]) -> dict[str, Any]:

@@ -8,15 +8,17 @@ sees it with the model's answer appended. Arithmetic: :mod:`grandrounds.scoring.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions
-from grandrounds.benchmarks.mcq_io import read_jsonl
+from grandrounds.benchmarks.readers import read_jsonl
 from grandrounds.errors import DataError
-from grandrounds.graders.healthbench_grader import HealthBenchGrader
-from grandrounds.records import Criterion, Grade, Message, Sample
-from grandrounds.scoring.healthbench import aggregate_metrics, known_example_metrics
+from grandrounds.graders.healthbench_grader import MODES
+from grandrounds.registry import Spec
+from grandrounds.records import Cell, Criterion, Grade, Message, Sample
+from grandrounds.scoring.healthbench import ClippedStat, aggregate_metrics, known_example_metrics
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/"
 #: Tag families reported in the breakdown, in display order (example tags first).
@@ -81,6 +83,7 @@ class HealthBench(Benchmark):
         _remote("2025-05-07-06-14-12_oss_eval.jsonl", "e99dd3c6372c10d6fcc5e385c5fae69d0dd40392dae56836ef9493ae324ecd2f"),
     )
     needs_judge = True
+    judge_modes = MODES
 
     def load(self, root: Path) -> list[Sample]:
         path = self.data_files(root)[0]
@@ -99,8 +102,9 @@ class HealthBench(Benchmark):
     def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
         return Prompt(sample.messages)
 
-    def grader(self, options: RunOptions) -> HealthBenchGrader:
-        return HealthBenchGrader(options.judge_mode)
+    def grader_spec(self, options: RunOptions) -> Spec:
+        mode = "per-criterion" if options.judge_mode == "default" else options.judge_mode
+        return Spec("healthbench", {"mode": mode})
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
         """Clipped mean over scored examples with seeded bootstrap; per-tag metrics like the reference."""
@@ -108,22 +112,20 @@ class HealthBench(Benchmark):
         per_example = []
         known = total = 0
         n_unknown = sum(1 for g in grades for v in g.verdicts if v.status == "unknown")
+        unscored_tags: Counter[str] = Counter()
         for g in grades:
             sample = by_id.get(g.sample_id)
-            if g.value is None or sample is None:
+            if sample is None:
                 continue
-            ks = known_example_metrics(sample.rubric, g.verdicts, sample.metadata.get("example_tags", ()))
-            if ks.overall is None:
+            ks = None if g.value is None else known_example_metrics(sample.rubric, g.verdicts, sample.metadata.get("example_tags", ()))
+            if ks is None or ks.overall is None:
+                unscored_tags.update(_tags(sample))
                 continue
             per_example.append(ks.metrics)
             known, total = known + ks.known, total + ks.total
         stats = aggregate_metrics(per_example, seed=options.seed)
         overall = stats.pop("overall_score", None)
-        breakdown: dict[str, dict[str, Any]] = {f: {} for f in FAMILIES}
-        for name, st in sorted(stats.items()):
-            family, _, value = name.partition(":")
-            entry = {"score": st.score, "std": st.std, "ci95": st.ci95, "n": st.n}
-            breakdown.setdefault(family, {})[value] = entry
+        breakdown = _tag_breakdown(stats, unscored_tags)
         extra = {
             "coverage": known / total if total else None,
             "n_unknown_verdicts": n_unknown,
@@ -139,6 +141,31 @@ class HealthBench(Benchmark):
             breakdown=breakdown,
             extra=extra,
         )
+
+
+def _tags(sample: Sample) -> set[str]:
+    """Every tag an example carries: its example tags and the tags of its rubric items."""
+    return set(sample.metadata.get("example_tags", ())) | {t for c in sample.rubric for t in c.tags}
+
+
+def _tag_breakdown(stats: Mapping[str, ClippedStat], unscored: Mapping[str, int]) -> dict[str, dict[str, Cell]]:
+    """``family:value`` tag metrics as families of cells: :data:`FAMILIES` first, empty ones left out.
+
+    A cell's score is the reference's clipped mean with its bootstrap CI (``bootstrap_std`` in
+    metrics); ``n_unscored`` counts the unscored examples that carry the tag.
+    """
+    out: dict[str, dict[str, Cell]] = {f: {} for f in FAMILIES}
+    for name in sorted(set(stats) | set(unscored)):
+        family, _, value = name.partition(":")
+        st = stats.get(name)
+        out.setdefault(family, {})[value] = Cell(
+            score=st.score if st else None,
+            n=st.n if st else 0,
+            n_unscored=unscored.get(name, 0),
+            ci95=st.ci95 if st else None,
+            metrics={"bootstrap_std": st.std} if st else {},
+        )
+    return {f: cells for f, cells in out.items() if cells}
 
 
 class HealthBenchHard(HealthBench):

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.mcq_io import read_json
+from grandrounds.benchmarks.readers import read_json
 from grandrounds.errors import DataError
-from grandrounds.graders.llmeval_grader import CATEGORY_CODES, SYSTEM_PROMPT, LLMEvalGrader
-from grandrounds.records import Grade, Message, Sample
-from grandrounds.stats import mean_ci, wilson_ci
+from grandrounds.params import Param
+from grandrounds.graders.llmeval_grader import CATEGORY_CODES, SYSTEM_PROMPT
+from grandrounds.registry import Spec
+from grandrounds.records import Cell, Grade, Message, Sample
+from grandrounds.scoring.cells import accuracy_cell, value_of
+from grandrounds.stats import mean_ci
 
 COMMIT = "508516fafd288c896691442d657b4af619609535"
 DEFAULT_JUDGE_RUNS = 3  # the paper averages three judge runs
@@ -39,6 +43,8 @@ class LLMEvalMed(Benchmark):
     description = "LLMEval-Med: 667 Chinese clinical turns, 5 categories, 1-5 judge score, usability rate"
     language = "zh"
     needs_judge = True
+    takes_judge_runs = True
+    parameters = (Param("judge_runs", int, DEFAULT_JUDGE_RUNS, "judge runs averaged per answer (--judge-runs overrides)", minimum=1),)
     remote_files = (
         RemoteFile(
             url=f"https://raw.githubusercontent.com/llmeval/LLMEval-Med/{COMMIT}/dataset/dataset.json",
@@ -113,10 +119,15 @@ class LLMEvalMed(Benchmark):
         """RunOptions.judge_runs when given, else the ``judge_runs`` param (default 3)."""
         if options.judge_runs is not None:
             return options.judge_runs
-        return int(self.params.get("judge_runs", DEFAULT_JUDGE_RUNS))
+        return int(self.param("judge_runs"))
 
-    def grader(self, options: RunOptions) -> LLMEvalGrader:
-        return LLMEvalGrader(runs=self.judge_runs(options))
+    def check_options(self, options: RunOptions) -> RunOptions:
+        """As for any benchmark, with the judge runs resolved: ``--judge-runs 3`` and the default 3 are one setting."""
+        checked = super().check_options(options)
+        return replace(checked, judge_runs=self.judge_runs(checked))
+
+    def grader_spec(self, options: RunOptions) -> Spec:
+        return Spec("llmeval-med", {"runs": self.judge_runs(options)})
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
         """Usability rate (%) overall (OP) and per category, mean 1-5 score beside it.
@@ -130,45 +141,41 @@ class LLMEvalMed(Benchmark):
         for s in samples:
             cats[s.metadata["category"]].append(by_id.get(s.id))
         everything = [g for gs in cats.values() for g in gs]
-        overall = _rates(everything)
-        breakdown = {CATEGORY_CODES[c]: {"category": c, **_rates(gs)} for c, gs in cats.items()}
+        overall = _cell(everything)
         extra = {
-            "mean_score": overall.pop("mean_score"),
-            "mean_score_ci95": overall.pop("mean_score_ci95"),
-            "reference_op": overall.pop("reference_rate"),
-            "n_no_valid_score": overall.pop("n_no_valid_score"),
+            "mean_score": overall.metrics["mean_score"],
+            "mean_score_ci95": mean_ci(_mean_scores(everything)),
+            "reference_op": overall.metrics["reference_rate"],
+            "n_no_valid_score": overall.metrics["n_no_valid_score"],
             "judge_runs": self.judge_runs(options),
             "threshold": 4.0,
             "note": "score in percent; reference_op counts answers with no valid judge score as unusable",
         }
         return Aggregate(
             metric="usability rate (%, OP)",
-            score=overall["usability_rate"],
-            ci95=overall["ci95"],
-            n=overall["n"],
-            n_unscored=overall["n_unscored"],
-            breakdown=breakdown,
+            score=overall.score,
+            ci95=overall.ci95,
+            n=overall.n,
+            n_unscored=overall.n_unscored,
+            breakdown={"category": {CATEGORY_CODES[c]: _cell(gs) for c, gs in cats.items()}},
             extra=extra,
         )
 
 
-def _rates(grades: Sequence[Grade | None]) -> dict[str, Any]:
-    """Usability (ours and reference), Wilson CI, mean score for one set of grades."""
-    scored = [g for g in grades if g is not None and g.value is not None]
-    usable = sum(1 for g in scored if g.value == 1.0)
-    ci = wilson_ci(usable, len(scored))
-    means = [float(g.details["mean_score"]) for g in scored if g.details.get("mean_score") is not None]
-    mci = mean_ci(means)
-    judged_no_score = sum(1 for g in grades if g is not None and g.value is None and "run_scores" in g.details)
-    return {
-        "usability_rate": 100.0 * usable / len(scored) if scored else None,
-        "ci95": (100.0 * ci[0], 100.0 * ci[1]) if ci else None,
-        "n": len(scored),
-        "n_questions": len(grades),
-        "n_usable": usable,
-        "n_unscored": len(grades) - len(scored),
-        "n_no_valid_score": judged_no_score,
+def _cell(grades: Sequence[Grade | None]) -> Cell:
+    """Usability rate (%) with its Wilson CI; the reference rate, mean 1-5 score and the
+    answers the judge gave no valid score (unscored here, unusable in the reference) beside it."""
+    values = [value_of(g) for g in grades]
+    usable = sum(1 for v in values if v == 1.0)
+    means = _mean_scores(grades)
+    metrics = {
         "reference_rate": 100.0 * usable / len(grades) if grades else None,
         "mean_score": sum(means) / len(means) if means else None,
-        "mean_score_ci95": mci,
+        "n_no_valid_score": sum(1 for g in grades if g is not None and g.value is None and "run_scores" in g.details),
     }
+    return accuracy_cell(values, metrics, scale=100.0)
+
+
+def _mean_scores(grades: Sequence[Grade | None]) -> list[float]:
+    """The mean judge score (1-5) of each scored answer that has one."""
+    return [float(g.details["mean_score"]) for g in grades if g is not None and g.value is not None and g.details.get("mean_score") is not None]

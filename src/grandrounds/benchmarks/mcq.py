@@ -9,39 +9,18 @@ deterministic option shuffle can be applied identically in the prompt and in the
 
 from __future__ import annotations
 
-import hashlib
-import math
 from dataclasses import replace
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence, get_args
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RunOptions, resolve_file
-from grandrounds.benchmarks.mcq_extract import extract_choice
-from grandrounds.benchmarks.mcq_io import read_json, read_jsonl, require_fields
+from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RunOptions
 from grandrounds.errors import ConfigError
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.records import Grade, Message, Response, Sample
+from grandrounds.hashing import text_hash
+from grandrounds.graders.mcq_grader import effective_mode, option_continuations, shuffle_choices
+from grandrounds.records import AnswerMode, Cell, Grade, Message, Sample
 from grandrounds.registry import Spec
-from grandrounds.stats import wilson_ci
+from grandrounds.scoring.cells import accuracy_cell, group_cells
 
-__all__ = [
-    "LETTERS",
-    "MultipleChoiceBenchmark",
-    "MCQGrader",
-    "TEMPLATES",
-    "accuracy_by",
-    "argmax_option",
-    "extract_choice",
-    "macro_average",
-    "permutation",
-    "shuffle_choices",
-    "to_original",
-    "read_json",
-    "read_jsonl",
-    "require_fields",
-    "resolve_file",
-]
-
-LETTERS = "ABCDEFGHIJ"
+__all__ = ["MultipleChoiceBenchmark", "TEMPLATES", "accuracy_by", "macro_average", "render_options"]
 
 #: Prompt wording per (mode, language). Hashed into the fingerprint through the grader's templates.
 TEMPLATES: dict[str, str] = {
@@ -75,50 +54,11 @@ def render_options(choices: Mapping[str, str]) -> str:
     return "\n".join(f"{k}. {v}" for k, v in choices.items())
 
 
-def _unit(seed: int, sample_id: str, i: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}:{sample_id}:{i}".encode()).digest()[:8], "big")
-
-
-def permutation(sample_id: str, n: int, seed: int) -> list[int]:
-    """A permutation of range(n) fixed by (seed, sample id): Fisher-Yates driven by sha256.
-
-    Independent of Python's ``random`` implementation, so a stored permutation can always be
-    recomputed.
-    """
-    order = list(range(n))
-    for i in range(n - 1, 0, -1):
-        j = _unit(seed, sample_id, i) % (i + 1)
-        order[i], order[j] = order[j], order[i]
-    return order
-
-
-def shuffle_choices(sample: Sample, seed: int) -> tuple[Sample, str]:
-    """A copy of ``sample`` with its options permuted and its target remapped.
-
-    Returns (shuffled sample, permutation) where permutation "CADB" means displayed A is
-    original C, displayed B is original A, and so on.
-    """
-    orig = list(sample.choices)
-    order = permutation(sample.id, len(orig), seed)
-    perm = "".join(orig[i] for i in order)
-    shown = LETTERS[: len(orig)]
-    choices = {shown[k]: sample.choices[orig[i]] for k, i in enumerate(order)}
-    target = "".join(sorted(shown[perm.index(ch)] for ch in str(sample.target)))
-    meta = {**sample.metadata, "permutation": perm}
-    return replace(sample, choices=choices, target=target, metadata=meta), perm
-
-
-def to_original(letters: str | None, perm: str | None) -> str | None:
-    """Map displayed letters back to the source's letters using a permutation string."""
-    if letters is None or not perm:
-        return letters
-    return "".join(sorted(perm[LETTERS.index(ch)] for ch in letters))
-
-
 class MultipleChoiceBenchmark(Benchmark):
     """Base for exam benchmarks: prompts for three answer modes, shuffling, grading, accuracy."""
 
-    answer_modes: ClassVar[tuple[str, ...]] = ("generate", "letter", "loglik")
+    answer_modes: ClassVar[tuple[AnswerMode, ...]] = get_args(AnswerMode)
+    shuffles_options: ClassVar[bool] = True
     #: metadata keys to break accuracy down by, e.g. ("subject",).
     category_fields: ClassVar[tuple[str, ...]] = ()
     #: wording overrides (same keys as TEMPLATES) for benchmarks with an official prompt.
@@ -144,6 +84,9 @@ class MultipleChoiceBenchmark(Benchmark):
     def templates(self) -> dict[str, str]:
         return {**TEMPLATES, **self.template_overrides}
 
+    def template_hashes(self) -> dict[str, str]:
+        return {name: text_hash(text)[:16] for name, text in self.templates.items()}
+
     def render(self, sample: Sample, mode: str) -> str:
         """The prompt text for ``mode`` (generate / letter / loglik) in the benchmark's language."""
         return self._render(sample.metadata, sample.choices, mode)
@@ -165,7 +108,7 @@ class MultipleChoiceBenchmark(Benchmark):
         mode = options.answer_mode
         if mode not in self.answer_modes:
             raise ConfigError(f"{self.name}: answer mode {mode!r} not supported (use {', '.join(self.answer_modes)})")
-        return "generate" if sample.metadata.get("multi") else mode
+        return effective_mode(sample, mode)
 
     def prepare(self, sample: Sample, options: RunOptions) -> tuple[Sample, str | None]:
         """The sample as shown to the model (shuffled when asked) and its permutation or None."""
@@ -176,10 +119,7 @@ class MultipleChoiceBenchmark(Benchmark):
 
     def continuations(self, sample: Sample, mode: str) -> dict[str, str]:
         """Option letter -> the continuation scored for it in ``mode`` (letter or loglik)."""
-        if mode == "letter":
-            return {k: k for k in sample.choices}
-        sep = "" if self.language.startswith("zh") else " "
-        return {k: f"{sep}{v}" for k, v in sample.choices.items()}
+        return option_continuations(sample.choices, mode, self.language)
 
     def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
         shown, _ = self.prepare(sample, options)
@@ -190,8 +130,10 @@ class MultipleChoiceBenchmark(Benchmark):
         conts = tuple(dict.fromkeys(self.continuations(shown, mode).values()))  # duplicates scored once
         return Prompt(msgs, kind="next_token" if mode == "letter" else "loglikelihood", continuations=conts)
 
-    def grader(self, options: RunOptions) -> MCQGrader:
-        return MCQGrader(self, options)
+    def grader_spec(self, options: RunOptions) -> Spec:
+        args = {"answer_mode": options.answer_mode, "shuffle_options": options.shuffle_options,
+                "seed": options.seed, "language": self.language}
+        return Spec("mcq", args)
 
     # ---- aggregation -----------------------------------------------------------------
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
@@ -202,6 +144,7 @@ class MultipleChoiceBenchmark(Benchmark):
         """
         pairs = pair_grades(samples, grades)
         scored = [(s, g) for s, g in pairs if g.value is not None]
+        overall = accuracy_cell([g.value for _, g in pairs])
         k = sum(1 for _, g in scored if g.value == 1.0)
         extra: dict[str, Any] = {
             "average": "micro (accuracy over all scored items)",
@@ -221,10 +164,10 @@ class MultipleChoiceBenchmark(Benchmark):
         breakdown = {f: accuracy_by(pairs, f) for f in self.category_fields}
         return Aggregate(
             metric="accuracy",
-            score=k / len(scored) if scored else None,
-            ci95=wilson_ci(k, len(scored)),
-            n=len(scored),
-            n_unscored=len(pairs) - len(scored),
+            score=overall.score,
+            ci95=overall.ci95,
+            n=overall.n,
+            n_unscored=overall.n_unscored,
             breakdown=breakdown,
             extra=extra,
         )
@@ -232,62 +175,6 @@ class MultipleChoiceBenchmark(Benchmark):
     def extra_metrics(self, scored: Sequence[tuple[Sample, Grade]], options: RunOptions) -> dict[str, Any]:
         """Benchmark-specific figures beside accuracy (macro averages, F1). None by default."""
         return {}
-
-
-class MCQGrader(Grader):
-    """Scores a multiple-choice answer 1.0 / 0.0 against the (possibly shuffled) key.
-
-    Chat replies go through :func:`extract_choice`; next-token and log-likelihood replies take
-    the argmax of ``Response.scores``. An answer with no readable choice is wrong (0.0) and
-    flagged ``details["unextracted"]``; a failed call is unscored (None), never wrong.
-    """
-
-    def __init__(self, bench: "MultipleChoiceBenchmark", options: RunOptions) -> None:
-        self.bench = bench
-        self.options = options
-        self.templates = bench.templates
-
-    def spec(self) -> Spec:
-        o = self.options
-        return Spec("mcq", {"answer_mode": o.answer_mode, "shuffle_options": o.shuffle_options, "seed": o.seed})
-
-    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        if not response.ok:
-            return unscored(sample, f"answer call failed: {response.error}")
-        shown, perm = self.bench.prepare(sample, self.options)
-        mode = self.bench.effective_mode(sample, self.options)
-        details: dict[str, Any] = {"answer_mode": mode, "target": shown.target}
-        if perm:
-            details["permutation"] = perm
-        if mode == "generate":
-            picked = extract_choice(response.text, list(shown.choices), shown.choices, bool(shown.metadata.get("multi")))
-        else:
-            conts = self.bench.continuations(shown, mode)
-            if not any(c in response.scores for c in conts.values()):
-                return unscored(sample, f"no log-probabilities for the options in a {mode} response", **details)
-            picked = argmax_option(conts, response.scores)
-            if mode == "loglik":
-                # lm-evaluation-harness acc_norm: argmax of loglikelihood / len(continuation) in characters
-                norm = argmax_option(conts, response.scores, per_char=True)
-                details["extracted_norm"] = norm
-                details["acc_norm"] = 1.0 if norm == shown.target else 0.0
-        if picked is None:
-            details["unextracted"] = True
-        details["extracted_original"] = to_original(picked, perm)
-        return Grade(sample_id=sample.id, value=1.0 if picked == shown.target else 0.0, extracted=picked, details=details)
-
-
-def argmax_option(conts: Mapping[str, str], scores: Mapping[str, float], per_char: bool = False) -> str:
-    """The letter whose continuation scores highest; ties go to the earlier letter (np.argmax).
-
-    Options the provider returned no score for count as -inf.
-    """
-    def value(letter: str) -> float:
-        c = conts[letter]
-        v = scores.get(c, -math.inf)
-        return v / max(len(c), 1) if per_char else v
-
-    return max(conts, key=value)
 
 
 def pair_grades(samples: Sequence[Sample], grades: Sequence[Grade]) -> list[tuple[Sample, Grade]]:
@@ -299,25 +186,12 @@ def pair_grades(samples: Sequence[Sample], grades: Sequence[Grade]) -> list[tupl
     return [(by_id[g.sample_id], g) for g in grades]
 
 
-def accuracy_by(pairs: Sequence[tuple[Sample, Grade]], field: str) -> dict[str, dict[str, Any]]:
-    """{category: {score, n, ci95, n_unscored}} for one metadata field, in first-seen order."""
-    groups: dict[str, list[Grade]] = {}
-    for s, g in pairs:
-        groups.setdefault(str(s.metadata.get(field)), []).append(g)
-    out: dict[str, dict[str, Any]] = {}
-    for cat, gs in groups.items():
-        vals = [g.value for g in gs if g.value is not None]
-        k = sum(1 for v in vals if v == 1.0)
-        out[cat] = {
-            "score": k / len(vals) if vals else None,
-            "n": len(vals),
-            "ci95": wilson_ci(k, len(vals)),
-            "n_unscored": len(gs) - len(vals),
-        }
-    return out
+def accuracy_by(pairs: Sequence[tuple[Sample, Grade]], field: str) -> dict[str, Cell]:
+    """One breakdown family: an accuracy cell per value of a metadata field, in first-seen order."""
+    return group_cells(((str(s.metadata.get(field)), g.value) for s, g in pairs), accuracy_cell, sort=False)
 
 
-def macro_average(groups: Mapping[str, Mapping[str, Any]]) -> float | None:
+def macro_average(groups: Mapping[str, Cell]) -> float | None:
     """Unweighted mean of the groups' scores (groups with no scored item are left out)."""
-    scores = [g["score"] for g in groups.values() if g.get("score") is not None]
+    scores = [c.score for c in groups.values() if c.score is not None]
     return sum(scores) / len(scores) if scores else None

@@ -10,48 +10,20 @@ lines with ``answer`` filled. When a file does carry answers, MCQ letters are sc
 from __future__ import annotations
 
 import json
-import re
+
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
-from grandrounds.benchmarks.mcq_io import read_jsonl
+from grandrounds.benchmarks.readers import read_jsonl
 from grandrounds.errors import DataError
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.records import Grade, Message, Response, Sample
+from grandrounds.records import Cell, Grade, Message, Sample
 from grandrounds.registry import Spec
-from grandrounds.stats import wilson_ci
-from grandrounds.textutil import normalize_width, strip_reasoning
+from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
+from grandrounds.textutil import strip_reasoning
 
 SYSTEM = "you are a helpful assistant."  # the system message of yy-hh/LlmMedEval's MedBench runner
-WITHHELD = "answer withheld"
-_LETTERS_ONLY = re.compile(r"^[<《(（\[]?\s*([A-J](?:\s*[,，、]?\s*[A-J])*)\s*[>》)）\]]?[.。]?$")
-_STATED = re.compile(
-    r"(?:答案|正确选项|(?i:answer))\s*(?:是|为|应为|(?i:is))?\s*[:：]?\s*<?\s*([A-J](?:\s*[,，、]?\s*[A-J])*)(?![A-Za-z])"
-)
-_ANGLE = re.compile(r"<\s*([A-J](?:\s*[,，、]?\s*[A-J])*)\s*>")
-_BARE = re.compile(r"(?<![A-Za-z])([A-J])(?![A-Za-z])")
-
-
-def mcq_letters(text: str | None) -> str | None:
-    """Sorted option letters a text states (``"B"``, ``"ACD"``), or None if it states none.
-
-    Tried in order: the whole text is letters; "答案是 X" / "Answer: X"; letters in ``<>`` (old
-    MedBench sets); every standalone capital A-J in a short reply.
-    """
-    if not text:
-        return None
-    body = normalize_width(strip_reasoning(text)).strip()
-    m = _LETTERS_ONLY.fullmatch(body) or _STATED.search(body)
-    found = [m.group(1)] if m else _ANGLE.findall(body)  # old sets: "<A><C>"
-    if found:
-        return "".join(sorted(set(re.findall(r"[A-J]", "".join(found)))))
-    if len(body) <= 20:
-        found = sorted(set(_BARE.findall(body)))
-        return "".join(found) or None
-    return None
-
 
 class MedBench(Benchmark):
     """MedBench question files (a file or a directory of ``*.jsonl``)."""
@@ -98,31 +70,34 @@ class MedBench(Benchmark):
             )
         return out
 
-    def grader(self, options: RunOptions) -> "MedBenchGrader":
-        return MedBenchGrader()
+    def grader_spec(self, options: RunOptions) -> Spec:
+        return Spec("medbench", {})
+
+    def write_submission(self, samples: Sequence[Sample], answers: Mapping[str, str], path: Path) -> dict[str, Any]:
+        return write_submission(samples, answers, path)
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Local accuracy where answers exist; withheld rows are unscored and counted."""
+        """Local accuracy where answers exist; withheld rows are unscored and counted.
+
+        Breakdown family ``source`` (the task set, e.g. MedExam_V4); each cell counts its withheld rows.
+        """
         by_id = {g.sample_id: g for g in grades}
-        per: dict[str, list[Grade]] = defaultdict(list)
-        scored: list[Grade] = []
-        withheld = 0
-        for s in samples:
-            g = by_id.get(s.id)
-            withheld += s.target is None
-            if g is not None and g.value is not None:
-                scored.append(g)
-                per[s.metadata["source"]].append(g)
-        k = sum(1 for g in scored if g.value == 1.0)
+        rows = [(s, by_id.get(s.id)) for s in samples]
+        overall = _cell(rows)
         return Aggregate(
             metric="accuracy",
-            score=k / len(scored) if scored else None,
-            ci95=wilson_ci(k, len(scored)),
-            n=len(scored),
-            n_unscored=len(samples) - len(scored),
-            breakdown={src: {"accuracy": sum(g.value or 0 for g in gs) / len(gs), "n": len(gs)} for src, gs in sorted(per.items())},
-            extra={"n_withheld": withheld, "note": "official MedBench scores are computed by the platform from the submission file"},
+            score=overall.score,
+            ci95=overall.ci95,
+            n=overall.n,
+            n_unscored=overall.n_unscored,
+            breakdown={"source": group_cells(((s.metadata["source"], (s, g)) for s, g in rows), _cell)},
+            extra={"n_withheld": overall.metrics["n_withheld"], "note": "official MedBench scores are computed by the platform from the submission file"},
         )
+
+
+def _cell(rows: Sequence[tuple[Sample, Grade | None]]) -> Cell:
+    """Accuracy of some rows, with how many of them had their answer withheld (those are unscored)."""
+    return accuracy_cell([value_of(g) for _, g in rows], {"n_withheld": sum(1 for s, _ in rows if s.target is None)})
 
 
 def _options_text(options: Any) -> str:
@@ -130,25 +105,6 @@ def _options_text(options: Any) -> str:
     if isinstance(options, dict):
         return "\n".join(f"{k}. {v}" for k, v in options.items())
     return "\n".join(f"{chr(65 + i)}. {v}" for i, v in enumerate(options))
-
-
-class MedBenchGrader(Grader):
-    """Exact match of MCQ letters (or of the stripped text for open tasks) when answers exist."""
-
-    def spec(self) -> Spec:
-        return Spec("medbench", {})
-
-    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        if sample.target is None:
-            return unscored(sample, WITHHELD)
-        if not response.ok:
-            return unscored(sample, f"answer call failed: {response.error}")
-        gold = mcq_letters(sample.target)
-        if gold is not None and len(sample.target.strip()) <= 20:
-            pred = mcq_letters(response.text)
-            return Grade(sample.id, float(pred == gold), extracted=pred, details={"kind": "mcq", "gold": gold})
-        text = strip_reasoning(response.text or "").strip()
-        return Grade(sample.id, float(text == sample.target.strip()), extracted=text[:200], details={"kind": "exact"})
 
 
 def write_submission(samples: Sequence[Sample], answers: Mapping[str, str], path: Path) -> dict[str, Any]:

@@ -10,18 +10,17 @@ wrong and counted (``details["unextractable"]``), a failed call is unscored.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.mcq_io import read_csv
+from grandrounds.benchmarks.readers import read_csv
 from grandrounds.errors import DataError
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.records import Grade, Message, Response, Sample
+from grandrounds.graders.medcalc_extract import parse_ground_truth
+from grandrounds.records import Cell, Grade, Message, Sample
 from grandrounds.registry import Spec
 from grandrounds.scoring import medcalc as mc
-from grandrounds.stats import wilson_ci
+from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
 
 COMMIT = "5523b7785c004912e76ca4db19efbd7367b23c40"
 COLUMNS = ("Row Number", "Calculator ID", "Calculator Name", "Category", "Output Type", "Note ID", "Note Type",
@@ -68,7 +67,7 @@ class MedCalcBench(Benchmark):
             entities = ast.literal_eval(row["Relevant Entities"])  # a Python dict literal, not JSON
         except (ValueError, SyntaxError) as e:
             raise DataError(path, where, f"Relevant Entities is not a Python literal: {e}") from None
-        truth = mc.parse_ground_truth(row["Ground Truth Answer"], kind)
+        truth = parse_ground_truth(row["Ground Truth Answer"], kind)
         lower = upper = None
         if kind == "decimal":
             try:
@@ -98,63 +97,33 @@ class MedCalcBench(Benchmark):
             },
         )
 
-    def grader(self, options: RunOptions) -> "MedCalcGrader":
-        return MedCalcGrader()
-
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Accuracy (Wilson CI) overall, per category and per output kind; unextractable counted."""
-        by_id = {g.sample_id: g for g in grades}
-        groups: dict[str, dict[str, list[Grade]]] = {"category": defaultdict(list), "kind": defaultdict(list)}
-        scored: list[Grade] = []
-        for s in samples:
-            g = by_id.get(s.id)
-            if g is None or g.value is None:
-                continue
-            scored.append(g)
-            groups["category"][s.metadata["category"]].append(g)
-            groups["kind"][s.target["kind"]].append(g)
-        overall = _acc(scored)
-        return Aggregate(
-            metric="accuracy",
-            score=overall["accuracy"],
-            ci95=overall["ci95"],
-            n=len(scored),
-            n_unscored=len(samples) - len(scored),
-            breakdown={f"{dim}:{k}": _acc(v) for dim, d in groups.items() for k, v in sorted(d.items())},
-            extra={"n_unextractable": overall["n_unextractable"], "version": "v1.0 (1,047 rows, commit 5523b77)"},
-        )
-
-
-def _acc(grades: Sequence[Grade]) -> dict[str, Any]:
-    k = sum(1 for g in grades if g.value == 1.0)
-    return {
-        "accuracy": k / len(grades) if grades else None,
-        "ci95": wilson_ci(k, len(grades)),
-        "n": len(grades),
-        "n_correct": k,
-        "n_unextractable": sum(1 for g in grades if g.details.get("unextractable")),
-    }
-
-
-class MedCalcGrader(Grader):
-    """Extract the value from the reply and apply the official tolerance for its calculator."""
-
-    def spec(self) -> Spec:
+    def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("medcalc", {})
 
-    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        if not response.ok:
-            return unscored(sample, f"answer call failed: {response.error}")
-        t = sample.target
-        kind = t["kind"]
-        text = mc.answer_text(response.text)
-        value = mc.parse_value(text, kind)
-        truth = mc.parse_ground_truth(t["truth"], kind)
-        ok = mc.is_correct(value, kind, truth, t["lower"], t["upper"])
-        shown = value.strftime("%m/%d/%Y") if kind == "date" and value is not None else value
-        return Grade(
-            sample.id,
-            1.0 if ok else 0.0,
-            extracted=None if value is None else str(shown),
-            details={"answer_text": text, "unextractable": value is None, "kind": kind, "truth": t["truth"]},
+    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+        """Accuracy (Wilson CI) overall and in two breakdown families; unextractable answers counted.
+
+        Families: ``category`` (the file's Category: lab, risk, ...) and ``kind`` (the comparison
+        rule: date, gestational_age, integer, decimal). A sample with no scored grade is unscored.
+        """
+        by_id = {g.sample_id: g for g in grades}
+        rows = [(s, by_id.get(s.id)) for s in samples]
+        overall = _cell([g for _, g in rows])
+        return Aggregate(
+            metric="accuracy",
+            score=overall.score,
+            ci95=overall.ci95,
+            n=overall.n,
+            n_unscored=overall.n_unscored,
+            breakdown={
+                "category": group_cells(((s.metadata["category"], g) for s, g in rows), _cell),
+                "kind": group_cells(((s.target["kind"], g) for s, g in rows), _cell),
+            },
+            extra={"n_unextractable": overall.metrics["n_unextractable"], "version": "v1.0 (1,047 rows, commit 5523b77)"},
         )
+
+
+def _cell(grades: Sequence[Grade | None]) -> Cell:
+    """Accuracy of some answers, with how many had no readable value (those count as wrong)."""
+    unextractable = sum(1 for g in grades if g is not None and g.value is not None and g.details.get("unextractable"))
+    return accuracy_cell([value_of(g) for g in grades], {"n_unextractable": unextractable})

@@ -8,17 +8,17 @@ accuracy; sentence-id accuracy and the composite ROUGE-1 F of corrections sit be
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
-from grandrounds.benchmarks.mcq_io import read_csv
+from grandrounds.benchmarks.readers import read_csv
 from grandrounds.errors import DataError
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.records import Grade, Message, Response, Sample
+from grandrounds.params import Param
+from grandrounds.records import Cell, Grade, Message, Sample
 from grandrounds.registry import Spec
 from grandrounds.scoring import medec as sc
+from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
 from grandrounds.stats import wilson_ci
 
 COMMIT = "70268d24e3ce0cd6d0e099ff7bfd4966f2bbcc28"
@@ -57,14 +57,12 @@ class MEDEC(Benchmark):
     name = "medec"
     description = "MEDEC-MS: detect and correct one medical error in clinical notes (597 test, 574 validation)"
     remote_files = (TEST, VALIDATION)
+    parameters = (Param("split", str, "test", "which MEDEC-MS file(s) a data directory is read from", tuple(SPLITS)),)
 
     def data_files(self, root: Path) -> list[Path]:
         if root.is_file():
             return [root]
-        split = self.params.get("split", "test")
-        if split not in SPLITS:
-            raise DataError(root, None, f"unknown MEDEC split {split!r}; use test, validation or both")
-        return [root / rf.filename for rf in SPLITS[split]]
+        return [root / rf.filename for rf in SPLITS[self.param("split")]]
 
     def load(self, root: Path) -> list[Sample]:
         return [s for path in self.data_files(root) for s in self._load_file(path)]
@@ -99,41 +97,48 @@ class MEDEC(Benchmark):
                       "error_sentence": row.get("Error Sentence", "")},
         )
 
-    def grader(self, options: RunOptions) -> "MEDECGrader":
-        return MEDECGrader()
+    def grader_spec(self, options: RunOptions) -> Spec:
+        return Spec("medec", {})
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Error-flag accuracy (Wilson CI); sentence accuracy and R1FC in extra, by type/split."""
+        """Error-flag accuracy (Wilson CI); sentence accuracy and R1FC beside it, overall and per cell.
+
+        Breakdown families ``error_type`` (``NA`` for texts without an error) and ``split``; a
+        cell's score is its error-flag accuracy and its metrics are :data:`CELL_METRICS`.
+        """
         by_id = {g.sample_id: g for g in grades}
-        groups: dict[str, list[Grade | None]] = defaultdict(list)
-        rows = []
-        for s in samples:
-            g = by_id.get(s.id)
-            rows.append(g)
-            groups[f"error_type:{s.metadata['error_type']}"].append(g)
-            groups[f"split:{s.metadata['split']}"].append(g)
-        overall = _metrics(rows)
+        rows = [(s, by_id.get(s.id)) for s in samples]
+        overall = accuracy_cell([value_of(g) for _, g in rows])
         return Aggregate(
             metric="error_flag_accuracy",
-            score=overall.pop("error_flag_accuracy"),
-            ci95=overall.pop("error_flag_ci95"),
-            n=overall["n"],
-            n_unscored=overall["n_unscored"],
-            breakdown={k: _metrics(v) for k, v in sorted(groups.items())},
-            extra=overall | {"rouge": "rouge_score rouge1 F (official scorer: python rouge package)"},
+            score=overall.score,
+            ci95=overall.ci95,
+            n=overall.n,
+            n_unscored=overall.n_unscored,
+            breakdown={fam: group_cells(((s.metadata[fam], g) for s, g in rows), _cell) for fam in ("error_type", "split")},
+            extra=_metrics([g for _, g in rows]) | {"rouge": "rouge_score rouge1 F (official scorer: python rouge package)"},
         )
 
 
+#: What each breakdown cell carries beside its error-flag accuracy.
+CELL_METRICS = ("error_sentence_accuracy", "r1fc", "reference_error_flag_accuracy",
+                "reference_error_sentence_accuracy", "reference_r1fc", "n_unparseable")
+
+
+def _cell(grades: Sequence[Grade | None]) -> Cell:
+    """Error-flag accuracy of some texts with their sentence accuracy, R1FC and reference figures."""
+    metrics = _metrics(grades)
+    return accuracy_cell([value_of(g) for g in grades], {k: metrics[k] for k in CELL_METRICS})
+
+
 def _metrics(grades: Sequence[Grade | None]) -> dict[str, Any]:
-    """Our accuracies over scored texts, plus the official ones counting unscored as wrong."""
+    """Sentence accuracy and R1FC over scored texts, plus the official figures counting unscored as wrong."""
     scored = [g for g in grades if g is not None and g.value is not None]
     n, total = len(scored), len(grades)
     flags = sum(1 for g in scored if g.value == 1.0)
     sents = sum(1 for g in scored if g.details.get("sentence_correct"))
     corr = sum(float(g.details.get("correction_score", 0.0)) for g in scored)
     return {
-        "error_flag_accuracy": flags / n if n else None,
-        "error_flag_ci95": wilson_ci(flags, n),
         "error_sentence_accuracy": sents / n if n else None,
         "error_sentence_ci95": wilson_ci(sents, n),
         "r1fc": corr / n if n else None,
@@ -145,26 +150,3 @@ def _metrics(grades: Sequence[Grade | None]) -> dict[str, Any]:
         "n_unscored": total - n,
         "n_unparseable": sum(1 for g in scored if g.details.get("unparseable")),
     }
-
-
-class MEDECGrader(Grader):
-    """Parse the prediction; flag, sentence id and correction scored as the official scorer."""
-
-    def spec(self) -> Spec:
-        return Spec("medec", {})
-
-    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        if not response.ok:
-            return unscored(sample, f"answer call failed: {response.error}")
-        t = sample.target
-        pred = sc.parse_prediction(response.text, text_id=sample.id)
-        if pred is None:  # the official scorer: missing prediction = wrong on every metric
-            details = {"unparseable": True, "flag_correct": False, "sentence_correct": False, "correction_score": 0.0}
-            return Grade(sample.id, 0.0, details=details)
-        details = {
-            "flag_correct": pred.flag == t["flag"],
-            "sentence_correct": pred.sentence_id == t["sentence_id"],
-            "correction_score": sc.correction_score(t["corrected"], pred.corrected),
-            "predicted": {"flag": pred.flag, "sentence_id": pred.sentence_id, "corrected": pred.corrected},
-        }
-        return Grade(sample.id, float(details["flag_correct"]), extracted=str(pred.flag), details=details)

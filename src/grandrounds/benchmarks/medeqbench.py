@@ -15,14 +15,16 @@ is parsed here, while the reference's ``line.index('】')`` fails and silently d
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
-from grandrounds.benchmarks.mcq_io import read_csv
+from grandrounds.benchmarks.readers import read_csv
 from grandrounds.errors import DataError
-from grandrounds.graders.medeq_grader import MedEQGrader
-from grandrounds.records import Criterion, Grade, Message, Sample
+from grandrounds.params import Param
+from grandrounds.registry import Spec
+from grandrounds.records import Cell, Criterion, Grade, Message, Sample
 from grandrounds.scoring.medeq import DIMENSIONS, QuestionScore, final_scores, question_score
 from grandrounds.stats import bootstrap
 
@@ -120,11 +122,11 @@ class MedEQBench(Benchmark):
     )
     needs_judge = True
 
-    def __init__(self, subset: str = "med_eq", **params: Any) -> None:
-        if subset not in SUBSETS:
-            raise ValueError(f"unknown MedEQBench subset {subset!r} (choose {', '.join(SUBSETS)})")
-        super().__init__(subset=subset, **params)
-        self.subset = subset
+    parameters = (Param("subset", str, "med_eq", "med_eq: the 413 questions; examples: the 5-row sample file", SUBSETS),)
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.subset: str = self.param("subset")
 
     def data_files(self, root: Path) -> list[Path]:
         return [root] if root.is_file() else [root / f"{self.subset}.csv"]
@@ -150,18 +152,27 @@ class MedEQBench(Benchmark):
             raise DataError(path, None, "no records")
         return samples
 
-    def grader(self, options: RunOptions) -> MedEQGrader:
-        return MedEQGrader()
+    def grader_spec(self, options: RunOptions) -> Spec:
+        return Spec("medeq", {})
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Mean question score (0-100) with a seeded bootstrap CI; per-dimension nanmeans for a radar chart."""
+        """Mean question score (0-100) with a seeded bootstrap CI; per-dimension nanmeans for a radar chart.
+
+        Breakdown family ``dimension``: a cell's score is the nanmean over the questions having a
+        positive item of that dimension (``n``); ``n_unscored`` counts such questions left unscored.
+        """
         by_id = {s.id: s for s in samples}
         questions: list[QuestionScore] = []
+        unscored: Counter[str] = Counter()
         for g in grades:
-            if g.value is not None and g.sample_id in by_id:
-                q = question_score(by_id[g.sample_id].rubric, g.verdicts)
-                if q.score is not None:
-                    questions.append(q)
+            sample = by_id.get(g.sample_id)
+            if sample is None:
+                continue
+            q = None if g.value is None else question_score(sample.rubric, g.verdicts)
+            if q is None or q.score is None:
+                unscored.update({c.tags[0] for c in sample.rubric if c.points > 0 and c.tags})
+            else:
+                questions.append(q)
         final, per_dim = final_scores(questions)
         boot = bootstrap([q.score for q in questions], seed=options.seed) if questions else None
         known = sum(q.known for q in questions)
@@ -172,7 +183,7 @@ class MedEQBench(Benchmark):
             ci95=boot[1] if boot else None,
             n=len(questions),
             n_unscored=len(grades) - len(questions),
-            breakdown={"dimension": {d: {"score": s, "n": n} for d, (s, n) in per_dim.items()}},
+            breakdown={"dimension": {d: Cell(score=s, n=n, n_unscored=unscored[d]) for d, (s, n) in per_dim.items()}},
             extra={
                 "coverage": known / total if total else None,
                 "n_unknown_verdicts": sum(1 for g in grades for v in g.verdicts if v.status == "unknown"),

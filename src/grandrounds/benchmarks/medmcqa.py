@@ -13,7 +13,7 @@ from typing import ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-from grandrounds.benchmarks.mcq_io import check_unique_ids, read_jsonl, require_fields
+from grandrounds.benchmarks.readers import check_unique_ids, read_jsonl, require_fields
 from grandrounds.benchmarks.medqa import MIRAGE
 from grandrounds.errors import DataError
 from grandrounds.records import Sample

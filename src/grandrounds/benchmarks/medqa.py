@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
-from grandrounds.benchmarks.mcq import LETTERS, MultipleChoiceBenchmark
-from grandrounds.benchmarks.mcq_io import read_jsonl, require_fields
+from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+from grandrounds.graders.mcq_grader import LETTERS
+from grandrounds.benchmarks.readers import read_jsonl, require_fields
 from grandrounds.errors import DataError
 from grandrounds.records import Sample
 

@@ -17,6 +17,7 @@ from grandrounds.benchmarks.base import RemoteFile, RunOptions, read_text
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, macro_average
 from grandrounds.benchmarks.medqa import MIRAGE
 from grandrounds.errors import ConfigError, DataError
+from grandrounds.params import Param
 from grandrounds.records import Grade, Sample
 
 SUBJECTS = (
@@ -64,13 +65,18 @@ class MMLUMedical(MultipleChoiceBenchmark):
     )
     category_fields: ClassVar[tuple[str, ...]] = ("subject",)
 
-    def __init__(self, subjects: Sequence[str] | str = SUBJECTS, **params: Any) -> None:
-        chosen = [s.strip() for s in subjects.split(",")] if isinstance(subjects, str) else list(subjects)
-        unknown = [s for s in chosen if s not in SUBJECTS]
-        if unknown or not chosen:
-            raise ConfigError(f"mmlu-medical: unknown subjects {unknown}; choose from {', '.join(SUBJECTS)}")
-        self.subjects = [s for s in SUBJECTS if s in chosen]
-        super().__init__(**({"subjects": self.subjects} if self.subjects != list(SUBJECTS) else {}), **params)
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param("subjects", list[str], SUBJECTS, "subjects to ask, e.g. anatomy,medical_genetics (default all six)", SUBJECTS),
+    )
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.subjects = [s for s in SUBJECTS if s in self.param("subjects")]  # the file order, whatever was typed
+        if not self.subjects:
+            raise ConfigError(f"mmlu-medical: --param subjects is empty; choose from {', '.join(SUBJECTS)}")
+        self.params.pop("subjects", None)
+        if self.subjects != list(SUBJECTS):
+            self.params["subjects"] = self.subjects
 
     def data_files(self, root: Path) -> list[Path]:
         if root.is_file():

@@ -15,8 +15,9 @@ from typing import Any, ClassVar, Sequence
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-from grandrounds.benchmarks.mcq_io import read_json, require_fields
-from grandrounds.errors import ConfigError, DataError
+from grandrounds.benchmarks.readers import read_json, require_fields
+from grandrounds.errors import DataError
+from grandrounds.params import Param
 from grandrounds.records import Grade, Sample
 
 REPO = "https://raw.githubusercontent.com/pubmedqa/pubmedqa/1cbae8e92f72f20c8d3747cbb3bf5bc53554d997/data"
@@ -61,11 +62,15 @@ class PubMedQA(MultipleChoiceBenchmark):
     # the stem already ends with "Question: ..." (lm-eval's pubmedqa context: abstract, question, "Answer:")
     template_overrides = {"loglik_en": "{question}\nAnswer:"}
 
-    def __init__(self, split: str = "test", contexts: bool = True, **params: Any) -> None:
-        if split not in ("test", "all"):
-            raise ConfigError(f"pubmedqa: split must be 'test' or 'all', not {split!r}")
-        super().__init__(split=split, contexts=contexts, **params)
-        self.split, self.contexts = split, contexts
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param("split", str, "test", "test: the 500 official test PMIDs; all: the 1,000 labelled ones", ("test", "all")),
+        Param("contexts", bool, True, "give the abstract's contexts (false: MIRAGE's PubMedQA* setting)"),
+    )
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.split: str = self.param("split")
+        self.contexts: bool = self.param("contexts")
 
     def data_files(self, root: Path) -> list[Path]:
         """ori_pqal.json, plus test_ground_truth.json beside it for the test split."""

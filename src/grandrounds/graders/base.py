@@ -3,18 +3,24 @@
 A grader never imports providers or the store: the runner injects judges, each an async
 callable that sends messages to a judge model through the same cached, retrying path as
 answers. A judge call that fails comes back as a Response with ``error`` set; the grader
-records it as an unknown verdict, never as "not met".
+records it as an unknown vote, never as "not met".
+
+Every grader is registered by name (:data:`grandrounds.registry.GRADERS`) and described by a
+typed, frozen ``Params`` dataclass; ``spec()`` is (name, params) and :func:`build` turns a
+stored spec back into the same grader, so re-grading rebuilds exactly what graded before.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
+from grandrounds.errors import ConfigError
 from grandrounds.hashing import text_hash
-from grandrounds.records import Grade, Message, Response, Sample
-from grandrounds.registry import Spec
+from grandrounds.records import Grade, GradeStatus, Message, Response, Sample
+from grandrounds.registry import GRADERS, Spec
 
 
 class Judge(Protocol):
@@ -39,22 +45,77 @@ class GradeContext:
     max_reask: int = 2
 
 
-class Grader(ABC):
-    """Turns (sample, response) into a Grade."""
+@dataclass(frozen=True)
+class NoParams:
+    """Parameters of a grader that has none."""
 
+
+class Grader(ABC):
+    """Turns (sample, response) into a Grade. Subclasses set ``name`` and ``Params``."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type] = NoParams
+    #: True when the grader asks LLM judges (the runner must hand it at least one).
+    judged: ClassVar[bool] = False
     #: Template files (name -> text) whose hashes go into the fingerprint.
     templates: Mapping[str, str] = {}
 
+    def __init__(self, params: Any = None) -> None:
+        self.params = params if params is not None else self.Params()
+
     def spec(self) -> Spec:
-        return Spec(type(self).__name__, {})
+        return Spec(self.name, dataclasses.asdict(self.params))
+
+    @property
+    def min_judges(self) -> int:
+        """Judges the grader needs; the runner refuses to start with fewer (before any call)."""
+        return 1 if self.judged else 0
 
     def template_hashes(self) -> dict[str, str]:
         return {name: text_hash(text)[:16] for name, text in self.templates.items()}
 
     @abstractmethod
-    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade: ...
+    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
+        """Grade one answer. Only called with a successful response (the runner records failures)."""
+
+    def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
+        """The answer's value with criterion verdicts replaced by ``statuses`` (clinician reviews).
+
+        Graders whose value is not plain arithmetic over criterion verdicts keep the judge's value.
+        """
+        return grade.value
 
 
-def unscored(sample: Sample, why: str, **details: Any) -> Grade:
-    """A grade with no value, for answers that could not be obtained or judged."""
-    return Grade(sample_id=sample.id, value=None, error=why, details=dict(details))
+def unscored(sample: Sample, status: GradeStatus, why: str, **details: Any) -> Grade:
+    """A grade with no value, for answers that could not be obtained, read or judged."""
+    return Grade(sample_id=sample.id, value=None, error=why, details=dict(details), status=status)
+
+
+def build(spec: Spec) -> Grader:
+    """The grader a spec names, with its parameters checked against the grader's ``Params``."""
+    cls = GRADERS.get(spec.name)
+    fields = {f.name for f in dataclasses.fields(cls.Params)}
+    unknown = sorted(set(spec.args) - fields)
+    if unknown:
+        raise ConfigError(f"grader {spec.name!r} has no parameter {', '.join(unknown)} (accepted: {', '.join(sorted(fields)) or 'none'})")
+    try:
+        params = cls.Params(**spec.args)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"grader {spec.name!r}: {e}") from None
+    return cls(params)
+
+
+def spec_from_json(d: Mapping[str, Any]) -> Spec:
+    """A grader spec as stored in a fingerprint (``{"name": ..., "args": {...}}``)."""
+    if not isinstance(d, Mapping) or "name" not in d:
+        raise ConfigError(f"not a grader spec: {d!r}")
+    args = dict(d.get("args") or {})
+    return Spec(str(d["name"]), {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()})
+
+
+def load_templates(*names: str) -> dict[str, str]:
+    """Judge prompt templates shipped in ``grandrounds/templates`` (``<name>.txt``), by name."""
+    from importlib.resources import files
+
+    root = files("grandrounds") / "templates"
+    return {n: (root / f"{n}.txt").read_text(encoding="utf-8") for n in names}

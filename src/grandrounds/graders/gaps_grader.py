@@ -10,15 +10,16 @@ Grade.value is our convention, ``details["reference_value"]`` the reference's.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Sequence
 
-from grandrounds.graders.base import GradeContext, Grader, Judge, unscored
-from grandrounds.graders.judge_parse import extract_json_object, parse_criteria_met
-from grandrounds.graders.llmeval_grader import Asked, ask_judge, load_templates
+from grandrounds.errors import ConfigError
+from grandrounds.graders.base import GradeContext, Grader, load_templates
+from grandrounds.graders.judge_json import extract_json_array, extract_json_object, parse_criteria_met
+from grandrounds.graders.judging import Ask, Reading, ask, judge_criteria, judge_keys
 from grandrounds.records import Criterion, Grade, Message, Response, Sample, Verdict
-from grandrounds.registry import Spec
 from grandrounds.scoring import gaps as scoring
 from grandrounds.textutil import normalize_width, strip_reasoning
 
@@ -31,22 +32,18 @@ def parse_met(text: str | None) -> str | None:
     return None if met is None else (scoring.MET if met else scoring.UNMET)
 
 
+def _read_met(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+    met, expl = parse_criteria_met(text)
+    return {pending[0]: Reading(scoring.MET if met else scoring.UNMET, expl)} if met is not None else {}  # type: ignore[arg-type]
+
+
 def parse_passages(text: str | None) -> list[str] | None:
-    """Irrelevant passages from the extractor's fenced JSON array; None if unreadable."""
-    if text is None:
+    """Irrelevant passages from the extractor's JSON array of ``{"content": ...}``; None if unreadable."""
+    items = extract_json_array(text)
+    if items is None:
         return None
-    body = strip_reasoning(text)
-    m = re.search(r"```(?:json|JSON)?\s*(.*?)```", body, re.S)
-    cand = m.group(1) if m else body[body.find("[") : body.rfind("]") + 1]
-    for variant in (cand, normalize_width(cand)):
-        try:
-            items = json.loads(variant)
-        except (json.JSONDecodeError, ValueError):
-            continue
-        if isinstance(items, list):
-            out = [str(it.get("content", "")).strip() for it in items if isinstance(it, dict)]
-            return [c for c in out if c]
-    return None
+    out = [str(it.get("content", "")).strip() for it in items if isinstance(it, dict)]
+    return [c for c in out if c]
 
 
 def parse_level(text: str | None) -> int | None:
@@ -56,34 +53,59 @@ def parse_level(text: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _one(parse: Any, text: str, pending: Sequence[str]) -> dict[str, Any]:
+    """Adapt a single-value parser to the engine's per-id form."""
+    value = parse(text)
+    return {pending[0]: value} if value is not None else {}
+
+
+@dataclass(frozen=True)
+class GAPSParams:
+    min_valid: int = 2
+    irrelevant: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.irrelevant is not None and self.irrelevant not in scoring.STRATEGIES:
+            raise ConfigError(f"unknown GAPS voting strategy {self.irrelevant!r}; use {', '.join(scoring.STRATEGIES)}")
+        if self.min_valid < 1:
+            raise ConfigError("GAPS min_valid must be at least 1")
+
+
 class GAPSGrader(Grader):
     """Per-point panel judging; optional irrelevant-content deduction (``irrelevant`` = strategy)."""
 
-    def __init__(self, min_valid: int = 2, irrelevant: str | None = None) -> None:
-        if irrelevant is not None and irrelevant not in scoring.STRATEGIES:
-            raise ValueError(f"unknown GAPS voting strategy {irrelevant!r}; use {', '.join(scoring.STRATEGIES)}")
-        self.min_valid = min_valid
-        self.irrelevant = irrelevant
-        names = ["positive", "negative"] + (["irrelevant_extract", "irrelevant_grade"] if irrelevant else [])
-        self.templates = load_templates("gaps_", names)
+    name = "gaps"
+    judged = True
+    Params = GAPSParams
 
-    def spec(self) -> Spec:
-        return Spec("gaps", {"min_valid": self.min_valid, "irrelevant": self.irrelevant})
+    def __init__(self, params: GAPSParams | None = None, *, min_valid: int | None = None, irrelevant: str | None = None) -> None:
+        if params is None:
+            params = GAPSParams(min_valid if min_valid is not None else 2, irrelevant)
+        super().__init__(params)
+        names = ["positive", "negative"] + (["irrelevant_extract", "irrelevant_grade"] if params.irrelevant else [])
+        self.templates = {n: t for n, t in zip(names, load_templates(*(f"gaps_{n}" for n in names)).values())}
+
+    @property
+    def min_judges(self) -> int:
+        """With fewer judges than min_valid every point would be review_needed by construction."""
+        return self.params.min_valid
+
+    def _asks(self, sample: Sample, question: str, answer: str, ids: Sequence[str]) -> list[Ask]:
+        by_id = {c.id: c for c in sample.rubric}
+        asks = []
+        for cid in ids:
+            kind = "negative" if "type:negative" in by_id[cid].tags else "positive"
+            msgs = (Message("user", self.templates[kind].format(question=question, answer=answer, claim=by_id[cid].text)),)
+            asks.append(Ask((cid,), lambda _p, m=msgs: m, _read_met))
+        return asks
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        if not response.ok:
-            return unscored(sample, f"answer call failed: {response.error}")
-        if len(ctx.judges) < self.min_valid:
-            # With fewer judges than min_valid every point is review_needed by construction.
-            return unscored(sample, f"GAPS voting needs at least {self.min_valid} judges, got {len(ctx.judges)} "
-                                    "(set extra gaps_min_valid=1 to let a single judge decide)")
         answer = strip_reasoning(response.text or "")
         question = sample.messages[-1].content
-        prev = {v.criterion_id: v for v in ctx.previous.verdicts} if ctx.previous and ctx.only_unknown else {}
-        verdicts = await asyncio.gather(
-            *(self._criterion(c, question, answer, ctx, prev.get(c.id)) for c in sample.rubric)
-        )
-        irr = await self._irrelevant(sample, question, answer, ctx) if self.irrelevant else None
+        ids = [c.id for c in sample.rubric]
+        rule = partial(scoring.vote, min_valid=self.params.min_valid)
+        verdicts = await judge_criteria(ids, lambda _j, pending: self._asks(sample, question, answer, pending), ctx, rule)
+        irr = await self._irrelevant(sample, question, answer, ctx) if self.params.irrelevant else None
         penalty = irr["penalty"] if irr and irr.get("penalty") is not None else 0.0
         decisions = [(c.points, _decision(v)) for c, v in zip(sample.rubric, verdicts)]
         qs = scoring.score_question(decisions, penalty)
@@ -100,43 +122,10 @@ class GAPSGrader(Grader):
         }
         if irr is not None:
             details["irrelevant"] = irr
-        keys = tuple(k for v in verdicts for k in v.judge_keys) + tuple(irr.get("judge_keys", ()) if irr else ())
-        error = None if qs.ours is not None else "no positive rubric point could be decided"
-        return Grade(sample.id, qs.ours, verdicts=tuple(verdicts), details=details, error=error, judge_keys=keys)
-
-    async def _criterion(
-        self, crit: Criterion, question: str, answer: str, ctx: GradeContext, prev: Verdict | None
-    ) -> Verdict:
-        """Ask each judge (keeping known votes when re-grading unknowns) and vote."""
-        if prev is not None and prev.status != "unknown":
-            return prev
-        kind = "negative" if "type:negative" in crit.tags else "positive"
-        text = self.templates[kind].format(question=question, answer=answer, claim=crit.text)
-        msgs = (Message("user", text),)
-        old = list(prev.votes) if prev is not None else [scoring.UNKNOWN] * len(ctx.judges)
-        start = prev.attempts if prev is not None else 0
-        redo = [i for i, j in enumerate(ctx.judges) if i >= len(old) or old[i] == scoring.UNKNOWN]
-        asked = await asyncio.gather(
-            *(ask_judge(ctx.judges[i], msgs, parse_met, range(start, start + ctx.max_reask + 1)) for i in redo)
-        )
-        votes = (old + [scoring.UNKNOWN] * len(ctx.judges))[: len(ctx.judges)]
-        raws = _split_raw(prev.raw, len(ctx.judges)) if prev is not None else [""] * len(ctx.judges)
-        expl = _split_raw(prev.explanation, len(ctx.judges)) if prev is not None else [""] * len(ctx.judges)
-        for i, a in zip(redo, asked):
-            votes[i] = a.value or scoring.UNKNOWN
-            raws[i] = a.raw if a.error is None else f"[call failed] {a.error}"
-            expl[i] = parse_criteria_met(a.raw)[1] if a.value else ""
-        decision = scoring.vote(votes, self.min_valid)
-        status = decision if decision != scoring.REVIEW else "unknown"
-        return Verdict(
-            criterion_id=crit.id,
-            status=status,  # type: ignore[arg-type]
-            explanation=_join(ctx.judges, expl),
-            raw=_join(ctx.judges, raws),
-            votes=tuple(votes),
-            attempts=start + max((len(a.attempts) for a in asked), default=0),
-            judge_keys=(prev.judge_keys if prev is not None else ()) + tuple(k for a in asked for k in a.keys),
-        )
+        keys = judge_keys(verdicts) + tuple(irr.get("judge_keys", ()) if irr else ())
+        if qs.ours is None:
+            return Grade(sample.id, None, None, verdicts, details, "no positive rubric point could be decided", keys, "unreadable")
+        return Grade(sample.id, qs.ours, None, verdicts, details, None, keys)
 
     async def _irrelevant(self, sample: Sample, question: str, answer: str, ctx: GradeContext) -> dict[str, Any]:
         """Extractor (first judge) lists unrelated passages; every judge grades each S1..S4."""
@@ -145,36 +134,24 @@ class GAPSGrader(Grader):
         rubric = "\n".join(f"- {c.text}" + (f"（{desc[c.id]}）" if c.id in desc else "") for c in sample.rubric)
         tpl = self.templates["irrelevant_extract"]
         msgs = (Message("user", tpl.format(question=question, answer=answer, rubric=rubric)),)
-        ext: Asked = await ask_judge(ctx.judges[0], msgs, parse_passages, range(ctx.max_reask + 1))
+        ext = await ask(ctx.judges[0], Ask(("passages",), lambda _p: msgs, partial(_one, parse_passages)), 0, ctx.max_reask)
         keys = list(ext.keys)
-        if ext.value is None:
+        if "passages" not in ext.read:
             # Unreadable extraction: no deduction, reported as unknown (the reference silently
             # treats it as "no irrelevant content").
             return {"status": "unknown", "penalty": None, "raw": ext.raw, "judge_keys": keys}
         passages: list[dict[str, Any]] = []
-        for passage in ext.value:
-            gmsg = (Message("user", self.templates["irrelevant_grade"].format(question=question, answer=answer, passage=passage)),)
-            graded = await asyncio.gather(*(ask_judge(j, gmsg, parse_level, range(ctx.max_reask + 1)) for j in ctx.judges))
+        for passage in ext.read["passages"][0]:
+            text = self.templates["irrelevant_grade"].format(question=question, answer=answer, passage=passage)
+            level_ask = Ask(("level",), lambda _p, m=(Message("user", text),): m, partial(_one, parse_level))
+            graded = await asyncio.gather(*(ask(j, level_ask, 0, ctx.max_reask) for j in ctx.judges))
             keys.extend(k for g in graded for k in g.keys)
-            levels = [g.value for g in graded]
-            sev = scoring.combine_severity(levels, self.irrelevant or "conservative")
+            levels = [g.read["level"][0] if "level" in g.read else None for g in graded]
+            sev = scoring.combine_severity(levels, self.params.irrelevant or "conservative")
             passages.append({"content": passage, "levels": levels, "severity": sev})
         penalty = scoring.irrelevant_penalty([p["severity"] for p in passages])
-        return {"status": "ok", "strategy": self.irrelevant, "passages": passages, "penalty": penalty, "judge_keys": keys}
+        return {"status": "ok", "strategy": self.params.irrelevant, "passages": passages, "penalty": penalty, "judge_keys": keys}
 
 
 def _decision(v: Verdict) -> str:
     return v.status if v.status in (scoring.MET, scoring.UNMET) else scoring.REVIEW
-
-
-_SEP = "\n\n=====\n\n"
-
-
-def _join(judges: Sequence[Judge], texts: Sequence[str]) -> str:
-    return _SEP.join(f"[{j.name}] {t}" for j, t in zip(judges, texts))
-
-
-def _split_raw(text: str, n: int) -> list[str]:
-    """Undo :func:`_join` (drop the ``[judge]`` prefixes); pads to ``n`` parts."""
-    parts = [re.sub(r"^\[[^\]]*\] ", "", p, count=1) for p in text.split(_SEP)] if text else []
-    return (parts + [""] * n)[:n]

@@ -10,18 +10,17 @@ re-asks only the items missing from the reply.
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from grandrounds.errors import ConfigError
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.judge_parse import as_bool, parse_criteria_met
-from grandrounds.graders.rubric import Ask, Parsed, judge_keys, judge_rubric, load_template
+from grandrounds.graders.base import GradeContext, Grader, load_templates, unscored
+from grandrounds.graders.judge_json import as_bool, explanation_text, json_values, parse_criteria_met
+from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys
 from grandrounds.records import Criterion, Grade, Message, Response, Sample
-from grandrounds.registry import Spec
-from grandrounds.scoring.healthbench import known_example_metrics
-from grandrounds.textutil import normalize_width, strip_reasoning
+from grandrounds.scoring.healthbench import known_example_metrics, known_rubric_score
+from grandrounds.textutil import strip_reasoning
 
 #: simple-evals grades with its API system message (OPENAI_SYSTEM_MESSAGE_API).
 JUDGE_SYSTEM = "You are a helpful assistant."
@@ -43,36 +42,14 @@ def render_item(crit: Criterion) -> str:
     return f"[{_points(crit.points)}] {crit.text}"
 
 
-def json_values(text: str) -> list[Any]:
-    """Every JSON object or array in a reply (fenced or bare, reasoning stripped), outermost first."""
-    body = strip_reasoning(text)
-    folded = normalize_width(body).replace("“", '"').replace("”", '"')
-    out: list[Any] = []
-    for variant in dict.fromkeys((body, folded)):  # full-width punctuation folded only if present
-        decoder = json.JSONDecoder()
-        i = 0
-        while i < len(variant):
-            if variant[i] in "{[":
-                try:
-                    value, end = decoder.raw_decode(variant, i)
-                except ValueError:
-                    i += 1
-                    continue
-                if value not in out:
-                    out.append(value)
-                i = end
-            else:
-                i += 1
-    return out
-
-
-def _entry(value: Any) -> tuple[bool, str] | None:
+def _reading(value: Any) -> Reading | None:
     if isinstance(value, dict):
         met = as_bool(value.get("criteria_met", value.get("met")))
-        expl = value.get("explanation", "")
-        return (met, expl if isinstance(expl, str) else json.dumps(expl, ensure_ascii=False)) if met is not None else None
+        if met is None:
+            return None
+        return Reading("met" if met else "unmet", explanation_text(value.get("explanation", "")))
     met = as_bool(value)
-    return (met, "") if met is not None else None
+    return None if met is None else Reading("met" if met else "unmet")
 
 
 def _cid(key: Any) -> str:
@@ -80,49 +57,51 @@ def _cid(key: Any) -> str:
     return re.sub(r"^(?:id|criterion)\s*[:#]?\s*", "", str(key).strip(), flags=re.I)
 
 
-def parse_batched(text: str, pending: Sequence[str]) -> Parsed:
+def parse_batched(text: str, pending: Sequence[str]) -> dict[str, Reading]:
     """Per-criterion verdicts from a batched reply: ``{id: {...}}``, ``{id: bool}`` or ``[{"id":..}, ...]``."""
     wanted = set(pending)
     for value in json_values(text):
         if isinstance(value, dict) and len(value) == 1 and isinstance(next(iter(value.values())), list):
             value = next(iter(value.values()))  # {"verdicts": [...]}
-        found: dict[str, tuple[bool, str]] = {}
+        pairs: list[tuple[Any, Any]] = []
         if isinstance(value, dict):
-            for key, item in value.items():
-                entry = _entry(item)
-                if _cid(key) in wanted and entry is not None:
-                    found[_cid(key)] = entry
+            pairs = list(value.items())
         elif isinstance(value, list):
-            for item in value:
-                if isinstance(item, dict) and "id" in item:
-                    entry = _entry(item)
-                    if _cid(item["id"]) in wanted and entry is not None:
-                        found[_cid(item["id"])] = entry
+            pairs = [(item["id"], item) for item in value if isinstance(item, dict) and "id" in item]
+        found = {_cid(k): r for k, v in pairs if _cid(k) in wanted and (r := _reading(v)) is not None}
         if found:
             return found
     return {}
 
 
-def _parse_single(text: str, pending: Sequence[str]) -> Parsed:
+def parse_single(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+    """The one criterion of a per-criterion reply, if its ``criteria_met`` is a readable boolean."""
     met, expl = parse_criteria_met(text)
-    return {pending[0]: (met, expl)} if met is not None and pending else {}
+    return {pending[0]: Reading("met" if met else "unmet", expl)} if met is not None and pending else {}
+
+
+@dataclass(frozen=True)
+class HealthBenchParams:
+    mode: str = "per-criterion"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown HealthBench judge mode {self.mode!r} (choose {', '.join(MODES)})")
 
 
 class HealthBenchGrader(Grader):
     """Judge each rubric item of a HealthBench answer; score over the known verdicts."""
 
-    def __init__(self, mode: str = "per-criterion") -> None:
-        if mode == "default":
-            mode = "per-criterion"
-        if mode not in MODES:
-            raise ConfigError(f"unknown HealthBench judge mode {mode!r} (choose {', '.join(MODES)})")
-        self.mode = mode
-        name = "healthbench_grader" if mode == "per-criterion" else "healthbench_batched"
-        self.template = load_template(f"{name}.txt")
-        self.templates = {name: self.template}
+    name = "healthbench"
+    Params = HealthBenchParams
+    judged = True
 
-    def spec(self) -> Spec:
-        return Spec(type(self).__name__, {"mode": self.mode})
+    def __init__(self, params: HealthBenchParams | None = None) -> None:
+        super().__init__(params)
+        self.mode = self.params.mode
+        key = "healthbench_grader" if self.mode == "per-criterion" else "healthbench_batched"
+        self.templates = load_templates(key)
+        self.template = self.templates[key]
 
     def _asks(self, sample: Sample, convo: str, ids: Sequence[str]) -> list[Ask]:
         by_id = {c.id: c for c in sample.rubric}
@@ -132,11 +111,7 @@ class HealthBenchGrader(Grader):
 
         if self.mode == "per-criterion":
             return [
-                Ask(
-                    (cid,),
-                    lambda _p, c=by_id[cid]: messages(self.template.format(conversation=convo, rubric_item=render_item(c))),
-                    _parse_single,
-                )
+                Ask((cid,), lambda _p, c=by_id[cid]: messages(self.template.format(conversation=convo, rubric_item=render_item(c))), parse_single)
                 for cid in ids
             ]
 
@@ -147,19 +122,22 @@ class HealthBenchGrader(Grader):
         return [Ask(tuple(ids), build, parse_batched)]
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        if not response.ok or response.text is None:
-            return unscored(sample, f"answer call failed: {response.error or 'no text'}")
-        convo = render_conversation(sample.messages, strip_reasoning(response.text))
+        convo = render_conversation(sample.messages, strip_reasoning(response.text or ""))
         ids = [c.id for c in sample.rubric]
-        verdicts = await judge_rubric(ids, lambda pending: self._asks(sample, convo, pending), ctx)
+        verdicts = await judge_criteria(ids, lambda _j, pending: self._asks(sample, convo, pending), ctx)
         example_tags = tuple(sample.metadata.get("example_tags", ()))
         ks = known_example_metrics(sample.rubric, verdicts, example_tags)
-        n_unknown = sum(1 for v in verdicts if v.status == "unknown")
         details = {
             "judge_mode": self.mode,
             "coverage": {"known": ks.known, "total": ks.total},
-            "n_unknown": n_unknown,
+            "n_unknown": sum(1 for v in verdicts if v.status == "unknown"),
             "tag_scores": {k: v for k, v in ks.metrics.items() if k != "overall_score"},
         }
-        error = None if ks.overall is not None else "no criterion with positive points has a known verdict"
-        return Grade(sample.id, ks.overall, None, verdicts, details, error, judge_keys(verdicts))
+        keys = judge_keys(verdicts)
+        if ks.overall is None:
+            return Grade(sample.id, None, None, verdicts, details, "no criterion with positive points has a known verdict", keys, "unreadable")
+        return Grade(sample.id, ks.overall, None, verdicts, details, None, keys)
+
+    def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
+        """simple-evals ``calculate_score`` over the criteria with a known (judged or reviewed) verdict."""
+        return known_rubric_score(sample.rubric, {v.criterion_id: v.status for v in grade.verdicts} | dict(statuses))

@@ -8,23 +8,23 @@ reply. Over N runs, ``mean = mean(valid scores)`` and the answer is *usable* iff
 Our convention differs from the reference in one place only: an answer with no valid score in
 any run is *unscored* (value None, reported) instead of silently "unusable". The reference
 convention is kept in ``details["reference_usable"]`` so the aggregate can report both.
+
+Each judge run is a whole-answer :class:`~grandrounds.records.Vote` on the grade (``Grade.votes``,
+with its ``run`` number and ``score``), asked through the shared judge engine.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-from dataclasses import dataclass
-from importlib import resources
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
 
-from grandrounds.graders.base import GradeContext, Grader, Judge, unscored
-from grandrounds.graders.judge_parse import extract_json_object
-from grandrounds.records import Grade, Message, Response, Sample, Verdict
-from grandrounds.registry import Spec
+from grandrounds.errors import ConfigError
+from grandrounds.graders.base import GradeContext, Grader, load_templates
+from grandrounds.graders.judge_json import explanation_text, extract_json_object
+from grandrounds.graders.judging import Ask, Reading, judge_keys, panel
+from grandrounds.records import Grade, Message, Response, Sample, Vote
 from grandrounds.textutil import normalize_width, strip_reasoning
-
-T = TypeVar("T")
 
 #: Category key in dataset.json -> short code (paper Table 2) -> template file.
 CATEGORY_CODES: Mapping[str, str] = {
@@ -42,12 +42,6 @@ SYSTEM_PROMPT = "You are a helpful assistant."  # Evaluate.py / Answer.py system
 _SCORE = re.compile(r"[\[【]\s*(\d+)\s*[\]】]")
 
 
-def load_templates(prefix: str, names: Sequence[str]) -> dict[str, str]:
-    """Template texts ``<prefix><name>.txt`` from the package, keyed by name."""
-    root = resources.files("grandrounds.templates")
-    return {n: (root / f"{prefix}{n}.txt").read_text(encoding="utf-8") for n in names}
-
-
 def parse_score(text: str | None) -> int | None:
     """The first ``[n]`` of a judge reply if 1 <= n <= 5, else None (invalid: re-ask)."""
     if not text:
@@ -59,40 +53,14 @@ def parse_score(text: str | None) -> int | None:
     return n if 1 <= n <= 5 else None
 
 
-@dataclass(frozen=True)
-class Asked:
-    """Outcome of one judge question with its re-asks: parsed value or None, and the trail."""
-
-    value: Any
-    raw: str
-    attempts: tuple[int, ...]
-    keys: tuple[str, ...]
-    error: str | None = None
-
-
-async def ask_judge(
-    judge: Judge,
-    messages: Sequence[Message],
-    parse: Callable[[str | None], T | None],
-    attempts: Sequence[int],
-) -> Asked:
-    """Ask ``judge`` with each attempt number in turn until ``parse`` reads the reply.
-
-    A failed call (``Response.error``) stops the re-asks: the runner already retried it, so it
-    is recorded, not hammered. Unparseable after all attempts -> value None with the raw text.
-    """
-    raw, used, keys = "", [], []
-    for attempt in attempts:
-        resp: Response = await judge(messages, attempt=attempt)
-        used.append(attempt)
-        keys.append(resp.key)
-        if not resp.ok:
-            return Asked(None, raw, tuple(used), tuple(keys), resp.error)
-        raw = resp.text or ""
-        value = parse(raw)
-        if value is not None:
-            return Asked(value, raw, tuple(used), tuple(keys))
-    return Asked(None, raw, tuple(used), tuple(keys))
+def read_run(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+    """One run's vote: met when the score is at least 4, with the judge's stated basis."""
+    score = parse_score(text)
+    if score is None:
+        return {}
+    basis = (extract_json_object(text) or {}).get("判断依据", "")
+    status = "met" if score >= USABLE_THRESHOLD else "unmet"
+    return {pending[0]: Reading(status, explanation_text(basis), float(score))}  # type: ignore[arg-type]
 
 
 def judge_messages(template: str, sample: Sample, answer: str) -> tuple[Message, ...]:
@@ -115,92 +83,61 @@ def summarize(scores: Sequence[int | None]) -> dict[str, Any]:
     return {"run_scores": list(scores), "mean_score": mean, "usable": usable, "reference_usable": bool(usable)}
 
 
+@dataclass(frozen=True)
+class LLMEvalParams:
+    runs: int = 3
+
+    def __post_init__(self) -> None:
+        if self.runs < 1:
+            raise ConfigError(f"judge runs must be at least 1, got {self.runs}")
+
+
 class LLMEvalGrader(Grader):
     """Scores one turn ``runs`` times per judge; value 1.0 usable / 0.0 not / None no valid score."""
 
-    def __init__(self, runs: int = 3) -> None:
-        if runs < 1:
-            raise ValueError("judge runs must be >= 1")
-        self.runs = runs
-        self.templates = load_templates("llmeval_", [c.lower() for c in CATEGORY_CODES.values()])
+    name = "llmeval-med"
+    Params = LLMEvalParams
+    judged = True  # every run is a judge call
 
-    def spec(self) -> Spec:
-        return Spec("llmeval-med", {"runs": self.runs})
+    def __init__(self, params: LLMEvalParams | None = None, *, runs: int | None = None) -> None:
+        super().__init__(params if params is not None else LLMEvalParams(runs if runs is not None else 3))
+        self.runs = self.params.runs
+        names = [c.lower() for c in CATEGORY_CODES.values()]
+        self.templates = {n: t for n, t in zip(names, load_templates(*(f"llmeval_{n}" for n in names)).values())}
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        if not response.ok:
-            return unscored(sample, f"answer call failed: {response.error}", reference_usable=False)
-        if not ctx.judges:
-            return unscored(sample, "no judge given", reference_usable=False)
         code = CATEGORY_CODES.get(sample.metadata.get("category", ""))
         if code is None:
-            return unscored(sample, f"unknown category {sample.metadata.get('category')!r}")
+            raise ValueError(f"unknown LLMEval-Med category {sample.metadata.get('category')!r}")
         msgs = judge_messages(self.templates[code.lower()], sample, strip_reasoning(response.text or ""))
-        plan = self._plan(ctx)
-        asked = await asyncio.gather(*(ask_judge(j, msgs, parse_score, att) for j, _, att in plan["todo"]))
-        verdicts = dict(plan["kept"])
-        for (judge, vid, _), a in zip(plan["todo"], asked):
-            verdicts[vid] = _verdict(vid, a, plan["prior_attempts"].get(vid, 0))
-        ordered = [verdicts[vid] for vid in plan["order"]]
-        scores = [int(v.votes[0]) if v.status != "unknown" and v.votes else None for v in ordered]
-        summary = summarize(scores)
-        details = {**summary, "next_attempt": plan["next_attempt"], "runs": self.runs}
-        keys = tuple(k for v in ordered for k in v.judge_keys)
-        value = None if summary["usable"] is None else float(summary["usable"])
-        error = None if value is not None else "no valid judge score in any run"
-        return Grade(sample.id, value, verdicts=tuple(ordered), details=details, error=error, judge_keys=keys)
-
-    def _plan(self, ctx: GradeContext) -> dict[str, Any]:
-        """Which (judge, run) verdicts to ask, with which attempt numbers, and which to keep.
-
-        First grading: run r of a judge uses attempts r*(R+1) .. r*(R+1)+R (R = max_reask), so
-        runs never share a cache key. Re-grading unknowns continues after the highest attempt
-        number used before (``details["next_attempt"]``), so no re-ask repeats a cached reply.
-        """
+        run_ids = [f"run{r}" for r in range(self.runs)]
         stride = ctx.max_reask + 1
-        order = [f"{j.name}/run{r}" for j in ctx.judges for r in range(self.runs)]
         prev = ctx.previous if ctx.only_unknown else None
-        kept: dict[str, Verdict] = {}
-        prior: dict[str, int] = {}
-        next_attempt = self.runs * stride
-        if prev is not None:
-            old = {v.criterion_id: v for v in prev.verdicts}
-            kept = {vid: v for vid, v in old.items() if vid in order and v.status != "unknown"}
-            prior = {vid: v.attempts for vid, v in old.items() if v.status == "unknown"}
-            fallback = self.runs * stride + sum(v.attempts for v in prev.verdicts)
-            next_attempt = int(prev.details.get("next_attempt", fallback))
-        todo = []
-        for j in ctx.judges:
-            for r in range(self.runs):
-                vid = f"{j.name}/run{r}"
-                if vid in kept:
-                    continue
+        next_attempt = [int(prev.details.get("next_attempt", self.runs * stride))] if prev else [self.runs * stride]
+
+        def make_asks(_j: int, pending: Sequence[str]) -> list[Ask]:
+            asks = []
+            for rid in pending:
                 if prev is None:
-                    att = range(r * stride, (r + 1) * stride)
-                else:
-                    att = range(next_attempt, next_attempt + stride)
-                    next_attempt += stride
-                todo.append((j, vid, tuple(att)))
-        return {"order": order, "kept": kept, "todo": todo, "prior_attempts": prior, "next_attempt": next_attempt}
+                    first = run_ids.index(rid) * stride
+                else:  # re-asks never reuse an attempt number of any earlier grading
+                    first, next_attempt[0] = next_attempt[0], next_attempt[0] + stride
+                asks.append(Ask((rid,), lambda _p: msgs, read_run, first))
+            return asks
+
+        votes = await panel(run_ids, make_asks, ctx, _previous_runs(prev, len(ctx.judges), self.runs))
+        ordered = [replace(v, run=r) for j in range(len(ctx.judges)) for r, rid in enumerate(run_ids) for v in [votes[rid][j]]]
+        scores = [int(v.score) if v.score is not None else None for v in ordered]
+        summary = summarize(scores)
+        details = {**summary, "next_attempt": next_attempt[0], "runs": self.runs}
+        value = None if summary["usable"] is None else float(summary["usable"])
+        status = "scored" if value is not None else "unreadable"
+        error = None if value is not None else "no valid judge score in any run"
+        return Grade(sample.id, value, details=details, error=error, judge_keys=judge_keys((), ordered), status=status, votes=tuple(ordered))
 
 
-def _verdict(vid: str, a: Asked, prior_attempts: int) -> Verdict:
-    """met = this run scored >= 4, unmet = scored below, unknown = no valid score (raw kept)."""
-    explanation = ""
-    if a.value is not None:
-        obj = extract_json_object(a.raw) or {}
-        basis = obj.get("判断依据", "")
-        explanation = basis if isinstance(basis, str) else str(basis)
-        status = "met" if a.value >= USABLE_THRESHOLD else "unmet"
-    else:
-        status = "unknown"
-        explanation = f"judge call failed: {a.error}" if a.error else "no score [1-5] found in reply"
-    return Verdict(
-        criterion_id=vid,
-        status=status,
-        explanation=explanation,
-        raw=a.raw if a.value is not None or not a.error else a.error,
-        votes=(str(a.value),) if a.value is not None else (),
-        attempts=prior_attempts + len(a.attempts),
-        judge_keys=a.keys,
-    )
+def _previous_runs(prev: Grade | None, n_judges: int, runs: int) -> dict[str, tuple[Vote, ...]]:
+    """Stored run votes (judge-major order) as run id -> votes in panel order."""
+    if prev is None or len(prev.votes) != n_judges * runs:
+        return {}
+    return {f"run{r}": tuple(prev.votes[j * runs + r] for j in range(n_judges)) for r in range(runs)}

@@ -14,10 +14,9 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.rubric import Ask, Parsed, judge_keys, judge_rubric, load_template
+from grandrounds.graders.base import GradeContext, Grader, load_templates
+from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys
 from grandrounds.records import Grade, Message, Response, Sample
-from grandrounds.registry import Spec
 from grandrounds.scoring.medeq import question_score
 from grandrounds.textutil import normalize_width, strip_reasoning
 
@@ -41,9 +40,9 @@ def parse_medeq_reply(text: str) -> dict[str, tuple[bool, str]]:
     return out
 
 
-def _parse(text: str, pending: Sequence[str]) -> Parsed:
+def _parse(text: str, pending: Sequence[str]) -> dict[str, Reading]:
     found = parse_medeq_reply(text)
-    return {cid: found[cid] for cid in pending if cid in found}
+    return {cid: Reading("met" if found[cid][0] else "unmet", found[cid][1]) for cid in pending if cid in found}
 
 
 def rubric_text(sample: Sample) -> str:
@@ -65,26 +64,27 @@ def rubric_text(sample: Sample) -> str:
 class MedEQGrader(Grader):
     """One judge call per answer covering all rubric items; question score over the known items."""
 
-    def __init__(self) -> None:
-        self.template = load_template(f"{TEMPLATE_NAME}.txt")
-        self.templates = {TEMPLATE_NAME: self.template}
+    name = "medeq"
+    judged = True
 
-    def spec(self) -> Spec:
-        return Spec(type(self).__name__, {})
+    def __init__(self, params: object = None) -> None:
+        super().__init__(params)
+        self.templates = load_templates(TEMPLATE_NAME)
+        self.template = self.templates[TEMPLATE_NAME]
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        if not response.ok or response.text is None:
-            return unscored(sample, f"answer call failed: {response.error or 'no text'}")
         question = "\n".join(m.content for m in sample.messages if m.role == "user")
-        prompt = self.template.format(question=question, answer=strip_reasoning(response.text), rubric=rubric_text(sample))
+        prompt = self.template.format(question=question, answer=strip_reasoning(response.text or ""), rubric=rubric_text(sample))
         messages = (Message("user", prompt),)
         ids = [c.id for c in sample.rubric]
-        verdicts = await judge_rubric(ids, lambda pending: [Ask(tuple(pending), lambda _p: messages, _parse)], ctx)
+        verdicts = await judge_criteria(ids, lambda _j, pending: [Ask(tuple(pending), lambda _p: messages, _parse)], ctx)
         q = question_score(sample.rubric, verdicts)
         details = {
             "coverage": {"known": q.known, "total": q.total},
             "n_unknown": q.total - q.known,
             "dimension_scores": dict(q.dimensions),
         }
-        error = None if q.score is not None else "no positive item has a known verdict"
-        return Grade(sample.id, q.score, None, verdicts, details, error, judge_keys(verdicts))
+        keys = judge_keys(verdicts)
+        if q.score is None:
+            return Grade(sample.id, None, None, verdicts, details, "no positive item has a known verdict", keys, "unreadable")
+        return Grade(sample.id, q.score, None, verdicts, details, None, keys)

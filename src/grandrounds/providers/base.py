@@ -1,13 +1,20 @@
-"""What a provider is, how a model spec names one, and which failures are worth retrying."""
+"""What a provider is, how a model spec names one, and which failures are worth retrying.
+
+A provider declares what it accepts and serves: its options (``--model-opt KEY=VALUE`` and the
+generic ``--threads``) as :class:`~grandrounds.params.Param` tuples, and the request kinds it can
+answer. :func:`check_model` checks a run against both before anything is loaded or called.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 from grandrounds.errors import ConfigError
-from grandrounds.records import Request, Response
+from grandrounds.params import Param, check_values
+from grandrounds.records import Request, RequestKind, Response
+from grandrounds.registry import PROVIDERS
 
 
 class ProviderError(Exception):
@@ -42,8 +49,12 @@ class ModelSpec:
 class Provider(ABC):
     """One model behind one endpoint. Retries, concurrency and caching live in the runner."""
 
-    #: Answer modes this backend can serve beyond plain chat.
-    supports: frozenset[str] = frozenset({"chat"})
+    #: Request kinds this backend can answer (chat; next_token and loglikelihood for log-prob modes).
+    request_kinds: ClassVar[frozenset[RequestKind]] = frozenset({"chat"})
+    #: Options the constructor takes (``--model-opt``; ``threads`` is what ``--threads`` sets).
+    model_options: ClassVar[tuple[Param, ...]] = ()
+    #: A model spec shown by ``grandrounds list``.
+    example: ClassVar[str] = ""
     #: Default number of requests in flight to this endpoint.
     default_concurrency: int = 16
 
@@ -66,3 +77,25 @@ class Provider(ABC):
 
     async def aclose(self) -> None:
         return None
+
+
+def split_endpoint(spec_text: str, base_url: str = "") -> tuple[str, str]:
+    """``provider/model@http://host/v1`` -> (``provider/model``, URL); without ``@`` the URL is ``base_url``."""
+    if "@" in spec_text:
+        spec_text, base_url = spec_text.split("@", 1)
+    return spec_text, base_url
+
+
+def check_model(model: str, options: Mapping[str, Any], kind: RequestKind = "chat") -> dict[str, Any]:
+    """``options`` coerced for the provider of ``model``, which must serve ``kind`` requests.
+
+    Called before a run loads data or makes a call: an undeclared or ill-typed option, or a
+    log-prob answer mode on a provider that cannot compute log-probabilities, is a one-line
+    ConfigError instead of a failure on every sample.
+    """
+    spec = ModelSpec.parse(split_endpoint(model)[0])
+    cls = PROVIDERS.get(spec.provider)
+    if kind not in cls.request_kinds:
+        served = ", ".join(sorted(cls.request_kinds))
+        raise ConfigError(f"provider {spec.provider} cannot serve {kind} requests (it serves {served}): use another --answer-mode or model")
+    return check_values(cls.model_options, options, f"provider {spec.provider}", "option")

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from grandrounds.errors import ConfigError
+from grandrounds.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.records import Message, Request, Response, Usage
 
@@ -55,13 +56,24 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 class LlamaCppProvider(Provider):
-    supports = frozenset({"chat", "next_token", "loglikelihood"})
+    """``llamacpp/smollm2`` or ``llamacpp/PATH.gguf``; ``threads`` (``--threads``) is llama.cpp's n_threads."""
+
+    request_kinds = frozenset({"chat", "next_token", "loglikelihood"})
+    model_options = (
+        Param("threads", int, None, "CPU threads (default $GRANDROUNDS_THREADS, else all cores)", minimum=1),
+        Param("n_threads", int, None, "llama.cpp's name for threads", minimum=1),
+        Param("n_ctx", int, 4096, "context window in tokens", minimum=1),
+    )
+    example = "llamacpp/smollm2 or llamacpp/path/model.gguf"
     default_concurrency = 1
 
-    def __init__(self, spec: ModelSpec, n_threads: int | None = None, n_ctx: int = 4096, **options: Any) -> None:
+    def __init__(
+        self, spec: ModelSpec, threads: int | None = None, n_ctx: int = 4096, n_threads: int | None = None, **options: Any
+    ) -> None:
         super().__init__(spec, **options)
         self.path = model_path(spec.model)
-        self.n_threads = n_threads or int(os.environ.get("GRANDROUNDS_THREADS", "0")) or (os.cpu_count() or 1)
+        chosen = threads or n_threads
+        self.n_threads = chosen or int(os.environ.get("GRANDROUNDS_THREADS", "0")) or (os.cpu_count() or 1)
         self.n_ctx = n_ctx
         self._llm: Any = None
         self._lock = asyncio.Lock()

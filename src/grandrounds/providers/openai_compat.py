@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from grandrounds.errors import ConfigError
+from grandrounds.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.providers.lean_http import LeanClient
 from grandrounds.records import Request, Response, Usage
@@ -24,7 +25,13 @@ class OpenAIProvider(Provider):
     runner retries); ``transport="lean"`` uses the small built-in HTTP client instead, for local
     servers at high concurrency where the SDK's CPU cost per call limits throughput."""
 
-    supports = frozenset({"chat", "next_token", "loglikelihood"})
+    request_kinds = frozenset({"chat", "next_token", "loglikelihood"})
+    model_options = (
+        Param("timeout", float, 120.0, "seconds before a call is abandoned (and retried)", minimum=0.001),
+        Param("api_key_env", str, "OPENAI_API_KEY", "environment variable holding the API key"),
+        Param("transport", str, "sdk", "sdk: the official openai client; lean: the small built-in one", ("sdk", "lean")),
+    )
+    example = "openai/gpt-4o (any OpenAI-compatible server with --base-url)"
     default_concurrency = 32
 
     def __init__(

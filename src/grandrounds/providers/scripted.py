@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from grandrounds.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.records import Request, Response, Usage
 
@@ -14,7 +16,9 @@ Script = Callable[[Request], "str | dict[str, float] | Exception"]
 class ScriptedProvider(Provider):
     """``scripted/NAME``: ``script(request)`` returns text, option scores, or an exception to raise."""
 
-    supports = frozenset({"chat", "next_token", "loglikelihood"})
+    request_kinds = frozenset({"chat", "next_token", "loglikelihood"})
+    model_options = (Param("script", Callable, None, "Python function request -> reply (tests; default: always \"A\")"),)
+    example = "scripted/NAME (tests)"
     default_concurrency = 64
 
     def __init__(self, spec: ModelSpec, script: Script | None = None, **options: Any) -> None:

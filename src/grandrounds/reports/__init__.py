@@ -26,4 +26,4 @@ def build_report(store: Store, fmt: str, out: Path, benchmark: str | None = None
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(html.render(bs, sections, title), encoding="utf-8")
         return [out]
-    return tabular.write(fmt, out, tabular.board_rows(bs), collect.sample_rows(sections))
+    return tabular.write(fmt, out, tabular.board_rows(bs), collect.sample_rows(sections), tabular.breakdown_rows(bs))

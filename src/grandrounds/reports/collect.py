@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from grandrounds.analysis import ResultRow
-from grandrounds.records import Grade, Sample
+from grandrounds.records import Grade, Sample, breakdown_from_json
 from grandrounds.store import RunRecord, Store
 
 
@@ -32,7 +32,7 @@ def result_rows(store: Store, benchmark: str | None = None) -> list[ResultRow]:
                 n_unscored=int(rj.get("n_unscored", 0)),
                 coverage=coverage(store, run_id, fp),
                 judge=rj.get("judge"),
-                breakdown=rj.get("breakdown") or {},
+                breakdown=breakdown_from_json(rj.get("breakdown")),
                 fingerprint=rj.get("fingerprint") or {},
             )
         )
@@ -41,23 +41,15 @@ def result_rows(store: Store, benchmark: str | None = None) -> list[ResultRow]:
 
 def coverage(store: Store, run_id: str, grader_fp: str) -> float | None:
     """Share of known verdicts; for benchmarks without verdicts, the share of scored answers."""
-    n, verdicts, unknown, unscored = store.db.execute(
-        "SELECT COUNT(*), SUM(json_array_length(grade_json, '$.verdicts')), SUM(n_unknown), SUM(value IS NULL) "
-        "FROM grades WHERE run_id = ? AND grader_fp = ?",
-        (run_id, grader_fp),
-    ).fetchone()
-    if verdicts:
-        return (verdicts - (unknown or 0)) / verdicts
-    return (n - (unscored or 0)) / n if n else None
+    c = store.verdict_counts(run_id, grader_fp)
+    if c.n_verdicts:
+        return (c.n_verdicts - c.n_unknown) / c.n_verdicts
+    return (c.n_grades - c.n_unscored) / c.n_grades if c.n_grades else None
 
 
 def values(store: Store, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, float | None]]:
     """(run, grader) -> sample id -> per-answer value (None = unscored)."""
-    out: dict[tuple[str, str], dict[str, float | None]] = {}
-    for run_id, fp in keys:
-        rows = store.db.execute("SELECT sample_id, value FROM grades WHERE run_id = ? AND grader_fp = ?", (run_id, fp))
-        out[(run_id, fp)] = {r[0]: r[1] for r in rows}
-    return out
+    return {(run_id, fp): store.grade_values(run_id, fp) for run_id, fp in keys}
 
 
 @dataclass

@@ -31,16 +31,13 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
         from grandrounds.reports import boards
         from grandrounds.store import Store
 
-        st = Store(store_path(store))
-        try:
+        with Store(store_path(store)) as st:
             for b in boards(st, benchmark, seed):
                 _print_board(st, b, with_reviews)
                 if breakdowns:
                     _print_breakdowns(b)
             if with_reviews:
                 _print_agreement(st)
-        finally:
-            st.close()
 
     @app.command()
     def compare(
@@ -55,11 +52,8 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
         from grandrounds.reports.compare import compare_models
         from grandrounds.store import Store
 
-        st = Store(store_path(store))
-        try:
+        with Store(store_path(store)) as st:
             rows = compare_models(st, model_a, model_b, benchmark, seed, resamples)
-        finally:
-            st.close()
         if not rows:
             console.print(f"no benchmark has results for both {model_a!r} and {model_b!r}")
             raise typer.Exit(1)
@@ -83,13 +77,11 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
         from grandrounds.reports import build_report
         from grandrounds.store import Store
 
-        st = Store(store_path(store))
         try:
-            paths = build_report(st, fmt, out, benchmark, seed, max_items)
+            with Store(store_path(store)) as st:
+                paths = build_report(st, fmt, out, benchmark, seed, max_items)
         except ValueError as e:
             raise typer.BadParameter(str(e)) from None
-        finally:
-            st.close()
         for p in paths:
             console.print(f"wrote {p} ({p.stat().st_size / 1e6:.2f} MB)")
 
@@ -115,22 +107,19 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
         from grandrounds.reviews import ReviewError, fill_queue, queue
         from grandrounds.store import Store
 
-        st = Store(store_path(store))
-        try:
+        with Store(store_path(store)) as st:
             try:
                 added = fill_queue(st, share, seed)
             except ReviewError as e:
                 raise typer.BadParameter(str(e)) from None
             console.print("added: " + (", ".join(f"{k} {v}" for k, v in sorted(added.items())) or "nothing new"))
             items = queue(st, show)
-            t = Table(title="Unreviewed queue (open them in `grandrounds view`)")
-            for col in ("run", "sample", "criterion", "reason"):
-                t.add_column(col)
-            for q in items:
-                t.add_row(q["run_id"], q["sample_id"], q["criterion_id"] or "(answer)", q["reason"])
-            console.print(t)
-        finally:
-            st.close()
+        t = Table(title="Unreviewed queue (open them in `grandrounds view`)")
+        for col in ("run", "sample", "criterion", "reason"):
+            t.add_column(col)
+        for q in items:
+            t.add_row(q["run_id"], q["sample_id"], q["criterion_id"] or "(answer)", q["reason"])
+        console.print(t)
 
 
 def _print_board(st: Any, b: Any, with_reviews: bool) -> None:
@@ -152,32 +141,33 @@ def _print_board(st: Any, b: Any, with_reviews: bool) -> None:
         cells = [str(e.setting), rank, r.model, _fmt(r.score), ci, str(r.n), str(r.n_unscored), _fmt(r.coverage), r.judge or "", "; ".join(e.flags)]
         if with_reviews:
             run = st.get_run(r.run_id)
-            judge_vals = [v for (v,) in st.db.execute("SELECT value FROM grades WHERE run_id=? AND grader_fp=? AND value IS NOT NULL", (r.run_id, r.grader_fp))]
+            judge_vals = [v for v in st.grade_values(r.run_id, r.grader_fp).values() if v is not None]
             rev = [v for v in reviewed_values(st, r.run_id, r.grader_fp, run.benchmark, run.dataset_sha256).values() if v is not None] if run else []
             cells += [_fmt(sum(judge_vals) / len(judge_vals) if judge_vals else None), _fmt(sum(rev) / len(rev) if rev else None)]
         t.add_row(*cells)
     console.print(t)
 
 
-def _print_breakdowns(b: Any) -> None:
-    """One table per breakdown family (theme, axis, dimension, subject, category, ...):
-    its names down the side, the board's results across (with their setting number)."""
-    from grandrounds.analysis import breakdown_families
+def _print_breakdowns(b: Any, max_keys: int = 40) -> None:
+    """One table per breakdown family (subject, category, kind, error_type, theme, axis, ...): a row
+    per key and result with score, 95% CI, n, unscored and the family's named metrics. A family
+    with more than ``max_keys`` keys is named, not printed (it would not read as a table)."""
+    from rich.markup import escape
 
-    fams: dict[str, dict[str, dict[int, tuple[float, Any]]]] = {}
-    for i, e in enumerate(b.entries):
-        for fam, scores in breakdown_families(e.row.breakdown).items():
-            for name, val in scores.items():
-                fams.setdefault(fam, {}).setdefault(name, {})[i] = val
-    for fam, table in fams.items():
-        if fam == "cluster" or len(table) > 40:  # HealthBench clusters: too many to read as a table
+    from grandrounds.analysis import breakdown_tables
+    from grandrounds.reports.html import fmt, fmt_ci
+
+    for fam in breakdown_tables(b):
+        if len(fam.keys) > max_keys:
+            console.print(f"{b.benchmark} by {fam.family}: {len(fam.keys)} keys, too many to print (see `grandrounds report`)")
             continue
-        t = Table(title=f"{b.benchmark} by {fam}")
-        t.add_column(fam)
-        for e in b.entries:
-            t.add_column(f"{e.row.model} [{e.setting}]")
-        for name, vals in table.items():
-            t.add_row(name, *(_fmt(vals[i][0]) + (f" (n={vals[i][1]})" if vals[i][1] else "") if i in vals else "" for i in range(len(b.entries))))
+        t = Table(title=f"{b.benchmark} by {fam.family}")
+        for col in (fam.family, "model", "score", "95% CI", "n", "unscored", *(m.replace("_", " ") for m in fam.metrics)):
+            t.add_column(col)  # metric names with spaces wrap in a narrow terminal instead of being cut
+        for key, e, c in fam.rows():
+            model = f"{e.row.model} [{e.setting}]" if b.settings > 1 else e.row.model
+            metrics = (fmt(c.metrics[m]) if m in c.metrics else "" for m in fam.metrics)
+            t.add_row(escape(key), escape(model), _fmt(c.score), fmt_ci(c.ci95), str(c.n), str(c.n_unscored), *metrics)  # keys are data, not markup
         console.print(t)
 
 

@@ -1,4 +1,4 @@
-"""The self-contained HTML report: leaderboard, radar charts, per-question drill-down.
+"""The self-contained HTML report: leaderboard, breakdown radars and tables, per-question drill-down.
 
 One file, no network: CSS, a few lines of JS and SVG are inline. Every string that came
 from a model, a judge, a dataset or the store goes through :func:`html.escape`; the JS only
@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Sequence
 
-from grandrounds.analysis import Board, breakdown_families
+from grandrounds.analysis import Board, Entry, FamilyTable, breakdown_tables
 from grandrounds.records import Grade
 from grandrounds.reports.collect import Item, Section, question_text
 from grandrounds.reports.radar import COLOURS, radar_svg
@@ -41,6 +41,11 @@ def fmt(v: Any, digits: int = 3) -> str:
     return "n/a" if v is None else (f"{v:.{digits}f}" if isinstance(v, float) else str(v))
 
 
+def fmt_ci(ci: tuple[float, float] | None) -> str:
+    """A 95% CI as "[lo, hi]" to three decimals, "n/a" when there is none."""
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "n/a"
+
+
 def render(boards: Sequence[Board], sections: Sequence[Section], title: str = "grandrounds report") -> str:
     """The whole report as one HTML string."""
     sec_ids = {s.benchmark: f"drill-{i}" for i, s in enumerate(sections)}
@@ -65,7 +70,7 @@ def _board(b: Board, anchor: str | None) -> str:
         group_sizes[(e.setting, e.group)] = group_sizes.get((e.setting, e.group), 0) + 1
     for e in b.entries:
         r = e.row
-        ci = f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]" if r.ci95 else "n/a"
+        ci = fmt_ci(r.ci95)
         tied = " <span class='tied'>tied</span>" if e.group is not None and group_sizes[(e.setting, e.group)] > 1 else ""
         model = escape(r.model)
         model_cell = f"<a href='#{anchor}'>{model}</a>" if anchor else model
@@ -75,24 +80,39 @@ def _board(b: Board, anchor: str | None) -> str:
             f"<td>{r.n}</td><td>{r.n_unscored}</td><td>{fmt(r.coverage)}</td><td>{escape(r.judge or '')}</td><td class='flag'>{flags}</td></tr>"
         )
     h.append("</table>")
-    h.append(_radars(b))
+    h.append(_breakdowns(b))
     return "".join(h)
 
 
-def _radars(b: Board) -> str:
-    """A radar per breakdown family with at least three named dimensions."""
-    fams: dict[str, dict[str, dict[str, float | None]]] = {}
-    for e in b.entries:
-        label = f"{e.row.model} (setting {e.setting})" if b.settings > 1 else e.row.model
-        for fam, entries in breakdown_families(e.row.breakdown).items():
-            fams.setdefault(fam, {})[label] = {k: v[0] for k, v in entries.items()}
-    charts = []
-    for fam, series in fams.items():
-        axes = sorted({a for s in series.values() for a in s})
-        svg = radar_svg(axes, series)
+def _breakdowns(b: Board) -> str:
+    """Per breakdown family: a radar of the cells' scores (when :func:`radar_svg` can draw its keys)
+    and a collapsed table of every cell with its CI, n, unscored count and named metrics."""
+    charts, tables = [], []
+    for fam in breakdown_tables(b):
+        series = {_label(b, e): {k: c.score for k, c in cells.items()} for e, cells in zip(fam.entries, fam.cells) if cells}
+        svg = radar_svg(fam.keys, series)
         if svg:
-            charts.append(f"<figure><figcaption>{escape(b.benchmark)}: {escape(fam)}</figcaption>{svg}</figure>")
-    return f"<div class='radars'>{''.join(charts)}</div>" if charts else ""
+            charts.append(f"<figure><figcaption>{escape(b.benchmark)}: {escape(fam.family)}</figcaption>{svg}</figure>")
+        tables.append(_family_table(b, fam))
+    radars = f"<div class='radars'>{''.join(charts)}</div>" if charts else ""
+    return radars + "".join(tables)
+
+
+def _label(b: Board, e: Entry) -> str:
+    """A result's name in a chart legend or table: its model, and its setting when settings differ."""
+    return f"{e.row.model} (setting {e.setting})" if b.settings > 1 else e.row.model
+
+
+def _family_table(b: Board, fam: FamilyTable) -> str:
+    """One family's cells as a table inside a closed <details>, a row per key and result."""
+    heads = "".join(f"<th>{escape(h)}</th>" for h in (fam.family, "model", "score", "95% CI", "n", "unscored", *fam.metrics))
+    h = [f"<details class='breakdown'><summary>{escape(b.benchmark)} by {escape(fam.family)} ({len(fam.keys)})</summary><table><tr>{heads}</tr>"]
+    for key, e, c in fam.rows():  # score and metrics come from stored JSON: escaped like any text
+        metrics = "".join(f"<td>{escape(fmt(c.metrics[m])) if m in c.metrics else ''}</td>" for m in fam.metrics)
+        h.append(f"<tr><td>{escape(key)}</td><td>{escape(_label(b, e))}</td><td>{escape(fmt(c.score))}</td><td>{fmt_ci(c.ci95)}</td>"
+                 f"<td>{c.n}</td><td>{c.n_unscored}</td>{metrics}</tr>")
+    h.append("</table></details>")
+    return "".join(h)
 
 
 def _section(sec: Section, sid: str) -> str:
@@ -144,7 +164,7 @@ def _rubric(item: Item) -> str:
             if v is None:
                 cells.append("<td class='unknown'>not graded</td>")
                 continue
-            votes = f" <small>votes {escape(', '.join(v.votes))}</small>" if len(set(v.votes)) > 1 else ""
+            votes = f" <small>votes {escape(', '.join(v.statuses))}</small>" if len(set(v.statuses)) > 1 else ""
             cells.append(f"<td><span class='{escape(v.status)}'>{escape(v.status)}</span>{votes}<br><small>{escape(v.explanation)}</small></td>")
         tags = f"<br><small>{escape(', '.join(c.tags))}</small>" if c.tags else ""
         h.append(f"<tr><td>{escape(c.text)}{tags}</td><td>{fmt(c.points, 1)}</td>{''.join(cells)}</tr>")

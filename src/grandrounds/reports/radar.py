@@ -6,6 +6,8 @@ import math
 from html import escape
 from typing import Mapping, Sequence
 
+#: More axes than this do not read as a chart (HealthBench clusters); the report's table holds them.
+MAX_RADAR_AXES = 40
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 
 
@@ -13,9 +15,10 @@ def radar_svg(axes: Sequence[str], series: Mapping[str, Mapping[str, float | Non
     """One polygon per series (model) over ``axes``; scores on 0-1 (or 0-100, rescaled).
 
     A missing score for an axis is drawn at the centre and marked with a hollow dot, so a
-    gap never looks like a measured value.
+    gap never looks like a measured value. Fewer than 3 or more than :data:`MAX_RADAR_AXES`
+    axes, or no series, draw nothing ("").
     """
-    if len(axes) < 3 or not series:
+    if not 3 <= len(axes) <= MAX_RADAR_AXES or not series:
         return ""
     top = 100.0 if any((v or 0) > 1.0 for s in series.values() for v in s.values()) else 1.0
     pad = 90  # room left and right for axis labels, which can be long (MedEQBench dimensions)
@@ -29,8 +32,8 @@ def radar_svg(axes: Sequence[str], series: Mapping[str, Mapping[str, float | Non
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="radar" width="{width}" height="{size}" viewBox="0 0 {width} {size}" role="img">']
     for ring in (0.25, 0.5, 0.75, 1.0):
-        pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in (point(i, ring) for i in range(n)))
-        parts.append(f'<polygon points="{pts}" fill="none" stroke="#ccc" stroke-width="1"/>')
+        grid = " ".join(f"{x:.1f},{y:.1f}" for x, y in (point(i, ring) for i in range(n)))
+        parts.append(f'<polygon points="{grid}" fill="none" stroke="#ccc" stroke-width="1"/>')
     for i, name in enumerate(axes):
         x, y = point(i, 1.0)
         lx, ly = point(i, 1.12)
@@ -39,7 +42,7 @@ def radar_svg(axes: Sequence[str], series: Mapping[str, Mapping[str, float | Non
         parts.append(f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="10" text-anchor="{anchor}">{escape(name[:28])}</text>')
     for k, (label, scores) in enumerate(series.items()):
         col = COLOURS[k % len(COLOURS)]
-        pts = []
+        pts: list[tuple[float, float]] = []
         for i, name in enumerate(axes):
             v = scores.get(name)
             frac = 0.0 if v is None else max(0.0, min(1.0, float(v) / top))

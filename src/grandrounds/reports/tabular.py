@@ -1,7 +1,8 @@
-"""Leaderboard and per-sample rows as md, csv, xlsx, json or parquet.
+"""Leaderboard, breakdown cells and per-sample rows as md, csv, xlsx, json or parquet.
 
 csv and parquet are one table per file, so the per-sample rows go beside PATH as
-``<stem>.samples.<ext>``; xlsx gets two sheets, json one object, md two tables.
+``<stem>.samples.<ext>`` and the breakdown cells as ``<stem>.breakdowns.<ext>``; xlsx gets three
+sheets, json one object, md three tables.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from grandrounds.analysis import Board
+from grandrounds.analysis import Board, breakdown_tables
 
 FORMATS = ("html", "md", "csv", "xlsx", "json", "parquet")
 
@@ -49,35 +50,60 @@ def board_rows(boards: Sequence[Board]) -> list[dict[str, Any]]:
     return out
 
 
-def side_path(path: Path) -> Path:
-    return path.with_name(f"{path.stem}.samples{path.suffix}")
+#: Columns of a breakdown row before the named metrics (which follow, one column each).
+BREAKDOWN_COLUMNS = ("benchmark", "family", "key", "setting", "model", "judge", "score", "ci95_low", "ci95_high", "n", "n_unscored")
 
 
-def write(fmt: str, path: Path, board: list[dict[str, Any]], samples: list[dict[str, Any]]) -> list[Path]:
-    """Write ``fmt`` to ``path`` (and a side file where the format holds one table); returns paths."""
+def breakdown_rows(boards: Sequence[Board]) -> list[dict[str, Any]]:
+    """One flat row per breakdown cell (benchmark x family x key x result), metrics as columns.
+
+    Every row has the same columns, a metric its cell lacks being None, as csv and parquet need;
+    a metric named like a fixed column is written as ``metric_<name>``.
+    """
+    cells = [(b, fam.family, key, e, c) for b in boards for fam in breakdown_tables(b) for key, e, c in fam.rows()]
+    names = list(dict.fromkeys(m for *_, c in cells for m in c.metrics))
+    columns = {m: f"metric_{m}" if m in BREAKDOWN_COLUMNS else m for m in names}
+    out = []
+    for b, family, key, e, c in cells:
+        row: dict[str, Any] = {
+            "benchmark": b.benchmark, "family": family, "key": key, "setting": e.setting, "model": e.row.model,
+            "judge": e.row.judge or "", "score": c.score, "ci95_low": c.ci95[0] if c.ci95 else None,
+            "ci95_high": c.ci95[1] if c.ci95 else None, "n": c.n, "n_unscored": c.n_unscored,
+        }
+        row.update({col: c.metrics.get(m) for m, col in columns.items()})
+        out.append(row | {"run_id": e.row.run_id, "grader_fp": e.row.grader_fp})
+    return out
+
+
+def side_path(path: Path, table: str = "samples") -> Path:
+    """Where a one-table format puts ``table`` beside ``path``: ``<stem>.<table><suffix>``."""
+    return path.with_name(f"{path.stem}.{table}{path.suffix}")
+
+
+def write(fmt: str, path: Path, board: list[dict[str, Any]], samples: list[dict[str, Any]],
+          breakdowns: Sequence[dict[str, Any]] = ()) -> list[Path]:
+    """Write ``fmt`` to ``path`` (and side files where the format holds one table); returns paths."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    tables = {"samples": samples, "breakdowns": list(breakdowns)}
     if fmt == "json":
-        path.write_text(json.dumps({"leaderboard": board, "samples": samples}, ensure_ascii=False, indent=1), encoding="utf-8")
+        path.write_text(json.dumps({"leaderboard": board, **tables}, ensure_ascii=False, indent=1), encoding="utf-8")
         return [path]
     if fmt == "md":
+        bd_cols = [c for c in (breakdowns[0] if breakdowns else BREAKDOWN_COLUMNS) if c not in ("run_id", "grader_fp")]
         path.write_text(_md(board, ["benchmark", "setting", "rank", "tied", "model", "score", "ci95_low", "ci95_high", "n", "n_unscored", "coverage", "flags"])
-                        + "\n\n" + _md(samples, ["benchmark", "sample_id", "model", "value", "n_unknown", "error"]), encoding="utf-8")
+                        + "\n\n" + _md(samples, ["benchmark", "sample_id", "model", "value", "n_unknown", "error"])
+                        + "\n\n" + _md(tables["breakdowns"], bd_cols), encoding="utf-8")
         return [path]
-    if fmt == "csv":
-        _csv(path, board)
-        _csv(side_path(path), samples)
-        return [path, side_path(path)]
     if fmt == "xlsx":
-        _xlsx(path, board, samples)
+        _xlsx(path, {"leaderboard": board, **tables})
         return [path]
-    if fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        pq.write_table(pa.Table.from_pylist(board), path)
-        pq.write_table(pa.Table.from_pylist(samples) if samples else pa.table({}), side_path(path))
-        return [path, side_path(path)]
-    raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    if fmt not in ("csv", "parquet"):
+        raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    writer = _csv if fmt == "csv" else _parquet
+    writer(path, board)
+    for name, rows in tables.items():
+        writer(side_path(path, name), rows)
+    return [path, *(side_path(path, name) for name in tables)]
 
 
 def _cell(v: Any) -> str:
@@ -103,12 +129,21 @@ def _csv(path: Path, rows: list[dict[str, Any]]) -> None:
         w.writerows(rows)
 
 
-def _xlsx(path: Path, board: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:
+def _parquet(path: Path, rows: list[dict[str, Any]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({}), path)
+
+
+def _xlsx(path: Path, sheets: dict[str, list[dict[str, Any]]]) -> None:
+    """One sheet per table, in order; text is kept as text (never a formula) and cut to Excel's limit."""
     from openpyxl import Workbook
 
     wb = Workbook()
-    wb.active.title = "leaderboard"
-    for ws, rows in ((wb.active, board), (wb.create_sheet("samples"), samples)):
+    wb.remove(wb.active)
+    for name, rows in sheets.items():
+        ws = wb.create_sheet(name)
         if not rows:
             continue
         ws.append(list(rows[0]))

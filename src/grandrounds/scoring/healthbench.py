@@ -40,6 +40,12 @@ def rubric_score(points: Sequence[float], met: Sequence[bool]) -> float | None:
     return sum(p for p, m in zip(points, met) if m) / possible
 
 
+def known_rubric_score(rubric: Sequence[Criterion], status: Mapping[str, str]) -> float | None:
+    """:func:`rubric_score` over the criteria whose ``status`` (criterion id -> verdict) is known."""
+    known = [c for c in rubric if status.get(c.id) in ("met", "unmet")]
+    return rubric_score([c.points for c in known], [status[c.id] == "met" for c in known])
+
+
 def reference_example_metrics(
     rubric: Sequence[Criterion], met: Sequence[bool], example_tags: Sequence[str]
 ) -> dict[str, float]:

@@ -8,19 +8,22 @@ never written here; delete the sidecar at any time and it is rebuilt.
 
 from __future__ import annotations
 
-import json
 import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from grandrounds.records import grade_from_json
+from grandrounds.reports.collect import question_text
+from grandrounds.store import Store
+
+#: Bumped when the index's tables change, so an index built by older code is rebuilt.
+INDEX_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE items (id INTEGER PRIMARY KEY, benchmark TEXT, dataset TEXT, sample_id TEXT, idx INTEGER, question TEXT,
                     disagree INTEGER, n_unknown INTEGER);
 CREATE TABLE answers (item_id INTEGER, run_id TEXT, grader_fp TEXT, model TEXT, value REAL,
-                      n_met INTEGER, n_unmet INTEGER, n_unknown INTEGER, panel_split INTEGER);
+                      n_met INTEGER, n_unmet INTEGER, n_unknown INTEGER, panel_split INTEGER, queued INTEGER);
 CREATE TABLE dims (item_id INTEGER, dim TEXT);
 CREATE INDEX items_bench ON items(benchmark, id);
 CREATE INDEX answers_item ON answers(item_id);
@@ -28,22 +31,21 @@ CREATE INDEX answers_model ON answers(model, item_id);
 CREATE INDEX dims_dim ON dims(dim, item_id);
 CREATE VIRTUAL TABLE fts USING fts5(question, answers, tokenize='trigram');
 """
+DIM_METADATA = ("category", "dimension", "theme", "subject", "specialty")
 
 
 def index_path(store_path: Path) -> Path:
+    """Where the sidecar index of a store file lives (beside it)."""
     return store_path.with_name(store_path.name + ".viewer-index")
 
 
-def stamp(store: sqlite3.Connection) -> str:
-    """What the index depends on: changes whenever samples, answers or grades change."""
-    row = store.execute(
-        "SELECT (SELECT COUNT(*) FROM samples), (SELECT COUNT(*) FROM answers), (SELECT COUNT(*) FROM grades), "
-        "(SELECT MAX(created_at) FROM grades), (SELECT COUNT(*) FROM results)"
-    ).fetchone()
-    return json.dumps(list(row))
+def stamp(store: Store) -> str:
+    """What the index depends on: changes whenever the store's data or this index's layout change."""
+    return f"{INDEX_VERSION}:{store.change_stamp()}"
 
 
-def is_current(path: Path, store: sqlite3.Connection) -> bool:
+def is_current(path: Path, store: Store) -> bool:
+    """True when the index at ``path`` was built from the store as it is now."""
     if not path.exists():
         return False
     try:
@@ -55,64 +57,85 @@ def is_current(path: Path, store: sqlite3.Connection) -> bool:
     return bool(row) and row[0] == stamp(store)
 
 
-def build(path: Path, store: sqlite3.Connection) -> None:
-    """(Re)build the index at ``path`` from an open store connection; atomic via rename."""
+def build(path: Path, store: Store) -> None:
+    """(Re)build the index at ``path`` from an open store; atomic via rename."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     con = sqlite3.connect(tmp)
     con.executescript(SCHEMA)
     con.execute("BEGIN")
-    st = stamp(store)
-    runs = {r[0]: (r[1], r[2], r[3]) for r in store.execute("SELECT id, benchmark, dataset_sha256, model FROM runs")}
-    item_ids: dict[tuple[str, str, str], int] = {}
-    texts: dict[int, list[str]] = {}
-    questions: dict[int, str] = {}
-    for bench, ds, sid, idx, sj in store.execute("SELECT benchmark, dataset_sha256, sample_id, idx, sample_json FROM samples ORDER BY benchmark, dataset_sha256, idx"):
-        s = json.loads(sj)
-        iid = len(item_ids) + 1
-        item_ids[(bench, ds, sid)] = iid
-        q = _question(s)
-        questions[iid], texts[iid] = q, []
-        dims = {str(t) for c in s.get("rubric", ()) for t in c.get("tags", ())}
-        dims |= {f"{k}:{v}" for k, v in (s.get("metadata") or {}).items() if k in ("category", "dimension", "theme", "subject", "specialty") and isinstance(v, (str, int))}
-        con.executemany("INSERT INTO dims VALUES (?, ?)", [(iid, d) for d in sorted(dims)])
-        con.execute("INSERT INTO items VALUES (?,?,?,?,?,?,0,0)", (iid, bench, ds, sid, idx, q[:300]))
-    statuses: dict[int, dict[str, set[str]]] = {}
-    values: dict[int, set[float]] = {}
-    unknown: dict[int, int] = {}
-    answer_text = store.execute("SELECT a.run_id, a.sample_id, c.text FROM answers a LEFT JOIN calls c ON c.key = a.request_key")
-    text_of = {(r, s): t or "" for r, s, t in answer_text}
-    for run_id, fp, sid, value, gj in store.execute("SELECT run_id, grader_fp, sample_id, value, grade_json FROM grades"):
-        run = runs.get(run_id)
-        iid = item_ids.get((run[0], run[1], sid)) if run else None
-        if iid is None:
-            continue
-        g = grade_from_json(json.loads(gj))
-        counts = {"met": 0, "unmet": 0, "unknown": 0}
-        split = 0
-        for v in g.verdicts:
-            counts[v.status] = counts.get(v.status, 0) + 1
-            statuses.setdefault(iid, {}).setdefault(v.criterion_id, set()).add(v.status)
-            split |= len({x for x in v.votes if x != "unknown"}) > 1
-        if value is not None:
-            values.setdefault(iid, set()).add(round(value, 6))
-        unknown[iid] = unknown.get(iid, 0) + counts["unknown"] + (value is None)
-        con.execute("INSERT INTO answers VALUES (?,?,?,?,?,?,?,?,?)", (iid, run_id, fp, run[2], value, counts["met"], counts["unmet"], counts["unknown"], split))
-        texts[iid].append(text_of.get((run_id, sid), ""))
-    for iid in questions:
-        crit_split = any({"met", "unmet"} <= s for s in statuses.get(iid, {}).values())
-        disagree = crit_split or len(values.get(iid, ())) > 1 and not statuses.get(iid)
-        con.execute("UPDATE items SET disagree = ?, n_unknown = ? WHERE id = ?", (int(disagree), unknown.get(iid, 0), iid))
-        con.execute("INSERT INTO fts(rowid, question, answers) VALUES (?,?,?)", (iid, questions[iid], "\n".join(texts[iid])))
-    con.execute("INSERT INTO meta VALUES ('stamp', ?)", (st,))
+    built_from = stamp(store)
+    items = _add_items(con, store)
+    answers = _add_answers(con, store, items)
+    for iid, question in items.questions.items():
+        con.execute("UPDATE items SET disagree = ?, n_unknown = ? WHERE id = ?", (int(answers.disagree(iid)), answers.unknown.get(iid, 0), iid))
+        con.execute("INSERT INTO fts(rowid, question, answers) VALUES (?,?,?)", (iid, question, "\n".join(answers.texts.get(iid, ()))))
+    con.execute("INSERT INTO meta VALUES ('stamp', ?)", (built_from,))
     con.execute("COMMIT")
     con.close()
     tmp.replace(path)
 
 
-def _question(s: dict[str, Any]) -> str:
-    msgs = s.get("messages") or []
-    for m in reversed(msgs):
-        if m.get("role") == "user":
-            return str(m.get("content", ""))
-    return str(msgs[-1].get("content", "")) if msgs else ""
+@dataclass
+class _Items:
+    """Index item ids by (benchmark, dataset, sample id), and each item's question."""
+
+    ids: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    questions: dict[int, str] = field(default_factory=dict)
+
+
+def _add_items(con: sqlite3.Connection, store: Store) -> _Items:
+    """One item row (and its dimension rows) per stored sample, in source order."""
+    out = _Items()
+    for bench, ds, idx, s in store.iter_samples():
+        iid = len(out.ids) + 1
+        out.ids[(bench, ds, s.id)] = iid
+        out.questions[iid] = q = question_text(s)
+        dims = {str(t) for c in s.rubric for t in c.tags}
+        dims |= {f"{k}:{v}" for k, v in (s.metadata or {}).items() if k in DIM_METADATA and isinstance(v, (str, int))}
+        con.executemany("INSERT INTO dims VALUES (?, ?)", [(iid, d) for d in sorted(dims)])
+        con.execute("INSERT INTO items VALUES (?,?,?,?,?,?,0,0)", (iid, bench, ds, s.id, idx, q[:300]))
+    return out
+
+
+@dataclass
+class _Answers:
+    """What the item flags are computed from, gathered while answers are added."""
+
+    statuses: dict[int, dict[str, set[str]]] = field(default_factory=dict)
+    values: dict[int, set[float]] = field(default_factory=dict)
+    unknown: dict[int, int] = field(default_factory=dict)
+    texts: dict[int, list[str]] = field(default_factory=dict)
+
+    def disagree(self, iid: int) -> bool:
+        """Some criterion both met and unmet across answers, or (no verdicts) different values."""
+        statuses = self.statuses.get(iid)
+        if statuses:
+            return any({"met", "unmet"} <= s for s in statuses.values())
+        return len(self.values.get(iid, ())) > 1
+
+
+def _add_answers(con: sqlite3.Connection, store: Store, items: _Items) -> _Answers:
+    """One answer row per stored grade whose run and sample are known, with its verdict counts."""
+    runs = {r.id: r for r in store.runs()}
+    text_of = {(a.run_id, a.sample_id): a.text or "" for a in store.iter_answer_texts()}
+    queued = store.queued_answers()
+    out = _Answers()
+    for run_id, fp, g in store.iter_grades():
+        run = runs.get(run_id)
+        iid = items.ids.get((run.benchmark, run.dataset_sha256, g.sample_id)) if run else None
+        if run is None or iid is None:
+            continue
+        counts = {"met": 0, "unmet": 0, "unknown": 0}
+        split = False
+        for v in g.verdicts:
+            counts[v.status] = counts.get(v.status, 0) + 1
+            out.statuses.setdefault(iid, {}).setdefault(v.criterion_id, set()).add(v.status)
+            split |= len({x for x in v.statuses if x != "unknown"}) > 1
+        if g.value is not None:
+            out.values.setdefault(iid, set()).add(round(g.value, 6))
+        out.unknown[iid] = out.unknown.get(iid, 0) + counts["unknown"] + (g.value is None)
+        row = (iid, run_id, fp, run.model, g.value, counts["met"], counts["unmet"], counts["unknown"], int(split), int((run_id, fp, g.sample_id) in queued))
+        con.execute("INSERT INTO answers VALUES (?,?,?,?,?,?,?,?,?,?)", row)
+        out.texts.setdefault(iid, []).append(text_of.get((run_id, g.sample_id), ""))
+    return out

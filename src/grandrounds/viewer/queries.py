@@ -1,18 +1,21 @@
 """The viewer's queries: a filtered page of questions, one question in full, facets and runs.
 
-``con`` is a connection to the index with the store attached as ``st`` (read-only), so one
-query can join questions with reviews and the review queue.
+``con`` is a connection to the viewer's own index (see :mod:`grandrounds.viewer.index`): the
+filters, the search and the pages are SQL over it. Everything read from the store itself
+(samples, answers, grades, results, reviews) comes through :class:`~grandrounds.store.Store`.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from grandrounds.records import grade_from_json
+from grandrounds.hashing import to_jsonable
+from grandrounds.records import Sample
+from grandrounds.reviews import reviewed_value
+from grandrounds.store import RunRecord, Store
 
 PAGE_MAX = 200
 
@@ -54,8 +57,7 @@ def _where(f: Filters) -> tuple[str, list[Any]]:
     if f.unknown:
         clauses.append("i.n_unknown > 0")
     if f.queued:
-        clauses.append("EXISTS (SELECT 1 FROM answers a JOIN st.review_queue rq ON rq.run_id = a.run_id AND rq.grader_fp = a.grader_fp "
-                       "AND rq.sample_id = i.sample_id WHERE a.item_id = i.id)")
+        clauses.append("EXISTS (SELECT 1 FROM answers a WHERE a.item_id = i.id AND a.queued = 1)")
     words = f.q.split()
     if words and all(len(w) >= 3 for w in words):
         clauses.append("i.id IN (SELECT rowid FROM fts WHERE fts MATCH ?)")
@@ -92,6 +94,7 @@ def list_items(con: sqlite3.Connection, f: Filters, page: int = 1, per_page: int
 
 
 def facets(con: sqlite3.Connection) -> dict[str, list[str]]:
+    """The values each filter can take: benchmarks, models and dimensions present in the index."""
     return {
         "benchmarks": [r[0] for r in con.execute("SELECT DISTINCT benchmark FROM items ORDER BY 1")],
         "models": [r[0] for r in con.execute("SELECT DISTINCT model FROM answers ORDER BY 1")],
@@ -99,60 +102,58 @@ def facets(con: sqlite3.Connection) -> dict[str, list[str]]:
     }
 
 
-def item(con: sqlite3.Connection, iid: int) -> dict[str, Any] | None:
+REVIEW_FIELDS = ("id", "criterion_id", "reviewer", "verdict", "score", "reason", "created_at")
+
+
+def item(con: sqlite3.Connection, store: Store, iid: int) -> dict[str, Any] | None:
     """One question in full: messages, rubric, every answer with verdicts, explanations, reviews."""
     row = con.execute("SELECT benchmark, dataset, sample_id FROM items WHERE id = ?", (iid,)).fetchone()
     if row is None:
         return None
     bench, ds, sid = row
-    sj = con.execute("SELECT sample_json FROM st.samples WHERE benchmark = ? AND dataset_sha256 = ? AND sample_id = ?", (bench, ds, sid)).fetchone()
-    sample = json.loads(sj[0]) if sj else {"id": sid, "messages": [], "rubric": []}
-    answers = []
-    for run_id, fp, model in con.execute("SELECT run_id, grader_fp, model FROM answers WHERE item_id = ? ORDER BY model, run_id", (iid,)).fetchall():
-        g = con.execute("SELECT grade_json FROM st.grades WHERE run_id = ? AND grader_fp = ? AND sample_id = ?", (run_id, fp, sid)).fetchone()
-        call = con.execute(
-            "SELECT c.text, c.error FROM st.answers a LEFT JOIN st.calls c ON c.key = a.request_key WHERE a.run_id = ? AND a.sample_id = ?", (run_id, sid)
-        ).fetchone()
-        judge = con.execute("SELECT json_extract(result_json, '$.judge') FROM st.results WHERE run_id = ? AND grader_fp = ?", (run_id, fp)).fetchone()
-        grade = grade_from_json(json.loads(g[0])) if g else None
-        reviews = [dict(zip(("id", "criterion_id", "reviewer", "verdict", "score", "reason", "created_at"), r)) for r in con.execute(
-            "SELECT id, criterion_id, reviewer, verdict, score, reason, created_at FROM st.reviews WHERE run_id = ? AND grader_fp = ? AND sample_id = ? ORDER BY id",
-            (run_id, fp, sid))]
-        answers.append({
-            "run_id": run_id, "grader_fp": fp, "model": model, "judge": judge[0] if judge else None,
-            "text": call[0] if call else None, "error": call[1] if call else "not answered",
-            "value": grade.value if grade else None, "reviewed_value": _reviewed(bench, sample, grade, reviews),
-            "extracted": grade.extracted if grade else None, "grade_error": grade.error if grade else None,
-            "verdicts": [{"criterion_id": v.criterion_id, "status": v.status, "explanation": v.explanation, "votes": list(v.votes)} for v in (grade.verdicts if grade else ())],
-            "reviews": reviews,
-        })
-    return {"id": iid, "benchmark": bench, "dataset": ds, "sample": sample, "answers": answers}
+    sample = store.sample(bench, ds, sid)
+    graders: dict[str, Any] = {}  # rebuilt graders, shared by the answers' rescoring
+    answers = [
+        _answer(store, sample, sid, run_id, fp, model, graders)
+        for run_id, fp, model in con.execute("SELECT run_id, grader_fp, model FROM answers WHERE item_id = ? ORDER BY model, run_id", (iid,)).fetchall()
+    ]
+    shown = to_jsonable(sample) if sample else {"id": sid, "messages": [], "rubric": []}
+    return {"id": iid, "benchmark": bench, "dataset": ds, "sample": shown, "answers": answers}
 
 
-def _reviewed(bench: str, sample: dict[str, Any], grade: Any, reviews: list[dict[str, Any]]) -> float | None:
-    """The value with the newest reviews applied (same rule as grandrounds.reviews.reviewed_values)."""
-    if grade is None:
-        return None
-    newest = {r["criterion_id"]: r for r in reviews}
-    if "" in newest:
-        return float(newest[""]["score"])
-    if not newest or not bench.startswith("healthbench"):
-        return grade.value
-    from grandrounds.scoring.healthbench import rubric_score
+def _answer(store: Store, sample: Sample | None, sid: str, run_id: str, fp: str, model: str, graders: dict[str, Any]) -> dict[str, Any]:
+    """One model's answer to a question as the page shows it: text, judge, values, verdicts, reviews."""
+    grade = store.grade(run_id, fp, sid)
+    reviews = store.reviews(run_id=run_id, grader_fp=fp, sample_id=sid)
+    answer = store.answer(run_id, sid)
+    resp = answer[1] if answer else None
+    result = store.result(run_id, fp)
+    error = "not answered" if answer is None else (resp.error if resp else None)
+    return {
+        "run_id": run_id, "grader_fp": fp, "model": model, "judge": result.get("judge") if result else None,
+        "text": resp.text if resp else None, "error": error,
+        "value": grade.value if grade else None, "reviewed_value": reviewed_value(store, fp, sample, grade, reviews, graders),
+        "extracted": grade.extracted if grade else None, "grade_error": grade.error if grade else None,
+        "verdicts": [{"criterion_id": v.criterion_id, "status": v.status, "explanation": v.explanation, "votes": list(v.statuses)} for v in (grade.verdicts if grade else ())],
+        "reviews": [{k: v for k, v in r.items() if k in REVIEW_FIELDS} for r in reviews],
+    }
 
-    status = {v.criterion_id: v.status for v in grade.verdicts} | {c: r["verdict"] for c, r in newest.items()}
-    known = [c for c in sample.get("rubric", ()) if status.get(c["id"]) in ("met", "unmet")]
-    return rubric_score([c["points"] for c in known], [status[c["id"]] == "met" for c in known])
 
-
-def runs(con: sqlite3.Connection) -> list[dict[str, Any]]:
-    """Runs with their results (one row per run x grader) for the home page."""
+def runs(store: Store) -> list[dict[str, Any]]:
+    """Runs with their results (one row per run x grader; runs without results once) for the home page."""
+    by_run: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for run_id, fp, res in store.results():
+        by_run.setdefault(run_id, []).append((fp, res))
+    n_reviews = store.review_counts()
     out = []
-    q = ("SELECT r.id, r.benchmark, r.model, r.dataset_sha256, r.created_at, res.grader_fp, res.result_json, "
-         "(SELECT COUNT(*) FROM st.reviews v WHERE v.run_id = r.id) FROM st.runs r LEFT JOIN st.results res ON res.run_id = r.id ORDER BY r.benchmark, r.model")
-    for rid, bench, model, ds, created, fp, rj, nrev in con.execute(q):
-        res = json.loads(rj) if rj else {}
-        out.append({"run_id": rid, "benchmark": bench, "model": model, "dataset": ds[:12], "created_at": created, "grader_fp": fp,
-                    "judge": res.get("judge"), "metric": res.get("metric"), "score": res.get("score"), "ci95": res.get("ci95"),
-                    "n": res.get("n"), "n_unscored": res.get("n_unscored"), "n_reviews": nrev})
+    for r in sorted(store.runs(), key=lambda r: (r.benchmark, r.model)):
+        for fp, res in by_run.get(r.id) or [(None, {})]:
+            out.append(_run_row(r, fp, res, n_reviews.get(r.id, 0)))
     return out
+
+
+def _run_row(r: RunRecord, fp: str | None, res: dict[str, Any], n_reviews: int) -> dict[str, Any]:
+    """One row of the runs table: the run, one of its results (or none) and its review count."""
+    return {"run_id": r.id, "benchmark": r.benchmark, "model": r.model, "dataset": r.dataset_sha256[:12], "created_at": r.created_at, "grader_fp": fp,
+            "judge": res.get("judge"), "metric": res.get("metric"), "score": res.get("score"), "ci95": res.get("ci95"),
+            "n": res.get("n"), "n_unscored": res.get("n_unscored"), "n_reviews": n_reviews}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from grandrounds.store import Store
+from grandrounds.store import ReviewInput, Store
 from grandrounds.viewer import index, queries
 from grandrounds.viewer.page import APP_JS, PAGE_HTML
 
@@ -28,7 +28,8 @@ class ViewerState:
 
     def __init__(self, store_path: Path) -> None:
         self.store_path = Path(store_path)
-        Store(self.store_path).close()  # create / migrate before anything reads it
+        with Store(self.store_path):  # create / migrate before anything reads it
+            pass
         self.index_path = index.index_path(self.store_path)
         self.lock = threading.Lock()
         self.generation = 0
@@ -40,28 +41,24 @@ class ViewerState:
         """Rebuild the index if the store changed (checked at most every 2 s)."""
         if not force and time.monotonic() - self.checked < 2.0:
             return
-        with self.lock:
-            con = sqlite3.connect(self.store_path)
-            try:
-                if not index.is_current(self.index_path, con):
-                    index.build(self.index_path, con)
-                    self.generation += 1
-            finally:
-                con.close()
+        with self.lock, Store(self.store_path) as st:
+            if not index.is_current(self.index_path, st):
+                index.build(self.index_path, st)
+                self.generation += 1
             self.checked = time.monotonic()
 
     def con(self) -> sqlite3.Connection:
-        """This thread's index connection, with the store attached as ``st``."""
+        """This thread's connection to the index (reopened after each rebuild)."""
         c = getattr(self.local, "con", None)
         if c is None or getattr(self.local, "gen", -1) != self.generation:
             if c is not None:
                 c.close()
             c = sqlite3.connect(self.index_path, check_same_thread=False)
-            c.execute("ATTACH DATABASE ? AS st", (str(self.store_path),))
             self.local.con, self.local.gen = c, self.generation
         return c
 
     def store(self) -> Store:
+        """This thread's handle on the store (a connection cannot be shared across threads)."""
         s = getattr(self.local, "store", None)
         if s is None:
             s = self.local.store = Store(self.store_path)
@@ -72,7 +69,44 @@ def _flag(qs: dict[str, list[str]], name: str) -> bool:
     return qs.get(name, [""])[0] in ("1", "true", "on")
 
 
+def _arg(qs: dict[str, list[str]], name: str, default: str = "") -> str:
+    return qs.get(name, [default])[0] or default
+
+
+def api_get(state: ViewerState, path: str, qs: dict[str, list[str]]) -> tuple[int, Any]:
+    """(HTTP status, JSON body) of one GET under ``/api/``; ValueError on a malformed parameter."""
+    state.refresh()
+    con = state.con()
+    if path == "/api/facets":
+        return 200, queries.facets(con)
+    if path == "/api/runs":
+        return 200, queries.runs(state.store())
+    if path == "/api/items":
+        f = queries.Filters(
+            benchmark=_arg(qs, "benchmark"), model=_arg(qs, "model"), dimension=_arg(qs, "dimension"), verdict=_arg(qs, "verdict"),
+            disagree=_flag(qs, "disagree"), unknown=_flag(qs, "unknown"), queued=_flag(qs, "queued"), q=_arg(qs, "q"),
+        )
+        return 200, queries.list_items(con, f, int(_arg(qs, "page", "1")), int(_arg(qs, "per_page", "50")))
+    if path.startswith("/api/item/"):
+        got = queries.item(con, state.store(), int(path.rsplit("/", 1)[1]))
+        return (200, got) if got else (404, {"error": "no such item"})
+    return 404, {"error": "not found"}
+
+
+def review_from_json(body: bytes) -> ReviewInput:
+    """The review a posted JSON body describes (ValueError / TypeError when malformed)."""
+    d = json.loads(body or b"{}")
+    score = d.get("score")
+    return ReviewInput(
+        run_id=str(d.get("run_id", "")), grader_fp=str(d.get("grader_fp", "")), sample_id=str(d.get("sample_id", "")),
+        reviewer=str(d.get("reviewer", "")), reason=str(d.get("reason", "")), criterion_id=str(d.get("criterion_id", "") or ""),
+        verdict=d.get("verdict") or None, score=None if score in (None, "") else float(score),
+    )
+
+
 def make_handler(state: ViewerState) -> type[BaseHTTPRequestHandler]:
+    """The request handler class bound to ``state``: the page, the JSON API and review posts."""
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "grandrounds-viewer"
 
@@ -93,42 +127,26 @@ def make_handler(state: ViewerState) -> type[BaseHTTPRequestHandler]:
             self._send(code, json.dumps(obj, ensure_ascii=False).encode("utf-8"), "application/json; charset=utf-8")
 
         def do_GET(self) -> None:  # noqa: N802
+            """The page, its script, or an API answer (400 on a malformed parameter)."""
             url = urlparse(self.path)
-            qs = parse_qs(url.query)
-            p = url.path
+            if url.path in ("/", "/index.html"):
+                return self._send(200, PAGE_HTML.encode("utf-8"), "text/html; charset=utf-8")
+            if url.path == "/app.js":
+                return self._send(200, APP_JS.encode("utf-8"), "text/javascript; charset=utf-8")
             try:
-                if p in ("/", "/index.html"):
-                    return self._send(200, PAGE_HTML.encode("utf-8"), "text/html; charset=utf-8")
-                if p == "/app.js":
-                    return self._send(200, APP_JS.encode("utf-8"), "text/javascript; charset=utf-8")
-                state.refresh()
-                con = state.con()
-                if p == "/api/facets":
-                    return self._json(queries.facets(con))
-                if p == "/api/runs":
-                    return self._json(queries.runs(con))
-                if p == "/api/items":
-                    f = queries.Filters(
-                        benchmark=qs.get("benchmark", [""])[0], model=qs.get("model", [""])[0], dimension=qs.get("dimension", [""])[0],
-                        verdict=qs.get("verdict", [""])[0], disagree=_flag(qs, "disagree"), unknown=_flag(qs, "unknown"),
-                        queued=_flag(qs, "queued"), q=qs.get("q", [""])[0],
-                    )
-                    return self._json(queries.list_items(con, f, int(qs.get("page", ["1"])[0] or 1), int(qs.get("per_page", ["50"])[0] or 50)))
-                if p.startswith("/api/item/"):
-                    got = queries.item(con, int(p.rsplit("/", 1)[1]))
-                    return self._json(got) if got else self._json({"error": "no such item"}, 404)
-                self._json({"error": "not found"}, 404)
+                code, body = api_get(state, url.path, parse_qs(url.query))
             except ValueError as e:
-                self._json({"error": str(e)}, 400)
+                code, body = 400, {"error": str(e)}
+            self._json(body, code)
 
         def do_POST(self) -> None:  # noqa: N802
-            from grandrounds.reviews import ReviewError, ReviewInput, add_review
+            """Store one review: same-origin JSON only, validated by ``add_review``."""
+            from grandrounds.reviews import ReviewError, add_review
 
             if urlparse(self.path).path != "/api/review":
                 return self._json({"error": "not found"}, 404)
             origin = self.headers.get("Origin")
-            host = self.headers.get("Host", "")
-            if origin is not None and origin != f"http://{host}":
+            if origin is not None and origin != f"http://{self.headers.get('Host', '')}":
                 return self._json({"error": "cross-origin review refused"}, 403)
             if not self.headers.get("Content-Type", "").startswith("application/json"):
                 return self._json({"error": "send JSON"}, 415)
@@ -136,14 +154,7 @@ def make_handler(state: ViewerState) -> type[BaseHTTPRequestHandler]:
                 n = int(self.headers.get("Content-Length", "0"))
                 if n > 100_000:
                     raise ReviewError("review too large")
-                d = json.loads(self.rfile.read(n) or b"{}")
-                score = d.get("score")
-                r = ReviewInput(
-                    run_id=str(d.get("run_id", "")), grader_fp=str(d.get("grader_fp", "")), sample_id=str(d.get("sample_id", "")),
-                    reviewer=str(d.get("reviewer", "")), reason=str(d.get("reason", "")), criterion_id=str(d.get("criterion_id", "") or ""),
-                    verdict=d.get("verdict") or None, score=None if score in (None, "") else float(score),
-                )
-                rid = add_review(state.store(), r)
+                rid = add_review(state.store(), review_from_json(self.rfile.read(n)))
             except (ReviewError, ValueError, TypeError) as e:
                 return self._json({"error": str(e)}, 400)
             self._json({"id": rid})
@@ -160,6 +171,7 @@ def make_server(store_path: Path, host: str = "127.0.0.1", port: int = 8765) -> 
 
 
 def serve(store_path: Path, host: str = "127.0.0.1", port: int = 8765, log: Callable[[str], None] = print) -> None:
+    """Build the index, then serve the viewer until Ctrl-C."""
     t = time.perf_counter()
     srv = make_server(store_path, host, port)
     log(f"index ready in {time.perf_counter() - t:.1f} s; viewer on http://{host}:{srv.server_address[1]}/ (Ctrl-C to stop)")

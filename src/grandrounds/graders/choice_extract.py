@@ -125,3 +125,31 @@ def extract_choice(
     if multi:
         return None
     return _match_option_text(bare, choices) or _match_option_text(lines[0], choices)
+
+
+# MedBench's answer forms: letters alone, "答案是 X", letters in <> (old sets), a short reply.
+_LETTERS_ONLY = re.compile(r"^[<《(（\[]?\s*([A-J](?:\s*[,，、]?\s*[A-J])*)\s*[>》)）\]]?[.。]?$")
+_STATED = re.compile(
+    r"(?:答案|正确选项|(?i:answer))\s*(?:是|为|应为|(?i:is))?\s*[:：]?\s*<?\s*([A-J](?:\s*[,，、]?\s*[A-J])*)(?![A-Za-z])"
+)
+_ANGLE = re.compile(r"<\s*([A-J](?:\s*[,，、]?\s*[A-J])*)\s*>")
+_BARE = re.compile(r"(?<![A-Za-z])([A-J])(?![A-Za-z])")
+
+
+def mcq_letters(text: str | None) -> str | None:
+    """Sorted option letters a text states (``"B"``, ``"ACD"``), or None if it states none.
+
+    Tried in order: the whole text is letters; "答案是 X" / "Answer: X"; letters in ``<>`` (old
+    MedBench sets); every standalone capital A-J in a short reply.
+    """
+    if not text:
+        return None
+    body = normalize_width(strip_reasoning(text)).strip()
+    m = _LETTERS_ONLY.fullmatch(body) or _STATED.search(body)
+    found = [m.group(1)] if m else _ANGLE.findall(body)  # old sets: "<A><C>"
+    if found:
+        return "".join(sorted(set(re.findall(r"[A-J]", "".join(found)))))
+    if len(body) <= 20:
+        found = sorted(set(_BARE.findall(body)))
+        return "".join(found) or None
+    return None

@@ -1,0 +1,79 @@
+"""A generic rubric grader: one judge call per criterion with a template the benchmark names.
+
+For a new rubric benchmark that needs no special protocol: the template (a file shipped in
+``grandrounds/templates`` by name, or a path) is filled with ``{conversation}`` (the conversation
+and the answer, ``role: content`` blocks) and ``{criterion}`` (``[points] text``); the judge
+replies ``{"explanation", "criteria_met"}``. The answer's value is met positive points over
+possible positive points, over the criteria with a known verdict (simple-evals' arithmetic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from grandrounds.errors import ConfigError
+from grandrounds.graders.base import GradeContext, Grader, load_templates
+from grandrounds.graders.healthbench_grader import parse_single, render_conversation, render_item
+from grandrounds.graders.judging import Ask, judge_criteria, judge_keys
+from grandrounds.records import Grade, Message, Response, Sample
+from grandrounds.scoring.healthbench import known_rubric_score
+from grandrounds.textutil import strip_reasoning
+
+
+@dataclass(frozen=True)
+class RubricParams:
+    #: A template name in grandrounds/templates (without .txt) or a path to a template file.
+    template: str = ""
+    system: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.template:
+            raise ConfigError("the rubric grader needs a template (a packaged name or a file path)")
+
+
+def _load(template: str) -> tuple[str, str]:
+    path = Path(template)
+    if path.suffix == ".txt" and path.is_file():
+        return path.stem, path.read_text(encoding="utf-8")
+    return template, load_templates(template)[template]
+
+
+class RubricGrader(Grader):
+    """Per-criterion judging with the benchmark's template; score over the known verdicts."""
+
+    name = "rubric"
+    Params = RubricParams
+    judged = True
+
+    def __init__(self, params: RubricParams | None = None) -> None:
+        super().__init__(params)
+        key, self.template = _load(self.params.template)
+        self.templates = {key: self.template}
+
+    def _messages(self, prompt: str) -> tuple[Message, ...]:
+        system = (Message("system", self.params.system),) if self.params.system else ()
+        return system + (Message("user", prompt),)
+
+    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
+        convo = render_conversation(sample.messages, strip_reasoning(response.text or ""))
+        by_id = {c.id: c for c in sample.rubric}
+
+        def asks(_judge: int, ids: Sequence[str]) -> list[Ask]:
+            return [
+                Ask((cid,), lambda _p, c=by_id[cid]: self._messages(self.template.format(conversation=convo, criterion=render_item(c))), parse_single)
+                for cid in ids
+            ]
+
+        verdicts = await judge_criteria(list(by_id), asks, ctx)
+        value = self.rescore(sample, Grade(sample.id, None, verdicts=verdicts), {})
+        known = sum(1 for v in verdicts if v.status != "unknown")
+        details = {"coverage": {"known": known, "total": len(verdicts)}, "n_unknown": len(verdicts) - known}
+        if value is None:
+            return Grade(sample.id, None, None, verdicts, details, "no criterion with positive points has a known verdict", judge_keys(verdicts), "unreadable")
+        return Grade(sample.id, value, None, verdicts, details, None, judge_keys(verdicts))
+
+    def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
+        """Met positive points over possible positive points, over criteria with a known verdict."""
+        return known_rubric_score(sample.rubric, {v.criterion_id: v.status for v in grade.verdicts} | dict(statuses))

@@ -1,0 +1,90 @@
+"""The store's tables of judgement: graders (fingerprint -> spec), grades and results."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+from grandrounds.hashing import canonical_json
+from grandrounds.records import Grade, grade_from_json
+from grandrounds.store.connection import StoreBase, now
+from grandrounds.store.rows import StoredGrade, VerdictCounts
+
+
+class GradeTables(StoreBase):
+    """Reads and writes of ``graders``, ``grades`` and ``results``."""
+
+    # ---- graders ------------------------------------------------------------------------
+    def put_grader(self, fingerprint: str, spec: dict[str, Any]) -> None:
+        """Remember what a grader fingerprint stands for (kept if already there)."""
+        self.db.execute("INSERT OR IGNORE INTO graders VALUES (?, ?)", (fingerprint, canonical_json(spec)))
+
+    def grader_spec(self, fingerprint: str) -> dict[str, Any] | None:
+        """The fingerprint dict stored under ``fingerprint``, or None."""
+        row = self.db.execute("SELECT spec_json FROM graders WHERE fingerprint = ?", (fingerprint,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    # ---- grades -------------------------------------------------------------------------
+    def put_grade(self, run_id: str, grader_fp: str, grade: Grade) -> None:
+        """Store (or replace) the grade of one answer; buffered under write-behind."""
+        n_unknown = sum(1 for v in grade.verdicts if v.status == "unknown")
+        self._write(
+            "INSERT OR REPLACE INTO grades VALUES (?,?,?,?,?,?,?)",
+            (run_id, grader_fp, grade.sample_id, grade.value, n_unknown, canonical_json(grade), now()),
+        )
+
+    def grades(self, run_id: str, grader_fp: str) -> dict[str, Grade]:
+        """sample_id -> grade, for every answer of a run graded by one grader."""
+        return {g.grade.sample_id: g.grade for g in self._stored_grades("WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp))}
+
+    def grade(self, run_id: str, grader_fp: str, sample_id: str) -> Grade | None:
+        """The grade of one answer, or None when it was not graded by this grader."""
+        got = self._stored_grades("WHERE run_id = ? AND grader_fp = ? AND sample_id = ?", (run_id, grader_fp, sample_id))
+        return next((g.grade for g in got), None)
+
+    def iter_grades(self) -> Iterator[StoredGrade]:
+        """Every stored grade with its run and grader (read lazily: do not write through this
+        store while iterating)."""
+        return self._stored_grades("", ())
+
+    def _stored_grades(self, where: str, args: tuple[Any, ...]) -> Iterator[StoredGrade]:
+        """The one query behind every full-grade read (``where`` filters)."""
+        for run_id, fp, gj in self.db.execute(f"SELECT run_id, grader_fp, grade_json FROM grades {where}", args):
+            yield StoredGrade(run_id, fp, grade_from_json(json.loads(gj)))
+
+    def grade_values(self, run_id: str, grader_fp: str) -> dict[str, float | None]:
+        """sample_id -> per-answer value (None = unscored), without parsing the grades."""
+        rows = self.db.execute("SELECT sample_id, value FROM grades WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp))
+        return {sid: value for sid, value in rows}
+
+    def verdict_counts(self, run_id: str, grader_fp: str) -> VerdictCounts:
+        """How many grades, criterion verdicts, unknown verdicts and unscored answers a (run,
+        grader) has: the inputs of coverage, counted in SQL so no grade is parsed."""
+        n, verdicts, unknown, unscored = self.db.execute(
+            "SELECT COUNT(*), SUM(json_array_length(grade_json, '$.verdicts')), SUM(n_unknown), SUM(value IS NULL) "
+            "FROM grades WHERE run_id = ? AND grader_fp = ?",
+            (run_id, grader_fp),
+        ).fetchone()
+        return VerdictCounts(int(n), int(verdicts or 0), int(unknown or 0), int(unscored or 0))
+
+    # ---- results ------------------------------------------------------------------------
+    def put_result(self, run_id: str, grader_fp: str, result: Any) -> None:
+        """Store (or replace) the result of a run under one grader."""
+        self.db.execute("INSERT OR REPLACE INTO results VALUES (?,?,?,?)", (run_id, grader_fp, canonical_json(result), now()))
+
+    def results(self) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        """(run id, grader fingerprint, result as a dict) for every result, oldest first."""
+        return self._results("", ())
+
+    def result(self, run_id: str, grader_fp: str) -> dict[str, Any] | None:
+        """The result of a run under one grader, as a dict, or None."""
+        return next((rj for _, _, rj in self._results("WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp))), None)
+
+    def _results(self, where: str, args: tuple[Any, ...]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        for run_id, fp, rj in self.db.execute(f"SELECT run_id, grader_fp, result_json FROM results {where} ORDER BY created_at", args):
+            yield run_id, fp, json.loads(rj)
+
+    def latest_grader_fp(self, run_id: str) -> str | None:
+        """The grader fingerprint of the newest result of ``run_id`` (None if never graded)."""
+        row = self.db.execute("SELECT grader_fp FROM results WHERE run_id = ? ORDER BY created_at DESC LIMIT 1", (run_id,)).fetchone()
+        return row[0] if row else None

@@ -1,0 +1,143 @@
+"""The plain records the store hands out and takes in, and their conversions from SQLite rows."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypedDict
+
+from grandrounds.records import Grade, Response, Sample, Usage
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run: a benchmark's dataset answered by one model with fixed options."""
+
+    id: str
+    benchmark: str
+    benchmark_spec: str
+    model: str
+    options: dict[str, Any]
+    dataset_sha256: str
+    package_version: str
+    gen_params: dict[str, Any]
+    data_source: str
+    created_at: str = ""
+
+
+class StoredSample(NamedTuple):
+    """A sample with where it belongs: its benchmark, dataset and position in the source."""
+
+    benchmark: str
+    dataset_sha256: str
+    index: int
+    sample: Sample
+
+
+class StoredGrade(NamedTuple):
+    """A grade with the run and the grader (fingerprint) it belongs to."""
+
+    run_id: str
+    grader_fp: str
+    grade: Grade
+
+
+class AnswerText(NamedTuple):
+    """The text a model answered for one sample of a run (None when the call failed or is missing)."""
+
+    run_id: str
+    sample_id: str
+    text: str | None
+
+
+class VerdictCounts(NamedTuple):
+    """Totals over the grades of one (run, grader): what coverage is computed from."""
+
+    n_grades: int
+    n_verdicts: int
+    n_unknown: int
+    n_unscored: int
+
+
+@dataclass(frozen=True)
+class ReviewInput:
+    """A clinician review to append: a verdict on one criterion, or a score on a whole answer
+    (``criterion_id`` empty). Checked by :func:`grandrounds.reviews.add_review` before storing."""
+
+    run_id: str
+    grader_fp: str
+    sample_id: str
+    reviewer: str
+    reason: str
+    criterion_id: str = ""
+    verdict: str | None = None
+    score: float | None = None
+
+
+class ReviewRow(TypedDict):
+    """A stored review, as read back (``criterion_id`` is "" for a whole-answer score)."""
+
+    id: int
+    run_id: str
+    grader_fp: str
+    sample_id: str
+    criterion_id: str
+    reviewer: str
+    verdict: str | None
+    score: float | None
+    reason: str
+    created_at: str
+
+
+class QueueEntry(NamedTuple):
+    """An item to queue for review: one criterion of one answer ("" = the whole answer), and why."""
+
+    run_id: str
+    grader_fp: str
+    sample_id: str
+    criterion_id: str
+    reason: str
+    seed: int | None = None
+
+
+class QueueRow(TypedDict):
+    """A stored review-queue item, as read back."""
+
+    id: int
+    run_id: str
+    grader_fp: str
+    sample_id: str
+    criterion_id: str
+    reason: str
+    seed: int | None
+    created_at: str
+
+
+def row_to_response(row: sqlite3.Row, cached: bool) -> Response:
+    """A ``calls`` row as the Response it stored."""
+    return Response(
+        key=row["key"],
+        text=row["text"],
+        error=row["error"],
+        scores=json.loads(row["scores_json"]) if row["scores_json"] else {},
+        usage=Usage(row["prompt_tokens"], row["completion_tokens"]),
+        latency=row["latency"],
+        cached=cached,
+    )
+
+
+def row_to_run(row: sqlite3.Row) -> RunRecord:
+    """A ``runs`` row as a RunRecord (JSON columns parsed)."""
+    return RunRecord(
+        id=row["id"],
+        benchmark=row["benchmark"],
+        benchmark_spec=row["benchmark_spec"],
+        model=row["model"],
+        options=json.loads(row["options_json"]),
+        dataset_sha256=row["dataset_sha256"],
+        package_version=row["package_version"],
+        gen_params=json.loads(row["gen_params_json"]),
+        data_source=row["data_source"],
+        created_at=row["created_at"],
+    )

@@ -1,0 +1,159 @@
+"""The store's tables of what was asked and answered: calls (the cache), runs, samples, answers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Sequence
+
+from grandrounds.hashing import canonical_json
+from grandrounds.records import Request, Response, Sample, sample_from_json
+from grandrounds.store.connection import StoreBase, now
+from grandrounds.store.rows import AnswerText, RunRecord, StoredSample, row_to_response, row_to_run
+
+_SAMPLE_INSERT = "INSERT OR IGNORE INTO samples VALUES (?,?,?,?,?)"
+
+
+class RunTables(StoreBase):
+    """Reads and writes of ``calls``, ``runs``, ``samples`` and ``answers``."""
+
+    # ---- calls (the cache) ----------------------------------------------------------------
+    def get_call(self, key: str) -> Response | None:
+        """A stored successful response for ``key``; failed calls are not cache hits."""
+        pending = self._pending_calls.get(key)
+        if pending is not None:
+            return pending
+        row = self.db.execute("SELECT * FROM calls WHERE key = ? AND error IS NULL", (key,)).fetchone()
+        return row_to_response(row, cached=True) if row else None
+
+    def put_call(self, request: Request, response: Response, attempts: int = 1) -> None:
+        """Store a call. A success replaces anything; a failure never replaces a stored success
+        (it only counts its attempts onto an earlier failure)."""
+        values = (
+            response.key,
+            request.provider,
+            request.model,
+            request.purpose,
+            request.canonical(),
+            response.text,
+            response.error,
+            json.dumps(dict(response.scores)) if response.scores else None,
+            response.usage.prompt_tokens,
+            response.usage.completion_tokens,
+            response.latency,
+            attempts,
+            now(),
+        )
+        if response.ok:
+            self._write("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values, response)
+        else:
+            self._write(
+                "INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                "error = excluded.error, attempts = calls.attempts + excluded.attempts, created_at = excluded.created_at "
+                "WHERE calls.error IS NOT NULL",
+                values,
+            )
+
+    def calls_by_key(self, keys: Sequence[str]) -> dict[str, Response]:
+        """key -> stored response (failed ones included) for those of ``keys`` that are stored."""
+        out: dict[str, Response] = {}
+        for i in range(0, len(keys), 500):
+            chunk = list(keys[i : i + 500])
+            q = f"SELECT * FROM calls WHERE key IN ({','.join('?' * len(chunk))})"
+            for row in self.db.execute(q, chunk):
+                out[row["key"]] = row_to_response(row, cached=True)
+        return out
+
+    # ---- runs ---------------------------------------------------------------------------
+    def ensure_run(self, run: RunRecord) -> RunRecord:
+        """Store ``run`` unless its id is there already; returns the stored record either way."""
+        self.db.execute(
+            "INSERT OR IGNORE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                run.id,
+                run.benchmark,
+                run.benchmark_spec,
+                run.model,
+                canonical_json(run.options),
+                run.dataset_sha256,
+                run.package_version,
+                canonical_json(run.gen_params),
+                run.data_source,
+                run.created_at or now(),
+            ),
+        )
+        got = self.get_run(run.id)
+        assert got is not None
+        return got
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run with this id, or None."""
+        row = self.db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return row_to_run(row) if row else None
+
+    def runs(self) -> list[RunRecord]:
+        """Every run, oldest first."""
+        return [row_to_run(r) for r in self.db.execute("SELECT * FROM runs ORDER BY created_at")]
+
+    # ---- samples ------------------------------------------------------------------------
+    def put_samples(self, benchmark: str, dataset_sha256: str, samples: Sequence[Sample]) -> None:
+        """Store a dataset's samples in source order, in one transaction (existing ones are kept)."""
+        with self._atomic():
+            self.db.executemany(_SAMPLE_INSERT, [(benchmark, dataset_sha256, s.id, i, canonical_json(s)) for i, s in enumerate(samples)])
+
+    def put_sample(self, benchmark: str, dataset_sha256: str, index: int, sample: Sample) -> None:
+        """Store one sample (kept if already there); buffered like answers under write-behind."""
+        self._write(_SAMPLE_INSERT, (benchmark, dataset_sha256, sample.id, index, canonical_json(sample)))
+
+    def sample_ids(self, benchmark: str, dataset_sha256: str) -> set[str]:
+        """Ids of the stored samples of one dataset."""
+        rows = self.db.execute("SELECT sample_id FROM samples WHERE benchmark = ? AND dataset_sha256 = ?", (benchmark, dataset_sha256))
+        return {r[0] for r in rows}
+
+    def samples(self, benchmark: str, dataset_sha256: str) -> list[Sample]:
+        """One dataset's samples in source order."""
+        return [s.sample for s in self._stored_samples("WHERE benchmark = ? AND dataset_sha256 = ?", (benchmark, dataset_sha256))]
+
+    def sample(self, benchmark: str, dataset_sha256: str, sample_id: str) -> Sample | None:
+        """One sample of one dataset, or None when it is not stored."""
+        got = self._stored_samples("WHERE benchmark = ? AND dataset_sha256 = ? AND sample_id = ?", (benchmark, dataset_sha256, sample_id))
+        return next((s.sample for s in got), None)
+
+    def iter_samples(self) -> Iterator[StoredSample]:
+        """Every stored sample, by benchmark, dataset and source order (read lazily: do not write
+        through this store while iterating)."""
+        return self._stored_samples("", ())
+
+    def _stored_samples(self, where: str, args: tuple[Any, ...]) -> Iterator[StoredSample]:
+        """The one query behind every sample read: ``where`` filters, order is always source order."""
+        q = f"SELECT benchmark, dataset_sha256, idx, sample_json FROM samples {where} ORDER BY benchmark, dataset_sha256, idx"
+        for bench, ds, idx, sj in self.db.execute(q, args):
+            yield StoredSample(bench, ds, idx, sample_from_json(json.loads(sj)))
+
+    # ---- answers ------------------------------------------------------------------------
+    def put_answer(self, run_id: str, sample_id: str, request_key: str, prompt: Any) -> None:
+        """Record which call answered ``sample_id`` in ``run_id``, with the prompt that was sent."""
+        self._write("INSERT OR REPLACE INTO answers VALUES (?,?,?,?)", (run_id, sample_id, request_key, canonical_json(prompt)))
+
+    def answers(self, run_id: str) -> dict[str, tuple[str, Response | None]]:
+        """sample_id -> (request key, stored response or None when never answered)."""
+        return self._answers("WHERE run_id = ?", (run_id,))
+
+    def answer(self, run_id: str, sample_id: str) -> tuple[str, Response | None] | None:
+        """(request key, stored response or None) of one sample of a run; None when it has no answer row."""
+        return self._answers("WHERE run_id = ? AND sample_id = ?", (run_id, sample_id)).get(sample_id)
+
+    def _answers(self, where: str, args: tuple[Any, ...]) -> dict[str, tuple[str, Response | None]]:
+        rows = list(self.db.execute(f"SELECT sample_id, request_key FROM answers {where}", args))
+        calls = self.calls_by_key([r[1] for r in rows])
+        return {r[0]: (r[1], calls.get(r[1])) for r in rows}
+
+    def answer_prompts(self, run_id: str) -> dict[str, Any]:
+        """sample_id -> the prompt sent for it in ``run_id`` (as stored with the answer, parsed)."""
+        rows = self.db.execute("SELECT sample_id, prompt_json FROM answers WHERE run_id = ?", (run_id,))
+        return {sid: json.loads(pj) for sid, pj in rows}
+
+    def iter_answer_texts(self) -> Iterator[AnswerText]:
+        """(run, sample, answer text) for every answer row of every run (read lazily)."""
+        q = "SELECT a.run_id, a.sample_id, c.text FROM answers a LEFT JOIN calls c ON c.key = a.request_key"
+        for run_id, sid, text in self.db.execute(q):
+            yield AnswerText(run_id, sid, text)

@@ -1,0 +1,15 @@
+"""Grade one answer the way the runner does: a failed answer never reaches the grader."""
+
+from __future__ import annotations
+
+import asyncio
+
+from grandrounds.graders.base import GradeContext, Grader
+from grandrounds.records import Grade, Response, Sample
+from grandrounds.runner import Grading
+
+
+def grade_answer(grader: Grader, sample: Sample, response: Response, ctx: GradeContext = GradeContext()) -> Grade:
+    """The grade the runner's grading stage gives ``response`` (nothing is stored)."""
+    grade, _ = asyncio.run(Grading(None, "run", "fp", grader, None).grade(sample, response, ctx))  # type: ignore[arg-type]
+    return grade
