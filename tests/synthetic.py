@@ -65,7 +65,7 @@ def build_store(path: Path | str, spec: SynthSpec = SynthSpec()) -> Store:
     store.put_samples(spec.benchmark, dataset, samples)
     judges = ["scripted/judge-a", "scripted/judge-b"] if spec.panel else ["scripted/judge-a"]
     fp_spec = {"grader": {"name": "healthbench", "args": {}}, "templates": {"t": "0" * 16}, "judges": [{"model": j, "params": {}} for j in judges],
-               "judge_mode": "default", "judge_runs": 1, "scoring": {}, "benchmark": spec.benchmark, "dataset_sha256": dataset}
+               "scoring": {}, "benchmark": spec.benchmark, "dataset_sha256": dataset}
     fp = content_hash(fp_spec)
     store.put_grader(fp, fp_spec)
     rng = random.Random(spec.seed + 1)

@@ -13,8 +13,9 @@ from grandrounds.analysis import (
     paired_compare,
 )
 
-FP = {"benchmark": "medqa", "dataset_sha256": "d1", "grader": "MCQGrader", "templates": {}, "judges": [], "judge_mode": "default",
-      "judge_runs": 1, "scoring": {}, "answer_mode": "generate", "shuffle_options": False, "model": "x", "run_id": "r"}
+FP = {"benchmark": "medqa", "dataset_sha256": "d1", "grader": {"name": "mcq", "args": {"answer_mode": "generate"}},
+      "templates": {}, "prompt_templates": {"generate_en": "abc"}, "judges": [], "scoring": {}, "answer_mode": "generate",
+      "shuffle_options": False, "model": "x", "run_id": "r"}
 
 
 def row(model: str, score: float, ci: tuple[float, float] | None = None, **fp: object) -> ResultRow:
@@ -107,3 +108,13 @@ def test_agreement_kappa_f1_by_benchmark_and_dimension() -> None:
     # reviewer met/unmet/unmet vs judge met/unmet/met: po=2/3, pe=(1/3*2/3 + 2/3*1/3)=4/9 -> kappa 0.4
     assert hb.kappa == pytest.approx((2 / 3 - 4 / 9) / (1 - 4 / 9))
     assert st["overall"]["all"].n == 4
+
+
+def test_grader_parameters_and_prompt_templates_decide_comparability() -> None:
+    batched = FP | {"grader": {"name": "healthbench", "args": {"mode": "batched"}}}
+    per_item = FP | {"grader": {"name": "healthbench", "args": {"mode": "per-criterion"}}}
+    assert fingerprint_diff(batched, per_item) == ["grader"]
+    reworded = FP | {"prompt_templates": {"generate_en": "def"}}
+    assert fingerprint_diff(FP, reworded) == ["prompt_templates"]
+    # fields outside the comparability set (who ran it, the package version) never split a setting
+    assert fingerprint_diff(FP, FP | {"package_version": "9.9", "model": "y", "seed": 3}) == []

@@ -135,6 +135,16 @@ def test_llmeval_med_20_through_runner(tmp_path):
     assert out.result.extra["mean_score"] == pytest.approx(sum(scores) / N)
     assert out.result.extra["reference_op"] == pytest.approx(100.0 * usable / N)
     assert [g.details["run_scores"] for g in out.grades] == [[s] * 3 for s in scores]
+    for g, s in zip(out.grades, scores):  # each run is a typed whole-answer vote, not a fake criterion
+        assert g.verdicts == () and [(v.judge, v.run, v.score) for v in g.votes] == [("openai/judge", r, float(s)) for r in range(3)]
+    # Every run's score and basis is shown in the offline report, escaped.
+    from grandrounds.reports import build_report
+
+    with Store(tmp_path / "llmeval-med.db") as st:
+        (page,) = build_report(st, "html", tmp_path / "report.html")
+    html = page.read_text(encoding="utf-8")
+    assert html.count("<ul class='votes'>") == N and html.count("openai/judge run 2: ") == N
+    assert f"标记{marks[0]}</small>" in html
     print(f"\nllmeval-med run: usability {score:.1f}% ({usable}/{N}), mean score {sum(scores) / N:.2f}")
 
 

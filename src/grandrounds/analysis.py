@@ -18,11 +18,10 @@ from grandrounds.stats import cohen_kappa, macro_f1, mcnemar_exact, paired_boots
 COMPARABLE_FIELDS: tuple[str, ...] = (
     "benchmark",  # benchmark spec: subset, language, variant parameters
     "dataset_sha256",
-    "grader",
-    "templates",
+    "grader",  # grader spec: name and typed parameters (judge mode, judge runs, panel vote ...)
+    "templates",  # judge prompt templates
+    "prompt_templates",  # the benchmark's own prompt templates
     "judges",  # judge models and their generation parameters
-    "judge_mode",
-    "judge_runs",
     "scoring",
     "answer_mode",
     "shuffle_options",

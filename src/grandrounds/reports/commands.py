@@ -12,14 +12,16 @@ from rich.table import Table
 console = Console()
 
 
+StorePath = Callable[[Optional[Path]], Path]
+
+
 def _fmt(v: Any, d: int = 3) -> str:
     return "n/a" if v is None else f"{v:.{d}f}"
 
 
-def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], StoreOpt: Any) -> None:
-    """Add the reporting commands to ``app``."""
+def _leaderboard_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]:
+    """The ``leaderboard`` command, bound to the CLI's store option."""
 
-    @app.command()
     def leaderboard(
         benchmark: Optional[str] = typer.Option(None, "--benchmark", "-b"),
         with_reviews: bool = typer.Option(False, "--with-reviews", help="also show mean per-answer values with clinician reviews applied, and judge-reviewer agreement"),
@@ -39,7 +41,12 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
             if with_reviews:
                 _print_agreement(st)
 
-    @app.command()
+    return leaderboard
+
+
+def _compare_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]:
+    """The ``compare`` command, bound to the CLI's store option."""
+
     def compare(
         model_a: str = typer.Argument(...),
         model_b: str = typer.Argument(...),
@@ -64,7 +71,12 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
             t.add_row(*c.cells())
         console.print(t)
 
-    @app.command()
+    return compare
+
+
+def _report_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]:
+    """The ``report`` command, bound to the CLI's store option."""
+
     def report(
         fmt: str = typer.Option("html", "--format", "-f", help="html | md | csv | xlsx | json | parquet"),
         out: Path = typer.Option(..., "--out", "-o"),
@@ -85,7 +97,12 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
         for p in paths:
             console.print(f"wrote {p} ({p.stat().st_size / 1e6:.2f} MB)")
 
-    @app.command()
+    return report
+
+
+def _view_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]:
+    """The ``view`` command, bound to the CLI's store option."""
+
     def view(
         host: str = typer.Option("127.0.0.1", "--host"),
         port: int = typer.Option(8765, "--port"),
@@ -96,7 +113,12 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
 
         serve(store_path(store), host, port, log=lambda msg: console.print(msg))
 
-    @app.command("review-queue")
+    return view
+
+
+def _review_queue_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]:
+    """The ``review-queue`` command, bound to the CLI's store option."""
+
     def review_queue(
         share: float = typer.Option(0.05, "--share", help="random share of the other verdicts to queue"),
         seed: int = typer.Option(0, "--seed"),
@@ -120,6 +142,17 @@ def register(app: typer.Typer, store_path: Callable[[Optional[Path]], Path], Sto
         for q in items:
             t.add_row(q["run_id"], q["sample_id"], q["criterion_id"] or "(answer)", q["reason"])
         console.print(t)
+
+    return review_queue
+
+
+def register(app: typer.Typer, store_path: StorePath, StoreOpt: Any) -> None:
+    """Add the reporting commands to ``app``."""
+    app.command()(_leaderboard_command(store_path, StoreOpt))
+    app.command()(_compare_command(store_path, StoreOpt))
+    app.command()(_report_command(store_path, StoreOpt))
+    app.command()(_view_command(store_path, StoreOpt))
+    app.command("review-queue")(_review_queue_command(store_path, StoreOpt))
 
 
 def _print_board(st: Any, b: Any, with_reviews: bool) -> None:

@@ -141,12 +141,24 @@ def _item(item: Item, qid: str) -> str:
         err = (g.error if g else None) or (a.error if a.text is None else None)
         if err:
             head += f" <span class='unknown'>{escape(err)}</span>"
-        h.append(f"<div><div>{head}</div><div class='ans'>{escape(a.text or '')}</div></div>")
+        h.append(f"<div><div>{head}</div><div class='ans'>{escape(a.text or '')}</div>{_votes(g)}</div>")
     h.append("</div>")
     if s.rubric:
         h.append(_rubric(item))
     h.append("</details>")
     return "".join(h)
+
+
+def _votes(g: Grade | None) -> str:
+    """Whole-answer judge votes (one per judge run): judge, run, score or status, explanation."""
+    if g is None or not g.votes:
+        return ""
+    rows = "".join(
+        f"<li>{escape(v.judge)} run {v.run}: <span class='{escape(v.status)}'>"
+        f"{escape(fmt(v.score, 0) if v.score is not None else v.status)}</span> <small>{escape(v.explanation)}</small></li>"
+        for v in g.votes
+    )
+    return f"<ul class='votes'>{rows}</ul>"
 
 
 def _value(g: Grade | None) -> float | None:

@@ -163,7 +163,9 @@ async function showItem(id) {
     const revs = a.reviews.filter(r => !r.criterion_id).map(r => el('div', {className: 'review'}, r.reviewer + ' scored ' + r.score + ': ' + r.reason + ' (' + r.created_at + ')'));
     grid.append(el('div', {className: 'answer'}, el('b', {}, a.model), el('div', {className: 'small'}, 'judge ' + (a.judge || '') + ' · value ' + fmt(a.value) + ' · with reviews ' + fmt(a.reviewed_value)
       + (a.extracted ? ' · extracted ' + a.extracted : '') + (a.grade_error ? ' · ' + a.grade_error : '')),
-      el('pre', {className: 'ans'}, a.text === null ? ('(no answer: ' + (a.error || '') + ')') : a.text), ...revs, scoreForm(a, s.id)));
+      el('pre', {className: 'ans'}, a.text === null ? ('(no answer: ' + (a.error || '') + ')') : a.text),
+      ...(a.votes || []).map(v => el('div', {className: 'small vote'}, v.judge + ' run ' + v.run + ': ' + (v.score === null ? v.status : v.score) + (v.explanation ? ' · ' + v.explanation : ''))),
+      ...revs, scoreForm(a, s.id)));
   }
   main.append(grid);
   if ((s.rubric || []).length) {

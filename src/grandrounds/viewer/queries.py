@@ -135,6 +135,7 @@ def _answer(store: Store, sample: Sample | None, sid: str, run_id: str, fp: str,
         "value": grade.value if grade else None, "reviewed_value": reviewed_value(store, fp, sample, grade, reviews, graders),
         "extracted": grade.extracted if grade else None, "grade_error": grade.error if grade else None,
         "verdicts": [{"criterion_id": v.criterion_id, "status": v.status, "explanation": v.explanation, "votes": list(v.statuses)} for v in (grade.verdicts if grade else ())],
+        "votes": [{"judge": v.judge, "run": v.run, "status": v.status, "score": v.score, "explanation": v.explanation} for v in (grade.votes if grade else ())],
         "reviews": [{k: v for k, v in r.items() if k in REVIEW_FIELDS} for r in reviews],
     }
 
