@@ -226,33 +226,19 @@ def test_error_body_that_is_not_json_still_gives_a_classified_error(transport):
     assert "502" in str(err)
 
 
-SHAPES_XFAIL_LEAN = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: lean_http._decode reads only body['error']['message'], so a flat error body "
-    "({'object': 'error', 'message': ...}, as vLLM's OpenAI server sends) gives 'HTTP 400: ' with the reason lost; "
-    "the SDK transport keeps it",
-)
-SHAPES_XFAIL_SDK = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: openai_sdk.classify uses err.message only; for an error body whose 'error' is a plain string "
-    "the SDK puts no reason in its message, so the user sees just 'HTTP 404: Error code: 404'",
-)
-
-
 @pytest.mark.parametrize(
     "transport,status,body",
     [
         ("sdk", 400, {"error": {"message": "maximum context length exceeded", "type": "invalid_request_error"}}),
         ("lean", 400, {"error": {"message": "maximum context length exceeded", "type": "invalid_request_error"}}),
         ("sdk", 400, {"object": "error", "message": "maximum context length exceeded", "type": "BadRequestError", "code": 400}),
-        pytest.param(
-            "lean", 400, {"object": "error", "message": "maximum context length exceeded", "type": "BadRequestError", "code": 400},
-            marks=SHAPES_XFAIL_LEAN,
-        ),
+        ("lean", 400, {"object": "error", "message": "maximum context length exceeded", "type": "BadRequestError", "code": 400}),
         ("lean", 404, {"error": "model 'm' maximum context length exceeded"}),
-        pytest.param("sdk", 404, {"error": "model 'm' maximum context length exceeded"}, marks=SHAPES_XFAIL_SDK),
+        ("sdk", 404, {"error": "model 'm' maximum context length exceeded"}),
+        ("sdk", 422, {"detail": "maximum context length exceeded"}),
+        ("lean", 422, {"detail": "maximum context length exceeded"}),
     ],
-    ids=["nested-sdk", "nested-lean", "flat-sdk", "flat-lean", "string-lean", "string-sdk"],
+    ids=["nested-sdk", "nested-lean", "flat-sdk", "flat-lean", "string-lean", "string-sdk", "detail-sdk", "detail-lean"],
 )
 def test_the_servers_reason_reaches_the_error_message(transport, status, body):
     with ScriptServer(lambda s: Reply(status, body)) as srv:
@@ -492,11 +478,6 @@ def test_next_token_matches_tokens_with_leading_space(transport):
     assert out.scores == {"A": -1.7, "C": -0.3}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: openai_compat._next_token keys top_logprobs by stripped token text, so when both 'B' and ' B' "
-    "are listed the later (less likely, the list is sorted by probability) spelling wins; llamacpp takes the likelier spelling",
-)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_next_token_takes_the_likelier_of_two_spellings(transport):
     tops = [(" B", -0.2), ("A", -2.0), ("B", -5.0)]

@@ -78,15 +78,11 @@ def test_strip_reasoning_is_idempotent_on_its_output():
         assert strip_reasoning(once) == once
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a reply cut off inside <think> (max_tokens reached while reasoning) keeps the reasoning: "
-    "strip_reasoning only removes closed blocks and unopened prefixes, so extraction reads a letter "
-    "out of the unfinished reasoning trace",
-)
 def test_unclosed_think_block_is_all_reasoning():
+    """A reply cut off while reasoning (max_tokens reached) has no answer: nothing is read out of the trace."""
     reply = "<think>The stem suggests pyelonephritis, so the answer is A, but wait"
-    assert "answer is A" not in strip_reasoning(reply)
+    assert strip_reasoning(reply) == ""
+    assert strip_reasoning("Answer: C <think>on second thought B") == "Answer: C"
 
 
 # ---- normalize_width ---------------------------------------------------------------------------

@@ -14,7 +14,8 @@ _THINK_PATTERNS = (
 def strip_reasoning(text: str) -> str:
     """Remove reasoning traces before extraction or judging.
 
-    Handles ``<think>…</think>`` (also an unopened ``…</think>`` prefix), ``<seed:think>``,
+    Handles ``<think>…</think>`` (also an unopened ``…</think>`` prefix, and a block never closed
+    because the reply was cut off while reasoning), ``<seed:think>``,
     gpt-oss ``analysis…assistantfinal`` and hunyuan ``<answer>…</answer>`` wrappers
     (PROTOCOLS.md, format quirk 13).
     """
@@ -23,6 +24,8 @@ def strip_reasoning(text: str) -> str:
         out = pat.sub("", out)
     if "</think>" in out:
         out = out.rsplit("</think>", 1)[1]
+    elif re.search(r"<think>", out, re.I):  # cut off while reasoning: nothing after it is an answer
+        out = re.split(r"<think>", out, maxsplit=1, flags=re.I)[0]
     if "assistantfinal" in out:
         out = out.rsplit("assistantfinal", 1)[1]
     m = re.search(r"<answer>(.*?)</answer>", out, re.S)

@@ -99,3 +99,23 @@ def check_model(model: str, options: Mapping[str, Any], kind: RequestKind = "cha
         served = ", ".join(sorted(cls.request_kinds))
         raise ConfigError(f"provider {spec.provider} cannot serve {kind} requests (it serves {served}): use another --answer-mode or model")
     return check_values(cls.model_options, options, f"provider {spec.provider}", "option")
+
+
+def error_reason(body: Any) -> str:
+    """The reason an OpenAI-compatible server gives in an error body, whatever its shape.
+
+    OpenAI nests it (``{"error": {"message": ...}}``), vLLM and others send it flat
+    (``{"object": "error", "message": ...}``), some send ``{"error": "text"}`` or FastAPI's
+    ``{"detail": ...}``. "" when there is none.
+    """
+    if not isinstance(body, dict):
+        return ""
+    err = body.get("error")
+    if isinstance(err, dict) and err.get("message"):
+        return str(err["message"])
+    if isinstance(err, str) and err:
+        return err
+    for key in ("message", "detail"):
+        if body.get(key):
+            return str(body[key])
+    return ""

@@ -15,7 +15,7 @@ import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
-from grandrounds.providers.base import ProviderError
+from grandrounds.providers.base import ProviderError, error_reason
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -94,8 +94,8 @@ class LeanClient:
 def _decode(status: int, headers: dict[str, str], payload: bytes) -> Any:
     if status >= 400:
         try:
-            msg = json.loads(payload).get("error", {}).get("message", "")
-        except (ValueError, AttributeError):
+            msg = error_reason(json.loads(payload))
+        except ValueError:
             msg = payload[:200].decode("utf-8", "replace")
         retry_after = headers.get("retry-after")
         retryable = status >= 500 or status in (408, 409, 429)

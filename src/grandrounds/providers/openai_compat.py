@@ -7,6 +7,8 @@ enters a request record, the store or a log. The base URL comes from ``--base-ur
 
 from __future__ import annotations
 
+import math
+
 import os
 import time
 from typing import Any
@@ -113,7 +115,10 @@ class OpenAIProvider(Provider):
             raise ProviderError("malformed response body: no choices", retryable=True) from None
         if not content:
             raise ProviderError("endpoint returned no logprobs for next-token scoring", retryable=False)
-        top = {str(t["token"]).strip(): float(t["logprob"]) for t in content[0].get("top_logprobs", [])}
+        top: dict[str, float] = {}
+        for t in content[0].get("top_logprobs", []):  # " B" and "B" are one option: keep the likelier spelling
+            token, lp = str(t["token"]).strip(), float(t["logprob"])
+            top[token] = max(lp, top.get(token, -math.inf))
         scores = {c: top[c.strip()] for c in request.continuations if c.strip() in top}
         return scores, _usage(out)
 

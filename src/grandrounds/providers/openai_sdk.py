@@ -15,7 +15,7 @@ from typing import Any
 import httpx2
 import openai
 
-from grandrounds.providers.base import ProviderError
+from grandrounds.providers.base import ProviderError, error_reason
 
 LANE_WIDTH = 8
 
@@ -37,7 +37,8 @@ def classify(err: BaseException) -> ProviderError:
     if isinstance(err, openai.APIStatusError):
         code = err.status_code
         retry = code >= 500 or code in (408, 409, 429)
-        return ProviderError(f"HTTP {code}: {err.message}", retryable=retry, retry_after=_retry_after(err))
+        reason = error_reason(err.body if isinstance(err.body, dict) else {"error": err.body}) or err.message
+        return ProviderError(f"HTTP {code}: {reason}", retryable=retry, retry_after=_retry_after(err))
     if isinstance(err, openai.APITimeoutError):
         return ProviderError("timeout", retryable=True)
     if isinstance(err, openai.APIConnectionError):
