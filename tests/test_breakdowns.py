@@ -32,7 +32,7 @@ from grandrounds.cli import app
 from grandrounds.hashing import to_jsonable
 from grandrounds.records import Breakdown, Cell, Criterion, Grade, Message, Request, Sample, Verdict, breakdown_from_json
 from grandrounds.reports import boards, build_report
-from grandrounds.reports.html import fmt
+from grandrounds.display import fmt
 from grandrounds.reports.radar import radar_svg
 from grandrounds.runner import RunConfig, RunOutcome, run
 from grandrounds.scoring.cells import accuracy_cell, group_cells, mean_cell

@@ -260,11 +260,13 @@ def _attach_prompts(store_file: Path, outcomes: list[Any], lines: list[dict[str,
 
 
 def print_results(results: list[Any]) -> None:
+    from grandrounds.display import fmt_ci
+
     t = Table(title="Results")
     for col in ("benchmark", "model", "judge", "metric", "score", "95% CI", "n", "unscored"):
         t.add_column(col)
     for r in results:
-        ci = f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]" if r.ci95 else "n/a"
+        ci = fmt_ci(r.ci95)
         score = "n/a" if r.score is None else f"{r.score:.3f}"
         mode = r.fingerprint.get("answer_mode", "")
         t.add_row(r.benchmark, f"{r.model} ({mode})", r.judge or "", r.metric, score, ci, str(r.n), str(r.n_unscored))

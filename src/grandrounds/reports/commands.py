@@ -9,14 +9,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from grandrounds.display import fmt, fmt_ci
+
 console = Console()
 
 
 StorePath = Callable[[Optional[Path]], Path]
-
-
-def _fmt(v: Any, d: int = 3) -> str:
-    return "n/a" if v is None else f"{v:.{d}f}"
 
 
 def _leaderboard_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]:
@@ -170,13 +168,13 @@ def _print_board(st: Any, b: Any, with_reviews: bool) -> None:
     for e in b.entries:
         r = e.row
         rank = "-" if e.rank is None else str(e.rank) + (" tied" if sizes[(e.setting, e.group)] > 1 else "")
-        ci = f"[{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]" if r.ci95 else "n/a"
-        cells = [str(e.setting), rank, r.model, _fmt(r.score), ci, str(r.n), str(r.n_unscored), _fmt(r.coverage), r.judge or "", "; ".join(e.flags)]
+        ci = fmt_ci(r.ci95)
+        cells = [str(e.setting), rank, r.model, fmt(r.score), ci, str(r.n), str(r.n_unscored), fmt(r.coverage), r.judge or "", "; ".join(e.flags)]
         if with_reviews:
             run = st.get_run(r.run_id)
             judge_vals = [v for v in st.grade_values(r.run_id, r.grader_fp).values() if v is not None]
             rev = [v for v in reviewed_values(st, r.run_id, r.grader_fp, run.benchmark, run.dataset_sha256).values() if v is not None] if run else []
-            cells += [_fmt(sum(judge_vals) / len(judge_vals) if judge_vals else None), _fmt(sum(rev) / len(rev) if rev else None)]
+            cells += [fmt(sum(judge_vals) / len(judge_vals) if judge_vals else None), fmt(sum(rev) / len(rev) if rev else None)]
         t.add_row(*cells)
     console.print(t)
 
@@ -188,7 +186,6 @@ def _print_breakdowns(b: Any, max_keys: int = 40) -> None:
     from rich.markup import escape
 
     from grandrounds.analysis import breakdown_tables
-    from grandrounds.reports.html import fmt, fmt_ci
 
     for fam in breakdown_tables(b):
         if len(fam.keys) > max_keys:
@@ -200,7 +197,7 @@ def _print_breakdowns(b: Any, max_keys: int = 40) -> None:
         for key, e, c in fam.rows():
             model = f"{e.row.model} [{e.setting}]" if b.settings > 1 else e.row.model
             metrics = (fmt(c.metrics[m]) if m in c.metrics else "" for m in fam.metrics)
-            t.add_row(escape(key), escape(model), _fmt(c.score), fmt_ci(c.ci95), str(c.n), str(c.n_unscored), *metrics)  # keys are data, not markup
+            t.add_row(escape(key), escape(model), fmt(c.score), fmt_ci(c.ci95), str(c.n), str(c.n_unscored), *metrics)  # keys are data, not markup
         console.print(t)
 
 
@@ -214,5 +211,5 @@ def _print_agreement(st: Any) -> None:
         t.add_column(c)
     for by, groups in stats.items():
         for name, s in groups.items():
-            t.add_row(by, name, str(s.n), _fmt(s.kappa), _fmt(s.macro_f1), _fmt(s.agree), str(s.n_judge_unknown))
+            t.add_row(by, name, str(s.n), fmt(s.kappa), fmt(s.macro_f1), fmt(s.agree), str(s.n_judge_unknown))
     console.print(t)

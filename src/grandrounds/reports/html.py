@@ -13,16 +13,13 @@ from typing import Any, Sequence
 from grandrounds.analysis import Board, Entry, FamilyTable, breakdown_tables
 from grandrounds.records import Grade
 from grandrounds.reports.collect import Item, Section, question_text
+from grandrounds.display import BASE_CSS, fmt, fmt_ci
 from grandrounds.reports.radar import COLOURS, radar_svg
 
-CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:1.5em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.2em}td,th{border:1px solid #ddd;padding:3px 7px;vertical-align:top}
-th{background:#f4f4f4}.flag{color:#a33;font-size:12px}.tied{background:#fff6d5;font-size:12px;padding:0 4px}
-.met{color:#176b2c}.unmet{color:#a11}.unknown{color:#a60;font-weight:bold}
-.answers{display:grid;gap:10px}.ans{border:1px solid #ccc;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere;max-height:24em;overflow:auto}
-details{border-bottom:1px solid #eee;padding:3px 0}summary{cursor:pointer}.chip{font-size:12px;margin-left:6px;padding:0 4px;border-radius:3px;background:#eef}
-.q{white-space:pre-wrap;background:#fafafa;padding:6px}.hidden{display:none}.radars{display:flex;flex-wrap:wrap;gap:12px}
+CSS = BASE_CSS + """
+body{margin:1.5em}table{margin:.5em 0 1.2em}td,th{padding:3px 7px}.flag{color:#a33;font-size:12px}.tied{background:#fff6d5;font-size:12px;padding:0 4px}
+.answers{gap:10px}details{border-bottom:1px solid #eee;padding:3px 0}summary{cursor:pointer}
+.chip{font-size:12px;margin-left:6px;padding:0 4px;border-radius:3px;background:#eef}.hidden{display:none}.radars{display:flex;flex-wrap:wrap;gap:12px}
 """
 
 JS = """
@@ -35,15 +32,6 @@ document.querySelectorAll('input.filter').forEach(function(box){
   });
 });
 """
-
-
-def fmt(v: Any, digits: int = 3) -> str:
-    return "n/a" if v is None else (f"{v:.{digits}f}" if isinstance(v, float) else str(v))
-
-
-def fmt_ci(ci: tuple[float, float] | None) -> str:
-    """A 95% CI as "[lo, hi]" to three decimals, "n/a" when there is none."""
-    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "n/a"
 
 
 def render(boards: Sequence[Board], sections: Sequence[Section], title: str = "grandrounds report") -> str:

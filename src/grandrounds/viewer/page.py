@@ -4,15 +4,15 @@ The script builds every node with ``document.createElement`` and puts untrusted 
 ``textContent`` / text nodes only; it never assigns ``innerHTML``.
 """
 
+from grandrounds.display import BASE_CSS
+
 PAGE_HTML = """<!doctype html>
 <html><head><meta charset="utf-8"><title>grandrounds viewer</title>
 <style>
-body{font:14px/1.45 system-ui,sans-serif;margin:1em 1.5em;color:#222}
-nav a{margin-right:1em}table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 6px;vertical-align:top}
-th{background:#f4f4f4;position:sticky;top:0}.met{color:#176b2c}.unmet{color:#a11}.unknown{color:#a60;font-weight:bold}
-.answers{display:grid;gap:8px}.ans{white-space:pre-wrap;overflow-wrap:anywhere;border:1px solid #ccc;padding:6px;max-height:22em;overflow:auto;margin:0}
-.filters label{margin-right:.8em}.review{font-size:12px;color:#345}.msg{color:#176b2c}.err{color:#a11}.small{font-size:12px;color:#555}
-form.rv input[type=text]{width:8em}.q{white-space:pre-wrap;background:#fafafa;padding:6px}
+""" + BASE_CSS + """
+nav a{margin-right:1em}th{position:sticky;top:0}.ans{max-height:22em}
+.filters label{margin-right:.8em}.review{font-size:12px;color:#345}.msg{color:#176b2c}.err{color:#a11}
+form.rv input[type=text]{width:8em}
 </style></head>
 <body><nav><a href="#/" id="nav-runs">Runs</a><a href="#/items" id="nav-items">Questions</a>
 <label>Reviewer <input id="reviewer" placeholder="your name"></label></nav>
