@@ -297,9 +297,7 @@ def regrade(
     from grandrounds.store import Store
 
     with Store(store_path(store)) as st:
-        run_rec = st.get_run(run_id)
-        if run_rec is None:
-            raise ConfigError(f"no run {run_id!r} in {st.path}")
+        run_rec = stored_run(st, run_id)
         judges = judge_configs(
             judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed, json_object=judge_json)
         )
@@ -336,6 +334,14 @@ def runs(store: Optional[Path] = StoreOpt) -> None:
     console.print(t)
 
 
+def stored_run(st: Any, run_id: str) -> Any:
+    """The run ``run_id`` in the store, or a one-line error naming the store."""
+    run_rec = st.get_run(run_id)
+    if run_rec is None:
+        raise ConfigError(f"no run {run_id!r} in {st.path} (see `grandrounds runs`)")
+    return run_rec
+
+
 @app.command()
 def submission(
     run_id: str = typer.Option(..., "--run", help="run id (see `grandrounds runs`)"),
@@ -347,9 +353,7 @@ def submission(
     from grandrounds.store import Store
 
     with Store(store_path(store)) as st:
-        run_rec = st.get_run(run_id)
-        if run_rec is None:
-            raise ConfigError(f"no run {run_id!r} in {st.path}")
+        run_rec = stored_run(st, run_id)
         bench = build_benchmark(run_rec.benchmark, dict(run_rec.options.get("bench_params") or {}))
         samples = st.samples(run_rec.benchmark, run_rec.dataset_sha256)
         texts = {sid: resp.text for sid, (_, resp) in st.answers(run_id).items() if resp is not None and resp.ok and resp.text is not None}

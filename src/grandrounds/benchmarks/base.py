@@ -15,7 +15,7 @@ from grandrounds.errors import ConfigError, DataError
 from grandrounds.hashing import file_sha256
 from grandrounds.params import Param, check_values, did_you_mean, without_defaults
 from grandrounds.providers.base import check_model
-from grandrounds.records import AnswerMode, Breakdown, Grade, Message, RequestKind, Sample
+from grandrounds.records import AnswerMode, Breakdown, Cell, Grade, Message, RequestKind, Sample
 from grandrounds.registry import BENCHMARKS, Spec
 
 #: The request kind each answer mode sends: what a provider must serve for it.
@@ -54,6 +54,11 @@ class Aggregate:
     #: family (subject, category, error_type, ...) -> key -> Cell, built with grandrounds.scoring.cells.
     breakdown: Breakdown = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, metric: str, overall: Cell, breakdown: Breakdown, extra: Mapping[str, Any]) -> "Aggregate":
+        """The headline from the overall cell (score, CI, n, unscored), with its breakdown and extras."""
+        return cls(metric, overall.score, overall.ci95, overall.n, overall.n_unscored, breakdown, extra)
 
 
 @dataclass(frozen=True)

@@ -192,14 +192,11 @@ class GAPS(Benchmark):
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
         overall = mean_cell([value_of(g) for _, g in rows])
-        return Aggregate(
-            metric="GAPS score (0-1; review_needed excluded)",
-            score=overall.score,
-            ci95=overall.ci95,
-            n=overall.n,
-            n_unscored=overall.n_unscored,
-            breakdown={"category": group_cells(((s.metadata.get("category") or "?", g) for s, g in rows), _cell)},
-            extra=_summary([g for _, g in rows]) | {"min_valid": int(self.scoring(options, "gaps_min_valid"))},
+        return Aggregate.of(
+            "GAPS score (0-1; review_needed excluded)",
+            overall,
+            {"category": group_cells(((s.metadata.get("category") or "?", g) for s, g in rows), _cell)},
+            _summary([g for _, g in rows]) | {"min_valid": int(self.scoring(options, "gaps_min_valid"))},
         )
 
 

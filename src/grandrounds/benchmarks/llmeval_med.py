@@ -151,14 +151,11 @@ class LLMEvalMed(Benchmark):
             "threshold": 4.0,
             "note": "score in percent; reference_op counts answers with no valid judge score as unusable",
         }
-        return Aggregate(
-            metric="usability rate (%, OP)",
-            score=overall.score,
-            ci95=overall.ci95,
-            n=overall.n,
-            n_unscored=overall.n_unscored,
-            breakdown={"category": {CATEGORY_CODES[c]: _cell(gs) for c, gs in cats.items()}},
-            extra=extra,
+        return Aggregate.of(
+            "usability rate (%, OP)",
+            overall,
+            {"category": {CATEGORY_CODES[c]: _cell(gs) for c, gs in cats.items()}},
+            extra,
         )
 
 

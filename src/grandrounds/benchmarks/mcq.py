@@ -162,14 +162,11 @@ class MultipleChoiceBenchmark(Benchmark):
             extra["n_generated_multi_answer"] = forced
         extra.update(self.extra_metrics(scored, options))
         breakdown = {f: accuracy_by(pairs, f) for f in self.category_fields}
-        return Aggregate(
-            metric="accuracy",
-            score=overall.score,
-            ci95=overall.ci95,
-            n=overall.n,
-            n_unscored=overall.n_unscored,
-            breakdown=breakdown,
-            extra=extra,
+        return Aggregate.of(
+            "accuracy",
+            overall,
+            breakdown,
+            extra,
         )
 
     def extra_metrics(self, scored: Sequence[tuple[Sample, Grade]], options: RunOptions) -> dict[str, Any]:

@@ -84,14 +84,11 @@ class MedBench(Benchmark):
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
         overall = _cell(rows)
-        return Aggregate(
-            metric="accuracy",
-            score=overall.score,
-            ci95=overall.ci95,
-            n=overall.n,
-            n_unscored=overall.n_unscored,
-            breakdown={"source": group_cells(((s.metadata["source"], (s, g)) for s, g in rows), _cell)},
-            extra={"n_withheld": overall.metrics["n_withheld"], "note": "official MedBench scores are computed by the platform from the submission file"},
+        return Aggregate.of(
+            "accuracy",
+            overall,
+            {"source": group_cells(((s.metadata["source"], (s, g)) for s, g in rows), _cell)},
+            {"n_withheld": overall.metrics["n_withheld"], "note": "official MedBench scores are computed by the platform from the submission file"},
         )
 
 

@@ -109,17 +109,14 @@ class MedCalcBench(Benchmark):
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
         overall = _cell([g for _, g in rows])
-        return Aggregate(
-            metric="accuracy",
-            score=overall.score,
-            ci95=overall.ci95,
-            n=overall.n,
-            n_unscored=overall.n_unscored,
-            breakdown={
+        return Aggregate.of(
+            "accuracy",
+            overall,
+            {
                 "category": group_cells(((s.metadata["category"], g) for s, g in rows), _cell),
                 "kind": group_cells(((s.target["kind"], g) for s, g in rows), _cell),
             },
-            extra={"n_unextractable": overall.metrics["n_unextractable"], "version": "v1.0 (1,047 rows, commit 5523b77)"},
+            {"n_unextractable": overall.metrics["n_unextractable"], "version": "v1.0 (1,047 rows, commit 5523b77)"},
         )
 
 

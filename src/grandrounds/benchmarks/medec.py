@@ -109,14 +109,11 @@ class MEDEC(Benchmark):
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
         overall = accuracy_cell([value_of(g) for _, g in rows])
-        return Aggregate(
-            metric="error_flag_accuracy",
-            score=overall.score,
-            ci95=overall.ci95,
-            n=overall.n,
-            n_unscored=overall.n_unscored,
-            breakdown={fam: group_cells(((s.metadata[fam], g) for s, g in rows), _cell) for fam in ("error_type", "split")},
-            extra=_metrics([g for _, g in rows]) | {"rouge": "rouge_score rouge1 F (official scorer: python rouge package)"},
+        return Aggregate.of(
+            "error_flag_accuracy",
+            overall,
+            {fam: group_cells(((s.metadata[fam], g) for s, g in rows), _cell) for fam in ("error_type", "split")},
+            _metrics([g for _, g in rows]) | {"rouge": "rouge_score rouge1 F (official scorer: python rouge package)"},
         )
 
 
