@@ -252,3 +252,21 @@ def test_reference_arithmetic_counts_missing_lines_as_zero(samples):
     assert math.isnan(dims["内容结构"])
     ours = question_score(s.rubric, [Verdict(c.id, "met") for c in s.rubric[:3]])
     assert ours.score == 100.0 and ours.known == 3  # only known items count, coverage reported
+
+
+def test_clinician_reviews_rescore_the_question(samples):
+    """A reviewer's verdicts replace the judge's: 100 * met weights / positive weights, rounded to 2."""
+    from grandrounds.records import Grade, Verdict
+
+    s = samples[0]
+    verdicts = tuple(Verdict(c.id, "met" if c.points > 0 else "unmet") for c in s.rubric)
+    grade = Grade(s.id, 100.0, verdicts=verdicts)
+    grader = MedEQGrader()
+    assert grader.rescore(s, grade, {}) == 100.0
+    first = next(c for c in s.rubric if c.points > 0)
+    possible = sum(c.points for c in s.rubric if c.points > 0)
+    assert grader.rescore(s, grade, {first.id: "unmet"}) == round(100 * (possible - first.points) / possible, 2)
+    negative = next((c for c in s.rubric if c.points < 0), None)
+    if negative is not None:  # a reviewed defect that is present takes its weight off
+        want = round(100 * (possible + negative.points) / possible, 2)
+        assert grader.rescore(s, grade, {negative.id: "met"}) == want

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from grandrounds import cli
 from grandrounds.benchmarks import base as bench_base
-from grandrounds.benchmarks.base import RunOptions, check_run
+from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.gaps import GAPS
 from grandrounds.benchmarks.healthbench import HealthBench
 from grandrounds.benchmarks.llmeval_med import LLMEvalMed
@@ -32,7 +32,7 @@ from grandrounds.providers.base import ModelSpec, Provider, check_model
 from grandrounds.providers.openai_compat import OpenAIProvider
 from grandrounds.records import AnswerMode, RequestKind
 from grandrounds.registry import BENCHMARKS, PROVIDERS
-from grandrounds.runner import RunConfig, run
+from grandrounds.runner import RunConfig, check_run, run
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 

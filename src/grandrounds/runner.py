@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
 
 import grandrounds
-from grandrounds.benchmarks.base import Benchmark, RunOptions, check_run
+from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.errors import ConfigError
 from grandrounds.executor import Executor, RetryPolicy
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.hashing import content_hash, to_jsonable
-from grandrounds.providers.base import ModelSpec, Provider
+from grandrounds.providers.base import ModelSpec, Provider, check_model
 from grandrounds.records import REDO_STATUSES, GenParams, Grade, Message, Request, Response, Result, Sample
 from grandrounds.registry import BENCHMARKS, PROVIDERS
 from grandrounds.store import RunRecord, Store
@@ -57,6 +57,20 @@ class RunConfig:
     limit: int | None = None
     retry: RetryPolicy = RetryPolicy()
     provider_options: dict[str, Any] = field(default_factory=dict)
+
+
+def check_run(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with its benchmark parameters, run options and model options checked and normalised.
+
+    The one check a run goes through before it loads data or makes a call: every value the user
+    set is one the benchmark and the provider declare, of the declared type, or a one-line
+    ConfigError says which is wrong and what is accepted. Options the benchmark does not use
+    are reset, so they never reach its spec, fingerprint or run id.
+    """
+    bench = BENCHMARKS.get(cfg.benchmark)(**cfg.bench_params)
+    options = bench.check_options(cfg.options)
+    provider_options = check_model(cfg.model, cfg.provider_options, bench.request_kind(options))
+    return replace(cfg, bench_params=dict(bench.params), options=options, provider_options=provider_options)
 
 
 def make_provider(spec_text: str, base_url: str = "", **options: Any) -> Provider:

@@ -9,12 +9,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Protocol, Sequence, TypeVar, get_args
+from typing import Any, ClassVar, Mapping, Sequence, get_args
 
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.hashing import file_sha256
 from grandrounds.params import Param, check_values, did_you_mean, without_defaults
-from grandrounds.providers.base import check_model
 from grandrounds.records import AnswerMode, Breakdown, Cell, Grade, Message, RequestKind, Sample
 from grandrounds.registry import BENCHMARKS, Spec
 
@@ -235,33 +234,6 @@ class Benchmark(ABC):
     @abstractmethod
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
         """Headline score, CI and breakdown from per-sample grades, the authors' way."""
-
-
-class RunSettings(Protocol):
-    """The parts of a run configuration (``runner.RunConfig``) that :func:`check_run` checks."""
-
-    benchmark: str
-    model: str
-    bench_params: dict[str, Any]
-    options: RunOptions
-    provider_options: dict[str, Any]
-
-
-Settings = TypeVar("Settings", bound=RunSettings)
-
-
-def check_run(cfg: Settings) -> Settings:
-    """``cfg`` with its benchmark parameters, run options and model options checked and normalised.
-
-    The one check a run goes through before it loads data or makes a call: every value the user
-    set is one the benchmark and the provider declare, of the declared type, or a one-line
-    ConfigError says which is wrong and what is accepted. Options the benchmark does not use
-    are reset, so they never reach its spec, fingerprint or run id.
-    """
-    bench = BENCHMARKS.get(cfg.benchmark)(**cfg.bench_params)
-    options = bench.check_options(cfg.options)
-    provider_options = check_model(cfg.model, cfg.provider_options, bench.request_kind(options))
-    return replace(cfg, bench_params=dict(bench.params), options=options, provider_options=provider_options)  # type: ignore[type-var]
 
 
 def resolve_file(root: Path, filename: str) -> Path:

@@ -13,7 +13,7 @@ import asyncio
 import re
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
@@ -126,6 +126,13 @@ class GAPSGrader(Grader):
         if qs.ours is None:
             return Grade(sample.id, None, None, verdicts, details, "no positive rubric point could be decided", keys, "unreadable")
         return Grade(sample.id, qs.ours, None, verdicts, details, None, keys)
+
+    def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
+        """Our score with reviewed points decided as the reviewer says (the irrelevant-content penalty kept)."""
+        status = {v.criterion_id: v.status for v in grade.verdicts} | dict(statuses)
+        decisions = [(c.points, status[c.id] if status.get(c.id) in (scoring.MET, scoring.UNMET) else scoring.REVIEW) for c in sample.rubric]
+        penalty = float(grade.details.get("penalty") or 0.0)
+        return scoring.score_question(decisions, penalty).ours
 
     async def _irrelevant(self, sample: Sample, question: str, answer: str, ctx: GradeContext) -> dict[str, Any]:
         """Extractor (first judge) lists unrelated passages; every judge grades each S1..S4."""

@@ -12,7 +12,8 @@ reference's stripper exists but is not wired in).
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from dataclasses import replace
+from typing import Mapping, Sequence
 
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys
@@ -88,3 +89,8 @@ class MedEQGrader(Grader):
         if q.score is None:
             return Grade(sample.id, None, None, verdicts, details, "no positive item has a known verdict", keys, "unreadable")
         return Grade(sample.id, q.score, None, verdicts, details, None, keys)
+
+    def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
+        """The question score with reviewed items decided as the reviewer says."""
+        verdicts = [replace(v, status=statuses.get(v.criterion_id, v.status)) for v in grade.verdicts]  # type: ignore[arg-type]
+        return question_score(sample.rubric, verdicts).score

@@ -37,7 +37,10 @@ def _load(template: str) -> tuple[str, str]:
     path = Path(template)
     if path.suffix == ".txt" and path.is_file():
         return path.stem, path.read_text(encoding="utf-8")
-    return template, load_templates(template)[template]
+    try:
+        return template, load_templates(template)[template]
+    except FileNotFoundError:
+        raise ConfigError(f"rubric grader: no template {template!r} (a packaged template name, or a path to a .txt file)") from None
 
 
 class RubricGrader(Grader):
