@@ -143,7 +143,8 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", help="write results.json and samples.jsonl here"),
     store: Optional[Path] = StoreOpt,
     base_url: str = typer.Option("", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="calls in flight per endpoint"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="answer calls in flight per endpoint"),
+    judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
     answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
     shuffle_options: bool = typer.Option(False, "--shuffle-options", help="permute options (recorded)"),
     seed: int = typer.Option(0, "--seed"),
@@ -188,6 +189,7 @@ def run(
                 judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed, json_object=judge_json)
             ),
             concurrency=concurrency,
+        judge_concurrency=judge_concurrency,
             limit=limit,
             provider_options=parse_params(model_opt, "--model-opt") | ({"threads": threads} if threads is not None else {}),
         )
@@ -285,6 +287,7 @@ def regrade(
     judge_runs: Optional[int] = typer.Option(None, "--judge-runs", help="default: as in the run's last grading"),
     max_reask: int = typer.Option(2, "--max-reask"),
     only_unknown: bool = typer.Option(False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"),
+    judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
     seed: int = typer.Option(0, "--seed"),
     out: Optional[Path] = typer.Option(None, "--out", help="write results.json and samples.jsonl here"),
     store: Optional[Path] = StoreOpt,
@@ -301,7 +304,7 @@ def regrade(
         judges = judge_configs(
             judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed, json_object=judge_json)
         )
-        req = RegradeRequest(run_rec, judges, judge_mode, judge_runs, max_reask, seed, only_unknown)
+        req = RegradeRequest(run_rec, judges, judge_mode, judge_runs, max_reask, seed, only_unknown, judge_concurrency)
         with RichProgress(err_console) as prog:
             outcome = asyncio.run(regrade_async(st, req, progress=prog))
         if out:

@@ -32,6 +32,9 @@ class ServerStats:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     rule_errors: list[str] = field(default_factory=list)
     authorizations: set[str] = field(default_factory=set)
+    in_flight: int = 0
+    #: the most requests the server was answering at one time
+    max_in_flight: int = 0
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -106,6 +109,14 @@ class LoopbackServer:
             writer.close()
 
     async def _respond(self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter) -> bool:
+        self.stats.in_flight += 1
+        self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+        try:
+            return await self._answer(method, path, raw, writer)
+        finally:
+            self.stats.in_flight -= 1
+
+    async def _answer(self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter) -> bool:
         body = json.loads(raw or b"{}")
         with self._lock:
             self.stats.requests += 1
