@@ -94,7 +94,11 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     grader, options = rebuild_grader(bench, req, last_grading(store, run))
     check_judges(bench, grader, req.judges)
     answers = store.answers(run.id)
-    samples = [s for s in store.samples(run.benchmark, run.dataset_sha256) if s.id in answers]
+    # The run's samples: those it answered, and those it graded without asking (a later turn of a
+    # dialogue whose first turn failed), so a re-grade counts exactly what the run counted.
+    latest = store.latest_grader_fp(run.id)
+    graded = store.grades(run.id, latest) if latest else {}
+    samples = [s for s in store.samples(run.benchmark, run.dataset_sha256) if s.id in answers or s.id in graded]
     if not samples:
         raise ConfigError(f"run {run.id} has no stored answers to grade")
     fp = grader_fingerprint(bench, grader, options, req.judges, run.dataset_sha256)
@@ -113,7 +117,7 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
 
     async def do_group(group: list[Sample]) -> None:
         for sample in group:
-            _, resp = answers[sample.id]
+            _, resp = answers.get(sample.id, ("", None))
             prev = previous.get(sample.id)
             keep = prev if prev is not None and not _has_unknown(prev) else None
             ctx = GradeContext(judges=judges, previous=prev, only_unknown=req.only_unknown, max_reask=req.max_reask)

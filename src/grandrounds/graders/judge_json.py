@@ -83,6 +83,8 @@ def as_bool(value: Any) -> bool | None:
 
 def explanation_text(value: Any) -> str:
     """An explanation field as text (judges sometimes answer with a list or an object)."""
+    if value is None:
+        return ""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
