@@ -30,17 +30,11 @@ from grandrounds.runner import JudgeConfig, RunConfig, failed_answer, run
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer, last_user_text
 from tests.rubric_bench.triage import TriageRubric
-from tests.test_regrade import FAST, N_CRITERIA, ROWS, by_model, criterion_of, expected, judge_rule, run_triage, values, verdict_reply
+from tests.test_regrade import (  # noqa: F401 (triage is the shared fixture)
+    FAST, N_CRITERIA, ROWS, by_model, triage, criterion_of, expected, judge_rule, run_triage, values, verdict_reply,
+)
 
 RUBRIC_SIZE = {r["id"]: len(r["rubric"]) for r in ROWS}
-
-
-@pytest.fixture
-def triage(tmp_path: Path):
-    path = tmp_path / "triage.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n", encoding="utf-8")
-    with BENCHMARKS.registered("triage-rubric", TriageRubric):
-        yield path
 
 
 def question_of(row_id: str) -> str:

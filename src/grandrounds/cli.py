@@ -56,11 +56,12 @@ def user_errors() -> Iterator[None]:
 
 def judge_configs(specs: list[str], base_url: str, params: Any) -> tuple[Any, ...]:
     """``PROVIDER/MODEL[@BASE_URL]`` -> JudgeConfig; the URL is an endpoint, not part of the judge's identity."""
+    from grandrounds.providers.base import split_endpoint
     from grandrounds.runner import JudgeConfig
 
     out = []
     for text in specs:
-        spec, _, url = text.partition("@")
+        spec, url = split_endpoint(text)
         out.append(JudgeConfig(spec, url or base_url, params))
     return tuple(out)
 

@@ -75,6 +75,16 @@ def check_values(declared: Sequence[Param], given: Mapping[str, Any], owner: str
     return out
 
 
+def declared_value(declared: Sequence[Param], given: Mapping[str, Any], name: str, what: str) -> Any:
+    """The value of declared option ``name``: as ``given``, else its declared default."""
+    if name in given:
+        return given[name]
+    for p in declared:
+        if p.name == name:
+            return p.default
+    raise KeyError(f"{what} {name!r} is not declared")
+
+
 def without_defaults(declared: Sequence[Param], values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` minus those equal to their declared default: setting a default changes nothing recorded."""
     by_name = {p.name: p for p in declared}

@@ -21,7 +21,7 @@ from grandrounds.errors import ConfigError
 from grandrounds.executor import Executor, RetryPolicy
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.hashing import content_hash, to_jsonable
-from grandrounds.providers.base import ModelSpec, Provider, check_model
+from grandrounds.providers.base import ModelSpec, Provider, check_model, split_endpoint
 from grandrounds.records import REDO_STATUSES, GenParams, Grade, Message, Request, Response, Result, Sample
 from grandrounds.registry import BENCHMARKS, PROVIDERS
 from grandrounds.store import RunRecord, Store
@@ -74,9 +74,7 @@ def check_run(cfg: RunConfig) -> RunConfig:
 
 
 def make_provider(spec_text: str, base_url: str = "", **options: Any) -> Provider:
-    if "@" in spec_text:  # provider/model@http://host/v1
-        spec_text, base_url = spec_text.split("@", 1)
-    spec = ModelSpec.parse(spec_text, base_url)
+    spec = ModelSpec.parse(*split_endpoint(spec_text, base_url))
     return PROVIDERS.get(spec.provider)(spec, **options)
 
 

@@ -13,9 +13,9 @@ from typing import Any, ClassVar, Mapping, Sequence, get_args
 
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.hashing import file_sha256
-from grandrounds.params import Param, check_values, did_you_mean, without_defaults
+from grandrounds.params import Param, check_values, declared_value, did_you_mean, without_defaults
 from grandrounds.records import AnswerMode, Breakdown, Cell, Grade, Message, RequestKind, Sample
-from grandrounds.registry import BENCHMARKS, Spec
+from grandrounds.registry import Spec
 
 #: The request kind each answer mode sends: what a provider must serve for it.
 ANSWER_KINDS: Mapping[AnswerMode, RequestKind] = {"generate": "chat", "letter": "next_token", "loglik": "loglikelihood"}
@@ -104,21 +104,11 @@ class Benchmark(ABC):
 
     def param(self, name: str) -> Any:
         """The value of declared parameter ``name``: as given, else its default."""
-        if name in self.params:
-            return self.params[name]
-        for p in self.parameters:
-            if p.name == name:
-                return p.default
-        raise KeyError(f"{self.name} declares no parameter {name!r}")
+        return declared_value(self.parameters, self.params, name, f"{self.name} parameter")
 
     def scoring(self, options: RunOptions, name: str) -> Any:
         """The value of declared scoring option ``name`` in ``options``: as given, else its default."""
-        if name in options.extra:
-            return options.extra[name]
-        for p in self.scoring_options:
-            if p.name == name:
-                return p.default
-        raise KeyError(f"{self.name} declares no scoring option {name!r}")
+        return declared_value(self.scoring_options, options.extra, name, f"{self.name} scoring option")
 
     def spec(self) -> Spec:
         return Spec(self.name, dict(self.params))

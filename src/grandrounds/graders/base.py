@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
 from grandrounds.errors import ConfigError
 from grandrounds.hashing import text_hash
+from grandrounds.params import Param, coerce
 from grandrounds.records import Grade, GradeStatus, Message, Response, Sample
 from grandrounds.registry import GRADERS, Spec
 
@@ -98,30 +99,17 @@ def build(spec: Spec) -> Grader:
     unknown = sorted(set(spec.args) - fields)
     if unknown:
         raise ConfigError(f"grader {spec.name!r} has no parameter {', '.join(unknown)} (accepted: {', '.join(sorted(fields)) or 'none'})")
+    args = dict(spec.args)
     for f in dataclasses.fields(cls.Params):
-        if f.name in spec.args:
-            _check_type(spec.name, f.name, f.default, spec.args[f.name])
+        # numbers and flags are checked as the CLI checks them (an int where an int is due, never a
+        # bool); text and optional values are checked by the Params themselves (choices, non-empty)
+        if f.name in args and isinstance(f.default, (bool, int, float)):
+            args[f.name] = coerce(Param(f.name, type(f.default), f.default), args[f.name], f"grader {spec.name!r}: {f.name}")
     try:
-        params = cls.Params(**spec.args)
+        params = cls.Params(**args)
         return cls(params)
     except (TypeError, ValueError, OSError) as e:
         raise ConfigError(f"grader {spec.name!r}: {e}") from None
-
-
-def _check_type(grader: str, name: str, default: Any, value: Any) -> None:
-    """A parameter's value must have its default's type (an int where an int is due, never a bool)."""
-    if default is None or default is dataclasses.MISSING or isinstance(default, str):
-        return  # text and optional values are checked by the Params themselves (choices, non-empty)
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, type(default))
-    if not ok:
-        raise ConfigError(f"grader {grader!r}: {name} must be {type(default).__name__}, got {value!r}")
 
 
 def spec_from_json(d: Mapping[str, Any]) -> Spec:

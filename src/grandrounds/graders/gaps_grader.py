@@ -19,7 +19,7 @@ from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import extract_json_array, extract_json_object, parse_criteria_met
 from grandrounds.graders.judging import Ask, Reading, ask, judge_criteria, judge_keys
-from grandrounds.records import Criterion, Grade, Message, Response, Sample, Verdict
+from grandrounds.records import Grade, Message, Response, Sample, Verdict
 from grandrounds.scoring import gaps as scoring
 from grandrounds.textutil import normalize_width, strip_reasoning
 

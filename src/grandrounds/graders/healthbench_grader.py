@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from grandrounds.errors import ConfigError
-from grandrounds.graders.base import GradeContext, Grader, load_templates, unscored
+from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import as_bool, explanation_text, json_values, parse_criteria_met
 from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys
 from grandrounds.records import Criterion, Grade, Message, Response, Sample

@@ -8,7 +8,7 @@ toggles classes and reads ``textContent``.
 from __future__ import annotations
 
 from html import escape
-from typing import Any, Sequence
+from typing import Sequence
 
 from grandrounds.analysis import Board, Entry, FamilyTable, breakdown_tables
 from grandrounds.records import Grade
