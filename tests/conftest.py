@@ -25,3 +25,37 @@ def shared_file(*parts: str) -> Path:
 @pytest.fixture
 def shared_data():
     return shared_file
+
+
+SHARED_REFERENCE = Path(os.environ.get("GRANDROUNDS_SHARED_REFERENCE", ROOT.parent / "shared" / "reference"))
+
+
+def _missing(msg: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+def reference_file(*parts: str) -> Path:
+    """Path to an official file in ../shared/reference; skip (or fail under CI) when missing."""
+    path = SHARED_REFERENCE.joinpath(*parts)
+    if not path.exists():
+        _missing(f"official reference files not found at {path} (../shared/reference is beside the project only in CI and dev)")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _offline_reference(monkeypatch, tmp_path_factory):
+    """Runs read official prompt text from ../shared/reference (never the network) and cache into a temp dir."""
+    if SHARED_REFERENCE.is_dir():
+        monkeypatch.setenv("GRANDROUNDS_REFERENCE", str(SHARED_REFERENCE))
+    else:
+        monkeypatch.delenv("GRANDROUNDS_REFERENCE", raising=False)
+    if "GRANDROUNDS_CACHE" not in os.environ:
+        monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture
+def official_reference() -> Path:
+    """The reference folder, for tests that need official prompt text (skip/fail like the data tests)."""
+    return reference_file("SOURCES.tsv").parent

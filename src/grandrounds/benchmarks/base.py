@@ -11,8 +11,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence, get_args
 
+from grandrounds.downloads import RemoteFile
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.hashing import file_sha256
+from grandrounds.protocols import DEFAULT_PROTOCOL, Protocol, same_as_ours
 from grandrounds.params import Param, check_values, declared_value, did_you_mean, without_defaults
 from grandrounds.records import AnswerMode, Breakdown, Cell, Grade, Message, RequestKind, Sample
 from grandrounds.registry import Spec
@@ -21,15 +23,6 @@ from grandrounds.registry import Spec
 ANSWER_KINDS: Mapping[AnswerMode, RequestKind] = {"generate": "chat", "letter": "next_token", "loglik": "loglikelihood"}
 #: Re-asks of an unreadable judge reply when the user sets none (RunOptions.max_reask's default).
 DEFAULT_MAX_REASK = 2
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    """A public data file: where it lives, what it must hash to, and its name in the cache."""
-
-    url: str
-    filename: str
-    sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +58,8 @@ class RunOptions:
     """Options that change prompts or grading; all of them go into the fingerprint."""
 
     answer_mode: AnswerMode = "generate"
+    #: The protocol preset (``--protocol``): ``reference`` reproduces the official setup, ``grandrounds`` ours.
+    protocol: str = DEFAULT_PROTOCOL
     shuffle_options: bool = False
     seed: int = 0
     judge_mode: str = "default"
@@ -96,6 +91,8 @@ class Benchmark(ABC):
     takes_judge_runs: ClassVar[bool] = False
     #: True for benchmarks graded by an LLM judge (``--judge`` needed, ``--max-reask`` used).
     needs_judge: ClassVar[bool] = False
+    #: The protocol presets (``--protocol``), keyed by name: ``reference`` and ``grandrounds``.
+    protocols: ClassVar[Mapping[str, Protocol]] = same_as_ours("benchmark-specific", "benchmark-specific")
 
     def __init__(self, **params: Any) -> None:
         """Check ``params`` against :attr:`parameters` and keep those not at their default."""
@@ -122,6 +119,9 @@ class Benchmark(ABC):
         Scoring options are coerced to their declared types; those at their default are dropped.
         """
         self._check_answer_mode(options.answer_mode)
+        if options.protocol not in self.protocols:
+            hint = did_you_mean(options.protocol, tuple(self.protocols))
+            raise ConfigError(f"{self.name}: unknown --protocol {options.protocol!r}{hint} (protocols: {', '.join(self.protocols)})")
         scoring = check_values(self.scoring_options, options.extra, self.name, "--scoring")
         return replace(
             options,
@@ -164,6 +164,10 @@ class Benchmark(ABC):
         if runs is not None and (not isinstance(runs, int) or isinstance(runs, bool) or runs < 1):
             raise ConfigError(f"{self.name}: --judge-runs must be a whole number of at least 1, not {runs!r}")
         return runs
+
+    def protocol(self, options: RunOptions) -> Protocol:
+        """The preset ``options`` name (checked by :meth:`check_options`)."""
+        return self.protocols[options.protocol]
 
     def request_kind(self, options: RunOptions) -> RequestKind:
         """The kind of answer request ``options`` make the benchmark send (a provider must serve it)."""

@@ -1,0 +1,245 @@
+"""Official prompt text, read at run time out of the benchmark authors' own files at pinned commits.
+
+grandrounds does not carry the official templates: each benchmark names the upstream file a
+template lives in (repository, commit, path, sha256), and the text is read out of that file when
+a run needs it, with ``ast`` for Python sources (constants, implicit concatenations, f-strings)
+and YAML for lm-evaluation-harness task files.
+
+Where the file comes from, first hit wins:
+
+1. ``$GRANDROUNDS_REFERENCE``: a directory laid out like the project's ``../shared/reference``
+   (``<folder>/<path in the repository>``), for tests and air-gapped machines;
+2. the download cache (``<cache>/reference/<folder>/<path>``), filled from
+   ``https://raw.githubusercontent.com/<repository>/<commit>/<path>``.
+
+Either way the file must hash to its pinned sha256, or the run stops with an error naming it.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from grandrounds.downloads import RemoteFile, cache_dir, fetch
+from grandrounds.errors import ConfigError, DataError
+from grandrounds.hashing import file_sha256, text_hash
+
+#: Environment variable naming a local reference folder (``<folder>/<path>`` layout).
+REFERENCE_ENV = "GRANDROUNDS_REFERENCE"
+
+
+@dataclass(frozen=True)
+class UpstreamFile:
+    """One file of a benchmark's official code at a pinned commit.
+
+    ``folder`` is its directory in a reference folder (the first column of SOURCES.tsv).
+    """
+
+    folder: str
+    repo: str
+    commit: str
+    path: str
+    sha256: str
+
+    @property
+    def url(self) -> str:
+        return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.path}"
+
+    def describe(self) -> dict[str, str]:
+        """What a fingerprint records about the file."""
+        return {"repo": self.repo, "commit": self.commit, "path": self.path, "sha256": self.sha256}
+
+
+def reference_root() -> Path | None:
+    value = os.environ.get(REFERENCE_ENV)
+    return Path(value) if value else None
+
+
+def local_path(f: UpstreamFile) -> Path:
+    """A verified local copy of ``f``: from the reference folder, else the cache (downloading it)."""
+    root = reference_root()
+    if root is not None:
+        candidate = root / f.folder / f.path
+        if candidate.is_file():
+            got = file_sha256(candidate)
+            if got != f.sha256:
+                raise DataError(candidate, None, f"does not match the pinned upstream file {f.url} (sha256 {got}, expected {f.sha256})")
+            return candidate
+    dest = cache_dir() / "reference" / f.folder / Path(f.path).parent
+    try:
+        return fetch(RemoteFile(f.url, Path(f.path).name, f.sha256), dest)
+    except DataError as e:
+        hint = f"; or set {REFERENCE_ENV} to a folder holding {f.folder}/{f.path}"
+        raise DataError(e.path, e.where, e.problem.replace("; pass --data PATH to use a local copy", "") + hint) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _source(f: UpstreamFile) -> str:
+    return local_path(f).read_text(encoding="utf-8")
+
+
+def read_text(f: UpstreamFile) -> str:
+    """The whole text of ``f`` (verified against its sha256)."""
+    return _source(f)
+
+
+@dataclass(frozen=True)
+class UpstreamText:
+    """A template read out of an upstream file.
+
+    ``parts`` alternate literal text and placeholders: a plain string constant is one literal;
+    an f-string keeps each ``{expression}`` as a placeholder named by the expression's source
+    (``{question}``, ``{row['Question']}``), to be filled by :meth:`render`.
+    """
+
+    source: UpstreamFile
+    name: str
+    parts: tuple[str | "Field", ...]
+
+    @property
+    def text(self) -> str:
+        """The literal text with placeholders shown as ``{expression}``."""
+        return "".join(p if isinstance(p, str) else "{" + p.expr + "}" for p in self.parts)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.expr for p in self.parts if isinstance(p, Field)))
+
+    def render(self, values: Mapping[str, Any] | None = None, **kw: Any) -> str:
+        """The text with every placeholder filled from ``values`` (keyed by expression source)."""
+        vals = {**(values or {}), **kw}
+        missing = [f for f in self.fields if f not in vals]
+        if missing:
+            raise ConfigError(f"template {self.name} from {self.source.url} needs values for {', '.join(missing)}")
+        return "".join(p if isinstance(p, str) else str(vals[p.expr]) for p in self.parts)
+
+    def fingerprint(self) -> dict[str, str]:
+        """What a result records: the file (repository, commit, path, sha256) and the template's own hash."""
+        return self.source.describe() | {"name": self.name, "text_sha256": text_hash(self.text)}
+
+
+@dataclass(frozen=True)
+class Field:
+    expr: str
+
+
+def python_string(f: UpstreamFile, name: str, *, within: str | None = None) -> UpstreamText:
+    """The string assigned to ``name`` in ``f`` (at module level, or inside the function or class ``within``).
+
+    Accepts a string constant, an implicit concatenation of constants, an f-string, a ``+`` of
+    those, or any of them with ``.strip()``; the first assignment found wins. Anything else is an error naming the file.
+    """
+    tree = ast.parse(_source(f), filename=f.path)
+    scope: list[ast.stmt] = tree.body
+    if within is not None:
+        scope_node = next(
+            (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == within),
+            None,
+        )
+        if scope_node is None:
+            raise DataError(f.url, None, f"no function or class {within!r} in the upstream file")
+        scope = scope_node.body
+    for node in _walk_statements(scope):
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        for t in targets:
+            if isinstance(t, ast.Name) and t.id == name and value is not None:
+                return UpstreamText(f, name if within is None else f"{within}.{name}", tuple(_merge(_string_parts(f, value))))
+    where = f" in {within}" if within else ""
+    raise DataError(f.url, None, f"no string assigned to {name!r}{where} in the upstream file")
+
+
+def python_dict_string(f: UpstreamFile, dict_name: str, key: str, *, within: str | None = None) -> UpstreamText:
+    """The string under ``key`` of the dict literal assigned to ``dict_name`` (``{"key": "..."}``)."""
+    tree = ast.parse(_source(f), filename=f.path)
+    nodes = list(ast.walk(tree))
+    if within is not None:
+        scope = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == within), None)
+        if scope is None:
+            raise DataError(f.url, None, f"no function or class {within!r} in the upstream file")
+        nodes = list(ast.walk(scope))
+    for node in nodes:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == dict_name for t in node.targets):
+            if isinstance(node.value, ast.Dict):
+                for k, v in zip(node.value.keys, node.value.values):
+                    if isinstance(k, ast.Constant) and k.value == key:
+                        return UpstreamText(f, f"{dict_name}[{key!r}]", tuple(_merge(_string_parts(f, v))))
+    raise DataError(f.url, None, f"no entry {key!r} in a dict {dict_name!r} in the upstream file")
+
+
+def yaml_value(f: UpstreamFile, key: str) -> Any:
+    """The value of top-level ``key`` in the YAML file ``f`` (lm-evaluation-harness task files).
+
+    lm-eval task files use a ``!function`` tag for hooks; it is read as the hook's dotted name.
+    """
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_constructor("!function", lambda loader, node: {"!function": loader.construct_scalar(node)})
+    data = yaml.load(_source(f), Loader=_Loader)  # noqa: S506  (SafeLoader subclass)
+    if not isinstance(data, dict) or key not in data:
+        raise DataError(f.url, None, f"no key {key!r} in the upstream YAML file")
+    return data[key]
+
+
+def _walk_statements(body: list[ast.stmt]):
+    """Statements of ``body`` in source order, descending into compound statements (if/for/with/try)."""
+    for node in body:
+        yield node
+        for attr in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, attr, None)
+            if isinstance(inner, list) and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield from _walk_statements([n for n in inner if isinstance(n, ast.stmt)] + [
+                    s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body
+                ])
+
+
+def _string_parts(f: UpstreamFile, node: ast.expr) -> list[str | Field]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        out: list[str | Field] = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                out.append(str(v.value))
+            elif isinstance(v, ast.FormattedValue):
+                if v.conversion != -1 or v.format_spec is not None:
+                    raise DataError(f.url, getattr(v, "lineno", None), "f-string placeholder with a conversion or format spec is not supported")
+                out.append(Field(ast.unparse(v.value)))
+        return out
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _string_parts(f, node.left) + _string_parts(f, node.right)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("strip", "lstrip", "rstrip")
+        and not node.args
+        and not node.keywords
+    ):  # '"""...""".strip()': whitespace off the literal ends, as Python would at run time
+        parts = _merge(_string_parts(f, node.func.value))
+        if parts and isinstance(parts[0], str) and node.func.attr in ("strip", "lstrip"):
+            parts[0] = parts[0].lstrip()
+        if parts and isinstance(parts[-1], str) and node.func.attr in ("strip", "rstrip"):
+            parts[-1] = parts[-1].rstrip()
+        return parts
+    raise DataError(f.url, getattr(node, "lineno", None), f"expected a string literal, found {type(node).__name__}")
+
+
+def _merge(parts: list[str | Field]) -> list[str | Field]:
+    out: list[str | Field] = []
+    for p in parts:
+        if isinstance(p, str) and out and isinstance(out[-1], str):
+            out[-1] += p
+        elif p != "":
+            out.append(p)
+    return out
