@@ -175,7 +175,7 @@ def test_sample_line_structured_target_prompt_and_verdicts():
             "explanation": "dosing given",
             "votes": [
                 {"judge": "openai/judge", "status": "met", "score": None, "explanation": "", "raw": '{"criteria_met": true}',
-                 "attempts": 1, "keys": ["jk1"], "error": None, "run": 0}
+                 "attempts": 1, "keys": ["jk1"], "error": None, "run": 0, "truncated": False}
             ],
             "raw": '{"criteria_met": true}',  # the reply behind the decision
         }

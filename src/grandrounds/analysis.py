@@ -25,6 +25,7 @@ COMPARABLE_FIELDS: tuple[str, ...] = (
     "scoring",
     "answer_mode",
     "shuffle_options",
+    "protocol",  # reference or grandrounds, with every setting it fixes and any deviation
 )
 
 #: sample id -> per-answer value (None = unscored)
@@ -48,10 +49,30 @@ class ResultRow:
     judge: str | None = None
     breakdown: Breakdown = field(default_factory=dict)
     fingerprint: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.run_id, self.grader_fp)
+
+    @property
+    def protocol(self) -> str:
+        return protocol_label(self.fingerprint)
+
+    @property
+    def n_truncated(self) -> int | None:
+        """Answers cut off by the token limit (None: not recorded for this result)."""
+        value = self.extra.get("n_truncated")
+        return None if value is None else int(value)
+
+
+def protocol_label(fingerprint: Mapping[str, Any]) -> str:
+    """The protocol's name, with ``*`` when a flag deviated from it; results stored before protocols
+    existed were produced our way (``grandrounds``)."""
+    proto = fingerprint.get("protocol")
+    if not isinstance(proto, Mapping):
+        return "grandrounds"
+    return str(proto.get("name", "?")) + ("*" if proto.get("deviations") else "")
 
 
 def comparability(fingerprint: Mapping[str, Any]) -> str:

@@ -54,15 +54,17 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def judge_configs(specs: list[str], base_url: str, params: Any) -> tuple[Any, ...]:
-    """``PROVIDER/MODEL[@BASE_URL]`` -> JudgeConfig; the URL is an endpoint, not part of the judge's identity."""
+def judge_configs(specs: list[str], base_url: str, json_object: bool) -> tuple[Any, ...]:
+    """``PROVIDER/MODEL[@BASE_URL]`` -> JudgeConfig; the URL is an endpoint, not part of the judge's identity.
+
+    Generation parameters are left to the protocol (and the run's explicit judge flags)."""
     from grandrounds.providers.base import split_endpoint
     from grandrounds.runner import JudgeConfig
 
     out = []
     for text in specs:
         spec, url = split_endpoint(text)
-        out.append(JudgeConfig(spec, url or base_url, params))
+        out.append(JudgeConfig(spec, url or base_url, json_object=json_object))
     return tuple(out)
 
 
@@ -149,12 +151,13 @@ def run(
     answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
     shuffle_options: bool = typer.Option(False, "--shuffle-options", help="permute options (recorded)"),
     seed: int = typer.Option(0, "--seed"),
-    temperature: float = typer.Option(0.0, "--temperature"),
-    max_tokens: int = typer.Option(1024, "--max-tokens"),
-    judge: list[str] = typer.Option([], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel"),
+    protocol: str = typer.Option("reference", "--protocol", help="reference (the official setup, default) | grandrounds (our refinements)"),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="candidate temperature (default: the protocol's; a change is recorded as a deviation)"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="candidate max tokens (default: the protocol's)"),
+    judge: list[str] = typer.Option([], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel (default: the protocol's judge, where it names one)"),
     judge_base_url: str = typer.Option("", "--judge-base-url"),
-    judge_temperature: float = typer.Option(0.0, "--judge-temperature"),
-    judge_max_tokens: int = typer.Option(2048, "--judge-max-tokens"),
+    judge_temperature: Optional[float] = typer.Option(None, "--judge-temperature", help="judge temperature (default: the protocol's)"),
+    judge_max_tokens: Optional[int] = typer.Option(None, "--judge-max-tokens", min=1, help="judge max tokens (default: the protocol's)"),
     judge_json: bool = typer.Option(False, "--judge-json", help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)"),
     judge_mode: str = typer.Option("default", "--judge-mode", help="for benchmarks with judge modes, e.g. per-criterion | batched (HealthBench)"),
     judge_runs: Optional[int] = typer.Option(None, "--judge-runs", help="judge runs per answer where the protocol averages runs (default: the benchmark's)"),
@@ -166,7 +169,6 @@ def run(
 ) -> None:
     """Run BENCHMARK against a model and print the result."""
     from grandrounds.benchmarks.base import RunOptions
-    from grandrounds.records import GenParams
     from grandrounds.runner import RunConfig
 
     with user_errors():
@@ -178,6 +180,7 @@ def run(
             base_url=base_url,
             options=RunOptions(
                 answer_mode=answer_mode,  # type: ignore[arg-type]  # checked against AnswerMode by the runner
+                protocol=protocol,
                 shuffle_options=shuffle_options,
                 seed=seed,
                 judge_mode=judge_mode,
@@ -185,12 +188,11 @@ def run(
                 max_reask=max_reask,
                 extra=parse_params(scoring, "--scoring"),
             ),
-            gen=GenParams(temperature=temperature, max_tokens=max_tokens, seed=seed),
-            judges=judge_configs(
-                judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed, json_object=judge_json)
-            ),
+            gen_overrides={"temperature": temperature, "max_tokens": max_tokens},
+            judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
+            judges=judge_configs(judge, judge_base_url, judge_json),
             concurrency=concurrency,
-        judge_concurrency=judge_concurrency,
+            judge_concurrency=judge_concurrency,
             limit=limit,
             provider_options=parse_params(model_opt, "--model-opt") | ({"threads": threads} if threads is not None else {}),
         )
@@ -265,14 +267,20 @@ def _attach_prompts(store_file: Path, outcomes: list[Any], lines: list[dict[str,
 def print_results(results: list[Any]) -> None:
     from grandrounds.display import fmt_ci
 
+    from grandrounds.analysis import protocol_label
+
     t = Table(title="Results")
-    for col in ("benchmark", "model", "judge", "metric", "score", "95% CI", "n", "unscored"):
+    for col in ("benchmark", "model", "protocol", "judge", "metric", "score", "95% CI", "n", "unscored", "truncated"):
         t.add_column(col)
     for r in results:
         ci = fmt_ci(r.ci95)
         score = "n/a" if r.score is None else f"{r.score:.3f}"
         mode = r.fingerprint.get("answer_mode", "")
-        t.add_row(r.benchmark, f"{r.model} ({mode})", r.judge or "", r.metric, score, ci, str(r.n), str(r.n_unscored))
+        truncated = r.extra.get("n_truncated")
+        t.add_row(
+            r.benchmark, f"{r.model} ({mode})", protocol_label(r.fingerprint), r.judge or "", r.metric, score, ci,
+            str(r.n), str(r.n_unscored), "" if truncated is None else str(truncated),
+        )
     console.print(t)
 
 
@@ -281,8 +289,8 @@ def regrade(
     run_id: str = typer.Option(..., "--run", help="run id (printed by `run`; see `grandrounds runs`)"),
     judge: list[str] = typer.Option([], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel"),
     judge_base_url: str = typer.Option("", "--judge-base-url"),
-    judge_temperature: float = typer.Option(0.0, "--judge-temperature"),
-    judge_max_tokens: int = typer.Option(2048, "--judge-max-tokens"),
+    judge_temperature: Optional[float] = typer.Option(None, "--judge-temperature", help="default: the run's protocol's"),
+    judge_max_tokens: Optional[int] = typer.Option(None, "--judge-max-tokens", min=1, help="default: the run's protocol's"),
     judge_json: bool = typer.Option(False, "--judge-json"),
     judge_mode: Optional[str] = typer.Option(None, "--judge-mode", help="default: as in the run's last grading"),
     judge_runs: Optional[int] = typer.Option(None, "--judge-runs", help="default: as in the run's last grading"),
@@ -296,16 +304,16 @@ def regrade(
     """Re-judge stored answers with another judge or template, without generating again."""
     from grandrounds.outputs import sample_line, write_outputs
     from grandrounds.progress import RichProgress
-    from grandrounds.records import GenParams
     from grandrounds.regrade import RegradeRequest, regrade as regrade_async
     from grandrounds.store import Store
 
     with Store(store_path(store)) as st:
         run_rec = stored_run(st, run_id)
-        judges = judge_configs(
-            judge, judge_base_url, GenParams(temperature=judge_temperature, max_tokens=judge_max_tokens, seed=seed, json_object=judge_json)
+        judges = judge_configs(judge, judge_base_url, judge_json)
+        req = RegradeRequest(
+            run_rec, judges, judge_mode, judge_runs, max_reask, seed, only_unknown, judge_concurrency,
+            judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
         )
-        req = RegradeRequest(run_rec, judges, judge_mode, judge_runs, max_reask, seed, only_unknown, judge_concurrency)
         with RichProgress(err_console) as prog:
             outcome = asyncio.run(regrade_async(st, req, progress=prog))
         if out:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from grandrounds.records import GenParams
+from grandrounds.upstream import TextRef
 
 PROTOCOL_NAMES = ("reference", "grandrounds")
 DEFAULT_PROTOCOL = "reference"
@@ -33,8 +34,9 @@ class Generation:
     temperature: float = 0.0
     max_tokens: int = 1024
     top_p: float | None = None
-    #: System message sent before the benchmark's own messages (None: none is sent).
-    system: str | None = None
+    #: System message sent before the benchmark's own messages (None: none is sent); upstream text
+    #: (read from the official file at run time) or our own string.
+    system: "str | TextRef | None" = None
 
     def params(self, seed: int | None = 0, **kw: Any) -> GenParams:
         return GenParams(temperature=self.temperature, max_tokens=self.max_tokens, top_p=self.top_p, seed=seed, **kw)
@@ -79,7 +81,21 @@ class Protocol:
 
 
 def _gen_dict(g: Generation) -> dict[str, Any]:
-    return {f.name: getattr(g, f.name) for f in fields(g) if getattr(g, f.name) is not None}
+    out: dict[str, Any] = {}
+    for f in fields(g):
+        value = getattr(g, f.name)
+        if isinstance(value, TextRef):
+            value = value.describe()
+        if value is not None:
+            out[f.name] = value
+    return out
+
+
+def system_text(g: Generation) -> str | None:
+    """The system message ``g`` sends, as text (upstream text rendered), or None."""
+    if isinstance(g.system, TextRef):
+        return g.system.load().render()
+    return g.system
 
 
 def ours(reference: Protocol, **changes: Any) -> Protocol:

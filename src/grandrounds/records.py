@@ -111,6 +111,10 @@ class Request:
         return cached
 
 
+#: finish reasons that mean the reply was cut off by the token limit, across providers.
+TRUNCATED_REASONS = frozenset({"length", "max_tokens"})
+
+
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int = 0
@@ -128,10 +132,17 @@ class Response:
     usage: Usage = Usage()
     latency: float = 0.0
     cached: bool = False
+    #: Why generation stopped, as the provider says it ("stop", "length", ...); None = not reported.
+    finish_reason: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def truncated(self) -> bool:
+        """The reply was cut off by the token limit (OpenAI "length"; Anthropic "max_tokens")."""
+        return self.finish_reason in TRUNCATED_REASONS
 
 
 @dataclass(frozen=True)
@@ -153,6 +164,8 @@ class Vote:
     keys: tuple[str, ...] = ()
     error: str | None = None
     run: int = 0
+    #: A reply behind this vote was cut off by the judge's token limit.
+    truncated: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,6 +286,7 @@ def vote_from_json(d: Any) -> Vote:
         keys=tuple(d.get("keys", ())),
         error=d.get("error"),
         run=int(d.get("run", 0)),
+        truncated=bool(d.get("truncated", False)),
     )
 
 

@@ -8,8 +8,8 @@ unscored grade with its reason, write-behind commits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
 
 from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.errors import ConfigError
@@ -26,6 +26,8 @@ from grandrounds.runner import (
     check_judges,
     grader_fingerprint,
     make_result,
+    protocol_record,
+    resolve_judges,
     run_pool,
 )
 from grandrounds.store import RunRecord, Store
@@ -49,6 +51,8 @@ def options_of(run: RunRecord, **override: Any) -> RunOptions:
     o = run.options
     base = RunOptions(
         answer_mode=o.get("answer_mode", "generate"),
+        # Runs stored before protocols existed were asked and graded our way.
+        protocol=o.get("protocol", "grandrounds"),
         shuffle_options=bool(o.get("shuffle_options", False)),
         seed=int(o.get("seed", 0)),
         extra=o.get("extra", {}) or {},
@@ -69,6 +73,8 @@ class RegradeRequest:
     only_unknown: bool = False
     concurrency: int | None = None
     retry: RetryPolicy = RetryPolicy()
+    #: Explicit judge flags over the protocol's judge settings (None = not given).
+    judge_overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 def rebuild_grader(bench: Benchmark, req: RegradeRequest, last: dict[str, Any]) -> tuple[Grader, RunOptions]:
@@ -92,6 +98,9 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     run = req.run
     bench = build_benchmark(run.benchmark, dict(run.options.get("bench_params") or {}))
     grader, options = rebuild_grader(bench, req, last_grading(store, run))
+    proto = bench.protocol(options)
+    judge_cfgs, judge_deviations = resolve_judges(proto, req.judges, req.judge_overrides, req.seed)
+    req = replace(req, judges=judge_cfgs)
     check_judges(bench, grader, req.judges)
     answers = store.answers(run.id)
     # The run's samples: those it answered, and those it graded without asking (a later turn of a
@@ -101,7 +110,7 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     samples = [s for s in store.samples(run.benchmark, run.dataset_sha256) if s.id in answers or s.id in graded]
     if not samples:
         raise ConfigError(f"run {run.id} has no stored answers to grade")
-    fp = grader_fingerprint(bench, grader, options, req.judges, run.dataset_sha256)
+    fp = grader_fingerprint(bench, grader, options, req.judges, run.dataset_sha256, protocol_record(proto, {}, judge_deviations))
     fp_key = content_hash(fp)
     store.put_grader(fp_key, fp)
     previous = store.grades(run.id, fp_key) if req.only_unknown else {}
@@ -130,7 +139,8 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
         for e in execs:
             await e.provider.aclose()
     ordered = [grading.grades[s.id] for s in samples]
-    result = make_result(bench, options, samples, ordered, run, fp, [j.spec for j in req.judges])
+    stored_answers = {sid: resp for sid, (_, resp) in answers.items() if resp is not None}
+    result = make_result(bench, options, samples, ordered, run, fp, [j.spec for j in req.judges], stored_answers)
     store.put_result(run.id, fp_key, result)
     return RegradeOutcome(result, samples, ordered, [e.stats for e in execs])
 

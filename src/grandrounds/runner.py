@@ -22,6 +22,7 @@ from grandrounds.executor import Executor, RetryPolicy
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.hashing import content_hash, to_jsonable
 from grandrounds.providers.base import ModelSpec, Provider, check_model, split_endpoint
+from grandrounds.protocols import Protocol as Preset, resolve_generation, system_text
 from grandrounds.records import REDO_STATUSES, GenParams, Grade, Message, Request, Response, Result, Sample
 from grandrounds.registry import BENCHMARKS, PROVIDERS
 from grandrounds.store import RunRecord, Store
@@ -35,9 +36,16 @@ class Progress(Protocol):
 
 @dataclass(frozen=True)
 class JudgeConfig:
+    """A judge: its model spec, endpoint and generation parameters.
+
+    ``params`` None means the protocol's judge settings (with the run's judge overrides);
+    ``json_object`` asks the judge for a JSON object whatever the protocol.
+    """
+
     spec: str
     base_url: str = ""
-    params: GenParams = GenParams(temperature=0.0, max_tokens=2048, seed=0)
+    params: GenParams | None = None
+    json_object: bool = False
 
 
 @dataclass
@@ -50,13 +58,19 @@ class RunConfig:
     data: Path | None = None
     base_url: str = ""
     options: RunOptions = RunOptions()
-    gen: GenParams = GenParams()
+    #: Candidate generation parameters; None = the protocol's, with ``gen_overrides`` applied.
+    gen: GenParams | None = None
+    #: Explicit flags over the protocol's settings (temperature, max_tokens, top_p; None = not given).
+    gen_overrides: Mapping[str, Any] = field(default_factory=dict)
+    judge_overrides: Mapping[str, Any] = field(default_factory=dict)
     judges: tuple[JudgeConfig, ...] = ()
     concurrency: int | None = None
     judge_concurrency: int | None = None
     limit: int | None = None
     retry: RetryPolicy = RetryPolicy()
     provider_options: dict[str, Any] = field(default_factory=dict)
+    #: The protocol as the run uses it (preset, deviations), filled by :func:`check_run`.
+    protocol: Mapping[str, Any] = field(default_factory=dict)
 
 
 def check_run(cfg: RunConfig) -> RunConfig:
@@ -70,7 +84,39 @@ def check_run(cfg: RunConfig) -> RunConfig:
     bench = BENCHMARKS.get(cfg.benchmark)(**cfg.bench_params)
     options = bench.check_options(cfg.options)
     provider_options = check_model(cfg.model, cfg.provider_options, bench.request_kind(options))
-    return replace(cfg, bench_params=dict(bench.params), options=options, provider_options=provider_options)
+    proto = bench.protocol(options)
+    gen, deviations = resolve_generation(proto.answer, cfg.gen, cfg.gen_overrides, options.seed)
+    judge_specs = cfg.judges
+    if not judge_specs and bench.needs_judge and proto.judge_model:
+        judge_specs = (JudgeConfig(proto.judge_model),)  # the judge the official protocol names
+    judges, judge_deviations = resolve_judges(proto, judge_specs, cfg.judge_overrides, options.seed)
+    info = protocol_record(proto, deviations, judge_deviations)
+    return replace(
+        cfg, bench_params=dict(bench.params), options=options, provider_options=provider_options,
+        gen=gen, judges=judges, protocol=info,
+    )
+
+
+def resolve_judges(
+    proto: Preset, judges: Sequence[JudgeConfig], overrides: Mapping[str, Any], seed: int | None
+) -> tuple[tuple[JudgeConfig, ...], dict[str, Any]]:
+    """Each judge with its generation parameters settled (the protocol's unless given), and the deviations."""
+    out, deviations = [], {}
+    for j in judges:
+        params, dev = resolve_generation(proto.judge, j.params, overrides, seed)
+        if j.json_object and not params.json_object:
+            params = replace(params, json_object=True)
+            dev = dev | {"json_object": {"preset": False, "used": True}}
+        out.append(replace(j, params=params))
+        if dev:
+            deviations[j.spec] = dev
+    return tuple(out), deviations
+
+
+def protocol_record(proto: Preset, answer_deviations: Mapping[str, Any], judge_deviations: Mapping[str, Any]) -> dict[str, Any]:
+    """What a fingerprint records of the protocol: the preset's settings and every deviation from them."""
+    deviations = {k: v for k, v in (("answer", dict(answer_deviations)), ("judges", dict(judge_deviations))) if v}
+    return proto.describe() | {"deviations": deviations}
 
 
 def make_provider(spec_text: str, base_url: str = "", **options: Any) -> Provider:
@@ -92,7 +138,7 @@ class RunJudge:
             provider=p.spec.provider,
             model=p.spec.model,
             messages=tuple(messages),
-            params=self.config.params,
+            params=self.config.params or GenParams(temperature=0.0, max_tokens=2048, seed=0, json_object=self.config.json_object),
             purpose="judge",
             base_url=p.request_base_url(),
             attempt=attempt,
@@ -100,7 +146,10 @@ class RunJudge:
         return await self.executor(req)
 
 
-def grader_fingerprint(bench: Benchmark, grader: Grader, options: RunOptions, judges: Sequence[JudgeConfig], dataset: str) -> dict[str, Any]:
+def grader_fingerprint(
+    bench: Benchmark, grader: Grader, options: RunOptions, judges: Sequence[JudgeConfig], dataset: str,
+    protocol: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """What decides a grade besides the answer: shown on every result, hashed into its key.
 
     ``grader`` is the grader's spec (name and typed parameters), from which re-grading and
@@ -114,6 +163,7 @@ def grader_fingerprint(bench: Benchmark, grader: Grader, options: RunOptions, ju
         "scoring": to_jsonable(options.extra),
         "benchmark": str(bench.spec()),
         "dataset_sha256": dataset,
+        "protocol": dict(protocol) if protocol else protocol_record(bench.protocol(options), {}, {}),
     }
 
 
@@ -242,7 +292,7 @@ def prepare(store: Store, cfg: RunConfig) -> Setup:
     dataset = bench.dataset_hash(root)
     provider = make_provider(cfg.model, cfg.base_url, **cfg.provider_options)
     run_rec = store.ensure_run(_run_record(bench, cfg, provider, dataset, root))
-    fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset)
+    fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol)
     return Setup(bench, samples, dataset, provider, grader, fp, run_rec)
 
 
@@ -301,7 +351,7 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
         for e in judge_execs:
             await e.provider.aclose()
     ordered = [grading.grades[smp.id] for smp in s.samples]
-    result = make_result(s.bench, cfg.options, s.samples, ordered, s.run, s.fingerprint, [j.spec for j in cfg.judges])
+    result = make_result(s.bench, cfg.options, s.samples, ordered, s.run, s.fingerprint, [j.spec for j in cfg.judges], responses)
     store.put_result(s.run.id, fp_key, result)
     return RunOutcome(s.run, s.samples, ordered, responses, result, answers.stats, [e.stats for e in judge_execs])
 
@@ -309,11 +359,15 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
 async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, history: Sequence[tuple[Sample, str]]) -> tuple[Response, tuple[str, Any]]:
     """Ask the model for one sample; returns the response and the (request key, prompt) link to store."""
     prompt = s.bench.prompt(sample, cfg.options, history)
+    messages = prompt.messages
+    system = system_text(s.bench.protocol(cfg.options).answer)
+    if system is not None and prompt.kind == "chat" and (not messages or messages[0].role != "system"):
+        messages = (Message("system", system), *messages)  # the protocol's system message
     req = Request(
         provider=s.provider.spec.provider,
         model=s.provider.spec.model,
-        messages=prompt.messages,
-        params=cfg.gen,
+        messages=messages,
+        params=cfg.gen or GenParams(),
         purpose="answer",
         kind=prompt.kind,
         continuations=prompt.continuations,
@@ -347,7 +401,7 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
         "model": str(provider.spec),
         "base_url": provider.request_base_url(),
         "options": options,
-        "gen": to_jsonable(cfg.gen),
+        "gen": to_jsonable(cfg.gen or GenParams()),
         "dataset": dataset,
         "limit": cfg.limit,
     }
@@ -359,7 +413,7 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
         options=options | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit},
         dataset_sha256=dataset,
         package_version=grandrounds.__version__,
-        gen_params=to_jsonable(cfg.gen),
+        gen_params=to_jsonable(cfg.gen or GenParams()),
         data_source=str(root),
     )
 
@@ -372,9 +426,15 @@ def make_result(
     run_rec: RunRecord,
     grader_fp: Mapping[str, Any],
     judges: Sequence[str],
+    responses: Mapping[str, Response] | None = None,
 ) -> Result:
-    """The Result of one grading: the benchmark's aggregate plus the full fingerprint."""
+    """The Result of one grading: the benchmark's aggregate plus the full fingerprint.
+
+    Truncated replies (cut off by the token limit) are counted beside every headline:
+    ``n_truncated`` answers (from ``responses``) and ``n_truncated_judge`` judge votes.
+    """
     agg = bench.aggregate(samples, grades, options)
+    extra = dict(agg.extra) | truncation_counts(samples, grades, responses)
     fingerprint = dict(grader_fp) | {
         "model": run_rec.model,
         "gen_params": run_rec.gen_params,
@@ -396,5 +456,16 @@ def make_result(
         n_unscored=agg.n_unscored,
         breakdown=agg.breakdown,
         fingerprint=fingerprint,
-        extra=agg.extra,
+        extra=extra,
     )
+
+
+def truncation_counts(samples: Sequence[Sample], grades: Sequence[Grade], responses: Mapping[str, Response] | None) -> dict[str, int]:
+    """Answers and judge votes whose reply was cut off by the token limit."""
+    out: dict[str, int] = {}
+    if responses is not None:
+        out["n_truncated"] = sum(1 for smp in samples if (r := responses.get(smp.id)) is not None and r.truncated)
+    out["n_truncated_judge"] = sum(
+        1 for g in grades for v in (*g.votes, *(v for verdict in g.verdicts for v in verdict.votes)) if v.truncated
+    )
+    return out

@@ -15,8 +15,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-#: rule(body) -> reply text for chat, or a Fault to inject.
-Rule = Callable[[dict[str, Any]], "str | Fault"]
+#: rule(body) -> reply text for chat, a Reply (text with its finish reason), or a Fault to inject.
+Rule = Callable[[dict[str, Any]], "str | Reply | Fault"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A rule's reply with its finish reason, e.g. ``Reply("...", "length")`` for a cut-off answer."""
+
+    text: str
+    finish_reason: str = "stop"
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,8 @@ class LoopbackServer:
             extra = {"retry-after": f"{out.retry_after:g}"} if out.kind == "429" else {}
             self._write(writer, status, json.dumps({"error": {"message": f"injected {out.kind}"}}).encode(), extra)
             return True
-        payload = _chat_payload(body, out) if path.endswith("/chat/completions") else _completion_payload(body, out)
+        text, finish = (out.text, out.finish_reason) if isinstance(out, Reply) else (out, "stop")
+        payload = _chat_payload(body, text, finish) if path.endswith("/chat/completions") else _completion_payload(body, text)
         self._write(writer, 200, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
         return True
 
@@ -156,9 +165,9 @@ class LoopbackServer:
         writer.write(hdr.encode() + b"\r\n" + data)
 
 
-def _chat_payload(body: dict[str, Any], text: str) -> dict[str, Any]:
+def _chat_payload(body: dict[str, Any], text: str, finish: str = "stop") -> dict[str, Any]:
     prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
     if body.get("logprobs"):
         # The rule's text is the preferred next token; other letters get lower log-probs.
         letters = ["A", "B", "C", "D", "E"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -82,6 +83,14 @@ def _source(f: UpstreamFile) -> str:
     return local_path(f).read_text(encoding="utf-8")
 
 
+def _parse(f: UpstreamFile) -> ast.Module:
+    """The file's syntax tree (warnings about the upstream code's own style, e.g. escapes, silenced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(_source(f), filename=f.path)
+
+
 def read_text(f: UpstreamFile) -> str:
     """The whole text of ``f`` (verified against its sha256)."""
     return _source(f)
@@ -127,13 +136,31 @@ class Field:
     expr: str
 
 
+@dataclass(frozen=True)
+class TextRef:
+    """A lazy reference to a string in an upstream file, read only when a run needs it.
+
+    Benchmarks declare these at class level (importing a benchmark never reads or downloads anything).
+    """
+
+    source: UpstreamFile
+    name: str
+    within: str | None = None
+
+    def load(self) -> UpstreamText:
+        return python_string(self.source, self.name, within=self.within)
+
+    def describe(self) -> dict[str, str]:
+        return self.source.describe() | {"name": self.name if self.within is None else f"{self.within}.{self.name}"}
+
+
 def python_string(f: UpstreamFile, name: str, *, within: str | None = None) -> UpstreamText:
     """The string assigned to ``name`` in ``f`` (at module level, or inside the function or class ``within``).
 
     Accepts a string constant, an implicit concatenation of constants, an f-string, a ``+`` of
     those, or any of them with ``.strip()``; the first assignment found wins. Anything else is an error naming the file.
     """
-    tree = ast.parse(_source(f), filename=f.path)
+    tree = _parse(f)
     scope: list[ast.stmt] = tree.body
     if within is not None:
         scope_node = next(
@@ -159,7 +186,7 @@ def python_string(f: UpstreamFile, name: str, *, within: str | None = None) -> U
 
 def python_dict_string(f: UpstreamFile, dict_name: str, key: str, *, within: str | None = None) -> UpstreamText:
     """The string under ``key`` of the dict literal assigned to ``dict_name`` (``{"key": "..."}``)."""
-    tree = ast.parse(_source(f), filename=f.path)
+    tree = _parse(f)
     nodes = list(ast.walk(tree))
     if within is not None:
         scope = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == within), None)
@@ -173,6 +200,25 @@ def python_dict_string(f: UpstreamFile, dict_name: str, key: str, *, within: str
                     if isinstance(k, ast.Constant) and k.value == key:
                         return UpstreamText(f, f"{dict_name}[{key!r}]", tuple(_merge(_string_parts(f, v))))
     raise DataError(f.url, None, f"no entry {key!r} in a dict {dict_name!r} in the upstream file")
+
+
+def python_returned_string(f: UpstreamFile, within: str) -> UpstreamText:
+    """The string the function ``within`` returns (``return f\"\"\"...\"\"\"``): its first ``return`` of a string.
+
+    For templates built by a function instead of assigned to a name; accepts the same string forms
+    as :func:`python_string`.
+    """
+    tree = _parse(f)
+    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == within), None)
+    if func is None:
+        raise DataError(f.url, None, f"no function {within!r} in the upstream file")
+    for node in _walk_statements(func.body):
+        if isinstance(node, ast.Return) and node.value is not None:
+            try:
+                return UpstreamText(f, f"{within}()", tuple(_merge(_string_parts(f, node.value))))
+            except DataError:
+                continue  # a return of something else (a call, a variable): look further
+    raise DataError(f.url, None, f"function {within!r} returns no string literal in the upstream file")
 
 
 def yaml_value(f: UpstreamFile, key: str) -> Any:
@@ -218,7 +264,22 @@ def _string_parts(f: UpstreamFile, node: ast.expr) -> list[str | Field]:
                 out.append(Field(ast.unparse(v.value)))
         return out
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _string_parts(f, node.left) + _string_parts(f, node.right)
+        # '"Question: " + doc["question"] + "\\n"': a non-literal operand is a placeholder named by its
+        # source, as in an f-string; the chain must hold at least one literal to be a template
+        operands = _add_operands(node)
+        out = [p for o in operands for p in (_string_parts(f, o) if _is_template(o) else [Field(ast.unparse(o))])]
+        if not any(isinstance(p, str) for p in out):
+            raise DataError(f.url, getattr(node, "lineno", None), "expected a string literal, found a sum of expressions")
+        return out
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and _is_template(node.func.value)
+        and not any(isinstance(a, ast.Starred) for a in node.args)
+        and all(k.arg is not None for k in node.keywords)
+    ):  # '"Abstract: {}\\nQuestion: {}".format(ctxs, doc["QUESTION"])': each {} names its argument's source
+        return _format_parts(f, node)
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -243,3 +304,99 @@ def _merge(parts: list[str | Field]) -> list[str | Field]:
         elif p != "":
             out.append(p)
     return out
+
+
+def _add_operands(node: ast.expr) -> list[ast.expr]:
+    """The operands of a left-nested ``a + b + c`` chain, in order."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _add_operands(node.left) + _add_operands(node.right)
+    return [node]
+
+
+def _is_template(node: ast.expr) -> bool:
+    """True for the string forms :func:`_string_parts` reads itself (literals, f-strings, their methods)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in ("strip", "lstrip", "rstrip", "format") and _is_template(node.func.value)
+    return False
+
+
+def _format_parts(f: UpstreamFile, call: ast.Call) -> list[str | Field]:
+    """``"...{}...".format(a, b)`` as parts: literal text, and a placeholder per replacement field named
+    by the source of the argument it takes (positional ``{}``/``{0}`` or keyword ``{name}``)."""
+    import string
+
+    literal = _merge(_string_parts(f, call.func.value))  # type: ignore[attr-defined]
+    if len(literal) != 1 or not isinstance(literal[0], str):
+        raise DataError(f.url, call.lineno, ".format() on a template with placeholders is not supported")
+    args = [ast.unparse(a) for a in call.args]
+    kwargs = {k.arg: ast.unparse(k.value) for k in call.keywords}
+    out: list[str | Field] = []
+    auto = 0
+    for text, name, spec, conv in string.Formatter().parse(literal[0]):
+        out.append(text)
+        if name is None:
+            continue
+        if spec or conv:
+            raise DataError(f.url, call.lineno, "format field with a conversion or format spec is not supported")
+        if name == "":
+            name, auto = str(auto), auto + 1
+        try:
+            out.append(Field(args[int(name)] if name.isdigit() else kwargs[name]))
+        except (IndexError, KeyError):
+            raise DataError(f.url, call.lineno, f"format field {{{name}}} has no argument") from None
+    return out
+
+
+def _function(f: UpstreamFile, tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+    if func is None:
+        raise DataError(f.url, None, f"no function {name!r} in the upstream file")
+    return func
+
+
+def python_appended_strings(f: UpstreamFile, name: str, *, within: str) -> list[UpstreamText]:
+    """The strings appended to ``name`` with ``name += ...`` inside the function ``within``, in source order.
+
+    For prompts a function builds piece by piece (``prompt = "Question: " + q``, then ``prompt += ...``
+    in a loop and after it): the caller reads each piece and composes them the way the function does.
+    """
+    func = _function(f, ast.parse(_source(f), filename=f.path), within)
+    out = [
+        UpstreamText(f, f"{within}.{name}+={i}", tuple(_merge(_string_parts(f, node.value))))
+        for i, node in enumerate(
+            n for n in _walk_statements(func.body)
+            if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) and n.target.id == name
+        )
+    ]
+    if not out:
+        raise DataError(f.url, None, f"nothing is appended to {name!r} in {within!r} in the upstream file")
+    return out
+
+
+def python_fstring(f: UpstreamFile, *, within: str, fields: tuple[str, ...]) -> UpstreamText:
+    """The f-string inside the function ``within`` whose placeholders are exactly ``fields`` (in order),
+    wherever it sits (a generator expression, a call argument): e.g. an option line ``f"{k}. {v}\\n"``."""
+    func = _function(f, ast.parse(_source(f), filename=f.path), within)
+    for node in ast.walk(func):
+        if isinstance(node, ast.JoinedStr):
+            text = UpstreamText(f, f"{within}:f-string", tuple(_merge(_string_parts(f, node))))
+            if text.fields == fields:
+                return text
+    raise DataError(f.url, None, f"no f-string with placeholders {', '.join(fields)} in {within!r} in the upstream file")
+
+
+def python_value(f: UpstreamFile, name: str) -> Any:
+    """The literal value (list, tuple, dict, string, number) assigned to ``name`` at module level,
+    read with ``ast.literal_eval`` (never executed); e.g. a list of regular expressions."""
+    tree = _parse(f)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                raise DataError(f.url, node.lineno, f"{name!r} is not a literal value") from None
+    raise DataError(f.url, None, f"no module-level {name!r} in the upstream file")

@@ -64,6 +64,8 @@ class Reply:
     next_attempt: int
     keys: tuple[str, ...]
     error: str | None = None
+    #: A reply of this ask was cut off by the judge's token limit.
+    truncated: bool = False
 
 
 async def ask(judge: Judge, a: Ask, first_attempt: int, max_reask: int) -> Reply:
@@ -73,18 +75,20 @@ async def ask(judge: Judge, a: Ask, first_attempt: int, max_reask: int) -> Reply
     keys: list[str] = []
     raw = ""
     attempt = first_attempt
+    truncated = False
     while pending and attempt <= first_attempt + max_reask:
         resp = await judge(tuple(a.build(pending)), attempt=attempt)
         keys.append(resp.key)
         attempt += 1
         if not resp.ok or resp.text is None:
-            return Reply(read, raw, attempt, tuple(keys), f"judge call failed: {resp.error or 'no text'}")
+            return Reply(read, raw, attempt, tuple(keys), f"judge call failed: {resp.error or 'no text'}", truncated)
         raw = resp.text
+        truncated = truncated or resp.truncated
         for item, value in a.parse(resp.text, pending).items():
             if item in pending and value is not None:
                 read[item] = (value, resp.text)
         pending = [i for i in pending if i not in read]
-    return Reply(read, raw, attempt, tuple(keys))
+    return Reply(read, raw, attempt, tuple(keys), None, truncated)
 
 
 def votes_of(judge: str, a: Ask, reply: Reply, prior: Mapping[str, Vote], run: int = 0) -> dict[str, Vote]:
@@ -101,11 +105,11 @@ def votes_of(judge: str, a: Ask, reply: Reply, prior: Mapping[str, Vote], run: i
             value, raw = reply.read[item]
             if not isinstance(value, Reading):
                 raise TypeError(f"a judge vote needs a Reading, the parser gave {type(value).__name__}")
-            out[item] = Vote(judge, value.status, value.score, value.explanation, raw, attempts, keys, None, run)
+            out[item] = Vote(judge, value.status, value.score, value.explanation, raw, attempts, keys, None, run, reply.truncated)
         else:
             why = reply.error or "judge reply could not be read"
             raw = "" if reply.error else reply.raw
-            out[item] = Vote(judge, "unknown", None, why, raw, attempts, keys, reply.error, run)
+            out[item] = Vote(judge, "unknown", None, why, raw, attempts, keys, reply.error, run, reply.truncated)
     return out
 
 

@@ -103,10 +103,11 @@ class LlamaCppProvider(Provider):
                 raise ProviderError(f"llama.cpp: {e}", retryable=False) from None
             latency = time.perf_counter() - start
         if isinstance(out[0], str):
-            return Response(key=request.key(), text=out[0], usage=out[1], latency=latency)
+            return Response(key=request.key(), text=out[0], usage=out[1], latency=latency, finish_reason=out[2])
         return Response(key=request.key(), scores=out[0], usage=out[1], latency=latency)
 
-    def _call_sync(self, request: Request) -> tuple[Any, Usage]:
+    def _call_sync(self, request: Request) -> tuple[Any, ...]:
+        """(text, usage, finish reason) for a chat request; (scores, usage) for log-prob requests."""
         llm = self._model()
         if request.kind == "chat":
             p = request.params
@@ -120,7 +121,9 @@ class LlamaCppProvider(Provider):
                 response_format={"type": "json_object"} if p.json_object else None,
             )
             u = out.get("usage") or {}
-            return out["choices"][0]["message"]["content"] or "", Usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0))
+            choice = out["choices"][0]
+            usage = Usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0))
+            return choice["message"]["content"] or "", usage, choice.get("finish_reason")
         if request.kind == "next_token":
             return self._next_token(llm, request)
         return self._loglikelihood(llm, request)

@@ -63,8 +63,8 @@ class OpenAIProvider(Provider):
         start = time.perf_counter()
         try:
             if request.kind == "chat":
-                text, usage = await self._chat(request)
-                return Response(key=request.key(), text=text, usage=usage, latency=time.perf_counter() - start)
+                text, usage, finish = await self._chat(request)
+                return Response(key=request.key(), text=text, usage=usage, latency=time.perf_counter() - start, finish_reason=finish)
             if request.kind == "next_token":
                 scores, usage = await self._next_token(request)
             else:
@@ -93,7 +93,7 @@ class OpenAIProvider(Provider):
             raise ProviderError("malformed response body: not a JSON object", retryable=True)
         return out
 
-    async def _chat(self, request: Request) -> tuple[str, Usage]:
+    async def _chat(self, request: Request) -> tuple[str, Usage, str | None]:
         msgs = [{"role": m.role, "content": m.content} for m in request.messages]
         out = await self._post("/chat/completions", {"messages": msgs, **self._gen_kwargs(request)})
         try:
@@ -102,7 +102,8 @@ class OpenAIProvider(Provider):
             raise ProviderError("malformed response body: no choices[0].message.content", retryable=True) from None
         if not isinstance(text, str):
             raise ProviderError("malformed response body: empty message content", retryable=True)
-        return text, _usage(out)
+        finish = out["choices"][0].get("finish_reason")
+        return text, _usage(out), finish if isinstance(finish, str) else None
 
     async def _next_token(self, request: Request) -> tuple[dict[str, float], Usage]:
         """Log-prob of each continuation as the first generated token (top_logprobs=20)."""

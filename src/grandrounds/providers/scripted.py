@@ -10,11 +10,11 @@ from grandrounds.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.records import Request, Response, Usage
 
-Script = Callable[[Request], "str | dict[str, float] | Exception"]
+Script = Callable[[Request], "str | tuple[str, str] | dict[str, float] | Exception"]
 
 
 class ScriptedProvider(Provider):
-    """``scripted/NAME``: ``script(request)`` returns text, option scores, or an exception to raise."""
+    """``scripted/NAME``: ``script(request)`` returns text, (text, finish reason), option scores, or an exception to raise."""
 
     request_kinds = frozenset({"chat", "next_token", "loglikelihood"})
     model_options = (Param("script", Callable, None, "Python function request -> reply (tests; default: always \"A\")"),)
@@ -37,4 +37,5 @@ class ScriptedProvider(Provider):
         latency = time.perf_counter() - start
         if isinstance(out, dict):
             return Response(key=request.key(), scores=out, latency=latency)
-        return Response(key=request.key(), text=out, usage=Usage(0, len(out.split())), latency=latency)
+        text, finish = out if isinstance(out, tuple) else (out, "stop")
+        return Response(key=request.key(), text=text, usage=Usage(0, len(text.split())), latency=latency, finish_reason=finish)

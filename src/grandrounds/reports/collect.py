@@ -34,6 +34,7 @@ def result_rows(store: Store, benchmark: str | None = None) -> list[ResultRow]:
                 judge=rj.get("judge"),
                 breakdown=breakdown_from_json(rj.get("breakdown")),
                 fingerprint=rj.get("fingerprint") or {},
+                extra=rj.get("extra") or {},
             )
         )
     return out

@@ -157,7 +157,7 @@ def _print_board(st: Any, b: Any, with_reviews: bool) -> None:
     from grandrounds.reviews import reviewed_values
 
     t = Table(title=f"{b.benchmark} ({b.metric})" + (f"  ⚠ {b.settings} non-comparable settings" if b.settings > 1 else ""))
-    cols = ["set", "rank", "model", "score", "95% CI", "n", "unscored", "coverage", "judge", "flags"]
+    cols = ["set", "rank", "model", "score", "95% CI", "n", "unscored", "coverage", "truncated", "protocol", "judge", "flags"]
     if with_reviews:
         cols += ["mean (judge)", "mean (reviews)"]
     for c in cols:
@@ -169,7 +169,10 @@ def _print_board(st: Any, b: Any, with_reviews: bool) -> None:
         r = e.row
         rank = "-" if e.rank is None else str(e.rank) + (" tied" if sizes[(e.setting, e.group)] > 1 else "")
         ci = fmt_ci(r.ci95)
-        cells = [str(e.setting), rank, r.model, fmt(r.score), ci, str(r.n), str(r.n_unscored), fmt(r.coverage), r.judge or "", "; ".join(e.flags)]
+        cells = [
+            str(e.setting), rank, r.model, fmt(r.score), ci, str(r.n), str(r.n_unscored), fmt(r.coverage),
+            fmt(r.n_truncated), r.protocol, r.judge or "", "; ".join(e.flags),
+        ]
         if with_reviews:
             run = st.get_run(r.run_id)
             judge_vals = [v for v in st.grade_values(r.run_id, r.grader_fp).values() if v is not None]

@@ -52,7 +52,7 @@ def _board(b: Board, anchor: str | None) -> str:
     h = [f"<h3>{escape(b.benchmark)} <small>({escape(b.metric)})</small></h3>"]
     if b.settings > 1:
         h.append(f"<p class='flag'>⚠ {b.settings} settings that are not comparable: ranks hold only within a setting.</p>")
-    h.append("<table class='board'><tr><th>setting</th><th>rank</th><th>model</th><th>score</th><th>95% CI</th><th>n</th><th>unscored</th><th>coverage</th><th>judge</th><th>flags</th></tr>")
+    h.append("<table class='board'><tr><th>setting</th><th>rank</th><th>model</th><th>score</th><th>95% CI</th><th>n</th><th>unscored</th><th>coverage</th><th>truncated</th><th>protocol</th><th>judge</th><th>flags</th></tr>")
     group_sizes: dict[tuple[int, int | None], int] = {}
     for e in b.entries:
         group_sizes[(e.setting, e.group)] = group_sizes.get((e.setting, e.group), 0) + 1
@@ -65,7 +65,8 @@ def _board(b: Board, anchor: str | None) -> str:
         flags = "<br>".join(escape(f) for f in e.flags)
         h.append(
             f"<tr><td>{e.setting}</td><td>{fmt(e.rank)}{tied}</td><td>{model_cell}</td><td>{fmt(r.score)}</td><td>{ci}</td>"
-            f"<td>{r.n}</td><td>{r.n_unscored}</td><td>{fmt(r.coverage)}</td><td>{escape(r.judge or '')}</td><td class='flag'>{flags}</td></tr>"
+            f"<td>{r.n}</td><td>{r.n_unscored}</td><td>{fmt(r.coverage)}</td><td>{fmt(r.n_truncated)}</td><td>{escape(r.protocol)}</td>"
+            f"<td>{escape(r.judge or '')}</td><td class='flag'>{flags}</td></tr>"
         )
     h.append("</table>")
     h.append(_breakdowns(b))

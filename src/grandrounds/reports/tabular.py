@@ -41,6 +41,8 @@ def board_rows(boards: Sequence[Board]) -> list[dict[str, Any]]:
                     "n": r.n,
                     "n_unscored": r.n_unscored,
                     "coverage": r.coverage,
+                    "n_truncated": r.n_truncated,
+                    "protocol": r.protocol,
                     "judge": r.judge or "",
                     "flags": "; ".join(e.flags),
                     "run_id": r.run_id,
@@ -90,7 +92,7 @@ def write(fmt: str, path: Path, board: list[dict[str, Any]], samples: list[dict[
         return [path]
     if fmt == "md":
         bd_cols = [c for c in (breakdowns[0] if breakdowns else BREAKDOWN_COLUMNS) if c not in ("run_id", "grader_fp")]
-        path.write_text(_md(board, ["benchmark", "setting", "rank", "tied", "model", "score", "ci95_low", "ci95_high", "n", "n_unscored", "coverage", "flags"])
+        path.write_text(_md(board, ["benchmark", "setting", "rank", "tied", "model", "score", "ci95_low", "ci95_high", "n", "n_unscored", "coverage", "n_truncated", "protocol", "flags"])
                         + "\n\n" + _md(samples, ["benchmark", "sample_id", "model", "value", "n_unknown", "error"])
                         + "\n\n" + _md(tables["breakdowns"], bd_cols), encoding="utf-8")
         return [path]

@@ -102,4 +102,10 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX reviews_criterion ON reviews(run_id, grader_fp, sample_id, criterion_id)
         """,
     ),
+    (
+        3,
+        """
+        ALTER TABLE calls ADD COLUMN finish_reason TEXT
+        """,
+    ),
 )

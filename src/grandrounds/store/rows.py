@@ -124,6 +124,7 @@ def row_to_response(row: sqlite3.Row, cached: bool) -> Response:
         usage=Usage(row["prompt_tokens"], row["completion_tokens"]),
         latency=row["latency"],
         cached=cached,
+        finish_reason=row["finish_reason"],
     )
 
 

@@ -42,12 +42,13 @@ class RunTables(StoreBase):
             response.latency,
             attempts,
             now(),
+            response.finish_reason,
         )
         if response.ok:
-            self._write("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", values, response)
+            self._write("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values, response)
         else:
             self._write(
-                "INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                "INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
                 "error = excluded.error, attempts = calls.attempts + excluded.attempts, created_at = excluded.created_at "
                 "WHERE calls.error IS NOT NULL",
                 values,
