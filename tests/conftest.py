@@ -44,18 +44,27 @@ def reference_file(*parts: str) -> Path:
     return path
 
 
-@pytest.fixture(autouse=True)
-def _offline_reference(monkeypatch, tmp_path_factory):
-    """Runs read official prompt text from ../shared/reference (never the network) and cache into a temp dir."""
-    if SHARED_REFERENCE.is_dir():
-        monkeypatch.setenv("GRANDROUNDS_REFERENCE", str(SHARED_REFERENCE))
-    else:
-        monkeypatch.delenv("GRANDROUNDS_REFERENCE", raising=False)
-    if "GRANDROUNDS_CACHE" not in os.environ:
-        monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+@pytest.fixture(autouse=True, scope="session")
+def _offline_reference(tmp_path_factory):
+    """Runs read official prompt text from ../shared/reference (never the network) and cache into a temp dir.
+
+    Session-wide, so module-scoped fixtures that run benchmarks see it too."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        if SHARED_REFERENCE.is_dir():
+            monkeypatch.setenv("GRANDROUNDS_REFERENCE", str(SHARED_REFERENCE))
+        else:
+            monkeypatch.delenv("GRANDROUNDS_REFERENCE", raising=False)
+        if "GRANDROUNDS_CACHE" not in os.environ:
+            monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+        yield
 
 
 @pytest.fixture
 def official_reference() -> Path:
     """The reference folder, for tests that need official prompt text (skip/fail like the data tests)."""
     return reference_file("SOURCES.tsv").parent
+
+
+def offline_env() -> dict[str, str]:
+    """The variables a grandrounds subprocess needs to read official text offline (set by the autouse fixture)."""
+    return {k: os.environ[k] for k in ("GRANDROUNDS_REFERENCE", "GRANDROUNDS_CACHE") if k in os.environ}

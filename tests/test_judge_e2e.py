@@ -17,10 +17,11 @@ import sys
 import numpy as np
 
 from grandrounds.testing import LoopbackServer
-from tests.conftest import shared_file
+from tests.conftest import offline_env, shared_file
 from tests.test_resume_and_bad_input import ROOT
 
-ITEM = re.compile(r"# Rubric item\n\[(-?\d+(?:\.\d+)?)\] (.*?)\n\n# How to judge", re.S)
+# The item in our per-criterion prompt ("# How to judge" follows) or the official one ("# Instructions").
+ITEM = re.compile(r"# Rubric item\n\[(-?\d+(?:\.\d+)?)\] (.*?)\n\n# (?:How to judge|Instructions)", re.S)
 N = 30
 
 
@@ -45,7 +46,7 @@ def judge_rule(garble: bool):
 
 
 def gr(*args: str) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(ROOT)}
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(ROOT), **offline_env()}
     return subprocess.run([sys.executable, "-m", "grandrounds", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -69,8 +70,9 @@ def test_healthbench_unknowns_coverage_then_regrade_only_unknown(tmp_path):
     db = tmp_path / "s.db"
     common = ["--store", str(db), "--max-reask", "1"]
 
+    # scores over the known criteria are grandrounds' rule (the reference leaves such examples unscored)
     with LoopbackServer(lambda b: "Please see a doctor soon.") as cand, LoopbackServer(judge_rule(True)) as judge1:
-        r = gr("run", "healthbench", "--data", str(data), "--limit", str(N), "--model", "openai/cand",
+        r = gr("run", "healthbench", "--data", str(data), "--limit", str(N), "--model", "openai/cand", "--protocol", "grandrounds",
                "--base-url", cand.base_url, "--judge", f"openai/judge@{judge1.base_url}", "--out", str(tmp_path / "a"), *common)
         assert r.returncode == 0, r.stderr
         assert cand.stats.requests == N
@@ -109,8 +111,10 @@ def test_regrade_only_unknown_needs_the_same_judge(tmp_path):
     data = shared_file("healthbench", "healthbench_500.jsonl")
     db = tmp_path / "s.db"
     with LoopbackServer(lambda b: "See a doctor.") as cand, LoopbackServer(judge_rule(True)) as judge:
+        # grandrounds: the garbled criteria leave every one of these 3 examples without an official score
         r = gr("run", "healthbench", "--data", str(data), "--limit", "3", "--model", "openai/cand", "--base-url",
-               cand.base_url, "--judge", f"openai/judge@{judge.base_url}", "--store", str(db), "--out", str(tmp_path / "a"))
+               cand.base_url, "--judge", f"openai/judge@{judge.base_url}", "--store", str(db), "--out", str(tmp_path / "a"),
+               "--protocol", "grandrounds")
         assert r.returncode == 0, r.stderr
         run_id = json.loads((tmp_path / "a" / "results.json").read_text())["results"][0]["fingerprint"]["run_id"]
         before = judge.stats.requests

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, get_args
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from grandrounds.errors import ConfigError, GrandroundsError
@@ -205,19 +206,21 @@ def demo(
     out: Optional[Path] = typer.Option(None, "--out"),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads for the local model"),
 ) -> None:
-    """The bundled example exam on the default local model (no key, no network), both scoring ways."""
+    """The bundled example exam on the default local model (no key, no network), scored two ways:
+    next-token log-probabilities and generated answers, under our protocol with short replies
+    (64 tokens, recorded as a deviation) so it runs in seconds."""
     from grandrounds.benchmarks.base import RunOptions
-    from grandrounds.records import GenParams
     from grandrounds.runner import RunConfig
 
     popts = {"threads": threads} if threads is not None else {}
-    modes: tuple[AnswerMode, ...] = ("letter", "generate")
+    modes: tuple[AnswerMode, ...] = ("next-token", "generate")
     cfgs = [
-        RunConfig("demo", "llamacpp/smollm2", options=RunOptions(answer_mode=mode), gen=GenParams(max_tokens=64), provider_options=popts)
+        RunConfig("demo", "llamacpp/smollm2", options=RunOptions(answer_mode=mode, protocol="grandrounds"),
+                  gen_overrides={"max_tokens": 64}, provider_options=popts)
         for mode in modes
     ]
     with user_errors():
-        _execute(cfgs, store_path(store or Path(os.environ.get("GRANDROUNDS_STORE", "grandrounds-demo.db"))), out)
+        _execute(cfgs, store_path(store), out)
 
 
 def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path]) -> None:
@@ -236,11 +239,9 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path]) -> None:
         raise typer.Exit(130) from None
     print_results([o.result for o in outcomes])
     for o in outcomes:
-        s = o.answer_stats
-        err_console.print(
-            f"[dim]{o.result.benchmark} · {o.result.model}: {s.made} calls made, {s.cached} from the store, "
-            f"{s.failed} failed, {s.retries} retries; run {o.run.id}"
-        )
+        err_console.print(f"[dim]{o.result.benchmark} · {o.result.model}: run {o.run.id}")
+        for line in call_summary(o.answer_stats, [(j, st) for j, st in zip(o.judge_names, o.judge_stats)]):
+            err_console.print(f"[dim]  {escape(line)}")
     if out:
         lines = []
         for o in outcomes:
@@ -249,6 +250,36 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path]) -> None:
         _attach_prompts(store_file, outcomes, lines)
         write_outputs(out, [o.result for o in outcomes], lines)
         err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
+    empty = [o for o in outcomes if o.grades and all(g.status != "scored" for g in o.grades) and _any_failed(o)]
+    if empty:
+        err_console.print(f"[red]nothing could be scored in {len(empty)} run(s): see the failures above; "
+                          "re-running the same command retries every failed call")
+        raise typer.Exit(NOTHING_SCORED)
+
+
+#: Exit code of ``run``/``demo`` when a run scored nothing because its calls failed.
+NOTHING_SCORED = 3
+
+
+def _any_failed(outcome: Any) -> bool:
+    """Whether any answer or judge call of the run failed (as opposed to a benchmark that scores
+    nothing here by design, such as MedBench without its answer key)."""
+    return bool(outcome.answer_stats.failed or any(s.failed for s in outcome.judge_stats)
+                or any(g.status in ("answer_failed", "grader_error") for g in outcome.grades))
+
+
+def call_summary(answers: Any, judges: Sequence[tuple[str, Any]]) -> list[str]:
+    """One line per executor (answers, then each judge): calls made, from the store, failed, retried,
+    and the commonest failure reasons with their counts."""
+    lines = []
+    executors = [("answers", answers)] if answers is not None else []
+    for label, s in [*executors, *((f"judge {name}", st) for name, st in judges)]:
+        line = f"{label}: {s.made} calls made, {s.cached} from the store, {s.failed} failed, {s.retries} retries"
+        if s.errors:
+            top = sorted(s.errors.items(), key=lambda kv: -kv[1])[:3]
+            line += "; failures: " + ", ".join(f"{why} x{n}" for why, n in top)
+        lines.append(line)
+    return lines
 
 
 def _attach_prompts(store_file: Path, outcomes: list[Any], lines: list[dict[str, Any]]) -> None:
@@ -323,8 +354,8 @@ def regrade(
                 for smp, g in zip(outcome.samples, outcome.grades)
             ]
     print_results([outcome.result])
-    for s in outcome.judge_stats:
-        err_console.print(f"[dim]judge calls: {s.made} made, {s.cached} from the store, {s.failed} failed")
+    for line in call_summary(None, list(zip([j.spec for j in judges], outcome.judge_stats))):
+        err_console.print(f"[dim]  {escape(line)}")
     if out:
         write_outputs(out, [outcome.result], lines)
         err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")

@@ -54,8 +54,15 @@ class Protocol:
     name: str
     answer: Generation = OUR_ANSWER
     judge: Generation = OUR_JUDGE
-    #: The judge the official protocol uses (``provider/model``), the default ``--judge``; None = none named.
-    judge_model: str | None = None
+    #: The judge the official protocol uses (``provider/model``), or its panel (a tuple), the default
+    #: ``--judge``; None = none named.
+    judge_model: str | tuple[str, ...] | None = None
+
+    @property
+    def judge_models(self) -> tuple[str, ...]:
+        if self.judge_model is None:
+            return ()
+        return (self.judge_model,) if isinstance(self.judge_model, str) else tuple(self.judge_model)
     #: How answers are read (one line, shown in the fingerprint and the README's table).
     extraction: str = ""
     #: How item values become the headline (one line).
@@ -100,8 +107,8 @@ def system_text(g: Generation) -> str | None:
 
 def ours(reference: Protocol, **changes: Any) -> Protocol:
     """The ``grandrounds`` preset beside ``reference``: our generation settings unless ``changes`` say otherwise."""
-    base = {"answer": OUR_ANSWER, "judge": OUR_JUDGE, "judge_model": reference.judge_model, "source": "ours"}
-    return replace(reference, name="grandrounds", settings={}, **(base | changes))
+    base = {"answer": OUR_ANSWER, "judge": OUR_JUDGE, "judge_model": reference.judge_model, "source": "ours", "settings": {}}
+    return replace(reference, name="grandrounds", **(base | changes))
 
 
 def same_as_ours(extraction: str, aggregation: str, note: str = "the benchmark publishes no protocol") -> dict[str, Protocol]:

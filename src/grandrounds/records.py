@@ -20,9 +20,12 @@ VerdictStatus = Literal["met", "unmet", "unknown"]
 GradeStatus = Literal["scored", "answer_failed", "unreadable", "grader_error", "not_asked"]
 #: Grades the runner redoes on the next run: the answer or the grader may succeed this time.
 REDO_STATUSES: frozenset[str] = frozenset({"answer_failed", "grader_error", "not_asked"})
-#: Answer modes of exam benchmarks: extract a letter from generated text, rank option letters by
-#: next-token log-probability, or rank option texts by log-likelihood.
-AnswerMode = Literal["generate", "letter", "loglik"]
+#: Answer modes of exam benchmarks: extract a letter from generated text (``generate``); rank the
+#: choices lm-evaluation-harness's task file lists (option letters, shown in the context) by summed
+#: log-likelihood (``letter-loglik``); rank option texts by log-likelihood (``text-loglik``); rank
+#: option letters by next-token log-probability (``next-token``). ``letter`` and ``loglik`` are the
+#: earlier names of ``next-token`` and ``text-loglik``, still accepted and mapped to them.
+AnswerMode = Literal["generate", "letter-loglik", "text-loglik", "next-token", "letter", "loglik"]
 
 
 @dataclass(frozen=True)

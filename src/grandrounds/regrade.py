@@ -14,7 +14,8 @@ from typing import Any, Mapping
 from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.errors import ConfigError
 from grandrounds.executor import RetryPolicy
-from grandrounds.graders.base import GradeContext, Grader, build, spec_from_json
+from grandrounds.graders import stored_spec
+from grandrounds.graders.base import GradeContext, Grader, build
 from grandrounds.hashing import content_hash
 from grandrounds.records import Grade, Response, Result, Sample
 from grandrounds.runner import (
@@ -82,7 +83,7 @@ def rebuild_grader(bench: Benchmark, req: RegradeRequest, last: dict[str, Any]) 
     stored = last.get("grader")
     opts = options_of(req.run, max_reask=req.max_reask, extra=last.get("scoring") or {})
     if isinstance(stored, dict) and req.judge_mode is None and req.judge_runs is None:
-        spec = spec_from_json(stored)
+        spec = stored_spec(last)
         opts = bench.check_options(replace(opts, judge_mode=spec.args.get("mode", "default"), judge_runs=spec.args.get("runs")))
         return build(spec), opts
     opts = bench.check_options(replace(opts, judge_mode=req.judge_mode or "default", judge_runs=req.judge_runs))

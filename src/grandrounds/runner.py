@@ -87,8 +87,8 @@ def check_run(cfg: RunConfig) -> RunConfig:
     proto = bench.protocol(options)
     gen, deviations = resolve_generation(proto.answer, cfg.gen, cfg.gen_overrides, options.seed)
     judge_specs = cfg.judges
-    if not judge_specs and bench.needs_judge and proto.judge_model:
-        judge_specs = (JudgeConfig(proto.judge_model),)  # the judge the official protocol names
+    if not judge_specs and bench.needs_judge and proto.judge_models:
+        judge_specs = tuple(JudgeConfig(*split_endpoint(m)) for m in proto.judge_models)  # the judge(s) the official protocol names
     judges, judge_deviations = resolve_judges(proto, judge_specs, cfg.judge_overrides, options.seed)
     info = protocol_record(proto, deviations, judge_deviations)
     return replace(
@@ -176,6 +176,8 @@ class RunOutcome:
     result: Result
     answer_stats: Any
     judge_stats: list[Any]
+    #: The judges' specs, in the order of ``judge_stats``.
+    judge_names: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio.run reprs its main task (and so this result) when it restores
@@ -353,7 +355,7 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
     ordered = [grading.grades[smp.id] for smp in s.samples]
     result = make_result(s.bench, cfg.options, s.samples, ordered, s.run, s.fingerprint, [j.spec for j in cfg.judges], responses)
     store.put_result(s.run.id, fp_key, result)
-    return RunOutcome(s.run, s.samples, ordered, responses, result, answers.stats, [e.stats for e in judge_execs])
+    return RunOutcome(s.run, s.samples, ordered, responses, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges])
 
 
 async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, history: Sequence[tuple[Sample, str]]) -> tuple[Response, tuple[str, Any]]:
@@ -438,7 +440,7 @@ def make_result(
     fingerprint = dict(grader_fp) | {
         "model": run_rec.model,
         "gen_params": run_rec.gen_params,
-        "prompt_templates": bench.template_hashes(),
+        "prompt_templates": bench.template_hashes(options),
         "answer_mode": options.answer_mode,
         "shuffle_options": options.shuffle_options,
         "seed": options.seed,

@@ -364,7 +364,7 @@ def python_appended_strings(f: UpstreamFile, name: str, *, within: str) -> list[
     For prompts a function builds piece by piece (``prompt = "Question: " + q``, then ``prompt += ...``
     in a loop and after it): the caller reads each piece and composes them the way the function does.
     """
-    func = _function(f, ast.parse(_source(f), filename=f.path), within)
+    func = _function(f, _parse(f), within)
     out = [
         UpstreamText(f, f"{within}.{name}+={i}", tuple(_merge(_string_parts(f, node.value))))
         for i, node in enumerate(
@@ -380,7 +380,7 @@ def python_appended_strings(f: UpstreamFile, name: str, *, within: str) -> list[
 def python_fstring(f: UpstreamFile, *, within: str, fields: tuple[str, ...]) -> UpstreamText:
     """The f-string inside the function ``within`` whose placeholders are exactly ``fields`` (in order),
     wherever it sits (a generator expression, a call argument): e.g. an option line ``f"{k}. {v}\\n"``."""
-    func = _function(f, ast.parse(_source(f), filename=f.path), within)
+    func = _function(f, _parse(f), within)
     for node in ast.walk(func):
         if isinstance(node, ast.JoinedStr):
             text = UpstreamText(f, f"{within}:f-string", tuple(_merge(_string_parts(f, node))))

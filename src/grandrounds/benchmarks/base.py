@@ -20,7 +20,14 @@ from grandrounds.records import AnswerMode, Breakdown, Cell, Grade, Message, Req
 from grandrounds.registry import Spec
 
 #: The request kind each answer mode sends: what a provider must serve for it.
-ANSWER_KINDS: Mapping[AnswerMode, RequestKind] = {"generate": "chat", "letter": "next_token", "loglik": "loglikelihood"}
+ANSWER_KINDS: Mapping[AnswerMode, RequestKind] = {
+    "generate": "chat",
+    "letter-loglik": "loglikelihood",
+    "text-loglik": "loglikelihood",
+    "next-token": "next_token",
+    "letter": "next_token",  # earlier name of next-token
+    "loglik": "loglikelihood",  # earlier name of text-loglik
+}
 #: Re-asks of an unreadable judge reply when the user sets none (RunOptions.max_reask's default).
 DEFAULT_MAX_REASK = 2
 
@@ -216,8 +223,9 @@ class Benchmark(ABC):
 
         return build(self.grader_spec(options))
 
-    def template_hashes(self) -> dict[str, str]:
-        """Hashes of the benchmark's own prompt templates (its fingerprint's ``prompt_templates``)."""
+    def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
+        """Hashes of the prompt templates a run with ``options`` sends (its fingerprint's
+        ``prompt_templates``); official ones as their upstream file's fingerprint."""
         return {}
 
     def write_submission(self, samples: Sequence[Sample], answers: Mapping[str, str], path: Path) -> dict[str, Any]:
