@@ -32,9 +32,9 @@ def rows(shared_data):
     return _load(shared_data("medcalc-bench", "test_data.csv"))
 
 
-def grade(sample, text=None, error=None):
+def grade(sample, text=None, error=None, protocol="reference"):
     resp = Response(key="k", text=text, error=error)
-    return grade_answer(MedCalcBench().grader(RunOptions()), sample, resp)
+    return grade_answer(MedCalcBench().grader(RunOptions(protocol=protocol)), sample, resp)
 
 
 def test_real_file_loads_completely(rows):
@@ -49,33 +49,41 @@ def test_real_file_loads_completely(rows):
 
 
 @pytest.mark.parametrize(
-    "row, reply, correct",
+    "row, reply, reference, ours",
     [
         # integer (row 41, CHA2DS2-VASc, gt 4): round(answer) == gt
-        ("41", '{"step_by_step_thinking": "...", "answer": "4"}', True),
-        ("41", '{"answer": "4.4"}', True),
-        ("41", '{"answer": "4.5"}', True),  # Python round: half to even, as the official script
-        ("41", '{"answer": "4.6"}', False),
-        ("41", "The total is 3 out of 9 criteria", False),
+        ("41", '{"step_by_step_thinking": "...", "answer": "4"}', True, True),
+        ("41", '{"answer": "4.4"}', True, True),
+        ("41", '{"answer": "4.5"}', True, True),  # Python round: half to even, as the official script
+        ("41", '{"answer": "4.6"}', False, False),
+        ("41", "The total is 3 out of 9 criteria", False, False),
+        ("41", '{"answer": "1, 2, 3, 4"}', True, False),  # the official counts a list; ours reads none
         # decimal (row 1, Cockcroft-Gault, gt 25.238, limits 23.9761..26.4999)
-        ("1", '{"answer": "25.238"}', True),
-        ("1", '{"answer": "26.4999 mL/min"}', True),
-        ("1", '{"answer": "23.97"}', False),
-        ("1", "Answer: CrCl is about 26.6 mL/min", False),
+        ("1", '{"answer": "25.238"}', True, True),
+        ("1", '{"answer": "26.4999 mL/min"}', True, True),
+        ("1", '{"answer": "23.97"}', False, False),
+        ("1", "Answer: CrCl is about 26.6 mL/min", False, False),
+        ("1", '{"step_by_step_thinking": "CrCl = (140 - 87) * 48\n/ (72 * 1.4)\n", "answer": "25.238"}', True, True),
+        ("1", '{"answer": "25.2 mL/min per 1.73 m²"}', False, True),  # the official reads 1.73
+        ("81", '{"answer": "14.5 kg/m²"}', True, True),  # "m²" is no number 2
+        ("507", '{"answer": "0.247%"}', False, True),  # FENa in percent: the official divides by 100
         # date (row 928, Naegele, gt 09/23/2014)
-        ("928", '{"answer": "09/23/2014"}', True),
-        ("928", '{"answer": "9/23/2014"}', True),
-        ("928", '{"answer": "09/24/2014"}', False),
+        ("928", '{"answer": "09/23/2014"}', True, True),
+        ("928", '{"answer": "9/23/2014"}', True, True),
+        ("928", '{"answer": "09/24/2014"}', False, False),
+        ("928", '{"answer": "2014-09-23"}', False, True),
         # gestational age (row 1028, gt ('0 weeks', '6 days'))
-        ("1028", '{"answer": "(0 weeks, 6 days)"}', True),
-        ("1028", "Answer: ('0 weeks', '6 days')", True),
-        ("1028", '{"answer": "(0 weeks, 5 days)"}', False),
-        ("1028", '{"answer": "6 days"}', False),
+        ("1028", '{"answer": "(0 weeks, 6 days)"}', True, True),
+        ("1028", "Answer: ('0 weeks', '6 days')", False, True),  # no JSON field: the official call raises
+        ("1028", '{"answer": "(0 weeks, 5 days)"}', False, False),
+        ("1028", '{"answer": "6 days"}', False, True),  # one number: the official call raises
     ],
 )
-def test_tolerance_on_real_rows(rows, row, reply, correct):
-    g = grade(rows[row], reply)
-    assert g.value == (1.0 if correct else 0.0), (row, reply, g.details)
+def test_tolerance_on_real_rows(rows, row, reply, reference, ours):
+    for protocol, correct in (("reference", reference), ("grandrounds", ours)):
+        g = grade(rows[row], reply, protocol=protocol)
+        assert g.value == (1.0 if correct else 0.0), (protocol, row, reply, g.details)
+        assert g.details["other_value"] == float(ours if protocol == "reference" else reference)
 
 
 def test_real_row_targets(rows):
@@ -100,6 +108,34 @@ def test_unextractable_is_wrong_and_counted_failed_call_unscored(rows):
     assert agg.breakdown["category"]["lab"].score == 0.0 and agg.breakdown["category"]["date"].score == 1.0
     assert agg.breakdown["kind"]["date"].n == 1
     assert agg.ci95[0] < 0.5 < agg.ci95[1]
+    assert agg.extra["other_protocol"]["protocol"] == "grandrounds" and agg.extra["other_protocol"]["score"] == 0.5
+
+
+def test_protocols_differ_in_reading_not_in_counting(rows):
+    """A % answer and a list: each protocol's headline, the other's beside it; a failed call is
+    unscored under both (the official harness has no rule for it)."""
+    bench = MedCalcBench()
+    s507, s41, s1 = rows["507"], rows["41"], rows["1"]
+    replies = [(s507, '{"answer": "0.247%"}'), (s41, '{"answer": "1, 2, 3, 4"}'), (s1, None)]
+    for protocol, want, other in (("reference", 0.5, 0.5), ("grandrounds", 0.5, 0.5)):
+        grades = [grade(s, r, error=None if r else "timeout", protocol=protocol) for s, r in replies]
+        agg = bench.aggregate([s for s, _ in replies], grades, RunOptions(protocol=protocol))
+        assert (agg.score, agg.n, agg.n_unscored) == (want, 2, 1)
+        assert agg.extra["other_protocol"]["score"] == other
+        assert [g.value for g in grades[:2]] == ([0.0, 1.0] if protocol == "reference" else [1.0, 0.0])
+        assert agg.extra["n_unextractable"] == (0 if protocol == "reference" else 1)
+
+
+def test_grader_protocol_is_checked():
+    from grandrounds.errors import ConfigError
+    from grandrounds.graders.base import build
+    from grandrounds.registry import Spec
+
+    assert build(Spec("medcalc", {"protocol": "grandrounds"})).params.protocol == "grandrounds"
+    assert build(Spec("medcalc", {})).params.protocol == "reference"
+    with pytest.raises(ConfigError, match="protocol must be one of reference, grandrounds"):
+        build(Spec("medcalc", {"protocol": "official"}))
+    assert MedCalcBench().grader_spec(RunOptions(protocol="grandrounds")) == Spec("medcalc", {"protocol": "grandrounds"})
 
 
 @pytest.mark.parametrize(
@@ -115,6 +151,79 @@ def test_unextractable_is_wrong_and_counted_failed_call_unscored(rows):
 )
 def test_answer_text(reply, text):
     assert mx.answer_text(reply) == text
+
+
+@pytest.mark.parametrize(
+    "reply, text",
+    [
+        ('{"step_by_step_thinking": "line one\nline two", "answer": "25.2"}', "25.2"),  # raw newline in a string
+        ('{"step_by_step_thinking": "he said "no" twice", "answer": "4"}', "4"),  # unescaped quotes
+        ('{"answer": "4", "step_by_step_thinking": "2 + 2"}', "4"),  # answer first
+        ('{"answer": "1"} then, corrected: {"answer": "2"}', "2"),  # the last object wins
+        ('```json\n{"Answer": 7}\n```', "7"),
+        ('{"step_by_step_thinking": "x", "answer": str(round(25.238, 2))}', "str(round(25.238, 2))"),
+        ("The final answer is 25.2 mL/min.", "25.2 mL/min."),
+        ('{"result": {"answer": [4, 3]}}', "4, 3"),
+    ],
+)
+def test_answer_text_grandrounds_refinements(reply, text):
+    assert mx.answer_text(reply) == text
+
+
+@pytest.mark.parametrize(
+    "text, kind, value",
+    [
+        ("38.3 mL/min/1.73 m²", "decimal", 38.3),
+        ("38.3 mL/min per 1.73m2", "decimal", 38.3),
+        ("14.5 kg/m^2", "decimal", 14.5),
+        ("CHA2DS2-VASc score is 4", "integer", 4.0),
+        ("0.247%", "decimal", 0.247),
+        ("about 12 % (0.12)", "decimal", 12.0),
+        ("3, 4, 5", "integer", None),  # which one?
+        ("[1, 2]", "decimal", None),
+        ("1,234.5 mL", "decimal", 1234.5),
+        ("4 (CHF 1, HTN 1, age 2)", "integer", 4.0),
+        ("3 out of 5 criteria", "integer", 3.0),
+        ("str(round(140 * 0.5, 1))", "decimal", 70.0),
+        ("−0.83 L", "decimal", -0.83),
+        ("4.2 x 10^9/L", "decimal", 4.2),
+        ("September 23, 2014", "date", date(2014, 9, 23)),
+        ("2014-09-23", "date", date(2014, 9, 23)),
+        ("LMP 01/01/2014, due 10/08/2014", "date", date(2014, 10, 8)),
+        ("4 weeks and 3 days", "gestational_age", (4, 3)),
+        ("4w 3d", "gestational_age", (4, 3)),
+        ("6 days", "gestational_age", (0, 6)),
+        ("34 weeks", "gestational_age", (34, 0)),
+        ("25", "gestational_age", None),
+    ],
+)
+def test_parse_value_grandrounds(text, kind, value):
+    assert mx.parse_value(text, kind) == value
+
+
+@pytest.mark.parametrize(
+    "reply, calculator, answer",
+    [
+        ('{"answer": "25.2 mL/min/1.73 m²"}', 9, "25.2"),
+        ('{"answer": "12.5%"}', 40, "0.125"),
+        ('{"answer": "1, 2, 3"}', 4, "3"),  # the length of the list
+        ('{"answer": "(4 weeks, 3 days)"}', 69, "(4, 3)"),
+        ('{"answer": "9/3/2014"}', 13, "09/03/2014"),
+        ('{"answer": "on 9/3/2014"}', 13, "N/A"),  # the date must open the field
+        ('{"answer": "str(short_and_direct_answer_of_the_question)"}', 4, "N/A"),
+        ('{"answer": "007"}', 4, "007"),  # read; check_correctness then fails on it (not a Python literal)
+    ],
+)
+def test_official_reading(reply, calculator, answer):
+    assert mx.official_reading(reply, calculator).answer == answer
+
+
+def test_official_reading_raises_where_the_official_code_does():
+    r = mx.official_reading('{"answer": "6 days"}', 69)
+    assert r.answer is None and r.unextractable and "LookupError" in (r.error or "")
+    assert not mc.official_correct(r.answer, "('0 weeks', '6 days')", 69, "", "")
+    assert not mc.official_correct("007", "7", 4, "7", "7")  # eval("007") is a SyntaxError there
+    assert mc.official_correct("00", "0", 4, "0", "0")
 
 
 def _write_one_row(tmp_path: Path, src: Path, **changes: str) -> Path:

@@ -1,26 +1,62 @@
 """MedCalc-Bench (v1.0 test set, 1,047 rows): compute a clinical value from a patient note.
 
-Data: ``test_data.csv`` from ncbi-nlp/MedCalc-Bench @ 5523b77 (PROTOCOLS.md section 6). The
-model is asked for JSON ``{"step_by_step_thinking", "answer"}`` as in the official zero-shot
-prompt; "Answer: ..." lines and bare values are accepted too. Scoring follows the official
-check_correctness (:mod:`grandrounds.scoring.medcalc`); an answer with no readable value is
-wrong and counted (``details["unextractable"]``), a failed call is unscored.
+Data: ``test_data.csv`` from ncbi-nlp/MedCalc-Bench @ 5523b77 (PROTOCOLS.md section 6). Scoring
+code: the same repository @ 20b10f9 (``evaluation/run.py``, ``evaluate.py``, ``llm_inference.py``).
+
+Protocols (``--protocol``):
+
+- ``reference`` (default): the official zero-shot setup. The system message and the user message
+  are run.py's ``zero_shot`` texts, read at run time out of the pinned run.py (never copied here);
+  greedy decoding (temperature 0) with at most 4,096 new tokens, as llm_inference.py generates
+  with open models (its OpenAI branch sends neither setting, so API defaults apply there). Answers
+  are read as the official code reads them (:func:`~grandrounds.graders.medcalc_extract.official_reading`:
+  whitespace collapsed, the last ``answer": ...}`` field, the calculator's special cases) and judged
+  by check_correctness (:func:`~grandrounds.scoring.medcalc.official_correct`). Accuracy is over
+  every answered row; a reply the official extraction reads no value from ("N/A", or the
+  extraction raises) is wrong and counted (``n_unextractable``); a value check_correctness
+  cannot evaluate ("007" is no Python literal) is wrong too, as it is there.
+- ``grandrounds``: our prompt (a system message of ours, the official user layout with a format
+  hint per answer kind), our generation settings, and our tolerant reading (precedence in
+  :mod:`grandrounds.graders.medcalc_extract`: the official JSON shape even with a raw newline in
+  the thinking string or unescaped quotes, unit numbers such as "1.73 m²" ignored, "%" read as
+  the percent it states, a bare list read as nothing); same tolerance rules, unextracted answers
+  wrong and counted.
+
+A failed call (no reply after the executor's retries) is unscored under both protocols and
+counted in ``n_unscored``: the official harness has no behaviour for it (run.py calls the model
+outside its try, so the script stops and a re-run asks again), so it is an unknown, never a zero.
+Each result carries the other protocol's accuracy in ``extra["other_protocol"]``, computed from
+the per-answer ``details["other_value"]``.
+
+Where the reference reading differs from the official code (the differential test,
+tests/test_medcalc_reference.py, compares every test row in 24 reply shapes, 25,128 cases, and
+finds no difference): a ``str(...)`` answer of a decimal calculator is evaluated by our restricted
+evaluator, not by ``eval``. It agrees on numbers, arithmetic, comparisons and the functions the
+official namespace offers; it reads as "N/A" what it does not evaluate (string arithmetic,
+lambdas, comprehensions, numpy functions beyond the common ones, math.factorial/comb/perm,
+integer powers too large to hold), which the official ``eval`` would compute, hang on or crash
+with; and a string-valued result is read only when the string is a number literal (the official
+code evaluates it again as code).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, resolve_file
+from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.readers import read_csv
 from grandrounds.errors import DataError
 from grandrounds.graders.medcalc_extract import parse_ground_truth
+from grandrounds.hashing import text_hash
+from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.records import Cell, Grade, Message, Sample
 from grandrounds.registry import Spec
 from grandrounds.scoring import medcalc as mc
-from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
+from grandrounds.scoring.cells import accuracy_cell, group_cells
+from grandrounds.upstream import TextRef, UpstreamFile, UpstreamText
 
 COMMIT = "5523b7785c004912e76ca4db19efbd7367b23c40"
 COLUMNS = ("Row Number", "Calculator ID", "Calculator Name", "Category", "Output Type", "Note ID", "Note Type",
@@ -36,12 +72,53 @@ FORMAT_HINT = {
     "decimal": "The answer must be a single number.",
 }
 
+# The official scoring code at a pinned commit (../shared/reference/SOURCES.tsv, folder medcalc-bench).
+_REPO, _CODE_COMMIT = "ncbi-nlp/MedCalc-Bench", "20b10f9d66a8c3b0356ae3138533f5ec91666b6a"
+RUN_PY = UpstreamFile("medcalc-bench", _REPO, _CODE_COMMIT, "evaluation/run.py",
+                      "edc1725bceb993340a0ff7474173530e3988b356590d3fb8c97f04d83eedc9ac")
+EVALUATE_PY = UpstreamFile("medcalc-bench", _REPO, _CODE_COMMIT, "evaluation/evaluate.py",
+                           "e165e10cb1db77f7a1d97c6f386524547ce90d77ce56ae4d95f7544ad9320a1a")
+LLM_INFERENCE_PY = UpstreamFile("medcalc-bench", _REPO, _CODE_COMMIT, "evaluation/llm_inference.py",
+                                "a0f2c705218486664f3a15d47d24becb1323631896378432854726f0c018f271")
+#: run.py zero_shot(note, question): the system message and the user message (an f-string of note and question).
+OFFICIAL_SYSTEM = TextRef(RUN_PY, "system_msg", within="zero_shot")
+OFFICIAL_USER = TextRef(RUN_PY, "user_temp", within="zero_shot")
+
+REFERENCE = Protocol(
+    "reference",
+    # llm_inference.py generate(): do_sample=False, temperature=0.0, max_length = prompt + 4096 (open models)
+    answer=Generation(temperature=0.0, max_tokens=4096, system=OFFICIAL_SYSTEM),
+    extraction="run.py extract_answer on the reply with whitespace collapsed (llm_inference.py answer): the last "
+               "'answer\": ...}' field, the calculator's special cases; evaluate.py check_correctness",
+    aggregation="accuracy over answered rows; unreadable answers wrong and counted; failed calls unscored",
+    source=f"https://github.com/{_REPO}/tree/{_CODE_COMMIT}/evaluation",
+    settings={
+        "prompt": "zero_shot",
+        "user_message": OFFICIAL_USER.describe(),
+        "files": [f.describe() for f in (RUN_PY, EVALUATE_PY, LLM_INFERENCE_PY)],
+        "openai_models": "llm_inference.py sends no temperature or max_tokens to OpenAI (API defaults)",
+    },
+)
+GRANDROUNDS = ours(
+    REFERENCE,
+    extraction="last JSON answer field read tolerantly (raw newlines, unescaped quotes), else an answer line; "
+               "unit numbers ignored, '%' kept as percent, bare lists unreadable; same tolerance rules",
+    aggregation="accuracy over answered rows; unreadable answers wrong and counted; failed calls unscored",
+)
+_DIFFERS = {
+    "reference": "grandrounds reads JSON with raw newlines or unescaped quotes, ignores unit numbers, keeps '%' as percent, "
+                 "reads no bare list, and asks with its own prompt",
+    "grandrounds": "the official reading: the last 'answer\":...}' match only, '%' divided by 100, a list counted, "
+                   "the last number even inside a unit",
+}
+
 
 class MedCalcBench(Benchmark):
     """MedCalc-Bench v1.0 (1,047 rows); accuracy overall and per category."""
 
     name = "medcalc-bench"
     description = "MedCalc-Bench v1.0: 1,047 patient notes, 55 calculators, official tolerance rules"
+    protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     remote_files = (
         RemoteFile(
             url=f"https://raw.githubusercontent.com/ncbi-nlp/MedCalc-Bench/{COMMIT}/dataset/test_data.csv",
@@ -84,8 +161,11 @@ class MedCalcBench(Benchmark):
             id=row["Row Number"],
             benchmark=self.name,
             messages=(Message("system", SYSTEM), Message("user", user)),
-            target={"kind": kind, "truth": row["Ground Truth Answer"], "lower": lower, "upper": upper},
+            target={"kind": kind, "truth": row["Ground Truth Answer"], "lower": lower, "upper": upper,
+                    "lower_text": row["Lower Limit"], "upper_text": row["Upper Limit"]},
             metadata={
+                "note": row["Patient Note"],
+                "question": row["Question"],
                 "calculator_id": calc_id,
                 "calculator": row["Calculator Name"],
                 "category": row["Category"],
@@ -97,30 +177,80 @@ class MedCalcBench(Benchmark):
             },
         )
 
+    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+        """Under ``reference`` the official user message (the runner puts the official system message
+        before it, from the protocol); under ``grandrounds`` the sample's own messages."""
+        if options.protocol != "reference":
+            return super().prompt(sample, options, history)
+        user = _loaded(OFFICIAL_USER).render({"note": sample.metadata["note"], "question": sample.metadata["question"]})
+        return Prompt((Message("user", user),))
+
+    def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
+        """The prompt a run sends: the official texts' fingerprints (file sha256 and text hash) under
+        ``reference``, our prompt's hash under ``grandrounds`` (no upstream file is read then)."""
+        if options is not None and options.protocol != "reference":
+            ours_text = SYSTEM + "\n" + "\n".join(FORMAT_HINT[k] for k in sorted(FORMAT_HINT))
+            return {"grandrounds": text_hash(ours_text)[:16]}
+        return {
+            "reference_system": _loaded(OFFICIAL_SYSTEM).fingerprint(),
+            "reference_user": _loaded(OFFICIAL_USER).fingerprint(),
+        }
+
     def grader_spec(self, options: RunOptions) -> Spec:
-        return Spec("medcalc", {})
+        return Spec("medcalc", {"protocol": options.protocol})
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
         """Accuracy (Wilson CI) overall and in two breakdown families; unextractable answers counted.
 
         Families: ``category`` (the file's Category: lab, risk, ...) and ``kind`` (the comparison
-        rule: date, gestational_age, integer, decimal). A sample with no scored grade is unscored.
+        rule: date, gestational_age, integer, decimal). A sample with no scored grade is unscored
+        (a failed call under either protocol). ``extra["other_protocol"]`` holds the other
+        protocol's accuracy over the same answers, from each grade's ``details["other_value"]``.
         """
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
-        overall = _cell([g for _, g in rows])
+        mine, other = options.protocol, "grandrounds" if options.protocol == "reference" else "reference"
+
+        def cell(items: Sequence[Grade | None], protocol: str = mine) -> Cell:
+            return _cell([_item(g, protocol) for g in items])
+
+        overall, other_cell = cell([g for _, g in rows]), cell([g for _, g in rows], other)
         return Aggregate.of(
             "accuracy",
             overall,
             {
-                "category": group_cells(((s.metadata["category"], g) for s, g in rows), _cell),
-                "kind": group_cells(((s.target["kind"], g) for s, g in rows), _cell),
+                "category": group_cells(((s.metadata["category"], g) for s, g in rows), cell),
+                "kind": group_cells(((s.target["kind"], g) for s, g in rows), cell),
             },
-            {"n_unextractable": overall.metrics["n_unextractable"], "version": "v1.0 (1,047 rows, commit 5523b77)"},
+            {
+                "n_unextractable": overall.metrics["n_unextractable"],
+                "version": "v1.0 (1,047 rows, commit 5523b77)",
+                "other_protocol": {"protocol": other, "score": other_cell.score, "differs": _DIFFERS[mine],
+                                   "n_unextractable": other_cell.metrics["n_unextractable"]},
+            },
         )
 
 
-def _cell(grades: Sequence[Grade | None]) -> Cell:
+@functools.lru_cache(maxsize=4)
+def _loaded(ref: TextRef) -> UpstreamText:
+    """The official text, read once per process (the file is sha256-checked on the first read)."""
+    return ref.load()
+
+
+def _item(grade: Grade | None, protocol: str) -> tuple[float | None, bool]:
+    """(value, unextractable) of one answer under ``protocol``: its own value where the grade was made
+    under that protocol, else the other reading the grader stored (None where there is none)."""
+    if grade is None or grade.value is None:
+        return None, False
+    d = grade.details
+    if d.get("protocol", protocol) == protocol:
+        return grade.value, bool(d.get("unextractable"))
+    if "other_value" not in d:
+        return None, False
+    return d["other_value"], bool(d.get("other_unextractable"))
+
+
+def _cell(items: Sequence[tuple[float | None, bool]]) -> Cell:
     """Accuracy of some answers, with how many had no readable value (those count as wrong)."""
-    unextractable = sum(1 for g in grades if g is not None and g.value is not None and g.details.get("unextractable"))
-    return accuracy_cell([value_of(g) for g in grades], {"n_unextractable": unextractable})
+    unextractable = sum(1 for value, unread in items if value is not None and unread)
+    return accuracy_cell([value for value, _ in items], {"n_unextractable": unextractable})
