@@ -3,11 +3,51 @@
 Data: ``MEDEC-MS-{Test,Validation}Set-with-GroundTruth-and-ErrorType.csv`` from abachaa/MEDEC @
 70268d2 (PROTOCOLS.md section 6, format quirk 10). The test file ends with 328 blank rows, which
 are dropped; Error Flag / Error Sentence ID are cast to int. Headline metric: Error-Flag
-accuracy; sentence-id accuracy and the composite ROUGE-1 F of corrections sit beside it.
+accuracy; sentence-id accuracy and the composite ROUGE figures of corrections sit beside it.
+
+**Prompt.** MEDEC publishes no prompt and no generation settings (the shared task took submission
+files), so both protocols send our :data:`INSTRUCTIONS` with our generation settings.
+
+**Protocols.** ``reference`` fixes the official metrics of the task's scorer, abachaa/MEDIQA-CORR-2024
+@ 4b87cb0 ``evaluation/mediqa-corr-2024-eval-script-2-all-metrics.py`` (:data:`SCORER`):
+
+- a reply stands for its submission line ``<text id> <flag> <sentence id> <corrected sentence>``
+  (a JSON reply is written as that line, :func:`grandrounds.graders.medec_extract.submission_text`),
+  read as the scorer's ``parse_run_submission_file`` reads it: its line regex, its whitespace
+  handling, quote stripping, NA forced by flag ``"0"``, the last line of a text winning;
+- flag and sentence id compared as strings with the reference, over every text: a failed call, an
+  unreadable reply or an invalid line counts wrong on every metric (``compute_accuracy``);
+- corrections by ``get_nlg_eval_data``'s rules (both NA -> 1, one NA -> 0) and the ``rouge``
+  package for the other pairs, case-sensitive, against the reference correction as the scorer's
+  ``parse_reference_file`` reads it (the cell as written, whitespace and all): R1FC, R2FC, RLFC
+  and the per-pair means (``*_subset``);
+- BERTScore, BLEURT and ``AggregateC`` are not computed (reported as None, never 0): they need the
+  microsoft/deberta-xlarge-mnli and BLEURT-20 checkpoints, which grandrounds does not fetch.
+
+``grandrounds`` keeps our refinements: tolerant reading (full-width folded, any-case NA, quotes
+and line breaks dropped), ROUGE from ``rouge_score`` (lower-cased, punctuation dropped: a
+correction is not penalised for case or a trailing full stop), failed calls excluded. Each result
+carries the other protocol's figure in ``extra["other_protocol"]``.
+
+**Where ``reference`` is not the official script's output** (each checked in tests/test_medec_reference.py):
+
+1. The published test CSV has 328 empty rows, so pandas reads Error Flag / Error Sentence ID as
+   floats and ``parse_reference_file`` keeps ``"1.0"`` / ``"10.0"`` (and one NaN text id): run on
+   that file as published, the script counts every flag and sentence id wrong. We score as the
+   script does on the file without those rows (the layout of the validation file): ``"1"``, ``"10"``.
+2. A correction the ``rouge`` package refuses (made only of full stops or whitespace: "Hypothesis
+   is empty.") stops the official script before it prints any correction figure; here that pair
+   scores 0 on R1/R2/RL and is counted (``n_rouge_errors``).
+3. A line with a bad backslash escape (a backslash before ``d`` or ``1``; see
+   ``medec_extract._ONE_SPACE``) stops the official parser; here that text counts as missing and
+   is counted (``n_official_errors``).
+4. Each reply is read for its own text: a line in it naming another text is ignored, where in one
+   concatenated submission file it would overwrite that text's prediction.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,11 +55,13 @@ from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOpt
 from grandrounds.benchmarks.readers import read_csv
 from grandrounds.errors import DataError
 from grandrounds.params import Param
+from grandrounds.protocols import Protocol, ours
 from grandrounds.records import Cell, Grade, Message, Sample
 from grandrounds.registry import Spec
 from grandrounds.scoring import medec as sc
 from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
 from grandrounds.stats import wilson_ci
+from grandrounds.upstream import UpstreamFile
 
 COMMIT = "70268d24e3ce0cd6d0e099ff7bfd4966f2bbcc28"
 _BASE = f"https://raw.githubusercontent.com/abachaa/MEDEC/{COMMIT}/MEDEC-MS"
@@ -38,6 +80,37 @@ INSTRUCTIONS = (
     'Reply with only a JSON object: {"error": true or false, "sentence_id": the ID of the sentence with the '
     'error or -1, "corrected": the corrected sentence or "NA"}.'
 )
+
+#: The shared task's scorer: the reference protocol's metrics are its metrics (not read at run time: it holds no prompt).
+SCORER = UpstreamFile("medec", "abachaa/MEDIQA-CORR-2024", "4b87cb01c34d22bdef2423206305b2bedb1fe893",
+                      "evaluation/mediqa-corr-2024-eval-script-2-all-metrics.py",
+                      "0fe35f884fdbf8347b4e7f412bb027069df19b6fa1a967f6d549349b72c7914b")
+_REFERENCE = Protocol(
+    "reference",
+    extraction="the reply as a submission line '<text id> <flag> <sentence id> <correction>' (JSON written as one), "
+               "read as the official parse_run_submission_file reads it; fields compared as strings",
+    aggregation="official: flag and sentence-id accuracy over all texts (missing = wrong); R1FC/R2FC/RLFC with the "
+                "rouge package (case-sensitive); BERTScore, BLEURT and AggregateC not computed",
+    source=SCORER.url,
+    settings={"scorer": SCORER.describe(), "rouge": "rouge 1.0.1, Rouge().get_scores",
+              "prompt": "ours: MEDEC publishes no prompt or generation settings"},
+)
+PROTOCOLS = {
+    "reference": _REFERENCE,
+    "grandrounds": ours(
+        _REFERENCE,
+        extraction="JSON or submission line, tolerant: full-width folded, any-case NA, quotes and line breaks dropped",
+        aggregation="flag and sentence-id accuracy over answered texts (failed calls excluded); R1FC/R2FC/RLFC with "
+                    "rouge_score (lower-cased, punctuation dropped)",
+    ),
+}
+#: One line on what the other protocol does differently, keyed by the protocol a result used.
+_DIFFERS = {
+    "reference": "grandrounds reads replies tolerantly, scores corrections with rouge_score (lower-cased) and "
+                 "excludes failed calls",
+    "grandrounds": "reference reads the official submission line, scores corrections with the case-sensitive rouge "
+                   "package and counts failed calls wrong",
+}
 
 
 def _int(raw: str, path: Path, where: str, column: str) -> int:
@@ -58,6 +131,7 @@ class MEDEC(Benchmark):
     description = "MEDEC-MS: detect and correct one medical error in clinical notes (597 test, 574 validation)"
     remote_files = (TEST, VALIDATION)
     parameters = (Param("split", str, "test", "which MEDEC-MS file(s) a data directory is read from", tuple(SPLITS)),)
+    protocols = PROTOCOLS
 
     def data_files(self, root: Path) -> list[Path]:
         if root.is_file():
@@ -84,7 +158,8 @@ class MEDEC(Benchmark):
             raise DataError(path, where, "Text ID and Sentences are required")
         flag = _int(row["Error Flag"], path, where, "Error Flag")
         sid = _int(row["Error Sentence ID"], path, where, "Error Sentence ID")
-        corrected = " ".join((row["Corrected Sentence"] or "").split()) or sc.NA
+        raw = row["Corrected Sentence"] or ""
+        corrected = " ".join(raw.split()) or sc.NA
         if flag not in (0, 1) or (flag == 1) != (sid >= 0) or (flag == 1 and corrected == sc.NA):
             raise DataError(path, where, f"inconsistent ground truth: flag {flag}, sentence {sid}, correction {corrected!r}")
         sentences = "\n".join(ln.strip() for ln in row["Sentences"].splitlines() if ln.strip())
@@ -92,58 +167,75 @@ class MEDEC(Benchmark):
             id=tid,
             benchmark=self.name,
             messages=(Message("user", f"{INSTRUCTIONS}\n\nText ID: {tid}\n\n{sentences}"),),
-            target={"flag": flag, "sentence_id": sid, "corrected": corrected if flag else sc.NA},
+            # corrected_raw: the cell as the official parse_reference_file reads it (pandas' NA spellings -> "NA")
+            target={"flag": flag, "sentence_id": sid, "corrected": corrected if flag else sc.NA,
+                    "corrected_raw": sc.NA if raw in sc.PANDAS_NA else raw},
             metadata={"split": split, "error_type": (row["Error Type"] or "").strip() or "NA",
                       "error_sentence": row.get("Error Sentence", "")},
         )
 
     def grader_spec(self, options: RunOptions) -> Spec:
-        return Spec("medec", {})
+        return Spec("medec", {"protocol": options.protocol})
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Error-flag accuracy (Wilson CI); sentence accuracy and R1FC beside it, overall and per cell.
+        """Error-flag accuracy (Wilson CI) with sentence accuracy and R1FC/R2FC/RLFC beside it, overall and per cell.
 
+        Under ``reference`` every text is in the denominator: ``n`` is every text and ``n_unscored``
+        the texts without an answer inside it (wrong on every metric); under ``grandrounds`` ``n``
+        is the answered texts and the others are unscored.
         Breakdown families ``error_type`` (``NA`` for texts without an error) and ``split``; a
         cell's score is its error-flag accuracy and its metrics are :data:`CELL_METRICS`.
         """
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
-        overall = accuracy_cell([value_of(g) for _, g in rows])
-        return Aggregate.of(
-            "error_flag_accuracy",
-            overall,
-            {fam: group_cells(((s.metadata[fam], g) for s, g in rows), _cell) for fam in ("error_type", "split")},
-            _metrics([g for _, g in rows]) | {"rouge": "rouge_score rouge1 F (official scorer: python rouge package)"},
-        )
+        mine = options.protocol
+        other = next(p for p in PROTOCOLS if p != mine)
+        figs = _figures([g for _, g in rows], mine)
+        theirs = _figures([g for _, g in rows], other, own=False)
+        extra = figs | {
+            "error_sentence_ci95": wilson_ci(figs["n_sentence_correct"], figs["n"]),
+            "rouge": "rouge 1.0.1 (the official scorer's)" if mine == "reference" else "rouge_score (lower-cased)",
+            **dict.fromkeys(sc.NOT_COMPUTED), "not_computed": sc.NOT_COMPUTED_WHY,
+            "other_protocol": {"protocol": other, "score": None if theirs is None else theirs["error_flag_accuracy"],
+                               "r1fc": None if theirs is None else theirs["r1fc"], "differs": _DIFFERS[mine]},
+        }
+        cells = {fam: group_cells(((s.metadata[fam], g) for s, g in rows), lambda gs: _cell(gs, mine))
+                 for fam in ("error_type", "split")}
+        return Aggregate.of("error_flag_accuracy", _cell([g for _, g in rows], mine), cells, extra)
 
 
 #: What each breakdown cell carries beside its error-flag accuracy.
-CELL_METRICS = ("error_sentence_accuracy", "r1fc", "reference_error_flag_accuracy",
-                "reference_error_sentence_accuracy", "reference_r1fc", "n_unparseable")
+CELL_METRICS = ("error_sentence_accuracy", "r1fc", "n_unparseable", "n_no_answer")
 
 
-def _cell(grades: Sequence[Grade | None]) -> Cell:
-    """Error-flag accuracy of some texts with their sentence accuracy, R1FC and reference figures."""
-    metrics = _metrics(grades)
-    return accuracy_cell([value_of(g) for g in grades], {k: metrics[k] for k in CELL_METRICS})
+def _figures(grades: Sequence[Grade | None], protocol: str, own: bool = True) -> dict[str, Any] | None:
+    """``protocol``'s figures over these texts, from each grade's own details or its ``other`` ones.
+
+    A grade without a value (failed call, grading error) or no grade is a text without an answer.
+    None when an answered grade lacks the other protocol's figures (graded before they were kept).
+    """
+    items: list[dict[str, Any] | None] = []
+    for g in grades:
+        if g is None or g.value is None:
+            items.append(None)
+            continue
+        d = g.details if own else g.details.get("other")
+        if d is None:
+            return None
+        value = g.value if own else g.details.get("other_value")
+        items.append({**d, "flag_correct": value == 1.0})  # the grade's value is its flag verdict
+    return sc.figures(items, count_missing=protocol == "reference")
 
 
-def _metrics(grades: Sequence[Grade | None]) -> dict[str, Any]:
-    """Sentence accuracy and R1FC over scored texts, plus the official figures counting unscored as wrong."""
-    scored = [g for g in grades if g is not None and g.value is not None]
-    n, total = len(scored), len(grades)
-    flags = sum(1 for g in scored if g.value == 1.0)
-    sents = sum(1 for g in scored if g.details.get("sentence_correct"))
-    corr = sum(float(g.details.get("correction_score", 0.0)) for g in scored)
-    return {
-        "error_sentence_accuracy": sents / n if n else None,
-        "error_sentence_ci95": wilson_ci(sents, n),
-        "r1fc": corr / n if n else None,
-        "reference_error_flag_accuracy": flags / total if total else None,
-        "reference_error_sentence_accuracy": sents / total if total else None,
-        "reference_r1fc": corr / total if total else None,
-        "n": n,
-        "n_texts": total,
-        "n_unscored": total - n,
-        "n_unparseable": sum(1 for g in scored if g.details.get("unparseable")),
-    }
+def _cell(grades: Sequence[Grade | None], protocol: str) -> Cell:
+    """Error-flag accuracy of some texts with their sentence accuracy, R1FC and counts."""
+    figs = _figures(grades, protocol)
+    assert figs is not None
+    values = [value_of(g) for g in grades]
+    metrics = {k: figs[k] for k in CELL_METRICS}
+    if protocol != "reference":
+        return accuracy_cell(values, metrics)
+    # a text without an answer is wrong (the official compute_accuracy): n is every text, and
+    # n_unscored counts those without an answer inside it
+    cell = accuracy_cell([0.0 if v is None else v for v in values], metrics)
+    return replace(cell, n_unscored=figs["n_no_answer"])
