@@ -15,10 +15,10 @@ from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.medeqbench import DIMENSION_ALIASES, MedEQBench, parse_rubric
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext
-from grandrounds.graders.medeq_grader import MedEQGrader, rubric_text
+from grandrounds.graders.medeq_grader import MedEQGrader, MedEQParams, rubric_text
 from grandrounds.records import Cell, Response, Verdict
 from tests.grading import grade_answer
-from grandrounds.scoring.medeq import DIMENSIONS, question_score, reference_question_score
+from grandrounds.scoring.medeq import DIMENSIONS, question_score, reference_question, sample_items
 
 ITEM_NO = re.compile(r"^\s*(\d+)\s*、", re.M)
 
@@ -133,7 +133,10 @@ def test_parse_rubric_errors_name_the_row(cell, problem):
     assert err.value.where == "row id 42" and problem in err.value.problem
 
 
-# ---- grading with a fake judge ------------------------------------------------------------------
+# ---- grading with a fake judge (our protocol: our template, tolerant reading, re-asks) ----------
+
+OURS = MedEQParams("grandrounds")
+
 
 class LineJudge:
     """Answers the MedEQ line protocol: 1 iff the item number is even; full-width punctuation; may omit items."""
@@ -156,8 +159,8 @@ class LineJudge:
         return Response(key=f"k{attempt}:{hash(prompt)}", text="<think>逐条看</think>\n" + "\n".join(lines))
 
 
-def grade_all(samples, judge, **ctx):
-    grader = MedEQGrader()
+def grade_all(samples, judge, protocol="grandrounds", **ctx):
+    grader = MedEQGrader(MedEQParams(protocol))
 
     async def go():
         return await asyncio.gather(
@@ -180,7 +183,7 @@ def test_one_call_per_answer_and_scores_match_independent_arithmetic(samples):
     for s, g in zip(samples, grades):
         assert g.value == expected(s)
         assert g.details["coverage"] == {"known": len(s.rubric), "total": len(s.rubric)}
-    agg = MedEQBench().aggregate(samples, grades, RunOptions(seed=3))
+    agg = MedEQBench().aggregate(samples, grades, RunOptions(seed=3, protocol="grandrounds"))
     mean = sum(expected(s) for s in samples) / 413
     assert agg.score == pytest.approx(mean) and agg.n == 413 and agg.n_unscored == 0
     assert agg.ci95[0] <= agg.score <= agg.ci95[1]
@@ -216,7 +219,7 @@ def test_missing_items_are_reasked_then_unknown(samples):
         assert g.details["coverage"]["known"] == len(s.rubric) - 1
         assert g.value == expected(s, known=lambda c: c.id != "加分项_3")
     regraded = asyncio.run(
-        MedEQGrader().grade(subset[0], Response(key="a", text="回答"),
+        MedEQGrader(OURS).grade(subset[0], Response(key="a", text="回答"),
                             GradeContext(judges=(LineJudge(),), previous=grades[0], only_unknown=True))
     )
     assert regraded.value == expected(subset[0])
@@ -224,8 +227,9 @@ def test_missing_items_are_reasked_then_unknown(samples):
 
 def test_failed_answer_is_unscored_without_judging(samples):
     judge = LineJudge()
-    g = grade_answer(MedEQGrader(), samples[0], Response(key="a", error="500"), GradeContext(judges=(judge,)))
-    assert g.value is None and g.status == "answer_failed" and judge.calls == []
+    for protocol in ("reference", "grandrounds"):
+        g = grade_answer(MedEQGrader(MedEQParams(protocol)), samples[0], Response(key="a", error="500"), GradeContext(judges=(judge,)))
+        assert g.value is None and g.status == "answer_failed" and judge.calls == []
 
 
 def test_judge_prompt_carries_question_answer_and_original_rubric(samples):
@@ -237,7 +241,7 @@ def test_judge_prompt_carries_question_answer_and_original_rubric(samples):
             seen["prompt"] = messages[-1].content
             return await super().__call__(messages, attempt=attempt)
 
-    asyncio.run(MedEQGrader().grade(s, Response(key="a", text="<think>草稿</think>最终回答"), GradeContext(judges=(Capture(),))))
+    asyncio.run(MedEQGrader(OURS).grade(s, Response(key="a", text="<think>草稿</think>最终回答"), GradeContext(judges=(Capture(),))))
     assert s.messages[0].content in seen["prompt"] and "最终回答" in seen["prompt"] and "草稿" not in seen["prompt"]
     assert s.metadata["rubric_text"] in seen["prompt"]
     assert rubric_text(s) == s.metadata["rubric_text"]
@@ -246,22 +250,23 @@ def test_judge_prompt_carries_question_answer_and_original_rubric(samples):
 def test_reference_arithmetic_counts_missing_lines_as_zero(samples):
     s = samples[0]
     judged = {c.id: 1 for c in s.rubric[:3]}
-    score, dims = reference_question_score(s.rubric, judged)
+    ref = reference_question(sample_items(s), judged)
     total = sum(c.points for c in s.rubric)
-    assert score == round(100 * sum(c.points for c in s.rubric[:3]) / total, 2)
-    assert math.isnan(dims["内容结构"])
+    assert ref.score == round(sum(c.points for c in s.rubric[:3]) / total * 100, 2)
+    assert math.isnan(ref.tags["内容结构"])
     ours = question_score(s.rubric, [Verdict(c.id, "met") for c in s.rubric[:3]])
     assert ours.score == 100.0 and ours.known == 3  # only known items count, coverage reported
 
 
-def test_clinician_reviews_rescore_the_question(samples):
+@pytest.mark.parametrize("protocol", ["reference", "grandrounds"])
+def test_clinician_reviews_rescore_the_question(samples, protocol):
     """A reviewer's verdicts replace the judge's: 100 * met weights / positive weights, rounded to 2."""
     from grandrounds.records import Grade, Verdict
 
     s = samples[0]
     verdicts = tuple(Verdict(c.id, "met" if c.points > 0 else "unmet") for c in s.rubric)
     grade = Grade(s.id, 100.0, verdicts=verdicts)
-    grader = MedEQGrader()
+    grader = MedEQGrader(MedEQParams(protocol))
     assert grader.rescore(s, grade, {}) == 100.0
     first = next(c for c in s.rubric if c.points > 0)
     possible = sum(c.points for c in s.rubric if c.points > 0)

@@ -6,30 +6,130 @@ AQ-MedAI/MedEQBench @ 8a3a047, columns ``id,question,rubrics``. Each rubric cell
 section. The judge grades the whole rubric in one call (:mod:`grandrounds.graders.medeq_grader`);
 arithmetic in :mod:`grandrounds.scoring.medeq`.
 
+Protocols (``--protocol``):
+
+- ``reference`` (AQ-MedAI/MedEQBench @ 8a3a047: ``configs/examples_config.py``,
+  ``Health_EQBench/Health_EQBench.py``, ``Health_EQBench/utils.py``): the candidate gets the bare
+  question as its only message, temperature 0.7, up to 16,384 tokens (the config's model and
+  inferencer); the judge (gpt-4.1, temperature 0.0, top_p 1, up to 8,192 tokens: utils.py
+  ``EVAL_MODEL_NAME`` and ``llm_infer``) gets the official ``evaluate_prompt``, read at run time
+  from the pinned Health_EQBench.py, with the answer as returned; the reply is read by the
+  official line parser (every matching line counts, an item with no line counts 0, no re-ask);
+  items and weights are those utils.py ``parse_rubric`` reads (it drops row 72 item 6, whose tag
+  ends with "]", and row 399 item 6, whose text mentions 加分项), with its jieba + TF-IDF
+  dimension for each spelling (:data:`REFERENCE_DIMENSION_CHANGES`); the headline is the mean of
+  the question scores over every answer whose judge was asked (a failed judge call or a reply
+  with no readable line counts 0, as the official evaluator scores an empty reply).
+- ``grandrounds``: our judge template and our settings (candidate and judge at temperature 0),
+  reasoning traces removed from the answer, the tolerant line reader with bounded re-asks,
+  unknown items left out of the question score (coverage reported), answers with no known
+  positive item unscored, our dimension table and every item of the cell.
+
 Dimension spellings: the reference maps each raw 【】 label to the closest of its 22 canonical tags
-by jieba + TF-IDF cosine (no threshold). We use the explicit table below instead; an unknown
-spelling is a DataError. One deviation: the item with a malformed ``]`` bracket (row 72, item 6)
-is parsed here, while the reference's ``line.index('】')`` fails and silently drops it.
+by jieba + TF-IDF cosine (no threshold). The ``grandrounds`` protocol uses the explicit table
+:data:`DIMENSION_ALIASES`; the reference protocol uses the same table with the two spellings the
+official mapping sends elsewhere changed (:data:`REFERENCE_DIMENSION_CHANGES`), which gives the
+official mapping for every spelling in the pinned data (tests/test_medeqbench_reference.py checks
+it against ``find_most_similar_tag`` itself where jieba and scikit-learn are installed). An
+unknown spelling is a DataError under both, since no table can say what TF-IDF would pick.
+
+Where the reference protocol differs from the official code (the differential test,
+tests/test_medeqbench_reference.py, runs the official evaluator on all 413 rows with 7 reply
+formats and finds no other difference in per-question scores, per-question dimension scores,
+the final score and the per-dimension means):
+
+- a failed candidate call is unscored and counted in ``n_unscored``: OpenCompass's OpenAI model
+  raises after its retries, so the official run stops there and has no score for it;
+- an exception while grading (``grader_error``) is unscored and redone on the next run, where the
+  official evaluator would stop;
+- with a judge panel (the official code has one judge) an item's counted value is the mean over
+  the judges' replies;
+- the question is shown to the candidate and the judge without leading or trailing whitespace
+  (pandas keeps it); no cell of the pinned files has any;
+- the candidate is asked for up to 16,384 tokens, the configured ``max_out_len``; OpenCompass's
+  OpenAI wrapper lowers that to 8,192 minus the prompt's tokens minus 100 for a model path
+  containing "gpt-4" whenever the installed tiktoken knows the model (recent releases know
+  gpt-4.1), so the official run's effective limit depends on versions the repository does not pin;
+- a judge's separate reasoning stream (``reasoning_content``), which the official call puts in
+  front of the reply as ``<think>…</think>`` where its verdict lines are read too, is not part of
+  the reply here (our OpenAI-compatible provider returns the content only; gpt-4.1 has none).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
 from grandrounds.benchmarks.readers import read_csv
 from grandrounds.errors import DataError
 from grandrounds.params import Param
+from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.registry import Spec
 from grandrounds.records import Cell, Criterion, Grade, Message, Sample
-from grandrounds.scoring.medeq import DIMENSIONS, QuestionScore, final_scores, question_score
+from grandrounds.scoring.medeq import (
+    DIMENSIONS,
+    QuestionScore,
+    ReferenceQuestion,
+    final_scores,
+    nanmean,
+    question_score,
+    reference_final,
+    reference_items,
+    reference_question,
+    reference_tag_means,
+    sample_items,
+)
 from grandrounds.stats import bootstrap
+from grandrounds.upstream import TextRef, UpstreamFile
 
-REPO = "https://raw.githubusercontent.com/AQ-MedAI/MedEQBench/8a3a047d48e6ab49e3a263cc06c07c3787d0fb87/data/"
+COMMIT = "8a3a047d48e6ab49e3a263cc06c07c3787d0fb87"
+_REPO = "AQ-MedAI/MedEQBench"
+REPO = f"https://raw.githubusercontent.com/{_REPO}/{COMMIT}/data/"
 SUBSETS = ("med_eq", "examples")
+
+#: The official files (SOURCES.tsv): the judge prompt and evaluator; the line parser, arithmetic
+#: and judge call; the run configuration (candidate model and settings).
+EVALUATOR = UpstreamFile("medeqbench", _REPO, COMMIT, "Health_EQBench/Health_EQBench.py", "b85ec70eb4f6c0654b7577bb9788259240b48e014ab55ec2eb44ecda462478b2")
+UTILS = UpstreamFile("medeqbench", _REPO, COMMIT, "Health_EQBench/utils.py", "7d1d9a095f936b183be5e75d1a7b33103c136ac75a38051fc6771bd9b8de6192")
+CONFIG = UpstreamFile("medeqbench", _REPO, COMMIT, "configs/examples_config.py", "b22a5e1e4882265026626ff09fb2702948e1875b99615f37d31e5d116078ce67")
+#: The official judge prompt (a module-level constant of Health_EQBench.py, filled by str.format).
+EVALUATE_PROMPT = TextRef(EVALUATOR, "evaluate_prompt")
+
+REFERENCE = Protocol(
+    "reference",
+    # configs/examples_config.py: models=[dict(type=OpenAI, path='gpt-4.1', max_out_len=16384, temperature=0.7)]
+    # and the inferencer's max_out_len=1024 * 16; the prompt is the bare question as one HUMAN turn
+    # (no system message); no top_p is set.
+    answer=Generation(temperature=0.7, max_tokens=16384),
+    # utils.py: evaluate_score -> llm_infer(prompt, EVAL_MODEL_NAME='gpt-4.1', max_tokens=8192,
+    # temperature=0.0) -> openai_api_infer_stream(..., top_p=1), the prompt as one user message.
+    judge=Generation(temperature=0.0, max_tokens=8192, top_p=1.0),
+    judge_model="openai/gpt-4.1",
+    extraction="utils.py parse_llm_evaluation's line pattern on the raw reply (ASCII ':' and '| Reason: … |' required); every line counts; no re-ask",
+    aggregation="utils.py calc_score_percent_one_query per question (missing items count 0); Health_EQBench.py: plain mean over answers, a failed or unreadable judge reply counting 0",
+    source=f"https://github.com/{_REPO}/tree/{COMMIT}",
+    settings={
+        "judge_prompt": "Health_EQBench.py evaluate_prompt, read from the pinned file",
+        "answer_to_judge": "as returned (the official reasoning stripper is not called)",
+        "items": "utils.py parse_rubric (drops rows 72 and 399 item 6); dimensions by its jieba + TF-IDF mapping, tabulated",
+        "files": [f.describe() for f in (CONFIG, EVALUATOR, UTILS)],
+    },
+)
+GRANDROUNDS = replace(ours(
+    REFERENCE,
+    extraction="tolerant line reader (full-width punctuation and digits, missing Reason, quoted 0/1, reasoning removed); first line per item; missing items re-asked, then unknown",
+    aggregation="question score over items with a known verdict; answers with no known positive item unscored; mean over scored answers",
+), settings={"judge_prompt": "templates/medeq_judge.txt", "answer_to_judge": "reasoning traces removed"})
+#: One line on what the two protocols do differently, shown beside the other protocol's figure.
+DIFFERS = (
+    "judge prompt and sampling; line reading (official pattern, repeated lines counted, missing items and failed "
+    "judge calls counted 0, vs tolerant first-line reading, re-asks, unknowns left out); two dropped items; two dimension spellings"
+)
 
 #: Raw 【】 label (whitespace removed, as the reference does) -> canonical dimension.
 #: Every spelling found in med_eq.csv / examples.csv @ 8a3a047 is listed; nothing is guessed.
@@ -63,6 +163,20 @@ DIMENSION_ALIASES: dict[str, str] = {
     "疾病情绪及时响应?": "疾病情绪即时响应",
     "疾病情绪": "疾病情绪即时响应",  # row 123 item 1: "【疾病情绪】及时响应…"
 }
+
+#: Spellings the reference's jieba + TF-IDF argmax (utils.py ``find_most_similar_tag``) maps to another
+#: dimension than :data:`DIMENSION_ALIASES`; for every other spelling in the pinned data it agrees.
+REFERENCE_DIMENSION_CHANGES: dict[str, str] = {
+    "情绪转化": "医学语言通俗转化",  # row 405 item 9
+    "疾病情绪": "疾病反常情绪推理",  # row 123 item 1
+}
+
+
+def reference_dimension(spelling: str) -> str | None:
+    """The dimension the reference gives a raw 【】 spelling (None if the spelling is not tabulated)."""
+    key = re.sub(r"\s+", "", spelling)
+    return REFERENCE_DIMENSION_CHANGES.get(key) or DIMENSION_ALIASES.get(key)
+
 
 _ITEM = re.compile(r"^(\d+)\s*[、.．]\s*[【\[](.*?)[】\]](.*)$", re.S)
 #: ``{+4}``, ``{ + 4 }``, ``{+４}``, ``｛＋4｝``: ``\d`` and ``\s`` are Unicode-aware and int() reads full-width digits.
@@ -114,6 +228,7 @@ class MedEQBench(Benchmark):
     """MedEQBench: 413 Chinese consultations, 7,355 weighted empathy/communication items, one judge call each."""
 
     name = "medeqbench"
+    protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     description = "MedEQBench (AQ-MedAI): medical emotional-intelligence rubrics, Chinese (LLM judge)"
     language = "zh"
     remote_files = (
@@ -146,47 +261,126 @@ class MedEQBench(Benchmark):
                 raise DataError(path, where, "duplicate id")
             seen.add(row)
             rubric, spellings = parse_rubric(rec["rubrics"], path, row)
-            meta = {"rubric_text": rec["rubrics"].strip(), "dimension_spellings": spellings}
+            meta = {
+                "rubric_text": rec["rubrics"],  # the cell as the judge sees it (the reference passes it unchanged)
+                "dimension_spellings": spellings,
+                "reference_items": reference_item_table(rec["rubrics"], {c.id for c in rubric}, path, where),
+            }
             samples.append(Sample(row, self.name, (Message("user", rec["question"].strip()),), rubric=tuple(rubric), metadata=meta))
         if not samples:
             raise DataError(path, None, "no records")
         return samples
 
     def grader_spec(self, options: RunOptions) -> Spec:
-        return Spec("medeq", {})
+        return Spec("medeq", {"protocol": options.protocol})
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Mean question score (0-100) with a seeded bootstrap CI; per-dimension nanmeans for a radar chart.
+        """Mean question score (0-100) with a seeded bootstrap CI; per-dimension means for a radar chart.
 
-        Breakdown family ``dimension``: a cell's score is the nanmean over the questions having a
-        positive item of that dimension (``n``); ``n_unscored`` counts such questions left unscored.
+        ``reference``: every answer whose judge was asked counts (a failed judge call or a reply
+        with no line the official parser reads counts 0, ``extra["n_counted_zero"]``); dimension
+        cells are ``round(nanmean, 2)`` of the official per-question dimension scores.
+        ``grandrounds``: answers with a known question score only; dimension cells are the
+        nanmean over the questions having a positive item of that dimension.
+        Either way ``n`` counts the questions in a cell, ``n_unscored`` those having the
+        dimension left out, and ``extra["other_protocol"]`` gives the other protocol's figure.
         """
         by_id = {s.id: s for s in samples}
-        questions: list[QuestionScore] = []
-        unscored: Counter[str] = Counter()
-        for g in grades:
-            sample = by_id.get(g.sample_id)
-            if sample is None:
-                continue
-            q = None if g.value is None else question_score(sample.rubric, g.verdicts)
-            if q is None or q.score is None:
-                unscored.update({c.tags[0] for c in sample.rubric if c.points > 0 and c.tags})
-            else:
-                questions.append(q)
-        final, per_dim = final_scores(questions)
-        boot = bootstrap([q.score for q in questions], seed=options.seed) if questions else None
-        known = sum(q.known for q in questions)
-        total = sum(q.total for q in questions)
+        rows = [(by_id[g.sample_id], g) for g in grades if g.sample_id in by_id]
+        refs = [_reference_of(s, g) for s, g in rows]
+        ref_scores = [r.score for r in refs if r is not None]
+        judged = [g for (_, g), r in zip(rows, refs) if r is not None]
+        known = sum(1 for g in judged for v in g.verdicts if v.status in ("met", "unmet"))
+        total = sum(len(by_id[g.sample_id].rubric) for g in judged)
+        extra: dict[str, Any] = {
+            "protocol": options.protocol,
+            "coverage": known / total if total else None,
+            "n_unknown_verdicts": sum(1 for g in grades for v in g.verdicts if v.status == "unknown"),
+        }
+        if options.protocol == "reference":
+            score, values = reference_final(ref_scores), ref_scores
+            breakdown = _reference_dimensions(rows, refs)
+            extra["n_counted_zero"] = sum(1 for (_, g), r in zip(rows, refs) if r is not None and g.value is None)
+            extra["other_protocol"] = {"protocol": "grandrounds", "score": nanmean([_our_value(s, g) for s, g in rows]), "differs": DIFFERS}
+        else:
+            mine = [question_score(s.rubric, g.verdicts) if g.value is not None else None for s, g in rows]
+            questions = [q for q in mine if q is not None and q.score is not None]
+            score, values = final_scores(questions)[0], [q.score for q in questions]
+            breakdown = _our_dimensions(rows, mine, questions)
+            extra["other_protocol"] = {"protocol": "reference", "score": reference_final(ref_scores), "differs": DIFFERS}
+        boot = bootstrap(values, seed=options.seed) if values else None
+        extra["bootstrap_std"] = boot[0] if boot else None
+        label = "failed or unreadable judge replies count 0" if options.protocol == "reference" else "unknown items left out"
         return Aggregate(
-            metric="mean question score (0-100)",
-            score=final,
+            metric=f"mean question score (0-100; {label})",
+            score=score,
             ci95=boot[1] if boot else None,
-            n=len(questions),
-            n_unscored=len(grades) - len(questions),
-            breakdown={"dimension": {d: Cell(score=s, n=n, n_unscored=unscored[d]) for d, (s, n) in per_dim.items()}},
-            extra={
-                "coverage": known / total if total else None,
-                "n_unknown_verdicts": sum(1 for g in grades for v in g.verdicts if v.status == "unknown"),
-                "bootstrap_std": boot[0] if boot else None,
-            },
+            n=len(values),
+            n_unscored=len(grades) - len(values),
+            breakdown={"dimension": breakdown},
+            extra=extra,
         )
+
+
+def reference_item_table(cell: str, ids: set[str], path: Path, where: str) -> dict[str, list[Any]]:
+    """The items the official parser reads in a rubric cell: key -> [weight, dimension by the reference's mapping]."""
+    try:
+        items = reference_items(cell)
+    except ValueError as e:
+        raise DataError(path, where, f"official rubric parser: {e}") from None
+    out: dict[str, list[Any]] = {}
+    for key, (weight, spelling) in items.items():
+        if key not in ids:  # the grader reads the official count of an item through its verdict
+            raise DataError(path, where, f"the official parser reads an item {key!r} that is not one of this row's items")
+        dim = reference_dimension(spelling)
+        if dim is None:
+            raise DataError(path, where, f"item {key}: no reference dimension tabulated for the spelling {spelling!r}")
+        out[key] = [weight, dim]
+    return out
+
+
+def _asked(g: Grade) -> bool:
+    """The judge was asked about the answer: a score, or a reply (or failed call) nothing could be read from."""
+    return g.status == "unreadable" or (g.status == "scored" and g.value is not None)
+
+
+def _reference_of(sample: Sample, g: Grade) -> ReferenceQuestion | None:
+    """The official question score of a graded answer (from the counted lines the grader kept, else its verdicts)."""
+    if not _asked(g):
+        return None
+    counts = g.details.get("reference_counts")
+    if not isinstance(counts, Mapping):
+        counts = {v.criterion_id: 1 if v.status == "met" else 0 for v in g.verdicts}
+    return reference_question(sample_items(sample), counts)
+
+
+def _our_value(sample: Sample, g: Grade) -> float | None:
+    """Our question score of an answer graded under the reference protocol (its ``other_value``)."""
+    if "other_value" in g.details:
+        other = g.details["other_value"]
+        return None if other is None else float(other)
+    return question_score(sample.rubric, g.verdicts).score if _asked(g) else None
+
+
+def _reference_dimensions(rows: Sequence[tuple[Sample, Grade]], refs: Sequence[ReferenceQuestion | None]) -> dict[str, Cell]:
+    means = reference_tag_means([r.tags for r in refs if r is not None])
+    unscored: Counter[str] = Counter()
+    for (s, _), r in zip(rows, refs):
+        if r is None:
+            unscored.update({t for k, (w, t) in sample_items(s).items() if k.startswith("加分项") and w > 0})
+    return {
+        d: Cell(
+            score=None if math.isnan(m) else m,
+            n=sum(1 for r in refs if r is not None and not math.isnan(r.tags.get(d, math.nan))),
+            n_unscored=unscored[d],
+        )
+        for d, m in means.items()
+    }
+
+
+def _our_dimensions(rows: Sequence[tuple[Sample, Grade]], mine: Sequence[QuestionScore | None], questions: Sequence[QuestionScore]) -> dict[str, Cell]:
+    unscored: Counter[str] = Counter()
+    for (s, _), q in zip(rows, mine):
+        if q is None or q.score is None:
+            unscored.update({c.tags[0] for c in s.rubric if c.points > 0 and c.tags})
+    return {d: Cell(score=v, n=n, n_unscored=unscored[d]) for d, (v, n) in final_scores(questions)[1].items()}

@@ -1,27 +1,44 @@
 """MedEQBench grader: the whole rubric in one judge call, one ``加分项_<n>_"名称":<0|1> | Reason: …`` line per item.
 
-Modelled on AQ-MedAI/MedEQBench Health_EQBench.py (``evaluate_prompt``) and utils.py
-(``parse_llm_evaluation``). The reference regex needs an ASCII colon and a literal ``Reason:``
-and counts unreadable or missing lines as 0; we read lines tolerantly (full-width ``：`` ``｜``
-``＿`` and digits, a missing Reason part, quotes around the 0/1, reasoning traces), re-ask the whole
-call (attempt + 1) while items are missing, and record items still missing as ``unknown``.
-The candidate answer has reasoning traces stripped before judging (PROTOCOLS.md quirk 13; the
-reference's stripper exists but is not wired in).
+``Params.protocol`` picks how (the protocols are described in :mod:`grandrounds.benchmarks.medeqbench`):
+
+- ``reference``: the official ``evaluate_prompt`` (Health_EQBench.py @ 8a3a047, read at run time
+  from the pinned file) filled by ``str.format`` with the question, the answer as the model
+  returned it, only stripped of surrounding whitespace as OpenCompass's OpenAI wrapper stores it
+  (the official reasoning stripper is never called), and the rubric cell. The
+  reply is read by the official line pattern (utils.py ``parse_llm_evaluation``): an ASCII colon
+  before the 0/1 and ``| Reason: … |`` after it are required, every matching line counts (a
+  repeated line counts again), and an item with no line counts 0; nothing is re-asked.
+- ``grandrounds``: our template (``templates/medeq_judge.txt``), reasoning traces removed from the
+  answer and from the reply, lines read tolerantly (full-width ``：`` ``｜`` ``＿`` and digits, a
+  missing Reason part, quotes around the 0/1), the first line per item wins, missing items are
+  re-asked (attempt + 1) and those still missing recorded as ``unknown``.
+
+Every grade reads its judge replies both ways: ``details["reference_counts"]`` holds the official
+counted value of each official item (the sum of its lines' 0/1s), ``details["other_value"]`` the
+other protocol's question score, so a run's aggregate shows both figures.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
-from dataclasses import replace
-from typing import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Sequence
 
+from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
-from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys
-from grandrounds.records import Grade, Message, Response, Sample
-from grandrounds.scoring.medeq import question_score
+from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys, majority
+from grandrounds.protocols import PROTOCOL_NAMES
+from grandrounds.records import Grade, Message, Response, Sample, Verdict
+from grandrounds.scoring.medeq import question_score, reference_question, sample_items
 from grandrounds.textutil import normalize_width, strip_reasoning
+from grandrounds.upstream import UpstreamText
 
 TEMPLATE_NAME = "medeq_judge"
+
+# ---- reading a reply: ours ------------------------------------------------------------------------
 
 _LINE = re.compile(
     # key, then anything up to the colon (a quoted name may itself contain colons), then the 0/1
@@ -41,9 +58,129 @@ def parse_medeq_reply(text: str) -> dict[str, tuple[bool, str]]:
     return out
 
 
-def _parse(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+def _read_ours(text: str, pending: Sequence[str]) -> dict[str, Reading]:
     found = parse_medeq_reply(text)
     return {cid: Reading("met" if found[cid][0] else "unmet", found[cid][1]) for cid in pending if cid in found}
+
+
+# ---- reading a reply: the reference's ------------------------------------------------------------
+
+#: The line pattern of utils.py ``parse_llm_evaluation`` @ 8a3a047, with its meaning spelled out.
+#: Matches never overlap and each one counts; the reply is read raw (no width folding, and
+#: lines inside a ``<think>`` block count too).
+_OFFICIAL_LINE = re.compile(
+    r"""
+    (加分项|减分项) _ (\d+)      # item type and number; \d also takes full-width digits, which then match no item
+    [^:]* :                     # anything but an ASCII colon, across lines if need be; '：' is not a colon here
+    ([01]) \s* \| \s*           # the verdict and a bar
+    Reason: \s* (.*?) \s* \|    # the literal 'Reason:', a reason on the same line, and a closing bar
+    """,
+    re.X,
+)
+
+
+def reference_lines(text: str) -> list[tuple[str, int, str]]:
+    """Every (item key, 0/1, reason) the official parser reads from ``text``, in order, repeats kept.
+
+    The key is spelt as the official code builds it (``加分项_`` + the digits as written), so
+    ``加分项_０１`` is a key no rubric item has.
+    """
+    return [(f"{kind}_{number}", int(value), reason.strip()) for kind, number, value, reason in _OFFICIAL_LINE.findall(text)]
+
+
+def reference_counts(text: str) -> dict[str, int]:
+    """Item key -> the sum of its lines' 0/1s: what utils.py ``calc_score_percent_one_query`` multiplies by the weight."""
+    out: dict[str, int] = {}
+    for key, value, _ in reference_lines(text):
+        out[key] = out.get(key, 0) + value
+    return out
+
+
+def _read_reference(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+    """One Reading per pending item, so nothing is re-asked (the reference never re-asks).
+
+    ``score`` holds the counted value (2 for a ``1`` line given twice); an item with no line is
+    ``unknown`` here and counts 0 in the reference's arithmetic.
+    """
+    lines = reference_lines(text)
+    counts = reference_counts(text)
+    reasons: dict[str, str] = {}
+    for key, _, reason in lines:
+        reasons.setdefault(key, reason)
+    out: dict[str, Reading] = {}
+    for cid in pending:
+        if cid in counts:
+            out[cid] = Reading("met" if counts[cid] > 0 else "unmet", reasons[cid], float(counts[cid]))
+        else:
+            out[cid] = Reading("unknown", "no line the official parser reads for this item (counted 0 by the reference)")
+    return out
+
+
+# ---- values from verdicts -------------------------------------------------------------------------
+
+Items = Mapping[str, tuple[float, str]]
+
+
+def official_counts(verdicts: Sequence[Verdict], items: Items, statuses: Mapping[str, str] | None = None) -> tuple[dict[str, float], bool]:
+    """(official counted value per item that has a line, whether any item has one), from the replies behind the votes.
+
+    Each vote is re-read from its raw reply by the official parser; a panel's value is the mean
+    over its judges (a judge without a line for the item counts 0). A verdict with no votes, or
+    one whose status ``statuses`` changes (a clinician review), counts 1 if met, else 0.
+    """
+    by_id = {v.criterion_id: v for v in verdicts}
+    cache: dict[str, dict[str, int]] = {}
+    counts: dict[str, float] = {}
+    for key in items:
+        v = by_id.get(key)
+        if v is None:
+            continue
+        status = (statuses or {}).get(key, v.status)
+        if not v.votes or status != v.status:
+            if status in ("met", "unmet"):
+                counts[key] = 1 if status == "met" else 0
+            continue
+        for vote in v.votes:
+            if vote.raw not in cache:
+                cache[vote.raw] = reference_counts(vote.raw)
+        read = [cache[vote.raw] for vote in v.votes]
+        if any(key in r for r in read):
+            values = [r.get(key, 0) for r in read]
+            counts[key] = values[0] if len(values) == 1 else sum(values) / len(values)
+    return counts, bool(counts)
+
+
+def tolerant_verdicts(verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The verdicts our tolerant reader gives the same replies (majority over the panel's votes)."""
+    cache: dict[str, dict[str, tuple[bool, str]]] = {}
+    out = []
+    for v in verdicts:
+        if not v.votes:
+            out.append(v)
+            continue
+        statuses = []
+        for vote in v.votes:
+            if vote.raw not in cache:
+                cache[vote.raw] = parse_medeq_reply(vote.raw)
+            got = cache[vote.raw]
+            statuses.append(("met" if got[v.criterion_id][0] else "unmet") if v.criterion_id in got else "unknown")
+        out.append(Verdict(v.criterion_id, majority(statuses)))
+    return out
+
+
+def _present(tags: Mapping[str, float]) -> dict[str, float | None]:
+    return {t: (None if math.isnan(x) else x) for t, x in tags.items()}
+
+
+# ---- the grader ----------------------------------------------------------------------------------
+
+
+@functools.cache
+def official_template() -> UpstreamText:
+    """The official judge prompt, read from the pinned Health_EQBench.py (``evaluate_prompt``)."""
+    from grandrounds.benchmarks.medeqbench import EVALUATE_PROMPT
+
+    return EVALUATE_PROMPT.load()
 
 
 def rubric_text(sample: Sample) -> str:
@@ -62,35 +199,81 @@ def rubric_text(sample: Sample) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class MedEQParams:
+    #: ``reference`` (the official prompt and line parser) or ``grandrounds`` (ours).
+    protocol: str = "reference"
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOL_NAMES:
+            raise ConfigError(f"unknown protocol {self.protocol!r} (protocols: {', '.join(PROTOCOL_NAMES)})")
+
+
+READERS: Mapping[str, Callable[[str, Sequence[str]], dict[str, Reading]]] = {"reference": _read_reference, "grandrounds": _read_ours}
+
+
 class MedEQGrader(Grader):
-    """One judge call per answer covering all rubric items; question score over the known items."""
+    """One judge call per answer covering all rubric items; the question score of the chosen protocol."""
 
     name = "medeq"
+    Params = MedEQParams
     judged = True
 
-    def __init__(self, params: object = None) -> None:
+    def __init__(self, params: MedEQParams | None = None) -> None:
         super().__init__(params)
-        self.templates = load_templates(TEMPLATE_NAME)
-        self.template = self.templates[TEMPLATE_NAME]
+        self.protocol: str = self.params.protocol
+        self.templates = {} if self.protocol == "reference" else load_templates(TEMPLATE_NAME)
+
+    def template_hashes(self) -> dict[str, Any]:
+        if self.protocol == "reference":
+            return {"evaluate_prompt": official_template().fingerprint()}
+        return super().template_hashes()
+
+    def prompt(self, sample: Sample, answer: str) -> str:
+        """The judge prompt of this protocol for ``sample`` and the candidate's reply."""
+        question = "\n".join(m.content for m in sample.messages if m.role == "user")
+        if self.protocol == "reference":  # Health_EQBench.py: evaluate_prompt.format(question=, answer=, rubric=)
+            # the prediction as OpenCompass's OpenAI wrapper stores it: the reply's content, stripped
+            return official_template().text.format(question=question, answer=answer.strip(), rubric=rubric_text(sample))
+        return self.templates[TEMPLATE_NAME].format(question=question, answer=strip_reasoning(answer), rubric=rubric_text(sample))
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        question = "\n".join(m.content for m in sample.messages if m.role == "user")
-        prompt = self.template.format(question=question, answer=strip_reasoning(response.text or ""), rubric=rubric_text(sample))
-        messages = (Message("user", prompt),)
+        messages = (Message("user", self.prompt(sample, response.text or "")),)
         ids = [c.id for c in sample.rubric]
-        verdicts = await judge_criteria(ids, lambda _j, pending: [Ask(tuple(pending), lambda _p: messages, _parse)], ctx)
-        q = question_score(sample.rubric, verdicts)
-        details = {
-            "coverage": {"known": q.known, "total": q.total},
-            "n_unknown": q.total - q.known,
-            "dimension_scores": dict(q.dimensions),
+        read = READERS[self.protocol]
+        verdicts = await judge_criteria(ids, lambda _j, pending: [Ask(tuple(pending), lambda _p: messages, read)], ctx)
+        return self.grade_of(sample, verdicts)
+
+    def grade_of(self, sample: Sample, verdicts: Sequence[Verdict]) -> Grade:
+        """The grade from the verdicts (and the replies behind their votes), with the other protocol's value."""
+        items = sample_items(sample)
+        counts, any_line = official_counts(verdicts, items)
+        ref = reference_question(items, counts) if any_line else None
+        ours = question_score(sample.rubric, verdicts if self.protocol == "grandrounds" else tolerant_verdicts(verdicts))
+        known = sum(1 for v in verdicts if v.status in ("met", "unmet"))
+        details: dict[str, Any] = {
+            "protocol": self.protocol,
+            "coverage": {"known": known, "total": len(sample.rubric)},
+            "n_unknown": len(sample.rubric) - known,
+            "reference_counts": counts,
         }
         keys = judge_keys(verdicts)
-        if q.score is None:
-            return Grade(sample.id, None, None, verdicts, details, "no positive item has a known verdict", keys, "unreadable")
-        return Grade(sample.id, q.score, None, verdicts, details, None, keys)
+        if self.protocol == "reference":
+            details |= {"dimension_scores": _present(ref.tags) if ref else {}, "other_value": ours.score}
+            if ref is None:
+                why = next((vote.error for v in verdicts for vote in v.votes if vote.error), None) or "no line the official parser reads"
+                return Grade(sample.id, None, None, tuple(verdicts), details, f"{why}; the official evaluator counts this answer 0", keys, "unreadable")
+            return Grade(sample.id, ref.score, None, tuple(verdicts), details, None, keys)
+        details |= {"dimension_scores": dict(ours.dimensions), "other_value": ref.score if ref else None}
+        if ours.score is None:
+            return Grade(sample.id, None, None, tuple(verdicts), details, "no positive item has a known verdict", keys, "unreadable")
+        return Grade(sample.id, ours.score, None, tuple(verdicts), details, None, keys)
 
     def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
-        """The question score with reviewed items decided as the reviewer says."""
+        """The question score with reviewed items decided as the reviewer says (the protocol's arithmetic)."""
+        if self.protocol == "reference":
+            items = sample_items(sample)
+            counts, any_line = official_counts(grade.verdicts, items, statuses)
+            return reference_question(items, counts).score if any_line else None
         verdicts = [replace(v, status=statuses.get(v.criterion_id, v.status)) for v in grade.verdicts]  # type: ignore[arg-type]
         return question_score(sample.rubric, verdicts).score
