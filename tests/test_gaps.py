@@ -37,6 +37,15 @@ def fenced(met: bool, why: str = "理由") -> str:
     return f'好的。\n```json\n{{"explanation": "{why}", "criteria_met": {str(met).lower()}}}\n```'
 
 
+def is_positive(prompt: str) -> bool:
+    """A positive-claim judge prompt: ours says 正向评分标准, judge_engine.py's 正向评判标准."""
+    return "正向评分标准" in prompt or "正向评判标准" in prompt
+
+
+def is_judge_prompt(prompt: str) -> bool:
+    return any(k in prompt for k in ("正向评分标准", "负向评分标准", "正向评判标准", "负向评判标准"))
+
+
 @dataclass
 class RuleJudge:
     """Replies by rule(claim text, attempt) -> reply text or None (failed call)."""
@@ -91,7 +100,7 @@ def test_vote_table(labels, decision):
 
 def test_single_judge_needs_min_valid_one(nsclc):
     assert sc.vote(["met"], min_valid=1) == "met" and sc.vote(["unknown"], min_valid=1) == "review_needed"
-    one = (RuleJudge("a", lambda p, a: fenced("正向评分标准" in p)),)
+    one = (RuleJudge("a", lambda p, a: fenced(is_positive(p))),)
     with pytest.raises(ConfigError, match="at least 2 judges"):  # refused before any call
         check_judges(GAPS(), GAPSGrader(), [JudgeConfig("openai/a")])
     check_judges(GAPS(), GAPSGrader(min_valid=1), [JudgeConfig("openai/a")])
@@ -158,7 +167,8 @@ def test_panel_grades_a_real_row_under_both_conventions(nsclc):
         return None if claim_of(prompt).id == "1" else base(prompt, attempt)
 
     judges = (RuleJudge("a", base), RuleJudge("b", b_rule), RuleJudge("c", contrarian))
-    g = asyncio.run(GAPSGrader().grade(sample, Response(key="ans", text="回答"), GradeContext(judges=judges)))
+    grader = GAPSGrader(protocol="grandrounds")  # our templates, re-asks and convention
+    g = asyncio.run(grader.grade(sample, Response(key="ans", text="回答"), GradeContext(judges=judges)))
     decisions = g.details["decisions"]
     assert decisions["1"] == "review_needed" and decisions["2"] == "met" and decisions["17"] == "met"
     pts = {c.id: c.points for c in sample.rubric}
@@ -174,23 +184,28 @@ def test_panel_grades_a_real_row_under_both_conventions(nsclc):
     # Negative items got the negative prompt, positive ones the positive prompt.
     neg_prompts = [p for _, p in judges[0].calls if "负向评分标准" in p]
     assert len(neg_prompts) == 8 and len(judges[0].calls) == 24
-    # Aggregate: ours and reference side by side.
-    agg = GAPS().aggregate([sample], [g], RunOptions())
-    assert agg.score == g.value and agg.extra["reference_score"] == g.details["reference_value"]
+    # The same replies read judge_engine's way: every reply is fenced, "我无法判断" is Unknown there too.
+    assert g.details["other_value"] == g.details["reference_value"]
+    # Aggregate: ours and the reference protocol's figure side by side.
+    agg = GAPS().aggregate([sample], [g], RunOptions(protocol="grandrounds"))
+    assert agg.score == g.value and agg.extra["other_protocol"]["score"] == g.details["other_value"]
+    assert agg.extra["other_protocol"]["protocol"] == "reference"
     assert agg.breakdown["category"]["G1"].metrics["n_review_needed"] == 1
+    assert agg.breakdown["category"]["G1"].metrics["other_score"] == g.details["other_value"]
 
 
 def test_only_unknown_regrade_reasks_only_unknown_votes(nsclc):
     sample = nsclc[1]
     flaky = RuleJudge("c", lambda p, a: "乱码")
     judges = (RuleJudge("a", lambda p, a: fenced(True)), RuleJudge("b", lambda p, a: fenced(False)), flaky)
-    first = asyncio.run(GAPSGrader().grade(sample, Response(key="x", text="答"), GradeContext(judges=judges)))
+    grader = GAPSGrader(protocol="grandrounds")  # unreadable replies are re-asked (attempts 0..2)
+    first = asyncio.run(grader.grade(sample, Response(key="x", text="答"), GradeContext(judges=judges)))
     assert all(v.status == "unknown" for v in first.verdicts)  # 1 met, 1 unmet, 1 unknown each
     fixed = RuleJudge("c", lambda p, a: fenced(True))
     a_again = RuleJudge("a", lambda p, a: pytest.fail("a's known vote must not be re-asked"))
     judges2 = (a_again, RuleJudge("b", lambda p, a: pytest.fail("b must not be re-asked")), fixed)
     ctx = GradeContext(judges=judges2, previous=first, only_unknown=True)
-    again = asyncio.run(GAPSGrader().grade(sample, Response(key="x", text="答"), ctx))
+    again = asyncio.run(grader.grade(sample, Response(key="x", text="答"), ctx))
     assert all(v.status == "met" for v in again.verdicts)
     assert {a for a, _ in fixed.calls} == {3}  # after attempts 0..2 of the first grading
     assert all(v.attempts == 4 for v in again.verdicts)
@@ -213,7 +228,7 @@ def test_irrelevant_content_deduction(nsclc):
             return '```json\n{"reasoning": "x", "level": "S2"}\n```'
         return fenced(True)
 
-    judges = (RuleJudge("a", rule), RuleJudge("b", rule), RuleJudge("c", lambda p, a: fenced(True) if "评分标准" in p else '{"level": "S4"}'))
+    judges = (RuleJudge("a", rule), RuleJudge("b", rule), RuleJudge("c", lambda p, a: fenced(True) if is_judge_prompt(p) else '{"level": "S4"}'))
     opts = RunOptions(extra={"gaps_irrelevant": "conservative"})
     grader = GAPS().grader(opts)
     g = asyncio.run(grader.grade(sample, Response(key="x", text="回答"), GradeContext(judges=judges)))
@@ -267,13 +282,21 @@ def test_truncated_rubric_is_repaired_or_rejected(tmp_path):
 def test_aggregate_counts_unscored(nsclc):
     s1, s2, s3 = nsclc[:3]
     grades = [
-        Grade(s1.id, 0.5, details={"reference_value": 0.4, "coverage": 1.0, "n_review_needed": 0}),
-        Grade(s2.id, None, details={"reference_value": 0.0, "coverage": 0.0, "n_review_needed": 5}),
+        Grade(s1.id, 0.5, details={"reference_value": 0.4, "other_value": 0.4, "coverage": 1.0, "n_review_needed": 0}),
+        Grade(s2.id, None, details={"reference_value": 0.0, "other_value": 0.0, "coverage": 0.0, "n_review_needed": 5}),
         Grade(s3.id, None, error="answer call failed"),
     ]
-    agg = GAPS().aggregate([s1, s2, s3], grades, RunOptions())
+    agg = GAPS().aggregate([s1, s2, s3], grades, RunOptions(protocol="grandrounds"))
     assert agg.score == 0.5 and agg.n == 1 and agg.n_unscored == 2
-    assert agg.extra["reference_score"] == pytest.approx(0.2) and agg.extra["n_review_needed"] == 5
+    assert agg.extra["other_protocol"]["score"] == pytest.approx(0.4 / 3)  # reference: no value scores 0
+    assert agg.extra["n_review_needed"] == 5
+    # Under the reference protocol an answer without a value scores 0, inside n.
+    ref = [Grade(s1.id, 0.4, details={"other_value": 0.5}), Grade(s2.id, 0.0, details={"other_value": None}),
+           Grade(s3.id, None, error="answer call failed")]
+    agg = GAPS().aggregate([s1, s2, s3], ref, RunOptions())
+    assert agg.score == pytest.approx(0.4 / 3) and agg.n == 3 and agg.n_unscored == 1
+    assert agg.extra["other_protocol"] == {"protocol": "grandrounds", "score": 0.5, "differs": agg.extra["other_protocol"]["differs"]}
+    assert agg.metric == "GAPS score (0-1; review_needed = not met)"
 
 
 def test_end_to_end_panel_through_runner(tmp_path, shared_data):
@@ -284,16 +307,17 @@ def test_end_to_end_panel_through_runner(tmp_path, shared_data):
 
     def rule(body):
         user = body["messages"][-1]["content"]
-        if "评分标准" not in user:
+        if body["model"] == "cand":
             return "模型的回答：影像学特征包括大小、密度和形态。"
+        assert is_judge_prompt(user) and len(body["messages"]) == 1  # judge_engine sends one HumanMessage
         if body["model"] == "j3":
             return "无法判断"  # the third judge never gives a readable verdict
-        return fenced("正向评分标准" in user)  # positives met, negatives (defects) absent
+        return fenced(is_positive(user))  # positives met, negatives (defects) absent
 
     with LoopbackServer(rule) as srv:
         judges = tuple(JudgeConfig(f"openai/{j}", srv.base_url) for j in ("j1", "j2", "j3"))
         cfg = RunConfig("gaps", "openai/cand", data=shared_data("gaps", "GAPS-NSCLC-preview.xlsx"),
                         base_url=srv.base_url, judges=judges, limit=1)
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
-    assert out.result.n == 1 and out.result.score == 1.0
-    assert out.result.extra["reference_score"] == 1.0 and out.result.extra["n_review_needed"] == 0
+    assert out.result.n == 1 and out.result.score == 1.0  # the reference protocol, by default
+    assert out.result.extra["other_protocol"]["score"] == 1.0 and out.result.extra["n_review_needed"] == 0

@@ -13,7 +13,7 @@ import pytest
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.llmeval_med import LLMEvalMed
 from grandrounds.graders.base import GradeContext
-from grandrounds.graders.llmeval_grader import LLMEvalGrader, parse_score, summarize
+from grandrounds.graders.llmeval_grader import LLMEvalGrader, parse_score, usability
 from grandrounds.records import Grade, Response
 from tests.grading import grade_answer
 
@@ -64,11 +64,13 @@ def test_round_three_prompt_carries_rounds_one_and_two_in_order(samples):
     assert r1.messages[0].content == "皂苷溶血作用的原因？"
     history = [(r1, "答一：皂苷与胆固醇结合"), (r2, "答二：用溶血指数表示")]
     p = bench.prompt(r3, RunOptions(), history)
-    assert [m.role for m in p.messages] == ["system", "user", "assistant", "user", "assistant", "user"]
-    assert p.messages[0].content == "You are a helpful assistant."
-    assert [m.content for m in p.messages[1:]] == [
+    assert [m.role for m in p.messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert [m.content for m in p.messages] == [
         r1.messages[0].content, "答一：皂苷与胆固醇结合", r2.messages[0].content, "答二：用溶血指数表示", r3.messages[0].content
     ]
+    # Answer.py's system message is the protocol's (the runner sends it first), under both protocols.
+    for name in ("reference", "grandrounds"):
+        assert bench.protocol(RunOptions(protocol=name)).answer.system == "You are a helpful assistant."
     assert r3.group == "医疗知识/7" and r3.turn == 3
 
 
@@ -90,15 +92,14 @@ def test_parse_score(reply, score):
     assert parse_score(reply) == score
 
 
-def test_summarize_threshold_and_reference_convention():
-    assert summarize([4, 5, 3]) == {"run_scores": [4, 5, 3], "mean_score": 4.0, "usable": True, "reference_usable": True}
-    assert summarize([4, 3, None])["usable"] is False  # mean 3.5
-    s = summarize([None, None])
-    assert s["usable"] is None and s["reference_usable"] is False
+def test_usability_threshold():
+    assert usability([4, 5, 3]) == (4.0, True)
+    assert usability([4, 3, None]) == (3.5, False)  # mean of the valid runs
+    assert usability([None, None]) == (None, None)  # no valid score: unknown, never "unusable" here
 
 
-def _grade(sample, judge, **ctx):
-    grader = LLMEvalGrader(runs=3)
+def _grade(sample, judge, protocol="grandrounds", **ctx):
+    grader = LLMEvalGrader(runs=3, protocol=protocol)
     return asyncio.run(grader.grade(sample, Response(key="ans", text="回答内容"), GradeContext(judges=(judge,), **ctx)))
 
 
@@ -110,7 +111,7 @@ def test_three_runs_use_distinct_attempt_numbers_and_average(samples):
     assert sorted(a for a, _ in judge.calls) == [0, 3, 4, 6]
     assert g.details["run_scores"] == [4, 5, 2]
     assert g.details["mean_score"] == pytest.approx(11 / 3)
-    assert g.value == 0.0 and g.details["reference_usable"] is False
+    assert g.value == 0.0 and g.details["other_value"] == 0.0  # the official reading of the same replies agrees
     assert g.verdicts == () and [(v.run, v.score) for v in g.votes] == [(0, 4.0), (1, 5.0), (2, 2.0)]
     assert all(v.status in ("met", "unmet") for v in g.votes)
     # The MK prompt carries the checklist and the reference answer of this very turn.
@@ -118,12 +119,12 @@ def test_three_runs_use_distinct_attempt_numbers_and_average(samples):
     assert sample.metadata["checklist"][:20] in prompt and sample.target[:20] in prompt and "回答内容" in prompt
 
 
-def test_no_valid_score_is_unscored_but_unusable_for_the_reference(samples):
+def test_no_valid_score_is_unscored_and_reasked_under_grandrounds(samples):
     sample = next(s for s in samples if s.metadata["code"] == "MR")
     judge = FakeJudge(["无分数"])
     g = _grade(sample, judge)
     assert g.value is None and g.error
-    assert g.details["reference_usable"] is False
+    assert g.details["other_value"] is None
     assert [v.status for v in g.votes] == ["unknown"] * 3 and g.status == "unreadable"
     assert all(v.raw == "无分数" and v.attempts == 3 for v in g.votes)
     assert len(judge.calls) == 9  # 3 runs x (1 + max_reask 2)
@@ -153,28 +154,39 @@ def test_only_unknown_regrade_keeps_known_runs_and_uses_fresh_attempts(samples):
     assert again.votes[1].attempts == 4 and again.votes[0] == first.votes[0]  # known runs kept as they are
 
 
-def test_aggregate_usability_percent_and_reference_op(samples):
+def test_aggregate_usability_percent_under_both_protocols(samples):
     bench = LLMEvalMed()
     mk = [s for s in samples if s.metadata["code"] == "MK"][:4]
     mr = [s for s in samples if s.metadata["code"] == "MR"][:2]
 
-    def g(s, value, mean):
-        return Grade(s.id, value, details={"run_scores": [mean], "mean_score": mean, "reference_usable": bool(value)})
+    def g(s, value, mean, other):
+        return Grade(s.id, value, details={"run_scores": [mean], "mean_score": mean, "other_value": other})
 
-    grades = [g(mk[0], 1.0, 4.5), g(mk[1], 0.0, 3.0), g(mk[2], None, None), g(mk[3], 1.0, 5.0),
-              g(mr[0], 0.0, 2.0), Grade(mr[1].id, None, error="answer call failed")]
-    agg = bench.aggregate(mk + mr, grades, RunOptions())
+    grades = [g(mk[0], 1.0, 4.5, 1.0), g(mk[1], 0.0, 3.0, 1.0), g(mk[2], None, None, 0.0), g(mk[3], 1.0, 5.0, None),
+              g(mr[0], 0.0, 2.0, 0.0), Grade(mr[1].id, None, error="answer call failed")]
+    # grandrounds: usable among answers with a valid score; the reference reading (other_value) counts
+    # every question, those with no value unusable.
+    agg = bench.aggregate(mk + mr, grades, RunOptions(protocol="grandrounds"))
     assert agg.metric == "usability rate (%, OP)"
     assert agg.score == pytest.approx(100 * 2 / 4) and agg.n == 4 and agg.n_unscored == 2
-    assert agg.extra["reference_op"] == pytest.approx(100 * 2 / 6)
+    assert agg.extra["other_protocol"]["protocol"] == "reference"
+    assert agg.extra["other_protocol"]["score"] == pytest.approx(100 * 2 / 6)
     assert agg.extra["n_no_valid_score"] == 1
     assert agg.extra["mean_score"] == pytest.approx((4.5 + 3.0 + 5.0 + 2.0) / 4)
     assert agg.breakdown["category"]["MK"].score == pytest.approx(100 * 2 / 3)
-    assert agg.breakdown["category"]["MK"].metrics["reference_rate"] == pytest.approx(50.0)
+    assert agg.breakdown["category"]["MK"].metrics["other_rate"] == pytest.approx(50.0)
     assert agg.breakdown["category"]["MR"].score == 0.0
     lo, hi = agg.ci95
     assert 0 < lo < 50 < hi < 100
     assert agg.extra["judge_runs"] == 3
+    # reference (Aggregate.py): every question in the denominator, no valid score = unusable.
+    ref = bench.aggregate(mk + mr, grades, RunOptions())
+    assert ref.score == pytest.approx(100 * 2 / 6) and ref.n == 6 and ref.n_unscored == 2
+    assert ref.breakdown["category"]["MK"].score == pytest.approx(50.0)
+    assert ref.breakdown["category"]["MR"].score == 0.0 and ref.breakdown["category"]["MR"].n == 2
+    assert ref.extra["other_protocol"] == {"protocol": "grandrounds", "score": pytest.approx(100 * 2 / 4),
+                                           "differs": ref.extra["other_protocol"]["differs"]}
+    assert ref.breakdown["category"]["MK"].metrics["other_rate"] == pytest.approx(100 * 2 / 3)
 
 
 def test_judge_runs_option(samples):
@@ -199,7 +211,7 @@ def test_malformed_turn_is_a_data_error(tmp_path):
 
 
 def test_end_to_end_through_runner_and_loopback_server(tmp_path, shared_data):
-    """Real runner, real HTTP: multi-turn history reaches the model, the judge sees one turn."""
+    """Real runner, real HTTP, reference protocol: multi-turn history reaches the model, the judge sees one turn."""
     import json
 
     from grandrounds.runner import JudgeConfig, RunConfig, run
@@ -214,8 +226,8 @@ def test_end_to_end_through_runner_and_loopback_server(tmp_path, shared_data):
     def rule(body):
         msgs = body["messages"]
         user = msgs[-1]["content"]
-        if "## 角色与任务" in user:  # judge: 5 for answers to first turns, 3 for later ones
-            assert "答案#" in user and "答案#1" not in user.split("## 学生回答")[0]
+        if "## 人设和任务设定" in user:  # the official MK prompt; judge: 5 for answers to first turns, 3 for later
+            assert "答案#" in user and "答案#1" not in user.split("### 学生的回答Response")[0]
             return '{"判断依据": "ok", "得分": "[5]"}' if "答案#0" in user else '{"判断依据": "一般", "得分": "[3]"}'
         earlier = [m["content"] for m in msgs if m["role"] == "assistant"]
         assert earlier == [f"答案#{i}" for i in range(len(earlier))]  # own answers, in order

@@ -6,6 +6,42 @@ points) and ``community_contributions.xlsx`` sheet ``社区贡献数据`` (5 que
 is a JSON list in one cell, which Excel cuts at 32,767 characters: a cut list is repaired by
 keeping its complete objects (recorded in metadata) or rejected with a DataError.
 The model under test answers each question; the file's answer columns stay in metadata.
+
+Protocols (``--protocol``):
+
+- ``reference`` (AQ-MedAI/MedicalAiBenchEval @ 85e91cf): every point judged by every judge with
+  judge_engine.py's positive or negative prompt (read at run time from the pinned file, by the
+  point's ``type``), the reply read as judge_engine.call_model reads it (a ```` ```json {...} ````
+  block whose ``criteria_met`` is a JSON boolean, else Unknown; no re-ask), judge_engine.vote
+  (Unknown dropped, at least 2 valid votes and a label with at least 2, else ReviewNeeded, which
+  counts as not met), clinical_scoring_calculator.calculate_scores (``max(0, met points) /
+  positive points``, 4 decimals, 0 when a question has no positive point) with config.yaml's
+  points, and the mean over every question (an answer that could not be obtained scores 0, as a
+  row without judge results does there). The judges config.yaml names (``judge_models`` m1..m3:
+  Kimi-K2-Instruct, Qwen3-235B-A22B-Instruct-2507, DeepSeek-V3.1 in config_model.yaml,
+  temperature 0, max_tokens 32678) are recorded in the preset; the official code generates no
+  candidate answers (they are columns of the sheet), so the candidate's settings are ours.
+- ``grandrounds``: our judge prompts (``templates/gaps_*.txt``), tolerant JSON reading (fenced
+  or not, full-width punctuation) with bounded re-asks, the same vote, and review_needed points
+  left out of both the earned points and the maximum (coverage reported); unscored answers are
+  left out of the mean.
+
+Where the reference differs from the official code (tests/test_gaps_reference.py compares them):
+
+- a tie between Met and Not Met with at least 2 votes each (4 or 5 judges) is ReviewNeeded here;
+  judge_engine.vote picks ``max(set(labels), key=labels.count)``, i.e. whichever label the set
+  yields first, which changes with the interpreter's string hash seed (PYTHONHASHSEED): not a
+  function of the votes. The official 3-judge panel cannot tie.
+- a rubric ``level`` in lower case (``a1``) earns its points here; config.yaml's keys are upper
+  case, so it is worth 0 there. The published files have none.
+- a claim with surrounding whitespace is shown to the judge stripped (none in the published
+  files); a question cell with surrounding whitespace (NSCLC index 37) is shown as the cell has it.
+- a point without ``type`` gets the negative prompt here when its level is S1..S4; the official
+  review step defaults it to positive. Every point in the published files has a type.
+- the candidate's reply is shown to the judges with reasoning traces removed; officially the
+  answers are final texts already in the sheet, so there is nothing to compare.
+- the irrelevant-content deduction (``--scoring gaps_irrelevant``, off in the official
+  config.yaml) keeps our prompts under both protocols.
 """
 
 from __future__ import annotations
@@ -17,13 +53,46 @@ from typing import Any, Sequence
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, require_file
 from grandrounds.errors import DataError
 from grandrounds.params import Param
+from grandrounds.protocols import OUR_ANSWER, Generation, Protocol, ours
 from grandrounds.registry import Spec
 from grandrounds.records import Cell, Criterion, Grade, Message, Sample
 from grandrounds.scoring.cells import group_cells, mean_cell, value_of
 from grandrounds.scoring.gaps import LEVEL_POINTS, STRATEGIES, level_points
-from grandrounds.stats import mean_ci
+from grandrounds.upstream import UpstreamFile
 
 COMMIT = "85e91cf8bfe4926a5b778250836a10f3166ef868"
+_REPO = "AQ-MedAI/MedicalAiBenchEval"
+#: The official files (SOURCES.tsv): judge prompts, parse and vote; scoring; points and panel.
+JUDGE_ENGINE = UpstreamFile("gaps", _REPO, COMMIT, "judge_engine.py", "08f09bdd168c00b2bc149bf23465e8adf23e5bea2678cb98906bcca7dbcdac00")
+CALCULATOR = UpstreamFile("gaps", _REPO, COMMIT, "clinical_scoring_calculator.py", "d75029533bc5449f7c609194c84eec7dc0d2606940e879dab561825c3b0b1dba")
+CONFIG = UpstreamFile("gaps", _REPO, COMMIT, "config.yaml", "ca5d2eca1567cd67fdaf78beb10938e1a76ffe07acf70829f6d262cf95853e9c")
+#: config.yaml ``models.judge_models`` (m1..m3) as config_model.yaml names them (read at commit
+#: 9b0e4d2, the only version available; config.yaml there is byte-identical to 85e91cf's).
+JUDGE_PANEL = ("openai/Kimi-K2-Instruct", "openai/Qwen3-235B-A22B-Instruct-2507", "openai/DeepSeek-V3.1")
+
+REFERENCE = Protocol(
+    "reference",
+    answer=OUR_ANSWER,  # no official candidate setup: the answers are columns of the input sheet
+    # config_model.yaml m1..m3: temperature 0, max_tokens 32678 (sic), sent through LangChain ChatOpenAI
+    judge=Generation(temperature=0.0, max_tokens=32678),
+    extraction="judge_engine.call_model: ```json {...}``` block with a boolean criteria_met, else Unknown; no re-ask",
+    aggregation="judge_engine.vote (ReviewNeeded = not met); calculate_scores max(0, met points) / positive points; mean over every question",
+    source=f"https://github.com/{_REPO}/tree/{COMMIT}",
+    settings={
+        "judge_prompts": "judge_engine.py build_prompt_positive / build_prompt_negative, read from the pinned file",
+        "judge_panel": list(JUDGE_PANEL),
+        "judge_extra_body": {"m1": {"enable_sec_check": False}, "m2": {"top_k": 20, "min_p": 0, "enable_sec_check": False}},
+        "candidate": "none published (answers come with the sheet); ours",
+        "points": dict(LEVEL_POINTS),
+        "files": [f.describe() for f in (JUDGE_ENGINE, CALCULATOR, CONFIG)],
+    },
+)
+GRANDROUNDS = ours(
+    REFERENCE,
+    extraction="tolerant JSON (fenced or not, full-width punctuation); unreadable replies re-asked (--max-reask), then unknown",
+    aggregation="same vote; review_needed points left out of earned and maximum; unscored answers left out of the mean",
+)
+DIFFERS = "prompts, judge settings, reply parsing (fenced JSON only, no re-ask) and whether review_needed points count as not met"
 _BASE = f"https://raw.githubusercontent.com/AQ-MedAI/MedicalAiBenchEval/{COMMIT}/data/input"
 NSCLC = RemoteFile(f"{_BASE}/GAPS-NSCLC-preview.xlsx", "GAPS-NSCLC-preview.xlsx",
                    "6ec15542ab9229c5165033a0e9f8220cbac7fa30d0c5259c4d308912e95f92d0")
@@ -119,6 +188,7 @@ class GAPS(Benchmark):
     language = "zh"
     needs_judge = True
     remote_files = (NSCLC, COMMUNITY)
+    protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     parameters = (
         Param("subset", str, "nsclc", "which workbook(s) a data directory is read from", tuple(SUBSETS)),
         Param("rubric_column", str, "rubrics", "the sheet column holding the rubric JSON"),
@@ -164,7 +234,8 @@ class GAPS(Benchmark):
             if all(v is None or str(v).strip() == "" for v in values):
                 continue  # blank spreadsheet row, not a record
             where = f"sheet {sheet!r} row {r}"
-            question = str(rec.get("question") or "").strip()
+            cell = str(rec.get("question") or "")
+            question = cell.strip()
             if not question:
                 raise DataError(path, where, "empty question")
             items, note = parse_rubric(rec.get(rubric_col), path, where)
@@ -175,54 +246,79 @@ class GAPS(Benchmark):
             meta.update(note, sheet=sheet, row=r, language="zh", subset=prefix,
                         category=str(rec.get("分类") or rec.get("specialty") or ""),
                         reference_answers={c: rec[c] for c in answer_cols if rec.get(c)},
-                        **({"rubric_desc": descs} if descs else {}))
+                        **({"rubric_desc": descs} if descs else {}),
+                        **({"question_cell": cell} if cell != question else {}))  # as the official judge sees it
             out.append(Sample(id=f"{prefix}/{qid}", benchmark=self.name, messages=(Message("user", question),),
                               rubric=rubric, metadata=meta))
         return out
 
     def grader_spec(self, options: RunOptions) -> Spec:
-        return Spec("gaps", {"min_valid": int(self.scoring(options, "gaps_min_valid")), "irrelevant": self.scoring(options, "gaps_irrelevant")})
+        return Spec("gaps", {
+            "min_valid": int(self.scoring(options, "gaps_min_valid")),
+            "irrelevant": self.scoring(options, "gaps_irrelevant"),
+            "protocol": options.protocol,
+        })
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Mean question score (ours) with bootstrap CI; the reference convention in extra.
+        """Mean question score by the run's protocol, with its CI; the other protocol's beside it.
 
-        Breakdown family ``category`` (the file's 分类, or specialty): each cell's score is our mean
-        with its CI, and :data:`CELL_METRICS` (the reference mean among them) sit beside it.
+        reference: the mean of calculate_scores' ``normalized`` over every question, an answer
+        that could not be obtained scoring 0 (so ``n`` is every question and ``n_unscored``
+        counts those inside it); grandrounds: the mean over scored answers. Breakdown family
+        ``category`` (the file's 分类, or specialty) carries :data:`CELL_METRICS` beside each score.
         """
+        proto = options.protocol
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
-        overall = mean_cell([value_of(g) for _, g in rows])
+        gs = [g for _, g in rows]
+        overall = _cell(gs, proto)
+        summary = _summary(gs, proto)
+        extra = {
+            "protocol": proto,
+            "other_protocol": {"protocol": _other(proto), "score": summary["other_score"], "differs": DIFFERS},
+            **summary,
+            "min_valid": int(self.scoring(options, "gaps_min_valid")),
+        }
+        label = "review_needed = not met" if proto == "reference" else "review_needed excluded"
         return Aggregate.of(
-            "GAPS score (0-1; review_needed excluded)",
+            f"GAPS score (0-1; {label})",
             overall,
-            {"category": group_cells(((s.metadata.get("category") or "?", g) for s, g in rows), _cell)},
-            _summary([g for _, g in rows]) | {"min_valid": int(self.scoring(options, "gaps_min_valid"))},
+            {"category": group_cells(((s.metadata.get("category") or "?", g) for s, g in rows), lambda g: _cell(g, proto))},
+            extra,
         )
 
 
-#: What each breakdown cell carries beside our mean score.
-CELL_METRICS = ("reference_score", "mean_coverage", "n_review_needed")
+#: What each breakdown cell carries beside its score.
+CELL_METRICS = ("other_score", "mean_coverage", "n_review_needed")
 
 
-def _cell(grades: Sequence[Grade | None]) -> Cell:
-    """Our mean score of some answers (CI from ``mean_ci``) with the reference mean, coverage and review count."""
-    summary = _summary(grades)
-    return mean_cell([value_of(g) for g in grades], {k: summary[k] for k in CELL_METRICS})
+def _other(protocol: str) -> str:
+    return "grandrounds" if protocol == "reference" else "reference"
 
 
-def _summary(grades: Sequence[Grade | None]) -> dict[str, Any]:
-    """Both conventions, coverage and review_needed counts over some grades."""
+def _score_cell(values: Sequence[float | None], protocol: str, metrics: dict[str, Any] | None = None) -> Cell:
+    """Mean question score by ``protocol``: reference counts a missing value as 0 (inside ``n``), grandrounds leaves it out."""
+    if protocol != "reference":
+        return mean_cell(values, metrics)
+    cell = mean_cell([0.0 if v is None else v for v in values], metrics)
+    return Cell(cell.score, cell.n, sum(1 for v in values if v is None), cell.ci95, cell.metrics)
+
+
+def _cell(grades: Sequence[Grade | None], protocol: str) -> Cell:
+    """The score of some answers by ``protocol`` (CI from ``mean_ci``) with :data:`CELL_METRICS`."""
+    summary = _summary(grades, protocol)
+    return _score_cell([value_of(g) for g in grades], protocol, {k: summary[k] for k in CELL_METRICS})
+
+
+def _summary(grades: Sequence[Grade | None], protocol: str) -> dict[str, Any]:
+    """The other protocol's figure, coverage and review_needed counts over some grades."""
     gs = [g for g in grades if g is not None]
-    ours = [g.value for g in gs if g.value is not None]
-    ref = [g.details["reference_value"] for g in gs if g.details.get("reference_value") is not None]
+    others = [None if g is None else g.details.get("other_value") for g in grades]
     cov = [g.details["coverage"] for g in gs if g.details.get("coverage") is not None]
     return {
-        "score": sum(ours) / len(ours) if ours else None,
-        "reference_score": sum(ref) / len(ref) if ref else None,
-        "reference_ci95": mean_ci(ref),
+        "other_score": _score_cell(others, _other(protocol)).score,
         "n": len(grades),
-        "n_scored": len(ours),
-        "n_reference_scored": len(ref),
+        "n_scored": sum(1 for g in gs if g.value is not None),
         "mean_coverage": sum(cov) / len(cov) if cov else None,
         "n_review_needed": sum(int(g.details.get("n_review_needed", 0)) for g in gs),
     }

@@ -4,6 +4,31 @@ Data: ``dataset.json``, a JSON object keyed by category, each a list of turns; m
 dialogues share ``groupCode`` within a category and are asked in ``round`` order with the
 model's own earlier answers as history (PROTOCOLS.md section 2 and format quirk 4). Score: the
 usability rate (%), i.e. the share of answers whose mean judge score over the runs is >= 4.
+
+Protocols (``--protocol``):
+
+- ``reference`` (llmeval/LLMEval-Med @ 508516f, ``evaluate/``): the candidate as Answer.py runs
+  it (system "You are a helpful assistant.", the model's own earlier answers as history, sampling
+  with at most 2,048 new tokens); the judge as Evaluate.py runs it (gpt-4o, the same system
+  message, the API's default temperature, the category's prompt read at run time from the pinned
+  Evaluate.py, no re-ask); the score is Evaluate.py's first ``[digits]`` of the reply as
+  Aggregate.py's ``parse_score`` reads it (a number in [0, 5], ``[0]`` included); Aggregate.py's
+  usability rate counts every question, those with no valid score as unusable.
+- ``grandrounds``: our own judge prompts (``templates/llmeval_*.txt``), temperature 0, reasoning
+  traces removed, ``[n]``/``【n】``/``［n］`` accepted but only 1..5 (what the prompt allows), an
+  unreadable reply re-asked (bounded), and answers with no valid score left out as unscored.
+
+Where the reference differs from the official code on the same replies (the differential tests,
+tests/test_llmeval_reference.py, find no other case):
+
+- the usability rates are not rounded to 2 decimals as Aggregate.py prints them (equal after
+  that rounding);
+- a ``sanswer`` or ``checklist`` that is JSON null or blank is shown to the judge as ``nan`` (the
+  official f-string would show ``None`` or the blank); the published file has none (it writes
+  NaN or leaves the key out, both ``nan`` officially too);
+- the official Answer.py crashes on a failed model call, and Evaluate.py stores an empty score
+  for a failed judge call; here a failed answer is unscored and a failed judge run invalid, and
+  the reference rate counts such a question as unusable, as it counts one without a valid score.
 """
 
 from __future__ import annotations
@@ -12,20 +37,65 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, resolve_file
+from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.readers import read_json
 from grandrounds.errors import DataError
 from grandrounds.params import Param
-from grandrounds.graders.llmeval_grader import CATEGORY_CODES, SYSTEM_PROMPT
+from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.registry import Spec
 from grandrounds.records import Cell, Grade, Message, Sample
 from grandrounds.scoring.cells import accuracy_cell, value_of
-from grandrounds.stats import mean_ci
+from grandrounds.stats import mean_ci, wilson_ci
+from grandrounds.upstream import UpstreamFile
 
 COMMIT = "508516fafd288c896691442d657b4af619609535"
+_REPO = "llmeval/LLMEval-Med"
+#: The official scripts (SOURCES.tsv): judge prompts and score parse, aggregation, answering.
+EVALUATE = UpstreamFile("llmeval-med", _REPO, COMMIT, "evaluate/Evaluate.py", "3d5a3165940a5476ec56ef2989d570a3edec21414f23d5677f005bc3890002c9")
+AGGREGATE = UpstreamFile("llmeval-med", _REPO, COMMIT, "evaluate/Aggregate.py", "5a139fb5aac164ee8368b0e9c6b1753b848fde64deb04d87d13cf4e1bec69ead")
+ANSWER = UpstreamFile("llmeval-med", _REPO, COMMIT, "evaluate/Answer.py", "68ff385b61ad7a5f0e94a4f5dbde6264d5abdc7ccbf4c04b1c5f8241f0f54a7c")
 DEFAULT_JUDGE_RUNS = 3  # the paper averages three judge runs
+
+#: Category key in dataset.json -> short code (paper Table 2; Aggregate.py CATEGORY_CODES).
+CATEGORY_CODES: Mapping[str, str] = {
+    "医疗知识": "MK",
+    "医疗语言理解": "MLU",
+    "医疗推理": "MR",
+    "医疗安全伦理": "MSE",
+    "医疗文本生成": "MTG",
+}
+USABLE_THRESHOLD = 4.0  # Aggregate.py USABILITY_THRESHOLD
+SYSTEM_PROMPT = "You are a helpful assistant."  # Answer.py getresponse / Evaluate.py getresponse system message
+
+REFERENCE = Protocol(
+    "reference",
+    # Answer.py: pipeline(..., max_new_tokens=2048, do_sample=True) with no temperature or top_p, so
+    # the model's own generation config decides; 1.0 is the default of transformers and of the
+    # OpenAI API (transformers' default top_k=50 has no OpenAI-API counterpart).
+    answer=Generation(temperature=1.0, max_tokens=2048, system=SYSTEM_PROMPT),
+    # Evaluate.py: client.chat.completions.create(model="gpt-4o", messages=[system, user]) with no
+    # temperature or max_tokens: the API defaults, temperature 1.0 and gpt-4o's output limit.
+    judge=Generation(temperature=1.0, max_tokens=16384),
+    judge_model="openai/gpt-4o",
+    extraction="Evaluate.py: first [digits] of the stripped judge reply, kept if Aggregate.parse_score reads a number in [0, 5]; no re-ask",
+    aggregation="Aggregate.py: mean of a question's valid run scores, usable if >= 4.0; rate = 100 x usable / every question",
+    source=f"https://github.com/{_REPO}/tree/{COMMIT}/evaluate",
+    settings={
+        "judge_prompts": "Evaluate.py getresponse prompt_<category>, read from the pinned file",
+        "judge_system": SYSTEM_PROMPT,
+        "files": [f.describe() for f in (ANSWER, EVALUATE, AGGREGATE)],
+    },
+)
+GRANDROUNDS = ours(
+    REFERENCE,
+    answer=Generation(temperature=0.0, max_tokens=1024, system=SYSTEM_PROMPT),
+    extraction="first [n], 【n】 or ［n］ after reasoning traces, 1..5 only; unreadable replies re-asked (--max-reask), then unknown",
+    aggregation="usable share among answers with a valid score; answers with none are unscored (reported), not unusable",
+)
+#: One line on what the two protocols do differently, shown beside the other protocol's figure.
+DIFFERS = "prompts, sampling, score parse ([0] valid, no re-ask) and whether answers with no valid score count as unusable"
 
 
 def _text(value: Any) -> str | None:
@@ -44,6 +114,7 @@ class LLMEvalMed(Benchmark):
     language = "zh"
     needs_judge = True
     takes_judge_runs = True
+    protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     parameters = (Param("judge_runs", int, DEFAULT_JUDGE_RUNS, "judge runs averaged per answer (--judge-runs overrides)", minimum=1),)
     remote_files = (
         RemoteFile(
@@ -110,11 +181,6 @@ class LLMEvalMed(Benchmark):
             )
         return out
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
-        """Answer.py: system "You are a helpful assistant." then earlier turns with the model's answers."""
-        base = super().prompt(sample, options, history)
-        return Prompt((Message("system", SYSTEM_PROMPT), *base.messages))
-
     def judge_runs(self, options: RunOptions) -> int:
         """RunOptions.judge_runs when given, else the ``judge_runs`` param (default 3)."""
         if options.judge_runs is not None:
@@ -127,52 +193,79 @@ class LLMEvalMed(Benchmark):
         return replace(checked, judge_runs=self.judge_runs(checked))
 
     def grader_spec(self, options: RunOptions) -> Spec:
-        return Spec("llmeval-med", {"runs": self.judge_runs(options)})
+        return Spec("llmeval-med", {"runs": self.judge_runs(options), "protocol": options.protocol})
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Usability rate (%) overall (OP) and per category, mean 1-5 score beside it.
+        """Usability rate (%) overall (OP) and per category by the run's protocol; the other protocol's beside it.
 
-        evaluate/Aggregate.py: UsabilityRate = 100 * #usable / #questions; OP pools categories.
-        Ours excludes answers with no valid score (reported as unscored); the reference counts
-        them as unusable, kept in ``extra["reference_op"]`` and per category.
+        reference (Aggregate.py ``aggregate``): 100 x usable / every question, OP pooling the
+        categories; a question with no valid score, or no answer, is unusable, so ``n`` is every
+        question and ``n_unscored`` counts those without a value inside it. grandrounds: 100 x
+        usable / answers with a valid score, the others unscored. The other protocol's figure is
+        computed from each grade's ``other_value`` (the same replies read the other way).
         """
+        proto = options.protocol
+        other = _other(proto)
         by_id = {g.sample_id: g for g in grades}
         cats: dict[str, list[Grade | None]] = defaultdict(list)
         for s in samples:
             cats[s.metadata["category"]].append(by_id.get(s.id))
         everything = [g for gs in cats.values() for g in gs]
-        overall = _cell(everything)
+        overall = _cell(everything, proto)
         extra = {
+            "protocol": proto,
+            "other_protocol": {"protocol": other, "score": overall.metrics["other_rate"], "differs": DIFFERS},
             "mean_score": overall.metrics["mean_score"],
             "mean_score_ci95": mean_ci(_mean_scores(everything)),
-            "reference_op": overall.metrics["reference_rate"],
             "n_no_valid_score": overall.metrics["n_no_valid_score"],
             "judge_runs": self.judge_runs(options),
-            "threshold": 4.0,
-            "note": "score in percent; reference_op counts answers with no valid judge score as unusable",
+            "threshold": USABLE_THRESHOLD,
+            "note": "score in percent" + ("; answers with no valid judge score count as unusable" if proto == "reference" else ""),
         }
         return Aggregate.of(
             "usability rate (%, OP)",
             overall,
-            {"category": {CATEGORY_CODES[c]: _cell(gs) for c, gs in cats.items()}},
+            {"category": {CATEGORY_CODES[c]: _cell(gs, proto) for c, gs in cats.items()}},
             extra,
         )
 
 
-def _cell(grades: Sequence[Grade | None]) -> Cell:
-    """Usability rate (%) with its Wilson CI; the reference rate, mean 1-5 score and the
-    answers the judge gave no valid score (unscored here, unusable in the reference) beside it."""
+def _other(protocol: str) -> str:
+    return "grandrounds" if protocol == "reference" else "reference"
+
+
+def _rate_cell(values: Sequence[float | None], protocol: str, metrics: Mapping[str, float | None] | None = None) -> Cell:
+    """Usability rate (%) of 1.0/0.0/None values by ``protocol``'s convention, with a Wilson CI.
+
+    reference: usable / all (None = unusable, Aggregate.py); grandrounds: usable / scored.
+    """
+    if protocol != "reference":
+        return accuracy_cell(values, metrics, scale=100.0)
+    n, usable = len(values), sum(1 for v in values if v == 1.0)
+    ci = wilson_ci(usable, n)
+    return Cell(
+        score=100.0 * usable / n if n else None,
+        n=n,
+        n_unscored=sum(1 for v in values if v is None),
+        ci95=(100.0 * ci[0], 100.0 * ci[1]) if ci else None,
+        metrics=dict(metrics or {}),
+    )
+
+
+def _cell(grades: Sequence[Grade | None], protocol: str) -> Cell:
+    """The rate of some answers by ``protocol``; the other protocol's rate, the mean 1-5 score and
+    the answers judged without a valid score beside it."""
     values = [value_of(g) for g in grades]
-    usable = sum(1 for v in values if v == 1.0)
+    others = [None if g is None else g.details.get("other_value") for g in grades]
     means = _mean_scores(grades)
     metrics = {
-        "reference_rate": 100.0 * usable / len(grades) if grades else None,
+        "other_rate": _rate_cell(others, _other(protocol)).score,
         "mean_score": sum(means) / len(means) if means else None,
         "n_no_valid_score": sum(1 for g in grades if g is not None and g.value is None and "run_scores" in g.details),
     }
-    return accuracy_cell(values, metrics, scale=100.0)
+    return _rate_cell(values, protocol, metrics)
 
 
 def _mean_scores(grades: Sequence[Grade | None]) -> list[float]:
-    """The mean judge score (1-5) of each scored answer that has one."""
+    """The mean judge score of each answer that has one (by the run's protocol)."""
     return [float(g.details["mean_score"]) for g in grades if g is not None and g.value is not None and g.details.get("mean_score") is not None]

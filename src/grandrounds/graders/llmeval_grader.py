@@ -1,49 +1,56 @@
-"""LLMEval-Med judge: a 1-5 holistic score per answer, averaged over several judge runs.
+"""LLMEval-Med judge: a holistic score per answer, averaged over several judge runs.
 
 Protocol (PROTOCOLS.md section 2; LLMEval-Med Evaluate.py and evaluate/Aggregate.py): one
 Chinese prompt per category, the judge sees only the current turn (question, answer, reference
 ``sanswer`` and, for three categories, the checklist); the score is the first ``[n]`` in the
 reply. Over N runs, ``mean = mean(valid scores)`` and the answer is *usable* iff ``mean >= 4.0``.
 
-Our convention differs from the reference in one place only: an answer with no valid score in
-any run is *unscored* (value None, reported) instead of silently "unusable". The reference
-convention is kept in ``details["reference_usable"]`` so the aggregate can report both.
+``Params.protocol`` picks how (see :mod:`grandrounds.benchmarks.llmeval_med`):
 
-Each judge run is a whole-answer :class:`~grandrounds.records.Vote` on the grade (``Grade.votes``,
-with its ``run`` number and ``score``), asked through the shared judge engine.
+- ``reference``: Evaluate.py's prompt, read from the pinned file; the answer as Answer.py keeps
+  it (the whole generated text, stripped); the score as Evaluate.py and Aggregate.py read it
+  (:func:`official_score`), every reply taken as it is (no re-ask: a reply without a valid score
+  is an invalid run, as officially). ``Grade.value`` is None when no run has a valid score; the
+  benchmark's reference rate counts that answer as unusable.
+- ``grandrounds``: our templates, reasoning traces removed, :func:`parse_score` (1..5 only, full
+  width folded, ``【n】`` too), unreadable replies re-asked.
+
+Each grade also reads the same replies the other protocol's way (``details["other_value"]`` and
+``other_run_scores``), so a result carries both figures. Each judge run is a whole-answer
+:class:`~grandrounds.records.Vote` on the grade (``Grade.votes``, with its ``run`` number and
+``score``), asked through the shared judge engine.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from grandrounds.benchmarks.llmeval_med import CATEGORY_CODES, EVALUATE, SYSTEM_PROMPT, USABLE_THRESHOLD
 from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import explanation_text, extract_json_object
 from grandrounds.graders.judging import Ask, Reading, judge_keys, panel
+from grandrounds.protocols import PROTOCOL_NAMES
 from grandrounds.records import Grade, Message, Response, Sample, Vote
 from grandrounds.textutil import normalize_width, strip_reasoning
+from grandrounds.upstream import UpstreamText, python_string
 
-#: Category key in dataset.json -> short code (paper Table 2) -> template file.
-CATEGORY_CODES: Mapping[str, str] = {
-    "医疗知识": "MK",
-    "医疗语言理解": "MLU",
-    "医疗推理": "MR",
-    "医疗安全伦理": "MSE",
-    "医疗文本生成": "MTG",
-}
-USABLE_THRESHOLD = 4.0  # evaluate/Aggregate.py USABILITY_THRESHOLD
-EMPTY = "（无）"  # shown for a missing reference answer or checklist
-SYSTEM_PROMPT = "You are a helpful assistant."  # Evaluate.py / Answer.py system message
+__all__ = ["CATEGORY_CODES", "LLMEvalGrader", "LLMEvalParams", "official_score", "parse_score", "usability"]
 
-# Evaluate.py: re.search(r'\[(\d+)\]', reply); full-width ［］ are folded by NFKC first, 【】 tolerated.
+EMPTY = "（无）"  # ours: shown for a missing reference answer or checklist
+OFFICIAL_MISSING = "nan"  # Evaluate.py formats a NaN/absent sanswer or checklist into its f-string as "nan"
+
+# grandrounds: re.search(r'\[(\d+)\]') after NFKC (full-width ［］ and digits folded), 【】 tolerated.
 _SCORE = re.compile(r"[\[【]\s*(\d+)\s*[\]】]")
+# Evaluate.py: re.search(r'\[(\d+)\]', resp); \d is any Unicode decimal digit, as there.
+_OFFICIAL = re.compile(r"\[(\d+)\]")
 
 
 def parse_score(text: str | None) -> int | None:
-    """The first ``[n]`` of a judge reply if 1 <= n <= 5, else None (invalid: re-ask)."""
+    """grandrounds: the first ``[n]`` of a judge reply (reasoning removed) if 1 <= n <= 5, else None (re-ask)."""
     if not text:
         return None
     m = _SCORE.search(normalize_width(strip_reasoning(text)))
@@ -53,18 +60,55 @@ def parse_score(text: str | None) -> int | None:
     return n if 1 <= n <= 5 else None
 
 
-def read_run(text: str, pending: Sequence[str]) -> dict[str, Reading]:
-    """One run's vote: met when the score is at least 4, with the judge's stated basis."""
+def official_score(text: str | None) -> float | None:
+    """reference: the score Evaluate.py stores for ``text`` as Aggregate.py's ``parse_score`` reads it.
+
+    Evaluate.py strips the reply; an empty one (or a failed call) stores "", a reply without
+    ``[digits]`` stores -1, otherwise the digits of the first match; Aggregate.py keeps a float in
+    [0, 5] and drops the rest. So ``[0]`` is a valid 0, ``[3.5]`` and ``[10]`` are no score, and
+    ``[４]`` (a full-width digit inside ASCII brackets) is 4.
+    """
+    reply = (text or "").strip()
+    m = _OFFICIAL.search(reply) if reply else None
+    if m is None:
+        return None
+    value = float(m.group(1))  # float() reads every Unicode decimal digit that \d matches
+    return value if 0.0 <= value <= 5.0 else None
+
+
+def usability(scores: Sequence[float | None]) -> tuple[float | None, bool | None]:
+    """(mean of the valid run scores, usable = mean >= 4.0), both None without a valid score (Aggregate.py)."""
+    valid = [s for s in scores if s is not None]
+    if not valid:
+        return None, None
+    mean = sum(valid) / len(valid)
+    return mean, mean >= USABLE_THRESHOLD
+
+
+def _basis(text: str) -> str:
+    return explanation_text((extract_json_object(text) or {}).get("判断依据", ""))
+
+
+def read_ours(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+    """grandrounds: one run's vote (met when the score is at least 4); nothing when unreadable, so it is re-asked."""
     score = parse_score(text)
     if score is None:
         return {}
-    basis = (extract_json_object(text) or {}).get("判断依据", "")
     status = "met" if score >= USABLE_THRESHOLD else "unmet"
-    return {pending[0]: Reading(status, explanation_text(basis), float(score))}  # type: ignore[arg-type]
+    return {pending[0]: Reading(status, _basis(text), float(score))}  # type: ignore[arg-type]
+
+
+def read_official(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+    """reference: every reply is read once, as Evaluate.py does; no valid score is an unknown run (no re-ask)."""
+    score = official_score(text)
+    if score is None:
+        return {pending[0]: Reading("unknown", "no score in [0, 5] as [digits] in the reply (Evaluate.py/Aggregate.py: invalid)")}
+    status = "met" if score >= USABLE_THRESHOLD else "unmet"
+    return {pending[0]: Reading(status, _basis(text), score)}  # type: ignore[arg-type]
 
 
 def judge_messages(template: str, sample: Sample, answer: str) -> tuple[Message, ...]:
-    """System + the category prompt filled with this turn only (the judge never sees history)."""
+    """grandrounds: system + our category prompt filled with this turn only (the judge never sees history)."""
     md = sample.metadata
     text = template.format(
         question=sample.messages[-1].content,
@@ -75,21 +119,38 @@ def judge_messages(template: str, sample: Sample, answer: str) -> tuple[Message,
     return (Message("system", SYSTEM_PROMPT), Message("user", text))
 
 
-def summarize(scores: Sequence[int | None]) -> dict[str, Any]:
-    """Mean of valid run scores and the usability decisions (ours and the reference's)."""
-    valid = [s for s in scores if s is not None]
-    mean = sum(valid) / len(valid) if valid else None
-    usable = None if mean is None else mean >= USABLE_THRESHOLD
-    return {"run_scores": list(scores), "mean_score": mean, "usable": usable, "reference_usable": bool(usable)}
+def official_messages(template: UpstreamText, sample: Sample, answer: str) -> tuple[Message, ...]:
+    """reference: Evaluate.py's messages, its f-string filled as it fills it (NaN/absent -> "nan")."""
+    values = {
+        "Question": sample.messages[-1].content,
+        "Response": answer,
+        "Sanswer": sample.target if sample.target is not None else OFFICIAL_MISSING,
+        "checklist": sample.metadata.get("checklist") or OFFICIAL_MISSING,
+    }
+    return (Message("system", SYSTEM_PROMPT), Message("user", template.render(values)))
+
+
+@functools.lru_cache(maxsize=None)
+def official_templates() -> dict[str, UpstreamText]:
+    """Category code -> Evaluate.py's prompt for it (``prompt_<category key>`` in ``getresponse``)."""
+    return {code: python_string(EVALUATE, f"prompt_{key}", within="getresponse") for key, code in CATEGORY_CODES.items()}
+
+
+#: How each protocol reads a reply, and the answer text the judge is shown.
+READERS: Mapping[str, Callable[[str, Sequence[str]], dict[str, Reading]]] = {"reference": read_official, "grandrounds": read_ours}
+SCORES: Mapping[str, Callable[[str | None], float | int | None]] = {"reference": official_score, "grandrounds": parse_score}
 
 
 @dataclass(frozen=True)
 class LLMEvalParams:
     runs: int = 3
+    protocol: str = "reference"
 
     def __post_init__(self) -> None:
         if self.runs < 1:
             raise ConfigError(f"judge runs must be at least 1, got {self.runs}")
+        if self.protocol not in PROTOCOL_NAMES:
+            raise ConfigError(f"unknown protocol {self.protocol!r} (protocols: {', '.join(PROTOCOL_NAMES)})")
 
 
 class LLMEvalGrader(Grader):
@@ -99,17 +160,34 @@ class LLMEvalGrader(Grader):
     Params = LLMEvalParams
     judged = True  # every run is a judge call
 
-    def __init__(self, params: LLMEvalParams | None = None, *, runs: int | None = None) -> None:
-        super().__init__(params if params is not None else LLMEvalParams(runs if runs is not None else 3))
+    def __init__(self, params: LLMEvalParams | None = None, *, runs: int | None = None, protocol: str | None = None) -> None:
+        if params is None:
+            params = LLMEvalParams(runs if runs is not None else 3, protocol or "reference")
+        super().__init__(params)
         self.runs = self.params.runs
+        self.protocol = self.params.protocol
         names = [c.lower() for c in CATEGORY_CODES.values()]
-        self.templates = {n: t for n, t in zip(names, load_templates(*(f"llmeval_{n}" for n in names)).values())}
+        # Our templates for the grandrounds protocol; the official prompts are read when first used.
+        self.templates = {} if self.protocol == "reference" else dict(zip(names, load_templates(*(f"llmeval_{n}" for n in names)).values()))
 
-    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
+    def template_hashes(self) -> dict[str, Any]:
+        if self.protocol == "reference":
+            return {code.lower(): t.fingerprint() for code, t in official_templates().items()}
+        return super().template_hashes()
+
+    def messages(self, sample: Sample, answer_text: str) -> tuple[Message, ...]:
+        """The judge prompt of this protocol for ``sample`` and the candidate's reply text."""
         code = CATEGORY_CODES.get(sample.metadata.get("category", ""))
         if code is None:
             raise ValueError(f"unknown LLMEval-Med category {sample.metadata.get('category')!r}")
-        msgs = judge_messages(self.templates[code.lower()], sample, strip_reasoning(response.text or ""))
+        if self.protocol == "reference":
+            # Answer.py keeps the generated text stripped; Evaluate.py shows it as it is.
+            return official_messages(official_templates()[code], sample, answer_text.strip())
+        return judge_messages(self.templates[code.lower()], sample, strip_reasoning(answer_text))
+
+    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
+        msgs = self.messages(sample, response.text or "")
+        read = READERS[self.protocol]
         run_ids = [f"run{r}" for r in range(self.runs)]
         stride = ctx.max_reask + 1
         prev = ctx.previous if ctx.only_unknown else None
@@ -122,18 +200,35 @@ class LLMEvalGrader(Grader):
                     first = run_ids.index(rid) * stride
                 else:  # re-asks never reuse an attempt number of any earlier grading
                     first, next_attempt[0] = next_attempt[0], next_attempt[0] + stride
-                asks.append(Ask((rid,), lambda _p: msgs, read_run, first))
+                asks.append(Ask((rid,), lambda _p: msgs, read, first))
             return asks
 
         votes = await panel(run_ids, make_asks, ctx, _previous_runs(prev, len(ctx.judges), self.runs))
         ordered = [replace(v, run=r) for j in range(len(ctx.judges)) for r, rid in enumerate(run_ids) for v in [votes[rid][j]]]
-        scores = [int(v.score) if v.score is not None else None for v in ordered]
-        summary = summarize(scores)
-        details = {**summary, "next_attempt": next_attempt[0], "runs": self.runs}
-        value = None if summary["usable"] is None else float(summary["usable"])
+        scores = [v.score if v.status != "unknown" else None for v in ordered]
+        other = "grandrounds" if self.protocol == "reference" else "reference"
+        other_scores = [_as_float(SCORES[other](v.raw)) if v.raw else None for v in ordered]
+        mean, usable = usability(scores)
+        other_mean, other_usable = usability(other_scores)
+        details = {
+            "protocol": self.protocol,
+            "run_scores": scores,
+            "mean_score": mean,
+            "usable": usable,
+            "other_value": None if other_usable is None else float(other_usable),
+            "other_run_scores": other_scores,
+            "other_mean_score": other_mean,
+            "next_attempt": next_attempt[0],
+            "runs": self.runs,
+        }
+        value = None if usable is None else float(usable)
         status = "scored" if value is not None else "unreadable"
         error = None if value is not None else "no valid judge score in any run"
         return Grade(sample.id, value, details=details, error=error, judge_keys=judge_keys((), ordered), status=status, votes=tuple(ordered))
+
+
+def _as_float(x: float | int | None) -> float | None:
+    return None if x is None else float(x)
 
 
 def _previous_runs(prev: Grade | None, n_judges: int, runs: int) -> dict[str, tuple[Vote, ...]]:

@@ -6,8 +6,9 @@
 - Vote (judge_engine.vote): drop unknowns; fewer than ``min_valid`` valid -> review_needed;
   else the most common label if it has >= 2 votes, else review_needed.
 - Question score = max(0, earned - irrelevant penalty) / max positive points, 4 dp.
-  Reference: review_needed counts as not met. Ours: review_needed is unknown and excluded
-  (from earned and, for positive items, from the maximum); coverage is reported beside it.
+  Reference: review_needed counts as not met, and a question without positive points scores 0
+  (calculate_scores). Ours: review_needed is unknown and excluded (from earned and, for positive
+  items, from the maximum), coverage reported beside it; nothing to score is None.
 - Irrelevant passages: severities S1..S4 from several graders combined by a strategy.
 """
 
@@ -51,7 +52,7 @@ def vote(labels: Sequence[str], min_valid: int = 2) -> str:
 class QuestionScore:
     """Both conventions for one answer, plus what they are made of."""
 
-    reference: float | None
+    reference: float
     ours: float | None
     max_points: float
     known_max_points: float
@@ -76,7 +77,8 @@ def score_question(items: Sequence[tuple[float, str]], penalty: float = 0.0) -> 
     scoring = [p for p, _ in items if p != 0]
     coverage = sum(1 for p, d in items if p != 0 and d != REVIEW) / len(scoring) if scoring else None
     return QuestionScore(
-        reference=_normalize(earned_ref - penalty, max_points),
+        # calculate_scores: normalized = max(final_total_score, 0) / max_possible if max_possible > 0 else 0
+        reference=_normalize(earned_ref - penalty, max_points) or 0.0,
         ours=_normalize(earned_ours - penalty, known_max),
         max_points=max_points,
         known_max_points=known_max,
