@@ -4,25 +4,111 @@ Data: the original JSONL (``prompt_id``, ``prompt`` message list, ``rubrics`` [{
 tags}], ``example_tags``, ``ideal_completions_data``, ``canary``), from openai/simple-evals @ ee3b031.
 The conversation goes to the model as is (system and earlier assistant turns included); the judge
 sees it with the model's answer appended. Arithmetic: :mod:`grandrounds.scoring.healthbench`.
+
+Protocols (``--protocol``):
+
+- ``reference`` (openai/simple-evals @ ee3b031, ``healthbench_eval.py`` and
+  ``sampler/chat_completion_sampler.py``): the candidate is sampled the way simple-evals' model
+  table sets up its chat samplers (``ChatCompletionSampler(system_message=OPENAI_SYSTEM_MESSAGE_API,
+  max_tokens=2048)`` with the sampler's default temperature 0.5); one grader call per rubric item
+  with the official ``GRADER_TEMPLATE``, read at run time, its ``<<conversation>>`` and
+  ``<<rubric_item>>`` replaced as ``HealthBenchEval.grade_sample`` does (the conversation the
+  candidate was actually sent, its system message included, then the answer, as ``role: content``
+  blocks joined by blank lines; the item as ``str(RubricItem)``); the grader is the one
+  ``physician_completions_main`` builds: gpt-4.1-2025-04-14 with ``OPENAI_SYSTEM_MESSAGE_API``,
+  max_tokens 2048, temperature 0.5. Replies are read like ``parse_json_to_dict`` (fences off,
+  ``json.loads``, ``criteria_met`` a JSON bool). Aggregation is ``calculate_score`` and
+  ``_aggregate_get_clipped_mean`` (clipped mean, ``n_samples``, bootstrap std of 1,000 resamples
+  drawn like ``np.random.choice``, seeded here by ``--seed``).
+- ``grandrounds``: our judge templates (``healthbench_grader.txt``, ``healthbench_batched.txt``),
+  temperature 0, tolerant JSON reading, reasoning traces stripped from the answer, and examples
+  scored over the criteria that have a verdict (coverage reported). The batched judge mode
+  (one call per conversation listing every criterion) is ours and exists only here: asked under
+  ``reference`` it is refused before anything runs, since no official prompt or reading exists.
+
+Where the reference differs from the official code (checked in tests/test_healthbench_reference.py):
+
+- simple-evals re-asks an unreadable grader reply forever; we re-ask ``--max-reask`` times, then
+  the criterion is unknown, and an example with an unknown criterion is unscored (counted in
+  ``n_unscored`` and ``n_unscored_unknown``): the official score is defined only with every verdict.
+- A reply that is valid JSON but not an object (``true``, ``3``, ``null``, or a list or string
+  holding the text ``criteria_met``) makes the official code raise ``TypeError`` and stop the
+  whole run; here it is an unreadable reply, re-asked.
+- The bootstrap is seeded (simple-evals' is not); with the same seed in ``np.random`` both give the
+  same resamples, so ``bootstrap_std`` agrees to the last bit.
+- The runner adds the protocol's system message unless a conversation already opens with one
+  (simple-evals' sampler adds it in front of any); no conversation of the 500-row sample opens
+  with a system message.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions
 from grandrounds.benchmarks.readers import read_jsonl
-from grandrounds.errors import DataError
-from grandrounds.graders.healthbench_grader import MODES
+from grandrounds.errors import ConfigError, DataError
+from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.registry import Spec
 from grandrounds.records import Cell, Criterion, Grade, Message, Sample
-from grandrounds.scoring.healthbench import ClippedStat, aggregate_metrics, known_example_metrics
+from grandrounds.scoring.healthbench import (
+    ClippedStat,
+    aggregate_metrics,
+    known_example_metrics,
+    reference_aggregate,
+    reference_example_metrics,
+)
+from grandrounds.upstream import TextRef, UpstreamFile
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/"
 #: Tag families reported in the breakdown, in display order (example tags first).
 FAMILIES = ("theme", "physician_agreed_category", "axis", "level", "cluster")
+#: Judge modes (``--judge-mode``); ``batched`` is ours and runs under the grandrounds protocol only.
+JUDGE_MODES = ("per-criterion", "batched")
+
+_SIMPLE_EVALS = ("simple-evals", "openai/simple-evals", "ee3b0318d8d1d9d72755a4120879be65f7c07e9e")
+HEALTHBENCH_EVAL = UpstreamFile(*_SIMPLE_EVALS, "healthbench_eval.py", "89909957f005762edaded2f0e39fc9b3b242edd55e3ac0ce4c8dd886ac59d167")
+CHAT_SAMPLER = UpstreamFile(*_SIMPLE_EVALS, "sampler/chat_completion_sampler.py", "d9d7568ad5b04379342b7f269a6028c6945c518bc8baa56969aad035afc8d435")
+#: The official grader prompt, with ``<<conversation>>`` and ``<<rubric_item>>`` to replace.
+GRADER_TEMPLATE = TextRef(HEALTHBENCH_EVAL, "GRADER_TEMPLATE")
+#: The system message simple-evals' chat samplers send (candidate and grader alike).
+API_SYSTEM_MESSAGE = TextRef(CHAT_SAMPLER, "OPENAI_SYSTEM_MESSAGE_API")
+#: Our judge's system message under the grandrounds protocol.
+OUR_JUDGE_SYSTEM = "You are a helpful assistant."
+
+REFERENCE = Protocol(
+    "reference",
+    # ChatCompletionSampler(system_message=OPENAI_SYSTEM_MESSAGE_API, max_tokens=2048), temperature
+    # left at the sampler's default 0.5: the gpt-4.1 entry of simple_evals.py's model table.
+    answer=Generation(temperature=0.5, max_tokens=2048, system=API_SYSTEM_MESSAGE),
+    # physician_completions_main's grading_sampler (healthbench_eval.py): same settings. The grader
+    # sends this system message itself (the runner does not add one to judge calls).
+    judge=Generation(temperature=0.5, max_tokens=2048, system=API_SYSTEM_MESSAGE),
+    judge_model="openai/gpt-4.1-2025-04-14",
+    extraction="grader reply read like parse_json_to_dict: fences off, json.loads, criteria_met a JSON bool; "
+    "unreadable -> re-asked (--max-reask), then unknown",
+    aggregation="example = met points / positive points (unclipped); metric = clip(mean, 0, 1), bootstrap std of "
+    "1000 resamples; an example with an unknown criterion is unscored",
+    source=HEALTHBENCH_EVAL.url,
+    settings={"judge_modes": ["per-criterion"], "grader_prompt": "GRADER_TEMPLATE", "answer_text": "as returned"},
+)
+GRANDROUNDS = replace(ours(
+    REFERENCE,
+    judge=Generation(temperature=0.0, max_tokens=2048, system=OUR_JUDGE_SYSTEM),
+    extraction="tolerant JSON reading (prose, fences, full-width punctuation, 'true' strings); batched replies "
+    "keyed by id or listed in prompt order; reasoning traces stripped from the answer",
+    aggregation="example scored over the criteria with a verdict (coverage reported); metric = clip(mean, 0, 1), "
+    "seeded bootstrap",
+), settings={"judge_modes": list(JUDGE_MODES), "grader_prompt": "healthbench_grader.txt / healthbench_batched.txt"})
+BATCHED_IS_OURS = (
+    "--judge-mode batched is grandrounds' own judging (one call listing every criterion); the reference "
+    "protocol asks one call per criterion with the official prompt. Use --protocol grandrounds for batched judging"
+)
 
 
 def _remote(filename: str, sha256: str | None) -> RemoteFile:
@@ -58,6 +144,7 @@ def parse_record(rec: Any, path: Path, line: int, benchmark: str) -> Sample:
         pts = r.get("points") if isinstance(r, dict) else None
         if not isinstance(r, dict) or not isinstance(r.get("criterion"), str) or isinstance(pts, bool) or not isinstance(pts, (int, float)):
             raise DataError(path, line, f"{pid}: rubric item {i} needs a string criterion and numeric points")
+        # points keep their JSON type: the official prompt shows str(points) ("[5]" vs "[5.0]")
         rubric.append(Criterion(str(i), r["criterion"], pts, tuple(_str_list(r.get("tags", []), path, line, f"{pid}: rubric item {i} tags"))))
     if not any(c.points > 0 for c in rubric):
         raise DataError(path, line, f"{pid}: rubric has no positive points, so no score is defined")
@@ -83,7 +170,14 @@ class HealthBench(Benchmark):
         _remote("2025-05-07-06-14-12_oss_eval.jsonl", "e99dd3c6372c10d6fcc5e385c5fae69d0dd40392dae56836ef9493ae324ecd2f"),
     )
     needs_judge = True
-    judge_modes = MODES
+    judge_modes = JUDGE_MODES
+    protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
+
+    def check_options(self, options: RunOptions) -> RunOptions:
+        checked = super().check_options(options)
+        if checked.protocol == "reference" and checked.judge_mode == "batched":
+            raise ConfigError(f"{self.name}: {BATCHED_IS_OURS}")
+        return checked
 
     def load(self, root: Path) -> list[Sample]:
         path = self.data_files(root)[0]
@@ -103,44 +197,89 @@ class HealthBench(Benchmark):
         return Prompt(sample.messages)
 
     def grader_spec(self, options: RunOptions) -> Spec:
-        mode = "per-criterion" if options.judge_mode == "default" else options.judge_mode
-        return Spec("healthbench", {"mode": mode})
+        mode = JUDGE_MODES[0] if options.judge_mode == "default" else options.judge_mode
+        return Spec("healthbench", {"mode": mode, "protocol": options.protocol})
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Clipped mean over scored examples with seeded bootstrap; per-tag metrics like the reference."""
+        """Clipped mean over scored examples and per-tag metrics, the chosen protocol's way.
+
+        ``reference``: an example counts only with every criterion judged; statistics as
+        simple-evals' ``_aggregate_get_clipped_mean``. ``grandrounds``: examples scored over their
+        known criteria, seeded bootstrap. Either way the other protocol's figure (from each
+        grade's ``other_value``) is in ``extra["other_protocol"]``.
+        """
+        reference = options.protocol == "reference"
         by_id = {s.id: s for s in samples}
-        per_example = []
-        known = total = 0
+        per_example: list[Mapping[str, float]] = []
+        others: list[float] = []
+        known = total = unscored_unknown = 0
         n_unknown = sum(1 for g in grades for v in g.verdicts if v.status == "unknown")
         unscored_tags: Counter[str] = Counter()
         for g in grades:
             sample = by_id.get(g.sample_id)
             if sample is None:
                 continue
-            ks = None if g.value is None else known_example_metrics(sample.rubric, g.verdicts, sample.metadata.get("example_tags", ()))
-            if ks is None or ks.overall is None:
+            if isinstance(g.details.get("other_value"), (int, float)):
+                others.append(float(g.details["other_value"]))
+            if g.verdicts:  # coverage over every judged answer, scored or not
+                n_known = sum(1 for v in g.verdicts if v.status in ("met", "unmet"))
+                known, total = known + n_known, total + len(sample.rubric)
+            metrics = None if g.value is None else _example_metrics(sample, g, reference)
+            if metrics is None:
+                unscored_unknown += any(v.status == "unknown" for v in g.verdicts)
                 unscored_tags.update(_tags(sample))
                 continue
-            per_example.append(ks.metrics)
-            known, total = known + ks.known, total + ks.total
-        stats = aggregate_metrics(per_example, seed=options.seed)
-        overall = stats.pop("overall_score", None)
-        breakdown = _tag_breakdown(stats, unscored_tags)
+            per_example.append(metrics)
+        if reference:
+            stats = reference_aggregate(per_example, seed=options.seed)
+            headline = stats.pop("score", None)  # simple-evals' headline: the "score" metric
+        else:
+            stats = aggregate_metrics(per_example, seed=options.seed)
+            headline = stats.get("overall_score")
+        stats.pop("overall_score", None)
+        other_name = "grandrounds" if reference else "reference"
         extra = {
             "coverage": known / total if total else None,
             "n_unknown_verdicts": n_unknown,
-            "bootstrap_std": overall.std if overall else None,
+            "n_unscored_unknown": unscored_unknown,
+            "bootstrap_std": headline.std if headline else None,
             "judge_mode": options.judge_mode,
+            "other_protocol": {
+                "protocol": other_name,
+                "score": float(np.clip(np.mean(others), 0.0, 1.0)) if others else None,
+                "differs": OTHER_DIFFERS[other_name],
+            },
         }
         return Aggregate(
             metric="overall_score (clipped mean, 0-1)",
-            score=overall.score if overall else None,
-            ci95=overall.ci95 if overall else None,
+            score=headline.score if headline else None,
+            ci95=headline.ci95 if headline else None,
             n=len(per_example),
             n_unscored=len(grades) - len(per_example),
-            breakdown=breakdown,
+            breakdown=_tag_breakdown(stats, unscored_tags),
             extra=extra,
         )
+
+
+#: What the figure in ``extra["other_protocol"]`` changes, by the protocol it is computed for.
+OTHER_DIFFERS = {
+    "grandrounds": "the same judge replies read tolerantly, an example scored over the criteria with a verdict "
+    "(the grandrounds protocol would also use its own prompt at temperature 0)",
+    "reference": "the same judge replies read like simple-evals (strict JSON), an example scored only when every "
+    "criterion has a verdict (the reference protocol would also use the official prompt at temperature 0.5)",
+}
+
+
+def _example_metrics(sample: Sample, grade: Grade, reference: bool) -> Mapping[str, float] | None:
+    """An example's metrics from its verdicts: all of them known (reference), or the known ones."""
+    tags = sample.metadata.get("example_tags", ())
+    if not reference:
+        ks = known_example_metrics(sample.rubric, grade.verdicts, tags)
+        return ks.metrics if ks.overall is not None else None
+    status = {v.criterion_id: v.status for v in grade.verdicts}
+    if any(status.get(c.id) not in ("met", "unmet") for c in sample.rubric):
+        return None
+    return reference_example_metrics(sample.rubric, [status[c.id] == "met" for c in sample.rubric], tags)
 
 
 def _tags(sample: Sample) -> set[str]:
@@ -151,8 +290,8 @@ def _tags(sample: Sample) -> set[str]:
 def _tag_breakdown(stats: Mapping[str, ClippedStat], unscored: Mapping[str, int]) -> dict[str, dict[str, Cell]]:
     """``family:value`` tag metrics as families of cells: :data:`FAMILIES` first, empty ones left out.
 
-    A cell's score is the reference's clipped mean with its bootstrap CI (``bootstrap_std`` in
-    metrics); ``n_unscored`` counts the unscored examples that carry the tag.
+    A cell's score is the clipped mean with its bootstrap CI (``bootstrap_std`` in metrics);
+    ``n_unscored`` counts the unscored examples that carry the tag.
     """
     out: dict[str, dict[str, Cell]] = {f: {} for f in FAMILIES}
     for name in sorted(set(stats) | set(unscored)):

@@ -1,30 +1,54 @@
-"""HealthBench rubric grader: per-criterion judging (the reference) or one batched call per answer.
+"""HealthBench rubric grader: per-criterion judging (both protocols) or one batched call per answer (ours).
 
-Per-criterion mode follows openai/simple-evals healthbench_eval.py: one judge call per rubric item,
-the conversation plus the candidate's final turn rendered as ``"role: content"`` blocks joined by
-blank lines, the item as ``"[points] criterion"``, reply ``{"explanation", "criteria_met"}``. The
-reference re-asks without limit until it gets a boolean; we re-ask ``ctx.max_reask`` times and then
-record the criterion as unknown. Batched mode asks about all items of an answer in one call and
-re-asks only the items missing from the reply.
+Under the ``reference`` protocol the grader does what openai/simple-evals healthbench_eval.py
+does (``HealthBenchEval.grade_sample``): one judge call per rubric item, the official
+``GRADER_TEMPLATE`` (read at run time) with ``<<conversation>>`` replaced by the conversation the
+candidate was sent (its system message included) plus the answer, as ``role: content`` blocks
+joined by blank lines, then ``<<rubric_item>>`` by ``[points] criterion``; the judge messages are
+the sampler's system message and that prompt. A reply counts when, fences stripped, it parses as
+a JSON object whose ``criteria_met`` is a JSON bool (``parse_json_to_dict``). The reference re-asks
+without limit; we re-ask ``ctx.max_reask`` times, then the criterion is unknown and the example
+has no official score.
+
+Under ``grandrounds``: our templates, the answer with reasoning traces stripped, tolerant JSON
+reading, the example scored over its known criteria; ``batched`` mode asks about all items in one
+call and re-asks only those missing from the reply. A batched reply may key verdicts by id or list
+them in the order the items were given (a list of the same length; another length is unreadable).
+
+Each grade also carries ``details["other_value"]``: the example's value under the other protocol's
+reading and scoring of the same replies.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from functools import cached_property
+from typing import Any, Callable, Mapping, Sequence
 
+from grandrounds.benchmarks.healthbench import BATCHED_IS_OURS, GRADER_TEMPLATE, JUDGE_MODES, HealthBench
 from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import as_bool, explanation_text, json_values, parse_criteria_met
-from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys
-from grandrounds.records import Criterion, Grade, Message, Response, Sample
-from grandrounds.scoring.healthbench import known_example_metrics, known_rubric_score
+from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys, majority
+from grandrounds.protocols import PROTOCOL_NAMES, system_text
+from grandrounds.records import Criterion, Grade, Message, Response, Sample, Verdict
+from grandrounds.scoring.healthbench import known_example_metrics, known_rubric_score, reference_rubric_score
 from grandrounds.textutil import strip_reasoning
 
-#: simple-evals grades with its API system message (OPENAI_SYSTEM_MESSAGE_API).
-JUDGE_SYSTEM = "You are a helpful assistant."
-MODES = ("per-criterion", "batched")
+MODES = JUDGE_MODES
+
+
+def with_system(messages: Sequence[Message], system: str | None) -> tuple[Message, ...]:
+    """The messages the candidate was sent: ``system`` first unless the conversation opens with one.
+
+    The same rule as the runner's; simple-evals' grader sees the sampler's message list with the
+    system message it added (``actual_queried_message_list``).
+    """
+    if system is None or (messages and messages[0].role == "system"):
+        return tuple(messages)
+    return (Message("system", system), *messages)
 
 
 def render_conversation(messages: Sequence[Message], answer: str) -> str:
@@ -38,8 +62,36 @@ def _points(p: float) -> str:
 
 
 def render_item(crit: Criterion) -> str:
-    """``[points] criterion``, the reference's ``str(RubricItem)``."""
+    """``[points] criterion`` with whole points shown without a decimal (our templates)."""
     return f"[{_points(crit.points)}] {crit.text}"
+
+
+def reference_item(crit: Criterion) -> str:
+    """``str(RubricItem)`` in simple-evals: the points as loaded from JSON (``[5]``, ``[5.0]``)."""
+    return f"[{crit.points}] {crit.text}"
+
+
+# parse_json_to_dict in healthbench_eval.py: a leading ```json fence and a trailing ``` fence removed
+# from the stripped reply, then json.loads.
+_OFFICIAL_FENCES = re.compile(r"^```json\s*|\s*```$")
+
+
+def parse_reference(text: str | None) -> tuple[bool | None, str]:
+    """(criteria_met, explanation) read the simple-evals way; (None, "") when it would re-ask.
+
+    A JSON value that is not an object makes the official code raise (it indexes it); here it is
+    unreadable like any other reply without a boolean ``criteria_met``.
+    """
+    try:
+        value = json.loads(_OFFICIAL_FENCES.sub("", (text or "").strip()))
+    except json.JSONDecodeError:
+        return None, ""
+    if not isinstance(value, dict):
+        return None, ""
+    met = value.get("criteria_met")
+    if met is not True and met is not False:
+        return None, ""
+    return met, explanation_text(value.get("explanation", ""))
 
 
 def _reading(value: Any) -> Reading | None:
@@ -58,39 +110,65 @@ def _cid(key: Any) -> str:
 
 
 def parse_batched(text: str, pending: Sequence[str]) -> dict[str, Reading]:
-    """Per-criterion verdicts from a batched reply: ``{id: {...}}``, ``{id: bool}`` or ``[{"id":..}, ...]``."""
+    """Per-criterion verdicts from a batched reply.
+
+    Keyed by id: ``{id: {...}}``, ``{id: bool}``, ``[{"id": .., "criteria_met": ..}, ...]``. Or in
+    prompt order without ids: a list of ``{"criteria_met": ..}`` objects or of booleans, one per
+    pending criterion in the order they were listed (a single bare object when one was listed); a
+    list of another length is not read (the items are re-asked), never matched up by guess.
+    ``{"verdicts": [...]}`` wrappers are opened.
+    """
     wanted = set(pending)
     for value in json_values(text):
         if isinstance(value, dict) and len(value) == 1 and isinstance(next(iter(value.values())), list):
             value = next(iter(value.values()))  # {"verdicts": [...]}
         pairs: list[tuple[Any, Any]] = []
-        if isinstance(value, dict):
+        if isinstance(value, dict) and "criteria_met" in value:  # one bare verdict: only for one item
+            pairs = [(pending[0], value)] if len(pending) == 1 else []
+        elif isinstance(value, dict):
             pairs = list(value.items())
         elif isinstance(value, list):
-            pairs = [(item["id"], item) for item in value if isinstance(item, dict) and "id" in item]
+            keyed = [item for item in value if isinstance(item, dict) and "id" in item]
+            if keyed:
+                pairs = [(item["id"], item) for item in keyed]
+            elif len(value) == len(pending):  # in prompt order
+                pairs = list(zip(pending, value))
         found = {_cid(k): r for k, v in pairs if _cid(k) in wanted and (r := _reading(v)) is not None}
         if found:
             return found
     return {}
 
 
-def parse_single(text: str, pending: Sequence[str]) -> dict[str, Reading]:
-    """The one criterion of a per-criterion reply, if its ``criteria_met`` is a readable boolean."""
-    met, expl = parse_criteria_met(text)
-    return {pending[0]: Reading("met" if met else "unmet", expl)} if met is not None and pending else {}
+def _single(read: Callable[[str | None], tuple[bool | None, str]]) -> Callable[[str, Sequence[str]], dict[str, Reading]]:
+    """A per-criterion parser: the one pending criterion, if ``read`` finds its boolean."""
+
+    def parse(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+        met, expl = read(text)
+        return {pending[0]: Reading("met" if met else "unmet", expl)} if met is not None and pending else {}
+
+    return parse
+
+
+parse_single = _single(parse_criteria_met)
+parse_single_reference = _single(parse_reference)
 
 
 @dataclass(frozen=True)
 class HealthBenchParams:
     mode: str = "per-criterion"
+    protocol: str = "reference"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"unknown HealthBench judge mode {self.mode!r} (choose {', '.join(MODES)})")
+        if self.protocol not in PROTOCOL_NAMES:
+            raise ConfigError(f"unknown HealthBench protocol {self.protocol!r} (choose {', '.join(PROTOCOL_NAMES)})")
+        if self.protocol == "reference" and self.mode == "batched":
+            raise ConfigError(f"healthbench: {BATCHED_IS_OURS}")
 
 
 class HealthBenchGrader(Grader):
-    """Judge each rubric item of a HealthBench answer; score over the known verdicts."""
+    """Judge each rubric item of a HealthBench answer; score it the protocol's way."""
 
     name = "healthbench"
     Params = HealthBenchParams
@@ -99,45 +177,122 @@ class HealthBenchGrader(Grader):
     def __init__(self, params: HealthBenchParams | None = None) -> None:
         super().__init__(params)
         self.mode = self.params.mode
-        key = "healthbench_grader" if self.mode == "per-criterion" else "healthbench_batched"
-        self.templates = load_templates(key)
-        self.template = self.templates[key]
+        self.reference = self.params.protocol == "reference"
+        self.preset = HealthBench.protocols[self.params.protocol]
+        if self.reference:
+            self.templates = {}
+        else:
+            key = "healthbench_grader" if self.mode == "per-criterion" else "healthbench_batched"
+            self.templates = load_templates(key)
+            self.template = self.templates[key]
+
+    @cached_property
+    def official_template(self) -> str:
+        """GRADER_TEMPLATE as simple-evals holds it (the triple-quoted literal, stripped)."""
+        return GRADER_TEMPLATE.load().text
+
+    @cached_property
+    def judge_system(self) -> str | None:
+        return system_text(self.preset.judge)
+
+    @cached_property
+    def answer_system(self) -> str | None:
+        return system_text(self.preset.answer)
+
+    def template_hashes(self) -> dict[str, Any]:
+        if not self.reference:
+            return super().template_hashes()
+        refs = {"GRADER_TEMPLATE": GRADER_TEMPLATE.load()}
+        if self.preset.judge.system is not None and not isinstance(self.preset.judge.system, str):
+            refs["judge_system"] = self.preset.judge.system.load()
+        return {name: t.fingerprint() for name, t in refs.items()}
+
+    def reference_prompt(self, convo: str, crit: Criterion) -> str:
+        """The official grader prompt: two ``str.replace`` calls, in healthbench_eval.py's order."""
+        return self.official_template.replace("<<conversation>>", convo).replace("<<rubric_item>>", reference_item(crit))
+
+    def _messages(self, prompt: str) -> tuple[Message, ...]:
+        system = self.judge_system
+        return ((Message("system", system),) if system is not None else ()) + (Message("user", prompt),)
 
     def _asks(self, sample: Sample, convo: str, ids: Sequence[str]) -> list[Ask]:
         by_id = {c.id: c for c in sample.rubric}
-
-        def messages(prompt: str) -> tuple[Message, ...]:
-            return (Message("system", JUDGE_SYSTEM), Message("user", prompt))
-
+        if self.reference:
+            return [
+                Ask((cid,), lambda _p, c=by_id[cid]: self._messages(self.reference_prompt(convo, c)), parse_single_reference)
+                for cid in ids
+            ]
         if self.mode == "per-criterion":
             return [
-                Ask((cid,), lambda _p, c=by_id[cid]: messages(self.template.format(conversation=convo, rubric_item=render_item(c))), parse_single)
+                Ask((cid,), lambda _p, c=by_id[cid]: self._messages(self.template.format(conversation=convo, rubric_item=render_item(c))), parse_single)
                 for cid in ids
             ]
 
         def build(pending: Sequence[str]) -> tuple[Message, ...]:
             items = "\n".join(f"- id {cid}: {render_item(by_id[cid])}" for cid in pending)
-            return messages(self.template.format(conversation=convo, rubric_items=items))
+            return self._messages(self.template.format(conversation=convo, rubric_items=items))
 
         return [Ask(tuple(ids), build, parse_batched)]
 
+    def conversation(self, sample: Sample, answer: str) -> str:
+        """What the judge is shown: the conversation as sent to the candidate, then its answer."""
+        if self.reference:  # simple-evals passes the reply's content on unchanged
+            return render_conversation(with_system(sample.messages, self.answer_system), answer)
+        return render_conversation(with_system(sample.messages, self.answer_system), strip_reasoning(answer))
+
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        convo = render_conversation(sample.messages, strip_reasoning(response.text or ""))
+        convo = self.conversation(sample, response.text or "")
         ids = [c.id for c in sample.rubric]
         verdicts = await judge_criteria(ids, lambda _j, pending: self._asks(sample, convo, pending), ctx)
         example_tags = tuple(sample.metadata.get("example_tags", ()))
         ks = known_example_metrics(sample.rubric, verdicts, example_tags)
+        status = {v.criterion_id: v.status for v in verdicts}
+        value = reference_rubric_score(sample.rubric, status) if self.reference else ks.overall
+        n_unknown = sum(1 for v in verdicts if v.status == "unknown")
         details = {
             "judge_mode": self.mode,
+            "protocol": self.params.protocol,
             "coverage": {"known": ks.known, "total": ks.total},
-            "n_unknown": sum(1 for v in verdicts if v.status == "unknown"),
-            "tag_scores": {k: v for k, v in ks.metrics.items() if k != "overall_score"},
+            "n_unknown": n_unknown,
+            "tag_scores": {k: v for k, v in ks.metrics.items() if k != "overall_score"} if value is not None else {},
+            "other_value": self.other_value(sample, verdicts),
         }
         keys = judge_keys(verdicts)
-        if ks.overall is None:
-            return Grade(sample.id, None, None, verdicts, details, "no criterion with positive points has a known verdict", keys, "unreadable")
-        return Grade(sample.id, ks.overall, None, verdicts, details, None, keys)
+        if value is None:
+            why = (
+                f"{n_unknown} of {len(ids)} criteria have no readable verdict; the official score needs every one"
+                if self.reference
+                else "no criterion with positive points has a known verdict"
+            )
+            return Grade(sample.id, None, None, verdicts, details, why, keys, "unreadable")
+        return Grade(sample.id, value, None, verdicts, details, None, keys)
+
+    def other_value(self, sample: Sample, verdicts: Sequence[Verdict]) -> float | None:
+        """The example's value under the other protocol's reading and scoring of the same replies.
+
+        Per-criterion replies are read again with the other protocol's parser (each judge's
+        vote, then the majority); batched replies, which the reference cannot read, keep their
+        verdicts. Reference scoring needs every criterion; grandrounds' uses the known ones.
+        """
+        read = parse_criteria_met if self.reference else parse_reference
+        status: dict[str, str] = {}
+        for v in verdicts:
+            if self.mode == "batched" or not v.votes:
+                status[v.criterion_id] = v.status
+                continue
+            votes = []
+            for vote in v.votes:
+                met = read(vote.raw)[0] if vote.raw else None
+                votes.append("unknown" if met is None else "met" if met else "unmet")
+            status[v.criterion_id] = majority(votes)
+        if self.reference:
+            return known_rubric_score(sample.rubric, status)
+        return reference_rubric_score(sample.rubric, status)
 
     def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
-        """simple-evals ``calculate_score`` over the criteria with a known (judged or reviewed) verdict."""
-        return known_rubric_score(sample.rubric, {v.criterion_id: v.status for v in grade.verdicts} | dict(statuses))
+        """simple-evals ``calculate_score`` over every criterion (reference: None unless all have a
+        judged or reviewed verdict) or over those with one (grandrounds)."""
+        merged = {v.criterion_id: v.status for v in grade.verdicts} | dict(statuses)
+        if self.reference:
+            return reference_rubric_score(sample.rubric, merged)
+        return known_rubric_score(sample.rubric, merged)

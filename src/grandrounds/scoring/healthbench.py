@@ -8,7 +8,8 @@ Reference rules (PROTOCOLS.md section 4):
   skipped when that subset has no positive points;
 - example-tag score (theme:, physician_agreed_category:) = the example's overall score;
 - every metric m = clip(mean over the examples having m, 0, 1), with the std of that clipped
-  mean over 1000 bootstrap resamples (here seeded, the reference is unseeded).
+  mean over 1000 bootstrap resamples (here seeded, the reference is unseeded);
+  :func:`reference_aggregate` draws the resamples exactly as ``_compute_clipped_stats`` does.
 
 Our tri-state rule (a documented choice, not in the reference, which re-asks until it gets a
 boolean): criteria whose verdict is ``unknown`` are left out of both numerator and denominator,
@@ -38,6 +39,16 @@ def rubric_score(points: Sequence[float], met: Sequence[bool]) -> float | None:
     if possible == 0:
         return None
     return sum(p for p, m in zip(points, met) if m) / possible
+
+
+def reference_rubric_score(rubric: Sequence[Criterion], status: Mapping[str, str]) -> float | None:
+    """:func:`rubric_score` when every criterion has a met/unmet ``status``; None otherwise.
+
+    The official score needs every verdict (simple-evals re-asks until it has one).
+    """
+    if any(status.get(c.id) not in ("met", "unmet") for c in rubric):
+        return None
+    return rubric_score([c.points for c in rubric], [status[c.id] == "met" for c in rubric])
 
 
 def known_rubric_score(rubric: Sequence[Criterion], status: Mapping[str, str]) -> float | None:
@@ -132,4 +143,30 @@ def aggregate_metrics(per_example: Sequence[Mapping[str, float]], seed: int = 0)
         stat = clipped_stat(vals, seed=seed)
         assert stat is not None
         out[name] = stat
+    return out
+
+
+def reference_aggregate(per_example: Sequence[Mapping[str, float]], seed: int = 0, n_resamples: int = 1000) -> dict[str, ClippedStat]:
+    """Every metric as simple-evals' ``_aggregate_get_clipped_mean`` computes it, plus ``score``.
+
+    Metrics are collected in the official order (each example's metrics, then its overall score
+    under ``score``); per metric, in that order: clip(mean, 0, 1), n, and the std of clip(mean) over
+    ``n_resamples`` resamples drawn like ``np.random.choice(values, len(values))`` from a
+    ``RandomState(seed)`` (the official draws from the unseeded global state: seeded alike, both
+    give the same numbers). ``ci95`` is the 2.5/97.5 percentile of the same resampled means.
+    """
+    values: dict[str, list[float]] = defaultdict(list)
+    for metrics in per_example:
+        for name, value in metrics.items():
+            values[name].append(value)
+        values["score"].append(metrics["overall_score"])
+    rng = np.random.RandomState(seed)
+    out: dict[str, ClippedStat] = {}
+    for name, vals in values.items():
+        arr = np.asarray(vals, dtype=float)
+        # RandomState.choice(a, n) with replacement draws randint(0, len(a), n): one draw of shape
+        # (n_resamples, n) is the same stream as n_resamples draws in a row, row means as np.mean.
+        means = np.clip(arr[rng.randint(0, arr.size, size=(n_resamples, arr.size))].mean(axis=1), 0, 1)
+        lo, hi = np.percentile(means, [2.5, 97.5])
+        out[name] = ClippedStat(float(np.clip(np.mean(vals), 0, 1)), float(np.std(means)), (float(lo), float(hi)), len(vals))
     return out
