@@ -138,7 +138,7 @@ def scripted_mcq_runs(store: Store, data: Path, accuracies: dict[str, float], li
         def script(req: Request, acc: float = acc) -> str:
             i, key = key_of[req.messages[-1].content]
             wrong = next(x for x in "ABCD" if x != key)
-            return f"The answer is ({key if (i * 37 % 100) < 100 * acc else wrong})."
+            return f"Answer: {key if (i * 37 % 100) < 100 * acc else wrong}"  # read alike under both protocols
 
         asyncio.run(run(store, RunConfig("medqa", f"scripted/{name}", data=data, limit=limit, provider_options={"script": script})))
         exact[name] = sum(1 for i in range(len(samples)) if (i * 37 % 100) < 100 * acc) / len(samples)

@@ -28,7 +28,8 @@ def test_registry_paths_resolve_to_these_classes():
     for name, cls in [("demo", DemoExam), ("medqa", MedQA), ("medmcqa", MedMCQA), ("pubmedqa", PubMedQA),
                       ("mmlu-medical", MMLUMedical), ("cmb", CMB)]:
         assert BENCHMARKS.get(name) is cls and cls.name == name
-        assert cls.answer_modes == ("generate", "letter", "loglik")
+        want = ("generate", "text-loglik", "next-token") if cls is CMB else ("generate", "letter-loglik", "text-loglik", "next-token")
+        assert cls.answer_modes == want  # CMB has no lm-evaluation-harness task
 
 
 def test_remote_hashes_match_the_local_copies(shared_data):
@@ -98,12 +99,12 @@ def test_pubmedqa_macro_f1_from_grades(shared_data):
     # the model answers "yes" to everything: accuracy = 276/500, F1(yes) = 2*276/(2*276+224), others 0
     grades = [Grade(s.id, 1.0 if s.target == "A" else 0.0, extracted="A",
                     details={"answer_mode": "generate", "extracted_original": "A"}) for s in samples]
-    agg = bench.aggregate(samples, grades, RunOptions())
+    agg = bench.aggregate(samples, grades, RunOptions(protocol="grandrounds"))
     assert agg.score == pytest.approx(276 / 500)
     assert agg.extra["macro_f1"] == pytest.approx((2 * 276 / (2 * 276 + 224)) / 3)
     assert agg.breakdown["label"]["yes"].score == 1.0 and agg.breakdown["label"]["no"].score == 0.0
     assert "note" not in agg.extra
-    assert "note" in bench.aggregate(samples, grades[:10], RunOptions()).extra
+    assert "note" in bench.aggregate(samples, grades[:10], RunOptions(protocol="grandrounds")).extra
 
 
 def test_macro_f1_fixed_ignores_unreadable_as_a_class():
@@ -140,7 +141,7 @@ def test_mmlu_micro_headline_and_macro_extra(shared_data):
     # all anatomy right (135), all genetics wrong (100): micro 135/235, macro 0.5
     grades = [Grade(s.id, 1.0 if s.metadata["subject"] == "anatomy" else 0.0, details={"answer_mode": "generate"})
               for s in samples]
-    agg = bench.aggregate(samples, grades, RunOptions())
+    agg = bench.aggregate(samples, grades, RunOptions(protocol="grandrounds"))
     assert agg.score == pytest.approx(135 / 235)
     assert agg.extra["macro_accuracy"] == pytest.approx(0.5)
     assert agg.breakdown["subject"]["medical_genetics"] == Cell(score=0.0, n=100, n_unscored=0, ci95=wilson_ci(0, 100))
@@ -195,7 +196,10 @@ def test_cmb_joins_every_key_id(shared_data, tmp_path):
     unsorted = next(r for r in key if r["answer"] == "EB")
     assert by_id[str(unsorted["id"])].target == "BE"
     assert "F" not in by_id["1"].choices  # blank trailing option dropped
-    assert by_id["1"].messages[0].content.startswith("以下是中国医师考试中规培结业考试的一道单项选择题")
+    assert by_id[str(unsorted["id"])].metadata["key"] == "EB"  # as written, for score.py's exact comparison
+    # the reference prompt is CMB's own (workers/base.py query_prompt_2), read at run time
+    sent = CMB().prompt(by_id["1"], RunOptions()).messages[0].content
+    assert sent.startswith("以下是中国医师考试中规培结业考试的一道单项选择题，不需要做任何分析和解释，直接输出答案选项。\n第1题题干\nA. 选项A1")
 
 
 def test_cmb_scoring_official_macro_and_set_match(shared_data, tmp_path):
@@ -208,7 +212,8 @@ def test_cmb_scoring_official_macro_and_set_match(shared_data, tmp_path):
     pick.append(multi)
     bench = CMB()
     samples = bench.load(_cmb_dir(shared_data, tmp_path, pick))
-    grader = bench.grader(RunOptions())
+    ours = RunOptions(protocol="grandrounds")  # our set match and micro headline
+    grader = bench.grader(ours)
     import asyncio
 
     from grandrounds.graders.base import GradeContext
@@ -230,7 +235,7 @@ def test_cmb_scoring_official_macro_and_set_match(shared_data, tmp_path):
             replies[s.id] = "ABCDE".replace(s.target, "")[0]  # all wrong
     grades = [ask(s, replies[s.id]) for s in samples]
     assert grades[-1].value == 1.0 and grades[-1].extracted == samples[-1].target
-    agg = bench.aggregate(samples, grades, RunOptions())
+    agg = bench.aggregate(samples, grades, ours)
     assert agg.score == pytest.approx(5 / 10)  # micro over 10 questions: 4 + 1 + 0
     assert agg.extra["accuracy_per_subcategory"]["医师考试"] == {"规培结业": 1.0, "执业医师": pytest.approx(1 / 3)}
     assert agg.extra["accuracy_per_category"]["医师考试"] == pytest.approx((1.0 + 1 / 3) / 2)
@@ -244,7 +249,7 @@ def test_cmb_letter_mode_generates_multi_answer_items(shared_data, tmp_path):
     pick = [key[0], next(r for r in key if r["question_type"] == "多项选择题")]
     bench = CMB()
     single, multi = bench.load(_cmb_dir(shared_data, tmp_path, pick))
-    opts = RunOptions(answer_mode="letter")
+    opts = RunOptions(answer_mode="next-token")
     assert bench.prompt(single, opts).kind == "next_token"
     assert bench.prompt(multi, opts).kind == "chat"
 

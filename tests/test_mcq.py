@@ -13,7 +13,7 @@ from grandrounds.graders.choice_extract import extract_choice
 from grandrounds.graders.mcq_grader import permutation, shuffle_choices, to_original
 from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext
-from grandrounds.records import Grade, Response, Sample
+from grandrounds.records import Grade, Message, Response, Sample
 from tests.grading import grade_answer
 from grandrounds.stats import wilson_ci
 
@@ -58,6 +58,16 @@ EXTRACTION_CASES = [
     ("The answers are A and C.", "ABCDE", None, True, "AC"),
     ("CA", "ABCDE", None, True, "AC"),
     ("Initially I thought the answer is A, but on reflection the answer is B.", ABCD, None, False, "B"),
+    # precedence: a stated answer beats an "answer:" quoted inside the discussion; a restatement revises
+    ("Answer: A ... Why not B? Because answer: B would cause bleeding.", ABCD, None, False, "A"),
+    ("Answer: A\n\nWhy not B? Because answer: B would cause bleeding.", ABCD, None, False, "A"),
+    ("The answer is A. Why not B? The answer: B would cause bleeding.", ABCD, None, False, "A"),
+    ("Answer: A\nAnswer: B would cause bleeding, so no.", ABCD, None, False, "A"),
+    ("Answer: A\n\nWait. Actually the answer is B.", ABCD, None, False, "B"),
+    ("Answer: A\n...\nFinal answer: C", ABCD, None, False, "C"),
+    ("Answer: B. Tell the attending that he cannot fail to disclose this mistake\nanswer: D is wrong", ABCD, MEDQA_CHOICES, False, "B"),
+    ("1. **Answer:** C\n2. Some say the answer: A is tempting.", ABCD, None, False, "C"),
+    ("答案：B\n解析：有人认为答案是C，但不对。", ABCD, None, False, "B"),
     # negatives: no answer, out of range, ambiguous, or an article rather than a letter
     ("", ABCD, None, False, None),
     ("I don't know.", ABCD, None, False, None),
@@ -131,22 +141,31 @@ def test_shuffle_remaps_multi_answer_target():
 def test_prompt_modes():
     bench, samples = _demo()
     s = samples[0]
-    gen = bench.prompt(s, RunOptions())
+    gen = bench.prompt(s, RunOptions(protocol="grandrounds"))
     assert gen.kind == "chat" and "A. Liver" in gen.messages[0].content and "Answer: X" in gen.messages[0].content
-    let = bench.prompt(s, RunOptions(answer_mode="letter"))
+    ref = bench.prompt(s, RunOptions()).messages[0].content  # simple-evals' prompt under the reference protocol
+    assert ref.startswith("Answer the following multiple choice question.") and ref.endswith("A) Liver\nB) Pancreas\nC) Spleen\nD) Kidney")
+    let = bench.prompt(s, RunOptions(answer_mode="next-token"))
     assert let.kind == "next_token" and let.continuations == tuple("ABCD")
     assert let.messages[0].content.endswith("Answer with the letter only.\nAnswer:")
-    ll = bench.prompt(s, RunOptions(answer_mode="loglik"))
+    ll = bench.prompt(s, RunOptions(answer_mode="text-loglik"))
     assert ll.kind == "loglikelihood"
     assert ll.messages[0].content == "Question: Which organ produces insulin?\nAnswer:"
     assert ll.continuations == (" Liver", " Pancreas", " Spleen", " Kidney")
+    lm = bench.prompt(s, RunOptions(answer_mode="letter-loglik"))  # lm-eval medqa_4options
+    assert lm.kind == "loglikelihood" and lm.continuations == (" A", " B", " C", " D")
+    assert lm.messages == (Message("user", "Question: Which organ produces insulin?\nA. Liver\nB. Pancreas\nC. Spleen\nD. Kidney\nAnswer:"),)
+    # the earlier names still work, as aliases
+    assert bench.prompt(s, RunOptions(answer_mode="letter")) == let and bench.prompt(s, RunOptions(answer_mode="loglik")) == ll
+    assert bench.check_options(RunOptions(answer_mode="letter")).answer_mode == "next-token"
+    assert bench.check_options(RunOptions(answer_mode="loglik")).answer_mode == "text-loglik"
     with pytest.raises(ConfigError):
         bench.prompt(s, RunOptions(answer_mode="essay"))
 
 
 def test_shuffled_prompt_shows_permuted_options():
     bench, samples = _demo()
-    opts = RunOptions(answer_mode="letter", shuffle_options=True, seed=11)
+    opts = RunOptions(answer_mode="next-token", shuffle_options=True, seed=11)
     s = samples[0]
     shown, perm = shuffle_choices(s, 11)
     text = bench.prompt(s, opts).messages[0].content
@@ -165,12 +184,12 @@ class _Multi(MultipleChoiceBenchmark):
 def test_multi_answer_items_are_always_generated_in_chinese():
     bench = _Multi()
     s = bench.make_sample("1", "下列哪些属于…", dict(zip("ABCDE", "甲乙丙丁戊")), "ACE", multi=True)
-    p = bench.prompt(s, RunOptions(answer_mode="letter"))
+    p = bench.prompt(s, RunOptions(answer_mode="next-token", protocol="grandrounds"))
     assert p.kind == "chat" and "多项选择题" in p.messages[0].content and "A. 甲" in p.messages[0].content
     single = bench.make_sample("2", "下列哪项…", dict(zip("ABCD", "甲乙丙丁")), "B")
-    p = bench.prompt(single, RunOptions(answer_mode="letter"))
+    p = bench.prompt(single, RunOptions(answer_mode="next-token"))
     assert p.kind == "next_token" and p.messages[0].content.endswith("答案：")
-    assert bench.prompt(single, RunOptions(answer_mode="loglik")).continuations == tuple("甲乙丙丁")
+    assert bench.prompt(single, RunOptions(answer_mode="text-loglik")).continuations == tuple("甲乙丙丁")
 
 
 # ---- grading ------------------------------------------------------------------------------
@@ -189,28 +208,56 @@ def test_failed_call_is_unscored_never_wrong():
 def test_chat_grading_right_wrong_and_unextracted():
     bench, samples = _demo()
     s = samples[0]  # insulin -> B
-    assert _grade(bench, s, Response(key="k", text="The answer is B.")).value == 1.0
-    wrong = _grade(bench, s, Response(key="k", text="Answer: C"))
+    ours = RunOptions(protocol="grandrounds")
+    right = _grade(bench, s, Response(key="k", text="The answer is B."), ours)
+    assert right.value == 1.0 and right.details["protocol"] == "grandrounds"
+    # simple-evals reads only "Answer: X": the reference figure of the same reply is 0
+    assert right.details["other_value"] == 0.0 and right.details["other_extracted"] is None
+    wrong = _grade(bench, s, Response(key="k", text="Answer: C"), ours)
     assert wrong.value == 0.0 and wrong.extracted == "C" and not wrong.details.get("unextracted")
-    lost = _grade(bench, s, Response(key="k", text="I would need more information."))
+    lost = _grade(bench, s, Response(key="k", text="I would need more information."), ours)
     assert lost.value == 0.0 and lost.extracted is None and lost.details["unextracted"] is True
+
+
+def test_chat_grading_under_the_reference_protocol_reads_like_simple_evals():
+    bench, samples = _demo()
+    s = samples[0]  # insulin -> B
+    # the issue's example: simple-evals takes the first "Answer:" (A); ours too, by its precedence
+    g = _grade(bench, s, Response(key="k", text="Answer: A ... Why not B? Because answer: B would cause bleeding."))
+    assert g.value == 0.0 and g.extracted == "A" and g.details["other_extracted"] == "A"
+    # "Answer: b": simple-evals extracts "b" and compares it with "B" (wrong); ours reads B
+    low = _grade(bench, s, Response(key="k", text="Answer: b"))
+    assert low.value == 0.0 and low.extracted == "b" and low.details["other_value"] == 1.0
+    boxed = _grade(bench, s, Response(key="k", text="**Answer:** $\\boxed{B}$"))
+    assert boxed.value == 1.0 and boxed.details["protocol"] == "reference"
+    none = _grade(bench, s, Response(key="k", text="The answer is B."))
+    assert none.value == 0.0 and none.details["unextracted"] and none.details["other_value"] == 1.0
 
 
 def test_next_token_and_loglik_grading():
     bench, samples = _demo()
     s = samples[0]  # B = Pancreas
-    opts = RunOptions(answer_mode="letter")
+    opts = RunOptions(answer_mode="next-token")
     g = _grade(bench, s, Response(key="k", scores={"A": -3.0, "B": -0.2, "C": -4.0, "D": -5.0}), opts)
     assert g.value == 1.0 and g.extracted == "B"
     # a letter missing from the provider's top log-probs counts as -inf, not as an error
     assert _grade(bench, s, Response(key="k", scores={"A": -1.0}), opts).extracted == "A"
     assert _grade(bench, s, Response(key="k", scores={}), opts).value is None
-    ll = RunOptions(answer_mode="loglik")
-    # raw sum favours the short " Liver"; per-character normalisation favours " Pancreas"
+    ll = RunOptions(answer_mode="text-loglik")
+    # raw sum favours the short " Liver"; per-character normalisation (lm-eval: by len of the option
+    # text, without the leading space) favours " Pancreas"
     scores = {" Liver": -6.0, " Pancreas": -8.0, " Spleen": -9.0, " Kidney": -9.5}
     g = _grade(bench, s, Response(key="k", scores=scores), ll)
     assert g.value == 0.0 and g.extracted == "A"
     assert g.details["acc_norm"] == 1.0 and g.details["extracted_norm"] == "B"
+    # by option length (lm-eval) -8.0/8 (Pancreas) beats -5.05/5 (Liver); by continuation length it would not
+    # (-8.0/9 < -5.05/6)
+    close = _grade(bench, s, Response(key="k", scores={" Liver": -5.05, " Pancreas": -8.0, " Spleen": -20.0, " Kidney": -20.0}), ll)
+    assert close.details["extracted_norm"] == "B"
+    lm = RunOptions(answer_mode="letter-loglik")
+    g = _grade(bench, s, Response(key="k", scores={" A": -2.0, " B": -0.5, " C": -3.0, " D": -4.0}), lm)
+    assert g.value == 1.0 and g.extracted == "B" and g.details["acc_norm"] == 1.0 and g.details["other_value"] == 1.0
+    assert _grade(bench, s, Response(key="k", scores={"A": -0.1}), lm).status == "unreadable"  # no " A".." D" scores
 
 
 def test_grader_sees_the_prompt_permutation():
@@ -241,7 +288,7 @@ def test_aggregate_accuracy_ci_breakdown_and_counts():
             grades.append(Grade(s.id, 0.0, details={"answer_mode": "generate", "unextracted": True}))
         else:
             grades.append(Grade(s.id, 0.0, extracted="A", details={"answer_mode": "generate"}))
-    agg = bench.aggregate(samples, grades, RunOptions())
+    agg = bench.aggregate(samples, grades, RunOptions(protocol="grandrounds"))
     assert agg.metric == "accuracy"
     assert agg.n == 10 and agg.n_unscored == 2
     assert agg.score == pytest.approx(0.7)
@@ -257,10 +304,29 @@ def test_aggregate_accuracy_ci_breakdown_and_counts():
 
 def test_aggregate_reports_acc_norm_and_rejects_unknown_ids():
     bench, samples = _demo()
-    grades = [Grade(s.id, 1.0, details={"answer_mode": "loglik", "acc_norm": 0.0}) for s in samples[:4]]
-    agg = bench.aggregate(samples, grades, RunOptions(answer_mode="loglik"))
+    grades = [Grade(s.id, 1.0, details={"answer_mode": "text-loglik", "acc_norm": 0.0}) for s in samples[:4]]
+    agg = bench.aggregate(samples, grades, RunOptions(answer_mode="loglik", protocol="grandrounds"))
     assert agg.score == 1.0 and agg.extra["acc_norm"] == 0.0 and agg.n == 4
     with pytest.raises(ValueError):
         bench.aggregate(samples, [Grade("nope", 1.0)], RunOptions())
     empty = bench.aggregate(samples, [], RunOptions())
     assert empty.score is None and empty.ci95 is None and empty.n == 0
+
+
+def test_aggregate_under_both_protocols_counts_failures_its_own_way():
+    bench, samples = _demo()
+    grades = [Grade(samples[0].id, None, status="answer_failed", error="timeout")]
+    for i, s in enumerate(samples[1:], 1):
+        # the reference reading is right on 1..8, ours on 1..10
+        grades.append(Grade(s.id, 1.0 if i <= 8 else 0.0, details={"protocol": "reference", "other_value": 1.0 if i <= 10 else 0.0}))
+    ref = bench.aggregate(samples, grades, RunOptions())
+    assert ref.score == pytest.approx(8 / 12) and ref.n == 12 and ref.n_unscored == 0  # the failed call counts wrong
+    assert ref.extra["n_unscored_counted_wrong"] == 1
+    other = ref.extra["other_protocol"]
+    assert other["protocol"] == "grandrounds" and other["score"] == pytest.approx(10 / 11) and other["differs"]
+    ours = bench.aggregate(samples, grades, RunOptions(protocol="grandrounds"))
+    assert ours.score == pytest.approx(10 / 11) and ours.n == 11 and ours.n_unscored == 1
+    assert ours.extra["other_protocol"]["score"] == pytest.approx(8 / 12)
+    # grades made before the other reading existed: the other figure is unknown, never guessed
+    old = [Grade(s.id, 1.0) for s in samples]
+    assert bench.aggregate(samples, old, RunOptions(protocol="grandrounds")).extra["other_protocol"]["score"] is None

@@ -6,10 +6,24 @@ exam_class, exam_subject, question_type, answer``) separately from the questions
 exam_class, exam_subject, question, question_type, option {A: .., ...}``). The loader joins them
 on ``id``; the questions may be given unzipped or as the zip.
 
-Scoring per the official ``score.py``: accuracy per ``exam_class``, then the unweighted mean of
-class accuracies per ``exam_type``. Those macro figures are in ``extra`` and ``breakdown``; the
-headline is the micro accuracy over all scored questions. Multiple-answer keys (多项选择题) match
-as a set of letters (the key "EB" equals an answer "BE"; the official script compares strings).
+Protocols:
+
+- ``reference``: CMB's own zero-shot answer-only prompt (workers/base.py ``query_prompt_2``, read at
+  run time; its option list keeps only options longer than one character, as the official
+  ``get_single_query`` does), greedy decoding with 512 new tokens (the README's
+  configs/model_config.yaml: do_sample False, max_new_tokens 512), CMB's reading (src/utils.py
+  ``match_choice``: the letters A-G after "答案是/答案：/正确选项为…", else every A-G in the reply,
+  and the first one only for a single-answer item, as ``extract_ans`` does) and score.py's exact
+  comparison with the key string as written ("EB" is not "BE"). Aggregation as score.py: accuracy
+  per ``exam_class`` with every question counted (no answer = wrong), then the unweighted mean of
+  the classes per ``exam_type``; score.py stops there, and the headline is the unweighted mean of
+  those per-type figures.
+- ``grandrounds``: our prompt, our tolerant reading (an ambiguous single answer is unextracted rather
+  than its first letter), multiple answers matched as a set of letters, micro accuracy over the
+  answers obtained.
+
+The chain-of-thought prompt (``query_prompt_1``, the one the repository's generate_answers.sh passes
+``--use_cot`` for) is not offered; CMB has no lm-evaluation-harness task, so no letter-loglik mode.
 """
 
 from __future__ import annotations
@@ -21,11 +35,13 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, RemoteFile, RunOptions
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, macro_average
-from grandrounds.graders.mcq_grader import LETTERS
+from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, cached, macro_average
+from grandrounds.graders.mcq_grader import CMB_UTILS, LETTERS
 from grandrounds.benchmarks.readers import check_unique_ids, read_json, require_fields
 from grandrounds.errors import DataError
-from grandrounds.records import Grade, Sample
+from grandrounds.protocols import Generation, Protocol, ours
+from grandrounds.records import AnswerMode, Cell, Grade, Sample
+from grandrounds.upstream import UpstreamFile, python_returned_string
 
 REPO = "FreedomIntelligence/CMB"
 COMMIT = "6c8ece46097dae736c6805dd3b831e1a38c08971"
@@ -33,8 +49,28 @@ KEY_FILE = "CMB-test-choice-answer.json"
 QUESTION_FILE = "CMB-test-choice-question-merge.json"
 ZIP_FILE = "CMB.zip"
 MULTI = "多项选择题"
-# The official answer-only prompt (CMB README, "Answer-only Prompt"), zero-shot.
-_OFFICIAL = "以下是中国{exam_type}中{exam_class}考试的一道{question_type}，不需要做任何分析和解释，直接输出答案选项。\n{question}\n{options}"
+CMB_WORKER = UpstreamFile(
+    "cmb", REPO, COMMIT, "workers/base.py", "3da24a0dd4fb88045902abe656280f1ee5fd350f56c8dc30095449bb0d31100e"
+)
+CMB_SCORE = UpstreamFile("cmb", REPO, COMMIT, "score.py", "8ec5a4d998f1fce8f5dae93eff829387ad05d4a2d6e042c1869088cd404c91cf")
+
+_REFERENCE = Protocol(
+    "reference",
+    # README / configs/model_config.yaml: greedy decoding (do_sample False), max_new_tokens 512
+    answer=Generation(temperature=0.0, max_tokens=512),
+    extraction="src/utils.py match_choice (first letter kept for a single answer); exact match with the key string",
+    aggregation="score.py: accuracy per exam_class (no answer = wrong), mean of classes per exam_type; headline: mean over exam_types",
+    source=f"{REPO}@{COMMIT[:7]} workers/base.py, src/utils.py, score.py",
+    settings={"prompt": {"generate": "CMB workers/base.py query_prompt_2 (answer-only, zero-shot)", "text-loglik": "ours", "next-token": "ours"}},
+)
+_OURS = replace(
+    ours(
+        _REFERENCE,
+        extraction="our tolerant reading (choice_extract.py); multiple answers matched as a set",
+        aggregation="micro accuracy over the answers obtained (failed calls excluded); official macro figures beside it",
+    ),
+    settings={"prompt": {"generate": "ours", "text-loglik": "ours", "next-token": "ours"}},
+)
 
 
 def _questions_from(path: Path) -> tuple[Path, Any]:
@@ -71,7 +107,27 @@ class CMB(MultipleChoiceBenchmark):
         RemoteFile(f"https://github.com/{REPO}/raw/{COMMIT}/data/{ZIP_FILE}", ZIP_FILE, None),
     )
     category_fields: ClassVar[tuple[str, ...]] = ("exam_type", "exam_class", "question_type")
-    template_overrides = {"generate_zh": _OFFICIAL, "generate_multi_zh": _OFFICIAL}
+    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
+    reference_reading = "cmb"
+    protocols = {"reference": _REFERENCE, "grandrounds": _OURS}
+    protocol_differences = {
+        "generate": (
+            "reference: CMB's prompt, greedy with 512 tokens, match_choice, exact key string, failed calls wrong, "
+            "mean over exam types; grandrounds: our prompt, temperature 0, tolerant reading, set match, failed calls "
+            "excluded, micro accuracy (the other figure re-reads these same replies)"
+        ),
+        "logprob": "same prompt and argmax; reference: failed answers wrong, mean over exam types; grandrounds: excluded, micro",
+    }
+
+    def upstream_files(self) -> tuple[UpstreamFile, ...]:
+        return (CMB_WORKER, CMB_UTILS, CMB_SCORE)
+
+    def reference_prompt(self, sample: Sample) -> str:
+        """workers/base.py ``query_prompt_2`` (read from the file) filled as ``get_single_query`` fills it:
+        ``option_str`` lists "K. text" for the options whose text is longer than one character."""
+        template = cached(python_returned_string, CMB_WORKER, "query_prompt_2").text
+        option_str = "\n".join(f"{k}. {v}" for k, v in sample.choices.items() if len(v) > 1)
+        return template.format_map({**sample.metadata, "option_str": option_str})
 
     def data_files(self, root: Path) -> list[Path]:
         """[answer key, questions]: a directory holding both, or the question file (key beside it)."""
@@ -121,28 +177,44 @@ class CMB(MultipleChoiceBenchmark):
         if not target or any(ch not in letters for ch in target):
             raise DataError(key_path, f"id {sid}", f"answer {key['answer']!r} is not among options {''.join(letters)}")
         meta = {k: key[k] for k in ("exam_type", "exam_class", "exam_subject", "question_type") if k in key}
+        meta["key"] = str(key["answer"])  # as written: score.py compares this string exactly
         choices = {k: str(options[k] or "") for k in letters}
         return self.make_sample(sid, q["question"], choices, target, multi=key["question_type"] == MULTI, **meta)
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Micro headline; each exam_type in the breakdown also carries the official class macro."""
+        """The protocol's headline; each exam_type in the breakdown also carries score.py's class macro."""
         agg = super().aggregate(samples, grades, options)
         macro = agg.extra.get("accuracy_per_category", {})
         types = {t: replace(c, metrics={**c.metrics, "official_macro": macro.get(t)}) for t, c in agg.breakdown.get("exam_type", {}).items()}
         return replace(agg, breakdown={**agg.breakdown, "exam_type": types})
 
-    def extra_metrics(self, scored: Sequence[tuple[Sample, Grade]], options: RunOptions) -> dict[str, Any]:
+    def headline_cell(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any], options: RunOptions) -> Cell:
+        """Micro accuracy (grandrounds), or the mean over exam types of score.py's per-type figures
+        (reference; no CI is given for that mean of means)."""
+        cell = super().headline_cell(pairs, values, options)
+        if options.protocol != "reference":
+            return cell
+        return replace(cell, score=_official(pairs, values)["macro_over_exam_types"], ci95=None)
+
+    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
         """Official score.py figures: per-class accuracy and its per-exam-type macro average."""
-        per_class: dict[str, dict[str, float | None]] = {}
-        per_type: dict[str, float | None] = {}
-        for etype in dict.fromkeys(s.metadata.get("exam_type") for s, _ in scored):
-            classes = accuracy_by([(s, g) for s, g in scored if s.metadata.get("exam_type") == etype], "exam_class")
-            per_class[str(etype)] = {c: v.score for c, v in classes.items()}
-            per_type[str(etype)] = macro_average(classes)
-        vals = [v for v in per_type.values() if v is not None]
-        return {
-            "accuracy_per_category": per_type,
-            "accuracy_per_subcategory": per_class,
-            "macro_over_exam_types": sum(vals) / len(vals) if vals else None,
-            "headline": "micro accuracy; accuracy_per_category is the official per-exam_type macro of class accuracies",
-        }
+        headline = "mean over exam types of accuracy_per_category" if options.protocol == "reference" else "micro accuracy"
+        return _official(pairs, values) | {"headline": f"{headline}; accuracy_per_category is score.py's per-exam_type mean of class accuracies"}
+
+
+def _official(pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None]) -> dict[str, Any]:
+    """score.py's accuracy_per_subcategory (exam_type -> exam_class -> accuracy) and
+    accuracy_per_category (exam_type -> mean over its classes), and the mean over exam types."""
+    per_class: dict[str, dict[str, float | None]] = {}
+    per_type: dict[str, float | None] = {}
+    for etype in dict.fromkeys(s.metadata.get("exam_type") for s, _ in pairs):
+        rows = [(p, v) for p, v in zip(pairs, values) if p[0].metadata.get("exam_type") == etype]
+        classes = accuracy_by([p for p, _ in rows], "exam_class", [v for _, v in rows])
+        per_class[str(etype)] = {c: v.score for c, v in classes.items()}
+        per_type[str(etype)] = macro_average(classes)
+    vals = [v for v in per_type.values() if v is not None]
+    return {
+        "accuracy_per_category": per_type,
+        "accuracy_per_subcategory": per_class,
+        "macro_over_exam_types": sum(vals) / len(vals) if vals else None,
+    }

@@ -1,7 +1,8 @@
 """A 12-question demo exam shipped with the package, for trying grandrounds without downloads.
 
 Plain general-medicine facts written for this project (no benchmark items), in the MedQA JSONL
-format, so it exercises the same loader, prompts and grader as the real exams.
+format, so it exercises the same loader, prompts and grader as the real exams, with MedQA's
+protocols (simple-evals for generated answers, lm-eval's medqa_4options for letter-loglik).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from grandrounds.benchmarks.base import resolve_file
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-from grandrounds.benchmarks.medqa import load_medqa_format
+from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, exam_protocols
+from grandrounds.benchmarks.medqa import MEDQA_TASK, load_medqa_format, medqa_context
 from grandrounds.records import Sample
 
 FILENAME = "demo_exam.jsonl"
@@ -24,6 +25,8 @@ class DemoExam(MultipleChoiceBenchmark):
     name: ClassVar[str] = "demo"
     description: ClassVar[str] = "Bundled 12-question general-medicine demo exam (no download); accuracy"
     category_fields: ClassVar[tuple[str, ...]] = ("meta_info",)
+    lm_eval = MEDQA_TASK
+    protocols = exam_protocols(MEDQA_TASK)
 
     @classmethod
     def default_path(cls) -> Path:
@@ -35,3 +38,6 @@ class DemoExam(MultipleChoiceBenchmark):
 
     def load(self, root: Path | None = None) -> list[Sample]:
         return load_medqa_format(self, resolve_file(root or self.default_path(), FILENAME))
+
+    def lm_eval_context(self, sample: Sample) -> str:
+        return medqa_context(sample)

@@ -3,26 +3,54 @@
 A multiple-choice :class:`Sample` keeps the stem in ``metadata["question"]``, the options in
 ``choices`` (letter -> text, source order), the key in ``target`` ("B", or sorted letters "ACD"
 for multiple-answer items with ``metadata["multi"]``). Prompts are rebuilt from those fields for
-each answer mode, so the same sample serves chat, next-token and log-likelihood scoring, and a
-deterministic option shuffle can be applied identically in the prompt and in the grader.
+each answer mode and protocol, so the same sample serves chat, next-token and log-likelihood
+scoring, and a deterministic option shuffle can be applied identically in the prompt and in the grader.
+
+Prompts per answer mode (``generate`` | ``letter-loglik`` | ``text-loglik`` | ``next-token``):
+
+- ``generate`` under ``--protocol reference``: the official prompt, read at run time from the pinned
+  upstream file (simple-evals' QUERY_TEMPLATE_MULTICHOICE for the English four-option exams, CMB's
+  own for CMB; PubMedQA publishes none, so ours); under ``grandrounds`` our :data:`TEMPLATES`;
+- ``letter-loglik`` (both protocols): lm-evaluation-harness's zero-shot request, the context its
+  task file's ``doc_to_text`` builds (read from the task's YAML or its Python hook at run time)
+  sent as raw text, and its ``doc_to_choice`` after the target delimiter as continuations
+  (:meth:`MultipleChoiceBenchmark.letter_loglik_request`);
+- ``text-loglik`` and ``next-token`` (both protocols): ours.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, ClassVar, Mapping, Sequence, get_args
+import functools
+from dataclasses import dataclass, replace
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RunOptions
-from grandrounds.errors import ConfigError
+from grandrounds.errors import ConfigError, DataError
+from grandrounds.graders.mcq_grader import (
+    LM_EVAL_TARGET_DELIMITER,
+    MODES,
+    SIMPLE_EVALS_COMMON,
+    canonical_mode,
+    choice_labels,
+    effective_mode,
+    option_continuations,
+    shuffle_choices,
+)
 from grandrounds.hashing import text_hash
-from grandrounds.graders.mcq_grader import effective_mode, option_continuations, shuffle_choices
+from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.records import AnswerMode, Cell, Grade, Message, Sample
 from grandrounds.registry import Spec
 from grandrounds.scoring.cells import accuracy_cell, group_cells
+from grandrounds.upstream import UpstreamFile, python_string, yaml_value
 
-__all__ = ["MultipleChoiceBenchmark", "TEMPLATES", "accuracy_by", "macro_average", "render_options"]
+__all__ = [
+    "LmEvalTask", "MultipleChoiceBenchmark", "TEMPLATES", "accuracy_by", "exam_protocols", "macro_average",
+    "protocol_values", "render_options",
+]
 
-#: Prompt wording per (mode, language). Hashed into the fingerprint through the grader's templates.
+#: Our prompt wording per (mode, language), the ``grandrounds`` protocol's (and the reference one's
+#: where a benchmark publishes none). Hashed into the fingerprint. Keys keep the modes' earlier
+#: names (``letter`` = next-token, ``loglik`` = text-loglik).
 TEMPLATES: dict[str, str] = {
     "generate_en": (
         "Answer the following multiple-choice question by choosing the single best option. "
@@ -44,31 +72,126 @@ TEMPLATES: dict[str, str] = {
     ),
     "letter_en": "{question}\n\n{options}\n\nAnswer with the letter only.\nAnswer:",
     "letter_zh": "{question}\n\n{options}\n\n只需回答选项字母。\n答案：",
-    # lm-evaluation-harness style multiple_choice: context, then each option's text as continuation.
+    # text-loglik: the question as context, then each option's text as continuation (options not shown).
     "loglik_en": "Question: {question}\nAnswer:",
     "loglik_zh": "问题：{question}\n答案：",
 }
+_TEMPLATE_STEM = {"generate": "generate", "next-token": "letter", "text-loglik": "loglik"}
+
+LM_EVAL_REPO = "EleutherAI/lm-evaluation-harness"
+LM_EVAL_COMMIT = "4e7e0d47f33bc71070c1d38394bafbb52b117163"
+
+
+def lm_eval_file(path: str, sha256: str) -> UpstreamFile:
+    """A file of lm-evaluation-harness at the pinned commit (SOURCES.tsv folder ``lm-eval``)."""
+    return UpstreamFile("lm-eval", LM_EVAL_REPO, LM_EVAL_COMMIT, path, sha256)
+
+
+@dataclass(frozen=True)
+class LmEvalTask:
+    """An lm-evaluation-harness multiple_choice task: its YAML file, and the module of its
+    ``doc_to_text`` hook where the prompt is built in Python (None: a Jinja ``doc_to_text`` in the YAML)."""
+
+    name: str
+    yaml: UpstreamFile
+    hooks: UpstreamFile | None = None
+
+    def choices(self) -> list[str]:
+        """The task's ``doc_to_choice`` list (the strings scored after the target delimiter)."""
+        value = cached(yaml_value, self.yaml, "doc_to_choice")
+        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+            raise DataError(self.yaml.url, None, "doc_to_choice is not a list of strings")
+        return value
+
+    def files(self) -> tuple[UpstreamFile, ...]:
+        return (self.yaml,) if self.hooks is None else (self.yaml, self.hooks)
+
+
+@functools.lru_cache(maxsize=256)
+def cached(reader: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """``reader(*args, **kw)`` once per process: an upstream file is pinned by its sha256, so what is
+    read out of it never changes (a prompt is built per item; the file is parsed once). Callers must
+    not mutate the result."""
+    return reader(*args, **kw)
 
 
 def render_options(choices: Mapping[str, str]) -> str:
     return "\n".join(f"{k}. {v}" for k, v in choices.items())
 
 
-class MultipleChoiceBenchmark(Benchmark):
-    """Base for exam benchmarks: prompts for three answer modes, shuffling, grading, accuracy."""
+def simple_evals_prompt(question: str, choices: Mapping[str, str]) -> str:
+    """simple-evals' format_multichoice_question: QUERY_TEMPLATE_MULTICHOICE (read from common.py at
+    the pinned commit) formatted with the question and options A-D; it has room for exactly four."""
+    if list(choices) != ["A", "B", "C", "D"]:
+        raise ConfigError(
+            f"the simple-evals prompt takes four options A-D, this item has {''.join(choices)}; use --protocol grandrounds"
+        )
+    template = cached(python_string, SIMPLE_EVALS_COMMON, "QUERY_TEMPLATE_MULTICHOICE")
+    return template.text.format(Question=question, **choices)
 
-    answer_modes: ClassVar[tuple[AnswerMode, ...]] = get_args(AnswerMode)
+
+def exam_protocols(task: LmEvalTask | None) -> dict[str, Protocol]:
+    """Presets of an English four-option exam: simple-evals for generated answers, lm-eval for letter-loglik."""
+    reference = Protocol(
+        "reference",
+        # simple-evals sampler/chat_completion_sampler.py ChatCompletionSampler defaults:
+        # temperature 0.5, max_tokens 1024, system_message None
+        answer=Generation(temperature=0.5, max_tokens=1024),
+        extraction=(
+            "generate: simple-evals mmlu_eval.py (common.normalize_response, then the first match of "
+            "MULTILINGUAL_ANSWER_REGEXES in list order, normalize_extracted_answer); log-prob modes: argmax"
+        ),
+        aggregation="accuracy over every item: a failed or unreadable answer counts wrong, as the official code scores every item",
+        source=f"openai/simple-evals@ee3b031 mmlu_eval.py; {LM_EVAL_REPO}@{LM_EVAL_COMMIT[:7]} {task.name if task else '-'}",
+        settings={
+            "prompt": {
+                "generate": "simple-evals common.py QUERY_TEMPLATE_MULTICHOICE",
+                "letter-loglik": f"lm-eval {task.name} doc_to_text / doc_to_choice" if task else "not offered",
+                "text-loglik": "ours",
+                "next-token": "ours",
+            }
+        },
+    )
+    grandrounds = ours(
+        reference,
+        extraction="generate: our tolerant reading with its documented precedence (choice_extract.py); log-prob modes: argmax",
+        aggregation="accuracy over scored items: failed calls and unreadable log-prob replies excluded and counted",
+    )
+    prompts = {**reference.settings["prompt"], "generate": "ours"}
+    return {"reference": reference, "grandrounds": replace(grandrounds, settings={"prompt": prompts})}
+
+
+class MultipleChoiceBenchmark(Benchmark):
+    """Base for exam benchmarks: prompts for four answer modes, shuffling, grading, accuracy."""
+
+    answer_modes: ClassVar[tuple[AnswerMode, ...]] = MODES  # type: ignore[assignment]
     shuffles_options: ClassVar[bool] = True
     #: metadata keys to break accuracy down by, e.g. ("subject",).
     category_fields: ClassVar[tuple[str, ...]] = ()
-    #: wording overrides (same keys as TEMPLATES) for benchmarks with an official prompt.
+    #: wording overrides (same keys as TEMPLATES) for our prompts.
     template_overrides: ClassVar[Mapping[str, str]] = {}
+    #: The lm-evaluation-harness task letter-loglik follows (None: the mode is not offered).
+    lm_eval: ClassVar[LmEvalTask | None] = None
+    #: How the official code reads a generated reply: "simple-evals", "cmb", or "ours" (none published).
+    reference_reading: ClassVar[str] = "simple-evals"
+    #: letter-loglik choices: the option letters, or the option texts (PubMedQA's yes/no/maybe).
+    loglik_labels: ClassVar[str] = "letters"
+    protocols: ClassVar[Mapping[str, Protocol]] = exam_protocols(None)
+    #: What differs between the protocols' figures, per kind of answer mode (shown beside the headline).
+    protocol_differences: ClassVar[Mapping[str, str]] = {
+        "generate": (
+            "reference: simple-evals' prompt and temperature 0.5, its reading (first 'Answer:' match, case kept), "
+            "failed calls counted wrong; grandrounds: our prompt, temperature 0, tolerant reading, failed calls excluded "
+            "(the other figure re-reads these same replies)"
+        ),
+        "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
+    }
 
     # ---- samples ---------------------------------------------------------------------
     def make_sample(
         self, sid: str, question: str, choices: Mapping[str, str], target: str, multi: bool = False, **meta: Any
     ) -> Sample:
-        """Build a multiple-choice sample; ``messages`` hold the default (generate-mode) prompt."""
+        """Build a multiple-choice sample; ``messages`` hold our generate-mode prompt."""
         choices = dict(choices)
         metadata = {"question": question, "multi": multi, "language": self.language, **meta}
         return Sample(
@@ -84,15 +207,25 @@ class MultipleChoiceBenchmark(Benchmark):
     def templates(self) -> dict[str, str]:
         return {**TEMPLATES, **self.template_overrides}
 
-    def template_hashes(self) -> dict[str, str]:
-        return {name: text_hash(text)[:16] for name, text in self.templates.items()}
+    def upstream_files(self) -> tuple[UpstreamFile, ...]:
+        """The pinned upstream files this benchmark's reference prompts are read from."""
+        files = (SIMPLE_EVALS_COMMON,) if self.reference_reading == "simple-evals" else ()
+        return files + (self.lm_eval.files() if self.lm_eval else ())
+
+    def template_hashes(self, options: RunOptions | None = None) -> dict[str, str]:
+        """Our templates' hashes, and each upstream file's pinned sha256 (the official text is read
+        out of exactly that file; nothing is downloaded to fingerprint it). The same for every
+        protocol: the answer mode and protocol beside them in the fingerprint say which was sent."""
+        ours_ = {name: text_hash(text)[:16] for name, text in self.templates.items()}
+        return ours_ | {f"{f.folder}/{f.path}": f.sha256 for f in self.upstream_files()}
 
     def render(self, sample: Sample, mode: str) -> str:
-        """The prompt text for ``mode`` (generate / letter / loglik) in the benchmark's language."""
+        """Our prompt text for ``mode`` (generate / next-token / text-loglik) in the benchmark's language."""
         return self._render(sample.metadata, sample.choices, mode)
 
     def _render(self, metadata: Mapping[str, Any], choices: Mapping[str, str], mode: str) -> str:
         lang = "zh" if self.language.startswith("zh") else "en"
+        mode = canonical_mode(mode)
         multi = "_multi" if mode == "generate" and metadata.get("multi") else ""
         fields = {
             **metadata,
@@ -100,12 +233,50 @@ class MultipleChoiceBenchmark(Benchmark):
             "options": render_options(choices),
             "letters": "/".join(choices),
         }
-        return self.templates[f"{mode}{multi}_{lang}"].format(**fields)
+        return self.templates[f"{_TEMPLATE_STEM[mode]}{multi}_{lang}"].format(**fields)
+
+    def reference_prompt(self, sample: Sample) -> str:
+        """The official generate-mode prompt (default: simple-evals'); benchmarks without one return ours."""
+        return simple_evals_prompt(sample.metadata["question"], sample.choices)
+
+    def generate_prompt(self, sample: Sample, protocol: str) -> str:
+        if protocol == "reference":
+            return self.reference_prompt(sample)
+        return self._render(sample.metadata, sample.choices, "generate")
+
+    # ---- letter-loglik: lm-evaluation-harness's request ---------------------------------
+    def lm_eval_context(self, sample: Sample) -> str:
+        """The context lm-eval's ``doc_to_text`` builds for ``sample`` (each benchmark with a task)."""
+        raise ConfigError(f"{self.name} has no lm-evaluation-harness task, so no letter-loglik mode")
+
+    def letter_loglik_request(self, sample: Sample) -> tuple[str, tuple[str, ...]]:
+        """(context, continuations) lm-evaluation-harness sends for ``sample``: zero-shot, no
+        description, no chat template (the raw string a base or GGUF model is scored on), and each
+        ``doc_to_choice`` entry after the target delimiter " ", in option order.
+
+        For scripts comparing with lm-eval itself, e.g. ``MedQA().letter_loglik_request(sample)``.
+        """
+        if self.lm_eval is None:
+            raise ConfigError(f"{self.name} has no lm-evaluation-harness task, so no letter-loglik mode")
+        labels = choice_labels(sample.choices, "letter-loglik", self.loglik_labels)
+        wanted = self.lm_eval.choices()
+        if sorted(labels.values()) != sorted(wanted):
+            raise ConfigError(
+                f"{self.name} item {sample.id}: options {sorted(labels.values())} differ from lm-eval {self.lm_eval.name}'s "
+                f"doc_to_choice {wanted}"
+            )
+        conts = option_continuations(sample.choices, "letter-loglik", self.language, self.loglik_labels)
+        assert all(c == LM_EVAL_TARGET_DELIMITER + labels[k] for k, c in conts.items())
+        return self.lm_eval_context(sample), tuple(conts.values())
 
     # ---- prompting -------------------------------------------------------------------
+    def check_options(self, options: RunOptions) -> RunOptions:
+        """Options checked as every benchmark's, after mapping an earlier answer-mode name to its current one."""
+        return super().check_options(replace(options, answer_mode=canonical_mode(options.answer_mode)))  # type: ignore[arg-type]
+
     def effective_mode(self, sample: Sample, options: RunOptions) -> str:
         """The answer mode used for ``sample``: multiple-answer items are always generated."""
-        mode = options.answer_mode
+        mode = canonical_mode(options.answer_mode)
         if mode not in self.answer_modes:
             raise ConfigError(f"{self.name}: answer mode {mode!r} not supported (use {', '.join(self.answer_modes)})")
         return effective_mode(sample, mode)
@@ -118,60 +289,105 @@ class MultipleChoiceBenchmark(Benchmark):
         return replace(shown, messages=(Message("user", self.render(shown, "generate")),)), perm
 
     def continuations(self, sample: Sample, mode: str) -> dict[str, str]:
-        """Option letter -> the continuation scored for it in ``mode`` (letter or loglik)."""
-        return option_continuations(sample.choices, mode, self.language)
+        """Option letter -> the continuation scored for it in ``mode`` (a log-prob mode)."""
+        return option_continuations(sample.choices, mode, self.language, self.loglik_labels)
 
     def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
         shown, _ = self.prepare(sample, options)
         mode = self.effective_mode(sample, options)
-        if mode == "generate":  # the shown sample's messages are its generate prompt, already rendered
-            return Prompt(shown.messages)
+        if mode == "generate":
+            return Prompt((Message("user", self.generate_prompt(shown, options.protocol)),))
+        if mode == "letter-loglik":
+            context, conts = self.letter_loglik_request(shown)
+            return Prompt((Message("user", context),), kind="loglikelihood", continuations=conts)
         msgs = (Message("user", self.render(shown, mode)),)
         conts = tuple(dict.fromkeys(self.continuations(shown, mode).values()))  # duplicates scored once
-        return Prompt(msgs, kind="next_token" if mode == "letter" else "loglikelihood", continuations=conts)
+        return Prompt(msgs, kind="next_token" if mode == "next-token" else "loglikelihood", continuations=conts)
 
     def grader_spec(self, options: RunOptions) -> Spec:
-        args = {"answer_mode": options.answer_mode, "shuffle_options": options.shuffle_options,
-                "seed": options.seed, "language": self.language}
+        args = {"answer_mode": canonical_mode(options.answer_mode), "shuffle_options": options.shuffle_options,
+                "seed": options.seed, "language": self.language, "protocol": options.protocol,
+                "reference_reading": self.reference_reading, "loglik_labels": self.loglik_labels}
         return Spec("mcq", args)
 
     # ---- aggregation -----------------------------------------------------------------
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        """Micro accuracy with a Wilson 95% CI, per-category accuracy, unextracted answers counted.
+        """Accuracy with a Wilson 95% CI, per-category accuracy, unextracted answers counted, and the
+        other protocol's figure beside it.
 
-        ``n`` is the number of scored answers (the denominator); unscored ones (failed calls)
-        are excluded and counted in ``n_unscored``.
+        Under ``reference`` every item is in the denominator (``n``): a failed call or an unreadable
+        log-prob reply counts wrong, as each official script scores every item; under
+        ``grandrounds`` they are left out and counted in ``n_unscored``.
         """
         pairs = pair_grades(samples, grades)
-        scored = [(s, g) for s, g in pairs if g.value is not None]
-        overall = accuracy_cell([g.value for _, g in pairs])
-        k = sum(1 for _, g in scored if g.value == 1.0)
+        proto, other = options.protocol, _OTHER[options.protocol]
+        mode = canonical_mode(options.answer_mode)
+        values = protocol_values(pairs, proto)
+        mine = [v if v is not _UNKNOWN else None for v in values]
+        overall = self.headline_cell(pairs, mine, options)
+        scored = [(s, g) for (s, g), v in zip(pairs, mine) if v is not None]
         extra: dict[str, Any] = {
-            "average": "micro (accuracy over all scored items)",
-            "answer_mode": options.answer_mode,
-            "n_unextracted": sum(1 for _, g in scored if g.details.get("unextracted")),
-            "n_correct": k,
+            "average": "micro (accuracy over " + ("every item)" if proto == "reference" else "all scored items)"),
+            "answer_mode": mode,
+            "protocol": proto,
+            "n_unextracted": sum(1 for (_, g), v in zip(pairs, mine) if v is not None and g.details.get("unextracted")),
+            "n_correct": sum(1 for v in mine if v == 1.0),
         }
+        if proto == "reference":
+            extra["n_unscored_counted_wrong"] = sum(1 for _, g in pairs if g.value is None)
         if options.shuffle_options:
             extra["shuffle_seed"] = options.seed
         norm = [g.details["acc_norm"] for _, g in scored if "acc_norm" in g.details]
         if norm:
             extra["acc_norm"] = sum(norm) / len(norm)
-        forced = sum(1 for _, g in scored if g.details.get("answer_mode", options.answer_mode) != options.answer_mode)
+        forced = sum(1 for _, g in scored if canonical_mode(g.details.get("answer_mode", mode)) != mode)
         if forced:
             extra["n_generated_multi_answer"] = forced
-        extra.update(self.extra_metrics(scored, options))
-        breakdown = {f: accuracy_by(pairs, f) for f in self.category_fields}
-        return Aggregate.of(
-            "accuracy",
-            overall,
-            breakdown,
-            extra,
-        )
+        extra.update(self.extra_metrics(pairs, mine, options))
+        others = protocol_values(pairs, other)
+        kind = "generate" if mode == "generate" else "logprob"
+        other_options = replace(options, protocol=other)
+        extra["other_protocol"] = {
+            "protocol": other,
+            "score": None if _UNKNOWN in others else self.headline_cell(pairs, others, other_options).score,
+            "differs": self.protocol_differences[kind],
+            **({} if _UNKNOWN in others else self.other_metrics(pairs, others, other_options)),
+        }
+        breakdown = {f: accuracy_by(pairs, f, mine) for f in self.category_fields}
+        return Aggregate.of("accuracy", overall, breakdown, extra)
 
-    def extra_metrics(self, scored: Sequence[tuple[Sample, Grade]], options: RunOptions) -> dict[str, Any]:
+    def headline_cell(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any], options: RunOptions) -> Cell:
+        """The headline under ``options.protocol`` from the items' values under it (default: accuracy)."""
+        return accuracy_cell(values)
+
+    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
         """Benchmark-specific figures beside accuracy (macro averages, F1). None by default."""
         return {}
+
+    def other_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+        """Figures shown with the other protocol's headline (``options`` name that protocol). None by default."""
+        return {}
+
+
+_OTHER = {"reference": "grandrounds", "grandrounds": "reference"}
+_UNKNOWN: Any = object()
+
+
+def protocol_values(pairs: Sequence[tuple[Sample, Grade]], protocol: str) -> list[Any]:
+    """Each item's value under ``protocol``: the grade's own value when it was graded that way, else
+    its ``other_value``; a grade with no value counts wrong (0.0) under ``reference`` and is left out
+    (None) under ``grandrounds``. A value that cannot be known (a grade made before the other
+    reading existed) is ``_UNKNOWN``. Grades without a recorded protocol were read our way."""
+    out: list[Any] = []
+    for _, g in pairs:
+        if g.value is None:
+            out.append(0.0 if protocol == "reference" else None)
+        elif g.details.get("protocol", "grandrounds") == protocol:
+            out.append(g.value)
+        else:
+            v = g.details.get("other_value")
+            out.append(_UNKNOWN if v is None else v)
+    return out
 
 
 def pair_grades(samples: Sequence[Sample], grades: Sequence[Grade]) -> list[tuple[Sample, Grade]]:
@@ -183,12 +399,29 @@ def pair_grades(samples: Sequence[Sample], grades: Sequence[Grade]) -> list[tupl
     return [(by_id[g.sample_id], g) for g in grades]
 
 
-def accuracy_by(pairs: Sequence[tuple[Sample, Grade]], field: str) -> dict[str, Cell]:
-    """One breakdown family: an accuracy cell per value of a metadata field, in first-seen order."""
-    return group_cells(((str(s.metadata.get(field)), g.value) for s, g in pairs), accuracy_cell, sort=False)
+def accuracy_by(pairs: Sequence[tuple[Sample, Grade]], field: str, values: Sequence[float | None] | None = None) -> dict[str, Cell]:
+    """One breakdown family: an accuracy cell per value of a metadata field, in first-seen order
+    (of ``values`` when given, aligned with ``pairs``; else the grades' own values)."""
+    vals = values if values is not None else [g.value for _, g in pairs]
+    return group_cells(((str(s.metadata.get(field)), v) for (s, _), v in zip(pairs, vals)), accuracy_cell, sort=False)
 
 
 def macro_average(groups: Mapping[str, Cell]) -> float | None:
     """Unweighted mean of the groups' scores (groups with no scored item are left out)."""
     scores = [c.score for c in groups.values() if c.score is not None]
     return sum(scores) / len(scores) if scores else None
+
+
+def jinja_doc_to_text(template: str, doc: Mapping[str, Any]) -> str:
+    """An lm-eval Jinja ``doc_to_text`` rendered as lm_eval.utils.apply_template does (StrictUndefined,
+    trailing newline kept), in a sandbox."""
+    return _jinja(template).render(**doc)
+
+
+@functools.lru_cache(maxsize=16)
+def _jinja(template: str) -> Any:
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    return ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True).from_string(template)
+

@@ -4,6 +4,12 @@ Format (PROTOCOLS.md section 6): JSON Lines ``{"question", "answer": <text>, "op
 "meta_info": "step1" | "step2&3", "answer_idx": "B", "metamap_phrases": [...]}``. Records carry no
 id, so a sample's id is its 0-based position among the file's records. Score: accuracy of the
 chosen letter against ``answer_idx``, broken down by ``meta_info``.
+
+MedQA's authors publish no prompt for language models. Under ``--protocol reference`` a generated
+answer follows openai/simple-evals (its multiple-choice prompt, sampler defaults and reading), and
+``letter-loglik`` follows lm-evaluation-harness's ``medqa_4options`` (the default answer mode stays
+``generate``). lm-eval reads the same questions from GBaker/MedQA-USMLE-4-options-hf as
+``sent1`` and ``ending0..3``; here they come from the MIRAGE copy (``question``, ``options``).
 """
 
 from __future__ import annotations
@@ -12,13 +18,30 @@ from pathlib import Path
 from typing import ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
 from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.benchmarks.readers import read_jsonl, require_fields
 from grandrounds.errors import DataError
 from grandrounds.records import Sample
+from grandrounds.upstream import python_fstring, python_returned_string
 
 MIRAGE = "https://raw.githubusercontent.com/Teddy-XiongGZ/MIRAGE/392943af99cd94cafd50a0de2e7fca24bbf65494/rawdata"
+
+MEDQA_TASK = LmEvalTask(
+    "medqa_4options",
+    lm_eval_file("lm_eval/tasks/medqa/medqa.yaml", "33943df2e79f6d96a2685e14680a2e479aa4c6f2fc44afa0ef0ae59c57c7c302"),
+    lm_eval_file("lm_eval/tasks/medqa/preprocess_medqa.py", "06adc6ef5bda3259fe547355e6b064ca57c674b502fac749d0a0ccc8fee91787"),
+)
+
+
+def medqa_context(sample: Sample) -> str:
+    """lm-eval medqa_4options' context (preprocess_medqa.doc_to_text): the option lines, one f-string
+    per option in option order, joined into the returned f-string. Both strings are read from the file."""
+    hooks = MEDQA_TASK.hooks
+    assert hooks is not None
+    line = cached(python_fstring, hooks, within="doc_to_text", fields=("k", "v"))
+    answers = "".join(line.render(k=k, v=v) for k, v in sample.choices.items())
+    return cached(python_returned_string, hooks, "doc_to_text").render({"doc['sent1']": sample.metadata["question"], "answers": answers})
 
 
 def load_medqa_format(bench: MultipleChoiceBenchmark, path: Path) -> list[Sample]:
@@ -58,6 +81,11 @@ class MedQA(MultipleChoiceBenchmark):
         ),
     )
     category_fields: ClassVar[tuple[str, ...]] = ("meta_info",)
+    lm_eval = MEDQA_TASK
+    protocols = exam_protocols(MEDQA_TASK)
 
     def load(self, root: Path) -> list[Sample]:
         return load_medqa_format(self, resolve_file(root, self.remote_files[0].filename))
+
+    def lm_eval_context(self, sample: Sample) -> str:
+        return medqa_context(sample)

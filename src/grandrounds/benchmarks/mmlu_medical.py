@@ -4,6 +4,14 @@ Format (PROTOCOLS.md section 6): one headerless CSV per subject, ``<subject>_tes
 columns: question, A, B, C, D, answer letter. Quoted cells may contain CRLF. Score: accuracy per
 subject; the headline is the micro average over all questions, the macro average (unweighted
 mean of the subject accuracies) is given in ``extra``.
+
+Under ``--protocol reference`` a generated answer follows openai/simple-evals' own MMLU evaluation
+(mmlu_eval.py: its prompt, sampler defaults and reading), and ``letter-loglik`` follows
+lm-evaluation-harness's ``mmlu`` default template (``_default_template_yaml``: Jinja ``doc_to_text``,
+choices A-D). Known difference: lm-eval's per-subject task files (``mmlu_anatomy.yaml`` ...) also
+set a ``description`` ("The following are multiple choice questions (with answers) about
+anatomy." and a blank line) that lm-eval puts before the context; those files are not among the
+pinned reference files, so the context here is ``doc_to_text`` alone and lacks that line.
 """
 
 from __future__ import annotations
@@ -14,11 +22,21 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, read_text
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, macro_average
+from grandrounds.benchmarks.mcq import (
+    LmEvalTask,
+    MultipleChoiceBenchmark,
+    accuracy_by,
+    cached,
+    exam_protocols,
+    jinja_doc_to_text,
+    lm_eval_file,
+    macro_average,
+)
 from grandrounds.benchmarks.medqa import MIRAGE
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.params import Param
 from grandrounds.records import Grade, Sample
+from grandrounds.upstream import yaml_value
 
 SUBJECTS = (
     "anatomy",
@@ -36,6 +54,12 @@ _SHA = {
     "medical_genetics": "cc30c698e94f12c00e610a39c62d1a1d9587fa53c005359317346081f722c5e6",
     "professional_medicine": "a034bf0dda10cb0848bdd3097eb1547d61ca2dac9e9b871563691621c38d51e9",
 }
+
+
+MMLU_TASK = LmEvalTask(
+    "mmlu (default template)",
+    lm_eval_file("lm_eval/tasks/mmlu/default/_default_template_yaml", "a0997593bf94f52cc87eb1f9b621f52613a6c60f1fb48775b0926104fd385122"),
+)
 
 
 def read_subject_csv(path: Path) -> list[tuple[int, list[str]]]:
@@ -64,6 +88,8 @@ class MMLUMedical(MultipleChoiceBenchmark):
         RemoteFile(f"{MIRAGE}/mmlu/data/test/{s}_test.csv", f"{s}_test.csv", _SHA[s]) for s in SUBJECTS
     )
     category_fields: ClassVar[tuple[str, ...]] = ("subject",)
+    lm_eval = MMLU_TASK
+    protocols = exam_protocols(MMLU_TASK)
 
     parameters: ClassVar[tuple[Param, ...]] = (
         Param("subjects", list[str], SUBJECTS, "subjects to ask, e.g. anatomy,medical_genetics (default all six)", SUBJECTS),
@@ -103,6 +129,11 @@ class MMLUMedical(MultipleChoiceBenchmark):
                 samples.append(self.make_sample(f"{subject}-{i}", row[0], choices, answer, subject=subject))
         return samples
 
-    def extra_metrics(self, scored: Sequence[tuple[Sample, Grade]], options: RunOptions) -> dict[str, Any]:
+    def lm_eval_context(self, sample: Sample) -> str:
+        """lm-eval's Jinja doc_to_text (read from the template YAML) over the cais/mmlu fields."""
+        doc = {"question": sample.metadata["question"], "choices": list(sample.choices.values())}
+        return jinja_doc_to_text(str(cached(yaml_value, MMLU_TASK.yaml, "doc_to_text")), doc)
+
+    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
         """The macro average: unweighted mean of per-subject accuracies."""
-        return {"macro_accuracy": macro_average(accuracy_by(scored, "subject")), "headline": "micro"}
+        return {"macro_accuracy": macro_average(accuracy_by(pairs, "subject", values)), "headline": "micro"}

@@ -6,6 +6,20 @@ MESHES, YEAR, final_decision, LONG_ANSWER, ...}`` (1,000 items); ``test_ground_t
 conclusion) and the question; options A=yes, B=no, C=maybe. Score: accuracy, plus macro-F1 over
 the three labels, as the official ``evaluation.py`` reports (sklearn accuracy_score, f1_score
 average="macro").
+
+Protocols. PubMedQA's authors publish no prompt or generation settings for language models, so a
+generated answer is asked and read our way under both protocols. They differ in aggregation:
+
+- ``reference``: evaluation.py's figures, which need a prediction for every test PMID: an answer
+  that failed or could not be read is submitted as the empty string, a wrong prediction that
+  sklearn's macro-F1 treats as a fourth label (F1 0) in its mean, as it would for such a file;
+- ``grandrounds``: accuracy over the answers obtained (failed calls excluded and counted) and
+  macro-F1 over yes/no/maybe only (:func:`macro_f1_fixed`).
+
+``letter-loglik`` follows lm-evaluation-harness's ``pubmedqa`` task: the context its
+preprocess_pubmedqa.doc_to_text builds from CONTEXTS and QUESTION, and the choices yes/no/maybe as
+continuations (the option texts, not letters). lm-eval reads the same 500 test items from
+bigbio/pubmed_qa (pubmed_qa_labeled_fold0_source, test split).
 """
 
 from __future__ import annotations
@@ -13,16 +27,60 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
+from dataclasses import replace
+
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
 from grandrounds.benchmarks.readers import read_json, require_fields
-from grandrounds.errors import DataError
+from grandrounds.errors import ConfigError, DataError
 from grandrounds.params import Param
+from grandrounds.protocols import OUR_ANSWER
 from grandrounds.records import Grade, Sample
+from grandrounds.upstream import python_returned_string
 
 REPO = "https://raw.githubusercontent.com/pubmedqa/pubmedqa/1cbae8e92f72f20c8d3747cbb3bf5bc53554d997/data"
 LABELS = ("yes", "no", "maybe")
 CHOICES = {"A": "yes", "B": "no", "C": "maybe"}
+
+PUBMEDQA_TASK = LmEvalTask(
+    "pubmedqa",
+    lm_eval_file("lm_eval/tasks/pubmedqa/pubmedqa.yaml", "a22eff48be7807a869ca9fa8739d1861c5f62b78f44b357d56cb017c6a83af6e"),
+    lm_eval_file("lm_eval/tasks/pubmedqa/preprocess_pubmedqa.py", "43528eee61666d94ae9ac3d58bcd3a0c38182a8898f996f536be9de1d3655740"),
+)
+
+
+def official_macro_f1(truth: Sequence[str], pred: Sequence[str]) -> float | None:
+    """sklearn ``f1_score(truth, pred, average="macro")`` as evaluation.py calls it: the mean over every
+    label found in either list (a non-label prediction such as "" is a label of its own) of
+    2tp / (2tp + fp + fn)."""
+    if not truth:
+        return None
+    labels = sorted(set(truth) | set(pred))
+    f1s = []
+    for lab in labels:
+        tp = sum(1 for t, p in zip(truth, pred) if t == lab and p == lab)
+        fp = sum(1 for t, p in zip(truth, pred) if t != lab and p == lab)
+        fn = sum(1 for t, p in zip(truth, pred) if t == lab and p != lab)
+        f1s.append(2 * tp / (2 * tp + fp + fn))
+    return sum(f1s) / len(f1s)
+
+
+def _protocols() -> dict:
+    base = exam_protocols(PUBMEDQA_TASK)
+    ref = replace(
+        base["reference"],
+        answer=OUR_ANSWER,
+        extraction="generate: ours (PubMedQA publishes no prompt or reading for language models); log-prob modes: argmax",
+        aggregation="evaluation.py: accuracy and sklearn macro-F1 over every test PMID; a failed or unread answer is the prediction ''",
+        source="pubmedqa/pubmedqa@1cbae8e evaluation.py; EleutherAI/lm-evaluation-harness@4e7e0d4 pubmedqa (letter-loglik)",
+        settings={"prompt": {**base["reference"].settings["prompt"], "generate": "ours (none published)"}},
+    )
+    ours_ = replace(
+        base["grandrounds"],
+        extraction=ref.extraction,
+        aggregation="accuracy over answers obtained (failed calls excluded); macro-F1 over yes/no/maybe only",
+    )
+    return {"reference": ref, "grandrounds": ours_}
 
 
 def macro_f1_fixed(truth: Sequence[str], pred: Sequence[str | None], labels: Sequence[str] = LABELS) -> float | None:
@@ -59,8 +117,20 @@ class PubMedQA(MultipleChoiceBenchmark):
         ),
     )
     category_fields: ClassVar[tuple[str, ...]] = ("label",)
-    # the stem already ends with "Question: ..." (lm-eval's pubmedqa context: abstract, question, "Answer:")
+    # text-loglik: the stem already ends with "Question: ...", so only "Answer:" follows it
     template_overrides = {"loglik_en": "{question}\nAnswer:"}
+    lm_eval = PUBMEDQA_TASK
+    reference_reading = "ours"
+    loglik_labels = "texts"
+    protocols = _protocols()
+    protocol_differences = {
+        "generate": (
+            "same prompt and reading; reference: evaluation.py's accuracy and macro-F1 over every item (a failed or "
+            "unread answer is a wrong prediction, its own class in F1); grandrounds: over the answers obtained, "
+            "F1 over yes/no/maybe"
+        ),
+        "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
+    }
 
     parameters: ClassVar[tuple[Param, ...]] = (
         Param("split", str, "test", "test: the 500 official test PMIDs; all: the 1,000 labelled ones", ("test", "all")),
@@ -109,13 +179,43 @@ class PubMedQA(MultipleChoiceBenchmark):
         if self.contexts:
             question = "Context: " + "\n".join(contexts) + "\n\nQuestion: " + question
         target = next(k for k, v in CHOICES.items() if v == label)
-        return self.make_sample(pmid, question, CHOICES, target, label=label, year=rec.get("YEAR"))
+        return self.make_sample(
+            pmid, question, CHOICES, target, label=label, year=rec.get("YEAR"), contexts=contexts, pubmed_question=rec["QUESTION"]
+        )
 
-    def extra_metrics(self, scored: Sequence[tuple[Sample, Grade]], options: RunOptions) -> dict[str, Any]:
-        """Macro-F1 over yes/no/maybe (official evaluation.py), from the chosen option's label."""
-        truth = [s.metadata["label"] for s, _ in scored]
-        pred = [s.choices.get(g.details.get("extracted_original") or "") for s, g in scored]
-        out: dict[str, Any] = {"macro_f1": macro_f1_fixed(truth, pred)}
-        if self.split == "test" and len(scored) != 500:
-            out["note"] = f"official evaluation needs all 500 test PMIDs; {len(scored)} scored"
+    def check_options(self, options: RunOptions) -> RunOptions:
+        checked = super().check_options(options)
+        if checked.answer_mode == "letter-loglik" and not self.contexts:
+            raise ConfigError("pubmedqa: letter-loglik is lm-eval's pubmedqa task, which gives the abstract; drop contexts=false")
+        return checked
+
+    def reference_prompt(self, sample: Sample) -> str:
+        """PubMedQA publishes no prompt for language models: ours under both protocols."""
+        return self.render(sample, "generate")
+
+    def lm_eval_context(self, sample: Sample) -> str:
+        """lm-eval pubmedqa's context (preprocess_pubmedqa.doc_to_text): the returned format string, read
+        from the file, filled with the contexts joined by newlines (as the function joins them) and the question."""
+        hooks = PUBMEDQA_TASK.hooks
+        assert hooks is not None
+        contexts = sample.metadata["contexts"]
+        return cached(python_returned_string, hooks, "doc_to_text").render({"ctxs": "\n".join(contexts), "doc['QUESTION']": sample.metadata["pubmed_question"]})
+
+    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+        """Macro-F1 over the labels (evaluation.py's under reference, over yes/no/maybe under grandrounds),
+        from each answer's chosen option."""
+        reference = options.protocol == "reference"
+        truth, pred = [], []
+        for (s, g), v in zip(pairs, values):
+            if v is None:
+                continue  # grandrounds: an answer not obtained is left out
+            label = s.choices.get(g.details.get("extracted_original") or "")  # both protocols read replies alike
+            truth.append(s.metadata["label"])
+            pred.append(label if label is not None else ("" if reference else None))
+        out: dict[str, Any] = {"macro_f1": official_macro_f1(truth, pred) if reference else macro_f1_fixed(truth, pred)}
+        if self.split == "test" and len(pairs) != 500:
+            out["note"] = f"official evaluation needs all 500 test PMIDs; {len(pairs)} graded"
         return out
+
+    def other_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+        return {"macro_f1": self.extra_metrics(pairs, values, options)["macro_f1"]}

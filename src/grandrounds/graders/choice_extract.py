@@ -1,9 +1,20 @@
 """Reading the chosen option out of a free-text answer. Pure; returns None rather than guess.
 
-Order of evidence, strongest first:
+Our reading (the ``grandrounds`` protocol), :func:`extract_choice`. Order of evidence, strongest first:
 
-1. an explicit answer cue ("The answer is (B)", "Answer: b", "答案：B", "正确选项为AC"), the last
-   one in the reply that names valid options (models often revise an earlier answer);
+1. an answer cue ("The answer is (B)", "Answer: b", "答案：B", "正确选项为AC", "Final answer: D")
+   that names valid options. When a reply has several, the DOCUMENTED PRECEDENCE is:
+
+   a. a stated answer: the cue opens a sentence or a line (after markdown, a list marker, or a
+      connective such as "So the", "Actually the", "My final") or follows "final" / "最终", and the
+      choice ends that statement (nothing after it but punctuation, markdown or the option's own text);
+   b. a cue that opens a sentence or follows "final", with more prose after the choice
+      ("Answer: A ... Why not B?");
+   c. a cue inside a sentence ("Because answer: B would cause bleeding", "本题选B").
+
+   The strongest level present wins; within a level the last cue wins (models revise an earlier
+   answer). So "Answer: A ... Why not B? Because answer: B would cause bleeding." reads A, and
+   "Answer: A\n\nWait. Actually the answer is B." reads B;
 2. a reply that is nothing but the choice ("**B**", "b)", "AC", "A、C") or starts with it
    ("B. Tell the attending…");
 3. a reply (or the text after a cue) that is exactly one option's text ("yes", "原发性肺结核").
@@ -11,6 +22,10 @@ Order of evidence, strongest first:
 A cue naming several options on a single-answer item ("A or B", "答案：AB") is ambiguous and
 yields None. The official CMB scorer instead keeps the first letter (CMB src/utils.py
 match_choice); we prefer counting such replies as unextracted over guessing.
+
+The official readings, for the ``reference`` protocol, are reimplemented here from their sources:
+:func:`simple_evals_letter` (openai/simple-evals mmlu_eval.py with common.py's normalisation) and
+:func:`cmb_letters` (FreedomIntelligence/CMB src/utils.py match_choice and extract_ans).
 """
 
 from __future__ import annotations
@@ -20,8 +35,8 @@ from typing import Mapping, Sequence
 
 from grandrounds.textutil import normalize_width, strip_reasoning
 
-# Between a cue and the letter: markdown, brackets, quotes, LaTeX \boxed{, "option"/"选项".
-_PRE = r"(?:\\boxed\{|\\text\{|[\s(\[{*\"'`_]|(?i:option|choice)\s|选项)*"
+# Between a cue and the letter: markdown, brackets, quotes, LaTeX ($, \(, \boxed{, \text{), "option"/"选项".
+_PRE = r"(?:\\boxed\{|\\text\{|\\\(|[\s(\[{*\"'`_$]|(?i:option|choice)\s|选项)*"
 # One uppercase letter, or several joined by nothing / a separator ("AC", "A, C", "A and C", "A或C").
 _SEP = r"(?:\s*(?:,|、|/|&|\+|\band\b|\bor\b|和|及|与|或|以及)\s*)"
 _UPPER = rf"([A-Z](?:{_SEP}?[A-Z])*)(?![A-Za-z0-9])"
@@ -78,14 +93,66 @@ def _match_option_text(text: str, choices: Mapping[str, str]) -> str | None:
     return hits[0] if len(hits) == 1 else None
 
 
-def _option_after_cue(rest: str, choices: Mapping[str, str]) -> str | None:
-    """An option quoted after a cue: the whole line, or its first sentence or clause."""
+def _option_after_cue(rest: str, choices: Mapping[str, str]) -> tuple[str, bool] | None:
+    """An option quoted after a cue: (letter, True) for the whole line, (letter, False) for its first
+    sentence or clause; None if no option's text is there."""
     line = rest.split("\n", 1)[0]
-    for cand in (line, re.split(r"[.。;；!！?？](?:\s|$)|[。；！？]", line, maxsplit=1)[0], re.split(r"[,，]", line, 1)[0]):
+    clauses = (re.split(r"[.。;；!！?？](?:\s|$)|[。；！？]", line, maxsplit=1)[0], re.split(r"[,，]", line, 1)[0])
+    for cand, whole in ((line, True), *((c, False) for c in clauses)):
         hit = _match_option_text(cand, choices)
         if hit:
-            return hit
+            return hit, whole
     return None
+
+
+# What may open a statement before its cue: markdown and list markers, a connective, "the"/"my",
+# and an adjective ("So the final answer is", "Actually, the correct option is", "1. **Answer:**").
+_OPENER = re.compile(
+    r"[\s*_#>•·\-–—\d.)(\[]*"
+    r"(?i:(?:so|thus|therefore|hence|actually|finally|ultimately|overall|in conclusion|in summary|then)\s*,?\s*)?"
+    r"(?i:(?:the|my|our)\s+)?(?i:(?:final|correct|best|right|most likely)\s+)?"
+    r"(?:最终|最后|故|所以|因此)?"
+)
+_FINAL = re.compile(r"(?i:\bfinal\s*)$|最终$")
+_SENTENCE_END = re.compile(r"[.!?。！？](?:\s|$)|[。！？\n]")
+_STATEMENT_END = re.compile(r"[\s*_#`\"'“”‘’.。,，;；:：!！?？()（）\[\]【】{}$\\\-–—]*")
+
+
+def _opens_statement(body: str, start: int) -> bool:
+    """True if the cue at ``start`` opens a sentence or line (see _OPENER) or follows "final"."""
+    line_start = body.rfind("\n", 0, start) + 1
+    ends = [m.end() for m in _SENTENCE_END.finditer(body, line_start, start)]
+    prefix = body[ends[-1] if ends else line_start : start]
+    return bool(_OPENER.fullmatch(prefix) or _FINAL.search(prefix))
+
+
+def _ends_statement(after: str, letter: str, choices: Mapping[str, str]) -> bool:
+    """True if nothing follows the choice in its sentence but punctuation or markdown, or the rest of
+    its line is the option's own text ("Answer: B. Tell the attending…")."""
+    tail = after.split("\n", 1)[0]
+    end = _SENTENCE_END.search(tail)
+    if _STATEMENT_END.fullmatch(tail[: end.start()] if end else tail):
+        return True
+    text = choices.get(letter)
+    return text is not None and _clean(tail.lstrip(" .:(-–—")) == _clean(normalize_width(text))
+
+
+def _cue_readings(body: str, letters: Sequence[str], choices: Mapping[str, str], multi: bool) -> list[tuple[int, str]]:
+    """(precedence level, choice) for every answer cue in ``body`` that names a valid choice, in order:
+    2 a stated answer, 1 a cue opening a statement with prose after the choice, 0 a cue inside a sentence."""
+    out = []
+    for m in _CUE.finditer(body):
+        rest = body[m.end() :]
+        tok = _TOKEN.match(rest)
+        got = _finish(_letters_in(tok.group(0)), letters, multi) if tok else None
+        if got:
+            ends = _ends_statement(rest[tok.end() :], got, choices)  # type: ignore[union-attr]
+        elif not multi and (hit := _option_after_cue(rest, choices)):
+            got, ends = hit
+        else:
+            continue
+        out.append(((1 + ends) if _opens_statement(body, m.start()) else 0, got))
+    return out
 
 
 def extract_choice(
@@ -100,15 +167,10 @@ def extract_choice(
         return None
     body = normalize_width(strip_reasoning(text))
     choices = choices or {}
-    # 1. explicit cues, last valid one wins
-    for m in reversed(list(_CUE.finditer(body))):
-        rest = body[m.end() :]
-        tok = _TOKEN.match(rest)
-        got = _finish(_letters_in(tok.group(0)), letters, multi) if tok else None
-        if got:
-            return got
-        if not multi and (hit := _option_after_cue(rest, choices)):
-            return hit
+    # 1. answer cues: the strongest precedence level present, the last cue of that level
+    readings = _cue_readings(body, letters, choices, multi)
+    if readings:
+        return max(enumerate(readings), key=lambda r: (r[1][0], r[0]))[1][1]
     # 2. the reply is just the choice, starts with it, or its first line is the choice
     bare = _MARKDOWN.sub("", body).strip()
     lines = [ln for ln in bare.splitlines() if ln.strip()]
@@ -153,3 +215,54 @@ def mcq_letters(text: str | None) -> str | None:
         found = sorted(set(_BARE.findall(body)))
         return "".join(found) or None
     return None
+
+
+# ---- the official readings (reference protocol) ----------------------------------------------------
+
+# simple-evals common.normalize_response: markdown bold and LaTeX wrappers removed, in this order
+# (each fragment replaced by nothing, one after the other, as the official chain of str.replace does).
+_SIMPLE_EVALS_REMOVED = ("**", "$\\boxed{", "}$", "\\$", "$\\text{", "$", "\\mathrm{", "\\{", "\\text", "\\(", "\\mathbf{", "{", "\\boxed")
+# simple-evals common.normalize_extracted_answer: option letters of other scripts -> A-D.
+_SIMPLE_EVALS_LETTERS = dict(zip("أبجدঅবডঢＡＢＣＤ", "ABCD" * 3))
+
+
+def simple_evals_normalize(text: str) -> str:
+    """A reply as simple-evals reads it: :data:`_SIMPLE_EVALS_REMOVED` taken out in order."""
+    for fragment in _SIMPLE_EVALS_REMOVED:
+        text = text.replace(fragment, "")
+    return text
+
+
+def simple_evals_letter(text: str | None, patterns: Sequence[re.Pattern[str]]) -> str | None:
+    """simple-evals' reading of a multiple-choice reply (mmlu_eval.py): the reply normalised, then the
+    FIRST match of the first pattern that matches anywhere (``patterns`` are its answer regexes built from
+    MULTILINGUAL_ANSWER_PATTERN_TEMPLATE, in list order), its letter mapped to A-D and stripped.
+
+    The letter class is case-insensitive, so "Answer: b" reads "b", which the official score then
+    compares with "B" (wrong); no reasoning trace is removed first.
+    """
+    if text is None:
+        return None
+    body = simple_evals_normalize(text)
+    for pattern in patterns:
+        m = pattern.search(body)
+        if m:
+            return "".join(" " + _SIMPLE_EVALS_LETTERS[c] if c in _SIMPLE_EVALS_LETTERS else c for c in m.group(1)).strip()
+    return None
+
+
+# CMB src/utils.py match_choice: the text after the first "答案是/答案：/正确选项为…" up to the first
+# "。", "." or the end (re.S: across lines), else the whole reply; every A-G in it, in order.
+_CMB_STATED = re.compile(r"(?:答案|正确选项)(?:是|：|为|应该是|应该为)(.*?)(?:。|\.|$)", re.S)
+_CMB_OPTION_LETTERS = frozenset("ABCDEFG")
+
+
+def cmb_letters(text: str | None, multi: bool) -> str:
+    """CMB's reading of one reply (src/utils.py match_choice, then extract_ans): the letters in the
+    stated span (or in the whole reply) in the order written, repeats kept; a single-answer item keeps
+    the first. "" when no letter is found (the official model_answer then is "")."""
+    if not text:
+        return ""
+    m = _CMB_STATED.search(text)
+    found = "".join(ch for ch in (m.group(1) if m else text) if ch in _CMB_OPTION_LETTERS)
+    return found[0] if len(found) > 1 and not multi else found
