@@ -120,33 +120,36 @@ def test_medec_error_type_and_split_cells_carry_sentence_accuracy_and_r1fc() -> 
     grades = [Grade("a", 1.0, details={"sentence_correct": True, "correction_score": 0.5}),
               Grade("b", 0.0, details={"unparseable": True, "sentence_correct": False, "correction_score": 0.0}),
               Grade("c", 1.0, details={"sentence_correct": False, "correction_score": 0.25}), Grade("d", None)]
-    agg = MEDEC().aggregate(samples, grades, RunOptions())
+    agg = MEDEC().aggregate(samples, grades, RunOptions(protocol="grandrounds"))  # answered texts only
     assert list(agg.breakdown) == ["error_type", "split"]
     diag = agg.breakdown["error_type"]["diagnosis"]
     assert (diag.score, diag.n, diag.n_unscored, diag.ci95) == (1.0, 2, 0, wilson_ci(2, 2))
-    assert diag.metrics == {"error_sentence_accuracy": 0.5, "r1fc": 0.375, "reference_error_flag_accuracy": 1.0,
-                            "reference_error_sentence_accuracy": 0.5, "reference_r1fc": 0.375, "n_unparseable": 0}
+    assert diag.metrics == {"error_sentence_accuracy": 0.5, "r1fc": 0.375, "n_unparseable": 0, "n_no_answer": 0}
     val = agg.breakdown["split"]["validation"]
     assert (val.score, val.n, val.n_unscored) == (1.0, 1, 1)
-    assert val.metrics["reference_error_flag_accuracy"] == 0.5 and val.metrics["reference_r1fc"] == 0.125
     assert agg.breakdown["split"]["test"].metrics["n_unparseable"] == 1
+    ref = MEDEC().aggregate(samples, grades, RunOptions()).breakdown["split"]["validation"]  # reference: missing = wrong
+    assert (ref.score, ref.n, ref.n_unscored) == (0.5, 2, 1) and ref.metrics["r1fc"] == 0.125 and ref.metrics["n_no_answer"] == 1
 
 
 def test_llmeval_gaps_and_medbench_families() -> None:
     cats = ["医疗知识", "医疗知识", "医疗推理"]
     ll = [_s(f"l{i}", "llmeval-med", category=c) for i, c in enumerate(cats)]
-    lg = [Grade("l0", 1.0, details={"run_scores": [4.5], "mean_score": 4.5}), Grade("l1", None, details={"run_scores": [None]}),
-          Grade("l2", 0.0, details={"run_scores": [2.0], "mean_score": 2.0})]
-    mk = LLMEvalMed().aggregate(ll, lg, RunOptions()).breakdown["category"]["MK"]
+    lg = [Grade("l0", 1.0, details={"run_scores": [4.5], "mean_score": 4.5, "other_value": 1.0}),
+          Grade("l1", None, details={"run_scores": [None], "other_value": None}),
+          Grade("l2", 0.0, details={"run_scores": [2.0], "mean_score": 2.0, "other_value": 0.0})]
+    mk = LLMEvalMed().aggregate(ll, lg, RunOptions(protocol="grandrounds")).breakdown["category"]["MK"]
     assert (mk.score, mk.n, mk.n_unscored) == (100.0, 1, 1)
-    assert mk.metrics == {"reference_rate": 50.0, "mean_score": 4.5, "n_no_valid_score": 1}
+    assert mk.metrics == {"other_rate": 50.0, "mean_score": 4.5, "n_no_valid_score": 1}
+    ref = LLMEvalMed().aggregate(ll, lg, RunOptions()).breakdown["category"]["MK"]  # reference: no valid score = unusable
+    assert (ref.score, ref.n, ref.n_unscored) == (50.0, 2, 1) and ref.metrics["other_rate"] == 100.0
 
     gs = [_s("g0", "gaps", category="G1"), _s("g1", "gaps", category="G1"), _s("g2", "gaps", category="G2")]
-    gg = [Grade("g0", 0.4, details={"reference_value": 0.3, "coverage": 1.0, "n_review_needed": 0}),
-          Grade("g1", 0.8, details={"reference_value": 0.5, "coverage": 0.5, "n_review_needed": 2})]
-    g1 = GAPS().aggregate(gs, gg, RunOptions()).breakdown["category"]["G1"]
+    gg = [Grade("g0", 0.4, details={"reference_value": 0.3, "other_value": 0.3, "coverage": 1.0, "n_review_needed": 0}),
+          Grade("g1", 0.8, details={"reference_value": 0.5, "other_value": 0.5, "coverage": 0.5, "n_review_needed": 2})]
+    g1 = GAPS().aggregate(gs, gg, RunOptions(protocol="grandrounds")).breakdown["category"]["G1"]
     assert g1.score == pytest.approx(0.6) and (g1.n, g1.n_unscored, g1.ci95) == (2, 0, mean_ci([0.4, 0.8]))
-    assert g1.metrics == {"reference_score": 0.4, "mean_coverage": 0.75, "n_review_needed": 2}
+    assert g1.metrics == {"other_score": 0.4, "mean_coverage": 0.75, "n_review_needed": 2}
 
     ms = [_s("m0", "medbench", "A", source="MedExam_V4"), _s("m1", "medbench", None, source="MedOpen")]
     mg = [Grade("m0", 1.0), Grade("m1", None, error="answer withheld")]
@@ -220,7 +223,8 @@ def _medec_script(samples: dict[str, Sample], offset: int) -> Callable[[Request]
 
 def _medcalc_script(samples: list[Sample], offset: int) -> Callable[[Request], Any]:
     """Right, wrong, unextractable or failed by a fixed rule on the row's position."""
-    by_prompt = {s.messages[-1].content: i for i, s in enumerate(samples)}
+    bench = MedCalcBench()  # the prompt as sent (the official user message under the default protocol)
+    by_prompt = {bench.prompt(s, RunOptions()).messages[-1].content: i for i, s in enumerate(samples)}
     wrong = {"date": "01/01/1900", "gestational_age": "(99 weeks, 9 days)", "integer": "-12345", "decimal": "-12345"}
 
     def script(req: Request) -> Any:
@@ -280,15 +284,14 @@ def _medcalc_cell(gs: list[Grade | None]) -> Cell:
 
 
 def _medec_cell(gs: list[Grade | None]) -> Cell:
+    """MEDEC's reference protocol (the runs' default): every text in n, a failed call wrong and counted unscored."""
     ok, total = _scored(gs), len(gs)
     right = len([g for g in ok if g.value == 1.0])
     sents = len([g for g in ok if g.details["sentence_correct"]])
     corr = sum(g.details["correction_score"] for g in ok)
-    n = len(ok)
-    metrics = {"error_sentence_accuracy": sents / n if n else None, "r1fc": corr / n if n else None,
-               "reference_error_flag_accuracy": right / total, "reference_error_sentence_accuracy": sents / total,
-               "reference_r1fc": corr / total, "n_unparseable": len([g for g in ok if g.details.get("unparseable")])}
-    return Cell(right / n if n else None, n, total - n, wilson_ci(right, n), metrics)
+    metrics = {"error_sentence_accuracy": sents / total, "r1fc": corr / total,
+               "n_unparseable": len([g for g in ok if g.details.get("unparseable")]), "n_no_answer": total - len(ok)}
+    return Cell(right / total, total, total - len(ok), wilson_ci(right, total), metrics)
 
 
 def _same(got: Breakdown, want: Breakdown) -> None:

@@ -95,7 +95,7 @@ def test_runs_lists_each_run_with_model_mode_and_dataset(tmp_path: Path) -> None
     gen = row_with(r.output, ids["scripted/alpha"])
     let = row_with(r.output, ids["scripted/lp"])
     assert "scripted/alpha" in gen and "generate" in gen and dataset in gen and "demo" in gen
-    assert "scripted/lp" in let and "letter" in let and dataset in let
+    assert "scripted/lp" in let and "next-token" in let and dataset in let  # "letter" is stored by its current name
     assert r.output.index(ids["scripted/alpha"]) < r.output.index(ids["scripted/lp"]), "oldest first"
 
 

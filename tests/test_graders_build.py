@@ -53,12 +53,12 @@ def test_unknown_grader_name_from_a_fingerprint() -> None:
 @pytest.mark.parametrize(
     "spec, named, accepted",
     [
-        (Spec("healthbench", {"mode": "batched", "temperature": 0.0}), "temperature", "mode"),
-        (Spec("gaps", {"min_vaild": 2}), "min_vaild", "irrelevant, min_valid"),
-        (Spec("llmeval-med", {"run": 3}), "run", "runs"),
-        (Spec("mcq", {"lang": "zh"}), "lang", "answer_mode, language, seed, shuffle_options"),
+        (Spec("healthbench", {"mode": "batched", "temperature": 0.0}), "temperature", "mode, protocol"),
+        (Spec("gaps", {"min_vaild": 2}), "min_vaild", "irrelevant, min_valid, protocol"),
+        (Spec("llmeval-med", {"run": 3}), "run", "protocol, runs"),
+        (Spec("mcq", {"lang": "zh"}), "lang", "answer_mode, language, loglik_labels, protocol, reference_reading, seed, shuffle_options"),
         (Spec("rubric", {"template": "x", "judge": "y"}), "judge", "system, template"),
-        (Spec("medcalc", {"tolerance": 0.05}), "tolerance", "none"),
+        (Spec("medcalc", {"tolerance": 0.05}), "tolerance", "protocol"),
     ],
 )
 def test_unknown_parameter_is_named_and_the_accepted_ones_listed(spec: Spec, named: str, accepted: str) -> None:
@@ -70,7 +70,7 @@ def test_unknown_parameter_is_named_and_the_accepted_ones_listed(spec: Spec, nam
 
 
 def test_several_unknown_parameters_are_all_named_sorted() -> None:
-    with pytest.raises(ConfigError, match=r"has no parameter b_extra, z_extra \(accepted: mode\)"):
+    with pytest.raises(ConfigError, match=r"has no parameter b_extra, z_extra \(accepted: mode, protocol\)"):
         build(Spec("healthbench", {"z_extra": 1, "mode": "batched", "b_extra": 2}))
 
 
@@ -90,10 +90,15 @@ def test_healthbench_mode_must_be_one_of_the_modes(mode) -> None:
     assert repr(mode) in str(e.value) and "per-criterion, batched" in str(e.value)
 
 
-@pytest.mark.parametrize("mode", ["per-criterion", "batched"])
-def test_healthbench_modes_build(mode: str) -> None:
-    g = build(Spec("healthbench", {"mode": mode}))
-    assert g.mode == mode and g.spec() == Spec("healthbench", {"mode": mode})
+@pytest.mark.parametrize("mode, protocol", [("per-criterion", "reference"), ("per-criterion", "grandrounds"), ("batched", "grandrounds")])
+def test_healthbench_modes_build(mode: str, protocol: str) -> None:
+    g = build(Spec("healthbench", {"mode": mode, "protocol": protocol}))
+    assert g.mode == mode and g.spec() == Spec("healthbench", {"mode": mode, "protocol": protocol})
+
+
+def test_healthbench_batched_is_refused_under_the_reference_protocol() -> None:
+    with pytest.raises(ConfigError, match="--protocol grandrounds"):
+        build(Spec("healthbench", {"mode": "batched"}))
 
 
 @pytest.mark.parametrize("min_valid", [0, -1, -5])
@@ -207,7 +212,7 @@ def test_fingerprint_without_a_grader_spec_is_refused(fp: dict) -> None:
 
 
 def test_fingerprint_with_an_unknown_parameter_is_refused_like_build() -> None:
-    with pytest.raises(ConfigError, match=r"grader 'healthbench' has no parameter judge_model \(accepted: mode\)"):
+    with pytest.raises(ConfigError, match=r"grader 'healthbench' has no parameter judge_model \(accepted: mode, protocol\)"):
         grader_from_fingerprint({"grader": {"name": "healthbench", "args": {"mode": "batched", "judge_model": "x"}}})
 
 
@@ -230,6 +235,7 @@ def test_the_grader_stored_by_a_real_run_is_rebuilt_from_the_store(tmp_path: Pat
     assert run_id == out.run.id
     assert stored is not None and stored["grader"]["name"] == "mcq"
     rebuilt = grader_from_fingerprint(stored)
-    want = Spec("mcq", {"answer_mode": "letter", "shuffle_options": True, "seed": 5, "language": "en"})
+    want = Spec("mcq", {"answer_mode": "next-token", "shuffle_options": True, "seed": 5, "language": "en", "protocol": "reference",
+                        "reference_reading": "simple-evals", "loglik_labels": "letters"})  # "letter" is stored by its current name
     assert rebuilt.spec() == want
     assert grader_from_fingerprint(result["fingerprint"]).spec() == want  # the result carries the same spec

@@ -119,9 +119,10 @@ def test_llmeval_med_20_through_runner(tmp_path):
         return f"标记{len(user_text(body)) % 3}：建议结合临床。"
 
     def judge(body):
-        text = user_text(body)
-        assert body["model"] == "judge" and "## 学生回答" in text
-        answer = text.split("## 学生回答", 1)[1].split("## 参考答案", 1)[0]
+        text = user_text(body)  # Evaluate.py's prompt (the reference protocol, the default)
+        assert body["model"] == "judge" and "### 学生的回答Response" in text
+        assert body["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
+        answer = text.split("### 学生的回答Response", 1)[1].split("### 参考答案Sanswer", 1)[0]
         mark = int(re.search(r"标记(\d)", answer).group(1))
         return json.dumps({"判断依据": f"标记{mark}", "得分": f"[{LLMEVAL_SCORE[mark]}]"}, ensure_ascii=False)
 
@@ -133,7 +134,7 @@ def test_llmeval_med_20_through_runner(tmp_path):
     assert 0 < usable < N, "the rule must give both usable and unusable answers"
     assert score == pytest.approx(100.0 * usable / N)
     assert out.result.extra["mean_score"] == pytest.approx(sum(scores) / N)
-    assert out.result.extra["reference_op"] == pytest.approx(100.0 * usable / N)
+    assert out.result.extra["other_protocol"]["score"] == pytest.approx(100.0 * usable / N)  # grandrounds reads them alike
     assert [g.details["run_scores"] for g in out.grades] == [[s] * 3 for s in scores]
     for g, s in zip(out.grades, scores):  # each run is a typed whole-answer vote, not a fake criterion
         assert g.verdicts == () and [(v.judge, v.run, v.score) for v in g.votes] == [("openai/judge", r, float(s)) for r in range(3)]
@@ -201,7 +202,7 @@ def test_gaps_panel_of_three_20_through_runner(tmp_path):
     def judge(body):
         text = user_text(body)
         assert body["model"] in panel
-        positive, negative = "正向评分标准" in text, "负向评分标准" in text
+        positive, negative = "正向评判标准" in text, "负向评判标准" in text  # judge_engine.py's prompts (reference)
         assert positive != negative, "exactly one of the two GAPS templates"
         verdict = {"explanation": "按规则判定", "criteria_met": positive}
         return "```json\n" + json.dumps(verdict, ensure_ascii=False) + "\n```"
@@ -212,7 +213,7 @@ def test_gaps_panel_of_three_20_through_runner(tmp_path):
     n_points = sum(len(r) for r in raw)
     assert j.stats.requests == 3 * n_points, "every point asked of every judge once"
     assert score == 1.0
-    assert out.result.extra["reference_score"] == 1.0
+    assert out.result.extra["other_protocol"]["score"] == 1.0
     assert out.result.extra["n_review_needed"] == 0 and out.result.extra["mean_coverage"] == 1.0
     for g, items in zip(out.grades, raw):
         max_points = sum(GAPS_POINTS.get(str(it.get("level", "")).strip().upper(), 0) for it in items)
@@ -222,7 +223,7 @@ def test_gaps_panel_of_three_20_through_runner(tmp_path):
             want = "unmet" if v.criterion_id in negatives else "met"
             assert v.status == want and v.statuses == (want,) * 3
             assert [x.judge for x in v.votes] == ["openai/j1", "openai/j2", "openai/j3"]
-    print(f"\ngaps run: score {score} (reference {out.result.extra['reference_score']}), "
+    print(f"\ngaps run: score {score} (grandrounds {out.result.extra['other_protocol']['score']}), "
           f"{n_points} points x 3 judges = {j.stats.requests} judge calls")
 
 

@@ -259,14 +259,14 @@ def test_every_registered_benchmark_builds_with_defaults() -> None:
 @pytest.mark.parametrize("bench_name", ["healthbench", "healthbench-hard", "healthbench-consensus"])
 def test_healthbench_batched_mode_is_in_the_spec_and_survives_a_rebuild(bench_name: str) -> None:
     bench = BENCHMARKS.get(bench_name)()
-    opts = bench.check_options(RunOptions(judge_mode="batched"))
+    opts = bench.check_options(RunOptions(judge_mode="batched", protocol="grandrounds"))  # batched is ours
     spec = bench.grader_spec(opts)
-    assert spec == Spec("healthbench", {"mode": "batched"})
+    assert spec == Spec("healthbench", {"mode": "batched", "protocol": "grandrounds"})
     grader = graders_base.build(spec)
     assert grader.mode == "batched" and set(grader.templates) == {"healthbench_batched"}
     assert fingerprint_round_trip(spec) == spec
     default = bench.grader_spec(bench.check_options(RunOptions()))
-    assert default == Spec("healthbench", {"mode": "per-criterion"})
+    assert default == Spec("healthbench", {"mode": "per-criterion", "protocol": "reference"})
     assert graders_base.build(default).template_hashes() != grader.template_hashes()
 
 
@@ -274,7 +274,7 @@ def test_healthbench_batched_mode_is_in_the_spec_and_survives_a_rebuild(bench_na
 def test_llmeval_judge_runs_reach_the_grader(judge_runs: int | None, bench_param: int | None, want: int) -> None:
     bench = BENCHMARKS.get("llmeval-med")(**({"judge_runs": bench_param} if bench_param is not None else {}))
     spec = bench.grader_spec(bench.check_options(RunOptions(judge_runs=judge_runs)))
-    assert spec == Spec("llmeval-med", {"runs": want})
+    assert spec == Spec("llmeval-med", {"runs": want, "protocol": "reference"})
     grader = graders_base.build(spec)
     assert grader.runs == want and grader.spec() == spec
     assert fingerprint_round_trip(spec) == spec
@@ -293,12 +293,12 @@ def test_llmeval_judge_runs_reach_the_grader(judge_runs: int | None, bench_param
 def test_gaps_scoring_options_reach_the_grader(extra: dict, min_valid: int, irrelevant: str | None) -> None:
     bench = BENCHMARKS.get("gaps")()
     spec = bench.grader_spec(bench.check_options(RunOptions(extra=extra)))
-    assert spec == Spec("gaps", {"min_valid": min_valid, "irrelevant": irrelevant})
+    assert spec == Spec("gaps", {"min_valid": min_valid, "irrelevant": irrelevant, "protocol": "reference"})
     grader = graders_base.build(spec)
     assert grader.spec() == spec
     assert grader.min_judges == min_valid
     want_templates = {"positive", "negative"} | ({"irrelevant_extract", "irrelevant_grade"} if irrelevant else set())
-    assert set(grader.templates) == want_templates
+    assert set(grader.template_hashes()) == want_templates  # official prompts (reference) or ours
     assert fingerprint_round_trip(spec) == spec
 
 
@@ -314,14 +314,16 @@ def test_exam_options_reach_the_mcq_grader(bench_name: str, options: RunOptions,
     bench = BENCHMARKS.get(bench_name)()
     checked = bench.check_options(options)
     spec = bench.grader_spec(checked)
-    want = {"answer_mode": options.answer_mode, "shuffle_options": options.shuffle_options, "seed": options.seed, "language": language}
+    want = {"answer_mode": {"letter": "next-token", "loglik": "text-loglik"}.get(options.answer_mode, options.answer_mode),
+            "shuffle_options": options.shuffle_options, "seed": options.seed, "language": language, "protocol": "reference",
+            "reference_reading": "cmb" if bench_name == "cmb" else "simple-evals", "loglik_labels": "letters"}
     assert spec == Spec("mcq", want)
     assert graders_base.build(spec).spec() == spec
     assert fingerprint_round_trip(spec) == spec
 
 
 def test_graders_without_parameters_have_empty_specs() -> None:
-    for name in ("medcalc", "medec", "medbench", "medeq"):
+    for name in ("medbench",):  # medcalc, medec, medeq: their Params carry the protocol
         cls = GRADERS.get(name)
         assert cls.Params is NoParams
         assert graders_base.build(Spec(name)).spec() == Spec(name, {})

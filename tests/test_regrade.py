@@ -298,10 +298,12 @@ def test_judge_mode_batched_override_changes_the_grader_spec_and_agrees(tmp_path
             for r in HB_ROWS}
     with Store(tmp_path / "s.db") as st, LoopbackServer(lambda b: "See a doctor.") as cand, LoopbackServer(hb_judge) as judge:
         judges = (JudgeConfig("openai/judge", judge.base_url),)
-        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=cand.base_url, judges=judges, retry=FAST)
+        # batched judging is grandrounds' own mode, so the run is under that protocol
+        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=cand.base_url, judges=judges, retry=FAST,
+                        options=RunOptions(protocol="grandrounds"))
         out = asyncio.run(run(st, cfg))
         assert judge.stats.requests == HB_CRITERIA
-        assert out.result.fingerprint["grader"] == {"name": "healthbench", "args": {"mode": "per-criterion"}}
+        assert out.result.fingerprint["grader"] == {"name": "healthbench", "args": {"mode": "per-criterion", "protocol": "grandrounds"}}
         assert values(out.grades) == pytest.approx(want)
         fp_run = st.latest_grader_fp(out.run.id)
 
@@ -309,11 +311,11 @@ def test_judge_mode_batched_override_changes_the_grader_spec_and_agrees(tmp_path
         assert judge.stats.requests == HB_CRITERIA + len(HB_ROWS), "one batched call per answer"
         assert cand.stats.requests == len(HB_ROWS)
         fp = got.result.fingerprint
-        assert fp["grader"] == {"name": "healthbench", "args": {"mode": "batched"}}
-        assert list(fp["templates"]) == list(HealthBenchGrader(HealthBenchGrader.Params("batched")).template_hashes())
+        assert fp["grader"] == {"name": "healthbench", "args": {"mode": "batched", "protocol": "grandrounds"}}
+        assert list(fp["templates"]) == list(HealthBenchGrader(HealthBenchGrader.Params("batched", "grandrounds")).template_hashes())
         assert fp["templates"] != out.result.fingerprint["templates"]
         fp_batched = st.latest_grader_fp(out.run.id)
-        assert fp_batched != fp_run and st.grader_spec(fp_batched)["grader"]["args"] == {"mode": "batched"}
+        assert fp_batched != fp_run and st.grader_spec(fp_batched)["grader"]["args"] == {"mode": "batched", "protocol": "grandrounds"}
         assert st.grades(out.run.id, fp_batched).keys() == {r["prompt_id"] for r in HB_ROWS}
         assert values(got.grades) == pytest.approx(want)
         assert all(g.details["judge_mode"] == "batched" for g in got.grades)
@@ -322,7 +324,7 @@ def test_judge_mode_batched_override_changes_the_grader_spec_and_agrees(tmp_path
 
         # with no override, a re-grade follows the last grading (now batched): every call is cached
         again = asyncio.run(regrade(st, RegradeRequest(out.run, judges, retry=FAST)))
-        assert again.result.fingerprint["grader"]["args"] == {"mode": "batched"}
+        assert again.result.fingerprint["grader"]["args"] == {"mode": "batched", "protocol": "grandrounds"}
         assert judge.stats.requests == HB_CRITERIA + len(HB_ROWS)
 
         for bad, match in [({"judge_runs": 3}, "does not use --judge-runs"), ({"judge_mode": "bacthed"}, "unknown --judge-mode 'bacthed'")]:

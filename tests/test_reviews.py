@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from grandrounds.benchmarks.base import RunOptions
 from grandrounds.providers.scripted import ScriptedProvider
 from grandrounds.records import Grade, Request, Verdict, Vote
 from grandrounds.registry import PROVIDERS
@@ -150,7 +151,9 @@ def hb_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("hb")
     data = write_healthbench(folder / "hb.jsonl")
     judges = tuple(JudgeConfig(f"judgebot/{j}") for j in "abc")
-    cfg = RunConfig("healthbench", "scripted/cand", data=data, judges=judges,
+    # grandrounds: examples are scored over their known criteria (hb_value), a criterion the judges
+    # garble stays unknown instead of leaving its example unscored as the reference protocol does
+    cfg = RunConfig("healthbench", "scripted/cand", data=data, judges=judges, options=RunOptions(protocol="grandrounds"),
                     provider_options={"script": lambda req: "Give oral fluids and watch for dehydration."})
     with Store(folder / "hb.db") as st, PROVIDERS.registered("judgebot", JudgeBot):
         out = asyncio.run(run(st, cfg))
@@ -396,7 +399,7 @@ def test_gaps_criterion_reviews_are_rescored() -> None:
 
     sample = Sample("q", "gaps", (Message("user", "问题"),), rubric=(
         Criterion("1", "提到肺癌", 5.0, ("level:A1",)), Criterion("2", "提到化疗", 3.0, ("level:A2",))))
-    grader = GAPSGrader()
+    grader = GAPSGrader(protocol="grandrounds")  # the judges answer bare JSON, which only our reading accepts
     grade = asyncio.run(grader.grade(sample, Response(key="k", text="回答"), GradeContext(judges=(Judge("a"), Judge("b")))))
     assert grade.value == pytest.approx(5 / 8)
     assert grader.rescore(sample, grade, {"2": "met"}) == pytest.approx(8 / 8)

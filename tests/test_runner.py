@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.demo import DemoExam
 from grandrounds.executor import RetryPolicy
 from grandrounds.graders.mcq_grader import MCQGrader
@@ -25,7 +26,7 @@ def test_grader_crash_is_counted_unscored_and_redone_later(tmp_path, monkeypatch
 
     monkeypatch.setattr(MCQGrader, "grade", crashy)
     store = Store(tmp_path / "s.db")
-    cfg = RunConfig("demo", "scripted/a", provider_options={"script": lambda req: "Answer: A"})
+    cfg = RunConfig("demo", "scripted/a", options=RunOptions(protocol="grandrounds"), provider_options={"script": lambda req: "Answer: A"})
     out = asyncio.run(run(store, cfg))
     bad = [g for g in out.grades if g.value is None]
     assert len(bad) == 1 and bad[0].sample_id == "3" and bad[0].error == "grading failed: RuntimeError: boom"
@@ -44,7 +45,7 @@ def test_non_retryable_failure_is_not_retried_and_unscored(tmp_path):
         calls["n"] += 1
         return ProviderError("HTTP 400: bad request", retryable=False)
 
-    cfg = RunConfig("demo", "scripted/bad", limit=3, provider_options={"script": script}, retry=RetryPolicy(5, 0.001, 0.001))
+    cfg = RunConfig("demo", "scripted/bad", limit=3, options=RunOptions(protocol="grandrounds"), provider_options={"script": script}, retry=RetryPolicy(5, 0.001, 0.001))
     out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
     assert calls["n"] == 3
     assert out.result.n == 0 and out.result.n_unscored == 3 and out.result.score is None
@@ -58,7 +59,7 @@ def test_retryable_failure_gives_up_after_the_bound(tmp_path):
         calls["n"] += 1
         return ProviderError("HTTP 503: overloaded", retryable=True)
 
-    cfg = RunConfig("demo", "scripted/down", limit=2, provider_options={"script": script}, retry=RetryPolicy(4, 0.001, 0.001))
+    cfg = RunConfig("demo", "scripted/down", limit=2, options=RunOptions(protocol="grandrounds"), provider_options={"script": script}, retry=RetryPolicy(4, 0.001, 0.001))
     out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
     assert calls["n"] == 8, "4 attempts each, no more"
     assert out.result.n_unscored == 2
@@ -95,7 +96,7 @@ def test_samples_are_stored_with_their_answers_in_source_order(tmp_path):
 def _reversed_order(tmp_path):
     store = Store(tmp_path / "s.db")
     bench = DemoExam()
-    cfg = RunConfig("demo", "reversed/a", limit=7, provider_options={"script": lambda req: "Answer: A"})
+    cfg = RunConfig("demo", "reversed/a", limit=7, options=RunOptions(protocol="grandrounds"), provider_options={"script": lambda req: "Answer: A"})
     out = asyncio.run(run(store, cfg))
     dataset = out.run.dataset_sha256
     asked = [s.messages[-1].content for s in out.samples]
@@ -104,6 +105,6 @@ def _reversed_order(tmp_path):
     # only the samples the run asked, each exactly once, in the file's order whatever order they completed in
     assert [s.id for s in stored] == [s.id for s in out.samples] == [s.id for s in bench.load()[:7]]
     assert stored == out.samples
-    again = asyncio.run(run(store, RunConfig("demo", "reversed/a", provider_options={"script": lambda req: "Answer: A"})))
+    again = asyncio.run(run(store, RunConfig("demo", "reversed/a", options=RunOptions(protocol="grandrounds"), provider_options={"script": lambda req: "Answer: A"})))
     assert again.answer_stats.made == 12 - 7
     assert [s.id for s in store.samples("demo", dataset)] == [s.id for s in again.samples]

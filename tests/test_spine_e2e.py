@@ -77,7 +77,7 @@ FAST = RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05)
 
 
 def _cfg(data: Path, url: str) -> RunConfig:
-    return RunConfig("medqa", "openai/loopback-rule", data=data, base_url=url, concurrency=32, retry=FAST)
+    return RunConfig("medqa", "openai/loopback-rule", data=data, base_url=url, concurrency=32, retry=FAST, options=RunOptions(protocol="grandrounds"))
 
 
 def test_accuracy_equals_rule_and_warm_rerun_makes_no_call(tmp_path):
@@ -131,7 +131,7 @@ def test_failed_calls_are_unscored_not_wrong_and_retried_later(tmp_path):
             return Fault("500")
         return rule_answer(question, answer)
 
-    cfg = RunConfig("medqa", "openai/x", data=data, limit=200, concurrency=16, retry=RetryPolicy(3, 0.001, 0.002))
+    cfg = RunConfig("medqa", "openai/x", data=data, limit=200, concurrency=16, retry=RetryPolicy(3, 0.001, 0.002), options=RunOptions(protocol="grandrounds"))
     with LoopbackServer(rule) as srv:
         cfg.base_url = srv.base_url
         store = Store(tmp_path / "s.db")
@@ -151,7 +151,7 @@ def test_non_retryable_error_is_not_retried(tmp_path):
     """A 400 is the caller's fault: asked once, stored as a failed call, the sample unscored (never wrong)."""
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     with LoopbackServer(lambda body: Fault("400")) as srv:
-        cfg = RunConfig("medqa", "openai/m", data=data, limit=3, base_url=srv.base_url, retry=RetryPolicy(base_delay=0.001))
+        cfg = RunConfig("medqa", "openai/m", data=data, limit=3, base_url=srv.base_url, retry=RetryPolicy(base_delay=0.001), options=RunOptions(protocol="grandrounds"))
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
         assert srv.stats.requests == 3, "one request per question, no retry"
     assert out.answer_stats.made == 3 and out.answer_stats.failed == 3 and out.answer_stats.retries == 0
@@ -185,14 +185,14 @@ def test_answer_modes_and_shuffle_are_recorded(tmp_path):
 
     with LoopbackServer(rule) as srv:
         store = Store(tmp_path / "s.db")
-        for mode in ("generate", "letter"):
+        for mode in ("generate", "next-token"):
             cfg = RunConfig(
                 "medqa",
                 "openai/oracle",
                 data=data,
                 base_url=srv.base_url,
                 limit=40,
-                options=RunOptions(answer_mode=mode, shuffle_options=True, seed=7),
+                options=RunOptions(answer_mode=mode, shuffle_options=True, seed=7, protocol="grandrounds"),
             )
             out = asyncio.run(run(store, cfg))
             assert out.result.score == 1.0 and out.result.n == 40, mode
