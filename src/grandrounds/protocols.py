@@ -20,11 +20,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
+from grandrounds.errors import ConfigError
 from grandrounds.records import GenParams
 from grandrounds.upstream import TextRef
 
 PROTOCOL_NAMES = ("reference", "grandrounds")
 DEFAULT_PROTOCOL = "reference"
+
+
+def check_protocol(name: str) -> str:
+    """``name`` if it names a protocol, else a one-line ConfigError (graders' parameter check)."""
+    if name not in PROTOCOL_NAMES:
+        raise ConfigError(f"unknown protocol {name!r} (protocols: {', '.join(PROTOCOL_NAMES)})")
+    return name
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import explanation_text, extract_json_array, extract_json_object, parse_criteria_met
 from grandrounds.graders.judging import Ask, Reading, ask, judge_criteria, judge_keys
 from grandrounds.hashing import text_hash
-from grandrounds.protocols import PROTOCOL_NAMES
+from grandrounds.protocols import check_protocol
 from grandrounds.records import Criterion, Grade, Message, Response, Sample, Verdict
 from grandrounds.scoring import gaps as scoring
 from grandrounds.textutil import normalize_width, strip_reasoning
@@ -125,8 +125,7 @@ class GAPSParams:
             raise ConfigError(f"unknown GAPS voting strategy {self.irrelevant!r}; use {', '.join(scoring.STRATEGIES)}")
         if self.min_valid < 1:
             raise ConfigError("GAPS min_valid must be at least 1")
-        if self.protocol not in PROTOCOL_NAMES:
-            raise ConfigError(f"unknown protocol {self.protocol!r} (protocols: {', '.join(PROTOCOL_NAMES)})")
+        check_protocol(self.protocol)
 
 
 class GAPSGrader(Grader):

@@ -32,7 +32,7 @@ from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import as_bool, explanation_text, json_values, parse_criteria_met
 from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys, majority
-from grandrounds.protocols import PROTOCOL_NAMES, system_text
+from grandrounds.protocols import check_protocol, system_text
 from grandrounds.records import Criterion, Grade, Message, Response, Sample, Verdict
 from grandrounds.scoring.healthbench import known_example_metrics, known_rubric_score, reference_rubric_score
 from grandrounds.textutil import strip_reasoning
@@ -161,8 +161,7 @@ class HealthBenchParams:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"unknown HealthBench judge mode {self.mode!r} (choose {', '.join(MODES)})")
-        if self.protocol not in PROTOCOL_NAMES:
-            raise ConfigError(f"unknown HealthBench protocol {self.protocol!r} (choose {', '.join(PROTOCOL_NAMES)})")
+        check_protocol(self.protocol)
         if self.protocol == "reference" and self.mode == "batched":
             raise ConfigError(f"healthbench: {BATCHED_IS_OURS}")
 

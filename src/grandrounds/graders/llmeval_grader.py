@@ -33,7 +33,7 @@ from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import explanation_text, extract_json_object
 from grandrounds.graders.judging import Ask, Reading, judge_keys, panel
-from grandrounds.protocols import PROTOCOL_NAMES
+from grandrounds.protocols import check_protocol
 from grandrounds.records import Grade, Message, Response, Sample, Vote
 from grandrounds.textutil import normalize_width, strip_reasoning
 from grandrounds.upstream import UpstreamText, python_string
@@ -149,8 +149,7 @@ class LLMEvalParams:
     def __post_init__(self) -> None:
         if self.runs < 1:
             raise ConfigError(f"judge runs must be at least 1, got {self.runs}")
-        if self.protocol not in PROTOCOL_NAMES:
-            raise ConfigError(f"unknown protocol {self.protocol!r} (protocols: {', '.join(PROTOCOL_NAMES)})")
+        check_protocol(self.protocol)
 
 
 class LLMEvalGrader(Grader):

@@ -197,6 +197,16 @@ class MCQGrader(Grader):
     name = "mcq"
     Params = MCQParams
 
+    def _simple_evals_patterns(self) -> Any:
+        """simple-evals' answer patterns; None where they cannot be read and this grade is ours
+        (under ``reference`` a missing upstream file is the run's error)."""
+        try:
+            return simple_evals_patterns()
+        except DataError:
+            if self.params.protocol == "reference":
+                raise
+            return None
+
     def template_hashes(self) -> dict[str, str]:
         """The official extraction rules this grader applies: simple-evals' regexes (read from the
         pinned file) or the pinned CMB file whose rule is reimplemented."""
@@ -204,11 +214,8 @@ class MCQGrader(Grader):
         if p.answer_mode != "generate" and p.reference_reading != "cmb":
             return {}
         if p.reference_reading == "simple-evals":
-            try:
-                pats = simple_evals_patterns()
-            except DataError:
-                if p.protocol == "reference":
-                    raise
+            pats = self._simple_evals_patterns()
+            if pats is None:
                 return {}  # the reference reading is unavailable offline; grandrounds grades without it
             return {"simple-evals/common.py#MULTILINGUAL_ANSWER_REGEXES": text_hash("\n".join(x.pattern for x in pats))[:16]}
         if p.reference_reading == "cmb":
@@ -251,12 +258,7 @@ class MCQGrader(Grader):
         ours = (mine, 1.0 if mine == shown.target else 0.0)
         official: tuple[str | None, float | None]
         if p.reference_reading == "simple-evals":
-            try:
-                pats = simple_evals_patterns()
-            except DataError:
-                if p.protocol == "reference":
-                    raise
-                pats = None  # the reference figure is left unknown rather than guessed
+            pats = self._simple_evals_patterns()  # None offline: the reference figure is left unknown, not guessed
             got = simple_evals_letter(text, pats) if pats is not None else None
             official = (got, 1.0 if got == shown.target else 0.0) if pats is not None else (None, None)
         elif p.reference_reading == "cmb":

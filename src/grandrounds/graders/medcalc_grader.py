@@ -12,7 +12,7 @@ from typing import Any
 
 from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.graders.medcalc_extract import answer_text, official_reading, parse_ground_truth, parse_value
-from grandrounds.protocols import PROTOCOL_NAMES
+from grandrounds.protocols import check_protocol
 from grandrounds.records import Grade, Response, Sample
 from grandrounds.scoring.medcalc import is_correct, official_correct
 
@@ -23,8 +23,7 @@ class MedCalcParams:
     protocol: str = "reference"
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOL_NAMES:
-            raise ValueError(f"protocol must be one of {', '.join(PROTOCOL_NAMES)}, not {self.protocol!r}")
+        check_protocol(self.protocol)
 
 
 class MedCalcGrader(Grader):

@@ -8,7 +8,7 @@ from typing import Any
 
 from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.graders.medec_extract import parse_prediction, read_submission, submission_text
-from grandrounds.protocols import PROTOCOL_NAMES
+from grandrounds.protocols import check_protocol
 from grandrounds.records import Grade, Response, Sample
 from grandrounds.scoring import medec as sc
 
@@ -19,8 +19,7 @@ class MEDECParams:
     protocol: str = "reference"
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOL_NAMES:
-            raise ValueError(f"protocol must be one of {', '.join(PROTOCOL_NAMES)}, not {self.protocol!r}")
+        check_protocol(self.protocol)
 
 
 class MEDECGrader(Grader):

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys, majority
-from grandrounds.protocols import PROTOCOL_NAMES
+from grandrounds.protocols import check_protocol
 from grandrounds.records import Grade, Message, Response, Sample, Verdict
 from grandrounds.scoring.medeq import question_score, reference_question, sample_items
 from grandrounds.textutil import normalize_width, strip_reasoning
@@ -205,8 +205,7 @@ class MedEQParams:
     protocol: str = "reference"
 
     def __post_init__(self) -> None:
-        if self.protocol not in PROTOCOL_NAMES:
-            raise ConfigError(f"unknown protocol {self.protocol!r} (protocols: {', '.join(PROTOCOL_NAMES)})")
+        check_protocol(self.protocol)
 
 
 READERS: Mapping[str, Callable[[str, Sequence[str]], dict[str, Reading]]] = {"reference": _read_reference, "grandrounds": _read_ours}
