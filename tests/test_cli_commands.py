@@ -106,10 +106,22 @@ def test_runs_reads_the_store_named_by_the_environment(demo_db: Path) -> None:
     assert all(run_id in r.output for run_id in ids.values()) and len(ids) == 2
 
 
-def test_runs_on_an_empty_store_lists_none(tmp_path: Path) -> None:
+def test_runs_on_an_empty_store_says_so(tmp_path: Path) -> None:
+    with Store(tmp_path / "empty.db"):
+        pass
     r = invoke("runs", "--store", str(tmp_path / "empty.db"))
     assert r.exit_code == 0, r.output
-    assert "run" in r.output and "scripted/" not in r.output and "demo" not in r.output
+    assert "no runs in" in r.output and "scripted/" not in r.output
+
+
+@pytest.mark.parametrize("command", [["runs"], ["leaderboard"], ["report", "--out", "r.html"], ["compare", "a", "b"],
+                                     ["regrade", "--run", "x"], ["submission", "--run", "x", "--out", "s.jsonl"]])
+def test_read_commands_refuse_a_missing_store_and_never_create_it(tmp_path: Path, command: list[str]) -> None:
+    missing = tmp_path / "typo.db"
+    r = invoke(*command, "--store", str(missing))
+    assert r.exit_code == 2, r.output
+    assert f"no store at {missing}" in r.output
+    assert not missing.exists()
 
 
 # ---- unknown run ids ----------------------------------------------------------------------------
@@ -246,11 +258,13 @@ def test_a_broken_plugin_is_shown_unavailable_without_hiding_the_rest(monkeypatc
 # ---- leaderboard ------------------------------------------------------------------------------------
 
 
-def test_leaderboard_on_an_empty_store_succeeds_and_shows_no_board(tmp_path: Path) -> None:
+def test_leaderboard_on_an_empty_store_succeeds_and_says_so(tmp_path: Path) -> None:
+    with Store(tmp_path / "empty.db"):
+        pass
     r = invoke("leaderboard", "--store", str(tmp_path / "empty.db"))
     assert r.exit_code == 0, r.output
     assert r.exception is None
-    assert "accuracy" not in r.output and "scripted/" not in r.output and "rank" not in r.output
+    assert "no results in" in r.output and "accuracy" not in r.output and "rank" not in r.output
 
 
 def test_leaderboard_shows_each_models_accuracy(demo_db: Path) -> None:
@@ -350,3 +364,22 @@ def test_compare_with_a_model_that_has_no_results_exits_1(demo_db: Path) -> None
     r = invoke("compare", "alpha", "gamma", "--store", str(demo_db))
     assert r.exit_code == 1
     assert "no benchmark has results for both 'alpha' and 'gamma'" in r.output
+
+
+def test_a_run_whose_every_call_fails_exits_3_with_a_truthful_summary(tmp_path: Path) -> None:
+    from grandrounds.testing import Fault, LoopbackServer
+
+    with LoopbackServer(lambda body: Fault("400")) as srv:
+        r = invoke("run", "demo", "--model", "openai/m", "--base-url", srv.base_url, "--store", str(tmp_path / "s.db"),
+                   env={"OPENAI_API_KEY": "sk-test"})
+    assert r.exit_code == cli.NOTHING_SCORED == 3, r.output
+    assert "answers: 12 calls made, 0 from the store, 12 failed, 0 retries" in r.output
+    assert "failures: HTTP 400 x12" in r.output
+    assert "nothing could be scored in 1 run(s)" in r.output
+
+
+def test_a_benchmark_that_scores_nothing_by_design_is_not_a_failure(tmp_path: Path) -> None:
+    """A run whose grades are unscored without any failed call (no answer key here) exits 0."""
+    with Store(tmp_path / "s.db") as st:
+        out = asyncio.run(run(st, RunConfig("demo", "scripted/ok", provider_options={"script": lambda req: "A"})))
+    assert not cli._any_failed(out)

@@ -34,6 +34,18 @@ def store_path(path: Optional[Path]) -> Path:
     return path or Path(os.environ.get("GRANDROUNDS_STORE", "grandrounds.db"))
 
 
+def existing_store_path(path: Optional[Path]) -> Path:
+    """The store a read command reads; a missing one is a one-line error (never silently created empty)."""
+    p = store_path(path)
+    if not p.exists():
+        sys.stderr.write(
+            f"error: no store at {p}: nothing has been run with it yet "
+            "(run `grandrounds demo` or `grandrounds run ...`, or pass --store PATH)\n"
+        )
+        raise typer.Exit(2)
+    return p
+
+
 def parse_params(items: list[str], flag: str = "--param") -> dict[str, str]:
     """``KEY=VALUE`` pairs as typed; each value is coerced later to the type its owner declares."""
     out: dict[str, str] = {}
@@ -338,7 +350,7 @@ def regrade(
     from grandrounds.regrade import RegradeRequest, regrade as regrade_async
     from grandrounds.store import Store
 
-    with Store(store_path(store)) as st:
+    with Store(existing_store_path(store)) as st:
         run_rec = stored_run(st, run_id)
         judges = judge_configs(judge, judge_base_url, judge_json)
         req = RegradeRequest(
@@ -366,9 +378,12 @@ def runs(store: Optional[Path] = StoreOpt) -> None:
     """List the runs in the store."""
     from grandrounds.store import Store
 
-    path = store_path(store)
+    path = existing_store_path(store)
     with Store(path) as st:
         stored = st.runs()
+    if not stored:
+        err_console.print(f"no runs in {path}")
+        return
     t = Table(title=f"Runs in {path}")
     for col in ("run", "benchmark", "model", "mode", "dataset", "created"):
         t.add_column(col)
@@ -395,7 +410,7 @@ def submission(
     from grandrounds.runner import build_benchmark
     from grandrounds.store import Store
 
-    with Store(store_path(store)) as st:
+    with Store(existing_store_path(store)) as st:
         run_rec = stored_run(st, run_id)
         bench = build_benchmark(run_rec.benchmark, dict(run_rec.options.get("bench_params") or {}))
         samples = st.samples(run_rec.benchmark, run_rec.dataset_sha256)
@@ -410,7 +425,7 @@ def _register_extensions() -> None:
         from grandrounds.reports.commands import register
     except ImportError:
         return
-    register(app, store_path, StoreOpt)
+    register(app, existing_store_path, StoreOpt)
 
 
 _register_extensions()

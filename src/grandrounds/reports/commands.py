@@ -32,7 +32,10 @@ def _leaderboard_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., 
         from grandrounds.store import Store
 
         with Store(store_path(store)) as st:
-            for b in boards(st, benchmark, seed):
+            found = boards(st, benchmark, seed)
+            if not found:
+                console.print(f"no results in {st.path}" + (f" for {benchmark}" if benchmark else ""))
+            for b in found:
                 _print_board(st, b, with_reviews)
                 if breakdowns:
                     _print_breakdowns(b)
