@@ -383,3 +383,12 @@ def test_a_benchmark_that_scores_nothing_by_design_is_not_a_failure(tmp_path: Pa
     with Store(tmp_path / "s.db") as st:
         out = asyncio.run(run(st, RunConfig("demo", "scripted/ok", provider_options={"script": lambda req: "A"})))
     assert not cli._any_failed(out)
+
+
+def test_results_in_an_80_column_terminal_cut_no_name(tmp_path: Path) -> None:
+    r = invoke("run", "demo", "--model", "scripted/a-model-with-a-long-name", "--answer-mode", "next-token",
+               "--store", str(tmp_path / "s.db"), env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output
+    assert "demo · scripted/a-model-with-a-long-name (next-token) · protocol reference" in r.output
+    assert "accuracy" in r.output and "95% CI" in r.output

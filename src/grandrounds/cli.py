@@ -308,23 +308,37 @@ def _attach_prompts(store_file: Path, outcomes: list[Any], lines: list[dict[str,
 
 
 def print_results(results: list[Any]) -> None:
+    """The results: a table where the terminal is wide enough, else one block per result, so model,
+    mode, protocol and metric names are never cut off (80 columns)."""
+    from grandrounds.analysis import protocol_label
     from grandrounds.display import fmt_ci
 
-    from grandrounds.analysis import protocol_label
-
-    t = Table(title="Results")
-    for col in ("benchmark", "model", "protocol", "judge", "metric", "score", "95% CI", "n", "unscored", "truncated"):
-        t.add_column(col)
+    rows = []
     for r in results:
-        ci = fmt_ci(r.ci95)
-        score = "n/a" if r.score is None else f"{r.score:.3f}"
-        mode = r.fingerprint.get("answer_mode", "")
         truncated = r.extra.get("n_truncated")
-        t.add_row(
-            r.benchmark, f"{r.model} ({mode})", protocol_label(r.fingerprint), r.judge or "", r.metric, score, ci,
-            str(r.n), str(r.n_unscored), "" if truncated is None else str(truncated),
-        )
-    console.print(t)
+        rows.append({
+            "benchmark": r.benchmark, "model": f"{r.model} ({r.fingerprint.get('answer_mode', '')})",
+            "protocol": protocol_label(r.fingerprint), "judge": r.judge or "", "metric": r.metric,
+            "score": "n/a" if r.score is None else f"{r.score:.3f}", "95% CI": fmt_ci(r.ci95), "n": str(r.n),
+            "unscored": str(r.n_unscored), "truncated": "" if truncated is None else str(truncated),
+        })
+    cols = [c for c in ("benchmark", "model", "protocol", "judge", "metric", "score", "95% CI", "n", "unscored", "truncated")
+            if c != "judge" or any(row["judge"] for row in rows)]
+    needed = sum(max(len(c), *(len(row[c]) for row in rows)) + 3 for c in cols) if rows else 0
+    if needed <= console.width:
+        t = Table(title="Results")
+        for c in cols:
+            t.add_column(c)
+        for row in rows:
+            t.add_row(*(row[c] for c in cols))
+        console.print(t)
+        return
+    console.print("[bold]Results")
+    for row in rows:
+        judge = f" · judge {row['judge']}" if row["judge"] else ""
+        console.print(f"{escape(row['benchmark'])} · {escape(row['model'])} · protocol {escape(row['protocol'])}{escape(judge)}", soft_wrap=True)
+        console.print(f"  {escape(row['metric'])} {row['score']}  95% CI {row['95% CI']}  n {row['n']}  unscored {row['unscored']}"
+                      + (f"  truncated {row['truncated']}" if row["truncated"] else ""), soft_wrap=True)
 
 
 @app.command()
