@@ -393,3 +393,17 @@ def test_results_in_an_80_column_terminal_cut_no_name(tmp_path: Path) -> None:
     assert "…" not in results
     assert "demo · scripted/a-model-with-a-long-name (next-token) · protocol reference" in results
     assert "accuracy" in r.output and "95% CI" in r.output
+
+
+def test_two_runs_of_one_model_are_compared_by_run_id_never_with_themselves(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    with Store(db) as st:
+        full = asyncio.run(run(st, RunConfig("demo", "scripted/m", provider_options={"script": demo_script(set(range(12)))})))
+        part = asyncio.run(run(st, RunConfig("demo", "scripted/m", limit=6, provider_options={"script": demo_script(set(range(12)))})))
+    assert full.run.id != part.run.id
+    same = invoke("compare", "scripted/m", "m", "--store", str(db))
+    assert same.exit_code == 2 and "select the same run" in same.output and "pass run ids" in same.output
+    r = invoke("compare", full.run.id, part.run.id[:8], "--store", str(db))
+    assert r.exit_code == 0, r.output
+    cells = [c.strip() for c in row_with(r.output, "demo").split("│")[1:-1]]
+    assert cells[1] == "6" and cells[2:5] == ["1.0000", "1.0000", "+0.0000"]  # paired on the 6 both answered

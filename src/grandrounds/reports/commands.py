@@ -49,8 +49,8 @@ def _compare_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None
     """The ``compare`` command, bound to the CLI's store option."""
 
     def compare(
-        model_a: str = typer.Argument(...),
-        model_b: str = typer.Argument(...),
+        model_a: str = typer.Argument(..., help="a model (provider/model or model) or a run id"),
+        model_b: str = typer.Argument(..., help="a model or a run id (two runs of one model: pass their ids)"),
         benchmark: Optional[str] = typer.Option(None, "--benchmark", "-b"),
         seed: int = typer.Option(0, "--seed"),
         resamples: int = typer.Option(2000, "--resamples"),
@@ -60,8 +60,14 @@ def _compare_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None
         from grandrounds.reports.compare import compare_models
         from grandrounds.store import Store
 
+        from grandrounds.errors import GrandroundsError
+
         with Store(store_path(store)) as st:
-            rows = compare_models(st, model_a, model_b, benchmark, seed, resamples)
+            try:
+                rows = compare_models(st, model_a, model_b, benchmark, seed, resamples)
+            except GrandroundsError as e:
+                console.print(f"error: {e}", markup=False)
+                raise typer.Exit(2) from None
         if not rows:
             console.print(f"no benchmark has results for both {model_a!r} and {model_b!r}")
             raise typer.Exit(1)

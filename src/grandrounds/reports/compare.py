@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from grandrounds.analysis import Comparison, ResultRow, fingerprint_diff, paired_compare
 from grandrounds.reports.collect import result_rows, values
+from grandrounds.errors import ConfigError
 from grandrounds.store import Store
 
 
@@ -35,8 +36,12 @@ class ModelComparison:
         return [self.benchmark, str(c.n), f"{c.mean_a:.4f}", f"{c.mean_b:.4f}", f"{c.diff:+.4f}", f"[{c.ci95[0]:+.4f}, {c.ci95[1]:+.4f}]", mc, self.verdict()]
 
 
-def _matches(model: str, query: str) -> bool:
-    return model == query or model.split("/", 1)[-1] == query
+def _matches(row: ResultRow, query: str) -> bool:
+    """A result is selected by its model (``provider/model`` or ``model``) or by its run id (or a
+    prefix of at least 6 characters, as ``grandrounds runs`` shows them)."""
+    if row.model == query or row.model.split("/", 1)[-1] == query:
+        return True
+    return len(query) >= 6 and row.run_id.startswith(query)
 
 
 def compare_models(store: Store, model_a: str, model_b: str, benchmark: str | None = None, seed: int = 0, n_resamples: int = 2000) -> list[ModelComparison]:
@@ -48,11 +53,16 @@ def compare_models(store: Store, model_a: str, model_b: str, benchmark: str | No
     rows = result_rows(store, benchmark)
     out = []
     for bench in sorted({r.benchmark for r in rows}):
-        ra = [r for r in rows if r.benchmark == bench and _matches(r.model, model_a)]
-        rb = [r for r in rows if r.benchmark == bench and _matches(r.model, model_b)]
+        ra = [r for r in rows if r.benchmark == bench and _matches(r, model_a)]
+        rb = [r for r in rows if r.benchmark == bench and _matches(r, model_b)]
         if not ra or not rb:
             continue
         a, b = ra[-1], rb[-1]
+        if a.key == b.key:
+            raise ConfigError(
+                f"{model_a!r} and {model_b!r} select the same run ({a.run_id}) on {bench}: "
+                "pass run ids (see `grandrounds runs`) to compare two runs of one model"
+            )
         diff = fingerprint_diff(a.fingerprint, b.fingerprint)
         if diff:
             out.append(ModelComparison(bench, a, b, None, tuple(diff)))
