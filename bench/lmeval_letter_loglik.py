@@ -57,14 +57,31 @@ What runs
 
 Usage (from /work/main, with the project's venv)::
 
-    python -m venv /work/lmeval-venv && /work/lmeval-venv/bin/pip install torch==2.13.0 lm-eval==0.4.13
-    python -m venv /work/llamaserver-venv && /work/llamaserver-venv/bin/pip install 'llama-cpp-python[server]==0.3.36'
-    .venv/bin/python bench/lmeval_letter_loglik.py --lmeval-python /work/lmeval-venv/bin/python \\
-        --server-python /work/llamaserver-venv/bin/python --n 100 --workdir /work/lmeval-bench/run100
+    python -m venv /work/lmeval-venv
+    /work/lmeval-venv/bin/pip install torch==2.13.0      # the local CPU wheel; first, or lm-eval pulls CUDA
+    /work/lmeval-venv/bin/pip install lm-eval==0.4.13
+    /work/lmeval-venv/bin/pip install transformers gguf accelerate   # only for --backend hf
+    python -m venv /work/llamaserver-venv
+    /work/llamaserver-venv/bin/pip install 'llama-cpp-python[server]==0.3.36'
+    .venv/bin/python bench/lmeval_letter_loglik.py --n 100 --workdir /work/lmeval-bench/fixed100
 
-``--samples FILE`` compares against an lm-eval samples file already written (no server, no
-lm-eval run); ``--skip-grandrounds`` stops after lm-eval. A full run of 100 questions takes
-about 30 minutes on 2 CPU threads, most of it in the server's Python log-prob loop.
+Options: ``--lmeval-python`` / ``--server-python`` (defaults: the two venvs above); ``--n N`` (first
+N questions) or ``--ids FILE|1,2,3`` (record indices); ``--server stock`` (no fixes: shows the two
+bugs); ``--backend hf`` (lm-eval's ``hf`` backend on the GGUF de-quantized to float32 by
+transformers: a different inference engine, so log-likelihoods differ by up to ~0.8 nats);
+``--samples FILE`` (compare against an lm-eval samples file already written: no server, no lm-eval
+run); ``--skip-grandrounds`` (stop after lm-eval). 100 questions take ~5 minutes of lm-eval and
+~1.5 minutes of grandrounds on 2 idle CPU threads (much longer when the machine is busy).
+
+Measured (2026-11-23, SmolLM2-135M-Instruct Q4_1, 2 threads), ``--server fixed``, first 100
+questions and, separately, the 100 questions after the first 100 with the smallest gap between
+the best and second-best option in grandrounds' own scores: requests identical 100/100 and
+100/100, predictions agree 100/100 and 100/100, max |log-likelihood difference| 9.5e-07 (float32
+rounding), accuracy 0.25 / 0.30 on both sides. Caveat: this model's letter-loglik answer is "A" on
+every one of the 1,273 MedQA questions (smallest best-vs-second gap 0.33 nats), so prediction
+agreement alone says little here; the log-likelihood agreement is the evidence. ``--server stock``:
+lm-eval scores every option 0.0 (both bugs), so it always answers "A" too and "agrees" by
+coincidence, with log-likelihood differences up to 11.9.
 """
 
 from __future__ import annotations
@@ -76,7 +93,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
