@@ -243,8 +243,8 @@ def test_a_valid_review_is_stored_trimmed_with_a_time(hb: HB) -> None:
     assert [x["id"] for x in reviews_for(hb.st, run_id=hb.run_id, sample_id="hb1")] == [first]
 
 
-@pytest.mark.parametrize("score", [0.0, 1.0, -0.5, 1.5, 7])
-def test_any_finite_score_is_accepted(hb: HB, score: float) -> None:
+@pytest.mark.parametrize("score", [0.0, 1.0, -0.5, -4 / 3])  # hb3's scale: (0 - 4) / 3 to 3 / 3
+def test_any_score_on_the_scale_is_accepted(hb: HB, score: float) -> None:
     hb.review("hb3", score=score)
     assert hb.values()["hb3"] == float(score)
 

@@ -9,13 +9,13 @@ criterion reviews change a value is the grader's rule (``Grader.rescore``), not 
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from grandrounds.analysis import AgreementPair
 from grandrounds.records import Grade, Sample
 from grandrounds.store import QueueEntry, QueueRow, ReviewInput, ReviewRow, Store
+from grandrounds.viewer.scales import check_score, review_scale
 
 if TYPE_CHECKING:
     from grandrounds.graders import Grader
@@ -43,7 +43,11 @@ class ReviewError(ValueError):
 
 
 def add_review(store: Store, r: ReviewInput) -> int:
-    """Validate and append one review; returns its id. Raises ReviewError on bad input."""
+    """Validate and append one review; returns its id. Raises ReviewError on bad input.
+
+    A whole-answer score must be finite and on the benchmark's scale
+    (:mod:`grandrounds.viewer.scales`): the one check, for reviews from the viewer and the API alike.
+    """
     reviewer, reason = r.reviewer.strip(), r.reason.strip()
     if not reviewer:
         raise ReviewError("a review needs the reviewer's name")
@@ -57,8 +61,12 @@ def add_review(store: Store, r: ReviewInput) -> int:
             raise ReviewError("a criterion review needs verdict 'met' or 'unmet' (and no score)")
         if r.criterion_id not in {v.criterion_id for v in grade.verdicts}:
             raise ReviewError(f"answer has no criterion {r.criterion_id!r}")
-    elif r.verdict is not None or r.score is None or not math.isfinite(r.score):
+    elif r.verdict is not None or r.score is None:
         raise ReviewError("an answer review needs a finite score (and no verdict)")
+    else:
+        why = check_score(r.score, review_scale(store, r))  # the benchmark's own scale
+        if why:
+            raise ReviewError(why)
     return store.put_review(replace(r, reviewer=reviewer, reason=reason))
 
 

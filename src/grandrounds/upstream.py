@@ -13,6 +13,8 @@ Where the file comes from, first hit wins:
    ``https://raw.githubusercontent.com/<repository>/<commit>/<path>``.
 
 Either way the file must hash to its pinned sha256, or the run stops with an error naming it.
+A download that fails is remembered for the rest of the process (per URL): later reads of the
+file raise the same error at once instead of trying the network again for every grade.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +58,23 @@ class UpstreamFile:
         return {"repo": self.repo, "commit": self.commit, "path": self.path, "sha256": self.sha256}
 
 
+@dataclass(frozen=True)
+class UpstreamRepo:
+    """A repository at one pinned commit, named once for every file read out of it."""
+
+    folder: str
+    repo: str
+    commit: str
+
+    def file(self, path: str, sha256: str) -> UpstreamFile:
+        return UpstreamFile(self.folder, self.repo, self.commit, path, sha256)
+
+
+#: openai/simple-evals at the commit every simple-evals file is read from (HealthBench's grader
+#: and sampler, the multiple-choice prompt and answer regexes); as in ../shared/reference/SOURCES.tsv.
+SIMPLE_EVALS = UpstreamRepo("simple-evals", "openai/simple-evals", "ee3b0318d8d1d9d72755a4120879be65f7c07e9e")
+
+
 def reference_root() -> Path | None:
     value = os.environ.get(REFERENCE_ENV)
     return Path(value) if value else None
@@ -71,11 +91,37 @@ def local_path(f: UpstreamFile) -> Path:
                 raise DataError(candidate, None, f"does not match the pinned upstream file {f.url} (sha256 {got}, expected {f.sha256})")
             return candidate
     dest = cache_dir() / "reference" / f.folder / Path(f.path).parent
-    try:
-        return fetch(RemoteFile(f.url, Path(f.path).name, f.sha256), dest)
-    except DataError as e:
-        hint = f"; or set {REFERENCE_ENV} to a folder holding {f.folder}/{f.path}"
-        raise DataError(e.path, e.where, e.problem.replace("; pass --data PATH to use a local copy", "") + hint) from None
+    remote = RemoteFile(f.url, Path(f.path).name, f.sha256)
+    with _fetch_lock(f.url):  # one download per URL at a time; the others wait for its outcome
+        failed = _failed.get(f.url)
+        if failed is not None:
+            cached = dest / remote.filename
+            if cached.is_file() and file_sha256(cached) == f.sha256:  # put there since (another process)
+                return cached
+            raise DataError(failed.path, failed.where, failed.problem + " (failed earlier in this process; not tried again)")
+        try:
+            return fetch(remote, dest)
+        except DataError as e:
+            hint = f"; or set {REFERENCE_ENV} to a folder holding {f.folder}/{f.path}"
+            err = DataError(e.path, e.where, e.problem.replace("; pass --data PATH to use a local copy", "") + hint)
+            _failed[f.url] = err
+            raise err from None
+
+
+#: URL -> the error of its failed download, for the rest of the process (see :func:`local_path`).
+_failed: dict[str, DataError] = {}
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _fetch_lock(url: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(url, threading.Lock())
+
+
+def forget_failed_downloads() -> None:
+    """Let every upstream file whose download failed be tried again (e.g. once the network is back)."""
+    _failed.clear()
 
 
 @functools.lru_cache(maxsize=64)

@@ -63,7 +63,7 @@ from grandrounds.scoring.healthbench import (
     reference_aggregate,
     reference_example_metrics,
 )
-from grandrounds.upstream import TextRef, UpstreamFile
+from grandrounds.upstream import SIMPLE_EVALS, TextRef
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/"
 #: Tag families reported in the breakdown, in display order (example tags first).
@@ -71,9 +71,8 @@ FAMILIES = ("theme", "physician_agreed_category", "axis", "level", "cluster")
 #: Judge modes (``--judge-mode``); ``batched`` is ours and runs under the grandrounds protocol only.
 JUDGE_MODES = ("per-criterion", "batched")
 
-_SIMPLE_EVALS = ("simple-evals", "openai/simple-evals", "ee3b0318d8d1d9d72755a4120879be65f7c07e9e")
-HEALTHBENCH_EVAL = UpstreamFile(*_SIMPLE_EVALS, "healthbench_eval.py", "89909957f005762edaded2f0e39fc9b3b242edd55e3ac0ce4c8dd886ac59d167")
-CHAT_SAMPLER = UpstreamFile(*_SIMPLE_EVALS, "sampler/chat_completion_sampler.py", "d9d7568ad5b04379342b7f269a6028c6945c518bc8baa56969aad035afc8d435")
+HEALTHBENCH_EVAL = SIMPLE_EVALS.file("healthbench_eval.py", "89909957f005762edaded2f0e39fc9b3b242edd55e3ac0ce4c8dd886ac59d167")
+CHAT_SAMPLER = SIMPLE_EVALS.file("sampler/chat_completion_sampler.py", "d9d7568ad5b04379342b7f269a6028c6945c518bc8baa56969aad035afc8d435")
 #: The official grader prompt, with ``<<conversation>>`` and ``<<rubric_item>>`` to replace.
 GRADER_TEMPLATE = TextRef(HEALTHBENCH_EVAL, "GRADER_TEMPLATE")
 #: The system message simple-evals' chat samplers send (candidate and grader alike).

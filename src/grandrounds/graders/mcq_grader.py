@@ -39,7 +39,7 @@ from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.graders.choice_extract import cmb_letters, extract_choice, simple_evals_letter
 from grandrounds.hashing import text_hash
 from grandrounds.records import Grade, Response, Sample
-from grandrounds.upstream import UpstreamFile, python_value
+from grandrounds.upstream import SIMPLE_EVALS, UpstreamFile, python_value
 
 LETTERS = "ABCDEFGHIJ"
 MODES = ("generate", "letter-loglik", "text-loglik", "next-token")
@@ -52,10 +52,7 @@ REFERENCE_READINGS = ("simple-evals", "cmb", "ours")
 LM_EVAL_TARGET_DELIMITER = " "
 
 #: openai/simple-evals common.py: the multiple-choice prompt and the answer regexes (read at run time).
-SIMPLE_EVALS_COMMON = UpstreamFile(
-    "simple-evals", "openai/simple-evals", "ee3b0318d8d1d9d72755a4120879be65f7c07e9e", "common.py",
-    "84616c52821a30ae3f55f153a763153fd833cb41b547b09f547b46e6337f8f35",
-)
+SIMPLE_EVALS_COMMON = SIMPLE_EVALS.file("common.py", "84616c52821a30ae3f55f153a763153fd833cb41b547b09f547b46e6337f8f35")
 #: The CMB files whose reading cmb_letters reimplements (recorded in the fingerprint).
 CMB_UTILS = UpstreamFile(
     "cmb", "FreedomIntelligence/CMB", "6c8ece46097dae736c6805dd3b831e1a38c08971", "src/utils.py",

@@ -111,11 +111,11 @@ def drilldown(store: Store, rows: Sequence[ResultRow], max_items: int | None = N
 
 
 def question_text(sample: Sample) -> str:
-    """The last user message: what the model was asked."""
-    for m in reversed(sample.messages):
-        if m.role == "user":
-            return m.content
-    return sample.messages[-1].content if sample.messages else ""
+    """The sample's question, as the viewer names it (:func:`grandrounds.viewer.labels.question_of`):
+    its own question field where it has one, else the last user message."""
+    from grandrounds.viewer.labels import question_of
+
+    return question_of(sample)[0]
 
 
 def sample_rows(sections: Sequence[Section]) -> list[dict[str, Any]]:

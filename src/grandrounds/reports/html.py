@@ -12,10 +12,11 @@ from typing import Mapping, Sequence
 
 from grandrounds.analysis import Board, Entry, FamilyTable, ResultRow, breakdown_tables, run_label
 from grandrounds.records import Grade
-from grandrounds.reports.collect import Item, Section, question_text
+from grandrounds.reports.collect import Item, Section
 from grandrounds.costs import usage_cells
 from grandrounds.display import BASE_CSS, fmt, fmt_ci
 from grandrounds.reports.radar import COLOURS, radar_svg
+from grandrounds.viewer.labels import shown_questions
 
 CSS = BASE_CSS + """
 body{margin:1.5em}table{margin:.5em 0 1.2em}td,th{padding:3px 7px}.flag{color:#a33;font-size:12px}.tied{background:#fff6d5;font-size:12px;padding:0 4px}
@@ -174,15 +175,16 @@ def _family_table(b: Board, fam: FamilyTable) -> str:
 def _section(sec: Section, sid: str) -> str:
     h = [f"<h2 id='{sid}'>Questions: {escape(sec.benchmark)} <small>dataset {escape(sec.dataset[:12])}</small></h2>"]
     h.append(f"<p>Filter: <input class='filter' data-target='{sid}' placeholder='text in question, answer or verdict'></p>")
-    for k, item in enumerate(sec.items):
-        h.append(_item(item, f"{sid}-q{k}"))
+    questions = shown_questions([item.sample for item in sec.items])  # as the viewer lists them
+    for k, (item, question) in enumerate(zip(sec.items, questions)):
+        h.append(_item(item, f"{sid}-q{k}", question))
     return "<div id='" + sid + "'>" + "".join(h) + "</div>"
 
 
-def _item(item: Item, qid: str) -> str:
+def _item(item: Item, qid: str, question: str) -> str:
     s = item.sample
     chips = "".join(f"<span class='chip' style='border-left:4px solid {COLOURS[i % len(COLOURS)]}'>{fmt(_value(a.grade), 2)}</span>" for i, a in enumerate(item.answers))
-    h = [f"<details class='item' id='{qid}'><summary>{escape(s.id)}: {escape(question_text(s)[:120])}{chips}</summary>"]
+    h = [f"<details class='item' id='{qid}'><summary>{escape(s.id)}: {escape(question[:120])}{chips}</summary>"]
     for m in s.messages:
         h.append(f"<div class='q'><b>{escape(m.role)}:</b> {escape(m.content)}</div>")
     if s.target is not None:

@@ -47,6 +47,14 @@ def question_of(sample: Sample) -> tuple[str, bool]:
     return (sample.messages[-1].content.strip() if sample.messages else ""), False
 
 
+def shown_questions(samples: Sequence[Sample]) -> list[str]:
+    """Each sample's question as a list shows it: :func:`question_of`, and where that is the
+    prompt itself, without the lines every such prompt of ``samples`` (one dataset) opens with."""
+    found = [question_of(s) for s in samples]
+    prompts = iter(strip_shared_lines([q for q, own in found if not own]))
+    return [q if own else next(prompts) for q, own in found]
+
+
 def strip_shared_lines(texts: Sequence[str]) -> list[str]:
     """``texts`` without the whole lines all of them open with (two texts or more).
 

@@ -6,6 +6,9 @@ generic rubric grader) range from the grader's own rescoring of the worst case (
 positive criterion unmet, every negative one met) to its best case; exams, calculations, error
 detection and LLMEval-Med's usability are 0 or 1. The values the grading actually holds are
 always inside, so a grader whose values lie elsewhere is never refused its own scale.
+
+:func:`grandrounds.reviews.add_review` applies this check to every whole-answer review, whichever
+way it arrives (the viewer, the Python API), so both accept and refuse the same values.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def score_range(grader: Any | None, sample: Sample | None, grade: Grade | None, 
 def check_score(score: float, scale: tuple[float, float]) -> str | None:
     """Why ``score`` cannot be stored on ``scale`` (None when it can)."""
     if not math.isfinite(score):
-        return "a score must be a finite number"
+        return f"an answer review needs a finite score, not {score:g}"
     lo, hi = scale
     if not lo <= score <= hi:
         return f"score {score:g} is outside this benchmark's scale ({lo:g} to {hi:g})"
