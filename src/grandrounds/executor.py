@@ -10,6 +10,9 @@ The outcome, success or final failure, is written to the store before it is retu
 Before a live call the executor takes the store's lease on its key, so another process running
 on the same store waits for this answer instead of paying for it again.
 
+With ``--rpm`` / ``--judge-rpm`` an endpoint also has a :class:`RateLimit`: every attempt
+(retries too: they are requests) waits for its start time under that limit just before it is sent.
+
 A judge request that overflows the server's context (the server names its context and the
 prompt's size) is sent once more with ``max_tokens`` shrunk to what fits; the shrink is counted.
 """
@@ -17,11 +20,15 @@ prompt's size) is sent once more with ``max_tokens`` shrunk to what fits; the sh
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
+import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from grandrounds.errors import ConfigError
 from grandrounds.providers.base import Provider, ProviderError
 from grandrounds.records import Request, Response
 from grandrounds.store import Store
@@ -40,16 +47,98 @@ class RetryPolicy:
         return rng.uniform(0, min(self.max_delay, self.base_delay * 2**attempt))
 
 
+#: Seconds of the window a requests-per-minute limit counts call starts in.
+RATE_WINDOW = 60.0
+
+#: Per endpoint, the start time (``time.monotonic``) last handed out by any :class:`RateLimit` of
+#: this process, and the times the latest calls actually started (as many as the limit), so the
+#: runs one command makes in turn (probe runs, several configs) keep the limit across their
+#: boundaries.
+_LAST_START: dict[str, float] = {}
+_BEGUN: dict[str, deque[float]] = {}
+
+
+class RateLimit:
+    """Call starts on one endpoint spaced ``per / limit`` seconds apart, so that no window of
+    ``per`` seconds (any window, not only aligned ones) holds more than ``limit`` starts.
+
+    Even spacing rather than ``limit`` calls at once and then a pause: a vendor may enforce a
+    per-minute limit over shorter periods (OpenAI's rate-limit guide: 60,000 requests a minute
+    may be enforced as 1,000 a second), and a bucket refilled continuously (aiolimiter's leaky
+    bucket, for one) lets almost twice ``limit`` starts into one window. Each caller takes the next free start time and sleeps until it: first come,
+    first served, nothing polls. A sleep can end a little late (the event loop was busy), so a
+    caller also starts no sooner than ``per`` after the start ``limit`` calls before it as it
+    happened: the bound holds for the starts as they happen, not only as planned, and a late
+    wake-up costs the next one at most that lateness. A caller cancelled while it waits leaves
+    its start time unused, which only slows the others.
+    """
+
+    def __init__(self, endpoint: str, limit: int, per: float) -> None:
+        self.endpoint = endpoint
+        self.per = per
+        self.limit = limit
+
+    @property
+    def spacing(self) -> float:
+        return self.per / self.limit
+
+    def lower(self, limit: int) -> None:
+        """The lowest limit asked for wins."""
+        self.limit = min(self.limit, limit)
+
+    async def wait(self) -> None:
+        """Return at this caller's start time."""
+        begun = _BEGUN.setdefault(self.endpoint, deque())
+        now = time.monotonic()
+        start = max(now, _LAST_START.get(self.endpoint, -math.inf) + self.spacing)
+        _LAST_START[self.endpoint] = start
+        while True:
+            if len(begun) >= self.limit:
+                start = max(start, begun[-self.limit] + self.per)
+            if start <= now:
+                break
+            await asyncio.sleep(start - now)
+            now = time.monotonic()
+        begun.append(now)
+        while len(begun) > self.limit:
+            begun.popleft()
+
+
+def check_rpm(rpm: object, flag: str = "--rpm") -> None:
+    """A requests-per-minute limit is a whole number, at least 1 (None: no limit)."""
+    if rpm is not None and (isinstance(rpm, bool) or not isinstance(rpm, int) or rpm < 1):
+        raise ConfigError(f"{flag} {rpm!r}: expected a whole number of requests per minute, at least 1")
+
+
 class EndpointLimits:
-    """One semaphore per endpoint, shared by the executors of one run (answers and judges).
+    """One semaphore per endpoint, shared by the executors of one run (answers and judges), and
+    the endpoint's request rate where one was set.
 
     An endpoint's capacity is the largest limit any executor on it asked for: with
     ``--concurrency 1 --judge-concurrency 1`` against one server, one request is in flight in all.
+    Its rate is the lowest asked for: ``--rpm 60 --judge-rpm 30`` with candidate and judge on one
+    server starts at most 30 calls a minute there, answers and judge calls together.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, per: float | None = None) -> None:
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._size: dict[str, int] = {}
+        self._rates: dict[str, RateLimit] = {}
+        #: The rate window in seconds (:data:`RATE_WINDOW`, a minute).
+        self.per = RATE_WINDOW if per is None else per
+
+    def limit_rate(self, endpoint: str, rpm: int | None, flag: str = "--rpm") -> None:
+        """At most ``rpm`` call starts per window on ``endpoint`` (None: no limit asked for)."""
+        if rpm is None:
+            return
+        check_rpm(rpm, flag)
+        if endpoint in self._rates:
+            self._rates[endpoint].lower(rpm)
+        else:
+            self._rates[endpoint] = RateLimit(endpoint, rpm, self.per)
+
+    def rate(self, endpoint: str) -> RateLimit | None:
+        return self._rates.get(endpoint)
 
     def slot(self, endpoint: str, capacity: int) -> asyncio.Semaphore:
         sem = self._slots.get(endpoint)
@@ -104,7 +193,8 @@ class Executor:
         self.provider = provider
         self.concurrency = concurrency or provider.default_concurrency
         self.limit = asyncio.Semaphore(self.concurrency)
-        self.endpoint_limit = (endpoints or EndpointLimits()).slot(provider.endpoint, self.concurrency)
+        self.endpoints = endpoints or EndpointLimits()
+        self.endpoint_limit = self.endpoints.slot(provider.endpoint, self.concurrency)
         self.retry = retry
         self.rng = random.Random(seed)
         self.observer = observer
@@ -151,7 +241,7 @@ class Executor:
             sent = request
             for attempt in range(self.retry.max_attempts):
                 try:
-                    response = await self.provider.call(sent)
+                    response = await self._send(sent)
                     break
                 except ProviderError as err:
                     fitted = self._fit_context(sent, err)
@@ -159,7 +249,7 @@ class Executor:
                         sent = fitted  # not an attempt: the same question with room to answer
                         self.stats.shrunk += 1
                         try:
-                            response = await self.provider.call(sent)
+                            response = await self._send(sent)
                             break
                         except ProviderError as again:
                             err = again
@@ -179,6 +269,13 @@ class Executor:
         # their grading and bookkeeping.
         await asyncio.sleep(0)
         return response
+
+    async def _send(self, request: Request) -> Response:
+        """One attempt, started when the endpoint's request rate allows."""
+        rate = self.endpoints.rate(self.provider.endpoint)
+        if rate is not None:
+            await rate.wait()
+        return await self.provider.call(request)
 
     @staticmethod
     def _fit_context(request: Request, err: ProviderError) -> Request | None:

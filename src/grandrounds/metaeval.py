@@ -456,6 +456,8 @@ class ValidateConfig:
     judge_overrides: Mapping[str, Any] = field(default_factory=dict)
     json_object: bool = False
     concurrency: int | None = None
+    #: Judge call starts per minute (``--judge-rpm``); None = no limit.
+    rpm: int | None = None
     max_reask: int = 2
     seed: int = 0
     #: The executor's retry policy (None: its default).
@@ -479,6 +481,7 @@ class Validation:
 
 def check_config(cfg: ValidateConfig) -> "tuple[Protocol, JudgeConfig, dict[str, Any]]":
     """The protocol, the judge with its generation parameters settled, and its deviations; before any call."""
+    from grandrounds.executor import check_rpm
     from grandrounds.providers.base import check_model
     from grandrounds.runner import JudgeConfig, resolve_judges
 
@@ -486,6 +489,7 @@ def check_config(cfg: ValidateConfig) -> "tuple[Protocol, JudgeConfig, dict[str,
         raise ConfigError(f"unknown --protocol {cfg.protocol!r} (protocols: {', '.join(PROTOCOLS)})")
     if cfg.max_reask < 0:
         raise ConfigError(f"--max-reask must be 0 or more, not {cfg.max_reask}")
+    check_rpm(cfg.rpm, "--judge-rpm")
     proto = PROTOCOLS[cfg.protocol]
     spec = cfg.judge or proto.judge_models[0]
     if "@" in spec:
@@ -499,7 +503,7 @@ def check_config(cfg: ValidateConfig) -> "tuple[Protocol, JudgeConfig, dict[str,
 
 async def validate(store: Store, cfg: ValidateConfig, progress: "Progress | None" = None) -> Validation:
     """Ask the judge every selected row, compute the agreement figures and store them."""
-    from grandrounds.executor import RetryPolicy
+    from grandrounds.executor import EndpointLimits, RetryPolicy
     from grandrounds.graders.judging import Ask, ask
     from grandrounds.runner import make_judges, run_pool
 
@@ -509,7 +513,9 @@ async def validate(store: Store, cfg: ValidateConfig, progress: "Progress | None
     path = data_path(cfg.data)
     rows = select_rows(load_rows(path), cfg.limit)
     dataset = file_sha256(path)
-    execs, (judge,) = make_judges(store, [judge_cfg], cfg.concurrency, cfg.retry or RetryPolicy(), cfg.seed, progress)
+    endpoints = EndpointLimits()
+    execs, (judge,) = make_judges(store, [judge_cfg], cfg.concurrency, cfg.retry or RetryPolicy(), cfg.seed, progress, endpoints)
+    endpoints.limit_rate(execs[0].provider.endpoint, cfg.rpm, "--judge-rpm")
     verdicts: list[RowVerdict | None] = [None] * len(rows)
     if progress:
         progress.start(len(rows), f"{SUITE} · judge {judge_cfg.spec}")

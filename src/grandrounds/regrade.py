@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.errors import ConfigError
 from grandrounds.batching import BatchSettings
-from grandrounds.executor import RetryPolicy
+from grandrounds.executor import EndpointLimits, RetryPolicy, check_rpm
 from grandrounds.graders import stored_spec
 from grandrounds.graders.base import GradeContext, Grader, build
 from grandrounds.hashing import content_hash
@@ -82,6 +82,8 @@ class RegradeRequest:
     judge_overrides: Mapping[str, Any] = field(default_factory=dict)
     #: Judge calls sent through batch APIs (``--batch``); None = live.
     batch: BatchSettings | None = None
+    #: Judge call starts per minute on each judge endpoint (``--judge-rpm``); None = no limit.
+    rpm: int | None = None
 
 
 def rebuild_grader(bench: Benchmark, req: RegradeRequest, last: dict[str, Any]) -> tuple[Grader, RunOptions]:
@@ -103,6 +105,7 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     point: grades with nothing unknown are kept, and only unknown votes are asked again.
     """
     run = req.run
+    check_rpm(req.rpm, "--judge-rpm")
     bench = build_benchmark(run.benchmark, dict(run.options.get("bench_params") or {}))
     grader, options = rebuild_grader(bench, req, last_grading(store, run))
     proto = bench.protocol(options)
@@ -126,8 +129,14 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
             f"run {run.id} has no grades by this judge and grading setting to complete; "
             "--only-unknown needs the same judge(s), judge mode and runs as the grading it completes"
         )
-    execs, judges = make_judges(store, req.judges, req.concurrency, req.retry, req.seed, progress, batch=req.batch)
+    endpoints = EndpointLimits()
+    execs, judges = make_judges(store, req.judges, req.concurrency, req.retry, req.seed, progress, endpoints, req.batch)
+    for e in execs:
+        endpoints.limit_rate(e.provider.endpoint, req.rpm, "--judge-rpm")
     grading = Grading(store, run.id, fp_key, grader, progress)
+    collected = Collected(store, run.id, bench, options, [j.spec for j in req.judges])
+    position = {smp.id: i for i, smp in enumerate(samples)}
+    graded_now: dict[str, Grade] = {}
     if progress:
         progress.start(len(samples), f"regrade {run.benchmark} · {run.model}")
 

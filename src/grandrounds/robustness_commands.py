@@ -81,6 +81,7 @@ def _robustness_command(store_path: Callable[[Optional[Path]], Path], StoreOpt: 
         limit: Optional[int] = typer.Option(None, "--limit", min=1, help="first N items in source order"),
         base_url: str = typer.Option("", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="calls in flight per endpoint"),
+        rpm: Optional[int] = typer.Option(None, "--rpm", min=1, help="answer calls started per minute on the candidate's endpoint, retries included (vendor rate limits; default: no limit)"),
         timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent (HTTP providers)"),
         answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
         protocol: str = typer.Option("reference", "--protocol", help="reference | grandrounds"),
@@ -111,7 +112,7 @@ def _robustness_command(store_path: Callable[[Optional[Path]], Path], StoreOpt: 
                 benchmark=benchmark, model=model, bench_params=cli.parse_params(param), data=data, base_url=base_url,
                 options=RunOptions(answer_mode=answer_mode, protocol=protocol, seed=seed),  # type: ignore[arg-type]
                 gen_overrides={"temperature": temperature, "max_tokens": max_tokens},
-                concurrency=concurrency, timeout=timeout, limit=limit,
+                concurrency=concurrency, rpm=rpm, timeout=timeout, limit=limit,
                 provider_options=cli.parse_params(model_opt, "--model-opt") | ({"threads": threads} if threads is not None else {}),
             )
             att = None

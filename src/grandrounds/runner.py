@@ -17,9 +17,11 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequen
 
 import grandrounds
 from grandrounds.benchmarks.base import Benchmark, RunOptions
+from grandrounds.benchmarks.readers import DATA_ENCODING
 from grandrounds.errors import ConfigError
 from grandrounds.batching import BatchSettings, executor_for, pool_width
-from grandrounds.executor import EndpointLimits, Executor, RetryPolicy
+from grandrounds.costs import judge_of
+from grandrounds.executor import EndpointLimits, Executor, RetryPolicy, check_rpm
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.hashing import content_hash, to_jsonable
 from grandrounds.providers.base import ModelSpec, Provider, check_model, split_endpoint
@@ -69,6 +71,10 @@ class RunConfig:
     judges: tuple[JudgeConfig, ...] = ()
     concurrency: int | None = None
     judge_concurrency: int | None = None
+    #: Call starts per minute on the candidate's endpoint (``--rpm``); not part of run id or fingerprint.
+    rpm: int | None = None
+    #: Call starts per minute on each judge's endpoint (``--judge-rpm``); one shared endpoint takes the lower.
+    judge_rpm: int | None = None
     #: Seconds a call may take once sent (for providers with a ``timeout`` option: answers and judges).
     timeout: float | None = None
     limit: int | None = None
@@ -88,6 +94,8 @@ def check_run(cfg: RunConfig) -> RunConfig:
     ConfigError says which is wrong and what is accepted. Options the benchmark does not use
     are reset, so they never reach its spec, fingerprint or run id.
     """
+    check_rpm(cfg.rpm, "--rpm")
+    check_rpm(cfg.judge_rpm, "--judge-rpm")
     bench = BENCHMARKS.get(cfg.benchmark)(**cfg.bench_params)
     options = bench.check_options(cfg.options)
     provider_options = check_model(cfg.model, timeout_option(cfg.model, cfg.timeout) | dict(cfg.provider_options), bench.request_kind(options))
@@ -349,16 +357,29 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
     endpoints = EndpointLimits()
     answers = executor_for(cfg.batch, "answers")(store, s.provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints)
     judge_execs, judges = make_judges(store, cfg.judges, cfg.judge_concurrency, cfg.retry, cfg.options.seed, progress, endpoints, cfg.batch)
+    endpoints.limit_rate(s.provider.endpoint, cfg.rpm, "--rpm")
+    for e in judge_execs:
+        endpoints.limit_rate(e.provider.endpoint, cfg.judge_rpm, "--judge-rpm")
     ctx = GradeContext(judges=judges, max_reask=cfg.options.max_reask)
     grading = Grading(store, s.run.id, fp_key, s.grader, progress)
-    responses: dict[str, Response] = {}
+    collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])
     if progress:
-        progress.start(len(s.samples), f"{s.bench.name} · {cfg.model}")
+        progress.start(s.n, f"{s.bench.name} · {cfg.model}")
 
-    async def do_group(group: list[Sample]) -> None:
+    async def do_group(group: list[tuple[int, Sample]]) -> None:
         history: list[tuple[Sample, str]] = []
         failed: str | None = None
-        for sample in group:
+        for position, sample in group:
+            stored = store.grade(s.run.id, fp_key, sample.id)
+            if stored is not None and (needs_redo(stored) or stored.status in ("answer_failed", "not_asked")):
+                stored = None
+            if stored is not None and len(group) == 1:
+                # Graded before under this very run and grading, so its answer is stored and
+                # linked: nothing to ask or look up (counted as an answer from the store).
+                answers.stats.cached += 1
+                grading.record(stored, False)
+                collected.add(position, sample, stored)
+                continue
             if failed is not None:
                 resp, link = Response(key="", error=f"not asked: earlier turn failed ({failed})"), None
             else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Collection
 
 from grandrounds import analysis
 from grandrounds.reports import collect, html, tabular
@@ -10,17 +11,18 @@ from grandrounds.store import Store
 from grandrounds.metaeval import agreement_by_result
 
 
-def boards(store: Store, benchmark: str | None = None, seed: int = 0) -> list[analysis.Board]:
-    """The leaderboard with paired tie groups, from everything stored."""
-    rows = collect.result_rows(store, benchmark)
+def boards(store: Store, benchmark: str | None = None, seed: int = 0, run_ids: Collection[str] | None = None) -> list[analysis.Board]:
+    """The leaderboard with paired tie groups, from everything stored (or from the runs ``run_ids``)."""
+    rows = collect.result_rows(store, benchmark, run_ids)
     return analysis.leaderboard(rows, collect.values(store, [r.key for r in rows]), seed=seed)
 
 
-def build_report(store: Store, fmt: str, out: Path, benchmark: str | None = None, seed: int = 0, max_items: int | None = None, title: str = "grandrounds report") -> list[Path]:
-    """Write the report in ``fmt`` to ``out``; returns the files written."""
+def build_report(store: Store, fmt: str, out: Path, benchmark: str | None = None, seed: int = 0, max_items: int | None = None,
+                 title: str = "grandrounds report", run_ids: Collection[str] | None = None) -> list[Path]:
+    """Write the report in ``fmt`` to ``out`` (restricted to the runs ``run_ids`` when given); returns the files written."""
     if fmt not in tabular.FORMATS:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(tabular.FORMATS)}")
-    bs = boards(store, benchmark, seed)
+    bs = boards(store, benchmark, seed, run_ids)
     rows = [e.row for b in bs for e in b.entries]
     sections = collect.drilldown(store, rows, max_items)
     if fmt == "html":

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from grandrounds.analysis import ResultRow, result_coverage
 from grandrounds.records import Grade, Sample, breakdown_from_json
 from grandrounds.store import RunRecord, Store
 
 
-def result_rows(store: Store, benchmark: str | None = None) -> list[ResultRow]:
-    """Every stored Result, newest last, with the coverage of its verdicts."""
+def result_rows(store: Store, benchmark: str | None = None, run_ids: Collection[str] | None = None) -> list[ResultRow]:
+    """Every stored Result (of the runs ``run_ids`` only, when given: full ids), newest last, with
+    the coverage of its verdicts."""
     runs = {r.id: r for r in store.runs()}
     out = []
     for run_id, fp, rj in store.results():
         if benchmark and rj.get("benchmark") != benchmark:
+            continue
+        if run_ids is not None and run_id not in run_ids:
             continue
         run = runs.get(run_id)
         ci = rj.get("ci95")

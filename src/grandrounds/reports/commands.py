@@ -93,21 +93,43 @@ def _report_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]
         benchmark: Optional[str] = typer.Option(None, "--benchmark", "-b", help="only this benchmark"),
         max_items: Optional[int] = typer.Option(None, "--max-items", min=1, help="questions per benchmark in the drill-down"),
         seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="seed of the paired bootstrap used for tie groups"),
+        run: list[str] = typer.Option([], "--run", help="only this run (id, or its first 6+ characters, as `grandrounds runs` shows); repeatable"),
         store: Optional[Path] = StoreOpt,
     ) -> None:
         """Write the leaderboard and every answer to one file (HTML: self-contained, works offline)."""
+        from grandrounds.cli import user_errors
         from grandrounds.reports import build_report
         from grandrounds.store import Store
 
         try:
             with Store(store_path(store), readonly=True) as st:
-                paths = build_report(st, fmt, out, benchmark, seed, max_items)
+                with user_errors():
+                    run_ids = report_runs(st, run, benchmark) if run else None
+                paths = build_report(st, fmt, out, benchmark, seed, max_items, run_ids=run_ids)
         except ValueError as e:
             raise typer.BadParameter(str(e)) from None
         for p in paths:
             console.print(f"wrote {p} ({p.stat().st_size / 1e6:.2f} MB)")
 
     return report
+
+
+def report_runs(st: Any, given: list[str], benchmark: str | None) -> set[str]:
+    """The full ids of the runs ``--run`` names (ids or prefixes), each with a stored result (of
+    ``benchmark``, when one is given), or a one-line error naming the run and the store."""
+    from grandrounds.cli import stored_run
+    from grandrounds.errors import ConfigError
+
+    ids: set[str] = set()
+    for text in given:
+        rec = stored_run(st, text)
+        if st.latest_grader_fp(rec.id) is None:
+            raise ConfigError(f"run {rec.id} in {st.path} has no result yet: it did not finish "
+                              "(run the same `grandrounds run` command again to finish it)")
+        if benchmark and rec.benchmark != benchmark:
+            raise ConfigError(f"run {rec.id} in {st.path} is a {rec.benchmark} run, not {benchmark} (--benchmark)")
+        ids.add(rec.id)
+    return ids
 
 
 def _view_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]:
