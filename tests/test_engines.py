@@ -250,3 +250,33 @@ def test_a_later_run_in_the_same_process_starts_the_server_afresh(tmp_path):
         assert text == "Answer: A" and "exited with code 1 during the run" in err
     starts = Path(str(rec) + ".starts").read_text().split()
     assert len(starts) == 2 and not any(alive(int(pid)) for pid in starts)
+
+
+def test_engine_version_is_a_named_fingerprint_field_and_two_versions_are_ranked_apart(tmp_path):
+    """Two runs of one model on vLLM 0.9.1 and 0.9.2: each result names its engine, the leaderboard
+    ranks both in the same setting (the engine is what is measured, not the setting) without one
+    hiding the other, and the report labels each with its engine."""
+    for version in ("0.9.1", "0.9.2"):
+        out = tmp_path / version
+        r = gr(*medqa(tmp_path, "vllm/fake-model", "--out", str(out), limit=2), FAKE_ENGINE_VERSION=version)
+        assert r.returncode == 0, r.stderr
+        fp = record(out / "results.json")["results"][0]["fingerprint"]
+        assert fp["engine"] == {"name": "vllm", "version": version}
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        stored = [json.loads(x)["engine"] for (x,) in db.execute("SELECT options_json FROM runs ORDER BY created_at")]
+    assert stored == [{"name": "vllm", "version": "0.9.1"}, {"name": "vllm", "version": "0.9.2"}]
+
+    board = tmp_path / "board.json"
+    r = gr("report", "--format", "json", "--out", str(board), "--store", str(tmp_path / "s.db"))
+    assert r.returncode == 0, r.stderr
+    entries = record(board)["leaderboard"]
+    assert [e["setting"] for e in entries] == [1, 1] and {e["model"] for e in entries} == {"vllm/fake-model"}
+    assert sorted(e["flags"] for e in entries) == [
+        f"served by vllm {version}: ranked apart from this model's runs on other engine versions" for version in ("0.9.1", "0.9.2")
+    ]
+
+    html = tmp_path / "report.html"
+    r = gr("report", "--out", str(html), "--store", str(tmp_path / "s.db"))
+    assert r.returncode == 0, r.stderr
+    page = html.read_text(encoding="utf-8")
+    assert "vllm 0.9.1 · " in page and "vllm 0.9.2 · " in page

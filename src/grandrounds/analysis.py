@@ -28,6 +28,10 @@ COMPARABLE_FIELDS: tuple[str, ...] = (
     "protocol",  # reference or grandrounds, with every setting it fixes and any deviation
     "limit",  # --limit N: the first N items are another item set than the whole benchmark
 )
+# Not "engine" (vLLM/SGLang name and version): it is part of what is measured, like the model, not
+# of the setting it is measured in; a vLLM-served model and an API model are ranked in one column.
+# Two engine versions of one model are two entries of that column (see latest_per_model), never
+# one model's re-runs, and each entry names its engine (run_label, flags).
 
 #: sample id -> per-answer value (None = unscored)
 Values = Mapping[str, "float | None"]
@@ -91,10 +95,21 @@ def protocol_label(fingerprint: Mapping[str, Any]) -> str:
     return str(proto.get("name", "?")) + ("*" if proto.get("deviations") else "")
 
 
+def engine_label(fingerprint: Mapping[str, Any]) -> str | None:
+    """The engine that served the model, e.g. ``vllm 0.9.1`` (None: not an engine-served model)."""
+    engine = fingerprint.get("engine")
+    if not isinstance(engine, Mapping) or not engine.get("name"):
+        return None
+    return f"{engine['name']} {engine.get('version') or '?'}"
+
+
 def run_label(fingerprint: Mapping[str, Any], judge: str | None = None, *, with_id: bool = True) -> str:
-    """What tells one result apart from another of the same model: answer mode, protocol, judge,
-    limit and the run id, e.g. ``llamacpp/smollm2 · next-token · reference · limit 20 · 3f2a9c1e``."""
+    """What tells one result apart from another of the same model: engine and its version, answer
+    mode, protocol, judge, limit and the run id, e.g. ``llamacpp/smollm2 · next-token · reference ·
+    limit 20 · 3f2a9c1e`` or ``vllm/qwen · vllm 0.9.1 · generate · reference · 5be01d2a``."""
     parts = [str(fingerprint.get("model") or "?")]
+    if engine_label(fingerprint):
+        parts.append(str(engine_label(fingerprint)))
     if fingerprint.get("answer_mode"):
         parts.append(str(fingerprint["answer_mode"]))
     parts.append(protocol_label(fingerprint))
@@ -205,19 +220,27 @@ def leaderboard(rows: Sequence[ResultRow], values: Mapping[tuple[str, str], Valu
 
 
 def latest_per_model(rows: Sequence[ResultRow]) -> list[ResultRow]:
-    """One result per model in a setting: its latest complete one (else its latest), so a model is
-    never ranked against itself. ``rows`` are oldest first; the kept row notes how many it hides."""
-    by_model: dict[str, list[ResultRow]] = defaultdict(list)
+    """One result per model (and engine version) in a setting: its latest complete one (else its
+    latest), so a model is never ranked against itself. ``rows`` are oldest first; the kept row
+    notes how many it hides. Runs of one model on two engine versions are two entries, each
+    noting its engine: an upgrade of vLLM is a different thing measured, not a re-run."""
+    by_model: dict[tuple[str, str | None], list[ResultRow]] = defaultdict(list)
     for r in rows:
-        by_model[r.model].append(r)
+        by_model[(r.model, engine_label(r.fingerprint))].append(r)
+    engines: dict[str, int] = defaultdict(int)
+    for model, _ in by_model:
+        engines[model] += 1
     out = []
-    for model_rows in by_model.values():
+    for (model, engine), model_rows in by_model.items():
         complete = [r for r in model_rows if r.status == "complete"]
         keep = (complete or model_rows)[-1]
         hidden = len(model_rows) - 1
         if hidden:
             note = f"latest {'complete ' if complete else ''}of {len(model_rows)} runs of this model in this setting ({hidden} not ranked)"
             keep = replace(keep, extra=dict(keep.extra) | {"superseded": hidden, "superseded_note": note})
+        if engines[model] > 1:
+            note = f"served by {engine}" if engine else "not served by an engine"
+            keep = replace(keep, extra=dict(keep.extra) | {"engine_note": f"{note}: ranked apart from this model's runs on other engine versions"})
         out.append(keep)
     return out
 
@@ -227,13 +250,14 @@ def _rank(rows: list[ResultRow], setting: int, flags: list[str], values: Mapping
     out: list[Entry] = []
     group, leader = 0, None
     for rank, r in enumerate(scored, start=1):
-        extra: list[str] = [r.extra["superseded_note"]] if r.extra.get("superseded_note") else []
+        extra: list[str] = [r.extra[k] for k in ("engine_note", "superseded_note") if r.extra.get(k)]
         if r.status != "complete":
             extra.append(r.status)
         if leader is None or not _tied(leader, r, values, seed, extra):
             group, leader = group + 1, r
         out.append(Entry(r, setting, rank, group, tuple(flags + extra)))
-    out.extend(Entry(r, setting, None, None, tuple(flags + ["no score"])) for r in rows if r.score is None)
+    out.extend(Entry(r, setting, None, None, tuple(flags + [r.extra[k] for k in ("engine_note",) if r.extra.get(k)] + ["no score"]))
+               for r in rows if r.score is None)
     return out
 
 

@@ -29,9 +29,12 @@ with the batch.
 
 Failures: a line that failed for a reason worth retrying (rate limited, server error, the batch
 expired or was cancelled before the request ran, a batch that failed validation) is sent again
-in a new batch, up to ``max_attempts`` submissions; a line that failed for good (a 400, a
-context overflow) or ran out of attempts is a failed call, stored and counted like a live one,
-never a zero. Submitting, polling and downloading are retried on transient HTTP failures with
+in a new batch, up to ``max_attempts`` submissions; a line that failed for good (a 400) or ran
+out of attempts is a failed call, stored and counted like a live one, never a zero. A judge
+line that overflowed the model's context is sent once more, in a new batch, with ``max_tokens``
+shrunk by the live executor's rule (:meth:`Executor._fit_context`; counted in ``shrunk``, not an
+attempt); an overflow that cannot be fitted, or that overflows again, is a failed call naming
+the context, the prompt's size and the ``max_tokens`` sent. Submitting, polling and downloading are retried on transient HTTP failures with
 the run's retry policy; a batch that cannot be polled or read any more fails its waiting calls
 for this run and stays open in the store for the next.
 
@@ -42,7 +45,9 @@ batch carried.
 
 Progress: each batch's state changes (submitted, in_progress, completed, expired, ...) and its
 request counts are reported to the run's progress (``on_batch`` when it has one, else a line on
-its console), with a running total per endpoint.
+its console), with a running total per endpoint. Each executor counts the batches that carried
+its requests (submitted, picked up from an earlier run, and how each ended) and the requests it
+sent again by cause, for the run's closing summary (:meth:`BatchStats.batch_line`).
 
 Log-probability requests (``next_token``, ``loglikelihood``) are not batched: they go through a
 live executor inside the batch executor.
@@ -151,21 +156,49 @@ def pool_width(answers: Any, judges: Iterable[Any]) -> int:
 # ---- what the run sees ----------------------------------------------------------------------
 
 
+#: How a batch ended, as counted in summaries (Anthropic's ``ended`` is told apart by its request counts).
+OUTCOMES = ("completed", "expired", "cancelled", "failed")
+#: Why a request was sent again in a new batch -> the words of the summary.
+RESENT = {"batch_expired": "after an expiry", "batch_cancelled": "after a cancellation", "error": "after a failed line"}
+
+
 @dataclass
 class BatchStats(CallStats):
     """CallStats of a batch executor, plus what went through batches: requests submitted (a
     request sent again after an expiry counts again), requests picked up from batches an earlier
-    run submitted, and those resolved from a batch."""
+    run submitted, and those resolved from a batch; the batches that carried this executor's
+    requests (``batches`` submitted, ``resumed_batches`` picked up, ``ended`` by outcome: completed,
+    expired, cancelled, failed, or "not reachable" for one left open for the next run), and the
+    requests sent again in a new batch by cause (``resent``: batch_expired, batch_cancelled, error)."""
 
     submitted: int = 0
     resumed: int = 0
     batched: int = 0
+    batches: int = 0
+    resumed_batches: int = 0
+    ended: dict[str, int] = field(default_factory=dict)
+    resent: dict[str, int] = field(default_factory=dict)
+
+    def batch_line(self) -> str:
+        """The batches of this executor's calls, for the run's summary, e.g. "batches: 2 submitted,
+        0 picked up from an earlier run; ended: 1 completed, 1 expired, 0 cancelled, 0 failed;
+        calls retried: 4 after an expiry, 0 after a cancellation, 1 after a failed line"."""
+        if not self.batches and not self.resumed_batches:
+            return "batches: none submitted or picked up (every call came from the store)"
+        ended = [f"{self.ended.get(o, 0)} {o}" for o in OUTCOMES]
+        ended += [f"{n} {o}" for o, n in sorted(self.ended.items()) if o not in OUTCOMES]
+        still = self.batches + self.resumed_batches - sum(self.ended.values())
+        if still > 0:
+            ended.append(f"{still} still open")
+        resent = ", ".join(f"{self.resent.get(cause, 0)} {words}" for cause, words in RESENT.items())
+        return (f"batches: {self.batches} submitted, {self.resumed_batches} picked up from an earlier run; "
+                f"ended: {', '.join(ended)}; calls retried: {resent}")
 
 
 @dataclass
 class HubStats:
     """Per endpoint: batches submitted and picked up, polls, failed looks and submissions (each
-    tried again), each batch's final state, the largest batch."""
+    tried again), how each batch ended (completed, expired, cancelled, failed), the largest batch."""
 
     batches: int = 0
     resumed_batches: int = 0
@@ -187,7 +220,9 @@ class HubStats:
 class BatchEvent:
     """One change seen on a batch: ``what`` is submitted, resumed, a provider state (validating,
     in_progress, finalizing, completed, expired, cancelling, cancelled, failed; in_progress,
-    canceling, ended) or collected; ``counts`` the provider's request counts."""
+    canceling, ended), collected or not reachable; ``counts`` the provider's request counts;
+    ``state`` the provider's state after it; ``closed`` True once this run no longer watches the
+    batch (collected, or not reachable)."""
 
     provider: str
     batch_id: str
@@ -195,6 +230,22 @@ class BatchEvent:
     size: int
     counts: Mapping[str, Any] = field(default_factory=dict)
     summary: str = ""
+    state: str = ""
+    closed: bool = False
+
+    @property
+    def back(self) -> int:
+        """Requests of the batch the provider has processed (answered or failed) so far, from its
+        counts: OpenAI's completed + failed, Anthropic's all but processing."""
+        c = self.counts
+        keys = [k for k in c if k != "processing"] if "processing" in c else ["completed", "failed"]
+        n = sum(v for k in keys if isinstance(v := c.get(k), int) and not isinstance(v, bool))
+        return max(0, min(self.size, n))
+
+    @property
+    def milestone(self) -> bool:
+        """Worth a line of its own (submitted, picked up, closed); other events only move the bar."""
+        return self.closed or self.what == "submitted" or self.what.startswith("resumed")
 
     def line(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in self.counts.items() if isinstance(v, int)) if self.counts else ""
@@ -273,6 +324,10 @@ class _Waiter:
     #: the submission this request is in (1 = first); resubmissions so far
     attempt: int = 0
     retries: int = 0
+    #: what is sent in its place once it was shrunk to fit the context (None: the request itself)
+    fitted: Request | None = None
+    #: the next submission is the shrunk one: not an attempt (as for a live call)
+    refit: bool = False
 
 
 @dataclass
@@ -286,6 +341,19 @@ class _Open:
     counts: Mapping[str, Any] = field(default_factory=dict)
     landed: set[str] = field(default_factory=set)
     failures: int = 0
+    #: submitted by an earlier run (or another process)
+    resumed: bool = False
+    #: the executors whose requests it carries (each counts it once)
+    owners: list[BatchExecutor] = field(default_factory=list)
+
+    def join(self, owner: BatchExecutor) -> bool:
+        """Count ``owner`` among the batch's executors; False if it was already."""
+        if any(o is owner for o in self.owners):
+            return False
+        self.owners.append(owner)
+        if self.resumed:
+            owner.stats.resumed_batches += 1
+        return True
 
 
 _HUBS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, str, str], BatchHub]]" = weakref.WeakKeyDictionary()
@@ -332,6 +400,7 @@ class BatchHub:
         if row is not None:
             waiter.attempt = self.open[row].attempts.get(key, 1)
             owner.stats.resumed += 1
+            self.open[row].join(owner)
             self._watch()
         else:
             self._enqueue(key, request.model)
@@ -370,8 +439,9 @@ class BatchHub:
                     continue
                 if key in self.in_batch:
                     w.owner.stats.resumed += 1
+                    self.open[self.in_batch[key]].join(w.owner)
                     continue
-                lines.append((key, self.wire.line(key, self.wire.body(w.owner.provider, w.request))))
+                lines.append((key, self.wire.line(key, self.wire.body(w.owner.provider, w.fitted or w.request))))
             for chunk in _chunks(lines, self.settings.max_requests, self.settings.max_bytes):
                 await self._submit_one(chunk)
             self._watch()
@@ -393,9 +463,12 @@ class BatchHub:
         items = []
         for key, _ in lines:
             w = self.waiting[key]
-            w.attempt += 1
-            if w.attempt > 1:
-                w.retries += 1  # counted in the executor's stats when the call resolves
+            if w.refit:
+                w.refit = False  # the shrunk request: the same attempt, with room to answer
+            else:
+                w.attempt += 1
+                if w.attempt > 1:
+                    w.retries += 1  # counted in the executor's stats when the call resolves
             w.owner.stats.submitted += 1
             items.append(BatchItem(key, w.attempt, marked_request(w.request)))
         stored = self.store.add_batch(self.wire.name, self.wire.endpoint, remote.batch_id, remote.state, items)
@@ -403,7 +476,12 @@ class BatchHub:
         self.stats.requests += len(items)
         self.stats.largest = max(self.stats.largest, len(items))
         self._track(stored, {i.key: i.attempt for i in items}, remote.state)
-        self._event(BatchEvent(self.wire.name, remote.batch_id, "submitted", len(items), remote.counts))
+        batch = self.open[stored.row]
+        for key, _ in lines:
+            owner = self.waiting[key].owner
+            if batch.join(owner):
+                owner.stats.batches += 1
+        self._event(BatchEvent(self.wire.name, remote.batch_id, "submitted", len(items), remote.counts, state=remote.state))
 
     # -- watching ---------------------------------------------------------------------------
     def _adopt(self, batches: Iterable[StoredBatch], resumed: bool) -> None:
@@ -412,8 +490,9 @@ class BatchHub:
                 continue
             self._track(b, self.store.batch_attempts(b.row), b.state, b.counts)
             if resumed:
+                self.open[b.row].resumed = True
                 self.stats.resumed_batches += 1
-                self._event(BatchEvent(self.wire.name, b.batch_id, f"resumed ({b.state})", len(b.keys), b.counts))
+                self._event(BatchEvent(self.wire.name, b.batch_id, f"resumed ({b.state})", len(b.keys), b.counts, state=b.state))
 
     def _track(self, stored: StoredBatch, attempts: dict[str, int], state: str, counts: Mapping[str, Any] | None = None) -> None:
         self.open[stored.row] = _Open(stored, attempts, state, dict(counts or {}))
@@ -445,7 +524,7 @@ class BatchHub:
         if remote.state != b.state or dict(remote.counts) != dict(b.counts):
             b.state, b.counts = remote.state, dict(remote.counts)
             self.store.update_batch(b.stored.row, remote.state, remote.counts, remote.detail)
-            self._event(BatchEvent(self.wire.name, b.stored.batch_id, remote.state, len(b.stored.keys), remote.counts))
+            self._event(BatchEvent(self.wire.name, b.stored.batch_id, remote.state, len(b.stored.keys), remote.counts, state=remote.state))
         if remote.done:
             await self._collect(b, remote)
 
@@ -461,7 +540,9 @@ class BatchHub:
             self.in_batch.pop(key, None)
             if key in self.waiting and key not in b.landed:
                 self._final(key, b, f"{reason}; the batch stays recorded: run the same command again to pick it up")
-        self._event(BatchEvent(self.wire.name, b.stored.batch_id, "not reachable", len(b.stored.keys), b.counts))
+        for owner in b.owners:
+            owner.stats.ended["not reachable"] = owner.stats.ended.get("not reachable", 0) + 1
+        self._event(BatchEvent(self.wire.name, b.stored.batch_id, "not reachable", len(b.stored.keys), b.counts, state=b.state, closed=True))
 
     async def _collect(self, b: _Open, remote: "Remote") -> None:
         try:
@@ -472,19 +553,23 @@ class BatchHub:
         except ProviderError as err:
             self._poll_failed(b, f"could not read the results of batch {b.stored.batch_id}: {err}", err.retryable)
             return
+        outcome = self.wire.outcome(remote)
         missing = f"batch {remote.state}{': ' + remote.detail if remote.detail else ''} before this request was answered"
+        cause = {"expired": "batch_expired", "cancelled": "batch_cancelled"}.get(outcome)
         for key in b.stored.keys:
             if key not in b.landed and key in b.attempts:
                 b.landed.add(key)
-                self._land(b, key, ProviderError(missing, retryable=True))
+                self._land(b, key, ProviderError(missing, retryable=True, kind=cause))
         self.store.close_batch(b.stored.row, remote.state, remote.counts, remote.detail)
         del self.open[b.stored.row]
         for key in b.stored.keys:
             if self.in_batch.get(key) == b.stored.row:
                 del self.in_batch[key]
-        self.stats.ended[remote.state] = self.stats.ended.get(remote.state, 0) + 1
+        self.stats.ended[outcome] = self.stats.ended.get(outcome, 0) + 1
+        for owner in b.owners:
+            owner.stats.ended[outcome] = owner.stats.ended.get(outcome, 0) + 1
         self._event(BatchEvent(self.wire.name, b.stored.batch_id, f"collected ({remote.state})", len(b.stored.keys), remote.counts,
-                               summary=self.stats.line(self.wire.endpoint)))
+                               summary=self.stats.line(self.wire.endpoint), state=remote.state, closed=True))
 
     def _land(self, b: _Open, key: str, outcome: "Response | ProviderError") -> None:
         """One result of a batch: stored and resolved, or queued for the next batch."""
@@ -498,18 +583,30 @@ class BatchHub:
                 self._resolve(key, response)
             return
         waiter = self.waiting.get(key)
+        carrier = self.in_batch.get(key)
+        if carrier is not None and carrier != b.stored.row and (outcome.retryable or outcome.kind == "context_length"):
+            return  # a newer open batch carries it already
+        if waiter is not None and waiter.fitted is None and outcome.kind == "context_length":
+            fitted = Executor._fit_context(waiter.request, outcome)  # the live executor's rule, once per call
+            if fitted is not None:
+                waiter.fitted, waiter.refit = fitted, True
+                waiter.owner.stats.shrunk += 1
+                self.in_batch.pop(key, None)
+                self._enqueue(key, waiter.request.model)
+                return
         if outcome.retryable and attempt < self.settings.max_attempts:
-            carrier = self.in_batch.get(key)
-            if carrier is not None and carrier != b.stored.row:
-                return  # a newer open batch carries it already
             self.in_batch.pop(key, None)
             if waiter is not None:  # one nobody asked for in this process is not sent again
+                cause = outcome.kind if outcome.kind in RESENT else "error"
+                waiter.owner.stats.resent[cause] = waiter.owner.stats.resent.get(cause, 0) + 1
                 self._enqueue(key, waiter.request.model)
             return
         reason = str(outcome)
         if outcome.kind == "context_length":
             stored = self._request_of(b, key)
-            reason = context_reason(outcome, stored.json_text if stored is not None else "{}")
+            sent = waiter.fitted if waiter is not None else None
+            reason = context_reason(outcome, stored.json_text if stored is not None else "{}",
+                                    sent.params.max_tokens if sent is not None else None)
         if outcome.retryable:
             reason += f" (gave up after {attempt} attempts)"
         self._final(key, b, reason)
@@ -572,11 +669,12 @@ def _chunks(lines: list[tuple[str, bytes]], max_requests: int, max_bytes: int) -
         yield chunk
 
 
-def context_reason(err: ProviderError, request_json: str) -> str:
-    """A context overflow's stored reason, with the request's max_tokens and the flag to lower (as
-    the live executor says it). Batched judge calls are not shrunk to fit: that is a live retry."""
+def context_reason(err: ProviderError, request_json: str, max_tokens: int | None = None) -> str:
+    """A context overflow's stored reason, with the max_tokens sent (``max_tokens``, else the
+    request's) and the flag to lower, as the live executor says it."""
     params = json.loads(request_json)
-    max_tokens = (params.get("params") or {}).get("max_tokens")
+    if max_tokens is None:
+        max_tokens = (params.get("params") or {}).get("max_tokens")
     flag = "--judge-max-tokens" if params.get("purpose") == "judge" else "--max-tokens"
     return f"{context_message(err.context_limit, err.prompt_tokens, max_tokens)}: lower {flag} or serve the model with a larger context"
 
@@ -813,6 +911,10 @@ class Wire:
     def results(self, remote: Remote) -> AsyncIterator[tuple[str, "Response | ProviderError"]]:
         raise NotImplementedError
 
+    def outcome(self, remote: Remote) -> str:
+        """How an ended batch ended: completed, expired, cancelled or failed."""
+        return remote.state
+
 
 def wire_for(provider: Provider, settings: BatchSettings) -> Wire:
     """The batch API of ``provider``'s endpoint; ConfigError for a provider without one."""
@@ -911,7 +1013,8 @@ class OpenAIWire(Wire):
         if isinstance(err, dict):
             code, message = str(err.get("code") or "error"), str(err.get("message") or "")
             reason = " ".join(redact(f"{code}: {message}", self.secrets).split())[:500]
-            return key, ProviderError(f"batch line failed: {reason}", retryable=True)  # batch_expired, batch_cancelled, ...
+            kind = code if code in ("batch_expired", "batch_cancelled") else None
+            return key, ProviderError(f"batch line failed: {reason}", retryable=True, kind=kind)
         return key, ProviderError("malformed batch result line: neither response nor error", retryable=True)
 
 
@@ -973,6 +1076,14 @@ class AnthropicWire(Wire):
         counts = out.get("request_counts") if isinstance(out.get("request_counts"), dict) else {}
         return Remote(batch_id, state, state == "ended", counts, "", (out.get("results_url"),))
 
+    def outcome(self, remote: Remote) -> str:
+        """A message batch only "ends": it was cancelled or expired when some of its requests were."""
+        for count, outcome in (("canceled", "cancelled"), ("expired", "expired")):
+            n = remote.counts.get(count)
+            if isinstance(n, int) and n > 0:
+                return outcome
+        return "completed"
+
     async def results(self, remote: Remote) -> AsyncIterator[tuple[str, Response | ProviderError]]:
         url = remote.results[0] if remote.results else None
         own = f"/v1/messages/batches/{remote.batch_id}/results"
@@ -1005,6 +1116,7 @@ class AnthropicWire(Wire):
             reason = " ".join(redact(error_reason(parsed) or str(etype or "error"), self.secrets).split())[:500]
             return key, error_from_body(status, parsed, reason, None)
         if kind in ("canceled", "expired"):
-            return key, ProviderError(f"batch request {kind} before it was processed", retryable=True)
+            cause = "batch_cancelled" if kind == "canceled" else "batch_expired"
+            return key, ProviderError(f"batch request {kind} before it was processed", retryable=True, kind=cause)
         return key, ProviderError(f"batch result of unknown type {kind!r}", retryable=True)
 

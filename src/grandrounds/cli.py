@@ -375,6 +375,8 @@ def call_summary(answers: Any, judges: Sequence[tuple[str, Any]]) -> list[str]:
             top = sorted(s.errors.items(), key=lambda kv: -kv[1])[:3]
             line += "; failures: " + ", ".join(f"{why} x{n}" for why, n in top)
         lines.append(line)
+        if callable(batch_line := getattr(s, "batch_line", None)):  # a batched role: its batches and calls retried
+            lines.append(f"{label} {batch_line()}")
     return lines
 
 

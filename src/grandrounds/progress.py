@@ -4,17 +4,37 @@
 The ETA is estimated from the items that took work in this process only: after a resume the
 items read back from the store advance the bar at once, and counting them would make the
 remaining work look almost free.
+
+Batched runs (``--batch``) also show their batches: how many are in which provider state and how
+many of their requests the providers have processed, e.g. ``batches: 2 in_progress, 1
+finalizing · 340/1,000 calls back``, updated at every batch event (a state or count change seen
+by a poll). The column is added at the first batch event, so live runs render exactly what they
+did before. Submissions, pick-ups and collections are also printed as lines above the bar.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from grandrounds.records import Grade, Response
+
+if TYPE_CHECKING:
+    from grandrounds.batching import BatchEvent
+
+
+class BatchColumn(ProgressColumn):
+    """The batches' states and requests processed (empty for a task without batches)."""
+
+    def render(self, task: Task) -> Text:
+        return Text(str(task.fields.get("batches", "")), style="cyan")
 
 
 class RichProgress:
@@ -44,6 +64,10 @@ class RichProgress:
         self.total = 0
         self.t0 = time.perf_counter()
         self.t_work: float | None = None  # when the first item that took work started counting
+        # batches of this run: (provider, id) -> (state, size, requests processed) while watched
+        self.batches: dict[tuple[str, str], tuple[str, int, int]] = {}
+        self.batches_closed = 0
+        self.closed_size = self.closed_back = 0
 
     def __enter__(self) -> "RichProgress":
         self.bar.start()
@@ -82,6 +106,38 @@ class RichProgress:
                 self.t_work = self.t0
             self.worked += 1
         self._update(1)
+
+    def on_batch(self, event: "BatchEvent") -> None:
+        """A batch was submitted, picked up, changed state or counts, or closed."""
+        key = (event.provider, event.batch_id)
+        if event.closed:
+            last = self.batches.pop(key, None)
+            self.batches_closed += 1
+            self.closed_size += event.size
+            # a collected batch's every request has an outcome; one left unreachable, what was last seen
+            self.closed_back += event.size if event.what.startswith("collected") else (last[2] if last else event.back)
+        else:
+            self.batches[key] = (event.state or event.what, event.size, event.back)
+        if self.task is not None:
+            if not any(isinstance(c, BatchColumn) for c in self.bar.columns):
+                self.bar.columns = (*self.bar.columns, BatchColumn())
+            self.bar.update(self.task, batches=self.batch_text())
+        if event.milestone:
+            self.console.print(f"[dim]{escape(event.line())}")
+            if event.summary:
+                self.console.print(f"[dim]  {escape(event.summary)}")
+
+    def batch_text(self) -> str:
+        """E.g. "batches: 2 in_progress, 1 finalizing · 340/1,000 calls back"; once none is
+        watched, "batches: 3 closed · 1,000/1,000 calls back"."""
+        states = Counter(state for state, _, _ in self.batches.values())
+        if states:
+            shown = ", ".join(f"{n} {state}" for state, n in sorted(states.items(), key=lambda kv: (-kv[1], kv[0])))
+        else:
+            shown = f"{self.batches_closed} closed"
+        total = self.closed_size + sum(size for _, size, _ in self.batches.values())
+        back = self.closed_back + sum(n for _, _, n in self.batches.values())
+        return f"batches: {shown} · {back:,}/{total:,} calls back"
 
     def on_call(self, response: Response, *, retries: int) -> None:
         self.calls += 1

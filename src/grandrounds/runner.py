@@ -458,12 +458,14 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
         "dataset": dataset,
         "limit": cfg.limit,
     }
+    from grandrounds.providers.engines import engine_record
+
     return RunRecord(
         id=content_hash(ident)[:16],
         benchmark=bench.name,
         benchmark_spec=str(bench.spec()),
         model=str(provider.spec),
-        options=options | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit},
+        options=options | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit} | engine_record(provider),
         dataset_sha256=dataset,
         package_version=grandrounds.__version__,
         gen_params=to_jsonable(cfg.gen or GenParams()),
@@ -498,7 +500,7 @@ def make_result(
         "package_version": run_rec.package_version,
         "run_id": run_rec.id,
         "limit": run_rec.options.get("limit"),
-    }
+    } | ({"engine": run_rec.options["engine"]} if run_rec.options.get("engine") else {})  # vLLM/SGLang name and version
     return Result(
         benchmark=bench.name,
         model=run_rec.model,

@@ -11,8 +11,10 @@ does (text, :class:`~grandrounds.testing.Reply` with a finish reason, or a
 :class:`~grandrounds.testing.Fault`, which becomes an error line in a batch). How each batch
 ends is the ``plan``: ``plan(n, custom_ids) -> Plan`` for the n-th batch (1-based): how many
 polls it stays in progress, how it ends (completed, expired, cancelled, failed) and how many of
-its requests were processed before an expiry or a cancellation. The server counts what a test
-needs to check: every submission with its custom ids, polls, downloads, and the headers sent.
+its requests were processed before an expiry or a cancellation; while in progress it can report
+requests processed (``progress`` more per look) and, on the OpenAI wire, its last looks as
+``finalizing``. The server counts what a test needs to check: every submission with its custom
+ids, polls, downloads, and the headers sent.
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ class Plan:
     end: str = "completed"
     processed: int | None = None
     detail: str = "injected validation failure"
+    #: requests reported processed per look while in progress (the results still come at the end)
+    progress: int = 0
+    #: OpenAI: the last looks before the end reported as "finalizing"
+    finalizing: int = 0
+
+    def shown(self, polls: int, size: int) -> int:
+        """Requests reported processed after ``polls`` looks at a batch still in progress."""
+        return min(size, polls * self.progress)
 
 
 @dataclass
@@ -137,7 +147,8 @@ class BatchServer:
         with self._lock:
             for b in self._batches.values():
                 if not b.ended:
-                    b.plan = Plan(polls=b.polls + 1, end=b.plan.end, processed=b.plan.processed, detail=b.plan.detail)
+                    b.plan = Plan(polls=b.polls + 1, end=b.plan.end, processed=b.plan.processed, detail=b.plan.detail,
+                                  progress=b.plan.progress)
 
     def forget_all(self) -> None:
         """Every batch is gone: looks at it and its results answer 404."""
@@ -342,12 +353,14 @@ class BatchServer:
     def _openai_object(self, batch: _Batch, status: str | None = None) -> dict[str, Any]:
         n = len(batch.custom_ids)
         if status is None:
-            status = batch.plan.end if batch.ended else "in_progress"
+            finalizing = batch.plan.finalizing and batch.polls >= batch.plan.polls - batch.plan.finalizing
+            status = batch.plan.end if batch.ended else "finalizing" if finalizing else "in_progress"
+        done = batch.succeeded if batch.ended else batch.plan.shown(batch.polls, n)
         out: dict[str, Any] = {
             "id": batch.id, "object": "batch", "endpoint": "/v1/chat/completions", "status": status,
             "completion_window": "24h", "created_at": batch.created,
             "output_file_id": batch.output, "error_file_id": batch.errors,
-            "request_counts": {"total": n, "completed": batch.succeeded, "failed": n - batch.succeeded if batch.ended else 0},
+            "request_counts": {"total": n, "completed": done, "failed": n - batch.succeeded if batch.ended else 0},
         }
         if status == "failed":
             out["errors"] = {"object": "list", "data": [{"code": "invalid_request", "message": batch.plan.detail, "line": 1}]}
@@ -392,8 +405,10 @@ class BatchServer:
 
     def _anthropic_object(self, batch: _Batch) -> dict[str, Any]:
         n = len(batch.custom_ids)
-        counts = {"processing": n, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0}
+        shown = batch.plan.shown(batch.polls, n)
+        counts = {"processing": n - shown, "succeeded": shown, "errored": 0, "canceled": 0, "expired": 0}
         if batch.ended and batch.results is not None:
+            counts["succeeded"] = 0
             counts["processing"] = 0
             for line in batch.results.splitlines():
                 kind = json.loads(line)["result"]["type"]

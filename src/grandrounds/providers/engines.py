@@ -19,8 +19,11 @@ what was answered is stored, and the same command resumes once the cause is fixe
 The engine's version (``vllm --version``; the ``sglang`` package's version as the configured
 Python sees it) is read before the run starts and becomes the endpoint identity recorded in
 every request key and in the run id (``vllm 0.9.1``), so answers of two engine versions never
-mix and a re-run with another port or parallel layout reuses what is stored. Candidate and judges
-with the same engine command share one server.
+mix and a re-run with another port or parallel layout reuses what is stored. It is also kept with
+the run and named in every result's fingerprint (:func:`engine_record`: ``"engine": {"name":
+"vllm", "version": "0.9.1"}``, absent for models not served by an engine), where reports show
+it and the leaderboard keeps two engine versions of one model apart. Candidate and judges with
+the same engine command share one server.
 """
 
 from __future__ import annotations
@@ -313,6 +316,14 @@ class EngineServer:
     def kill_now(self) -> None:
         """Synchronous SIGKILL of the whole group (interpreter exit)."""
         self._signal_group(signal.SIGKILL)
+
+
+def engine_record(provider: object) -> dict[str, dict[str, str]]:
+    """``{"engine": {"name": "vllm", "version": "0.9.1"}}`` for a provider that runs an engine
+    server, ``{}`` for any other: what the run record keeps and the result's fingerprint shows."""
+    if isinstance(provider, EngineProvider):
+        return {"engine": {"name": provider.engine, "version": provider.version}}
+    return {}
 
 
 #: Running or startable servers by command: providers of one command share one server.
