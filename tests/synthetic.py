@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grandrounds.hashing import content_hash
-from grandrounds.records import Cell, Criterion, GenParams, Grade, Message, Request, Response, Result, Sample, Verdict
+from grandrounds.records import Cell, Criterion, GenParams, Grade, Message, Request, Response, Result, Sample, Verdict, Vote
 from grandrounds.stats import mean_ci
 from grandrounds.store import RunRecord, Store
 
@@ -95,7 +95,7 @@ def build_store(path: Path | str, spec: SynthSpec = SynthSpec()) -> Store:
                 expl = f"The response {'does' if met else 'does not'} address {c.text.split(': ')[-1]}."
                 if spec.xss and m == 1 and i == 0 and c.id == "c0":
                     expl = "Judge says " + XSS
-                verdicts.append(Verdict(c.id, status, expl, votes=votes[: len(judges)]))
+                verdicts.append(Verdict(c.id, status, expl, votes=tuple(Vote(j, v) for j, v in zip(judges, votes))))  # type: ignore[arg-type]
             known = [(c, v) for c, v in zip(s.rubric, verdicts) if v.status != "unknown"]
             possible = sum(c.points for c, _ in known if c.points > 0)
             value = max(0.0, min(1.0, sum(c.points for c, v in known if v.status == "met") / possible)) if possible else None

@@ -321,8 +321,10 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
         with Store(store_file) as st, RichProgress(err_console) as prog:
             for cfg in cfgs:
                 outcome = asyncio.run(run_async(st, cfg, prog))
-                outcome.result = with_usage(st, outcome.run.id, outcome.result, outcome.responses.values(), outcome.grades, table, cfg.batch)
+                outcome.result = with_usage(st, outcome.run.id, outcome.result, *outcome.usage, table, cfg.batch)
                 outcomes.append(outcome)
+            # Read back from the store while it is open (a run keeps no per-sample records in memory).
+            lines = [sample_line(o.result, smp, None, o.responses.get(smp.id), g) for o in outcomes for smp, g in zip(o.samples, o.grades)] if out else []
     except KeyboardInterrupt:  # leaving the block flushed what was answered before the interrupt
         sys.stderr.write(INTERRUPTED)
         raise typer.Exit(130) from None
@@ -334,14 +336,10 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
         if usage_line(o.result.extra):
             err_console.print(f"[dim]  {escape(usage_line(o.result.extra))}")
     if out:
-        lines = []
-        for o in outcomes:
-            for smp, g in zip(o.samples, o.grades):
-                lines.append(sample_line(o.result, smp, None, o.responses.get(smp.id), g))
         _attach_prompts(store_file, outcomes, lines)
         write_outputs(out, [o.result for o in outcomes], lines)
         err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
-    empty = [o for o in outcomes if o.grades and all(g.status != "scored" for g in o.grades) and _any_failed(o)]
+    empty = [o for o in outcomes if sum(o.counts.values()) and not o.counts.get("scored") and _any_failed(o)]
     if any(_any_failed(o) for o in outcomes) and not empty:
         err_console.print("[yellow]some calls failed: re-running the same command retries every failed call "
                           "(answers and judge calls; what succeeded comes from the store)")
@@ -359,12 +357,13 @@ def _any_failed(outcome: Any) -> bool:
     """Whether any answer or judge call of the run failed (as opposed to a benchmark that scores
     nothing here by design, such as MedBench without its answer key)."""
     return bool(outcome.answer_stats.failed or any(s.failed for s in outcome.judge_stats)
-                or any(g.status in ("answer_failed", "grader_error") for g in outcome.grades))
+                or bool(outcome.counts.get("answer_failed") or outcome.counts.get("grader_error")))
 
 
 def call_summary(answers: Any, judges: Sequence[tuple[str, Any]]) -> list[str]:
     """One line per executor (answers, then each judge): calls made, from the store, failed, retried,
-    and the commonest failure reasons with their counts."""
+    and the commonest failure reasons with their counts; for a batched one a second line: its
+    batches (submitted, picked up, how they ended) and the calls retried in a new batch, by cause."""
     lines = []
     executors = [("answers", answers)] if answers is not None else []
     for label, s in [*executors, *((f"judge {name}", st) for name, st in judges)]:
@@ -472,8 +471,7 @@ def regrade(
             outcome = asyncio.run(regrade_async(st, req, progress=prog))
         from grandrounds.costs import load_prices, usage_line, with_usage
 
-        outcome.result = with_usage(st, run_rec.id, outcome.result, (r for _, r in st.answers(run_rec.id).values()),
-                                    outcome.grades, load_prices(), req.batch)
+        outcome.result = with_usage(st, run_rec.id, outcome.result, *outcome.usage, load_prices(), req.batch)
         if out:
             answers = st.answers(run_rec.id)
             lines = [

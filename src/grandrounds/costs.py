@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from grandrounds.errors import ConfigError
 from grandrounds.hashing import canonical_json
-from grandrounds.records import Grade, Message, Response, Result
+from grandrounds.records import Grade, Message, Response, Result, judge_calls  # noqa: F401  (judge_calls: re-exported)
 
 PRICES_ENV = "GRANDROUNDS_PRICES"
 _DATED = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
@@ -273,49 +273,39 @@ class Tally:
         return out
 
 
-def _judge_keys(grade: Grade) -> list[tuple[str | None, str]]:
-    """(judge, call key) for every judge call behind ``grade``; judge None where no vote names it."""
-    named: dict[str, str] = {}
-    for vote in (*grade.votes, *(v for verdict in grade.verdicts for v in verdict.votes)):
-        for key in vote.keys:
-            named.setdefault(key, vote.judge)
-    keys = dict.fromkeys((*named, *grade.judge_keys))
-    return [(named.get(k), k) for k in keys]
+def judge_of(judge: str | None, judges: Sequence[str]) -> str:
+    """The judge a call is counted under: the vote's, else the only judge, else ``unattributed``."""
+    if judge in judges:
+        return judge  # type: ignore[return-value]
+    return judges[0] if len(judges) == 1 else "unattributed"
 
 
 def run_usage(
-    store: Any, model: str, answers: Iterable[Response | None], grades: Iterable[Grade], judges: Sequence[str],
+    model: str, answers: Any, judge_calls: Sequence[Any], judges: Sequence[str],
     prices: PriceTable | None = None, batch: Any = None,
 ) -> dict[str, Any]:
     """The ``usage`` block of one result: calls, tokens and cost of its answers and of each judge.
 
-    Each distinct call is counted once (a call two samples share was paid once). Costs use
-    ``prices`` (default: :func:`load_prices`); a model without a price has ``cost_usd`` None with
-    the reason, and the total then covers the priced parts only (``cost_complete`` False).
-    ``batch`` is the run's batch settings (``covers("answers" | "judges")``): the calls of a role
-    the run sends through a batch API are priced with the provider's batch discount (calls of that
-    role stored by an earlier live run are priced so too).
+    ``answers`` and ``judge_calls`` are the store's counts (:class:`grandrounds.store.CallUsage`:
+    each distinct stored call once, so a call two samples share was paid once; ``who`` names the
+    judge). Costs use ``prices`` (default: :func:`load_prices`); a model without a price has
+    ``cost_usd`` None with the reason, and the total then covers the priced parts only
+    (``cost_complete`` False). ``batch`` is the run's batch settings (``covers("answers" |
+    "judges")``): the calls of a role the run sends through a batch API are priced with the
+    provider's batch discount (calls of that role stored by an earlier live run are priced so too).
     """
     prices = prices or load_prices()
-    ans = Tally(model)
-    seen: set[str] = set()
-    for resp in answers:
-        if resp is not None and resp.key and resp.key not in seen:
-            seen.add(resp.key)
-            ans.add(resp)
-    by_judge: dict[str, Tally] = {j: Tally(j) for j in judges}
-    wanted: dict[str, str] = {}
-    for g in grades:
-        for judge, key in _judge_keys(g):
-            if key not in wanted:
-                wanted[key] = judge if judge in by_judge else (judges[0] if len(judges) == 1 else "unattributed")
-    stored = store.calls_by_key(list(wanted)) if wanted else {}
-    for key, judge in wanted.items():
-        resp = stored.get(key)
-        if resp is not None:
-            by_judge.setdefault(judge, Tally(judge)).add(resp)
+
+    def tally(name: str, counted: Any) -> Tally:
+        if counted is None:
+            return Tally(name)
+        return Tally(name, counted.calls, counted.prompt_tokens, counted.completion_tokens, counted.no_usage)
+
+    by_judge = {j: Tally(j) for j in judges}
+    for counted in judge_calls:
+        by_judge[counted.who] = tally(counted.who, counted)
     batched = {role: bool(batch is not None and batch.covers(role)) for role in ("answers", "judges")}
-    parts = [ans.block(prices, batched["answers"])] + [t.block(prices, batched["judges"]) for t in by_judge.values()]
+    parts = [tally(model, answers).block(prices, batched["answers"])] + [t.block(prices, batched["judges"]) for t in by_judge.values()]
     priced = [p["cost_usd"] for p in parts if p["cost_usd"] is not None]
     return {
         "answers": parts[0],
@@ -356,7 +346,7 @@ def usage_cells(extra: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def with_usage(
-    store: Any, run_id: str, result: Result, answers: Iterable[Response | None], grades: Iterable[Grade],
+    store: Any, run_id: str, result: Result, answers: Any, judge_calls: Sequence[Any],
     prices: PriceTable | None = None, batch: Any = None,
 ) -> Result:
     """``result`` with its ``usage`` block in ``extra``, stored in place of the result the run stored.
@@ -365,7 +355,7 @@ def with_usage(
     run); it is replaced only when it is this very result, so a concurrent grading is never overwritten.
     """
     judges = [j.strip() for j in (result.judge or "").split(",") if j.strip()]
-    usage = run_usage(store, result.model, answers, grades, judges, prices, batch)
+    usage = run_usage(result.model, answers, judge_calls, judges, prices, batch)
     new = replace(result, extra=dict(result.extra) | {"usage": usage})
     fp = store.latest_grader_fp(run_id)
     stored = store.result(run_id, fp) if fp is not None else None

@@ -203,6 +203,12 @@ class _NoWrites:
     def ensure_run(self, run: RunRecord) -> RunRecord:
         return run
 
+    def checked_data(self, key: str) -> int | None:
+        return None  # a dry run checks every record it counts
+
+    def put_checked_data(self, key: str, n_samples: int) -> None:
+        pass
+
 
 def plan(store: Store | None, cfg: RunConfig, prices: PriceTable | None = None) -> Plan:
     """What running ``cfg`` against ``store`` (None: an empty store) would ask, with no call made."""
@@ -246,10 +252,10 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
     n_graded = 0
     later_turns = 0
 
-    for group in group_samples(s.samples):
+    for group in s.groups():
         history: list[tuple[Sample, str]] = []
         known = True  # every earlier turn's answer is stored, so this turn's request can be built
-        for sample in group:
+        for turn, (_, sample) in enumerate(group):
             if known:
                 resp, _ = await _ask(s, cfg, exact_answers, sample, history)  # type: ignore[arg-type]
                 answer_id = resp.key
@@ -263,7 +269,7 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
                 known = False
             else:  # the request includes earlier answers not yet known: measured with empty ones
                 later_turns += 1
-                before, earlier = probe_answers.new, group[: group.index(sample)]
+                before, earlier = probe_answers.new, [smp for _, smp in group[:turn]]
                 resp, _ = await _ask(s, cfg, probe_answers, sample, [(h, "") for h in earlier])  # type: ignore[arg-type]
                 answer_id = resp.key
                 if probe_answers.new > before:
@@ -281,7 +287,7 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
     if len(per_sample) > 3:  # a grader failing on every sample: say so once, not per sample
         notes = [n for n in notes if not n.startswith("sample ")] + per_sample[:3] + [f"... and {len(per_sample) - 3} more samples like these"]
     _common_notes(s, cfg, lines, notes)
-    return Plan(s.bench.name, model, s.run.id, len(s.samples), n_graded, lines, counters, prices, cfg.options.max_reask, notes)
+    return Plan(s.bench.name, model, s.run.id, s.n, n_graded, lines, counters, prices, cfg.options.max_reask, notes)
 
 
 def _stored_grades(store: Store | None, s: Setup) -> set[str]:

@@ -366,3 +366,13 @@ def needs_redo(grade: Grade) -> bool:
     Calls that succeeded are cache hits, so redoing such a grade sends only the failed calls.
     """
     return grade.status in REDO_STATUSES or judge_call_failed(grade)
+
+
+def judge_calls(grade: Grade) -> list[tuple[str | None, str]]:
+    """(judge, call key) for every judge call behind ``grade``; judge None where no vote names it."""
+    named: dict[str, str] = {}
+    for vote in (*grade.votes, *(v for verdict in grade.verdicts for v in verdict.votes)):
+        for key in vote.keys:
+            named.setdefault(key, vote.judge)
+    keys = dict.fromkeys((*named, *grade.judge_keys))
+    return [(named.get(k), k) for k in keys]

@@ -20,6 +20,7 @@ from grandrounds.graders.base import GradeContext, Grader, build
 from grandrounds.hashing import content_hash
 from grandrounds.records import Grade, Response, Result, Sample
 from grandrounds.runner import (
+    Collected,
     Grading,
     JudgeConfig,
     Progress,
@@ -42,6 +43,8 @@ class RegradeOutcome:
     samples: list[Sample]
     grades: list[Grade]
     judge_stats: list[Any]
+    #: The calls behind the result as the store counted them: (answers, [one per judge]).
+    usage: tuple[Any, list[Any]] | None = None
 
 
 def last_grading(store: Store, run: RunRecord) -> dict[str, Any]:
@@ -148,17 +151,18 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
             ctx = GradeContext(judges=judges, previous=prev, only_unknown=req.only_unknown, max_reask=req.max_reask)
             grade, fresh = await grading.grade(sample, resp or Response(key="", error="never answered"), ctx, keep)
             grading.record(grade, fresh)
+            collected.add(position[sample.id], sample, grade)
+            graded_now[sample.id] = grade
 
     try:
         await run_pool(store, [[s] for s in samples], do_group, 2 * max((e.concurrency for e in execs), default=4))
     finally:
         for e in execs:
             await e.provider.aclose()
-    ordered = [grading.grades[s.id] for s in samples]
-    stored_answers = {sid: resp for sid, (_, resp) in answers.items() if resp is not None}
-    result = make_result(bench, options, samples, ordered, run, fp, [j.spec for j in req.judges], stored_answers)
+    ordered = [graded_now[s.id] for s in samples]
+    result = make_result(bench, options, collected, run, fp, [j.spec for j in req.judges])
     store.put_result(run.id, fp_key, result)
-    return RegradeOutcome(result, samples, ordered, [e.stats for e in execs])
+    return RegradeOutcome(result, samples, ordered, [e.stats for e in execs], collected.usage(run.id, fp_key))
 
 
 def _has_unknown(g: Grade) -> bool:

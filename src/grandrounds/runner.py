@@ -11,9 +11,12 @@ calls are cached and retried like answers.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol, Sequence
+from itertools import islice
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import grandrounds
 from grandrounds.benchmarks.base import Benchmark, RunOptions
@@ -29,6 +32,7 @@ from grandrounds.protocols import Protocol as Preset, resolve_generation, system
 from grandrounds.records import GenParams, Grade, Message, Request, Response, Result, Sample, judge_call_failed, needs_redo
 from grandrounds.registry import BENCHMARKS, PROVIDERS
 from grandrounds.store import RunRecord, Store
+from grandrounds.store.rows import CallUsage
 
 
 class Progress(Protocol):
@@ -197,22 +201,72 @@ def grader_fingerprint(
     }
 
 
-@dataclass(repr=False)
 class RunOutcome:
-    run: RunRecord
-    samples: list[Sample]
-    grades: list[Grade]
-    responses: dict[str, Response]
-    result: Result
-    answer_stats: Any
-    judge_stats: list[Any]
-    #: The judges' specs, in the order of ``judge_stats``.
-    judge_names: list[str] = field(default_factory=list)
+    """What a run gives back: its record, result and call statistics.
+
+    A run keeps no sample, grade or answer in memory beyond what its aggregate needs (so memory
+    stays flat however large the benchmark); ``samples``, ``grades`` and ``responses`` are read
+    back (from the data and the store) when asked for, in the run's order.
+    """
+
+    def __init__(
+        self, setup: "Setup", store: Store, fp_key: str, result: Result, answer_stats: Any, judge_stats: list[Any],
+        judge_names: list[str], counts: Mapping[str, int], usage: tuple[Any, list[Any]] | None = None,
+    ) -> None:
+        self.setup, self.store, self.fp_key = setup, store, fp_key
+        self.run: RunRecord = setup.run
+        self.result = result
+        self.answer_stats, self.judge_stats = answer_stats, judge_stats
+        #: The judges' specs, in the order of ``judge_stats``.
+        self.judge_names = judge_names
+        #: Grades by status (``scored``, ``answer_failed``, ...), over every sample of the run.
+        self.counts = dict(counts)
+        #: The calls behind the result as the store counted them: (answers, [one per judge]).
+        self.usage = usage
+        self._samples: list[Sample] | None = None
+        self._grades: list[Grade] | None = None
+        self._responses: dict[str, Response] | None = None
+
+    @contextmanager
+    def _reading(self) -> Iterator[Store]:
+        """The run's store, or the same file opened read-only once the run's connection is closed."""
+        if not self.store.closed:
+            yield self.store
+            return
+        with Store(self.store.path, readonly=True) as st:
+            yield st
+
+    @property
+    def samples(self) -> list[Sample]:
+        if self._samples is None:
+            self._samples = list(self.setup.samples())
+        return self._samples
+
+    @property
+    def grades(self) -> list[Grade]:
+        if self._grades is None:
+            with self._reading() as st:
+                stored = st.grades(self.run.id, self.fp_key)
+            self._grades = [stored[sid] for sid in self.setup.ids]
+        return self._grades
+
+    @property
+    def responses(self) -> dict[str, Response]:
+        """sample id -> the answer's response (a failed one with its error; a turn never asked has key "")."""
+        if self._responses is None:
+            with self._reading() as st:
+                answers = st.answers(self.run.id)
+            out: dict[str, Response] = {}
+            for sid, grade in zip(self.setup.ids, self.grades):
+                key, resp = answers.get(sid, ("", None))
+                out[sid] = resp if resp is not None else Response(key="" if grade.status == "not_asked" else key, error=grade.error or "not answered")
+            self._responses = out
+        return self._responses
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio.run reprs its main task (and so this result) when it restores
-        # the SIGINT handler on Python 3.11, and a full repr of thousands of samples costs ~0.1 s.
-        return f"RunOutcome(run={self.run.id!r}, samples={len(self.samples)}, score={self.result.score!r})"
+        # the SIGINT handler on Python 3.11.
+        return f"RunOutcome(run={self.run.id!r}, samples={self.setup.n}, score={self.result.score!r})"
 
 
 def build_benchmark(name: str, params: dict[str, Any]) -> Benchmark:
@@ -242,7 +296,6 @@ class Grading:
 
     def __init__(self, store: Store, run_id: str, fp_key: str, grader: Grader, progress: Progress | None) -> None:
         self.store, self.run_id, self.fp_key, self.grader, self.progress = store, run_id, fp_key, grader, progress
-        self.grades: dict[str, Grade] = {}
 
     async def grade(self, sample: Sample, resp: Response, ctx: GradeContext, stored: Grade | None = None) -> tuple[Grade, bool]:
         """The grade of one answer and whether it is new (to be stored)."""
@@ -259,7 +312,6 @@ class Grading:
         """Store a new grade (buffered) and count it."""
         if fresh:
             self.store.put_grade(self.run_id, self.fp_key, grade)
-        self.grades[grade.sample_id] = grade
         if self.progress:
             self.progress.advance(grade, fresh)
 
@@ -271,7 +323,7 @@ def failed_answer(sample: Sample, resp: Response) -> Grade:
     return unscored(sample, "answer_failed", f"answer failed: {resp.error}")
 
 
-async def run_pool(store: Store, groups: Iterable[list[Sample]], do_group: Callable[[list[Sample]], Awaitable[None]], workers: int) -> None:
+async def run_pool(store: Store, groups: Iterable[Any], do_group: Callable[[Any], Awaitable[None]], workers: int) -> None:
     """Run ``do_group`` over ``groups`` with a bounded pool of workers and write-behind commits.
 
     A pool, not one task per sample: prompts are built just before they are sent, the first
@@ -302,30 +354,85 @@ class Setup:
     """A run's parts, resolved and checked before the first call."""
 
     bench: Benchmark
-    samples: list[Sample]
+    root: Path
+    limit: int | None
+    #: How many samples the run asks.
+    n: int
+    #: Every sample, where they are held (benchmarks read whole, dialogues of several turns); None
+    #: where they are read again one at a time as the run goes (:meth:`Benchmark.iter_samples`).
+    kept: list[Sample] | None
     dataset: str
     provider: Provider
     grader: Grader
     fingerprint: dict[str, Any]
     run: RunRecord
 
+    def samples(self) -> Iterator[Sample]:
+        """The run's samples in order, read again from the data where they are not held."""
+        if self.kept is not None:
+            return iter(self.kept)
+        return islice(self.bench.iter_samples(self.root), self.limit)
+
+    @property
+    def ids(self) -> list[str]:
+        """The run's sample ids, in order."""
+        return [smp.id for smp in self.samples()]
+
+    def groups(self) -> Iterator[list[tuple[int, Sample]]]:
+        """What one worker asks in order, each sample with its position: a sample alone, or the
+        turns of one dialogue."""
+        if self.kept is not None:
+            at = {smp.id: i for i, smp in enumerate(self.kept)}
+            return ([(at[smp.id], smp) for smp in group] for group in group_samples(self.kept))
+        return ([pair] for pair in enumerate(self.samples()))
+
+
+def read_samples(store: Store, bench: Benchmark, root: Path, limit: int | None, dataset: str) -> tuple[int, list[Sample] | None]:
+    """Read and check every record the run will ask (bad data fails here, before any call): how
+    many there are, and the samples themselves unless the benchmark reads records one at a time
+    and has no dialogues (then the run reads them again as it goes, holding one at a time).
+
+    Records read and found good once are not checked again: the store remembers a data file
+    (its bytes' hash, the benchmark's spec, the limit, the encoding and this version of the code)
+    with its count, so a re-run of a large benchmark reads it once instead of twice.
+    """
+    streams = type(bench).iter_samples is not Benchmark.iter_samples
+    check = content_hash({
+        "benchmark": str(bench.spec()), "dataset": dataset, "limit": limit,
+        "encoding": DATA_ENCODING.get(), "version": grandrounds.__version__,
+    })
+    if streams:
+        known = store.checked_data(check)
+        if known is not None:
+            return known, None
+    n = 0
+    kept: list[Sample] | None = None if streams else []
+    for smp in islice(bench.iter_samples(root), limit):
+        if smp.group is not None and kept is None:  # turns are grouped over the whole set: hold them
+            kept = list(islice(bench.iter_samples(root), limit))
+            return len(kept), kept
+        n += 1
+        if kept is not None:
+            kept.append(smp)
+    if streams:
+        store.put_checked_data(check, n)
+    return n, kept
+
 
 def prepare(store: Store, cfg: RunConfig) -> Setup:
-    """Build and check everything; load the data (bad data fails here, before the store is touched)."""
+    """Build and check everything; read the data (bad data fails here, before the store is touched)."""
     from grandrounds.datasource import resolve
 
     bench = build_benchmark(cfg.benchmark, cfg.bench_params)
     grader = bench.grader(cfg.options)
     check_judges(bench, grader, cfg.judges)
     root = resolve(bench, cfg.data)
-    samples = bench.load(root)
-    if cfg.limit is not None:
-        samples = samples[: cfg.limit]
     dataset = bench.dataset_hash(root)
+    n, kept = read_samples(store, bench, root, cfg.limit, dataset)
     provider = make_provider(cfg.model, cfg.base_url, **cfg.provider_options)
     fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol)  # reads the official templates: fails before the run is recorded
     run_rec = store.ensure_run(_run_record(bench, cfg, provider, dataset, root))
-    return Setup(bench, samples, dataset, provider, grader, fp, run_rec)
+    return Setup(bench, root, cfg.limit, n, kept, dataset, provider, grader, fp, run_rec)
 
 
 def make_judges(
@@ -349,11 +456,9 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
     s = prepare(store, cfg)
     fp_key = content_hash(s.fingerprint)
     store.put_grader(fp_key, s.fingerprint)
-    stored = {sid: g for sid, g in store.grades(s.run.id, fp_key).items() if not needs_redo(g)}
     # Each sample is stored with its answer, not all before the first call: on a large benchmark
     # that is a noticeable pause before anything is asked.
     stored_samples = store.sample_ids(s.bench.name, s.dataset)
-    position = {smp.id: i for i, smp in enumerate(s.samples)}
     endpoints = EndpointLimits()
     answers = executor_for(cfg.batch, "answers")(store, s.provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints)
     judge_execs, judges = make_judges(store, cfg.judges, cfg.judge_concurrency, cfg.retry, cfg.options.seed, progress, endpoints, cfg.batch)
@@ -388,25 +493,27 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
                     history.append((sample, resp.text or ""))
                 else:
                     failed = resp.error
-            responses[sample.id] = resp
-            grade, fresh = await grading.grade(sample, resp, ctx, stored.get(sample.id))
+            grade, fresh = await grading.grade(sample, resp, ctx, stored if resp.ok else None)
             with store.batch():  # the sample, the answer's link and its grade land together
                 if sample.id not in stored_samples:
-                    store.put_sample(s.bench.name, s.dataset, position[sample.id], sample)
+                    store.put_sample(s.bench.name, s.dataset, position, sample)
                 if link is not None:
                     store.put_answer(s.run.id, sample.id, link[0], link[1])
                 grading.record(grade, fresh)
+                collected.add(position, sample, grade)
 
     try:
-        await run_pool(store, group_samples(s.samples), do_group, pool_width(answers, judge_execs))
+        await run_pool(store, s.groups(), do_group, pool_width(answers, judge_execs))
     finally:
         await s.provider.aclose()
         for e in judge_execs:
             await e.provider.aclose()
-    ordered = [grading.grades[smp.id] for smp in s.samples]
-    result = make_result(s.bench, cfg.options, s.samples, ordered, s.run, s.fingerprint, [j.spec for j in cfg.judges], responses)
+    result = make_result(s.bench, cfg.options, collected, s.run, s.fingerprint, [j.spec for j in cfg.judges])
     store.put_result(s.run.id, fp_key, result)
-    return RunOutcome(s.run, s.samples, ordered, responses, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges])
+    usage = collected.usage(s.run.id, fp_key)
+    return RunOutcome(
+        s, store, fp_key, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges], collected.status, usage,
+    )
 
 
 async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, history: Sequence[tuple[Sample, str]]) -> tuple[Response, tuple[str, Any]]:
@@ -473,23 +580,70 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
     )
 
 
+class Collected:
+    """What a grading keeps of each sample until it aggregates: the benchmark's summary of it
+    (:meth:`Benchmark.summarize`, small) and counts beside the headline. The calls behind the
+    result are counted by the store (the answers a run links, the judge calls each grade names)."""
+
+    def __init__(self, store: Store, run_id: str, bench: Benchmark, options: RunOptions, judges: Sequence[str]) -> None:
+        self.store, self.run_id, self.bench, self.options, self.judges = store, run_id, bench, options, list(judges)
+        self.summaries: dict[int, Any] = {}
+        self.status: Counter[str] = Counter()
+        self.judge_failed = 0
+        self.truncated_votes = 0
+
+    def add(self, position: int, sample: Sample, grade: Grade) -> None:
+        self.summaries[position] = self.bench.summarize(sample, grade, self.options)
+        self.status[grade.status] += 1
+        self.judge_failed += judge_call_failed(grade)
+        self.truncated_votes += sum(1 for v in (*grade.votes, *(v for verdict in grade.verdicts for v in verdict.votes)) if v.truncated)
+
+    def aggregate(self) -> Any:
+        return self.bench.aggregate_summaries([self.summaries[i] for i in sorted(self.summaries)], self.options)
+
+    def counts(self) -> dict[str, int]:
+        """Truncated replies, then what kept answers from a score, beside every headline: answers
+        whose call failed (or turns never asked), answers that could not be read (no option
+        extracted, no log-probabilities), grader errors, and answers with a failed judge call
+        (re-running the command retries them)."""
+        return {
+            "n_truncated": self.store.truncated_answers(self.run_id),
+            "n_truncated_judge": self.truncated_votes,
+            "n_items": sum(self.status.values()),
+            "n_answer_failed": self.status["answer_failed"] + self.status["not_asked"],
+            "n_unreadable": self.status["unreadable"],
+            "n_grader_error": self.status["grader_error"],
+            "n_judge_failed": self.judge_failed,
+        }
+
+    def usage(self, run_id: str, grader_fp: str) -> tuple[CallUsage, list[CallUsage]]:
+        """(the run's answer calls, the grading's judge calls by judge) as the store counts them;
+        calls no vote names go to the only judge, or to ``unattributed`` on a panel."""
+        by_judge: dict[str, CallUsage] = {}
+        for u in self.store.judge_usage(run_id, grader_fp):
+            who = judge_of(u.who, self.judges)
+            was = by_judge.get(who)
+            by_judge[who] = u if was is None else CallUsage(
+                who, was.calls + u.calls, was.prompt_tokens + u.prompt_tokens, was.completion_tokens + u.completion_tokens, was.no_usage + u.no_usage,
+            )
+        return self.store.answer_usage(run_id), [replace(u, who=w) for w, u in by_judge.items()]
+
+
 def make_result(
     bench: Benchmark,
     options: RunOptions,
-    samples: Sequence[Sample],
-    grades: Sequence[Grade],
+    collected: Collected,
     run_rec: RunRecord,
     grader_fp: Mapping[str, Any],
     judges: Sequence[str],
-    responses: Mapping[str, Response] | None = None,
 ) -> Result:
     """The Result of one grading: the benchmark's aggregate plus the full fingerprint.
 
     Truncated replies (cut off by the token limit) are counted beside every headline:
-    ``n_truncated`` answers (from ``responses``) and ``n_truncated_judge`` judge votes.
+    ``n_truncated`` answers and ``n_truncated_judge`` judge votes.
     """
-    agg = bench.aggregate(samples, grades, options)
-    extra = dict(agg.extra) | truncation_counts(samples, grades, responses) | status_counts(grades)
+    agg = collected.aggregate()
+    extra = dict(agg.extra) | collected.counts()
     fingerprint = dict(grader_fp) | {
         "model": run_rec.model,
         "gen_params": run_rec.gen_params,
@@ -514,27 +668,3 @@ def make_result(
         fingerprint=fingerprint,
         extra=extra,
     )
-
-
-def status_counts(grades: Sequence[Grade]) -> dict[str, int]:
-    """What kept answers from a score, beside every headline: answers whose call failed (or turns
-    never asked), answers that could not be read (no option extracted, no log-probabilities),
-    grader errors, and answers with a failed judge call (re-running the command retries them)."""
-    return {
-        "n_items": len(grades),
-        "n_answer_failed": sum(1 for g in grades if g.status in ("answer_failed", "not_asked")),
-        "n_unreadable": sum(1 for g in grades if g.status == "unreadable"),
-        "n_grader_error": sum(1 for g in grades if g.status == "grader_error"),
-        "n_judge_failed": sum(1 for g in grades if judge_call_failed(g)),
-    }
-
-
-def truncation_counts(samples: Sequence[Sample], grades: Sequence[Grade], responses: Mapping[str, Response] | None) -> dict[str, int]:
-    """Answers and judge votes whose reply was cut off by the token limit."""
-    out: dict[str, int] = {}
-    if responses is not None:
-        out["n_truncated"] = sum(1 for smp in samples if (r := responses.get(smp.id)) is not None and r.truncated)
-    out["n_truncated_judge"] = sum(
-        1 for g in grades for v in (*g.votes, *(v for verdict in g.verdicts for v in verdict.votes)) if v.truncated
-    )
-    return out

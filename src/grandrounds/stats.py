@@ -36,13 +36,25 @@ def bootstrap(
     """Std and 95% percentile interval of ``stat`` (default: the mean) over resamples with replacement (size n)."""
     import numpy as np
 
-    stat = stat or np.mean
     arr = np.asarray(values, dtype=float)
     if arr.size == 0:
         return None
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, arr.size, size=(n_resamples, arr.size))
-    stats = np.array([stat(arr[row]) for row in idx])
+    if stat is None or stat is np.mean or stat is clipped_mean:
+        # The mean of every resample at once, a block of rows at a time (memory stays at about a
+        # million draws whatever the sample size). The blocks draw the same indices as one draw of
+        # the whole matrix, and a row's mean along the last axis equals np.mean of that row.
+        rows = max(1, (1 << 20) // arr.size)
+        parts = []
+        for start in range(0, n_resamples, rows):
+            idx = rng.integers(0, arr.size, size=(min(rows, n_resamples - start), arr.size))
+            parts.append(arr[idx].mean(axis=1))
+        stats = np.concatenate(parts)
+        if stat is clipped_mean:
+            stats = np.clip(stats, 0.0, 1.0)
+    else:
+        idx = rng.integers(0, arr.size, size=(n_resamples, arr.size))
+        stats = np.array([stat(arr[row]) for row in idx])
     lo, hi = np.percentile(stats, [2.5, 97.5])
     return float(np.std(stats)), (float(lo), float(hi))
 

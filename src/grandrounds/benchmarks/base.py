@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Sequence, get_args
+from typing import Any, ClassVar, Iterator, Mapping, Sequence, get_args
 
 from grandrounds.benchmarks.readers import read_text, require_file  # noqa: F401  (re-exported: benchmarks import them from here)
 from grandrounds.downloads import RemoteFile
@@ -184,7 +184,7 @@ class Benchmark(ABC):
     # ---- data -------------------------------------------------------------------------
     def data_files(self, root: Path) -> list[Path]:
         """The files ``load`` reads under ``root`` (a directory) or ``[root]`` for a file."""
-        if root.is_file():
+        if not root.is_dir():
             return [root]
         return [root / rf.filename for rf in self.remote_files]
 
@@ -195,8 +195,17 @@ class Benchmark(ABC):
         Raises :class:`DataError` naming the file and line/record for malformed input.
         """
 
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
+        """The samples of ``root`` one at a time, in :meth:`load`'s order.
+
+        Benchmarks whose files can be read record by record override it (and build ``load`` on
+        it), so a run holds one record at a time and ``--limit N`` reads only N of them; the
+        default reads the whole file with :meth:`load`.
+        """
+        yield from self.load(root)
+
     def dataset_hash(self, root: Path) -> str:
-        files = self.data_files(root)
+        files = [require_file(f) for f in self.data_files(root)]
         if len(files) == 1:
             return file_sha256(files[0])
         from grandrounds.hashing import content_hash
@@ -237,6 +246,40 @@ class Benchmark(ABC):
     @abstractmethod
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
         """Headline score, CI and breakdown from per-sample grades, the authors' way."""
+
+    def summarize(self, sample: Sample, grade: Grade, options: RunOptions) -> Any:
+        """What :meth:`aggregate_summaries` needs of one graded sample, kept while a run goes on.
+
+        A run keeps this, not the sample and its grade, for every sample until it aggregates; so it
+        should be small. The default keeps the sample without its prompt messages and the grade
+        without the judges' reply texts (no aggregate reads them); benchmarks with large items
+        reduce it further to the numbers their aggregate uses.
+        """
+        return slim_sample(sample), slim_grade(grade)
+
+    def aggregate_summaries(self, summaries: Sequence[Any], options: RunOptions) -> Aggregate:
+        """:meth:`aggregate` over :meth:`summarize`'s summaries, in sample order."""
+        return self.aggregate([s for s, _ in summaries], [g for _, g in summaries], options)
+
+
+def slim_sample(sample: Sample) -> Sample:
+    """``sample`` without its prompt messages (kept in the store and in the data file)."""
+    return replace(sample, messages=())
+
+
+def slim_grade(grade: Grade) -> Grade:
+    """``grade`` without the judges' reply texts and explanations (kept in the store)."""
+    if not grade.verdicts and not grade.votes:
+        return grade
+    return replace(
+        grade,
+        verdicts=tuple(replace(v, explanation="", votes=tuple(_slim_vote(x) for x in v.votes)) for v in grade.verdicts),
+        votes=tuple(_slim_vote(x) for x in grade.votes),
+    )
+
+
+def _slim_vote(vote: Any) -> Any:
+    return replace(vote, explanation="", raw="") if vote.explanation or vote.raw else vote
 
 
 def resolve_file(root: Path, filename: str) -> Path:

@@ -44,14 +44,14 @@ Where the reference differs from the official code (checked in tests/test_health
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions
-from grandrounds.benchmarks.readers import read_jsonl
+from grandrounds.benchmarks.readers import iter_jsonl
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.registry import Spec
@@ -179,18 +179,17 @@ class HealthBench(Benchmark):
         return checked
 
     def load(self, root: Path) -> list[Sample]:
+        return list(self.iter_samples(root))
+
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
         path = self.data_files(root)[0]
-        samples: list[Sample] = []
         seen: set[str] = set()
-        for n, rec in read_jsonl(path):
+        for n, rec in iter_jsonl(path):
             sample = parse_record(rec, path, n, self.name)
             if sample.id in seen:
                 raise DataError(path, n, f"duplicate prompt_id {sample.id}")
             seen.add(sample.id)
-            samples.append(sample)
-        if not samples:
-            raise DataError(path, None, "no records")
-        return samples
+            yield sample
 
     def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
         return Prompt(sample.messages)
@@ -207,28 +206,42 @@ class HealthBench(Benchmark):
         known criteria, seeded bootstrap. Either way the other protocol's figure (from each
         grade's ``other_value``) is in ``extra["other_protocol"]``.
         """
-        reference = options.protocol == "reference"
         by_id = {s.id: s for s in samples}
+        pairs = ((by_id[g.sample_id], g) for g in grades if g.sample_id in by_id)
+        return self.aggregate_summaries([self.summarize(s, g, options) for s, g in pairs], options, n_grades=len(grades))
+
+    def summarize(self, sample: Sample, grade: Grade, options: RunOptions) -> "ExampleSummary":
+        """The numbers the aggregate uses of one graded conversation (its metrics, or its tags when unscored)."""
+        metrics = None if grade.value is None else _example_metrics(sample, grade, options.protocol == "reference")
+        other = grade.details.get("other_value")
+        return ExampleSummary(
+            metrics=metrics,
+            other=float(other) if isinstance(other, (int, float)) else None,
+            judged=bool(grade.verdicts),
+            known=sum(1 for v in grade.verdicts if v.status in ("met", "unmet")),
+            criteria=len(sample.rubric),
+            unknown=sum(1 for v in grade.verdicts if v.status == "unknown"),
+            tags=frozenset(_tags(sample)) if metrics is None else frozenset(),
+        )
+
+    def aggregate_summaries(self, summaries: Sequence[Any], options: RunOptions, n_grades: int | None = None) -> Aggregate:
+        """The aggregate from each conversation's :class:`ExampleSummary`, in sample order."""
+        reference = options.protocol == "reference"
         per_example: list[Mapping[str, float]] = []
         others: list[float] = []
         known = total = unscored_unknown = 0
-        n_unknown = sum(1 for g in grades for v in g.verdicts if v.status == "unknown")
+        n_unknown = sum(x.unknown for x in summaries)
         unscored_tags: Counter[str] = Counter()
-        for g in grades:
-            sample = by_id.get(g.sample_id)
-            if sample is None:
+        for x in summaries:
+            if x.other is not None:
+                others.append(x.other)
+            if x.judged:  # coverage over every judged answer, scored or not
+                known, total = known + x.known, total + x.criteria
+            if x.metrics is None:
+                unscored_unknown += x.unknown > 0
+                unscored_tags.update(x.tags)
                 continue
-            if isinstance(g.details.get("other_value"), (int, float)):
-                others.append(float(g.details["other_value"]))
-            if g.verdicts:  # coverage over every judged answer, scored or not
-                n_known = sum(1 for v in g.verdicts if v.status in ("met", "unmet"))
-                known, total = known + n_known, total + len(sample.rubric)
-            metrics = None if g.value is None else _example_metrics(sample, g, reference)
-            if metrics is None:
-                unscored_unknown += any(v.status == "unknown" for v in g.verdicts)
-                unscored_tags.update(_tags(sample))
-                continue
-            per_example.append(metrics)
+            per_example.append(x.metrics)
         if reference:
             stats = reference_aggregate(per_example, seed=options.seed)
             headline = stats.pop("score", None)  # simple-evals' headline: the "score" metric
@@ -254,10 +267,26 @@ class HealthBench(Benchmark):
             score=headline.score if headline else None,
             ci95=headline.ci95 if headline else None,
             n=len(per_example),
-            n_unscored=len(grades) - len(per_example),
+            n_unscored=(len(summaries) if n_grades is None else n_grades) - len(per_example),
             breakdown=_tag_breakdown(stats, unscored_tags),
             extra=extra,
         )
+
+
+@dataclass(frozen=True)
+class ExampleSummary:
+    """One graded conversation as the aggregate sees it: a few numbers, not its text."""
+
+    #: The example's metrics (overall and per tag), None when it is unscored.
+    metrics: Mapping[str, float] | None
+    #: Its score under the other protocol (``other_value``), where the grade has one.
+    other: float | None
+    judged: bool
+    known: int
+    criteria: int
+    unknown: int
+    #: Every tag of an unscored example (counted beside each tag's score).
+    tags: frozenset[str]
 
 
 #: What the figure in ``extra["other_protocol"]`` changes, by the protocol it is computed for.

@@ -55,13 +55,13 @@ from collections import Counter
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from grandrounds.benchmarks.base import Aggregate, RunOptions
+from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
 from grandrounds.benchmarks.healthbench import API_SYSTEM_MESSAGE, GRANDROUNDS as HB_GRANDROUNDS, JUDGE_MODES, HealthBench
-from grandrounds.benchmarks.readers import read_jsonl
+from grandrounds.benchmarks.readers import iter_jsonl
 from grandrounds.downloads import RemoteFile
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext
@@ -242,17 +242,19 @@ class HealthBenchProfessional(HealthBench):
     judge_modes = JUDGE_MODES
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
 
-    def load(self, root: Path) -> list[Sample]:
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
         path = self.data_files(root)[0]
-        samples: list[Sample] = []
         seen: set[str] = set()
-        for n, rec in read_jsonl(path):
+        for n, rec in iter_jsonl(path):
             sample = parse_task(rec, path, n, self.name)
             if sample.id in seen:
                 raise DataError(path, n, f"duplicate id {sample.id}")
             seen.add(sample.id)
-            samples.append(sample)
-        return samples
+            yield sample
+
+    # Its aggregate reads the grades' length-adjusted details: the default summaries, not HealthBench's.
+    summarize = Benchmark.summarize
+    aggregate_summaries = Benchmark.aggregate_summaries
 
     def grader_spec(self, options: RunOptions) -> Spec:
         mode = JUDGE_MODES[0] if options.judge_mode == "default" else options.judge_mode

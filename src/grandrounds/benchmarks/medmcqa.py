@@ -14,11 +14,11 @@ openlifescienceai/medmcqa's validation split (0-based ``cop``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
-from grandrounds.benchmarks.readers import check_unique_ids, read_jsonl, require_fields
+from grandrounds.benchmarks.readers import iter_jsonl, require_fields
 from grandrounds.benchmarks.medqa import MIRAGE
 from grandrounds.errors import DataError
 from grandrounds.records import Sample
@@ -68,9 +68,17 @@ class MedMCQA(MultipleChoiceBenchmark):
         return medmcqa_context(sample)
 
     def load(self, root: Path) -> list[Sample]:
+        return list(self._records(root))
+
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
+        if self.probe is not None:  # a probe transforms the whole item set
+            return iter(self.load(root))
+        return self._records(root)
+
+    def _records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, self.remote_files[0].filename)
-        samples = []
-        for no, rec in read_jsonl(path):
+        seen: set[str] = set()
+        for no, rec in iter_jsonl(path):
             require_fields(path, no, rec, ("id", "question", "cop", *_OPTION_FIELDS.values()))
             cop = rec["cop"]
             if isinstance(cop, str) and cop.strip().isdigit():
@@ -83,6 +91,8 @@ class MedMCQA(MultipleChoiceBenchmark):
                 "topic": rec.get("topic_name"),
                 "choice_type": rec.get("choice_type") or "",
             }
-            samples.append(self.make_sample(str(rec["id"]), rec["question"], choices, "ABCD"[cop - 1], **meta))
-        check_unique_ids(path, (s.id for s in samples))
-        return samples
+            sid = str(rec["id"])
+            if sid in seen:
+                raise DataError(path, f"record {sid!r}", "duplicate id")
+            seen.add(sid)
+            yield self.make_sample(sid, rec["question"], choices, "ABCD"[cop - 1], **meta)

@@ -15,12 +15,12 @@ answer follows openai/simple-evals (its multiple-choice prompt, sampler defaults
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Iterator
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
 from grandrounds.graders.mcq_grader import LETTERS
-from grandrounds.benchmarks.readers import read_jsonl, require_fields
+from grandrounds.benchmarks.readers import iter_jsonl, require_fields
 from grandrounds.errors import DataError
 from grandrounds.records import Sample
 from grandrounds.upstream import python_fstring, python_returned_string
@@ -46,8 +46,12 @@ def medqa_context(sample: Sample) -> str:
 
 def load_medqa_format(bench: MultipleChoiceBenchmark, path: Path) -> list[Sample]:
     """Samples from a MedQA-format JSONL file (also the format of the bundled demo exam)."""
-    samples = []
-    for index, (no, rec) in enumerate(read_jsonl(path)):
+    return list(iter_medqa_format(bench, path))
+
+
+def iter_medqa_format(bench: MultipleChoiceBenchmark, path: Path) -> Iterator[Sample]:
+    """:func:`load_medqa_format`, one record at a time."""
+    for index, (no, rec) in enumerate(iter_jsonl(path)):
         require_fields(path, no, rec, ("question", "options", "answer_idx"))
         options = rec["options"]
         if not isinstance(options, dict) or len(options) < 2:
@@ -60,12 +64,9 @@ def load_medqa_format(bench: MultipleChoiceBenchmark, path: Path) -> list[Sample
             raise DataError(path, no, f"answer_idx {key!r} is not one of the options {letters}")
         if "answer" in rec and rec["answer"] != options[key]:
             raise DataError(path, no, f"answer text disagrees with answer_idx {key!r}")
-        samples.append(
-            bench.make_sample(
-                str(index), rec["question"], {k: options[k] for k in letters}, key, meta_info=rec.get("meta_info", "")
-            )
+        yield bench.make_sample(
+            str(index), rec["question"], {k: options[k] for k in letters}, key, meta_info=rec.get("meta_info", "")
         )
-    return samples
 
 
 class MedQA(MultipleChoiceBenchmark):
@@ -86,6 +87,11 @@ class MedQA(MultipleChoiceBenchmark):
 
     def load(self, root: Path) -> list[Sample]:
         return load_medqa_format(self, resolve_file(root, self.remote_files[0].filename))
+
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
+        if self.probe is not None:  # a probe transforms the whole item set
+            return iter(self.load(root))
+        return iter_medqa_format(self, resolve_file(root, self.remote_files[0].filename))
 
     def lm_eval_context(self, sample: Sample) -> str:
         return medqa_context(sample)

@@ -8,6 +8,7 @@ decodes every data file of the command strictly with that codec instead.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -147,23 +148,103 @@ def parse_json(text: str, path: Path | str, where: int | str | None) -> Any:
 
 
 def read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line of a JSON Lines file.
+    """(line number, object) for each non-blank line of a JSON Lines file (:func:`iter_jsonl`, all at once)."""
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSON Lines file, read as they are asked for.
 
     Lines end at ``\n`` only: ``str.splitlines`` would also break at U+2028 and U+0085, which
     occur raw inside JSON strings (HealthBench has them). A line that is not a JSON object
-    (truncated, invalid, nested too deeply) is a DataError naming its line.
+    (truncated, invalid, nested too deeply) is a DataError naming its line; a file of blank lines
+    only is one too, once it has been read to its end.
     """
-    out: list[tuple[int, dict[str, Any]]] = []
-    for no, line in enumerate(read_text(path).split("\n"), start=1):
+    seen = False
+    for no, line in iter_lines(path):
         if not line.strip():
             continue
         obj = parse_json(line, path, no)
         if not isinstance(obj, dict):
             raise DataError(path, no, f"expected a JSON object, got {type(obj).__name__}")
-        out.append((no, obj))
-    if not out:
+        seen = True
+        yield no, obj
+    if not seen:
         raise DataError(path, None, "no records (only blank lines)")
-    return out
+
+
+#: Bytes read at a time by :func:`iter_lines`.
+CHUNK = 1 << 20
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a data file, split at ``\n`` only, without holding the file.
+
+    A UTF-8 file (the usual case) is decoded line by line, as read; the encoding ``--encoding``
+    names, incrementally. A file that is not UTF-8 is read whole by :func:`read_text`, whose rule
+    (confidently Chinese GB18030, else an error suggesting ``--encoding``) needs all of its text:
+    such files are small. Memory therefore stays at about one line for large files.
+    """
+    require_file(path)
+    encoding = DATA_ENCODING.get()
+    if encoding is None and not _is_utf8(path):
+        yield from enumerate(read_text(path).split("\n"), start=1)
+        return
+    decoder = codecs.getincrementaldecoder(encoding or "utf-8-sig")("strict")
+    no, rest, offset = 1, "", 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                try:
+                    text = decoder.decode(chunk)
+                except UnicodeDecodeError as e:
+                    at = offset + e.start
+                    line = no + rest.count("\n") + chunk[: e.start].count(b"\n")
+                    raise DataError(path, line, f"cannot decode as {encoding} (byte 0x{chunk[e.start]:02x} at offset {at})") from None
+                offset += len(chunk)
+                if no == 1 and not rest and text.startswith("\ufeff"):
+                    text = text[1:]  # a BOM the named codec keeps (utf-8): not part of the first record
+                *lines, rest = (rest + text).split("\n")
+                for line in lines:
+                    yield no, line
+                    no += 1
+            rest += decoder.decode(b"", final=True)
+    except OSError as e:
+        raise DataError(path, None, f"cannot read ({e.strerror or e})") from None
+    yield no, rest
+
+
+def _is_utf8(path: Path) -> bool:
+    """Whether the whole file decodes as UTF-8, checked a chunk at a time (nothing kept); remembered
+    for the process while the file's size and modification time stay the same (a run reads its
+    data twice: once to check every record, once as it asks)."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise DataError(path, None, f"cannot read ({e.strerror or e})") from None
+    stamp = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    known = _UTF8_CHECKED.get(stamp)
+    if known is None:
+        known = _UTF8_CHECKED[stamp] = _decodes_as_utf8(path)
+    return known
+
+
+#: (path, size, mtime) -> whether that file decodes as UTF-8.
+_UTF8_CHECKED: dict[tuple[str, int, int], bool] = {}
+
+
+def _decodes_as_utf8(path: Path) -> bool:
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                decoder.decode(chunk)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    except OSError as e:
+        raise DataError(path, None, f"cannot read ({e.strerror or e})") from None
+    return True
 
 
 def read_json(path: Path) -> Any:

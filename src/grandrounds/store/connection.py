@@ -140,6 +140,8 @@ class StoreBase:
                     raise StoreError(self.path, f"cannot create its folder ({e.strerror or e})") from None
         self.db = self._connect(str(path), memory)
         self._pending: list[tuple[str, tuple[Any, ...]]] = []
+        #: Set by :meth:`close`.
+        self.closed = False
         self._pending_calls: dict[str, Response] = {}
         self._pending_since = 0.0
         self._behind: tuple[int, float] | None = None
@@ -239,6 +241,7 @@ class StoreBase:
             self.flush()
         finally:
             self.db.close()
+            self.closed = True
 
     # ---- transactions -------------------------------------------------------------------
     @contextmanager
@@ -345,6 +348,9 @@ class StoreBase:
             if version in done:
                 continue
             with self._transaction():
+                # Another process opening the same new store may have applied it meanwhile.
+                if self.db.execute("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)).fetchone():
+                    continue
                 for stmt in sql.split(";"):
                     if stmt.strip():
                         self.db.execute(stmt)

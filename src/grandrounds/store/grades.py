@@ -6,9 +6,13 @@ import json
 from typing import Any, Iterator
 
 from grandrounds.hashing import canonical_json
-from grandrounds.records import Grade, grade_from_json
+from grandrounds.records import Grade, grade_from_json, judge_calls
 from grandrounds.store.connection import StoreBase, now
-from grandrounds.store.rows import RunState, StoredGrade, VerdictCounts
+from grandrounds.store.rows import CallUsage, RunState, StoredGrade, VerdictCounts
+
+
+_DROP_CALLS = "DELETE FROM grade_calls WHERE run_id = ? AND grader_fp = ? AND sample_id = ?"
+_ADD_CALL = "INSERT OR IGNORE INTO grade_calls VALUES (?,?,?,?,?)"
 
 
 class GradeTables(StoreBase):
@@ -32,6 +36,24 @@ class GradeTables(StoreBase):
             "INSERT OR REPLACE INTO grades VALUES (?,?,?,?,?,?,?)",
             (run_id, grader_fp, grade.sample_id, grade.value, n_unknown, canonical_json(grade), now()),
         )
+        # The judge calls behind it, in place of those of the grade it replaces.
+        self._write(_DROP_CALLS, (run_id, grader_fp, grade.sample_id))
+        for judge, key in judge_calls(grade):
+            self._write(_ADD_CALL, (run_id, grader_fp, grade.sample_id, key, judge))
+
+    def judge_usage(self, run_id: str, grader_fp: str) -> list[CallUsage]:
+        """Per judge named by the votes (None: calls no vote names), the distinct judge calls behind
+        a grading that are stored, with their tokens; a call two grades share counts once, under
+        the judge it was first recorded for."""
+        self.flush()
+        q = (
+            "SELECT t.judge, COUNT(*), SUM(c.prompt_tokens), SUM(c.completion_tokens), "
+            "SUM(c.error IS NULL AND c.prompt_tokens = 0 AND c.completion_tokens = 0) "
+            "FROM (SELECT key, judge, MIN(rowid) FROM grade_calls WHERE run_id = ? AND grader_fp = ? GROUP BY key) t "
+            "JOIN calls c INDEXED BY calls_usage ON c.key = t.key GROUP BY t.judge"
+        )
+        rows = self.db.execute(q, (run_id, grader_fp))
+        return [CallUsage(judge, n, int(p or 0), int(c or 0), int(nu or 0)) for judge, n, p, c, nu in rows]
 
     def grades(self, run_id: str, grader_fp: str) -> dict[str, Grade]:
         """sample_id -> grade, for every answer of a run graded by one grader."""

@@ -166,4 +166,38 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         )
         """,
     ),
+    (
+        7,
+        # The judge calls behind each grade, so a result's tokens and cost are summed in SQL (a run
+        # keeps no list of its calls). Filled for the grades already stored: the calls named by
+        # each vote (criterion votes, then whole-answer votes), then those the grade lists alone.
+        """
+        CREATE TABLE grade_calls (
+            run_id TEXT NOT NULL,
+            grader_fp TEXT NOT NULL,
+            sample_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            judge TEXT,
+            PRIMARY KEY (run_id, grader_fp, sample_id, key)
+        );
+        INSERT OR IGNORE INTO grade_calls
+            SELECT g.run_id, g.grader_fp, g.sample_id, k.value, json_extract(vt.value, '$.judge')
+            FROM grades g, json_each(g.grade_json, '$.verdicts') vd, json_each(vd.value, '$.votes') vt,
+                 json_each(vt.value, '$.keys') k;
+        INSERT OR IGNORE INTO grade_calls
+            SELECT g.run_id, g.grader_fp, g.sample_id, k.value, json_extract(vt.value, '$.judge')
+            FROM grades g, json_each(g.grade_json, '$.votes') vt, json_each(vt.value, '$.keys') k;
+        INSERT OR IGNORE INTO grade_calls
+            SELECT g.run_id, g.grader_fp, g.sample_id, k.value, NULL
+            FROM grades g, json_each(g.grade_json, '$.judge_keys') k;
+        -- What usage and truncation counts read of a call, without reading the call's texts.
+        CREATE INDEX calls_usage ON calls(key, prompt_tokens, completion_tokens, error, finish_reason);
+        -- Data files read in full and found good (by their bytes, benchmark, limit, encoding and code version).
+        CREATE TABLE checked_data (
+            key TEXT PRIMARY KEY,
+            n_samples INTEGER NOT NULL,
+            checked_at TEXT NOT NULL
+        )
+        """,
+    ),
 )

@@ -170,3 +170,14 @@ def row_to_run(row: sqlite3.Row) -> RunRecord:
         data_source=row["data_source"],
         created_at=row["created_at"],
     )
+
+
+@dataclass(frozen=True)
+class CallUsage:
+    """Calls and tokens of one part of a result (its answers, or one judge's calls)."""
+
+    who: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    no_usage: int

@@ -6,11 +6,13 @@ import json
 from typing import Any, Iterator, Sequence
 
 from grandrounds.hashing import canonical_json
-from grandrounds.records import Request, Response, Sample, sample_from_json
+from grandrounds.records import TRUNCATED_REASONS, Request, Response, Sample, sample_from_json
 from grandrounds.store.connection import StoreBase, now
-from grandrounds.store.rows import AnswerText, RunRecord, StoredSample, row_to_response, row_to_run
+from grandrounds.store.rows import AnswerText, CallUsage, RunRecord, StoredSample, row_to_response, row_to_run
 
 _SAMPLE_INSERT = "INSERT OR IGNORE INTO samples VALUES (?,?,?,?,?)"
+#: Successful calls whose server reported no token usage (their tokens are not in the sums).
+_NO_USAGE = "SUM(c.error IS NULL AND c.prompt_tokens = 0 AND c.completion_tokens = 0)"
 
 
 class RunTables(StoreBase):
@@ -64,6 +66,24 @@ class RunTables(StoreBase):
                 out[row["key"]] = row_to_response(row, cached=True)
         return out
 
+    # ---- the calls behind one result (counted in SQL, so a run keeps no list of them) -----------
+    def truncated_answers(self, run_id: str) -> int:
+        """How many of a run's answers were cut off by the token limit (their stored finish reason)."""
+        self.flush()
+        marks = ",".join("?" * len(TRUNCATED_REASONS))
+        q = f"SELECT COUNT(*) FROM answers a JOIN calls c INDEXED BY calls_usage ON c.key = a.request_key WHERE a.run_id = ? AND c.finish_reason IN ({marks})"
+        return int(self.db.execute(q, (run_id, *sorted(TRUNCATED_REASONS))).fetchone()[0])
+
+    def answer_usage(self, run_id: str) -> CallUsage:
+        """The distinct answer calls of a run that are stored, with their tokens (who: ``answers``)."""
+        self.flush()
+        q = (
+            f"SELECT COUNT(*), SUM(c.prompt_tokens), SUM(c.completion_tokens), {_NO_USAGE} "
+            "FROM (SELECT DISTINCT request_key FROM answers WHERE run_id = ?) a JOIN calls c INDEXED BY calls_usage ON c.key = a.request_key"
+        )
+        n, p, c, nu = self.db.execute(q, (run_id,)).fetchone()
+        return CallUsage("answers", int(n), int(p or 0), int(c or 0), int(nu or 0))
+
     # ---- runs ---------------------------------------------------------------------------
     def ensure_run(self, run: RunRecord) -> RunRecord:
         """Store ``run`` unless its id is there already; returns the stored record either way."""
@@ -100,6 +120,14 @@ class RunTables(StoreBase):
         """Store a dataset's samples in source order, in one transaction (existing ones are kept)."""
         with self._atomic():
             self.db.executemany(_SAMPLE_INSERT, [(benchmark, dataset_sha256, s.id, i, canonical_json(s)) for i, s in enumerate(samples)])
+
+    def checked_data(self, key: str) -> int | None:
+        """The sample count of a data file read and found good before (:func:`runner.read_samples`), or None."""
+        row = self.db.execute("SELECT n_samples FROM checked_data WHERE key = ?", (key,)).fetchone()
+        return int(row[0]) if row else None
+
+    def put_checked_data(self, key: str, n_samples: int) -> None:
+        self._write("INSERT OR REPLACE INTO checked_data VALUES (?,?,?)", (key, n_samples, now()))
 
     def put_sample(self, benchmark: str, dataset_sha256: str, index: int, sample: Sample) -> None:
         """Store one sample (kept if already there); buffered like answers under write-behind."""
@@ -155,6 +183,6 @@ class RunTables(StoreBase):
 
     def iter_answer_texts(self) -> Iterator[AnswerText]:
         """(run, sample, answer text) for every answer row of every run (read lazily)."""
-        q = "SELECT a.run_id, a.sample_id, c.text FROM answers a LEFT JOIN calls c ON c.key = a.request_key"
+        q = "SELECT a.run_id, a.sample_id, c.text FROM answers a LEFT JOIN calls c INDEXED BY calls_usage ON c.key = a.request_key"
         for run_id, sid, text in self.db.execute(q):
             yield AnswerText(run_id, sid, text)

@@ -1,0 +1,185 @@
+"""Runs that hold one record at a time: streaming readers, summaries instead of samples and grades,
+usage counted by the store, and data checked once per store.
+
+A run reads a streaming benchmark's file twice (once to check every record before any call, once
+as it asks) and keeps only each sample's summary for the aggregate; these tests pin that the
+figures it reports are the ones computed from the full samples and grades.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from grandrounds.benchmarks.base import Benchmark, slim_grade, slim_sample
+from grandrounds.benchmarks.healthbench import HealthBench
+from grandrounds.benchmarks.readers import data_encoding, iter_jsonl, iter_lines
+from grandrounds.errors import DataError
+from grandrounds.records import judge_calls
+from grandrounds.runner import JudgeConfig, RunConfig, run
+from grandrounds.store import Store
+from grandrounds.testing import LoopbackServer
+from tests.conftest import shared_file
+from tests.test_real_use import criterion, one_server
+
+
+def medqa_file(path: Path, n: int, bad_line: int | None = None) -> Path:
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(1, n + 1):
+            if i == bad_line:
+                f.write('{"question": "truncated\n')
+                continue
+            f.write(json.dumps({"question": f"Q{i}: second option?", "options": {"A": "a", "B": "b", "C": "c", "D": "d"},
+                                "answer_idx": "B", "meta_info": "step1"}) + "\n")
+    return path
+
+
+# ---- readers ------------------------------------------------------------------------------
+def test_iter_lines_splits_at_newlines_only_across_read_chunks(tmp_path, monkeypatch):
+    import grandrounds.benchmarks.readers as readers
+
+    monkeypatch.setattr(readers, "CHUNK", 7)  # lines and multi-byte characters cut across reads
+    text = "第一行\u2028同一行\n\nsecond — line\r\nlast without newline"
+    p = tmp_path / "t.jsonl"
+    p.write_text(text, encoding="utf-8")
+    assert [line for _, line in iter_lines(p)] == text.split("\n")
+    assert [no for no, _ in iter_lines(p)] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "gb18030", "utf-8"])
+def test_iter_lines_with_a_named_encoding_decodes_incrementally(tmp_path, monkeypatch, encoding):
+    import grandrounds.benchmarks.readers as readers
+
+    monkeypatch.setattr(readers, "CHUNK", 5)
+    text = "\ufeff问题一\n问题二：全角，标点\n"
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(text.encode(encoding))
+    with data_encoding(encoding):
+        lines = [line for _, line in iter_lines(p)]
+    assert lines == ["问题一", "问题二：全角，标点", ""]
+
+
+def test_iter_lines_names_the_line_a_named_encoding_cannot_decode(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(b'{"a": 1}\n{"b": 2}\n{"c": "\xff"}\n')
+    with data_encoding("utf-8"), pytest.raises(DataError) as e:
+        list(iter_lines(p))
+    assert e.value.where == 3 and "cannot decode as utf-8" in str(e.value)
+
+
+def test_a_gb18030_file_is_still_read_without_encoding(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(('{"q": "患者男性，45岁，胸痛两小时。"}\n' * 3).encode("gb18030"))
+    assert [rec["q"] for _, rec in iter_jsonl(p)] == ["患者男性，45岁，胸痛两小时。"] * 3
+
+
+def test_limit_reads_only_the_records_it_asks(tmp_path):
+    """A malformed record after the limit is never read: the first N are, and only they are checked."""
+    data = medqa_file(tmp_path / "big.jsonl", 50, bad_line=12)
+    with Store(tmp_path / "s.db") as st:
+        out = asyncio.run(run(st, RunConfig("medqa", "scripted/b", data=data, limit=10, provider_options={"script": lambda body: "Answer: B"})))
+        assert out.result.n == 10 and out.result.score == 1.0
+        with pytest.raises(DataError) as e:
+            asyncio.run(run(st, RunConfig("medqa", "scripted/b", data=data, provider_options={"script": lambda body: "Answer: B"})))
+    assert e.value.where == 12  # the full run refuses the file, before any call
+    with sqlite3.connect(tmp_path / "s.db") as con:
+        assert con.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 10
+
+
+# ---- summaries ----------------------------------------------------------------------------
+def test_slim_sample_and_grade_drop_only_texts():
+    from grandrounds.records import Grade, Message, Sample, Verdict, Vote
+
+    smp = Sample("s", "b", (Message("user", "long prompt"),), target="A", metadata={"k": 1})
+    g = Grade("s", 1.0, verdicts=(Verdict("c", "met", "why", (Vote("j", "met", explanation="e", raw="r", keys=("k1",)),)),))
+    assert slim_sample(smp).messages == () and slim_sample(smp).metadata == {"k": 1}
+    v = slim_grade(g).verdicts[0]
+    assert (v.explanation, v.votes[0].raw, v.votes[0].explanation, v.votes[0].keys, v.status) == ("", "", "", ("k1",), "met")
+
+
+def test_healthbench_result_equals_the_aggregate_of_full_samples_and_grades(tmp_path):
+    """The run aggregates summaries; the same figures come from the full samples and grades."""
+    data = shared_file("healthbench", "healthbench_500.jsonl")
+    with LoopbackServer(one_server()) as srv, Store(tmp_path / "s.db") as st:
+        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=srv.base_url, limit=8,
+                        judges=(JudgeConfig("openai/judge", srv.base_url),), options=_grandrounds())
+        out = asyncio.run(run(st, cfg))
+        bench = HealthBench()
+        full = bench.aggregate(out.samples, out.grades, out.setup.bench.check_options(cfg.options))
+    assert out.result.n == 8
+    assert (out.result.score, out.result.ci95, out.result.n_unscored) == (full.score, full.ci95, full.n_unscored)
+    assert {k: {c: cell.score for c, cell in v.items()} for k, v in out.result.breakdown.items()} == {
+        k: {c: cell.score for c, cell in v.items()} for k, v in full.breakdown.items()
+    }
+
+
+def _grandrounds():
+    from grandrounds.benchmarks.base import RunOptions
+
+    return RunOptions(protocol="grandrounds")
+
+
+def test_default_summaries_give_the_same_aggregate_on_an_exam(tmp_path):
+    data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
+    with Store(tmp_path / "s.db") as st:
+        out = asyncio.run(run(st, RunConfig("medqa", "scripted/mix", data=data, limit=40, provider_options={"script": lambda body: "Answer: B"})))
+        bench = out.setup.bench
+        assert type(bench).summarize is Benchmark.summarize
+        full = bench.aggregate(out.samples, out.grades, bench.check_options(RunConfig("medqa", "x").options))
+    assert (out.result.score, out.result.ci95, out.result.n) == (full.score, full.ci95, full.n)
+    assert out.result.extra["n_items"] == 40
+
+
+# ---- usage in SQL, data checked once ----------------------------------------------------------
+def test_usage_counts_each_judge_call_once_from_the_store(tmp_path):
+    data = shared_file("healthbench", "healthbench_500.jsonl")
+    with LoopbackServer(one_server()) as srv, Store(tmp_path / "s.db") as st:
+        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=srv.base_url, limit=5,
+                        judges=(JudgeConfig("openai/judge", srv.base_url),), options=_grandrounds())
+        out = asyncio.run(run(st, cfg))
+        keys = {k for g in out.grades for _, k in judge_calls(g)}
+        answers, judged = out.usage
+        assert answers.calls == 5
+        assert [(u.who, u.calls) for u in judged] == [("openai/judge", len(keys))]
+        again = asyncio.run(run(st, cfg))  # warm: nothing asked, the same calls counted
+        assert again.answer_stats.made == 0 and again.usage == out.usage
+
+
+def test_data_checked_once_is_read_once_on_a_rerun(tmp_path, monkeypatch):
+    data = medqa_file(tmp_path / "q.jsonl", 20)
+    from grandrounds.benchmarks.medqa import MedQA
+
+    reads = []
+    original = MedQA.iter_samples
+
+    def counting(self, root):
+        reads.append(1)
+        return original(self, root)
+
+    monkeypatch.setattr(MedQA, "iter_samples", counting)
+    cfg = RunConfig("medqa", "scripted/b", data=data, provider_options={"script": lambda body: "Answer: B"})
+    with Store(tmp_path / "s.db") as st:
+        asyncio.run(run(st, cfg))
+        first = len(reads)
+        asyncio.run(run(st, cfg))
+    assert (first, len(reads) - first) == (2, 1)  # checked then asked; then only asked
+
+
+def test_migration_fills_the_judge_calls_of_grades_stored_before_it(tmp_path):
+    data = shared_file("healthbench", "healthbench_500.jsonl")
+    db = tmp_path / "s.db"
+    with LoopbackServer(one_server()) as srv, Store(db) as st:
+        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=srv.base_url, limit=3,
+                        judges=(JudgeConfig("openai/judge", srv.base_url),), options=_grandrounds())
+        out = asyncio.run(run(st, cfg))
+        expected = sorted((g.sample_id, k, j) for g in out.grades for j, k in judge_calls(g))
+    with sqlite3.connect(db) as con:  # the store as version 6 left it
+        con.executescript("DROP TABLE grade_calls; DROP INDEX calls_usage; DROP TABLE checked_data; "
+                          "DELETE FROM schema_migrations WHERE version = 7;")
+    with Store(db) as st:
+        rows = sorted(tuple(r) for r in st.db.execute("SELECT sample_id, key, judge FROM grade_calls"))
+    assert [tuple(r) for r in rows] == expected and len(expected) > 3
