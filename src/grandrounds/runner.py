@@ -373,6 +373,12 @@ class Setup:
             return iter(self.kept)
         return islice(self.bench.iter_samples(self.root), self.limit)
 
+    def system(self, options: RunOptions) -> str | None:
+        """The protocol's system message for answers, read once per run (it goes with every sample)."""
+        if not hasattr(self, "_system"):
+            self._system = system_text(self.bench.protocol(options).answer)
+        return self._system
+
     @property
     def ids(self) -> list[str]:
         """The run's sample ids, in order."""
@@ -520,7 +526,7 @@ async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, hist
     """Ask the model for one sample; returns the response and the (request key, prompt) link to store."""
     prompt = s.bench.prompt(sample, cfg.options, history)
     messages = prompt.messages
-    system = system_text(s.bench.protocol(cfg.options).answer)
+    system = s.system(cfg.options)
     if system is not None and prompt.kind == "chat" and (not messages or messages[0].role != "system"):
         messages = (Message("system", system), *messages)  # the protocol's system message
     req = Request(
