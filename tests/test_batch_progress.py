@@ -25,7 +25,7 @@ from grandrounds.store import Store
 from grandrounds.testing import Fault, last_user_text
 from grandrounds.testing_batch import BatchServer, Plan
 from tests.rubric_bench.triage import TriageRubric
-from tests.test_batching import FAST, WIRES, echo, make_provider, requests_for
+from tests.test_batching import FAST, WIRES, ask_all, echo, make_provider, requests_for
 from tests.test_new_rubric_benchmark import ROWS, judge_rule
 
 
@@ -43,14 +43,7 @@ class Recording(RichProgress):
 
 
 def run_batched(store, provider, reqs, observer=None, **settings):
-    async def go():
-        ex = BatchExecutor(store, provider, BatchSettings(answers=True, judges=True, **(FAST | settings)), observer=observer)
-        try:
-            return await asyncio.gather(*(ex(r) for r in reqs)), ex
-        finally:
-            await provider.aclose()
-
-    return asyncio.run(go())
+    return ask_all(store, provider, reqs, observer, **({"judges": True} | settings))
 
 
 # ---- the progress bar ---------------------------------------------------------------------------
