@@ -183,3 +183,22 @@ def test_migration_fills_the_judge_calls_of_grades_stored_before_it(tmp_path):
     with Store(db) as st:
         rows = sorted(tuple(r) for r in st.db.execute("SELECT sample_id, key, judge FROM grade_calls"))
     assert [tuple(r) for r in rows] == expected and len(expected) > 3
+
+
+def test_write_behind_keeps_a_replaced_grades_calls_in_order(tmp_path):
+    """A grade's judge calls are deleted and written again with it; buffered writes flushed in
+    batches must not run a later grade's delete after its own inserts."""
+    from grandrounds.records import Grade, Verdict, Vote
+
+    def grade(sid: str, n: int) -> Grade:
+        return Grade(sid, 1.0, verdicts=tuple(Verdict(f"c{i}", "met", votes=(Vote("j", "met", keys=(f"{sid}-k{i}",)),)) for i in range(n)))
+
+    with Store(tmp_path / "s.db") as st:
+        st.put_grader("fp", {})
+        st.db.execute("PRAGMA foreign_keys = OFF")  # grades without a run row: only the write order is under test
+        with st.write_behind(max_rows=4):  # flushes cut through the writes of one grade
+            st.put_grade("run", "fp", grade("a", 3))
+            st.put_grade("run", "fp", grade("b", 2))
+            st.put_grade("run", "fp", grade("b", 2))  # replaced: the same calls again
+        rows = sorted(tuple(r) for r in st.db.execute("SELECT sample_id, key FROM grade_calls"))
+    assert rows == [("a", "a-k0"), ("a", "a-k1"), ("a", "a-k2"), ("b", "b-k0"), ("b", "b-k1")]

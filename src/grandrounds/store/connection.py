@@ -306,15 +306,18 @@ class StoreBase:
         if not self._pending:
             return
         rows, self._pending = self._pending, []
-        # One executemany per statement, rows of a statement in their order. Reordering across
-        # statements is safe: the buffered tables have no foreign keys between them, and the two
-        # call statements agree whatever their order (a stored success is never replaced by a failure).
-        by_sql: dict[str, list[tuple[Any, ...]]] = {}
+        # One executemany per run of the same statement, in the order written: a grade's judge calls
+        # are deleted and written again when the grade is replaced, so statements must not be
+        # reordered across one another.
+        groups: list[tuple[str, list[tuple[Any, ...]]]] = []
         for sql, params in rows:
-            by_sql.setdefault(sql, []).append(params)
+            if groups and groups[-1][0] == sql:
+                groups[-1][1].append(params)
+            else:
+                groups.append((sql, [params]))
         try:
             with self._transaction():
-                for sql, group in by_sql.items():
+                for sql, group in groups:
                     self.db.executemany(sql, group)
         except BaseException:
             self._pending = rows + self._pending
