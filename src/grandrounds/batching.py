@@ -66,7 +66,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Literal, Mapping, cas
 import aiohttp
 
 from grandrounds.errors import ConfigError
-from grandrounds.executor import CallObserver, CallStats, EndpointLimits, Executor, RetryPolicy
+from grandrounds.executor import CallObserver, CallStats, EndpointLimits, Executor, RetryPolicy, StoreFirst
 from grandrounds.providers.anthropic import AnthropicProvider, error_from_body, message_body, read_message
 from grandrounds.providers.base import Provider, ProviderError, error_reason, public_url, redact
 from grandrounds.providers.http import HttpClient, HttpReply
@@ -253,7 +253,7 @@ class BatchEvent:
         return f"batch {self.provider} {self.batch_id}: {self.what}, {self.size} requests{tail}"
 
 
-class BatchExecutor:
+class BatchExecutor(StoreFirst):
     """The run's executor for batched calls (answers or one judge): store first, identical
     requests shared, then the endpoint's :class:`BatchHub`."""
 
@@ -293,12 +293,9 @@ class BatchExecutor:
         if request.kind != "chat":
             return await self.live(request)
         key = request.key()
-        stored = self.store.get_call(key)
-        if stored is not None:
-            self.stats.cached += 1
-            return stored
-        if key in self._inflight:
-            return await asyncio.shield(self._inflight[key])
+        known = await self._known(key)
+        if known is not None:
+            return known
         fut = self.hub.ask(self, request)
         self._inflight[key] = fut
         try:

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from grandrounds.errors import ConfigError
 from grandrounds.hashing import canonical_json
-from grandrounds.records import Grade, Message, Response, Result, judge_calls  # noqa: F401  (judge_calls: re-exported)
+from grandrounds.records import Message, Result
 
 PRICES_ENV = "GRANDROUNDS_PRICES"
 _DATED = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
@@ -247,15 +247,6 @@ class Tally:
     completion_tokens: int = 0
     #: Successful calls whose server reported no token usage (their tokens are not in the sums).
     no_usage: int = 0
-
-    def add(self, resp: Response) -> None:
-        self.calls += 1
-        if not resp.ok:
-            return
-        if resp.usage.prompt_tokens == 0 and resp.usage.completion_tokens == 0:
-            self.no_usage += 1
-        self.prompt_tokens += resp.usage.prompt_tokens
-        self.completion_tokens += resp.usage.completion_tokens
 
     def block(self, prices: PriceTable, batch: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {

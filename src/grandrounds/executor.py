@@ -176,7 +176,26 @@ class CallStats:
     errors: dict[str, int] = field(default_factory=dict)
 
 
-class Executor:
+class StoreFirst:
+    """What every executor does before a new call: the store first, then an identical request in flight."""
+
+    store: Store
+    stats: CallStats
+    _inflight: dict[str, asyncio.Future[Response]]
+
+    async def _known(self, key: str) -> Response | None:
+        """The outcome for ``key`` without a new call: stored (counted as from the store), or that of the
+        identical request already in flight; None when it has to be asked."""
+        stored = self.store.get_call(key)
+        if stored is not None:
+            self.stats.cached += 1
+            return stored
+        if key in self._inflight:
+            return await asyncio.shield(self._inflight[key])
+        return None
+
+
+class Executor(StoreFirst):
     """Wraps one provider with the store cache, a semaphore and bounded retries."""
 
     def __init__(
@@ -205,12 +224,9 @@ class Executor:
 
     async def __call__(self, request: Request) -> Response:
         key = request.key()
-        stored = self.store.get_call(key)
-        if stored is not None:
-            self.stats.cached += 1
-            return stored
-        if key in self._inflight:
-            return await asyncio.shield(self._inflight[key])
+        known = await self._known(key)
+        if known is not None:
+            return known
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
         try:

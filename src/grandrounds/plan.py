@@ -37,7 +37,7 @@ from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.hashing import content_hash
 from grandrounds.providers.base import Provider, split_endpoint
 from grandrounds.records import Request, Response, Sample, needs_redo
-from grandrounds.runner import RunConfig, RunJudge, Setup, _ask, check_run, group_samples, make_provider, prepare
+from grandrounds.runner import RunConfig, RunJudge, Setup, _ask, check_run, make_provider, prepare
 from grandrounds.store import RunRecord, Store
 
 NOT_ASKED = "dry run: not asked"

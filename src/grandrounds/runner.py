@@ -366,18 +366,14 @@ class Setup:
     grader: Grader
     fingerprint: dict[str, Any]
     run: RunRecord
+    #: The protocol's system message for answers, read once (it goes with every sample).
+    system: str | None = None
 
     def samples(self) -> Iterator[Sample]:
         """The run's samples in order, read again from the data where they are not held."""
         if self.kept is not None:
             return iter(self.kept)
         return islice(self.bench.iter_samples(self.root), self.limit)
-
-    def system(self, options: RunOptions) -> str | None:
-        """The protocol's system message for answers, read once per run (it goes with every sample)."""
-        if not hasattr(self, "_system"):
-            self._system = system_text(self.bench.protocol(options).answer)
-        return self._system
 
     @property
     def ids(self) -> list[str]:
@@ -437,8 +433,9 @@ def prepare(store: Store, cfg: RunConfig) -> Setup:
     n, kept = read_samples(store, bench, root, cfg.limit, dataset)
     provider = make_provider(cfg.model, cfg.base_url, **cfg.provider_options)
     fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol)  # reads the official templates: fails before the run is recorded
+    system = system_text(bench.protocol(cfg.options).answer)  # read before the run is recorded, like the templates
     run_rec = store.ensure_run(_run_record(bench, cfg, provider, dataset, root))
-    return Setup(bench, root, cfg.limit, n, kept, dataset, provider, grader, fp, run_rec)
+    return Setup(bench, root, cfg.limit, n, kept, dataset, provider, grader, fp, run_rec, system)
 
 
 def make_judges(
@@ -482,7 +479,7 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
         failed: str | None = None
         for position, sample in group:
             stored = store.grade(s.run.id, fp_key, sample.id)
-            if stored is not None and (needs_redo(stored) or stored.status in ("answer_failed", "not_asked")):
+            if stored is not None and needs_redo(stored):  # failed answers and calls are asked again
                 stored = None
             if stored is not None and len(group) == 1:
                 # Graded before under this very run and grading, so its answer is stored and
@@ -526,7 +523,7 @@ async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, hist
     """Ask the model for one sample; returns the response and the (request key, prompt) link to store."""
     prompt = s.bench.prompt(sample, cfg.options, history)
     messages = prompt.messages
-    system = s.system(cfg.options)
+    system = s.system
     if system is not None and prompt.kind == "chat" and (not messages or messages[0].role != "system"):
         messages = (Message("system", system), *messages)  # the protocol's system message
     req = Request(

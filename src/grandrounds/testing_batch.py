@@ -215,11 +215,16 @@ class BatchServer:
         return status, fault.body if fault.body is not None else {"type": "error", "error": {"type": etype, "message": f"injected {fault.kind}"}}
 
     # ---- live endpoints --------------------------------------------------------------------
-    async def _live_chat(self, request: web.Request) -> web.Response:
+    async def _live_body(self, request: web.Request) -> dict[str, Any]:
+        """A live request's body, counted and kept."""
         body = await request.json()
         with self._lock:
             self.stats.live += 1
             self.stats.live_bodies.append(body)
+        return body
+
+    async def _live_chat(self, request: web.Request) -> web.Response:
+        body = await self._live_body(request)
         out = self._answer(body)
         if isinstance(out, Fault):
             status, err = self._openai_error(out)
@@ -227,10 +232,7 @@ class BatchServer:
         return web.json_response(_chat_payload(body, out.text, out.finish_reason))
 
     async def _live_messages(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        with self._lock:
-            self.stats.live += 1
-            self.stats.live_bodies.append(body)
+        body = await self._live_body(request)
         out = self._answer(body)
         if isinstance(out, Fault):
             status, err = self._anthropic_error(out)

@@ -249,19 +249,9 @@ class HealthBench(Benchmark):
             stats = aggregate_metrics(per_example, seed=options.seed)
             headline = stats.get("overall_score")
         stats.pop("overall_score", None)
-        other_name = "grandrounds" if reference else "reference"
-        extra = {
-            "coverage": known / total if total else None,
-            "n_unknown_verdicts": n_unknown,
-            "n_unscored_unknown": unscored_unknown,
-            "bootstrap_std": headline.std if headline else None,
-            "judge_mode": options.judge_mode,
-            "other_protocol": {
-                "protocol": other_name,
-                "score": float(np.clip(np.mean(others), 0.0, 1.0)) if others else None,
-                "differs": OTHER_DIFFERS[other_name],
-            },
-        }
+        extra = {"bootstrap_std": headline.std if headline else None} | judged_extra(
+            options, known, total, n_unknown, unscored_unknown, others, OTHER_DIFFERS
+        )
         return Aggregate(
             metric="overall_score (clipped mean, 0-1)",
             score=headline.score if headline else None,
@@ -287,6 +277,27 @@ class ExampleSummary:
     unknown: int
     #: Every tag of an unscored example (counted beside each tag's score).
     tags: frozenset[str]
+
+
+def judged_extra(
+    options: RunOptions, known: int, total: int, n_unknown: int, unscored_unknown: int, others: Sequence[float],
+    differs: Mapping[str, str],
+) -> dict[str, Any]:
+    """What a rubric-judged headline shows beside it: the verdicts' coverage, the unknown verdicts and
+    the examples they left unscored, the judge mode, and the other protocol's figure from the same
+    judge replies (``differs`` says what that protocol changes)."""
+    other = "grandrounds" if options.protocol == "reference" else "reference"
+    return {
+        "coverage": known / total if total else None,
+        "n_unknown_verdicts": n_unknown,
+        "n_unscored_unknown": unscored_unknown,
+        "judge_mode": options.judge_mode,
+        "other_protocol": {
+            "protocol": other,
+            "score": float(np.clip(np.mean(others), 0.0, 1.0)) if others else None,
+            "differs": differs[other],
+        },
+    }
 
 
 #: What the figure in ``extra["other_protocol"]`` changes, by the protocol it is computed for.

@@ -60,7 +60,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
-from grandrounds.benchmarks.healthbench import API_SYSTEM_MESSAGE, GRANDROUNDS as HB_GRANDROUNDS, JUDGE_MODES, HealthBench
+from grandrounds.benchmarks.healthbench import API_SYSTEM_MESSAGE, GRANDROUNDS as HB_GRANDROUNDS, JUDGE_MODES, HealthBench, judged_extra
 from grandrounds.benchmarks.readers import iter_jsonl
 from grandrounds.downloads import RemoteFile
 from grandrounds.errors import DataError
@@ -301,23 +301,13 @@ class HealthBenchProfessional(HealthBench):
         head = stats.get("overall_score_length_adjusted")
         plain = stats.get("overall_score")
         center, penalty = length_settings()
-        other_name = "grandrounds" if reference else "reference"
         extra = {
             "overall_score": plain.score if plain else None,
             "overall_score_bootstrap_std": plain.std if plain else None,
             "bootstrap_std": head.std if head else None,
             "length_adjustment": {"center": center, "penalty_per_500_chars": penalty},
             "mean_response_chars": float(np.mean(chars)) if chars else None,
-            "coverage": known / total if total else None,
-            "n_unknown_verdicts": n_unknown,
-            "n_unscored_unknown": unscored_unknown,
-            "judge_mode": options.judge_mode,
-            "other_protocol": {
-                "protocol": other_name,
-                "score": float(np.clip(np.mean(others), 0.0, 1.0)) if others else None,
-                "differs": OTHER_DIFFERS[other_name],
-            },
-        }
+        } | judged_extra(options, known, total, n_unknown, unscored_unknown, others, OTHER_DIFFERS)
         return Aggregate(
             metric="overall_score_length_adjusted (clipped mean, 0-1)",
             score=head.score if head else None,
