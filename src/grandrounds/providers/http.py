@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
+import orjson
 from multidict import CIMultiDictProxy
 
 import grandrounds
@@ -186,7 +187,10 @@ class HttpClient:
 
     async def post(self, path: str, body: Any) -> HttpReply:
         """POST ``body`` as JSON to ``base_url + path``; any status comes back, transport failures raise."""
-        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        try:
+            data = orjson.dumps(body)  # UTF-8, about ten times faster than json.dumps(...).encode()
+        except TypeError:
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8")  # a value orjson does not know
         session = self._session()
         try:
             async with asyncio.timeout(self.timeout):
