@@ -38,7 +38,30 @@ def test_a_lease_held_by_one_handle_is_refused_to_another_until_the_outcome_land
             assert b.get_call(key) is None
         # one flush: the answer and the lease's end land together
         assert b.get_call(key).text == "A"
-        assert b.acquire_lease(key)
+        assert b.db.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0, "the lease ended with the answer"
+        assert b.acquire_leases([key]) == {key: "stored"}, "the answer is stored: nothing to lease, nothing to pay"
+        assert not b.acquire_lease(key)
+
+
+def test_leases_for_many_keys_are_taken_in_one_transaction(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    with Store(db) as a, Store(db) as b:
+        reqs = [req("http://h/v1", f"q{i}") for i in range(700)]  # more than one statement's chunk
+        keys = [r.key() for r in reqs]
+        a.put_call(reqs[0], Response(key=keys[0], text="stored"))
+        assert b.acquire_leases(keys[600:]) == dict.fromkeys(keys[600:], "ours")
+        commits_before = a.db.total_changes
+        statements: list[str] = []
+        a.db.set_trace_callback(statements.append)
+        states = a.acquire_leases(keys)
+        a.db.set_trace_callback(None)
+        assert [q for q in statements if q.split()[0] in ("BEGIN", "COMMIT")] == ["BEGIN IMMEDIATE", "COMMIT"]
+        assert states[keys[0]] == "stored"
+        assert all(states[k] == "ours" for k in keys[1:600]) and all(states[k] == "held" for k in keys[600:])
+        assert a.db.total_changes - commits_before == 599, "one row per lease taken, none for the others"
+        assert a.acquire_leases(keys[1:3]) == dict.fromkeys(keys[1:3], "ours"), "a holder may take its own leases again"
+        b.release_all_leases()
+        assert a.acquire_leases(keys[650:652]) == dict.fromkeys(keys[650:652], "ours"), "released: free to take"
 
 
 def test_a_lease_whose_holder_died_or_expired_is_taken_over(tmp_path: Path) -> None:

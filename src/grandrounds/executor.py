@@ -24,6 +24,7 @@ import math
 import random
 import re
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -32,6 +33,7 @@ from grandrounds.errors import ConfigError
 from grandrounds.providers.base import Provider, ProviderError
 from grandrounds.records import Request, Response
 from grandrounds.store import Store
+from grandrounds.store.leases import LeaseState
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,55 @@ class CallStats:
     errors: dict[str, int] = field(default_factory=dict)
 
 
+class LeaseQueue:
+    """The lease requests made during one turn of the event loop, taken in one transaction.
+
+    When replies land together, the calls that follow them start together: each asks for its
+    lease, and the queue takes them all at the end of the loop's turn with one
+    :meth:`~grandrounds.store.Store.acquire_leases` (one commit for all instead of one each,
+    the larger part of a live call's store work).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._waiting: dict[str, asyncio.Future[LeaseState]] = {}
+
+    def acquire(self, key: str) -> asyncio.Future[LeaseState]:
+        fut = self._waiting.get(key)
+        if fut is None:
+            loop = asyncio.get_running_loop()
+            if not self._waiting:
+                loop.call_soon(self._take)
+            fut = self._waiting[key] = loop.create_future()
+        return fut
+
+    def _take(self) -> None:
+        waiting, self._waiting = self._waiting, {}
+        try:
+            states = self.store.acquire_leases(list(waiting))
+        except BaseException as err:  # e.g. the store is locked by another process past its timeout
+            for fut in waiting.values():
+                if not fut.done():
+                    fut.set_exception(err)
+            return
+        for key, fut in waiting.items():
+            if not fut.done():
+                fut.set_result(states[key])
+            elif states[key] == "ours":  # its caller was cancelled meanwhile: give the lease back
+                self.store.release_lease(key)
+
+
+_LEASE_QUEUES: "weakref.WeakKeyDictionary[Store, LeaseQueue]" = weakref.WeakKeyDictionary()
+
+
+def lease_queue(store: Store) -> LeaseQueue:
+    """The one lease queue of ``store`` (shared by every executor writing to it)."""
+    queue = _LEASE_QUEUES.get(store)
+    if queue is None:
+        queue = _LEASE_QUEUES[store] = LeaseQueue(store)
+    return queue
+
+
 class StoreFirst:
     """What every executor does before a new call: the store first, then an identical request in flight."""
 
@@ -243,13 +294,17 @@ class Executor(StoreFirst):
     async def _leased_call(self, request: Request, key: str) -> Response:
         """The call, made only under this process's lease on its key: while another process holds
         it, wait and take that process's answer from the store when it lands."""
-        while not self.store.acquire_lease(key):
-            await asyncio.sleep(self.lease_poll)
+        leases = lease_queue(self.store)
+        while True:
+            state = await leases.acquire(key)
+            if state == "ours":
+                return await self._call_with_retries(request, key)
+            if state == "held":
+                await asyncio.sleep(self.lease_poll)
             stored = self.store.get_call(key)
             if stored is not None:
                 self.stats.cached += 1
                 return stored
-        return await self._call_with_retries(request, key)
 
     async def _call_with_retries(self, request: Request, key: str) -> Response:
         retries = 0

@@ -15,8 +15,15 @@ import os
 import secrets
 import socket
 import time
+from typing import Literal, Sequence
 
 from grandrounds.store.connection import StoreBase
+
+#: A key's state after :meth:`LeaseTables.acquire_leases`.
+LeaseState = Literal["ours", "held", "stored"]
+
+#: Keys per statement (three parameters each, well under SQLite's limit of 32,766).
+_CHUNK = 300
 
 #: Seconds after which a lease is taken over even when its holder cannot be checked (another host).
 LEASE_TTL = 3600.0
@@ -55,22 +62,55 @@ class LeaseTables(StoreBase):
         Committed at once, outside any write-behind buffer: the point is that other processes
         see it before this one sends the call.
         """
+        return self.acquire_leases([key], ttl).get(key) == "ours"
+
+    def acquire_leases(self, keys: Sequence[str], ttl: float = LEASE_TTL) -> dict[str, LeaseState]:
+        """Take the leases on ``keys`` in one transaction: each key's state afterwards.
+
+        ``stored``: a successful outcome is already stored (another process answered it since
+        this one last looked), so no lease is taken; ``ours``: this handle holds the lease (new,
+        taken over from a dead or expired holder, or already its own); ``held``: a live holder
+        has it. One transaction for all of them, committed at once, so the many calls a run
+        starts together cost one commit, not one each.
+        """
         if self.readonly:
-            return True
+            return dict.fromkeys(keys, "ours")
         owner, t = self.lease_owner, time.time()
+        states: dict[str, LeaseState] = {}
+        with self._atomic():
+            for i in range(0, len(keys), _CHUNK):
+                chunk = list(keys[i : i + _CHUNK])
+                marks = ",".join("?" * len(chunk))
+                for (key,) in self.db.execute(f"SELECT key FROM calls WHERE key IN ({marks}) AND error IS NULL", chunk):
+                    states[key] = "stored"
+                todo = [k for k in chunk if k not in states]
+                if not todo:
+                    continue
+                rows = ",".join("(?,?,?)" for _ in todo)
+                params = [v for k in todo for v in (k, owner, t + ttl)]
+                q = f"INSERT INTO leases (key, owner, expires_at) VALUES {rows} ON CONFLICT(key) DO NOTHING RETURNING key"
+                for (key,) in self.db.execute(q, params).fetchall():
+                    states[key] = "ours"
+                for key in todo:
+                    if key not in states:
+                        states[key] = self._held_or_taken(key, owner, t, ttl)
+        return states
+
+    def _held_or_taken(self, key: str, owner: str, t: float, ttl: float) -> LeaseState:
+        """A lease row already there: this handle's own, a live holder's, or taken over from a
+        holder that died or ran out of time (only if nobody else took it meanwhile)."""
         row = self.db.execute("SELECT owner, expires_at FROM leases WHERE key = ?", (key,)).fetchone()
-        if row is not None and row[0] != owner and row[1] > t and self._holder_alive(row[0]):
-            return False
-        if row is not None and row[0] != owner:
-            # expired, or its holder died: take it over only if nobody else did meanwhile
-            cur = self.db.execute(
-                "UPDATE leases SET owner = ?, expires_at = ? WHERE key = ? AND owner = ?", (owner, t + ttl, key, row[0])
-            )
-            return cur.rowcount == 1
+        if row is None:  # released since the insert was tried (not within one transaction; kept for safety)
+            self.db.execute("INSERT INTO leases (key, owner, expires_at) VALUES (?, ?, ?)", (key, owner, t + ttl))
+            return "ours"
+        if row[0] == owner:
+            return "ours"
+        if row[1] > t and self._holder_alive(row[0]):
+            return "held"
         cur = self.db.execute(
-            "INSERT INTO leases (key, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT(key) DO NOTHING", (key, owner, t + ttl)
+            "UPDATE leases SET owner = ?, expires_at = ? WHERE key = ? AND owner = ?", (owner, t + ttl, key, row[0])
         )
-        return cur.rowcount == 1 or (row is not None and row[0] == owner)
+        return "ours" if cur.rowcount == 1 else "held"
 
     def release_lease(self, key: str) -> None:
         """Drop this handle's lease on ``key``; buffered with the call's outcome under write-behind,
