@@ -132,3 +132,25 @@ def test_two_grandrounds_processes_on_one_store_pay_for_each_call_once(tmp_path:
     assert scores[0] == scores[1]
     made = [int(o[1].split("answers: ")[1].split(" calls made")[0]) for o in outs]
     assert sum(made) == 12 and all("from the store" in o[1] for o in outs)
+
+
+def test_write_behind_checkpoints_the_log_in_a_thread_and_restores_sqlites_own_afterwards(tmp_path: Path) -> None:
+    import threading
+
+    db = tmp_path / "s.db"
+    wal = tmp_path / "s.db-wal"
+    with Store(db) as st:
+        with st.write_behind(max_rows=50):
+            assert st.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0, "off on the writer's thread"
+            assert any(t.name == "grandrounds-checkpoint" for t in threading.enumerate())
+            biggest = 0
+            for i in range(3000):  # about 15 MB of calls, well past SQLite's 1,000-page checkpoint
+                r = req("http://h/v1", f"q{i} " + "x" * 5000)
+                st.put_call(r, Response(key=r.key(), text="A" * 100))
+                if i % 100 == 99:
+                    threading.Event().wait(0.02)  # let the checkpoint thread run, as a run's calls do
+                    biggest = max(biggest, wal.stat().st_size)
+        assert biggest < 10 * 2**20, f"the log was checkpointed while written ({biggest:,} bytes at most)"
+        assert st.db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 3000
+        assert st.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000, "SQLite's default again"
+        assert not any(t.name == "grandrounds-checkpoint" for t in threading.enumerate())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -111,6 +112,60 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+class _Checkpointer:
+    """WAL checkpoints in a thread of their own while write-behind is on.
+
+    SQLite copies the write-ahead log back into the database file (a checkpoint, with its fsync)
+    inside the COMMIT that passes 1,000 pages: on the event loop's thread, where it stalls every
+    call in flight (by up to hundreds of milliseconds on a busy disk). While write-behind is on,
+    that automatic checkpoint is off and this thread, on its own connection, runs a PASSIVE
+    checkpoint after each flush instead: it never blocks the writer, and SQLite releases the GIL
+    while it works. Without write-behind SQLite checkpoints as usual.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="grandrounds-checkpoint", daemon=True)
+
+    @classmethod
+    def start(cls, store: "StoreBase") -> "_Checkpointer | None":
+        if store.readonly or store._checkpoints is not None or str(store.path) == ":memory:":
+            return None
+        checkpoints = cls(str(store.path))
+        store.db.execute("PRAGMA wal_autocheckpoint=0")
+        store._checkpoints = checkpoints
+        checkpoints._thread.start()
+        return checkpoints
+
+    def stop(self, store: "StoreBase") -> None:
+        self._stopping = True
+        self.wake.set()
+        self._thread.join(timeout=60)
+        store._checkpoints = None
+        if not store.closed and not store.db.in_transaction:
+            store.db.execute("PRAGMA wal_autocheckpoint=1000")  # SQLite's default
+
+    def _run(self) -> None:
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        except sqlite3.Error:
+            return  # the writer's connection still works; its close checkpoints the log
+        try:
+            while True:
+                self.wake.wait()
+                self.wake.clear()
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:
+                    pass  # tried again after the next flush; a clean close checkpoints anyway
+                if self._stopping:
+                    return
+        finally:
+            db.close()
+
+
 class StoreBase:
     """One SQLite connection (WAL journal, foreign keys on) and the write path every table uses.
 
@@ -145,6 +200,7 @@ class StoreBase:
         self._pending_calls: dict[str, Response] = {}
         self._pending_since = 0.0
         self._behind: tuple[int, float] | None = None
+        self._checkpoints: _Checkpointer | None = None
         try:
             self._open()
         except BaseException:
@@ -295,11 +351,16 @@ class StoreBase:
         buffered ones, so the cache never misses its own writes.
         """
         self._behind = (max_rows, max_age)
+        checkpoints = _Checkpointer.start(self)
         try:
             yield
         finally:
             self._behind = None
-            self.flush()
+            try:
+                self.flush()
+            finally:
+                if checkpoints is not None:
+                    checkpoints.stop(self)
 
     def flush(self) -> None:
         """Commit every buffered row now, in one transaction (nothing happens when none wait)."""
@@ -323,6 +384,8 @@ class StoreBase:
             self._pending = rows + self._pending
             raise
         self._pending_calls.clear()
+        if self._checkpoints is not None:
+            self._checkpoints.wake.set()
 
     def flush_if_due(self) -> None:
         """Flush when write-behind is on and the oldest buffered row is ``max_age`` seconds old."""
