@@ -314,6 +314,7 @@ def test_eta_after_a_resume_is_paced_by_the_work_done_here_not_by_stored_items()
         p.advance(Grade(str(i), 1.0))
     # 40 items left at 1 s each; counting the stored items too would give 40 * 10/60 = 6.7 s
     assert p.eta() == pytest.approx(40.0, rel=0.05)
+    p.draw()  # the bar is handed the counts at most every DRAW_EVERY seconds
     assert p.bar.tasks[0].fields["eta"] in ("0:00:40", "0:00:39", "0:00:41")
 
 
@@ -332,7 +333,25 @@ def test_progress_rate_is_calls_per_elapsed_second():
     p.t0 = time.perf_counter() - 2.0  # pretend the run started two seconds ago
     for _ in range(6):
         p.on_call(Response(key="k", text="A"), retries=0)
+    p.draw()  # the bar is handed the counts at most every DRAW_EVERY seconds
     assert p.bar.tasks[0].fields["rate"] == pytest.approx(3.0, rel=0.05)
+
+
+def test_progress_bar_is_updated_at_most_every_draw_interval_and_for_the_last_item():
+    from grandrounds import progress
+
+    p, _ = make_progress()
+    p.start(1000, "x")
+    for i in range(999):
+        p.on_call(Response(key="k", text="A"), retries=0)
+        p.advance(Grade(str(i), 1.0))
+    shown = p.bar.tasks[0].completed
+    assert shown < 999, "thousands of updates a second are not each handed to the bar"
+    p._drawn -= progress.DRAW_EVERY  # time passes
+    p.on_call(Response(key="k", text="A"), retries=0)
+    assert p.bar.tasks[0].completed == 999, "once the interval has passed the bar shows every item advanced"
+    p.advance(Grade("999", 1.0))
+    assert p.bar.tasks[0].completed == 1000, "the last item is shown at once"
 
 
 def test_progress_start_resets_counters_for_the_next_run():

@@ -30,6 +30,10 @@ if TYPE_CHECKING:
     from grandrounds.batching import BatchEvent
 
 
+#: Seconds between updates of the bar's counts.
+DRAW_EVERY = 0.1
+
+
 class BatchColumn(ProgressColumn):
     """The batches' states and requests processed (empty for a task without batches)."""
 
@@ -68,15 +72,19 @@ class RichProgress:
         self.batches: dict[tuple[str, str], tuple[str, int, int]] = {}
         self.batches_closed = 0
         self.closed_size = self.closed_back = 0
+        self._owed = 0  # items advanced since the bar was last updated
+        self._drawn = -DRAW_EVERY
 
     def __enter__(self) -> "RichProgress":
         self.bar.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.draw()
         self.bar.stop()
 
     def start(self, total: int, label: str) -> None:
+        self.draw()  # the previous task's last counts
         self._reset()
         self.total = total
         self.task = self.bar.add_task(label, total=total, rate=0.0, failed=0, retries=0, unscored=0, eta="-")
@@ -88,9 +96,22 @@ class RichProgress:
         pace = (time.perf_counter() - self.t_work) / self.worked
         return max(0, self.total - self.done) * pace
 
-    def _update(self, advance: int = 0) -> None:
+    def draw(self) -> None:
+        """Hand the bar the counts as they are now (they are otherwise at most DRAW_EVERY seconds old)."""
+        self._update(force=True)
+
+    def _update(self, advance: int = 0, force: bool = False) -> None:
+        """Hand the counts to the bar at most every DRAW_EVERY seconds (and for the last item):
+        it redraws ten times a second anyway, and updating it for each of thousands of calls a
+        second would cost the run more than the calls' own bookkeeping."""
         if self.task is None:
             return
+        self._owed += advance
+        now = time.perf_counter()
+        if not force and now - self._drawn < DRAW_EVERY and self.done < self.total:
+            return
+        self._drawn = now
+        advance, self._owed = self._owed, 0
         rate = self.calls / max(1e-6, time.perf_counter() - self.t0)
         left = self.eta()
         eta = "-" if left is None else str(timedelta(seconds=round(left)))
