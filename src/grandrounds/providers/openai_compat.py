@@ -46,7 +46,11 @@ class OpenAIProvider(Provider):
         ),
     )
     example = "openai/gpt-4o (any OpenAI-compatible server with --base-url)"
-    default_concurrency = 32
+    #: Calls in flight when --concurrency is not given: as many as vllm/ and sglang/ keep, which
+    #: their continuous batching takes without queueing and hosted APIs take within their rate
+    #: limits (a 429 is retried after its Retry-After). A server with fewer slots (llama.cpp's,
+    #: Ollama) queues the rest, and a queued call's --timeout runs: set --concurrency to its slots.
+    default_concurrency = 64
 
     def __init__(
         self,
