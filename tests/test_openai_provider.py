@@ -723,3 +723,19 @@ def test_a_redirect_is_not_followed_and_names_its_target():
     assert isinstance(err, ProviderError) and err.retryable is False
     assert str(err) == "HTTP 307: the endpoint redirects to https://other.example.invalid/v1/chat/completions; use that as --base-url"
     assert n == 1, "the key is not sent on to another host"
+
+
+@pytest.mark.parametrize(
+    "raw,text",
+    [
+        (b'{"choices": [{"message": {"role": "assistant", "content": "B"}, "finish_reason": "stop", "logprob": NaN}]}', "B"),
+        (b'{"choices": [{"message": {"role": "assistant", "content": "a\\ud800b"}, "finish_reason": "stop"}]}', "a\ud800b"),
+        ('{"choices": [{"message": {"role": "assistant", "content": "中文"}, "finish_reason": "stop"}]}'.encode("utf-16"), "中文"),
+    ],
+    ids=["nan-literal", "lone-surrogate", "utf-16"],
+)
+def test_bodies_the_fast_parser_refuses_are_read_as_the_standard_library_reads_them(raw, text):
+    with ScriptServer(lambda s: Reply(200, raw)) as srv:
+        out = one(provider_for(srv.url()))
+    assert not isinstance(out, ProviderError), f"got {out!r}"
+    assert out.ok and out.text == text

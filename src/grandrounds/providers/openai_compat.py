@@ -24,6 +24,8 @@ import time
 from typing import Any
 from urllib.parse import unquote
 
+import orjson
+
 from grandrounds.errors import ConfigError
 from grandrounds.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
@@ -114,9 +116,12 @@ class OpenAIProvider(Provider):
         if reply.status >= 300:
             raise self._status_error(reply, body)
         try:
-            out = json.loads(reply.body)
-        except ValueError:
-            raise self._not_json(reply) from None
+            out = orjson.loads(reply.body)  # about five times faster than json.loads
+        except orjson.JSONDecodeError:
+            try:  # what orjson refuses and the standard library reads (NaN, a lone surrogate, UTF-16)
+                out = json.loads(reply.body)
+            except ValueError:
+                raise self._not_json(reply) from None
         if not isinstance(out, dict):
             raise ProviderError("malformed response body: not a JSON object", retryable=True)
         return out
