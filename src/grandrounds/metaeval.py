@@ -78,6 +78,7 @@ from grandrounds.protocols import PROTOCOL_NAMES, Protocol
 from grandrounds.records import Grade, Message
 from grandrounds.store import AgreementRecord, Store
 from grandrounds.textutil import strip_reasoning
+from grandrounds.upstream import SIMPLE_EVALS
 
 if TYPE_CHECKING:  # the judging machinery is imported when a validation runs, not when a report shows its figures
     from grandrounds.executor import CallStats, RetryPolicy
@@ -574,7 +575,7 @@ def agreement_record(
     ident = {"suite": SUITE, "judge": judge.spec, "params": params, "protocol": cfg.protocol, "prompt": prompts.prompt_id,
              "dataset": dataset, "limit": cfg.limit, "templates": templates}
     metrics["fingerprint"] = ident | {"deviations": dict(deviations), "protocol_preset": proto.describe(),
-                                      "max_reask": cfg.max_reask, "seed": cfg.seed, "source": "openai/simple-evals healthbench_meta_eval.py @ ee3b031"}
+                                      "max_reask": cfg.max_reask, "seed": cfg.seed, "source": f"{SIMPLE_EVALS.repo} healthbench_meta_eval.py @ {SIMPLE_EVALS.commit[:7]}"}
     return AgreementRecord(
         key=content_hash(ident), suite=SUITE, judge=judge.spec, judge_params=params, protocol=cfg.protocol,
         prompt=prompts.prompt_id, dataset_sha256=dataset, n_rows=len(rows), summary=summary, metrics=metrics,

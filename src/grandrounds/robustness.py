@@ -60,7 +60,7 @@ from grandrounds.stats import wilson_ci
 if TYPE_CHECKING:
     from grandrounds.analysis import ResultRow
     from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-    from grandrounds.executor import CallStats
+    from grandrounds.executor import CallStats, EndpointLimits
     from grandrounds.reports.collect import Section
     from grandrounds.runner import Progress, RunConfig, RunOutcome
     from grandrounds.store import Store
@@ -255,6 +255,9 @@ class Attacker:
     max_tokens: int = 1024
     max_reask: int = 2
     concurrency: int | None = None
+    #: Call starts per minute on the attacker's endpoint (``--attacker-rpm``); on the candidate's
+    #: endpoint the lower of this and ``--rpm`` holds, for both.
+    rpm: int | None = None
 
 
 def attack_messages(sample: Sample) -> tuple[Message, ...]:
@@ -328,20 +331,25 @@ def load_rewrites(probe: Probe) -> dict[str, str]:
 
 
 async def rewrite_questions(
-    store: "Store", samples: Sequence[Sample], attacker: Attacker, seed: int = 0, progress: "Progress | None" = None
+    store: "Store", samples: Sequence[Sample], attacker: Attacker, seed: int = 0, progress: "Progress | None" = None,
+    endpoints: "EndpointLimits | None" = None,
 ) -> tuple[Rewrites, "CallStats"]:
     """Ask the attacker to rewrite each item's question, through the cached executor.
 
     An unreadable rewrite is asked again (``attempt`` 1, 2, ...) up to ``attacker.max_reask``
     times; a failed call is not (the executor has retried it; running again retries it).
+    ``endpoints`` are the runs' connection and rate limits: an attacker on the candidate's
+    server takes its slots and its ``--rpm`` with the candidate's calls.
     """
-    from grandrounds.executor import Executor
+    from grandrounds.executor import EndpointLimits, Executor
     from grandrounds.providers.base import check_model
     from grandrounds.runner import make_provider
 
     options = check_model(attacker.spec, attacker.options, "chat")
     provider = make_provider(attacker.spec, attacker.base_url, **options)
-    executor = Executor(store, provider, attacker.concurrency, seed=seed, observer=progress)
+    endpoints = endpoints or EndpointLimits()
+    endpoints.limit_rate(provider.endpoint, attacker.rpm, "--attacker-rpm")
+    executor = Executor(store, provider, attacker.concurrency, seed=seed, observer=progress, endpoints=endpoints)
     params = GenParams(temperature=attacker.temperature, max_tokens=attacker.max_tokens, seed=seed)
     if progress:
         progress.start(len(samples), f"attacker · {provider.spec}")
@@ -443,26 +451,31 @@ def preflight(cfg: "RunConfig", probes: Sequence[str]) -> None:
 async def run_probes(
     store: "Store", cfg: "RunConfig", probes: Sequence[str], attacker: Attacker | None = None, progress: "Progress | None" = None
 ) -> ProbeSet:
-    """Run the unperturbed benchmark and each probe (calls already stored are not made again)."""
-    from grandrounds.runner import run
+    """Run the unperturbed benchmark and each probe (calls already stored are not made again).
 
+    Every run and the attacker share one set of endpoint limits: on one server they take the
+    same connection slots and the same request rate (the lowest of ``--rpm`` and ``--attacker-rpm``)."""
+    from grandrounds.executor import EndpointLimits, check_rpm
     from grandrounds.providers.base import check_model
+    from grandrounds.runner import run
 
     probes = [p if p == "rewrite" else Probe.parse(p).text for p in probes]
     if "rewrite" in probes:
         if attacker is None:
             raise ConfigError("--probe rewrite needs --attacker PROVIDER/MODEL")
         check_model(attacker.spec, attacker.options, "chat")  # its options, before the first call
+        check_rpm(attacker.rpm, "--attacker-rpm")
     preflight(cfg, probes)
-    baseline = await run(store, cfg, progress)
+    endpoints = EndpointLimits()
+    baseline = await run(store, cfg, progress, endpoints)
     out = ProbeSet(baseline, [])
     for p in probes:
         if p == "rewrite" and attacker is not None:
-            out.rewrites, out.attacker_stats = await rewrite_questions(store, baseline.samples, attacker, cfg.options.seed, progress)
+            out.rewrites, out.attacker_stats = await rewrite_questions(store, baseline.samples, attacker, cfg.options.seed, progress, endpoints)
             if not out.rewrites.questions:
                 continue  # nothing to ask: the summary shows the attacker's failures
             p = out.rewrites.save().text
-        out.probes.append((p, await run(store, with_probe(cfg, p), progress)))
+        out.probes.append((p, await run(store, with_probe(cfg, p), progress, endpoints)))
     return out
 
 

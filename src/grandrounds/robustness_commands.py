@@ -77,6 +77,7 @@ def _robustness_command(store_path: Callable[[Optional[Path]], Path], StoreOpt: 
         attacker_max_tokens: int = typer.Option(1024, "--attacker-max-tokens", min=1, help="the attacker's max tokens per rewrite"),
         attacker_reask: int = typer.Option(2, "--attacker-reask", min=0, help="re-asks of a rewrite that cannot be used"),
         attacker_opt: list[str] = typer.Option([], "--attacker-opt", help="attacker provider option KEY=VALUE"),
+        attacker_rpm: Optional[int] = typer.Option(None, "--attacker-rpm", min=1, help="attacker calls started per minute on its endpoint, retries included (on the candidate's endpoint the lower of this and --rpm holds for both; default: no limit of its own)"),
         data: Optional[Path] = typer.Option(None, "--data", help="local file or directory in the original format"),
         limit: Optional[int] = typer.Option(None, "--limit", min=1, help="first N items in source order"),
         base_url: str = typer.Option("", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"),
@@ -119,7 +120,7 @@ def _robustness_command(store_path: Callable[[Optional[Path]], Path], StoreOpt: 
             if attacker:
                 spec, url = split_endpoint(attacker)
                 att = Attacker(spec, url or base_url, cli.parse_params(attacker_opt, "--attacker-opt"), attacker_temperature,
-                               attacker_max_tokens, attacker_reask, concurrency)
+                               attacker_max_tokens, attacker_reask, concurrency, attacker_rpm)
             try:  # this command writes runs: the store is created when missing, as by `run`
                 with Store(cli.store_path(store)) as st, RichProgress(err_console) as prog:
                     ps = asyncio.run(run_probes(st, cfg, names, att, prog))

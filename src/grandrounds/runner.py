@@ -11,6 +11,7 @@ calls are cached and retried like answers.
 from __future__ import annotations
 
 import asyncio
+import codecs
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -453,8 +454,11 @@ def make_judges(
     return execs, tuple(RunJudge(e, j) for e, j in zip(execs, configs))
 
 
-async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) -> RunOutcome:
-    """Answer, grade and aggregate ``cfg.benchmark`` with ``cfg.model``; resumable from the store."""
+async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, endpoints: EndpointLimits | None = None) -> RunOutcome:
+    """Answer, grade and aggregate ``cfg.benchmark`` with ``cfg.model``; resumable from the store.
+
+    ``endpoints``: connection and rate limits shared with other work of one command (the
+    robustness probes and their attacker); by default the run's own."""
     cfg = check_run(cfg)  # --param, --scoring, run and model options: declared, typed, used, before anything is loaded
     s = prepare(store, cfg)
     fp_key = content_hash(s.fingerprint)
@@ -462,7 +466,7 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None) ->
     # Each sample is stored with its answer, not all before the first call: on a large benchmark
     # that is a noticeable pause before anything is asked.
     stored_samples = store.sample_ids(s.bench.name, s.dataset)
-    endpoints = EndpointLimits()
+    endpoints = endpoints or EndpointLimits()
     answers = executor_for(cfg.batch, "answers")(store, s.provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints)
     judge_execs, judges = make_judges(store, cfg.judges, cfg.judge_concurrency, cfg.retry, cfg.options.seed, progress, endpoints, cfg.batch)
     endpoints.limit_rate(s.provider.endpoint, cfg.rpm, "--rpm")
@@ -568,6 +572,10 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
         "dataset": dataset,
         "limit": cfg.limit,
     }
+    # ``--encoding`` changes the text read from the same bytes: it names a run of its own, but only
+    # when given, so the ids of runs that never set it stay what they were.
+    encoding = {"encoding": codecs.lookup(name).name} if (name := DATA_ENCODING.get()) else {}  # cp1252 = CP1252 = windows-1252
+    ident |= encoding
     from grandrounds.providers.engines import engine_record
 
     return RunRecord(
@@ -575,7 +583,7 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
         benchmark=bench.name,
         benchmark_spec=str(bench.spec()),
         model=str(provider.spec),
-        options=options | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit} | engine_record(provider),
+        options=options | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit} | encoding | engine_record(provider),
         dataset_sha256=dataset,
         package_version=grandrounds.__version__,
         gen_params=to_jsonable(cfg.gen or GenParams()),
@@ -657,7 +665,7 @@ def make_result(
         "package_version": run_rec.package_version,
         "run_id": run_rec.id,
         "limit": run_rec.options.get("limit"),
-    } | ({"engine": run_rec.options["engine"]} if run_rec.options.get("engine") else {})  # vLLM/SGLang name and version
+    } | {k: run_rec.options[k] for k in ("engine", "encoding") if run_rec.options.get(k)}  # vLLM/SGLang name and version; --encoding when given
     return Result(
         benchmark=bench.name,
         model=run_rec.model,

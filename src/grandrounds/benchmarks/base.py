@@ -205,12 +205,20 @@ class Benchmark(ABC):
         yield from self.load(root)
 
     def dataset_hash(self, root: Path) -> str:
-        files = [require_file(f) for f in self.data_files(root)]
-        if len(files) == 1:
-            return file_sha256(files[0])
+        """The dataset's key: the sha256 of its file (of its files' hashes when it has several),
+        combined with ``--encoding`` when one is given, since the same bytes read with another
+        codec are other text (their samples are stored apart and their runs ranked apart)."""
+        import codecs
+
+        from grandrounds.benchmarks.readers import DATA_ENCODING
         from grandrounds.hashing import content_hash
 
-        return content_hash({p.name: file_sha256(p) for p in files})
+        files = [require_file(f) for f in self.data_files(root)]
+        digest = file_sha256(files[0]) if len(files) == 1 else content_hash({p.name: file_sha256(p) for p in files})
+        encoding = DATA_ENCODING.get()
+        if encoding:
+            return content_hash({"dataset": digest, "encoding": codecs.lookup(encoding).name})
+        return digest
 
     # ---- prompting --------------------------------------------------------------------
     def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:

@@ -43,7 +43,7 @@ from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.records import AnswerMode, Cell, Grade, Message, Sample
 from grandrounds.registry import Spec
 from grandrounds.scoring.cells import accuracy_cell, group_cells
-from grandrounds.upstream import UpstreamFile, python_string, yaml_value
+from grandrounds.upstream import SIMPLE_EVALS, UpstreamFile, python_string, yaml_value
 
 __all__ = [
     "LmEvalTask", "MultipleChoiceBenchmark", "TEMPLATES", "accuracy_by", "exam_protocols", "macro_average",
@@ -144,7 +144,7 @@ def exam_protocols(task: LmEvalTask | None) -> dict[str, Protocol]:
             "MULTILINGUAL_ANSWER_REGEXES in list order, normalize_extracted_answer); log-prob modes: argmax"
         ),
         aggregation="accuracy over every item: a failed or unreadable answer counts wrong, as the official code scores every item",
-        source=f"openai/simple-evals@ee3b031 mmlu_eval.py; {LM_EVAL_REPO}@{LM_EVAL_COMMIT[:7]} {task.name if task else '-'}",
+        source=f"{SIMPLE_EVALS.repo}@{SIMPLE_EVALS.commit[:7]} mmlu_eval.py; {LM_EVAL_REPO}@{LM_EVAL_COMMIT[:7]} {task.name if task else '-'}",
         settings={
             "prompt": {
                 "generate": "simple-evals common.py QUERY_TEMPLATE_MULTICHOICE",

@@ -27,7 +27,6 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from grandrounds.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys, majority
 from grandrounds.protocols import check_protocol

@@ -74,11 +74,15 @@ def _compare_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None
         if not rows:
             console.print(f"no benchmark has results for both {model_a!r} and {model_b!r}")
             raise typer.Exit(1)
+        from rich.markup import escape
+
         t = Table(title=f"{model_a} - {model_b} (paired bootstrap, seed {seed})")
-        for col in ("benchmark", "n paired", "A", "B", "A - B", "95% CI", "McNemar b/c/p", "verdict"):
+        served = any(any(c.engines()) for c in rows)  # vLLM/SGLang name and version, when either side had one
+        for col in ("benchmark", *(("A engine", "B engine") if served else ()), "n paired", "A", "B", "A - B", "95% CI", "McNemar b/c/p", "verdict"):
             t.add_column(col)
         for c in rows:
-            t.add_row(*c.cells())
+            cells = c.cells()
+            t.add_row(*cells[:1], *((escape(e) for e in c.engines()) if served else ()), *cells[1:])  # a version is the server's text, not markup
         console.print(t)
 
     return compare

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grandrounds.analysis import Comparison, ResultRow, fingerprint_diff, paired_compare
+from grandrounds.analysis import Comparison, ResultRow, engine_label, fingerprint_diff, paired_compare
 from grandrounds.reports.collect import result_rows, values
 from grandrounds.errors import ConfigError
 from grandrounds.store import Store
@@ -27,6 +27,12 @@ class ModelComparison:
         if c.tied:
             return "tied (CI holds 0)"
         return "A better" if c.diff > 0 else "B better"
+
+    def engines(self) -> tuple[str, str]:
+        """The engine that served A and B, named as the leaderboard names it (``vllm 0.9.1``; "" for
+        a model no engine served). Not a reason to refuse the comparison: the engine is part of what
+        is measured, like the model."""
+        return engine_label(self.a.fingerprint) or "", engine_label(self.b.fingerprint) or ""
 
     def cells(self) -> list[str]:
         c = self.result

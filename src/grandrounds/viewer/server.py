@@ -426,7 +426,6 @@ def make_handler(state: ViewerState, idle_timeout: float = 10.0) -> type[BaseHTT
         def _post(self, path: str, host: str) -> None:
             """Store one review: same origin, JSON, the session's CSRF token, validated input."""
             from grandrounds.reviews import ReviewError, add_review
-            from grandrounds.viewer.scales import check_score, review_scale
 
             guard = self.server.guard
             assert guard is not None
@@ -455,11 +454,7 @@ def make_handler(state: ViewerState, idle_timeout: float = 10.0) -> type[BaseHTT
                 return self._json({"error": "missing or wrong CSRF token: reload the page"}, 403)
             store = self.server.state.store()
             try:
-                if review.score is not None and not review.criterion_id:
-                    why = check_score(review.score, review_scale(store, review))
-                    if why:
-                        raise ReviewError(why)
-                rid = add_review(store, review)
+                rid = add_review(store, review)  # checks a whole-answer score against the benchmark's scale
             except (ReviewError, ValueError, TypeError) as e:
                 return self._json({"error": str(e)}, 400)
             self._json({"id": rid})
