@@ -73,6 +73,8 @@ class UpstreamRepo:
 #: openai/simple-evals at the commit every simple-evals file is read from (HealthBench's grader
 #: and sampler, the multiple-choice prompt and answer regexes); as in ../shared/reference/SOURCES.tsv.
 SIMPLE_EVALS = UpstreamRepo("simple-evals", "openai/simple-evals", "ee3b0318d8d1d9d72755a4120879be65f7c07e9e")
+#: FreedomIntelligence/CMB at the commit its prompt, answer matching and scoring are read from.
+CMB = UpstreamRepo("cmb", "FreedomIntelligence/CMB", "6c8ece46097dae736c6805dd3b831e1a38c08971")
 
 
 def reference_root() -> Path | None:

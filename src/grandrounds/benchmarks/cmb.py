@@ -41,10 +41,9 @@ from grandrounds.benchmarks.readers import check_unique_ids, read_json, require_
 from grandrounds.errors import DataError
 from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.records import AnswerMode, Cell, Grade, Sample
-from grandrounds.upstream import UpstreamFile, python_returned_string
+from grandrounds.upstream import CMB, UpstreamFile, python_returned_string
 
-REPO = "FreedomIntelligence/CMB"
-COMMIT = "6c8ece46097dae736c6805dd3b831e1a38c08971"
+REPO, COMMIT = CMB.repo, CMB.commit
 KEY_FILE = "CMB-test-choice-answer.json"
 QUESTION_FILE = "CMB-test-choice-question-merge.json"
 ZIP_FILE = "CMB.zip"

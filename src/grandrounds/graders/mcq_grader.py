@@ -39,7 +39,7 @@ from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.graders.choice_extract import cmb_letters, extract_choice, simple_evals_letter
 from grandrounds.hashing import text_hash
 from grandrounds.records import Grade, Response, Sample
-from grandrounds.upstream import SIMPLE_EVALS, UpstreamFile, python_value
+from grandrounds.upstream import CMB, SIMPLE_EVALS, python_value
 
 LETTERS = "ABCDEFGHIJ"
 MODES = ("generate", "letter-loglik", "text-loglik", "next-token")
@@ -54,10 +54,7 @@ LM_EVAL_TARGET_DELIMITER = " "
 #: openai/simple-evals common.py: the multiple-choice prompt and the answer regexes (read at run time).
 SIMPLE_EVALS_COMMON = SIMPLE_EVALS.file("common.py", "84616c52821a30ae3f55f153a763153fd833cb41b547b09f547b46e6337f8f35")
 #: The CMB files whose reading cmb_letters reimplements (recorded in the fingerprint).
-CMB_UTILS = UpstreamFile(
-    "cmb", "FreedomIntelligence/CMB", "6c8ece46097dae736c6805dd3b831e1a38c08971", "src/utils.py",
-    "72a5bae70502ae930e022759b5b7aa1348f6c93df0aef53977434cc5e5ac68b6",
-)
+CMB_UTILS = CMB.file("src/utils.py", "72a5bae70502ae930e022759b5b7aa1348f6c93df0aef53977434cc5e5ac68b6")
 
 
 def canonical_mode(mode: str) -> str:
