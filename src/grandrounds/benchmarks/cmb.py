@@ -22,6 +22,11 @@ Protocols:
   than its first letter), multiple answers matched as a set of letters, micro accuracy over the
   answers obtained.
 
+Reading: the questions are read one at a time (``--limit 10`` reads ten), and the answer key
+alongside them: a key entry is read when its question comes, entries passed over wait until theirs
+does, so when both files list the ids in the same order only a few entries are held. An id that
+appears twice in the key is an error (a whole-file read would silently keep the last one).
+
 The chain-of-thought prompt (``query_prompt_1``, the one the repository's generate_answers.sh passes
 ``--use_cot`` for) is not offered; CMB has no lm-evaluation-harness task, so no letter-loglik mode.
 """
@@ -32,12 +37,12 @@ import json
 import zipfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, RemoteFile, RunOptions
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, cached, macro_average
 from grandrounds.graders.mcq_grader import CMB_UTILS, LETTERS
-from grandrounds.benchmarks.readers import check_unique_ids, read_json, require_fields
+from grandrounds.benchmarks.readers import iter_json_array, require_fields, stream_json
 from grandrounds.errors import DataError
 from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.records import AnswerMode, Cell, Grade, Sample
@@ -72,23 +77,77 @@ _OURS = replace(
 )
 
 
-def _questions_from(path: Path) -> tuple[Path, Any]:
-    """The parsed question array from a JSON file or from inside CMB.zip."""
+_NO_QUESTIONS = "expected a non-empty JSON array of questions"
+_NO_ANSWERS = "expected a non-empty JSON array of answers"
+
+
+def _questions_from(path: Path) -> tuple[Path, Iterator[tuple[int, Any]]]:
+    """Where the questions are (the JSON file, or ``CMB.zip!member``) and (index, question) for each,
+    read as they are asked for."""
     if path.suffix.lower() != ".zip":
-        return path, read_json(path)
+        return path, iter_json_array(path, _NO_QUESTIONS)
     try:
         with zipfile.ZipFile(path) as zf:
             names = [n for n in zf.namelist() if n.endswith(f"CMB-test/{QUESTION_FILE}") or n == QUESTION_FILE]
-            if not names:
-                raise DataError(path, None, f"no {QUESTION_FILE} inside the zip")
-            raw = zf.read(names[0])
     except zipfile.BadZipFile as e:
         raise DataError(path, None, f"not a readable zip ({e})") from None
+    if not names:
+        raise DataError(path, None, f"no {QUESTION_FILE} inside the zip")
     inner = Path(f"{path}!{names[0]}")
+    return inner, _zipped_questions(path, names[0], inner)
+
+
+def _zipped_questions(path: Path, name: str, inner: Path) -> Iterator[tuple[int, Any]]:
+    """The question array inside the zip, parsed as it is decompressed (UTF-8, a BOM allowed)."""
     try:
-        return inner, json.loads(raw.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise DataError(inner, getattr(e, "lineno", None), f"invalid JSON ({e})") from None
+        with zipfile.ZipFile(path) as zf:
+
+            def whole() -> Any:
+                try:
+                    return json.loads(zf.read(name).decode("utf-8-sig"))
+                except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                    raise DataError(inner, getattr(e, "lineno", None), f"invalid JSON ({e})") from None
+
+            yield from stream_json(lambda: zf.open(name), whole, inner, list, _NO_QUESTIONS)
+    except zipfile.BadZipFile as e:
+        raise DataError(path, None, f"not a readable zip ({e})") from None
+
+
+class _AnswerKey:
+    """The answer key's entries by id, read from the key file as questions ask for them.
+
+    An entry is read when its question comes; entries read past wait in ``pending`` until theirs
+    does, so files listing ids in the same order hold a few entries at a time, and files in
+    different orders hold what a whole-file read would. ``matched`` is the set of question ids
+    already answered (the caller's), which makes an id found twice in the key an error.
+    """
+
+    def __init__(self, path: Path, matched: set[str]) -> None:
+        self.path = path
+        self.entries = iter_json_array(path, _NO_ANSWERS)
+        self.pending: dict[str, dict[str, Any]] = {}
+        self.matched = matched
+        self.read_any = False
+
+    def get(self, sid: str | None) -> dict[str, Any] | None:
+        """The entry for question ``sid``, or None when the key has none (``sid`` None: check the
+        entries not read yet, as a whole-file read would have)."""
+        if sid is not None and sid in self.pending:
+            return self.pending.pop(sid)
+        for i, rec in self.entries:
+            self.read_any = True
+            if not isinstance(rec, dict) or "id" not in rec:
+                raise DataError(self.path, f"record #{i}", "not an object with an 'id'")
+            require_fields(self.path, f"id {rec['id']}", rec, ("answer", "question_type", "exam_type", "exam_class"))
+            kid = str(rec["id"])
+            if kid == sid:
+                return rec
+            if kid in self.pending or kid in self.matched:
+                raise DataError(self.path, f"id {kid}", "appears twice in the answer key")
+            self.pending[kid] = rec
+        if not self.read_any:
+            raise DataError(self.path, None, _NO_ANSWERS)
+        return None
 
 
 class CMB(MultipleChoiceBenchmark):
@@ -139,32 +198,27 @@ class CMB(MultipleChoiceBenchmark):
                 return [key, root / name]
         raise DataError(root, None, f"no questions: expected {QUESTION_FILE} or {ZIP_FILE} beside {KEY_FILE}")
 
-    def load(self, root: Path) -> list[Sample]:
+    def records(self, root: Path) -> Iterator[Sample]:
         key_path, q_file = self.data_files(root)
-        keys = read_json(key_path)
-        if not isinstance(keys, list) or not keys:
-            raise DataError(key_path, None, "expected a non-empty JSON array of answers")
-        answers: dict[str, dict[str, Any]] = {}
-        for i, rec in enumerate(keys):
-            if not isinstance(rec, dict) or "id" not in rec:
-                raise DataError(key_path, f"record #{i}", "not an object with an 'id'")
-            require_fields(key_path, f"id {rec['id']}", rec, ("answer", "question_type", "exam_type", "exam_class"))
-            answers[str(rec["id"])] = rec
+        seen: set[str] = set()
+        answers = _AnswerKey(key_path, seen)
         q_path, questions = _questions_from(q_file)
-        if not isinstance(questions, list) or not questions:
-            raise DataError(q_path, None, "expected a non-empty JSON array of questions")
-        samples = [self._sample(q_path, key_path, i, q, answers) for i, q in enumerate(questions)]
-        check_unique_ids(q_path, (s.id for s in samples))
-        return samples
+        for i, q in questions:
+            if not isinstance(q, dict) or "id" not in q:
+                raise DataError(q_path, f"record #{i}", "not an object with an 'id'")
+            sid = str(q["id"])
+            if sid in seen:
+                raise DataError(q_path, f"record {sid!r}", "duplicate id")
+            require_fields(q_path, f"id {sid}", q, ("question", "option"))
+            seen.add(sid)
+            yield self._sample(q_path, key_path, sid, q, answers.get(sid))
+        if not seen:
+            raise DataError(q_path, None, _NO_QUESTIONS)
+        answers.get(None)  # every question read: the rest of the key is checked too
 
-    def _sample(self, q_path: Path, key_path: Path, i: int, q: Any, answers: dict[str, dict[str, Any]]) -> Sample:
-        if not isinstance(q, dict) or "id" not in q:
-            raise DataError(q_path, f"record #{i}", "not an object with an 'id'")
-        sid = str(q["id"])
-        require_fields(q_path, f"id {sid}", q, ("question", "option"))
-        if sid not in answers:
+    def _sample(self, q_path: Path, key_path: Path, sid: str, q: dict[str, Any], key: dict[str, Any] | None) -> Sample:
+        if key is None:
             raise DataError(key_path, f"id {sid}", f"question has no entry in the answer key {key_path.name}")
-        key = answers[sid]
         options = q["option"]
         if not isinstance(options, dict):
             raise DataError(q_path, f"id {sid}", "field 'option' must map letters to texts")

@@ -204,6 +204,8 @@ class GAPS(Benchmark):
         return [root / rf.filename for rf in SUBSETS[self.param("subset")]]
 
     def load(self, root: Path) -> list[Sample]:
+        # Read whole: openpyxl reads a workbook's shared-strings table (the text of every cell) whole
+        # even in read-only mode, so reading rows one at a time would hold about as much.
         return [s for path in self.data_files(root) for s in self._load_file(path)]
 
     def _load_file(self, path: Path) -> list[Sample]:

@@ -125,6 +125,8 @@ class LLMEvalMed(Benchmark):
     )
 
     def load(self, root: Path) -> list[Sample]:
+        # Read whole: the turns are grouped into dialogues over the whole set (a run holds them all
+        # anyway), and the file writes NaN, which only a whole-file read with Python's json accepts.
         path = resolve_file(root, "dataset.json")
         data = read_json(path)
         if not isinstance(data, dict):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RunOptions
 from grandrounds.errors import ConfigError, DataError
@@ -213,6 +213,22 @@ class MultipleChoiceBenchmark(Benchmark):
                 return probe.apply(self, unprobed(root))
 
             self.load = load  # type: ignore[method-assign]
+
+    def records(self, root: Path) -> Iterator[Sample]:
+        """The exam's items one at a time, in file order, as the file holds them (no probe).
+
+        An exam whose file can be read record by record defines this, and :meth:`load` and
+        :meth:`iter_samples` follow from it; one that reads its file whole defines ``load`` instead.
+        """
+        raise NotImplementedError(f"{type(self).__name__} defines neither records nor load")
+
+    def load(self, root: Path) -> list[Sample]:
+        return list(self.records(root))
+
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
+        if self.probe is not None or type(self).records is MultipleChoiceBenchmark.records:
+            return iter(self.load(root))  # a probe transforms the whole item set
+        return self.records(root)
 
     def dataset_hash(self, root: Path) -> str:
         """The data files' hash; with a probe, combined with it (the probed items are another item set)."""

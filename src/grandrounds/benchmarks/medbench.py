@@ -13,10 +13,10 @@ import json
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
-from grandrounds.benchmarks.readers import read_jsonl
+from grandrounds.benchmarks.readers import iter_jsonl
 from grandrounds.errors import DataError
 from grandrounds.records import Cell, Grade, Message, Sample
 from grandrounds.registry import Spec
@@ -41,11 +41,15 @@ class MedBench(Benchmark):
         return files
 
     def load(self, root: Path) -> list[Sample]:
-        return [s for path in self.data_files(root) for s in self._load_file(path)]
+        return list(self.iter_samples(root))
 
-    def _load_file(self, path: Path) -> list[Sample]:
-        out: list[Sample] = []
-        for lineno, rec in read_jsonl(path):
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
+        for path in self.data_files(root):
+            yield from self._iter_file(path)
+
+    def _iter_file(self, path: Path) -> Iterator[Sample]:
+        """The file's lines as samples, one at a time (a row index counts the file's records)."""
+        for row, (lineno, rec) in enumerate(iter_jsonl(path)):
             other = rec.get("other")
             if not isinstance(rec.get("question"), str) or not rec["question"].strip():
                 raise DataError(path, lineno, "each line needs a non-empty string 'question'")
@@ -54,21 +58,17 @@ class MedBench(Benchmark):
             answer = rec.get("answer", "")
             if not isinstance(answer, str):
                 raise DataError(path, lineno, f"'answer' must be a string, got {type(answer).__name__}")
-            row = len(out)
             question = rec["question"]
             if isinstance(rec.get("options"), (list, dict)) and rec["options"]:
                 question += "\n" + _options_text(rec["options"])
-            out.append(
-                Sample(
-                    id=f"{other['source']}/{other['id']}/{row}",
-                    benchmark=self.name,
-                    messages=(Message("system", SYSTEM), Message("user", question)),
-                    target=answer.strip() or None,
-                    metadata={"source": str(other["source"]), "question_id": other["id"], "file": path.name,
-                              "row": row, "record": rec, "language": "zh", "has_images": bool(rec.get("img_path"))},
-                )
+            yield Sample(
+                id=f"{other['source']}/{other['id']}/{row}",
+                benchmark=self.name,
+                messages=(Message("system", SYSTEM), Message("user", question)),
+                target=answer.strip() or None,
+                metadata={"source": str(other["source"]), "question_id": other["id"], "file": path.name,
+                          "row": row, "record": rec, "language": "zh", "has_images": bool(rec.get("img_path"))},
             )
-        return out
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("medbench", {})

@@ -44,7 +44,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-from grandrounds.benchmarks.readers import check_unique_ids, read_csv
+from grandrounds.benchmarks.readers import iter_csv
 from grandrounds.errors import DataError
 from grandrounds.params import Param
 from grandrounds.protocols import OUR_ANSWER, Protocol, ours
@@ -96,22 +96,21 @@ def question_id(link: str) -> str:
 
 
 def read_rows(path: Path, columns: tuple[str, ...], refused: dict[str, str] | None = None) -> Iterator[tuple[int, dict[str, str]]]:
-    """(first line of the row, row) for each CSV row under its header (:func:`read_csv`: a missing
-    column or malformed quoting is a DataError naming the line). A column in ``refused`` (name -> why)
-    or a row with too few or too many cells is one too."""
-    reader = read_csv(path, columns)
+    """(first line of the row, row) for each CSV row under its header, read as asked for
+    (:func:`~grandrounds.benchmarks.readers.iter_csv`: a missing column or malformed quoting is a
+    DataError naming the line). A column in ``refused`` (name -> why) or a row with too few or too
+    many cells is one too."""
+    reader = iter_csv(path, columns)
     header = list(reader.fieldnames or [])
     for col, why in (refused or {}).items():
         if col in header:
             raise DataError(path, 1, f"unexpected column {col!r}: {why}")
-    start = 2
-    for row in reader:
+    for start, row in reader:
         if None in row:
-            raise DataError(path, start, f"{len(header) + len(row[None])} cells, the header has {len(header)}")  # type: ignore[index]
+            raise DataError(path, start, f"{len(header) + len(row[None])} cells, the header has {len(header)}")
         if any(v is None for v in row.values()):
             raise DataError(path, start, f"{sum(v is not None for v in row.values())} cells, the header has {len(header)}")
         yield start, row
-        start = reader.line_num + 1
 
 
 class MedBullets(MultipleChoiceBenchmark):
@@ -150,17 +149,20 @@ class MedBullets(MultipleChoiceBenchmark):
     def data_files(self, root: Path) -> list[Path]:
         return [resolve_file(root, self.file.filename)]
 
-    def load(self, root: Path) -> list[Sample]:
+    def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, self.file.filename)
         option_cols = tuple(_OPTION_COLUMNS[k] for k in self.letters)
         columns = ("link", "question", *option_cols, "answer_idx", "answer", "explanation")
         refused = {"ope": "a fifth option (the op5 file); pass --param options=5"} if self.n_options == 4 else {}
-        rows = read_rows(path, columns, refused)
-        samples = [self._sample(path, no, row) for no, row in rows]
-        if not samples:
+        seen: set[str] = set()
+        for no, row in read_rows(path, columns, refused):
+            sample = self._sample(path, no, row)
+            if sample.id in seen:
+                raise DataError(path, f"record {sample.id!r}", "duplicate id")
+            seen.add(sample.id)
+            yield sample
+        if not seen:
             raise DataError(path, None, "no questions in the file")
-        check_unique_ids(path, (s.id for s in samples))
-        return samples
 
     def _sample(self, path: Path, no: int, row: dict[str, str]) -> Sample:
         for col in ("link", "question", *(_OPTION_COLUMNS[k] for k in self.letters)):

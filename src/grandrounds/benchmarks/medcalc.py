@@ -66,10 +66,10 @@ import ast
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.readers import read_csv
+from grandrounds.benchmarks.readers import iter_csv
 from grandrounds.errors import DataError
 from grandrounds.graders.medcalc_extract import parse_ground_truth
 from grandrounds.hashing import file_sha256, text_hash
@@ -203,12 +203,17 @@ class MedCalcBench(Benchmark):
         return [self.data_file(root)]
 
     def load(self, root: Path) -> list[Sample]:
+        return list(self.iter_samples(root))
+
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
+        """The rows one at a time (a row's Patient Note spans lines; each row is read whole)."""
         path = self.data_file(root)
         v10 = VERSIONS["v1.0"].file.sha256
         if self.version.name != "v1.0" and file_sha256(path) == v10:
             raise DataError(path, None, f"this is the v1.0 file (sha256 {str(v10)[:12]}...), not {self.version.name}; "
                                         "drop --param version or pass that version's file")
-        return [self._row(path, row) for row in read_csv(path, COLUMNS)]
+        for _, row in iter_csv(path, COLUMNS):
+            yield self._row(path, row)
 
     def _row(self, path: Path, row: dict[str, str]) -> Sample:
         where = f"Row Number {row['Row Number']}"

@@ -49,10 +49,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
-from grandrounds.benchmarks.readers import read_csv
+from grandrounds.benchmarks.readers import iter_csv
 from grandrounds.errors import DataError
 from grandrounds.params import Param
 from grandrounds.protocols import Protocol, ours
@@ -139,17 +139,20 @@ class MEDEC(Benchmark):
         return [root / rf.filename for rf in SPLITS[self.param("split")]]
 
     def load(self, root: Path) -> list[Sample]:
-        return [s for path in self.data_files(root) for s in self._load_file(path)]
+        return list(self.iter_samples(root))
 
-    def _load_file(self, path: Path) -> list[Sample]:
-        reader = read_csv(path, COLUMNS)
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
+        for path in self.data_files(root):
+            yield from self._iter_file(path)
+
+    def _iter_file(self, path: Path) -> Iterator[Sample]:
+        """The file's texts one at a time; ``line`` in an error is the line the row starts on."""
+        reader = iter_csv(path, COLUMNS)
         split = "validation" if "Validation" in path.name else "test" if "Test" in path.name else "unknown"
-        out = []
-        for row in reader:
+        for line, row in reader:
             if all(not (v or "").strip() for v in row.values()):
                 continue  # the test file's trailing empty rows
-            out.append(self._row(path, reader.line_num, row, split))
-        return out
+            yield self._row(path, line, row, split)
 
     def _row(self, path: Path, line: int, row: dict[str, str], split: str) -> Sample:
         tid = row["Text ID"].strip()

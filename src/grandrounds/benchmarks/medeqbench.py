@@ -62,10 +62,10 @@ import re
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
-from grandrounds.benchmarks.readers import read_csv
+from grandrounds.benchmarks.readers import iter_csv
 from grandrounds.errors import DataError
 from grandrounds.params import Param
 from grandrounds.protocols import Generation, Protocol, ours
@@ -247,29 +247,34 @@ class MedEQBench(Benchmark):
         return [root] if root.is_file() else [root / f"{self.subset}.csv"]
 
     def load(self, root: Path) -> list[Sample]:
+        return list(self.iter_samples(root))
+
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
+        """The questions one at a time; an error names the row's id and the line the row starts on."""
         path = self.data_files(root)[0]
-        reader = read_csv(path, ("id", "question", "rubrics"))
-        samples, seen = [], set()
-        for rec in reader:
+        seen: set[str] = set()
+        for line, rec in iter_csv(path, ("id", "question", "rubrics")):
             if not any((v or "").strip() for v in rec.values() if isinstance(v, str)):
                 continue  # a blank CSV row carries no record
             row = (rec["id"] or "").strip()
-            where = f"row id {row or '?'} (record {reader.line_num})"
+            where = f"row id {row or '?'} (line {line})"
             if not row or not (rec["question"] or "").strip() or not (rec["rubrics"] or "").strip():
                 raise DataError(path, where, "id, question and rubrics must all be non-empty")
             if row in seen:
                 raise DataError(path, where, "duplicate id")
             seen.add(row)
-            rubric, spellings = parse_rubric(rec["rubrics"], path, row)
-            meta = {
-                "rubric_text": rec["rubrics"],  # the cell as the judge sees it (the reference passes it unchanged)
-                "dimension_spellings": spellings,
-                "reference_items": reference_item_table(rec["rubrics"], {c.id for c in rubric}, path, where),
-            }
-            samples.append(Sample(row, self.name, (Message("user", rec["question"].strip()),), rubric=tuple(rubric), metadata=meta))
-        if not samples:
+            yield self._sample(path, where, row, rec)
+        if not seen:
             raise DataError(path, None, "no records")
-        return samples
+
+    def _sample(self, path: Path, where: str, row: str, rec: Mapping[str, Any]) -> Sample:
+        rubric, spellings = parse_rubric(rec["rubrics"], path, row)
+        meta = {
+            "rubric_text": rec["rubrics"],  # the cell as the judge sees it (the reference passes it unchanged)
+            "dimension_spellings": spellings,
+            "reference_items": reference_item_table(rec["rubrics"], {c.id for c in rubric}, path, where),
+        }
+        return Sample(row, self.name, (Message("user", rec["question"].strip()),), rubric=tuple(rubric), metadata=meta)
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("medeq", {"protocol": options.protocol})

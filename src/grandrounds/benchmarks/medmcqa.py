@@ -67,15 +67,7 @@ class MedMCQA(MultipleChoiceBenchmark):
     def lm_eval_context(self, sample: Sample) -> str:
         return medmcqa_context(sample)
 
-    def load(self, root: Path) -> list[Sample]:
-        return list(self._records(root))
-
-    def iter_samples(self, root: Path) -> Iterator[Sample]:
-        if self.probe is not None:  # a probe transforms the whole item set
-            return iter(self.load(root))
-        return self._records(root)
-
-    def _records(self, root: Path) -> Iterator[Sample]:
+    def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, self.remote_files[0].filename)
         seen: set[str] = set()
         for no, rec in iter_jsonl(path):

@@ -85,12 +85,7 @@ class MedQA(MultipleChoiceBenchmark):
     lm_eval = MEDQA_TASK
     protocols = exam_protocols(MEDQA_TASK)
 
-    def load(self, root: Path) -> list[Sample]:
-        return load_medqa_format(self, resolve_file(root, self.remote_files[0].filename))
-
-    def iter_samples(self, root: Path) -> Iterator[Sample]:
-        if self.probe is not None:  # a probe transforms the whole item set
-            return iter(self.load(root))
+    def records(self, root: Path) -> Iterator[Sample]:
         return iter_medqa_format(self, resolve_file(root, self.remote_files[0].filename))
 
     def lm_eval_context(self, sample: Sample) -> str:

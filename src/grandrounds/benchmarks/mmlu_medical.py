@@ -16,12 +16,10 @@ pinned reference files, so the context here is ``doc_to_text`` alone and lacks t
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
-from grandrounds.benchmarks.base import RemoteFile, RunOptions, read_text
+from grandrounds.benchmarks.base import RemoteFile, RunOptions
 from grandrounds.benchmarks.mcq import (
     LmEvalTask,
     MultipleChoiceBenchmark,
@@ -33,6 +31,7 @@ from grandrounds.benchmarks.mcq import (
     macro_average,
 )
 from grandrounds.benchmarks.medqa import MIRAGE
+from grandrounds.benchmarks.readers import iter_csv_rows
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.params import Param
 from grandrounds.records import Grade, Sample
@@ -62,18 +61,11 @@ MMLU_TASK = LmEvalTask(
 )
 
 
-def read_subject_csv(path: Path) -> list[tuple[int, list[str]]]:
-    """(first line number, row) for each non-empty row; CRLF inside quoted cells is folded to LF."""
-    reader = csv.reader(io.StringIO(read_text(path), newline=""))
-    rows, start = [], 1
-    try:
-        for row in reader:
-            if row:
-                rows.append((start, [c.replace("\r\n", "\n") for c in row]))
-            start = reader.line_num + 1
-    except csv.Error as e:
-        raise DataError(path, start, f"malformed CSV ({e})") from None
-    return rows
+def read_subject_csv(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(first line number, row) for each non-empty row, read as asked for; CRLF inside quoted cells
+    is folded to LF. A malformed row is a DataError naming the line it starts on."""
+    for start, row in iter_csv_rows(path):
+        yield start, [c.replace("\r\n", "\n") for c in row]
 
 
 class MMLUMedical(MultipleChoiceBenchmark):
@@ -109,10 +101,9 @@ class MMLUMedical(MultipleChoiceBenchmark):
             return [root]
         return [root / f"{s}_test.csv" for s in self.subjects]
 
-    def load(self, root: Path) -> list[Sample]:
+    def records(self, root: Path) -> Iterator[Sample]:
         if not root.exists():
             raise DataError(root, None, "file or directory not found")
-        samples = []
         for path in self.data_files(root):
             if not path.exists():
                 raise DataError(path, None, f"file not found (expected {path.name} in {root})")
@@ -126,8 +117,7 @@ class MMLUMedical(MultipleChoiceBenchmark):
                 if answer not in "ABCD" or not answer:
                     raise DataError(path, no, f"answer must be A, B, C or D, got {row[5]!r}")
                 choices = dict(zip("ABCD", row[1:5]))
-                samples.append(self.make_sample(f"{subject}-{i}", row[0], choices, answer, subject=subject))
-        return samples
+                yield self.make_sample(f"{subject}-{i}", row[0], choices, answer, subject=subject)
 
     def lm_eval_context(self, sample: Sample) -> str:
         """lm-eval's Jinja doc_to_text (read from the template YAML) over the cais/mmlu fields."""

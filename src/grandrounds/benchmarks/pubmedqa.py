@@ -20,25 +20,31 @@ generated answer is asked and read our way under both protocols. They differ in 
 preprocess_pubmedqa.doc_to_text builds from CONTEXTS and QUESTION, and the choices yes/no/maybe as
 continuations (the option texts, not letters). lm-eval reads the same 500 test items from
 bigbio/pubmed_qa (pubmed_qa_labeled_fold0_source, test split).
+
+Reading: ``split=all`` reads ``ori_pqal.json`` a record at a time (a PMID written twice is an
+error there, where a whole-file read would keep its last record). The test split is asked in the
+order of ``test_ground_truth.json``, which is not the order of ``ori_pqal.json`` (the published 500
+test PMIDs are spread over it), so ``ori_pqal.json`` is read whole for it (1,000 records).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 from dataclasses import replace
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
-from grandrounds.benchmarks.readers import read_json, require_fields
+from grandrounds.benchmarks.mcq import LM_EVAL_COMMIT, LM_EVAL_REPO, LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
+from grandrounds.benchmarks.readers import iter_json_object, read_json, require_fields
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.params import Param
 from grandrounds.protocols import OUR_ANSWER
 from grandrounds.records import Grade, Sample
 from grandrounds.upstream import python_returned_string
 
-REPO = "https://raw.githubusercontent.com/pubmedqa/pubmedqa/1cbae8e92f72f20c8d3747cbb3bf5bc53554d997/data"
+PUBMEDQA_COMMIT = "1cbae8e92f72f20c8d3747cbb3bf5bc53554d997"
+REPO = f"https://raw.githubusercontent.com/pubmedqa/pubmedqa/{PUBMEDQA_COMMIT}/data"
 LABELS = ("yes", "no", "maybe")
 CHOICES = {"A": "yes", "B": "no", "C": "maybe"}
 
@@ -72,7 +78,7 @@ def _protocols() -> dict:
         answer=OUR_ANSWER,
         extraction="generate: ours (PubMedQA publishes no prompt or reading for language models); log-prob modes: argmax",
         aggregation="evaluation.py: accuracy and sklearn macro-F1 over every test PMID; a failed or unread answer is the prediction ''",
-        source="pubmedqa/pubmedqa@1cbae8e evaluation.py; EleutherAI/lm-evaluation-harness@4e7e0d4 pubmedqa (letter-loglik)",
+        source=f"pubmedqa/pubmedqa@{PUBMEDQA_COMMIT[:7]} evaluation.py; {LM_EVAL_REPO}@{LM_EVAL_COMMIT[:7]} pubmedqa (letter-loglik)",
         settings={"prompt": {**base["reference"].settings["prompt"], "generate": "ours (none published)"}},
     )
     ours_ = replace(
@@ -147,26 +153,34 @@ class PubMedQA(MultipleChoiceBenchmark):
         ori = resolve_file(root, "ori_pqal.json")
         return [ori] if self.split == "all" else [ori, ori.parent / "test_ground_truth.json"]
 
-    def load(self, root: Path) -> list[Sample]:
+    def records(self, root: Path) -> Iterator[Sample]:
         files = self.data_files(root)
         ori_path = files[0]
+        no_records = "expected a JSON object mapping PMID -> record"
+        if self.split == "all":  # every record, in the file's order: one at a time
+            seen: set[str] = set()
+            for pmid, rec in iter_json_object(ori_path, no_records):
+                if pmid in seen:
+                    raise DataError(ori_path, f"PMID {pmid}", "appears twice in the object")
+                seen.add(pmid)
+                label = rec.get("final_decision") if isinstance(rec, dict) else None
+                yield self._sample(ori_path, ori_path, pmid, label, rec)
+            if not seen:
+                raise DataError(ori_path, None, no_records)
+            return
         data = read_json(ori_path)
         if not isinstance(data, dict) or not data:
-            raise DataError(ori_path, None, "expected a JSON object mapping PMID -> record")
-        if self.split == "all":
-            wanted = {pmid: rec.get("final_decision") if isinstance(rec, dict) else None for pmid, rec in data.items()}
-            key_path = ori_path
-        else:
-            key_path = resolve_file(files[1], files[1].name)
-            wanted = read_json(key_path)
-            if not isinstance(wanted, dict) or not wanted:
-                raise DataError(key_path, None, "expected a JSON object mapping PMID -> yes/no/maybe")
-        return [self._sample(ori_path, key_path, pmid, label, data) for pmid, label in wanted.items()]
+            raise DataError(ori_path, None, no_records)
+        key_path = resolve_file(files[1], files[1].name)
+        wanted = read_json(key_path)
+        if not isinstance(wanted, dict) or not wanted:
+            raise DataError(key_path, None, "expected a JSON object mapping PMID -> yes/no/maybe")
+        for pmid, label in wanted.items():
+            if pmid not in data:
+                raise DataError(key_path, f"PMID {pmid}", f"not found in {ori_path.name}")
+            yield self._sample(ori_path, key_path, pmid, label, data[pmid])
 
-    def _sample(self, ori: Path, key: Path, pmid: str, label: Any, data: dict[str, Any]) -> Sample:
-        if pmid not in data:
-            raise DataError(key, f"PMID {pmid}", f"not found in {ori.name}")
-        rec = data[pmid]
+    def _sample(self, ori: Path, key: Path, pmid: str, label: Any, rec: Any) -> Sample:
         if not isinstance(rec, dict):
             raise DataError(ori, f"PMID {pmid}", "record is not a JSON object")
         require_fields(ori, f"PMID {pmid}", rec, ("QUESTION", "CONTEXTS", "final_decision"))

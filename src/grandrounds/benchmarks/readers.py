@@ -16,7 +16,7 @@ import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from grandrounds.errors import ConfigError, DataError
 
@@ -291,6 +291,245 @@ def read_csv(path: Path, columns: Iterable[str]) -> csv.DictReader:  # type: ign
     if missing:
         raise DataError(path, 1, f"missing columns: {', '.join(missing)}")
     return reader
+
+
+# ---- CSV, a record at a time ---------------------------------------------------------------------
+
+#: A position just after a carriage return that is not followed by a line feed (an old Mac line end).
+_AFTER_LONE_CR = re.compile(r"(?<=\r)(?!\n)")
+
+
+def _csv_lines(path: Path) -> Iterator[str]:
+    """A data file's text in the lines the csv module expects, each with its ending, as
+    ``io.StringIO(text, newline="")`` would cut them (at ``\n``, ``\r\n`` or a lone ``\r``), read
+    through :func:`iter_lines` (so decoded by the same rule, ``--encoding`` included)."""
+    previous: str | None = None
+    for _, line in iter_lines(path):
+        if previous is not None:
+            yield from _cut_lone_cr(previous + "\n")
+        previous = line
+    if previous:  # text after the last line feed
+        yield from _cut_lone_cr(previous)
+
+
+def _cut_lone_cr(text: str) -> Iterator[str]:
+    if "\r" not in text:
+        yield text
+        return
+    yield from (piece for piece in _AFTER_LONE_CR.split(text) if piece)
+
+
+def iter_csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line the row starts on, cells) of each non-blank row of a CSV file, read as they are asked for.
+
+    Quoted cells may span lines; a row's line is the physical line it starts on. A malformed row (a
+    cell over the CSV field limit, a bad quote) is a DataError naming that line, with
+    :func:`read_csv`'s wording. Blank lines are skipped; no header is taken.
+    """
+    reader = csv.reader(_csv_lines(require_file(path)))
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise DataError(path, start, _csv_problem(e)) from None
+        if row:
+            yield start, row
+
+
+class CsvRecords:
+    """Rows of a CSV file with a header line, as ``(line the row starts on, row)``, read one at a time.
+
+    The streaming form of :func:`read_csv`: the same header checks and the same rows (a dict by
+    column name; cells beyond the header under the key None, missing cells None, as
+    ``csv.DictReader`` gives them), and a malformed row is a DataError naming the line it starts on.
+    The header is read when the object is made, so a missing column fails before any row is asked.
+    """
+
+    def __init__(self, path: Path, columns: Iterable[str]) -> None:
+        self.path = path
+        self._reader = csv.reader(_csv_lines(require_file(path)))
+        try:  # the first line is the header, even a blank one (as DictReader takes it)
+            header = next(self._reader, None)
+        except csv.Error as e:
+            raise DataError(path, 1, _csv_problem(e)) from None
+        #: The header's column names; None for a file without a single line.
+        self.fieldnames: list[str] | None = header
+        missing = [c for c in columns if c not in (header or [])]
+        if missing:
+            raise DataError(path, 1, f"missing columns: {', '.join(missing)}")
+
+    def __iter__(self) -> Iterator[tuple[int, dict[Any, Any]]]:
+        return self
+
+    def __next__(self) -> tuple[int, dict[Any, Any]]:
+        names = self.fieldnames
+        if names is None:
+            raise StopIteration
+        while True:
+            start = self._reader.line_num + 1
+            try:
+                row = next(self._reader)
+            except csv.Error as e:
+                raise DataError(self.path, start, _csv_problem(e)) from None
+            if row:
+                break
+        record: dict[Any, Any] = dict(zip(names, row))
+        if len(row) > len(names):
+            record[None] = row[len(names):]
+        for name in names[len(row):]:
+            record[name] = None
+        return start, record
+
+
+def iter_csv(path: Path, columns: Iterable[str]) -> CsvRecords:
+    """(line the row starts on, row) for each row of a CSV file with a header line, read as they are
+    asked for: :func:`read_csv`'s rows and errors without holding the file (:class:`CsvRecords`)."""
+    return CsvRecords(path, columns)
+
+
+# ---- JSON documents, a record at a time ------------------------------------------------------------
+#
+# A file whose top level is an array of records (or an object mapping ids to records) is parsed
+# incrementally by ijson (its C backend, yajl2_c), which reads the file 64 KiB at a time: on a
+# 200 MB array of 490,453 records it read them all in 2.5-3.2 s holding 23 MB, where json.loads of
+# the text took 2.7-4.2 s and 938 MB (bench/loader_memory.py --json-parsers 200, three runs on a
+# shared 2-core machine); the first 10 records took 0.4 s. Wherever ijson and Python's json
+# could disagree, json decides: a document ijson refuses (NaN, an integer beyond 64 bits, a syntax
+# error anywhere) is read again whole by the whole-file reader, which reports the error exactly as
+# before (file, line, column) or, for what json accepts, gives the records after those already
+# yielded. One difference remains: an escaped lone surrogate ("\ud800" without its pair, not a
+# Unicode character) is read as "?", where json keeps a string no UTF-8 text can hold.
+
+
+def iter_json_array(path: Path, expected: str) -> Iterator[tuple[int, Any]]:
+    """(index, item) of each item of a JSON file whose top level is an array, read as asked for.
+
+    Decoded by the rule of :func:`iter_lines` (UTF-8, or the codec ``--encoding`` names,
+    incrementally; a non-UTF-8 file is read whole by :func:`read_json`). A top level that is not an
+    array is the DataError ``expected`` (e.g. "expected a non-empty JSON array of questions");
+    invalid JSON is :func:`read_json`'s error.
+    """
+    return _iter_json_file(path, list, expected)
+
+
+def iter_json_object(path: Path, expected: str) -> Iterator[tuple[str, Any]]:
+    """(key, value) of each member of a JSON file whose top level is an object, read as asked for.
+
+    As :func:`iter_json_array`. A key written twice is yielded twice (where ``json.load`` keeps its
+    last value): callers that key records by it say what they do.
+    """
+    return _iter_json_file(path, dict, expected)
+
+
+def _iter_json_file(path: Path, kind: type, expected: str) -> Iterator[Any]:
+    require_file(path)
+    encoding = DATA_ENCODING.get()
+    if encoding is None and not _is_utf8(path):
+        return _items_of(read_json(path), kind, path, expected, 0)
+    return stream_json(lambda: open(path, "rb"), lambda: read_json(path), path, kind, expected, encoding)
+
+
+def stream_json(
+    source: Callable[[], Any], whole: Callable[[], Any], path: Path | str, kind: type, expected: str, encoding: str | None = None
+) -> Iterator[Any]:
+    """The items of a JSON document's top-level array (``kind`` list: (index, item)) or object
+    (``kind`` dict: (key, value)), parsed as they are asked for.
+
+    ``source()`` opens the document's bytes (a binary file object, used as a context manager): UTF-8
+    with or without a BOM, or in ``encoding``. ``whole()`` is the whole-document reader, the
+    authority: it is called when the top level is not of ``kind`` (a DataError ``expected`` when its
+    result is not ``kind`` either) and when the incremental parse fails, so an invalid document
+    fails with its own error and a document only Python's json reads goes on from the items not
+    yet given.
+    """
+    import ijson
+
+    given = 0
+    try:
+        with source() as raw:
+            stream = _Utf8Reader(raw, encoding)
+            try:
+                head = stream.head()
+            except ValueError:  # not in the encoding: whole() names the byte
+                head = b""
+            if head.lstrip().startswith(b"[" if kind is list else b"{"):
+                items = (ijson.items(stream, "item", use_float=True, buf_size=JSON_READ) if kind is list
+                         else ijson.kvitems(stream, "", use_float=True, buf_size=JSON_READ))
+                while True:
+                    try:
+                        item = next(items)
+                    except StopIteration:
+                        return
+                    except (ijson.JSONError, ValueError):
+                        break  # whole() decides
+                    yield (given, item) if kind is list else item
+                    given += 1
+    except OSError as e:
+        raise DataError(path, None, f"cannot read ({e.strerror or e})") from None
+    yield from _items_of(whole(), kind, path, expected, given)
+
+
+#: Bytes ijson is handed at a time (its own default: 1 MiB reads measured slower here).
+JSON_READ = 1 << 16
+
+
+class _Utf8Reader:
+    """A document's bytes as ijson reads them: UTF-8 without its BOM, decoded from ``encoding`` and
+    encoded again when one is named. :meth:`head` looks at the start without using it up."""
+
+    def __init__(self, raw: Any, encoding: str | None) -> None:
+        self.raw = raw
+        self.decoder = codecs.getincrementaldecoder(encoding)("strict") if encoding else None
+        self.ended = False
+        self.kept = b""
+
+    def read(self, size: int = -1) -> bytes:
+        if size == 0:  # ijson's probe of what the reader returns
+            return b""
+        if self.kept:
+            data, self.kept = self.kept, b""
+            return data
+        return self._next(size if size > 0 else JSON_READ)
+
+    def _next(self, size: int) -> bytes:
+        while True:
+            data = self.raw.read(size)
+            if self.decoder is None:
+                return data
+            if data:
+                text = self.decoder.decode(data)
+            elif self.ended:
+                return b""
+            else:
+                self.ended = True
+                text = self.decoder.decode(b"", final=True)
+            if text or self.ended:
+                return text.encode("utf-8")
+
+    def head(self) -> bytes:
+        """The bytes up to the first that is not whitespace (a leading BOM dropped), kept for :meth:`read`."""
+        bom = codecs.BOM_UTF8
+        head = b""
+        while len(head) < len(bom) and (data := self._next(JSON_READ)):
+            head += data
+        head = head.removeprefix(bom)
+        while not head.strip() and (data := self._next(JSON_READ)):
+            head += data
+        self.kept = head
+        return head
+
+
+def _items_of(data: Any, kind: type, path: Path | str, expected: str, skip: int) -> Iterator[Any]:
+    """What :func:`stream_json` yields, from a whole document, after the first ``skip``."""
+    if not isinstance(data, kind):
+        raise DataError(path, None, expected)
+    items = enumerate(data) if kind is list else iter(data.items())
+    for n, item in enumerate(items):
+        if n >= skip:
+            yield item
 
 
 def require_fields(
