@@ -10,7 +10,9 @@ its own process so its CPU is not the harness's):
   counted them), wall time of the whole process, process CPU (``getrusage(RUSAGE_CHILDREN)``);
 - a bare client sending the same number of requests with ``--connections`` in flight: one
   aiohttp session, bodies encoded beforehand, each reply's body read and nothing else (no store,
-  no JSON parsing). Its bodies are the ones the run sends: the conversation under the reference
+  no JSON parsing), timed around its sending loop in this process; and the same client as a
+  program of its own (``--bare-child``: interpreter start-up, importing aiohttp and reading the
+  bodies from a file included, as a run's start-up is included in grandrounds' wall). Its bodies are the ones the run sends: the conversation under the reference
   protocol's system message for answers, and the official grader prompt filled with the
   conversation, the server's reply and the rubric item for judges (mean request bytes as the
   server received them are printed for both, to show they match);
@@ -28,10 +30,10 @@ its own process so its CPU is not the harness's):
 - the server's lateness (how late its replies went out: its own scheduling, not the client's) and
   its CPU per request, so a busy machine shows up as such.
 
-Default flags: an ``openai/`` model's concurrency is ``OpenAIProvider.default_concurrency`` (32)
+Default flags: an ``openai/`` model's concurrency is ``OpenAIProvider.default_concurrency`` (64)
 for answers and for each judge, and executors on one server share one endpoint limit (the
-largest asked, so 32): with candidate and judge on the loopback server, 32 requests are in flight
-in all, half the bare client's 64; hence the second run with ``--concurrency N``.
+largest asked, so 64): with candidate and judge on the loopback server, 64 requests are in flight
+in all, as many as the bare client's connections. The second run states ``--concurrency N``.
 
 The server's single reply is a JSON object with ``explanation`` and ``criteria_met``: a usable
 candidate answer and a HealthBench verdict alike. Rounds alternate the order of the bare and the
@@ -42,14 +44,20 @@ medians.
     .venv/bin/python bench/healthbench_wall.py --data ../shared/data/healthbench/healthbench_500.jsonl \
         --latency 0.05 --connections 64 --repeat 1
 
-Measured on the shared 2-core development machine (load average 1.5-3 from other work, so the
-walls are inflated; CPU figures are steadier), HealthBench-500, 50 ms, 64 connections, 6 rounds:
-500 answer + 5,962 judge calls (5,965 rubric items; three repeat an item of their conversation);
-bare client 5.5-6.3 s wall, 0.17-0.22 ms CPU per call; grandrounds with default flags 12.7-20.0 s
-(2.2-3.2x), with --concurrency 64 7.8-12.8 s (1.4-2.1x); grandrounds CPU 0.98-1.16 ms per call
-all-in; per judge call 0.72-0.88 ms all-in, 0.57-0.69 ms for the call alone; per answer call
-between -0.3 and 1.2 ms (500 calls: the difference of two runs is within their noise); a warm
-re-run 1.4-2.0 s of CPU.
+Measured on the shared 2-core development machine, HealthBench-500, 50 ms, 64 connections: 500
+answer + 5,962 judge calls (5,965 rubric items; three repeat an item of their conversation). The
+machine's speed varied by half within minutes (the bare client's own CPU per call 0.14-0.23 ms),
+so compare figures of one round only. 3 rounds: bare client 5.45-6.94 s; as its own process
+5.83-6.30 s; grandrounds with default flags (64 in flight) 7.29-8.62 s (1.24-1.48x the bare
+loop), with --concurrency 64 7.19-8.26 s (1.19-1.32x); grandrounds CPU 0.81-1.18 ms per call
+all-in; per judge call 0.73-0.93 ms all-in, 0.58-0.68 ms the call alone; a warm re-run 1.0-1.4 s.
+The first round of the day, on a quiet machine and before orjson keys, batched leases, the
+checkpoint thread and the throttled progress bar: 6.84 s at --concurrency 64 (1.27x), 0.69 ms
+per call all-in (judge 0.58 ms, answer 0.44 ms). Those four changes, A/B against that code in
+alternating runs at --concurrency 64 (4 rounds each): CPU 7.30 s against 8.05 s (-9%), wall
+the same within noise (9.45 s against 9.41 s): the event loop is CPU-bound, and the start-up
+(imports 0.45 s, reading and checking the file 0.2 s) and the final aggregation are about 0.8 s
+of the wall before any call and after the last, against a budget of 0.8 s for the 1.15x target.
 
 Official prompt text comes from ``$GRANDROUNDS_REFERENCE`` (default: ../shared/reference beside the
 repository), as for any run.
@@ -289,6 +297,21 @@ def run_round(i: int, srv: Server, data: Path, bodies: list[bytes], args: argpar
               f"client cpu {1000 * cpu / len(bodies):.3f} ms/call, {s['bytes_per_req']:.0f} B/request, "
               f"server late {s['late_mean_ms']:.2f} ms (max {s['late_max_ms']:.1f}), server cpu {s['cpu_ms_per_req']:.3f} ms/req")
 
+    def bare_process() -> None:
+        # The same client as a program of its own: interpreter start-up, importing aiohttp and
+        # reading the bodies from a file count, as a run's start-up counts for grandrounds.
+        srv.mark()
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, __file__, "--bare-child", str(bodies_file), srv.base_url, str(args.connections)],
+                              capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RunFailed(f"the bare client process failed:\n{proc.stderr[-2000:]}")
+        s = srv.read()
+        out.update(bare_proc_wall=wall)
+        print(f"  bare aiohttp as a process of its own (start-up, import, reading the bodies included): "
+              f"{s['requests']} requests, wall {wall:.2f} s")
+
     def gr(name: str, concurrency: int | None) -> None:
         r = grandrounds_run(srv, data, stores[name], "openai/bench", "openai/bench-judge", concurrency, args.limit)
         out.update({f"{name}_wall": r.wall, f"{name}_cpu_ms": 1000 * r.cpu / max(r.calls, 1), f"{name}_calls": r.calls,
@@ -300,13 +323,16 @@ def run_round(i: int, srv: Server, data: Path, bodies: list[bytes], args: argpar
               f"cpu {r.cpu:.2f} s = {1000 * r.cpu / max(r.calls, 1):.3f} ms/call all-in, {r.server['bytes_per_req']:.0f} B/request, "
               f"server late {r.server['late_mean_ms']:.2f} ms (max {r.server['late_max_ms']:.1f}), server cpu {r.server['cpu_ms_per_req']:.3f} ms/req")
 
-    steps = [bare, lambda: gr("default", None), lambda: gr("conn", args.connections)]
+    bodies_file = tmp / f"round{i}-bodies.jsonl"
+    bodies_file.write_bytes(b"\n".join(bodies) + b"\n")  # a JSON text holds no raw newline
+    steps = [bare, bare_process, lambda: gr("default", None), lambda: gr("conn", args.connections)]
     for step in steps if i % 2 == 1 else reversed(steps):
         step()
     out["ratio_default"] = out["default_wall"] / out["bare_wall"]
     out["ratio_conn"] = out["conn_wall"] / out["bare_wall"]
+    out["ratio_proc"] = out["default_wall"] / out["bare_proc_wall"]
     print(f"  ratio grandrounds/bare: default flags {out['ratio_default']:.2f}, "
-          f"{args.connections} connections {out['ratio_conn']:.2f}")
+          f"{args.connections} connections {out['ratio_conn']:.2f}; default flags over the bare process {out['ratio_proc']:.2f}")
 
     # Phases, on the default run's store (default flags). See the module docstring.
     store = stores["default"]
@@ -336,7 +362,16 @@ def run_round(i: int, srv: Server, data: Path, bodies: list[bytes], args: argpar
     return out
 
 
+def bare_child(path: str, base_url: str, connections: int) -> None:
+    """The bare client as its own process: read the bodies, send them, exit."""
+    bodies = Path(path).read_bytes().splitlines()
+    asyncio.run(bare_client(base_url, bodies, connections))
+
+
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == "--bare-child":
+        bare_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="HealthBench JSONL (default: the shared 500-row file)")
     ap.add_argument("--latency", type=float, default=0.05, help="server latency, seconds")
@@ -381,6 +416,7 @@ def main() -> None:
     print(f"median of {len(rounds)} round(s); load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'run':<34}{'calls':>7}{'wall s':>8}{'/bare':>7}{'cpu ms/call':>13}{'B/req':>7}{'server late ms':>16}")
     print(f"{'bare aiohttp':<34}{len(bodies):>7}{med('bare_wall'):>8.2f}{1.0:>7.2f}{med('bare_cpu_ms'):>13.3f}{med('bare_bytes'):>7.0f}{med('bare_late'):>16.2f}")
+    print(f"{'bare aiohttp, own process':<34}{len(bodies):>7}{med('bare_proc_wall'):>8.2f}{med('bare_proc_wall') / med('bare_wall'):>7.2f}")
     for name, label in (("default", "grandrounds, default flags"), ("conn", f"grandrounds, --concurrency {args.connections}")):
         print(f"{label:<34}{med(name + '_calls'):>7.0f}{med(name + '_wall'):>8.2f}{med('ratio_' + name):>7.2f}"
               f"{med(name + '_cpu_ms'):>13.3f}{med(name + '_bytes'):>7.0f}{med(name + '_late'):>16.2f}")
@@ -388,6 +424,9 @@ def main() -> None:
           f"grade; {med('judge_call_cpu_ms'):.3f} ms the call alone), answer call {med('answer_cpu_ms'):.3f} ms; grading "
           f"from a stored verdict {med('stored_verdict_cpu_ms'):.3f} ms; warm re-run {med('warm_wall'):.2f} s wall, "
           f"{med('warm_cpu'):.2f} s cpu, {med('warm_calls'):.0f} calls")
+    per_round = ", ".join(f"{r['ratio_default']:.2f}" for r in rounds)
+    per_round_proc = ", ".join(f"{r['ratio_proc']:.2f}" for r in rounds)
+    print(f"ratio per round, default flags / bare: {per_round}; over the bare process: {per_round_proc}")
 
 if __name__ == "__main__":
     main()
