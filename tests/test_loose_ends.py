@@ -17,6 +17,7 @@ import shutil
 import socket
 import sqlite3
 import threading
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -119,13 +120,22 @@ def _healthbench_run(st: Store) -> tuple[str, str]:
 # ---- 1. one score check for every review path ------------------------------------------------
 
 
+@contextmanager
+def running_viewer(store: Path) -> Iterator[str]:
+    """The viewer on ``store`` in a thread, at the URL yielded; shut down after."""
+    srv = make_server(store, port=0, idle_timeout=1.0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 @pytest.fixture
 def viewer(store_path: Path) -> Iterator[str]:
-    srv = make_server(store_path, port=0, idle_timeout=1.0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+    with running_viewer(store_path) as url:
+        yield url
 
 
 def test_the_api_and_the_viewer_accept_and_refuse_the_same_scores(store_path: Path, viewer: str) -> None:

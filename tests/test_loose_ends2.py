@@ -15,8 +15,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
-import threading
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -33,8 +31,9 @@ from grandrounds.runner import RunConfig, run
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from grandrounds.upstream import UpstreamRepo
-from grandrounds.viewer.server import make_server
 from tests.conftest import shared_file
+from tests.test_loose_ends import running_viewer
+from tests.test_rate_limits import Arrivals, most_in_window
 from tests.test_viewer import Client
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,11 +130,8 @@ def exam_store(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def viewer(exam_store: Path) -> Iterator[str]:
-    srv = make_server(exam_store, port=0, idle_timeout=1.0)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-    srv.server_close()
+    with running_viewer(exam_store) as url:
+        yield url
 
 
 def test_the_viewer_answers_a_bad_score_as_before(exam_store: Path, viewer: str) -> None:
@@ -249,33 +245,13 @@ WINDOW = 0.5
 SLACK = 0.02
 
 
-class Arrivals:
-    """A loopback rule: the candidate answers A, the attacker (model ``att``) prepends DETAIL;
-    notes each request's arrival time and model."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.models: list[str] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, body: dict[str, Any]) -> str:
-        with self._lock:
-            self.times.append(time.monotonic())
-            self.models.append(str(body.get("model")))
-        text = body["messages"][-1]["content"]
-        if body.get("model") == "att":
-            q = text.split("Question:\n", 1)[1].split("\n\nOptions:\n", 1)[0]
-            return f"<question>{DETAIL} {q}</question>"
-        return "Answer: A"
-
-
-def most_in_window(times: list[float], window: float) -> int:
-    ts, best, j = sorted(times), 0, 0
-    for i, t in enumerate(ts):
-        while t - ts[j] >= window:
-            j += 1
-        best = max(best, i - j + 1)
-    return best
+def attack_reply(body: dict[str, Any]) -> str:
+    """The candidate answers A; the attacker (model ``att``) prepends DETAIL to the question."""
+    text = body["messages"][-1]["content"]
+    if body.get("model") == "att":
+        q = text.split("Question:\n", 1)[1].split("\n\nOptions:\n", 1)[0]
+        return f"<question>{DETAIL} {q}</question>"
+    return "Answer: A"
 
 
 def _concurrently(db: Path, data: Path, srv: LoopbackServer, shared: bool) -> None:
@@ -296,10 +272,10 @@ def _concurrently(db: Path, data: Path, srv: LoopbackServer, shared: bool) -> No
 
 def test_attacker_and_candidate_on_one_server_share_its_slot(tmp_path: Path) -> None:
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
-    with LoopbackServer(Arrivals(), latency=0.03) as srv:
+    with LoopbackServer(Arrivals(attack_reply), latency=0.03) as srv:
         _concurrently(tmp_path / "apart.db", data, srv, shared=False)
         assert srv.stats.max_in_flight == 2  # apart, they overlap: the measure sees it
-    with LoopbackServer(seen := Arrivals(), latency=0.03) as srv:
+    with LoopbackServer(seen := Arrivals(attack_reply), latency=0.03) as srv:
         _concurrently(tmp_path / "shared.db", data, srv, shared=True)
         assert srv.stats.max_in_flight == 1
     assert seen.models.count("cand") == 6 and seen.models.count("att") == 6
@@ -317,7 +293,7 @@ def robustness(srv: str, attacker: str, db: Path, *flags: str) -> Any:
 
 
 def test_robustness_attacker_on_the_candidates_server_keeps_its_rpm(tmp_path: Path, short_window: None) -> None:
-    with LoopbackServer(seen := Arrivals()) as srv:
+    with LoopbackServer(seen := Arrivals(attack_reply)) as srv:
         r = robustness(srv.base_url, f"openai/att@{srv.base_url}", tmp_path / "s.db", "--rpm", "5")
         assert r.exit_code == 0, r.output
         assert srv.stats.max_in_flight == 1
@@ -328,14 +304,14 @@ def test_robustness_attacker_on_the_candidates_server_keeps_its_rpm(tmp_path: Pa
 
 
 def test_attacker_rpm_on_its_own_server_and_the_lower_on_a_shared_one(tmp_path: Path, short_window: None) -> None:
-    cand, att = Arrivals(), Arrivals()
+    cand, att = Arrivals(attack_reply), Arrivals(attack_reply)
     with LoopbackServer(cand) as c, LoopbackServer(att) as a:
         r = robustness(c.base_url, f"openai/att@{a.base_url}", tmp_path / "s.db", "--attacker-rpm", "3")
         assert r.exit_code == 0, r.output
     assert len(att.times) == 6 and most_in_window(att.times, WINDOW - SLACK) <= 3
     assert len(cand.times) == 12 and most_in_window(cand.times, WINDOW) > 3  # the attacker's limit is not the candidate's
 
-    with LoopbackServer(seen := Arrivals()) as srv:
+    with LoopbackServer(seen := Arrivals(attack_reply)) as srv:
         r = robustness(srv.base_url, f"openai/att@{srv.base_url}", tmp_path / "t.db", "--rpm", "600", "--attacker-rpm", "4")
         assert r.exit_code == 0, r.output
     att_times = [t for t, m in zip(seen.times, seen.models) if m == "att"]
@@ -343,7 +319,7 @@ def test_attacker_rpm_on_its_own_server_and_the_lower_on_a_shared_one(tmp_path: 
 
 
 def test_a_bad_attacker_rpm_is_refused_before_any_call(tmp_path: Path) -> None:
-    with LoopbackServer(seen := Arrivals()) as srv:
+    with LoopbackServer(seen := Arrivals(attack_reply)) as srv:
         r = robustness(srv.base_url, f"openai/att@{srv.base_url}", tmp_path / "s.db", "--attacker-rpm", "0")
     assert r.exit_code == 2 and "Invalid value for '--attacker-rpm'" in r.output
     assert not seen.times and not (tmp_path / "s.db").exists()
