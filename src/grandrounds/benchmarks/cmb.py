@@ -42,7 +42,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 from grandrounds.benchmarks.base import Aggregate, RemoteFile, RunOptions
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, cached, macro_average
 from grandrounds.graders.mcq_grader import CMB_UTILS, LETTERS
-from grandrounds.benchmarks.readers import iter_json_array, require_fields, stream_json
+from grandrounds.benchmarks.readers import IdSet, iter_json_array, require_fields, stream_json
 from grandrounds.errors import DataError
 from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.records import AnswerMode, Cell, Grade, Sample
@@ -122,7 +122,7 @@ class _AnswerKey:
     already answered (the caller's), which makes an id found twice in the key an error.
     """
 
-    def __init__(self, path: Path, matched: set[str]) -> None:
+    def __init__(self, path: Path, matched: "IdSet") -> None:
         self.path = path
         self.entries = iter_json_array(path, _NO_ANSWERS)
         self.pending: dict[str, dict[str, Any]] = {}
@@ -200,17 +200,15 @@ class CMB(MultipleChoiceBenchmark):
 
     def records(self, root: Path) -> Iterator[Sample]:
         key_path, q_file = self.data_files(root)
-        seen: set[str] = set()
-        answers = _AnswerKey(key_path, seen)
+        seen = IdSet(q_file)
+        answers = _AnswerKey(key_path, seen)  # the key file is checked before the questions
         q_path, questions = _questions_from(q_file)
+        seen.path = q_path  # a repeated question id is named in the questions' file (or zip member)
         for i, q in questions:
             if not isinstance(q, dict) or "id" not in q:
                 raise DataError(q_path, f"record #{i}", "not an object with an 'id'")
-            sid = str(q["id"])
-            if sid in seen:
-                raise DataError(q_path, f"record {sid!r}", "duplicate id")
+            sid = seen.add(str(q["id"]))
             require_fields(q_path, f"id {sid}", q, ("question", "option"))
-            seen.add(sid)
             yield self._sample(q_path, key_path, sid, q, answers.get(sid))
         if not seen:
             raise DataError(q_path, None, _NO_QUESTIONS)

@@ -51,7 +51,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions
-from grandrounds.benchmarks.readers import iter_jsonl
+from grandrounds.benchmarks.readers import IdSet, iter_jsonl
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.protocols import Generation, Protocol, ours
 from grandrounds.registry import Spec
@@ -183,12 +183,10 @@ class HealthBench(Benchmark):
 
     def iter_samples(self, root: Path) -> Iterator[Sample]:
         path = self.data_files(root)[0]
-        seen: set[str] = set()
+        seen = IdSet(path)
         for n, rec in iter_jsonl(path):
             sample = parse_record(rec, path, n, self.name)
-            if sample.id in seen:
-                raise DataError(path, n, f"duplicate prompt_id {sample.id}")
-            seen.add(sample.id)
+            seen.add(sample.id, n, f"duplicate prompt_id {sample.id}")
             yield sample
 
     def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:

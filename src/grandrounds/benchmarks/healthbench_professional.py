@@ -61,7 +61,7 @@ import numpy as np
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
 from grandrounds.benchmarks.healthbench import API_SYSTEM_MESSAGE, GRANDROUNDS as HB_GRANDROUNDS, JUDGE_MODES, HealthBench, judged_extra
-from grandrounds.benchmarks.readers import iter_jsonl
+from grandrounds.benchmarks.readers import IdSet, iter_jsonl
 from grandrounds.downloads import RemoteFile
 from grandrounds.errors import DataError
 from grandrounds.graders.base import GradeContext
@@ -244,12 +244,10 @@ class HealthBenchProfessional(HealthBench):
 
     def iter_samples(self, root: Path) -> Iterator[Sample]:
         path = self.data_files(root)[0]
-        seen: set[str] = set()
+        seen = IdSet(path)
         for n, rec in iter_jsonl(path):
             sample = parse_task(rec, path, n, self.name)
-            if sample.id in seen:
-                raise DataError(path, n, f"duplicate id {sample.id}")
-            seen.add(sample.id)
+            seen.add(sample.id, n, f"duplicate id {sample.id}")
             yield sample
 
     # Its aggregate reads the grades' length-adjusted details: the default summaries, not HealthBench's.

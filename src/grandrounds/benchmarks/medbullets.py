@@ -44,7 +44,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-from grandrounds.benchmarks.readers import iter_csv
+from grandrounds.benchmarks.readers import IdSet, iter_csv
 from grandrounds.errors import DataError
 from grandrounds.params import Param
 from grandrounds.protocols import OUR_ANSWER, Protocol, ours
@@ -154,11 +154,9 @@ class MedBullets(MultipleChoiceBenchmark):
         option_cols = tuple(_OPTION_COLUMNS[k] for k in self.letters)
         columns = ("link", "question", *option_cols, "answer_idx", "answer", "explanation")
         refused = {"ope": "a fifth option (the op5 file); pass --param options=5"} if self.n_options == 4 else {}
-        seen: set[str] = set()
+        seen = IdSet(path)
         for no, row in read_rows(path, columns, refused):
             sample = self._sample(path, no, row)
-            if sample.id in seen:
-                raise DataError(path, f"record {sample.id!r}", "duplicate id")
             seen.add(sample.id)
             yield sample
         if not seen:

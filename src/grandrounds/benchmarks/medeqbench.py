@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
-from grandrounds.benchmarks.readers import iter_csv
+from grandrounds.benchmarks.readers import IdSet, iter_csv
 from grandrounds.errors import DataError
 from grandrounds.params import Param
 from grandrounds.protocols import Generation, Protocol, ours
@@ -252,7 +252,7 @@ class MedEQBench(Benchmark):
     def iter_samples(self, root: Path) -> Iterator[Sample]:
         """The questions one at a time; an error names the row's id and the line the row starts on."""
         path = self.data_files(root)[0]
-        seen: set[str] = set()
+        seen = IdSet(path)
         for line, rec in iter_csv(path, ("id", "question", "rubrics")):
             if not any((v or "").strip() for v in rec.values() if isinstance(v, str)):
                 continue  # a blank CSV row carries no record
@@ -260,9 +260,7 @@ class MedEQBench(Benchmark):
             where = f"row id {row or '?'} (line {line})"
             if not row or not (rec["question"] or "").strip() or not (rec["rubrics"] or "").strip():
                 raise DataError(path, where, "id, question and rubrics must all be non-empty")
-            if row in seen:
-                raise DataError(path, where, "duplicate id")
-            seen.add(row)
+            seen.add(row, where)
             yield self._sample(path, where, row, rec)
         if not seen:
             raise DataError(path, None, "no records")

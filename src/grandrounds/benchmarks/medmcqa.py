@@ -18,7 +18,7 @@ from typing import ClassVar, Iterator
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
-from grandrounds.benchmarks.readers import iter_jsonl, require_fields
+from grandrounds.benchmarks.readers import IdSet, iter_jsonl, require_fields
 from grandrounds.benchmarks.medqa import MIRAGE
 from grandrounds.errors import DataError
 from grandrounds.records import Sample
@@ -69,7 +69,7 @@ class MedMCQA(MultipleChoiceBenchmark):
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, self.remote_files[0].filename)
-        seen: set[str] = set()
+        seen = IdSet(path)
         for no, rec in iter_jsonl(path):
             require_fields(path, no, rec, ("id", "question", "cop", *_OPTION_FIELDS.values()))
             cop = rec["cop"]
@@ -83,8 +83,5 @@ class MedMCQA(MultipleChoiceBenchmark):
                 "topic": rec.get("topic_name"),
                 "choice_type": rec.get("choice_type") or "",
             }
-            sid = str(rec["id"])
-            if sid in seen:
-                raise DataError(path, f"record {sid!r}", "duplicate id")
-            seen.add(sid)
+            sid = seen.add(str(rec["id"]))
             yield self.make_sample(sid, rec["question"], choices, "ABCD"[cop - 1], **meta)

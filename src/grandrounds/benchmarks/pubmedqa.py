@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.mcq import LM_EVAL_COMMIT, LM_EVAL_REPO, LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
-from grandrounds.benchmarks.readers import iter_json_object, read_json, require_fields
+from grandrounds.benchmarks.readers import IdSet, iter_json_object, read_json, require_fields
 from grandrounds.errors import ConfigError, DataError
 from grandrounds.params import Param
 from grandrounds.protocols import OUR_ANSWER
@@ -158,11 +158,9 @@ class PubMedQA(MultipleChoiceBenchmark):
         ori_path = files[0]
         no_records = "expected a JSON object mapping PMID -> record"
         if self.split == "all":  # every record, in the file's order: one at a time
-            seen: set[str] = set()
+            seen = IdSet(ori_path)
             for pmid, rec in iter_json_object(ori_path, no_records):
-                if pmid in seen:
-                    raise DataError(ori_path, f"PMID {pmid}", "appears twice in the object")
-                seen.add(pmid)
+                seen.add(pmid, f"PMID {pmid}", "appears twice in the object")
                 label = rec.get("final_decision") if isinstance(rec, dict) else None
                 yield self._sample(ori_path, ori_path, pmid, label, rec)
             if not seen:

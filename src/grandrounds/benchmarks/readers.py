@@ -544,10 +544,29 @@ def require_fields(
             raise DataError(path, where, f"field {f!r} is empty")
 
 
+class IdSet:
+    """The ids met so far in one data file, read whole or record by record. Sample ids key answers
+    in the store, so a repeated id is a DataError (by default at ``record 'ID'``: duplicate id)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = path
+        self._seen: set[str] = set()
+
+    def add(self, sid: str, where: Any = None, problem: str = "duplicate id") -> str:
+        if sid in self._seen:
+            raise DataError(self.path, f"record {sid!r}" if where is None else where, problem)
+        self._seen.add(sid)
+        return sid
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self._seen
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
 def check_unique_ids(path: Path, ids: Iterable[str]) -> None:
     """Sample ids key answers in the store: a repeated id is a DataError."""
-    seen: set[str] = set()
+    seen = IdSet(path)
     for i in ids:
-        if i in seen:
-            raise DataError(path, f"record {i!r}", "duplicate id")
         seen.add(i)
