@@ -154,3 +154,42 @@ def test_write_behind_checkpoints_the_log_in_a_thread_and_restores_sqlites_own_a
         assert st.db.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 3000
         assert st.db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000, "SQLite's default again"
         assert not any(t.name == "grandrounds-checkpoint" for t in threading.enumerate())
+
+
+def test_a_flush_releases_its_calls_leases_together_and_a_failed_flush_keeps_both(tmp_path: Path, monkeypatch) -> None:
+    """Releases are buffered apart from the other writes (they commute with them) and run after
+    them in the same transaction: a failed flush keeps calls and releases buffered, in order."""
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    with Store(db) as st, Store(db) as other:
+        reqs = [req("http://h/v1", f"q{i}") for i in range(40)]
+        keys = [r.key() for r in reqs]
+        assert set(st.acquire_leases(keys).values()) == {"ours"}
+        with st.write_behind(max_rows=10_000, max_age=1000):
+            for r, k in zip(reqs, keys):
+                st.put_call(r, Response(key=k, text="A " + k[:6]))
+                st.release_lease(k)
+            real = st.db.executemany
+            statements: list[str] = []
+
+            def full_disk_at_the_releases(sql: str, rows: object) -> object:
+                statements.append(sql.split()[0])
+                if sql.startswith("DELETE FROM leases"):
+                    raise sqlite3.OperationalError("database or disk is full")
+                return real(sql, rows)
+
+            monkeypatch.setattr(st.db, "executemany", full_disk_at_the_releases, raising=False)
+            try:
+                st.flush()
+            except Exception as e:
+                assert "disk is full" in str(e)
+            else:
+                raise AssertionError("the flush should have failed")
+            assert statements == ["INSERT", "DELETE"], "the 40 calls in one statement, then the 40 releases in one"
+            assert other.get_call(keys[0]) is None and not other.acquire_lease(keys[0]), "rolled back: calls and leases as before"
+            monkeypatch.setattr(st.db, "executemany", real, raising=False)
+            st.flush()
+        assert all(other.get_call(k).text == "A " + k[:6] for k in keys)
+        assert other.db.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0, "every lease released with its call"
+        assert set(other.acquire_leases(keys).values()) == {"stored"}

@@ -195,6 +195,10 @@ class StoreBase:
                     raise StoreError(self.path, f"cannot create its folder ({e.strerror or e})") from None
         self.db = self._connect(str(path), memory)
         self._pending: list[tuple[str, tuple[Any, ...]]] = []
+        #: Buffered writes that commute with every other (a lease's release): statement -> parameters.
+        self._pending_last: dict[str, list[tuple[Any, ...]]] = {}
+        #: How many writes are buffered (in both of the above).
+        self._buffered = 0
         #: Set by :meth:`close`.
         self.closed = False
         self._pending_calls: dict[str, Response] = {}
@@ -341,7 +345,7 @@ class StoreBase:
 
     # ---- write-behind -------------------------------------------------------------------
     @contextmanager
-    def write_behind(self, max_rows: int = 256, max_age: float = 0.05) -> Iterator[None]:
+    def write_behind(self, max_rows: int = 1024, max_age: float = 0.2) -> Iterator[None]:
         """Buffer calls, samples, answers and grades and commit them together every ``max_rows``
         rows, or once they are ``max_age`` seconds old when the holder calls :meth:`flush_if_due`
         (the runner does so from a timer, so a commit never sits between a reply and the next request).
@@ -364,24 +368,32 @@ class StoreBase:
 
     def flush(self) -> None:
         """Commit every buffered row now, in one transaction (nothing happens when none wait)."""
-        if not self._pending:
+        if not self._buffered:
             return
         rows, self._pending = self._pending, []
+        last, self._pending_last = self._pending_last, {}
+        buffered, self._buffered = self._buffered, 0
         # One executemany per run of the same statement, in the order written: a grade's judge calls
         # are deleted and written again when the grade is replaced, so statements must not be
-        # reordered across one another.
+        # reordered across one another. Writes that commute with all others come after them, one
+        # executemany per statement (a call and its lease's release alternate in the buffer: in
+        # order, each would be an executemany of its own).
         groups: list[tuple[str, list[tuple[Any, ...]]]] = []
         for sql, params in rows:
             if groups and groups[-1][0] == sql:
                 groups[-1][1].append(params)
             else:
                 groups.append((sql, [params]))
+        groups.extend(last.items())
         try:
             with self._transaction():
                 for sql, group in groups:
                     self.db.executemany(sql, group)
         except BaseException:
             self._pending = rows + self._pending
+            self._buffered += buffered
+            for sql, group in last.items():
+                self._pending_last[sql] = group + self._pending_last.get(sql, [])
             raise
         self._pending_calls.clear()
         if self._checkpoints is not None:
@@ -389,20 +401,28 @@ class StoreBase:
 
     def flush_if_due(self) -> None:
         """Flush when write-behind is on and the oldest buffered row is ``max_age`` seconds old."""
-        if self._behind and self._pending and time.monotonic() - self._pending_since >= self._behind[1]:
+        if self._behind and self._buffered and time.monotonic() - self._pending_since >= self._behind[1]:
             self.flush()
 
-    def _write(self, sql: str, params: tuple[Any, ...], call: Response | None = None) -> None:
-        """Run one write now, or buffer it under write-behind (a successful ``call`` stays readable)."""
+    def _write(self, sql: str, params: tuple[Any, ...], call: Response | None = None, commutes: bool = False) -> None:
+        """Run one write now, or buffer it under write-behind (a successful ``call`` stays readable).
+
+        ``commutes``: the write's outcome does not depend on its order among the other buffered
+        writes (no other buffered statement touches its rows), so a flush may run it after them.
+        """
         if self._behind is None:
             self.db.execute(sql, params)
             return
-        if not self._pending:
+        if not self._buffered:
             self._pending_since = time.monotonic()
-        self._pending.append((sql, params))
+        self._buffered += 1
+        if commutes:
+            self._pending_last.setdefault(sql, []).append(params)
+        else:
+            self._pending.append((sql, params))
         if call is not None and call.ok:
             self._pending_calls[call.key] = replace(call, cached=True)
-        if len(self._pending) >= self._behind[0]:
+        if self._buffered >= self._behind[0]:
             self.flush()
 
     # ---- schema -------------------------------------------------------------------------

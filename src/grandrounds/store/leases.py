@@ -114,9 +114,10 @@ class LeaseTables(StoreBase):
 
     def release_lease(self, key: str) -> None:
         """Drop this handle's lease on ``key``; buffered with the call's outcome under write-behind,
-        so both land in one transaction."""
+        so both land in one transaction (after the flush's other writes: no other buffered write
+        touches ``leases``)."""
         if not self.readonly:
-            self._write("DELETE FROM leases WHERE key = ? AND owner = ?", (key, self.lease_owner))
+            self._write("DELETE FROM leases WHERE key = ? AND owner = ?", (key, self.lease_owner), commutes=True)
 
     def release_all_leases(self) -> None:
         """Drop every lease this handle still holds (an interrupted call's)."""
