@@ -1,3 +1,3 @@
-from grandrounds.cli import main
+from grandrounds.cli import entry
 
-main()
+entry()
