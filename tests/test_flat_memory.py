@@ -193,12 +193,14 @@ def test_write_behind_keeps_a_replaced_grades_calls_in_order(tmp_path):
     def grade(sid: str, n: int) -> Grade:
         return Grade(sid, 1.0, verdicts=tuple(Verdict(f"c{i}", "met", votes=(Vote("j", "met", keys=(f"{sid}-k{i}",)),)) for i in range(n)))
 
+    from tests.test_store_api import run_record
+
     with Store(tmp_path / "s.db") as st:
         st.put_grader("fp", {})
-        st.db.execute("PRAGMA foreign_keys = OFF")  # grades without a run row: only the write order is under test
+        run = st.ensure_run(run_record()).id
         with st.write_behind(max_rows=4):  # flushes cut through the writes of one grade
-            st.put_grade("run", "fp", grade("a", 3))
-            st.put_grade("run", "fp", grade("b", 2))
-            st.put_grade("run", "fp", grade("b", 2))  # replaced: the same calls again
+            st.put_grade(run, "fp", grade("a", 3))
+            st.put_grade(run, "fp", grade("b", 2))
+            st.put_grade(run, "fp", grade("b", 2))  # replaced: the same calls again
         rows = sorted(tuple(r) for r in st.db.execute("SELECT sample_id, key FROM grade_calls"))
     assert rows == [("a", "a-k0"), ("a", "a-k1"), ("a", "a-k2"), ("b", "b-k0"), ("b", "b-k1")]

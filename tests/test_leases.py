@@ -161,6 +161,8 @@ def test_a_flush_releases_its_calls_leases_together_and_a_failed_flush_keeps_bot
     them in the same transaction: a failed flush keeps calls and releases buffered, in order."""
     import sqlite3
 
+    from grandrounds.store import connection
+
     db = tmp_path / "s.db"
     with Store(db) as st, Store(db) as other:
         reqs = [req("http://h/v1", f"q{i}") for i in range(40)]
@@ -170,16 +172,18 @@ def test_a_flush_releases_its_calls_leases_together_and_a_failed_flush_keeps_bot
             for r, k in zip(reqs, keys):
                 st.put_call(r, Response(key=k, text="A " + k[:6]))
                 st.release_lease(k)
-            real = st.db.executemany
+            real = connection.commit_groups
             statements: list[str] = []
 
-            def full_disk_at_the_releases(sql: str, rows: object) -> object:
-                statements.append(sql.split()[0])
-                if sql.startswith("DELETE FROM leases"):
-                    raise sqlite3.OperationalError("database or disk is full")
-                return real(sql, rows)
+            def full_disk_at_the_releases(db: sqlite3.Connection, groups: list) -> None:
+                statements.extend(sql.split()[0] for sql, _ in groups)
+                with connection.transaction(db):
+                    for sql, rows in groups:
+                        if sql.startswith("DELETE FROM leases"):
+                            raise sqlite3.OperationalError("database or disk is full")
+                        db.executemany(sql, rows)
 
-            monkeypatch.setattr(st.db, "executemany", full_disk_at_the_releases, raising=False)
+            monkeypatch.setattr(connection, "commit_groups", full_disk_at_the_releases)
             try:
                 st.flush()
             except Exception as e:
@@ -188,7 +192,8 @@ def test_a_flush_releases_its_calls_leases_together_and_a_failed_flush_keeps_bot
                 raise AssertionError("the flush should have failed")
             assert statements == ["INSERT", "DELETE"], "the 40 calls in one statement, then the 40 releases in one"
             assert other.get_call(keys[0]) is None and not other.acquire_lease(keys[0]), "rolled back: calls and leases as before"
-            monkeypatch.setattr(st.db, "executemany", real, raising=False)
+            assert st.get_call(keys[0]).text == "A " + keys[0][:6], "still readable from the buffer"
+            monkeypatch.setattr(connection, "commit_groups", real)
             st.flush()
         assert all(other.get_call(k).text == "A " + k[:6] for k in keys)
         assert other.db.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0, "every lease released with its call"

@@ -390,20 +390,21 @@ def test_unusable_store_file_is_one_line_error(tmp_path: Path, capsys, monkeypat
 
 
 def test_full_disk_is_one_line_error_and_the_run_resumes(tmp_path: Path, capsys, monkeypatch) -> None:
-    """SQLite's max_page_count stands in for a full disk (same error: SQLITE_FULL)."""
+    """SQLite's max_page_count stands in for a full disk (same error: SQLITE_FULL). It holds per
+    connection, so it is set on each connection that writes (the store's and, under write-behind,
+    its writer's)."""
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     db = tmp_path / "s.db"
-    opened = StoreBase._open
+    setup = StoreBase._setup_connection
 
-    def tiny_disk(self: StoreBase) -> None:
-        opened(self)
-        if not self.readonly:
-            pages = self.db.execute("PRAGMA page_count").fetchone()[0]
-            self.db.execute(f"PRAGMA max_page_count = {pages + 30}")
+    def tiny_disk(self: StoreBase, con: sqlite3.Connection) -> None:
+        setup(self, con)
+        pages = con.execute("PRAGMA page_count").fetchone()[0]
+        con.execute(f"PRAGMA max_page_count = {max(pages, 40) + 30}")
 
     args = ("run", "medqa", "--data", str(data), "--limit", "300", "--model", "scripted/a", "--store", str(db))
     with monkeypatch.context() as m:
-        m.setattr(StoreBase, "_open", tiny_disk)
+        m.setattr(StoreBase, "_setup_connection", tiny_disk)
         code, _, err = grandrounds(capsys, m, *args)
     assert code == 2
     line = one_line_error(err)

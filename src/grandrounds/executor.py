@@ -20,6 +20,7 @@ prompt's size) is sent once more with ``max_tokens`` shrunk to what fits; the sh
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import math
 import random
 import re
@@ -184,7 +185,8 @@ class LeaseQueue:
     When replies land together, the calls that follow them start together: each asks for its
     lease, and the queue takes them all at the end of the loop's turn with one
     :meth:`~grandrounds.store.Store.acquire_leases` (one commit for all instead of one each,
-    the larger part of a live call's store work).
+    the larger part of a live call's store work). Under write-behind that transaction runs on
+    the store's writer thread, and the calls go on when it has committed.
     """
 
     def __init__(self, store: Store) -> None:
@@ -202,13 +204,20 @@ class LeaseQueue:
 
     def _take(self) -> None:
         waiting, self._waiting = self._waiting, {}
-        try:
-            states = self.store.acquire_leases(list(waiting))
-        except BaseException as err:  # e.g. the store is locked by another process past its timeout
+        taken = self.store.acquire_leases_soon(list(waiting))  # on the store's writer thread, under write-behind
+        if taken.done():
+            self._settle(waiting, taken)
+        else:
+            asyncio.wrap_future(taken).add_done_callback(lambda _: self._settle(waiting, taken))
+
+    def _settle(self, waiting: dict[str, asyncio.Future[LeaseState]], taken: "concurrent.futures.Future[dict[str, LeaseState]]") -> None:
+        err = taken.exception()
+        if err is not None:  # e.g. the store is locked by another process past its timeout
             for fut in waiting.values():
                 if not fut.done():
                     fut.set_exception(err)
             return
+        states = taken.result()
         for key, fut in waiting.items():
             if not fut.done():
                 fut.set_result(states[key])

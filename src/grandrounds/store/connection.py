@@ -8,15 +8,18 @@ writes (:meth:`StoreBase.batch`).
 from __future__ import annotations
 
 import os
+import queue
 import sqlite3
 import threading
 import time
+from collections import deque
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Iterator, Self
+from typing import Any, Callable, Iterator, NamedTuple, Self
 
 from grandrounds.errors import StoreError
 from grandrounds.records import Response
@@ -166,6 +169,133 @@ class _Checkpointer:
             db.close()
 
 
+
+@contextmanager
+def transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """One ``BEGIN IMMEDIATE`` ... ``COMMIT`` on ``db``, rolled back if anything inside raises."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if db.in_transaction:  # SQLite may have rolled back already (a full disk does)
+            db.execute("ROLLBACK")
+        raise
+    try:
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+#: Buffered writes as a flush runs them: one executemany per statement and group of parameters.
+Groups = list[tuple[str, list[tuple[Any, ...]]]]
+
+
+def commit_groups(db: sqlite3.Connection, groups: Groups) -> None:
+    with transaction(db):
+        for sql, group in groups:
+            db.executemany(sql, group)
+
+
+def _groups(rows: list[tuple[str, tuple[Any, ...]]], last: dict[str, list[tuple[Any, ...]]]) -> Groups:
+    """One executemany per run of the same statement, in the order written: a grade's judge calls
+    are deleted and written again when the grade is replaced, so statements must not be
+    reordered across one another. Writes that commute with all others come after them, one
+    executemany per statement (a call and its lease's release alternate in the buffer: in order,
+    each would be an executemany of its own)."""
+    groups: Groups = []
+    for sql, params in rows:
+        if groups and groups[-1][0] == sql:
+            groups[-1][1].append(params)
+        else:
+            groups.append((sql, [params]))
+    groups.extend(last.items())
+    return groups
+
+
+class _Skipped(Exception):
+    """A flush not run because an earlier one failed (its rows go back to the buffer)."""
+
+
+class _Writer:
+    """Write-behind's commits and the lease transactions, on a connection and thread of their own.
+
+    A flush of a run's buffered rows (a few megabytes of requests and answers) used to run on the
+    event loop's thread, where every call in flight waited for it; here SQLite works with the GIL
+    released while the loop goes on. Leases are taken on the same thread, so the loop's
+    connection never waits for this one's write lock, and jobs run in the order handed in. After
+    a flush fails, later flushes are skipped until the store has put their rows back in its
+    buffer (:meth:`StoreBase._settle`), so rows never land out of order.
+    """
+
+    def __init__(self, path: str, setup: Callable[[sqlite3.Connection], None]) -> None:
+        self.path, self.setup = path, setup
+        self.jobs: "queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Future[Any], bool] | None]" = queue.SimpleQueue()
+        self.broken = False
+        self._ready: Future[None] = Future()
+        self._thread = threading.Thread(target=self._run, name="grandrounds-writer", daemon=True)
+
+    @classmethod
+    def start(cls, store: "StoreBase") -> "_Writer | None":
+        """The store's writer, or None where write-behind commits on the store's own connection
+        (an in-memory or read-only store, or a second connection that cannot be opened)."""
+        if store.readonly or str(store.path) == ":memory:":
+            return None
+        writer = cls(str(store.path), store._setup_connection)
+        writer._thread.start()
+        if writer._ready.exception() is not None:
+            writer._thread.join()
+            return None
+        return writer
+
+    def submit(self, job: Callable[[sqlite3.Connection], Any], flush: bool = False) -> "Future[Any]":
+        done: Future[Any] = Future()
+        self.jobs.put((job, done, flush))
+        return done
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, timeout=30, factory=_Connection)
+            db.store_path = self.path  # type: ignore[attr-defined]
+            self.setup(db)
+        except BaseException as e:
+            self._ready.set_exception(e)
+            return
+        self._ready.set_result(None)
+        try:
+            while (item := self.jobs.get()) is not None:
+                job, done, flush = item
+                if flush and self.broken:
+                    done.set_exception(_Skipped())
+                    continue
+                try:
+                    done.set_result(job(db))
+                except BaseException as e:
+                    self.broken = self.broken or flush
+                    done.set_exception(e)
+        finally:
+            db.close()
+
+
+class _Handed(NamedTuple):
+    """A flush handed to the writer: what it commits, kept until it is known to have landed."""
+
+    done: "Future[None]"
+    rows: list[tuple[str, tuple[Any, ...]]]
+    last: dict[str, list[tuple[Any, ...]]]
+    calls: dict[str, Response]
+    count: int
+
+
+#: Flushes handed to the writer and not yet known to have landed, at most (then the run waits).
+_MAX_HANDED = 4
+
+
 class StoreBase:
     """One SQLite connection (WAL journal, foreign keys on) and the write path every table uses.
 
@@ -199,8 +329,13 @@ class StoreBase:
         self._pending_last: dict[str, list[tuple[Any, ...]]] = {}
         #: How many writes are buffered (in both of the above).
         self._buffered = 0
+        #: Successful calls buffered since the last hand-off to the writer.
+        self._new_calls: dict[str, Response] = {}
+        self._writer: _Writer | None = None
+        self._handed: deque[_Handed] = deque()
         #: Set by :meth:`close`.
         self.closed = False
+        #: Successful calls not yet known to be committed (buffered, or handed to the writer).
         self._pending_calls: dict[str, Response] = {}
         self._pending_since = 0.0
         self._behind: tuple[int, float] | None = None
@@ -249,14 +384,19 @@ class StoreBase:
                 if version < SCHEMA_VERSION:
                     self._upgrade_for_reading(version)
                 return
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA foreign_keys=ON")
+            self._setup_connection(self.db)
             self._migrate()
         except StoreError:
             raise
         except sqlite3.DatabaseError as e:
             raise (store_error(self.path, e) or StoreError(self.path, f"cannot be opened as a store ({e})")) from None
+
+    def _setup_connection(self, db: sqlite3.Connection) -> None:
+        """The settings of every connection that writes to the store (its own, and the writer's
+        under write-behind): WAL journal, synchronous NORMAL, foreign keys on."""
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA foreign_keys=ON")
 
     def _schema_version(self) -> int:
         """The newest migration the file has had (0 for a new, empty file); refuses what is not ours."""
@@ -300,26 +440,21 @@ class StoreBase:
         try:
             self.flush()
         finally:
+            self._stop_writer()
             self.db.close()
             self.closed = True
 
     # ---- transactions -------------------------------------------------------------------
     @contextmanager
     def _transaction(self) -> Iterator[None]:
-        """One ``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back if anything inside raises."""
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
+        """One ``BEGIN IMMEDIATE`` ... ``COMMIT`` on the store's connection, rolled back if anything
+        inside raises. Under write-behind, what the writer holds lands first (so this
+        connection neither waits for its lock nor writes ahead of rows handed to it)."""
+        if self._writer is not None:
+            self.flush()
+            self._writer.submit(lambda db: None).result()
+        with transaction(self.db):
             yield
-        except BaseException:
-            if self.db.in_transaction:  # SQLite may have rolled back already (a full disk does)
-                self.db.execute("ROLLBACK")
-            raise
-        try:
-            self.db.execute("COMMIT")
-        except BaseException:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
-            raise
 
     @contextmanager
     def _atomic(self) -> Iterator[None]:
@@ -352,10 +487,15 @@ class StoreBase:
 
         Each flush is one transaction, so a crash loses at most the last unflushed moment of
         work (asked again on resume) and never leaves a half-written row. Reads of calls see
-        buffered ones, so the cache never misses its own writes.
+        buffered ones, so the cache never misses its own writes. Flushes and lease transactions
+        run on a writer thread with its own connection (:class:`_Writer`); :meth:`flush` and
+        leaving the block wait until everything has landed.
         """
         self._behind = (max_rows, max_age)
         checkpoints = _Checkpointer.start(self)
+        started = self._writer is None
+        if started:
+            self._writer = _Writer.start(self)
         try:
             yield
         finally:
@@ -363,46 +503,101 @@ class StoreBase:
             try:
                 self.flush()
             finally:
+                if started:
+                    self._stop_writer()
                 if checkpoints is not None:
                     checkpoints.stop(self)
 
+    def _stop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.stop()
+
     def flush(self) -> None:
-        """Commit every buffered row now, in one transaction (nothing happens when none wait)."""
+        """Commit every buffered row now, in one transaction (nothing happens when none wait);
+        under write-behind, return once everything handed to the writer has landed."""
+        if self._writer is not None:
+            self._hand_off()
+            self._settle(wait=True)
+            return
         if not self._buffered:
             return
         rows, self._pending = self._pending, []
         last, self._pending_last = self._pending_last, {}
         buffered, self._buffered = self._buffered, 0
-        # One executemany per run of the same statement, in the order written: a grade's judge calls
-        # are deleted and written again when the grade is replaced, so statements must not be
-        # reordered across one another. Writes that commute with all others come after them, one
-        # executemany per statement (a call and its lease's release alternate in the buffer: in
-        # order, each would be an executemany of its own).
-        groups: list[tuple[str, list[tuple[Any, ...]]]] = []
-        for sql, params in rows:
-            if groups and groups[-1][0] == sql:
-                groups[-1][1].append(params)
-            else:
-                groups.append((sql, [params]))
-        groups.extend(last.items())
         try:
-            with self._transaction():
-                for sql, group in groups:
-                    self.db.executemany(sql, group)
+            commit_groups(self.db, _groups(rows, last))
         except BaseException:
-            self._pending = rows + self._pending
-            self._buffered += buffered
-            for sql, group in last.items():
-                self._pending_last[sql] = group + self._pending_last.get(sql, [])
+            self._restore(rows, last, buffered)
             raise
         self._pending_calls.clear()
+        self._new_calls.clear()
         if self._checkpoints is not None:
             self._checkpoints.wake.set()
 
+    def _restore(self, rows: list[tuple[str, tuple[Any, ...]]], last: dict[str, list[tuple[Any, ...]]], count: int) -> None:
+        """Put rows whose flush failed back ahead of those buffered since."""
+        self._pending = rows + self._pending
+        self._buffered += count
+        for sql, group in last.items():
+            self._pending_last[sql] = group + self._pending_last.get(sql, [])
+
+    def _hand_off(self) -> None:
+        """Give the buffered rows to the writer (without waiting for them to land)."""
+        assert self._writer is not None
+        if not self._buffered:
+            return
+        if len(self._handed) >= _MAX_HANDED:  # the writer is behind: wait rather than hold more
+            self._settle(wait=True, upto=1)
+        rows, last, calls, count = self._pending, self._pending_last, self._new_calls, self._buffered
+        self._pending, self._pending_last, self._new_calls, self._buffered = [], {}, {}, 0
+        groups = _groups(rows, last)
+        done = self._writer.submit(lambda db: commit_groups(db, groups), flush=True)
+        self._handed.append(_Handed(done, rows, last, calls, count))
+
+    def _settle(self, wait: bool, upto: int | None = None) -> None:
+        """Account for the flushes the writer has finished, oldest first (all of them, waiting
+        for each, when ``wait``): a landed flush's calls are read from the store from now on; a
+        failed one's rows, and those of every later one, go back to the buffer and its error is
+        raised here."""
+        settled = 0
+        while self._handed and (upto is None or settled < upto):
+            first = self._handed[0]
+            if not wait and not first.done.done():
+                return
+            err = first.done.exception()
+            if err is not None:
+                failed = list(self._handed)
+                self._handed.clear()
+                for later in reversed(failed):  # each waited for (skipped ones end at once)
+                    later.done.exception()
+                    self._restore(later.rows, later.last, later.count)
+                    self._new_calls = later.calls | self._new_calls
+                assert self._writer is not None
+                self._writer.broken = False
+                raise err
+            self._handed.popleft()
+            settled += 1
+            for key, call in first.calls.items():
+                if self._pending_calls.get(key) is call:
+                    del self._pending_calls[key]
+            if self._checkpoints is not None:
+                self._checkpoints.wake.set()
+
     def flush_if_due(self) -> None:
-        """Flush when write-behind is on and the oldest buffered row is ``max_age`` seconds old."""
+        """Flush when write-behind is on and the oldest buffered row is ``max_age`` seconds old
+        (handed to the writer, where there is one: the caller does not wait for it to land)."""
         if self._behind and self._buffered and time.monotonic() - self._pending_since >= self._behind[1]:
+            self._flush_soon()
+        elif self._writer is not None:
+            self._settle(wait=False)
+
+    def _flush_soon(self) -> None:
+        if self._writer is None:
             self.flush()
+        else:
+            self._hand_off()
+            self._settle(wait=False)
 
     def _write(self, sql: str, params: tuple[Any, ...], call: Response | None = None, commutes: bool = False) -> None:
         """Run one write now, or buffer it under write-behind (a successful ``call`` stays readable).
@@ -421,9 +616,9 @@ class StoreBase:
         else:
             self._pending.append((sql, params))
         if call is not None and call.ok:
-            self._pending_calls[call.key] = replace(call, cached=True)
+            self._pending_calls[call.key] = self._new_calls[call.key] = replace(call, cached=True)
         if self._buffered >= self._behind[0]:
-            self.flush()
+            self._flush_soon()
 
     # ---- schema -------------------------------------------------------------------------
     def _migrate(self) -> None:

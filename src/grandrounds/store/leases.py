@@ -14,10 +14,13 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sqlite3
 import time
+from concurrent.futures import Future
+from contextlib import nullcontext
 from typing import Literal, Sequence
 
-from grandrounds.store.connection import StoreBase
+from grandrounds.store.connection import StoreBase, transaction
 
 #: A key's state after :meth:`LeaseTables.acquire_leases`.
 LeaseState = Literal["ours", "held", "stored"]
@@ -41,6 +44,46 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+def _take_leases(db: sqlite3.Connection, keys: list[str], owner: str, ttl: float) -> dict[str, LeaseState]:
+    """The leases on ``keys`` for ``owner``, in the transaction open on ``db`` or one of its own
+    (see :meth:`LeaseTables.acquire_leases`)."""
+    t = time.time()
+    states: dict[str, LeaseState] = {}
+    with nullcontext() if db.in_transaction else transaction(db):
+        for i in range(0, len(keys), _CHUNK):
+            chunk = keys[i : i + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for (key,) in db.execute(f"SELECT key FROM calls WHERE key IN ({marks}) AND error IS NULL", chunk):
+                states[key] = "stored"
+            todo = [k for k in chunk if k not in states]
+            if not todo:
+                continue
+            rows = ",".join("(?,?,?)" for _ in todo)
+            params = [v for k in todo for v in (k, owner, t + ttl)]
+            q = f"INSERT INTO leases (key, owner, expires_at) VALUES {rows} ON CONFLICT(key) DO NOTHING RETURNING key"
+            for (key,) in db.execute(q, params).fetchall():
+                states[key] = "ours"
+            for key in todo:
+                if key not in states:
+                    states[key] = _held_or_taken(db, key, owner, t, ttl)
+    return states
+
+
+def _held_or_taken(db: sqlite3.Connection, key: str, owner: str, t: float, ttl: float) -> LeaseState:
+    """A lease row already there: this handle's own, a live holder's, or taken over from a
+    holder that died or ran out of time (only if nobody else took it meanwhile)."""
+    row = db.execute("SELECT owner, expires_at FROM leases WHERE key = ?", (key,)).fetchone()
+    if row is None:  # released since the insert was tried (not within one transaction; kept for safety)
+        db.execute("INSERT INTO leases (key, owner, expires_at) VALUES (?, ?, ?)", (key, owner, t + ttl))
+        return "ours"
+    if row[0] == owner:
+        return "ours"
+    if row[1] > t and LeaseTables._holder_alive(row[0]):
+        return "held"
+    cur = db.execute("UPDATE leases SET owner = ?, expires_at = ? WHERE key = ? AND owner = ?", (owner, t + ttl, key, row[0]))
+    return "ours" if cur.rowcount == 1 else "held"
 
 
 class LeaseTables(StoreBase):
@@ -75,42 +118,24 @@ class LeaseTables(StoreBase):
         """
         if self.readonly:
             return dict.fromkeys(keys, "ours")
-        owner, t = self.lease_owner, time.time()
-        states: dict[str, LeaseState] = {}
-        with self._atomic():
-            for i in range(0, len(keys), _CHUNK):
-                chunk = list(keys[i : i + _CHUNK])
-                marks = ",".join("?" * len(chunk))
-                for (key,) in self.db.execute(f"SELECT key FROM calls WHERE key IN ({marks}) AND error IS NULL", chunk):
-                    states[key] = "stored"
-                todo = [k for k in chunk if k not in states]
-                if not todo:
-                    continue
-                rows = ",".join("(?,?,?)" for _ in todo)
-                params = [v for k in todo for v in (k, owner, t + ttl)]
-                q = f"INSERT INTO leases (key, owner, expires_at) VALUES {rows} ON CONFLICT(key) DO NOTHING RETURNING key"
-                for (key,) in self.db.execute(q, params).fetchall():
-                    states[key] = "ours"
-                for key in todo:
-                    if key not in states:
-                        states[key] = self._held_or_taken(key, owner, t, ttl)
-        return states
+        return self.acquire_leases_soon(keys, ttl).result()
 
-    def _held_or_taken(self, key: str, owner: str, t: float, ttl: float) -> LeaseState:
-        """A lease row already there: this handle's own, a live holder's, or taken over from a
-        holder that died or ran out of time (only if nobody else took it meanwhile)."""
-        row = self.db.execute("SELECT owner, expires_at FROM leases WHERE key = ?", (key,)).fetchone()
-        if row is None:  # released since the insert was tried (not within one transaction; kept for safety)
-            self.db.execute("INSERT INTO leases (key, owner, expires_at) VALUES (?, ?, ?)", (key, owner, t + ttl))
-            return "ours"
-        if row[0] == owner:
-            return "ours"
-        if row[1] > t and self._holder_alive(row[0]):
-            return "held"
-        cur = self.db.execute(
-            "UPDATE leases SET owner = ?, expires_at = ? WHERE key = ? AND owner = ?", (owner, t + ttl, key, row[0])
-        )
-        return "ours" if cur.rowcount == 1 else "held"
+    def acquire_leases_soon(self, keys: Sequence[str], ttl: float = LEASE_TTL) -> "Future[dict[str, LeaseState]]":
+        """:meth:`acquire_leases` as a future: under write-behind the transaction runs on the
+        store's writer thread (the caller's thread goes on meanwhile), else at once."""
+        if self.readonly:
+            done: Future[dict[str, LeaseState]] = Future()
+            done.set_result(dict.fromkeys(keys, "ours"))
+            return done
+        owner, todo = self.lease_owner, list(keys)
+        if self._writer is not None:
+            return self._writer.submit(lambda db: _take_leases(db, todo, owner, ttl))
+        done = Future()
+        try:
+            done.set_result(_take_leases(self.db, todo, owner, ttl))
+        except BaseException as e:
+            done.set_exception(e)
+        return done
 
     def release_lease(self, key: str) -> None:
         """Drop this handle's lease on ``key``; buffered with the call's outcome under write-behind,
