@@ -415,3 +415,28 @@ def test_two_runs_of_one_model_are_compared_by_run_id_never_with_themselves(tmp_
     assert r.exit_code == 0, r.output
     cells = [c.strip() for c in row_with(r.output, "demo").split("│")[1:-1]]
     assert cells[1] == "6" and cells[2:5] == ["1.0000", "1.0000", "+0.0000"]  # paired on the 6 both answered
+
+
+def test_the_program_exits_with_the_commands_code_and_all_its_output(tmp_path: Path) -> None:
+    """``python -m grandrounds`` (as the console script) ends without the interpreter's teardown:
+    the exit code is still the command's, and everything written reaches the pipe."""
+    import subprocess
+
+    from tests.conftest import offline_env
+
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "200", **offline_env()}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
+    ok = subprocess.run([sys.executable, "-m", "grandrounds", "list"], capture_output=True, text=True, env=env, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "medqa" in ok.stdout and "healthbench" in ok.stdout and ok.stdout.rstrip().endswith(("┘", "┛", "╯", "+", "─", "━"))
+    db = tmp_path / "s.db"
+    run = subprocess.run([sys.executable, "-m", "grandrounds", "run", "demo", "--model", "scripted/a", "--store", str(db), "--protocol", "grandrounds"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "run " in run.stderr and "12 calls made" in run.stderr, "the call summary, written last, is all there"
+    with Store(db, readonly=True) as st:
+        assert len(st.runs()) == 1
+    bad = subprocess.run([sys.executable, "-m", "grandrounds", "run", "nosuch"], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: unknown benchmark 'nosuch'")
+    usage = subprocess.run([sys.executable, "-m", "grandrounds", "run"], capture_output=True, text=True, env=env, timeout=120)
+    assert usage.returncode == 2 and "Missing argument" in usage.stderr
