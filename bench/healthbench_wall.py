@@ -46,18 +46,18 @@ medians.
 
 Measured on the shared 2-core development machine, HealthBench-500, 50 ms, 64 connections: 500
 answer + 5,962 judge calls (5,965 rubric items; three repeat an item of their conversation). The
-machine's speed varied by half within minutes (the bare client's own CPU per call 0.14-0.23 ms),
-so compare figures of one round only. 3 rounds: bare client 5.45-6.94 s; as its own process
-5.83-6.30 s; grandrounds with default flags (64 in flight) 7.29-8.62 s (1.24-1.48x the bare
-loop), with --concurrency 64 7.19-8.26 s (1.19-1.32x); grandrounds CPU 0.81-1.18 ms per call
-all-in; per judge call 0.73-0.93 ms all-in, 0.58-0.68 ms the call alone; a warm re-run 1.0-1.4 s.
-The first round of the day, on a quiet machine and before orjson keys, batched leases, the
-checkpoint thread and the throttled progress bar: 6.84 s at --concurrency 64 (1.27x), 0.69 ms
-per call all-in (judge 0.58 ms, answer 0.44 ms). Those four changes, A/B against that code in
-alternating runs at --concurrency 64 (4 rounds each): CPU 7.30 s against 8.05 s (-9%), wall
-the same within noise (9.45 s against 9.41 s): the event loop is CPU-bound, and the start-up
-(imports 0.45 s, reading and checking the file 0.2 s) and the final aggregation are about 0.8 s
-of the wall before any call and after the last, against a budget of 0.8 s for the 1.15x target.
+machine's speed varies by half within minutes, so compare figures of one round only. 3 rounds:
+bare client 5.45-5.49 s (as its own process 5.79-5.91 s); grandrounds with default flags 6.14-6.70 s
+(1.13x, 1.17x, 1.23x the bare loop; median 1.17x), with --concurrency 64 6.15-6.67 s (1.12-1.22x);
+grandrounds CPU 0.64-0.83 ms per call all-in; per judge call 0.60-0.73 ms all-in, 0.44-0.56 ms the
+call alone; a warm re-run 0.66-1.18 s. What brought it there from 1.24-1.48x, each by A/B runs
+against the code before it: a lease's release buffered apart from the other writes and flushes of
+1,024 rows (wall -5%); the CLI's imports halved and the interpreter's teardown skipped (a one-sample
+run 0.87 s -> 0.68 s); flushes and lease transactions on the store's writer thread (wall -3 to -6%).
+The event loop is still CPU-bound: aiohttp's own work per request (the bare client's 0.17 ms), the
+judge prompt, verdict and grade, and start-up (0.5-0.6 s before the first request, against the bare
+process's 0.3 s: typer's parsing of the run's options through pydantic and reading the data twice,
+to check it before any call).
 
 Official prompt text comes from ``$GRANDROUNDS_REFERENCE`` (default: ../shared/reference beside the
 repository), as for any run.
