@@ -229,8 +229,10 @@ class _Writer:
     buffer (:meth:`StoreBase._settle`), so rows never land out of order.
     """
 
-    def __init__(self, path: str, setup: Callable[[sqlite3.Connection], None]) -> None:
+    def __init__(self, path: str, setup: Callable[[sqlite3.Connection], None], landed: threading.Event | None) -> None:
         self.path, self.setup = path, setup
+        #: Set after each flush that landed (the checkpoint thread's cue).
+        self.landed = landed
         self.jobs: "queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Future[Any], bool] | None]" = queue.SimpleQueue()
         self.broken = False
         self._ready: Future[None] = Future()
@@ -242,7 +244,7 @@ class _Writer:
         (an in-memory or read-only store, or a second connection that cannot be opened)."""
         if store.readonly or str(store.path) == ":memory:":
             return None
-        writer = cls(str(store.path), store._setup_connection)
+        writer = cls(str(store.path), store._setup_connection, store._checkpoints.wake if store._checkpoints else None)
         writer._thread.start()
         if writer._ready.exception() is not None:
             writer._thread.join()
@@ -275,6 +277,8 @@ class _Writer:
                     continue
                 try:
                     done.set_result(job(db))
+                    if flush and self.landed is not None:
+                        self.landed.set()
                 except BaseException as e:
                     self.broken = self.broken or flush
                     done.set_exception(e)
@@ -581,8 +585,6 @@ class StoreBase:
             for key, call in first.calls.items():
                 if self._pending_calls.get(key) is call:
                     del self._pending_calls[key]
-            if self._checkpoints is not None:
-                self._checkpoints.wake.set()
 
     def flush_if_due(self) -> None:
         """Flush when write-behind is on and the oldest buffered row is ``max_age`` seconds old
