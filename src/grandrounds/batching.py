@@ -268,19 +268,13 @@ class BatchExecutor(StoreFirst):
         observer: CallObserver | None = None,
         endpoints: EndpointLimits | None = None,
     ) -> None:
-        self.store = store
-        self.provider = provider
+        super().__init__(store, provider, concurrency or settings.concurrency, retry, seed, observer)
         self.settings = settings
-        self.retry = retry
-        self.observer = observer
-        self.concurrency = concurrency or settings.concurrency
         self.stats = BatchStats()
         self.wire = wire_for(provider, settings)  # a provider without a batch API is refused here
         # Log-probability requests are asked live, counted in the same stats.
         self.live = Executor(store, provider, concurrency or provider.default_concurrency, retry, seed, observer, endpoints)
         self.live.stats = self.stats
-        self.rng = random.Random(seed)
-        self._inflight: dict[str, asyncio.Future[Response]] = {}
         self._hub: BatchHub | None = None
 
     @property

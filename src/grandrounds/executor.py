@@ -239,9 +239,15 @@ def lease_queue(store: Store) -> LeaseQueue:
 class StoreFirst:
     """What every executor does before a new call: the store first, then an identical request in flight."""
 
-    store: Store
-    stats: CallStats
-    _inflight: dict[str, asyncio.Future[Response]]
+    def __init__(self, store: Store, provider: Provider, concurrency: int, retry: RetryPolicy, seed: int, observer: CallObserver | None) -> None:
+        self.store = store
+        self.provider = provider
+        self.concurrency = concurrency
+        self.retry = retry
+        self.rng = random.Random(seed)
+        self.observer = observer
+        self.stats: CallStats = CallStats()
+        self._inflight: dict[str, asyncio.Future[Response]] = {}
 
     async def _known(self, key: str) -> Response | None:
         """The outcome for ``key`` without a new call: stored (counted as from the store), or that of the
@@ -268,19 +274,12 @@ class Executor(StoreFirst):
         observer: CallObserver | None = None,
         endpoints: EndpointLimits | None = None,
     ) -> None:
-        self.store = store
-        self.provider = provider
-        self.concurrency = concurrency or provider.default_concurrency
+        super().__init__(store, provider, concurrency or provider.default_concurrency, retry, seed, observer)
         self.limit = asyncio.Semaphore(self.concurrency)
         self.endpoints = endpoints or EndpointLimits()
         self.endpoint_limit = self.endpoints.slot(provider.endpoint, self.concurrency)
-        self.retry = retry
-        self.rng = random.Random(seed)
-        self.observer = observer
-        self.stats = CallStats()
         #: Seconds between looks at the store while another process holds a call's lease.
         self.lease_poll = 0.2
-        self._inflight: dict[str, asyncio.Future[Response]] = {}
 
     async def __call__(self, request: Request) -> Response:
         key = request.key()

@@ -116,8 +116,6 @@ class LeaseTables(StoreBase):
         has it. One transaction for all of them, committed at once, so the many calls a run
         starts together cost one commit, not one each.
         """
-        if self.readonly:
-            return dict.fromkeys(keys, "ours")
         return self.acquire_leases_soon(keys, ttl).result()
 
     def acquire_leases_soon(self, keys: Sequence[str], ttl: float = LEASE_TTL) -> "Future[dict[str, LeaseState]]":
