@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from grandrounds import eventloop
 from grandrounds.display import fmt, fmt_ci
 
 console = Console()
@@ -64,7 +64,7 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
             )
             try:
                 with Store(store_path(store)) as st, RichProgress(err_console) as prog:
-                    outcome = asyncio.run(validate(st, cfg, prog))
+                    outcome = eventloop.run(validate(st, cfg, prog))
             except KeyboardInterrupt:
                 sys.stderr.write(INTERRUPTED)
                 raise typer.Exit(130) from None

@@ -26,12 +26,12 @@ otherwise at most ``max_tokens`` per call, and the cost is then an upper bound.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from grandrounds import eventloop
 from grandrounds.costs import PriceTable, TokenCounter, fmt_usd, load_prices, token_counter
 from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.hashing import content_hash
@@ -212,7 +212,7 @@ class _NoWrites:
 
 def plan(store: Store | None, cfg: RunConfig, prices: PriceTable | None = None) -> Plan:
     """What running ``cfg`` against ``store`` (None: an empty store) would ask, with no call made."""
-    return asyncio.run(_plan(store, cfg, prices or load_prices()))
+    return eventloop.run(_plan(store, cfg, prices or load_prices()))
 
 
 async def _plan(store: Store | None, cfg: RunConfig, prices: PriceTable) -> Plan:

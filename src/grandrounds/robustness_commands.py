@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections import Counter
@@ -14,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from grandrounds import eventloop
 from grandrounds.display import fmt, fmt_ci
 from grandrounds.records import AnswerMode
 
@@ -123,7 +123,7 @@ def _robustness_command(store_path: Callable[[Optional[Path]], Path], StoreOpt: 
                                attacker_max_tokens, attacker_reask, concurrency, attacker_rpm)
             try:  # this command writes runs: the store is created when missing, as by `run`
                 with Store(cli.store_path(store)) as st, RichProgress(err_console) as prog:
-                    ps = asyncio.run(run_probes(st, cfg, names, att, prog))
+                    ps = eventloop.run(run_probes(st, cfg, names, att, prog))
             except KeyboardInterrupt:
                 sys.stderr.write(cli.INTERRUPTED)
                 raise typer.Exit(130) from None

@@ -1,0 +1,56 @@
+"""The event loop every command runs its calls on.
+
+uvloop (libuv under asyncio's interface) where it is installed, which it is by default on Linux
+and macOS; asyncio's own loop otherwise (Windows) or when ``$GRANDROUNDS_EVENT_LOOP`` is
+``asyncio``. On HealthBench-500 judged per criterion (6,462 calls, 64 connections, 50 ms
+latency) uvloop took the run from 6.63 s to 6.23 s and its CPU from 4.34 s to 4.00 s (medians
+of 4 alternating runs, ``bench/healthbench_wall.py``): less of every call's time goes to the
+loop's own bookkeeping and socket writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Callable, Coroutine, TypeVar
+
+from grandrounds.errors import ConfigError
+
+T = TypeVar("T")
+
+#: ``auto`` (uvloop if installed), ``uvloop`` (required) or ``asyncio``.
+ENV = "GRANDROUNDS_EVENT_LOOP"
+CHOICES = ("auto", "uvloop", "asyncio")
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The factory of the loop to run on, or None for asyncio's default."""
+    choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if choice not in CHOICES:
+        raise ConfigError(f"${ENV} is {choice!r}; expected one of: {', '.join(CHOICES)}")
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError(f"${ENV}=uvloop but uvloop is not installed (pip install uvloop; not available on Windows)") from None
+        return None
+    return uvloop.new_event_loop
+
+
+def loop_name() -> str:
+    """``uvloop`` or ``asyncio``: what :func:`run` runs on under the current environment."""
+    return "asyncio" if loop_factory() is None else "uvloop"
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion on a new loop (as :func:`asyncio.run` does: Ctrl-C cancels it,
+    async generators and the default executor are shut down before the loop closes)."""
+    try:
+        factory = loop_factory()
+    except BaseException:
+        coro.close()  # never started: close it so Python does not warn that it was never awaited
+        raise
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(coro)
