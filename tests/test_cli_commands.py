@@ -151,6 +151,20 @@ def test_main_turns_an_unknown_run_into_one_line_and_exit_2(demo_db: Path, tmp_p
     assert not (tmp_path / "sub.jsonl").exists()
 
 
+def test_a_run_that_fails_before_its_first_call_prints_its_error_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    """No empty progress bar before the error: the bar is shown from the first task on."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "options": {"A": "x"}}\n', encoding="utf-8")
+    monkeypatch.setattr(sys, "argv", ["grandrounds", "run", "medqa", "--data", str(bad), "--model", "scripted/always-a",
+                                      "--store", str(tmp_path / "s.db")])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad}, line 1: missing field 'answer_idx'") and err.count("\n") == 1, repr(err)
+
+
 def test_regrade_of_a_stored_exam_run_gives_the_same_score_without_the_model(demo_db: Path) -> None:
     """The scripted model is not reachable here (no script is passed): the answers come from the store."""
     ids = run_ids(demo_db)

@@ -60,6 +60,8 @@ class RichProgress:
             transient=False,
         )
         self.task: int | None = None
+        #: Inside ``with``, and the bar shown (from the first task on).
+        self._entered = self._started = False
         self._reset()
 
     def _reset(self) -> None:
@@ -76,14 +78,21 @@ class RichProgress:
         self._drawn = -DRAW_EVERY
 
     def __enter__(self) -> "RichProgress":
-        self.bar.start()
+        # The bar is shown from the first task on: a command that fails before it has anything
+        # to count (bad data, a bad option) prints its error alone, not after an empty bar line.
+        self._entered = True
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.draw()
-        self.bar.stop()
+        if self._started:
+            self.draw()
+            self.bar.stop()
+        self._entered = self._started = False
 
     def start(self, total: int, label: str) -> None:
+        if self._entered and not self._started:
+            self.bar.start()
+            self._started = True
         self.draw()  # the previous task's last counts
         self._reset()
         self.total = total
