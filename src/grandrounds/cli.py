@@ -323,8 +323,6 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
                 outcome = asyncio.run(run_async(st, cfg, prog))
                 outcome.result = with_usage(st, outcome.run.id, outcome.result, *outcome.usage, table, cfg.batch)
                 outcomes.append(outcome)
-            # Read back from the store while it is open (a run keeps no per-sample records in memory).
-            lines = [sample_line(o.result, smp, None, o.responses.get(smp.id), g) for o in outcomes for smp, g in zip(o.samples, o.grades)] if out else []
     except KeyboardInterrupt:  # leaving the block flushed what was answered before the interrupt
         sys.stderr.write(INTERRUPTED)
         raise typer.Exit(130) from None
@@ -336,8 +334,18 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
         if usage_line(o.result.extra):
             err_console.print(f"[dim]  {escape(usage_line(o.result.extra))}")
     if out:
-        _attach_prompts(store_file, outcomes, lines)
-        write_outputs(out, [o.result for o in outcomes], lines)
+        # A run keeps no per-sample records in memory: each is read back from the store a chunk at
+        # a time and written out as it comes, so the output of a large run is never held whole.
+        with Store(store_file, readonly=True) as rd:
+
+            def lines() -> Iterator[dict[str, Any]]:
+                for o in outcomes:
+                    for part in o.read_back(rd):
+                        chunk = [sample_line(o.result, smp, None, resp, g) for smp, resp, g in part]
+                        _attach_prompts(rd, o.run.id, chunk)
+                        yield from chunk
+
+            write_outputs(out, [o.result for o in outcomes], lines())
         err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
     empty = [o for o in outcomes if sum(o.counts.values()) and not o.counts.get("scored") and _any_failed(o)]
     if any(_any_failed(o) for o in outcomes) and not empty:
@@ -379,17 +387,12 @@ def call_summary(answers: Any, judges: Sequence[tuple[str, Any]]) -> list[str]:
     return lines
 
 
-def _attach_prompts(store_file: Path, outcomes: list[Any], lines: list[dict[str, Any]]) -> None:
-    """Add to each output line the messages that were sent for it, as stored with the answer."""
-    from grandrounds.store import Store
-
-    prompts: dict[tuple[str, str], Any] = {}
-    with Store(store_file) as st:
-        for o in outcomes:
-            for sid, prompt in st.answer_prompts(o.run.id).items():
-                prompts[(o.result.model + o.result.benchmark, sid)] = prompt.get("messages")
+def _attach_prompts(st: Any, run_id: str, lines: list[dict[str, Any]]) -> None:
+    """Add to each output line of run ``run_id`` the messages that were sent for it, as stored with the answer."""
+    prompts = st.answer_prompts_for(run_id, [line["sample_id"] for line in lines])
     for line in lines:
-        line["prompt"] = prompts.get((line["model"] + line["benchmark"], line["sample_id"]))
+        prompt = prompts.get(line["sample_id"])
+        line["prompt"] = None if prompt is None else prompt.get("messages")
 
 
 def print_results(results: list[Any]) -> None:
@@ -472,19 +475,16 @@ def regrade(
         from grandrounds.costs import load_prices, usage_line, with_usage
 
         outcome.result = with_usage(st, run_rec.id, outcome.result, *outcome.usage, load_prices(), req.batch)
-        if out:
-            answers = st.answers(run_rec.id)
-            lines = [
-                sample_line(outcome.result, smp, None, answers.get(smp.id, (None, None))[1], g)
-                for smp, g in zip(outcome.samples, outcome.grades)
-            ]
     print_results([outcome.result])
     for line in call_summary(None, list(zip([j.spec for j in judges], outcome.judge_stats))):
         err_console.print(f"[dim]  {escape(line)}")
     if usage_line(outcome.result.extra):
         err_console.print(f"[dim]  {escape(usage_line(outcome.result.extra))}")
     if out:
-        write_outputs(out, [outcome.result], lines)
+        # Read back a chunk at a time and written as it comes (the re-grade holds no sample or grade).
+        with user_errors(), Store(existing_store_path(store), readonly=True) as rd:
+            lines = (sample_line(outcome.result, smp, None, resp, g) for part in outcome.read_back(rd) for smp, resp, g in part)
+            write_outputs(out, [outcome.result], lines)
         err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
 
 

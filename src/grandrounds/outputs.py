@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 from grandrounds.hashing import to_jsonable
 from grandrounds.records import Grade, Response, Result, Sample
@@ -46,15 +46,21 @@ def sample_line(result: Result, sample: Sample, prompt: Any, response: Response 
     }
 
 
-def write_outputs(out: Path, results: Iterable[Result], lines: Sequence[dict[str, Any]]) -> None:
-    """Write both files atomically (temporary name, then rename)."""
+def write_outputs(out: Path, results: Iterable[Result], lines: Iterable[dict[str, Any]]) -> None:
+    """Write both files atomically: each under a temporary name, renamed into place once both are
+    complete, so a failure (also one raised while ``lines`` is read) leaves the earlier files as
+    they were. ``lines`` is written as it is iterated, so a generator is never held whole."""
     out.mkdir(parents=True, exist_ok=True)
-    res = {"results": [result_json(r) for r in results]}
-    tmp = out / ".results.json.tmp"
-    tmp.write_text(json.dumps(res, ensure_ascii=False, indent=2), encoding="utf-8")
-    tmp.replace(out / "results.json")
-    tmp = out / ".samples.jsonl.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(json.dumps(line, ensure_ascii=False) + "\n")
-    tmp.replace(out / "samples.jsonl")
+    results_tmp, samples_tmp = out / ".results.json.tmp", out / ".samples.jsonl.tmp"
+    try:
+        text = json.dumps({"results": [result_json(r) for r in results]}, ensure_ascii=False, indent=2)
+        with open(samples_tmp, "w", encoding="utf-8") as f:
+            for line in lines:
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        results_tmp.write_text(text, encoding="utf-8")
+    except BaseException:
+        results_tmp.unlink(missing_ok=True)
+        samples_tmp.unlink(missing_ok=True)
+        raise
+    samples_tmp.replace(out / "samples.jsonl")
+    results_tmp.replace(out / "results.json")

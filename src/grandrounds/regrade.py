@@ -8,8 +8,9 @@ unscored grade with its reason, write-behind commits.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.errors import ConfigError
@@ -37,14 +38,77 @@ from grandrounds.runner import (
 from grandrounds.store import RunRecord, Store
 
 
-@dataclass
+#: Samples of a run read from the store at a time (their answers and previous grades with them).
+READ_CHUNK = 250
+
+
 class RegradeOutcome:
-    result: Result
-    samples: list[Sample]
-    grades: list[Grade]
-    judge_stats: list[Any]
-    #: The calls behind the result as the store counted them: (answers, [one per judge]).
-    usage: tuple[Any, list[Any]] | None = None
+    """What a re-grade gives back: the result and call statistics.
+
+    Like :class:`~grandrounds.runner.RunOutcome` it holds no sample or grade: ``samples`` and
+    ``grades`` are read back from the store when asked for, in the run's order, and
+    :meth:`read_back` hands them out a chunk at a time.
+    """
+
+    def __init__(
+        self, result: Result, judge_stats: list[Any], usage: tuple[Any, list[Any]] | None,
+        store: Store, run: RunRecord, grader_fp: str, members_fp: str | None,
+    ) -> None:
+        self.result = result
+        self.judge_stats = judge_stats
+        #: The calls behind the result as the store counted them: (answers, [one per judge]).
+        self.usage = usage
+        self.store, self.run = store, run
+        #: The grading this re-grade stored, and the one that decided which samples are the run's.
+        self.grader_fp, self.members_fp = grader_fp, members_fp
+        self._samples: list[Sample] | None = None
+        self._grades: list[Grade] | None = None
+
+    @contextmanager
+    def _reading(self, store: Store | None) -> Iterator[Store]:
+        if store is not None or not self.store.closed:
+            yield store or self.store
+            return
+        with Store(self.store.path, readonly=True) as st:
+            yield st
+
+    def read_back(self, store: Store | None = None) -> Iterator[list[tuple[Sample, Response | None, Grade]]]:
+        """The re-graded samples, each with its stored answer (None when it has none) and its new
+        grade, in the run's order, :data:`READ_CHUNK` at a time."""
+        with self._reading(store) as st:
+            ids = st.run_sample_ids(self.run.id, self.run.benchmark, self.run.dataset_sha256, self.members_fp)
+            for part, samples, answers in run_chunks(st, self.run, ids):
+                grades = st.grades_for(self.run.id, self.grader_fp, part)
+                yield [(samples[sid], answers.get(sid, ("", None))[1], grades[sid]) for sid in part]
+
+    def _read_all(self) -> None:
+        chunks = list(self.read_back())
+        self._samples = [smp for part in chunks for smp, _, _ in part]
+        self._grades = [g for part in chunks for _, _, g in part]
+
+    @property
+    def samples(self) -> list[Sample]:
+        if self._samples is None:
+            self._read_all()
+        assert self._samples is not None
+        return self._samples
+
+    @property
+    def grades(self) -> list[Grade]:
+        if self._grades is None:
+            self._read_all()
+        assert self._grades is not None
+        return self._grades
+
+
+def run_chunks(
+    store: Store, run: RunRecord, ids: list[str],
+) -> Iterator[tuple[list[str], dict[str, Sample], dict[str, tuple[str, Response | None]]]]:
+    """The samples ``ids`` of ``run`` (:meth:`Store.run_sample_ids`) :data:`READ_CHUNK` at a time:
+    (their ids, id -> sample, id -> stored answer), read from the store as each chunk is reached."""
+    for i in range(0, len(ids), READ_CHUNK):
+        part = ids[i : i + READ_CHUNK]
+        yield part, store.samples_by_id(run.benchmark, run.dataset_sha256, part), store.answers_for(run.id, part)
 
 
 def last_grading(store: Store, run: RunRecord) -> dict[str, Any]:
@@ -115,19 +179,17 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     judge_cfgs, judge_deviations = resolve_judges(proto, with_timeout(req.judges, req.timeout), req.judge_overrides, req.seed)
     req = replace(req, judges=judge_cfgs)
     check_judges(bench, grader, req.judges)
-    answers = store.answers(run.id)
     # The run's samples: those it answered, and those it graded without asking (a later turn of a
-    # dialogue whose first turn failed), so a re-grade counts exactly what the run counted.
+    # dialogue whose first turn failed), so a re-grade counts exactly what the run counted. They
+    # are read from the store a chunk at a time (with their answers and previous grades), never whole.
     latest = store.latest_grader_fp(run.id)
-    graded = store.grades(run.id, latest) if latest else {}
-    samples = [s for s in store.samples(run.benchmark, run.dataset_sha256) if s.id in answers or s.id in graded]
-    if not samples:
+    ids = store.run_sample_ids(run.id, run.benchmark, run.dataset_sha256, latest)
+    if not ids:
         raise ConfigError(f"run {run.id} has no stored answers to grade")
     fp = grader_fingerprint(bench, grader, options, req.judges, run.dataset_sha256, protocol_record(proto, {}, judge_deviations))
     fp_key = content_hash(fp)
     store.put_grader(fp_key, fp)
-    previous = store.grades(run.id, fp_key) if req.only_unknown else {}
-    if req.only_unknown and not previous:
+    if req.only_unknown and not store.has_grades(run.id, fp_key):
         raise ConfigError(
             f"run {run.id} has no grades by this judge and grading setting to complete; "
             "--only-unknown needs the same judge(s), judge mode and runs as the grading it completes"
@@ -138,31 +200,36 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
         endpoints.limit_rate(e.provider.endpoint, req.rpm, "--judge-rpm")
     grading = Grading(store, run.id, fp_key, grader, progress)
     collected = Collected(store, run.id, bench, options, [j.spec for j in req.judges])
-    position = {smp.id: i for i, smp in enumerate(samples)}
-    graded_now: dict[str, Grade] = {}
     if progress:
-        progress.start(len(samples), f"regrade {run.benchmark} · {run.model}")
+        progress.start(len(ids), f"regrade {run.benchmark} · {run.model}")
 
-    async def do_group(group: list[Sample]) -> None:
-        for sample in group:
-            _, resp = answers.get(sample.id, ("", None))
-            prev = previous.get(sample.id)
+    def items() -> Iterator[list[tuple[int, Sample, Response | None, Grade | None]]]:
+        """One item per sample, read a chunk ahead of the workers: its position, the sample, its
+        stored answer, and its grade by this grading where ``only_unknown`` completes it. A
+        chunk's previous grades are read before any of its samples is graded here."""
+        position = 0
+        for part, samples, answers in run_chunks(store, run, ids):
+            previous = store.grades_for(run.id, fp_key, part) if req.only_unknown else {}
+            for sid in part:
+                yield [(position, samples[sid], answers.get(sid, ("", None))[1], previous.get(sid))]
+                position += 1
+
+    async def do_group(group: list[tuple[int, Sample, Response | None, Grade | None]]) -> None:
+        for position, sample, resp, prev in group:
             keep = prev if prev is not None and not _has_unknown(prev) else None
             ctx = GradeContext(judges=judges, previous=prev, only_unknown=req.only_unknown, max_reask=req.max_reask)
             grade, fresh = await grading.grade(sample, resp or Response(key="", error="never answered"), ctx, keep)
             grading.record(grade, fresh)
-            collected.add(position[sample.id], sample, grade)
-            graded_now[sample.id] = grade
+            collected.add(position, sample, grade)
 
     try:
-        await run_pool(store, [[s] for s in samples], do_group, 2 * max((e.concurrency for e in execs), default=4))
+        await run_pool(store, items(), do_group, 2 * max((e.concurrency for e in execs), default=4))
     finally:
         for e in execs:
             await e.provider.aclose()
-    ordered = [graded_now[s.id] for s in samples]
     result = make_result(bench, options, collected, run, fp, [j.spec for j in req.judges])
     store.put_result(run.id, fp_key, result)
-    return RegradeOutcome(result, samples, ordered, [e.stats for e in execs], collected.usage(run.id, fp_key))
+    return RegradeOutcome(result, [e.stats for e in execs], collected.usage(run.id, fp_key), store, run, fp_key, latest)
 
 
 def _has_unknown(g: Grade) -> bool:

@@ -207,8 +207,12 @@ class RunOutcome:
 
     A run keeps no sample, grade or answer in memory beyond what its aggregate needs (so memory
     stays flat however large the benchmark); ``samples``, ``grades`` and ``responses`` are read
-    back (from the data and the store) when asked for, in the run's order.
+    back (from the data and the store) when asked for, in the run's order, and :meth:`read_back`
+    hands them out a chunk at a time for those (``--out``) that need not hold the whole run.
     """
+
+    #: Samples read back per chunk by :meth:`read_back`.
+    READ_CHUNK = 250
 
     def __init__(
         self, setup: "Setup", store: Store, fp_key: str, result: Result, answer_stats: Any, judge_stats: list[Any],
@@ -237,31 +241,58 @@ class RunOutcome:
         with Store(self.store.path, readonly=True) as st:
             yield st
 
+    def read_back(self, store: Store | None = None) -> Iterator[list[tuple[Sample, Response, Grade]]]:
+        """The run's samples, each with its answer's response (as :attr:`responses` gives it) and
+        its grade, in the run's order, :attr:`READ_CHUNK` samples at a time: the samples read again
+        as the run read them, their grades and answers fetched by id from ``store`` (else the run's
+        store, or its file opened read-only once that is closed). Nothing of a chunk is kept."""
+        from contextlib import nullcontext
+
+        with self._reading() if store is None else nullcontext(store) as st:
+            samples = self.setup.samples()
+            while part := list(islice(samples, self.READ_CHUNK)):
+                ids = [smp.id for smp in part]
+                grades = st.grades_for(self.run.id, self.fp_key, ids)
+                answers = st.answers_for(self.run.id, ids)
+                yield [(smp, self._response(answers.get(smp.id), grades[smp.id]), grades[smp.id]) for smp in part]
+
+    @staticmethod
+    def _response(answer: tuple[str, Response | None] | None, grade: Grade) -> Response:
+        """The stored response of an answer; for one never stored, a failed response with the grade's reason."""
+        key, resp = answer or ("", None)
+        return resp if resp is not None else Response(key="" if grade.status == "not_asked" else key, error=grade.error or "not answered")
+
+    def _read_all(self) -> None:
+        samples: list[Sample] = []
+        grades: list[Grade] = []
+        responses: dict[str, Response] = {}
+        for part in self.read_back():
+            for smp, resp, grade in part:
+                samples.append(smp)
+                grades.append(grade)
+                responses[smp.id] = resp
+        self._samples, self._grades, self._responses = samples, grades, responses
+
     @property
     def samples(self) -> list[Sample]:
         if self._samples is None:
-            self._samples = list(self.setup.samples())
+            self._read_all()
+        assert self._samples is not None
         return self._samples
 
     @property
     def grades(self) -> list[Grade]:
         if self._grades is None:
-            with self._reading() as st:
-                stored = st.grades(self.run.id, self.fp_key)
-            self._grades = [stored[sid] for sid in self.setup.ids]
+            self._read_all()
+        assert self._grades is not None
         return self._grades
 
     @property
     def responses(self) -> dict[str, Response]:
         """sample id -> the answer's response (a failed one with its error; a turn never asked has key "")."""
         if self._responses is None:
-            with self._reading() as st:
-                answers = st.answers(self.run.id)
-            out: dict[str, Response] = {}
-            for sid, grade in zip(self.setup.ids, self.grades):
-                key, resp = answers.get(sid, ("", None))
-                out[sid] = resp if resp is not None else Response(key="" if grade.status == "not_asked" else key, error=grade.error or "not answered")
-            self._responses = out
+            self._read_all()
+        assert self._responses is not None
         return self._responses
 
     def __repr__(self) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from grandrounds.hashing import canonical_json
 from grandrounds.records import Grade, grade_from_json, judge_calls
 from grandrounds.store.connection import StoreBase, now
 from grandrounds.store.rows import CallUsage, RunState, StoredGrade, VerdictCounts
+from grandrounds.store.runs import in_chunks
 
 
 _DROP_CALLS = "DELETE FROM grade_calls WHERE run_id = ? AND grader_fp = ? AND sample_id = ?"
@@ -58,6 +59,18 @@ class GradeTables(StoreBase):
     def grades(self, run_id: str, grader_fp: str) -> dict[str, Grade]:
         """sample_id -> grade, for every answer of a run graded by one grader."""
         return {g.grade.sample_id: g.grade for g in self._stored_grades("WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp))}
+
+    def grades_for(self, run_id: str, grader_fp: str, sample_ids: Sequence[str]) -> dict[str, Grade]:
+        """:meth:`grades` of ``sample_ids`` only (those graded), read a slice at a time."""
+        out: dict[str, Grade] = {}
+        for part, marks in in_chunks(sample_ids):
+            got = self._stored_grades(f"WHERE run_id = ? AND grader_fp = ? AND sample_id IN ({marks})", (run_id, grader_fp, *part))
+            out.update((g.grade.sample_id, g.grade) for g in got)
+        return out
+
+    def has_grades(self, run_id: str, grader_fp: str) -> bool:
+        """Whether any answer of ``run_id`` is graded by ``grader_fp``."""
+        return self.db.execute("SELECT 1 FROM grades WHERE run_id = ? AND grader_fp = ? LIMIT 1", (run_id, grader_fp)).fetchone() is not None
 
     def grade(self, run_id: str, grader_fp: str, sample_id: str) -> Grade | None:
         """The grade of one answer, or None when it was not graded by this grader."""

@@ -13,6 +13,15 @@ from grandrounds.store.rows import AnswerText, CallUsage, RunRecord, StoredSampl
 _SAMPLE_INSERT = "INSERT OR IGNORE INTO samples VALUES (?,?,?,?,?)"
 #: Successful calls whose server reported no token usage (their tokens are not in the sums).
 _NO_USAGE = "SUM(c.error IS NULL AND c.prompt_tokens = 0 AND c.completion_tokens = 0)"
+#: Ids bound in one ``IN (...)`` (well under SQLite's limit on bound variables).
+IN_CHUNK = 500
+
+
+def in_chunks(ids: Sequence[str]) -> Iterator[tuple[list[str], str]]:
+    """``ids`` in slices of at most :data:`IN_CHUNK`, each with its ``?,?,...`` placeholders."""
+    for i in range(0, len(ids), IN_CHUNK):
+        part = list(ids[i : i + IN_CHUNK])
+        yield part, ",".join("?" * len(part))
 
 
 class RunTables(StoreBase):
@@ -147,6 +156,27 @@ class RunTables(StoreBase):
         got = self._stored_samples("WHERE benchmark = ? AND dataset_sha256 = ? AND sample_id = ?", (benchmark, dataset_sha256, sample_id))
         return next((s.sample for s in got), None)
 
+    def samples_by_id(self, benchmark: str, dataset_sha256: str, sample_ids: Sequence[str]) -> dict[str, Sample]:
+        """sample id -> sample, for those of ``sample_ids`` stored for one dataset (read by key, a
+        slice at a time, so a caller reading a run in chunks holds one chunk)."""
+        out: dict[str, Sample] = {}
+        for part, marks in in_chunks(sample_ids):
+            got = self._stored_samples(f"WHERE benchmark = ? AND dataset_sha256 = ? AND sample_id IN ({marks})", (benchmark, dataset_sha256, *part))
+            out.update((s.sample.id, s.sample) for s in got)
+        return out
+
+    def run_sample_ids(self, run_id: str, benchmark: str, dataset_sha256: str, grader_fp: str | None) -> list[str]:
+        """The ids, in source order, of the dataset's stored samples that belong to run ``run_id``:
+        those it answered, and those graded under ``grader_fp`` without an answer (a later turn of
+        a dialogue whose first turn failed). Ids only: the samples are read by :meth:`samples_by_id`."""
+        q = (
+            "SELECT s.sample_id FROM samples s WHERE s.benchmark = ? AND s.dataset_sha256 = ? AND ("
+            "EXISTS (SELECT 1 FROM answers a WHERE a.run_id = ? AND a.sample_id = s.sample_id) OR "
+            "EXISTS (SELECT 1 FROM grades g WHERE g.run_id = ? AND g.grader_fp = ? AND g.sample_id = s.sample_id)"
+            ") ORDER BY s.idx, s.sample_id"
+        )
+        return [r[0] for r in self.db.execute(q, (benchmark, dataset_sha256, run_id, run_id, grader_fp))]
+
     def iter_samples(self) -> Iterator[StoredSample]:
         """Every stored sample, by benchmark, dataset and source order (read lazily: do not write
         through this store while iterating)."""
@@ -171,6 +201,13 @@ class RunTables(StoreBase):
         """(request key, stored response or None) of one sample of a run; None when it has no answer row."""
         return self._answers("WHERE run_id = ? AND sample_id = ?", (run_id, sample_id)).get(sample_id)
 
+    def answers_for(self, run_id: str, sample_ids: Sequence[str]) -> dict[str, tuple[str, Response | None]]:
+        """:meth:`answers` of ``sample_ids`` only (those with an answer row), read a slice at a time."""
+        out: dict[str, tuple[str, Response | None]] = {}
+        for part, marks in in_chunks(sample_ids):
+            out.update(self._answers(f"WHERE run_id = ? AND sample_id IN ({marks})", (run_id, *part)))
+        return out
+
     def _answers(self, where: str, args: tuple[Any, ...]) -> dict[str, tuple[str, Response | None]]:
         rows = list(self.db.execute(f"SELECT sample_id, request_key FROM answers {where}", args))
         calls = self.calls_by_key([r[1] for r in rows])
@@ -180,6 +217,14 @@ class RunTables(StoreBase):
         """sample_id -> the prompt sent for it in ``run_id`` (as stored with the answer, parsed)."""
         rows = self.db.execute("SELECT sample_id, prompt_json FROM answers WHERE run_id = ?", (run_id,))
         return {sid: json.loads(pj) for sid, pj in rows}
+
+    def answer_prompts_for(self, run_id: str, sample_ids: Sequence[str]) -> dict[str, Any]:
+        """:meth:`answer_prompts` of ``sample_ids`` only, read a slice at a time."""
+        out: dict[str, Any] = {}
+        for part, marks in in_chunks(sample_ids):
+            rows = self.db.execute(f"SELECT sample_id, prompt_json FROM answers WHERE run_id = ? AND sample_id IN ({marks})", (run_id, *part))
+            out.update((sid, json.loads(pj)) for sid, pj in rows)
+        return out
 
     def iter_answer_texts(self) -> Iterator[AnswerText]:
         """(run, sample, answer text) for every answer row of every run (read lazily)."""
