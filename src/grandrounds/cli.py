@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from contextlib import contextmanager, suppress
@@ -14,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from grandrounds import eventloop
 from grandrounds.errors import ConfigError, GrandroundsError
 from grandrounds.params import Param
 from grandrounds.records import AnswerMode
@@ -320,7 +320,7 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
     try:
         with Store(store_file) as st, RichProgress(err_console) as prog:
             for cfg in cfgs:
-                outcome = asyncio.run(run_async(st, cfg, prog))
+                outcome = eventloop.run(run_async(st, cfg, prog))
                 outcome.result = with_usage(st, outcome.run.id, outcome.result, *outcome.usage, table, cfg.batch)
                 outcomes.append(outcome)
     except KeyboardInterrupt:  # leaving the block flushed what was answered before the interrupt
@@ -471,7 +471,7 @@ def regrade(
             batch=BatchSettings.parse("judges" if batch else None), rpm=judge_rpm,
         )
         with RichProgress(err_console) as prog:
-            outcome = asyncio.run(regrade_async(st, req, progress=prog))
+            outcome = eventloop.run(regrade_async(st, req, progress=prog))
         from grandrounds.costs import load_prices, usage_line, with_usage
 
         outcome.result = with_usage(st, run_rec.id, outcome.result, *outcome.usage, load_prices(), req.batch)
