@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -320,3 +320,47 @@ def test_no_sql_on_store_tables_outside_the_store() -> None:
         if ".db.execute" in text or "ATTACH" in text or ("execute(" in text.replace("_execute(", "") and path not in own_index):
             offenders.append(str(path.relative_to(src)))
     assert offenders == []
+
+
+def test_a_flush_writes_many_rows_per_insert_and_lands_what_executemany_would() -> None:
+    """commit_groups turns a group of rows for one INSERT into multi-row statements; the rows land
+    exactly as one executemany per group lands them: in order, a replace or an upsert meeting a
+    row written earlier in the same statement, more rows than one statement takes, and
+    statements that are not INSERTs (run as they are)."""
+    from grandrounds.store import connection
+
+    schema = [
+        "CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER NOT NULL, n INTEGER NOT NULL DEFAULT 1)",
+        "CREATE TABLE log (i INTEGER, k TEXT)",
+    ]
+    upsert = "INSERT INTO t VALUES (?,?,?) ON CONFLICT(k) DO UPDATE SET v = excluded.v, n = t.n + excluded.n WHERE t.v < excluded.v"
+    groups = [
+        ("INSERT OR REPLACE INTO t VALUES (?,?,?)", [(f"k{i % 90}", i, 1) for i in range(200)]),  # repeats within a statement
+        (upsert, [(f"k{i % 7}", i % 11, 1) for i in range(150)]),
+        ("DELETE FROM t WHERE k = ?", [("k3",), ("k50",)]),
+        ("INSERT INTO log VALUES (?,?)", [(i, f"k{i}") for i in range(130)]),
+        ("INSERT INTO log VALUES (?,?)", [(999, "one")]),
+    ]
+
+    def state(write: Callable[[sqlite3.Connection], None]) -> tuple[list[tuple], list[tuple], int]:
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        for q in schema:
+            db.execute(q)
+        steps: list[str] = []
+        db.set_trace_callback(steps.append)
+        write(db)
+        db.set_trace_callback(None)
+        inserts = sum(1 for q in steps if q.startswith("INSERT"))
+        return list(db.execute("SELECT * FROM t ORDER BY k")), list(db.execute("SELECT * FROM log")), inserts
+
+    def one_by_one(db: sqlite3.Connection) -> None:
+        with connection.transaction(db):
+            for sql, rows in groups:
+                db.executemany(sql, rows)
+
+    got_t, got_log, got_inserts = state(lambda db: connection.commit_groups(db, groups))
+    want_t, want_log, want_inserts = state(one_by_one)
+    assert got_t == want_t and got_log == want_log
+    assert len(got_t) == 88 and len(got_log) == 131
+    assert want_inserts == 200 + 150 + 130 + 1  # executemany: one statement per row
+    assert got_inserts == 4 + 3 + 3 + 1  # at most 64 rows per statement, 999 values at most
