@@ -54,6 +54,8 @@ SEED_MAX = 2**32 - 1
 TEMPERATURE_MAX = 2.0
 RPM_HELP = "answer calls started per minute on the candidate's endpoint, retries included (vendor rate limits; default: no limit)"
 JUDGE_RPM_HELP = "judge calls started per minute on each judge endpoint, retries included; an endpoint shared with the candidate takes the lower of --rpm and --judge-rpm"
+TPM_HELP = "tokens (prompt + max tokens, corrected to reported usage) of answer calls started per minute on the candidate's endpoint, retries included (default: no limit)"
+JUDGE_TPM_HELP = "tokens (prompt + max tokens, corrected to reported usage) of judge calls started per minute on each judge endpoint; an endpoint shared with the candidate takes the lower of --tpm and --judge-tpm"
 
 
 def _encoding_option(value: Optional[str]) -> Optional[str]:
@@ -207,6 +209,8 @@ def run(
     judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
     rpm: Optional[int] = typer.Option(None, "--rpm", min=1, help=RPM_HELP),
     judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
+    tpm: Optional[int] = typer.Option(None, "--tpm", min=1, help=TPM_HELP),
+    judge_tpm: Optional[int] = typer.Option(None, "--judge-tpm", min=1, help=JUDGE_TPM_HELP),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent, answers and judges (HTTP providers; default 120)"),
     answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
     shuffle_options: bool = typer.Option(False, "--shuffle-options", help="permute options (recorded)"),
@@ -261,6 +265,8 @@ def run(
             judge_concurrency=judge_concurrency,
             rpm=rpm,
             judge_rpm=judge_rpm,
+            tpm=tpm,
+            judge_tpm=judge_tpm,
             timeout=timeout,
             limit=limit,
             batch=BatchSettings.parse(batch),
@@ -449,6 +455,7 @@ def regrade(
     only_unknown: bool = typer.Option(False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"),
     judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
     judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
+    judge_tpm: Optional[int] = typer.Option(None, "--judge-tpm", min=1, help=JUDGE_TPM_HELP),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent, judges (HTTP providers; default 120)"),
     seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="seed of the judges' calls and of bootstrap CIs"),
     batch: bool = typer.Option(False, "--batch", help="send the judge calls through the judge's batch API (openai/, anthropic/; half price, results within 24 h)"),
@@ -468,7 +475,7 @@ def regrade(
         req = RegradeRequest(
             run_rec, judges, judge_mode, judge_runs, max_reask, seed, only_unknown, judge_concurrency, timeout,
             judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
-            batch=BatchSettings.parse("judges" if batch else None), rpm=judge_rpm,
+            batch=BatchSettings.parse("judges" if batch else None), rpm=judge_rpm, tpm=judge_tpm,
         )
         with RichProgress(err_console) as prog:
             outcome = eventloop.run(regrade_async(st, req, progress=prog))

@@ -12,6 +12,9 @@ on the same store waits for this answer instead of paying for it again.
 
 With ``--rpm`` / ``--judge-rpm`` an endpoint also has a :class:`RateLimit`: every attempt
 (retries too: they are requests) waits for its start time under that limit just before it is sent.
+With ``--tpm`` / ``--judge-tpm`` it has a :class:`TokenRate`: every attempt reserves its estimated
+tokens (prompt and max_tokens) before it is sent, and the reservation is corrected to the usage
+the server reports.
 
 A judge request that overflows the server's context (the server names its context and the
 prompt's size) is sent once more with ``max_tokens`` shrunk to what fits; the shrink is counted.
@@ -30,9 +33,10 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from grandrounds.costs import TokenCounter, token_counter
 from grandrounds.errors import ConfigError
 from grandrounds.providers.base import Provider, ProviderError
-from grandrounds.records import Request, Response
+from grandrounds.records import Request, Response, Usage
 from grandrounds.store import Store
 from grandrounds.store.leases import LeaseState
 
@@ -113,6 +117,182 @@ def check_rpm(rpm: object, flag: str = "--rpm") -> None:
         raise ConfigError(f"{flag} {rpm!r}: expected a whole number of requests per minute, at least 1")
 
 
+def check_tpm(tpm: object, flag: str = "--tpm") -> None:
+    """A tokens-per-minute limit is a whole number, at least 1 (None: no limit)."""
+    if tpm is not None and (isinstance(tpm, bool) or not isinstance(tpm, int) or tpm < 1):
+        raise ConfigError(f"{flag} {tpm!r}: expected a whole number of tokens per minute, at least 1")
+
+
+def request_tokens(counter: TokenCounter, request: Request) -> tuple[int, int]:
+    """(prompt tokens, most output tokens) of ``request`` as its provider sends it, by ``counter``:
+    a chat prompt with its message overhead and ``max_tokens``; a next-token request generates one
+    token; a log-likelihood request sends the context with each continuation and generates none."""
+    if request.kind == "loglikelihood":
+        context = counter.text("\n\n".join(m.content for m in request.messages))
+        return sum(context + counter.text(c) for c in request.continuations), 0
+    return counter.messages(request.messages), 1 if request.kind == "next_token" else request.params.max_tokens
+
+
+@dataclass(eq=False)
+class Reserved:
+    """Tokens reserved by one call started at ``start`` (``time.monotonic``); ``tokens`` is the
+    estimate until the server's reported usage replaces it."""
+
+    start: float
+    tokens: int
+    #: Left the window (the ledger no longer counts it).
+    expired: bool = False
+
+
+class _Ledger:
+    """The reservations of one endpoint still inside the window, oldest first, and their sum."""
+
+    def __init__(self) -> None:
+        self.held: deque[Reserved] = deque()
+        self.used = 0
+        #: Callers waiting for room, woken early when a correction frees some.
+        self.waiting: list[asyncio.Future[None]] = []
+
+    def expire(self, now: float, per: float) -> None:
+        while self.held and self.held[0].start <= now - per:
+            gone = self.held.popleft()
+            gone.expired = True
+            self.used -= gone.tokens
+
+    def ready_at(self, tokens: int, now: float, limit: int, per: float) -> float:
+        """The earliest time from ``now`` at which ``tokens`` more fit under ``limit`` in the window,
+        as the reservations stand (each leaves the window ``per`` after its start)."""
+        self.expire(now, per)
+        used, at = self.used, now
+        for r in self.held:
+            if used + tokens <= limit:
+                break
+            used -= r.tokens
+            at = r.start + per
+        return at
+
+    def correct(self, r: Reserved, tokens: int) -> None:
+        if not r.expired:
+            self.used += tokens - r.tokens
+        freed = tokens < r.tokens
+        r.tokens = tokens
+        if freed:
+            for fut in self.waiting:
+                if not fut.done():
+                    fut.set_result(None)
+
+
+#: Per endpoint, the tokens reserved by the calls of this process started within the window, so
+#: the runs one command makes in turn keep the limit across their boundaries (as ``_BEGUN``).
+_LEDGERS: dict[str, _Ledger] = {}
+
+
+class TokenRate:
+    """Tokens of call starts on one endpoint limited so that no window of ``per`` seconds (any
+    window, not only aligned ones) holds more than ``limit`` tokens of calls started.
+
+    How vendors count a request against a tokens-per-minute limit, which this follows:
+
+    - OpenAI counts a request when it is accepted, by its prompt (estimated from its characters)
+      and its ``max_tokens``: "usage needs are estimated from this value [max_tokens]" and
+      "contexts (prompts+max_tokens)" count (OpenAI Help Center, "Rate Limit Advice",
+      help.openai.com/en/articles/6891753; its rate-limit guide, platform.openai.com/docs/guides/rate-limits,
+      says the limit is "calculated as the maximum of max_tokens and the estimated number of
+      tokens based on the character count of your request"). Reserving the prompt plus
+      ``max_tokens`` covers either reading.
+    - Anthropic limits input tokens per minute and output tokens per minute apart; output tokens
+      are "estimated based on max_tokens at the beginning of each request, and the estimate is
+      adjusted at the end of the request to reflect the actual number of output tokens used"
+      (docs.anthropic.com/en/api/rate-limits). One limit on prompt plus output keeps both under
+      it, so the lower of the two is the value to give.
+
+    So each attempt reserves its estimate (:func:`request_tokens`: prompt tokens by the project's
+    token counter, plus max_tokens) before it is sent; when the reply reports its usage the
+    reservation becomes that (prompt + completion tokens), freeing what max_tokens held but the
+    reply did not use; a reply without usage, or a failure, leaves the estimate. A reservation
+    leaves the window ``per`` seconds after its start.
+
+    First come, first served: callers queue in one line, and the one at its head waits until its
+    tokens fit (woken early when a correction frees room), so a large request is never starved
+    by small ones behind it, nor small ones held back longer than the large one ahead of them
+    needs. A request larger than ``limit`` could never start: :meth:`reserve` refuses it. The
+    start recorded is the time the caller actually goes on (a wake-up may come late), so the
+    bound holds for starts as they happen. With a :class:`RateLimit` on the endpoint too, the
+    head of the line takes its start time there after its tokens fit, and its tokens are
+    recorded at that start, so both limits hold for the same moment.
+    """
+
+    def __init__(self, endpoint: str, limit: int, per: float, flag: str = "--tpm") -> None:
+        self.endpoint = endpoint
+        self.limit = limit
+        self.per = per
+        #: The flag that set the limit in force (the lowest asked for), named when a request is refused.
+        self.flag = flag
+        self._line: asyncio.Lock | None = None
+        self._line_loop: asyncio.AbstractEventLoop | None = None
+
+    def lower(self, limit: int, flag: str) -> None:
+        """The lowest limit asked for wins."""
+        if limit < self.limit:
+            self.limit, self.flag = limit, flag
+
+    @property
+    def ledger(self) -> _Ledger:
+        return _LEDGERS.setdefault(self.endpoint, _Ledger())
+
+    def _queue(self) -> asyncio.Lock:
+        """The line of this event loop (asyncio's lock is fair: waiters acquire in arrival order)."""
+        loop = asyncio.get_running_loop()
+        if self._line is None or self._line_loop is not loop:
+            self._line, self._line_loop = asyncio.Lock(), loop
+        return self._line
+
+    def refusal(self, prompt: int, most: int, max_tokens_flag: str = "--max-tokens") -> str | None:
+        """Why a request of ``prompt`` + ``most`` tokens can never start (None when it can)."""
+        tokens = prompt + most
+        if tokens <= self.limit:
+            return None
+        return (f"over {self.flag} {self.limit:,}: estimated {tokens:,} tokens (prompt {prompt:,} + max_tokens {most:,}), "
+                f"more than a minute allows, so it was not sent; raise {self.flag} or lower {max_tokens_flag}")
+
+    async def reserve(self, tokens: int, rate: RateLimit | None = None) -> Reserved:
+        """Wait until ``tokens`` fit (and, with ``rate``, for the start time it gives), then record them."""
+        async with self._queue():
+            ledger, paced = self.ledger, False
+            while True:
+                now = time.monotonic()
+                at = ledger.ready_at(tokens, now, self.limit, self.per)
+                if at <= now:
+                    if rate is not None and not paced:
+                        await rate.wait()  # no one else reserves meanwhile: the tokens still fit after it
+                        paced = True
+                        continue
+                    held = Reserved(now, tokens)
+                    ledger.held.append(held)
+                    ledger.used += tokens
+                    return held
+                await self._sleep(ledger, at - now)
+
+    @staticmethod
+    async def _sleep(ledger: _Ledger, delay: float) -> None:
+        """Sleep ``delay`` seconds, or less if a correction frees room meanwhile."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        timer = loop.call_later(delay, lambda: fut.done() or fut.set_result(None))
+        ledger.waiting.append(fut)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            ledger.waiting.remove(fut)
+
+    def settle(self, held: Reserved, usage: Usage) -> None:
+        """Replace the estimate by the usage the server reported (none reported: the estimate stands)."""
+        reported = usage.prompt_tokens + usage.completion_tokens
+        if reported > 0:
+            self.ledger.correct(held, reported)
+
+
 class EndpointLimits:
     """One semaphore per endpoint, shared by the executors of one run (answers and judges), and
     the endpoint's request rate where one was set.
@@ -120,13 +300,15 @@ class EndpointLimits:
     An endpoint's capacity is the largest limit any executor on it asked for: with
     ``--concurrency 1 --judge-concurrency 1`` against one server, one request is in flight in all.
     Its rate is the lowest asked for: ``--rpm 60 --judge-rpm 30`` with candidate and judge on one
-    server starts at most 30 calls a minute there, answers and judge calls together.
+    server starts at most 30 calls a minute there, answers and judge calls together. Its token
+    rate likewise: the lowest of ``--tpm`` and ``--judge-tpm`` asked for it.
     """
 
     def __init__(self, per: float | None = None) -> None:
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._size: dict[str, int] = {}
         self._rates: dict[str, RateLimit] = {}
+        self._tokens: dict[str, TokenRate] = {}
         #: The rate window in seconds (:data:`RATE_WINDOW`, a minute).
         self.per = RATE_WINDOW if per is None else per
 
@@ -142,6 +324,19 @@ class EndpointLimits:
 
     def rate(self, endpoint: str) -> RateLimit | None:
         return self._rates.get(endpoint)
+
+    def limit_tokens(self, endpoint: str, tpm: int | None, flag: str = "--tpm") -> None:
+        """At most ``tpm`` tokens of call starts per window on ``endpoint`` (None: no limit asked for)."""
+        if tpm is None:
+            return
+        check_tpm(tpm, flag)
+        if endpoint in self._tokens:
+            self._tokens[endpoint].lower(tpm, flag)
+        else:
+            self._tokens[endpoint] = TokenRate(endpoint, tpm, self.per, flag)
+
+    def tokens(self, endpoint: str) -> TokenRate | None:
+        return self._tokens.get(endpoint)
 
     def slot(self, endpoint: str, capacity: int) -> asyncio.Semaphore:
         sem = self._slots.get(endpoint)
@@ -160,6 +355,8 @@ class EndpointLimits:
 
 #: Tokens kept free when a judge's max_tokens is shrunk to fit the context (chat template overhead).
 CONTEXT_MARGIN = 16
+#: The flag that sets a request's max_tokens, by its purpose (named when a request is over the token rate).
+MAX_TOKENS_FLAG = {"answer": "--max-tokens", "judge": "--judge-max-tokens", "attack": "--attacker-max-tokens"}
 
 
 class CallObserver(Protocol):
@@ -280,6 +477,8 @@ class Executor(StoreFirst):
         self.endpoint_limit = self.endpoints.slot(provider.endpoint, self.concurrency)
         #: Seconds between looks at the store while another process holds a call's lease.
         self.lease_poll = 0.2
+        #: The token counter of this provider's model, made on the first call under a token rate.
+        self._counter: asyncio.Task[TokenCounter] | None = None
 
     async def __call__(self, request: Request) -> Response:
         key = request.key()
@@ -350,11 +549,31 @@ class Executor(StoreFirst):
         return response
 
     async def _send(self, request: Request) -> Response:
-        """One attempt, started when the endpoint's request rate allows."""
+        """One attempt, started when the endpoint's request rate and token rate allow.
+
+        Under a token rate the attempt reserves its estimated tokens first (a request that could
+        never fit is refused, not retried, and nothing is sent); the server's reported usage then
+        replaces the estimate."""
         rate = self.endpoints.rate(self.provider.endpoint)
-        if rate is not None:
-            await rate.wait()
-        return await self.provider.call(request)
+        budget = self.endpoints.tokens(self.provider.endpoint)
+        if budget is None:
+            if rate is not None:
+                await rate.wait()
+            return await self.provider.call(request)
+        prompt, most = request_tokens(await self._token_counter(), request)
+        why = budget.refusal(prompt, most, MAX_TOKENS_FLAG.get(request.purpose, "--max-tokens"))
+        if why is not None:
+            raise ProviderError(why, retryable=False, kind="over_tpm")
+        held = await budget.reserve(prompt + most, rate)
+        response = await self.provider.call(request)
+        budget.settle(held, response.usage)
+        return response
+
+    async def _token_counter(self) -> TokenCounter:
+        """The model's token counter (tiktoken may fetch its file once: that runs in a thread)."""
+        if self._counter is None:
+            self._counter = asyncio.ensure_future(asyncio.to_thread(token_counter, str(self.provider.spec)))
+        return await asyncio.shield(self._counter)
 
     @staticmethod
     def _fit_context(request: Request, err: ProviderError) -> Request | None:

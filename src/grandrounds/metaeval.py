@@ -459,6 +459,8 @@ class ValidateConfig:
     concurrency: int | None = None
     #: Judge call starts per minute (``--judge-rpm``); None = no limit.
     rpm: int | None = None
+    #: Tokens of judge call starts per minute (``--judge-tpm``); None = no limit.
+    tpm: int | None = None
     max_reask: int = 2
     seed: int = 0
     #: The executor's retry policy (None: its default).
@@ -482,7 +484,7 @@ class Validation:
 
 def check_config(cfg: ValidateConfig) -> "tuple[Protocol, JudgeConfig, dict[str, Any]]":
     """The protocol, the judge with its generation parameters settled, and its deviations; before any call."""
-    from grandrounds.executor import check_rpm
+    from grandrounds.executor import check_rpm, check_tpm
     from grandrounds.providers.base import check_model
     from grandrounds.runner import JudgeConfig, resolve_judges
 
@@ -491,6 +493,7 @@ def check_config(cfg: ValidateConfig) -> "tuple[Protocol, JudgeConfig, dict[str,
     if cfg.max_reask < 0:
         raise ConfigError(f"--max-reask must be 0 or more, not {cfg.max_reask}")
     check_rpm(cfg.rpm, "--judge-rpm")
+    check_tpm(cfg.tpm, "--judge-tpm")
     proto = PROTOCOLS[cfg.protocol]
     spec = cfg.judge or proto.judge_models[0]
     if "@" in spec:
@@ -517,6 +520,7 @@ async def validate(store: Store, cfg: ValidateConfig, progress: "Progress | None
     endpoints = EndpointLimits()
     execs, (judge,) = make_judges(store, [judge_cfg], cfg.concurrency, cfg.retry or RetryPolicy(), cfg.seed, progress, endpoints)
     endpoints.limit_rate(execs[0].provider.endpoint, cfg.rpm, "--judge-rpm")
+    endpoints.limit_tokens(execs[0].provider.endpoint, cfg.tpm, "--judge-tpm")
     verdicts: list[RowVerdict | None] = [None] * len(rows)
     if progress:
         progress.start(len(rows), f"{SUITE} · judge {judge_cfg.spec}")

@@ -41,6 +41,7 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
         judge_json: bool = typer.Option(False, "--judge-json", help="ask the judge for a JSON object"),
         judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight"),
         judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help="judge calls started per minute, retries included (vendor rate limits; default: no limit)"),
+        judge_tpm: Optional[int] = typer.Option(None, "--judge-tpm", min=1, help="tokens (prompt + max tokens, corrected to reported usage) of judge calls started per minute, retries included (default: no limit)"),
         max_reask: int = typer.Option(2, "--max-reask", min=0, help="re-asks of an unreadable judge reply"),
         seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="seed of the bootstraps and of the judge's calls"),
         out: Optional[Path] = typer.Option(None, "--out", help="write every figure as JSON to this file"),
@@ -60,7 +61,7 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
             cfg = ValidateConfig(
                 judge=judge, base_url=judge_base_url, protocol=protocol, data=data, limit=limit,
                 judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
-                json_object=judge_json, concurrency=judge_concurrency, rpm=judge_rpm, max_reask=max_reask, seed=seed,
+                json_object=judge_json, concurrency=judge_concurrency, rpm=judge_rpm, tpm=judge_tpm, max_reask=max_reask, seed=seed,
             )
             try:
                 with Store(store_path(store)) as st, RichProgress(err_console) as prog:

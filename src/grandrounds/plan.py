@@ -22,6 +22,12 @@ Tokens: prompts are counted with a real tokenizer where one applies, else estima
 says which, see :func:`grandrounds.costs.token_counter`). Output tokens are the mean of the
 stored calls of the same line where there are some (say, from a ``--limit 20`` pilot run),
 otherwise at most ``max_tokens`` per call, and the cost is then an upper bound.
+
+With ``--tpm`` / ``--judge-tpm`` the plan also gives the least time the run can take under them:
+per endpoint, the estimated tokens of the calls it will receive (prompt and output) over the
+limit in force there (the lower of the two where candidate and judge share one), the slowest
+endpoint deciding; and it says when a single request is larger than its endpoint's limit (the
+run refuses such a request without sending it).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Any, Sequence
 
 from grandrounds import eventloop
 from grandrounds.costs import PriceTable, TokenCounter, fmt_usd, load_prices, token_counter
+from grandrounds.executor import request_tokens
 from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.hashing import content_hash
 from grandrounds.providers.base import Provider, split_endpoint
@@ -67,6 +74,10 @@ class Line:
     awaiting_answer: int = 0
     #: The run sends this line's calls through the provider's batch API (``--batch``): batch prices.
     batch: bool = False
+    #: The endpoint the calls go to (where a token rate applies).
+    endpoint: str = ""
+    #: The largest request to make, in estimated tokens (prompt + max_tokens), as a token rate reserves it.
+    largest: int = 0
 
     @property
     def to_make(self) -> int:
@@ -105,6 +116,8 @@ class Plan:
     prices: PriceTable
     max_reask: int
     notes: list[str] = field(default_factory=list)
+    #: Token rates of the run, per endpoint: (tokens per minute, the flag that set it).
+    tpm: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     @property
     def to_make(self) -> int:
@@ -128,6 +141,21 @@ class Plan:
         bound = any(not line.output_observed for c, line in costs if c is not None)
         return (sum(priced) if priced else None), all(c is not None for c, _ in costs), bound
 
+    def tpm_times(self) -> list[tuple[str, int, str, int, float]]:
+        """Per endpoint with a token rate: (endpoint, limit, flag, estimated tokens, least minutes)."""
+        out = []
+        for endpoint, (limit, flag) in self.tpm.items():
+            tokens = sum(line.prompt_tokens + line.output_tokens for line in self.lines if line.endpoint == endpoint)
+            out.append((endpoint, limit, flag, tokens, tokens / limit))
+        return out
+
+    def least_minutes(self) -> float | None:
+        """The least time the run can take under its token rates, in minutes (None: no token rate).
+
+        Endpoints are asked at the same time, so the slowest decides."""
+        times = self.tpm_times()
+        return max(t[4] for t in times) if times else None
+
     def as_json(self) -> dict[str, Any]:
         total, complete, bound = self.total_cost()
         return {
@@ -145,6 +173,8 @@ class Plan:
             ],
             "cost_usd": total, "cost_complete": complete, "cost_is_upper_bound": bound,
             "prices": self.prices.describe(), "notes": self.notes,
+            "tpm": [{"endpoint": e, "limit": n, "flag": f, "tokens": t, "least_minutes": m} for e, n, f, t, m in self.tpm_times()],
+            "least_minutes_under_tpm": self.least_minutes(),
         }
 
 
@@ -164,11 +194,10 @@ class _DryExecutor:
         self.output_bound = 0
 
     def measure(self, req: Request) -> tuple[int, int]:
-        """(prompt tokens, most output tokens) of one request, as the provider sends it."""
-        if req.kind == "loglikelihood":  # one completion per option: the context and the option, nothing generated
-            context = self.counter.text("\n\n".join(m.content for m in req.messages))
-            return sum(context + self.counter.text(c) for c in req.continuations), 0
-        return self.counter.messages(req.messages), 1 if req.kind == "next_token" else req.params.max_tokens
+        """(prompt tokens, most output tokens) of one request, as the provider sends it (as a token rate counts it)."""
+        prompt, most = request_tokens(self.counter, req)
+        self.line.largest = max(self.line.largest, prompt + most)
+        return prompt, most
 
     async def __call__(self, req: Request) -> Response:
         key = req.key()
@@ -231,7 +260,7 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
     model = split_endpoint(cfg.model)[0]
     counters = {model: token_counter(model)}
     batch = getattr(cfg, "batch", None)
-    answers = Line("answers", model, batch=bool(batch and batch.covers("answers")))
+    answers = Line("answers", model, batch=bool(batch and batch.covers("answers")), endpoint=s.provider.endpoint)
     lines = [answers]
     seen: set[str] = set()
     probed: set[str] = set()  # requests built around placeholder answers: never equal to real ones
@@ -240,7 +269,7 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
     exact_judges, probe_judges = [], []
     for j, provider in zip(cfg.judges, judge_providers):
         counters.setdefault(j.spec, token_counter(j.spec))
-        line = Line("judge", j.spec, batch=bool(batch and batch.covers("judges")))
+        line = Line("judge", j.spec, batch=bool(batch and batch.covers("judges")), endpoint=provider.endpoint)
         lines.append(line)
         exact_judges.append(RunJudge(_DryExecutor(store, provider, line, counters[j.spec], True, seen), j))  # type: ignore[arg-type]
         probe_judges.append(RunJudge(_DryExecutor(None, provider, line, counters[j.spec], False, probed), j))  # type: ignore[arg-type]
@@ -287,7 +316,34 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
     if len(per_sample) > 3:  # a grader failing on every sample: say so once, not per sample
         notes = [n for n in notes if not n.startswith("sample ")] + per_sample[:3] + [f"... and {len(per_sample) - 3} more samples like these"]
     _common_notes(s, cfg, lines, notes)
-    return Plan(s.bench.name, model, s.run.id, s.n, n_graded, lines, counters, prices, cfg.options.max_reask, notes)
+    tpm = _token_rates(cfg, lines)
+    for line in lines:
+        if line.endpoint in tpm and line.largest > tpm[line.endpoint][0]:
+            limit, flag = tpm[line.endpoint]
+            notes.append(f"the largest {'answer' if line.role == 'answers' else 'judge'} request of {line.model}, about {line.largest:,} "
+                         f"tokens (prompt + max_tokens), is over {flag} {limit:,}: the run refuses such requests without sending them")
+    return Plan(s.bench.name, model, s.run.id, s.n, n_graded, lines, counters, prices, cfg.options.max_reask, notes, tpm)
+
+
+def _token_rates(cfg: RunConfig, lines: Sequence[Line]) -> dict[str, tuple[int, str]]:
+    """The token rate in force per endpoint, as the run sets it: ``--tpm`` on the candidate's,
+    ``--judge-tpm`` on each judge's, the lower where they share one."""
+    rates: dict[str, tuple[int, str]] = {}
+    for line in lines:
+        limit, flag = (cfg.tpm, "--tpm") if line.role == "answers" else (cfg.judge_tpm, "--judge-tpm")
+        if limit is not None and (line.endpoint not in rates or limit < rates[line.endpoint][0]):
+            rates[line.endpoint] = (limit, flag)
+    return rates
+
+
+def fmt_minutes(minutes: float) -> str:
+    """``2 h 05 min``, ``12 min 30 s``, ``45 s``."""
+    seconds = round(minutes * 60)
+    h, rest = divmod(seconds, 3600)
+    m, sec = divmod(rest, 60)
+    if h:
+        return f"{h:,} h {m:02d} min"
+    return f"{m} min {sec:02d} s" if m else f"{sec} s"
 
 
 def _stored_grades(store: Store | None, s: Setup) -> set[str]:
@@ -381,6 +437,14 @@ def render(p: Plan, console: Any) -> None:
         f"in the store: {sum(line.stored for line in p.lines)}; cost: {cost}")
     if p.n_graded:
         say(f"{p.n_graded:,} of {p.n_samples:,} samples are graded in the store already (no call)")
+    least = p.least_minutes()
+    if least is not None:
+        times = p.tpm_times()
+        parts = [f"{tokens:,} estimated tokens at {flag} {limit:,}" + (f" on {endpoint}: {fmt_minutes(m)}" if len(times) > 1 else "")
+                 for endpoint, limit, flag, tokens, m in times]
+        if any(not line.output_observed for line in p.lines if line.to_make and line.endpoint in p.tpm):
+            parts.append("output counted at max_tokens: a pilot run gives a closer figure")
+        say(f"least time under the token rate: {fmt_minutes(least)} ({'; '.join(parts)})")
     for model, counter in p.counters.items():
         say(f"tokens of {model}: {counter.label}")
     out_lines = [line for line in p.lines if line.to_make]

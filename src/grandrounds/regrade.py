@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping
 from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.errors import ConfigError
 from grandrounds.batching import BatchSettings
-from grandrounds.executor import EndpointLimits, RetryPolicy, check_rpm
+from grandrounds.executor import EndpointLimits, RetryPolicy, check_rpm, check_tpm
 from grandrounds.graders import stored_spec
 from grandrounds.graders.base import GradeContext, Grader, build
 from grandrounds.hashing import content_hash
@@ -151,6 +151,8 @@ class RegradeRequest:
     batch: BatchSettings | None = None
     #: Judge call starts per minute on each judge endpoint (``--judge-rpm``); None = no limit.
     rpm: int | None = None
+    #: Tokens of judge call starts per minute on each judge endpoint (``--judge-tpm``); None = no limit.
+    tpm: int | None = None
 
 
 def rebuild_grader(bench: Benchmark, req: RegradeRequest, last: dict[str, Any]) -> tuple[Grader, RunOptions]:
@@ -173,6 +175,7 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     """
     run = req.run
     check_rpm(req.rpm, "--judge-rpm")
+    check_tpm(req.tpm, "--judge-tpm")
     bench = build_benchmark(run.benchmark, dict(run.options.get("bench_params") or {}))
     grader, options = rebuild_grader(bench, req, last_grading(store, run))
     proto = bench.protocol(options)
@@ -198,6 +201,7 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     execs, judges = make_judges(store, req.judges, req.concurrency, req.retry, req.seed, progress, endpoints, req.batch)
     for e in execs:
         endpoints.limit_rate(e.provider.endpoint, req.rpm, "--judge-rpm")
+        endpoints.limit_tokens(e.provider.endpoint, req.tpm, "--judge-tpm")
     grading = Grading(store, run.id, fp_key, grader, progress)
     collected = Collected(store, run.id, bench, options, [j.spec for j in req.judges])
     if progress:

@@ -258,6 +258,8 @@ class Attacker:
     #: Call starts per minute on the attacker's endpoint (``--attacker-rpm``); on the candidate's
     #: endpoint the lower of this and ``--rpm`` holds, for both.
     rpm: int | None = None
+    #: Tokens of call starts per minute on the attacker's endpoint (``--attacker-tpm``); shared as ``rpm``.
+    tpm: int | None = None
 
 
 def attack_messages(sample: Sample) -> tuple[Message, ...]:
@@ -339,7 +341,7 @@ async def rewrite_questions(
     An unreadable rewrite is asked again (``attempt`` 1, 2, ...) up to ``attacker.max_reask``
     times; a failed call is not (the executor has retried it; running again retries it).
     ``endpoints`` are the runs' connection and rate limits: an attacker on the candidate's
-    server takes its slots and its ``--rpm`` with the candidate's calls.
+    server takes its slots, its ``--rpm`` and its ``--tpm`` with the candidate's calls.
     """
     from grandrounds.executor import EndpointLimits, Executor
     from grandrounds.providers.base import check_model
@@ -349,6 +351,7 @@ async def rewrite_questions(
     provider = make_provider(attacker.spec, attacker.base_url, **options)
     endpoints = endpoints or EndpointLimits()
     endpoints.limit_rate(provider.endpoint, attacker.rpm, "--attacker-rpm")
+    endpoints.limit_tokens(provider.endpoint, attacker.tpm, "--attacker-tpm")
     executor = Executor(store, provider, attacker.concurrency, seed=seed, observer=progress, endpoints=endpoints)
     params = GenParams(temperature=attacker.temperature, max_tokens=attacker.max_tokens, seed=seed)
     if progress:
@@ -454,8 +457,9 @@ async def run_probes(
     """Run the unperturbed benchmark and each probe (calls already stored are not made again).
 
     Every run and the attacker share one set of endpoint limits: on one server they take the
-    same connection slots and the same request rate (the lowest of ``--rpm`` and ``--attacker-rpm``)."""
-    from grandrounds.executor import EndpointLimits, check_rpm
+    same connection slots, the same request rate (the lowest of ``--rpm`` and ``--attacker-rpm``) and
+    the same token rate (the lowest of ``--tpm`` and ``--attacker-tpm``)."""
+    from grandrounds.executor import EndpointLimits, check_rpm, check_tpm
     from grandrounds.providers.base import check_model
     from grandrounds.runner import run
 
@@ -465,6 +469,7 @@ async def run_probes(
             raise ConfigError("--probe rewrite needs --attacker PROVIDER/MODEL")
         check_model(attacker.spec, attacker.options, "chat")  # its options, before the first call
         check_rpm(attacker.rpm, "--attacker-rpm")
+        check_tpm(attacker.tpm, "--attacker-tpm")
     preflight(cfg, probes)
     endpoints = EndpointLimits()
     baseline = await run(store, cfg, progress, endpoints)

@@ -78,11 +78,13 @@ def _robustness_command(store_path: Callable[[Optional[Path]], Path], StoreOpt: 
         attacker_reask: int = typer.Option(2, "--attacker-reask", min=0, help="re-asks of a rewrite that cannot be used"),
         attacker_opt: list[str] = typer.Option([], "--attacker-opt", help="attacker provider option KEY=VALUE"),
         attacker_rpm: Optional[int] = typer.Option(None, "--attacker-rpm", min=1, help="attacker calls started per minute on its endpoint, retries included (on the candidate's endpoint the lower of this and --rpm holds for both; default: no limit of its own)"),
+        attacker_tpm: Optional[int] = typer.Option(None, "--attacker-tpm", min=1, help="tokens of attacker calls started per minute on its endpoint (on the candidate's endpoint the lower of this and --tpm holds for both; default: no limit of its own)"),
         data: Optional[Path] = typer.Option(None, "--data", help="local file or directory in the original format"),
         limit: Optional[int] = typer.Option(None, "--limit", min=1, help="first N items in source order"),
         base_url: str = typer.Option("", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="calls in flight per endpoint"),
         rpm: Optional[int] = typer.Option(None, "--rpm", min=1, help="answer calls started per minute on the candidate's endpoint, retries included (vendor rate limits; default: no limit)"),
+        tpm: Optional[int] = typer.Option(None, "--tpm", min=1, help="tokens (prompt + max tokens, corrected to reported usage) of answer calls started per minute on the candidate's endpoint, retries included (default: no limit)"),
         timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent (HTTP providers)"),
         answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
         protocol: str = typer.Option("reference", "--protocol", help="reference | grandrounds"),
@@ -113,14 +115,14 @@ def _robustness_command(store_path: Callable[[Optional[Path]], Path], StoreOpt: 
                 benchmark=benchmark, model=model, bench_params=cli.parse_params(param), data=data, base_url=base_url,
                 options=RunOptions(answer_mode=answer_mode, protocol=protocol, seed=seed),  # type: ignore[arg-type]
                 gen_overrides={"temperature": temperature, "max_tokens": max_tokens},
-                concurrency=concurrency, rpm=rpm, timeout=timeout, limit=limit,
+                concurrency=concurrency, rpm=rpm, tpm=tpm, timeout=timeout, limit=limit,
                 provider_options=cli.parse_params(model_opt, "--model-opt") | ({"threads": threads} if threads is not None else {}),
             )
             att = None
             if attacker:
                 spec, url = split_endpoint(attacker)
                 att = Attacker(spec, url or base_url, cli.parse_params(attacker_opt, "--attacker-opt"), attacker_temperature,
-                               attacker_max_tokens, attacker_reask, concurrency, attacker_rpm)
+                               attacker_max_tokens, attacker_reask, concurrency, attacker_rpm, attacker_tpm)
             try:  # this command writes runs: the store is created when missing, as by `run`
                 with Store(cli.store_path(store)) as st, RichProgress(err_console) as prog:
                     ps = eventloop.run(run_probes(st, cfg, names, att, prog))

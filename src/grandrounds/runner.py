@@ -25,7 +25,7 @@ from grandrounds.benchmarks.readers import DATA_ENCODING
 from grandrounds.errors import ConfigError
 from grandrounds.batching import BatchSettings, executor_for, pool_width
 from grandrounds.costs import judge_of
-from grandrounds.executor import EndpointLimits, Executor, RetryPolicy, check_rpm
+from grandrounds.executor import EndpointLimits, Executor, RetryPolicy, check_rpm, check_tpm
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.hashing import content_hash, to_jsonable
 from grandrounds.providers.base import ModelSpec, Provider, check_model, split_endpoint
@@ -80,6 +80,10 @@ class RunConfig:
     rpm: int | None = None
     #: Call starts per minute on each judge's endpoint (``--judge-rpm``); one shared endpoint takes the lower.
     judge_rpm: int | None = None
+    #: Tokens of call starts per minute on the candidate's endpoint (``--tpm``); not part of run id or fingerprint.
+    tpm: int | None = None
+    #: Tokens of call starts per minute on each judge's endpoint (``--judge-tpm``); one shared endpoint takes the lower.
+    judge_tpm: int | None = None
     #: Seconds a call may take once sent (for providers with a ``timeout`` option: answers and judges).
     timeout: float | None = None
     limit: int | None = None
@@ -101,6 +105,8 @@ def check_run(cfg: RunConfig) -> RunConfig:
     """
     check_rpm(cfg.rpm, "--rpm")
     check_rpm(cfg.judge_rpm, "--judge-rpm")
+    check_tpm(cfg.tpm, "--tpm")
+    check_tpm(cfg.judge_tpm, "--judge-tpm")
     bench = BENCHMARKS.get(cfg.benchmark)(**cfg.bench_params)
     options = bench.check_options(cfg.options)
     provider_options = check_model(cfg.model, timeout_option(cfg.model, cfg.timeout) | dict(cfg.provider_options), bench.request_kind(options))
@@ -503,6 +509,9 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     endpoints.limit_rate(s.provider.endpoint, cfg.rpm, "--rpm")
     for e in judge_execs:
         endpoints.limit_rate(e.provider.endpoint, cfg.judge_rpm, "--judge-rpm")
+    endpoints.limit_tokens(s.provider.endpoint, cfg.tpm, "--tpm")
+    for e in judge_execs:
+        endpoints.limit_tokens(e.provider.endpoint, cfg.judge_tpm, "--judge-tpm")
     ctx = GradeContext(judges=judges, max_reask=cfg.options.max_reask)
     grading = Grading(store, s.run.id, fp_key, s.grader, progress)
     collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])
