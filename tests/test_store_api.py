@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from grandrounds.errors import StoreError
 from grandrounds.records import Criterion, Grade, Message, Request, Response, Sample, Verdict, Vote
 from grandrounds.store import AnswerText, QueueEntry, ReviewInput, RunRecord, Store, StoredGrade, StoredSample, VerdictCounts
 
@@ -364,3 +365,35 @@ def test_a_flush_writes_many_rows_per_insert_and_lands_what_executemany_would() 
     assert len(got_t) == 88 and len(got_log) == 131
     assert want_inserts == 200 + 150 + 130 + 1  # executemany: one statement per row
     assert got_inserts == 4 + 3 + 3 + 1  # at most 64 rows per statement, 999 values at most
+
+
+def test_a_new_store_whose_wal_switch_is_refused_as_locked_retries_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs started together on a new store: SQLite refuses the WAL switch at once, without
+    its busy wait, while the other process converts the file; opening retries the switch."""
+    from grandrounds.store import connection
+
+    refused: list[str] = []
+    real = connection._raw_execute
+
+    def execute(db: sqlite3.Connection, sql: str, *args: object) -> sqlite3.Cursor:
+        if sql == "PRAGMA journal_mode=WAL" and len(refused) < 3:
+            refused.append(sql)
+            raise sqlite3.OperationalError("database is locked")
+        return real(db, sql, *args)
+
+    monkeypatch.setattr(connection, "_raw_execute", execute)
+    with Store(tmp_path / "new.db") as st:
+        assert st.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        st.ensure_run(run_record())
+    assert len(refused) == 3
+    assert rows_on_disk(tmp_path / "new.db", "runs") == 1
+    with Store(tmp_path / "new.db"):
+        pass  # already in WAL mode: not switched again
+    assert len(refused) == 3
+
+    # Any other failure, or "locked" past the wait, is the store's one-line error.
+    monkeypatch.setattr(connection, "WAL_SWITCH_WAIT", 0.05)
+    refused.clear()
+    monkeypatch.setattr(connection, "_raw_execute", lambda db, sql, *a: (_ for _ in ()).throw(sqlite3.OperationalError("database is locked")) if sql.endswith("=WAL") else real(db, sql, *a))
+    with pytest.raises(StoreError, match="locked by another process"):
+        Store(tmp_path / "newer.db")

@@ -342,7 +342,10 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
     if out:
         # A run keeps no per-sample records in memory: each is read back from the store a chunk at
         # a time and written out as it comes, so the output of a large run is never held whole.
-        with Store(store_file, readonly=True) as rd:
+        # Read through an ordinary connection, not a read-only one: another process may be running
+        # on the same store, and a read-only connection can find its log locked while that process
+        # opens or closes it ("database is locked" with two runs on one store).
+        with Store(store_file) as rd:
 
             def lines() -> Iterator[dict[str, Any]]:
                 for o in outcomes:
@@ -489,7 +492,7 @@ def regrade(
         err_console.print(f"[dim]  {escape(usage_line(outcome.result.extra))}")
     if out:
         # Read back a chunk at a time and written as it comes (the re-grade holds no sample or grade).
-        with user_errors(), Store(existing_store_path(store), readonly=True) as rd:
+        with user_errors(), Store(existing_store_path(store)) as rd:  # not read-only: see _execute
             lines = (sample_line(outcome.result, smp, None, resp, g) for part in outcome.read_back(rd) for smp, resp, g in part)
             write_outputs(out, [outcome.result], lines)
         err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")

@@ -252,6 +252,33 @@ def _groups(rows: list[tuple[str, tuple[Any, ...]]], last: dict[str, list[tuple[
     return groups
 
 
+#: SQLite's own execute, raising sqlite3 errors untranslated (the WAL switch tells "locked" apart).
+_raw_execute = sqlite3.Connection.execute
+
+#: Seconds a new store's switch to the WAL journal is retried while another process holds it
+#: (as long as SQLite's busy timeout on every other statement).
+WAL_SWITCH_WAIT = 30.0
+
+
+def _wal_journal(db: sqlite3.Connection) -> None:
+    """Put the store in WAL mode (a no-op for a store already in it). SQLite does not wait for
+    the switch as it waits for other locks: two processes that create one store at the same moment
+    (two runs started together on a new --store) find it locked at once. So the switch is retried,
+    with growing pauses, for up to :data:`WAL_SWITCH_WAIT` seconds."""
+    if _raw_execute(db, "PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+        return
+    deadline, pause = time.monotonic() + WAL_SWITCH_WAIT, 0.02
+    while True:
+        try:
+            _raw_execute(db, "PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e).lower() or time.monotonic() >= deadline:
+                raise _translated(getattr(db, "store_path", ""), e) from None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.5)
+
+
 class _Skipped(Exception):
     """A flush not run because an earlier one failed (its rows go back to the buffer)."""
 
@@ -436,7 +463,7 @@ class StoreBase:
     def _setup_connection(self, db: sqlite3.Connection) -> None:
         """The settings of every connection that writes to the store (its own, and the writer's
         under write-behind): WAL journal, synchronous NORMAL, foreign keys on."""
-        db.execute("PRAGMA journal_mode=WAL")
+        _wal_journal(db)
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA foreign_keys=ON")
 
