@@ -396,8 +396,9 @@ class Setup:
     limit: int | None
     #: How many samples the run asks.
     n: int
-    #: Every sample, where they are held (benchmarks read whole, dialogues of several turns); None
-    #: where they are read again one at a time as the run goes (:meth:`Benchmark.iter_samples`).
+    #: Every sample, where they are held (benchmarks read whole, and dialogues whose turns are
+    #: apart in the stream); None where they are read again one at a time as the run goes
+    #: (:meth:`Benchmark.iter_samples`), a dialogue's turns coming together.
     kept: list[Sample] | None
     dataset: str
     provider: Provider
@@ -424,17 +425,24 @@ class Setup:
         if self.kept is not None:
             at = {smp.id: i for i, smp in enumerate(self.kept)}
             return ([(at[smp.id], smp) for smp in group] for group in group_samples(self.kept))
-        return ([pair] for pair in enumerate(self.samples()))
+        return consecutive_groups(self.samples(), self.root)
 
 
 def read_samples(store: Store, bench: Benchmark, root: Path, limit: int | None, dataset: str) -> tuple[int, list[Sample] | None]:
     """Read and check every record the run will ask (bad data fails here, before any call): how
     many there are, and the samples themselves unless the benchmark reads records one at a time
-    and has no dialogues (then the run reads them again as it goes, holding one at a time).
+    (then the run reads them again as it goes, holding one sample, or one dialogue, at a time).
+
+    A dialogue is asked turn by turn in one worker, so its turns must come together. Streamed
+    samples are grouped on the fly from consecutive turns (:func:`consecutive_groups`); this pass
+    checks that no dialogue starts again after another one began, remembering only the ids of
+    the dialogues already over. Where one does, grouping needs every sample at hand: the samples
+    are read again and held, as for a benchmark read whole (correct, not flat).
 
     Records read and found good once are not checked again: the store remembers a data file
     (its bytes' hash, the benchmark's spec, the limit, the encoding and this version of the code)
-    with its count, so a re-run of a large benchmark reads it once instead of twice.
+    with its count, so a re-run of a large benchmark reads it once instead of twice. Only a file
+    whose dialogues come together is remembered, so a remembered file streams.
     """
     streams = type(bench).iter_samples is not Benchmark.iter_samples
     check = content_hash({
@@ -447,10 +455,16 @@ def read_samples(store: Store, bench: Benchmark, root: Path, limit: int | None, 
             return known, None
     n = 0
     kept: list[Sample] | None = None if streams else []
-    for smp in islice(bench.iter_samples(root), limit):
-        if smp.group is not None and kept is None:  # turns are grouped over the whole set: hold them
-            kept = list(islice(bench.iter_samples(root), limit))
-            return len(kept), kept
+    over: set[str] = set()  # dialogues whose turns have all gone by
+    current: str | None = None
+    for smp in islice(bench.iter_samples(root), limit):  # --limit counts samples (turns): it may cut a dialogue
+        if smp.group != current:
+            if current is not None:
+                over.add(current)
+            if smp.group in over and kept is None:  # turns of one dialogue apart: hold every sample
+                kept = list(islice(bench.iter_samples(root), limit))
+                return len(kept), kept
+            current = smp.group
         n += 1
         if kept is not None:
             kept.append(smp)
@@ -585,7 +599,8 @@ async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, hist
 
 
 def group_samples(samples: Sequence[Sample]) -> list[list[Sample]]:
-    """Single samples alone; turns of one group together, ordered by turn."""
+    """Single samples alone; turns of one group together, ordered by turn (over the whole list:
+    a group's turns may be anywhere in it)."""
     groups: dict[str, list[Sample]] = {}
     out: list[list[Sample]] = []
     for s in samples:
@@ -599,6 +614,37 @@ def group_samples(samples: Sequence[Sample]) -> list[list[Sample]]:
     for g in out:
         g.sort(key=lambda s: s.turn)
     return out
+
+
+def consecutive_groups(samples: Iterable[Sample], root: Path | str = "") -> Iterator[list[tuple[int, Sample]]]:
+    """:func:`group_samples` over a stream whose dialogues come together, each sample with its
+    position in the stream: a sample without a group alone, the consecutive turns of one group
+    together, ordered by turn. Holds one dialogue at a time, and the ids of those already over.
+
+    :func:`read_samples` checked that the turns of each dialogue are consecutive (else the run
+    holds its samples and groups them with :func:`group_samples`); a dialogue starting again
+    here means the data changed since: a DataError naming ``root``.
+    """
+    over: set[str] = set()
+    turns: list[tuple[int, Sample]] = []
+    for position, smp in enumerate(samples):
+        if turns and smp.group == turns[0][1].group:
+            turns.append((position, smp))
+            continue
+        if turns:
+            over.add(turns[0][1].group)  # type: ignore[arg-type]
+            yield sorted(turns, key=lambda pair: pair[1].turn)
+            turns = []
+        if smp.group is None:
+            yield [(position, smp)]
+        elif smp.group in over:
+            from grandrounds.errors import DataError
+
+            raise DataError(root, f"sample {smp.id!r}", f"dialogue {smp.group!r} starts again after another began (the data changed during the run?)")
+        else:
+            turns = [(position, smp)]
+    if turns:
+        yield sorted(turns, key=lambda pair: pair[1].turn)
 
 
 def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: str, root: Path) -> RunRecord:

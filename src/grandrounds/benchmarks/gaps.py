@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, require_file
 from grandrounds.errors import DataError
@@ -204,11 +204,21 @@ class GAPS(Benchmark):
         return [root / rf.filename for rf in SUBSETS[self.param("subset")]]
 
     def load(self, root: Path) -> list[Sample]:
-        # Read whole: openpyxl reads a workbook's shared-strings table (the text of every cell) whole
-        # even in read-only mode, so reading rows one at a time would hold about as much.
-        return [s for path in self.data_files(root) for s in self._load_file(path)]
+        return list(self.iter_samples(root))
 
-    def _load_file(self, path: Path) -> list[Sample]:
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
+        """One sample per sheet row, read as asked for (openpyxl's read-only row iterator), the
+        workbooks in :meth:`data_files` order.
+
+        openpyxl still reads a workbook's shared-strings table whole when it opens it: the text
+        of every distinct cell, so memory is bounded by the file (its distinct texts), not by
+        the samples read. Not held: the parsed samples (rubric criteria, metadata), which take
+        several times that text (bench/loader_memory.py measures both).
+        """
+        for path in self.data_files(root):
+            yield from self._iter_file(path)
+
+    def _iter_file(self, path: Path) -> Iterator[Sample]:
         import openpyxl
 
         require_file(path)
@@ -222,15 +232,15 @@ class GAPS(Benchmark):
                 rows = ws.iter_rows(values_only=True)
                 header = [str(h).strip() if h is not None else "" for h in next(rows, ())]
                 if "question" in header and rubric_col in header:
-                    return self._rows(path, ws.title, header, rows, rubric_col)
+                    yield from self._rows(path, ws.title, header, rows, rubric_col)
+                    return
         finally:
-            wb.close()
+            wb.close()  # also when the caller stops early (the generator is closed)
         raise DataError(path, None, f"no sheet has the columns 'question' and {rubric_col!r}")
 
-    def _rows(self, path: Path, sheet: str, header: list[str], rows: Any, rubric_col: str) -> list[Sample]:
+    def _rows(self, path: Path, sheet: str, header: list[str], rows: Any, rubric_col: str) -> Iterator[Sample]:
         prefix = "community" if path.name == COMMUNITY.filename or sheet == "社区贡献数据" else "nsclc"
         answer_cols = [h for h in header if h.endswith("_answer")]
-        out = []
         for r, values in enumerate(rows, start=2):
             rec = dict(zip(header, values))
             if all(v is None or str(v).strip() == "" for v in values):
@@ -250,9 +260,8 @@ class GAPS(Benchmark):
                         reference_answers={c: rec[c] for c in answer_cols if rec.get(c)},
                         **({"rubric_desc": descs} if descs else {}),
                         **({"question_cell": cell} if cell != question else {}))  # as the official judge sees it
-            out.append(Sample(id=f"{prefix}/{qid}", benchmark=self.name, messages=(Message("user", question),),
-                              rubric=rubric, metadata=meta))
-        return out
+            yield Sample(id=f"{prefix}/{qid}", benchmark=self.name, messages=(Message("user", question),),
+                         rubric=rubric, metadata=meta)
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("gaps", {

@@ -37,10 +37,10 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.readers import read_json
+from grandrounds.benchmarks.readers import JsonArray, iter_json_object_arrays, read_json
 from grandrounds.errors import DataError
 from grandrounds.params import Param
 from grandrounds.protocols import Generation, Protocol, ours
@@ -98,6 +98,16 @@ GRANDROUNDS = ours(
 DIFFERS = "prompts, sampling, score parse ([0] valid, no re-ask) and whether answers with no valid score count as unusable"
 
 
+TOP_LEVEL = "top level must be an object keyed by category"
+
+
+def _check_category(path: Path, category: str, is_list: bool) -> None:
+    if category not in CATEGORY_CODES:
+        raise DataError(path, category, f"unknown category (expected one of {', '.join(CATEGORY_CODES)})")
+    if not is_list:
+        raise DataError(path, category, "category value must be a list of turns")
+
+
 def _text(value: Any) -> str | None:
     """A cell as text; NaN/None/blank (the file writes NaN for missing checklists) -> None."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -125,63 +135,79 @@ class LLMEvalMed(Benchmark):
     )
 
     def load(self, root: Path) -> list[Sample]:
-        # Read whole: the turns are grouped into dialogues over the whole set (a run holds them all
-        # anyway), and the file writes NaN, which only a whole-file read with Python's json accepts.
+        """Every turn, from a whole-file read (json), in :meth:`iter_samples`' order."""
         path = resolve_file(root, "dataset.json")
         data = read_json(path)
         if not isinstance(data, dict):
-            raise DataError(path, None, "top level must be an object keyed by category")
+            raise DataError(path, None, TOP_LEVEL)
         samples: list[Sample] = []
         for category, turns in data.items():
-            if category not in CATEGORY_CODES:
-                raise DataError(path, category, f"unknown category (expected one of {', '.join(CATEGORY_CODES)})")
-            if not isinstance(turns, list):
-                raise DataError(path, category, "category value must be a list of turns")
-            samples.extend(self._category(path, category, turns))
+            _check_category(path, category, isinstance(turns, list))
+            seen: dict[str, int] = {}
+            samples.extend(self._turn(path, category, i, rec, seen) for i, rec in enumerate(turns))
         return samples
 
-    def _category(self, path: Path, category: str, turns: list[Any]) -> list[Sample]:
-        out: list[Sample] = []
-        seen: dict[str, int] = {}
-        for i, rec in enumerate(turns):
-            where = f"{category}[{i}]"
-            if not isinstance(rec, dict):
-                raise DataError(path, where, "turn must be an object")
-            problem, sanswer = _text(rec.get("problem")), _text(rec.get("sanswer"))
-            group_code, rnd = rec.get("groupCode"), rec.get("round")
-            if problem is None:
-                raise DataError(path, where, "missing 'problem'")
-            if not isinstance(group_code, int) or not isinstance(rnd, int) or rnd < 1:
-                raise DataError(path, where, f"groupCode/round must be integers, round >= 1 (got {group_code!r}, {rnd!r})")
-            group = f"{category}/{group_code}"
-            # Turns of a dialogue are stored consecutively in round order; anything else would
-            # give the model a wrong history, so it is an error rather than a silent reorder.
-            if rnd != seen.get(group, 0) + 1:
-                raise DataError(path, where, f"{group}: round {rnd} follows round {seen.get(group, 0)}")
-            seen[group] = rnd
-            out.append(
-                Sample(
-                    id=f"{group}/{rnd}",
-                    benchmark=self.name,
-                    messages=(Message("user", problem),),
-                    target=sanswer,  # NaN for 24 text-generation turns: the judge is told it is empty
-                    metadata={
-                        "category": category,
-                        "code": CATEGORY_CODES[category],
-                        "category1": _text(rec.get("category1")),
-                        "category2": _text(rec.get("category2")),
-                        "scene": _text(rec.get("scene")),
-                        "difficulty": _text(rec.get("difficulty")),
-                        "checklist": _text(rec.get("checklist")),
-                        "group_code": group_code,
-                        "round": rnd,
-                        "language": "zh",
-                    },
-                    group=group,
-                    turn=rnd,
-                )
-            )
-        return out
+    def iter_samples(self, root: Path) -> Iterator[Sample]:
+        """The turns one at a time, as :meth:`load` gives them, without holding the file.
+
+        The document's structure is read incrementally and each turn by Python's json
+        (:func:`readers.iter_json_object_arrays`; the release writes NaN, which ijson refuses).
+        Errors are :meth:`load`'s, naming the file and the turn (``category[index]``), except
+        that a turn's own error comes before a JSON syntax error later in the file, and a
+        category written twice is an error (a whole-file read keeps its second list only, at the
+        first one's place; turns read from the first would already have been given). Held while
+        reading: the last round of each dialogue seen in the current category (to check that
+        rounds follow each other, as :meth:`load` does).
+        """
+        path = resolve_file(root, "dataset.json")
+        categories: set[str] = set()
+        for category, turns in iter_json_object_arrays(path, TOP_LEVEL):
+            _check_category(path, category, isinstance(turns, JsonArray))
+            if category in categories:
+                raise DataError(path, category, "category written twice (a JSON reader would keep only its last list)")
+            categories.add(category)
+            seen: dict[str, int] = {}
+            for i, rec in turns:
+                yield self._turn(path, category, i, rec, seen)
+
+    def _turn(self, path: Path, category: str, i: int, rec: Any, seen: dict[str, int]) -> Sample:
+        """Turn ``i`` of ``category``; ``seen``: the last round of each dialogue of the category so far."""
+        where = f"{category}[{i}]"
+        if not isinstance(rec, dict):
+            raise DataError(path, where, "turn must be an object")
+        problem, sanswer = _text(rec.get("problem")), _text(rec.get("sanswer"))
+        group_code, rnd = rec.get("groupCode"), rec.get("round")
+        if problem is None:
+            raise DataError(path, where, "missing 'problem'")
+        if not isinstance(group_code, int) or not isinstance(rnd, int) or rnd < 1:
+            raise DataError(path, where, f"groupCode/round must be integers, round >= 1 (got {group_code!r}, {rnd!r})")
+        group = f"{category}/{group_code}"
+        # Turns of a dialogue are stored in round order; anything else would give the model a
+        # wrong history, so it is an error rather than a silent reorder. (In the release a
+        # dialogue's turns are also consecutive, so a run holds one dialogue at a time.)
+        if rnd != seen.get(group, 0) + 1:
+            raise DataError(path, where, f"{group}: round {rnd} follows round {seen.get(group, 0)}")
+        seen[group] = rnd
+        return Sample(
+            id=f"{group}/{rnd}",
+            benchmark=self.name,
+            messages=(Message("user", problem),),
+            target=sanswer,  # NaN for 24 text-generation turns: the judge is told it is empty
+            metadata={
+                "category": category,
+                "code": CATEGORY_CODES[category],
+                "category1": _text(rec.get("category1")),
+                "category2": _text(rec.get("category2")),
+                "scene": _text(rec.get("scene")),
+                "difficulty": _text(rec.get("difficulty")),
+                "checklist": _text(rec.get("checklist")),
+                "group_code": group_code,
+                "round": rnd,
+                "language": "zh",
+            },
+            group=group,
+            turn=rnd,
+        )
 
     def judge_runs(self, options: RunOptions) -> int:
         """RunOptions.judge_runs when given, else the ``judge_runs`` param (default 3)."""
@@ -196,6 +222,13 @@ class LLMEvalMed(Benchmark):
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("llmeval-med", {"runs": self.judge_runs(options), "protocol": options.protocol})
+
+    def summarize(self, sample: Sample, grade: Grade, options: RunOptions) -> tuple[Sample, Grade]:
+        """What :meth:`aggregate` reads of one graded turn, kept while a run goes on: its id and
+        category, the grade's value and status and the judge-score details (no texts, no votes)."""
+        kept = {k: grade.details[k] for k in ("other_value", "mean_score", "run_scores") if k in grade.details}
+        return (Sample(id=sample.id, benchmark=sample.benchmark, messages=(), metadata={"category": sample.metadata["category"]}),
+                Grade(grade.sample_id, grade.value, details=kept, status=grade.status))
 
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
         """Usability rate (%) overall (OP) and per category by the run's protocol; the other protocol's beside it.
