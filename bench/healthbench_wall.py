@@ -47,17 +47,19 @@ medians.
 Measured on the shared 2-core development machine, HealthBench-500, 50 ms, 64 connections: 500
 answer + 5,962 judge calls (5,965 rubric items; three repeat an item of their conversation). The
 machine's speed varies by half within minutes, so compare figures of one round only. 3 rounds:
-bare client 5.45-5.49 s (as its own process 5.79-5.91 s); grandrounds with default flags 6.14-6.70 s
-(1.13x, 1.17x, 1.23x the bare loop; median 1.17x), with --concurrency 64 6.15-6.67 s (1.12-1.22x);
-grandrounds CPU 0.64-0.83 ms per call all-in; per judge call 0.60-0.73 ms all-in, 0.44-0.56 ms the
-call alone; a warm re-run 0.66-1.18 s. What brought it there from 1.24-1.48x, each by A/B runs
-against the code before it: a lease's release buffered apart from the other writes and flushes of
-1,024 rows (wall -5%); the CLI's imports halved and the interpreter's teardown skipped (a one-sample
-run 0.87 s -> 0.68 s); flushes and lease transactions on the store's writer thread (wall -3 to -6%).
-The event loop is still CPU-bound: aiohttp's own work per request (the bare client's 0.17 ms), the
-judge prompt, verdict and grade, and start-up (0.5-0.6 s before the first request, against the bare
-process's 0.3 s: typer's parsing of the run's options through pydantic and reading the data twice,
-to check it before any call).
+bare client 5.38-5.39 s (as its own process 5.65-5.73 s); grandrounds with default flags
+6.17-6.21 s (1.15x-1.16x the bare loop, median 1.15x; 1.09-1.10x the bare client as its own
+process), with --concurrency 64 6.31-6.36 s (1.17-1.18x); grandrounds CPU 0.63 ms per call all-in;
+per judge call 0.44-0.55 ms all-in, 0.32-0.41 ms the call alone; a warm re-run 0.64-0.77 s. What
+brought it there from 1.13-1.23x (median 1.17x), each by A/B runs against the code before it: the
+event loop on uvloop (6.63 s -> 6.23 s, CPU 4.34 s -> 4.00 s); typer kept below 0.29, whose
+pydantic validation of each option cost every command 0.09 s; flushes written as multi-row INSERTs
+(6.42 s -> 6.29 s). Before that: a lease's release buffered apart from the other writes and flushes
+of 1,024 rows (wall -5%); the CLI's imports halved and the interpreter's teardown skipped; flushes
+and lease transactions on the store's writer thread (wall -3 to -6%). What is left: in-flight
+leases (taking and releasing them costs about 5% of the wall and 14% of the CPU: measured by
+stubbing them out, which no run does), aiohttp's own work per request, the judge prompt, verdict
+and grade, and start-up (about 0.45 s before the first request, against the bare process's 0.3 s).
 
 Official prompt text comes from ``$GRANDROUNDS_REFERENCE`` (default: ../shared/reference beside the
 repository), as for any run.
