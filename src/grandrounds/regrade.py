@@ -8,7 +8,6 @@ unscored grade with its reason, write-behind commits.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
 
@@ -25,6 +24,7 @@ from grandrounds.runner import (
     Grading,
     JudgeConfig,
     Progress,
+    ReadBack,
     make_judges,
     build_benchmark,
     check_judges,
@@ -42,7 +42,7 @@ from grandrounds.store import RunRecord, Store
 READ_CHUNK = 250
 
 
-class RegradeOutcome:
+class RegradeOutcome(ReadBack):
     """What a re-grade gives back: the result and call statistics.
 
     Like :class:`~grandrounds.runner.RunOutcome` it holds no sample or grade: ``samples`` and
@@ -61,16 +61,6 @@ class RegradeOutcome:
         self.store, self.run = store, run
         #: The grading this re-grade stored, and the one that decided which samples are the run's.
         self.grader_fp, self.members_fp = grader_fp, members_fp
-        self._samples: list[Sample] | None = None
-        self._grades: list[Grade] | None = None
-
-    @contextmanager
-    def _reading(self, store: Store | None) -> Iterator[Store]:
-        if store is not None or not self.store.closed:
-            yield store or self.store
-            return
-        with Store(self.store.path, readonly=True) as st:
-            yield st
 
     def read_back(self, store: Store | None = None) -> Iterator[list[tuple[Sample, Response | None, Grade]]]:
         """The re-graded samples, each with its stored answer (None when it has none) and its new
@@ -85,20 +75,6 @@ class RegradeOutcome:
         chunks = list(self.read_back())
         self._samples = [smp for part in chunks for smp, _, _ in part]
         self._grades = [g for part in chunks for _, _, g in part]
-
-    @property
-    def samples(self) -> list[Sample]:
-        if self._samples is None:
-            self._read_all()
-        assert self._samples is not None
-        return self._samples
-
-    @property
-    def grades(self) -> list[Grade]:
-        if self._grades is None:
-            self._read_all()
-        assert self._grades is not None
-        return self._grades
 
 
 def run_chunks(

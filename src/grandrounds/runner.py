@@ -208,7 +208,42 @@ def grader_fingerprint(
     }
 
 
-class RunOutcome:
+class ReadBack:
+    """What a finished run or re-grade holds of its samples: nothing, until asked. ``samples`` and
+    ``grades`` are read back from the store on first use (:meth:`_read_all`, in the run's order);
+    :meth:`_reading` gives the store to read, or its file opened read-only once it is closed."""
+
+    store: Store
+    _samples: list[Sample] | None = None
+    _grades: list[Grade] | None = None
+
+    @contextmanager
+    def _reading(self, store: Store | None = None) -> Iterator[Store]:
+        if store is not None or not self.store.closed:
+            yield store or self.store
+            return
+        with Store(self.store.path, readonly=True) as st:
+            yield st
+
+    def _read_all(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def samples(self) -> list[Sample]:
+        if self._samples is None:
+            self._read_all()
+        assert self._samples is not None
+        return self._samples
+
+    @property
+    def grades(self) -> list[Grade]:
+        if self._grades is None:
+            self._read_all()
+        assert self._grades is not None
+        return self._grades
+
+
+class RunOutcome(ReadBack):
     """What a run gives back: its record, result and call statistics.
 
     A run keeps no sample, grade or answer in memory beyond what its aggregate needs (so memory
@@ -234,27 +269,14 @@ class RunOutcome:
         self.counts = dict(counts)
         #: The calls behind the result as the store counted them: (answers, [one per judge]).
         self.usage = usage
-        self._samples: list[Sample] | None = None
-        self._grades: list[Grade] | None = None
         self._responses: dict[str, Response] | None = None
-
-    @contextmanager
-    def _reading(self) -> Iterator[Store]:
-        """The run's store, or the same file opened read-only once the run's connection is closed."""
-        if not self.store.closed:
-            yield self.store
-            return
-        with Store(self.store.path, readonly=True) as st:
-            yield st
 
     def read_back(self, store: Store | None = None) -> Iterator[list[tuple[Sample, Response, Grade]]]:
         """The run's samples, each with its answer's response (as :attr:`responses` gives it) and
         its grade, in the run's order, :attr:`READ_CHUNK` samples at a time: the samples read again
         as the run read them, their grades and answers fetched by id from ``store`` (else the run's
         store, or its file opened read-only once that is closed). Nothing of a chunk is kept."""
-        from contextlib import nullcontext
-
-        with self._reading() if store is None else nullcontext(store) as st:
+        with self._reading(store) as st:
             samples = self.setup.samples()
             while part := list(islice(samples, self.READ_CHUNK)):
                 ids = [smp.id for smp in part]
@@ -278,20 +300,6 @@ class RunOutcome:
                 grades.append(grade)
                 responses[smp.id] = resp
         self._samples, self._grades, self._responses = samples, grades, responses
-
-    @property
-    def samples(self) -> list[Sample]:
-        if self._samples is None:
-            self._read_all()
-        assert self._samples is not None
-        return self._samples
-
-    @property
-    def grades(self) -> list[Grade]:
-        if self._grades is None:
-            self._read_all()
-        assert self._grades is not None
-        return self._grades
 
     @property
     def responses(self) -> dict[str, Response]:
