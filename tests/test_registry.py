@@ -412,3 +412,23 @@ def test_a_plugin_grader_builds_grades_and_round_trips_through_the_global_regist
 
     with pytest.raises(ConfigError, match=r"has no parameter word \(accepted: words\)"):
         graders_base.build(Spec("keyword-plugin", {"word": ("x",)}))
+
+
+def test_a_built_in_name_is_found_without_reading_installed_plugins(monkeypatch):
+    """Reading every installed package's entry points takes a noticeable part of a run's start-up;
+    a built-in name (which a plugin cannot take over) does not need it, an unknown name does."""
+    from grandrounds import registry as reg
+
+    scans: list[str] = []
+
+    def entry_points(group: str):
+        scans.append(group)
+        return []
+
+    monkeypatch.setattr(reg, "entry_points", entry_points)
+    fresh = reg.Registry("benchmark", {"demo": "grandrounds.benchmarks.demo:DemoExam"}, "grandrounds.benchmarks")
+    assert fresh.get("demo").__name__ == "DemoExam"
+    assert scans == []
+    with pytest.raises(reg.UnknownComponent, match="unknown benchmark 'demox'; did you mean demo"):
+        fresh.get("demox")
+    assert scans == ["grandrounds.benchmarks"]
