@@ -35,13 +35,17 @@ LLMEval-Med and GAPS were read whole, run with --src):
     benchmark, data                         before: wall s / peak MB    after: wall s / peak MB
     llmeval-med 1,000,000 turns --limit 10           17.7 / 1,864             1.7 / 64
     gaps 100,000 rows --limit 10                     19.5 / 787              14.3 / 305
+    gaps, the shared-strings table read lazily       22.1 / 479               1.2 / 77
     llmeval-med 100,000 turns, full run             121.8 / 433             119.0 / 228
     (10-record files: 0.6-0.7 s, 62-72 MB, both)
 
-LLMEval-Med's 1.7 s is mostly hashing the 515 MB file (the dataset's key). GAPS still reads the
-workbook's shared-strings table whole, twice (the check pass and the run each open the workbook,
-7 s and 220 MB each time): that is most of the 14 s and of the 305 MB; streaming saves the
-parsed samples (about 480 MB here). The full run: 381 MB with dialogues streamed and the default
+LLMEval-Med's 1.7 s is mostly hashing the 515 MB file (the dataset's key). GAPS' 14.3 s / 305 MB
+was openpyxl reading the workbook's shared-strings table whole, twice (the check pass and the run
+each open the workbook); with the table read only as far as the rows need
+(benchmarks/xlsx_stream.py) it is 1.2 s / 77 MB, the same as the 10-row file. The second GAPS row
+was measured on a later, slower machine, "before" being the package with the whole table read
+(--src); its workbook states its used range (``<dimension>``) before the rows as Excel writes it:
+without one, openpyxl's read-only sheet scans every row on opening (about 10 s here). The full run: 381 MB with dialogues streamed and the default
 per-sample summary (a slim sample and grade), 228 MB with LLMEval-Med's own summary (id, category,
 judge scores); also held: the ids of the dialogues already over.
 Reading every turn of 200,000 (100 MB): ``load`` 2.0 s / 385 MB, ``iter_samples`` 1.8 s / 33 MB.
@@ -187,7 +191,12 @@ def share_strings(path: Path) -> None:
         return f'<c r="{m.group(1)}" t="s"><v>{at}</v></c>'
 
     sheet = parts["xl/worksheets/sheet1.xml"].decode("utf-8")
-    parts["xl/worksheets/sheet1.xml"] = re.sub(r'<c r="([A-Z]+[0-9]+)" t="inlineStr"><is><t[^>]*>(.*?)</t></is></c>', shared, sheet, flags=re.S).encode("utf-8")
+    sheet = re.sub(r'<c r="([A-Z]+[0-9]+)" t="inlineStr"><is><t[^>]*>(.*?)</t></is></c>', shared, sheet, flags=re.S)
+    # Excel states the used range before the rows (openpyxl's write-only mode does not): without
+    # it openpyxl's read-only sheet scans every row on opening to learn the size
+    last = re.findall(r'<c r="([A-Z]+)([0-9]+)"', sheet[-2000:])[-1]
+    sheet = sheet.replace("<sheetViews>", f'<dimension ref="A1:{last[0]}{last[1]}" /><sheetViews>', 1)
+    parts["xl/worksheets/sheet1.xml"] = sheet.encode("utf-8")
     del sheet
     table = "".join(f'<si><t xml:space="preserve">{text}</t></si>' for text in index)  # texts are XML-escaped already
     parts["xl/sharedStrings.xml"] = (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '

@@ -210,32 +210,50 @@ class GAPS(Benchmark):
         """One sample per sheet row, read as asked for (openpyxl's read-only row iterator), the
         workbooks in :meth:`data_files` order.
 
-        openpyxl still reads a workbook's shared-strings table whole when it opens it: the text
-        of every distinct cell, so memory is bounded by the file (its distinct texts), not by
-        the samples read. Not held: the parsed samples (rubric criteria, metadata), which take
-        several times that text (bench/loader_memory.py measures both).
+        The workbook's shared-strings table (the text of every distinct cell) is not read whole
+        on opening, as openpyxl does, but as far as the rows read so far need, its texts spilled
+        to a temporary file (:mod:`grandrounds.benchmarks.xlsx_stream`): memory stays flat in
+        the file's size, and the first rows need only the start of the table. Not held either:
+        the parsed samples (bench/loader_memory.py measures the peak).
         """
         for path in self.data_files(root):
             yield from self._iter_file(path)
 
     def _iter_file(self, path: Path) -> Iterator[Sample]:
-        import openpyxl
+        """The samples of one workbook, opened with :func:`xlsx_stream.open_xlsx` (cell values as
+        openpyxl's read-only mode gives them, the shared strings read lazily); a cell's bad
+        shared-string index or an unreadable table is a DataError naming the sheet and row."""
+        from grandrounds.benchmarks.xlsx_stream import SharedStringsError, open_xlsx
 
         require_file(path)
         rubric_col = self.param("rubric_column")
         try:
-            wb = openpyxl.load_workbook(path, read_only=True, data_only=True)
+            book = open_xlsx(path)
         except Exception as e:  # openpyxl raises several unrelated types for a bad file
             raise DataError(path, None, f"cannot open as xlsx: {e}") from None
+
+        def checked(ws: Any) -> Iterator[tuple[Any, ...]]:
+            """The sheet's rows (values), a table error turned into a DataError at its row."""
+            rows, r = ws.iter_rows(values_only=True), 0
+            while True:
+                r += 1
+                try:
+                    values = next(rows)
+                except StopIteration:
+                    return
+                except SharedStringsError as e:
+                    raise DataError(path, f"sheet {ws.title!r} row {r}", f"{e.member}: {e.problem}") from None
+                yield values
+
         try:
-            for ws in wb.worksheets:
-                rows = ws.iter_rows(values_only=True)
+            for ws in book.workbook.worksheets:
+                rows = checked(ws)
                 header = [str(h).strip() if h is not None else "" for h in next(rows, ())]
                 if "question" in header and rubric_col in header:
                     yield from self._rows(path, ws.title, header, rows, rubric_col)
                     return
         finally:
-            wb.close()  # also when the caller stops early (the generator is closed)
+            book.close()  # table, spill file and archive; also when the caller stops early
         raise DataError(path, None, f"no sheet has the columns 'question' and {rubric_col!r}")
 
     def _rows(self, path: Path, sheet: str, header: list[str], rows: Any, rubric_col: str) -> Iterator[Sample]:
