@@ -6,7 +6,9 @@ server is bench/throughput.py's fixed-latency endpoint in its own process; its o
 usable answer and a HealthBench judge verdict (a JSON object with ``criteria_met``). Each run is the
 real CLI in a subprocess with a fresh store; the script prints, for each size, the calls made, the
 wall time and the peak resident memory of the cold run (every call made), then the same command
-again (the warm re-run: every answer, verdict and grade from the store).
+again (the warm re-run: the command finished before, so its result is read back), then once more
+with the store's settled rows deleted ("grades": every stored grade read and aggregated again, as
+the re-run of an interrupted run does; no call either).
 
     python bench/healthbench_scale.py                      # sizes 500 and 5000, 5 ms latency
     python bench/healthbench_scale.py --sizes 500 5000 --latency 0.05
@@ -79,6 +81,17 @@ def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, float, 
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out
 
 
+def forget_settled(store: Path) -> None:
+    """Delete the store's settled rows: the next identical run reads every stored grade and
+    aggregates them again, as the re-run of an interrupted run does."""
+    import sqlite3
+
+    db = sqlite3.connect(store)
+    with db:
+        db.execute("DELETE FROM settled")
+    db.close()
+
+
 def calls_made(out: str) -> int:
     """Calls made, summed over the summary's "N calls made" lines."""
     total = 0
@@ -118,7 +131,9 @@ def main() -> None:
                     "--judge", "openai/bench-judge", "--judge-base-url", base_url, "--protocol", "grandrounds",
                     "--concurrency", str(args.concurrency), "--judge-concurrency", str(args.concurrency),
                 ]
-                for label in ("cold", "warm"):
+                for label in ("cold", "warm", "grades"):
+                    if label == "grades":  # the re-run of an unfinished run: every stored grade read
+                        forget_settled(Path(d) / "store.db")
                     wall, cpu, peak, out = run_cli(cmd, env)
                     score = next((ln.strip() for ln in out.splitlines() if "overall_score" in ln), "")
                     print(f"{n:>6}{criteria:>10}{label:>6}{calls_made(out):>8}{wall:>9.2f}{cpu:>8.2f}{peak:>9.1f}  {score[:60]}")

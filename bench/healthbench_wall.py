@@ -17,9 +17,10 @@ its own process so its CPU is not the harness's):
   conversation, the server's reply and the rubric item for judges (mean request bytes as the
   server received them are printed for both, to show they match);
 - the ratio grandrounds wall / bare wall, for each grandrounds run of the round;
-- harness CPU per call, split into phases by four more runs of the CLI on the default run's
-  store, all with default flags: W, a warm re-run (no call: start-up, loading, the stored grades,
-  aggregation); G, the same command after this script deleted the store's grades (no call either:
+- harness CPU per call, split into phases by more runs of the CLI on the default run's store,
+  all with default flags. First the same command again, which finds the grading settled and
+  reads its result back (its wall is printed); then, its settled row deleted: W, a warm re-run
+  (no call: start-up, loading, the stored grades, aggregation); G, the same command after this script deleted the store's grades (no call either:
   answers and verdicts from the store, every sample graded again); J, the command with another
   judge name (answers from the store, every judge call new); A, the command with another
   candidate name (every answer call new; its judge requests equal the default run's, since the
@@ -265,6 +266,17 @@ def grandrounds_run(srv: Server, data: Path, store: Path, model: str, judge: str
     return CliRun(wall, cpu, answers, judges, cached, failed, server)
 
 
+def forget_settled(store: Path) -> None:
+    """Delete a store's settled rows, so the next identical run reads every stored grade (as a
+    re-run after an interrupted run does) instead of its result alone."""
+    import sqlite3
+
+    db = sqlite3.connect(store)
+    with db:
+        db.execute("DELETE FROM settled")
+    db.close()
+
+
 def forget_grades(store: Path) -> None:
     """Delete a store's grades and results (a temporary store of this script's), so the next
     identical run grades again from the stored answers and verdicts without making a call."""
@@ -338,6 +350,8 @@ def run_round(i: int, srv: Server, data: Path, bodies: list[bytes], args: argpar
 
     # Phases, on the default run's store (default flags). See the module docstring.
     store = stores["default"]
+    settled = grandrounds_run(srv, data, store, "openai/bench", "openai/bench-judge", None, args.limit)
+    forget_settled(store)
     warm = grandrounds_run(srv, data, store, "openai/bench", "openai/bench-judge", None, args.limit)
     forget_grades(store)
     regr = grandrounds_run(srv, data, store, "openai/bench", "openai/bench-judge", None, args.limit)
@@ -345,13 +359,15 @@ def run_round(i: int, srv: Server, data: Path, bodies: list[bytes], args: argpar
     jud = grandrounds_run(srv, data, store, "openai/bench", "openai/bench-judge-b", None, args.limit)
     n_judge = max(jud.judges_made, 1)
     full_cpu = out["default_cpu_ms"] * out["default_calls"] / 1000
-    out.update(warm_wall=warm.wall, warm_cpu=warm.cpu, warm_calls=warm.calls, regrade_calls=regr.calls, regrade_cpu=regr.cpu)
+    out.update(warm_wall=warm.wall, warm_cpu=warm.cpu, warm_calls=warm.calls, regrade_calls=regr.calls, regrade_cpu=regr.cpu,
+               settled_wall=settled.wall, settled_calls=settled.calls)
     out["judge_cpu_ms"] = 1000 * (jud.cpu - warm.cpu) / n_judge
     out["judge_call_cpu_ms"] = 1000 * (jud.cpu - regr.cpu) / n_judge
     out["stored_verdict_cpu_ms"] = 1000 * (regr.cpu - warm.cpu) / n_judge
     out["answer_cpu_ms"] = 1000 * (ans.cpu - regr.cpu) / max(ans.answers_made, 1)
     predicted = warm.cpu + (out["answer_cpu_ms"] * out["default_answers"] + out["judge_cpu_ms"] * out["default_judges"]) / 1000
-    print(f"  warm re-run: {warm.calls} calls, wall {warm.wall:.2f} s, cpu {warm.cpu:.2f} s")
+    print(f"  re-run of the finished command (result read back): {settled.calls} calls, wall {settled.wall:.2f} s")
+    print(f"  warm re-run (every stored grade read): {warm.calls} calls, wall {warm.wall:.2f} s, cpu {warm.cpu:.2f} s")
     print(f"  grades deleted, re-run: {regr.calls} calls (answers and verdicts from the store), wall {regr.wall:.2f} s, "
           f"cpu {regr.cpu:.2f} s -> grading from a stored verdict {out['stored_verdict_cpu_ms']:.3f} ms each")
     print(f"  judges only: {jud.answers_made} answer + {jud.judges_made} judge calls, wall {jud.wall:.2f} s, cpu {jud.cpu:.2f} s "

@@ -166,10 +166,16 @@ def test_a_limit_cutting_a_dialogue_counts_turns_as_before(tmp_path):
 def test_a_rerun_of_a_checked_file_still_streams_and_resumes(tmp_path):
     data = write_dialogues(tmp_path / "d.jsonl", CONTIGUOUS)
     first, rows, _ = run_echo(tmp_path, DialoguesStreamed, data, "s")
+    with sqlite3.connect(tmp_path / "s.db") as db:  # as after an interrupted run: not settled, so gone through again
+        db.execute("DELETE FROM settled")
+    db.close()
     again, rows_again, events = run_echo(tmp_path, DialoguesStreamed, data, "s")  # same store
     assert again.setup.kept is None and again.result.score == first.result.score == 1.0
     assert [e for e in events if e[1] == "ask"] == []  # answers from the cache, the file read once
     assert len([e for e in events if e[1] == "read"]) == 11
+    # finished now: the same run again reads its result back, not the file
+    third, _, events = run_echo(tmp_path, DialoguesStreamed, data, "s")
+    assert third.result == again.result and [e for e in events if e[1] in ("ask", "read")] == []
 
 
 def test_consecutive_groups_equal_group_samples_on_a_contiguous_stream():

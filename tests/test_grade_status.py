@@ -280,6 +280,7 @@ def test_a_store_from_before_statuses_is_read_with_the_legacy_mapping_and_redone
         for sid, d in legacy.items():
             st.db.execute("UPDATE grades SET grade_json = ?, value = ? WHERE run_id = ? AND grader_fp = ? AND sample_id = ?",
                           (json.dumps(d), d["value"], out.run.id, fp, sid))
+        st.db.execute("DELETE FROM settled")  # a store that old has no settled gradings either
         read = st.grades(out.run.id, fp)
         assert {sid: g.status for sid, g in read.items()} == {"r1": "scored", "r2": "grader_error", "r3": "answer_failed", "r4": "unreadable"}
 

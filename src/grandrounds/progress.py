@@ -137,6 +137,13 @@ class RichProgress:
             self.worked += 1
         self._update(1)
 
+    def stored(self, n: int, unscored: int) -> None:
+        """``n`` items read back at once from a grading that had finished (``unscored`` of them
+        without a score): no work done."""
+        self.unscored += unscored
+        self.done += n
+        self._update(n, force=True)
+
     def on_batch(self, event: "BatchEvent") -> None:
         """A batch was submitted, picked up, changed state or counts, or closed."""
         key = (event.provider, event.batch_id)

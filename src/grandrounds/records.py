@@ -355,6 +355,24 @@ def breakdown_from_json(d: Any) -> dict[str, dict[str, Cell]]:
     return out
 
 
+def result_from_json(d: Mapping[str, Any]) -> Result:
+    """A stored result (:func:`hashing.canonical_json` of a :class:`Result`) back as one."""
+    ci = d.get("ci95")
+    return Result(
+        benchmark=str(d["benchmark"]),
+        model=str(d["model"]),
+        judge=d.get("judge"),
+        metric=str(d.get("metric", "")),
+        score=d.get("score"),
+        ci95=(float(ci[0]), float(ci[1])) if ci else None,
+        n=int(d.get("n", 0)),
+        n_unscored=int(d.get("n_unscored", 0)),
+        breakdown=breakdown_from_json(d.get("breakdown")),
+        fingerprint=dict(d.get("fingerprint") or {}),
+        extra=dict(d.get("extra") or {}),
+    )
+
+
 def judge_call_failed(grade: Grade) -> bool:
     """A judge call behind this grade failed (the vote is unknown with the call's error kept)."""
     return any(v.error for v in grade.votes) or any(v.error for verdict in grade.verdicts for v in verdict.votes)

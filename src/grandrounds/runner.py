@@ -27,10 +27,10 @@ from grandrounds.batching import BatchSettings, executor_for, pool_width
 from grandrounds.costs import judge_of
 from grandrounds.executor import EndpointLimits, Executor, RetryPolicy, check_rpm, check_tpm
 from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.hashing import content_hash, to_jsonable
+from grandrounds.hashing import canonical_json, content_hash, to_jsonable
 from grandrounds.providers.base import ModelSpec, Provider, check_model, split_endpoint
 from grandrounds.protocols import Protocol as Preset, resolve_generation, system_text
-from grandrounds.records import GenParams, Grade, Message, Request, Response, Result, Sample, judge_call_failed, needs_redo
+from grandrounds.records import GenParams, Grade, Message, Request, Response, Result, Sample, judge_call_failed, needs_redo, result_from_json
 from grandrounds.registry import BENCHMARKS, PROVIDERS
 from grandrounds.store import RunRecord, Store
 from grandrounds.store.rows import CallUsage
@@ -39,6 +39,7 @@ from grandrounds.store.rows import CallUsage
 class Progress(Protocol):
     def start(self, total: int, label: str) -> None: ...
     def advance(self, grade: Grade, fresh: bool = True) -> None: ...
+    def stored(self, n: int, unscored: int) -> None: ...
     def on_call(self, response: Response, *, retries: int) -> None: ...
 
 
@@ -539,6 +540,20 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])
     if progress:
         progress.start(s.n, f"{s.bench.name} · {cfg.model}")
+    if (done := settled_result(store, s, cfg.options, fp_key, [j.spec for j in cfg.judges])) is not None:
+        # This very command finished before and nothing it graded has changed since: its result
+        # is read back instead of every grade (the answers all come from the store, no judge call).
+        result, tally = done
+        answers.stats.cached += s.n
+        if progress:
+            progress.stored(s.n, tally["n"] - tally["status"].get("scored", 0))
+        await s.provider.aclose()
+        for e in judge_execs:
+            await e.provider.aclose()
+        return RunOutcome(
+            s, store, fp_key, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges], tally["status"],
+            collected.usage(s.run.id, fp_key),
+        )
 
     async def do_group(group: list[tuple[int, Sample]]) -> None:
         history: list[tuple[Sample, str]] = []
@@ -579,10 +594,31 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
             await e.provider.aclose()
     result = make_result(s.bench, cfg.options, collected, s.run, s.fingerprint, [j.spec for j in cfg.judges])
     store.put_result(s.run.id, fp_key, result)
+    store.settle(s.run.id, fp_key, collected.tally() | {"version": grandrounds.__version__})
     usage = collected.usage(s.run.id, fp_key)
     return RunOutcome(
         s, store, fp_key, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges], collected.status, usage,
     )
+
+
+def settled_result(store: Store, s: Setup, options: RunOptions, fp_key: str, judges: Sequence[str]) -> tuple[Result, dict[str, Any]] | None:
+    """The stored result of this run under this grading, with its tally, where a re-run would
+    only read it back: the grading settled (its result stored, no grade written since), every
+    sample of the run graded, none that a re-run redoes (a failed answer, grader or judge call),
+    settled by this version of the package, and the result made with these options (its
+    fingerprint, which names the seed and the templates, equal to the one a new aggregate
+    would carry).
+    None otherwise: the run goes sample by sample."""
+    tally = store.settled(s.run.id, fp_key)
+    if tally is None or tally.get("redo") != 0 or tally.get("n") != s.n or tally.get("version") != grandrounds.__version__:
+        return None  # (the run's record keeps the version that first made it: a later one aggregates anew)
+    stored = store.result(s.run.id, fp_key)
+    if stored is None:
+        return None
+    fingerprint = result_fingerprint(s.bench, options, s.run, s.fingerprint)
+    if canonical_json(stored.get("fingerprint")) != canonical_json(fingerprint) or stored.get("judge") != (",".join(judges) or None):
+        return None
+    return result_from_json(stored), tally
 
 
 async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, history: Sequence[tuple[Sample, str]]) -> tuple[Response, tuple[str, Any]]:
@@ -696,10 +732,12 @@ class Collected:
         self.status: Counter[str] = Counter()
         self.judge_failed = 0
         self.truncated_votes = 0
+        self.redo = 0  # grades a re-run would do again
 
     def add(self, position: int, sample: Sample, grade: Grade) -> None:
         self.summaries[position] = self.bench.summarize(sample, grade, self.options)
         self.status[grade.status] += 1
+        self.redo += needs_redo(grade)
         self.judge_failed += judge_call_failed(grade)
         self.truncated_votes += sum(1 for v in (*grade.votes, *(v for verdict in grade.verdicts for v in verdict.votes)) if v.truncated)
 
@@ -720,6 +758,11 @@ class Collected:
             "n_grader_error": self.status["grader_error"],
             "n_judge_failed": self.judge_failed,
         }
+
+    def tally(self) -> dict[str, Any]:
+        """What the grades hold, stored when the grading settles (:func:`settled_result`): how
+        many, how many a re-run would redo, how many by status."""
+        return {"n": sum(self.status.values()), "redo": self.redo, "status": dict(self.status)}
 
     def usage(self, run_id: str, grader_fp: str) -> tuple[CallUsage, list[CallUsage]]:
         """(the run's answer calls, the grading's judge calls by judge) as the store counts them;
@@ -749,17 +792,6 @@ def make_result(
     """
     agg = collected.aggregate()
     extra = dict(agg.extra) | collected.counts()
-    fingerprint = dict(grader_fp) | {
-        "model": run_rec.model,
-        "gen_params": run_rec.gen_params,
-        "prompt_templates": bench.template_hashes(options),
-        "answer_mode": options.answer_mode,
-        "shuffle_options": options.shuffle_options,
-        "seed": options.seed,
-        "package_version": run_rec.package_version,
-        "run_id": run_rec.id,
-        "limit": run_rec.options.get("limit"),
-    } | {k: run_rec.options[k] for k in ("engine", "encoding") if run_rec.options.get(k)}  # vLLM/SGLang name and version; --encoding when given
     return Result(
         benchmark=bench.name,
         model=run_rec.model,
@@ -770,6 +802,22 @@ def make_result(
         n=agg.n,
         n_unscored=agg.n_unscored,
         breakdown=agg.breakdown,
-        fingerprint=fingerprint,
+        fingerprint=result_fingerprint(bench, options, run_rec, grader_fp),
         extra=extra,
     )
+
+
+def result_fingerprint(bench: Benchmark, options: RunOptions, run_rec: RunRecord, grader_fp: Mapping[str, Any]) -> dict[str, Any]:
+    """What a result was made from: the grading's fingerprint, the model, its generation and
+    answer settings, the templates, the seed and the package version."""
+    return dict(grader_fp) | {
+        "model": run_rec.model,
+        "gen_params": run_rec.gen_params,
+        "prompt_templates": bench.template_hashes(options),
+        "answer_mode": options.answer_mode,
+        "shuffle_options": options.shuffle_options,
+        "seed": options.seed,
+        "package_version": run_rec.package_version,
+        "run_id": run_rec.id,
+        "limit": run_rec.options.get("limit"),
+    } | {k: run_rec.options[k] for k in ("engine", "encoding") if run_rec.options.get(k)}  # vLLM/SGLang name and version; --encoding when given

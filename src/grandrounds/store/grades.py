@@ -14,6 +14,7 @@ from grandrounds.store.runs import in_chunks
 
 _DROP_CALLS = "DELETE FROM grade_calls WHERE run_id = ? AND grader_fp = ? AND sample_id = ?"
 _ADD_CALL = "INSERT OR IGNORE INTO grade_calls VALUES (?,?,?,?,?)"
+_UNSETTLE = "DELETE FROM settled WHERE run_id = ? AND grader_fp = ?"
 
 
 class GradeTables(StoreBase):
@@ -41,6 +42,8 @@ class GradeTables(StoreBase):
         self._write(_DROP_CALLS, (run_id, grader_fp, grade.sample_id))
         for judge, key in judge_calls(grade):
             self._write(_ADD_CALL, (run_id, grader_fp, grade.sample_id, key, judge))
+        # The grading is no longer as it was when it settled (if it had).
+        self._write(_UNSETTLE, (run_id, grader_fp), commutes=True)
 
     def judge_usage(self, run_id: str, grader_fp: str) -> list[CallUsage]:
         """Per judge named by the votes (None: calls no vote names), the distinct judge calls behind
@@ -101,6 +104,21 @@ class GradeTables(StoreBase):
             (run_id, grader_fp),
         ).fetchone()
         return VerdictCounts(int(n), int(verdicts or 0), int(unknown or 0), int(unscored or 0))
+
+    # ---- settled gradings ---------------------------------------------------------------
+    def settle(self, run_id: str, grader_fp: str, tally: dict[str, Any]) -> None:
+        """Remember that the grading of ``run_id`` by ``grader_fp`` finished, its result stored,
+        with ``tally`` (what its grades hold: :class:`runner.Collected` counts them). Any grade
+        written under the same run and grader afterwards forgets it (:meth:`put_grade`)."""
+        self.flush()  # grades still buffered land first, so they cannot unsettle what follows them
+        self.db.execute("INSERT OR REPLACE INTO settled VALUES (?,?,?,?)", (run_id, grader_fp, canonical_json(tally), now()))
+
+    def settled(self, run_id: str, grader_fp: str) -> dict[str, Any] | None:
+        """The tally :meth:`settle` stored for a grading, or None (never settled, or a grade
+        written since)."""
+        self.flush()
+        row = self.db.execute("SELECT tally_json FROM settled WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp)).fetchone()
+        return json.loads(row[0]) if row else None
 
     # ---- results ------------------------------------------------------------------------
     def put_result(self, run_id: str, grader_fp: str, result: Any) -> None:

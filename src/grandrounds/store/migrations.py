@@ -200,4 +200,20 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         )
         """,
     ),
+    (
+        8,
+        # Gradings that finished with their result stored, and what a re-run would find in their
+        # grades (how many, how many it would redo, how many by status), so the re-run of a
+        # finished command reads the result back instead of every grade. Any grade written after
+        # under the same run and grader deletes the row (GradeTables.put_grade).
+        """
+        CREATE TABLE settled (
+            run_id TEXT NOT NULL,
+            grader_fp TEXT NOT NULL,
+            tally_json TEXT NOT NULL,
+            settled_at TEXT NOT NULL,
+            PRIMARY KEY (run_id, grader_fp)
+        )
+        """,
+    ),
 )
