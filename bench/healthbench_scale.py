@@ -118,7 +118,7 @@ def main() -> None:
     base_url = q.get(timeout=30)
     env = dict(os.environ, OPENAI_API_KEY="bench", GRANDROUNDS_CACHE=tempfile.mkdtemp(prefix="gr-bench-cache-"))
     print(f"HealthBench per criterion, latency {args.latency * 1000:.0f} ms, {args.concurrency} connections, load {os.getloadavg()[0]:.2f}")
-    print(f"{'size':>6}{'criteria':>10}{'run':>6}{'calls':>8}{'wall s':>9}{'cpu s':>8}{'peak MB':>9}  score")
+    print(f"{'size':>6}{'criteria':>10}{'run':>7}{'calls':>8}{'wall s':>9}{'cpu s':>8}{'peak MB':>9}  score")
     peaks: dict[int, float] = {}
     try:
         for n in args.sizes:
@@ -136,7 +136,7 @@ def main() -> None:
                         forget_settled(Path(d) / "store.db")
                     wall, cpu, peak, out = run_cli(cmd, env)
                     score = next((ln.strip() for ln in out.splitlines() if "overall_score" in ln), "")
-                    print(f"{n:>6}{criteria:>10}{label:>6}{calls_made(out):>8}{wall:>9.2f}{cpu:>8.2f}{peak:>9.1f}  {score[:60]}")
+                    print(f"{n:>6}{criteria:>10}{label:>7}{calls_made(out):>8}{wall:>9.2f}{cpu:>8.2f}{peak:>9.1f}  {score[:60]}")
                     if label == "cold":
                         peaks[n] = peak
         if len(peaks) >= 2:
