@@ -397,3 +397,19 @@ def test_a_new_store_whose_wal_switch_is_refused_as_locked_retries_it(tmp_path: 
     monkeypatch.setattr(connection, "_raw_execute", lambda db, sql, *a: (_ for _ in ()).throw(sqlite3.OperationalError("database is locked")) if sql.endswith("=WAL") else real(db, sql, *a))
     with pytest.raises(StoreError, match="locked by another process"):
         Store(tmp_path / "newer.db")
+
+
+def test_row_times_are_iso_utc_milliseconds_in_order():
+    """store.connection.now formats a second once and adds the milliseconds: the same text as
+    datetime's isoformat, and never out of order with it."""
+    from datetime import datetime, timezone
+
+    from grandrounds.store.connection import now
+
+    def iso() -> str:
+        return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+    for _ in range(20000):
+        before, t, after = iso(), now(), iso()
+        assert before <= t <= after and len(t) == len(before) == 29
+    assert datetime.fromisoformat(t).tzinfo == timezone.utc

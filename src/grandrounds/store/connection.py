@@ -17,7 +17,6 @@ from collections import deque
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Iterator, NamedTuple, Self
@@ -111,9 +110,25 @@ class _Connection(sqlite3.Connection):
             raise _translated(self.store_path, e) from None
 
 
+#: (whole second, its ISO 8601 text): :func:`now` formats a second once, not every row's time.
+_SECOND: tuple[int, str] = (-1, "")
+
+
 def now() -> str:
-    """The current UTC time as ISO 8601 with milliseconds: the ``created_at`` of every row."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    """The current UTC time as ISO 8601 with milliseconds (``2026-01-31T12:00:00.123+00:00``, as
+    ``datetime.isoformat(timespec="milliseconds")`` writes it): the ``created_at`` of every row.
+
+    Called for every row written (several per call), so the date and time of day are formatted
+    once a second; the pair is swapped whole, so threads never mix two seconds' parts.
+    """
+    global _SECOND
+    t = time.time()
+    sec = int(t)
+    cached, text = _SECOND
+    if cached != sec:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec))
+        _SECOND = (sec, text)
+    return f"{text}.{min(999, int((t - sec) * 1000)):03d}+00:00"
 
 
 class _Checkpointer:
