@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A suite started in the background by a non-interactive shell (`pytest ... &`) has Ctrl-C
+# ignored, and so would every `grandrounds` it starts: Python leaves an inherited SIG_IGN alone,
+# and the tests that interrupt a run with SIGINT would watch it run on. The suite takes Ctrl-C
+# as usual instead, so its children start with the default disposition.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 SHARED_DATA = Path(os.environ.get("GRANDROUNDS_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
