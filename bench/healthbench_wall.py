@@ -62,6 +62,15 @@ leases (taking and releasing them costs about 5% of the wall and 14% of the CPU:
 stubbing them out, which no run does), aiohttp's own work per request, the judge prompt, verdict
 and grade, and start-up (about 0.45 s before the first request, against the bare process's 0.3 s).
 
+Measured again later on the same kind of machine, on a slower day (the bare client's own CPU
+0.26-0.30 ms per call against 0.22 before), 4 rounds of A/B between this code and the code before
+the settled re-runs: bare client 5.46-5.59 s; grandrounds with default flags 7.12-7.57 s, 1.30-1.39x
+the bare loop (1.22-1.28x the bare process), CPU 1.0-1.18 ms per call, with no difference between
+the two codes beyond the rounds' spread. The wall there is the harness's CPU: one core's worth of
+Python for 6,462 calls in about as many seconds. Per judge call 0.97-1.01 ms all-in, 0.68-0.79 ms
+the call alone; per answer call 0.32-0.82 ms (a difference of two runs, noisy). The re-run of the
+finished command reads its result back: 0.68-0.72 s; with every stored grade read again 1.06-1.08 s.
+
 Official prompt text comes from ``$GRANDROUNDS_REFERENCE`` (default: ../shared/reference beside the
 repository), as for any run.
 """
