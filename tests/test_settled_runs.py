@@ -207,3 +207,27 @@ def test_other_options_do_not_read_back_the_result(setting, tmp_path: Path, monk
     r = invoke(*args, "--seed", "7")
     assert r.exit_code == 0, r.output
     assert counting.added == N
+
+
+def test_run_returns_the_same_result_read_back_as_aggregated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the runner (no CLI): the result read back equals the one aggregated sample by
+    sample, without the usage block the CLI adds to the stored copy."""
+    import asyncio
+
+    from grandrounds.costs import with_usage
+    from grandrounds.runner import JudgeConfig, RunConfig, run
+
+    data = shared_file("healthbench", "healthbench_500.jsonl")
+    with LoopbackServer(lambda b: "See a doctor.") as cand, LoopbackServer(judge_rule(False)) as judge, Store(tmp_path / "s.db") as st:
+        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=cand.base_url, limit=5,
+                        judges=(JudgeConfig("openai/judge", judge.base_url),))
+        counting = Counting(monkeypatch)
+        first = asyncio.run(run(st, cfg))
+        assert counting.added == 5
+        counting.reset()
+        with_usage(st, first.run.id, first.result, *first.usage)  # as the CLI does: the stored copy gains usage
+        assert "usage" in st.result(first.run.id, first.fp_key)["extra"]
+        again = asyncio.run(run(st, cfg))
+        assert counting.added == 0 and again.answer_stats.cached == 5, "read back, not aggregated again"
+        assert again.result == first.result and again.counts == first.counts and again.usage == first.usage
+

@@ -618,7 +618,9 @@ def settled_result(store: Store, s: Setup, options: RunOptions, fp_key: str, jud
     fingerprint = result_fingerprint(s.bench, options, s.run, s.fingerprint)
     if canonical_json(stored.get("fingerprint")) != canonical_json(fingerprint) or stored.get("judge") != (",".join(judges) or None):
         return None
-    return result_from_json(stored), tally
+    result = result_from_json(stored)
+    # as the run stored it: the usage block is added after (costs.with_usage), from the store's counts
+    return replace(result, extra={k: v for k, v in result.extra.items() if k != "usage"}), tally
 
 
 async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, history: Sequence[tuple[Sample, str]]) -> tuple[Response, tuple[str, Any]]:
