@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import throughput  # noqa: E402  (bench/throughput.py: the fixed-latency server)
+from healthbench_wall import forget_settled  # noqa: E402  (the store's settled rows deleted)
 
 DATA = HERE.parents[1] / "shared" / "data" / "healthbench" / "healthbench_500.jsonl"
 VERDICT = json.dumps({"explanation": "The response meets the criterion.", "criteria_met": True})
@@ -79,17 +80,6 @@ def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, float, 
     if proc.returncode != 0:
         raise SystemExit(f"grandrounds exited {proc.returncode}:\n{out[-3000:]}")
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out
-
-
-def forget_settled(store: Path) -> None:
-    """Delete the store's settled rows: the next identical run reads every stored grade and
-    aggregates them again, as the re-run of an interrupted run does."""
-    import sqlite3
-
-    db = sqlite3.connect(store)
-    with db:
-        db.execute("DELETE FROM settled")
-    db.close()
 
 
 def calls_made(out: str) -> int:

@@ -16,27 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 import grandrounds
 from grandrounds import runner
-from grandrounds.cli import app
 from grandrounds.records import result_from_json
 from grandrounds.hashing import canonical_json
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import shared_file
 from tests.test_judge_e2e import judge_rule
+from tests.test_token_rate import flat, invoke
 
 N = 12
-
-
-def invoke(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 class Counting:

@@ -540,7 +540,7 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])
     if progress:
         progress.start(s.n, f"{s.bench.name} · {cfg.model}")
-    if (done := settled_result(store, s, cfg.options, fp_key, [j.spec for j in cfg.judges])) is not None:
+    if (done := settled_result(store, s, cfg.options, fp_key)) is not None:
         # This very command finished before and nothing it graded has changed since: its result
         # is read back instead of every grade (the answers all come from the store, no judge call).
         result, tally = done
@@ -601,13 +601,13 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     )
 
 
-def settled_result(store: Store, s: Setup, options: RunOptions, fp_key: str, judges: Sequence[str]) -> tuple[Result, dict[str, Any]] | None:
+def settled_result(store: Store, s: Setup, options: RunOptions, fp_key: str) -> tuple[Result, dict[str, Any]] | None:
     """The stored result of this run under this grading, with its tally, where a re-run would
     only read it back: the grading settled (its result stored, no grade written since), every
     sample of the run graded, none that a re-run redoes (a failed answer, grader or judge call),
     settled by this version of the package, and the result made with these options (its
     fingerprint, which names the seed and the templates, equal to the one a new aggregate
-    would carry).
+    would carry; the judges are in the grading's part of it).
     None otherwise: the run goes sample by sample."""
     tally = store.settled(s.run.id, fp_key)
     if tally is None or tally.get("redo") != 0 or tally.get("n") != s.n or tally.get("version") != grandrounds.__version__:
@@ -616,7 +616,7 @@ def settled_result(store: Store, s: Setup, options: RunOptions, fp_key: str, jud
     if stored is None:
         return None
     fingerprint = result_fingerprint(s.bench, options, s.run, s.fingerprint)
-    if canonical_json(stored.get("fingerprint")) != canonical_json(fingerprint) or stored.get("judge") != (",".join(judges) or None):
+    if canonical_json(stored.get("fingerprint")) != canonical_json(fingerprint):
         return None
     result = result_from_json(stored)
     # as the run stored it: the usage block is added after (costs.with_usage), from the store's counts
