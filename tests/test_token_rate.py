@@ -40,6 +40,8 @@ from tests.rubric_bench.triage import TriageRubric
 
 WINDOW = 0.5
 SLACK = 0.1
+FORMS = ("expected tokens per minute as N (prompt + output), or input=N and/or output=N for separate limits (Anthropic's), "
+         "comma-separated, each a whole number at least 1")
 COUNTER = token_counter("openai/m")
 
 
@@ -62,8 +64,11 @@ def no_usage(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def estimated(body: dict[str, Any]) -> int:
-    """A request's reservation as the executor makes it: prompt tokens (estimate) plus max_tokens."""
-    return COUNTER.messages(tuple(Message(m["role"], m["content"]) for m in body["messages"])) + int(body["max_tokens"])
+    """A request's reservation as the executor makes it: prompt tokens (estimate) plus max_tokens.
+    A Messages API body (Anthropic) carries the system prompt apart: it is counted as the system
+    message it was."""
+    system = (Message("system", body["system"]),) if body.get("system") else ()
+    return COUNTER.messages(system + tuple(Message(m["role"], m["content"]) for m in body["messages"])) + int(body["max_tokens"])
 
 
 def reported(body: dict[str, Any], text: str) -> int:
@@ -79,6 +84,9 @@ class Arrivals:
         self.times: list[float] = []
         self.models: list[str] = []
         self.estimates: list[int] = []
+        #: The prompt part of each estimate (the rest is max_tokens).
+        self.prompts: list[int] = []
+        self.max_tokens: list[int] = []
         self.usage: list[int] = []
         self._lock = threading.Lock()
 
@@ -88,6 +96,8 @@ class Arrivals:
             self.times.append(time.monotonic())
             self.models.append(str(body.get("model")))
             self.estimates.append(estimated(body))
+            self.max_tokens.append(int(body["max_tokens"]))
+            self.prompts.append(self.estimates[-1] - self.max_tokens[-1])
             self.usage.append(reported(body, out) if isinstance(out, str) else 0)
         return out
 
@@ -277,11 +287,19 @@ def test_robustness_tpm_holds_across_its_runs(tmp_path: Path, no_usage: None) ->
     assert most_in_window(seen.times, seen.estimates, WINDOW - SLACK) <= 1200
 
 
-@pytest.mark.parametrize("command,flag,value", [
-    ("run", "--tpm", "0"), ("run", "--judge-tpm", "-5"), ("regrade", "--judge-tpm", "0"),
-    ("robustness", "--tpm", "0"), ("robustness", "--attacker-tpm", "0"), ("validate-judge", "--judge-tpm", "0"),
+@pytest.mark.parametrize("command,flag,value,why", [
+    ("run", "--tpm", "0", "expected a whole number of tokens per minute, at least 1"),
+    ("run", "--judge-tpm", "-5", "expected a whole number of tokens per minute, at least 1"),
+    ("regrade", "--judge-tpm", "0", "expected a whole number of tokens per minute, at least 1"),
+    ("robustness", "--tpm", "0", "expected a whole number of tokens per minute, at least 1"),
+    ("robustness", "--attacker-tpm", "0", "expected a whole number of tokens per minute, at least 1"),
+    ("validate-judge", "--judge-tpm", "0", "expected a whole number of tokens per minute, at least 1"),
+    ("run", "--tpm", "input=0", "expected a whole number of tokens per minute, at least 1"),
+    ("run", "--tpm", "inptu=500", FORMS), ("run", "--judge-tpm", "output=5,output=6", FORMS),
+    ("run", "--tpm", "5000,6000", FORMS), ("robustness", "--attacker-tpm", "input=1.5e5", FORMS),
+    ("validate-judge", "--judge-tpm", "output=", FORMS), ("regrade", "--judge-tpm", "", FORMS),
 ])
-def test_a_token_rate_below_one_is_refused_before_any_call(tmp_path: Path, command: str, flag: str, value: str) -> None:
+def test_a_bad_token_rate_is_refused_before_any_call(tmp_path: Path, command: str, flag: str, value: str, why: str) -> None:
     seen = Arrivals(lambda b: "A")
     with LoopbackServer(seen) as srv:
         target = {"run": ["medqa", "--model", "openai/m", "--base-url", srv.base_url],
@@ -289,10 +307,7 @@ def test_a_token_rate_below_one_is_refused_before_any_call(tmp_path: Path, comma
                   "validate-judge": ["healthbench-meta", "--judge", f"openai/j@{srv.base_url}"]}[command]
         r = invoke(command, *target, flag, value, "--store", str(tmp_path / "s.db"))
     assert r.exit_code == 2
-    lines = [ln for ln in r.output.splitlines() if "Invalid value" in ln]
-    # click's wording (typer < 0.29, as pinned) or pydantic's (typer 0.29)
-    refused = (f"Invalid value for '{flag}': {value} is not in the range x>=1", f"Invalid value for '{flag}': Input should be greater than or equal to 1")
-    assert len(lines) == 1 and any(x in lines[0] for x in refused), lines
+    assert f"Invalid value for '{flag}': {value}: {why}" in flat(r.output.replace("│", " ")), r.output
     assert not seen.times and not (tmp_path / "s.db").exists()
 
 
@@ -430,3 +445,124 @@ def test_lowest_limit_wins_with_its_flag_and_the_refusal_names_it() -> None:
         "so it was not sent; raise --judge-tpm or lower --judge-max-tokens")
     with pytest.raises(ConfigError, match="--judge-tpm 0: expected a whole number of tokens per minute"):
         limits.limit_tokens("http://low.test/v1", 0, "--judge-tpm")
+
+
+# ---- separate input and output limits (Anthropic's) --------------------------------------------------
+
+
+@pytest.mark.parametrize("tpm,binds", [("input=700,output=100000", "input"), ("output=200,input=100000", "output")],
+                         ids=["input-binds", "output-binds"])
+def test_separate_input_and_output_limits_each_hold(tmp_path: Path, no_usage: None, tpm: str, binds: str) -> None:
+    """``--tpm input=N,output=M``: prompts alone are held under N and max_tokens alone under M in
+    every window; the prompt plus output is under no limit of its own."""
+    seen = Arrivals(lambda b: "A")
+    with LoopbackServer(seen) as srv:
+        r = invoke("run", "medqa", "--data", str(medqa()), "--limit", "12", "--model", "openai/m", "--base-url", srv.base_url,
+                   "--max-tokens", "64", "--tpm", tpm, "--store", str(tmp_path / "s.db"))
+        assert r.exit_code == 0, r.output
+    assert len(seen.times) == 12
+    limits = dict(part.split("=") for part in tpm.split(","))
+    assert most_in_window(seen.times, seen.prompts, WINDOW - SLACK) <= int(limits["input"])
+    assert most_in_window(seen.times, seen.max_tokens, WINDOW - SLACK) <= int(limits["output"])
+    held = seen.prompts if binds == "input" else seen.max_tokens
+    assert sum(held) > 2 * int(limits[binds])  # the binding limit cannot take them all in one window...
+    assert max(seen.times) - min(seen.times) >= WINDOW * (sum(held) // int(limits[binds]) - 1) - SLACK  # ...so it spread them
+    # an input limit counts no output and an output limit no prompt: the same calls under one total
+    # limit of the binding size would have been held back further
+    assert most_in_window(seen.times, seen.estimates, WINDOW - SLACK) > int(limits[binds])
+
+
+def test_anthropic_input_and_output_limits_are_corrected_to_its_reported_usage(tmp_path: Path) -> None:
+    """An ``anthropic/`` model under ``--tpm input=N,output=M``: each call reserves its prompt under N
+    and its max_tokens under M, and Anthropic's reported usage (input_tokens, output_tokens)
+    replaces both, so one-word replies free the output limit that max_tokens 512 would have held."""
+    from grandrounds.testing_batch import BatchServer
+
+    seen = Arrivals(lambda b: "A")
+    with BatchServer(seen) as srv:
+        r = invoke("run", "medqa", "--data", str(medqa()), "--limit", "16", "--model", "anthropic/claude-test",
+                   "--base-url", srv.anthropic_url, "--max-tokens", "512", "--tpm", "input=2400,output=1100",
+                   "--store", str(tmp_path / "s.db"))
+        assert r.exit_code == 0, r.output
+        assert srv.stats.live == 16
+    assert all(p < 400 for p in seen.prompts), seen.prompts  # the input limit takes several calls a window
+    # uncorrected, 1,100 // 512 = 2 calls a window; corrected to one output token each, more started together
+    assert most_in_window(seen.times, [1] * 16, WINDOW - SLACK) > 2
+    assert most_in_window(seen.times, seen.max_tokens, WINDOW - SLACK) > 1100
+    # what Anthropic counted stays under both limits in every window
+    words_in = [u - 1 for u in seen.usage]  # the loopback's input_tokens: the prompt's words (its reply is one word)
+    assert most_in_window(seen.times, words_in, WINDOW - SLACK) <= 2400
+    assert most_in_window(seen.times, [1] * 16, WINDOW - SLACK) <= 1100
+
+
+def test_separate_limits_refuse_a_request_over_either_and_name_it() -> None:
+    limits = EndpointLimits(per=0.2)
+    limits.limit_tokens("http://split.test/v1", "input=900,output=300", "--tpm")
+    limits.limit_tokens("http://split.test/v1", executor.TokenLimits(output=200, total=5000), "--judge-tpm")
+    rate = limits.tokens("http://split.test/v1")
+    assert rate is not None
+    assert rate.limits == {"input": (900, "--tpm"), "output": (200, "--judge-tpm"), "total": (5000, "--judge-tpm")}
+    assert rate.refusal(900, 200) is None
+    assert rate.refusal(901, 10) == ("over --tpm input=900: the prompt is an estimated 901 tokens, more than a minute "
+                                     "allows, so it was not sent; raise --tpm's input limit")
+    assert rate.refusal(10, 201, "--judge-max-tokens") == ("over --judge-tpm output=200: max_tokens 201 is more than a minute "
+                                                          "allows, so it was not sent; raise --judge-tpm's output limit or lower --judge-max-tokens")
+    assert rate.limit == 5000 and rate.flag == "--judge-tpm"
+    assert str(executor.token_limits(" 9000 , OUTPUT=20")) == "9000,output=20"
+    assert executor.token_limits(9000) == executor.TokenLimits(total=9000)
+    with pytest.raises(ConfigError, match=r"^--tpm 'input=9,input=9': expected tokens per minute as N"):
+        executor.token_limits("input=9,input=9")
+    with pytest.raises(ConfigError, match=r"^--judge-tpm TokenLimits\(total=None, input=None, output=None\): expected"):
+        executor.token_limits(executor.TokenLimits(), "--judge-tpm")
+
+
+def test_an_input_limit_holds_prompts_and_an_output_limit_outputs_apart() -> None:
+    """The limiter on its own: under input=100,output=50 a call of 60 prompt tokens waits for
+    another 60 to leave the window, while outputs fill their own limit; a call needing both waits
+    until both fit."""
+    rate = TokenRate("http://kinds.test/v1", executor.TokenLimits(input=100, output=50), 0.3)
+    starts: dict[str, float] = {}
+
+    async def take(name: str, prompt: int, output: int) -> None:
+        starts[name] = (await rate.reserve(prompt, output)).start
+
+    async def main() -> None:
+        await take("p1", 60, 0)
+        await take("o1", 0, 40)  # the output limit is its own: no wait behind the prompt
+        await take("p2", 60, 0)  # 120 prompt tokens do not fit 100
+        await take("both", 30, 10)  # prompt 60 + 30 fits, output 40 + 10 fits: at once
+        await take("o2", 10, 45)  # o1 left with p1; prompts 100 fit, outputs 10 + 45 do not: waits for both to leave
+
+    asyncio.run(main())
+    assert starts["o1"] - starts["p1"] < 0.1
+    assert starts["p2"] - starts["p1"] >= 0.3
+    assert starts["both"] - starts["p2"] < 0.1
+    assert starts["o2"] - starts["both"] >= 0.3
+    assert rate.ledger.prompt == 10 and rate.ledger.output == 45  # p2 and both left the window with it
+
+
+def test_dry_run_gives_the_least_time_under_each_limit(tmp_path: Path) -> None:
+    """Under separate limits the dry run counts prompt tokens against the input limit and output
+    tokens against the output limit; the slower decides the least time, and a request whose
+    max_tokens alone is over the output limit is flagged."""
+    with BENCHMARKS.registered("triage-rubric", TriageRubric), LoopbackServer(lambda b: "advice") as srv:
+        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", srv.base_url,
+                   "--judge", f"openai/j@{srv.base_url}", "--judge-max-tokens", "300", "--max-tokens", "100",
+                   "--tpm", "input=50000,output=5000", "--judge-tpm", "output=250",
+                   "--dry-run", "--out", str(tmp_path / "plan"), "--store", str(tmp_path / "s.db"))
+        assert r.exit_code == 0, r.output
+        assert srv.stats.requests == 0
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text(encoding="utf-8"))
+    rates = {x["counts"]: x for x in plan["tpm"]}
+    assert set(rates) == {"input", "output"}
+    assert (rates["input"]["limit"], rates["input"]["flag"]) == (50000, "--tpm")
+    assert (rates["output"]["limit"], rates["output"]["flag"]) == (250, "--judge-tpm")  # the lower of 5,000 and 250
+    assert rates["input"]["tokens"] == sum(x["prompt_tokens"] for x in plan["lines"])
+    assert rates["output"]["tokens"] == sum(x["output_tokens"] for x in plan["lines"])
+    assert plan["least_minutes_under_tpm"] == pytest.approx(max(x["tokens"] / x["limit"] for x in plan["tpm"]))
+    assert any(n.startswith("the largest judge request of openai/j, about 300 max_tokens, is over --judge-tpm output=250")
+               for n in plan["notes"]), plan["notes"]
+    assert not any("answer request" in n for n in plan["notes"])  # max_tokens 100 fits both output limits
+    text = flat(r.output)
+    assert f"{rates['input']['tokens']:,} estimated input tokens at --tpm input=50,000" in text
+    assert f"{rates['output']['tokens']:,} estimated output tokens at --judge-tpm output=250" in text

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from grandrounds import eventloop
 from grandrounds.errors import ConfigError, GrandroundsError
+from grandrounds.flags import TPM_METAVAR, tpm_option
 from grandrounds.params import Param
 from grandrounds.records import AnswerMode
 from grandrounds.registry import BENCHMARKS, PROVIDERS, UnknownComponent
@@ -54,8 +55,10 @@ SEED_MAX = 2**32 - 1
 TEMPERATURE_MAX = 2.0
 RPM_HELP = "answer calls started per minute on the candidate's endpoint, retries included (vendor rate limits; default: no limit)"
 JUDGE_RPM_HELP = "judge calls started per minute on each judge endpoint, retries included; an endpoint shared with the candidate takes the lower of --rpm and --judge-rpm"
-TPM_HELP = "tokens (prompt + max tokens, corrected to reported usage) of answer calls started per minute on the candidate's endpoint, retries included (default: no limit)"
-JUDGE_TPM_HELP = "tokens (prompt + max tokens, corrected to reported usage) of judge calls started per minute on each judge endpoint; an endpoint shared with the candidate takes the lower of --tpm and --judge-tpm"
+TPM_HELP = ("tokens of answer calls started per minute on the candidate's endpoint, retries included: N counts prompt + max tokens "
+            "(corrected to reported usage); input=N,output=N sets separate limits, as Anthropic's (default: no limit)")
+JUDGE_TPM_HELP = ("tokens of judge calls started per minute on each judge endpoint, as --tpm counts them (N, or input=N,output=N); "
+                  "an endpoint shared with the candidate takes the lower of --tpm and --judge-tpm, limit by limit")
 
 
 def _encoding_option(value: Optional[str]) -> Optional[str]:
@@ -209,8 +212,8 @@ def run(
     judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
     rpm: Optional[int] = typer.Option(None, "--rpm", min=1, help=RPM_HELP),
     judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
-    tpm: Optional[int] = typer.Option(None, "--tpm", min=1, help=TPM_HELP),
-    judge_tpm: Optional[int] = typer.Option(None, "--judge-tpm", min=1, help=JUDGE_TPM_HELP),
+    tpm: Optional[str] = typer.Option(None, "--tpm", callback=tpm_option, metavar=TPM_METAVAR, help=TPM_HELP),
+    judge_tpm: Optional[str] = typer.Option(None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent, answers and judges (HTTP providers; default 120)"),
     answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
     shuffle_options: bool = typer.Option(False, "--shuffle-options", help="permute options (recorded)"),
@@ -458,7 +461,7 @@ def regrade(
     only_unknown: bool = typer.Option(False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"),
     judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
     judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
-    judge_tpm: Optional[int] = typer.Option(None, "--judge-tpm", min=1, help=JUDGE_TPM_HELP),
+    judge_tpm: Optional[str] = typer.Option(None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent, judges (HTTP providers; default 120)"),
     seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="seed of the judges' calls and of bootstrap CIs"),
     batch: bool = typer.Option(False, "--batch", help="send the judge calls through the judge's batch API (openai/, anthropic/; half price, results within 24 h)"),

@@ -14,7 +14,8 @@ With ``--rpm`` / ``--judge-rpm`` an endpoint also has a :class:`RateLimit`: ever
 (retries too: they are requests) waits for its start time under that limit just before it is sent.
 With ``--tpm`` / ``--judge-tpm`` it has a :class:`TokenRate`: every attempt reserves its estimated
 tokens (prompt and max_tokens) before it is sent, and the reservation is corrected to the usage
-the server reports.
+the server reports; the limit counts prompt plus output (``N``), or prompts and outputs apart
+(``input=N,output=M``, Anthropic's limits), or both.
 
 A judge request that overflows the server's context (the server names its context and the
 prompt's size) is sent once more with ``max_tokens`` shrunk to what fits; the shrink is counted.
@@ -117,10 +118,81 @@ def check_rpm(rpm: object, flag: str = "--rpm") -> None:
         raise ConfigError(f"{flag} {rpm!r}: expected a whole number of requests per minute, at least 1")
 
 
+#: What a token limit counts of a request: its prompt and output together (OpenAI's one limit per
+#: model), its prompt alone or its output alone (Anthropic's input and output limits).
+TOKEN_KINDS = ("total", "input", "output")
+
+
+@dataclass(frozen=True)
+class TokenLimits:
+    """Tokens per minute on one endpoint, by what they count (None: no such limit)."""
+
+    total: int | None = None
+    input: int | None = None
+    output: int | None = None
+
+    def items(self) -> list[tuple[str, int]]:
+        return [(kind, n) for kind in TOKEN_KINDS if (n := getattr(self, kind)) is not None]
+
+    def __str__(self) -> str:
+        """As the flag takes it: ``90000``, ``input=400000,output=80000``."""
+        return ",".join(str(n) if kind == "total" else f"{kind}={n}" for kind, n in self.items())
+
+
+_TPM_FORMS = ("expected tokens per minute as N (prompt + output), or input=N and/or output=N for separate limits "
+              "(Anthropic's), comma-separated, each a whole number at least 1")
+
+
+def token_limits(tpm: object, flag: str = "--tpm") -> TokenLimits | None:
+    """``tpm`` as the limits it sets: a whole number (prompt + output), ``TokenLimits``, or the text
+    a flag takes (``90000``; ``input=400000,output=80000``; ``100000,output=20000``). None: no limit.
+    Anything else is a one-line ConfigError naming the flag."""
+    if tpm is None:
+        return None
+    limits, why = _parse_tpm(tpm)
+    if limits is None:
+        raise ConfigError(f"{flag} {tpm!r}: {why}")
+    return limits
+
+
+def tpm_problem(tpm: object) -> str | None:
+    """What is wrong with ``tpm`` as a token limit (None: nothing)."""
+    return None if tpm is None else _parse_tpm(tpm)[1]
+
+
+def _parse_tpm(tpm: object) -> tuple[TokenLimits | None, str | None]:
+    whole = "expected a whole number of tokens per minute, at least 1"
+    if isinstance(tpm, TokenLimits):
+        ok = tpm.items() and all(not isinstance(n, bool) and isinstance(n, int) and n >= 1 for _, n in tpm.items())
+        return (tpm, None) if ok else (None, _TPM_FORMS)
+    if not isinstance(tpm, str):
+        if isinstance(tpm, bool) or not isinstance(tpm, int) or tpm < 1:
+            return None, whole
+        return TokenLimits(total=tpm), None
+    found: dict[str, int] = {}
+    for part in tpm.split(","):
+        kind, sep, number = part.strip().rpartition("=")
+        kind, number = (kind.strip().lower() if sep else "total"), number.strip()
+        if kind not in TOKEN_KINDS or kind in found or not re.fullmatch(r"[+-]?[0-9]+", number):
+            return None, _TPM_FORMS
+        if int(number) < 1:
+            return None, whole
+        found[kind] = int(number)
+    return TokenLimits(**found), None
+
+
+def limit_text(kind: str, limit: int, flag: str) -> str:
+    """A limit as the user set it: ``--tpm 90,000``, ``--tpm input=400,000``."""
+    return f"{flag} {limit:,}" if kind == "total" else f"{flag} {kind}={limit:,}"
+
+
+#: What each kind of limit counts, in words.
+KIND_WORDS = {"total": "tokens", "input": "input tokens", "output": "output tokens"}
+
+
 def check_tpm(tpm: object, flag: str = "--tpm") -> None:
-    """A tokens-per-minute limit is a whole number, at least 1 (None: no limit)."""
-    if tpm is not None and (isinstance(tpm, bool) or not isinstance(tpm, int) or tpm < 1):
-        raise ConfigError(f"{flag} {tpm!r}: expected a whole number of tokens per minute, at least 1")
+    """A tokens-per-minute limit is one :func:`token_limits` takes (None: no limit)."""
+    token_limits(tpm, flag)
 
 
 def request_tokens(counter: TokenCounter, request: Request) -> tuple[int, int]:
@@ -135,51 +207,76 @@ def request_tokens(counter: TokenCounter, request: Request) -> tuple[int, int]:
 
 @dataclass(eq=False)
 class Reserved:
-    """Tokens reserved by one call started at ``start`` (``time.monotonic``); ``tokens`` is the
-    estimate until the server's reported usage replaces it."""
+    """Tokens reserved by one call started at ``start`` (``time.monotonic``): its prompt and its
+    output, estimates until the server's reported usage replaces them."""
 
     start: float
-    tokens: int
+    prompt: int
+    output: int = 0
     #: Left the window (the ledger no longer counts it).
     expired: bool = False
 
+    @property
+    def tokens(self) -> int:
+        return self.prompt + self.output
+
 
 class _Ledger:
-    """The reservations of one endpoint still inside the window, oldest first, and their sum."""
+    """The reservations of one endpoint still inside the window, oldest first, and their sums."""
 
     def __init__(self) -> None:
         self.held: deque[Reserved] = deque()
-        self.used = 0
+        self.prompt = 0
+        self.output = 0
         #: Callers waiting for room, woken early when a correction frees some.
         self.waiting: list[asyncio.Future[None]] = []
+
+    @property
+    def used(self) -> int:
+        return self.prompt + self.output
+
+    def add(self, r: Reserved) -> None:
+        self.held.append(r)
+        self.prompt += r.prompt
+        self.output += r.output
 
     def expire(self, now: float, per: float) -> None:
         while self.held and self.held[0].start <= now - per:
             gone = self.held.popleft()
             gone.expired = True
-            self.used -= gone.tokens
+            self.prompt -= gone.prompt
+            self.output -= gone.output
 
-    def ready_at(self, tokens: int, now: float, limit: int, per: float) -> float:
-        """The earliest time from ``now`` at which ``tokens`` more fit under ``limit`` in the window,
-        as the reservations stand (each leaves the window ``per`` after its start)."""
+    def ready_at(self, prompt: int, output: int, now: float, limits: TokenLimits, per: float) -> float:
+        """The earliest time from ``now`` at which ``prompt`` and ``output`` more fit under every one
+        of ``limits`` in the window, as the reservations stand (each leaves the window ``per``
+        after its start)."""
         self.expire(now, per)
-        used, at = self.used, now
+        used_p, used_o, at = self.prompt, self.output, now
         for r in self.held:
-            if used + tokens <= limit:
+            if _fits(limits, used_p + prompt, used_o + output):
                 break
-            used -= r.tokens
+            used_p -= r.prompt
+            used_o -= r.output
             at = r.start + per
         return at
 
-    def correct(self, r: Reserved, tokens: int) -> None:
+    def correct(self, r: Reserved, prompt: int, output: int) -> None:
         if not r.expired:
-            self.used += tokens - r.tokens
-        freed = tokens < r.tokens
-        r.tokens = tokens
+            self.prompt += prompt - r.prompt
+            self.output += output - r.output
+        freed = prompt < r.prompt or output < r.output
+        r.prompt, r.output = prompt, output
         if freed:
             for fut in self.waiting:
                 if not fut.done():
                     fut.set_result(None)
+
+
+def _fits(limits: TokenLimits, prompt: int, output: int) -> bool:
+    return ((limits.total is None or prompt + output <= limits.total)
+            and (limits.input is None or prompt <= limits.input)
+            and (limits.output is None or output <= limits.output))
 
 
 #: Per endpoint, the tokens reserved by the calls of this process started within the window, so
@@ -189,52 +286,70 @@ _LEDGERS: dict[str, _Ledger] = {}
 
 class TokenRate:
     """Tokens of call starts on one endpoint limited so that no window of ``per`` seconds (any
-    window, not only aligned ones) holds more than ``limit`` tokens of calls started.
+    window, not only aligned ones) holds more than the limits allow: prompt plus output under
+    ``total``, prompt under ``input``, output under ``output`` (each where set).
 
-    How vendors count a request against a tokens-per-minute limit, which this follows:
+    How vendors count a request against their token limits, which this follows:
 
-    - OpenAI counts a request when it is accepted, by its prompt (estimated from its characters)
-      and its ``max_tokens``: "usage needs are estimated from this value [max_tokens]" and
-      "contexts (prompts+max_tokens)" count (OpenAI Help Center, "Rate Limit Advice",
-      help.openai.com/en/articles/6891753; its rate-limit guide, platform.openai.com/docs/guides/rate-limits,
-      says the limit is "calculated as the maximum of max_tokens and the estimated number of
-      tokens based on the character count of your request"). Reserving the prompt plus
-      ``max_tokens`` covers either reading.
-    - Anthropic limits input tokens per minute and output tokens per minute apart; output tokens
-      are "estimated based on max_tokens at the beginning of each request, and the estimate is
-      adjusted at the end of the request to reflect the actual number of output tokens used"
-      (docs.anthropic.com/en/api/rate-limits). One limit on prompt plus output keeps both under
-      it, so the lower of the two is the value to give.
+    - OpenAI has one limit per model and counts a request when it is accepted, by its prompt
+      (estimated from its characters) and its ``max_tokens``: "usage needs are estimated from this
+      value [max_tokens]" and "contexts (prompts+max_tokens)" count (OpenAI Help Center, "Rate
+      Limit Advice", help.openai.com/en/articles/6891753; its rate-limit guide,
+      platform.openai.com/docs/guides/rate-limits, says the limit is "calculated as the maximum
+      of max_tokens and the estimated number of tokens based on the character count of your
+      request"). Reserving the prompt plus ``max_tokens`` under ``total`` covers either reading.
+    - Anthropic limits input tokens per minute and output tokens per minute apart: the prompt
+      counts against the input limit, and output tokens are "estimated based on max_tokens at the
+      beginning of each request, and the estimate is adjusted at the end of the request to reflect
+      the actual number of output tokens used" (docs.anthropic.com/en/api/rate-limits). Its
+      limits refill continuously (a token bucket of the limit's size); a window holding at most
+      the limit never empties such a bucket, so the window bound is the safe side of it.
 
     So each attempt reserves its estimate (:func:`request_tokens`: prompt tokens by the project's
-    token counter, plus max_tokens) before it is sent; when the reply reports its usage the
-    reservation becomes that (prompt + completion tokens), freeing what max_tokens held but the
-    reply did not use; a reply without usage, or a failure, leaves the estimate. A reservation
-    leaves the window ``per`` seconds after its start.
+    token counter, and max_tokens as its output) before it is sent; when the reply reports its
+    usage the reservation becomes that (prompt and completion tokens), freeing what max_tokens
+    held but the reply did not use; a reply without usage, or a failure, leaves the estimate. A
+    reservation leaves the window ``per`` seconds after its start.
 
     First come, first served: callers queue in one line, and the one at its head waits until its
-    tokens fit (woken early when a correction frees room), so a large request is never starved
-    by small ones behind it, nor small ones held back longer than the large one ahead of them
-    needs. A request larger than ``limit`` could never start: :meth:`reserve` refuses it. The
-    start recorded is the time the caller actually goes on (a wake-up may come late), so the
-    bound holds for starts as they happen. With a :class:`RateLimit` on the endpoint too, the
-    head of the line takes its start time there after its tokens fit, and its tokens are
-    recorded at that start, so both limits hold for the same moment.
+    tokens fit under every limit (woken early when a correction frees room), so a large request
+    is never starved by small ones behind it, nor small ones held back longer than the large one
+    ahead of them needs. A request over a limit on its own could never start: :meth:`refusal`
+    says so and the executor does not send it. The start recorded is the time the caller
+    actually goes on (a wake-up may come late), so the bound holds for starts as they happen.
+    With a :class:`RateLimit` on the endpoint too, the head of the line takes its start time
+    there after its tokens fit, and its tokens are recorded at that start, so all the limits
+    hold for the same moment.
     """
 
-    def __init__(self, endpoint: str, limit: int, per: float, flag: str = "--tpm") -> None:
+    def __init__(self, endpoint: str, limit: int | TokenLimits, per: float, flag: str = "--tpm") -> None:
         self.endpoint = endpoint
-        self.limit = limit
         self.per = per
-        #: The flag that set the limit in force (the lowest asked for), named when a request is refused.
-        self.flag = flag
+        #: Per kind of limit, (tokens per window, the flag that set it: the lowest asked for wins).
+        self.limits: dict[str, tuple[int, str]] = {}
+        self.lower(limit, flag)
         self._line: asyncio.Lock | None = None
         self._line_loop: asyncio.AbstractEventLoop | None = None
 
-    def lower(self, limit: int, flag: str) -> None:
-        """The lowest limit asked for wins."""
-        if limit < self.limit:
-            self.limit, self.flag = limit, flag
+    def lower(self, limit: int | TokenLimits, flag: str) -> None:
+        """The lowest limit asked for wins, kind by kind."""
+        for kind, n in (TokenLimits(total=limit) if isinstance(limit, int) else limit).items():
+            if kind not in self.limits or n < self.limits[kind][0]:
+                self.limits[kind] = (n, flag)
+
+    @property
+    def in_force(self) -> TokenLimits:
+        return TokenLimits(**{kind: n for kind, (n, _) in self.limits.items()})
+
+    @property
+    def limit(self) -> int | None:
+        """The limit on prompt plus output (None: only separate input or output limits)."""
+        return self.limits["total"][0] if "total" in self.limits else None
+
+    @property
+    def flag(self) -> str | None:
+        """The flag that set :attr:`limit`."""
+        return self.limits["total"][1] if "total" in self.limits else None
 
     @property
     def ledger(self) -> _Ledger:
@@ -248,28 +363,35 @@ class TokenRate:
         return self._line
 
     def refusal(self, prompt: int, most: int, max_tokens_flag: str = "--max-tokens") -> str | None:
-        """Why a request of ``prompt`` + ``most`` tokens can never start (None when it can)."""
-        tokens = prompt + most
-        if tokens <= self.limit:
-            return None
-        return (f"over {self.flag} {self.limit:,}: estimated {tokens:,} tokens (prompt {prompt:,} + max_tokens {most:,}), "
-                f"more than a minute allows, so it was not sent; raise {self.flag} or lower {max_tokens_flag}")
+        """Why a request of ``prompt`` tokens with ``most`` output tokens can never start (None when it can)."""
+        for kind, (limit, flag) in self.limits.items():
+            over = f"over {limit_text(kind, limit, flag)}"
+            if kind == "total" and prompt + most > limit:
+                return (f"{over}: estimated {prompt + most:,} tokens (prompt {prompt:,} + max_tokens {most:,}), "
+                        f"more than a minute allows, so it was not sent; raise {flag} or lower {max_tokens_flag}")
+            if kind == "input" and prompt > limit:
+                return (f"{over}: the prompt is an estimated {prompt:,} tokens, more than a minute allows, "
+                        f"so it was not sent; raise {flag}'s input limit")
+            if kind == "output" and most > limit:
+                return (f"{over}: max_tokens {most:,} is more than a minute allows, so it was not sent; "
+                        f"raise {flag}'s output limit or lower {max_tokens_flag}")
+        return None
 
-    async def reserve(self, tokens: int, rate: RateLimit | None = None) -> Reserved:
-        """Wait until ``tokens`` fit (and, with ``rate``, for the start time it gives), then record them."""
+    async def reserve(self, prompt: int, output: int = 0, rate: RateLimit | None = None) -> Reserved:
+        """Wait until ``prompt`` and ``output`` tokens fit (and, with ``rate``, for the start time it
+        gives), then record them."""
         async with self._queue():
             ledger, paced = self.ledger, False
             while True:
                 now = time.monotonic()
-                at = ledger.ready_at(tokens, now, self.limit, self.per)
+                at = ledger.ready_at(prompt, output, now, self.in_force, self.per)
                 if at <= now:
                     if rate is not None and not paced:
                         await rate.wait()  # no one else reserves meanwhile: the tokens still fit after it
                         paced = True
                         continue
-                    held = Reserved(now, tokens)
-                    ledger.held.append(held)
-                    ledger.used += tokens
+                    held = Reserved(now, prompt, output)
+                    ledger.add(held)
                     return held
                 await self._sleep(ledger, at - now)
 
@@ -288,9 +410,8 @@ class TokenRate:
 
     def settle(self, held: Reserved, usage: Usage) -> None:
         """Replace the estimate by the usage the server reported (none reported: the estimate stands)."""
-        reported = usage.prompt_tokens + usage.completion_tokens
-        if reported > 0:
-            self.ledger.correct(held, reported)
+        if usage.prompt_tokens + usage.completion_tokens > 0:
+            self.ledger.correct(held, usage.prompt_tokens, usage.completion_tokens)
 
 
 class EndpointLimits:
@@ -325,15 +446,16 @@ class EndpointLimits:
     def rate(self, endpoint: str) -> RateLimit | None:
         return self._rates.get(endpoint)
 
-    def limit_tokens(self, endpoint: str, tpm: int | None, flag: str = "--tpm") -> None:
-        """At most ``tpm`` tokens of call starts per window on ``endpoint`` (None: no limit asked for)."""
-        if tpm is None:
+    def limit_tokens(self, endpoint: str, tpm: object, flag: str = "--tpm") -> None:
+        """At most ``tpm`` tokens of call starts per window on ``endpoint`` (:func:`token_limits`:
+        a number for prompt plus output, or separate input and output limits; None: no limit asked for)."""
+        limits = token_limits(tpm, flag)
+        if limits is None:
             return
-        check_tpm(tpm, flag)
         if endpoint in self._tokens:
-            self._tokens[endpoint].lower(tpm, flag)
+            self._tokens[endpoint].lower(limits, flag)
         else:
-            self._tokens[endpoint] = TokenRate(endpoint, tpm, self.per, flag)
+            self._tokens[endpoint] = TokenRate(endpoint, limits, self.per, flag)
 
     def tokens(self, endpoint: str) -> TokenRate | None:
         return self._tokens.get(endpoint)
@@ -564,7 +686,7 @@ class Executor(StoreFirst):
         why = budget.refusal(prompt, most, MAX_TOKENS_FLAG.get(request.purpose, "--max-tokens"))
         if why is not None:
             raise ProviderError(why, retryable=False, kind="over_tpm")
-        held = await budget.reserve(prompt + most, rate)
+        held = await budget.reserve(prompt, most, rate)
         response = await self.provider.call(request)
         budget.settle(held, response.usage)
         return response

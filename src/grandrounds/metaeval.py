@@ -81,7 +81,7 @@ from grandrounds.textutil import strip_reasoning
 from grandrounds.upstream import SIMPLE_EVALS
 
 if TYPE_CHECKING:  # the judging machinery is imported when a validation runs, not when a report shows its figures
-    from grandrounds.executor import CallStats, RetryPolicy
+    from grandrounds.executor import CallStats, RetryPolicy, TokenLimits
     from grandrounds.runner import JudgeConfig, Progress
 
 SUITE = "healthbench-meta"
@@ -460,7 +460,7 @@ class ValidateConfig:
     #: Judge call starts per minute (``--judge-rpm``); None = no limit.
     rpm: int | None = None
     #: Tokens of judge call starts per minute (``--judge-tpm``); None = no limit.
-    tpm: int | None = None
+    tpm: "int | str | TokenLimits | None" = None
     max_reask: int = 2
     seed: int = 0
     #: The executor's retry policy (None: its default).

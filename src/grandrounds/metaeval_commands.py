@@ -14,6 +14,7 @@ from rich.table import Table
 
 from grandrounds import eventloop
 from grandrounds.display import fmt, fmt_ci
+from grandrounds.flags import TPM_METAVAR, tpm_option
 
 console = Console()
 err_console = Console(stderr=True)
@@ -41,7 +42,7 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
         judge_json: bool = typer.Option(False, "--judge-json", help="ask the judge for a JSON object"),
         judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight"),
         judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help="judge calls started per minute, retries included (vendor rate limits; default: no limit)"),
-        judge_tpm: Optional[int] = typer.Option(None, "--judge-tpm", min=1, help="tokens (prompt + max tokens, corrected to reported usage) of judge calls started per minute, retries included (default: no limit)"),
+        judge_tpm: Optional[str] = typer.Option(None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help="tokens of judge calls started per minute, retries included: N counts prompt + max tokens (corrected to reported usage); input=N,output=N sets separate limits, as Anthropic's (default: no limit)"),
         max_reask: int = typer.Option(2, "--max-reask", min=0, help="re-asks of an unreadable judge reply"),
         seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="seed of the bootstraps and of the judge's calls"),
         out: Optional[Path] = typer.Option(None, "--out", help="write every figure as JSON to this file"),

@@ -26,8 +26,9 @@ otherwise at most ``max_tokens`` per call, and the cost is then an upper bound.
 With ``--tpm`` / ``--judge-tpm`` the plan also gives the least time the run can take under them:
 per endpoint, the estimated tokens of the calls it will receive (prompt and output) over the
 limit in force there (the lower of the two where candidate and judge share one), the slowest
-endpoint deciding; and it says when a single request is larger than its endpoint's limit (the
-run refuses such a request without sending it).
+endpoint deciding; under separate input and output limits, prompt tokens over the one and output
+tokens over the other, the slower deciding. It says when a single request is larger than its
+endpoint's limit (the run refuses such a request without sending it).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Any, Sequence
 
 from grandrounds import eventloop
 from grandrounds.costs import PriceTable, TokenCounter, fmt_usd, load_prices, token_counter
-from grandrounds.executor import request_tokens
+from grandrounds.executor import KIND_WORDS, EndpointLimits, TokenRate, limit_text, request_tokens
 from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.hashing import content_hash
 from grandrounds.providers.base import Provider, split_endpoint
@@ -78,6 +79,9 @@ class Line:
     endpoint: str = ""
     #: The largest request to make, in estimated tokens (prompt + max_tokens), as a token rate reserves it.
     largest: int = 0
+    #: The largest prompt and the largest max_tokens of the requests to make (separate input and output limits).
+    largest_prompt: int = 0
+    largest_output: int = 0
 
     @property
     def to_make(self) -> int:
@@ -116,8 +120,8 @@ class Plan:
     prices: PriceTable
     max_reask: int
     notes: list[str] = field(default_factory=list)
-    #: Token rates of the run, per endpoint: (tokens per minute, the flag that set it).
-    tpm: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: Token rates of the run, per endpoint, as the run sets them.
+    tpm: dict[str, TokenRate] = field(default_factory=dict)
 
     @property
     def to_make(self) -> int:
@@ -141,12 +145,16 @@ class Plan:
         bound = any(not line.output_observed for c, line in costs if c is not None)
         return (sum(priced) if priced else None), all(c is not None for c, _ in costs), bound
 
-    def tpm_times(self) -> list[tuple[str, int, str, int, float]]:
-        """Per endpoint with a token rate: (endpoint, limit, flag, estimated tokens, least minutes)."""
+    def tpm_times(self) -> list[tuple[str, str, int, str, int, float]]:
+        """Per endpoint with a token rate, per limit there (prompt + output, input, output):
+        (endpoint, kind, limit, flag, estimated tokens it counts, least minutes)."""
         out = []
-        for endpoint, (limit, flag) in self.tpm.items():
-            tokens = sum(line.prompt_tokens + line.output_tokens for line in self.lines if line.endpoint == endpoint)
-            out.append((endpoint, limit, flag, tokens, tokens / limit))
+        for endpoint, rate in self.tpm.items():
+            lines = [line for line in self.lines if line.endpoint == endpoint]
+            counted = {"total": sum(line.prompt_tokens + line.output_tokens for line in lines),
+                       "input": sum(line.prompt_tokens for line in lines), "output": sum(line.output_tokens for line in lines)}
+            for kind, (limit, flag) in rate.limits.items():
+                out.append((endpoint, kind, limit, flag, counted[kind], counted[kind] / limit))
         return out
 
     def least_minutes(self) -> float | None:
@@ -154,7 +162,7 @@ class Plan:
 
         Endpoints are asked at the same time, so the slowest decides."""
         times = self.tpm_times()
-        return max(t[4] for t in times) if times else None
+        return max(t[5] for t in times) if times else None
 
     def as_json(self) -> dict[str, Any]:
         total, complete, bound = self.total_cost()
@@ -173,7 +181,7 @@ class Plan:
             ],
             "cost_usd": total, "cost_complete": complete, "cost_is_upper_bound": bound,
             "prices": self.prices.describe(), "notes": self.notes,
-            "tpm": [{"endpoint": e, "limit": n, "flag": f, "tokens": t, "least_minutes": m} for e, n, f, t, m in self.tpm_times()],
+            "tpm": [{"endpoint": e, "counts": k, "limit": n, "flag": f, "tokens": t, "least_minutes": m} for e, k, n, f, t, m in self.tpm_times()],
             "least_minutes_under_tpm": self.least_minutes(),
         }
 
@@ -197,6 +205,8 @@ class _DryExecutor:
         """(prompt tokens, most output tokens) of one request, as the provider sends it (as a token rate counts it)."""
         prompt, most = request_tokens(self.counter, req)
         self.line.largest = max(self.line.largest, prompt + most)
+        self.line.largest_prompt = max(self.line.largest_prompt, prompt)
+        self.line.largest_output = max(self.line.largest_output, most)
         return prompt, most
 
     async def __call__(self, req: Request) -> Response:
@@ -318,22 +328,28 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
     _common_notes(s, cfg, lines, notes)
     tpm = _token_rates(cfg, lines)
     for line in lines:
-        if line.endpoint in tpm and line.largest > tpm[line.endpoint][0]:
-            limit, flag = tpm[line.endpoint]
-            notes.append(f"the largest {'answer' if line.role == 'answers' else 'judge'} request of {line.model}, about {line.largest:,} "
-                         f"tokens (prompt + max_tokens), is over {flag} {limit:,}: the run refuses such requests without sending them")
+        if line.endpoint not in tpm:
+            continue
+        what = "answer" if line.role == "answers" else "judge"
+        for kind, (limit, flag) in tpm[line.endpoint].limits.items():
+            largest, counted = {"total": (line.largest, "tokens (prompt + max_tokens)"), "input": (line.largest_prompt, "prompt tokens"),
+                                "output": (line.largest_output, "max_tokens")}[kind]
+            if largest > limit:
+                notes.append(f"the largest {what} request of {line.model}, about {largest:,} {counted}, is over "
+                             f"{limit_text(kind, limit, flag)}: the run refuses such requests without sending them")
     return Plan(s.bench.name, model, s.run.id, s.n, n_graded, lines, counters, prices, cfg.options.max_reask, notes, tpm)
 
 
-def _token_rates(cfg: RunConfig, lines: Sequence[Line]) -> dict[str, tuple[int, str]]:
-    """The token rate in force per endpoint, as the run sets it: ``--tpm`` on the candidate's,
-    ``--judge-tpm`` on each judge's, the lower where they share one."""
-    rates: dict[str, tuple[int, str]] = {}
+def _token_rates(cfg: RunConfig, lines: Sequence[Line]) -> dict[str, TokenRate]:
+    """The token rates in force per endpoint, as the run sets them: ``--tpm`` on the candidate's,
+    ``--judge-tpm`` on each judge's, the lower of each kind where they share one."""
+    limits = EndpointLimits()
     for line in lines:
-        limit, flag = (cfg.tpm, "--tpm") if line.role == "answers" else (cfg.judge_tpm, "--judge-tpm")
-        if limit is not None and (line.endpoint not in rates or limit < rates[line.endpoint][0]):
-            rates[line.endpoint] = (limit, flag)
-    return rates
+        if line.role == "answers":
+            limits.limit_tokens(line.endpoint, cfg.tpm, "--tpm")
+        else:
+            limits.limit_tokens(line.endpoint, cfg.judge_tpm, "--judge-tpm")
+    return {line.endpoint: rate for line in lines if (rate := limits.tokens(line.endpoint)) is not None}
 
 
 def fmt_minutes(minutes: float) -> str:
@@ -440,8 +456,8 @@ def render(p: Plan, console: Any) -> None:
     least = p.least_minutes()
     if least is not None:
         times = p.tpm_times()
-        parts = [f"{tokens:,} estimated tokens at {flag} {limit:,}" + (f" on {endpoint}: {fmt_minutes(m)}" if len(times) > 1 else "")
-                 for endpoint, limit, flag, tokens, m in times]
+        parts = [f"{tokens:,} estimated {KIND_WORDS[kind]} at {limit_text(kind, limit, flag)}" + (f" on {endpoint}: {fmt_minutes(m)}" if len(times) > 1 else "")
+                 for endpoint, kind, limit, flag, tokens, m in times]
         if any(not line.output_observed for line in p.lines if line.to_make and line.endpoint in p.tpm):
             parts.append("output counted at max_tokens: a pilot run gives a closer figure")
         say(f"least time under the token rate: {fmt_minutes(least)} ({'; '.join(parts)})")

@@ -14,7 +14,7 @@ from typing import Any, Iterator, Mapping
 from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.errors import ConfigError
 from grandrounds.batching import BatchSettings
-from grandrounds.executor import EndpointLimits, RetryPolicy, check_rpm, check_tpm
+from grandrounds.executor import EndpointLimits, RetryPolicy, TokenLimits, check_rpm, check_tpm
 from grandrounds.graders import stored_spec
 from grandrounds.graders.base import GradeContext, Grader, build
 from grandrounds.hashing import content_hash
@@ -128,7 +128,7 @@ class RegradeRequest:
     #: Judge call starts per minute on each judge endpoint (``--judge-rpm``); None = no limit.
     rpm: int | None = None
     #: Tokens of judge call starts per minute on each judge endpoint (``--judge-tpm``); None = no limit.
-    tpm: int | None = None
+    tpm: "int | str | TokenLimits | None" = None
 
 
 def rebuild_grader(bench: Benchmark, req: RegradeRequest, last: dict[str, Any]) -> tuple[Grader, RunOptions]:

@@ -60,7 +60,7 @@ from grandrounds.stats import wilson_ci
 if TYPE_CHECKING:
     from grandrounds.analysis import ResultRow
     from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-    from grandrounds.executor import CallStats, EndpointLimits
+    from grandrounds.executor import CallStats, EndpointLimits, TokenLimits
     from grandrounds.reports.collect import Section
     from grandrounds.runner import Progress, RunConfig, RunOutcome
     from grandrounds.store import Store
@@ -259,7 +259,7 @@ class Attacker:
     #: endpoint the lower of this and ``--rpm`` holds, for both.
     rpm: int | None = None
     #: Tokens of call starts per minute on the attacker's endpoint (``--attacker-tpm``); shared as ``rpm``.
-    tpm: int | None = None
+    tpm: "int | str | TokenLimits | None" = None
 
 
 def attack_messages(sample: Sample) -> tuple[Message, ...]:

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from grandrounds import eventloop
 from grandrounds.display import fmt, fmt_ci
+from grandrounds.flags import TPM_METAVAR, tpm_option
 from grandrounds.records import AnswerMode
 
 console = Console()
@@ -78,13 +79,13 @@ def _robustness_command(store_path: Callable[[Optional[Path]], Path], StoreOpt: 
         attacker_reask: int = typer.Option(2, "--attacker-reask", min=0, help="re-asks of a rewrite that cannot be used"),
         attacker_opt: list[str] = typer.Option([], "--attacker-opt", help="attacker provider option KEY=VALUE"),
         attacker_rpm: Optional[int] = typer.Option(None, "--attacker-rpm", min=1, help="attacker calls started per minute on its endpoint, retries included (on the candidate's endpoint the lower of this and --rpm holds for both; default: no limit of its own)"),
-        attacker_tpm: Optional[int] = typer.Option(None, "--attacker-tpm", min=1, help="tokens of attacker calls started per minute on its endpoint (on the candidate's endpoint the lower of this and --tpm holds for both; default: no limit of its own)"),
+        attacker_tpm: Optional[str] = typer.Option(None, "--attacker-tpm", callback=tpm_option, metavar=TPM_METAVAR, help="tokens of attacker calls started per minute on its endpoint, as --tpm counts them (N, or input=N,output=N; on the candidate's endpoint the lower of this and --tpm holds for both; default: no limit of its own)"),
         data: Optional[Path] = typer.Option(None, "--data", help="local file or directory in the original format"),
         limit: Optional[int] = typer.Option(None, "--limit", min=1, help="first N items in source order"),
         base_url: str = typer.Option("", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="calls in flight per endpoint"),
         rpm: Optional[int] = typer.Option(None, "--rpm", min=1, help="answer calls started per minute on the candidate's endpoint, retries included (vendor rate limits; default: no limit)"),
-        tpm: Optional[int] = typer.Option(None, "--tpm", min=1, help="tokens (prompt + max tokens, corrected to reported usage) of answer calls started per minute on the candidate's endpoint, retries included (default: no limit)"),
+        tpm: Optional[str] = typer.Option(None, "--tpm", callback=tpm_option, metavar=TPM_METAVAR, help="tokens of answer calls started per minute on the candidate's endpoint, retries included: N counts prompt + max tokens (corrected to reported usage); input=N,output=N sets separate limits, as Anthropic's (default: no limit)"),
         timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent (HTTP providers)"),
         answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
         protocol: str = typer.Option("reference", "--protocol", help="reference | grandrounds"),

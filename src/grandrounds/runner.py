@@ -25,7 +25,7 @@ from grandrounds.benchmarks.readers import DATA_ENCODING
 from grandrounds.errors import ConfigError
 from grandrounds.batching import BatchSettings, executor_for, pool_width
 from grandrounds.costs import judge_of
-from grandrounds.executor import EndpointLimits, Executor, RetryPolicy, check_rpm, check_tpm
+from grandrounds.executor import EndpointLimits, Executor, RetryPolicy, TokenLimits, check_rpm, check_tpm
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.hashing import canonical_json, content_hash, to_jsonable
 from grandrounds.providers.base import ModelSpec, Provider, check_model, split_endpoint
@@ -82,9 +82,9 @@ class RunConfig:
     #: Call starts per minute on each judge's endpoint (``--judge-rpm``); one shared endpoint takes the lower.
     judge_rpm: int | None = None
     #: Tokens of call starts per minute on the candidate's endpoint (``--tpm``); not part of run id or fingerprint.
-    tpm: int | None = None
+    tpm: "int | str | TokenLimits | None" = None
     #: Tokens of call starts per minute on each judge's endpoint (``--judge-tpm``); one shared endpoint takes the lower.
-    judge_tpm: int | None = None
+    judge_tpm: "int | str | TokenLimits | None" = None
     #: Seconds a call may take once sent (for providers with a ``timeout`` option: answers and judges).
     timeout: float | None = None
     limit: int | None = None

@@ -1,0 +1,24 @@
+"""Checks for command-line flags shared by several commands, kept light: the command modules
+import this at start-up, and the check's own imports happen only when the flag is given."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+#: How a token limit is written on the command line (``--tpm``, ``--judge-tpm``, ``--attacker-tpm``).
+TPM_METAVAR = "N|input=N,output=N"
+
+
+def tpm_option(value: Optional[str]) -> Optional[str]:
+    """A token limit, checked before anything runs: ``N`` (prompt + output tokens per minute), or
+    ``input=N`` and/or ``output=N`` (separate limits, as Anthropic sets them), comma-separated."""
+    if value is None:
+        return None
+    from grandrounds.executor import tpm_problem
+
+    why = tpm_problem(value)
+    if why is not None:
+        raise typer.BadParameter(f"{value}: {why}")
+    return value
