@@ -71,6 +71,16 @@ Python for 6,462 calls in about as many seconds. Per judge call 0.97-1.01 ms all
 the call alone; per answer call 0.32-0.82 ms (a difference of two runs, noisy). The re-run of the
 finished command reads its result back: 0.68-0.72 s; with every stored grade read again 1.06-1.08 s.
 
+The machine, not the code, moved those figures: the code that measured 0.63 ms per call and 1.15x
+(commit ce7cae8, run with this script of its own day) measured 1.166 ms per call and 1.44x on the
+later machine, within minutes of the code then current (1.112 ms, 1.34x). On that machine, 3 rounds
+of the code with per-kind token limits (none set here): bare client 5.54-5.63 s
+(its own CPU 0.27-0.32 ms per call); default flags 7.13-7.65 s, 1.29-1.37x the bare loop
+(1.18-1.25x the bare process), 1.05-1.17 ms per call all-in; per judge call 0.76-1.02 ms all-in,
+0.59-0.74 ms the call alone; per answer call 0.37 ms (median; one round's difference came out
+below zero); grading from a stored verdict 0.27 ms. bench/two_processes.py shows why the work was
+not split over two processes.
+
 Official prompt text comes from ``$GRANDROUNDS_REFERENCE`` (default: ../shared/reference beside the
 repository), as for any run.
 """
