@@ -178,6 +178,28 @@ def test_key_from_environment_required_for_anthropic_but_not_for_a_gateway(monke
     assert AnthropicProvider(ModelSpec("anthropic", "m"), api_key_env="OTHER_KEY").spec.base_url == DEFAULT_BASE_URL
 
 
+def test_a_dry_run_needs_no_key_and_the_run_still_does(tmp_path, monkeypatch):
+    """The cost preview of an Anthropic candidate and judge works before any key is set (nothing
+    is sent); the run itself still refuses to start without one, before any call."""
+    from typer.testing import CliRunner
+
+    from grandrounds.cli import app
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    args = ["run", "demo", "--model", "anthropic/claude-sonnet-4-5", "--store", str(tmp_path / "s.db")]
+    r = CliRunner().invoke(app, [*args, "--dry-run", "--out", str(tmp_path / "plan")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text(encoding="utf-8"))
+    assert plan["lines"][0]["model"] == "anthropic/claude-sonnet-4-5" and plan["lines"][0]["to_make"] == 12
+    assert plan["cost_usd"] is not None and plan["cost_usd"] > 0  # priced from the packaged table
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert r.exit_code != 0 and "set ANTHROPIC_API_KEY to the Anthropic API key" in " ".join(r.output.split())
+    # and a provider made outside a dry run still insists
+    with pytest.raises(ConfigError, match="set ANTHROPIC_API_KEY"):
+        AnthropicProvider(ModelSpec("anthropic", "m"))
+
+
 def test_a_key_echoed_in_an_error_is_redacted(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     with BatchServer(lambda b: Fault("400", body={"type": "error", "error": {

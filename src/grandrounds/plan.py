@@ -43,7 +43,7 @@ from grandrounds.costs import PriceTable, TokenCounter, fmt_usd, load_prices, to
 from grandrounds.executor import KIND_WORDS, EndpointLimits, TokenRate, limit_text, request_tokens
 from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.hashing import content_hash
-from grandrounds.providers.base import Provider, split_endpoint
+from grandrounds.providers.base import Provider, split_endpoint, without_credentials
 from grandrounds.records import Request, Response, Sample, needs_redo
 from grandrounds.runner import RunConfig, RunJudge, Setup, _ask, check_run, make_provider, prepare
 from grandrounds.store import RunRecord, Store
@@ -256,8 +256,9 @@ def plan(store: Store | None, cfg: RunConfig, prices: PriceTable | None = None) 
 
 async def _plan(store: Store | None, cfg: RunConfig, prices: PriceTable) -> Plan:
     cfg = check_run(cfg)
-    s = prepare(_NoWrites(), cfg)  # type: ignore[arg-type]  # prepare only records the run
-    judge_providers = [make_provider(j.spec, j.base_url, **j.options) for j in cfg.judges]
+    with without_credentials():  # nothing is sent: a preview needs no API key
+        s = prepare(_NoWrites(), cfg)  # type: ignore[arg-type]  # prepare only records the run
+        judge_providers = [make_provider(j.spec, j.base_url, **j.options) for j in cfg.judges]
     try:
         return await _walk(store, cfg, s, judge_providers, prices)
     finally:

@@ -46,7 +46,7 @@ from urllib.parse import unquote
 
 from grandrounds.errors import ConfigError
 from grandrounds.params import Param
-from grandrounds.providers.base import ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
+from grandrounds.providers.base import CREDENTIALS_REQUIRED, ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
 from grandrounds.providers.openai_compat import context_message, context_overflow
 from grandrounds.records import Request, Response, Usage
@@ -168,7 +168,7 @@ class AnthropicProvider(Provider):
         secrets = [key]
         if key:
             headers["x-api-key"] = key
-        elif url == DEFAULT_BASE_URL:
+        elif url == DEFAULT_BASE_URL and CREDENTIALS_REQUIRED.get():
             raise ConfigError(f"provider {spec.provider}: set {api_key_env} to the Anthropic API key (it is read from the environment only)")
         if user is not None or password is not None:
             token = base64.b64encode(f"{unquote(user or '')}:{unquote(password or '')}".encode("utf-8")).decode("ascii")

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Iterator, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from grandrounds.errors import ConfigError
@@ -71,6 +73,22 @@ class ModelSpec:
 
     def __str__(self) -> str:
         return f"{self.provider}/{self.model}"
+
+
+#: Whether a provider being made must find its credentials (an API key) now. A dry run makes
+#: providers only to build and count their requests, so one that would refuse to start without
+#: a key is made all the same there (:func:`without_credentials`); a real run still refuses.
+CREDENTIALS_REQUIRED: ContextVar[bool] = ContextVar("grandrounds_credentials_required", default=True)
+
+
+@contextmanager
+def without_credentials() -> Iterator[None]:
+    """Providers made inside need no API key (they must not be called: a dry run)."""
+    token = CREDENTIALS_REQUIRED.set(False)
+    try:
+        yield
+    finally:
+        CREDENTIALS_REQUIRED.reset(token)
 
 
 class Provider(ABC):
