@@ -219,13 +219,15 @@ def test_a_request_over_the_limit_is_refused_without_being_sent(tmp_path: Path) 
                    "--max-tokens", "64", "--tpm", "100", "--store", str(store))
     assert not seen.times, "nothing is sent"
     out = flat(r.output)
-    assert "answers: 3 calls made, 0 from the store, 3 failed, 0 retries" in out
+    # the three requests differ in size, and count as one reason: the estimate is on the error's second line
+    assert ("answers: 3 calls made, 0 from the store, 3 failed, 0 retries; failures: over --tpm 100: a request larger "
+            "than a minute allows was not sent; raise --tpm… x3") in out
     with Store(store) as st:
         errors = [row[0] for row in st.db.execute("SELECT error FROM calls")]
     assert len(errors) == 3
     for err in errors:
-        m = re.fullmatch(r"over --tpm 100: estimated ([\d,]+) tokens \(prompt ([\d,]+) \+ max_tokens 64\), more than a minute "
-                         r"allows, so it was not sent; raise --tpm or lower --max-tokens", err)
+        m = re.fullmatch(r"over --tpm 100: a request larger than a minute allows was not sent; raise --tpm or lower --max-tokens\n"
+                         r"estimated ([\d,]+) tokens \(prompt ([\d,]+) \+ max_tokens 64\)", err)
         assert m is not None, err
         assert int(m[1].replace(",", "")) == int(m[2].replace(",", "")) + 64 > 100
     assert r.exit_code == 3  # nothing could be scored
@@ -240,7 +242,8 @@ def test_a_judge_request_over_the_judge_limit_names_the_judge_flags(tmp_path: Pa
     assert seen.models == ["c", "c"], "answers are sent, no judge call is"
     with Store(store) as st:
         errors = [row[0] for row in st.db.execute("SELECT error FROM calls WHERE purpose = 'judge'")]
-    assert len(errors) == 8 and all(e.startswith("over --judge-tpm 200: estimated ") and "lower --judge-max-tokens" in e for e in errors)
+    assert len(errors) == 8 and all(e.startswith("over --judge-tpm 200: a request larger than a minute allows was not sent; "
+                                                 "raise --judge-tpm or lower --judge-max-tokens\nestimated ") for e in errors)
     assert "judge openai/j: 8 calls made, 0 from the store, 8 failed, 0 retries" in flat(r.output)
 
 
@@ -441,8 +444,8 @@ def test_lowest_limit_wins_with_its_flag_and_the_refusal_names_it() -> None:
     assert limits.tokens("http://other.test/v1") is None
     assert rate.refusal(300, 500) is None
     assert rate.refusal(301, 500, "--judge-max-tokens") == (
-        "over --judge-tpm 800: estimated 801 tokens (prompt 301 + max_tokens 500), more than a minute allows, "
-        "so it was not sent; raise --judge-tpm or lower --judge-max-tokens")
+        "over --judge-tpm 800: a request larger than a minute allows was not sent; raise --judge-tpm or lower --judge-max-tokens\n"
+        "estimated 801 tokens (prompt 301 + max_tokens 500)")
     with pytest.raises(ConfigError, match="--judge-tpm 0: expected a whole number of tokens per minute"):
         limits.limit_tokens("http://low.test/v1", 0, "--judge-tpm")
 
@@ -503,10 +506,11 @@ def test_separate_limits_refuse_a_request_over_either_and_name_it() -> None:
     assert rate is not None
     assert rate.limits == {"input": (900, "--tpm"), "output": (200, "--judge-tpm"), "total": (5000, "--judge-tpm")}
     assert rate.refusal(900, 200) is None
-    assert rate.refusal(901, 10) == ("over --tpm input=900: the prompt is an estimated 901 tokens, more than a minute "
-                                     "allows, so it was not sent; raise --tpm's input limit")
-    assert rate.refusal(10, 201, "--judge-max-tokens") == ("over --judge-tpm output=200: max_tokens 201 is more than a minute "
-                                                          "allows, so it was not sent; raise --judge-tpm's output limit or lower --judge-max-tokens")
+    assert rate.refusal(901, 10) == ("over --tpm input=900: a prompt larger than a minute allows was not sent; raise --tpm's input limit\n"
+                                     "the prompt is an estimated 901 tokens")
+    assert rate.refusal(10, 201, "--judge-max-tokens") == (
+        "over --judge-tpm output=200: max_tokens larger than a minute allows, so the request was not sent; "
+        "raise --judge-tpm's output limit or lower --judge-max-tokens\nmax_tokens 201")
     assert rate.limit == 5000 and rate.flag == "--judge-tpm"
     assert str(executor.token_limits(" 9000 , OUTPUT=20")) == "9000,output=20"
     assert executor.token_limits(9000) == executor.TokenLimits(total=9000)

@@ -363,18 +363,21 @@ class TokenRate:
         return self._line
 
     def refusal(self, prompt: int, most: int, max_tokens_flag: str = "--max-tokens") -> str | None:
-        """Why a request of ``prompt`` tokens with ``most`` output tokens can never start (None when it can)."""
+        """Why a request of ``prompt`` tokens with ``most`` output tokens can never start (None when it can).
+
+        Its first line is the same for every such request under one limit (a run's summary counts
+        failures by their first line), its second gives this request's estimate."""
         for kind, (limit, flag) in self.limits.items():
             over = f"over {limit_text(kind, limit, flag)}"
             if kind == "total" and prompt + most > limit:
-                return (f"{over}: estimated {prompt + most:,} tokens (prompt {prompt:,} + max_tokens {most:,}), "
-                        f"more than a minute allows, so it was not sent; raise {flag} or lower {max_tokens_flag}")
+                return (f"{over}: a request larger than a minute allows was not sent; raise {flag} or lower {max_tokens_flag}\n"
+                        f"estimated {prompt + most:,} tokens (prompt {prompt:,} + max_tokens {most:,})")
             if kind == "input" and prompt > limit:
-                return (f"{over}: the prompt is an estimated {prompt:,} tokens, more than a minute allows, "
-                        f"so it was not sent; raise {flag}'s input limit")
+                return (f"{over}: a prompt larger than a minute allows was not sent; raise {flag}'s input limit\n"
+                        f"the prompt is an estimated {prompt:,} tokens")
             if kind == "output" and most > limit:
-                return (f"{over}: max_tokens {most:,} is more than a minute allows, so it was not sent; "
-                        f"raise {flag}'s output limit or lower {max_tokens_flag}")
+                return (f"{over}: max_tokens larger than a minute allows, so the request was not sent; "
+                        f"raise {flag}'s output limit or lower {max_tokens_flag}\nmax_tokens {most:,}")
         return None
 
     async def reserve(self, prompt: int, output: int = 0, rate: RateLimit | None = None) -> Reserved:
