@@ -47,7 +47,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import healthbench_wall as hw  # noqa: E402  (its server, reply and paths)
-import throughput  # noqa: E402
 
 
 def split(data: Path, into: Path) -> tuple[Path, Path]:
