@@ -1,5 +1,6 @@
 """--rpm and --judge-rpm: call starts per endpoint spaced so that no rolling window holds more than
-the limit, retries included, shared by candidate and judge on one endpoint (the lower limit wins).
+the limit, retries included, per model at an endpoint: a candidate and a judge that are one model
+there share it (the lower limit wins), two models keep their own.
 
 The window is a minute in use; here it is shrunk (``executor.RATE_WINDOW``) so a test takes about
 a second. Times are the loopback server's arrival times: they trail the client's start times by a
@@ -131,16 +132,38 @@ def test_retries_count_against_the_rate(tmp_path: Path) -> None:
     assert most_in_window(seen.times, WINDOW - SLACK) <= 6
 
 
+def judging(body: dict[str, Any]) -> bool:
+    """A triage-rubric request is a judge call when it carries the grading template (answers ask the bare question)."""
+    return "rubric item" in str(body["messages"][-1]["content"])
+
+
 @pytest.mark.parametrize("flags", [["--rpm", "8"], ["--rpm", "600", "--judge-rpm", "8"], ["--judge-rpm", "8"]],
                          ids=["candidate-limit", "lower-judge-limit", "judge-limit"])
-def test_candidate_and_judge_on_one_endpoint_share_the_lowest_rate(tmp_path: Path, flags: list[str]) -> None:
+def test_a_judge_that_is_the_candidates_model_on_its_endpoint_shares_the_lowest_rate(tmp_path: Path, flags: list[str]) -> None:
+    """Vendors limit each model: the candidate's own model asked as judge at the same endpoint is one limit."""
+    seen = Arrivals(lambda b: verdict(b) if judging(b) else "advice")
+    with BENCHMARKS.registered("triage-rubric", TriageRubric), LoopbackServer(seen) as srv:
+        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/m", "--base-url", srv.base_url,
+                   "--judge", f"openai/m@{srv.base_url}", *flags, "--store", str(tmp_path / "s.db"))
+        assert r.exit_code == 0, r.output
+    assert len(seen.times) == 3 + 12
+    assert most_in_window(seen.times, WINDOW - SLACK) <= 8  # answers and judge calls together
+
+
+def test_two_models_on_one_endpoint_each_keep_their_own_rate(tmp_path: Path) -> None:
+    """A candidate and a judge of different models on one server: each model its own limit (the
+    server's connection slots are still shared), so together they start more than either allows."""
     seen = Arrivals(lambda b: verdict(b) if b.get("model") == "j" else "advice")
     with BENCHMARKS.registered("triage-rubric", TriageRubric), LoopbackServer(seen) as srv:
-        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", srv.base_url,
-                   "--judge", f"openai/j@{srv.base_url}", *flags, "--store", str(tmp_path / "s.db"))
+        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path, 6)), "--model", "openai/c", "--base-url", srv.base_url,
+                   "--judge", f"openai/j@{srv.base_url}", "--rpm", "6", "--judge-rpm", "8", "--store", str(tmp_path / "s.db"))
         assert r.exit_code == 0, r.output
-    assert seen.models.count("c") == 3 and seen.models.count("j") == 12
-    assert most_in_window(seen.times, WINDOW - SLACK) <= 8  # answers and judge calls together
+    cand = [t for t, m in zip(seen.times, seen.models) if m == "c"]
+    judged = [t for t, m in zip(seen.times, seen.models) if m == "j"]
+    assert len(cand) == 6 and len(judged) == 24
+    assert most_in_window(cand, WINDOW - SLACK) <= 6
+    assert most_in_window(judged, WINDOW - SLACK) <= 8
+    assert most_in_window(seen.times, WINDOW) > 8  # together more than the lower limit: not one shared rate
 
 
 def test_a_judge_on_another_endpoint_keeps_its_own_rate(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """--tpm and --judge-tpm: the tokens of call starts per endpoint, so that no rolling window holds more
 than the limit; each attempt reserves its estimate (prompt tokens by the project's counter plus
 max_tokens), corrected to the usage the server reports; a request larger than the limit is refused
-without being sent; candidate and judge on one endpoint share the lower limit.
+without being sent; limits are per model at an endpoint: a judge that is the candidate's own model
+there shares the lower limit, two models keep their own.
 
 The window is a minute in use; here it is shrunk (``executor.RATE_WINDOW``) so a test takes a few
 seconds. Times are the loopback server's arrival times, which trail the client's start times by a
@@ -247,19 +248,43 @@ def test_a_judge_request_over_the_judge_limit_names_the_judge_flags(tmp_path: Pa
     assert "judge openai/j: 8 calls made, 0 from the store, 8 failed, 0 retries" in flat(r.output)
 
 
+def judging(body: dict[str, Any]) -> bool:
+    """A triage-rubric request is a judge call when it carries the grading template (answers ask the bare question)."""
+    return "rubric item" in str(body["messages"][-1]["content"])
+
+
 @pytest.mark.parametrize("flags,limit", [(["--tpm", "500"], 500), (["--tpm", "90000", "--judge-tpm", "500"], 500),
                                          (["--judge-tpm", "500"], 500)],
                          ids=["candidate-limit", "lower-judge-limit", "judge-limit"])
-def test_candidate_and_judge_on_one_endpoint_share_the_lower_token_rate(tmp_path: Path, no_usage: None, flags: list[str], limit: int) -> None:
+def test_a_judge_that_is_the_candidates_model_on_its_endpoint_shares_the_lower_token_rate(tmp_path: Path, no_usage: None, flags: list[str], limit: int) -> None:
+    seen = Arrivals(lambda b: verdict(b) if judging(b) else "advice")
+    with BENCHMARKS.registered("triage-rubric", TriageRubric), LoopbackServer(seen) as srv:
+        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/m", "--base-url", srv.base_url,
+                   "--judge", f"openai/m@{srv.base_url}", "--max-tokens", "64", "--judge-max-tokens", "64", *flags,
+                   "--store", str(tmp_path / "s.db"))
+        assert r.exit_code == 0, r.output
+    assert len(seen.times) == 3 + 12
+    assert sum(seen.estimates) > 2 * limit
+    assert most_in_window(seen.times, seen.estimates, WINDOW - SLACK) <= limit  # answers and judge calls together
+
+
+def test_two_models_on_one_endpoint_each_keep_their_own_token_rate(tmp_path: Path, no_usage: None) -> None:
+    """Vendors count each model's tokens apart: a candidate and a judge of different models on one
+    server each keep their own limit, so together a window holds more than either allows."""
     seen = Arrivals(lambda b: verdict(b) if b.get("model") == "j" else "advice")
     with BENCHMARKS.registered("triage-rubric", TriageRubric), LoopbackServer(seen) as srv:
         r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", srv.base_url,
-                   "--judge", f"openai/j@{srv.base_url}", "--max-tokens", "64", "--judge-max-tokens", "64", *flags,
-                   "--store", str(tmp_path / "s.db"))
+                   "--judge", f"openai/j@{srv.base_url}", "--max-tokens", "64", "--judge-max-tokens", "64",
+                   "--tpm", "500", "--judge-tpm", "1000", "--store", str(tmp_path / "s.db"))
         assert r.exit_code == 0, r.output
-    assert seen.models.count("c") == 3 and seen.models.count("j") == 12
-    assert sum(seen.estimates) > 2 * limit
-    assert most_in_window(seen.times, seen.estimates, WINDOW - SLACK) <= limit  # answers and judge calls together
+    cand = [(t, e) for t, e, m in zip(seen.times, seen.estimates, seen.models) if m == "c"]
+    judged = [(t, e) for t, e, m in zip(seen.times, seen.estimates, seen.models) if m == "j"]
+    assert len(cand) == 3 and len(judged) == 12
+    assert most_in_window([t for t, _ in cand], [e for _, e in cand], WINDOW - SLACK) <= 500
+    assert most_in_window([t for t, _ in judged], [e for _, e in judged], WINDOW - SLACK) <= 1000
+    assert sum(e for _, e in judged) > 1000  # the judge's own limit held it back...
+    # ...and not the candidate's: one limit of 500 for both would keep the judge's window near 500
+    assert most_in_window([t for t, _ in judged], [e for _, e in judged], WINDOW - SLACK) > 700
 
 
 def test_regrade_judge_tpm(tmp_path: Path, no_usage: None) -> None:
@@ -352,10 +377,10 @@ def test_dry_run_prints_the_least_time_under_the_token_rate(tmp_path: Path, no_u
     assert sum(seen.estimates) == rate["tokens"]  # what the run reserved is what the dry run counted
 
 
-def test_dry_run_takes_the_lower_rate_of_a_shared_endpoint_and_flags_requests_over_it(tmp_path: Path) -> None:
+def test_dry_run_takes_the_lower_rate_of_a_shared_model_and_flags_requests_over_it(tmp_path: Path) -> None:
     with BENCHMARKS.registered("triage-rubric", TriageRubric), LoopbackServer(lambda b: "advice") as srv:
-        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", srv.base_url,
-                   "--judge", f"openai/j@{srv.base_url}", "--judge-max-tokens", "300", "--tpm", "100000", "--judge-tpm", "250",
+        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/m", "--base-url", srv.base_url,
+                   "--judge", f"openai/m@{srv.base_url}", "--judge-max-tokens", "300", "--tpm", "100000", "--judge-tpm", "250",
                    "--dry-run", "--out", str(tmp_path / "plan"), "--store", str(tmp_path / "s.db"))
         assert r.exit_code == 0, r.output
         assert srv.stats.requests == 0
@@ -363,7 +388,7 @@ def test_dry_run_takes_the_lower_rate_of_a_shared_endpoint_and_flags_requests_ov
     (rate,) = plan["tpm"]
     assert (rate["limit"], rate["flag"]) == (250, "--judge-tpm")
     assert rate["tokens"] == sum(x["prompt_tokens"] + x["output_tokens"] for x in plan["lines"])
-    assert any(n.startswith("the largest judge request of openai/j, about ") and n.endswith("is over --judge-tpm 250: the run refuses such requests without sending them")
+    assert any(n.startswith("the largest judge request of openai/m, about ") and n.endswith("is over --judge-tpm 250: the run refuses such requests without sending them")
                for n in plan["notes"]), plan["notes"]
     assert "least time under the token rate:" in flat(r.output)
     r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", "http://127.0.0.1:9/v1",
@@ -381,7 +406,18 @@ def test_dry_run_takes_the_lower_rate_of_a_shared_endpoint_and_flags_requests_ov
     for x, ln in zip(plan["tpm"], plan["lines"]):
         assert x["tokens"] == ln["prompt_tokens"] + ln["output_tokens"] and x["least_minutes"] == pytest.approx(x["tokens"] / x["limit"])
     assert plan["least_minutes_under_tpm"] == max(x["least_minutes"] for x in plan["tpm"])
-    assert " estimated tokens at --judge-tpm 300 on http://127.0.0.1:10/v1: " in flat(r.output)
+    assert " estimated tokens at --judge-tpm 300 on http://127.0.0.1:10/v1 (j): " in flat(r.output)
+    # two models on one endpoint: each its own limit there too
+    with BENCHMARKS.registered("triage-rubric", TriageRubric):
+        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", "http://127.0.0.1:9/v1",
+                   "--judge", "openai/j@http://127.0.0.1:9/v1", "--tpm", "100", "--judge-tpm", "300",
+                   "--dry-run", "--out", str(tmp_path / "plan3"), "--store", str(tmp_path / "s.db"))
+        assert r.exit_code == 0, r.output
+    plan = json.loads((tmp_path / "plan3" / "plan.json").read_text(encoding="utf-8"))
+    assert [(x["endpoint"], x["limits"], x["limit"]) for x in plan["tpm"]] == [
+        ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1 (c)", 100), ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1 (j)", 300)]
+    for x, ln in zip(plan["tpm"], plan["lines"]):
+        assert x["tokens"] == ln["prompt_tokens"] + ln["output_tokens"]
 
 
 # ---- the limiter on its own ------------------------------------------------------------------------
@@ -550,8 +586,8 @@ def test_dry_run_gives_the_least_time_under_each_limit(tmp_path: Path) -> None:
     tokens against the output limit; the slower decides the least time, and a request whose
     max_tokens alone is over the output limit is flagged."""
     with BENCHMARKS.registered("triage-rubric", TriageRubric), LoopbackServer(lambda b: "advice") as srv:
-        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", srv.base_url,
-                   "--judge", f"openai/j@{srv.base_url}", "--judge-max-tokens", "300", "--max-tokens", "100",
+        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/m", "--base-url", srv.base_url,
+                   "--judge", f"openai/m@{srv.base_url}", "--judge-max-tokens", "300", "--max-tokens", "100",
                    "--tpm", "input=50000,output=5000", "--judge-tpm", "output=250",
                    "--dry-run", "--out", str(tmp_path / "plan"), "--store", str(tmp_path / "s.db"))
         assert r.exit_code == 0, r.output
@@ -564,7 +600,7 @@ def test_dry_run_gives_the_least_time_under_each_limit(tmp_path: Path) -> None:
     assert rates["input"]["tokens"] == sum(x["prompt_tokens"] for x in plan["lines"])
     assert rates["output"]["tokens"] == sum(x["output_tokens"] for x in plan["lines"])
     assert plan["least_minutes_under_tpm"] == pytest.approx(max(x["tokens"] / x["limit"] for x in plan["tpm"]))
-    assert any(n.startswith("the largest judge request of openai/j, about 300 max_tokens, is over --judge-tpm output=250")
+    assert any(n.startswith("the largest judge request of openai/m, about 300 max_tokens, is over --judge-tpm output=250")
                for n in plan["notes"]), plan["notes"]
     assert not any("answer request" in n for n in plan["notes"])  # max_tokens 100 fits both output limits
     text = flat(r.output)

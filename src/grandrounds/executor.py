@@ -10,7 +10,7 @@ The outcome, success or final failure, is written to the store before it is retu
 Before a live call the executor takes the store's lease on its key, so another process running
 on the same store waits for this answer instead of paying for it again.
 
-With ``--rpm`` / ``--judge-rpm`` an endpoint also has a :class:`RateLimit`: every attempt
+With ``--rpm`` / ``--judge-rpm`` a model at an endpoint also has a :class:`RateLimit`: every attempt
 (retries too: they are requests) waits for its start time under that limit just before it is sent.
 With ``--tpm`` / ``--judge-tpm`` it has a :class:`TokenRate`: every attempt reserves its estimated
 tokens (prompt and max_tokens) before it is sent, and the reservation is corrected to the usage
@@ -58,7 +58,7 @@ class RetryPolicy:
 #: Seconds of the window a requests-per-minute limit counts call starts in.
 RATE_WINDOW = 60.0
 
-#: Per endpoint, the start time (``time.monotonic``) last handed out by any :class:`RateLimit` of
+#: Per model at an endpoint (the rate's key), the start time (``time.monotonic``) last handed out by any :class:`RateLimit` of
 #: this process, and the times the latest calls actually started (as many as the limit), so the
 #: runs one command makes in turn (probe runs, several configs) keep the limit across their
 #: boundaries.
@@ -67,7 +67,7 @@ _BEGUN: dict[str, deque[float]] = {}
 
 
 class RateLimit:
-    """Call starts on one endpoint spaced ``per / limit`` seconds apart, so that no window of
+    """Call starts of one model at one endpoint spaced ``per / limit`` seconds apart, so that no window of
     ``per`` seconds (any window, not only aligned ones) holds more than ``limit`` starts.
 
     Even spacing rather than ``limit`` calls at once and then a pause: a vendor may enforce a
@@ -279,13 +279,13 @@ def _fits(limits: TokenLimits, prompt: int, output: int) -> bool:
             and (limits.output is None or output <= limits.output))
 
 
-#: Per endpoint, the tokens reserved by the calls of this process started within the window, so
+#: Per model at an endpoint (the rate's key), the tokens reserved by the calls of this process started within the window, so
 #: the runs one command makes in turn keep the limit across their boundaries (as ``_BEGUN``).
 _LEDGERS: dict[str, _Ledger] = {}
 
 
 class TokenRate:
-    """Tokens of call starts on one endpoint limited so that no window of ``per`` seconds (any
+    """Tokens of call starts of one model at one endpoint limited so that no window of ``per`` seconds (any
     window, not only aligned ones) holds more than the limits allow: prompt plus output under
     ``total``, prompt under ``input``, output under ``output`` (each where set).
 
@@ -419,13 +419,15 @@ class TokenRate:
 
 class EndpointLimits:
     """One semaphore per endpoint, shared by the executors of one run (answers and judges), and
-    the endpoint's request rate where one was set.
+    request and token rates per model at an endpoint (``Provider.rate_key``) where they were set.
 
     An endpoint's capacity is the largest limit any executor on it asked for: with
     ``--concurrency 1 --judge-concurrency 1`` against one server, one request is in flight in all.
-    Its rate is the lowest asked for: ``--rpm 60 --judge-rpm 30`` with candidate and judge on one
-    server starts at most 30 calls a minute there, answers and judge calls together. Its token
-    rate likewise: the lowest of ``--tpm`` and ``--judge-tpm`` asked for it.
+    Rates are the vendors' and count each model apart: a candidate and a judge that are the same
+    model at one endpoint share the lowest asked for (``--rpm 60 --judge-rpm 30`` starts at most
+    30 of their calls a minute, answers and judge calls together; ``--tpm`` and ``--judge-tpm``
+    likewise), while two models there each keep their own. Rates are keyed by whatever the
+    caller passes (the methods below name it ``endpoint``).
     """
 
     def __init__(self, per: float | None = None) -> None:
@@ -679,8 +681,8 @@ class Executor(StoreFirst):
         Under a token rate the attempt reserves its estimated tokens first (a request that could
         never fit is refused, not retried, and nothing is sent); the server's reported usage then
         replaces the estimate."""
-        rate = self.endpoints.rate(self.provider.endpoint)
-        budget = self.endpoints.tokens(self.provider.endpoint)
+        rate = self.endpoints.rate(self.provider.rate_key)
+        budget = self.endpoints.tokens(self.provider.rate_key)
         if budget is None:
             if rate is not None:
                 await rate.wait()

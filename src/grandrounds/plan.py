@@ -24,11 +24,12 @@ stored calls of the same line where there are some (say, from a ``--limit 20`` p
 otherwise at most ``max_tokens`` per call, and the cost is then an upper bound.
 
 With ``--tpm`` / ``--judge-tpm`` the plan also gives the least time the run can take under them:
-per endpoint, the estimated tokens of the calls it will receive (prompt and output) over the
-limit in force there (the lower of the two where candidate and judge share one), the slowest
-endpoint deciding; under separate input and output limits, prompt tokens over the one and output
-tokens over the other, the slower deciding. It says when a single request is larger than its
-endpoint's limit (the run refuses such a request without sending it).
+per model at an endpoint (vendors limit each model apart), the estimated tokens of the calls it
+will receive (prompt and output) over the limit in force there (the lower of the two where the
+judge is the candidate's own model at the same endpoint), the slowest deciding; under separate
+input and output limits, prompt tokens over the one and output tokens over the other, the slower
+deciding. It says when a single request is larger than its limit (the run refuses such a request
+without sending it).
 """
 
 from __future__ import annotations
@@ -75,8 +76,10 @@ class Line:
     awaiting_answer: int = 0
     #: The run sends this line's calls through the provider's batch API (``--batch``): batch prices.
     batch: bool = False
-    #: The endpoint the calls go to (where a token rate applies).
+    #: The endpoint the calls go to.
     endpoint: str = ""
+    #: The model at its endpoint, which a token rate counts against (``Provider.rate_key``).
+    rate_key: str = ""
     #: The largest request to make, in estimated tokens (prompt + max_tokens), as a token rate reserves it.
     largest: int = 0
     #: The largest prompt and the largest max_tokens of the requests to make (separate input and output limits).
@@ -120,7 +123,7 @@ class Plan:
     prices: PriceTable
     max_reask: int
     notes: list[str] = field(default_factory=list)
-    #: Token rates of the run, per endpoint, as the run sets them.
+    #: Token rates of the run, per model at an endpoint (``Provider.rate_key``), as the run sets them.
     tpm: dict[str, TokenRate] = field(default_factory=dict)
 
     @property
@@ -146,15 +149,15 @@ class Plan:
         return (sum(priced) if priced else None), all(c is not None for c, _ in costs), bound
 
     def tpm_times(self) -> list[tuple[str, str, int, str, int, float]]:
-        """Per endpoint with a token rate, per limit there (prompt + output, input, output):
-        (endpoint, kind, limit, flag, estimated tokens it counts, least minutes)."""
+        """Per model at an endpoint with a token rate, per limit there (prompt + output, input,
+        output): (rate key, kind, limit, flag, estimated tokens it counts, least minutes)."""
         out = []
-        for endpoint, rate in self.tpm.items():
-            lines = [line for line in self.lines if line.endpoint == endpoint]
+        for key, rate in self.tpm.items():
+            lines = [line for line in self.lines if line.rate_key == key]
             counted = {"total": sum(line.prompt_tokens + line.output_tokens for line in lines),
                        "input": sum(line.prompt_tokens for line in lines), "output": sum(line.output_tokens for line in lines)}
             for kind, (limit, flag) in rate.limits.items():
-                out.append((endpoint, kind, limit, flag, counted[kind], counted[kind] / limit))
+                out.append((key, kind, limit, flag, counted[kind], counted[kind] / limit))
         return out
 
     def least_minutes(self) -> float | None:
@@ -163,6 +166,9 @@ class Plan:
         Endpoints are asked at the same time, so the slowest decides."""
         times = self.tpm_times()
         return max(t[5] for t in times) if times else None
+
+    def _endpoint_of(self, rate_key: str) -> str:
+        return next(line.endpoint for line in self.lines if line.rate_key == rate_key)
 
     def as_json(self) -> dict[str, Any]:
         total, complete, bound = self.total_cost()
@@ -181,7 +187,8 @@ class Plan:
             ],
             "cost_usd": total, "cost_complete": complete, "cost_is_upper_bound": bound,
             "prices": self.prices.describe(), "notes": self.notes,
-            "tpm": [{"endpoint": e, "counts": k, "limit": n, "flag": f, "tokens": t, "least_minutes": m} for e, k, n, f, t, m in self.tpm_times()],
+            "tpm": [{"endpoint": self._endpoint_of(key), "limits": key, "counts": k, "limit": n, "flag": f, "tokens": t, "least_minutes": m}
+                    for key, k, n, f, t, m in self.tpm_times()],
             "least_minutes_under_tpm": self.least_minutes(),
         }
 
@@ -271,7 +278,7 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
     model = split_endpoint(cfg.model)[0]
     counters = {model: token_counter(model)}
     batch = getattr(cfg, "batch", None)
-    answers = Line("answers", model, batch=bool(batch and batch.covers("answers")), endpoint=s.provider.endpoint)
+    answers = Line("answers", model, batch=bool(batch and batch.covers("answers")), endpoint=s.provider.endpoint, rate_key=s.provider.rate_key)
     lines = [answers]
     seen: set[str] = set()
     probed: set[str] = set()  # requests built around placeholder answers: never equal to real ones
@@ -280,7 +287,7 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
     exact_judges, probe_judges = [], []
     for j, provider in zip(cfg.judges, judge_providers):
         counters.setdefault(j.spec, token_counter(j.spec))
-        line = Line("judge", j.spec, batch=bool(batch and batch.covers("judges")), endpoint=provider.endpoint)
+        line = Line("judge", j.spec, batch=bool(batch and batch.covers("judges")), endpoint=provider.endpoint, rate_key=provider.rate_key)
         lines.append(line)
         exact_judges.append(RunJudge(_DryExecutor(store, provider, line, counters[j.spec], True, seen), j))  # type: ignore[arg-type]
         probe_judges.append(RunJudge(_DryExecutor(None, provider, line, counters[j.spec], False, probed), j))  # type: ignore[arg-type]
@@ -329,10 +336,10 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
     _common_notes(s, cfg, lines, notes)
     tpm = _token_rates(cfg, lines)
     for line in lines:
-        if line.endpoint not in tpm:
+        if line.rate_key not in tpm:
             continue
         what = "answer" if line.role == "answers" else "judge"
-        for kind, (limit, flag) in tpm[line.endpoint].limits.items():
+        for kind, (limit, flag) in tpm[line.rate_key].limits.items():
             largest, counted = {"total": (line.largest, "tokens (prompt + max_tokens)"), "input": (line.largest_prompt, "prompt tokens"),
                                 "output": (line.largest_output, "max_tokens")}[kind]
             if largest > limit:
@@ -342,15 +349,16 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
 
 
 def _token_rates(cfg: RunConfig, lines: Sequence[Line]) -> dict[str, TokenRate]:
-    """The token rates in force per endpoint, as the run sets them: ``--tpm`` on the candidate's,
-    ``--judge-tpm`` on each judge's, the lower of each kind where they share one."""
+    """The token rates in force per model at an endpoint, as the run sets them: ``--tpm`` on the
+    candidate's, ``--judge-tpm`` on each judge's, the lower of each kind where a judge is the
+    candidate's own model at the same endpoint."""
     limits = EndpointLimits()
     for line in lines:
         if line.role == "answers":
-            limits.limit_tokens(line.endpoint, cfg.tpm, "--tpm")
+            limits.limit_tokens(line.rate_key, cfg.tpm, "--tpm")
         else:
-            limits.limit_tokens(line.endpoint, cfg.judge_tpm, "--judge-tpm")
-    return {line.endpoint: rate for line in lines if (rate := limits.tokens(line.endpoint)) is not None}
+            limits.limit_tokens(line.rate_key, cfg.judge_tpm, "--judge-tpm")
+    return {line.rate_key: rate for line in lines if (rate := limits.tokens(line.rate_key)) is not None}
 
 
 def fmt_minutes(minutes: float) -> str:
@@ -457,9 +465,9 @@ def render(p: Plan, console: Any) -> None:
     least = p.least_minutes()
     if least is not None:
         times = p.tpm_times()
-        parts = [f"{tokens:,} estimated {KIND_WORDS[kind]} at {limit_text(kind, limit, flag)}" + (f" on {endpoint}: {fmt_minutes(m)}" if len(times) > 1 else "")
-                 for endpoint, kind, limit, flag, tokens, m in times]
-        if any(not line.output_observed for line in p.lines if line.to_make and line.endpoint in p.tpm):
+        parts = [f"{tokens:,} estimated {KIND_WORDS[kind]} at {limit_text(kind, limit, flag)}" + (f" on {key}: {fmt_minutes(m)}" if len(times) > 1 else "")
+                 for key, kind, limit, flag, tokens, m in times]
+        if any(not line.output_observed for line in p.lines if line.to_make and line.rate_key in p.tpm):
             parts.append("output counted at max_tokens: a pilot run gives a closer figure")
         say(f"least time under the token rate: {fmt_minutes(least)} ({'; '.join(parts)})")
     for model, counter in p.counters.items():

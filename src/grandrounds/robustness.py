@@ -255,10 +255,10 @@ class Attacker:
     max_tokens: int = 1024
     max_reask: int = 2
     concurrency: int | None = None
-    #: Call starts per minute on the attacker's endpoint (``--attacker-rpm``); on the candidate's
-    #: endpoint the lower of this and ``--rpm`` holds, for both.
+    #: Call starts per minute of the attacker's model at its endpoint (``--attacker-rpm``); when it is
+    #: the candidate's own model there, the lower of this and ``--rpm`` holds, for both.
     rpm: int | None = None
-    #: Tokens of call starts per minute on the attacker's endpoint (``--attacker-tpm``); shared as ``rpm``.
+    #: Tokens of call starts per minute of the attacker's model at its endpoint (``--attacker-tpm``); shared as ``rpm``.
     tpm: "int | str | TokenLimits | None" = None
 
 
@@ -341,7 +341,8 @@ async def rewrite_questions(
     An unreadable rewrite is asked again (``attempt`` 1, 2, ...) up to ``attacker.max_reask``
     times; a failed call is not (the executor has retried it; running again retries it).
     ``endpoints`` are the runs' connection and rate limits: an attacker on the candidate's
-    server takes its slots, its ``--rpm`` and its ``--tpm`` with the candidate's calls.
+    server takes its slots with the candidate's calls, and, when it is the candidate's own model
+    there, its ``--rpm`` and its ``--tpm`` too (vendors limit each model apart).
     """
     from grandrounds.executor import EndpointLimits, Executor
     from grandrounds.providers.base import check_model
@@ -350,8 +351,8 @@ async def rewrite_questions(
     options = check_model(attacker.spec, attacker.options, "chat")
     provider = make_provider(attacker.spec, attacker.base_url, **options)
     endpoints = endpoints or EndpointLimits()
-    endpoints.limit_rate(provider.endpoint, attacker.rpm, "--attacker-rpm")
-    endpoints.limit_tokens(provider.endpoint, attacker.tpm, "--attacker-tpm")
+    endpoints.limit_rate(provider.rate_key, attacker.rpm, "--attacker-rpm")
+    endpoints.limit_tokens(provider.rate_key, attacker.tpm, "--attacker-tpm")
     executor = Executor(store, provider, attacker.concurrency, seed=seed, observer=progress, endpoints=endpoints)
     params = GenParams(temperature=attacker.temperature, max_tokens=attacker.max_tokens, seed=seed)
     if progress:
@@ -457,8 +458,9 @@ async def run_probes(
     """Run the unperturbed benchmark and each probe (calls already stored are not made again).
 
     Every run and the attacker share one set of endpoint limits: on one server they take the
-    same connection slots, the same request rate (the lowest of ``--rpm`` and ``--attacker-rpm``) and
-    the same token rate (the lowest of ``--tpm`` and ``--attacker-tpm``)."""
+    same connection slots; an attacker that is the candidate's own model there also takes the
+    same request rate (the lowest of ``--rpm`` and ``--attacker-rpm``) and the same token rate
+    (the lowest of ``--tpm`` and ``--attacker-tpm``)."""
     from grandrounds.executor import EndpointLimits, check_rpm, check_tpm
     from grandrounds.providers.base import check_model
     from grandrounds.runner import run

@@ -79,11 +79,11 @@ class RunConfig:
     judge_concurrency: int | None = None
     #: Call starts per minute on the candidate's endpoint (``--rpm``); not part of run id or fingerprint.
     rpm: int | None = None
-    #: Call starts per minute on each judge's endpoint (``--judge-rpm``); one shared endpoint takes the lower.
+    #: Call starts per minute of each judge's model at its endpoint (``--judge-rpm``); the candidate's own model there takes the lower.
     judge_rpm: int | None = None
     #: Tokens of call starts per minute on the candidate's endpoint (``--tpm``); not part of run id or fingerprint.
     tpm: "int | str | TokenLimits | None" = None
-    #: Tokens of call starts per minute on each judge's endpoint (``--judge-tpm``); one shared endpoint takes the lower.
+    #: Tokens of call starts per minute of each judge's model at its endpoint (``--judge-tpm``); the candidate's own model there takes the lower.
     judge_tpm: "int | str | TokenLimits | None" = None
     #: Seconds a call may take once sent (for providers with a ``timeout`` option: answers and judges).
     timeout: float | None = None
@@ -529,12 +529,12 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     endpoints = endpoints or EndpointLimits()
     answers = executor_for(cfg.batch, "answers")(store, s.provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints)
     judge_execs, judges = make_judges(store, cfg.judges, cfg.judge_concurrency, cfg.retry, cfg.options.seed, progress, endpoints, cfg.batch)
-    endpoints.limit_rate(s.provider.endpoint, cfg.rpm, "--rpm")
+    endpoints.limit_rate(s.provider.rate_key, cfg.rpm, "--rpm")
     for e in judge_execs:
-        endpoints.limit_rate(e.provider.endpoint, cfg.judge_rpm, "--judge-rpm")
-    endpoints.limit_tokens(s.provider.endpoint, cfg.tpm, "--tpm")
+        endpoints.limit_rate(e.provider.rate_key, cfg.judge_rpm, "--judge-rpm")
+    endpoints.limit_tokens(s.provider.rate_key, cfg.tpm, "--tpm")
     for e in judge_execs:
-        endpoints.limit_tokens(e.provider.endpoint, cfg.judge_tpm, "--judge-tpm")
+        endpoints.limit_tokens(e.provider.rate_key, cfg.judge_tpm, "--judge-tpm")
     ctx = GradeContext(judges=judges, max_reask=cfg.options.max_reask)
     grading = Grading(store, s.run.id, fp_key, s.grader, progress)
     collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])

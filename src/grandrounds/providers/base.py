@@ -112,6 +112,14 @@ class Provider(ABC):
         """Requests to one endpoint share one connection limit."""
         return public_url(self.spec.base_url) or self.spec.provider
 
+    @property
+    def rate_key(self) -> str:
+        """What a vendor's request and token limits count against: one model at one endpoint.
+        Vendors limit each model apart (OpenAI's and Anthropic's rate-limit guides), so a candidate
+        and a judge that are the same model at the same endpoint share its limits, and two models
+        there each have their own (their calls still share the endpoint's connection slots)."""
+        return f"{self.endpoint} ({self.spec.model})"
+
     def request_base_url(self) -> str:
         """The base URL recorded in request keys (answers from different servers never mix),
         without credentials: it reaches the store, the run id and the fingerprint."""
