@@ -394,13 +394,18 @@ def test_dry_run_takes_the_lower_rate_of_a_shared_model_and_flags_requests_over_
     r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", "http://127.0.0.1:9/v1",
                "--dry-run", "--store", str(tmp_path / "s.db"))
     assert "least time" not in r.output  # no token rate, no such line
+
+    def plan_with_judge_at(judge_url: str, out: str) -> tuple[Any, dict[str, Any]]:
+        """The dry run of candidate openai/c at :9 (--tpm 100) and judge openai/j at ``judge_url`` (--judge-tpm 300)."""
+        with BENCHMARKS.registered("triage-rubric", TriageRubric):
+            r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", "http://127.0.0.1:9/v1",
+                       "--judge", f"openai/j@{judge_url}", "--tpm", "100", "--judge-tpm", "300",
+                       "--dry-run", "--out", str(tmp_path / out), "--store", str(tmp_path / "s.db"))
+            assert r.exit_code == 0, r.output
+        return r, json.loads((tmp_path / out / "plan.json").read_text(encoding="utf-8"))
+
     # candidate and judge on two endpoints: each its own limit, asked at once, the slower decides
-    with BENCHMARKS.registered("triage-rubric", TriageRubric):
-        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", "http://127.0.0.1:9/v1",
-                   "--judge", "openai/j@http://127.0.0.1:10/v1", "--tpm", "100", "--judge-tpm", "300",
-                   "--dry-run", "--out", str(tmp_path / "plan2"), "--store", str(tmp_path / "s.db"))
-        assert r.exit_code == 0, r.output
-    plan = json.loads((tmp_path / "plan2" / "plan.json").read_text(encoding="utf-8"))
+    r, plan = plan_with_judge_at("http://127.0.0.1:10/v1", "plan2")
     rates = {x["endpoint"]: x for x in plan["tpm"]}
     assert (rates["http://127.0.0.1:9/v1"]["limit"], rates["http://127.0.0.1:10/v1"]["limit"]) == (100, 300)
     for x, ln in zip(plan["tpm"], plan["lines"]):
@@ -408,12 +413,7 @@ def test_dry_run_takes_the_lower_rate_of_a_shared_model_and_flags_requests_over_
     assert plan["least_minutes_under_tpm"] == max(x["least_minutes"] for x in plan["tpm"])
     assert " estimated tokens at --judge-tpm 300 on http://127.0.0.1:10/v1 (j): " in flat(r.output)
     # two models on one endpoint: each its own limit there too
-    with BENCHMARKS.registered("triage-rubric", TriageRubric):
-        r = invoke("run", "triage-rubric", "--data", str(triage_data(tmp_path)), "--model", "openai/c", "--base-url", "http://127.0.0.1:9/v1",
-                   "--judge", "openai/j@http://127.0.0.1:9/v1", "--tpm", "100", "--judge-tpm", "300",
-                   "--dry-run", "--out", str(tmp_path / "plan3"), "--store", str(tmp_path / "s.db"))
-        assert r.exit_code == 0, r.output
-    plan = json.loads((tmp_path / "plan3" / "plan.json").read_text(encoding="utf-8"))
+    r, plan = plan_with_judge_at("http://127.0.0.1:9/v1", "plan3")
     assert [(x["endpoint"], x["limits"], x["limit"]) for x in plan["tpm"]] == [
         ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1 (c)", 100), ("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1 (j)", 300)]
     for x, ln in zip(plan["tpm"], plan["lines"]):
