@@ -15,7 +15,7 @@ from rich.table import Table
 
 from grandrounds import eventloop
 from grandrounds.errors import ConfigError, GrandroundsError
-from grandrounds.flags import TPM_METAVAR, tpm_option
+from grandrounds.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
 from grandrounds.params import Param
 from grandrounds.records import AnswerMode
 from grandrounds.registry import BENCHMARKS, PROVIDERS, UnknownComponent
@@ -53,11 +53,8 @@ StoreOpt = typer.Option(None, "--store", help="SQLite store (default $GRANDROUND
 #: temperatures as the OpenAI API accepts them.
 SEED_MAX = 2**32 - 1
 TEMPERATURE_MAX = 2.0
-RPM_HELP = "answer calls started per minute of the candidate's model at its endpoint, retries included (vendor rate limits; default: no limit)"
 JUDGE_RPM_HELP = ("judge calls started per minute of each judge model at its endpoint, retries included; a judge that is the "
                   "candidate's own model at the same endpoint takes the lower of --rpm and --judge-rpm")
-TPM_HELP = ("tokens of answer calls started per minute of the candidate's model at its endpoint, retries included: N counts prompt + max tokens "
-            "(corrected to reported usage); input=N,output=N sets separate limits, as Anthropic's (default: no limit)")
 JUDGE_TPM_HELP = ("tokens of judge calls started per minute of each judge model at its endpoint, as --tpm counts them (N, or input=N,output=N); "
                   "a judge that is the candidate's own model at the same endpoint takes the lower of --tpm and --judge-tpm, limit by limit")
 

@@ -247,7 +247,7 @@ class _Ledger:
             self.prompt -= gone.prompt
             self.output -= gone.output
 
-    def ready_at(self, prompt: int, output: int, now: float, limits: TokenLimits, per: float) -> float:
+    def ready_at(self, prompt: int, output: int, now: float, limits: dict[str, tuple[int, str]], per: float) -> float:
         """The earliest time from ``now`` at which ``prompt`` and ``output`` more fit under every one
         of ``limits`` in the window, as the reservations stand (each leaves the window ``per``
         after its start)."""
@@ -273,10 +273,14 @@ class _Ledger:
                     fut.set_result(None)
 
 
-def _fits(limits: TokenLimits, prompt: int, output: int) -> bool:
-    return ((limits.total is None or prompt + output <= limits.total)
-            and (limits.input is None or prompt <= limits.input)
-            and (limits.output is None or output <= limits.output))
+def counted_by_kind(prompt: int, output: int) -> dict[str, int]:
+    """What each kind of token limit counts of ``prompt`` and ``output`` tokens."""
+    return {"total": prompt + output, "input": prompt, "output": output}
+
+
+def _fits(limits: dict[str, tuple[int, str]], prompt: int, output: int) -> bool:
+    counted = counted_by_kind(prompt, output)
+    return all(counted[kind] <= n for kind, (n, _) in limits.items())
 
 
 #: Per model at an endpoint (the rate's key), the tokens reserved by the calls of this process started within the window, so
@@ -333,13 +337,9 @@ class TokenRate:
 
     def lower(self, limit: int | TokenLimits, flag: str) -> None:
         """The lowest limit asked for wins, kind by kind."""
-        for kind, n in (TokenLimits(total=limit) if isinstance(limit, int) else limit).items():
+        for kind, n in (token_limits(limit, flag) or TokenLimits()).items():
             if kind not in self.limits or n < self.limits[kind][0]:
                 self.limits[kind] = (n, flag)
-
-    @property
-    def in_force(self) -> TokenLimits:
-        return TokenLimits(**{kind: n for kind, (n, _) in self.limits.items()})
 
     @property
     def limit(self) -> int | None:
@@ -367,17 +367,19 @@ class TokenRate:
 
         Its first line is the same for every such request under one limit (a run's summary counts
         failures by their first line), its second gives this request's estimate."""
+        counted = counted_by_kind(prompt, most)
         for kind, (limit, flag) in self.limits.items():
+            if counted[kind] <= limit:
+                continue
             over = f"over {limit_text(kind, limit, flag)}"
-            if kind == "total" and prompt + most > limit:
+            if kind == "total":
                 return (f"{over}: a request larger than a minute allows was not sent; raise {flag} or lower {max_tokens_flag}\n"
                         f"estimated {prompt + most:,} tokens (prompt {prompt:,} + max_tokens {most:,})")
-            if kind == "input" and prompt > limit:
+            if kind == "input":
                 return (f"{over}: a prompt larger than a minute allows was not sent; raise {flag}'s input limit\n"
                         f"the prompt is an estimated {prompt:,} tokens")
-            if kind == "output" and most > limit:
-                return (f"{over}: max_tokens larger than a minute allows, so the request was not sent; "
-                        f"raise {flag}'s output limit or lower {max_tokens_flag}\nmax_tokens {most:,}")
+            return (f"{over}: max_tokens larger than a minute allows, so the request was not sent; "
+                    f"raise {flag}'s output limit or lower {max_tokens_flag}\nmax_tokens {most:,}")
         return None
 
     async def reserve(self, prompt: int, output: int = 0, rate: RateLimit | None = None) -> Reserved:
@@ -387,7 +389,7 @@ class TokenRate:
             ledger, paced = self.ledger, False
             while True:
                 now = time.monotonic()
-                at = ledger.ready_at(prompt, output, now, self.in_force, self.per)
+                at = ledger.ready_at(prompt, output, now, self.limits, self.per)
                 if at <= now:
                     if rate is not None and not paced:
                         await rate.wait()  # no one else reserves meanwhile: the tokens still fit after it

@@ -1,11 +1,16 @@
-"""Checks for command-line flags shared by several commands, kept light: the command modules
-import this at start-up, and the check's own imports happen only when the flag is given."""
+"""Command-line flags shared by several commands (their help and checks), kept light: the command
+modules import this at start-up, and a check's own imports happen only when its flag is given."""
 
 from __future__ import annotations
 
 from typing import Optional
 
 import typer
+
+#: Help of ``--rpm`` and ``--tpm`` (``run`` and ``robustness``).
+RPM_HELP = "answer calls started per minute of the candidate's model at its endpoint, retries included (vendor rate limits; default: no limit)"
+TPM_HELP = ("tokens of answer calls started per minute of the candidate's model at its endpoint, retries included: N counts prompt + max tokens "
+            "(corrected to reported usage); input=N,output=N sets separate limits, as Anthropic's (default: no limit)")
 
 #: How a token limit is written on the command line (``--tpm``, ``--judge-tpm``, ``--attacker-tpm``).
 TPM_METAVAR = "N|input=N,output=N"

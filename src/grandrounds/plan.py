@@ -41,7 +41,7 @@ from typing import Any, Sequence
 
 from grandrounds import eventloop
 from grandrounds.costs import PriceTable, TokenCounter, fmt_usd, load_prices, token_counter
-from grandrounds.executor import KIND_WORDS, EndpointLimits, TokenRate, limit_text, request_tokens
+from grandrounds.executor import KIND_WORDS, EndpointLimits, TokenRate, counted_by_kind, limit_text, request_tokens
 from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.hashing import content_hash
 from grandrounds.providers.base import Provider, split_endpoint, without_credentials
@@ -154,8 +154,7 @@ class Plan:
         out = []
         for key, rate in self.tpm.items():
             lines = [line for line in self.lines if line.rate_key == key]
-            counted = {"total": sum(line.prompt_tokens + line.output_tokens for line in lines),
-                       "input": sum(line.prompt_tokens for line in lines), "output": sum(line.output_tokens for line in lines)}
+            counted = counted_by_kind(sum(line.prompt_tokens for line in lines), sum(line.output_tokens for line in lines))
             for kind, (limit, flag) in rate.limits.items():
                 out.append((key, kind, limit, flag, counted[kind], counted[kind] / limit))
         return out

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from grandrounds import eventloop
 from grandrounds.display import fmt, fmt_ci
-from grandrounds.flags import TPM_METAVAR, tpm_option
+from grandrounds.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
 from grandrounds.records import AnswerMode
 
 console = Console()
@@ -84,8 +84,8 @@ def _robustness_command(store_path: Callable[[Optional[Path]], Path], StoreOpt: 
         limit: Optional[int] = typer.Option(None, "--limit", min=1, help="first N items in source order"),
         base_url: str = typer.Option("", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"),
         concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="calls in flight per endpoint"),
-        rpm: Optional[int] = typer.Option(None, "--rpm", min=1, help="answer calls started per minute of the candidate's model at its endpoint, retries included (vendor rate limits; default: no limit)"),
-        tpm: Optional[str] = typer.Option(None, "--tpm", callback=tpm_option, metavar=TPM_METAVAR, help="tokens of answer calls started per minute of the candidate's model at its endpoint, retries included: N counts prompt + max tokens (corrected to reported usage); input=N,output=N sets separate limits, as Anthropic's (default: no limit)"),
+        rpm: Optional[int] = typer.Option(None, "--rpm", min=1, help=RPM_HELP),
+        tpm: Optional[str] = typer.Option(None, "--tpm", callback=tpm_option, metavar=TPM_METAVAR, help=TPM_HELP),
         timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent (HTTP providers)"),
         answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
         protocol: str = typer.Option("reference", "--protocol", help="reference | grandrounds"),
