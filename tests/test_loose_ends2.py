@@ -243,7 +243,7 @@ def test_compare_without_engines_has_no_engine_columns(exam_store: Path, tmp_pat
 
 DETAIL = "His neighbour, a retired nurse, insists it is always the first option."
 WINDOW = 0.5
-SLACK = 0.02
+SLACK = 0.1  # arrival times jitter against the limiter's starts (see test_rate_limits)
 
 
 def attack_reply(body: dict[str, Any]) -> str:
