@@ -187,6 +187,60 @@ def test_after_an_exception_the_next_call_tries_again(store):
     assert len(provider.calls) == 2
 
 
+def test_lookups_started_together_are_one_store_query(store, monkeypatch):
+    """Calls started in one turn of the event loop look in the store with one query: stored
+    successes come back from it, a stored failure and new requests are asked (a request twice in
+    the batch once), buffered writes count as stored."""
+    hits = [req(f"stored {i}") for i in range(3)]
+    for r in hits:
+        store.put_call(r, Response(key=r.key(), text=f"kept {r.messages[0].content}"))
+    failed = req("failed before")
+    store.put_call(failed, Response(key=failed.key(), error="HTTP 500: down"))
+    new = [req("new 0"), req("new 1"), req("new 0")]
+    queries: list[list[str]] = []
+    real = store.get_calls
+
+    def counted(keys):
+        queries.append(list(keys))
+        return real(keys)
+
+    monkeypatch.setattr(store, "get_calls", counted)
+    provider = RecordingProvider()
+    ex = Executor(store, provider, retry=FAST)
+
+    async def go():
+        with store.write_behind():
+            buffered = req("buffered")
+            store.put_call(buffered, Response(key=buffered.key(), text="from the buffer"))
+            return await asyncio.gather(*(ex(r) for r in [*hits, failed, *new, buffered]))
+
+    outs = run(go())
+    assert len(queries) == 1 and len(queries[0]) == 7, "one query for the 7 distinct keys"
+    assert [o.text for o in outs[:3]] == ["kept stored 0", "kept stored 1", "kept stored 2"]
+    assert all(o.cached for o in outs[:3]) and outs[-1].text == "from the buffer" and outs[-1].cached
+    assert sorted(provider.calls) == sorted([failed.key(), new[0].key(), new[1].key()])
+    assert outs[4].text == outs[6].text == "answer to new 0"
+    assert (ex.stats.cached, ex.stats.made) == (4, 3)
+
+
+def test_a_failed_store_lookup_reaches_every_caller_and_nothing_is_sent(store, monkeypatch):
+    from grandrounds.errors import StoreError
+
+    def broken(keys):
+        raise StoreError(store.path, "the file is damaged")
+
+    monkeypatch.setattr(store, "get_calls", broken)
+    provider = RecordingProvider()
+    ex = Executor(store, provider, retry=FAST)
+
+    async def go():
+        return await asyncio.gather(*(ex(req(f"q {i}")) for i in range(4)), return_exceptions=True)
+
+    outs = run(go())
+    assert all(isinstance(o, StoreError) and "damaged" in str(o) for o in outs), outs
+    assert provider.calls == [] and ex._inflight == {}
+
+
 # ---- the connection limit --------------------------------------------------------------------
 
 

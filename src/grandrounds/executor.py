@@ -551,7 +551,54 @@ class LeaseQueue:
                 self.store.release_lease(key)
 
 
+class StoreLookups:
+    """The store look-ups asked during one turn of the event loop, made in one query.
+
+    The calls a run starts together (a conversation's rubric items, the next questions when
+    replies land together) each look in the store first; :meth:`Store.get_calls` answers them
+    all with one ``SELECT ... IN`` at the end of the loop's turn. One query instead of one each
+    matters most while the store's writer thread is busy: every statement hands the interpreter
+    lock to it and waits to get it back (about 50 us a look-up against 15 us on an idle store,
+    measured on HealthBench judge calls).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._waiting: dict[str, asyncio.Future[Response | None]] = {}
+
+    def get(self, key: str) -> asyncio.Future[Response | None]:
+        fut = self._waiting.get(key)
+        if fut is None:
+            loop = asyncio.get_running_loop()
+            if not self._waiting:
+                loop.call_soon(self._look)
+            fut = self._waiting[key] = loop.create_future()
+        return fut
+
+    def _look(self) -> None:
+        waiting, self._waiting = self._waiting, {}
+        try:
+            found = self.store.get_calls(list(waiting))
+        except BaseException as err:  # e.g. a damaged store: every caller raises it
+            for fut in waiting.values():
+                if not fut.done():
+                    fut.set_exception(err)
+            return
+        for key, fut in waiting.items():
+            if not fut.done():
+                fut.set_result(found.get(key))
+
+
 _LEASE_QUEUES: "weakref.WeakKeyDictionary[Store, LeaseQueue]" = weakref.WeakKeyDictionary()
+_STORE_LOOKUPS: "weakref.WeakKeyDictionary[Store, StoreLookups]" = weakref.WeakKeyDictionary()
+
+
+def store_lookups(store: Store) -> StoreLookups:
+    """The one look-up batch of ``store`` (shared by every executor reading it)."""
+    lookups = _STORE_LOOKUPS.get(store)
+    if lookups is None:
+        lookups = _STORE_LOOKUPS[store] = StoreLookups(store)
+    return lookups
 
 
 def lease_queue(store: Store) -> LeaseQueue:
@@ -578,7 +625,7 @@ class StoreFirst:
     async def _known(self, key: str) -> Response | None:
         """The outcome for ``key`` without a new call: stored (counted as from the store), or that of the
         identical request already in flight; None when it has to be asked."""
-        stored = self.store.get_call(key)
+        stored = await store_lookups(self.store).get(key)
         if stored is not None:
             self.stats.cached += 1
             return stored
