@@ -149,3 +149,25 @@ def test_values_orjson_cannot_write_alike_go_to_the_standard_library() -> None:
             got = type(err)
         assert got == expected
     assert json.loads(canonical_json({"b": 1, "a": [1.5, None]})) == {"a": [1.5, None], "b": 1}
+
+
+def test_a_requests_own_text_is_the_standard_librarys_for_any_request() -> None:
+    """Request.canonical writes its messages and parameters as dicts before orjson sees them; the
+    text (and so every cache key) must stay the standard library's text of the record itself."""
+    rng = random.Random(11)
+    floats = awkward_floats(rng)
+    for i in range(600):
+        params = GenParams(
+            temperature=rng.choice(floats), max_tokens=rng.randint(1, 2**40), top_p=rng.choice([None, *floats]),
+            seed=rng.choice([None, 0, 7, -(2**70)]), stop=tuple(random_text(rng) for _ in range(rng.randint(0, 3))),
+            json_object=rng.random() < 0.5,
+        )
+        messages = tuple(Message(rng.choice(["system", "user", "assistant"]), random_text(rng)) for _ in range(rng.randint(0, 4)))
+        request = Request(
+            "openai", random_text(rng), messages, params, rng.choice(["answer", "judge"]),
+            kind=rng.choice(["chat", "next_token", "loglikelihood"]),
+            continuations=tuple(random_text(rng) for _ in range(rng.randint(0, 3))),
+            base_url=random_text(rng), attempt=rng.randint(0, 3),
+        )
+        assert request.canonical() == _stdlib_json(request), f"request {i}: {request!r}"
+        assert request.key() == __import__("hashlib").sha256(_stdlib_json(request).encode("utf-8")).hexdigest()

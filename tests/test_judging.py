@@ -492,3 +492,30 @@ def test_a_missing_explanation_is_empty_text_not_null():
 
     assert explanation_text(None) == ""
     assert explanation_text(["a", "b"]) == '["a", "b"]'
+
+
+def _replies() -> list[str]:
+    """Judge replies of every shape extraction meets: a bare object (the usual one), padded, with
+    prose or a second object after it, fenced, inside reasoning, full-width punctuation, arrays,
+    text that only looks like JSON, and JSON that is not an object."""
+    import random
+
+    obj = '{"explanation": "The response names the red flags.", "criteria_met": true}'
+    parts = [
+        obj, f"  \n{obj}\n ", f"{obj} Hope this helps.", f"{obj}\n{{\"criteria_met\": false}}", f"Verdict: {obj}",
+        f"```json\n{obj}\n```", f"<think>maybe {{\"criteria_met\": false}}</think>{obj}", f"{obj}</think>",
+        '{"explanation"："中文，理由", "criteria_met"：true}', '{“criteria_met”: false}', "[true, false]", '[{"criteria_met": true}]',
+        "{not json}", "{", "}", '{"a": 1', "criteria_met: true", "", "   ", "true", '"text"', "{}", '{"x": {"y": [1, 2]}}',
+        f"analysis ... assistantfinal{obj}", f"<answer>{obj}</answer>", "{\"k\": \"a\u2028b\"}", '{"k": NaN}', f"{obj}```",
+        '{"explanation": "<think>quoted</think> fine", "criteria_met": true}',
+    ]
+    rng = random.Random(5)
+    mixed = ["".join(rng.choice(parts + [" ", "\n", "{", "}", "<", ">", "`"]) for _ in range(rng.randint(1, 4))) for _ in range(400)]
+    return parts + mixed
+
+
+def test_the_bare_object_shortcut_finds_the_object_a_full_scan_finds() -> None:
+    """extract_json_object reads a reply that is one JSON object directly; whatever the reply, its
+    answer is the first object json_values (the full scan) finds."""
+    for text in _replies():
+        assert extract_json_object(text) == next((v for v in json_values(text) if isinstance(v, dict)), None), repr(text)

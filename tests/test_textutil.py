@@ -152,3 +152,12 @@ def test_normalize_width_is_idempotent():
 def test_normalize_width_then_strip_reasoning_on_a_fullwidth_reply():
     reply = "<think>先算体表面积</think>答案：１．７３"
     assert normalize_width(strip_reasoning(reply)) == "答案:1.73"
+
+
+def test_text_without_tags_or_markers_is_only_stripped() -> None:
+    """strip_reasoning returns a reply with no "<" and no gpt-oss marker stripped and otherwise
+    unchanged (it does not run its patterns on it); the rest still goes through them."""
+    for text in ["  {\"criteria_met\": true}\n", "plain answer B", "", "think> not a tag", "答案：B。"]:
+        assert strip_reasoning(text) == text.strip()
+    assert strip_reasoning("x <think>why</think> B") == "x  B"
+    assert strip_reasoning("analysis: hmm assistantfinal B") == "B"

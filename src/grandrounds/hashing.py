@@ -53,6 +53,13 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
+def dataclass_dict(obj: Any) -> dict[str, Any] | None:
+    """A dataclass instance's fields as a dict (what canonical JSON writes for it), None for
+    anything else."""
+    names = _field_names(type(obj))
+    return None if names is None else {n: getattr(obj, n) for n in names}
+
+
 def canonical_json(obj: Any) -> str:
     """JSON with sorted keys and no spaces, so equal content always has equal text.
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from grandrounds.hashing import canonical_json, text_hash
+from grandrounds.hashing import canonical_json, dataclass_dict, text_hash
 
 Purpose = Literal["answer", "judge", "attack"]
 RequestKind = Literal["chat", "next_token", "loglikelihood"]
@@ -101,9 +101,18 @@ class Request:
         """Canonical JSON of the request, computed once (records are frozen, so it cannot go stale)."""
         cached = self.__dict__.get("_canonical")
         if cached is None:
-            cached = canonical_json(self)
+            cached = canonical_json(self._plain())
             self.__dict__["_canonical"] = cached
         return cached
+
+    def _plain(self) -> dict[str, Any]:
+        """The request as :func:`canonical_json` writes it, its messages and parameters already
+        dicts: the same text (a dataclass is written as the dict of its fields), without orjson
+        calling back into Python for each of them (about 7 us of a judge call's 17)."""
+        out = dataclass_dict(self) or {}
+        out["messages"] = [dataclass_dict(m) or m for m in self.messages]
+        out["params"] = dataclass_dict(self.params) or self.params
+        return out
 
     def key(self) -> str:
         """Cache key: sha256 of :meth:`canonical`."""

@@ -19,6 +19,8 @@ def strip_reasoning(text: str) -> str:
     gpt-oss ``analysis…assistantfinal`` and hunyuan ``<answer>…</answer>`` wrappers
     (PROTOCOLS.md, format quirk 13).
     """
+    if "<" not in text and "assistantfinal" not in text:
+        return text.strip()  # no tag and no gpt-oss marker: nothing below would change it
     out = text
     for pat in _THINK_PATTERNS:
         out = pat.sub("", out)

@@ -82,8 +82,9 @@ def parse_reference(text: str | None) -> tuple[bool | None, str]:
     A JSON value that is not an object makes the official code raise (it indexes it); here it is
     unreadable like any other reply without a boolean ``criteria_met``.
     """
+    stripped = (text or "").strip()
     try:
-        value = json.loads(_OFFICIAL_FENCES.sub("", (text or "").strip()))
+        value = json.loads(_OFFICIAL_FENCES.sub("", stripped) if "```" in stripped else stripped)
     except json.JSONDecodeError:
         return None, ""
     if not isinstance(value, dict):

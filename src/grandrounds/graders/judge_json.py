@@ -58,6 +58,18 @@ def json_values(text: str | None) -> list[Any]:
 
 def extract_json_object(text: str | None) -> dict[str, Any] | None:
     """The first JSON object in a reply (see :func:`json_values`), or None."""
+    if text and "```" not in text:
+        # The usual judge reply is one JSON object and nothing else: it is the first object
+        # json_values would find (its scan decodes at the first "{", which is the whole reply),
+        # read here without scanning the reply once more with its punctuation folded.
+        body = strip_reasoning(text)
+        if body.startswith("{"):
+            try:
+                value = json.loads(body)
+            except ValueError:
+                value = None
+            if isinstance(value, dict):
+                return value
     return next((v for v in json_values(text) if isinstance(v, dict)), None)
 
 
