@@ -7,6 +7,7 @@ answer. :func:`check_model` checks a run against both before anything is loaded 
 
 from __future__ import annotations
 
+import functools
 import re
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
@@ -186,8 +187,10 @@ def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), parts.username, parts.password
 
 
+@functools.lru_cache(maxsize=256)
 def public_url(url: str) -> str:
-    """``url`` without the user name and password it may carry: what may be stored or shown."""
+    """``url`` without the user name and password it may carry: what may be stored or shown.
+    (Remembered: every call asks it of its provider's URL two or three times.)"""
     return split_userinfo(url)[0]
 
 
