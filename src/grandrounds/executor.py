@@ -32,7 +32,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from grandrounds.costs import TokenCounter, token_counter
 from grandrounds.errors import ConfigError
@@ -505,7 +505,57 @@ class CallStats:
     errors: dict[str, int] = field(default_factory=dict)
 
 
-class LeaseQueue:
+T = TypeVar("T")
+
+
+class PerTurn(Generic[T]):
+    """Keys asked for during one turn of the event loop, answered together at its end.
+
+    :meth:`ask` gives each key a future (one for a key asked twice); the first key of a turn
+    schedules :meth:`_answer` with all of them. :meth:`_fail` hands an error to every caller.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._waiting: dict[str, asyncio.Future[T]] = {}
+
+    def ask(self, key: str) -> asyncio.Future[T]:
+        fut = self._waiting.get(key)
+        if fut is None:
+            loop = asyncio.get_running_loop()
+            if not self._waiting:
+                loop.call_soon(self._turn_ended)
+            fut = self._waiting[key] = loop.create_future()
+        return fut
+
+    def _turn_ended(self) -> None:
+        waiting, self._waiting = self._waiting, {}
+        self._answer(waiting)
+
+    def _answer(self, waiting: dict[str, asyncio.Future[T]]) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _fail(waiting: dict[str, asyncio.Future[T]], err: BaseException) -> None:
+        for fut in waiting.values():
+            if not fut.done():
+                fut.set_exception(err)
+
+    @classmethod
+    def of(cls, store: Store) -> Self:
+        """The one instance of this class for ``store`` (shared by every executor using it)."""
+        per_store = _PER_TURN.setdefault(cls, weakref.WeakKeyDictionary())
+        found = per_store.get(store)
+        if found is None:
+            found = per_store[store] = cls(store)
+        return found  # type: ignore[return-value]
+
+
+#: Per class, the instance of each open store.
+_PER_TURN: "dict[type, weakref.WeakKeyDictionary[Store, PerTurn[Any]]]" = {}
+
+
+class LeaseQueue(PerTurn[LeaseState]):
     """The lease requests made during one turn of the event loop, taken in one transaction.
 
     When replies land together, the calls that follow them start together: each asks for its
@@ -515,21 +565,7 @@ class LeaseQueue:
     the store's writer thread, and the calls go on when it has committed.
     """
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._waiting: dict[str, asyncio.Future[LeaseState]] = {}
-
-    def acquire(self, key: str) -> asyncio.Future[LeaseState]:
-        fut = self._waiting.get(key)
-        if fut is None:
-            loop = asyncio.get_running_loop()
-            if not self._waiting:
-                loop.call_soon(self._take)
-            fut = self._waiting[key] = loop.create_future()
-        return fut
-
-    def _take(self) -> None:
-        waiting, self._waiting = self._waiting, {}
+    def _answer(self, waiting: dict[str, asyncio.Future[LeaseState]]) -> None:
         taken = self.store.acquire_leases_soon(list(waiting))  # on the store's writer thread, under write-behind
         if taken.done():
             self._settle(waiting, taken)
@@ -539,9 +575,7 @@ class LeaseQueue:
     def _settle(self, waiting: dict[str, asyncio.Future[LeaseState]], taken: "concurrent.futures.Future[dict[str, LeaseState]]") -> None:
         err = taken.exception()
         if err is not None:  # e.g. the store is locked by another process past its timeout
-            for fut in waiting.values():
-                if not fut.done():
-                    fut.set_exception(err)
+            self._fail(waiting, err)
             return
         states = taken.result()
         for key, fut in waiting.items():
@@ -551,7 +585,7 @@ class LeaseQueue:
                 self.store.release_lease(key)
 
 
-class StoreLookups:
+class StoreLookups(PerTurn["Response | None"]):
     """The store look-ups asked during one turn of the event loop, made in one query.
 
     The calls a run starts together (a conversation's rubric items, the next questions when
@@ -562,51 +596,15 @@ class StoreLookups:
     measured on HealthBench judge calls).
     """
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self._waiting: dict[str, asyncio.Future[Response | None]] = {}
-
-    def get(self, key: str) -> asyncio.Future[Response | None]:
-        fut = self._waiting.get(key)
-        if fut is None:
-            loop = asyncio.get_running_loop()
-            if not self._waiting:
-                loop.call_soon(self._look)
-            fut = self._waiting[key] = loop.create_future()
-        return fut
-
-    def _look(self) -> None:
-        waiting, self._waiting = self._waiting, {}
+    def _answer(self, waiting: dict[str, asyncio.Future[Response | None]]) -> None:
         try:
             found = self.store.get_calls(list(waiting))
         except BaseException as err:  # e.g. a damaged store: every caller raises it
-            for fut in waiting.values():
-                if not fut.done():
-                    fut.set_exception(err)
+            self._fail(waiting, err)
             return
         for key, fut in waiting.items():
             if not fut.done():
                 fut.set_result(found.get(key))
-
-
-_LEASE_QUEUES: "weakref.WeakKeyDictionary[Store, LeaseQueue]" = weakref.WeakKeyDictionary()
-_STORE_LOOKUPS: "weakref.WeakKeyDictionary[Store, StoreLookups]" = weakref.WeakKeyDictionary()
-
-
-def store_lookups(store: Store) -> StoreLookups:
-    """The one look-up batch of ``store`` (shared by every executor reading it)."""
-    lookups = _STORE_LOOKUPS.get(store)
-    if lookups is None:
-        lookups = _STORE_LOOKUPS[store] = StoreLookups(store)
-    return lookups
-
-
-def lease_queue(store: Store) -> LeaseQueue:
-    """The one lease queue of ``store`` (shared by every executor writing to it)."""
-    queue = _LEASE_QUEUES.get(store)
-    if queue is None:
-        queue = _LEASE_QUEUES[store] = LeaseQueue(store)
-    return queue
 
 
 class StoreFirst:
@@ -625,7 +623,7 @@ class StoreFirst:
     async def _known(self, key: str) -> Response | None:
         """The outcome for ``key`` without a new call: stored (counted as from the store), or that of the
         identical request already in flight; None when it has to be asked."""
-        stored = await store_lookups(self.store).get(key)
+        stored = await StoreLookups.of(self.store).ask(key)
         if stored is not None:
             self.stats.cached += 1
             return stored
@@ -677,9 +675,9 @@ class Executor(StoreFirst):
     async def _leased_call(self, request: Request, key: str) -> Response:
         """The call, made only under this process's lease on its key: while another process holds
         it, wait and take that process's answer from the store when it lands."""
-        leases = lease_queue(self.store)
+        leases = LeaseQueue.of(self.store)
         while True:
-            state = await leases.acquire(key)
+            state = await leases.ask(key)
             if state == "ours":
                 return await self._call_with_retries(request, key)
             if state == "held":
