@@ -81,6 +81,27 @@ of the code with per-kind token limits (none set here): bare client 5.54-5.63 s
 below zero); grading from a stored verdict 0.27 ms. bench/two_processes.py shows why the work was
 not split over two processes.
 
+Later again, with the store look-ups of a loop turn batched, the request's canonical text built
+from plain dicts, the reply-parsing shortcuts and public_url remembered (5.6 % fewer instructions
+per judge call by bench/call_instructions.py), 3 rounds: bare client 5.51-5.55 s; default flags
+7.31-8.32 s, 1.32-1.51x the bare loop (1.25-1.36x the bare process), CPU 1.09-1.23 ms per call
+all-in; per judge call 0.92-0.95 ms all-in, 0.68-0.71 ms the call alone; grading from a stored
+verdict 0.22-0.27 ms; the re-run of the finished command 0.68-0.87 s. One round of the code
+before, the same day: 7.42 s, 1.25x, 1.075 ms per call. The machine's swings are larger than
+the change, which is why the instruction count is the comparison.
+
+Why the wall follows the event loop's thread and not the process's CPU (judge-only runs of
+HealthBench-500, 5,962 calls, measured with wrappers around the CLI, not part of this script):
+the loop's thread is busy 4.45 s of a 6.28 s run (user 3.92 s, sys 0.53 s; the store's writer
+and checkpoint threads take the rest of the process's 5.83 s); 61.6 requests are in flight on
+average (of 64), each about 62 ms for the server's 50 ms, the difference being how long a reply
+waits for the loop. Adding 0.2 ms of work per call on the loop's thread adds 1.3-1.6 s to the
+wall (1.4 s of work in all); writing nothing to the store (flushes and lease transactions
+stubbed out) takes 1.5 s of CPU off the process but only 0.1-0.8 s off the wall. Lease
+transactions wait a median 115 ms on the writer thread (21 keys each) but stay off the wall: 1,200
+calls hold their lease and wait for a connection slot while 138 wait for a lease. So what
+shortens the wall is less work per call on the loop's thread.
+
 Official prompt text comes from ``$GRANDROUNDS_REFERENCE`` (default: ../shared/reference beside the
 repository), as for any run.
 """
