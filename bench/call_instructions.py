@@ -2,7 +2,7 @@
 
 On a shared machine the wall time and CPU time of one run move by 10-15 % from one minute to the
 next (bench/healthbench_wall.py shows it), far more than most changes to the per-call path. The
-number of machine instructions a run executes hardly moves: this script counts them with
+number of machine instructions a run executes moves far less: this script counts them with
 valgrind's callgrind (``Collected``, every thread of the process) for judge-only HealthBench runs
 of two sizes, and prints
 
@@ -11,7 +11,10 @@ of two sizes, and prints
   aiohttp, verdict, grade and the store writes behind them), start-up and the final aggregate
   cancelling out;
 - the fixed part: I(small) less its calls at that rate (interpreter start-up, imports, loading,
-  aggregate).
+  aggregate);
+- the main thread's instructions per judge call alone (callgrind's profile per thread): the event
+  loop's thread, whose work the wall time follows (bench/healthbench_wall.py says why); the rest
+  is the store's writer and checkpoint threads.
 
 Each code under test runs on a copy of one store that holds the candidate's answers (made once by
 the working tree), with a judge name of its own, so every judge call is new and no answer call is
@@ -27,13 +30,15 @@ versions of the code, and bench/healthbench_wall.py for what a run takes.
     .venv/bin/python bench/call_instructions.py --rev HEAD~3      # about 5 minutes on 2 cores
 
 Measured (valgrind 3.19, 2-core machine, HealthBench-500, 20 and 80 conversations: 263 and 942
-judge calls, ``--rev a860ffe``): the code before the store look-ups were batched 1.760 M
-instructions per judge call, the code with the look-up batching, the request's plain-dict
-canonical text, the reply parsing shortcuts and public_url remembered 1.662 M (-5.6 %); fixed part
-2,483 M and 2,459 M. The same comparison on a store of 12,000 calls (a finished HealthBench-500
-run's): 1.862 M and 1.778 M (-4.5 %), runs of one code within 0.3 % of each other. Leases between
-processes (taking and releasing one per call) account for about 0.07 M of a call (measured there
-by stubbing them out).
+judge calls, ``--rev a860ffe``, the code before the store look-ups were batched): a860ffe 1.760 M
+instructions per judge call in both of two runs, 1.547 M of them on the main thread; the code
+with the look-up batching, the request's plain-dict canonical text, the reply parsing shortcuts
+and public_url remembered 1.662 M and 1.701 M in two runs (-3 to -6 %), 1.444 M on the main
+thread (-6.7 %); fixed part about 2,460 M against 2,490 M. How many look-ups and leases share a
+query depends on when replies land, so the batched code's count moves by a few per cent between
+runs where the old code's does not. On a store of 12,000 calls (a finished HealthBench-500
+run's): 1.862 M and 1.778 M (-4.5 %). Leases between processes (taking and releasing one per
+call) account for about 0.07 M of a call (measured there by stubbing them out).
 """
 
 from __future__ import annotations
@@ -54,11 +59,14 @@ import healthbench_wall as hw  # noqa: E402  (the server process and the run's c
 
 REPO = Path(__file__).resolve().parents[1]
 COLLECTED = re.compile(r"Collected : (\d+)")
+SUMMARY = re.compile(r"^summary: (\d+)", re.M)
 
 
 @dataclass
 class Count:
     instructions: int
+    #: Those of the main thread alone (the event loop's, which the wall time follows).
+    main_thread: int
     judge_calls: int
     answer_calls: int
 
@@ -72,30 +80,37 @@ def code_tree(rev: str, into: Path) -> Path:
     return into / "src"
 
 
-def cli(src: Path, base_url: str, data: Path, store: Path, judge: str, limit: int, valgrind: bool) -> tuple[str, int | None]:
-    """One `grandrounds run healthbench` (under callgrind when ``valgrind``): its stderr and instructions."""
+def cli(src: Path, base_url: str, data: Path, store: Path, judge: str, limit: int, profile: Path | None) -> str:
+    """One `grandrounds run healthbench` (under callgrind, a profile per thread at ``profile``-NN, when given): its stderr."""
     cmd = [sys.executable, "-m", "grandrounds", "run", "healthbench", "--model", "openai/bench", "--base-url", base_url,
            "--judge", judge, "--judge-base-url", base_url, "--data", str(data), "--store", str(store), "--limit", str(limit)]
-    if valgrind:
-        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd]
+    if profile is not None:
+        cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={profile}", *cmd]
     env = os.environ | {"COLUMNS": "200", "OPENAI_API_KEY": "EMPTY", "PYTHONPATH": str(src)}
     env.setdefault("GRANDROUNDS_REFERENCE", str(hw.DEFAULT_REFERENCE))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=store.parent)
     if proc.returncode != 0:
         raise SystemExit(f"error: grandrounds run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    found = COLLECTED.findall(proc.stderr)
-    return proc.stderr, int(found[-1]) if found else None
+    return proc.stderr
 
 
 def count(src: Path, base_url: str, data: Path, base: Path, tmp: Path, tag: str, limit: int) -> Count:
     store = tmp / f"{tag}-{limit}.db"
     shutil.copyfile(base, store)
-    err, n = cli(src, base_url, data, store, f"openai/judge-{tag}-{limit}", limit, valgrind=True)
+    profile = tmp / f"{tag}-{limit}.callgrind"
+    err = cli(src, base_url, data, store, f"openai/judge-{tag}-{limit}", limit, profile)
     calls = {who: int(m) for who, m, _, _ in hw.CALLS.findall(err)}
-    if n is None or not calls:
+    found = COLLECTED.findall(err)
+    # callgrind names each thread's profile <file>-NN, the main thread's -01; its "summary:" line
+    # is that thread's instruction count.
+    threads = {int(p.name.rsplit("-", 1)[1]): p for p in tmp.glob(f"{profile.name}-*")}
+    main = SUMMARY.search(threads[1].read_text(errors="replace")) if 1 in threads else None
+    if not found or not calls or main is None:
         raise SystemExit(f"error: no instruction count or call summary in the run's output:\n{err[-3000:]}")
     store.unlink()
-    return Count(n, sum(m for who, m in calls.items() if who != "answers"), calls.get("answers", 0))
+    for p in threads.values():
+        p.unlink()
+    return Count(int(found[-1]), int(main.group(1)), sum(m for who, m in calls.items() if who != "answers"), calls.get("answers", 0))
 
 
 def main() -> None:
@@ -121,18 +136,20 @@ def main() -> None:
         codes = [("working tree", REPO / "src")]
         codes += [(rev, code_tree(rev, tmp / f"rev{i}")) for i, rev in enumerate(args.rev)]
         base = tmp / "answers.db"
-        cli(REPO / "src", base_url, args.data, base, "openai/judge-base", args.large, valgrind=False)
+        cli(REPO / "src", base_url, args.data, base, "openai/judge-base", args.large, None)
         print(f"HealthBench {args.data.name}, judge-only runs of {args.small} and {args.large} conversations under callgrind")
-        print(f"{'code':<16} {'judge calls':>12} {'instructions':>28} {'per judge call':>15} {'fixed':>10}")
+        print(f"{'code':<16} {'judge calls':>12} {'instructions':>28} {'per judge call':>15} {'fixed':>10}  {'main thread per call':>20}")
         for i, (name, src) in enumerate(codes):
             small = count(src, base_url, args.data, base, tmp, f"c{i}", args.small)
             large = count(src, base_url, args.data, base, tmp, f"c{i}", args.large)
             if small.answer_calls or large.answer_calls:
                 print(f"note: {name} made answer calls ({small.answer_calls}, {large.answer_calls}): its answer keys differ from the working tree's")
-            per_call = (large.instructions - small.instructions) / max(large.judge_calls - small.judge_calls, 1)
+            extra = max(large.judge_calls - small.judge_calls, 1)
+            per_call = (large.instructions - small.instructions) / extra
             fixed = small.instructions - per_call * small.judge_calls
+            main_per_call = (large.main_thread - small.main_thread) / extra
             print(f"{name:<16} {small.judge_calls:>5} {large.judge_calls:>6} {small.instructions / 1e6:>12,.1f}M {large.instructions / 1e6:>13,.1f}M "
-                  f"{per_call / 1e6:>14.3f}M {fixed / 1e6:>9,.0f}M")
+                  f"{per_call / 1e6:>14.3f}M {fixed / 1e6:>9,.0f}M  {main_per_call / 1e6:>19.3f}M")
     server.terminate()
 
 

@@ -82,8 +82,8 @@ below zero); grading from a stored verdict 0.27 ms. bench/two_processes.py shows
 not split over two processes.
 
 Later again, with the store look-ups of a loop turn batched, the request's canonical text built
-from plain dicts, the reply-parsing shortcuts and public_url remembered (5.6 % fewer instructions
-per judge call by bench/call_instructions.py), 3 rounds: bare client 5.51-5.55 s; default flags
+from plain dicts, the reply-parsing shortcuts and public_url remembered (3-6 % fewer instructions
+per judge call, 6.7 % fewer on the event loop's thread, by bench/call_instructions.py), 3 rounds: bare client 5.51-5.55 s; default flags
 7.31-8.32 s, 1.32-1.51x the bare loop (1.25-1.36x the bare process), CPU 1.09-1.23 ms per call
 all-in; per judge call 0.92-0.95 ms all-in, 0.68-0.71 ms the call alone; grading from a stored
 verdict 0.22-0.27 ms; the re-run of the finished command 0.68-0.87 s. One round of the code
