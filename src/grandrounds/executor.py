@@ -467,6 +467,12 @@ class EndpointLimits:
     def tokens(self, endpoint: str) -> TokenRate | None:
         return self._tokens.get(endpoint)
 
+    def limit_model(self, provider: Provider, rpm: int | None, tpm: object, prefix: str = "--") -> None:
+        """The request and token rates asked for ``provider``'s model at its endpoint
+        (:attr:`Provider.rate_key`), set by the flags ``{prefix}rpm`` and ``{prefix}tpm``."""
+        self.limit_rate(provider.rate_key, rpm, f"{prefix}rpm")
+        self.limit_tokens(provider.rate_key, tpm, f"{prefix}tpm")
+
     def slot(self, endpoint: str, capacity: int) -> asyncio.Semaphore:
         sem = self._slots.get(endpoint)
         if sem is None:

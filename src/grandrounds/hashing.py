@@ -143,9 +143,8 @@ def _check_floats(value: Any) -> None:
 def _orjson_default(obj: Any) -> Any:
     """What orjson does not write itself, as :func:`to_jsonable` has it: a dataclass as its
     fields, a mapping as a dict, a float subclass as a float, a tuple subclass as a list."""
-    names = _field_names(type(obj))
-    if names is not None:
-        fields = {n: getattr(obj, n) for n in names}
+    fields = dataclass_dict(obj)
+    if fields is not None:
         _check_floats(fields)
         return fields
     if isinstance(obj, float):

@@ -519,8 +519,7 @@ async def validate(store: Store, cfg: ValidateConfig, progress: "Progress | None
     dataset = file_sha256(path)
     endpoints = EndpointLimits()
     execs, (judge,) = make_judges(store, [judge_cfg], cfg.concurrency, cfg.retry or RetryPolicy(), cfg.seed, progress, endpoints)
-    endpoints.limit_rate(execs[0].provider.rate_key, cfg.rpm, "--judge-rpm")
-    endpoints.limit_tokens(execs[0].provider.rate_key, cfg.tpm, "--judge-tpm")
+    endpoints.limit_model(execs[0].provider, cfg.rpm, cfg.tpm, "--judge-")
     verdicts: list[RowVerdict | None] = [None] * len(rows)
     if progress:
         progress.start(len(rows), f"{SUITE} · judge {judge_cfg.spec}")

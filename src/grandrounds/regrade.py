@@ -176,8 +176,7 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     endpoints = EndpointLimits()
     execs, judges = make_judges(store, req.judges, req.concurrency, req.retry, req.seed, progress, endpoints, req.batch)
     for e in execs:
-        endpoints.limit_rate(e.provider.rate_key, req.rpm, "--judge-rpm")
-        endpoints.limit_tokens(e.provider.rate_key, req.tpm, "--judge-tpm")
+        endpoints.limit_model(e.provider, req.rpm, req.tpm, "--judge-")
     grading = Grading(store, run.id, fp_key, grader, progress)
     collected = Collected(store, run.id, bench, options, [j.spec for j in req.judges])
     if progress:

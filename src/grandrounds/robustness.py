@@ -351,8 +351,7 @@ async def rewrite_questions(
     options = check_model(attacker.spec, attacker.options, "chat")
     provider = make_provider(attacker.spec, attacker.base_url, **options)
     endpoints = endpoints or EndpointLimits()
-    endpoints.limit_rate(provider.rate_key, attacker.rpm, "--attacker-rpm")
-    endpoints.limit_tokens(provider.rate_key, attacker.tpm, "--attacker-tpm")
+    endpoints.limit_model(provider, attacker.rpm, attacker.tpm, "--attacker-")
     executor = Executor(store, provider, attacker.concurrency, seed=seed, observer=progress, endpoints=endpoints)
     params = GenParams(temperature=attacker.temperature, max_tokens=attacker.max_tokens, seed=seed)
     if progress:

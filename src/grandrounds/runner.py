@@ -529,12 +529,9 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     endpoints = endpoints or EndpointLimits()
     answers = executor_for(cfg.batch, "answers")(store, s.provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints)
     judge_execs, judges = make_judges(store, cfg.judges, cfg.judge_concurrency, cfg.retry, cfg.options.seed, progress, endpoints, cfg.batch)
-    endpoints.limit_rate(s.provider.rate_key, cfg.rpm, "--rpm")
+    endpoints.limit_model(s.provider, cfg.rpm, cfg.tpm)
     for e in judge_execs:
-        endpoints.limit_rate(e.provider.rate_key, cfg.judge_rpm, "--judge-rpm")
-    endpoints.limit_tokens(s.provider.rate_key, cfg.tpm, "--tpm")
-    for e in judge_execs:
-        endpoints.limit_tokens(e.provider.rate_key, cfg.judge_tpm, "--judge-tpm")
+        endpoints.limit_model(e.provider, cfg.judge_rpm, cfg.judge_tpm, "--judge-")
     ctx = GradeContext(judges=judges, max_reask=cfg.options.max_reask)
     grading = Grading(store, s.run.id, fp_key, s.grader, progress)
     collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])

@@ -30,11 +30,7 @@ class RunTables(StoreBase):
     # ---- calls (the cache) ----------------------------------------------------------------
     def get_call(self, key: str) -> Response | None:
         """A stored successful response for ``key``; failed calls are not cache hits."""
-        pending = self._pending_calls.get(key)
-        if pending is not None:
-            return pending
-        row = self.db.execute("SELECT * FROM calls WHERE key = ? AND error IS NULL", (key,)).fetchone()
-        return row_to_response(row, cached=True) if row else None
+        return self.get_calls((key,)).get(key)
 
     def get_calls(self, keys: Sequence[str]) -> dict[str, Response]:
         """:meth:`get_call` for many keys at once: the stored successful response of each key that
