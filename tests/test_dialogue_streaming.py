@@ -125,6 +125,25 @@ def stored_rows(path: Path) -> dict[str, list[tuple]]:
 CONTIGUOUS = [("d1", [1, 2, 3]), ("d2", [2, 1]), ("d3", [1]), ("d4", [1, 2]), ("d5", [1, 2, 3])]
 
 
+@pytest.fixture(autouse=True)
+def stream_small_files(monkeypatch, request):
+    """These tests are about the streamed path; a run holds a file of a few records from its check
+    pass instead (runner.KEEP_SAMPLES), so here it holds none unless a test asks for the default."""
+    import grandrounds.runner as runner
+
+    if "keep_default" not in request.keywords:
+        monkeypatch.setattr(runner, "KEEP_SAMPLES", 0)
+
+
+@pytest.mark.keep_default
+def test_a_small_streamed_file_is_held_from_its_check_and_stores_what_a_held_run_stores(tmp_path):
+    data = write_dialogues(tmp_path / "d.jsonl", CONTIGUOUS)
+    held, held_rows, _ = run_echo(tmp_path, DialoguesWhole, data, "held")
+    small, rows, events = run_echo(tmp_path, DialoguesStreamed, data, "small")
+    assert small.setup.kept is not None and small.result.score == 1.0 and rows == held_rows
+    assert len([e for e in events if e[1] == "read"]) == 11  # read once: the check pass's samples are asked
+
+
 def test_a_streamed_dialogue_benchmark_asks_turns_in_order_and_stores_what_a_held_run_stores(tmp_path):
     data = write_dialogues(tmp_path / "d.jsonl", CONTIGUOUS)
     held, held_rows, _ = run_echo(tmp_path, DialoguesWhole, data, "held")

@@ -1,15 +1,17 @@
 """Runs that hold one record at a time: streaming readers, summaries instead of samples and grades,
 usage counted by the store, and data checked once per store.
 
-A run reads a streaming benchmark's file twice (once to check every record before any call, once
-as it asks) and keeps only each sample's summary for the aggregate; these tests pin that the
-figures it reports are the ones computed from the full samples and grades.
+A run reads a large streaming benchmark's file twice (once to check every record before any call,
+once as it asks; a small one's samples are held from the first pass) and keeps only each sample's
+summary for the aggregate; these tests pin that the figures it reports are the ones computed from
+the full samples and grades.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -150,6 +152,9 @@ def test_usage_counts_each_judge_call_once_from_the_store(tmp_path):
 
 
 def test_data_checked_once_is_read_once_on_a_rerun(tmp_path, monkeypatch):
+    import grandrounds.runner as runner
+
+    monkeypatch.setattr(runner, "KEEP_SAMPLES", 10)  # 20 records: more than a run holds
     data = medqa_file(tmp_path / "q.jsonl", 20)
     from grandrounds.benchmarks.medqa import MedQA
 
@@ -170,6 +175,46 @@ def test_data_checked_once_is_read_once_on_a_rerun(tmp_path, monkeypatch):
         second = len(reads)
         asyncio.run(run(st, cfg))  # finished: its result read back
     assert (first, second - first, len(reads) - second) == (2, 1, 0)  # checked then asked; then only asked; then neither
+
+
+def test_a_small_file_is_read_once_and_held_a_large_one_streams(tmp_path, monkeypatch):
+    """Up to KEEP_SAMPLES, the samples the check pass read are the ones the run asks (one read of
+    the file); past it they are let go and the run reads the file again, one record at a time.
+    Either way the same calls are made, with the same result."""
+    import grandrounds.runner as runner
+    from grandrounds.benchmarks.medqa import MedQA
+
+    data = medqa_file(tmp_path / "q.jsonl", 30)
+    reads: list[int] = []
+    original = MedQA.iter_samples
+
+    def counting(self, root):
+        reads.append(1)
+        return original(self, root)
+
+    monkeypatch.setattr(MedQA, "iter_samples", counting)
+    asked: dict[int, list[str]] = {}
+    outs = {}
+    for keep in (30, 29):
+        monkeypatch.setattr(runner, "KEEP_SAMPLES", keep)
+        reads.clear()
+        seen = asked.setdefault(keep, [])
+
+        def script(request, seen=seen):
+            seen.append(re.search(r"\bQ\d+:", request.messages[-1].content).group(0))
+            return "Answer: B"
+
+        with Store(tmp_path / f"s{keep}.db") as st:
+            outs[keep] = asyncio.run(run(st, RunConfig("medqa", "scripted/b", data=data, provider_options={"script": script})))
+            assert out_setup_held(outs[keep]) == (keep == 30)
+        assert len(reads) == (1 if keep == 30 else 2)
+    assert sorted(asked[30]) == sorted(asked[29]) == sorted(f"Q{i}:" for i in range(1, 31))
+    assert (outs[30].result.score, outs[30].result.n) == (outs[29].result.score, outs[29].result.n) == (1.0, 30)
+
+
+def out_setup_held(out) -> bool:
+    """Whether the run held its samples (instead of streaming them from the file)."""
+    return out.setup.kept is not None
 
 
 def test_migration_fills_the_judge_calls_of_grades_stored_before_it(tmp_path):
