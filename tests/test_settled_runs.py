@@ -81,6 +81,7 @@ def test_a_finished_run_is_read_back_with_the_same_outputs(setting, tmp_path: Pa
     first = invoke(*args, "--out", str(tmp_path / "a"))
     assert first.exit_code == 0, first.output
     assert counting.added == N and cand.stats.requests == N and judge.stats.requests > N
+    assert counting.read == 0  # a first run has no grade to read: none is looked up sample by sample
     (_, _, tally), = settled_rows(tmp_path / "s.db")
     assert tally == {"n": N, "redo": 0, "status": {"scored": N}, "version": grandrounds.__version__}
 

@@ -565,11 +565,14 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
             collected.usage(s.run.id, fp_key),
         )
 
+    # The samples this grading graded before (one query, not one per sample: on a first run none).
+    graded = set(store.grade_values(s.run.id, fp_key))
+
     async def do_group(group: list[tuple[int, Sample]]) -> None:
         history: list[tuple[Sample, str]] = []
         failed: str | None = None
         for position, sample in group:
-            stored = store.grade(s.run.id, fp_key, sample.id)
+            stored = store.grade(s.run.id, fp_key, sample.id) if sample.id in graded else None
             if stored is not None and needs_redo(stored):  # failed answers and calls are asked again
                 stored = None
             if stored is not None and len(group) == 1:
