@@ -48,6 +48,7 @@ import multiprocessing as mp
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -113,17 +114,28 @@ def count(src: Path, base_url: str, data: Path, base: Path, tmp: Path, tag: str,
     return Count(int(found[-1]), int(main.group(1)), sum(m for who, m in calls.items() if who != "answers"), calls.get("answers", 0))
 
 
+def median_count(runs: list[Count]) -> Count:
+    """The median of each figure over runs of one size (their calls are the same in every run)."""
+    return Count(int(statistics.median(r.instructions for r in runs)), int(statistics.median(r.main_thread for r in runs)),
+                 runs[0].judge_calls, runs[0].answer_calls)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=hw.DEFAULT_DATA, help="HealthBench JSONL (default: the shared 500-row file)")
     ap.add_argument("--small", type=int, default=20, help="conversations in the small run")
     ap.add_argument("--large", type=int, default=80, help="conversations in the large run")
     ap.add_argument("--rev", action="append", default=[], help="a commit whose src/ to measure too (repeatable)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of each size per code, their instruction counts' medians used (the batched look-ups and leases "
+                         "move a code's count by a few per cent from run to run)")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("error: valgrind not found (Debian: apt-get install valgrind)")
     if not args.data.is_file():
         raise SystemExit(f"error: {args.data}: no such file")
+    if args.repeat < 1:
+        raise SystemExit("error: --repeat must be 1 or more")
     if args.large <= args.small:
         raise SystemExit("error: --large must be more conversations than --small")
     q: mp.Queue[str] = mp.Queue()
@@ -140,8 +152,8 @@ def main() -> None:
         print(f"HealthBench {args.data.name}, judge-only runs of {args.small} and {args.large} conversations under callgrind")
         print(f"{'code':<16} {'judge calls':>12} {'instructions':>28} {'per judge call':>15} {'fixed':>10}  {'main thread per call':>20}")
         for i, (name, src) in enumerate(codes):
-            small = count(src, base_url, args.data, base, tmp, f"c{i}", args.small)
-            large = count(src, base_url, args.data, base, tmp, f"c{i}", args.large)
+            small = median_count([count(src, base_url, args.data, base, tmp, f"c{i}", args.small) for _ in range(args.repeat)])
+            large = median_count([count(src, base_url, args.data, base, tmp, f"c{i}", args.large) for _ in range(args.repeat)])
             if small.answer_calls or large.answer_calls:
                 print(f"note: {name} made answer calls ({small.answer_calls}, {large.answer_calls}): its answer keys differ from the working tree's")
             extra = max(large.judge_calls - small.judge_calls, 1)
