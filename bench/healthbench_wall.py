@@ -90,6 +90,17 @@ verdict 0.22-0.27 ms; the re-run of the finished command 0.68-0.87 s. One round 
 before, the same day: 7.42 s, 1.25x, 1.075 ms per call. The machine's swings are larger than
 the change, which is why the instruction count is the comparison.
 
+Later again, with a small file's samples held from the check pass and the graded samples found
+with one query (3 rounds): bare client 5.51-5.61 s (as its own process 6.02-6.15 s, 1.11x its
+loop); default flags 7.12-8.03 s, 1.29-1.43x the bare loop (median 1.36x; 1.18-1.31x the bare
+process), CPU 1.02-1.12 ms per call all-in; per judge call 0.88-0.95 ms all-in, 0.64-0.66 ms
+the call alone; grading from a stored verdict 0.24-0.30 ms. Where the wall goes (server-side
+timestamps, bench/transport_process.py): 0.7-1.0 s to the first request (imports 0.5-0.6 s, of
+which aiohttp 0.2 s and NumPy 0.1 s; the data's check pass 0.1-0.2 s), the requests' span
+5.9-6.7 s, 0.2-0.3 s after the last reply (0.1 s of it HealthBench's bootstrap over 70 metrics).
+With the bare process already 1.11x its loop, 1.15x leaves about 0.2 s for everything a harness
+does over 6,462 calls beyond sending them.
+
 Why the wall follows the event loop's thread and not the process's CPU (judge-only runs of
 HealthBench-500, 5,962 calls, measured with wrappers around the CLI, not part of this script):
 the loop's thread is busy 4.45 s of a 6.28 s run (user 3.92 s, sys 0.53 s; the store's writer
