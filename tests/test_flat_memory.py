@@ -26,7 +26,7 @@ from grandrounds.runner import JudgeConfig, RunConfig, run
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file
-from tests.test_real_use import criterion, one_server
+from tests.test_real_use import one_server
 
 
 def medqa_file(path: Path, n: int, bad_line: int | None = None) -> Path:
@@ -206,15 +206,10 @@ def test_a_small_file_is_read_once_and_held_a_large_one_streams(tmp_path, monkey
 
         with Store(tmp_path / f"s{keep}.db") as st:
             outs[keep] = asyncio.run(run(st, RunConfig("medqa", "scripted/b", data=data, provider_options={"script": script})))
-            assert out_setup_held(outs[keep]) == (keep == 30)
+            assert (outs[keep].setup.kept is not None) == (keep == 30)  # held, or streamed from the file
         assert len(reads) == (1 if keep == 30 else 2)
     assert sorted(asked[30]) == sorted(asked[29]) == sorted(f"Q{i}:" for i in range(1, 31))
     assert (outs[30].result.score, outs[30].result.n) == (outs[29].result.score, outs[29].result.n) == (1.0, 30)
-
-
-def out_setup_held(out) -> bool:
-    """Whether the run held its samples (instead of streaming them from the file)."""
-    return out.setup.kept is not None
 
 
 def test_migration_fills_the_judge_calls_of_grades_stored_before_it(tmp_path):
