@@ -166,14 +166,24 @@ REPLY_BODY = json.dumps(
 # ---- the server (its own process) ------------------------------------------------------------
 
 
-def serve(latency: float, q: "mp.Queue[str]", received: "mp.sharedctypes.Synchronized[int]") -> None:  # type: ignore[name-defined]
-    """throughput.FixedLatencyServer with this script's reply, counting the request bytes it receives."""
+def serve(latency: float, q: "mp.Queue[str]", received: "mp.sharedctypes.Synchronized[int]",  # type: ignore[name-defined]
+          first: "mp.sharedctypes.Synchronized[float] | None" = None, last: "mp.sharedctypes.Synchronized[float] | None" = None) -> None:  # type: ignore[name-defined]
+    """throughput.FixedLatencyServer with this script's reply, counting the request bytes it
+    receives; with ``first`` and ``last``, also the time (``time.time``) of the first request
+    after ``first`` was set to 0 and of the latest reply."""
     throughput.REPLY = throughput._http(REPLY_BODY)  # _reply writes the module's REPLY
 
     class Counting(throughput.FixedLatencyServer):
         def data_received(self, data: bytes) -> None:
             received.value += len(data)
+            if first is not None and first.value == 0:
+                first.value = time.time()
             super().data_received(data)
+
+        def _reply(self, due: float) -> None:
+            super()._reply(due)
+            if last is not None:
+                last.value = time.time()
 
     async def main() -> None:
         throughput.FixedLatencyServer.latency = latency

@@ -151,14 +151,11 @@ def test_usage_counts_each_judge_call_once_from_the_store(tmp_path):
         assert again.answer_stats.made == 0 and again.usage == out.usage
 
 
-def test_data_checked_once_is_read_once_on_a_rerun(tmp_path, monkeypatch):
-    import grandrounds.runner as runner
-
-    monkeypatch.setattr(runner, "KEEP_SAMPLES", 10)  # 20 records: more than a run holds
-    data = medqa_file(tmp_path / "q.jsonl", 20)
+def count_medqa_reads(monkeypatch) -> list[int]:
+    """A list that grows by one each time a run starts reading MedQA's file."""
     from grandrounds.benchmarks.medqa import MedQA
 
-    reads = []
+    reads: list[int] = []
     original = MedQA.iter_samples
 
     def counting(self, root):
@@ -166,6 +163,15 @@ def test_data_checked_once_is_read_once_on_a_rerun(tmp_path, monkeypatch):
         return original(self, root)
 
     monkeypatch.setattr(MedQA, "iter_samples", counting)
+    return reads
+
+
+def test_data_checked_once_is_read_once_on_a_rerun(tmp_path, monkeypatch):
+    import grandrounds.runner as runner
+
+    monkeypatch.setattr(runner, "KEEP_SAMPLES", 10)  # 20 records: more than a run holds
+    data = medqa_file(tmp_path / "q.jsonl", 20)
+    reads = count_medqa_reads(monkeypatch)
     cfg = RunConfig("medqa", "scripted/b", data=data, provider_options={"script": lambda body: "Answer: B"})
     with Store(tmp_path / "s.db") as st:
         asyncio.run(run(st, cfg))
@@ -182,17 +188,9 @@ def test_a_small_file_is_read_once_and_held_a_large_one_streams(tmp_path, monkey
     the file); past it they are let go and the run reads the file again, one record at a time.
     Either way the same calls are made, with the same result."""
     import grandrounds.runner as runner
-    from grandrounds.benchmarks.medqa import MedQA
 
     data = medqa_file(tmp_path / "q.jsonl", 30)
-    reads: list[int] = []
-    original = MedQA.iter_samples
-
-    def counting(self, root):
-        reads.append(1)
-        return original(self, root)
-
-    monkeypatch.setattr(MedQA, "iter_samples", counting)
+    reads = count_medqa_reads(monkeypatch)
     asked: dict[int, list[str]] = {}
     outs = {}
     for keep in (30, 29):
