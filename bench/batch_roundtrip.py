@@ -2,7 +2,7 @@
 
 Answers go through OpenAI's Batch API (``openai/cand``), judge calls (one per rubric criterion)
 through Anthropic's Message Batches (``anthropic/judge``), both served by
-``grandrounds.testing_batch.BatchServer`` in this process, each batch in progress for
+``grandrounds.testing.batch.BatchServer`` in this process, each batch in progress for
 ``--polls`` looks. Prints, for the run and for the same command run again: answer and judge
 calls, the batches each endpoint received and their sizes, polls, uploads and downloads, wall
 time and peak RSS. The wall time is dominated by the poll interval (a real batch takes minutes to
@@ -25,12 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from grandrounds.batching import BatchSettings  # noqa: E402
+from grandrounds.run.batches.settings import BatchSettings  # noqa: E402
 from grandrounds.benchmarks.base import RunOptions  # noqa: E402
-from grandrounds.runner import JudgeConfig, RunConfig, run  # noqa: E402
+from grandrounds.run.runner import run  # noqa: E402
+from grandrounds.run.config import JudgeConfig, RunConfig  # noqa: E402
 from grandrounds.store import Store  # noqa: E402
 from grandrounds.testing import last_user_text  # noqa: E402
-from grandrounds.testing_batch import BatchServer, Plan  # noqa: E402
+from grandrounds.testing.batch import BatchServer, Plan  # noqa: E402
 
 
 def judge_rule(body: dict) -> str:

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.graders.judging import compare_modes
-from grandrounds.records import GenParams
-from grandrounds.runner import JudgeConfig, RunConfig, run
+from grandrounds.core.records import GenParams
+from grandrounds.run.runner import run
+from grandrounds.run.config import JudgeConfig, RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 

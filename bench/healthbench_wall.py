@@ -224,7 +224,7 @@ def request_bodies(data: Path, limit: int | None) -> tuple[list[bytes], list[byt
     """The answer and judge bodies the run sends under the reference protocol (per-criterion
     judging), encoded once: the same messages, model names and generation settings."""
     os.environ.setdefault("GRANDROUNDS_REFERENCE", str(DEFAULT_REFERENCE))
-    from grandrounds.benchmarks.healthbench import API_SYSTEM_MESSAGE, GRADER_TEMPLATE
+    from grandrounds.sources.healthbench import API_SYSTEM_MESSAGE, GRADER_TEMPLATE
 
     system = API_SYSTEM_MESSAGE.load().text
     template = GRADER_TEMPLATE.load().text

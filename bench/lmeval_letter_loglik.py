@@ -276,7 +276,8 @@ def lmeval_side(samples: Path) -> dict[int, dict[str, Any]]:
 
 def grandrounds_side(data: Path, n: int, gguf: Path, workdir: Path, threads: int) -> dict[int, dict[str, Any]]:
     from grandrounds.benchmarks.base import RunOptions
-    from grandrounds.runner import RunConfig, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import RunConfig
     from grandrounds.store import Store
 
     # The lm-eval task files grandrounds reads its letter-loglik prompt from, offline: the pinned copies.

@@ -42,7 +42,7 @@ LLMEval-Med and GAPS were read whole, run with --src):
 LLMEval-Med's 1.7 s is mostly hashing the 515 MB file (the dataset's key). GAPS' 14.3 s / 305 MB
 was openpyxl reading the workbook's shared-strings table whole, twice (the check pass and the run
 each open the workbook); with the table read only as far as the rows need
-(benchmarks/xlsx_stream.py) it is 1.2 s / 77 MB, the same as the 10-row file. The second GAPS row
+(benchmarks/readers/xlsx.py) it is 1.2 s / 77 MB, the same as the 10-row file. The second GAPS row
 was measured on a later, slower machine, "before" being the package with the whole table read
 (--src); its workbook states its used range (``<dimension>``) before the rows as Excel writes it:
 without one, openpyxl's read-only sheet scans every row on opening (about 10 s here). The full run: 381 MB with dialogues streamed and the default
@@ -287,7 +287,7 @@ PARSE = r"""
 import resource, sys, time
 from itertools import islice
 from pathlib import Path
-from grandrounds.benchmarks.readers import iter_json_array, read_json
+from grandrounds.benchmarks.readers.json_docs import iter_json_array, read_json
 how, path = sys.argv[1], Path(sys.argv[2])
 t0 = time.perf_counter()
 if how == "read_json":

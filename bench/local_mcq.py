@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.records import GenParams
-from grandrounds.runner import RunConfig, run
+from grandrounds.core.records import GenParams
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 
 

@@ -139,7 +139,8 @@ def write_questions(path: Path, n: int) -> None:
 
 
 def measure(base_url: str, data: Path, concurrency: int) -> tuple[int, float, float, float | None]:
-    from grandrounds.runner import RunConfig, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import RunConfig
     from grandrounds.store import Store
 
     with tempfile.TemporaryDirectory() as d:

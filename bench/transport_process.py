@@ -76,7 +76,7 @@ def worker(fd: int, cpu_file: str) -> None:
     import aiohttp
     import orjson
 
-    from grandrounds import eventloop
+    from grandrounds.core import eventloop
 
     async def main() -> None:
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None),
@@ -132,7 +132,7 @@ def cli_with_transport(cpu_file: str, argv: list[str]) -> None:
     import orjson
     from multidict import CIMultiDict, CIMultiDictProxy
 
-    from grandrounds import cli
+    from grandrounds.cli import main as cli
     from grandrounds.providers import http
 
     class Frames(asyncio.Protocol):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from grandrounds.graders.base import GradeContext, Grader
-from grandrounds.records import Grade, Response, Sample
-from grandrounds.runner import Grading
+from grandrounds.core.records import Grade, Response, Sample
+from grandrounds.run.runner import Grading
 
 
 def grade_answer(grader: Grader, sample: Sample, response: Response, ctx: GradeContext = GradeContext()) -> Grade:

@@ -10,9 +10,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from grandrounds.hashing import content_hash
-from grandrounds.records import Cell, Criterion, GenParams, Grade, Message, Request, Response, Result, Sample, Verdict, Vote
-from grandrounds.stats import mean_ci
+from grandrounds.core.hashing import content_hash
+from grandrounds.core.records import Cell, Criterion, GenParams, Grade, Message, Request, Response, Result, Sample, Verdict, Vote
+from grandrounds.scoring.stats import mean_ci
 from grandrounds.store import RunRecord, Store
 
 XSS = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"> & "quoted"'
@@ -128,7 +128,8 @@ def scripted_mcq_runs(store: Store, data: Path, accuracies: dict[str, float], li
     import asyncio
 
     from grandrounds.benchmarks.base import RunOptions
-    from grandrounds.runner import RunConfig, build_benchmark, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import RunConfig, build_benchmark
 
     bench = build_benchmark("medqa", {})
     samples = bench.load(data)[:limit] if limit else bench.load(data)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grandrounds.analysis import (
+from grandrounds.analyses.leaderboard import (
     AgreementPair,
     ResultRow,
     agreement,

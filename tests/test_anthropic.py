@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from grandrounds.errors import ConfigError
-from grandrounds.executor import Executor, RetryPolicy
+from grandrounds.core.errors import ConfigError
+from grandrounds.run.executor import Executor, RetryPolicy
 from grandrounds.providers.anthropic import DEFAULT_BASE_URL, AnthropicProvider, message_body, read_message
 from grandrounds.providers.base import ModelSpec, ProviderError
-from grandrounds.records import GenParams, Message, Request
+from grandrounds.core.records import GenParams, Message, Request
 from grandrounds.store import Store
 from grandrounds.testing import Fault, Reply, last_user_text
-from grandrounds.testing_batch import BatchServer
+from grandrounds.testing.batch import BatchServer
 from tests.conftest import offline_env
 from tests.test_resume_and_bad_input import ROOT
 
@@ -183,7 +183,7 @@ def test_a_dry_run_needs_no_key_and_the_run_still_does(tmp_path, monkeypatch):
     is sent); the run itself still refuses to start without one, before any call."""
     from typer.testing import CliRunner
 
-    from grandrounds.cli import app
+    from grandrounds.cli.main import app
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)

@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from grandrounds import eventloop
+from grandrounds.core import eventloop
 
 
 async def _gc_state() -> tuple[tuple[int, int, int], int]:

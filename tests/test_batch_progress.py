@@ -1,7 +1,7 @@
 """Batched runs as the user sees them: batch states on the progress bar, the batches of each role in
 the closing summary (run and regrade), and judge calls that overflow the context re-sent once in a
 new batch with max_tokens shrunk as a live call would be. Against the loopback server that speaks
-both batch wire formats (grandrounds.testing_batch)."""
+both batch wire formats (grandrounds.testing.batch)."""
 
 from __future__ import annotations
 
@@ -15,15 +15,17 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from grandrounds.batching import BatchEvent, BatchExecutor, BatchSettings, wire_for
-from grandrounds.cli import app, call_summary
-from grandrounds.executor import CONTEXT_MARGIN, Executor
-from grandrounds.progress import BatchColumn, RichProgress
-from grandrounds.records import GenParams, Message, Request, Response
-from grandrounds.registry import BENCHMARKS
+from grandrounds.run.batches.events import BatchEvent
+from grandrounds.run.batches.settings import BatchSettings
+from grandrounds.run.batches.executor import BatchExecutor, wire_for
+from grandrounds.cli.main import app, call_summary
+from grandrounds.run.executor import CONTEXT_MARGIN, Executor
+from grandrounds.run.progress import BatchColumn, RichProgress
+from grandrounds.core.records import GenParams, Message, Request, Response
+from grandrounds.core.registry import BENCHMARKS
 from grandrounds.store import Store
 from grandrounds.testing import Fault, last_user_text
-from grandrounds.testing_batch import BatchServer, Plan
+from grandrounds.testing.batch import BatchServer, Plan
 from tests.rubric_bench.triage import TriageRubric
 from tests.test_batching import FAST, WIRES, ask_all, echo, make_provider, requests_for
 from tests.test_new_rubric_benchmark import ROWS, judge_rule

@@ -18,19 +18,21 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds.batching import BatchEvent, BatchExecutor, BatchSettings, executor_for
-from grandrounds.cli import app
-from grandrounds.errors import ConfigError
-from grandrounds.executor import Executor
+from grandrounds.run.batches.events import BatchEvent
+from grandrounds.run.batches.settings import BatchSettings
+from grandrounds.run.batches.executor import BatchExecutor, executor_for
+from grandrounds.cli.main import app
+from grandrounds.core.errors import ConfigError
+from grandrounds.run.executor import Executor
 from grandrounds.providers.anthropic import AnthropicProvider
 from grandrounds.providers.base import ModelSpec
 from grandrounds.providers.openai_compat import OpenAIProvider
 from grandrounds.providers.scripted import ScriptedProvider
-from grandrounds.records import Message, Request
-from grandrounds.registry import BENCHMARKS
+from grandrounds.core.records import Message, Request
+from grandrounds.core.registry import BENCHMARKS
 from grandrounds.store import Store
 from grandrounds.testing import Fault, last_user_text
-from grandrounds.testing_batch import BatchServer, Plan
+from grandrounds.testing.batch import BatchServer, Plan
 from tests.conftest import offline_env
 from tests.rubric_bench.triage import TriageRubric
 from tests.test_new_rubric_benchmark import MET, ROWS, expected, judge_rule
@@ -422,7 +424,7 @@ def test_log_probability_requests_are_asked_live(tmp_path):
 def test_request_lines_carry_the_live_body(tmp_path):
     """A batched call sends what the live call would: same body for OpenAI (the provider's own
     parameter mapping), Message Batches params equal to the Messages API body."""
-    from grandrounds.records import GenParams
+    from grandrounds.core.records import GenParams
 
     with BatchServer(echo) as srv, Store(tmp_path / "s.db") as st:
         for wire in WIRES:

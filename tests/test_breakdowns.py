@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds.analysis import Board, Entry, ResultRow, breakdown_tables
+from grandrounds.analyses.leaderboard import Board, Entry, ResultRow, breakdown_tables
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.demo import DemoExam
 from grandrounds.benchmarks.gaps import GAPS
@@ -28,15 +28,16 @@ from grandrounds.benchmarks.medbench import MedBench
 from grandrounds.benchmarks.medcalc import MedCalcBench
 from grandrounds.benchmarks.medec import MEDEC
 from grandrounds.benchmarks.medeqbench import MedEQBench
-from grandrounds.cli import app
-from grandrounds.hashing import to_jsonable
-from grandrounds.records import Breakdown, Cell, Criterion, Grade, Message, Request, Sample, Verdict, breakdown_from_json
+from grandrounds.cli.main import app
+from grandrounds.core.hashing import to_jsonable
+from grandrounds.core.records import Breakdown, Cell, Criterion, Grade, Message, Request, Sample, Verdict, breakdown_from_json
 from grandrounds.reports import boards, build_report
-from grandrounds.display import fmt
+from grandrounds.core.display import fmt
 from grandrounds.reports.radar import radar_svg
-from grandrounds.runner import RunConfig, RunOutcome, run
+from grandrounds.run.runner import RunOutcome, run
+from grandrounds.run.config import RunConfig
 from grandrounds.scoring.cells import accuracy_cell, group_cells, mean_cell
-from grandrounds.stats import mean_ci, wilson_ci
+from grandrounds.scoring.stats import mean_ci, wilson_ci
 from grandrounds.store import Store
 from tests.conftest import shared_file
 

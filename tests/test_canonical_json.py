@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from grandrounds.hashing import _orjson_text, _stdlib_json, canonical_json, content_hash
-from grandrounds.records import Criterion, GenParams, Message, Request, Response, Sample, Usage
+from grandrounds.core.hashing import _orjson_text, _stdlib_json, canonical_json, content_hash
+from grandrounds.core.records import Criterion, GenParams, Message, Request, Response, Sample, Usage
 
 
 class Colour(str, enum.Enum):

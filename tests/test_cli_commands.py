@@ -1,5 +1,5 @@
 """The commands of ``grandrounds`` not exercised elsewhere, through ``typer.testing.CliRunner`` on the
-real app (and ``grandrounds.cli.main`` where the exit code is its job): runs, regrade and submission
+real app (and ``grandrounds.cli.main.main`` where the exit code is its job): runs, regrade and submission
 on unknown runs, submission, list, leaderboard, report and compare.
 
 Stores are filled by the real runner with scripted models on the bundled 12-question demo exam,
@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds import cli
+from grandrounds.cli import main as cli
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.cli import app
-from grandrounds.records import Request
-from grandrounds.registry import BENCHMARKS, PROVIDERS
-from grandrounds.runner import RunConfig, run
+from grandrounds.cli.main import app
+from grandrounds.core.records import Request
+from grandrounds.core.registry import BENCHMARKS, PROVIDERS
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 
 DEMO_FILE = Path(__file__).resolve().parents[1] / "src" / "grandrounds" / "data" / "demo_exam.jsonl"
@@ -404,7 +405,7 @@ def test_a_benchmark_that_scores_nothing_by_design_is_not_a_failure(tmp_path: Pa
     """A run whose grades are unscored without any failed call (no answer key here) exits 0."""
     with Store(tmp_path / "s.db") as st:
         out = asyncio.run(run(st, RunConfig("demo", "scripted/ok", provider_options={"script": lambda req: "A"})))
-    assert not cli._any_failed(out)
+    assert not cli.any_failed(out)
 
 
 def test_results_in_an_80_column_terminal_cut_no_name(tmp_path: Path) -> None:

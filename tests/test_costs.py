@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from grandrounds import costs
-from grandrounds.costs import PriceTable, estimate_tokens, load_prices, token_counter, usage_cells
-from grandrounds.errors import ConfigError
-from grandrounds.records import Message
+from grandrounds.run import costs
+from grandrounds.run.costs import PriceTable, estimate_tokens, load_prices, token_counter, usage_cells
+from grandrounds.core.errors import ConfigError
+from grandrounds.core.records import Message
 from grandrounds.testing import LoopbackServer
 from tests.conftest import offline_env, shared_file
 

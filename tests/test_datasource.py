@@ -20,8 +20,8 @@ import pytest
 
 from grandrounds.benchmarks.base import RemoteFile
 from grandrounds.benchmarks.medqa import MedQA
-from grandrounds.datasource import cache_dir, fetch, resolve
-from grandrounds.errors import ConfigError, DataError
+from grandrounds.sources.data import cache_dir, fetch, resolve
+from grandrounds.core.errors import ConfigError, DataError
 
 PAYLOAD = b"".join(b"line %d of a public benchmark file\n" % i for i in range(5000))  # ~170 kB, several reads
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()

@@ -2,7 +2,7 @@
 GAPS read record by record.
 
 A run of a benchmark that reads its records one at a time groups each dialogue's consecutive turns
-as it reads them (``runner.consecutive_groups``), holding one dialogue at a time; where a
+as it reads them (``samples.consecutive_groups``), holding one dialogue at a time; where a
 dialogue's turns are apart in the stream it holds every sample and groups them over the whole set
 as before. Either way it asks each dialogue's turns in order with the model's earlier answers and
 stores the same rows as a run of the same benchmark read whole.
@@ -20,16 +20,19 @@ from typing import Any, Iterator, Sequence
 
 import pytest
 
-import grandrounds.benchmarks.readers as readers
+import grandrounds.benchmarks.readers.json_object_arrays as readers
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
 from grandrounds.benchmarks.gaps import GAPS
-from grandrounds.benchmarks.llmeval_med import CATEGORY_CODES, LLMEvalMed
-from grandrounds.benchmarks.readers import iter_jsonl
-from grandrounds.errors import DataError
+from grandrounds.benchmarks.llmeval_med import LLMEvalMed
+from grandrounds.sources.llmeval_med import CATEGORY_CODES
+from grandrounds.benchmarks.readers.lines import iter_jsonl
+from grandrounds.core.errors import DataError
 from grandrounds.graders.base import Grader
-from grandrounds.records import Grade, Message, Response, Sample
-from grandrounds.registry import BENCHMARKS, GRADERS, Spec
-from grandrounds.runner import JudgeConfig, RunConfig, consecutive_groups, group_samples, run
+from grandrounds.core.records import Grade, Message, Response, Sample
+from grandrounds.core.registry import BENCHMARKS, GRADERS, Spec
+from grandrounds.run.runner import run
+from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.samples import consecutive_groups, group_samples
 from grandrounds.scoring.cells import mean_cell
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
@@ -128,11 +131,11 @@ CONTIGUOUS = [("d1", [1, 2, 3]), ("d2", [2, 1]), ("d3", [1]), ("d4", [1, 2]), ("
 @pytest.fixture(autouse=True)
 def stream_small_files(monkeypatch, request):
     """These tests are about the streamed path; a run holds a file of a few records from its check
-    pass instead (runner.KEEP_SAMPLES), so here it holds none unless a test asks for the default."""
-    import grandrounds.runner as runner
+    pass instead (samples.KEEP_SAMPLES), so here it holds none unless a test asks for the default."""
+    import grandrounds.run.samples as samples
 
     if "keep_default" not in request.keywords:
-        monkeypatch.setattr(runner, "KEEP_SAMPLES", 0)
+        monkeypatch.setattr(samples, "KEEP_SAMPLES", 0)
 
 
 @pytest.mark.keep_default

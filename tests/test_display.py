@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grandrounds.display import BASE_CSS, fmt, fmt_ci
+from grandrounds.core.display import BASE_CSS, fmt, fmt_ci
 from grandrounds.reports import html
 from grandrounds.viewer.page import PAGE_HTML
 

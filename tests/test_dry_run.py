@@ -18,8 +18,8 @@ import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.graders.base import GradeContext
-from grandrounds.records import Message, Response
-from grandrounds.registry import BENCHMARKS
+from grandrounds.core.records import Message, Response
+from grandrounds.core.registry import BENCHMARKS
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import offline_env, shared_file
 
@@ -235,7 +235,7 @@ def test_rubric_grader_plans_one_call_per_criterion(tmp_path):
 
 def test_graders_without_a_judge_plan_none_and_unknown_graders_say_so():
     from grandrounds.graders.base import Grader
-    from grandrounds.records import Grade, Sample
+    from grandrounds.core.records import Grade, Sample
 
     class Judged(Grader):
         name = "x"

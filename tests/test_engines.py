@@ -229,7 +229,7 @@ def test_a_later_run_in_the_same_process_starts_the_server_afresh(tmp_path):
 
     from grandrounds.providers.base import ModelSpec
     from grandrounds.providers.engines import EngineError, VLLMProvider
-    from grandrounds.records import Message, Request
+    from grandrounds.core.records import Message, Request
 
     rec = tmp_path / "engine.json"
     options = {"executable": EXE.split("=", 1)[1], "engine_args": f"--fake-crash-after=1 --fake-record={rec}"}

@@ -3,7 +3,7 @@ and labels make of it."""
 
 from __future__ import annotations
 
-from grandrounds.analysis import COMPARABLE_FIELDS, ResultRow, comparability, fingerprint_diff, leaderboard, run_label
+from grandrounds.analyses.leaderboard import COMPARABLE_FIELDS, ResultRow, comparability, fingerprint_diff, leaderboard, run_label
 
 SETTING = {"benchmark": "medqa", "dataset_sha256": "d" * 64, "grader": {"name": "choice"}, "judges": [], "answer_mode": "generate",
            "protocol": {"name": "reference", "deviations": {}}, "limit": None}

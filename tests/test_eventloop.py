@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from grandrounds import eventloop
-from grandrounds.errors import ConfigError
+from grandrounds.core import eventloop
+from grandrounds.core.errors import ConfigError
 from grandrounds.testing import LoopbackServer
 
 uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed (Windows, or installed without it)")
@@ -51,7 +51,8 @@ def test_uvloop_required_but_missing(monkeypatch):
 def test_a_run_gives_the_same_result_on_either_loop(tmp_path, monkeypatch, choice):
     """The whole pipeline (HTTP client, store writer thread, leases) on each loop: same answers."""
     from grandrounds.benchmarks.base import RunOptions
-    from grandrounds.runner import RunConfig, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import RunConfig
     from grandrounds.store import Store
 
     monkeypatch.setenv(eventloop.ENV, choice)

@@ -17,11 +17,11 @@ from grandrounds.benchmarks.medmcqa import MedMCQA
 from grandrounds.benchmarks.medqa import MedQA
 from grandrounds.benchmarks.mmlu_medical import MMLUMedical
 from grandrounds.benchmarks.pubmedqa import PubMedQA, macro_f1_fixed
-from grandrounds.errors import ConfigError, DataError
-from grandrounds.hashing import file_sha256
-from grandrounds.records import Cell, Grade
-from grandrounds.registry import BENCHMARKS
-from grandrounds.stats import wilson_ci
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.hashing import file_sha256
+from grandrounds.core.records import Cell, Grade
+from grandrounds.core.registry import BENCHMARKS
+from grandrounds.scoring.stats import wilson_ci
 
 
 def test_registry_paths_resolve_to_these_classes():
@@ -217,7 +217,7 @@ def test_cmb_scoring_official_macro_and_set_match(shared_data, tmp_path):
     import asyncio
 
     from grandrounds.graders.base import GradeContext
-    from grandrounds.records import Response
+    from grandrounds.core.records import Response
 
     def ask(s, text):
         return asyncio.run(grader.grade(s, Response(key="k", text=text), GradeContext()))
@@ -364,7 +364,7 @@ def test_gb18030_decodes_and_garbage_errors(tmp_path):
 
 def test_jsonl_lines_end_at_newline_only(tmp_path):
     """U+2028 / U+0085 inside a JSON string do not split a record (str.splitlines would)."""
-    from grandrounds.benchmarks.readers import read_jsonl
+    from grandrounds.benchmarks.readers.lines import read_jsonl
 
     path = tmp_path / "x.jsonl"
     path.write_text('{"q": "one\u2028two\u0085three"}\r\n\n{"q": 2}\n', encoding="utf-8")

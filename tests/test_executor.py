@@ -14,9 +14,9 @@ from typing import Callable
 
 import pytest
 
-from grandrounds.executor import CallStats, Executor, RetryPolicy
+from grandrounds.run.executor import CallStats, Executor, RetryPolicy
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
-from grandrounds.records import GenParams, Message, Request, Response, Usage
+from grandrounds.core.records import GenParams, Message, Request, Response, Usage
 from grandrounds.store import Store
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.001, max_delay=0.002)
@@ -224,7 +224,7 @@ def test_lookups_started_together_are_one_store_query(store, monkeypatch):
 
 
 def test_a_failed_store_lookup_reaches_every_caller_and_nothing_is_sent(store, monkeypatch):
-    from grandrounds.errors import StoreError
+    from grandrounds.core.errors import StoreError
 
     def broken(keys):
         raise StoreError(store.path, "the file is damaged")

@@ -19,10 +19,12 @@ import pytest
 
 from grandrounds.benchmarks.base import Benchmark, slim_grade, slim_sample
 from grandrounds.benchmarks.healthbench import HealthBench
-from grandrounds.benchmarks.readers import data_encoding, iter_jsonl, iter_lines
-from grandrounds.errors import DataError
-from grandrounds.records import judge_calls
-from grandrounds.runner import JudgeConfig, RunConfig, run
+from grandrounds.benchmarks.readers.decoding import data_encoding, iter_lines
+from grandrounds.benchmarks.readers.lines import iter_jsonl
+from grandrounds.core.errors import DataError
+from grandrounds.core.records import judge_calls
+from grandrounds.run.runner import run
+from grandrounds.run.config import JudgeConfig, RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file
@@ -42,7 +44,7 @@ def medqa_file(path: Path, n: int, bad_line: int | None = None) -> Path:
 
 # ---- readers ------------------------------------------------------------------------------
 def test_iter_lines_splits_at_newlines_only_across_read_chunks(tmp_path, monkeypatch):
-    import grandrounds.benchmarks.readers as readers
+    import grandrounds.benchmarks.readers.decoding as readers
 
     monkeypatch.setattr(readers, "CHUNK", 7)  # lines and multi-byte characters cut across reads
     text = "第一行\u2028同一行\n\nsecond — line\r\nlast without newline"
@@ -54,7 +56,7 @@ def test_iter_lines_splits_at_newlines_only_across_read_chunks(tmp_path, monkeyp
 
 @pytest.mark.parametrize("encoding", ["utf-16", "gb18030", "utf-8"])
 def test_iter_lines_with_a_named_encoding_decodes_incrementally(tmp_path, monkeypatch, encoding):
-    import grandrounds.benchmarks.readers as readers
+    import grandrounds.benchmarks.readers.decoding as readers
 
     monkeypatch.setattr(readers, "CHUNK", 5)
     text = "\ufeff问题一\n问题二：全角，标点\n"
@@ -94,7 +96,7 @@ def test_limit_reads_only_the_records_it_asks(tmp_path):
 
 # ---- summaries ----------------------------------------------------------------------------
 def test_slim_sample_and_grade_drop_only_texts():
-    from grandrounds.records import Grade, Message, Sample, Verdict, Vote
+    from grandrounds.core.records import Grade, Message, Sample, Verdict, Vote
 
     smp = Sample("s", "b", (Message("user", "long prompt"),), target="A", metadata={"k": 1})
     g = Grade("s", 1.0, verdicts=(Verdict("c", "met", "why", (Vote("j", "met", explanation="e", raw="r", keys=("k1",)),)),))
@@ -167,9 +169,9 @@ def count_medqa_reads(monkeypatch) -> list[int]:
 
 
 def test_data_checked_once_is_read_once_on_a_rerun(tmp_path, monkeypatch):
-    import grandrounds.runner as runner
+    import grandrounds.run.samples as samples
 
-    monkeypatch.setattr(runner, "KEEP_SAMPLES", 10)  # 20 records: more than a run holds
+    monkeypatch.setattr(samples, "KEEP_SAMPLES", 10)  # 20 records: more than a run holds
     data = medqa_file(tmp_path / "q.jsonl", 20)
     reads = count_medqa_reads(monkeypatch)
     cfg = RunConfig("medqa", "scripted/b", data=data, provider_options={"script": lambda body: "Answer: B"})
@@ -187,14 +189,14 @@ def test_a_small_file_is_read_once_and_held_a_large_one_streams(tmp_path, monkey
     """Up to KEEP_SAMPLES, the samples the check pass read are the ones the run asks (one read of
     the file); past it they are let go and the run reads the file again, one record at a time.
     Either way the same calls are made, with the same result."""
-    import grandrounds.runner as runner
+    import grandrounds.run.samples as samples
 
     data = medqa_file(tmp_path / "q.jsonl", 30)
     reads = count_medqa_reads(monkeypatch)
     asked: dict[int, list[str]] = {}
     outs = {}
     for keep in (30, 29):
-        monkeypatch.setattr(runner, "KEEP_SAMPLES", keep)
+        monkeypatch.setattr(samples, "KEEP_SAMPLES", keep)
         reads.clear()
         seen = asked.setdefault(keep, [])
 
@@ -229,7 +231,7 @@ def test_migration_fills_the_judge_calls_of_grades_stored_before_it(tmp_path):
 def test_write_behind_keeps_a_replaced_grades_calls_in_order(tmp_path):
     """A grade's judge calls are deleted and written again with it; buffered writes flushed in
     batches must not run a later grade's delete after its own inserts."""
-    from grandrounds.records import Grade, Verdict, Vote
+    from grandrounds.core.records import Grade, Verdict, Vote
 
     def grade(sid: str, n: int) -> Grade:
         return Grade(sid, 1.0, verdicts=tuple(Verdict(f"c{i}", "met", votes=(Vote("j", "met", keys=(f"{sid}-k{i}",)),)) for i in range(n)))

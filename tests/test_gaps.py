@@ -14,11 +14,11 @@ import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.gaps import GAPS, parse_rubric, repair_truncated_list
-from grandrounds.errors import ConfigError, DataError
+from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.gaps_grader import GAPSGrader, parse_level, parse_passages
-from grandrounds.records import Grade, Response
-from grandrounds.runner import JudgeConfig, check_judges
+from grandrounds.core.records import Grade, Response
+from grandrounds.run.config import JudgeConfig, check_judges
 from grandrounds.scoring import gaps as sc
 from tests.grading import grade_answer
 
@@ -301,7 +301,8 @@ def test_aggregate_counts_unscored(nsclc):
 
 def test_end_to_end_panel_through_runner(tmp_path, shared_data):
     """Real runner and HTTP, three judges: one real question, every point asked of every judge."""
-    from grandrounds.runner import JudgeConfig, RunConfig, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import JudgeConfig, RunConfig
     from grandrounds.store import Store
     from grandrounds.testing import LoopbackServer
 

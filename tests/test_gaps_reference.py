@@ -28,12 +28,13 @@ import openpyxl
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.benchmarks.gaps import CONFIG, GAPS, JUDGE_PANEL, REFERENCE
+from grandrounds.benchmarks.gaps import GAPS
+from grandrounds.sources.gaps import CONFIG, JUDGE_PANEL, REFERENCE
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.gaps_grader import GAPSGrader, official_met, parse_met
-from grandrounds.records import Response
+from grandrounds.core.records import Response
 from grandrounds.scoring import gaps as sc
-from grandrounds.upstream import yaml_value
+from grandrounds.sources.upstream import yaml_value
 from tests.conftest import reference_file, shared_file
 from tests.official import load_official
 
@@ -254,7 +255,7 @@ def test_judge_prompts_are_judge_engine_byte_for_byte_on_every_real_point():
 
 
 def _user(text: str):
-    from grandrounds.records import Message
+    from grandrounds.core.records import Message
 
     return Message("user", text)
 
@@ -353,7 +354,8 @@ def test_reference_preset_values():
 
 def test_reference_run_sends_official_prompts_and_judge_settings(tmp_path):
     """The real runner: judges get judge_engine's prompt as one user message, at temperature 0 and 32678 tokens."""
-    from grandrounds.runner import JudgeConfig, RunConfig, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import JudgeConfig, RunConfig
     from grandrounds.store import Store
     from grandrounds.testing import LoopbackServer
 
@@ -382,9 +384,9 @@ def test_reference_run_sends_official_prompts_and_judge_settings(tmp_path):
 def test_python_returned_string_reads_the_first_returned_string(tmp_path, monkeypatch):
     """upstream.python_returned_string (added for judge_engine's build_prompt_*): skips returns of
     anything but a string, keeps f-string placeholders, names the file when there is none."""
-    from grandrounds.errors import DataError
-    from grandrounds.hashing import file_sha256
-    from grandrounds.upstream import REFERENCE_ENV, UpstreamFile, python_returned_string
+    from grandrounds.core.errors import DataError
+    from grandrounds.core.hashing import file_sha256
+    from grandrounds.sources.upstream import REFERENCE_ENV, UpstreamFile, python_returned_string
 
     folder = tmp_path / "ref" / "demo"
     folder.mkdir(parents=True)

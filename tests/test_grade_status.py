@@ -21,12 +21,13 @@ from typing import Any
 import pytest
 
 from grandrounds.benchmarks.base import resolve_file
-from grandrounds.benchmarks.readers import read_jsonl
-from grandrounds.hashing import canonical_json
-from grandrounds.records import Criterion, Grade, Message, Response, Sample, Vote, grade_from_json
-from grandrounds.regrade import RegradeRequest, regrade
-from grandrounds.registry import BENCHMARKS
-from grandrounds.runner import JudgeConfig, RunConfig, failed_answer, run
+from grandrounds.benchmarks.readers.lines import read_jsonl
+from grandrounds.core.hashing import canonical_json
+from grandrounds.core.records import Criterion, Grade, Message, Response, Sample, Vote, grade_from_json
+from grandrounds.run.regrade import RegradeRequest, regrade
+from grandrounds.core.registry import BENCHMARKS
+from grandrounds.run.runner import failed_answer, run
+from grandrounds.run.config import JudgeConfig, RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer, last_user_text
 from tests.rubric_bench.triage import TriageRubric

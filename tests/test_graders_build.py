@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from grandrounds.errors import ConfigError, GrandroundsError
+from grandrounds.core.errors import ConfigError, GrandroundsError
 from grandrounds.graders import build, grader_from_fingerprint, spec_from_json
 from grandrounds.graders.base import GradeContext, Grader
-from grandrounds.hashing import canonical_json, to_jsonable
-from grandrounds.records import Grade, Message, Response, Sample
-from grandrounds.registry import GRADERS, Spec, UnknownComponent
-from grandrounds.runner import RunConfig, run
+from grandrounds.core.hashing import canonical_json, to_jsonable
+from grandrounds.core.records import Grade, Message, Response, Sample
+from grandrounds.core.registry import GRADERS, Spec, UnknownComponent
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 
 

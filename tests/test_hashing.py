@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grandrounds.hashing import canonical_json, content_hash, file_sha256, text_hash, to_jsonable
-from grandrounds.records import (
+from grandrounds.core.hashing import canonical_json, content_hash, file_sha256, text_hash, to_jsonable
+from grandrounds.core.records import (
     Criterion,
     GenParams,
     Grade,

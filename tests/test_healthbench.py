@@ -21,11 +21,11 @@ import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.healthbench import HealthBench, HealthBenchConsensus, HealthBenchHard
-from grandrounds.errors import ConfigError, DataError
+from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.healthbench_grader import HealthBenchGrader, HealthBenchParams, parse_batched, render_conversation, render_item
 from grandrounds.graders.judging import compare_modes
-from grandrounds.records import Message, Response
+from grandrounds.core.records import Message, Response
 from tests.grading import grade_answer
 from grandrounds.scoring.healthbench import known_example_metrics, reference_example_metrics
 
@@ -132,7 +132,7 @@ def test_prompt_is_the_conversation_as_is(samples):
 def test_render_like_the_reference():
     msgs = (Message("user", "Is smoking good?"),)
     assert render_conversation(msgs, "No.") == "user: Is smoking good?\n\nassistant: No."
-    from grandrounds.records import Criterion
+    from grandrounds.core.records import Criterion
 
     assert render_item(Criterion("0", "Fails to warn", -5)) == "[-5] Fails to warn"
     assert render_item(Criterion("1", "Warns", 7.0)) == "[7] Warns"
@@ -451,7 +451,7 @@ def test_unknown_mode_is_rejected_and_spec_records_mode():
 
 
 def test_known_metrics_equal_reference_when_all_known(samples):
-    from grandrounds.records import Verdict
+    from grandrounds.core.records import Verdict
 
     for s in samples[:50]:
         met = [rule(c.text) for c in s.rubric]

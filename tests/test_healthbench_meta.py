@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grandrounds.metaeval import (
+from grandrounds.analyses.judge_validation import (
     META_FILE,
     MetaPrompts,
     ValidateConfig,
@@ -50,8 +50,8 @@ from grandrounds.metaeval import (
     validate,
 )
 from grandrounds.providers.scripted import ScriptedProvider
-from grandrounds.records import Request
-from grandrounds.registry import PROVIDERS
+from grandrounds.core.records import Request
+from grandrounds.core.registry import PROVIDERS
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import offline_env, reference_file

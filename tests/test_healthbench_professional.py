@@ -37,25 +37,25 @@ import numpy as np
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.benchmarks.healthbench_professional import (
-    FAMILIES,
+from grandrounds.benchmarks.healthbench_professional import FAMILIES, HealthBenchProfessional
+from grandrounds.scoring.healthbench import length_adjusted
+from grandrounds.sources.healthbench_professional import (
     JUDGE_MODEL,
     JUDGE_REASONING_EFFORT,
     PRO_EVAL,
     PRO_GRADER_TEMPLATE,
     PRO_README,
     REFERENCE,
-    HealthBenchProfessional,
-    length_adjusted,
     length_settings,
 )
 from grandrounds.providers.scripted import ScriptedProvider
-from grandrounds.records import Request
-from grandrounds.registry import PROVIDERS
-from grandrounds.runner import JudgeConfig, RunConfig, run
+from grandrounds.core.records import Request
+from grandrounds.core.registry import PROVIDERS
+from grandrounds.run.runner import run
+from grandrounds.run.config import JudgeConfig, RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
-from grandrounds.upstream import read_text
+from grandrounds.sources.upstream import read_text
 from tests.conftest import offline_env, reference_file
 from tests.official import load_official
 from tests.test_healthbench_reference import EvalResult, FakeOpenAI, SamplerResponse, SingleEvalResult, official_sampler

@@ -35,11 +35,12 @@ import numpy as np
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.benchmarks.healthbench import API_SYSTEM_MESSAGE, GRADER_TEMPLATE, REFERENCE, HealthBench
+from grandrounds.benchmarks.healthbench import HealthBench
+from grandrounds.sources.healthbench import API_SYSTEM_MESSAGE, GRADER_TEMPLATE, REFERENCE
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.healthbench_grader import HealthBenchGrader, parse_reference, with_system
-from grandrounds.protocols import system_text
-from grandrounds.records import Response
+from grandrounds.sources.protocols import system_text
+from grandrounds.core.records import Response
 from tests.conftest import reference_file, shared_file
 from tests.official import load_official
 
@@ -444,7 +445,8 @@ def test_reference_grader_reasks_what_the_official_loop_reasks(shared_data, offi
 
 
 def test_a_run_sends_the_official_candidate_and_judge_requests(tmp_path, official_reference):
-    from grandrounds.runner import JudgeConfig, RunConfig, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import JudgeConfig, RunConfig
     from grandrounds.store import Store
     from grandrounds.testing import LoopbackServer
 

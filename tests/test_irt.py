@@ -14,12 +14,13 @@ import pytest
 from typer.testing import CliRunner
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.cli import app
-from grandrounds.irt import IrtError, Respondent, Responses, analyse, fit_2pl, informative, responses_from_values
+from grandrounds.cli.main import app
+from grandrounds.analyses.irt import IrtError, Respondent, Responses, analyse, fit_2pl, informative, responses_from_values
 from grandrounds.providers.base import ProviderError
-from grandrounds.records import Request
+from grandrounds.core.records import Request
 from grandrounds.reports import build_report
-from grandrounds.runner import RunConfig, run
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 from tests.synthetic import SynthSpec, build_store
 

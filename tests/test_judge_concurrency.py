@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from grandrounds.cli import app
-from grandrounds.registry import BENCHMARKS
+from grandrounds.cli.main import app
+from grandrounds.core.registry import BENCHMARKS
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.rubric_bench.triage import TriageRubric

@@ -37,7 +37,7 @@ from grandrounds.graders.judging import (
     panel,
     votes_of,
 )
-from grandrounds.records import Grade, Message, Response, Verdict, Vote
+from grandrounds.core.records import Grade, Message, Response, Verdict, Vote
 from grandrounds.scoring import gaps as gaps_scoring
 
 STATUSES = ("met", "unmet")

@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from grandrounds.executor import Executor, RetryPolicy
+from grandrounds.run.executor import Executor, RetryPolicy
 from grandrounds.providers.base import ModelSpec
-from grandrounds.records import GenParams, Message, Request, Response
-from grandrounds.registry import PROVIDERS
+from grandrounds.core.records import GenParams, Message, Request, Response
+from grandrounds.core.registry import PROVIDERS
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.conftest import offline_env

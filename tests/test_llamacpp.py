@@ -18,8 +18,9 @@ import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.providers.base import ModelSpec
-from grandrounds.records import GenParams, Message, Request
-from grandrounds.runner import RunConfig, run
+from grandrounds.core.records import GenParams, Message, Request
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 
 pytestmark = pytest.mark.slow

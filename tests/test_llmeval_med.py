@@ -14,7 +14,7 @@ from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.llmeval_med import LLMEvalMed
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.llmeval_grader import LLMEvalGrader, parse_score, usability
-from grandrounds.records import Grade, Response
+from grandrounds.core.records import Grade, Response
 from tests.grading import grade_answer
 
 
@@ -198,7 +198,7 @@ def test_judge_runs_option(samples):
 
 
 def test_malformed_turn_is_a_data_error(tmp_path):
-    from grandrounds.errors import DataError
+    from grandrounds.core.errors import DataError
 
     bad = tmp_path / "dataset.json"
     bad.write_text('{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 2, "sanswer": "答"}]}', encoding="utf-8")
@@ -214,7 +214,8 @@ def test_end_to_end_through_runner_and_loopback_server(tmp_path, shared_data):
     """Real runner, real HTTP, reference protocol: multi-turn history reaches the model, the judge sees one turn."""
     import json
 
-    from grandrounds.runner import JudgeConfig, RunConfig, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import JudgeConfig, RunConfig
     from grandrounds.store import Store
     from grandrounds.testing import LoopbackServer
 

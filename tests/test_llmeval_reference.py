@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.benchmarks.llmeval_med import CATEGORY_CODES, LLMEvalMed
+from grandrounds.benchmarks.llmeval_med import LLMEvalMed
+from grandrounds.sources.llmeval_med import CATEGORY_CODES
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.llmeval_grader import LLMEvalGrader, official_score, parse_score
-from grandrounds.records import Response
+from grandrounds.core.records import Response
 from tests.conftest import reference_file, shared_file
 from tests.official import load_official
 
@@ -259,7 +260,8 @@ def test_aggregate_equals_aggregate_py_on_the_real_turns(tmp_path, runs, failing
 def test_reference_run_sends_official_settings_and_prompt(tmp_path):
     """The real runner, reference protocol: candidate at Answer.py's settings with its system message,
     judge gpt-4o's defaults, the judge prompt exactly Evaluate.py's for the turn."""
-    from grandrounds.runner import JudgeConfig, RunConfig, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import JudgeConfig, RunConfig
     from grandrounds.store import Store
     from grandrounds.testing import LoopbackServer
 

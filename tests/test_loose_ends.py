@@ -1,9 +1,9 @@
 """Parts that must agree because they share one definition:
 
-- a whole-answer review score is checked by :mod:`grandrounds.viewer.scales` whether it comes
-  through :func:`grandrounds.reviews.add_review` or the viewer's POST;
-- the HTML report names each question as the viewer's list does (:mod:`grandrounds.viewer.labels`);
-- the simple-evals commit is pinned once (:data:`grandrounds.upstream.SIMPLE_EVALS`);
+- a whole-answer review score is checked by :mod:`grandrounds.analyses.review_scales` whether it comes
+  through :func:`grandrounds.analyses.reviews.add_review` or the viewer's POST;
+- the HTML report names each question as the viewer's list does (:mod:`grandrounds.analyses.labels`);
+- the simple-evals commit is pinned once (:data:`grandrounds.sources.upstream.SIMPLE_EVALS`);
 - an upstream file whose download failed is not tried again for every grade.
 """
 
@@ -24,18 +24,19 @@ from typing import Any, Iterator
 
 import pytest
 
-from grandrounds import upstream
+from grandrounds.sources import upstream
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.errors import DataError
+from grandrounds.core.errors import DataError
 from grandrounds.reports import build_report
-from grandrounds.reports.collect import question_text
-from grandrounds.reviews import ReviewError, ReviewInput, add_review
-from grandrounds.runner import JudgeConfig, RunConfig, run
+from grandrounds.analyses.collect import question_text
+from grandrounds.analyses.reviews import ReviewError, ReviewInput, add_review
+from grandrounds.run.runner import run
+from grandrounds.run.config import JudgeConfig, RunConfig
 from grandrounds.store import Store
 from grandrounds.viewer import index as viewer_index
-from grandrounds.viewer.labels import question_of
+from grandrounds.analyses.labels import question_of
 from grandrounds.viewer.queries import Filters, list_items
-from grandrounds.viewer.scales import review_scale
+from grandrounds.analyses.review_scales import review_scale
 from grandrounds.viewer.server import make_server
 from tests.test_viewer import Client
 
@@ -230,18 +231,18 @@ def test_the_report_shows_each_question_as_the_viewer_lists_it(store_path: Path,
 
 
 def test_the_simple_evals_commit_is_written_once_and_used_by_both() -> None:
-    from grandrounds.benchmarks.healthbench import CHAT_SAMPLER, HEALTHBENCH_EVAL
+    from grandrounds.sources.healthbench import CHAT_SAMPLER, HEALTHBENCH_EVAL
     from grandrounds.graders.mcq_grader import SIMPLE_EVALS_COMMON
 
     commit = upstream.SIMPLE_EVALS.commit
     hits = [p for p in (ROOT / "src" / "grandrounds").rglob("*.py") if commit in p.read_text(encoding="utf-8")]
-    assert hits == [ROOT / "src" / "grandrounds" / "upstream.py"]
+    assert hits == [ROOT / "src" / "grandrounds" / "sources" / "upstream.py"]
     for f in (HEALTHBENCH_EVAL, CHAT_SAMPLER, SIMPLE_EVALS_COMMON):
         assert (f.folder, f.repo, f.commit) == (upstream.SIMPLE_EVALS.folder, upstream.SIMPLE_EVALS.repo, commit)
 
 
 def test_the_simple_evals_files_match_sources_tsv(official_reference: Path) -> None:
-    from grandrounds.benchmarks.healthbench import CHAT_SAMPLER, HEALTHBENCH_EVAL
+    from grandrounds.sources.healthbench import CHAT_SAMPLER, HEALTHBENCH_EVAL
     from grandrounds.graders.mcq_grader import SIMPLE_EVALS_COMMON
 
     from tests.test_protocol_presets import sources
@@ -291,7 +292,7 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
 
 def test_an_unreachable_file_is_tried_once_and_named_every_time(offline: list[str], tmp_path: Path) -> None:
     content = b'X = "official text"\n'
-    from grandrounds.hashing import file_sha256
+    from grandrounds.core.hashing import file_sha256
 
     (tmp_path / "probe.py").write_bytes(content)
     f = _Loopback("demo", "o/r", "a" * 40, "pkg/common.py", file_sha256(tmp_path / "probe.py"))

@@ -2,10 +2,10 @@
 
 - ``--encoding`` names a run of its own (run id, stored run, result fingerprint), only when given,
   so the id of every run made without it stays what it was;
-- the viewer's review endpoint leaves the score check to :func:`grandrounds.reviews.add_review`
+- the viewer's review endpoint leaves the score check to :func:`grandrounds.analyses.reviews.add_review`
   and still answers a bad score with 400 and the check's words;
 - the simple-evals commit in the MCQ protocol's and the meta-eval's ``source`` comes from
-  :data:`grandrounds.upstream.SIMPLE_EVALS`, with no copy of it in any string of the package;
+  :data:`grandrounds.sources.upstream.SIMPLE_EVALS`, with no copy of it in any string of the package;
 - ``compare`` names the engine (vLLM/SGLang and version) that served each side;
 - the robustness attacker shares the runs' endpoint limits: connection slots, and the request
   rate when it is the candidate's own model there (vendors limit each model apart).
@@ -22,16 +22,19 @@ from typing import Any, Iterator
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds import executor, upstream
+from grandrounds.run import limits
+
+from grandrounds.sources import upstream
 from grandrounds.benchmarks import mcq
-from grandrounds.cli import app
-from grandrounds.executor import EndpointLimits
-from grandrounds.hashing import content_hash
-from grandrounds.robustness import Attacker, rewrite_questions
-from grandrounds.runner import RunConfig, run
+from grandrounds.cli.main import app
+from grandrounds.run.limits import EndpointLimits
+from grandrounds.core.hashing import content_hash
+from grandrounds.analyses.robustness import Attacker, rewrite_questions
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
-from grandrounds.upstream import UpstreamRepo
+from grandrounds.sources.upstream import UpstreamRepo
 from tests.conftest import shared_file
 from tests.test_loose_ends import running_viewer
 from tests.test_rate_limits import Arrivals, most_in_window
@@ -196,7 +199,7 @@ def test_no_string_of_the_package_repeats_the_simple_evals_commit() -> None:
     short = upstream.SIMPLE_EVALS.commit[:7]
     found = [f"{p.relative_to(ROOT)}:{line}" for p in sorted((ROOT / "src" / "grandrounds").rglob("*.py"))
              for line, text in _code_strings(p) if short in text]
-    assert len(found) == 1 and found[0].startswith("src/grandrounds/upstream.py:"), found  # SIMPLE_EVALS itself
+    assert len(found) == 1 and found[0].startswith("src/grandrounds/sources/upstream.py:"), found  # SIMPLE_EVALS itself
 
 
 # ---- 4. compare names the engine -------------------------------------------------------------
@@ -284,7 +287,7 @@ def test_attacker_and_candidate_on_one_server_share_its_slot(tmp_path: Path) -> 
 
 @pytest.fixture
 def short_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(executor, "RATE_WINDOW", WINDOW)
+    monkeypatch.setattr(limits, "RATE_WINDOW", WINDOW)
 
 
 def robustness(srv: str, attacker: str, db: Path, *flags: str) -> Any:

@@ -11,11 +11,11 @@ from grandrounds.benchmarks.demo import DemoExam
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
 from grandrounds.graders.choice_extract import extract_choice
 from grandrounds.graders.mcq_grader import permutation, shuffle_choices, to_original
-from grandrounds.errors import ConfigError
+from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext
-from grandrounds.records import Grade, Message, Response, Sample
+from grandrounds.core.records import Grade, Message, Response, Sample
 from tests.grading import grade_answer
-from grandrounds.stats import wilson_ci
+from grandrounds.scoring.stats import wilson_ci
 
 ABCD = "ABCD"
 MEDQA_CHOICES = {

@@ -37,11 +37,12 @@ from grandrounds.benchmarks.pubmedqa import PubMedQA, official_macro_f1
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.choice_extract import cmb_letters, extract_choice, simple_evals_letter
 from grandrounds.graders.mcq_grader import simple_evals_patterns
-from grandrounds.hashing import file_sha256
-from grandrounds.records import Grade, Request, Response, Sample
-from grandrounds.runner import RunConfig, run
+from grandrounds.core.hashing import file_sha256
+from grandrounds.core.records import Grade, Request, Response, Sample
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
-from grandrounds.upstream import UpstreamFile, python_appended_strings, python_fstring, python_returned_string, python_string, python_value
+from grandrounds.sources.upstream import UpstreamFile, python_appended_strings, python_fstring, python_returned_string, python_string, python_value
 from tests.conftest import reference_file
 from tests.official import load_official
 
@@ -545,7 +546,7 @@ def test_letter_loglik_mmlu_equals_lm_eval_template(shared_data):
 
 
 def test_letter_loglik_is_refused_where_lm_eval_has_no_task():
-    from grandrounds.errors import ConfigError
+    from grandrounds.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="letter-loglik"):
         CMB().check_options(RunOptions(answer_mode="letter-loglik"))

@@ -11,9 +11,9 @@ import pytest
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.medbench import MedBench, write_submission
 from grandrounds.graders.choice_extract import mcq_letters
-from grandrounds.errors import DataError
+from grandrounds.core.errors import DataError
 from grandrounds.graders.base import GradeContext
-from grandrounds.records import Response
+from grandrounds.core.records import Response
 from tests.grading import grade_answer
 
 STEM = "你是一名医疗安全领域专家，请完成下列医疗安全单选题，只需要输出最适合的选项字母，不要输出解释。\n## 问题\n医疗膳食的留样时间至少为：\n"
@@ -134,7 +134,7 @@ def test_submission_command_writes_a_runs_stored_answers(v4_dir, tmp_path):
     """run (loopback model) then `grandrounds submission`: the platform file holds the stored answers."""
     from typer.testing import CliRunner
 
-    from grandrounds.cli import app
+    from grandrounds.cli.main import app
     from grandrounds.store import Store
     from grandrounds.testing import LoopbackServer, last_user_text
 
@@ -160,7 +160,7 @@ def test_submission_command_writes_a_runs_stored_answers(v4_dir, tmp_path):
 def test_submission_is_refused_for_a_benchmark_scored_here(tmp_path):
     from typer.testing import CliRunner
 
-    from grandrounds.cli import app
+    from grandrounds.cli.main import app
 
     store = tmp_path / "s.db"
     r = CliRunner().invoke(app, ["run", "demo", "--model", "scripted/a", "--limit", "2", "--store", str(store)])

@@ -12,11 +12,12 @@ import pytest
 
 from grandrounds.benchmarks import medbullets as mb
 from grandrounds.benchmarks.base import RemoteFile, RunOptions
-from grandrounds.datasource import resolve
-from grandrounds.errors import ConfigError, DataError
-from grandrounds.records import Request
-from grandrounds.registry import BENCHMARKS
-from grandrounds.runner import RunConfig, check_run, run
+from grandrounds.sources.data import resolve
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.records import Request
+from grandrounds.core.registry import BENCHMARKS
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig, check_run
 from grandrounds.store import Store
 from tests.conftest import shared_file
 

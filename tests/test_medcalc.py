@@ -16,19 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from grandrounds.analysis import leaderboard
+from grandrounds.analyses.leaderboard import leaderboard
 from grandrounds.benchmarks import medcalc as medcalc_module
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.medcalc import MedCalcBench
-from grandrounds.datasource import resolve
-from grandrounds.downloads import ChecksumChanged, record_path, recorded
-from grandrounds.errors import ConfigError, DataError
-from grandrounds.hashing import file_sha256
-from grandrounds.reports.collect import result_rows
-from grandrounds.runner import RunConfig, run
+from grandrounds.sources.data import resolve
+from grandrounds.sources.downloads import ChecksumChanged, record_path, recorded
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.hashing import file_sha256
+from grandrounds.analyses.collect import result_rows
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 from grandrounds.graders.base import GradeContext
-from grandrounds.records import Response
+from grandrounds.core.records import Response
 from tests.grading import grade_answer
 from grandrounds.graders import medcalc_extract as mx
 from grandrounds.scoring import medcalc as mc
@@ -139,9 +140,9 @@ def test_protocols_differ_in_reading_not_in_counting(rows):
 
 
 def test_grader_protocol_is_checked():
-    from grandrounds.errors import ConfigError
+    from grandrounds.core.errors import ConfigError
     from grandrounds.graders.base import build
-    from grandrounds.registry import Spec
+    from grandrounds.core.registry import Spec
 
     assert build(Spec("medcalc", {"protocol": "grandrounds"})).params.protocol == "grandrounds"
     assert build(Spec("medcalc", {})).params.protocol == "reference"

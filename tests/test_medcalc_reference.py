@@ -29,8 +29,9 @@ from grandrounds.benchmarks.medcalc import OFFICIAL_SYSTEM, OFFICIAL_USER, RUN_P
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.medcalc_extract import official_expression
 from grandrounds.graders.medcalc_grader import MedCalcGrader, MedCalcParams
-from grandrounds.records import Grade, Response, Sample
-from grandrounds.runner import RunConfig, run
+from grandrounds.core.records import Grade, Response, Sample
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 from tests.conftest import reference_file, shared_file
 from tests.official import load_official

@@ -11,11 +11,11 @@ import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.medec import INSTRUCTIONS, MEDEC, SCORER
-from grandrounds.errors import ConfigError, DataError
+from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.graders import base as graders_base
-from grandrounds.hashing import file_sha256
-from grandrounds.registry import Spec
-from grandrounds.records import Response
+from grandrounds.core.hashing import file_sha256
+from grandrounds.core.registry import Spec
+from grandrounds.core.records import Response
 from tests.grading import grade_answer
 from grandrounds.graders import medec_extract as ex
 from grandrounds.scoring import medec as sc

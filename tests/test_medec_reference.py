@@ -27,7 +27,7 @@ import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.medec import MEDEC
-from grandrounds.records import Response, Sample
+from grandrounds.core.records import Response, Sample
 from grandrounds.scoring.medec import PANDAS_NA
 from tests.conftest import shared_file
 from tests.grading import grade_answer

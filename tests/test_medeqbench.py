@@ -13,10 +13,10 @@ import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.medeqbench import DIMENSION_ALIASES, MedEQBench, parse_rubric
-from grandrounds.errors import DataError
+from grandrounds.core.errors import DataError
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.medeq_grader import MedEQGrader, MedEQParams, rubric_text
-from grandrounds.records import Cell, Response, Verdict
+from grandrounds.core.records import Cell, Response, Verdict
 from tests.grading import grade_answer
 from grandrounds.scoring.medeq import DIMENSIONS, question_score, reference_question, sample_items
 
@@ -261,7 +261,7 @@ def test_reference_arithmetic_counts_missing_lines_as_zero(samples):
 @pytest.mark.parametrize("protocol", ["reference", "grandrounds"])
 def test_clinician_reviews_rescore_the_question(samples, protocol):
     """A reviewer's verdicts replace the judge's: 100 * met weights / positive weights, rounded to 2."""
-    from grandrounds.records import Grade, Verdict
+    from grandrounds.core.records import Grade, Verdict
 
     s = samples[0]
     verdicts = tuple(Verdict(c.id, "met" if c.points > 0 else "unmet") for c in s.rubric)

@@ -32,19 +32,11 @@ from typing import Any, Callable
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.benchmarks.medeqbench import (
-    CONFIG,
-    EVALUATE_PROMPT,
-    EVALUATOR,
-    GRANDROUNDS,
-    REFERENCE,
-    UTILS,
-    MedEQBench,
-    reference_dimension,
-)
+from grandrounds.benchmarks.medeqbench import MedEQBench, reference_dimension
+from grandrounds.sources.medeqbench import CONFIG, EVALUATE_PROMPT, EVALUATOR, GRANDROUNDS, REFERENCE, UTILS
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.medeq_grader import MedEQGrader, MedEQParams, official_template, reference_counts
-from grandrounds.records import Grade, Response, Sample
+from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.scoring.medeq import DIMENSIONS, reference_question, sample_items
 from tests.conftest import reference_file, shared_file
 from tests.official import load_official
@@ -445,7 +437,8 @@ def test_the_official_prompt_is_read_from_the_pinned_file():
 
 
 def test_a_run_sends_the_official_prompt_and_settings(tmp_path):
-    from grandrounds.runner import JudgeConfig, RunConfig, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import JudgeConfig, RunConfig
     from grandrounds.store import Store
     from grandrounds.testing import LoopbackServer
 

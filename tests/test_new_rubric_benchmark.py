@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds.cli import app
+from grandrounds.cli.main import app
 from grandrounds.graders import grader_from_fingerprint
-from grandrounds.registry import BENCHMARKS
-from grandrounds.reviews import ReviewInput, add_review, reviewed_values
+from grandrounds.core.registry import BENCHMARKS
+from grandrounds.analyses.reviews import ReviewInput, add_review, reviewed_values
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer, last_user_text
 from tests.rubric_bench.triage import TEMPLATE, TriageRubric

@@ -21,11 +21,11 @@ from typing import Any, Callable
 
 import pytest
 
-from grandrounds.errors import ConfigError
-from grandrounds.executor import Executor, RetryPolicy
+from grandrounds.core.errors import ConfigError
+from grandrounds.run.executor import Executor, RetryPolicy
 from grandrounds.providers.base import ModelSpec, ProviderError
 from grandrounds.providers.openai_compat import DEFAULT_BASE_URL, OpenAIProvider
-from grandrounds.records import GenParams, Message, Request
+from grandrounds.core.records import GenParams, Message, Request
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 

@@ -16,14 +16,16 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import grandrounds.regrade as regrade_mod
+import grandrounds.run.regrade as regrade_mod
 import grandrounds.store.runs as store_runs
-from grandrounds import cli, outputs
-from grandrounds.cli import app
-from grandrounds.outputs import sample_line, write_outputs
-from grandrounds.regrade import RegradeRequest, regrade
-from grandrounds.registry import BENCHMARKS
-from grandrounds.runner import JudgeConfig, RunConfig, RunOutcome, run
+from grandrounds.cli import main as cli
+from grandrounds.run import outputs
+from grandrounds.cli.main import app
+from grandrounds.run.outputs import sample_line, write_outputs
+from grandrounds.run.regrade import RegradeRequest, regrade
+from grandrounds.core.registry import BENCHMARKS
+from grandrounds.run.runner import RunOutcome, run
+from grandrounds.run.config import JudgeConfig, RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.rubric_bench.triage import TriageRubric
@@ -86,7 +88,7 @@ def triage7(tmp_path: Path):
 
 
 def test_run_out_writes_every_line_in_order_one_chunk_at_a_time(tmp_path, monkeypatch, small_chunks):
-    import grandrounds.runner as runner_mod
+    import grandrounds.run.runner as runner_mod
 
     db, out = tmp_path / "s.db", tmp_path / "out"
     outcomes: list[RunOutcome] = []

@@ -9,9 +9,9 @@ import time
 import pytest
 from rich.console import Console
 
-from grandrounds.outputs import result_json, sample_line, write_outputs
-from grandrounds.progress import RichProgress
-from grandrounds.records import (
+from grandrounds.run.outputs import result_json, sample_line, write_outputs
+from grandrounds.run.progress import RichProgress
+from grandrounds.core.records import (
     Cell,
     Criterion,
     Grade,
@@ -338,7 +338,7 @@ def test_progress_rate_is_calls_per_elapsed_second():
 
 
 def test_progress_bar_is_updated_at_most_every_draw_interval_and_for_the_last_item():
-    from grandrounds import progress
+    from grandrounds.run import progress
 
     p, _ = make_progress()
     p.start(1000, "x")
@@ -380,10 +380,10 @@ def test_progress_as_executor_observer(tmp_path):
     """The progress bar is the runner's CallObserver: its counts agree with the executor's."""
     import asyncio
 
-    from grandrounds.executor import Executor, RetryPolicy
+    from grandrounds.run.executor import Executor, RetryPolicy
     from grandrounds.providers.base import ModelSpec, ProviderError
     from grandrounds.providers.scripted import ScriptedProvider
-    from grandrounds.records import Request
+    from grandrounds.core.records import Request
     from grandrounds.store import Store
 
     tries: dict[str, int] = {}

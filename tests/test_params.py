@@ -1,6 +1,6 @@
 """Declared options: every --param, --scoring, run option and --model-opt is checked before any call.
 
-The command-line tests drive the real CLI (typer's CliRunner on ``grandrounds.cli.app``) against a
+The command-line tests drive the real CLI (typer's CliRunner on ``grandrounds.cli.main.app``) against a
 loopback OpenAI-compatible server and assert that a refused run made no request at all and ended
 with exit code 2 and a one-line message naming the bad key or value.
 """
@@ -17,7 +17,7 @@ from typing import Any, get_args
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds import cli
+from grandrounds.cli import main as cli
 from grandrounds.benchmarks import base as bench_base
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.gaps import GAPS
@@ -26,14 +26,15 @@ from grandrounds.benchmarks.llmeval_med import LLMEvalMed
 from grandrounds.benchmarks.medqa import MedQA
 from grandrounds.benchmarks.mmlu_medical import SUBJECTS, MMLUMedical
 from grandrounds.benchmarks.pubmedqa import PubMedQA
-from grandrounds.errors import ConfigError
+from grandrounds.core.errors import ConfigError
 from grandrounds.graders.mcq_grader import MODE_ALIASES
-from grandrounds.params import Param, check_values, coerce, is_default, without_defaults
+from grandrounds.core.params import Param, check_values, coerce, is_default, without_defaults
 from grandrounds.providers.base import ModelSpec, Provider, check_model
 from grandrounds.providers.openai_compat import OpenAIProvider
-from grandrounds.records import AnswerMode, RequestKind
-from grandrounds.registry import BENCHMARKS, PROVIDERS
-from grandrounds.runner import RunConfig, check_run, run
+from grandrounds.core.records import AnswerMode, RequestKind
+from grandrounds.core.registry import BENCHMARKS, PROVIDERS
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig, check_run
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 

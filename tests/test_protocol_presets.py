@@ -21,17 +21,18 @@ from typing import ClassVar
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds.analysis import leaderboard
+from grandrounds.analyses.leaderboard import leaderboard
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.cli import app
-from grandrounds.errors import ConfigError, DataError
-from grandrounds.protocols import Generation, Protocol
-from grandrounds.registry import BENCHMARKS
-from grandrounds.reports.collect import result_rows
-from grandrounds.runner import JudgeConfig, RunConfig, run
+from grandrounds.cli.main import app
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.sources.protocols import Generation, Protocol
+from grandrounds.core.registry import BENCHMARKS
+from grandrounds.analyses.collect import result_rows
+from grandrounds.run.runner import run
+from grandrounds.run.config import JudgeConfig, RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer, Reply, last_user_text
-from grandrounds.upstream import REFERENCE_ENV, TextRef, UpstreamFile, python_dict_string, python_string, read_text, yaml_value
+from grandrounds.sources.upstream import REFERENCE_ENV, TextRef, UpstreamFile, python_dict_string, python_string, read_text, yaml_value
 from tests.conftest import reference_file
 from tests.rubric_bench.triage import TriageRubric
 
@@ -71,7 +72,7 @@ def test_f_string_placeholders_are_named_by_their_expression(tmp_path, monkeypat
     src = 'X = 1\ndef build(row):\n    prompt = f"Note: {row[\'Note\']}\\nAsk {q}?" "  done"\n    return prompt\n'
     (folder / "mod.py").write_text(src, encoding="utf-8")
     monkeypatch.setenv(REFERENCE_ENV, str(tmp_path / "ref"))
-    from grandrounds.hashing import file_sha256
+    from grandrounds.core.hashing import file_sha256
 
     f = UpstreamFile("demo", "o/r", "c" * 40, "mod.py", file_sha256(folder / "mod.py"))
     t = python_string(f, "prompt", within="build")
@@ -90,7 +91,7 @@ def test_dict_entries_and_yaml_keys(tmp_path, monkeypatch, official_reference):
     folder.mkdir(parents=True)
     (folder / "p.py").write_text('PROMPTS = {"a": "first", "b": "sec" "ond"}\n', encoding="utf-8")
     monkeypatch.setenv(REFERENCE_ENV, str(tmp_path / "ref"))
-    from grandrounds.hashing import file_sha256
+    from grandrounds.core.hashing import file_sha256
 
     f = UpstreamFile("demo", "o/r", "c" * 40, "p.py", file_sha256(folder / "p.py"))
     assert python_dict_string(f, "PROMPTS", "b").text == "second"
@@ -274,7 +275,7 @@ def test_scripted_provider_reports_a_finish_reason():
 
     from grandrounds.providers.base import ModelSpec
     from grandrounds.providers.scripted import ScriptedProvider
-    from grandrounds.records import Message, Request
+    from grandrounds.core.records import Message, Request
 
     p = ScriptedProvider(ModelSpec.parse("scripted/x"), script=lambda r: ("cut", "length"))
     resp = asyncio.run(p.call(Request("scripted", "x", (Message("user", "q"),))))
@@ -288,6 +289,6 @@ def test_text_refs_read_nothing_until_loaded(monkeypatch, tmp_path):
     monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "cache"))
     ref = TextRef(UpstreamFile("x", "o/r", "e" * 40, "a.py", "0" * 64), "T")
     g = Generation(system=ref)
-    from grandrounds.protocols import Protocol as P
+    from grandrounds.sources.protocols import Protocol as P
 
     assert P("reference", answer=g).describe()["answer"]["system"]["name"] == "T"  # described without reading

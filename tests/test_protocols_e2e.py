@@ -30,7 +30,8 @@ from grandrounds.benchmarks.llmeval_med import LLMEvalMed
 from grandrounds.benchmarks.medbench import MedBench
 from grandrounds.benchmarks.medcalc import MedCalcBench
 from grandrounds.benchmarks.medec import MEDEC
-from grandrounds.runner import JudgeConfig, RunConfig, RunOutcome, run
+from grandrounds.run.runner import RunOutcome, run
+from grandrounds.run.config import JudgeConfig, RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file

@@ -8,7 +8,7 @@ import pytest
 
 from grandrounds.providers.base import ModelSpec, ProviderError
 from grandrounds.providers.openai_compat import OpenAIProvider
-from grandrounds.records import GenParams, Message, Request
+from grandrounds.core.records import GenParams, Message, Request
 from grandrounds.testing import Fault, LoopbackServer
 
 def call(provider: OpenAIProvider, request: Request):

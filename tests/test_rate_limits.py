@@ -2,7 +2,7 @@
 the limit, retries included, per model at an endpoint: a candidate and a judge that are one model
 there share it (the lower limit wins), two models keep their own.
 
-The window is a minute in use; here it is shrunk (``executor.RATE_WINDOW``) so a test takes about
+The window is a minute in use; here it is shrunk (``limits.RATE_WINDOW``) so a test takes about
 a second. Times are the loopback server's arrival times: they trail the client's start times by a
 delay that varies (each arrival up to about 10 ms early or late against an even 0.1 s spacing on
 a loaded 2-core machine, so five spacings in a row can come out 0.02 s short), so a window is
@@ -22,12 +22,13 @@ from typing import Any, Callable
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds import executor
-from grandrounds.cli import app
-from grandrounds.errors import ConfigError
-from grandrounds.executor import EndpointLimits
-from grandrounds.registry import BENCHMARKS
-from grandrounds.runner import RunConfig, run
+from grandrounds.run import limits
+from grandrounds.cli.main import app
+from grandrounds.core.errors import ConfigError
+from grandrounds.run.limits import EndpointLimits
+from grandrounds.core.registry import BENCHMARKS
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import shared_file
@@ -39,7 +40,7 @@ SLACK = 0.1
 
 @pytest.fixture(autouse=True)
 def short_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(executor, "RATE_WINDOW", WINDOW)
+    monkeypatch.setattr(limits, "RATE_WINDOW", WINDOW)
 
 
 def medqa() -> Path:

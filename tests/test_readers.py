@@ -1,7 +1,7 @@
 """Benchmark file readers and the data source: encodings, line numbers, required columns, the cache.
 
-The readers module was ``grandrounds.benchmarks.mcq_io`` and is being renamed to
-``grandrounds.benchmarks.readers``; both names are accepted here. Files are written by the
+The readers live in ``grandrounds.benchmarks.readers`` (decoding, lines, json_docs,
+json_object_arrays, records). Files are written by the
 tests themselves in the shapes real benchmark files take (HealthBench JSONL with raw U+2028,
 CMB's GB18030 JSON, MedCalc-Bench CSV with a BOM and quoted multi-line notes).
 """
@@ -15,20 +15,13 @@ from types import SimpleNamespace
 
 import pytest
 
-try:
-    from grandrounds.benchmarks import readers as mcq_io
-except ImportError:  # before the rename
-    from grandrounds.benchmarks import mcq_io  # type: ignore[no-redef]
-
 from grandrounds.benchmarks.base import RemoteFile, read_text
-from grandrounds.datasource import cache_dir, fetch, resolve
-from grandrounds.errors import ConfigError, DataError
-
-read_jsonl = mcq_io.read_jsonl
-read_json = mcq_io.read_json
-read_csv = mcq_io.read_csv
-require_fields = mcq_io.require_fields
-check_unique_ids = mcq_io.check_unique_ids
+from grandrounds.benchmarks.readers import decoding, json_docs, json_object_arrays
+from grandrounds.benchmarks.readers.json_docs import read_json
+from grandrounds.benchmarks.readers.lines import read_csv, read_jsonl
+from grandrounds.benchmarks.readers.records import check_unique_ids, require_fields
+from grandrounds.sources.data import cache_dir, fetch, resolve
+from grandrounds.core.errors import ConfigError, DataError
 
 RECORDS = [
     {"question": "Which organ pumps blood?", "options": {"A": "liver", "B": "heart"}, "answer_idx": "B"},
@@ -182,7 +175,7 @@ def test_read_text_named_encoding_is_strict_and_names_the_line(tmp_path):
     path.write_bytes("id,q\n1,心脏\n".encode("utf-8"))
     with pytest.raises(DataError, match=r"line 2: cannot decode as ascii \(byte 0xe5 at offset 7\)"):
         read_text(path, "ascii")
-    with mcq_io.data_encoding("gb18030"):  # what --encoding sets for the whole command
+    with decoding.data_encoding("gb18030"):  # what --encoding sets for the whole command
         assert read_text(path) == "id,q\n1,心脏\n".encode("utf-8").decode("gb18030")
     assert read_text(path) == "id,q\n1,心脏\n"  # the block's encoding does not outlive it
 
@@ -339,36 +332,36 @@ SURROGATE_DOCS = {
 @pytest.mark.parametrize("read", [5, 1, 11, 12, 13, 1 << 16])
 @pytest.mark.parametrize("name", sorted(SURROGATE_DOCS))
 def test_the_ijson_path_reads_escaped_surrogates_as_json_does(tmp_path, monkeypatch, name, read):
-    monkeypatch.setattr(mcq_io, "JSON_READ", read)  # escapes and pairs cut across reads
+    monkeypatch.setattr(json_docs, "JSON_READ", read)  # escapes and pairs cut across reads
     text = SURROGATE_DOCS[name]
     path = tmp_path / f"{name}.json"
     path.write_text(("\n" * (read % 7)) + text, encoding="utf-8")
     want = json.loads(text)
     if isinstance(want, dict):
-        assert list(mcq_io.iter_json_object(path, "x")) == list(want.items())
+        assert list(json_docs.iter_json_object(path, "x")) == list(want.items())
     else:
-        assert list(mcq_io.iter_json_array(path, "x")) == list(enumerate(want))
+        assert list(json_docs.iter_json_array(path, "x")) == list(enumerate(want))
 
 
 def test_only_a_lone_surrogate_sends_the_document_to_json(tmp_path, monkeypatch):
     whole: list[str] = []
-    real = mcq_io.read_json
-    monkeypatch.setattr(mcq_io, "read_json", lambda path: whole.append(path.stem) or real(path))
-    monkeypatch.setattr(mcq_io, "JSON_READ", 5)
+    real = json_docs.read_json
+    monkeypatch.setattr(json_docs, "read_json", lambda path: whole.append(path.stem) or real(path))
+    monkeypatch.setattr(json_docs, "JSON_READ", 5)
     for name, text in SURROGATE_DOCS.items():
         path = tmp_path / f"{name}.json"
         path.write_text(text, encoding="utf-8")
-        list(mcq_io.iter_json_object(path, "x") if text.startswith("{") else mcq_io.iter_json_array(path, "x"))
+        list(json_docs.iter_json_object(path, "x") if text.startswith("{") else json_docs.iter_json_array(path, "x"))
     # a pair stays with ijson; the escaped-backslash texts are false alarms json reads right
     assert sorted(set(SURROGATE_DOCS) - set(whole)) == ["pair"]
 
 
 def test_records_before_a_lone_surrogate_come_from_ijson_and_the_rest_from_json(tmp_path, monkeypatch):
-    monkeypatch.setattr(mcq_io, "JSON_READ", 64)
+    monkeypatch.setattr(json_docs, "JSON_READ", 64)
     items = [{"n": i, "q": "发热" * 20} for i in range(50)] + [{"n": 50, "q": "\ud800"}]
     path = tmp_path / "late.json"
     path.write_text(json.dumps(items), encoding="utf-8")  # ASCII: the surrogate written as \ud800
-    got = mcq_io.iter_json_array(path, "x")
+    got = json_docs.iter_json_array(path, "x")
     assert next(got) == (0, items[0])
     assert [item for _, item in got] == items[1:]
 
@@ -385,41 +378,41 @@ OBJECT_OF_ARRAYS = {
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
 @pytest.mark.parametrize("name", sorted(OBJECT_OF_ARRAYS))
 def test_iter_json_object_arrays_equals_json(tmp_path, monkeypatch, name, chunk):
-    monkeypatch.setattr(mcq_io, "CHUNK", chunk)
+    monkeypatch.setattr(json_object_arrays, "CHUNK", chunk)
     path = tmp_path / f"{name}.json"
     path.write_text(OBJECT_OF_ARRAYS[name], encoding="utf-8")
-    got = [(k, list(v) if isinstance(v, mcq_io.JsonArray) else v) for k, v in mcq_io.iter_json_object_arrays(path, "x")]
+    got = [(k, list(v) if isinstance(v, json_object_arrays.JsonArray) else v) for k, v in json_object_arrays.iter_json_object_arrays(path, "x")]
     want = [(k, list(enumerate(v)) if isinstance(v, list) else v) for k, v in read_json(path).items()]
     assert repr(got) == repr(want)  # repr: NaN is never equal to itself
 
 
 @pytest.mark.parametrize("text", ['{"a": [1, 2,]}', '{"a": [1] x', '{"a": [1]} extra', '{"a": [1', '{"a" [1]}', "{1: [2]}", "  "])
 def test_iter_json_object_arrays_fails_with_read_jsons_error(tmp_path, monkeypatch, text):
-    monkeypatch.setattr(mcq_io, "CHUNK", 3)
+    monkeypatch.setattr(json_object_arrays, "CHUNK", 3)
     path = tmp_path / "bad.json"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(DataError) as whole:
         read_json(path)
     with pytest.raises(DataError) as streamed:
-        for _, value in mcq_io.iter_json_object_arrays(path, "x"):
-            list(value) if isinstance(value, mcq_io.JsonArray) else None
+        for _, value in json_object_arrays.iter_json_object_arrays(path, "x"):
+            list(value) if isinstance(value, json_object_arrays.JsonArray) else None
     assert str(streamed.value) == str(whole.value)
 
 
 def test_iter_json_object_arrays_decodes_as_read_text_does(tmp_path, monkeypatch):
-    monkeypatch.setattr(mcq_io, "CHUNK", 5)
+    monkeypatch.setattr(json_object_arrays, "CHUNK", 5)
     doc = {"发热": [{"q": "咳嗽？"}, 2]}
     zh = tmp_path / "zh.json"
     zh.write_bytes(json.dumps(doc, ensure_ascii=False).encode("gb18030"))  # not UTF-8: read whole
     u16 = tmp_path / "u16.json"
     u16.write_bytes(json.dumps(doc, ensure_ascii=False).encode("utf-16"))
-    with mcq_io.data_encoding("utf-16"):
-        got16 = [(k, list(v)) for k, v in mcq_io.iter_json_object_arrays(u16, "x")]
-    assert [(k, list(v)) for k, v in mcq_io.iter_json_object_arrays(zh, "x")] == got16 == [("发热", [(0, {"q": "咳嗽？"}), (1, 2)])]
+    with decoding.data_encoding("utf-16"):
+        got16 = [(k, list(v)) for k, v in json_object_arrays.iter_json_object_arrays(u16, "x")]
+    assert [(k, list(v)) for k, v in json_object_arrays.iter_json_object_arrays(zh, "x")] == got16 == [("发热", [(0, {"q": "咳嗽？"}), (1, 2)])]
     arr = tmp_path / "arr.json"
     arr.write_text("[1]", encoding="utf-8")
     with pytest.raises(DataError, match="expected an object"):
-        list(mcq_io.iter_json_object_arrays(arr, "expected an object"))
+        list(json_object_arrays.iter_json_object_arrays(arr, "expected an object"))
 
 
 # ---- datasource: cache directory, local paths, file:// downloads ---------------------------------

@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds.cli import NOTHING_SCORED, app
-from grandrounds.executor import EndpointLimits, Executor, RetryPolicy
+from grandrounds.cli.main import NOTHING_SCORED, app
+from grandrounds.run.executor import Executor, RetryPolicy
+from grandrounds.run.limits import EndpointLimits
 from grandrounds.providers.base import ModelSpec
-from grandrounds.records import GenParams, Message, Request
-from grandrounds.registry import PROVIDERS
+from grandrounds.core.records import GenParams, Message, Request
+from grandrounds.core.registry import PROVIDERS
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import shared_file

@@ -17,9 +17,9 @@ from grandrounds.benchmarks.base import RunOptions
 from grandrounds.graders import base as graders_base
 from grandrounds.graders import grader_from_fingerprint
 from grandrounds.graders.base import Grader, NoParams
-from grandrounds.hashing import to_jsonable
-from grandrounds.records import Grade
-from grandrounds.registry import BENCHMARKS, GRADERS, PROVIDERS, Registry, Spec, UnknownComponent
+from grandrounds.core.hashing import to_jsonable
+from grandrounds.core.records import Grade
+from grandrounds.core.registry import BENCHMARKS, GRADERS, PROVIDERS, Registry, Spec, UnknownComponent
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,7 @@ def test_a_broken_path_fails_only_for_its_own_name(lazy_module: str) -> None:
 def test_importing_the_registry_imports_no_component() -> None:
     code = (
         "import sys\n"
-        "from grandrounds.registry import BENCHMARKS, GRADERS, PROVIDERS\n"
+        "from grandrounds.core.registry import BENCHMARKS, GRADERS, PROVIDERS\n"
         "names = BENCHMARKS.names() + GRADERS.names() + PROVIDERS.names()\n"
         "loaded = sorted(m for m in sys.modules if m.startswith(('grandrounds.benchmarks', 'grandrounds.graders', 'grandrounds.providers')))\n"
         "print(len(names), loaded)\n"
@@ -335,7 +335,7 @@ PLUGIN_MODULE = """
     from dataclasses import dataclass
 
     from grandrounds.graders.base import Grader
-    from grandrounds.records import Grade
+    from grandrounds.core.records import Grade
 
 
     @dataclass(frozen=True)
@@ -392,7 +392,7 @@ def test_a_plugin_grader_builds_grades_and_round_trips_through_the_global_regist
     import asyncio
 
     from grandrounds.graders.base import GradeContext
-    from grandrounds.records import Message, Response, Sample
+    from grandrounds.core.records import Message, Response, Sample
 
     # Let GRADERS scan again (it may have scanned before the plugin existed); restored afterwards.
     monkeypatch.setattr(GRADERS, "_paths", dict(GRADERS._paths))
@@ -408,7 +408,7 @@ def test_a_plugin_grader_builds_grades_and_round_trips_through_the_global_regist
     # Stored as JSON (the tuple becomes a list) and rebuilt: the same spec, tuple and all.
     assert fingerprint_round_trip(spec) == spec
     assert GRADERS.get("mcq").__name__ == "MCQGrader"
-    from grandrounds.errors import ConfigError
+    from grandrounds.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"has no parameter word \(accepted: words\)"):
         graders_base.build(Spec("keyword-plugin", {"word": ("x",)}))
@@ -417,7 +417,7 @@ def test_a_plugin_grader_builds_grades_and_round_trips_through_the_global_regist
 def test_a_built_in_name_is_found_without_reading_installed_plugins(monkeypatch):
     """Reading every installed package's entry points takes a noticeable part of a run's start-up;
     a built-in name (which a plugin cannot take over) does not need it, an unknown name does."""
-    from grandrounds import registry as reg
+    from grandrounds.core import registry as reg
 
     scans: list[str] = []
 

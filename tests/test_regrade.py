@@ -19,15 +19,16 @@ from typing import Any
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.errors import ConfigError
-from grandrounds.executor import RetryPolicy
+from grandrounds.core.errors import ConfigError
+from grandrounds.run.executor import RetryPolicy
 from grandrounds.graders.healthbench_grader import HealthBenchGrader
 from grandrounds.graders.judging import compare_modes
 from grandrounds.graders.rubric_grader import RubricGrader
-from grandrounds.hashing import content_hash
-from grandrounds.regrade import RegradeRequest, last_grading, rebuild_grader, regrade
-from grandrounds.registry import BENCHMARKS, Spec
-from grandrounds.runner import JudgeConfig, RunConfig, build_benchmark, run
+from grandrounds.core.hashing import content_hash
+from grandrounds.run.regrade import RegradeRequest, last_grading, rebuild_grader, regrade
+from grandrounds.core.registry import BENCHMARKS, Spec
+from grandrounds.run.runner import run
+from grandrounds.run.config import JudgeConfig, RunConfig, build_benchmark
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer, last_user_text
 from tests.rubric_bench.triage import TEMPLATE, TriageRubric

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds.cli import app
+from grandrounds.cli.main import app
 from grandrounds.store import Store
 from tests.conftest import shared_file
 

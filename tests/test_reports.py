@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds.analysis import agreement
-from grandrounds.cli import app
+from grandrounds.analyses.leaderboard import agreement
+from grandrounds.cli.main import app
 from grandrounds.reports import boards, build_report
 from grandrounds.reports.compare import compare_models
-from grandrounds.reviews import ReviewError, ReviewInput, add_review, agreement_pairs, fill_queue, queue, reviewed_values
+from grandrounds.analyses.reviews import ReviewError, ReviewInput, add_review, agreement_pairs, fill_queue, queue, reviewed_values
 from grandrounds.store import Store
 from tests.synthetic import XSS, SynthSpec, build_store, scripted_mcq_runs
 

@@ -25,9 +25,9 @@ import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.providers.scripted import ScriptedProvider
-from grandrounds.records import Grade, Request, Verdict, Vote
-from grandrounds.registry import PROVIDERS
-from grandrounds.reviews import (
+from grandrounds.core.records import Grade, Request, Verdict, Vote
+from grandrounds.core.registry import PROVIDERS
+from grandrounds.analyses.reviews import (
     ReviewError,
     ReviewInput,
     add_review,
@@ -40,7 +40,8 @@ from grandrounds.reviews import (
     reviewed_values,
     reviews_for,
 )
-from grandrounds.runner import JudgeConfig, RunConfig, run
+from grandrounds.run.runner import run
+from grandrounds.run.config import JudgeConfig, RunConfig
 from grandrounds.store import Store
 from tests.synthetic import SynthSpec, build_store
 
@@ -387,7 +388,7 @@ def test_a_criterion_review_leaves_a_grader_without_rescore_at_the_judges_value(
 def test_gaps_criterion_reviews_are_rescored() -> None:
     from grandrounds.graders.base import GradeContext
     from grandrounds.graders.gaps_grader import GAPSGrader
-    from grandrounds.records import Criterion, Message, Response, Sample
+    from grandrounds.core.records import Criterion, Message, Response, Sample
 
     class Judge:
         def __init__(self, name: str) -> None:

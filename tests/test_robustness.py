@@ -21,15 +21,14 @@ from typer.testing import CliRunner
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.demo import DemoExam
 from grandrounds.benchmarks.medqa import MedQA
-from grandrounds.cli import app
-from grandrounds.errors import ConfigError
+from grandrounds.cli.main import app
+from grandrounds.core.errors import ConfigError
 from grandrounds.providers.scripted import ScriptedProvider
-from grandrounds.registry import PROVIDERS
-from grandrounds.robustness import (
-    Attacker, Probe, expand_probes, probe_dataset_hash, read_rewrite, rewrites_path, run_probes, summarize_set,
-)
-from grandrounds.runner import RunConfig
-from grandrounds.stats import wilson_ci
+from grandrounds.core.registry import PROVIDERS
+from grandrounds.analyses.robustness import Attacker, expand_probes, read_rewrite, run_probes, summarize_set
+from grandrounds.benchmarks.probes import Probe, probe_dataset_hash, rewrites_path
+from grandrounds.run.config import RunConfig
+from grandrounds.scoring.stats import wilson_ci
 from grandrounds.store import Store
 from tests.conftest import shared_file
 

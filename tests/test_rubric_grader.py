@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from grandrounds.errors import ConfigError
+from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.healthbench_grader import parse_batched
 from grandrounds.graders.judge_json import json_values, parse_criteria_met
 from grandrounds.graders.judging import Ask, Reading, ask, compare_modes, judge_criteria, majority, votes_of
 from grandrounds.graders.medeq_grader import parse_medeq_reply
-from grandrounds.records import Grade, Message, Response, Verdict, Vote
+from grandrounds.core.records import Grade, Message, Response, Verdict, Vote
 
 
 class ScriptedJudge:

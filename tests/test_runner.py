@@ -6,13 +6,15 @@ import asyncio
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.demo import DemoExam
-from grandrounds.executor import RetryPolicy
+from grandrounds.run.executor import RetryPolicy
 from grandrounds.graders.mcq_grader import MCQGrader
 from grandrounds.providers.base import ProviderError
 from grandrounds.providers.scripted import ScriptedProvider
-from grandrounds.registry import PROVIDERS
-from grandrounds.runner import RunConfig, group_samples, run
-from grandrounds.records import Message, Sample
+from grandrounds.core.registry import PROVIDERS
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
+from grandrounds.run.samples import group_samples
+from grandrounds.core.records import Message, Sample
 from grandrounds.store import Store
 
 

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from grandrounds.executor import Executor, RetryPolicy
+from grandrounds.run.executor import Executor, RetryPolicy
 from grandrounds.providers.base import ModelSpec, ProviderError
 from grandrounds.providers.openai_compat import OpenAIProvider
-from grandrounds.records import Message, Request
-from grandrounds.runner import RunConfig, run
+from grandrounds.core.records import Message, Request
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 from tests.hostile_server import MB, HostileServer
 

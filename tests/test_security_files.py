@@ -21,13 +21,16 @@ import typer
 from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
-from grandrounds import cli
-from grandrounds.benchmarks.readers import GB18030_DOUBT_LIMIT, gb18030_doubt, read_csv, read_json, read_jsonl, read_text
-from grandrounds.errors import DataError, StoreError
+from grandrounds.cli import main as cli
+from grandrounds.benchmarks.readers.decoding import GB18030_DOUBT_LIMIT, gb18030_doubt, read_text
+from grandrounds.benchmarks.readers.json_docs import read_json
+from grandrounds.benchmarks.readers.lines import read_csv, read_jsonl
+from grandrounds.core.errors import DataError, StoreError
 from grandrounds.providers.base import ProviderError
 from grandrounds.reports import build_report
 from grandrounds.reports.tabular import FORMULA_LEADS, csv_cell, md_cell
-from grandrounds.runner import RunConfig, build_benchmark, run
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig, build_benchmark
 from grandrounds.store import Store
 from grandrounds.store.connection import SCHEMA_VERSION, StoreBase
 from grandrounds.store.migrations import MIGRATIONS
@@ -52,7 +55,7 @@ HOSTILE = [
 
 
 def grandrounds(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
-    """Run the real entry point (``grandrounds.cli.main``) in this process: exit code, stdout, stderr."""
+    """Run the real entry point (``grandrounds.cli.main.main``) in this process: exit code, stdout, stderr."""
     monkeypatch.setattr(sys, "argv", ["grandrounds", *args])
     monkeypatch.setenv("COLUMNS", "200")
     with pytest.raises(SystemExit) as e:

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 import grandrounds
-from grandrounds import runner
-from grandrounds.records import result_from_json
-from grandrounds.hashing import canonical_json
+from grandrounds.run import runner
+from grandrounds.core.records import result_from_json
+from grandrounds.core.hashing import canonical_json
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import shared_file
@@ -206,8 +206,9 @@ def test_run_returns_the_same_result_read_back_as_aggregated(tmp_path: Path, mon
     sample, without the usage block the CLI adds to the stored copy."""
     import asyncio
 
-    from grandrounds.costs import with_usage
-    from grandrounds.runner import JudgeConfig, RunConfig, run
+    from grandrounds.run.costs import with_usage
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import JudgeConfig, RunConfig
 
     data = shared_file("healthbench", "healthbench_500.jsonl")
     with LoopbackServer(lambda b: "See a doctor.") as cand, LoopbackServer(judge_rule(False)) as judge, Store(tmp_path / "s.db") as st:

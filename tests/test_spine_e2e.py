@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.executor import RetryPolicy
-from grandrounds.runner import RunConfig, run
+from grandrounds.run.executor import RetryPolicy
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import shared_file
@@ -161,7 +162,7 @@ def test_non_retryable_error_is_not_retried(tmp_path):
 
 def test_unknown_provider_fails_before_any_call(tmp_path):
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
-    from grandrounds.registry import UnknownComponent
+    from grandrounds.core.registry import UnknownComponent
 
     store = Store(tmp_path / "s.db")
     with pytest.raises(UnknownComponent, match="did you mean openai"):

@@ -1,4 +1,4 @@
-"""grandrounds.stats against textbook values and independent formulas.
+"""grandrounds.scoring.stats against textbook values and independent formulas.
 
 Reference values come from published tables (Newcombe 1998 for the Wilson interval, the
 Wikipedia/Cohen worked example for kappa, scikit-learn's documented macro-F1 example) or
@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from grandrounds.stats import (
+from grandrounds.scoring.stats import (
     Z95,
     bootstrap,
     clipped_mean,
@@ -561,7 +561,7 @@ def test_stats_module_does_not_import_numpy_at_import_time():
     import subprocess
     import sys
 
-    code = "import sys, grandrounds.stats as s; s.wilson_ci(3, 10); print('numpy' in sys.modules)"
+    code = "import sys, grandrounds.scoring.stats as s; s.wilson_ci(3, 10); print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

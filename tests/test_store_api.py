@@ -14,8 +14,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from grandrounds.errors import StoreError
-from grandrounds.records import Criterion, Grade, Message, Request, Response, Sample, Verdict, Vote
+from grandrounds.core.errors import StoreError
+from grandrounds.core.records import Criterion, Grade, Message, Request, Response, Sample, Verdict, Vote
 from grandrounds.store import AnswerText, QueueEntry, ReviewInput, RunRecord, Store, StoredGrade, StoredSample, VerdictCounts
 
 BENCH, DS, OTHER_DS = "healthbench", "d" * 64, "e" * 64
@@ -370,7 +370,7 @@ def test_a_flush_writes_many_rows_per_insert_and_lands_what_executemany_would() 
 def test_a_new_store_whose_wal_switch_is_refused_as_locked_retries_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two runs started together on a new store: SQLite refuses the WAL switch at once, without
     its busy wait, while the other process converts the file; opening retries the switch."""
-    from grandrounds.store import connection
+    from grandrounds.store import sqlite as connection
 
     refused: list[str] = []
     real = connection._raw_execute

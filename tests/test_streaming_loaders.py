@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-import grandrounds.benchmarks.readers as readers
 from grandrounds.benchmarks import medbullets as mb
 from grandrounds.benchmarks import mmlu_medical
 from grandrounds.benchmarks.cmb import CMB
@@ -32,25 +31,19 @@ from grandrounds.benchmarks.medec import COLUMNS as MEDEC_COLUMNS, MEDEC
 from grandrounds.benchmarks.medeqbench import MedEQBench
 from grandrounds.benchmarks.mmlu_medical import MMLUMedical
 from grandrounds.benchmarks.pubmedqa import PubMedQA
-from grandrounds.benchmarks.readers import (
-    data_encoding,
-    iter_csv,
-    iter_csv_rows,
-    iter_json_array,
-    iter_json_object,
-    read_csv,
-    read_json,
-    read_text,
-)
-from grandrounds.errors import DataError
+from grandrounds.benchmarks.readers import decoding, json_docs
+from grandrounds.benchmarks.readers.decoding import data_encoding, read_text
+from grandrounds.benchmarks.readers.json_docs import iter_json_array, iter_json_object, read_json
+from grandrounds.benchmarks.readers.lines import iter_csv, iter_csv_rows, read_csv
+from grandrounds.core.errors import DataError
 from tests.conftest import shared_file
 
 
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Read files 7 bytes at a time (JSON 5), so lines, records and multi-byte characters fall across reads."""
-    monkeypatch.setattr(readers, "CHUNK", 7)
-    monkeypatch.setattr(readers, "JSON_READ", 5)
+    monkeypatch.setattr(decoding, "CHUNK", 7)
+    monkeypatch.setattr(json_docs, "JSON_READ", 5)
 
 
 def error_of(fn) -> str:
@@ -190,7 +183,7 @@ def test_iter_json_array_equals_json_across_read_chunks(tmp_path, small_chunks, 
 
 def test_a_document_ijson_reads_is_never_read_whole(tmp_path, small_chunks, monkeypatch):
     whole: list[Path] = []
-    monkeypatch.setattr(readers, "read_json", lambda path: whole.append(path) or json.loads(read_text(path)))
+    monkeypatch.setattr(json_docs, "read_json", lambda path: whole.append(path) or json.loads(read_text(path)))
     for name, text in JSON_DOCS.items():
         path = tmp_path / f"{name}.json"
         path.write_text(text, encoding="utf-8")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grandrounds.textutil import normalize_width, strip_reasoning
+from grandrounds.core.textutil import normalize_width, strip_reasoning
 
 # ---- strip_reasoning ---------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ max_tokens), corrected to the usage the server reports; a request larger than th
 without being sent; limits are per model at an endpoint: a judge that is the candidate's own model
 there shares the lower limit, two models keep their own.
 
-The window is a minute in use; here it is shrunk (``executor.RATE_WINDOW``) so a test takes a few
+The window is a minute in use; here it is shrunk (``limits.RATE_WINDOW``) so a test takes a few
 seconds. Times are the loopback server's arrival times, which trail the client's start times by a
 delay that varies (a few milliseconds, up to 80 ms seen on a loaded 2-core machine), so a window
 is checked ``SLACK`` seconds shorter than the limiter's: still long enough that a limiter with half
@@ -26,14 +26,17 @@ from typing import Any, Callable
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds import executor, testing
-from grandrounds.cli import app
-from grandrounds.costs import token_counter
-from grandrounds.errors import ConfigError
-from grandrounds.executor import EndpointLimits, TokenRate
-from grandrounds.records import Message, Usage
-from grandrounds.registry import BENCHMARKS
-from grandrounds.runner import RunConfig, run
+from grandrounds import testing
+
+from grandrounds.run import limits as rate_limits
+from grandrounds.cli.main import app
+from grandrounds.run.costs import token_counter
+from grandrounds.core.errors import ConfigError
+from grandrounds.run.limits import EndpointLimits, TokenRate
+from grandrounds.core.records import Message, Usage
+from grandrounds.core.registry import BENCHMARKS
+from grandrounds.run.runner import run
+from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import shared_file
@@ -48,7 +51,7 @@ COUNTER = token_counter("openai/m")
 
 @pytest.fixture(autouse=True)
 def short_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(executor, "RATE_WINDOW", WINDOW)
+    monkeypatch.setattr(rate_limits, "RATE_WINDOW", WINDOW)
 
 
 @pytest.fixture
@@ -515,7 +518,7 @@ def test_anthropic_input_and_output_limits_are_corrected_to_its_reported_usage(t
     """An ``anthropic/`` model under ``--tpm input=N,output=M``: each call reserves its prompt under N
     and its max_tokens under M, and Anthropic's reported usage (input_tokens, output_tokens)
     replaces both, so one-word replies free the output limit that max_tokens 512 would have held."""
-    from grandrounds.testing_batch import BatchServer
+    from grandrounds.testing.batch import BatchServer
 
     seen = Arrivals(lambda b: "A")
     with BatchServer(seen) as srv:
@@ -537,7 +540,7 @@ def test_anthropic_input_and_output_limits_are_corrected_to_its_reported_usage(t
 def test_separate_limits_refuse_a_request_over_either_and_name_it() -> None:
     limits = EndpointLimits(per=0.2)
     limits.limit_tokens("http://split.test/v1", "input=900,output=300", "--tpm")
-    limits.limit_tokens("http://split.test/v1", executor.TokenLimits(output=200, total=5000), "--judge-tpm")
+    limits.limit_tokens("http://split.test/v1", rate_limits.TokenLimits(output=200, total=5000), "--judge-tpm")
     rate = limits.tokens("http://split.test/v1")
     assert rate is not None
     assert rate.limits == {"input": (900, "--tpm"), "output": (200, "--judge-tpm"), "total": (5000, "--judge-tpm")}
@@ -548,19 +551,19 @@ def test_separate_limits_refuse_a_request_over_either_and_name_it() -> None:
         "over --judge-tpm output=200: max_tokens larger than a minute allows, so the request was not sent; "
         "raise --judge-tpm's output limit or lower --judge-max-tokens\nmax_tokens 201")
     assert rate.limit == 5000 and rate.flag == "--judge-tpm"
-    assert str(executor.token_limits(" 9000 , OUTPUT=20")) == "9000,output=20"
-    assert executor.token_limits(9000) == executor.TokenLimits(total=9000)
+    assert str(rate_limits.token_limits(" 9000 , OUTPUT=20")) == "9000,output=20"
+    assert rate_limits.token_limits(9000) == rate_limits.TokenLimits(total=9000)
     with pytest.raises(ConfigError, match=r"^--tpm 'input=9,input=9': expected tokens per minute as N"):
-        executor.token_limits("input=9,input=9")
+        rate_limits.token_limits("input=9,input=9")
     with pytest.raises(ConfigError, match=r"^--judge-tpm TokenLimits\(total=None, input=None, output=None\): expected"):
-        executor.token_limits(executor.TokenLimits(), "--judge-tpm")
+        rate_limits.token_limits(rate_limits.TokenLimits(), "--judge-tpm")
 
 
 def test_an_input_limit_holds_prompts_and_an_output_limit_outputs_apart() -> None:
     """The limiter on its own: under input=100,output=50 a call of 60 prompt tokens waits for
     another 60 to leave the window, while outputs fill their own limit; a call needing both waits
     until both fit."""
-    rate = TokenRate("http://kinds.test/v1", executor.TokenLimits(input=100, output=50), 0.3)
+    rate = TokenRate("http://kinds.test/v1", rate_limits.TokenLimits(input=100, output=50), 0.3)
     starts: dict[str, float] = {}
 
     async def take(name: str, prompt: int, output: int) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from grandrounds.reviews import fill_queue
+from grandrounds.analyses.reviews import fill_queue
 from grandrounds.store import Store
 from grandrounds.viewer.page import APP_JS
 from grandrounds.viewer.server import make_server
@@ -206,7 +206,8 @@ def _demo_store(db: Path) -> dict[str, Any]:
     import asyncio
 
     from grandrounds.benchmarks.base import RunOptions
-    from grandrounds.runner import RunConfig, run
+    from grandrounds.run.runner import run
+    from grandrounds.run.config import RunConfig
 
     def script(req: Any) -> Any:
         if req.kind == "chat":
@@ -285,8 +286,8 @@ def test_logprob_answers_show_option_probabilities(demo_viewer: tuple[str, dict[
 
 
 def test_every_judge_of_a_run_gets_a_column(tmp_path: Path) -> None:
-    from grandrounds.hashing import content_hash
-    from grandrounds.records import Grade, Result
+    from grandrounds.core.hashing import content_hash
+    from grandrounds.core.records import Grade, Result
 
     db = tmp_path / "j.db"
     st = build_store(db, SynthSpec(n_samples=20, n_models=2, panel=False))
@@ -316,8 +317,8 @@ def test_every_judge_of_a_run_gets_a_column(tmp_path: Path) -> None:
 
 
 def test_shared_instruction_lines_are_left_out_of_the_list(tmp_path: Path) -> None:
-    from grandrounds.records import Message, Sample
-    from grandrounds.viewer.labels import question_of, strip_shared_lines
+    from grandrounds.core.records import Message, Sample
+    from grandrounds.analyses.labels import question_of, strip_shared_lines
 
     intro = "Each text below is a clinical note.\nFind the error, if any.\n\n"
     texts = [intro + "Text ID: t1\n0 A 53-year-old man.", intro + "Text ID: t2\n0 A 7-year-old girl."]

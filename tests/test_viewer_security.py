@@ -19,9 +19,10 @@ import pytest
 
 from grandrounds.store import Store
 from grandrounds.viewer import queries
-from grandrounds.viewer.scales import score_range
+from grandrounds.analyses.review_scales import score_range
 from grandrounds.viewer.security import HostPolicy, split_host
-from grandrounds.viewer.server import ViewerServer, make_server
+from grandrounds.viewer.httpd import ViewerServer
+from grandrounds.viewer.server import make_server
 from tests.synthetic import SynthSpec, build_store
 from tests.test_viewer import Client
 
@@ -242,7 +243,7 @@ def test_review_scores_must_be_on_the_scale(viewer: tuple[ViewerServer, str], st
 
 
 def test_score_range_of_exams_and_unknown_graders() -> None:
-    from grandrounds.records import Grade, Message, Sample
+    from grandrounds.core.records import Grade, Message, Sample
 
     s = Sample("1", "demo", (Message("user", "q"),), target="A", choices={"A": "x", "B": "y"})
     assert score_range(None, s, Grade("1", 1.0)) == (0.0, 1.0)

@@ -1,4 +1,4 @@
-"""xlsx_stream: cell values identical to openpyxl's read-only mode, the shared-strings table read
+"""benchmarks/readers/xlsx.py: cell values identical to openpyxl's read-only mode, the shared-strings table read
 only as far as the rows need, and nothing left open (spill file, archive) after close.
 
 Workbooks are written part by part here (a few XML files in a zip), so the table can hold what
@@ -22,11 +22,11 @@ from xml.sax.saxutils import escape
 import openpyxl
 import pytest
 
-from grandrounds.benchmarks import xlsx_stream
+from grandrounds.benchmarks.readers import xlsx as xlsx_stream
 from grandrounds.benchmarks.gaps import GAPS
-from grandrounds.benchmarks.xlsx_stream import SharedStrings, SharedStringsError, open_xlsx
-from grandrounds.hashing import canonical_json
-from grandrounds.errors import DataError
+from grandrounds.benchmarks.readers.xlsx import SharedStrings, SharedStringsError, open_xlsx
+from grandrounds.core.hashing import canonical_json
+from grandrounds.core.errors import DataError
 
 MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
 REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"

@@ -1,3 +1,3 @@
-from grandrounds.cli import entry
+from grandrounds.cli.main import entry
 
 entry()

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions, resolve_file
-from grandrounds.benchmarks.readers import read_jsonl
-from grandrounds.records import Criterion, Grade, Message, Sample
-from grandrounds.registry import Spec
+from grandrounds.benchmarks.readers.lines import read_jsonl
+from grandrounds.core.records import Criterion, Grade, Message, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import group_cells, mean_cell, value_of
 
 TEMPLATE = Path(__file__).with_name("triage_judge.txt")

@@ -11,14 +11,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence, get_args
 
-from grandrounds.benchmarks.readers import read_text, require_file  # noqa: F401  (re-exported: benchmarks import them from here)
-from grandrounds.downloads import RemoteFile
-from grandrounds.errors import ConfigError, DataError
-from grandrounds.hashing import file_sha256
-from grandrounds.protocols import DEFAULT_PROTOCOL, Protocol, same_as_ours
-from grandrounds.params import Param, check_values, declared_value, did_you_mean, without_defaults
-from grandrounds.records import AnswerMode, Breakdown, Cell, Grade, Message, RequestKind, Sample
-from grandrounds.registry import Spec
+from grandrounds.benchmarks.readers.decoding import read_text, require_file  # noqa: F401  (re-exported: benchmarks import them from here)
+from grandrounds.sources.downloads import RemoteFile
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.hashing import file_sha256
+from grandrounds.sources.protocols import DEFAULT_PROTOCOL, Protocol, same_as_ours
+from grandrounds.core.params import Param, check_values, declared_value, did_you_mean, without_defaults
+from grandrounds.core.records import AnswerMode, Breakdown, Cell, Grade, Message, RequestKind, Sample
+from grandrounds.core.registry import Spec
 
 #: The request kind each answer mode sends: what a provider must serve for it.
 ANSWER_KINDS: Mapping[AnswerMode, RequestKind] = {
@@ -210,8 +210,8 @@ class Benchmark(ABC):
         codec are other text (their samples are stored apart and their runs ranked apart)."""
         import codecs
 
-        from grandrounds.benchmarks.readers import DATA_ENCODING
-        from grandrounds.hashing import content_hash
+        from grandrounds.benchmarks.readers.decoding import DATA_ENCODING
+        from grandrounds.core.hashing import content_hash
 
         files = [require_file(f) for f in self.data_files(root)]
         digest = file_sha256(files[0]) if len(files) == 1 else content_hash({p.name: file_sha256(p) for p in files})

@@ -42,11 +42,12 @@ from typing import Any, ClassVar, Iterator, Sequence
 from grandrounds.benchmarks.base import Aggregate, RemoteFile, RunOptions
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, cached, macro_average
 from grandrounds.graders.mcq_grader import CMB_UTILS, LETTERS
-from grandrounds.benchmarks.readers import IdSet, iter_json_array, require_fields, stream_json
-from grandrounds.errors import DataError
-from grandrounds.protocols import Generation, Protocol, ours
-from grandrounds.records import AnswerMode, Cell, Grade, Sample
-from grandrounds.upstream import CMB, UpstreamFile, python_returned_string
+from grandrounds.benchmarks.readers.json_docs import iter_json_array, stream_json
+from grandrounds.benchmarks.readers.records import IdSet, require_fields
+from grandrounds.core.errors import DataError
+from grandrounds.sources.protocols import Generation, Protocol, ours
+from grandrounds.core.records import AnswerMode, Cell, Grade, Sample
+from grandrounds.sources.upstream import CMB, UpstreamFile, python_returned_string
 
 REPO, COMMIT = CMB.repo, CMB.commit
 KEY_FILE = "CMB-test-choice-answer.json"

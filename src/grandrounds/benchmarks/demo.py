@@ -14,7 +14,7 @@ from typing import ClassVar
 from grandrounds.benchmarks.base import resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, exam_protocols
 from grandrounds.benchmarks.medqa import MEDQA_TASK, load_medqa_format, medqa_context
-from grandrounds.records import Sample
+from grandrounds.core.records import Sample
 
 FILENAME = "demo_exam.jsonl"
 

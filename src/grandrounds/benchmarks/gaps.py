@@ -51,48 +51,14 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, require_file
-from grandrounds.errors import DataError
-from grandrounds.params import Param
-from grandrounds.protocols import OUR_ANSWER, Generation, Protocol, ours
-from grandrounds.registry import Spec
-from grandrounds.records import Cell, Criterion, Grade, Message, Sample
+from grandrounds.core.errors import DataError
+from grandrounds.core.params import Param
+from grandrounds.core.registry import Spec
+from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
 from grandrounds.scoring.cells import group_cells, mean_cell, value_of
 from grandrounds.scoring.gaps import LEVEL_POINTS, STRATEGIES, level_points
-from grandrounds.upstream import UpstreamFile
+from grandrounds.sources.gaps import COMMIT, DIFFERS, PROTOCOLS
 
-COMMIT = "85e91cf8bfe4926a5b778250836a10f3166ef868"
-_REPO = "AQ-MedAI/MedicalAiBenchEval"
-#: The official files (SOURCES.tsv): judge prompts, parse and vote; scoring; points and panel.
-JUDGE_ENGINE = UpstreamFile("gaps", _REPO, COMMIT, "judge_engine.py", "08f09bdd168c00b2bc149bf23465e8adf23e5bea2678cb98906bcca7dbcdac00")
-CALCULATOR = UpstreamFile("gaps", _REPO, COMMIT, "clinical_scoring_calculator.py", "d75029533bc5449f7c609194c84eec7dc0d2606940e879dab561825c3b0b1dba")
-CONFIG = UpstreamFile("gaps", _REPO, COMMIT, "config.yaml", "ca5d2eca1567cd67fdaf78beb10938e1a76ffe07acf70829f6d262cf95853e9c")
-#: config.yaml ``models.judge_models`` (m1..m3) as config_model.yaml names them (read at commit
-#: 9b0e4d2, the only version available; config.yaml there is byte-identical to 85e91cf's).
-JUDGE_PANEL = ("openai/Kimi-K2-Instruct", "openai/Qwen3-235B-A22B-Instruct-2507", "openai/DeepSeek-V3.1")
-
-REFERENCE = Protocol(
-    "reference",
-    answer=OUR_ANSWER,  # no official candidate setup: the answers are columns of the input sheet
-    # config_model.yaml m1..m3: temperature 0, max_tokens 32678 (sic), sent through LangChain ChatOpenAI
-    judge=Generation(temperature=0.0, max_tokens=32678),
-    extraction="judge_engine.call_model: ```json {...}``` block with a boolean criteria_met, else Unknown; no re-ask",
-    aggregation="judge_engine.vote (ReviewNeeded = not met); calculate_scores max(0, met points) / positive points; mean over every question",
-    source=f"https://github.com/{_REPO}/tree/{COMMIT}",
-    settings={
-        "judge_prompts": "judge_engine.py build_prompt_positive / build_prompt_negative, read from the pinned file",
-        "judge_panel": list(JUDGE_PANEL),
-        "judge_extra_body": {"m1": {"enable_sec_check": False}, "m2": {"top_k": 20, "min_p": 0, "enable_sec_check": False}},
-        "candidate": "none published (answers come with the sheet); ours",
-        "points": dict(LEVEL_POINTS),
-        "files": [f.describe() for f in (JUDGE_ENGINE, CALCULATOR, CONFIG)],
-    },
-)
-GRANDROUNDS = ours(
-    REFERENCE,
-    extraction="tolerant JSON (fenced or not, full-width punctuation); unreadable replies re-asked (--max-reask), then unknown",
-    aggregation="same vote; review_needed points left out of earned and maximum; unscored answers left out of the mean",
-)
-DIFFERS = "prompts, judge settings, reply parsing (fenced JSON only, no re-ask) and whether review_needed points count as not met"
 _BASE = f"https://raw.githubusercontent.com/AQ-MedAI/MedicalAiBenchEval/{COMMIT}/data/input"
 NSCLC = RemoteFile(f"{_BASE}/GAPS-NSCLC-preview.xlsx", "GAPS-NSCLC-preview.xlsx",
                    "6ec15542ab9229c5165033a0e9f8220cbac7fa30d0c5259c4d308912e95f92d0")
@@ -188,7 +154,7 @@ class GAPS(Benchmark):
     language = "zh"
     needs_judge = True
     remote_files = (NSCLC, COMMUNITY)
-    protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
+    protocols = PROTOCOLS
     parameters = (
         Param("subset", str, "nsclc", "which workbook(s) a data directory is read from", tuple(SUBSETS)),
         Param("rubric_column", str, "rubrics", "the sheet column holding the rubric JSON"),
@@ -212,7 +178,7 @@ class GAPS(Benchmark):
 
         The workbook's shared-strings table (the text of every distinct cell) is not read whole
         on opening, as openpyxl does, but as far as the rows read so far need, its texts spilled
-        to a temporary file (:mod:`grandrounds.benchmarks.xlsx_stream`): memory stays flat in
+        to a temporary file (:mod:`grandrounds.benchmarks.readers.xlsx`): memory stays flat in
         the file's size, and the first rows need only the start of the table. Not held either:
         the parsed samples (bench/loader_memory.py measures the peak).
         """
@@ -220,10 +186,10 @@ class GAPS(Benchmark):
             yield from self._iter_file(path)
 
     def _iter_file(self, path: Path) -> Iterator[Sample]:
-        """The samples of one workbook, opened with :func:`xlsx_stream.open_xlsx` (cell values as
+        """The samples of one workbook, opened with :func:`grandrounds.benchmarks.readers.xlsx.open_xlsx` (cell values as
         openpyxl's read-only mode gives them, the shared strings read lazily); a cell's bad
         shared-string index or an unreadable table is a DataError naming the sheet and row."""
-        from grandrounds.benchmarks.xlsx_stream import SharedStringsError, open_xlsx
+        from grandrounds.benchmarks.readers.xlsx import SharedStringsError, open_xlsx
 
         require_file(path)
         rubric_col = self.param("rubric_column")

@@ -44,18 +44,18 @@ Where the reference differs from the official code (checked in tests/test_health
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions
-from grandrounds.benchmarks.readers import IdSet, iter_jsonl
-from grandrounds.errors import ConfigError, DataError
-from grandrounds.protocols import Generation, Protocol, ours
-from grandrounds.registry import Spec
-from grandrounds.records import Cell, Criterion, Grade, Message, Sample
+from grandrounds.benchmarks.readers.lines import iter_jsonl
+from grandrounds.benchmarks.readers.records import IdSet
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.registry import Spec
+from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
 from grandrounds.scoring.healthbench import (
     ClippedStat,
     aggregate_metrics,
@@ -63,53 +63,11 @@ from grandrounds.scoring.healthbench import (
     reference_aggregate,
     reference_example_metrics,
 )
-from grandrounds.upstream import SIMPLE_EVALS, TextRef
+from grandrounds.sources.healthbench import BATCHED_IS_OURS, JUDGE_MODES, PROTOCOLS
 
 BASE_URL = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/"
 #: Tag families reported in the breakdown, in display order (example tags first).
 FAMILIES = ("theme", "physician_agreed_category", "axis", "level", "cluster")
-#: Judge modes (``--judge-mode``); ``batched`` is ours and runs under the grandrounds protocol only.
-JUDGE_MODES = ("per-criterion", "batched")
-
-HEALTHBENCH_EVAL = SIMPLE_EVALS.file("healthbench_eval.py", "89909957f005762edaded2f0e39fc9b3b242edd55e3ac0ce4c8dd886ac59d167")
-CHAT_SAMPLER = SIMPLE_EVALS.file("sampler/chat_completion_sampler.py", "d9d7568ad5b04379342b7f269a6028c6945c518bc8baa56969aad035afc8d435")
-#: The official grader prompt, with ``<<conversation>>`` and ``<<rubric_item>>`` to replace.
-GRADER_TEMPLATE = TextRef(HEALTHBENCH_EVAL, "GRADER_TEMPLATE")
-#: The system message simple-evals' chat samplers send (candidate and grader alike).
-API_SYSTEM_MESSAGE = TextRef(CHAT_SAMPLER, "OPENAI_SYSTEM_MESSAGE_API")
-#: Our judge's system message under the grandrounds protocol.
-OUR_JUDGE_SYSTEM = "You are a helpful assistant."
-
-REFERENCE = Protocol(
-    "reference",
-    # ChatCompletionSampler(system_message=OPENAI_SYSTEM_MESSAGE_API, max_tokens=2048), temperature
-    # left at the sampler's default 0.5: the gpt-4.1 entry of simple_evals.py's model table.
-    answer=Generation(temperature=0.5, max_tokens=2048, system=API_SYSTEM_MESSAGE),
-    # physician_completions_main's grading_sampler (healthbench_eval.py): same settings. The grader
-    # sends this system message itself (the runner does not add one to judge calls).
-    judge=Generation(temperature=0.5, max_tokens=2048, system=API_SYSTEM_MESSAGE),
-    judge_model="openai/gpt-4.1-2025-04-14",
-    extraction="grader reply read like parse_json_to_dict: fences off, json.loads, criteria_met a JSON bool; "
-    "unreadable -> re-asked (--max-reask), then unknown",
-    aggregation="example = met points / positive points (unclipped); metric = clip(mean, 0, 1), bootstrap std of "
-    "1000 resamples; an example with an unknown criterion is unscored",
-    source=HEALTHBENCH_EVAL.url,
-    settings={"judge_modes": ["per-criterion"], "grader_prompt": "GRADER_TEMPLATE", "answer_text": "as returned"},
-)
-GRANDROUNDS = replace(ours(
-    REFERENCE,
-    judge=Generation(temperature=0.0, max_tokens=2048, system=OUR_JUDGE_SYSTEM),
-    extraction="tolerant JSON reading (prose, fences, full-width punctuation, 'true' strings); batched replies "
-    "keyed by id or listed in prompt order; reasoning traces stripped from the answer",
-    aggregation="example scored over the criteria with a verdict (coverage reported); metric = clip(mean, 0, 1), "
-    "seeded bootstrap",
-), settings={"judge_modes": list(JUDGE_MODES), "grader_prompt": "healthbench_grader.txt / healthbench_batched.txt"})
-BATCHED_IS_OURS = (
-    "--judge-mode batched is grandrounds' own judging (one call listing every criterion); the reference "
-    "protocol asks one call per criterion with the official prompt. Use --protocol grandrounds for batched judging"
-)
-
-
 def _remote(filename: str, sha256: str | None) -> RemoteFile:
     return RemoteFile(url=BASE_URL + filename, filename=filename, sha256=sha256)
 
@@ -170,7 +128,7 @@ class HealthBench(Benchmark):
     )
     needs_judge = True
     judge_modes = JUDGE_MODES
-    protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
+    protocols = PROTOCOLS
 
     def check_options(self, options: RunOptions) -> RunOptions:
         checked = super().check_options(options)

@@ -50,79 +50,27 @@ Where the reference differs (checked in tests/test_healthbench_professional.py):
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
-from dataclasses import replace
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
-from grandrounds.benchmarks.healthbench import API_SYSTEM_MESSAGE, GRANDROUNDS as HB_GRANDROUNDS, JUDGE_MODES, HealthBench, judged_extra
-from grandrounds.benchmarks.readers import IdSet, iter_jsonl
-from grandrounds.downloads import RemoteFile
-from grandrounds.errors import DataError
-from grandrounds.graders.base import GradeContext
-from grandrounds.graders.healthbench_grader import HealthBenchGrader
-from grandrounds.protocols import Generation, Protocol
-from grandrounds.records import Cell, Criterion, Grade, Message, Response, Sample
-from grandrounds.registry import Spec
+from grandrounds.benchmarks.healthbench import HealthBench, judged_extra
+from grandrounds.benchmarks.readers.lines import iter_jsonl
+from grandrounds.benchmarks.readers.records import IdSet
+from grandrounds.core.errors import DataError
+from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.scoring.healthbench import ClippedStat, aggregate_metrics, clipped_stat, reference_aggregate
-from grandrounds.textutil import strip_reasoning
-from grandrounds.upstream import TextRef, UpstreamFile, python_value
+from grandrounds.sources.downloads import RemoteFile
+from grandrounds.sources.healthbench import JUDGE_MODES
+from grandrounds.sources.healthbench_professional import PRO_REPOSITORY, PROTOCOLS, length_settings
 
-_PRO = ("healthbench-professional", "medicalsphere/HealthBench", "0f3b62dc841fde6ba376b5ff1eb6c26fe87a5e65")
-PRO_EVAL = UpstreamFile(*_PRO, "healthbench/healthbench_eval.py", "114d9a790a2bc5063080f4a32682b1ffecade61577c3aa3e48841f3f0b699dec")
-PRO_README = UpstreamFile(*_PRO, "README.md", "7da9f291791c71559cc8bb19b1c046675501563c497c1e66dd405f507ec68c9e")
-#: The reference's grader prompt, with ``<<conversation>>`` and ``<<rubric_item>>`` to replace.
-PRO_GRADER_TEMPLATE = TextRef(PRO_EVAL, "GRADER_TEMPLATE")
 #: The breakdown families: the task fields the reference turns into example tags, in its order.
 FAMILIES = ("use_case", "type", "difficulty", "specialty")
-#: The grader model and reasoning effort README.md names for healthbench_professional.
-JUDGE_MODEL = "gpt-5.4-2026-03-05"
-JUDGE_REASONING_EFFORT = "low"
 DATA_FILE = "healthbench_professional_eval.jsonl"
-
-REFERENCE = Protocol(
-    "reference",
-    # the candidate as HealthBench's reference: simple-evals' chat sampler for e.g. gpt-4.1
-    answer=Generation(temperature=0.5, max_tokens=2048, system=API_SYSTEM_MESSAGE),
-    # ResponsesSampler(model, reasoning_model=True, reasoning_effort="low"): no system message, no
-    # temperature, no token limit; 1.0 is what reasoning models run at, 32,768 tokens is ours.
-    judge=Generation(temperature=1.0, max_tokens=32768, system=None),
-    judge_model="openai/" + JUDGE_MODEL,
-    extraction="grader reply read like parse_json_to_dict: fences off, json.loads, criteria_met a JSON bool; "
-    "unreadable -> re-asked (--max-reask), then unknown",
-    aggregation="example = met points / positive points, length-adjusted: - 0.0147 x (chars - 2000) / 500 (unclipped); "
-    "metric = clip(mean, 0, 1), bootstrap std of 1000 resamples; an example with an unknown criterion is unscored",
-    source=PRO_EVAL.url,
-    settings={"judge_modes": ["per-criterion"], "grader_prompt": "GRADER_TEMPLATE (healthbench/healthbench_eval.py)",
-              "judge_api": "responses", "judge_reasoning_effort": JUDGE_REASONING_EFFORT,
-              "judge_limits": "none sent by the reference (temperature and max tokens here are ours)",
-              "length_adjustment": "PROFESSIONAL_LENGTH_ADJUSTMENT_CENTER, PROFESSIONAL_LENGTH_ADJUSTMENT_PENALTY_PER_500_CHARS"},
-)
-GRANDROUNDS = replace(
-    HB_GRANDROUNDS,
-    judge_model=REFERENCE.judge_model,
-    aggregation="example scored over the criteria with a verdict (coverage reported), length-adjusted on the answer "
-    "without reasoning traces; metric = clip(mean, 0, 1), seeded bootstrap",
-)
-
-
-@functools.cache
-def length_settings() -> tuple[float, float]:
-    """(center in characters, penalty per 500 characters), read from the pinned reference file."""
-    center = python_value(PRO_EVAL, "PROFESSIONAL_LENGTH_ADJUSTMENT_CENTER")
-    penalty = python_value(PRO_EVAL, "PROFESSIONAL_LENGTH_ADJUSTMENT_PENALTY_PER_500_CHARS")
-    return float(center), float(penalty)
-
-
-def length_adjusted(score: float, response_text: str, center: float, penalty_per_500_chars: float) -> float:
-    """``calculate_length_adjusted_score`` (healthbench_eval.py @ 0f3b62d): the score moved by
-    ``penalty`` per 500 characters the response is longer (or shorter) than ``center``; not clipped."""
-    return score - penalty_per_500_chars * ((len(response_text) - center) / 500.0)
 
 
 # ---- data ---------------------------------------------------------------------------------------
@@ -174,60 +122,6 @@ def parse_task(rec: Mapping[str, Any], path: Path, line: int, benchmark: str) ->
     return Sample(tid, benchmark, messages, rubric=tuple(rubric), metadata=meta)
 
 
-# ---- grading ------------------------------------------------------------------------------------
-
-
-class ProfessionalGrader(HealthBenchGrader):
-    """HealthBench's rubric grading with Professional's presets and prompt, plus the length adjustment.
-
-    A grade's value is the length-adjusted score; ``details["overall_score"]`` the unadjusted one.
-    """
-
-    name = "healthbench-professional"
-
-    def __init__(self, params: Any = None) -> None:
-        super().__init__(params)
-        self.preset = HealthBenchProfessional.protocols[self.params.protocol]
-
-    @cached_property
-    def official_template(self) -> str:
-        return PRO_GRADER_TEMPLATE.load().text
-
-    def template_hashes(self) -> dict[str, Any]:
-        if not self.reference:
-            return super().template_hashes()
-        return {"GRADER_TEMPLATE": PRO_GRADER_TEMPLATE.load().fingerprint()}
-
-    def counted_text(self, text: str, reference: bool) -> str:
-        """The answer whose characters the adjustment counts: as returned (reference), or without reasoning traces."""
-        return text if reference else strip_reasoning(text)
-
-    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        grade = await super().grade(sample, response, ctx)
-        center, penalty = length_settings()
-        text = response.text or ""  # simple-evals grades a missing reply as ""
-        mine, other = self.counted_text(text, self.reference), self.counted_text(text, not self.reference)
-        other_value = grade.details.get("other_value")
-        details = dict(grade.details) | {
-            "overall_score": grade.value,
-            "response_chars": len(mine),
-            "other_response_chars": len(other),
-            "other_value_length_adjusted": None if other_value is None else length_adjusted(other_value, other, center, penalty),
-            "length_adjustment": {"center": center, "penalty_per_500_chars": penalty},
-        }
-        value = None if grade.value is None else length_adjusted(grade.value, mine, center, penalty)
-        return replace(grade, value=value, details=details)
-
-    def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
-        """The reviewed score, length-adjusted by the answer's stored length."""
-        base = super().rescore(sample, grade, statuses)
-        chars = grade.details.get("response_chars")
-        if base is None or not isinstance(chars, int):
-            return base
-        center, penalty = length_settings()
-        return base - penalty * ((chars - center) / 500.0)
-
-
 # ---- the benchmark ------------------------------------------------------------------------------
 
 
@@ -237,10 +131,10 @@ class HealthBenchProfessional(HealthBench):
     name = "healthbench-professional"
     description = "OpenAI HealthBench Professional: clinician chat tasks, length-adjusted rubric score (LLM judge)"
     remote_files = (
-        RemoteFile(url=f"https://raw.githubusercontent.com/{_PRO[1]}/{_PRO[2]}/data/assets/{DATA_FILE}", filename=DATA_FILE, sha256=None),
+        RemoteFile(url=f"https://raw.githubusercontent.com/{PRO_REPOSITORY[1]}/{PRO_REPOSITORY[2]}/data/assets/{DATA_FILE}", filename=DATA_FILE, sha256=None),
     )
     judge_modes = JUDGE_MODES
-    protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
+    protocols = PROTOCOLS
 
     def iter_samples(self, root: Path) -> Iterator[Sample]:
         path = self.data_files(root)[0]

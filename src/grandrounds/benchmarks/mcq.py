@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RunOptions
-from grandrounds.errors import ConfigError, DataError
+from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.graders.mcq_grader import (
     LM_EVAL_TARGET_DELIMITER,
     MODES,
@@ -37,13 +37,13 @@ from grandrounds.graders.mcq_grader import (
     option_continuations,
     shuffle_choices,
 )
-from grandrounds.hashing import text_hash
-from grandrounds.params import Param, coerce
-from grandrounds.protocols import Generation, Protocol, ours
-from grandrounds.records import AnswerMode, Cell, Grade, Message, Sample
-from grandrounds.registry import Spec
+from grandrounds.core.hashing import text_hash
+from grandrounds.core.params import Param, coerce
+from grandrounds.sources.protocols import Generation, Protocol, ours
+from grandrounds.core.records import AnswerMode, Cell, Grade, Message, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import accuracy_cell, group_cells
-from grandrounds.upstream import SIMPLE_EVALS, UpstreamFile, python_string, yaml_value
+from grandrounds.sources.upstream import SIMPLE_EVALS, UpstreamFile, python_string, yaml_value
 
 __all__ = [
     "LmEvalTask", "MultipleChoiceBenchmark", "TEMPLATES", "accuracy_by", "exam_protocols", "macro_average",
@@ -164,7 +164,7 @@ def exam_protocols(task: LmEvalTask | None) -> dict[str, Protocol]:
 
 
 #: ``--param probe=...``, taken by every exam: a robustness probe applied to each item after loading
-#: (:mod:`grandrounds.robustness`), so it is part of the spec, run id and fingerprint, and the probed
+#: (:mod:`grandrounds.benchmarks.probes`), so it is part of the spec, run id and fingerprint, and the probed
 #: items are stored under their own dataset key. Handled by the base class rather than declared in
 #: each benchmark's ``parameters``.
 PROBE = Param("probe", str, "", "robustness probe applied to every item after loading: permute:SEED, nota, distractors:N:SEED "
@@ -201,9 +201,9 @@ class MultipleChoiceBenchmark(Benchmark):
         """Declared parameters, and ``probe`` (:data:`PROBE`): with a probe, ``load`` returns the probed items."""
         text = coerce(PROBE, params.pop(PROBE.name, "") or "", f"{self.name}: --param {PROBE.name}")
         super().__init__(**params)
-        self.probe: Any = None  # a grandrounds.robustness.Probe
+        self.probe: Any = None  # a grandrounds.benchmarks.probes.Probe
         if text:
-            from grandrounds.robustness import Probe  # imported only when a probe is asked for
+            from grandrounds.benchmarks.probes import Probe  # imported only when a probe is asked for
 
             self.probe = probe = Probe.parse(text)
             self.params[PROBE.name] = probe.text
@@ -235,7 +235,7 @@ class MultipleChoiceBenchmark(Benchmark):
         data = super().dataset_hash(root)
         if self.probe is None:
             return data
-        from grandrounds.robustness import probe_dataset_hash
+        from grandrounds.benchmarks.probes import probe_dataset_hash
 
         return probe_dataset_hash(data, self.probe.text)
 

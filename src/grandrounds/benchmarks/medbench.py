@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
-from grandrounds.benchmarks.readers import iter_jsonl
-from grandrounds.errors import DataError
-from grandrounds.records import Cell, Grade, Message, Sample
-from grandrounds.registry import Spec
+from grandrounds.benchmarks.readers.lines import iter_jsonl
+from grandrounds.core.errors import DataError
+from grandrounds.core.records import Cell, Grade, Message, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
-from grandrounds.textutil import strip_reasoning
+from grandrounds.core.textutil import strip_reasoning
 
 SYSTEM = "you are a helpful assistant."  # the system message of yy-hh/LlmMedEval's MedBench runner
 

@@ -44,11 +44,12 @@ from urllib.parse import parse_qs, urlsplit
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-from grandrounds.benchmarks.readers import IdSet, iter_csv
-from grandrounds.errors import DataError
-from grandrounds.params import Param
-from grandrounds.protocols import OUR_ANSWER, Protocol, ours
-from grandrounds.records import AnswerMode, Sample
+from grandrounds.benchmarks.readers.lines import iter_csv
+from grandrounds.benchmarks.readers.records import IdSet
+from grandrounds.core.errors import DataError
+from grandrounds.core.params import Param
+from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
+from grandrounds.core.records import AnswerMode, Sample
 
 REPO = "HanjieChen/ChallengeClinicalQA"
 COMMIT = "ef3c9da03fc17f46fbd95ce860e0a55c51ed3606"
@@ -97,7 +98,7 @@ def question_id(link: str) -> str:
 
 def read_rows(path: Path, columns: tuple[str, ...], refused: dict[str, str] | None = None) -> Iterator[tuple[int, dict[str, str]]]:
     """(first line of the row, row) for each CSV row under its header, read as asked for
-    (:func:`~grandrounds.benchmarks.readers.iter_csv`: a missing column or malformed quoting is a
+    (:func:`~grandrounds.benchmarks.readers.lines.iter_csv`: a missing column or malformed quoting is a
     DataError naming the line). A column in ``refused`` (name -> why) or a row with too few or too
     many cells is one too."""
     reader = iter_csv(path, columns)

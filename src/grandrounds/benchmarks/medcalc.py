@@ -15,7 +15,7 @@ Entities`` included, and is scored by the same official code):
 No checksum of v1.2 or Verified could be known when this was written (neither file is reachable
 from where it was built), so the first download records the file's sha256 beside it in the cache
 and every later use compares with that record and warns when it changed
-(:mod:`grandrounds.downloads`). The version is in the benchmark's spec and the file's sha256 in
+(:mod:`grandrounds.sources.downloads`). The version is in the benchmark's spec and the file's sha256 in
 ``dataset_sha256``, both fingerprint fields the leaderboard splits settings on, so results of
 different versions (or of a file that changed under a version's name) are never ranked together;
 ``extra["version"]`` names the version on every result. A local file passed with ``--data`` is read
@@ -69,17 +69,17 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.readers import iter_csv
-from grandrounds.errors import DataError
+from grandrounds.benchmarks.readers.lines import iter_csv
+from grandrounds.core.errors import DataError
 from grandrounds.graders.medcalc_extract import parse_ground_truth
-from grandrounds.hashing import file_sha256, text_hash
-from grandrounds.params import Param
-from grandrounds.protocols import Generation, Protocol, ours
-from grandrounds.records import Cell, Grade, Message, Sample
-from grandrounds.registry import Spec
+from grandrounds.core.hashing import file_sha256, text_hash
+from grandrounds.core.params import Param
+from grandrounds.sources.protocols import Generation, Protocol, ours
+from grandrounds.core.records import Cell, Grade, Message, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.scoring import medcalc as mc
 from grandrounds.scoring.cells import accuracy_cell, group_cells
-from grandrounds.upstream import TextRef, UpstreamFile, UpstreamText
+from grandrounds.sources.upstream import TextRef, UpstreamFile, UpstreamText
 
 COMMIT = "5523b7785c004912e76ca4db19efbd7367b23c40"
 VERIFIED_REPO, VERIFIED_COMMIT = "nikhilk7153/MedCalc-Bench-Verified", "2df697418a5c5b2ddf2e4dee548eebcc023487fb"

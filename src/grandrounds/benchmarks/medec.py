@@ -52,16 +52,16 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
-from grandrounds.benchmarks.readers import iter_csv
-from grandrounds.errors import DataError
-from grandrounds.params import Param
-from grandrounds.protocols import Protocol, ours
-from grandrounds.records import Cell, Grade, Message, Sample
-from grandrounds.registry import Spec
+from grandrounds.benchmarks.readers.lines import iter_csv
+from grandrounds.core.errors import DataError
+from grandrounds.core.params import Param
+from grandrounds.sources.protocols import Protocol, ours
+from grandrounds.core.records import Cell, Grade, Message, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.scoring import medec as sc
 from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
-from grandrounds.stats import wilson_ci
-from grandrounds.upstream import UpstreamFile
+from grandrounds.scoring.stats import wilson_ci
+from grandrounds.sources.upstream import UpstreamFile
 
 COMMIT = "70268d24e3ce0cd6d0e099ff7bfd4966f2bbcc28"
 _BASE = f"https://raw.githubusercontent.com/abachaa/MEDEC/{COMMIT}/MEDEC-MS"

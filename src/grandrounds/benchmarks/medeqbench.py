@@ -60,17 +60,16 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
-from grandrounds.benchmarks.readers import IdSet, iter_csv
-from grandrounds.errors import DataError
-from grandrounds.params import Param
-from grandrounds.protocols import Generation, Protocol, ours
-from grandrounds.registry import Spec
-from grandrounds.records import Cell, Criterion, Grade, Message, Sample
+from grandrounds.benchmarks.readers.lines import iter_csv
+from grandrounds.benchmarks.readers.records import IdSet
+from grandrounds.core.errors import DataError
+from grandrounds.core.params import Param
+from grandrounds.core.registry import Spec
+from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
 from grandrounds.scoring.medeq import (
     DIMENSIONS,
     QuestionScore,
@@ -84,47 +83,12 @@ from grandrounds.scoring.medeq import (
     reference_tag_means,
     sample_items,
 )
-from grandrounds.stats import bootstrap
-from grandrounds.upstream import TextRef, UpstreamFile
+from grandrounds.scoring.stats import bootstrap
+from grandrounds.sources.medeqbench import COMMIT, PROTOCOLS, REPOSITORY
 
-COMMIT = "8a3a047d48e6ab49e3a263cc06c07c3787d0fb87"
-_REPO = "AQ-MedAI/MedEQBench"
-REPO = f"https://raw.githubusercontent.com/{_REPO}/{COMMIT}/data/"
+REPO = f"https://raw.githubusercontent.com/{REPOSITORY}/{COMMIT}/data/"
 SUBSETS = ("med_eq", "examples")
 
-#: The official files (SOURCES.tsv): the judge prompt and evaluator; the line parser, arithmetic
-#: and judge call; the run configuration (candidate model and settings).
-EVALUATOR = UpstreamFile("medeqbench", _REPO, COMMIT, "Health_EQBench/Health_EQBench.py", "b85ec70eb4f6c0654b7577bb9788259240b48e014ab55ec2eb44ecda462478b2")
-UTILS = UpstreamFile("medeqbench", _REPO, COMMIT, "Health_EQBench/utils.py", "7d1d9a095f936b183be5e75d1a7b33103c136ac75a38051fc6771bd9b8de6192")
-CONFIG = UpstreamFile("medeqbench", _REPO, COMMIT, "configs/examples_config.py", "b22a5e1e4882265026626ff09fb2702948e1875b99615f37d31e5d116078ce67")
-#: The official judge prompt (a module-level constant of Health_EQBench.py, filled by str.format).
-EVALUATE_PROMPT = TextRef(EVALUATOR, "evaluate_prompt")
-
-REFERENCE = Protocol(
-    "reference",
-    # configs/examples_config.py: models=[dict(type=OpenAI, path='gpt-4.1', max_out_len=16384, temperature=0.7)]
-    # and the inferencer's max_out_len=1024 * 16; the prompt is the bare question as one HUMAN turn
-    # (no system message); no top_p is set.
-    answer=Generation(temperature=0.7, max_tokens=16384),
-    # utils.py: evaluate_score -> llm_infer(prompt, EVAL_MODEL_NAME='gpt-4.1', max_tokens=8192,
-    # temperature=0.0) -> openai_api_infer_stream(..., top_p=1), the prompt as one user message.
-    judge=Generation(temperature=0.0, max_tokens=8192, top_p=1.0),
-    judge_model="openai/gpt-4.1",
-    extraction="utils.py parse_llm_evaluation's line pattern on the raw reply (ASCII ':' and '| Reason: … |' required); every line counts; no re-ask",
-    aggregation="utils.py calc_score_percent_one_query per question (missing items count 0); Health_EQBench.py: plain mean over answers, a failed or unreadable judge reply counting 0",
-    source=f"https://github.com/{_REPO}/tree/{COMMIT}",
-    settings={
-        "judge_prompt": "Health_EQBench.py evaluate_prompt, read from the pinned file",
-        "answer_to_judge": "as returned (the official reasoning stripper is not called)",
-        "items": "utils.py parse_rubric (drops rows 72 and 399 item 6); dimensions by its jieba + TF-IDF mapping, tabulated",
-        "files": [f.describe() for f in (CONFIG, EVALUATOR, UTILS)],
-    },
-)
-GRANDROUNDS = replace(ours(
-    REFERENCE,
-    extraction="tolerant line reader (full-width punctuation and digits, missing Reason, quoted 0/1, reasoning removed); first line per item; missing items re-asked, then unknown",
-    aggregation="question score over items with a known verdict; answers with no known positive item unscored; mean over scored answers",
-), settings={"judge_prompt": "templates/medeq_judge.txt", "answer_to_judge": "reasoning traces removed"})
 #: One line on what the two protocols do differently, shown beside the other protocol's figure.
 DIFFERS = (
     "judge prompt and sampling; line reading (official pattern, repeated lines counted, missing items and failed "
@@ -228,7 +192,7 @@ class MedEQBench(Benchmark):
     """MedEQBench: 413 Chinese consultations, 7,355 weighted empathy/communication items, one judge call each."""
 
     name = "medeqbench"
-    protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
+    protocols = PROTOCOLS
     description = "MedEQBench (AQ-MedAI): medical emotional-intelligence rubrics, Chinese (LLM judge)"
     language = "zh"
     remote_files = (

@@ -18,11 +18,12 @@ from typing import ClassVar, Iterator
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
-from grandrounds.benchmarks.readers import IdSet, iter_jsonl, require_fields
+from grandrounds.benchmarks.readers.lines import iter_jsonl
+from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.benchmarks.medqa import MIRAGE
-from grandrounds.errors import DataError
-from grandrounds.records import Sample
-from grandrounds.upstream import python_appended_strings, python_string
+from grandrounds.core.errors import DataError
+from grandrounds.core.records import Sample
+from grandrounds.sources.upstream import python_appended_strings, python_string
 
 _OPTION_FIELDS = {"A": "opa", "B": "opb", "C": "opc", "D": "opd"}
 

@@ -20,10 +20,11 @@ from typing import ClassVar, Iterator
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
 from grandrounds.graders.mcq_grader import LETTERS
-from grandrounds.benchmarks.readers import iter_jsonl, require_fields
-from grandrounds.errors import DataError
-from grandrounds.records import Sample
-from grandrounds.upstream import python_fstring, python_returned_string
+from grandrounds.benchmarks.readers.lines import iter_jsonl
+from grandrounds.benchmarks.readers.records import require_fields
+from grandrounds.core.errors import DataError
+from grandrounds.core.records import Sample
+from grandrounds.sources.upstream import python_fstring, python_returned_string
 
 MIRAGE = "https://raw.githubusercontent.com/Teddy-XiongGZ/MIRAGE/392943af99cd94cafd50a0de2e7fca24bbf65494/rawdata"
 

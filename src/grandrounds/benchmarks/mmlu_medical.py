@@ -31,11 +31,11 @@ from grandrounds.benchmarks.mcq import (
     macro_average,
 )
 from grandrounds.benchmarks.medqa import MIRAGE
-from grandrounds.benchmarks.readers import iter_csv_rows
-from grandrounds.errors import ConfigError, DataError
-from grandrounds.params import Param
-from grandrounds.records import Grade, Sample
-from grandrounds.upstream import yaml_value
+from grandrounds.benchmarks.readers.lines import iter_csv_rows
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.params import Param
+from grandrounds.core.records import Grade, Sample
+from grandrounds.sources.upstream import yaml_value
 
 SUBJECTS = (
     "anatomy",

@@ -36,12 +36,13 @@ from dataclasses import replace
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.mcq import LM_EVAL_COMMIT, LM_EVAL_REPO, LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
-from grandrounds.benchmarks.readers import IdSet, iter_json_object, read_json, require_fields
-from grandrounds.errors import ConfigError, DataError
-from grandrounds.params import Param
-from grandrounds.protocols import OUR_ANSWER
-from grandrounds.records import Grade, Sample
-from grandrounds.upstream import python_returned_string
+from grandrounds.benchmarks.readers.json_docs import iter_json_object, read_json
+from grandrounds.benchmarks.readers.records import IdSet, require_fields
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.params import Param
+from grandrounds.sources.protocols import OUR_ANSWER
+from grandrounds.core.records import Grade, Sample
+from grandrounds.sources.upstream import python_returned_string
 
 PUBMEDQA_COMMIT = "1cbae8e92f72f20c8d3747cbb3bf5bc53554d997"
 REPO = f"https://raw.githubusercontent.com/pubmedqa/pubmedqa/{PUBMEDQA_COMMIT}/data"

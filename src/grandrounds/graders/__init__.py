@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from grandrounds.graders.base import Grader, build, spec_from_json
-from grandrounds.registry import GRADERS, Spec
+from grandrounds.core.registry import GRADERS, Spec
 
 __all__ = ["Grader", "build", "grader_from_fingerprint", "spec_from_json", "stored_spec"]
 

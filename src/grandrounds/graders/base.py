@@ -5,7 +5,7 @@ callable that sends messages to a judge model through the same cached, retrying 
 answers. A judge call that fails comes back as a Response with ``error`` set; the grader
 records it as an unknown vote, never as "not met".
 
-Every grader is registered by name (:data:`grandrounds.registry.GRADERS`) and described by a
+Every grader is registered by name (:data:`grandrounds.core.registry.GRADERS`) and described by a
 typed, frozen ``Params`` dataclass; ``spec()`` is (name, params) and :func:`build` turns a
 stored spec back into the same grader, so re-grading rebuilds exactly what graded before.
 """
@@ -17,11 +17,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
-from grandrounds.errors import ConfigError
-from grandrounds.hashing import text_hash
-from grandrounds.params import Param, coerce
-from grandrounds.records import Grade, GradeStatus, Message, Response, Sample
-from grandrounds.registry import GRADERS, Spec
+from grandrounds.core.errors import ConfigError
+from grandrounds.core.hashing import text_hash
+from grandrounds.core.params import Param, coerce
+from grandrounds.core.records import Grade, GradeStatus, Message, Response, Sample
+from grandrounds.core.registry import GRADERS, Spec
 
 
 class Judge(Protocol):

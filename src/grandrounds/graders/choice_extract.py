@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from typing import Mapping, Sequence
 
-from grandrounds.textutil import normalize_width, strip_reasoning
+from grandrounds.core.textutil import normalize_width, strip_reasoning
 
 # Between a cue and the letter: markdown, brackets, quotes, LaTeX ($, \(, \boxed{, \text{), "option"/"选项".
 _PRE = r"(?:\\boxed\{|\\text\{|\\\(|[\s(\[{*\"'`_$]|(?i:option|choice)\s|选项)*"

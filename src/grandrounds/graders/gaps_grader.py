@@ -27,17 +27,17 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
-from grandrounds.benchmarks.gaps import JUDGE_ENGINE
-from grandrounds.errors import ConfigError
+from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import explanation_text, extract_json_array, extract_json_object, parse_criteria_met
 from grandrounds.graders.judging import Ask, Reading, ask, judge_criteria, judge_keys
-from grandrounds.hashing import text_hash
-from grandrounds.protocols import check_protocol
-from grandrounds.records import Criterion, Grade, Message, Response, Sample, Verdict
+from grandrounds.core.hashing import text_hash
+from grandrounds.sources.protocols import check_protocol
+from grandrounds.core.records import Criterion, Grade, Message, Response, Sample, Verdict
 from grandrounds.scoring import gaps as scoring
-from grandrounds.textutil import normalize_width, strip_reasoning
-from grandrounds.upstream import UpstreamText, python_returned_string
+from grandrounds.core.textutil import normalize_width, strip_reasoning
+from grandrounds.sources.gaps import JUDGE_ENGINE
+from grandrounds.sources.upstream import UpstreamText, python_returned_string
 
 _LEVEL = re.compile(r"S\s*([1-4])", re.I)
 # judge_engine.call_model: re.search(r'```json\s*(\{.*?\})\s*```', raw, re.DOTALL)

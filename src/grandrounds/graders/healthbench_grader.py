@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Mapping, Sequence
 
-from grandrounds.benchmarks.healthbench import BATCHED_IS_OURS, GRADER_TEMPLATE, JUDGE_MODES, HealthBench
-from grandrounds.errors import ConfigError
+from grandrounds.sources.healthbench import BATCHED_IS_OURS, GRADER_TEMPLATE, JUDGE_MODES, PROTOCOLS
+from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import as_bool, explanation_text, json_values, parse_criteria_met
 from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys, majority
-from grandrounds.protocols import check_protocol, system_text
-from grandrounds.records import Criterion, Grade, Message, Response, Sample, Verdict
+from grandrounds.sources.protocols import check_protocol, system_text
+from grandrounds.core.records import Criterion, Grade, Message, Response, Sample, Verdict
 from grandrounds.scoring.healthbench import known_example_metrics, known_rubric_score, reference_rubric_score
-from grandrounds.textutil import strip_reasoning
+from grandrounds.core.textutil import strip_reasoning
 
 MODES = JUDGE_MODES
 
@@ -178,7 +178,7 @@ class HealthBenchGrader(Grader):
         super().__init__(params)
         self.mode = self.params.mode
         self.reference = self.params.protocol == "reference"
-        self.preset = HealthBench.protocols[self.params.protocol]
+        self.preset = PROTOCOLS[self.params.protocol]
         if self.reference:
             self.templates = {}
         else:

@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from grandrounds.textutil import normalize_width, strip_reasoning
+from grandrounds.core.textutil import normalize_width, strip_reasoning
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
 _TRUE = {"true", "yes", "met", "1", "是", "符合", "满足"}

@@ -9,7 +9,7 @@ pending, and how to read a reply. The engine then:
   at most ``max_reask`` times; items still unread become ``unknown`` votes with the raw reply;
 - a failed judge call (the executor already retried it) makes its pending items unknown at once,
   with the error kept on the vote, so a later re-grade can ask again;
-- asks every judge of the panel and returns one :class:`~grandrounds.records.Vote` per judge per
+- asks every judge of the panel and returns one :class:`~grandrounds.core.records.Vote` per judge per
   item; the grader's own rule (majority, GAPS' vote, a mean of runs) decides from the votes;
 - when re-grading with ``only_unknown``, known votes are kept and only unknown ones asked again,
   continuing the attempt numbers each vote has used.
@@ -21,9 +21,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from grandrounds.errors import ConfigError
+from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Judge
-from grandrounds.records import Message, Verdict, VerdictStatus, Vote
+from grandrounds.core.records import Message, Verdict, VerdictStatus, Vote
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ reply. Over N runs, ``mean = mean(valid scores)`` and the answer is *usable* iff
 
 Each grade also reads the same replies the other protocol's way (``details["other_value"]`` and
 ``other_run_scores``), so a result carries both figures. Each judge run is a whole-answer
-:class:`~grandrounds.records.Vote` on the grade (``Grade.votes``, with its ``run`` number and
+:class:`~grandrounds.core.records.Vote` on the grade (``Grade.votes``, with its ``run`` number and
 ``score``), asked through the shared judge engine.
 """
 
@@ -28,15 +28,15 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from grandrounds.benchmarks.llmeval_med import CATEGORY_CODES, EVALUATE, SYSTEM_PROMPT, USABLE_THRESHOLD
-from grandrounds.errors import ConfigError
+from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import explanation_text, extract_json_object
 from grandrounds.graders.judging import Ask, Reading, judge_keys, panel
-from grandrounds.protocols import check_protocol
-from grandrounds.records import Grade, Message, Response, Sample, Vote
-from grandrounds.textutil import normalize_width, strip_reasoning
-from grandrounds.upstream import UpstreamText, python_string
+from grandrounds.sources.protocols import check_protocol
+from grandrounds.core.records import Grade, Message, Response, Sample, Vote
+from grandrounds.core.textutil import normalize_width, strip_reasoning
+from grandrounds.sources.llmeval_med import CATEGORY_CODES, EVALUATE, SYSTEM_PROMPT, USABLE_THRESHOLD
+from grandrounds.sources.upstream import UpstreamText, python_string
 
 __all__ = ["CATEGORY_CODES", "LLMEvalGrader", "LLMEvalParams", "official_score", "parse_score", "usability"]
 

@@ -34,12 +34,12 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from grandrounds.errors import ConfigError, DataError
+from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.graders.choice_extract import cmb_letters, extract_choice, simple_evals_letter
-from grandrounds.hashing import text_hash
-from grandrounds.records import Grade, Response, Sample
-from grandrounds.upstream import CMB, SIMPLE_EVALS, python_value
+from grandrounds.core.hashing import text_hash
+from grandrounds.core.records import Grade, Response, Sample
+from grandrounds.sources.upstream import CMB, SIMPLE_EVALS, python_value
 
 LETTERS = "ABCDEFGHIJ"
 MODES = ("generate", "letter-loglik", "text-loglik", "next-token")

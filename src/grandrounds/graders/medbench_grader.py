@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.graders.choice_extract import mcq_letters
-from grandrounds.records import Grade, Response, Sample
-from grandrounds.textutil import strip_reasoning
+from grandrounds.core.records import Grade, Response, Sample
+from grandrounds.core.textutil import strip_reasoning
 
 WITHHELD = "answer withheld"
 

@@ -57,7 +57,7 @@ from grandrounds.scoring.medcalc import (
     Kind,
     py_number,
 )
-from grandrounds.textutil import strip_reasoning
+from grandrounds.core.textutil import strip_reasoning
 
 # ---- reference: the official reading ----------------------------------------------------------
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.graders.medcalc_extract import answer_text, official_reading, parse_ground_truth, parse_value
-from grandrounds.protocols import check_protocol
-from grandrounds.records import Grade, Response, Sample
+from grandrounds.sources.protocols import check_protocol
+from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.scoring.medcalc import is_correct, official_correct
 
 

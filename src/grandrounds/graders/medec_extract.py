@@ -21,7 +21,7 @@ from typing import Any
 
 from grandrounds.graders.judge_json import as_bool, extract_json_object
 from grandrounds.scoring.medec import NA
-from grandrounds.textutil import normalize_width, strip_reasoning
+from grandrounds.core.textutil import normalize_width, strip_reasoning
 
 # Submission line: "<text_id> <flag> <sentence_id> <corrected sentence>" (tolerant form, ours).
 _LINE = re.compile(r"^\s*([a-z0-9\-]+)\s+([01])\s+(-?\d+)\s+(.+?)\s*$", re.I | re.M)

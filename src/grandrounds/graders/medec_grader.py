@@ -8,8 +8,8 @@ from typing import Any
 
 from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.graders.medec_extract import parse_prediction, read_submission, submission_text
-from grandrounds.protocols import check_protocol
-from grandrounds.records import Grade, Response, Sample
+from grandrounds.sources.protocols import check_protocol
+from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.scoring import medec as sc
 
 

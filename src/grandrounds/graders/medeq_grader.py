@@ -29,11 +29,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys, majority
-from grandrounds.protocols import check_protocol
-from grandrounds.records import Grade, Message, Response, Sample, Verdict
+from grandrounds.sources.protocols import check_protocol
+from grandrounds.core.records import Grade, Message, Response, Sample, Verdict
 from grandrounds.scoring.medeq import question_score, reference_question, sample_items
-from grandrounds.textutil import normalize_width, strip_reasoning
-from grandrounds.upstream import UpstreamText
+from grandrounds.core.textutil import normalize_width, strip_reasoning
+from grandrounds.sources.upstream import UpstreamText
 
 TEMPLATE_NAME = "medeq_judge"
 
@@ -177,7 +177,7 @@ def _present(tags: Mapping[str, float]) -> dict[str, float | None]:
 @functools.cache
 def official_template() -> UpstreamText:
     """The official judge prompt, read from the pinned Health_EQBench.py (``evaluate_prompt``)."""
-    from grandrounds.benchmarks.medeqbench import EVALUATE_PROMPT
+    from grandrounds.sources.medeqbench import EVALUATE_PROMPT
 
     return EVALUATE_PROMPT.load()
 

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from grandrounds.errors import ConfigError
+from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.healthbench_grader import parse_single, render_conversation, render_item
 from grandrounds.graders.judging import Ask, judge_criteria, judge_keys
-from grandrounds.records import Grade, Message, Response, Sample
+from grandrounds.core.records import Grade, Message, Response, Sample
 from grandrounds.scoring.healthbench import known_rubric_score
-from grandrounds.textutil import strip_reasoning
+from grandrounds.core.textutil import strip_reasoning
 
 
 @dataclass(frozen=True)

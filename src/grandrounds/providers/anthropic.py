@@ -8,7 +8,7 @@ without ``/v1`` (a trailing ``/v1`` is accepted and dropped). A user name and pa
 are sent as HTTP Basic authentication and, like the key, never reach a request record, the store
 or a log.
 
-How a :class:`~grandrounds.records.Request` maps onto the API:
+How a :class:`~grandrounds.core.records.Request` maps onto the API:
 
 - system messages go to the top-level ``system`` field (several are joined by a blank line, in
   order); the other messages keep their roles and order;
@@ -19,7 +19,7 @@ How a :class:`~grandrounds.records.Request` maps onto the API:
 - the reply's text blocks are joined (thinking and tool blocks are left out);
 - ``stop_reason`` becomes ``Response.finish_reason``: ``end_turn`` and ``stop_sequence`` are
   "stop", ``max_tokens`` stays "max_tokens" and ``model_context_window_exceeded`` becomes
-  "length" (both count as truncated: :data:`grandrounds.records.TRUNCATED_REASONS`); any other
+  "length" (both count as truncated: :data:`grandrounds.core.records.TRUNCATED_REASONS`); any other
   reason (``refusal``, ``tool_use``, ``pause_turn``) is kept as the API says it;
 - usage: prompt tokens are ``input_tokens`` plus the cache-read and cache-write input tokens,
   completion tokens are ``output_tokens``.
@@ -31,7 +31,7 @@ context limit: P + T > M") is a ``context_length`` failure with the sizes the se
 judge is asked again with ``max_tokens`` shrunk to fit, as on the OpenAI-compatible path.
 
 :func:`message_body` and :func:`read_message` are shared with Message Batches
-(:mod:`grandrounds.batching`), so a batched call sends and reads exactly what a live one does.
+(:mod:`grandrounds.run.batches.executor`), so a batched call sends and reads exactly what a live one does.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ import time
 from typing import Any
 from urllib.parse import unquote
 
-from grandrounds.errors import ConfigError
-from grandrounds.params import Param
+from grandrounds.core.errors import ConfigError
+from grandrounds.core.params import Param
 from grandrounds.providers.base import CREDENTIALS_REQUIRED, ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
 from grandrounds.providers.openai_compat import context_message, context_overflow
-from grandrounds.records import Request, Response, Usage
+from grandrounds.core.records import Request, Response, Usage
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 #: The API version this module speaks (Anthropic's versioning page: the only version of the Messages API).

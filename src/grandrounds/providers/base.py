@@ -1,7 +1,7 @@
 """What a provider is, how a model spec names one, and which failures are worth retrying.
 
 A provider declares what it accepts and serves: its options (``--model-opt KEY=VALUE`` and the
-generic ``--threads``) as :class:`~grandrounds.params.Param` tuples, and the request kinds it can
+generic ``--threads``) as :class:`~grandrounds.core.params.Param` tuples, and the request kinds it can
 answer. :func:`check_model` checks a run against both before anything is loaded or called.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
-from grandrounds.errors import ConfigError
-from grandrounds.params import Param, check_values
-from grandrounds.records import Request, RequestKind, Response
-from grandrounds.registry import PROVIDERS
+from grandrounds.core.errors import ConfigError
+from grandrounds.core.params import Param, check_values
+from grandrounds.core.records import Request, RequestKind, Response
+from grandrounds.core.registry import PROVIDERS
 
 
 class ProviderError(Exception):

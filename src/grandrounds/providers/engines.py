@@ -43,12 +43,12 @@ from typing import Any, ClassVar
 
 import aiohttp
 
-from grandrounds.errors import ConfigError, GrandroundsError
-from grandrounds.params import Param
+from grandrounds.core.errors import ConfigError, GrandroundsError
+from grandrounds.core.params import Param
 from grandrounds.providers.base import ModelSpec, ProviderError
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES
 from grandrounds.providers.openai_compat import OpenAIProvider
-from grandrounds.records import Request, Response
+from grandrounds.core.records import Request, Response
 
 #: Output lines of the engine shown in an error.
 TAIL_LINES = 15

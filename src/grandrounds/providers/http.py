@@ -38,7 +38,7 @@ import orjson
 from multidict import CIMultiDictProxy
 
 import grandrounds
-from grandrounds.errors import ConfigError
+from grandrounds.core.errors import ConfigError
 from grandrounds.providers.base import ProviderError, redact, split_userinfo
 
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024

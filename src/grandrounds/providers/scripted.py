@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from grandrounds.params import Param
+from grandrounds.core.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
-from grandrounds.records import Request, Response, Usage
+from grandrounds.core.records import Request, Response, Usage
 
 Script = Callable[[Request], "str | tuple[str, str] | dict[str, float] | Exception"]
 

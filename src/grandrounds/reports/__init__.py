@@ -6,14 +6,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Collection
 
 if TYPE_CHECKING:  # imported where used: every command loads this package, a run needs none of it
-    from grandrounds import analysis
+    from grandrounds.analyses import leaderboard as analysis
     from grandrounds.store import Store
 
 
 def boards(store: Store, benchmark: str | None = None, seed: int = 0, run_ids: Collection[str] | None = None) -> list[analysis.Board]:
     """The leaderboard with paired tie groups, from everything stored (or from the runs ``run_ids``)."""
-    from grandrounds import analysis
-    from grandrounds.reports import collect
+    from grandrounds.analyses import leaderboard as analysis
+    from grandrounds.analyses import collect
 
     rows = collect.result_rows(store, benchmark, run_ids)
     return analysis.leaderboard(rows, collect.values(store, [r.key for r in rows]), seed=seed)
@@ -22,8 +22,9 @@ def boards(store: Store, benchmark: str | None = None, seed: int = 0, run_ids: C
 def build_report(store: Store, fmt: str, out: Path, benchmark: str | None = None, seed: int = 0, max_items: int | None = None,
                  title: str = "grandrounds report", run_ids: Collection[str] | None = None) -> list[Path]:
     """Write the report in ``fmt`` to ``out`` (restricted to the runs ``run_ids`` when given); returns the files written."""
-    from grandrounds.metaeval import agreement_by_result
-    from grandrounds.reports import collect, html, tabular
+    from grandrounds.analyses.judge_validation import agreement_by_result
+    from grandrounds.analyses import collect
+    from grandrounds.reports import html, tabular
 
     if fmt not in tabular.FORMATS:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(tabular.FORMATS)}")

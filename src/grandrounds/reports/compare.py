@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grandrounds.analysis import Comparison, ResultRow, engine_label, fingerprint_diff, paired_compare
-from grandrounds.reports.collect import result_rows, values
-from grandrounds.errors import ConfigError
+from grandrounds.analyses.leaderboard import Comparison, ResultRow, engine_label, fingerprint_diff, paired_compare
+from grandrounds.analyses.collect import result_rows, values
+from grandrounds.core.errors import ConfigError
 from grandrounds.store import Store
 
 

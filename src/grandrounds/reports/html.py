@@ -8,15 +8,18 @@ toggles classes and reads ``textContent``.
 from __future__ import annotations
 
 from html import escape
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from grandrounds.analysis import Board, Entry, FamilyTable, ResultRow, breakdown_tables, run_label
-from grandrounds.records import Grade
-from grandrounds.reports.collect import Item, Section
-from grandrounds.costs import usage_cells
-from grandrounds.display import BASE_CSS, fmt, fmt_ci
+from grandrounds.analyses.leaderboard import Board, Entry, FamilyTable, ResultRow, breakdown_tables, run_label
+from grandrounds.core.records import Grade
+from grandrounds.analyses.collect import Item, Section
+from grandrounds.run.costs import usage_cells
+from grandrounds.core.display import BASE_CSS, fmt, fmt_ci
 from grandrounds.reports.radar import COLOURS, radar_svg
-from grandrounds.viewer.labels import shown_questions
+from grandrounds.analyses.labels import shown_questions
+
+if TYPE_CHECKING:
+    from grandrounds.analyses.irt import ItemFit
 
 CSS = BASE_CSS + """
 body{margin:1.5em}table{margin:.5em 0 1.2em}td,th{padding:3px 7px}.flag{color:#a33;font-size:12px}.tied{background:#fff6d5;font-size:12px;padding:0 4px}
@@ -55,10 +58,10 @@ def render(boards: Sequence[Board], sections: Sequence[Section], title: str = "g
 
 
 def _robustness(boards: Sequence[Board], sections: Sequence[Section]) -> str:
-    """Probe runs beside their unperturbed runs (:mod:`grandrounds.robustness`): each probe's accuracy
+    """Probe runs beside their unperturbed runs (:mod:`grandrounds.analyses.robustness`): each probe's accuracy
     drop with its paired CI, option-order consistency, per-position bias and the attacker's rewrites;
     nothing when the store holds no probe run."""
-    from grandrounds.robustness import report_summaries
+    from grandrounds.analyses.robustness import report_summaries
 
     def signed(v: float | None, ci: Sequence[float] | None = None) -> str:
         return "n/a" if v is None else f"{v:+.3f}" + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
@@ -134,7 +137,7 @@ def _board(b: Board, anchor: str | None, agreement: Mapping[tuple[str, str], str
         )
     h.append("</table>")
     if shown:
-        from grandrounds.metaeval import AGREEMENT_LEGEND
+        from grandrounds.analyses.judge_validation import AGREEMENT_LEGEND
 
         h.append(f"<p class='flag'>{escape(AGREEMENT_LEGEND)}</p>")
     h.append(_breakdowns(b))
@@ -243,65 +246,11 @@ def _rubric(item: Item) -> str:
 
 
 def _irt(sections: Sequence[Section]) -> str:
-    """Item response theory (:mod:`grandrounds.irt`) for each right/wrong benchmark dataset with at
+    """Item response theory (:mod:`grandrounds.analyses.irt`) for each right/wrong benchmark dataset with at
     least three respondents: abilities with their standard errors, candidate wrong keys (negative
     discrimination, with what the stronger models answered), uninformative items, every fitted
     item's parameters; nothing for graded benchmarks or too few respondents."""
-    from grandrounds.irt import MIN_RESPONDENTS, IrtError, Respondent, analyse, evidence, responses_from_section
-
-    parts = []
-    for i, sec in enumerate(sections):
-        try:
-            resp, graded = responses_from_section(sec)
-            res = analyse(resp, MIN_RESPONDENTS)
-        except IrtError:
-            continue
-        anchor = {item.sample.id: f"drill-{i}-q{k}" for k, item in enumerate(sec.items)}
-
-        keys = {item.sample.id: item.sample.target for item in sec.items}
-
-        def answer(who: Respondent, sid: str) -> tuple[float | None, str | None] | None:
-            g = graded.get((who.run_id, who.grader_fp, sid))
-            return None if g is None else (g.value, g.extracted)
-
-        neg = res.negative
-        ev = evidence(res, [it.id for it in neg], lambda sid: None if keys.get(sid) is None else str(keys[sid]), answer)
-        counts = res.to_json()["counts"]
-        h = [f"<h3>{escape(sec.benchmark)} <small>dataset {escape(sec.dataset[:12])}: {counts['respondents']} respondents, "
-             f"{counts['fitted']} of {counts['items']} items fitted ({res.fit.iterations} iterations, "
-             f"{'converged' if res.fit.converged else 'not converged'})</small></h3>"]
-        h.extend(f"<p class='flag'>{escape(n)}</p>" for n in res.notes)
-        h.append("<table class='irt-ability'><tr><th>respondent</th><th>answered</th><th>right</th><th>ability</th><th>SE</th><th>95% CI</th></tr>")
-        for a in sorted(res.abilities, key=lambda a: -(a.theta if a.theta is not None else -1e9)):
-            h.append(f"<tr><td>{escape(a.respondent.label)}</td><td>{a.n}</td><td>{a.n_right}</td><td>{fmt(a.theta, 2)}</td>"
-                     f"<td>{fmt(a.se, 2)}</td><td>{fmt_ci(a.ci95, 2)}</td></tr>")
-        h.append("</table>")
-        if neg:
-            sure = sum(1 for it in neg if it.negative_95)
-            h.append(f"<table class='irt-wrong-keys'><caption>Candidate wrong keys: {len(neg)} item(s) with negative discrimination, "
-                     f"{sure} below 0 with 95% confidence (*)</caption><tr><th>item</th><th>discrimination</th><th>SE</th><th>difficulty</th>"
-                     "<th>right / answered</th><th>key</th><th>stronger half answered</th></tr>")
-            for it in neg:
-                e = ev.get(it.id, {})
-                said = ", ".join(f"{k} ×{v}" for k, v in (e.get("stronger_half_answered") or {}).items())
-                link = f"<a href='#{anchor[it.id]}'>{escape(it.id)}</a>" if it.id in anchor else escape(it.id)
-                h.append(f"<tr><td>{link}{' *' if it.negative_95 else ''}</td><td>{fmt(it.discrimination, 2)}</td><td>{fmt(it.discrimination_se, 2)}</td>"
-                         f"<td>{fmt(it.difficulty, 2)}</td><td>{it.n_right}/{it.n}</td><td>{escape(str(e.get('key') or ''))}</td><td>{escape(said)}</td></tr>")
-            h.append("</table>")
-        else:
-            h.append("<p>No item has negative discrimination (no candidate wrong key).</p>")
-        for status, what in (("all_wrong", "no respondent gets right"), ("all_right", "every respondent gets right"), ("too_few", "fewer than 2 scored answers")):
-            its = res.by_status(status)
-            if its:
-                h.append(f"<details><summary>{len(its)} item(s) {what} (not fitted: they say nothing about the model)</summary>"
-                         f"<p>{escape(', '.join(it.id for it in its))}</p></details>")
-        fitted = sorted(res.fitted, key=lambda it: it.discrimination or 0.0)
-        h.append(f"<details><summary>All {len(fitted)} fitted items, least discriminating first</summary><table class='irt-items'>"
-                 "<tr><th>item</th><th>discrimination</th><th>SE</th><th>difficulty</th><th>SE</th><th>right / answered</th></tr>")
-        h.extend(f"<tr><td>{escape(it.id)}</td><td>{fmt(it.discrimination, 2)}</td><td>{fmt(it.discrimination_se, 2)}</td><td>{fmt(it.difficulty, 2)}</td>"
-                 f"<td>{fmt(it.difficulty_se, 2)}</td><td>{it.n_right}/{it.n}</td></tr>" for it in fitted)
-        h.append("</table></details>")
-        parts.append("".join(h))
+    parts = [h for i, sec in enumerate(sections) if (h := _irt_section(i, sec))]
     if not parts:
         return ""
     intro = ("<h2 id='irt'>Item response theory</h2><p class='small'>A two-parameter logistic model, P(right) = sigmoid(a (ability - b)), "
@@ -312,6 +261,68 @@ def _irt(sections: Sequence[Section]) -> str:
              "Standard errors come from the observed information; with few models each item is seen only a few times, so an item's "
              "discrimination is rough (see its SE).</p>")
     return intro + "".join(parts)
+
+
+def _irt_section(i: int, sec: Section) -> str:
+    """The IRT block of the ``i``-th section; "" when it is not a right/wrong dataset with enough respondents."""
+    from grandrounds.analyses.irt import MIN_RESPONDENTS, IrtError, Respondent, analyse, evidence, responses_from_section
+
+    try:
+        resp, graded = responses_from_section(sec)
+        res = analyse(resp, MIN_RESPONDENTS)
+    except IrtError:
+        return ""
+    anchor = {item.sample.id: f"drill-{i}-q{k}" for k, item in enumerate(sec.items)}
+
+    keys = {item.sample.id: item.sample.target for item in sec.items}
+
+    def answer(who: Respondent, sid: str) -> tuple[float | None, str | None] | None:
+        g = graded.get((who.run_id, who.grader_fp, sid))
+        return None if g is None else (g.value, g.extracted)
+
+    neg = res.negative
+    ev = evidence(res, [it.id for it in neg], lambda sid: None if keys.get(sid) is None else str(keys[sid]), answer)
+    counts = res.to_json()["counts"]
+    h = [f"<h3>{escape(sec.benchmark)} <small>dataset {escape(sec.dataset[:12])}: {counts['respondents']} respondents, "
+         f"{counts['fitted']} of {counts['items']} items fitted ({res.fit.iterations} iterations, "
+         f"{'converged' if res.fit.converged else 'not converged'})</small></h3>"]
+    h.extend(f"<p class='flag'>{escape(n)}</p>" for n in res.notes)
+    h.append("<table class='irt-ability'><tr><th>respondent</th><th>answered</th><th>right</th><th>ability</th><th>SE</th><th>95% CI</th></tr>")
+    for a in sorted(res.abilities, key=lambda a: -(a.theta if a.theta is not None else -1e9)):
+        h.append(f"<tr><td>{escape(a.respondent.label)}</td><td>{a.n}</td><td>{a.n_right}</td><td>{fmt(a.theta, 2)}</td>"
+                 f"<td>{fmt(a.se, 2)}</td><td>{fmt_ci(a.ci95, 2)}</td></tr>")
+    h.append("</table>")
+    h.append(_irt_wrong_keys(neg, ev, anchor))
+    for status, what in (("all_wrong", "no respondent gets right"), ("all_right", "every respondent gets right"), ("too_few", "fewer than 2 scored answers")):
+        its = res.by_status(status)
+        if its:
+            h.append(f"<details><summary>{len(its)} item(s) {what} (not fitted: they say nothing about the model)</summary>"
+                     f"<p>{escape(', '.join(it.id for it in its))}</p></details>")
+    fitted = sorted(res.fitted, key=lambda it: it.discrimination or 0.0)
+    h.append(f"<details><summary>All {len(fitted)} fitted items, least discriminating first</summary><table class='irt-items'>"
+             "<tr><th>item</th><th>discrimination</th><th>SE</th><th>difficulty</th><th>SE</th><th>right / answered</th></tr>")
+    h.extend(f"<tr><td>{escape(it.id)}</td><td>{fmt(it.discrimination, 2)}</td><td>{fmt(it.discrimination_se, 2)}</td><td>{fmt(it.difficulty, 2)}</td>"
+             f"<td>{fmt(it.difficulty_se, 2)}</td><td>{it.n_right}/{it.n}</td></tr>" for it in fitted)
+    h.append("</table></details>")
+    return "".join(h)
+
+
+def _irt_wrong_keys(neg: Sequence[ItemFit], ev: Mapping[str, Mapping[str, Any]], anchor: Mapping[str, str]) -> str:
+    """The table of candidate wrong keys (items with negative discrimination), or a line saying there is none."""
+    if not neg:
+        return "<p>No item has negative discrimination (no candidate wrong key).</p>"
+    sure = sum(1 for it in neg if it.negative_95)
+    h = [f"<table class='irt-wrong-keys'><caption>Candidate wrong keys: {len(neg)} item(s) with negative discrimination, "
+         f"{sure} below 0 with 95% confidence (*)</caption><tr><th>item</th><th>discrimination</th><th>SE</th><th>difficulty</th>"
+         "<th>right / answered</th><th>key</th><th>stronger half answered</th></tr>"]
+    for it in neg:
+        e = ev.get(it.id, {})
+        said = ", ".join(f"{k} ×{v}" for k, v in (e.get("stronger_half_answered") or {}).items())
+        link = f"<a href='#{anchor[it.id]}'>{escape(it.id)}</a>" if it.id in anchor else escape(it.id)
+        h.append(f"<tr><td>{link}{' *' if it.negative_95 else ''}</td><td>{fmt(it.discrimination, 2)}</td><td>{fmt(it.discrimination_se, 2)}</td>"
+                 f"<td>{fmt(it.difficulty, 2)}</td><td>{it.n_right}/{it.n}</td><td>{escape(str(e.get('key') or ''))}</td><td>{escape(said)}</td></tr>")
+    h.append("</table>")
+    return "".join(h)
 
 
 def _run_label(row: ResultRow, with_model: bool = True) -> str:

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from grandrounds.analysis import Board, breakdown_tables
+from grandrounds.analyses.leaderboard import Board, breakdown_tables
 
 FORMATS = ("html", "md", "csv", "xlsx", "json", "parquet")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
-from grandrounds.records import Cell, Grade
-from grandrounds.stats import mean_ci, wilson_ci
+from grandrounds.core.records import Cell, Grade
+from grandrounds.scoring.stats import mean_ci, wilson_ci
 
 T = TypeVar("T")
 
@@ -45,7 +45,7 @@ def accuracy_cell(values: Sequence[float | None], metrics: Metrics | None = None
 
 
 def mean_cell(values: Sequence[float | None], metrics: Metrics | None = None, seed: int = 0) -> Cell:
-    """Mean of the scored values with :func:`grandrounds.stats.mean_ci`; None values are unscored."""
+    """Mean of the scored values with :func:`grandrounds.scoring.stats.mean_ci`; None values are unscored."""
     scored = [v for v in values if v is not None]
     return Cell(
         score=sum(scored) / len(scored) if scored else None,

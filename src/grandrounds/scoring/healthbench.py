@@ -25,8 +25,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from grandrounds.records import Criterion, Verdict
-from grandrounds.stats import bootstrap, clipped_mean
+from grandrounds.core.records import Criterion, Verdict
+from grandrounds.scoring.stats import bootstrap, clipped_mean
 
 EXAMPLE_TAG_PREFIXES = ("theme:", "physician_agreed_category:")
 
@@ -170,3 +170,9 @@ def reference_aggregate(per_example: Sequence[Mapping[str, float]], seed: int = 
         lo, hi = np.percentile(means, [2.5, 97.5])
         out[name] = ClippedStat(float(np.clip(np.mean(vals), 0, 1)), float(np.std(means)), (float(lo), float(hi)), len(vals))
     return out
+
+
+def length_adjusted(score: float, response_text: str, center: float, penalty_per_500_chars: float) -> float:
+    """``calculate_length_adjusted_score`` (healthbench_eval.py @ 0f3b62d): the score moved by
+    ``penalty`` per 500 characters the response is longer (or shorter) than ``center``; not clipped."""
+    return score - penalty_per_500_chars * ((len(response_text) - center) / 500.0)

@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from grandrounds.records import Criterion, Sample, Verdict
+from grandrounds.core.records import Criterion, Sample, Verdict
 
 #: The 22 canonical dimensions, in the reference's order (utils.py ``rubrics_tags``).
 DIMENSIONS: tuple[str, ...] = (

@@ -2,7 +2,7 @@
 
 A row says how well one judge, with its generation parameters and prompt protocol, agreed with
 physicians on one validation set (e.g. HealthBench's meta-evaluation file, by its sha256). The
-figures are computed by :mod:`grandrounds.metaeval`; this module only stores and reads them.
+figures are computed by :mod:`grandrounds.analyses.judge_validation`; this module only stores and reads them.
 Re-measuring the same judge on the same rows replaces the row (its key is a content hash of
 what was measured), so a run that finished failed calls later updates the figures.
 """
@@ -14,7 +14,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from grandrounds.hashing import canonical_json
+from grandrounds.core.hashing import canonical_json
 from grandrounds.store.connection import StoreBase, now
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Sequence
 
-from grandrounds.hashing import canonical_json
-from grandrounds.records import Grade, grade_from_json, judge_calls
+from grandrounds.core.hashing import canonical_json
+from grandrounds.core.records import Grade, grade_from_json, judge_calls
 from grandrounds.store.connection import StoreBase, now
 from grandrounds.store.rows import CallUsage, RunState, StoredGrade, VerdictCounts
 from grandrounds.store.runs import in_chunks

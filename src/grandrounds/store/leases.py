@@ -20,7 +20,8 @@ from concurrent.futures import Future
 from contextlib import nullcontext
 from typing import Literal, Sequence
 
-from grandrounds.store.connection import StoreBase, transaction
+from grandrounds.store.commits import transaction
+from grandrounds.store.connection import StoreBase
 
 #: A key's state after :meth:`LeaseTables.acquire_leases`.
 LeaseState = Literal["ours", "held", "stored"]

@@ -1,6 +1,6 @@
 """The store's tables of clinician review: reviews (append-only) and the review queue.
 
-Validation (who may say what about which criterion) is :mod:`grandrounds.reviews`' job; this
+Validation (who may say what about which criterion) is :mod:`grandrounds.analyses.reviews`' job; this
 module only stores and reads rows.
 """
 

@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict
 
-from grandrounds.records import Grade, Response, Sample, Usage
+from grandrounds.core.records import Grade, Response, Sample, Usage
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class VerdictCounts(NamedTuple):
 @dataclass(frozen=True)
 class ReviewInput:
     """A clinician review to append: a verdict on one criterion, or a score on a whole answer
-    (``criterion_id`` empty). Checked by :func:`grandrounds.reviews.add_review` before storing."""
+    (``criterion_id`` empty). Checked by :func:`grandrounds.analyses.reviews.add_review` before storing."""
 
     run_id: str
     grader_fp: str

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Sequence
 
-from grandrounds.hashing import canonical_json
-from grandrounds.records import TRUNCATED_REASONS, Request, Response, Sample, sample_from_json
+from grandrounds.core.hashing import canonical_json
+from grandrounds.core.records import TRUNCATED_REASONS, Request, Response, Sample, sample_from_json
 from grandrounds.store.connection import StoreBase, now
 from grandrounds.store.rows import AnswerText, CallUsage, RunRecord, StoredSample, row_to_response, row_to_run
 
@@ -143,7 +143,7 @@ class RunTables(StoreBase):
             self.db.executemany(_SAMPLE_INSERT, [(benchmark, dataset_sha256, s.id, i, canonical_json(s)) for i, s in enumerate(samples)])
 
     def checked_data(self, key: str) -> int | None:
-        """The sample count of a data file read and found good before (:func:`runner.read_samples`), or None."""
+        """The sample count of a data file read and found good before (:func:`grandrounds.run.samples.read_samples`), or None."""
         row = self.db.execute("SELECT n_samples FROM checked_data WHERE key = ?", (key,)).fetchone()
         return int(row[0]) if row else None
 

@@ -1,7 +1,7 @@
 """The viewer's search index: a sidecar SQLite file derived from the store, rebuilt when it changes.
 
 One row per question (benchmark, dataset, sample) with its own question text (not the prompt
-around it, see :mod:`grandrounds.viewer.labels`) and the flags the filters need, one row per
+around it, see :mod:`grandrounds.analyses.labels`) and the flags the filters need, one row per
 column (a grading of a run: run, grader fingerprint, and the facts its label is made of), one
 row per answer with its column and verdict counts, the dimensions of each question, and an
 FTS5 table (trigram tokenizer, so Chinese text and substrings match) over questions, options
@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grandrounds.store import Store
-from grandrounds.viewer.labels import question_of, run_facts, strip_shared_lines
+from grandrounds.analyses.labels import question_of, run_facts, strip_shared_lines
 
 #: Bumped when the index's tables change, so an index built by older code is rebuilt.
 INDEX_VERSION = 3

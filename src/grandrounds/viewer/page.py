@@ -6,7 +6,7 @@ session's CSRF token in a ``<meta>`` tag (:func:`page_html`); the script sends i
 review.
 """
 
-from grandrounds.display import BASE_CSS
+from grandrounds.core.display import BASE_CSS
 
 PAGE_HTML = """<!doctype html>
 <html><head><meta charset="utf-8"><meta name="csrf-token" content="__CSRF__"><title>grandrounds viewer</title>

@@ -6,7 +6,7 @@ filters, the search and the pages are SQL over it. Everything read from the stor
 
 Columns are gradings of runs (``run_id/grader-fp``), never model names, so two runs of one
 model (another answer mode, protocol, judge or limit) each keep their column, labelled by
-:mod:`grandrounds.viewer.labels`. A search is capped (characters, words, word length) before
+:mod:`grandrounds.analyses.labels`. A search is capped (characters, words, word length) before
 it reaches SQLite, which bounds its memory; :func:`time_bounded` bounds its time.
 """
 
@@ -21,12 +21,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from grandrounds.hashing import to_jsonable
-from grandrounds.records import Grade, Response, Sample
-from grandrounds.reviews import reviewed_value
+from grandrounds.core.hashing import to_jsonable
+from grandrounds.core.records import Grade, Response, Sample
+from grandrounds.analyses.reviews import reviewed_value
 from grandrounds.store import RunRecord, Store
 from grandrounds.viewer.index import column_key
-from grandrounds.viewer.labels import RunFacts, column_labels, full_label, run_facts
+from grandrounds.analyses.labels import RunFacts, column_labels, full_label, run_facts
 
 PAGE_MAX = 200
 #: Search caps: characters in all, words, characters per word. A trigram phrase costs memory

@@ -1,0 +1,148 @@
+"""Read the store into the plain rows the analysis and the reports use (the only I/O here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Collection, Sequence
+
+from grandrounds.analyses.leaderboard import ResultRow, result_coverage
+from grandrounds.core.records import Grade, Sample, breakdown_from_json
+from grandrounds.store import RunRecord, Store
+
+
+def result_rows(store: Store, benchmark: str | None = None, run_ids: Collection[str] | None = None) -> list[ResultRow]:
+    """Every stored Result (of the runs ``run_ids`` only, when given: full ids), newest last, with
+    the coverage of its verdicts."""
+    runs = {r.id: r for r in store.runs()}
+    out = []
+    for run_id, fp, rj in store.results():
+        if benchmark and rj.get("benchmark") != benchmark:
+            continue
+        if run_ids is not None and run_id not in run_ids:
+            continue
+        run = runs.get(run_id)
+        ci = rj.get("ci95")
+        out.append(
+            ResultRow(
+                run_id=run_id,
+                grader_fp=fp,
+                benchmark=rj.get("benchmark") or (run.benchmark if run else "?"),
+                model=rj.get("model") or (run.model if run else "?"),
+                metric=rj.get("metric", ""),
+                score=rj.get("score"),
+                ci95=(float(ci[0]), float(ci[1])) if ci else None,
+                n=int(rj.get("n", 0)),
+                n_unscored=int(rj.get("n_unscored", 0)),
+                # the result's own coverage where it records one, so the run's summary, results.json
+                # and the leaderboard agree
+                coverage=_or(result_coverage(rj.get("extra") or {}), lambda: coverage(store, run_id, fp)),
+                judge=rj.get("judge"),
+                breakdown=breakdown_from_json(rj.get("breakdown")),
+                fingerprint=with_limit(rj.get("fingerprint") or {}, run),
+                extra=rj.get("extra") or {},
+                status=store.run_state(run_id, fp).describe(),
+            )
+        )
+    return out
+
+
+def _or(value: float | None, fallback: Any) -> float | None:
+    return value if value is not None else fallback()
+
+
+def with_limit(fingerprint: dict[str, Any], run: RunRecord | None) -> dict[str, Any]:
+    """The fingerprint with the run's ``--limit`` (results stored before it was recorded lack it)."""
+    if "limit" in fingerprint or run is None:
+        return fingerprint
+    return fingerprint | {"limit": run.options.get("limit")}
+
+
+def coverage(store: Store, run_id: str, grader_fp: str) -> float | None:
+    """Share of known verdicts; for benchmarks without verdicts, the share of scored answers."""
+    c = store.verdict_counts(run_id, grader_fp)
+    if c.n_verdicts:
+        return (c.n_verdicts - c.n_unknown) / c.n_verdicts
+    return (c.n_grades - c.n_unscored) / c.n_grades if c.n_grades else None
+
+
+def values(store: Store, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """(run, grader) -> sample id -> per-answer value (None = unscored)."""
+    return {(run_id, fp): store.grade_values(run_id, fp) for run_id, fp in keys}
+
+
+@dataclass
+class Answer:
+    row: ResultRow
+    text: str | None
+    error: str | None
+    grade: Grade | None
+
+
+@dataclass
+class Item:
+    sample: Sample
+    answers: list[Answer] = field(default_factory=list)
+
+
+@dataclass
+class Section:
+    """One benchmark dataset: its samples in source order with every model's answer and grade."""
+
+    benchmark: str
+    dataset: str
+    items: list[Item]
+
+
+def drilldown(store: Store, rows: Sequence[ResultRow], max_items: int | None = None) -> list[Section]:
+    """Samples with each result's answer and grade side by side, per (benchmark, dataset)."""
+    runs: dict[str, RunRecord] = {r.id: r for r in store.runs()}
+    sections: dict[tuple[str, str], Section] = {}
+    for row in rows:
+        run = runs.get(row.run_id)
+        if run is None:
+            continue
+        key = (run.benchmark, run.dataset_sha256)
+        if key not in sections:
+            samples = store.samples(*key)[:max_items] if max_items else store.samples(*key)
+            sections[key] = Section(run.benchmark, run.dataset_sha256, [Item(s) for s in samples])
+        answers = store.answers(row.run_id)
+        grades = store.grades(row.run_id, row.grader_fp)
+        for item in sections[key].items:
+            _, resp = answers.get(item.sample.id, ("", None))
+            item.answers.append(Answer(row, resp.text if resp else None, resp.error if resp else "not answered", grades.get(item.sample.id)))
+    return list(sections.values())
+
+
+def question_text(sample: Sample) -> str:
+    """The sample's question, as the viewer names it (:func:`grandrounds.analyses.labels.question_of`):
+    its own question field where it has one, else the last user message."""
+    from grandrounds.analyses.labels import question_of
+
+    return question_of(sample)[0]
+
+
+def sample_rows(sections: Sequence[Section]) -> list[dict[str, Any]]:
+    """Flat per-answer rows for tables (csv, xlsx, parquet, json)."""
+    out = []
+    for sec in sections:
+        for item in sec.items:
+            for a in item.answers:
+                g = a.grade
+                out.append(
+                    {
+                        "benchmark": sec.benchmark,
+                        "sample_id": item.sample.id,
+                        "model": a.row.model,
+                        "run_id": a.row.run_id,
+                        "judge": a.row.judge or "",
+                        "value": g.value if g else None,
+                        "extracted": g.extracted if g else None,
+                        "n_met": sum(1 for v in g.verdicts if v.status == "met") if g else 0,
+                        "n_unmet": sum(1 for v in g.verdicts if v.status == "unmet") if g else 0,
+                        "n_unknown": sum(1 for v in g.verdicts if v.status == "unknown") if g else 0,
+                        "error": (g.error if g else None) or a.error,
+                        "question": question_text(item.sample),
+                        "answer": a.text,
+                    }
+                )
+    return out

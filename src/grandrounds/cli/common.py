@@ -1,0 +1,162 @@
+"""What the command groups share: how flags show, the consoles, the store and ``KEY=VALUE`` options,
+one-line user errors, and the closing lines a run prints (calls made, failed, retried)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import typer
+from rich.console import Console
+
+from grandrounds.core.errors import ConfigError, GrandroundsError
+from grandrounds.core.registry import UnknownComponent
+
+
+class _PlainFlags:
+    """Flags show no value type in --help: typer 0.29 prints ``<bool>`` beside every flag (--help
+    included), which reads as if the flag took a value. An empty metavar leaves that column blank."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for p in params:
+            if getattr(p, "is_flag", False) and p.metavar is None:
+                p.metavar = ""
+        return params
+
+
+class _Command(_PlainFlags, typer.core.TyperCommand):
+    pass
+
+
+class _Group(_PlainFlags, typer.core.TyperGroup):
+    pass
+
+
+console = Console()
+err_console = Console(stderr=True)
+
+INTERRUPTED = "interrupted: everything finished so far is stored; run the same command again to resume\n"
+StoreOpt = typer.Option(None, "--store", help="SQLite store (default $GRANDROUNDS_STORE or ./grandrounds.db)")
+#: Ranges of the numeric flags: seeds as NumPy's RandomState takes them (and every provider's API),
+#: temperatures as the OpenAI API accepts them.
+SEED_MAX = 2**32 - 1
+TEMPERATURE_MAX = 2.0
+JUDGE_RPM_HELP = ("judge calls started per minute of each judge model at its endpoint, retries included; a judge that is the "
+                  "candidate's own model at the same endpoint takes the lower of --rpm and --judge-rpm")
+JUDGE_TPM_HELP = ("tokens of judge calls started per minute of each judge model at its endpoint, as --tpm counts them (N, or input=N,output=N); "
+                  "a judge that is the candidate's own model at the same endpoint takes the lower of --tpm and --judge-tpm, limit by limit")
+
+
+def _encoding_option(value: Optional[str]) -> Optional[str]:
+    """``--encoding``: a text codec Python knows, checked before anything is read."""
+    from grandrounds.benchmarks.readers.decoding import check_encoding
+
+    if value:
+        try:
+            check_encoding(value)
+        except ConfigError as e:
+            raise typer.BadParameter(str(e).removeprefix(f"--encoding {value!r}: ")) from None
+    return value
+
+
+#: ``--encoding``, for every command that reads data files (use with ``readers.data_encoding``).
+EncodingOpt = typer.Option(None, "--encoding", callback=_encoding_option,
+                           help="text encoding of the data files, e.g. cp1252, gb18030 (default: UTF-8, or GB18030 when the text is confidently Chinese)")
+
+
+def store_path(path: Optional[Path]) -> Path:
+    return path or Path(os.environ.get("GRANDROUNDS_STORE", "grandrounds.db"))
+
+
+def existing_store_path(path: Optional[Path]) -> Path:
+    """The store a read command reads; a missing one is a one-line error (never silently created empty)."""
+    p = store_path(path)
+    if not p.exists():
+        sys.stderr.write(
+            f"error: no store at {p}: nothing has been run with it yet "
+            "(run `grandrounds demo` or `grandrounds run ...`, or pass --store PATH)\n"
+        )
+        raise typer.Exit(2)
+    return p
+
+
+def parse_params(items: list[str], flag: str = "--param") -> dict[str, str]:
+    """``KEY=VALUE`` pairs as typed; each value is coerced later to the type its owner declares."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{flag} {item!r} must be KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A configuration or data error ends the command with its one-line message and exit code 2."""
+    try:
+        yield
+    except (GrandroundsError, UnknownComponent) as e:
+        sys.stderr.write(f"error: {e}\n")
+        raise typer.Exit(2) from None
+
+
+def judge_configs(specs: list[str], base_url: str, json_object: bool) -> tuple[Any, ...]:
+    """``PROVIDER/MODEL[@BASE_URL]`` -> JudgeConfig; the URL is an endpoint, not part of the judge's identity.
+
+    Generation parameters are left to the protocol (and the run's explicit judge flags)."""
+    from grandrounds.providers.base import split_endpoint
+    from grandrounds.run.config import JudgeConfig
+
+    out = []
+    for text in specs:
+        spec, url = split_endpoint(text)
+        out.append(JudgeConfig(spec, url or base_url, json_object=json_object))
+    return tuple(out)
+
+
+#: Exit code of ``run``/``demo`` when a run scored nothing because its calls failed.
+NOTHING_SCORED = 3
+
+
+def any_failed(outcome: Any) -> bool:
+    """Whether any answer or judge call of the run failed (as opposed to a benchmark that scores
+    nothing here by design, such as MedBench without its answer key)."""
+    return bool(outcome.answer_stats.failed or any(s.failed for s in outcome.judge_stats)
+                or bool(outcome.counts.get("answer_failed") or outcome.counts.get("grader_error")))
+
+
+def call_summary(answers: Any, judges: Sequence[tuple[str, Any]]) -> list[str]:
+    """One line per executor (answers, then each judge): calls made, from the store, failed, retried,
+    and the commonest failure reasons with their counts; for a batched one a second line: its
+    batches (submitted, picked up, how they ended) and the calls retried in a new batch, by cause."""
+    lines = []
+    executors = [("answers", answers)] if answers is not None else []
+    for label, s in [*executors, *((f"judge {name}", st) for name, st in judges)]:
+        line = f"{label}: {s.made} calls made, {s.cached} from the store, {s.failed} failed, {s.retries} retries"
+        if getattr(s, "shrunk", 0):
+            line += f", {s.shrunk} shrunk to fit the context (max tokens lowered to what the server's context leaves)"
+        if s.errors:
+            top = sorted(s.errors.items(), key=lambda kv: -kv[1])[:3]
+            line += "; failures: " + ", ".join(f"{why} x{n}" for why, n in top)
+        lines.append(line)
+        if callable(batch_line := getattr(s, "batch_line", None)):  # a batched role: its batches and calls retried
+            lines.append(f"{label} {batch_line()}")
+    return lines
+
+
+def stored_run(st: Any, run_id: str) -> Any:
+    """The run ``run_id`` in the store, or a one-line error naming the store."""
+    run_rec = st.get_run(run_id)
+    if run_rec is None and len(run_id) >= 6:  # a prefix, as `runs` and the leaderboard show them
+        found = [r for r in st.runs() if r.id.startswith(run_id)]
+        if len(found) > 1:
+            raise ConfigError(f"run id prefix {run_id!r} matches {len(found)} runs in {st.path}: give more characters")
+        run_rec = found[0] if found else None
+    if run_rec is None:
+        raise ConfigError(f"no run {run_id!r} in {st.path} (see `grandrounds runs`)")
+    return run_rec

@@ -1,0 +1,482 @@
+"""The ``grandrounds`` command."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, get_args
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from grandrounds.core import eventloop
+from grandrounds.cli.common import (
+    INTERRUPTED, JUDGE_RPM_HELP, JUDGE_TPM_HELP, NOTHING_SCORED, SEED_MAX, TEMPERATURE_MAX, EncodingOpt, StoreOpt, _Command, _Group,
+    any_failed, call_summary, console, err_console, existing_store_path, judge_configs, parse_params, store_path, stored_run,
+    user_errors,
+)
+from grandrounds.core.errors import GrandroundsError
+from grandrounds.cli import irt, judge_validation, reports, robustness
+from grandrounds.cli.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
+from grandrounds.core.params import Param
+from grandrounds.core.records import AnswerMode
+from grandrounds.core.registry import BENCHMARKS, PROVIDERS, UnknownComponent
+
+if TYPE_CHECKING:
+    from grandrounds.benchmarks.base import Benchmark
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Group, help="Evaluate LLMs on medical benchmarks, every answer shown.")
+def bench_options(cls: type[Benchmark]) -> str:
+    """The options a benchmark class declares, as flags (what ``run`` accepts for it)."""
+    parts = []
+    if cls.parameters:
+        parts.append("--param " + ", ".join(p.name for p in cls.parameters))
+    if cls.scoring_options:
+        parts.append("--scoring " + ", ".join(p.name for p in cls.scoring_options))
+    if cls.judge_modes:
+        parts.append("--judge-mode " + "|".join(cls.judge_modes))
+    if cls.takes_judge_runs:
+        parts.append("--judge-runs")
+    if cls.shuffles_options:
+        parts.append("--shuffle-options")
+    return "; ".join(parts)
+
+
+def print_declared(title: str, params: Sequence[Param]) -> None:
+    """Each declared option on its own line: name, type, default, choices, help."""
+    if params:
+        console.print(f"[bold]{title}")
+        for p in params:
+            console.print(f"  {p.describe()}", markup=False, highlight=False)
+
+
+@app.command("list")
+def list_cmd(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="also list every option's type, default and meaning"),
+) -> None:
+    """Show the benchmarks and providers, with the options each accepts."""
+    t = Table(title="Benchmarks")
+    t.add_column("name")
+    t.add_column("modes")
+    t.add_column("judge")
+    t.add_column("options")
+    t.add_column("description")
+    for name in BENCHMARKS.names():
+        try:
+            cls = BENCHMARKS.get(name)
+            t.add_row(name, ", ".join(cls.answer_modes), "yes" if cls.needs_judge else "", bench_options(cls), cls.description)
+        except Exception as e:  # a broken plugin should not hide the rest
+            t.add_row(name, "", "", "", f"[red]unavailable: {e}")
+    console.print(t)
+    p = Table(title="Providers")
+    p.add_column("name")
+    p.add_column("spec example")
+    p.add_column("options (--model-opt)")
+    for name in PROVIDERS.names():
+        try:
+            pcls = PROVIDERS.get(name)
+            p.add_row(name, pcls.example, ", ".join(o.name for o in pcls.model_options))
+        except Exception as e:  # a broken plugin should not hide the rest
+            p.add_row(name, f"[red]unavailable: {e}", "")
+    console.print(p)
+    if verbose:
+        _list_declared()
+
+
+def _list_declared() -> None:
+    """Every benchmark's and provider's declared options in full (broken plugins were shown above)."""
+    for name in BENCHMARKS.names():
+        with suppress(Exception):
+            cls = BENCHMARKS.get(name)
+            print_declared(f"{name} --param", cls.parameters)
+            print_declared(f"{name} --scoring", cls.scoring_options)
+    for name in PROVIDERS.names():
+        with suppress(Exception):
+            print_declared(f"{name} --model-opt", PROVIDERS.get(name).model_options)
+
+
+@app.command()
+def run(
+    benchmark: str = typer.Argument(..., help="benchmark name (see `grandrounds list`)"),
+    model: str = typer.Option("llamacpp/smollm2", "--model", "-m", help="PROVIDER/MODEL"),
+    data: Optional[Path] = typer.Option(None, "--data", help="local file or directory in the original format"),
+    encoding: Optional[str] = EncodingOpt,
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="first N samples in source order"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write results.json and samples.jsonl here"),
+    store: Optional[Path] = StoreOpt,
+    base_url: str = typer.Option("", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="answer calls in flight per endpoint"),
+    judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
+    rpm: Optional[int] = typer.Option(None, "--rpm", min=1, help=RPM_HELP),
+    judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
+    tpm: Optional[str] = typer.Option(None, "--tpm", callback=tpm_option, metavar=TPM_METAVAR, help=TPM_HELP),
+    judge_tpm: Optional[str] = typer.Option(None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent, answers and judges (HTTP providers; default 120)"),
+    answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
+    shuffle_options: bool = typer.Option(False, "--shuffle-options", help="permute options (recorded)"),
+    seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="seed of option shuffling, bootstrap CIs and the seed sent with each call"),
+    protocol: str = typer.Option("reference", "--protocol", help="reference (the official setup, default) | grandrounds (our refinements)"),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, max=TEMPERATURE_MAX, help="candidate temperature (default: the protocol's; a change is recorded as a deviation)"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="candidate max tokens (default: the protocol's)"),
+    judge: list[str] = typer.Option([], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel (default: the protocol's judge, where it names one)"),
+    judge_base_url: str = typer.Option("", "--judge-base-url", help="base URL for judges given without @BASE_URL (else $OPENAI_BASE_URL)"),
+    judge_temperature: Optional[float] = typer.Option(None, "--judge-temperature", min=0.0, max=TEMPERATURE_MAX, help="judge temperature (default: the protocol's)"),
+    judge_max_tokens: Optional[int] = typer.Option(None, "--judge-max-tokens", min=1, help="judge max tokens (default: the protocol's)"),
+    judge_json: bool = typer.Option(False, "--judge-json", help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)"),
+    judge_mode: str = typer.Option("default", "--judge-mode", help="for benchmarks with judge modes, e.g. per-criterion | batched (HealthBench)"),
+    judge_runs: Optional[int] = typer.Option(None, "--judge-runs", min=1, help="judge runs per answer where the protocol averages runs (default: the benchmark's)"),
+    max_reask: int = typer.Option(2, "--max-reask", min=0, help="re-asks of an unparseable judge reply"),
+    param: list[str] = typer.Option([], "--param", help="benchmark parameter KEY=VALUE, e.g. subjects=anatomy,college_medicine (see `grandrounds list`)"),
+    scoring: list[str] = typer.Option([], "--scoring", help="scoring option KEY=VALUE recorded in the fingerprint (see `grandrounds list`)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads, for providers that take a threads option"),
+    model_opt: list[str] = typer.Option([], "--model-opt", help="provider option KEY=VALUE, e.g. max_response_mb=16 (see `grandrounds list`)"),
+    engine_arg: list[str] = typer.Option([], "--engine-arg", help="argument passed as typed to a vllm/ or sglang/ engine, e.g. --engine-arg=--max-model-len=8192; repeatable"),
+    batch: Optional[str] = typer.Option(None, "--batch", help="answers | judges | both: send those calls through the provider's batch API (openai/, anthropic/; half price, results within 24 h; re-running the same command picks submitted batches up)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the calls, tokens and cost the run would make (less what the store holds) and exit; no call is made"),
+    prices: Optional[Path] = typer.Option(None, "--prices", help="price table (TOML, as data/prices.toml) read over the packaged one (else $GRANDROUNDS_PRICES)"),
+) -> None:
+    """Run BENCHMARK against a model and print the result."""
+    from grandrounds.run.batches.settings import BatchSettings
+    from grandrounds.benchmarks.base import RunOptions
+    from grandrounds.benchmarks.readers.decoding import data_encoding
+    from grandrounds.run.config import RunConfig
+
+    with user_errors():
+        cfg = RunConfig(
+            benchmark=benchmark,
+            model=model,
+            bench_params=parse_params(param),
+            data=data,
+            base_url=base_url,
+            options=RunOptions(
+                answer_mode=answer_mode,  # type: ignore[arg-type]  # checked against AnswerMode by the runner
+                protocol=protocol,
+                shuffle_options=shuffle_options,
+                seed=seed,
+                judge_mode=judge_mode,
+                judge_runs=judge_runs,
+                max_reask=max_reask,
+                extra=parse_params(scoring, "--scoring"),
+            ),
+            gen_overrides={"temperature": temperature, "max_tokens": max_tokens},
+            judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
+            judges=judge_configs(judge, judge_base_url, judge_json),
+            concurrency=concurrency,
+            judge_concurrency=judge_concurrency,
+            rpm=rpm,
+            judge_rpm=judge_rpm,
+            tpm=tpm,
+            judge_tpm=judge_tpm,
+            timeout=timeout,
+            limit=limit,
+            batch=BatchSettings.parse(batch),
+            provider_options=parse_params(model_opt, "--model-opt") | ({"threads": threads} if threads is not None else {})
+            | engine_options(parse_params(model_opt, "--model-opt"), engine_arg),
+        )
+        with data_encoding(encoding):
+            if dry_run:
+                from grandrounds.run.plan import dry_run as dry_run_command
+
+                dry_run_command(cfg, store_path(store), prices, out, console)
+                return
+            _execute([cfg], store_path(store), out, prices)
+
+
+@app.command()
+def demo(
+    store: Optional[Path] = StoreOpt,
+    out: Optional[Path] = typer.Option(None, "--out", help="write results.json and samples.jsonl here"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads for the local model"),
+) -> None:
+    """The bundled example exam on the default local model (no key, no network), scored two ways:
+    next-token log-probabilities and generated answers, under our protocol with short replies
+    (64 tokens, recorded as a deviation) so it runs in seconds."""
+    from grandrounds.benchmarks.base import RunOptions
+    from grandrounds.run.config import RunConfig
+
+    popts = {"threads": threads} if threads is not None else {}
+    modes: tuple[AnswerMode, ...] = ("next-token", "generate")
+    cfgs = [
+        RunConfig("demo", "llamacpp/smollm2", options=RunOptions(answer_mode=mode, protocol="grandrounds"),
+                  gen_overrides={"max_tokens": 64}, provider_options=popts)
+        for mode in modes
+    ]
+    with user_errors():
+        _execute(cfgs, store_path(store), out)
+
+
+def engine_options(model_opts: dict[str, str], engine_args: list[str]) -> dict[str, str]:
+    """``--engine-arg``s appended to ``--model-opt engine_args=...`` (one shell-quoted string)."""
+    import shlex
+
+    if not engine_args:
+        return {}
+    return {"engine_args": " ".join(x for x in (model_opts.get("engine_args", ""), shlex.join(engine_args)) if x)}
+
+
+def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Optional[Path] = None) -> None:
+    from grandrounds.run.outputs import sample_line, write_outputs
+    from grandrounds.run.progress import RichProgress
+    from grandrounds.run.costs import load_prices, usage_line, with_usage
+    from grandrounds.run.runner import run as run_async
+    from grandrounds.store import Store
+
+    table = load_prices(prices)  # a bad price file fails before any call
+    outcomes = []
+    try:
+        with Store(store_file) as st, RichProgress(err_console) as prog:
+            for cfg in cfgs:
+                outcome = eventloop.run(run_async(st, cfg, prog))
+                outcome.result = with_usage(st, outcome.run.id, outcome.result, *outcome.usage, table, cfg.batch)
+                outcomes.append(outcome)
+    except KeyboardInterrupt:  # leaving the block flushed what was answered before the interrupt
+        sys.stderr.write(INTERRUPTED)
+        raise typer.Exit(130) from None
+    print_results([o.result for o in outcomes])
+    for o in outcomes:
+        err_console.print(f"[dim]{o.result.benchmark} · {o.result.model}: run {o.run.id}")
+        for line in call_summary(o.answer_stats, [(j, st) for j, st in zip(o.judge_names, o.judge_stats)]):
+            err_console.print(f"[dim]  {escape(line)}")
+        if usage_line(o.result.extra):
+            err_console.print(f"[dim]  {escape(usage_line(o.result.extra))}")
+    if out:
+        # A run keeps no per-sample records in memory: each is read back from the store a chunk at
+        # a time and written out as it comes, so the output of a large run is never held whole.
+        # Read through an ordinary connection, not a read-only one: another process may be running
+        # on the same store, and a read-only connection can find its log locked while that process
+        # opens or closes it ("database is locked" with two runs on one store).
+        with Store(store_file) as rd:
+
+            def lines() -> Iterator[dict[str, Any]]:
+                for o in outcomes:
+                    for part in o.read_back(rd):
+                        chunk = [sample_line(o.result, smp, None, resp, g) for smp, resp, g in part]
+                        _attach_prompts(rd, o.run.id, chunk)
+                        yield from chunk
+
+            write_outputs(out, [o.result for o in outcomes], lines())
+        err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
+    empty = [o for o in outcomes if sum(o.counts.values()) and not o.counts.get("scored") and any_failed(o)]
+    if any(any_failed(o) for o in outcomes) and not empty:
+        err_console.print("[yellow]some calls failed: re-running the same command retries every failed call "
+                          "(answers and judge calls; what succeeded comes from the store)")
+    if empty:
+        err_console.print(f"[red]nothing could be scored in {len(empty)} run(s): see the failures above; "
+                          "re-running the same command retries every failed call")
+        raise typer.Exit(NOTHING_SCORED)
+
+
+def _attach_prompts(st: Any, run_id: str, lines: list[dict[str, Any]]) -> None:
+    """Add to each output line of run ``run_id`` the messages that were sent for it, as stored with the answer."""
+    prompts = st.answer_prompts_for(run_id, [line["sample_id"] for line in lines])
+    for line in lines:
+        prompt = prompts.get(line["sample_id"])
+        line["prompt"] = None if prompt is None else prompt.get("messages")
+
+
+def print_results(results: list[Any]) -> None:
+    """The results: a table where the terminal is wide enough, else one block per result, so model,
+    mode, protocol and metric names are never cut off (80 columns)."""
+    from grandrounds.analyses.leaderboard import protocol_label, result_coverage
+    from grandrounds.core.display import fmt_ci
+
+    rows = []
+    for r in results:
+        truncated = r.extra.get("n_truncated")
+        cov = result_coverage(r.extra)
+        failed = sum(int(r.extra.get(k) or 0) for k in ("n_answer_failed", "n_grader_error", "n_judge_failed"))
+        rows.append({
+            "benchmark": r.benchmark, "model": f"{r.model} ({r.fingerprint.get('answer_mode', '')})",
+            "protocol": protocol_label(r.fingerprint), "judge": r.judge or "", "metric": r.metric,
+            "score": "n/a" if r.score is None else f"{r.score:.3f}", "95% CI": fmt_ci(r.ci95), "n": str(r.n),
+            "unscored": str(r.n_unscored), "coverage": "" if cov is None else f"{cov:.3f}",
+            "unread": str(r.extra.get("n_unreadable", "")), "unknown": str(r.extra.get("n_unknown_verdicts", "")),
+            "failed": str(failed), "truncated": "" if truncated is None else str(truncated),
+        })
+    optional = {"judge": lambda row: row["judge"], "unknown": lambda row: row["unknown"] not in ("", "0")}
+    cols = [c for c in ("benchmark", "model", "protocol", "judge", "metric", "score", "95% CI", "n", "unscored", "coverage",
+                        "unread", "unknown", "failed", "truncated")
+            if c not in optional or any(optional[c](row) for row in rows)]
+    needed = sum(max(len(c), *(len(row[c]) for row in rows)) + 3 for c in cols) if rows else 0
+    if needed <= console.width:
+        t = Table(title="Results")
+        for c in cols:
+            t.add_column(c)
+        for row in rows:
+            t.add_row(*(row[c] for c in cols))
+        console.print(t)
+        return
+    console.print("[bold]Results")
+    for row in rows:
+        judge = f" · judge {row['judge']}" if row["judge"] else ""
+        console.print(f"{escape(row['benchmark'])} · {escape(row['model'])} · protocol {escape(row['protocol'])}{escape(judge)}", soft_wrap=True)
+        counts = "  ".join(f"{c} {row[c]}" for c in ("coverage", "unread", "unknown", "failed", "truncated") if c in cols and row[c])
+        console.print(f"  {escape(row['metric'])} {row['score']}  95% CI {row['95% CI']}  n {row['n']}  unscored {row['unscored']}  {counts}", soft_wrap=True)
+
+
+@app.command()
+def regrade(
+    run_id: str = typer.Option(..., "--run", help="run id (printed by `run`; see `grandrounds runs`)"),
+    judge: list[str] = typer.Option([], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel"),
+    judge_base_url: str = typer.Option("", "--judge-base-url", help="base URL for judges given without @BASE_URL (else $OPENAI_BASE_URL)"),
+    judge_temperature: Optional[float] = typer.Option(None, "--judge-temperature", min=0.0, max=TEMPERATURE_MAX, help="judge temperature (default: the run's protocol's)"),
+    judge_max_tokens: Optional[int] = typer.Option(None, "--judge-max-tokens", min=1, help="default: the run's protocol's"),
+    judge_json: bool = typer.Option(False, "--judge-json", help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)"),
+    judge_mode: Optional[str] = typer.Option(None, "--judge-mode", help="default: as in the run's last grading"),
+    judge_runs: Optional[int] = typer.Option(None, "--judge-runs", min=1, help="judge runs per answer (default: as in the run's last grading)"),
+    max_reask: int = typer.Option(2, "--max-reask", min=0, help="re-asks of an unparseable judge reply"),
+    only_unknown: bool = typer.Option(False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"),
+    judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
+    judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
+    judge_tpm: Optional[str] = typer.Option(None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent, judges (HTTP providers; default 120)"),
+    seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="seed of the judges' calls and of bootstrap CIs"),
+    batch: bool = typer.Option(False, "--batch", help="send the judge calls through the judge's batch API (openai/, anthropic/; half price, results within 24 h)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write results.json and samples.jsonl here"),
+    store: Optional[Path] = StoreOpt,
+) -> None:
+    """Re-judge stored answers with another judge or template, without generating again."""
+    from grandrounds.run.batches.settings import BatchSettings
+    from grandrounds.run.outputs import sample_line, write_outputs
+    from grandrounds.run.progress import RichProgress
+    from grandrounds.run.regrade import RegradeRequest, regrade as regrade_async
+    from grandrounds.store import Store
+
+    with user_errors(), Store(existing_store_path(store)) as st:
+        run_rec = stored_run(st, run_id)
+        judges = judge_configs(judge, judge_base_url, judge_json)
+        req = RegradeRequest(
+            run_rec, judges, judge_mode, judge_runs, max_reask, seed, only_unknown, judge_concurrency, timeout,
+            judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
+            batch=BatchSettings.parse("judges" if batch else None), rpm=judge_rpm, tpm=judge_tpm,
+        )
+        with RichProgress(err_console) as prog:
+            outcome = eventloop.run(regrade_async(st, req, progress=prog))
+        from grandrounds.run.costs import load_prices, usage_line, with_usage
+
+        outcome.result = with_usage(st, run_rec.id, outcome.result, *outcome.usage, load_prices(), req.batch)
+    print_results([outcome.result])
+    for line in call_summary(None, list(zip([j.spec for j in judges], outcome.judge_stats))):
+        err_console.print(f"[dim]  {escape(line)}")
+    if usage_line(outcome.result.extra):
+        err_console.print(f"[dim]  {escape(usage_line(outcome.result.extra))}")
+    if out:
+        # Read back a chunk at a time and written as it comes (the re-grade holds no sample or grade).
+        with user_errors(), Store(existing_store_path(store)) as rd:  # not read-only: see _execute
+            lines = (sample_line(outcome.result, smp, None, resp, g) for part in outcome.read_back(rd) for smp, resp, g in part)
+            write_outputs(out, [outcome.result], lines)
+        err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
+
+
+@app.command()
+def runs(store: Optional[Path] = StoreOpt) -> None:
+    """List the runs in the store."""
+    from grandrounds.store import Store
+
+    path = existing_store_path(store)
+    with Store(path, readonly=True) as st:
+        stored = [(r, st.run_state(r.id)) for r in st.runs()]
+        judges = {r.id: _judges_of(st, state.grader_fp) for r, state in stored}
+    if not stored:
+        err_console.print(f"no runs in {path}")
+        return
+    t = Table(title=f"Runs in {path}")
+    for col in ("run", "benchmark", "model", "mode", "protocol", "judge", "limit", "dataset", "status", "created"):
+        t.add_column(col)
+    for r, state in stored:
+        limit = r.options.get("limit")
+        t.add_row(
+            r.id, r.benchmark_spec, r.model, r.options.get("answer_mode", ""), str(r.options.get("protocol") or "grandrounds"),
+            judges[r.id], "" if limit is None else str(limit), r.dataset_sha256[:12], state.describe(), r.created_at[:19].replace("T", " "),
+        )
+    console.print(t)
+
+
+def _judges_of(st: Any, grader_fp: str | None) -> str:
+    """The judges of a grading, comma-separated ("" for a benchmark graded without a judge)."""
+    spec = st.grader_spec(grader_fp) if grader_fp else None
+    return ", ".join(str(j.get("model")) for j in (spec or {}).get("judges") or [])
+
+
+@app.command()
+def submission(
+    run_id: str = typer.Option(..., "--run", help="run id (see `grandrounds runs`)"),
+    out: Path = typer.Option(..., "--out", help="file, or directory for one file per question file"),
+    store: Optional[Path] = StoreOpt,
+) -> None:
+    """Write a run's stored answers in its benchmark's submission format (MedBench's platform)."""
+    from grandrounds.run.config import build_benchmark
+    from grandrounds.store import Store
+
+    with user_errors(), Store(existing_store_path(store), readonly=True) as st:
+        run_rec = stored_run(st, run_id)
+        bench = build_benchmark(run_rec.benchmark, dict(run_rec.options.get("bench_params") or {}))
+        samples = st.samples(run_rec.benchmark, run_rec.dataset_sha256)
+        texts = {sid: resp.text for sid, (_, resp) in st.answers(run_rec.id).items() if resp is not None and resp.ok and resp.text is not None}
+    report = bench.write_submission(samples, texts, out)
+    err_console.print(f"wrote {report['n_written']} answers to {', '.join(report['files'])}; {len(report['missing'])} without an answer")
+
+
+# The command groups that live in their own modules, after run's: reports and the viewer, judge
+# validation, robustness, item response theory (in that order in --help).
+for _group in (reports, judge_validation, robustness, irt):
+    _group.register(app, existing_store_path, StoreOpt)
+
+
+def _plain_flags(typer_app: typer.Typer) -> None:
+    """Every command, extensions' included, built with :class:`_Command` (flags without ``<bool>``)."""
+    for info in typer_app.registered_commands:
+        if info.cls in (None, typer.core.TyperCommand):
+            info.cls = _Command
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _plain_flags(group.typer_instance)
+
+
+_plain_flags(app)
+
+
+def main() -> None:
+    try:
+        app()
+    except (GrandroundsError, UnknownComponent) as e:
+        sys.stderr.write(f"error: {e}\n")  # plain: no wrapping, no markup in file names
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.stderr.write(INTERRUPTED)
+        sys.exit(130)
+
+
+def entry() -> None:
+    """The ``grandrounds`` program (console script and ``python -m grandrounds``): :func:`main`,
+    then the process ends without tearing the interpreter down.
+
+    After a large run, Python's teardown (a last garbage collection over every object, then each
+    module freed) took about 0.1 s, for nothing: the store is closed and the output written by
+    then. Exit handlers still run (an engine left running is stopped by one), then standard
+    output and error are flushed and the process exits with the command's code. Where a
+    non-daemon thread still runs, the ordinary exit waits for it as usual.
+    """
+    import atexit
+    import threading
+
+    try:
+        main()
+        code: Any = 0
+    except SystemExit as e:
+        code = e.code
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # as Python does for sys.exit("message")
+        sys.stderr.write(f"{code}\n")
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):  # a closed pipe: nothing more can be said
+            stream.flush()
+    os._exit(code & 0xFF if code >= 0 else 1)

@@ -1,0 +1,405 @@
+"""Typed, frozen records: the only values that cross module boundaries.
+
+Data flows one way: Sample -> Request -> Response -> Grade -> Result. Every record
+turns into plain JSON with :func:`grandrounds.core.hashing.to_jsonable` and back with the
+``from_json`` helpers here, so the store can keep them and any stage can be re-run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+from grandrounds.core.hashing import canonical_json, dataclass_dict, text_hash
+
+Purpose = Literal["answer", "judge", "attack"]
+RequestKind = Literal["chat", "next_token", "loglikelihood"]
+VerdictStatus = Literal["met", "unmet", "unknown"]
+#: Why a grade has the value it has. Only ``scored`` grades carry a value; the others are counted
+#: and shown as unscored, each for its own reason, and never parsed back out of a message.
+GradeStatus = Literal["scored", "answer_failed", "unreadable", "grader_error", "not_asked"]
+#: Grades the runner redoes on the next run: the answer or the grader may succeed this time.
+REDO_STATUSES: frozenset[str] = frozenset({"answer_failed", "grader_error", "not_asked"})
+#: Answer modes of exam benchmarks: extract a letter from generated text (``generate``); rank the
+#: choices lm-evaluation-harness's task file lists (option letters, shown in the context) by summed
+#: log-likelihood (``letter-loglik``); rank option texts by log-likelihood (``text-loglik``); rank
+#: option letters by next-token log-probability (``next-token``). ``letter`` and ``loglik`` are the
+#: earlier names of ``next-token`` and ``text-loglik``, still accepted and mapped to them.
+AnswerMode = Literal["generate", "letter-loglik", "text-loglik", "next-token", "letter", "loglik"]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One rubric item. ``points`` is signed: negative points are errors that must be absent."""
+
+    id: str
+    text: str
+    points: float
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One benchmark item.
+
+    ``target`` is whatever the grader compares against (a letter, a set of letters, a
+    label, a number, a reference text). ``choices`` maps option letters to option text for
+    multiple-choice items. ``group``/``turn`` chain multi-turn dialogues: turns of one group
+    are asked in order with the model's own earlier answers as history.
+    """
+
+    id: str
+    benchmark: str
+    messages: tuple[Message, ...]
+    target: Any = None
+    choices: Mapping[str, str] = field(default_factory=dict)
+    rubric: tuple[Criterion, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    group: str | None = None
+    turn: int = 0
+
+
+@dataclass(frozen=True)
+class GenParams:
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    top_p: float | None = None
+    seed: int | None = 0
+    stop: tuple[str, ...] = ()
+    #: Ask for a JSON object (OpenAI ``response_format``; a JSON grammar on llama.cpp). For judges
+    #: whose protocol answers in JSON, it turns small local models' prose into readable verdicts.
+    json_object: bool = False
+
+
+@dataclass(frozen=True)
+class Request:
+    """One model call. Its :meth:`key` is the cache key: everything that changes the output.
+
+    ``kind`` is ``chat`` (generate text), ``next_token`` (log-probability of each of
+    ``continuations`` as the very next token) or ``loglikelihood`` (log-likelihood of each
+    continuation's full text after the prompt). ``attempt`` separates deliberate re-asks of
+    the same prompt (a judge reply that could not be parsed) from cache hits.
+    """
+
+    provider: str
+    model: str
+    messages: tuple[Message, ...]
+    params: GenParams = GenParams()
+    purpose: Purpose = "answer"
+    kind: RequestKind = "chat"
+    continuations: tuple[str, ...] = ()
+    base_url: str = ""
+    attempt: int = 0
+
+    def canonical(self) -> str:
+        """Canonical JSON of the request, computed once (records are frozen, so it cannot go stale)."""
+        cached = self.__dict__.get("_canonical")
+        if cached is None:
+            cached = canonical_json(self._plain())
+            self.__dict__["_canonical"] = cached
+        return cached
+
+    def _plain(self) -> dict[str, Any]:
+        """The request as :func:`canonical_json` writes it, its messages and parameters already
+        dicts: the same text (a dataclass is written as the dict of its fields), without orjson
+        calling back into Python for each of them (about 7 us of a judge call's 17)."""
+        out = dataclass_dict(self) or {}
+        out["messages"] = [dataclass_dict(m) or m for m in self.messages]
+        out["params"] = dataclass_dict(self.params) or self.params
+        return out
+
+    def key(self) -> str:
+        """Cache key: sha256 of :meth:`canonical`."""
+        cached = self.__dict__.get("_key")
+        if cached is None:
+            cached = text_hash(self.canonical())
+            self.__dict__["_key"] = cached
+        return cached
+
+
+#: finish reasons that mean the reply was cut off by the token limit, across providers.
+TRUNCATED_REASONS = frozenset({"length", "max_tokens"})
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Response:
+    """The outcome of a call. A failed call carries ``error`` and no text; it is never graded."""
+
+    key: str
+    text: str | None = None
+    error: str | None = None
+    scores: Mapping[str, float] = field(default_factory=dict)
+    usage: Usage = Usage()
+    latency: float = 0.0
+    cached: bool = False
+    #: Why generation stopped, as the provider says it ("stop", "length", ...); None = not reported.
+    finish_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def truncated(self) -> bool:
+        """The reply was cut off by the token limit (OpenAI "length"; Anthropic "max_tokens")."""
+        return self.finish_reason in TRUNCATED_REASONS
+
+
+@dataclass(frozen=True)
+class Vote:
+    """One judge's say on one criterion, or on a whole answer (one run of a judge that scores).
+
+    ``status`` is met / unmet / unknown; ``score`` holds a numeric verdict where the protocol
+    scores (LLMEval-Med's 1-5). ``attempts`` counts the prompts sent for it so far (re-asks use
+    the next attempt numbers, so none repeats a cached reply); ``keys`` are those calls' keys.
+    ``error`` is set when the judge call itself failed (the vote is then unknown).
+    """
+
+    judge: str
+    status: VerdictStatus
+    score: float | None = None
+    explanation: str = ""
+    raw: str = ""
+    attempts: int = 0
+    keys: tuple[str, ...] = ()
+    error: str | None = None
+    run: int = 0
+    #: A reply behind this vote was cut off by the judge's token limit.
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision on one criterion, made from the votes of every judge (never guessed)."""
+
+    criterion_id: str
+    status: VerdictStatus
+    explanation: str = ""
+    votes: tuple[Vote, ...] = ()
+
+    @property
+    def statuses(self) -> tuple[str, ...]:
+        """Each judge's vote, in panel order."""
+        return tuple(v.status for v in self.votes)
+
+    @property
+    def raw(self) -> str:
+        """The reply behind the decision (every reply, separated, when the decision is unknown)."""
+        chosen = [v for v in self.votes if v.status == self.status and v.raw]
+        if chosen and self.status != "unknown":
+            return chosen[0].raw
+        return "\n---\n".join(v.raw for v in self.votes if v.raw)
+
+    @property
+    def attempts(self) -> int:
+        return max((v.attempts for v in self.votes), default=0)
+
+    @property
+    def judge_keys(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(k for v in self.votes for k in v.keys))
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The grading of one answer. ``value`` None means unscored; ``status`` says why.
+
+    ``verdicts`` are per-criterion decisions; ``votes`` are whole-answer votes (a judge that
+    scores the answer, once per run). ``error`` is the human-readable reason for the status.
+    """
+
+    sample_id: str
+    value: float | None
+    extracted: str | None = None
+    verdicts: tuple[Verdict, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    judge_keys: tuple[str, ...] = ()
+    status: GradeStatus = "scored"
+    votes: tuple[Vote, ...] = ()
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row of a breakdown: a score with its sample size, unscored count, CI and extra metrics."""
+
+    score: float | None
+    n: int
+    n_unscored: int = 0
+    ci95: tuple[float, float] | None = None
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
+
+
+#: family (subject, theme, axis, dimension, error_type, category, kind...) -> key -> cell.
+Breakdown = Mapping[str, Mapping[str, Cell]]
+
+
+@dataclass(frozen=True)
+class Result:
+    """benchmark x model x grader: the headline number, how sure it is, and what it is made of."""
+
+    benchmark: str
+    model: str
+    judge: str | None
+    metric: str
+    score: float | None
+    ci95: tuple[float, float] | None
+    n: int
+    n_unscored: int
+    breakdown: Breakdown = field(default_factory=dict)
+    fingerprint: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def message_from_json(d: Mapping[str, Any]) -> Message:
+    return Message(role=str(d["role"]), content=str(d["content"]))
+
+
+def criterion_from_json(d: Mapping[str, Any]) -> Criterion:
+    return Criterion(id=str(d["id"]), text=d["text"], points=d["points"], tags=tuple(d.get("tags", ())))
+
+
+def sample_from_json(d: Mapping[str, Any]) -> Sample:
+    return Sample(
+        id=d["id"],
+        benchmark=d["benchmark"],
+        messages=tuple(message_from_json(m) for m in d["messages"]),
+        target=d.get("target"),
+        choices=dict(d.get("choices") or {}),
+        rubric=tuple(criterion_from_json(c) for c in d.get("rubric", ())),
+        metadata=dict(d.get("metadata") or {}),
+        group=d.get("group"),
+        turn=int(d.get("turn", 0)),
+    )
+
+
+def vote_from_json(d: Any) -> Vote:
+    if isinstance(d, str):  # stores written before votes were typed kept only the status
+        return Vote(judge="", status=d)  # type: ignore[arg-type]
+    score = d.get("score")
+    return Vote(
+        judge=str(d.get("judge", "")),
+        status=d["status"],
+        score=None if score is None else float(score),
+        explanation=d.get("explanation", ""),
+        raw=d.get("raw", ""),
+        attempts=int(d.get("attempts", 0)),
+        keys=tuple(d.get("keys", ())),
+        error=d.get("error"),
+        run=int(d.get("run", 0)),
+        truncated=bool(d.get("truncated", False)),
+    )
+
+
+def verdict_from_json(d: Mapping[str, Any]) -> Verdict:
+    return Verdict(
+        criterion_id=str(d["criterion_id"]),
+        status=d["status"],
+        explanation=d.get("explanation", ""),
+        votes=tuple(vote_from_json(v) for v in d.get("votes", ())),
+    )
+
+
+def _legacy_status(d: Mapping[str, Any]) -> GradeStatus:
+    """The status of a grade stored before grades carried one (read once, from its message)."""
+    if d.get("value") is not None:
+        return "scored"
+    err = str(d.get("error") or "")
+    if err.startswith(("answer failed", "answer call failed")):
+        return "answer_failed"
+    if err.startswith("grading failed"):
+        return "grader_error"
+    if err.startswith("not asked"):
+        return "not_asked"
+    return "unreadable"
+
+
+def grade_from_json(d: Mapping[str, Any]) -> Grade:
+    return Grade(
+        sample_id=d["sample_id"],
+        value=d.get("value"),
+        extracted=d.get("extracted"),
+        verdicts=tuple(verdict_from_json(v) for v in d.get("verdicts", ())),
+        details=dict(d.get("details") or {}),
+        error=d.get("error"),
+        judge_keys=tuple(d.get("judge_keys", ())),
+        status=d.get("status") or _legacy_status(d),
+        votes=tuple(vote_from_json(v) for v in d.get("votes", ())),
+    )
+
+
+def cell_from_json(d: Mapping[str, Any]) -> Cell:
+    ci = d.get("ci95")
+    return Cell(
+        score=d.get("score"),
+        n=int(d.get("n") or 0),
+        n_unscored=int(d.get("n_unscored") or 0),
+        ci95=(float(ci[0]), float(ci[1])) if ci else None,
+        metrics=dict(d.get("metrics") or {}),
+    )
+
+
+def breakdown_from_json(d: Any) -> dict[str, dict[str, Cell]]:
+    """A stored breakdown back as cells. Anything not of the typed shape is left out, not guessed."""
+    out: dict[str, dict[str, Cell]] = {}
+    if not isinstance(d, Mapping):
+        return out
+    for family, cells in d.items():
+        if not isinstance(cells, Mapping):
+            continue
+        fam = {str(k): cell_from_json(c) for k, c in cells.items() if isinstance(c, Mapping) and "n" in c and "score" in c}
+        if fam:
+            out[str(family)] = fam
+    return out
+
+
+def result_from_json(d: Mapping[str, Any]) -> Result:
+    """A stored result (:func:`hashing.canonical_json` of a :class:`Result`) back as one."""
+    ci = d.get("ci95")
+    return Result(
+        benchmark=str(d["benchmark"]),
+        model=str(d["model"]),
+        judge=d.get("judge"),
+        metric=str(d.get("metric", "")),
+        score=d.get("score"),
+        ci95=(float(ci[0]), float(ci[1])) if ci else None,
+        n=int(d.get("n", 0)),
+        n_unscored=int(d.get("n_unscored", 0)),
+        breakdown=breakdown_from_json(d.get("breakdown")),
+        fingerprint=dict(d.get("fingerprint") or {}),
+        extra=dict(d.get("extra") or {}),
+    )
+
+
+def judge_call_failed(grade: Grade) -> bool:
+    """A judge call behind this grade failed (the vote is unknown with the call's error kept)."""
+    return any(v.error for v in grade.votes) or any(v.error for verdict in grade.verdicts for v in verdict.votes)
+
+
+def needs_redo(grade: Grade) -> bool:
+    """Grades a re-run does again: a failed answer or grader, or a failed judge call.
+
+    Calls that succeeded are cache hits, so redoing such a grade sends only the failed calls.
+    """
+    return grade.status in REDO_STATUSES or judge_call_failed(grade)
+
+
+def judge_calls(grade: Grade) -> list[tuple[str | None, str]]:
+    """(judge, call key) for every judge call behind ``grade``; judge None where no vote names it."""
+    named: dict[str, str] = {}
+    for vote in (*grade.votes, *(v for verdict in grade.verdicts for v in verdict.votes)):
+        for key in vote.keys:
+            named.setdefault(key, vote.judge)
+    keys = dict.fromkeys((*named, *grade.judge_keys))
+    return [(named.get(k), k) for k in keys]

@@ -1,0 +1,149 @@
+"""One registry pattern for benchmarks, providers and graders.
+
+Built-in components are listed by import path and imported only when asked for, so
+``grandrounds list`` stays fast and nothing runs at import. Plugins register through the
+entry-point groups ``grandrounds.benchmarks``, ``grandrounds.providers`` and ``grandrounds.graders``, exactly like
+built-ins. A component is named by a :class:`Spec` (name + arguments) that is recorded in
+the store, so it can be rebuilt later.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Generic, Iterator, Mapping, TypeVar
+
+from grandrounds.core.hashing import canonical_json
+
+T = TypeVar("T")
+
+
+class UnknownComponent(KeyError):
+    """Raised for a name nobody registered; the message suggests the closest names."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        if not self.args:
+            return self.name
+        return f"{self.name}{canonical_json(self.args)}"
+
+
+class Registry(Generic[T]):
+    """Name -> component class, resolved lazily from ``module:attr`` strings or entry points."""
+
+    def __init__(self, kind: str, builtins: Mapping[str, str], group: str) -> None:
+        self.kind = kind
+        self._paths: dict[str, str] = dict(builtins)
+        self._loaded: dict[str, type[T]] = {}
+        self._group = group
+        self._plugins_scanned = False
+
+    def register(self, name: str, cls: type[T]) -> None:
+        self._loaded[name] = cls
+
+    @contextmanager
+    def registered(self, name: str, cls: type[T]) -> Iterator[None]:
+        """``cls`` registered as ``name`` for the duration of a block (tests, scoped plugins);
+        whatever the name meant before is restored afterwards."""
+        before = self._loaded.get(name)
+        self._loaded[name] = cls
+        try:
+            yield
+        finally:
+            if before is None:
+                self._loaded.pop(name, None)
+            else:
+                self._loaded[name] = before
+
+    def _scan_plugins(self) -> None:
+        if self._plugins_scanned:
+            return
+        self._plugins_scanned = True
+        for ep in entry_points(group=self._group):
+            self._paths.setdefault(ep.name, ep.value)
+
+    def names(self) -> list[str]:
+        self._scan_plugins()
+        return sorted(set(self._paths) | set(self._loaded))
+
+    def get(self, name: str) -> type[T]:
+        if name in self._loaded:
+            return self._loaded[name]
+        path = self._paths.get(name)
+        if path is None:  # built-ins win over plugins of the same name, so only other names need the scan (about 0.06 s)
+            self._scan_plugins()
+            path = self._paths.get(name)
+        if path is None:
+            close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise UnknownComponent(f"unknown {self.kind} {name!r}{hint} (known: {', '.join(self.names())})")
+        module_name, _, attr = path.partition(":")
+        cls = getattr(importlib.import_module(module_name), attr)
+        self._loaded[name] = cls
+        return cls
+
+
+BENCHMARKS: Registry[Any] = Registry(
+    "benchmark",
+    {
+        "demo": "grandrounds.benchmarks.demo:DemoExam",
+        "medqa": "grandrounds.benchmarks.medqa:MedQA",
+        "medmcqa": "grandrounds.benchmarks.medmcqa:MedMCQA",
+        "pubmedqa": "grandrounds.benchmarks.pubmedqa:PubMedQA",
+        "mmlu-medical": "grandrounds.benchmarks.mmlu_medical:MMLUMedical",
+        "cmb": "grandrounds.benchmarks.cmb:CMB",
+        "healthbench": "grandrounds.benchmarks.healthbench:HealthBench",
+        "healthbench-hard": "grandrounds.benchmarks.healthbench:HealthBenchHard",
+        "healthbench-consensus": "grandrounds.benchmarks.healthbench:HealthBenchConsensus",
+        "healthbench-professional": "grandrounds.benchmarks.healthbench_professional:HealthBenchProfessional",
+        "medeqbench": "grandrounds.benchmarks.medeqbench:MedEQBench",
+        "llmeval-med": "grandrounds.benchmarks.llmeval_med:LLMEvalMed",
+        "gaps": "grandrounds.benchmarks.gaps:GAPS",
+        "medcalc-bench": "grandrounds.benchmarks.medcalc:MedCalcBench",
+        "medec": "grandrounds.benchmarks.medec:MEDEC",
+        "medbench": "grandrounds.benchmarks.medbench:MedBench",
+        "medbullets": "grandrounds.benchmarks.medbullets:MedBullets",
+    },
+    "grandrounds.benchmarks",
+)
+
+PROVIDERS: Registry[Any] = Registry(
+    "provider",
+    {
+        "openai": "grandrounds.providers.openai_compat:OpenAIProvider",
+        "anthropic": "grandrounds.providers.anthropic:AnthropicProvider",
+        "llamacpp": "grandrounds.providers.llamacpp:LlamaCppProvider",
+        "scripted": "grandrounds.providers.scripted:ScriptedProvider",
+        "vllm": "grandrounds.providers.engines:VLLMProvider",
+        "sglang": "grandrounds.providers.engines:SGLangProvider",
+    },
+    "grandrounds.providers",
+)
+
+GRADERS: Registry[Any] = Registry(
+    "grader",
+    {
+        "mcq": "grandrounds.graders.mcq_grader:MCQGrader",
+        "medcalc": "grandrounds.graders.medcalc_grader:MedCalcGrader",
+        "medec": "grandrounds.graders.medec_grader:MEDECGrader",
+        "medbench": "grandrounds.graders.medbench_grader:MedBenchGrader",
+        "healthbench": "grandrounds.graders.healthbench_grader:HealthBenchGrader",
+        "healthbench-professional": "grandrounds.graders.healthbench_professional_grader:ProfessionalGrader",
+        "medeq": "grandrounds.graders.medeq_grader:MedEQGrader",
+        "gaps": "grandrounds.graders.gaps_grader:GAPSGrader",
+        "llmeval-med": "grandrounds.graders.llmeval_grader:LLMEvalGrader",
+        "rubric": "grandrounds.graders.rubric_grader:RubricGrader",
+    },
+    "grandrounds.graders",
+)

@@ -1,0 +1,56 @@
+"""What the store keeps of a batched call: the request JSON marked ``"batch": true`` (billed at
+batch prices), that JSON read back as ``Store.put_call`` reads a request (for results nobody in
+this process asked for), and the stored reason of a context overflow."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from grandrounds.core.records import Request
+from grandrounds.providers.base import ProviderError
+from grandrounds.providers.openai_compat import context_message
+
+
+def marked_request(request: Request) -> str:
+    """The request's canonical JSON with ``"batch": true`` added (stored with the call: billed at
+    batch prices). The key is still the request's own."""
+    data = json.loads(request.canonical())
+    data["batch"] = True
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class MarkedRequest:
+    """What ``Store.put_call`` reads of a request, from the JSON kept with a batch."""
+
+    provider: str
+    model: str
+    purpose: str
+    json_text: str
+    key_text: str
+
+    def canonical(self) -> str:
+        return self.json_text
+
+    def key(self) -> str:
+        return self.key_text
+
+    @classmethod
+    def of(cls, key: str, request_json: str) -> "MarkedRequest":
+        data = json.loads(request_json)
+        return cls(str(data.get("provider", "")), str(data.get("model", "")), str(data.get("purpose", "answer")), request_json, key)
+
+    @classmethod
+    def from_request(cls, request: Request) -> "MarkedRequest":
+        return cls(request.provider, request.model, request.purpose, marked_request(request), request.key())
+
+
+def context_reason(err: ProviderError, request_json: str, max_tokens: int | None = None) -> str:
+    """A context overflow's stored reason, with the max_tokens sent (``max_tokens``, else the
+    request's) and the flag to lower, as the live executor says it."""
+    params = json.loads(request_json)
+    if max_tokens is None:
+        max_tokens = (params.get("params") or {}).get("max_tokens")
+    flag = "--judge-max-tokens" if params.get("purpose") == "judge" else "--max-tokens"
+    return f"{context_message(err.context_limit, err.prompt_tokens, max_tokens)}: lower {flag} or serve the model with a larger context"

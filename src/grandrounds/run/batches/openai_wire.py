@@ -1,0 +1,125 @@
+"""OpenAI's Batch API for Chat Completions, as a :class:`~grandrounds.run.batches.wire.Wire`: the
+JSONL input file uploaded (``POST /files``, ``purpose=batch``), the batch created (``POST
+/batches``), its status (``GET /batches/{id}``) and its output and error files read line by line
+(``GET /files/{id}/content``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator, cast
+
+from grandrounds.core.records import Request, Response, Usage
+from grandrounds.providers.base import Provider, ProviderError, error_reason, public_url, redact
+from grandrounds.providers.openai_compat import OpenAIProvider, context_message, context_overflow
+from grandrounds.run.batches.http import BatchHttp
+from grandrounds.run.batches.settings import BatchSettings
+from grandrounds.run.batches.wire import Remote, Wire
+
+
+#: OpenAI batch statuses after which nothing more happens to a batch.
+_OPENAI_DONE = frozenset({"completed", "expired", "cancelled", "failed"})
+
+
+class OpenAIWire(Wire):
+    """OpenAI's Batch API (files + batches), for Chat Completions."""
+
+    name = "openai"
+    PATH = "/v1/chat/completions"
+
+    def __init__(self, provider: OpenAIProvider, settings: BatchSettings) -> None:
+        http = provider._http  # the provider's client: its base URL, credentials and secrets to redact
+        headers = {k: v for k, v in http.headers.items() if k.lower() not in ("content-type", "accept")}
+        timeout = max(settings.transfer_timeout, http.timeout)
+        self.client = lambda: BatchHttp(http.base_url, headers, timeout, http.max_response_bytes, http.secrets)  # type: ignore[method-assign]
+        self.base_url, self.secrets = http.base_url, tuple(http.secrets)
+        self.endpoint = f"{public_url(http.base_url)}/chat/completions"
+
+    def body(self, provider: Provider, request: Request) -> dict[str, Any]:
+        kwargs = cast(OpenAIProvider, provider)._gen_kwargs(request)
+        return {"messages": [{"role": m.role, "content": m.content} for m in request.messages], **kwargs, "model": request.model}
+
+    def line(self, key: str, body: dict[str, Any]) -> bytes:
+        return json.dumps({"custom_id": key, "method": "POST", "url": self.PATH, "body": body}, ensure_ascii=False).encode("utf-8") + b"\n"
+
+    async def submit(self, lines: list[bytes]) -> Remote:
+        up = await self._call(lambda http: http.post_file("/files", {"purpose": "batch"}, "batch.jsonl", b"".join(lines)))
+        file_id = up.get("id")
+        if not isinstance(file_id, str):
+            raise ProviderError("malformed response body: the uploaded file has no id", retryable=True)
+        created = {"input_file_id": file_id, "endpoint": self.PATH, "completion_window": "24h"}
+        return self._remote(await self._call(lambda http: http.post("/batches", created)))
+
+    async def status(self, batch_id: str) -> Remote:
+        return self._remote(await self._call(lambda http: http.get(f"/batches/{batch_id}")))
+
+    def _remote(self, out: dict[str, Any]) -> Remote:
+        batch_id, state = out.get("id"), out.get("status")
+        if not isinstance(batch_id, str) or not isinstance(state, str):
+            raise ProviderError("malformed response body: a batch without id or status", retryable=True)
+        errors = (out.get("errors") or {}).get("data") if isinstance(out.get("errors"), dict) else None
+        detail = "; ".join(
+            f"{e.get('code') or 'error'}: {e.get('message') or ''}".strip() + (f" (line {e['line']})" if e.get("line") else "")
+            for e in (errors or []) if isinstance(e, dict)
+        )
+        detail = " ".join(redact(detail, self.secrets).split())[:300]
+        counts = out.get("request_counts") if isinstance(out.get("request_counts"), dict) else {}
+        return Remote(batch_id, state, state in _OPENAI_DONE, counts, detail, (out.get("output_file_id"), out.get("error_file_id")))
+
+    async def results(self, remote: Remote) -> AsyncIterator[tuple[str, Response | ProviderError]]:
+        for file_id in remote.results:
+            if not file_id:
+                continue
+            async for raw in self._lines(f"/files/{file_id}/content"):
+                got = self._line(raw)
+                if got is not None:
+                    yield got
+
+    def _line(self, raw: bytes) -> tuple[str, Response | ProviderError] | None:
+        try:
+            line = json.loads(raw)
+            key = line["custom_id"]
+        except (ValueError, KeyError, TypeError):
+            return None  # not a result line: nothing to attribute it to
+        if not isinstance(key, str):
+            return None
+        resp, err = line.get("response"), line.get("error")
+        if isinstance(resp, dict) and resp.get("status_code") == 200:
+            try:
+                return key, _chat_response(resp.get("body"), key)
+            except ProviderError as e:
+                return key, e
+        if isinstance(resp, dict) and isinstance(resp.get("status_code"), int):
+            body = resp.get("body")
+            reason = " ".join(redact(error_reason(body) or json.dumps(body)[:300], self.secrets).split())[:500]
+            status = resp["status_code"]
+            overflow = context_overflow(reason, body)
+            if overflow is not None:
+                limit, prompt = overflow
+                return key, ProviderError(context_message(limit, prompt, None), retryable=False, kind="context_length",
+                                          context_limit=limit, prompt_tokens=prompt)
+            label = "429 rate limited" if status == 429 else f"HTTP {status}"
+            return key, ProviderError(f"{label}: {reason}", retryable=status >= 500 or status in (408, 409, 429))
+        if isinstance(err, dict):
+            code, message = str(err.get("code") or "error"), str(err.get("message") or "")
+            reason = " ".join(redact(f"{code}: {message}", self.secrets).split())[:500]
+            kind = code if code in ("batch_expired", "batch_cancelled") else None
+            return key, ProviderError(f"batch line failed: {reason}", retryable=True, kind=kind)
+        return key, ProviderError("malformed batch result line: neither response nor error", retryable=True)
+
+
+def _chat_response(body: Any, key: str) -> Response:
+    """A Chat Completions body (from a batch's output file) as a Response."""
+    try:
+        choice = body["choices"][0]
+        text = choice["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise ProviderError("malformed response body: no choices[0].message.content", retryable=True) from None
+    if not isinstance(text, str):
+        raise ProviderError("malformed response body: empty message content", retryable=True)
+    finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+    usage = body.get("usage") or {}
+    try:
+        tokens = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    except (TypeError, ValueError, AttributeError):
+        tokens = Usage()
+    return Response(key=key, text=text, usage=tokens, finish_reason=finish if isinstance(finish, str) else None)

@@ -1,0 +1,78 @@
+"""The interface of one provider's batch API (:class:`Wire`: request lines, submission, status,
+results) and a batch as its provider last described it (:class:`Remote`). The two
+implementations are :mod:`grandrounds.run.batches.openai_wire` and :mod:`grandrounds.run.batches.anthropic_wire`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable, Mapping
+
+from grandrounds.core.records import Request, Response
+from grandrounds.providers.base import Provider, ProviderError
+from grandrounds.run.batches.http import BatchHttp, json_object
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A batch as its provider last described it."""
+
+    batch_id: str
+    state: str
+    done: bool
+    counts: Mapping[str, Any] = field(default_factory=dict)
+    #: why a batch failed as a whole (OpenAI's validation errors), else ""
+    detail: str = ""
+    #: where its results are: OpenAI (output file id, error file id); Anthropic (results URL,)
+    results: tuple[str | None, ...] = ()
+
+
+class Wire:
+    """One provider's batch API: request lines, submission, status and results.
+
+    Each operation uses a client of its own, closed when it ends (the connection pool is the
+    endpoint's, kept while the provider or another operation uses it): nothing is left open
+    when the run closes its providers.
+    """
+
+    name: str = ""
+    endpoint: str = ""
+    base_url: str = ""
+    secrets: tuple[str, ...] = ()
+
+    def client(self) -> BatchHttp:
+        raise NotImplementedError
+
+    async def _call(self, op: Callable[[BatchHttp], Any]) -> dict[str, Any]:
+        """One request through a fresh client: its reply as a JSON object (ProviderError otherwise)."""
+        http = self.client()
+        try:
+            return json_object(await op(http), self.secrets)
+        finally:
+            await http.aclose()
+
+    async def _lines(self, where: str) -> AsyncIterator[bytes]:
+        http = self.client()
+        try:
+            async for line in http.lines(where):
+                yield line
+        finally:
+            await http.aclose()
+
+    def body(self, provider: Provider, request: Request) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def line(self, key: str, body: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+    async def submit(self, lines: list[bytes]) -> Remote:
+        raise NotImplementedError
+
+    async def status(self, batch_id: str) -> Remote:
+        raise NotImplementedError
+
+    def results(self, remote: Remote) -> AsyncIterator[tuple[str, "Response | ProviderError"]]:
+        raise NotImplementedError
+
+    def outcome(self, remote: Remote) -> str:
+        """How an ended batch ended: completed, expired, cancelled or failed."""
+        return remote.state

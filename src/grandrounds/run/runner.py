@@ -1,0 +1,625 @@
+"""The runner: one event loop that answers, grades and aggregates, storing every stage.
+
+``run`` and ``regrade`` share one pipeline: a bounded pool of workers over the samples (turns of
+a multi-turn group in order inside one worker), a :class:`Grading` stage that grades each answer
+and stores the grade with write-behind commits, and one aggregation. They differ only in where
+answers come from: ``run`` asks the model through the cached executor, ``regrade`` reads the
+stored answers. Judges are injected into graders as callables over their own executors, so judge
+calls are cached and retried like answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from itertools import islice
+from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+
+import grandrounds
+from grandrounds.benchmarks.base import Benchmark, RunOptions
+from grandrounds.benchmarks.readers.decoding import DATA_ENCODING
+from grandrounds.run.batches.executor import BatchSettings, executor_for, pool_width
+from grandrounds.run.config import JudgeConfig, RunConfig, build_benchmark, check_judges, check_run, make_provider, protocol_record
+from grandrounds.run.costs import judge_of
+from grandrounds.run.executor import Executor, RetryPolicy
+from grandrounds.run.limits import EndpointLimits
+from grandrounds.run.samples import consecutive_groups, group_samples, read_samples
+from grandrounds.graders.base import GradeContext, Grader, unscored
+from grandrounds.core.hashing import canonical_json, content_hash, to_jsonable
+from grandrounds.providers.base import Provider
+from grandrounds.sources.protocols import system_text
+from grandrounds.core.records import GenParams, Grade, Message, Request, Response, Result, Sample, judge_call_failed, needs_redo, result_from_json
+from grandrounds.store import RunRecord, Store
+from grandrounds.store.rows import CallUsage
+
+
+class Progress(Protocol):
+    def start(self, total: int, label: str) -> None: ...
+    def advance(self, grade: Grade, fresh: bool = True) -> None: ...
+    def stored(self, n: int, unscored: int) -> None: ...
+    def on_call(self, response: Response, *, retries: int) -> None: ...
+
+
+class RunJudge:
+    """A judge handed to graders: messages in, cached judge Response out."""
+
+    def __init__(self, executor: Executor, config: JudgeConfig) -> None:
+        self.executor = executor
+        self.config = config
+        self.name = config.spec
+
+    async def __call__(self, messages: Sequence[Message], *, attempt: int = 0) -> Response:
+        p = self.executor.provider
+        req = Request(
+            provider=p.spec.provider,
+            model=p.spec.model,
+            messages=tuple(messages),
+            params=self.config.params or GenParams(temperature=0.0, max_tokens=2048, seed=0, json_object=self.config.json_object),
+            purpose="judge",
+            base_url=p.request_base_url(),
+            attempt=attempt,
+        )
+        return await self.executor(req)
+
+
+def grader_fingerprint(
+    bench: Benchmark, grader: Grader, options: RunOptions, judges: Sequence[JudgeConfig], dataset: str,
+    protocol: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What decides a grade besides the answer: shown on every result, hashed into its key.
+
+    ``grader`` is the grader's spec (name and typed parameters), from which re-grading and
+    clinician rescoring rebuild it.
+    """
+    spec = grader.spec()
+    return {
+        "grader": {"name": spec.name, "args": to_jsonable(spec.args)},
+        "templates": grader.template_hashes(),
+        "judges": [{"model": j.spec, "params": to_jsonable(j.params)} for j in judges],
+        "scoring": to_jsonable(options.extra),
+        "benchmark": str(bench.spec()),
+        "dataset_sha256": dataset,
+        "protocol": dict(protocol) if protocol else protocol_record(bench.protocol(options), {}, {}),
+    }
+
+
+class ReadBack:
+    """What a finished run or re-grade holds of its samples: nothing, until asked. ``samples`` and
+    ``grades`` are read back from the store on first use (:meth:`_read_all`, in the run's order);
+    :meth:`_reading` gives the store to read, or its file opened read-only once it is closed."""
+
+    store: Store
+    _samples: list[Sample] | None = None
+    _grades: list[Grade] | None = None
+
+    @contextmanager
+    def _reading(self, store: Store | None = None) -> Iterator[Store]:
+        if store is not None or not self.store.closed:
+            yield store or self.store
+            return
+        with Store(self.store.path, readonly=True) as st:
+            yield st
+
+    def _read_all(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def samples(self) -> list[Sample]:
+        if self._samples is None:
+            self._read_all()
+        assert self._samples is not None
+        return self._samples
+
+    @property
+    def grades(self) -> list[Grade]:
+        if self._grades is None:
+            self._read_all()
+        assert self._grades is not None
+        return self._grades
+
+
+class RunOutcome(ReadBack):
+    """What a run gives back: its record, result and call statistics.
+
+    A run keeps no sample, grade or answer in memory beyond what its aggregate needs (so memory
+    stays flat however large the benchmark); ``samples``, ``grades`` and ``responses`` are read
+    back (from the data and the store) when asked for, in the run's order, and :meth:`read_back`
+    hands them out a chunk at a time for those (``--out``) that need not hold the whole run.
+    """
+
+    #: Samples read back per chunk by :meth:`read_back`.
+    READ_CHUNK = 250
+
+    def __init__(
+        self, setup: "Setup", store: Store, fp_key: str, result: Result, answer_stats: Any, judge_stats: list[Any],
+        judge_names: list[str], counts: Mapping[str, int], usage: tuple[Any, list[Any]] | None = None,
+    ) -> None:
+        self.setup, self.store, self.fp_key = setup, store, fp_key
+        self.run: RunRecord = setup.run
+        self.result = result
+        self.answer_stats, self.judge_stats = answer_stats, judge_stats
+        #: The judges' specs, in the order of ``judge_stats``.
+        self.judge_names = judge_names
+        #: Grades by status (``scored``, ``answer_failed``, ...), over every sample of the run.
+        self.counts = dict(counts)
+        #: The calls behind the result as the store counted them: (answers, [one per judge]).
+        self.usage = usage
+        self._responses: dict[str, Response] | None = None
+
+    def read_back(self, store: Store | None = None) -> Iterator[list[tuple[Sample, Response, Grade]]]:
+        """The run's samples, each with its answer's response (as :attr:`responses` gives it) and
+        its grade, in the run's order, :attr:`READ_CHUNK` samples at a time: the samples read again
+        as the run read them, their grades and answers fetched by id from ``store`` (else the run's
+        store, or its file opened read-only once that is closed). Nothing of a chunk is kept."""
+        with self._reading(store) as st:
+            samples = self.setup.samples()
+            while part := list(islice(samples, self.READ_CHUNK)):
+                ids = [smp.id for smp in part]
+                grades = st.grades_for(self.run.id, self.fp_key, ids)
+                answers = st.answers_for(self.run.id, ids)
+                yield [(smp, self._response(answers.get(smp.id), grades[smp.id]), grades[smp.id]) for smp in part]
+
+    @staticmethod
+    def _response(answer: tuple[str, Response | None] | None, grade: Grade) -> Response:
+        """The stored response of an answer; for one never stored, a failed response with the grade's reason."""
+        key, resp = answer or ("", None)
+        return resp if resp is not None else Response(key="" if grade.status == "not_asked" else key, error=grade.error or "not answered")
+
+    def _read_all(self) -> None:
+        samples: list[Sample] = []
+        grades: list[Grade] = []
+        responses: dict[str, Response] = {}
+        for part in self.read_back():
+            for smp, resp, grade in part:
+                samples.append(smp)
+                grades.append(grade)
+                responses[smp.id] = resp
+        self._samples, self._grades, self._responses = samples, grades, responses
+
+    @property
+    def responses(self) -> dict[str, Response]:
+        """sample id -> the answer's response (a failed one with its error; a turn never asked has key "")."""
+        if self._responses is None:
+            self._read_all()
+        assert self._responses is not None
+        return self._responses
+
+    def __repr__(self) -> str:
+        # Short on purpose: asyncio.run reprs its main task (and so this result) when it restores
+        # the SIGINT handler on Python 3.11.
+        return f"RunOutcome(run={self.run.id!r}, samples={self.setup.n}, score={self.result.score!r})"
+
+
+class Grading:
+    """The grading stage shared by ``run`` and ``regrade``: grade one answer, store it, count it.
+
+    A failed answer gets an unscored grade with its reason (never graded); a grader that crashes
+    on one answer gives an unscored ``grader_error`` grade, redone on the next run; a stored grade
+    that ``reuse`` accepts is kept without grading again.
+    """
+
+    def __init__(self, store: Store, run_id: str, fp_key: str, grader: Grader, progress: Progress | None) -> None:
+        self.store, self.run_id, self.fp_key, self.grader, self.progress = store, run_id, fp_key, grader, progress
+
+    async def grade(self, sample: Sample, resp: Response, ctx: GradeContext, stored: Grade | None = None) -> tuple[Grade, bool]:
+        """The grade of one answer and whether it is new (to be stored)."""
+        if not resp.ok:
+            return failed_answer(sample, resp), True
+        if stored is not None:
+            return stored, False
+        try:
+            return await self.grader.grade(sample, resp, ctx), True
+        except Exception as e:  # a grader bug on one answer is counted and shown, not fatal to the run
+            return unscored(sample, "grader_error", f"grading failed: {type(e).__name__}: {e}"), True
+
+    def record(self, grade: Grade, fresh: bool) -> None:
+        """Store a new grade (buffered) and count it."""
+        if fresh:
+            self.store.put_grade(self.run_id, self.fp_key, grade)
+        if self.progress:
+            self.progress.advance(grade, fresh)
+
+
+def failed_answer(sample: Sample, resp: Response) -> Grade:
+    """The unscored grade of an answer that could not be obtained (a failed call, or a turn never asked)."""
+    if resp.key == "":
+        return unscored(sample, "not_asked", resp.error or "not asked")
+    return unscored(sample, "answer_failed", f"answer failed: {resp.error}")
+
+
+async def run_pool(store: Store, groups: Iterable[Any], do_group: Callable[[Any], Awaitable[None]], workers: int) -> None:
+    """Run ``do_group`` over ``groups`` with a bounded pool of workers and write-behind commits.
+
+    A pool, not one task per sample: prompts are built just before they are sent, the first
+    requests go out at once, and memory stays flat. A timer flushes buffered rows so results land
+    even while every worker waits on a slow call.
+    """
+    pending = iter(groups)
+
+    async def worker() -> None:
+        for group in pending:
+            await do_group(group)
+
+    async def flusher() -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            store.flush_if_due()
+
+    tick = asyncio.create_task(flusher())
+    try:
+        with store.write_behind():
+            await asyncio.gather(*(worker() for _ in range(max(1, workers))))
+    finally:
+        tick.cancel()
+
+
+@dataclass
+class Setup:
+    """A run's parts, resolved and checked before the first call."""
+
+    bench: Benchmark
+    root: Path
+    limit: int | None
+    #: How many samples the run asks.
+    n: int
+    #: Every sample, where they are held (benchmarks read whole, and dialogues whose turns are
+    #: apart in the stream); None where they are read again one at a time as the run goes
+    #: (:meth:`Benchmark.iter_samples`), a dialogue's turns coming together.
+    kept: list[Sample] | None
+    dataset: str
+    provider: Provider
+    grader: Grader
+    fingerprint: dict[str, Any]
+    run: RunRecord
+    #: The protocol's system message for answers, read once (it goes with every sample).
+    system: str | None = None
+
+    def samples(self) -> Iterator[Sample]:
+        """The run's samples in order, read again from the data where they are not held."""
+        if self.kept is not None:
+            return iter(self.kept)
+        return islice(self.bench.iter_samples(self.root), self.limit)
+
+    @property
+    def ids(self) -> list[str]:
+        """The run's sample ids, in order."""
+        return [smp.id for smp in self.samples()]
+
+    def groups(self) -> Iterator[list[tuple[int, Sample]]]:
+        """What one worker asks in order, each sample with its position: a sample alone, or the
+        turns of one dialogue."""
+        if self.kept is not None:
+            at = {smp.id: i for i, smp in enumerate(self.kept)}
+            return ([(at[smp.id], smp) for smp in group] for group in group_samples(self.kept))
+        return consecutive_groups(self.samples(), self.root)
+
+
+def prepare(store: Store, cfg: RunConfig) -> Setup:
+    """Build and check everything; read the data (bad data fails here, before the store is touched)."""
+    from grandrounds.sources.data import resolve
+
+    bench = build_benchmark(cfg.benchmark, cfg.bench_params)
+    grader = bench.grader(cfg.options)
+    check_judges(bench, grader, cfg.judges)
+    root = resolve(bench, cfg.data)
+    dataset = bench.dataset_hash(root)
+    n, kept = read_samples(store, bench, root, cfg.limit, dataset)
+    provider = make_provider(cfg.model, cfg.base_url, **cfg.provider_options)
+    fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol)  # reads the official templates: fails before the run is recorded
+    system = system_text(bench.protocol(cfg.options).answer)  # read before the run is recorded, like the templates
+    run_rec = store.ensure_run(_run_record(bench, cfg, provider, dataset, root))
+    return Setup(bench, root, cfg.limit, n, kept, dataset, provider, grader, fp, run_rec, system)
+
+
+def make_judges(
+    store: Store, configs: Sequence[JudgeConfig], concurrency: int | None, retry: RetryPolicy, seed: int, progress: Progress | None,
+    endpoints: EndpointLimits | None = None, batch: BatchSettings | None = None,
+) -> tuple[list[Executor], tuple[RunJudge, ...]]:
+    """One cached executor per judge, and the judge callables graders are handed.
+
+    ``endpoints`` is shared with the answering executor, so judges on the candidate's server share
+    its capacity.
+    """
+    endpoints = endpoints or EndpointLimits()
+    make = executor_for(batch, "judges")
+    execs = [make(store, make_provider(j.spec, j.base_url, **j.options), concurrency, retry, seed, progress, endpoints) for j in configs]
+    return execs, tuple(RunJudge(e, j) for e, j in zip(execs, configs))
+
+
+async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, endpoints: EndpointLimits | None = None) -> RunOutcome:
+    """Answer, grade and aggregate ``cfg.benchmark`` with ``cfg.model``; resumable from the store.
+
+    ``endpoints``: connection and rate limits shared with other work of one command (the
+    robustness probes and their attacker); by default the run's own."""
+    cfg = check_run(cfg)  # --param, --scoring, run and model options: declared, typed, used, before anything is loaded
+    s = prepare(store, cfg)
+    fp_key = content_hash(s.fingerprint)
+    store.put_grader(fp_key, s.fingerprint)
+    # Each sample is stored with its answer, not all before the first call: on a large benchmark
+    # that is a noticeable pause before anything is asked.
+    stored_samples = store.sample_ids(s.bench.name, s.dataset)
+    answers, judge_execs, judges = _executors(store, cfg, s.provider, progress, endpoints or EndpointLimits())
+    ctx = GradeContext(judges=judges, max_reask=cfg.options.max_reask)
+    grading = Grading(store, s.run.id, fp_key, s.grader, progress)
+    collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])
+    if progress:
+        progress.start(s.n, f"{s.bench.name} · {cfg.model}")
+    if (done := settled_result(store, s, cfg.options, fp_key)) is not None:
+        # This very command finished before and nothing it graded has changed since: its result
+        # is read back instead of every grade (the answers all come from the store, no judge call).
+        result, tally = done
+        answers.stats.cached += s.n
+        if progress:
+            progress.stored(s.n, tally["n"] - tally["status"].get("scored", 0))
+        await _close(s.provider, judge_execs)
+        return RunOutcome(
+            s, store, fp_key, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges], tally["status"],
+            collected.usage(s.run.id, fp_key),
+        )
+
+    # The samples this grading graded before (one query, not one per sample: on a first run none).
+    graded = set(store.grade_values(s.run.id, fp_key))
+    ask = AskGroup(store, s, cfg, fp_key, answers, ctx, grading, collected, graded, stored_samples)
+    try:
+        await run_pool(store, s.groups(), ask, pool_width(answers, judge_execs))
+    finally:
+        await _close(s.provider, judge_execs)
+    result = make_result(s.bench, cfg.options, collected, s.run, s.fingerprint, [j.spec for j in cfg.judges])
+    store.put_result(s.run.id, fp_key, result)
+    store.settle(s.run.id, fp_key, collected.tally() | {"version": grandrounds.__version__})
+    usage = collected.usage(s.run.id, fp_key)
+    return RunOutcome(
+        s, store, fp_key, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges], collected.status, usage,
+    )
+
+
+def _executors(
+    store: Store, cfg: RunConfig, provider: Provider, progress: Progress | None, endpoints: EndpointLimits,
+) -> tuple[Executor, list[Executor], tuple[RunJudge, ...]]:
+    """The run's executors under ``endpoints``: the answers', each judge's (with the judge callables
+    graders are handed), and the request and token rates of their models set there."""
+    answers = executor_for(cfg.batch, "answers")(store, provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints)
+    judge_execs, judges = make_judges(store, cfg.judges, cfg.judge_concurrency, cfg.retry, cfg.options.seed, progress, endpoints, cfg.batch)
+    endpoints.limit_model(provider, cfg.rpm, cfg.tpm)
+    for e in judge_execs:
+        endpoints.limit_model(e.provider, cfg.judge_rpm, cfg.judge_tpm, "--judge-")
+    return answers, judge_execs, judges
+
+
+async def _close(provider: Provider, judge_execs: Sequence[Executor]) -> None:
+    """Close the candidate's provider, then each judge's."""
+    await provider.aclose()
+    for e in judge_execs:
+        await e.provider.aclose()
+
+
+@dataclass
+class AskGroup:
+    """What a worker of the run's pool does with one group (a sample alone, or the turns of one
+    dialogue in order): each sample asked (a turn after a failed one is not), graded, and stored
+    with its answer's link and its grade; a sample graded before under this very run and grading
+    keeps its grade."""
+
+    store: Store
+    s: Setup
+    cfg: RunConfig
+    fp_key: str
+    answers: Executor
+    ctx: GradeContext
+    grading: Grading
+    collected: Collected
+    #: The samples this grading graded before.
+    graded: set[str]
+    #: The samples of the run's dataset already stored.
+    stored_samples: set[str]
+
+    async def __call__(self, group: list[tuple[int, Sample]]) -> None:
+        store, s, grading, collected = self.store, self.s, self.grading, self.collected
+        history: list[tuple[Sample, str]] = []
+        failed: str | None = None
+        for position, sample in group:
+            stored = store.grade(s.run.id, self.fp_key, sample.id) if sample.id in self.graded else None
+            if stored is not None and needs_redo(stored):  # failed answers and calls are asked again
+                stored = None
+            if stored is not None and len(group) == 1:
+                # Graded before under this very run and grading, so its answer is stored and
+                # linked: nothing to ask or look up (counted as an answer from the store).
+                self.answers.stats.cached += 1
+                grading.record(stored, False)
+                collected.add(position, sample, stored)
+                continue
+            if failed is not None:
+                resp, link = Response(key="", error=f"not asked: earlier turn failed ({failed})"), None
+            else:
+                resp, link = await _ask(s, self.cfg, self.answers, sample, history)
+                if resp.ok:
+                    history.append((sample, resp.text or ""))
+                else:
+                    failed = resp.error
+            grade, fresh = await grading.grade(sample, resp, self.ctx, stored if resp.ok else None)
+            with store.batch():  # the sample, the answer's link and its grade land together
+                if sample.id not in self.stored_samples:
+                    store.put_sample(s.bench.name, s.dataset, position, sample)
+                if link is not None:
+                    store.put_answer(s.run.id, sample.id, link[0], link[1])
+                grading.record(grade, fresh)
+                collected.add(position, sample, grade)
+
+
+def settled_result(store: Store, s: Setup, options: RunOptions, fp_key: str) -> tuple[Result, dict[str, Any]] | None:
+    """The stored result of this run under this grading, with its tally, where a re-run would
+    only read it back: the grading settled (its result stored, no grade written since), every
+    sample of the run graded, none that a re-run redoes (a failed answer, grader or judge call),
+    settled by this version of the package, and the result made with these options (its
+    fingerprint, which names the seed and the templates, equal to the one a new aggregate
+    would carry; the judges are in the grading's part of it).
+    None otherwise: the run goes sample by sample."""
+    tally = store.settled(s.run.id, fp_key)
+    if tally is None or tally.get("redo") != 0 or tally.get("n") != s.n or tally.get("version") != grandrounds.__version__:
+        return None  # (the run's record keeps the version that first made it: a later one aggregates anew)
+    stored = store.result(s.run.id, fp_key)
+    if stored is None:
+        return None
+    fingerprint = result_fingerprint(s.bench, options, s.run, s.fingerprint)
+    if canonical_json(stored.get("fingerprint")) != canonical_json(fingerprint):
+        return None
+    result = result_from_json(stored)
+    # as the run stored it: the usage block is added after (costs.with_usage), from the store's counts
+    return replace(result, extra={k: v for k, v in result.extra.items() if k != "usage"}), tally
+
+
+async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, history: Sequence[tuple[Sample, str]]) -> tuple[Response, tuple[str, Any]]:
+    """Ask the model for one sample; returns the response and the (request key, prompt) link to store."""
+    prompt = s.bench.prompt(sample, cfg.options, history)
+    messages = prompt.messages
+    system = s.system
+    if system is not None and prompt.kind == "chat" and (not messages or messages[0].role != "system"):
+        messages = (Message("system", system), *messages)  # the protocol's system message
+    req = Request(
+        provider=s.provider.spec.provider,
+        model=s.provider.spec.model,
+        messages=messages,
+        params=cfg.gen or GenParams(),
+        purpose="answer",
+        kind=prompt.kind,
+        continuations=prompt.continuations,
+        base_url=s.provider.request_base_url(),
+    )
+    resp = await answers(req)
+    return resp, (req.key(), prompt)
+
+
+def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: str, root: Path) -> RunRecord:
+    options = to_jsonable(replace(cfg.options, judge_mode="", judge_runs=None, max_reask=0))
+    ident = {
+        "benchmark": str(bench.spec()),
+        "model": str(provider.spec),
+        "base_url": provider.request_base_url(),
+        "options": options,
+        "gen": to_jsonable(cfg.gen or GenParams()),
+        "dataset": dataset,
+        "limit": cfg.limit,
+    }
+    # ``--encoding`` changes the text read from the same bytes: it names a run of its own, but only
+    # when given, so the ids of runs that never set it stay what they were.
+    encoding = {"encoding": codecs.lookup(name).name} if (name := DATA_ENCODING.get()) else {}  # cp1252 = CP1252 = windows-1252
+    ident |= encoding
+    from grandrounds.providers.engines import engine_record
+
+    return RunRecord(
+        id=content_hash(ident)[:16],
+        benchmark=bench.name,
+        benchmark_spec=str(bench.spec()),
+        model=str(provider.spec),
+        options=options | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit} | encoding | engine_record(provider),
+        dataset_sha256=dataset,
+        package_version=grandrounds.__version__,
+        gen_params=to_jsonable(cfg.gen or GenParams()),
+        data_source=str(root),
+    )
+
+
+class Collected:
+    """What a grading keeps of each sample until it aggregates: the benchmark's summary of it
+    (:meth:`Benchmark.summarize`, small) and counts beside the headline. The calls behind the
+    result are counted by the store (the answers a run links, the judge calls each grade names)."""
+
+    def __init__(self, store: Store, run_id: str, bench: Benchmark, options: RunOptions, judges: Sequence[str]) -> None:
+        self.store, self.run_id, self.bench, self.options, self.judges = store, run_id, bench, options, list(judges)
+        self.summaries: dict[int, Any] = {}
+        self.status: Counter[str] = Counter()
+        self.judge_failed = 0
+        self.truncated_votes = 0
+        self.redo = 0  # grades a re-run would do again
+
+    def add(self, position: int, sample: Sample, grade: Grade) -> None:
+        self.summaries[position] = self.bench.summarize(sample, grade, self.options)
+        self.status[grade.status] += 1
+        self.redo += needs_redo(grade)
+        self.judge_failed += judge_call_failed(grade)
+        self.truncated_votes += sum(1 for v in (*grade.votes, *(v for verdict in grade.verdicts for v in verdict.votes)) if v.truncated)
+
+    def aggregate(self) -> Any:
+        return self.bench.aggregate_summaries([self.summaries[i] for i in sorted(self.summaries)], self.options)
+
+    def counts(self) -> dict[str, int]:
+        """Truncated replies, then what kept answers from a score, beside every headline: answers
+        whose call failed (or turns never asked), answers that could not be read (no option
+        extracted, no log-probabilities), grader errors, and answers with a failed judge call
+        (re-running the command retries them)."""
+        return {
+            "n_truncated": self.store.truncated_answers(self.run_id),
+            "n_truncated_judge": self.truncated_votes,
+            "n_items": sum(self.status.values()),
+            "n_answer_failed": self.status["answer_failed"] + self.status["not_asked"],
+            "n_unreadable": self.status["unreadable"],
+            "n_grader_error": self.status["grader_error"],
+            "n_judge_failed": self.judge_failed,
+        }
+
+    def tally(self) -> dict[str, Any]:
+        """What the grades hold, stored when the grading settles (:func:`settled_result`): how
+        many, how many a re-run would redo, how many by status."""
+        return {"n": sum(self.status.values()), "redo": self.redo, "status": dict(self.status)}
+
+    def usage(self, run_id: str, grader_fp: str) -> tuple[CallUsage, list[CallUsage]]:
+        """(the run's answer calls, the grading's judge calls by judge) as the store counts them;
+        calls no vote names go to the only judge, or to ``unattributed`` on a panel."""
+        by_judge: dict[str, CallUsage] = {}
+        for u in self.store.judge_usage(run_id, grader_fp):
+            who = judge_of(u.who, self.judges)
+            was = by_judge.get(who)
+            by_judge[who] = u if was is None else CallUsage(
+                who, was.calls + u.calls, was.prompt_tokens + u.prompt_tokens, was.completion_tokens + u.completion_tokens, was.no_usage + u.no_usage,
+            )
+        return self.store.answer_usage(run_id), [replace(u, who=w) for w, u in by_judge.items()]
+
+
+def make_result(
+    bench: Benchmark,
+    options: RunOptions,
+    collected: Collected,
+    run_rec: RunRecord,
+    grader_fp: Mapping[str, Any],
+    judges: Sequence[str],
+) -> Result:
+    """The Result of one grading: the benchmark's aggregate plus the full fingerprint.
+
+    Truncated replies (cut off by the token limit) are counted beside every headline:
+    ``n_truncated`` answers and ``n_truncated_judge`` judge votes.
+    """
+    agg = collected.aggregate()
+    extra = dict(agg.extra) | collected.counts()
+    return Result(
+        benchmark=bench.name,
+        model=run_rec.model,
+        judge=",".join(judges) or None,
+        metric=agg.metric,
+        score=agg.score,
+        ci95=agg.ci95,
+        n=agg.n,
+        n_unscored=agg.n_unscored,
+        breakdown=agg.breakdown,
+        fingerprint=result_fingerprint(bench, options, run_rec, grader_fp),
+        extra=extra,
+    )
+
+
+def result_fingerprint(bench: Benchmark, options: RunOptions, run_rec: RunRecord, grader_fp: Mapping[str, Any]) -> dict[str, Any]:
+    """What a result was made from: the grading's fingerprint, the model, its generation and
+    answer settings, the templates, the seed and the package version."""
+    return dict(grader_fp) | {
+        "model": run_rec.model,
+        "gen_params": run_rec.gen_params,
+        "prompt_templates": bench.template_hashes(options),
+        "answer_mode": options.answer_mode,
+        "shuffle_options": options.shuffle_options,
+        "seed": options.seed,
+        "package_version": run_rec.package_version,
+        "run_id": run_rec.id,
+        "limit": run_rec.options.get("limit"),
+    } | {k: run_rec.options[k] for k in ("engine", "encoding") if run_rec.options.get(k)}  # vLLM/SGLang name and version; --encoding when given

@@ -1,0 +1,126 @@
+"""The samples a run asks: read and checked before any call (:func:`read_samples`), held where
+they are few or a dialogue's turns are apart in the data (:data:`KEEP_SAMPLES`), else read again
+as the run goes; and grouped so that each dialogue's turns go to one worker, in order
+(:func:`group_samples` over held samples, :func:`consecutive_groups` over a stream).
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import grandrounds
+from grandrounds.benchmarks.base import Benchmark
+from grandrounds.benchmarks.readers.decoding import DATA_ENCODING
+from grandrounds.core.hashing import content_hash
+from grandrounds.core.records import Sample
+from grandrounds.store import Store
+
+
+#: A streaming benchmark's run holds the samples its check pass read when there are at most this
+#: many, instead of reading and parsing the file a second time as it asks (HealthBench's 500
+#: conversations hold about 5 MB; parsing them again cost the event loop's thread 0.08 s).
+#: Past it, the samples read are let go and the run streams, its memory flat in the file's size.
+KEEP_SAMPLES = 1000
+
+
+def read_samples(store: Store, bench: Benchmark, root: Path, limit: int | None, dataset: str) -> tuple[int, list[Sample] | None]:
+    """Read and check every record the run will ask (bad data fails here, before any call): how
+    many there are, and the samples themselves, unless the benchmark reads records one at a time
+    and there are more than :data:`KEEP_SAMPLES` (then the run reads them again as it goes,
+    holding one sample, or one dialogue, at a time).
+
+    A dialogue is asked turn by turn in one worker, so its turns must come together. Streamed
+    samples are grouped on the fly from consecutive turns (:func:`consecutive_groups`); this pass
+    checks that no dialogue starts again after another one began, remembering only the ids of
+    the dialogues already over. Where one does, grouping needs every sample at hand: the samples
+    are held (read again if they were let go), as for a benchmark read whole (correct, not flat).
+
+    Records read and found good once are not checked again: the store remembers a data file
+    (its bytes' hash, the benchmark's spec, the limit, the encoding and this version of the code)
+    with its count, so a re-run of a large benchmark reads it once instead of twice. Only a file
+    whose dialogues come together is remembered, so a remembered file streams.
+    """
+    streams = type(bench).iter_samples is not Benchmark.iter_samples
+    check = content_hash({
+        "benchmark": str(bench.spec()), "dataset": dataset, "limit": limit,
+        "encoding": DATA_ENCODING.get(), "version": grandrounds.__version__,
+    })
+    if streams:
+        known = store.checked_data(check)
+        if known is not None:
+            return known, None
+    n = 0
+    held: list[Sample] | None = []  # every sample read so far, while the run may hold them
+    apart = False  # a dialogue's turns are not together: the run must hold every sample
+    over: set[str] = set()  # dialogues whose turns have all gone by
+    current: str | None = None
+    for smp in islice(bench.iter_samples(root), limit):  # --limit counts samples (turns): it may cut a dialogue
+        if smp.group != current:
+            if current is not None:
+                over.add(current)
+            if smp.group in over:
+                apart = True
+                if held is None:  # let go already: read them all again
+                    held = list(islice(bench.iter_samples(root), limit))
+                    return len(held), held
+            current = smp.group
+        n += 1
+        if held is not None:
+            held.append(smp)
+            if streams and not apart and n > KEEP_SAMPLES:
+                held = None
+    if streams and not apart:
+        store.put_checked_data(check, n)
+    return n, held
+
+
+def group_samples(samples: Sequence[Sample]) -> list[list[Sample]]:
+    """Single samples alone; turns of one group together, ordered by turn (over the whole list:
+    a group's turns may be anywhere in it)."""
+    groups: dict[str, list[Sample]] = {}
+    out: list[list[Sample]] = []
+    for s in samples:
+        if s.group is None:
+            out.append([s])
+        elif s.group in groups:
+            groups[s.group].append(s)
+        else:
+            groups[s.group] = [s]
+            out.append(groups[s.group])
+    for g in out:
+        g.sort(key=lambda s: s.turn)
+    return out
+
+
+def consecutive_groups(samples: Iterable[Sample], root: Path | str = "") -> Iterator[list[tuple[int, Sample]]]:
+    """:func:`group_samples` over a stream whose dialogues come together, each sample with its
+    position in the stream: a sample without a group alone, the consecutive turns of one group
+    together, ordered by turn. Holds one dialogue at a time, and the ids of those already over.
+
+    :func:`read_samples` checked that the turns of each dialogue are consecutive (else the run
+    holds its samples and groups them with :func:`group_samples`); a dialogue starting again
+    here means the data changed since: a DataError naming ``root``.
+    """
+    over: set[str] = set()
+    turns: list[tuple[int, Sample]] = []
+    for position, smp in enumerate(samples):
+        if turns and smp.group == turns[0][1].group:
+            turns.append((position, smp))
+            continue
+        if turns:
+            over.add(turns[0][1].group)  # type: ignore[arg-type]
+            yield sorted(turns, key=lambda pair: pair[1].turn)
+            turns = []
+        if smp.group is None:
+            yield [(position, smp)]
+        elif smp.group in over:
+            from grandrounds.core.errors import DataError
+
+            raise DataError(root, f"sample {smp.id!r}", f"dialogue {smp.group!r} starts again after another began (the data changed during the run?)")
+        else:
+            turns = [(position, smp)]
+    if turns:
+        yield sorted(turns, key=lambda pair: pair[1].turn)
+

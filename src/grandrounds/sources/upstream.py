@@ -1,0 +1,450 @@
+"""Official prompt text, read at run time out of the benchmark authors' own files at pinned commits.
+
+grandrounds does not carry the official templates: each benchmark names the upstream file a
+template lives in (repository, commit, path, sha256), and the text is read out of that file when
+a run needs it, with ``ast`` for Python sources (constants, implicit concatenations, f-strings)
+and YAML for lm-evaluation-harness task files.
+
+Where the file comes from, first hit wins:
+
+1. ``$GRANDROUNDS_REFERENCE``: a directory laid out like the project's ``../shared/reference``
+   (``<folder>/<path in the repository>``), for tests and air-gapped machines;
+2. the download cache (``<cache>/reference/<folder>/<path>``), filled from
+   ``https://raw.githubusercontent.com/<repository>/<commit>/<path>``.
+
+Either way the file must hash to its pinned sha256, or the run stops with an error naming it.
+A download that fails is remembered for the rest of the process (per URL): later reads of the
+file raise the same error at once instead of trying the network again for every grade.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from grandrounds.sources.downloads import RemoteFile, cache_dir, fetch
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.hashing import file_sha256, text_hash
+
+#: Environment variable naming a local reference folder (``<folder>/<path>`` layout).
+REFERENCE_ENV = "GRANDROUNDS_REFERENCE"
+
+
+@dataclass(frozen=True)
+class UpstreamFile:
+    """One file of a benchmark's official code at a pinned commit.
+
+    ``folder`` is its directory in a reference folder (the first column of SOURCES.tsv).
+    """
+
+    folder: str
+    repo: str
+    commit: str
+    path: str
+    sha256: str
+
+    @property
+    def url(self) -> str:
+        return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.path}"
+
+    def describe(self) -> dict[str, str]:
+        """What a fingerprint records about the file."""
+        return {"repo": self.repo, "commit": self.commit, "path": self.path, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class UpstreamRepo:
+    """A repository at one pinned commit, named once for every file read out of it."""
+
+    folder: str
+    repo: str
+    commit: str
+
+    def file(self, path: str, sha256: str) -> UpstreamFile:
+        return UpstreamFile(self.folder, self.repo, self.commit, path, sha256)
+
+
+#: openai/simple-evals at the commit every simple-evals file is read from (HealthBench's grader
+#: and sampler, the multiple-choice prompt and answer regexes); as in ../shared/reference/SOURCES.tsv.
+SIMPLE_EVALS = UpstreamRepo("simple-evals", "openai/simple-evals", "ee3b0318d8d1d9d72755a4120879be65f7c07e9e")
+#: FreedomIntelligence/CMB at the commit its prompt, answer matching and scoring are read from.
+CMB = UpstreamRepo("cmb", "FreedomIntelligence/CMB", "6c8ece46097dae736c6805dd3b831e1a38c08971")
+
+
+def reference_root() -> Path | None:
+    value = os.environ.get(REFERENCE_ENV)
+    return Path(value) if value else None
+
+
+def local_path(f: UpstreamFile) -> Path:
+    """A verified local copy of ``f``: from the reference folder, else the cache (downloading it)."""
+    root = reference_root()
+    if root is not None:
+        candidate = root / f.folder / f.path
+        if candidate.is_file():
+            got = file_sha256(candidate)
+            if got != f.sha256:
+                raise DataError(candidate, None, f"does not match the pinned upstream file {f.url} (sha256 {got}, expected {f.sha256})")
+            return candidate
+    dest = cache_dir() / "reference" / f.folder / Path(f.path).parent
+    remote = RemoteFile(f.url, Path(f.path).name, f.sha256)
+    with _fetch_lock(f.url):  # one download per URL at a time; the others wait for its outcome
+        failed = _failed.get(f.url)
+        if failed is not None:
+            cached = dest / remote.filename
+            if cached.is_file() and file_sha256(cached) == f.sha256:  # put there since (another process)
+                return cached
+            raise DataError(failed.path, failed.where, failed.problem + " (failed earlier in this process; not tried again)")
+        try:
+            return fetch(remote, dest)
+        except DataError as e:
+            hint = f"; or set {REFERENCE_ENV} to a folder holding {f.folder}/{f.path}"
+            err = DataError(e.path, e.where, e.problem.replace("; pass --data PATH to use a local copy", "") + hint)
+            _failed[f.url] = err
+            raise err from None
+
+
+#: URL -> the error of its failed download, for the rest of the process (see :func:`local_path`).
+_failed: dict[str, DataError] = {}
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _fetch_lock(url: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(url, threading.Lock())
+
+
+def forget_failed_downloads() -> None:
+    """Let every upstream file whose download failed be tried again (e.g. once the network is back)."""
+    _failed.clear()
+
+
+@functools.lru_cache(maxsize=64)
+def _source(f: UpstreamFile) -> str:
+    return local_path(f).read_text(encoding="utf-8")
+
+
+def _parse(f: UpstreamFile) -> ast.Module:
+    """The file's syntax tree (warnings about the upstream code's own style, e.g. escapes, silenced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(_source(f), filename=f.path)
+
+
+def read_text(f: UpstreamFile) -> str:
+    """The whole text of ``f`` (verified against its sha256)."""
+    return _source(f)
+
+
+@dataclass(frozen=True)
+class UpstreamText:
+    """A template read out of an upstream file.
+
+    ``parts`` alternate literal text and placeholders: a plain string constant is one literal;
+    an f-string keeps each ``{expression}`` as a placeholder named by the expression's source
+    (``{question}``, ``{row['Question']}``), to be filled by :meth:`render`.
+    """
+
+    source: UpstreamFile
+    name: str
+    parts: tuple[str | "Field", ...]
+
+    @property
+    def text(self) -> str:
+        """The literal text with placeholders shown as ``{expression}``."""
+        return "".join(p if isinstance(p, str) else "{" + p.expr + "}" for p in self.parts)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.expr for p in self.parts if isinstance(p, Field)))
+
+    def render(self, values: Mapping[str, Any] | None = None, **kw: Any) -> str:
+        """The text with every placeholder filled from ``values`` (keyed by expression source)."""
+        vals = {**(values or {}), **kw}
+        missing = [f for f in self.fields if f not in vals]
+        if missing:
+            raise ConfigError(f"template {self.name} from {self.source.url} needs values for {', '.join(missing)}")
+        return "".join(p if isinstance(p, str) else str(vals[p.expr]) for p in self.parts)
+
+    def fingerprint(self) -> dict[str, str]:
+        """What a result records: the file (repository, commit, path, sha256) and the template's own hash."""
+        return self.source.describe() | {"name": self.name, "text_sha256": text_hash(self.text)}
+
+
+@dataclass(frozen=True)
+class Field:
+    expr: str
+
+
+@dataclass(frozen=True)
+class TextRef:
+    """A lazy reference to a string in an upstream file, read only when a run needs it.
+
+    Benchmarks declare these at class level (importing a benchmark never reads or downloads anything).
+    """
+
+    source: UpstreamFile
+    name: str
+    within: str | None = None
+
+    def load(self) -> UpstreamText:
+        return python_string(self.source, self.name, within=self.within)
+
+    def describe(self) -> dict[str, str]:
+        return self.source.describe() | {"name": self.name if self.within is None else f"{self.within}.{self.name}"}
+
+
+def python_string(f: UpstreamFile, name: str, *, within: str | None = None) -> UpstreamText:
+    """The string assigned to ``name`` in ``f`` (at module level, or inside the function or class ``within``).
+
+    Accepts a string constant, an implicit concatenation of constants, an f-string, a ``+`` of
+    those, or any of them with ``.strip()``; the first assignment found wins. Anything else is an error naming the file.
+    """
+    tree = _parse(f)
+    scope: list[ast.stmt] = tree.body
+    if within is not None:
+        scope_node = next(
+            (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == within),
+            None,
+        )
+        if scope_node is None:
+            raise DataError(f.url, None, f"no function or class {within!r} in the upstream file")
+        scope = scope_node.body
+    for node in _walk_statements(scope):
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        for t in targets:
+            if isinstance(t, ast.Name) and t.id == name and value is not None:
+                return UpstreamText(f, name if within is None else f"{within}.{name}", tuple(_merge(_string_parts(f, value))))
+    where = f" in {within}" if within else ""
+    raise DataError(f.url, None, f"no string assigned to {name!r}{where} in the upstream file")
+
+
+def python_dict_string(f: UpstreamFile, dict_name: str, key: str, *, within: str | None = None) -> UpstreamText:
+    """The string under ``key`` of the dict literal assigned to ``dict_name`` (``{"key": "..."}``)."""
+    tree = _parse(f)
+    nodes = list(ast.walk(tree))
+    if within is not None:
+        scope = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == within), None)
+        if scope is None:
+            raise DataError(f.url, None, f"no function or class {within!r} in the upstream file")
+        nodes = list(ast.walk(scope))
+    for node in nodes:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == dict_name for t in node.targets):
+            if isinstance(node.value, ast.Dict):
+                for k, v in zip(node.value.keys, node.value.values):
+                    if isinstance(k, ast.Constant) and k.value == key:
+                        return UpstreamText(f, f"{dict_name}[{key!r}]", tuple(_merge(_string_parts(f, v))))
+    raise DataError(f.url, None, f"no entry {key!r} in a dict {dict_name!r} in the upstream file")
+
+
+def python_returned_string(f: UpstreamFile, within: str) -> UpstreamText:
+    """The string the function ``within`` returns (``return f\"\"\"...\"\"\"``): its first ``return`` of a string.
+
+    For templates built by a function instead of assigned to a name; accepts the same string forms
+    as :func:`python_string`.
+    """
+    tree = _parse(f)
+    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == within), None)
+    if func is None:
+        raise DataError(f.url, None, f"no function {within!r} in the upstream file")
+    for node in _walk_statements(func.body):
+        if isinstance(node, ast.Return) and node.value is not None:
+            try:
+                return UpstreamText(f, f"{within}()", tuple(_merge(_string_parts(f, node.value))))
+            except DataError:
+                continue  # a return of something else (a call, a variable): look further
+    raise DataError(f.url, None, f"function {within!r} returns no string literal in the upstream file")
+
+
+def yaml_value(f: UpstreamFile, key: str) -> Any:
+    """The value of top-level ``key`` in the YAML file ``f`` (lm-evaluation-harness task files).
+
+    lm-eval task files use a ``!function`` tag for hooks; it is read as the hook's dotted name.
+    """
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    _Loader.add_constructor("!function", lambda loader, node: {"!function": loader.construct_scalar(node)})
+    data = yaml.load(_source(f), Loader=_Loader)  # noqa: S506  (SafeLoader subclass)
+    if not isinstance(data, dict) or key not in data:
+        raise DataError(f.url, None, f"no key {key!r} in the upstream YAML file")
+    return data[key]
+
+
+def _walk_statements(body: list[ast.stmt]):
+    """Statements of ``body`` in source order, descending into compound statements (if/for/with/try)."""
+    for node in body:
+        yield node
+        for attr in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, attr, None)
+            if isinstance(inner, list) and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield from _walk_statements([n for n in inner if isinstance(n, ast.stmt)] + [
+                    s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body
+                ])
+
+
+def _string_parts(f: UpstreamFile, node: ast.expr) -> list[str | Field]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        out: list[str | Field] = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                out.append(str(v.value))
+            elif isinstance(v, ast.FormattedValue):
+                if v.conversion != -1 or v.format_spec is not None:
+                    raise DataError(f.url, getattr(v, "lineno", None), "f-string placeholder with a conversion or format spec is not supported")
+                out.append(Field(ast.unparse(v.value)))
+        return out
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        # '"Question: " + doc["question"] + "\\n"': a non-literal operand is a placeholder named by its
+        # source, as in an f-string; the chain must hold at least one literal to be a template
+        operands = _add_operands(node)
+        out = [p for o in operands for p in (_string_parts(f, o) if _is_template(o) else [Field(ast.unparse(o))])]
+        if not any(isinstance(p, str) for p in out):
+            raise DataError(f.url, getattr(node, "lineno", None), "expected a string literal, found a sum of expressions")
+        return out
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and _is_template(node.func.value)
+        and not any(isinstance(a, ast.Starred) for a in node.args)
+        and all(k.arg is not None for k in node.keywords)
+    ):  # '"Abstract: {}\\nQuestion: {}".format(ctxs, doc["QUESTION"])': each {} names its argument's source
+        return _format_parts(f, node)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("strip", "lstrip", "rstrip")
+        and not node.args
+        and not node.keywords
+    ):  # '"""...""".strip()': whitespace off the literal ends, as Python would at run time
+        parts = _merge(_string_parts(f, node.func.value))
+        if parts and isinstance(parts[0], str) and node.func.attr in ("strip", "lstrip"):
+            parts[0] = parts[0].lstrip()
+        if parts and isinstance(parts[-1], str) and node.func.attr in ("strip", "rstrip"):
+            parts[-1] = parts[-1].rstrip()
+        return parts
+    raise DataError(f.url, getattr(node, "lineno", None), f"expected a string literal, found {type(node).__name__}")
+
+
+def _merge(parts: list[str | Field]) -> list[str | Field]:
+    out: list[str | Field] = []
+    for p in parts:
+        if isinstance(p, str) and out and isinstance(out[-1], str):
+            out[-1] += p
+        elif p != "":
+            out.append(p)
+    return out
+
+
+def _add_operands(node: ast.expr) -> list[ast.expr]:
+    """The operands of a left-nested ``a + b + c`` chain, in order."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _add_operands(node.left) + _add_operands(node.right)
+    return [node]
+
+
+def _is_template(node: ast.expr) -> bool:
+    """True for the string forms :func:`_string_parts` reads itself (literals, f-strings, their methods)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in ("strip", "lstrip", "rstrip", "format") and _is_template(node.func.value)
+    return False
+
+
+def _format_parts(f: UpstreamFile, call: ast.Call) -> list[str | Field]:
+    """``"...{}...".format(a, b)`` as parts: literal text, and a placeholder per replacement field named
+    by the source of the argument it takes (positional ``{}``/``{0}`` or keyword ``{name}``)."""
+    import string
+
+    literal = _merge(_string_parts(f, call.func.value))  # type: ignore[attr-defined]
+    if len(literal) != 1 or not isinstance(literal[0], str):
+        raise DataError(f.url, call.lineno, ".format() on a template with placeholders is not supported")
+    args = [ast.unparse(a) for a in call.args]
+    kwargs = {k.arg: ast.unparse(k.value) for k in call.keywords}
+    out: list[str | Field] = []
+    auto = 0
+    for text, name, spec, conv in string.Formatter().parse(literal[0]):
+        out.append(text)
+        if name is None:
+            continue
+        if spec or conv:
+            raise DataError(f.url, call.lineno, "format field with a conversion or format spec is not supported")
+        if name == "":
+            name, auto = str(auto), auto + 1
+        try:
+            out.append(Field(args[int(name)] if name.isdigit() else kwargs[name]))
+        except (IndexError, KeyError):
+            raise DataError(f.url, call.lineno, f"format field {{{name}}} has no argument") from None
+    return out
+
+
+def _function(f: UpstreamFile, tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+    if func is None:
+        raise DataError(f.url, None, f"no function {name!r} in the upstream file")
+    return func
+
+
+def python_appended_strings(f: UpstreamFile, name: str, *, within: str) -> list[UpstreamText]:
+    """The strings appended to ``name`` with ``name += ...`` inside the function ``within``, in source order.
+
+    For prompts a function builds piece by piece (``prompt = "Question: " + q``, then ``prompt += ...``
+    in a loop and after it): the caller reads each piece and composes them the way the function does.
+    """
+    func = _function(f, _parse(f), within)
+    out = [
+        UpstreamText(f, f"{within}.{name}+={i}", tuple(_merge(_string_parts(f, node.value))))
+        for i, node in enumerate(
+            n for n in _walk_statements(func.body)
+            if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) and n.target.id == name
+        )
+    ]
+    if not out:
+        raise DataError(f.url, None, f"nothing is appended to {name!r} in {within!r} in the upstream file")
+    return out
+
+
+def python_fstring(f: UpstreamFile, *, within: str, fields: tuple[str, ...]) -> UpstreamText:
+    """The f-string inside the function ``within`` whose placeholders are exactly ``fields`` (in order),
+    wherever it sits (a generator expression, a call argument): e.g. an option line ``f"{k}. {v}\\n"``."""
+    func = _function(f, _parse(f), within)
+    for node in ast.walk(func):
+        if isinstance(node, ast.JoinedStr):
+            text = UpstreamText(f, f"{within}:f-string", tuple(_merge(_string_parts(f, node))))
+            if text.fields == fields:
+                return text
+    raise DataError(f.url, None, f"no f-string with placeholders {', '.join(fields)} in {within!r} in the upstream file")
+
+
+def python_value(f: UpstreamFile, name: str) -> Any:
+    """The literal value (list, tuple, dict, string, number) assigned to ``name`` at module level,
+    read with ``ast.literal_eval`` (never executed); e.g. a list of regular expressions."""
+    tree = _parse(f)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                raise DataError(f.url, node.lineno, f"{name!r} is not a literal value") from None
+    raise DataError(f.url, None, f"no module-level {name!r} in the upstream file")
