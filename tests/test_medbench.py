@@ -43,7 +43,16 @@ def v4_dir(tmp_path: Path) -> Path:
         {"question": "请根据病历给出诊断。\n患者男，65岁……", "answer": "", "other": {"id": 1, "source": "MedDiag_V4"},
          "img_path": ["imgs/1.png"]},
     ])
+    (d / "imgs").mkdir()
+    _png(d / "imgs" / "1.png", (200, 10, 10))
     return d
+
+
+def _png(path: Path, colour: tuple[int, int, int], size: tuple[int, int] = (32, 24)) -> Path:
+    from PIL import Image
+
+    Image.new("RGB", size, colour).save(path, "PNG")
+    return path
 
 
 def test_loads_every_row_including_repeated_ids(v4_dir):

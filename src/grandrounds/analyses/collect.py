@@ -1,13 +1,29 @@
-"""Read the store into the plain rows the analysis and the reports use (the only I/O here)."""
+"""Read the store into the plain rows the analysis and the reports use (the only I/O here), and
+the images beside it as the viewer and the HTML report show them (:func:`shown_image`)."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Collection, Sequence
 
 from grandrounds.analyses.leaderboard import ResultRow, result_coverage
 from grandrounds.core.records import Grade, Sample, breakdown_from_json
 from grandrounds.store import RunRecord, Store
+from grandrounds.store.images import ImageStore
+
+#: The image types shown (viewer and report), each with the bytes its files begin with; any other
+#: type (SVG above all: it can hold script) is never served or embedded.
+SHOWN_IMAGE_TYPES: dict[str, tuple[bytes, ...]] = {
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),  # and "WEBP" at bytes 8-12, checked in _looks_like
+}
+#: Largest image shown, in bytes (the images a run sends are a few hundred kB at most).
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def result_rows(store: Store, benchmark: str | None = None, run_ids: Collection[str] | None = None) -> list[ResultRow]:
@@ -146,3 +162,48 @@ def sample_rows(sections: Sequence[Section]) -> list[dict[str, Any]]:
                     }
                 )
     return out
+
+
+class ImageRefused(Exception):
+    """A stored image that is not shown: too large, outside the image folder, not of its type, or
+    not matching its hash."""
+
+
+def _looks_like(data: bytes, media_type: str) -> bool:
+    """True when ``data`` begins as files of ``media_type`` (one of :data:`SHOWN_IMAGE_TYPES`) do."""
+    magic = SHOWN_IMAGE_TYPES.get(media_type, ())
+    if not any(data.startswith(m) for m in magic):
+        return False
+    return media_type != "image/webp" or data[8:12] == b"WEBP"
+
+
+def shown_image(images: ImageStore, sha256: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
+    """(bytes, media type) of the stored image named ``sha256``, checked: a name of 64 lower-case
+    hex digits (ValueError otherwise), a regular file inside the image folder, at most ``max_bytes``
+    (default :data:`MAX_IMAGE_BYTES`), of a shown type (:data:`SHOWN_IMAGE_TYPES`, from its file
+    name, its bytes beginning as that type's do) and hashing to its name. None when the store holds
+    no such image; ImageRefused when it holds one that is not shown."""
+    if not SHA256_HEX.fullmatch(sha256):
+        raise ValueError("an image is named by its sha256: 64 lower-case hex digits")
+    found = images.find(sha256)  # builds the path from the checked name only
+    if found is None:
+        return None
+    path, media_type = found
+    max_bytes = MAX_IMAGE_BYTES if max_bytes is None else max_bytes
+    if media_type not in SHOWN_IMAGE_TYPES:
+        raise ImageRefused(f"{media_type} is not shown")
+    try:
+        real = path.resolve(strict=True)  # a link out of the folder is followed here, and refused
+        if not real.is_relative_to(images.root.resolve(strict=True)) or not real.is_file():
+            raise ImageRefused("not a file inside the store's image folder")
+        with real.open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError:
+        return None
+    if len(data) > max_bytes:
+        raise ImageRefused(f"larger than {max_bytes:,} bytes")
+    if not _looks_like(data, media_type):
+        raise ImageRefused(f"the file is not {media_type}")
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ImageRefused("the file does not match its hash (changed on disk)")
+    return data, media_type

@@ -43,8 +43,8 @@ def question_of(sample: Sample) -> tuple[str, bool]:
             return " — ".join([value.strip(), *context]), True
     for m in reversed(sample.messages):
         if m.role == "user":
-            return m.content.strip(), False
-    return (sample.messages[-1].content.strip() if sample.messages else ""), False
+            return m.text.strip(), False
+    return (sample.messages[-1].text.strip() if sample.messages else ""), False
 
 
 def shown_questions(samples: Sequence[Sample]) -> list[str]:

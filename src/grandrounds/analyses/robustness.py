@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
 
 from grandrounds.benchmarks.probes import KINDS, Probe, Rewrites, probe_dataset_hash
+from grandrounds.benchmarks.vqa import IMAGE_PROBES
 from grandrounds.core.errors import ConfigError
 from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.core.hashing import canonical_json, to_jsonable
@@ -203,12 +204,14 @@ def expand_probes(names: Sequence[str], seeds: int = 3, distractors: int = 2, at
             out.append("rewrite")
         elif name.startswith("rewrite:"):
             raise ConfigError("--probe rewrite takes no arguments: the attacker is named with --attacker")
+        elif name in IMAGE_PROBES:
+            out.append(name)
         else:
             out.append(Probe.parse(name).text)
     if attacker and "rewrite" not in out:
         out.append("rewrite")
     if not out:
-        raise ConfigError("no probe: pass --probe permute, nota, distractors or rewrite")
+        raise ConfigError("no probe: pass --probe permute, nota, distractors or rewrite (exams), blind or blank (image benchmarks)")
     return list(dict.fromkeys(out))
 
 
@@ -237,6 +240,14 @@ def preflight(cfg: "RunConfig", probes: Sequence[str]) -> None:
         raise ConfigError("name probes with --probe, not --param probe")
     checked = check_run(cfg)
     bench = build_benchmark(checked.benchmark, checked.bench_params)
+    image_probes = [p for p in probes if p in IMAGE_PROBES]
+    if image_probes or bench.has_images:
+        if not bench.has_images or len(image_probes) < len(probes):
+            raise ConfigError(f"--probe {', '.join(IMAGE_PROBES)} are for benchmarks asked with images, and only they are: "
+                              f"{bench.name} takes {'them' if bench.has_images else 'permute, nota, distractors, rewrite'}")
+        for p in probes:
+            check_run(with_probe(cfg, p))
+        return
     if not isinstance(bench, MultipleChoiceBenchmark):
         raise ConfigError(f"{bench.name} is not a multiple-choice exam: robustness probes change options and keys")
     fixed = [p for p in probes if p != "rewrite"]  # a rewrite keeps options and key: the unperturbed prompts hold
@@ -262,7 +273,7 @@ async def run_probes(
     from grandrounds.providers.base import check_model
     from grandrounds.run.runner import run
 
-    probes = [p if p == "rewrite" else Probe.parse(p).text for p in probes]
+    probes = [p if p == "rewrite" or p in IMAGE_PROBES else Probe.parse(p).text for p in probes]
     if "rewrite" in probes:
         if attacker is None:
             raise ConfigError("--probe rewrite needs --attacker PROVIDER/MODEL")

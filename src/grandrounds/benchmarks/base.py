@@ -99,6 +99,11 @@ class Benchmark(ABC):
     takes_judge_runs: ClassVar[bool] = False
     #: True for benchmarks graded by an LLM judge (``--judge`` needed, ``--max-reask`` used).
     needs_judge: ClassVar[bool] = False
+    #: True where questions are asked with images (a provider that cannot send images is refused).
+    has_images: ClassVar[bool] = False
+    #: True where some questions may carry images, as their file says (MedBench's VLM rows): a run
+    #: checks and stores the images it finds, and refuses a provider that cannot send them then.
+    images_in_data: ClassVar[bool] = False
     #: The protocol presets (``--protocol``), keyed by name: ``reference`` and ``grandrounds``.
     protocols: ClassVar[Mapping[str, Protocol]] = same_as_ours("benchmark-specific", "benchmark-specific")
 

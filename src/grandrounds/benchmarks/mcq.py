@@ -40,7 +40,7 @@ from grandrounds.graders.mcq_grader import (
 from grandrounds.core.hashing import text_hash
 from grandrounds.core.params import Param, coerce
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.core.records import AnswerMode, Cell, Grade, Message, Sample
+from grandrounds.core.records import AnswerMode, Cell, Grade, ImagePart, Message, Sample, TextPart
 from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import accuracy_cell, group_cells
 from grandrounds.sources.upstream import SIMPLE_EVALS, UpstreamFile, python_string, yaml_value
@@ -241,15 +241,17 @@ class MultipleChoiceBenchmark(Benchmark):
 
     # ---- samples ---------------------------------------------------------------------
     def make_sample(
-        self, sid: str, question: str, choices: Mapping[str, str], target: str, multi: bool = False, **meta: Any
+        self, sid: str, question: str, choices: Mapping[str, str], target: str, multi: bool = False,
+        images: Sequence[ImagePart] = (), **meta: Any
     ) -> Sample:
-        """Build a multiple-choice sample; ``messages`` hold our generate-mode prompt."""
+        """Build a multiple-choice sample; ``messages`` hold our generate-mode prompt, with the item's
+        ``images`` as parts where it has any (placed by :meth:`image_parts`; text-only items keep a string)."""
         choices = dict(choices)
         metadata = {"question": question, "multi": multi, "language": self.language, **meta}
         return Sample(
             id=sid,
             benchmark=self.name,
-            messages=(Message("user", self._render(metadata, choices, "generate")),),
+            messages=(self._user(self._render(metadata, choices, "generate"), tuple(images)),),
             target=target,
             choices=choices,
             metadata=metadata,
@@ -270,6 +272,18 @@ class MultipleChoiceBenchmark(Benchmark):
         protocol: the answer mode and protocol beside them in the fingerprint say which was sent."""
         ours_ = {name: text_hash(text)[:16] for name, text in self.templates.items()}
         return ours_ | {f"{f.folder}/{f.path}": f.sha256 for f in self.upstream_files()}
+
+    def image_parts(self, text: str, images: tuple[ImagePart, ...]) -> tuple[ImagePart | TextPart, ...]:
+        """The parts of a user message of ``text`` and an item's images (default: the images, then the text)."""
+        return (*images, TextPart(text))
+
+    def _user(self, text: str, images: tuple[ImagePart, ...]) -> Message:
+        return Message("user", self.image_parts(text, images) if images else text)
+
+    def user_message(self, sample: Sample, text: str) -> Message:
+        """The user message of ``text`` with ``sample``'s images, as :meth:`make_sample` placed them
+        (a text-only item: the plain string, as before images existed)."""
+        return self._user(text, sample.messages[0].images if sample.messages else ())
 
     def render(self, sample: Sample, mode: str) -> str:
         """Our prompt text for ``mode`` (generate / next-token / text-loglik) in the benchmark's language."""
@@ -338,7 +352,7 @@ class MultipleChoiceBenchmark(Benchmark):
         if not options.shuffle_options:
             return sample, None
         shown, perm = shuffle_choices(sample, options.seed)
-        return replace(shown, messages=(Message("user", self.render(shown, "generate")),)), perm
+        return replace(shown, messages=(self.user_message(sample, self.render(shown, "generate")),)), perm
 
     def continuations(self, sample: Sample, mode: str) -> dict[str, str]:
         """Option letter -> the continuation scored for it in ``mode`` (a log-prob mode)."""
@@ -348,11 +362,11 @@ class MultipleChoiceBenchmark(Benchmark):
         shown, _ = self.prepare(sample, options)
         mode = self.effective_mode(sample, options)
         if mode == "generate":
-            return Prompt((Message("user", self.generate_prompt(shown, options.protocol)),))
+            return Prompt((self.user_message(shown, self.generate_prompt(shown, options.protocol)),))
         if mode == "letter-loglik":
             context, conts = self.letter_loglik_request(shown)
             return Prompt((Message("user", context),), kind="loglikelihood", continuations=conts)
-        msgs = (Message("user", self.render(shown, mode)),)
+        msgs = (self.user_message(shown, self.render(shown, mode)),)
         conts = tuple(dict.fromkeys(self.continuations(shown, mode).values()))  # duplicates scored once
         return Prompt(msgs, kind="next_token" if mode == "next-token" else "loglikelihood", continuations=conts)
 

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
+from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.core.errors import DataError
-from grandrounds.core.records import Cell, Grade, Message, Sample
+from grandrounds.core.params import Param
+from grandrounds.core.records import Cell, Grade, ImagePart, Message, Sample, TextPart
 from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
 from grandrounds.core.textutil import strip_reasoning
@@ -29,8 +31,44 @@ class MedBench(Benchmark):
     """MedBench question files (a file or a directory of ``*.jsonl``)."""
 
     name = "medbench"
-    description = "MedBench (OpenCompass platform): Chinese medical tasks; answers withheld, submission file written"
+    description = "MedBench (OpenCompass platform): Chinese medical tasks (LLM, VLM with every image of img_path); answers withheld, submission file written"
     language = "zh"
+    images_in_data = True
+    parameters = (
+        *image_params(),
+        # the MedBench runner (yy-hh/LlmMedEval main.py pdf_to_images): max_pages=5, zoom 2.0
+        Param("pdf_pages", int, 5, "pages of a PDF named in img_path that are rendered and sent", minimum=1),
+        Param("pdf_scale", float, 2.0, "PDF pages rendered at this many times 72 dpi", minimum=0.1),
+    )
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.images = ImageLoader(ImagePrep.from_params({p.name: self.param(p.name) for p in image_params()}))
+
+    def _images(self, path: Path, lineno: int, img_path: Any) -> list[ImagePart]:
+        """Every image ``img_path`` names (a path, or a list of paths or of lists), relative to the
+        question file's folder, in order; a PDF's first ``pdf_pages`` pages as PNG images. The
+        platform's runner sends only ``img_path[0]``; every image is sent here."""
+        names: list[str] = []
+        stack = [img_path]
+        while stack:
+            item = stack.pop(0)
+            if isinstance(item, str) and item.strip():
+                names.append(item)
+            elif isinstance(item, list):
+                stack[:0] = item
+            elif item not in (None, "", []):
+                raise DataError(path, lineno, f"img_path holds a {type(item).__name__}; expected paths (strings) or lists of them")
+        out: list[ImagePart] = []
+        for name in names:
+            file = (path.parent / name).resolve()
+            if not file.is_file():
+                raise DataError(path, lineno, f"image {name!r} not found (looked for {file})")
+            if file.suffix.lower() == ".pdf":
+                out.extend(self.images.pdf_pages(file, f"line {lineno}", self.param("pdf_pages"), self.param("pdf_scale")))
+            else:
+                out.append(self.images.part(file, f"line {lineno}"))
+        return out
 
     def data_files(self, root: Path) -> list[Path]:
         if root.is_file():
@@ -61,13 +99,15 @@ class MedBench(Benchmark):
             question = rec["question"]
             if isinstance(rec.get("options"), (list, dict)) and rec["options"]:
                 question += "\n" + _options_text(rec["options"])
+            images = self._images(path, lineno, rec.get("img_path"))
+            content: Any = (TextPart(question), *images) if images else question  # the runner's order: text, then images
             yield Sample(
                 id=f"{other['source']}/{other['id']}/{row}",
                 benchmark=self.name,
-                messages=(Message("system", SYSTEM), Message("user", question)),
+                messages=(Message("system", SYSTEM), Message("user", content)),
                 target=answer.strip() or None,
                 metadata={"source": str(other["source"]), "question_id": other["id"], "file": path.name,
-                          "row": row, "record": rec, "language": "zh", "has_images": bool(rec.get("img_path"))},
+                          "row": row, "record": rec, "language": "zh", "has_images": bool(images), "n_images": len(images)},
             )
 
     def grader_spec(self, options: RunOptions) -> Spec:

@@ -53,24 +53,56 @@ def print_declared(title: str, params: Sequence[Param]) -> None:
             console.print(f"  {p.describe()}", markup=False, highlight=False)
 
 
+#: The kinds `grandrounds list` groups benchmarks by, in its order.
+KINDS = ("exam", "judged", "images", "agents", "other")
+
+
+def benchmark_kind(cls: type[Benchmark]) -> str:
+    """exam (multiple choice), judged (an LLM judge grades), images (asked with images), agents, other."""
+    from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+
+    if getattr(cls, "has_images", False):
+        return "images"
+    if getattr(cls, "is_agent", False):
+        return "agents"
+    if cls.needs_judge:
+        return "judged"
+    return "exam" if issubclass(cls, MultipleChoiceBenchmark) else "other"
+
+
 @app.command("list")
 def list_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="also list every option's type, default and meaning"),
+    kind: Optional[str] = typer.Option(None, "--kind", help=f"only benchmarks of this kind: {' | '.join(KINDS)}"),
+    lang: Optional[str] = typer.Option(None, "--lang", help="only benchmarks in this language, e.g. en, zh, es"),
 ) -> None:
-    """Show the benchmarks and providers, with the options each accepts."""
-    t = Table(title="Benchmarks")
-    t.add_column("name")
-    t.add_column("modes")
-    t.add_column("judge")
-    t.add_column("options")
-    t.add_column("description")
+    """Show the benchmarks (grouped by kind, filtered with --kind and --lang) and providers, with the options each accepts."""
+    if kind is not None and kind not in KINDS:
+        raise typer.BadParameter(f"{kind!r}: one of {', '.join(KINDS)}", param_hint="--kind")
+    groups: dict[str, list[tuple[str, ...]]] = {k: [] for k in KINDS}
     for name in BENCHMARKS.names():
         try:
             cls = BENCHMARKS.get(name)
-            t.add_row(name, ", ".join(cls.answer_modes), "yes" if cls.needs_judge else "", bench_options(cls), cls.description)
+            row = (name, cls.language, ", ".join(cls.answer_modes), "yes" if cls.needs_judge else "", bench_options(cls), cls.description)
+            if lang is None or cls.language == lang:
+                groups[benchmark_kind(cls)].append(row)
         except Exception as e:  # a broken plugin should not hide the rest
-            t.add_row(name, "", "", "", f"[red]unavailable: {e}")
-    console.print(t)
+            groups["other"].append((name, "", "", "", "", f"[red]unavailable: {escape(str(e))}"))
+    for k, rows in groups.items():
+        if rows and kind in (None, k):
+            t = Table(title=f"Benchmarks: {k} ({len(rows)})")
+            for col in ("name", "lang", "modes", "judge", "options", "description"):
+                t.add_column(col)
+            for row in rows:
+                t.add_row(*(escape(c) if i < 5 else c for i, c in enumerate(row)))
+            console.print(t)
+    if kind is None and lang is None:
+        _list_providers()
+    if verbose:
+        _list_declared()
+
+
+def _list_providers() -> None:
     p = Table(title="Providers")
     p.add_column("name")
     p.add_column("spec example")
@@ -80,10 +112,8 @@ def list_cmd(
             pcls = PROVIDERS.get(name)
             p.add_row(name, pcls.example, ", ".join(o.name for o in pcls.model_options))
         except Exception as e:  # a broken plugin should not hide the rest
-            p.add_row(name, f"[red]unavailable: {e}", "")
+            p.add_row(name, f"[red]unavailable: {escape(str(e))}", "")
     console.print(p)
-    if verbose:
-        _list_declared()
 
 
 def _list_declared() -> None:

@@ -45,14 +45,8 @@ def print_summary(s: Any) -> None:
     if c is not None:
         console.print(f"consistency over {c.n_orders} option orders: {c.n_consistent}/{c.n} items = {fmt(c.rate)} "
                       f"95% CI {fmt_ci(c.ci95)} ({c.n_left_out} left out: no readable choice in some order)")
-    b = s.position_bias
-    pt = Table(title=f"Option positions over {', '.join(map(escape, b.runs))} ({b.n_answers} answers, {b.n_left_out} left out)")
-    for col in ("position", "answers", "key here", "chosen", "chosen - key", "chosen when key elsewhere", "95% CI", "accuracy when key here", "95% CI "):
-        pt.add_column(col)
-    for p in b.positions:
-        pt.add_row(p.position, str(p.n_answers), fmt(p.keyed), fmt(p.chosen), _signed(p.excess), fmt(p.attraction),
-                   fmt_ci(p.attraction_ci95), fmt(p.accuracy_keyed), fmt_ci(p.accuracy_keyed_ci95))
-    console.print(pt)
+    if s.position_bias.positions:  # questions with options (image benchmarks have none)
+        _print_positions(s.position_bias)
     if s.attacker_failures or s.rewrites:
         why = Counter(s.attacker_failures.values()).most_common(3)
         console.print(f"attacker: {len(s.rewrites)} questions rewritten and asked, {len(s.attacker_failures)} not usable"
@@ -62,13 +56,24 @@ def print_summary(s: Any) -> None:
         console.print("[yellow]computed over the items shown only")
 
 
+def _print_positions(b: Any) -> None:
+    pt = Table(title=f"Option positions over {', '.join(map(escape, b.runs))} ({b.n_answers} answers, {b.n_left_out} left out)")
+    for col in ("position", "answers", "key here", "chosen", "chosen - key", "chosen when key elsewhere", "95% CI", "accuracy when key here", "95% CI "):
+        pt.add_column(col)
+    for p in b.positions:
+        pt.add_row(p.position, str(p.n_answers), fmt(p.keyed), fmt(p.chosen), _signed(p.excess), fmt(p.attraction),
+                   fmt_ci(p.attraction_ci95), fmt(p.accuracy_keyed), fmt_ci(p.accuracy_keyed_ci95))
+    console.print(pt)
+
+
 def robustness(
-    benchmark: str = typer.Argument(..., help="a multiple-choice benchmark (medqa, medmcqa, mmlu-medical, pubmedqa, cmb, demo, ...)"),
+    benchmark: str = typer.Argument(..., help="a multiple-choice benchmark (medqa, medmcqa, mmlu-medical, pubmedqa, cmb, demo, ...) or an image benchmark (vqa-rad, slake)"),
     model: str = typer.Option(..., "--model", "-m", help="PROVIDER/MODEL"),
     probe: list[str] = typer.Option(
         [], "--probe",
         help="repeat: permute (option order, --seeds runs), nota (correct option -> 'None of the above'), "
              "distractors (--distractors extra options from other items), rewrite (needs --attacker); "
+             "image benchmarks: blind (no image), blank (a blank image of the same size); "
              "or exact forms permute:SEED, distractors:N:SEED",
     ),
     seeds: int = typer.Option(3, "--seeds", min=1, help="option-order permutations for --probe permute (seeds 1..K)"),

@@ -48,9 +48,11 @@ def to_jsonable(obj: Any) -> Any:
 
 @functools.lru_cache(maxsize=None)
 def _field_names(cls: type) -> tuple[str, ...] | None:
+    """A dataclass's fields as JSON writes them: every field but those marked
+    ``metadata={"json": False}`` (bytes that travel beside a record, never in its key)."""
     if not dataclasses.is_dataclass(cls):
         return None
-    return tuple(f.name for f in dataclasses.fields(cls))
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("json", True))
 
 
 def dataclass_dict(obj: Any) -> dict[str, Any] | None:

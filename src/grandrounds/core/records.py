@@ -29,9 +29,55 @@ AnswerMode = Literal["generate", "letter-loglik", "text-loglik", "next-token", "
 
 
 @dataclass(frozen=True)
+class TextPart:
+    """Text inside a message that also holds images."""
+
+    text: str
+    type: Literal["text"] = "text"
+
+
+#: Fields of a record that travel with it but are never written to JSON (never in a key).
+NOT_IN_JSON: Mapping[str, Any] = {"json": False}
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image inside a message, named by the sha256 of the bytes that are sent and their media
+    type: that is what a request's key holds, never the bytes. ``data`` (the bytes, as prepared)
+    and the pixel size travel beside it for the provider and the image store."""
+
+    sha256: str
+    media_type: str
+    type: Literal["image"] = "image"
+    #: OpenAI's ``detail`` (``low`` / ``high`` / ``auto``) where a run sets it: it changes what the model sees
+    detail: str = ""
+    data: bytes | None = field(default=None, compare=False, repr=False, metadata=NOT_IN_JSON)
+    width: int = field(default=0, compare=False, metadata=NOT_IN_JSON)
+    height: int = field(default=0, compare=False, metadata=NOT_IN_JSON)
+
+
+Part = TextPart | ImagePart
+
+
+@dataclass(frozen=True)
 class Message:
+    """One message. ``content`` is a plain string, or a tuple of parts where the message holds
+    images; a text-only message stays a string, so its JSON (and every key built on it) is what
+    it was before images existed."""
+
     role: str
-    content: str
+    content: str | tuple[Part, ...]
+
+    @property
+    def text(self) -> str:
+        """The message's text: the string itself, or its text parts joined by newlines."""
+        c = self.content
+        return c if isinstance(c, str) else "\n".join(p.text for p in c if isinstance(p, TextPart))
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        c = self.content
+        return () if isinstance(c, str) else tuple(p for p in c if isinstance(p, ImagePart))
 
 
 @dataclass(frozen=True)
@@ -262,8 +308,17 @@ class Result:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+def part_from_json(d: Mapping[str, Any]) -> Part:
+    if d.get("type") == "image":
+        return ImagePart(sha256=str(d["sha256"]), media_type=str(d["media_type"]), detail=str(d.get("detail") or ""))
+    return TextPart(text=str(d["text"]))
+
+
 def message_from_json(d: Mapping[str, Any]) -> Message:
-    return Message(role=str(d["role"]), content=str(d["content"]))
+    content = d["content"]
+    if isinstance(content, list):
+        return Message(role=str(d["role"]), content=tuple(part_from_json(p) for p in content))
+    return Message(role=str(d["role"]), content=str(content))
 
 
 def criterion_from_json(d: Mapping[str, Any]) -> Criterion:

@@ -161,7 +161,7 @@ class GAPSGrader(Grader):
     def judge_prompt(self, sample: Sample, criterion: Criterion, answer: str) -> tuple[Message, ...]:
         """The one user message a judge gets for ``criterion`` under this protocol."""
         kind = "negative" if "type:negative" in criterion.tags else "positive"
-        question = sample.messages[-1].content
+        question = sample.messages[-1].text
         if self.protocol == "reference":  # build_prompt(question, model_answer, claim, type), the cell as it is
             cell = sample.metadata.get("question_cell", question)
             text = official_templates()[kind].render({"question": cell, "model_answer": answer, "claim": criterion.text})
@@ -184,7 +184,7 @@ class GAPSGrader(Grader):
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         answer = strip_reasoning(response.text or "")
-        question = sample.messages[-1].content
+        question = sample.messages[-1].text
         ids = [c.id for c in sample.rubric]
         rule = partial(scoring.vote, min_valid=self.params.min_valid)
         verdicts = await judge_criteria(ids, lambda _j, pending: self._asks(sample, answer, pending), ctx, rule)

@@ -54,7 +54,7 @@ def with_system(messages: Sequence[Message], system: str | None) -> tuple[Messag
 def render_conversation(messages: Sequence[Message], answer: str) -> str:
     """The conversation with the answer appended, as simple-evals shows it to the grader."""
     turns = list(messages) + [Message("assistant", answer)]
-    return "\n\n".join(f"{m.role}: {m.content}" for m in turns)
+    return "\n\n".join(f"{m.role}: {m.text}" for m in turns)
 
 
 def _points(p: float) -> str:

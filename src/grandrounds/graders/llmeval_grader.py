@@ -111,7 +111,7 @@ def judge_messages(template: str, sample: Sample, answer: str) -> tuple[Message,
     """grandrounds: system + our category prompt filled with this turn only (the judge never sees history)."""
     md = sample.metadata
     text = template.format(
-        question=sample.messages[-1].content,
+        question=sample.messages[-1].text,
         answer=answer,
         reference=sample.target or EMPTY,
         checklist=md.get("checklist") or EMPTY,
@@ -122,7 +122,7 @@ def judge_messages(template: str, sample: Sample, answer: str) -> tuple[Message,
 def official_messages(template: UpstreamText, sample: Sample, answer: str) -> tuple[Message, ...]:
     """reference: Evaluate.py's messages, its f-string filled as it fills it (NaN/absent -> "nan")."""
     values = {
-        "Question": sample.messages[-1].content,
+        "Question": sample.messages[-1].text,
         "Response": answer,
         "Sanswer": sample.target if sample.target is not None else OFFICIAL_MISSING,
         "checklist": sample.metadata.get("checklist") or OFFICIAL_MISSING,

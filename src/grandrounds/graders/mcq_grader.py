@@ -37,6 +37,7 @@ from typing import Any, Mapping
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.graders.choice_extract import cmb_letters, extract_choice, simple_evals_letter
+from grandrounds.graders.exam_readings import EXAM_READINGS
 from grandrounds.core.hashing import text_hash
 from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.sources.upstream import CMB, SIMPLE_EVALS, python_value
@@ -46,7 +47,7 @@ MODES = ("generate", "letter-loglik", "text-loglik", "next-token")
 #: Earlier names of the answer modes, still accepted (stored runs, scripts, the CLI demo).
 MODE_ALIASES = {"letter": "next-token", "loglik": "text-loglik"}
 #: How a benchmark's official code reads a generated reply under the reference protocol.
-REFERENCE_READINGS = ("simple-evals", "cmb", "ours")
+REFERENCE_READINGS = ("simple-evals", "cmb", "ours", *EXAM_READINGS)  # EXAM_READINGS: graders/exam_readings.py
 #: lm-evaluation-harness puts this between context and choice (TaskConfig's default
 #: ``target_delimiter``; none of the pinned task files sets another).
 LM_EVAL_TARGET_DELIMITER = " "
@@ -97,7 +98,7 @@ def shuffle_choices(sample: Sample, seed: int) -> tuple[Sample, str]:
     original C, displayed B is original A, and so on.
     """
     orig = list(sample.choices)
-    order = permutation(sample.id, len(orig), seed)
+    order = permutation(sample.group or sample.id, len(orig), seed)  # the turns of one dialogue show one order
     perm = "".join(orig[i] for i in order)
     shown = LETTERS[: len(orig)]
     choices = {shown[k]: sample.choices[orig[i]] for k, i in enumerate(order)}
@@ -214,6 +215,8 @@ class MCQGrader(Grader):
             return {"simple-evals/common.py#MULTILINGUAL_ANSWER_REGEXES": text_hash("\n".join(x.pattern for x in pats))[:16]}
         if p.reference_reading == "cmb":
             return {"cmb/src/utils.py#match_choice": CMB_UTILS.sha256[:16]}
+        if p.reference_reading in EXAM_READINGS:
+            return {f"exam_readings#{p.reference_reading}": EXAM_READINGS[p.reference_reading].source}
         return {}
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
@@ -261,6 +264,14 @@ class MCQGrader(Grader):
             got = cmb_letters(text, multi)
             key = str(shown.metadata.get("key") or to_original(shown.target, perm))
             official = (got, 1.0 if to_original(got, perm, keep_order=True) == key else 0.0)
+        elif p.reference_reading in EXAM_READINGS:
+            reading = EXAM_READINGS[p.reference_reading]
+            got = reading.read(text, shown.choices)
+            official = (got, 1.0 if got == shown.target else 0.0)
+            if got is None and reading.guess is not None:  # the official scorer draws an option for it
+                official = (None, 1.0 if list(shown.choices)[reading.guess(len(shown.choices))] == shown.target else 0.0)
+            if reading.numbered:  # options shown by number under both protocols: ours reads the number too
+                ours = official
         else:
             official = ours
         return (official, ours) if p.protocol == "reference" else (ours, official)  # type: ignore[return-value]

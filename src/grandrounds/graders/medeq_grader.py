@@ -229,7 +229,7 @@ class MedEQGrader(Grader):
 
     def prompt(self, sample: Sample, answer: str) -> str:
         """The judge prompt of this protocol for ``sample`` and the candidate's reply."""
-        question = "\n".join(m.content for m in sample.messages if m.role == "user")
+        question = "\n".join(m.text for m in sample.messages if m.role == "user")
         if self.protocol == "reference":  # Health_EQBench.py: evaluate_prompt.format(question=, answer=, rubric=)
             # the prediction as OpenCompass's OpenAI wrapper stores it: the reply's content, stripped
             return official_template().text.format(question=question, answer=answer.strip(), rubric=rubric_text(sample))

@@ -50,6 +50,7 @@ from grandrounds.providers.base import CREDENTIALS_REQUIRED, ModelSpec, Provider
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
 from grandrounds.providers.openai_compat import context_message, context_overflow
 from grandrounds.core.records import Request, Response, Usage
+from grandrounds.providers.images import ANTHROPIC_LIMITS, anthropic_content
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 #: The API version this module speaks (Anthropic's versioning page: the only version of the Messages API).
@@ -71,11 +72,11 @@ def anthropic_base(url: str) -> str:
 def message_body(model: str, request: Request) -> dict[str, Any]:
     """The Messages API body of ``request`` (the ``params`` of a Message Batches request)."""
     p = request.params
-    system = [m.content for m in request.messages if m.role == "system"]
+    system = [m.text for m in request.messages if m.role == "system"]
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": p.max_tokens,
-        "messages": [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"],
+        "messages": [{"role": m.role, "content": anthropic_content(m)} for m in request.messages if m.role != "system"],
         "temperature": p.temperature,
     }
     if system:
@@ -141,6 +142,7 @@ class AnthropicProvider(Provider):
     """``anthropic/MODEL``: chat requests through the Messages API (aiohttp)."""
 
     request_kinds = frozenset({"chat"})
+    sees_images = True
     model_options = (
         Param("timeout", float, 120.0, "seconds a call may take, from sending it to the last byte of the reply (then retried)", minimum=0.001),
         Param("api_key_env", str, "ANTHROPIC_API_KEY", "environment variable holding the API key"),
@@ -189,6 +191,9 @@ class AnthropicProvider(Provider):
         """Another client (of class ``cls``) to this endpoint with the same credentials and reply
         cap: Message Batches uses one with a longer deadline. Its connection pool is the provider's."""
         return cls(self.spec.base_url, self._headers, timeout, self.max_response_bytes, self._secrets)
+
+    def image_limits(self) -> Any:
+        return ANTHROPIC_LIMITS
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -103,6 +103,9 @@ class Provider(ABC):
     example: ClassVar[str] = ""
     #: Default number of requests in flight to this endpoint.
     default_concurrency: int = 16
+    #: True where the provider sends images (:meth:`image_limits` says what it takes); a benchmark
+    #: asked with images is refused, before it loads anything, for a provider that does not.
+    sees_images: ClassVar[bool] = False
 
     def __init__(self, spec: ModelSpec, **options: Any) -> None:
         self.spec = spec
@@ -129,6 +132,11 @@ class Provider(ABC):
     @abstractmethod
     async def call(self, request: Request) -> Response:
         """Perform one call; raise ProviderError on failure."""
+
+    def image_limits(self) -> Any:
+        """What images this provider can send (a ``providers.images.ImageLimits``), or None where it
+        cannot send images: a benchmark with images is then refused before any call."""
+        return None
 
     async def aclose(self) -> None:
         return None

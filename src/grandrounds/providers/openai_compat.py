@@ -30,6 +30,7 @@ from grandrounds.core.errors import ConfigError
 from grandrounds.core.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
+from grandrounds.providers.images import openai_messages
 from grandrounds.core.records import Request, Response, Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -46,6 +47,7 @@ class OpenAIProvider(Provider):
             "max_response_mb", float, DEFAULT_MAX_RESPONSE_BYTES / 2**20,
             "largest reply accepted, in MB; a larger one fails the call (not retried)", minimum=0.001,
         ),
+        Param("max_image_mb", float, 20.0, "largest image the server takes, in MB (checked before any call)", minimum=0.001),
     )
     example = "openai/gpt-4o (any OpenAI-compatible server with --base-url)"
     #: Calls in flight when --concurrency is not given: as many as vllm/ and sglang/ keep, which
@@ -53,6 +55,7 @@ class OpenAIProvider(Provider):
     #: limits (a 429 is retried after its Retry-After). A server with fewer slots (llama.cpp's,
     #: Ollama) queues the rest, and a queued call's --timeout runs: set --concurrency to its slots.
     default_concurrency = 64
+    sees_images = True
 
     def __init__(
         self,
@@ -60,8 +63,10 @@ class OpenAIProvider(Provider):
         timeout: float = 120.0,
         api_key_env: str = "OPENAI_API_KEY",
         max_response_mb: float = DEFAULT_MAX_RESPONSE_BYTES / 2**20,
+        max_image_mb: float = 20.0,
         **options: Any,
     ) -> None:
+        self.max_image_mb = max_image_mb
         base = (spec.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         url, user, password = split_userinfo(base)
         super().__init__(ModelSpec(spec.provider, spec.model, url), **options)
@@ -82,6 +87,11 @@ class OpenAIProvider(Provider):
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    def image_limits(self) -> Any:
+        from grandrounds.providers.images import openai_limits
+
+        return openai_limits(self.max_image_mb)
 
     async def call(self, request: Request) -> Response:
         start = time.perf_counter()
@@ -170,7 +180,7 @@ class OpenAIProvider(Provider):
         return ProviderError(f"{label}: {reason}", retryable=retryable, retry_after=_retry_after(reply))
 
     async def _chat(self, request: Request) -> tuple[str, Usage, str | None]:
-        msgs = [{"role": m.role, "content": m.content} for m in request.messages]
+        msgs = openai_messages(request.messages)
         out = await self._post("/chat/completions", {"messages": msgs, **self._gen_kwargs(request)})
         try:
             text = out["choices"][0]["message"]["content"]
@@ -184,7 +194,7 @@ class OpenAIProvider(Provider):
 
     async def _next_token(self, request: Request) -> tuple[dict[str, float], Usage]:
         """Log-prob of each continuation as the first generated token (top_logprobs=20)."""
-        msgs = [{"role": m.role, "content": m.content} for m in request.messages]
+        msgs = openai_messages(request.messages)
         kw = self._gen_kwargs(request) | {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
         out = await self._post("/chat/completions", {"messages": msgs, **kw})
         try:
@@ -202,7 +212,7 @@ class OpenAIProvider(Provider):
 
     async def _loglikelihood(self, request: Request) -> tuple[dict[str, float], Usage]:
         """Sum of token log-probs of each continuation after the context, via completions echo."""
-        context = "\n\n".join(m.content for m in request.messages)
+        context = "\n\n".join(m.text for m in request.messages)
         scores: dict[str, float] = {}
         for cont in request.continuations:
             out = await self._post(

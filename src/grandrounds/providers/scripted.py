@@ -20,11 +20,17 @@ class ScriptedProvider(Provider):
     model_options = (Param("script", Callable, None, "Python function request -> reply (tests; default: always \"A\")"),)
     example = "scripted/NAME (tests)"
     default_concurrency = 64
+    sees_images = True
 
     def __init__(self, spec: ModelSpec, script: Script | None = None, **options: Any) -> None:
         super().__init__(spec, **options)
         self.script = script or (lambda req: "A")
         self.calls = 0
+
+    def image_limits(self) -> Any:
+        from grandrounds.providers.images import ImageLimits
+
+        return ImageLimits(source="the scripted provider")
 
     async def call(self, request: Request) -> Response:
         self.calls += 1

@@ -25,6 +25,7 @@ def build_report(store: Store, fmt: str, out: Path, benchmark: str | None = None
     from grandrounds.analyses.judge_validation import agreement_by_result
     from grandrounds.analyses import collect
     from grandrounds.reports import html, tabular
+    from grandrounds.store.images import ImageStore
 
     if fmt not in tabular.FORMATS:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(tabular.FORMATS)}")
@@ -33,6 +34,7 @@ def build_report(store: Store, fmt: str, out: Path, benchmark: str | None = None
     sections = collect.drilldown(store, rows, max_items)
     if fmt == "html":
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(html.render(bs, sections, title, agreement_by_result(store, rows)), encoding="utf-8")
+        images = html.ReportImages(ImageStore.beside(store.path))  # the images the runs sent, beside the store
+        out.write_text(html.render(bs, sections, title, agreement_by_result(store, rows), images), encoding="utf-8")
         return [out]
     return tabular.write(fmt, out, tabular.board_rows(bs), collect.sample_rows(sections), tabular.breakdown_rows(bs))

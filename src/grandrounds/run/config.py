@@ -90,6 +90,7 @@ def check_run(cfg: RunConfig) -> RunConfig:
     check_tpm(cfg.judge_tpm, "--judge-tpm")
     bench = BENCHMARKS.get(cfg.benchmark)(**cfg.bench_params)
     options = bench.check_options(cfg.options)
+    check_sees_images(bench, cfg.model)
     provider_options = check_model(cfg.model, timeout_option(cfg.model, cfg.timeout) | dict(cfg.provider_options), bench.request_kind(options))
     proto = bench.protocol(options)
     gen, deviations = resolve_generation(proto.answer, cfg.gen, cfg.gen_overrides, options.seed)
@@ -103,6 +104,14 @@ def check_run(cfg: RunConfig) -> RunConfig:
         cfg, bench_params=dict(bench.params), options=options, provider_options=provider_options,
         gen=gen, judges=judges, protocol=info,
     )
+
+
+def check_sees_images(bench: Benchmark, spec_text: str) -> None:
+    """A benchmark asked with images refuses, before anything is loaded, a provider that cannot send them."""
+    spec = ModelSpec.parse(split_endpoint(spec_text)[0])
+    if bench.has_images and not PROVIDERS.get(spec.provider).sees_images:
+        raise ConfigError(f"{spec_text} cannot send images, and {bench.name} asks every question with its image "
+                          "(use openai/, anthropic/, vllm/ or sglang/ with a vision model)")
 
 
 def timeout_option(spec_text: str, timeout: float | None) -> dict[str, Any]:

@@ -174,7 +174,16 @@ class TokenCounter:
         return self._count(text)
 
     def messages(self, messages: Sequence[Message]) -> int:
-        return sum(PER_MESSAGE + self._count(m.content) for m in messages) + PER_REPLY
+        return sum(PER_MESSAGE + self._count(m.text) + sum(image_tokens(i.width, i.height) for i in m.images) for m in messages) + PER_REPLY
+
+
+def image_tokens(width: int, height: int) -> int:
+    """An estimate of the prompt tokens of one image: width x height / 750, Anthropic's published
+    approximation (docs.anthropic.com, "Vision": "tokens = (width px * height px)/750"), at least 85
+    (OpenAI's base cost of an image at low detail); a size not known counts 1,000 tokens."""
+    if width <= 0 or height <= 0:
+        return 1000
+    return max(85, math.ceil(width * height / 750))
 
 
 _ENCODINGS: dict[str, Any] = {}

@@ -169,7 +169,7 @@ def request_tokens(counter: TokenCounter, request: Request) -> tuple[int, int]:
     a chat prompt with its message overhead and ``max_tokens``; a next-token request generates one
     token; a log-likelihood request sends the context with each continuation and generates none."""
     if request.kind == "loglikelihood":
-        context = counter.text("\n\n".join(m.content for m in request.messages))
+        context = counter.text("\n\n".join(m.text for m in request.messages))
         return sum(context + counter.text(c) for c in request.continuations), 0
     return counter.messages(request.messages), 1 if request.kind == "next_token" else request.params.max_tokens
 

@@ -27,7 +27,7 @@ from grandrounds.run.config import JudgeConfig, RunConfig, build_benchmark, chec
 from grandrounds.run.costs import judge_of
 from grandrounds.run.executor import Executor, RetryPolicy
 from grandrounds.run.limits import EndpointLimits
-from grandrounds.run.samples import consecutive_groups, group_samples, read_samples
+from grandrounds.run.samples import consecutive_groups, group_samples, read_samples, store_images
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.core.hashing import canonical_json, content_hash, to_jsonable
 from grandrounds.providers.base import Provider
@@ -309,6 +309,8 @@ def prepare(store: Store, cfg: RunConfig) -> Setup:
     dataset = bench.dataset_hash(root)
     n, kept = read_samples(store, bench, root, cfg.limit, dataset)
     provider = make_provider(cfg.model, cfg.base_url, **cfg.provider_options)
+    if bench.has_images or bench.images_in_data:  # every image checked against what the provider takes, and kept beside the store, before any call
+        store_images(store, kept if kept is not None else islice(bench.iter_samples(root), cfg.limit), provider)
     fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol)  # reads the official templates: fails before the run is recorded
     system = system_text(bench.protocol(cfg.options).answer)  # read before the run is recorded, like the templates
     run_rec = store.ensure_run(_run_record(bench, cfg, provider, dataset, root))

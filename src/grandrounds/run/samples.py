@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from itertools import islice
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import grandrounds
 from grandrounds.benchmarks.base import Benchmark
@@ -124,3 +124,28 @@ def consecutive_groups(samples: Iterable[Sample], root: Path | str = "") -> Iter
     if turns:
         yield sorted(turns, key=lambda pair: pair[1].turn)
 
+
+def store_images(store: Store, samples: Iterable[Sample], provider: Any) -> int:
+    """Check every image of ``samples`` against what ``provider`` takes (a one-line error naming the
+    sample and the image, before any call), and keep each image once in the store's image folder,
+    so answers can be shown with their images and replayed offline. Returns the images written."""
+    from grandrounds.core.errors import ConfigError
+    from grandrounds.store.images import ImageStore
+
+    limits = provider.image_limits()
+    path = getattr(store, "path", None)  # a dry run's store writes nothing: the images are only checked
+    images = ImageStore.beside(path) if path is not None else None
+    seen: set[str] = set()
+    written = 0
+    for s in samples:
+        if limits is None and any(m.images for m in s.messages):
+            raise ConfigError(f"{provider.spec} cannot send images, and sample {s.id} is asked with one "
+                              "(use openai/, anthropic/, vllm/ or sglang/ with a vision model)")
+        if limits is not None:
+            limits.check(s)
+        for m in s.messages:
+            for img in m.images:
+                if images is not None and img.sha256 not in seen and img.data is not None:
+                    seen.add(img.sha256)
+                    written += images.put(img.sha256, img.media_type, img.data)
+    return written

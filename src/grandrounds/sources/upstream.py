@@ -448,3 +448,43 @@ def python_value(f: UpstreamFile, name: str) -> Any:
             except ValueError:
                 raise DataError(f.url, node.lineno, f"{name!r} is not a literal value") from None
     raise DataError(f.url, None, f"no module-level {name!r} in the upstream file")
+
+
+def python_assigned_strings(f: UpstreamFile, target: str, *, within: str) -> list[UpstreamText]:
+    """Every string assigned to ``target`` inside the function ``within``, in source order.
+
+    ``target`` is the target's source as ``ast.unparse`` writes it: a name (``prompt``) or a
+    subscript (``full_prompt[-1]['content']``). For prompts assigned in several branches (a
+    chain-of-thought header and a plain one); assignments of something other than a string
+    template are passed over.
+    """
+    func = _function(f, _parse(f), within)
+    out: list[UpstreamText] = []
+    for node in _walk_statements(func.body):
+        if isinstance(node, ast.Assign) and any(ast.unparse(t) == target for t in node.targets):
+            try:
+                parts = _merge(_string_parts(f, node.value))
+            except DataError:
+                continue
+            out.append(UpstreamText(f, f"{within}.{target}={len(out)}", tuple(parts)))
+    if not out:
+        raise DataError(f.url, None, f"no string assigned to {target!r} in {within!r} in the upstream file")
+    return out
+
+
+def python_message_contents(f: UpstreamFile, *, within: str) -> list[tuple[str, UpstreamText]]:
+    """(role, content) of every chat message written as a dict literal ``{"role": ..., "content": ...}``
+    inside the function ``within``, in source order (each branch's messages included)."""
+    func = _function(f, _parse(f), within)
+    found: list[tuple[int, int, str, UpstreamText]] = []
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Dict):
+            continue
+        entries = {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        role, content = entries.get("role"), entries.get("content")
+        if isinstance(role, ast.Constant) and isinstance(role.value, str) and content is not None and _is_template(content):
+            text = UpstreamText(f, f"{within}:{role.value}#{len(found)}", tuple(_merge(_string_parts(f, content))))
+            found.append((node.lineno, node.col_offset, role.value, text))
+    if not found:
+        raise DataError(f.url, None, f"no chat message literal in {within!r} in the upstream file")
+    return [(role, text) for _, _, role, text in sorted(found, key=lambda t: (t[0], t[1]))]

@@ -1,7 +1,9 @@
 """The viewer's single page and its script (kept in Python so they ship inside the package).
 
 The script builds every node with ``document.createElement`` and puts untrusted text in with
-``textContent`` / text nodes only; it never assigns ``innerHTML``. The page carries the
+``textContent`` / text nodes only; it never assigns ``innerHTML``. A question's images are
+thumbnails (``img.thumb``, at most 240 px wide) beside its answers, each a link to its full size;
+their addresses are ``/image/`` and a hash the script checks is 64 hex digits. The page carries the
 session's CSRF token in a ``<meta>`` tag (:func:`page_html`); the script sends it with every
 review.
 """
@@ -17,6 +19,8 @@ nav a{margin-right:1em}th{position:sticky;top:0}.ans{max-height:22em}
 form.rv input[type=text]{width:8em}
 .answer{min-width:0;overflow-x:auto}table.opts{width:100%;font-size:12px}table.opts td,table.opts th{padding:.1em .3em}
 table.opts tr.chosen{font-weight:bold}.mark{color:#176b2c}
+.with-images{display:flex;gap:14px;align-items:flex-start}.figures{flex:0 0 auto;max-width:242px}.qa-main{flex:1 1 auto;min-width:0}
+figure.fig{margin:0 0 .6em}img.thumb{display:block;max-width:240px;height:auto;border:1px solid #ccc}.imgref{color:#666}
 </style></head>
 <body><nav><a href="#/" id="nav-runs">Runs</a><a href="#/items" id="nav-items">Questions</a>
 <label>Reviewer <input id="reviewer" placeholder="your name"></label></nav>
@@ -191,12 +195,37 @@ function optionTable(opts) {
   return t;
 }
 
+// a message: its text parts as text, each image part a marker [image n] (its thumbnail is in `figs`)
+function messageView(m, figs) {
+  const div = el('div', {className: 'q'}, el('b', {}, m.role + ': '));
+  const parts = typeof m.content === 'string' ? [{type: 'text', text: m.content}] : (Array.isArray(m.content) ? m.content : []);
+  for (const p of parts) {
+    if (p && p.type === 'image') { figs.push(p); div.append(el('span', {className: 'imgref'}, '[image ' + figs.length + '] ')); }
+    else if (p && p.type === 'text') div.append(document.createTextNode(String(p.text)));
+  }
+  return div;
+}
+const SHOWN_TYPES = ['image/jpeg', 'image/png', 'image/gif', 'image/webp'];
+// one image: a thumbnail linking to the full-size image (served by /image/<sha256>)
+function figure(p, n) {
+  const what = 'image ' + n + ' · ' + String(p.media_type) + ' · ';
+  if (typeof p.sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(p.sha256)) return el('div', {className: 'fig err'}, what + 'not a stored image');
+  if (!SHOWN_TYPES.includes(p.media_type)) return el('div', {className: 'fig small'}, what + p.sha256.slice(0, 12) + ' (this type is not shown)');
+  const url = '/image/' + p.sha256;
+  const img = el('img', {src: url, className: 'thumb', alt: 'image ' + n});
+  const cap = el('figcaption', {className: 'small'}, what + p.sha256.slice(0, 12));
+  img.addEventListener('error', () => { img.replaceWith(el('span', {className: 'err'}, 'image not in this store')); });
+  return el('figure', {className: 'fig'}, el('a', {href: url, target: '_blank', rel: 'noopener', title: 'open full size'}, img), cap);
+}
+
 async function showItem(id) {
   const d = await api('/api/item/' + encodeURIComponent(id));
   const s = d.sample;
   main.append(el('h2', {}, d.benchmark + ' / ' + s.id));
-  for (const m of s.messages || []) main.append(el('div', {className: 'q'}, el('b', {}, m.role + ': '), m.content));
-  if (s.target !== null && s.target !== undefined) main.append(el('p', {}, 'Target: ' + JSON.stringify(s.target)));
+  const figs = [];
+  const qa = el('div', {className: 'qa-main'}, ...(s.messages || []).map(m => messageView(m, figs)));
+  main.append(figs.length ? el('div', {className: 'with-images', id: 'qa'}, el('div', {className: 'figures', id: 'figures'}, ...figs.map((p, i) => figure(p, i + 1))), qa) : qa);
+  if (s.target !== null && s.target !== undefined) qa.append(el('p', {}, 'Target: ' + JSON.stringify(s.target)));
   const grid = el('div', {className: 'answers', id: 'answers'});
   grid.style.gridTemplateColumns = 'repeat(' + Math.max(1, d.answers.length) + ', minmax(0, 1fr))';
   for (const a of d.answers) {
@@ -208,7 +237,7 @@ async function showItem(id) {
       ...(a.votes || []).map(v => el('div', {className: 'small vote'}, v.judge + ' run ' + v.run + ': ' + (v.score === null ? v.status : v.score) + (v.explanation ? ' · ' + v.explanation : ''))),
       ...revs, scoreForm(a, s.id)));
   }
-  main.append(grid);
+  qa.append(grid);
   if ((s.rubric || []).length) {
     const t = el('table', {id: 'rubric'}, el('tr', {}, el('th', {}, 'criterion'), el('th', {}, 'points'), ...d.answers.map(a => el('th', {title: a.title}, a.label))));
     for (const c of s.rubric) {

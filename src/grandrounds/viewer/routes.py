@@ -6,7 +6,10 @@ Every request passes, in order:
    :mod:`grandrounds.viewer.security`; so is a target that is not a plain path (400), and more
    than ``MAX_QUERY_FIELDS`` query parameters (400);
 2. **access token** (binds beyond loopback only): ``?token=`` once, then a cookie; else 403;
-3. the route. A review POST also needs a same-origin Origin (or Referer), a JSON body, the
+3. the route. ``GET /image/<sha256>`` answers an image of the store's image folder named by its
+   hash only (64 lower-case hex digits, else 400; 404 when not stored), of a shown type (JPEG,
+   PNG, GIF, WebP, its bytes checked) and at most 20 MB (``collect.MAX_IMAGE_BYTES``; else 403), with that
+   type and ``nosniff``. A review POST also needs a same-origin Origin (or Referer), a JSON body, the
    page's CSRF token and a score on the benchmark's scale (:mod:`grandrounds.analyses.review_scales`).
 
 The page is served with a Content-Security-Policy that allows no inline script, and its JS
@@ -18,6 +21,7 @@ from __future__ import annotations
 from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
+from grandrounds.analyses.collect import ImageRefused
 from grandrounds.viewer import queries
 from grandrounds.viewer.api import api_get, review_from_json
 from grandrounds.viewer.handler import RequestHandler
@@ -27,6 +31,7 @@ from grandrounds.viewer.security import cookie, same_origin
 MAX_BODY = 100_000
 MAX_QUERY_FIELDS = 30
 PAGES = ("/", "/index.html")
+IMAGES = "/image/"
 
 Query = dict[str, list[str]]
 
@@ -92,6 +97,8 @@ class ViewerHandler(RequestHandler):
         page = self.GET_PAGES.get(path)
         if page is not None:
             return page(self)
+        if path.startswith(IMAGES):
+            return self._image(path[len(IMAGES):])
         self._api(path, qs)
 
     def _page(self) -> None:
@@ -105,6 +112,19 @@ class ViewerHandler(RequestHandler):
 
     def _app_js(self) -> None:
         self._send(200, APP_JS.encode("utf-8"), "text/javascript; charset=utf-8")
+
+    def _image(self, name: str) -> None:
+        """A stored image by its hash, as its own media type; no part of the request is a path."""
+        try:
+            got = self.ctx.state.image(name)
+        except ValueError as e:
+            return self._text(400, str(e))
+        except ImageRefused as e:
+            return self._text(403, f"image not shown: {e}")
+        if got is None:
+            return self._text(404, "no such image in this store")
+        data, media_type = got
+        self._send(200, data, media_type, {"Content-Disposition": "inline"})
 
     def _api(self, path: str, qs: Query) -> None:
         """A JSON answer (400 on a malformed parameter, 503 when too slow)."""

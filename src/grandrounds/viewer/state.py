@@ -9,7 +9,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from grandrounds.analyses.collect import shown_image
 from grandrounds.store import Store
+from grandrounds.store.images import ImageStore
 from grandrounds.viewer import index, queries
 from grandrounds.viewer.security import Guard, HostPolicy
 
@@ -22,6 +24,7 @@ class ViewerState:
         with Store(self.store_path):  # create / migrate before anything reads it
             pass
         self.index_path = index.index_path(self.store_path)
+        self.images = ImageStore.beside(self.store_path)
         self.lock = threading.Lock()
         self.generation = 0
         self.checked = 0.0
@@ -47,6 +50,11 @@ class ViewerState:
             c = index.connect_readonly(self.index_path, like_bytes=8 * queries.MAX_TERM_CHARS)  # 4 bytes a character, escapes
             self.local.con, self.local.gen = c, self.generation
         return c
+
+    def image(self, sha256: str) -> tuple[bytes, str] | None:
+        """(bytes, media type) of a stored image, checked by :func:`shown_image` (None when not stored;
+        ValueError for a malformed name, ImageRefused for an image that is not shown)."""
+        return shown_image(self.images, sha256)
 
     def store(self) -> Store:
         """This thread's handle on the store (a connection cannot be shared across threads)."""

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, cast
 
 from grandrounds.core.records import Request, Response, Usage
 from grandrounds.providers.base import Provider, ProviderError, error_reason, public_url, redact
+from grandrounds.providers.images import openai_messages
 from grandrounds.providers.openai_compat import OpenAIProvider, context_message, context_overflow
 from grandrounds.run.batches.http import BatchHttp
 from grandrounds.run.batches.settings import BatchSettings
@@ -36,7 +37,7 @@ class OpenAIWire(Wire):
 
     def body(self, provider: Provider, request: Request) -> dict[str, Any]:
         kwargs = cast(OpenAIProvider, provider)._gen_kwargs(request)
-        return {"messages": [{"role": m.role, "content": m.content} for m in request.messages], **kwargs, "model": request.model}
+        return {"messages": openai_messages(request.messages), **kwargs, "model": request.model}
 
     def line(self, key: str, body: dict[str, Any]) -> bytes:
         return json.dumps({"custom_id": key, "method": "POST", "url": self.PATH, "body": body}, ensure_ascii=False).encode("utf-8") + b"\n"

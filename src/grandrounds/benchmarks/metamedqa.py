@@ -1,0 +1,116 @@
+"""MetaMedQA (Griot et al., Nature Communications 2025): 1,373 MedQA-USMLE-style questions for
+metacognition, with fictional, malformed and modified items among them and up to six options
+(some of them "I don't know" / "None of the above").
+
+Data layout: the authors' Hugging Face dataset maximegmd/MetaMedQA (CC BY 4.0), split ``test`` =
+``data/test-00000-of-00001.parquet`` at commit 29a264d (the upload the card's ``dataset_info``
+describes; sha256 not published, so not pinned). Columns per that card: ``question``, ``options``
+(a struct of ``A``..``F``, null where an item has fewer options), ``answer`` (the correct option's
+text), ``answer_idx`` (its letter), ``kind``, ``meta_info``, ``metamap_phrases``. Read a row group
+at a time with pyarrow; the options kept are the non-null, non-empty ones, which must be A.. in
+order. A missing column, an item with fewer than two options or an ``answer_idx`` that is not one
+of them is a one-line DataError naming the file and row.
+
+Protocols. ``reference`` is the named peer's, Medmarks' ``metamedqa`` environment: its
+``_build_prompt`` (the clinician instruction, "Question:", "Options:" with one ``{k}. {v}`` line
+each, "Answer with ONLY the letter (...)"), read at run time from environments/metamedqa/metamedqa.py
+at the pinned commit, with our reading (Medmarks' ``multiple_choice_accuracy`` is not in that file).
+Known difference: Medmarks keys an item by matching ``answer`` against the option texts and drops
+items where none matches; here the key is ``answer_idx`` and every item is kept (the items where
+the two disagree are flagged, ``answer_text_matches`` False in their metadata). ``grandrounds``: our prompt and
+reading, failed calls excluded. Breakdown by ``kind``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Mapping
+
+from grandrounds.benchmarks.base import RemoteFile, resolve_file
+from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
+from grandrounds.benchmarks.medmarks import DIFFERENCES, MEDMARKS, medmarks_protocols
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.records import AnswerMode, Sample
+from grandrounds.graders.mcq_grader import LETTERS
+from grandrounds.sources.upstream import UpstreamFile, python_fstring
+
+ENV = MEDMARKS.file("environments/metamedqa/metamedqa.py", "fc9e47e46df8b33c1a6d73bad942284b4f642172dcb28d39d834c2c07545d9e3")
+FILE = RemoteFile("https://huggingface.co/datasets/maximegmd/MetaMedQA/resolve/29a264deec301d57823fdb2558b085f01e6b71f5"
+                  "/data/test-00000-of-00001.parquet", "test-00000-of-00001.parquet", None)
+COLUMNS = ("question", "options", "answer", "answer_idx", "kind")
+
+
+def iter_parquet_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row number from 1, row as a dict) of a Parquet file, a record batch at a time; a file pyarrow
+    cannot read, or one without ``columns``, is a DataError."""
+    try:
+        import pyarrow.parquet as pq  # imported only when a Parquet file is read
+    except ImportError:
+        raise ConfigError(f"{path}: reading Parquet needs pyarrow (pip install 'grandrounds[reports]')") from None
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as e:  # not a Parquet file, truncated
+        raise DataError(path, None, f"not a readable Parquet file ({e})") from None
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise DataError(path, None, f"missing column(s) {', '.join(missing)}")
+    n = 0
+    for batch in pf.iter_batches(batch_size=256):
+        for row in batch.to_pylist():
+            n += 1
+            yield n, row
+
+
+def kept_options(path: Path, where: str, options: Any) -> dict[str, str]:
+    if not isinstance(options, Mapping):
+        raise DataError(path, where, "'options' is not a struct of letters")
+    kept = {k: str(v) for k, v in options.items() if v is not None and str(v).strip()}
+    if len(kept) < 2 or "".join(kept) != LETTERS[: len(kept)]:
+        raise DataError(path, where, f"options must be at least two non-empty texts under A.. in order, got {''.join(kept)!r}")
+    return kept
+
+
+class MetaMedQA(MultipleChoiceBenchmark):
+    """MetaMedQA: accuracy by kind of item (Medmarks' prompt under reference)."""
+
+    name: ClassVar[str] = "metamedqa"
+    description: ClassVar[str] = (
+        "MetaMedQA (Griot et al. 2025), 1,373 MedQA-style questions with fictional/malformed/modified items, "
+        "up to six options; accuracy by kind. Licence CC BY 4.0"
+    )
+    remote_files: ClassVar[tuple[RemoteFile, ...]] = (FILE,)
+    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
+    category_fields: ClassVar[tuple[str, ...]] = ("kind",)
+    reference_reading = "ours"
+    protocols = medmarks_protocols(ENV.path, "_build_prompt")
+    protocol_differences = DIFFERENCES
+
+    def upstream_files(self) -> tuple[UpstreamFile, ...]:
+        return (ENV,)
+
+    def records(self, root: Path) -> Iterator[Sample]:
+        path = resolve_file(root, FILE.filename)
+        n = 0
+        for no, row in iter_parquet_rows(path, COLUMNS):
+            where = f"row {no}"
+            if not isinstance(row.get("question"), str) or not row["question"].strip():
+                raise DataError(path, where, "empty 'question'")
+            choices = kept_options(path, where, row["options"])
+            key = str(row.get("answer_idx") or "").strip()
+            if key not in choices:
+                raise DataError(path, where, f"answer_idx {row.get('answer_idx')!r} is not one of the options {''.join(choices)}")
+            matches = str(row.get("answer") or "").strip().lower() == choices[key].strip().lower()
+            n += 1
+            yield self.make_sample(str(no - 1), row["question"], choices, key, kind=str(row.get("kind") or "(none)"),
+                                   meta_info=str(row.get("meta_info") or ""), answer_text_matches=matches)
+        if not n:
+            raise DataError(path, None, "no questions in the file")
+
+    def reference_prompt(self, sample: Sample) -> str:
+        """Medmarks metamedqa ``_build_prompt`` read from the pinned file: its option line and its
+        prompt f-string; the letters line is the options' letters sorted and joined by ", " as there."""
+        template = cached(python_fstring, ENV, within="_build_prompt", fields=("question", "opts", "letters"))
+        line = cached(python_fstring, ENV, within="_build_prompt", fields=("k", "v"))
+        opts = "\n".join(line.render(k=k, v=v) for k, v in sample.choices.items())
+        return template.render(question=sample.metadata["question"], opts=opts, letters=", ".join(sorted(sample.choices)))

@@ -1,0 +1,268 @@
+"""MMLU-Pro's health category (818 questions, 3-10 options) and M-ARC (100 questions, 5-7 options),
+which its authors evaluate with MMLU-Pro's own script.
+
+MMLU-Pro health. Data: gersteinlab/medagents-benchmark @ f5e50b6 ``data/mmlu-pro/test.jsonl``
+(the MedAgentsBench authors' copy of TIGER-Lab's test split, health only; the official data is on
+Hugging Face only): ``realidx`` (= MMLU-Pro's question_id), ``question``, ``options {A..}`` ("N/A"
+padding already dropped), ``answer_idx``, ``answer`` (the key's text, checked), ``category``,
+``src`` (the MMLU subject it came from: the breakdown). Against TIGER-Lab's July 2024 dump, 816 of
+818 items are identical; realidx 6047 and 6392 carry other questions there (a later revision of the
+dataset, per SOURCE.md).
+
+M-ARC (MedARC-QA v1). Data: dbernardo05/medARC-QA @ 4e64daa ``data_medARCv1/test_medARCv1.csv``
+in MMLU-Pro's layout: ``question_id, question, options`` (a JSON list written as a string, read as
+the authors read it: curly quotes made straight, then ``json.loads``), ``answer`` (letter),
+``answer_index`` (checked against it), ``cot_content``, ``category`` ("health"), ``src``
+(emergency, general_medicine, neuro_icu: the breakdown). Licence Apache-2.0 (the repository's).
+
+Reference protocol (the default), as evaluate_from_api.py at the pinned commits (TIGER-AI-Lab/MMLU-Pro
+@ f418b11; dbernardo05/medARC-QA @ 4e64daa, which copies it): one user message, no system message:
+the header naming the category, then the category's chain-of-thought examples of MMLU-Pro's
+validation split, then the question, each written by ``format_example`` (the text of the header and of
+``format_example``'s pieces is read from the pinned file at run time). Temperature 0, top-p 1, 4,000
+tokens (MMLU-Pro) or 8,000 (M-ARC). The reply has ``**`` removed and is read by the script's
+``extract_answer`` (graders/readings_aj.py); a reply with no letter read is scored by a random option,
+as ``update_result`` does. M-ARC's script also jitters every age in the stem ("54-year-old" ->
+"54.013 year-old", +0 to 0.04 years); here the draw is seeded by the run's ``--seed`` and the
+question id, so a prompt is the same on every run of the same seed.
+
+The five health examples of MMLU-Pro's validation split are not in any pinned GitHub file (they are
+on Hugging Face, TIGER-Lab/MMLU-Pro, split ``validation``): save that split (or its health rows) as
+JSON Lines or a JSON array with MMLU-Pro's fields (question, options, cot_content, category) and pass
+``--param fewshot=PATH``; ``--param shots=0`` asks the same prompt without examples, recorded as such
+in the spec. The ``grandrounds`` protocol asks zero-shot with our prompt and reading, temperature 0,
+and leaves failed calls out. lm-eval's ``mmlu_pro`` task generates (no log-likelihood task), so
+``letter-loglik`` is not offered; ``text-loglik`` and ``next-token`` are ours.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Sequence
+
+from grandrounds.benchmarks.base import Prompt, RemoteFile, RunOptions, resolve_file
+from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
+from grandrounds.benchmarks.medbullets import read_rows
+from grandrounds.benchmarks.readers.decoding import read_text
+from grandrounds.benchmarks.readers.lines import iter_jsonl
+from grandrounds.benchmarks.readers.records import IdSet, require_fields
+from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.params import Param
+from grandrounds.core.records import AnswerMode, Sample
+from grandrounds.graders.mcq_grader import LETTERS
+from grandrounds.sources.protocols import Generation, Protocol, ours
+from grandrounds.sources.upstream import UpstreamFile, python_appended_strings, python_string
+
+MMLU_PRO_API = UpstreamFile("mmlu-pro", "TIGER-AI-Lab/MMLU-Pro", "f418b116db00b065c2aea046518d8fcf74d39872",
+                            "evaluate_from_api.py", "6e00c0d57ed307b9e707b712ea796fbd2286c6d21889cd63bb58090fa72c5a99")
+M_ARC_API = UpstreamFile("m-arc", "dbernardo05/medARC-QA", "4e64daab5c884b0754f8cbd42fc8f22d05436369",
+                         "evaluate_from_api.py", "c2849456729e8fc4872b20d73a45f6952d446928888087185d5bfaded58d6d70")
+_PROMPTS = {"generate": "evaluate_from_api.py single_request: header + validation CoT examples + format_example",
+            "text-loglik": "ours", "next-token": "ours", "letter-loglik": "not offered (lm-eval's mmlu_pro generates)"}
+_OURS_PROMPTS = {**_PROMPTS, "generate": "ours (zero-shot)"}
+
+
+def _protocols(source: UpstreamFile, max_tokens: int, reading: str, jitter: bool) -> dict[str, Protocol]:
+    reference = Protocol(
+        "reference",
+        answer=Generation(temperature=0.0, max_tokens=max_tokens, top_p=1.0),
+        extraction=f"evaluate_from_api.py extract_answer on the reply without '**' ({reading}); no letter: a random option is scored",
+        aggregation="accuracy over every question (a failed call counts wrong)",
+        source=f"{source.repo}@{source.commit[:7]} {source.path}",
+        settings={"prompt": _PROMPTS, "age_jitter": jitter},
+    )
+    grandrounds = ours(reference, extraction="our tolerant reading (choice_extract.py); no letter: wrong, counted",
+                       aggregation="accuracy over answered questions: failed calls excluded and counted",
+                       settings={"prompt": _OURS_PROMPTS, "age_jitter": False})
+    return {"reference": reference, "grandrounds": grandrounds}
+
+
+# medARC-QA process_age_strings: an age with its descriptor ("54-year-old", "54 year old", "54yo"),
+# rewritten as the age plus uniform(0, 0.04) with three decimals and " year-old".
+_AGE = re.compile(r"\b(\d+)(?:\s*[-\s]?)(year-old|year old|yo)\b", re.IGNORECASE)
+
+
+def jitter_ages(text: str, rng: random.Random) -> str:
+    """Every age in ``text`` moved by a random 0-0.04 years, as M-ARC's evaluation does before asking."""
+    return _AGE.sub(lambda m: f"{int(m.group(1)) + rng.uniform(0, 0.04):.3f} year-old", text)
+
+
+def read_fewshot(path: Path, category: str) -> list[dict[str, Any]]:
+    """The validation examples of ``category`` in file order (MMLU-Pro's fields; "N/A" options dropped,
+    as ``preprocess`` does), from JSON Lines or a JSON array."""
+    text = read_text(path)
+    try:
+        rows = json.loads(text) if text.lstrip().startswith("[") else [rec for _, rec in iter_jsonl(path)]
+    except json.JSONDecodeError as e:
+        raise DataError(path, e.lineno, f"invalid JSON ({e.msg})") from None
+    out = []
+    for no, rec in enumerate(rows, 1):
+        if not isinstance(rec, dict):
+            raise DataError(path, no, "expected an object per example")
+        require_fields(path, no, rec, ("question", "options", "cot_content", "category"))
+        if rec["category"] == category:
+            opts = rec["options"]
+            if not isinstance(opts, list) or not all(isinstance(o, str) for o in opts):
+                raise DataError(path, no, "field 'options' must be a list of strings")
+            out.append({**rec, "options": [o for o in opts if o != "N/A"]})
+    if not out:
+        raise DataError(path, None, f"no validation example of category {category!r}")
+    return out
+
+
+class _MMLUProFormat(MultipleChoiceBenchmark):
+    """What MMLU-Pro health and M-ARC share: the prompt, few-shot examples, reading and breakdown by source."""
+
+    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
+    category_fields: ClassVar[tuple[str, ...]] = ("src",)
+    official: ClassVar[UpstreamFile]
+    jitter: ClassVar[bool] = False
+    protocol_differences = {
+        "generate": "reference: the script's few-shot prompt, temperature 0, its reading (a random option scored when "
+                    "none is read), failed calls wrong; grandrounds: our zero-shot prompt, tolerant reading, failed calls excluded",
+        "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
+    }
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param("shots", int, 5, "validation examples in the reference prompt (MMLU-Pro's script: all 5 of the category; 0: none)",
+              (0, 1, 2, 3, 4, 5)),
+        Param("fewshot", str, "", "MMLU-Pro's validation split (HF TIGER-Lab/MMLU-Pro) as JSON Lines or a JSON array"),
+    )
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.shots: int = self.param("shots")
+        self.fewshot: str = self.param("fewshot")
+
+    def upstream_files(self) -> tuple[UpstreamFile, ...]:
+        return (self.official,)
+
+    def examples(self) -> list[dict[str, Any]]:
+        """The validation examples the reference prompt shows; without ``fewshot`` (and ``shots`` > 0) a
+        one-line error saying how to get them, raised as the first prompt is built (before any call)."""
+        if not self.shots:
+            return []
+        if not self.fewshot:
+            raise ConfigError(
+                f"{self.name}: the reference prompt is {self.shots}-shot with the health examples of MMLU-Pro's validation split, "
+                "which is on Hugging Face only (TIGER-Lab/MMLU-Pro, split validation): save it as JSON Lines and pass "
+                "--param fewshot=PATH, or pass --param shots=0 (the same prompt without examples)"
+            )
+        return cached(read_fewshot, Path(self.fewshot), "health")[: self.shots]
+
+    def format_example(self, question: str, options: Sequence[str], cot_content: str = "") -> str:
+        """evaluate_from_api.py format_example, its text pieces read from the pinned file."""
+        first = cached(python_string, self.official, "example", within="format_example")
+        line, _, answer = cached(python_appended_strings, self.official, "example", within="format_example")
+        if cot_content == "":
+            cot_content = cached(python_string, self.official, "cot_content", within="format_example").text
+        if cot_content.startswith("A: "):
+            cot_content = cot_content[3:]
+        text = first.render(question=question)
+        text += "".join(line.render({"choice_map[i]": LETTERS[i], "opt": opt}) for i, opt in enumerate(options))
+        return text + answer.render(cot_content=cot_content)
+
+    def reference_prompt(self, sample: Sample) -> str:
+        header = cached(python_string, self.official, "prompt", within="single_request").render(category=sample.metadata["category"])
+        shots = "".join(self.format_example(e["question"], e["options"], e["cot_content"]) for e in self.examples())
+        return header + shots + self.format_example(sample.metadata["question"], list(sample.choices.values()))
+
+    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+        if self.jitter and options.protocol == "reference" and options.answer_mode == "generate":
+            rng = random.Random(f"{options.seed}:{sample.id}")
+            sample = replace(sample, metadata={**sample.metadata, "question": jitter_ages(sample.metadata["question"], rng)})
+        return super().prompt(sample, options, history)
+
+
+_MAB = "https://raw.githubusercontent.com/gersteinlab/medagents-benchmark/f5e50b69be8ef617a6de613cc8035929448e2b3b/data"
+
+
+class MMLUProHealth(_MMLUProFormat):
+    """MMLU-Pro, health category, test split (818 questions)."""
+
+    name: ClassVar[str] = "mmlu-pro-health"
+    description: ClassVar[str] = (
+        "MMLU-Pro health category, 818 questions, 3-10 options (MedAgentsBench's copy of the test split); "
+        "TIGER-Lab's 5-shot CoT prompt and reading; accuracy by source subject"
+    )
+    remote_files: ClassVar[tuple[RemoteFile, ...]] = (
+        RemoteFile(f"{_MAB}/mmlu-pro/test.jsonl", "test.jsonl", "e19a1083726cc7d0026e4b0350d5af28c1798020885770b957f38a8fb268193d"),
+    )
+    reference_reading = "mmlu-pro"
+    official = MMLU_PRO_API
+    protocols = _protocols(MMLU_PRO_API, 4000, "answer is (X), else Answer: X, else the last standalone letter", False)
+
+    def records(self, root: Path) -> Iterator[Sample]:
+        path = resolve_file(root, self.remote_files[0].filename)
+        seen = IdSet(path)
+        for no, rec in iter_jsonl(path):
+            require_fields(path, no, rec, ("realidx", "question", "options", "answer_idx", "category", "src"))
+            options, key = rec["options"], rec["answer_idx"]
+            if not isinstance(options, dict) or len(options) < 2 or "".join(options) != LETTERS[: len(options)]:
+                raise DataError(path, no, "field 'options' must map letters A.. in order to option texts")
+            if any(not isinstance(v, str) or not v.strip() or v == "N/A" for v in options.values()):
+                raise DataError(path, no, "an option text is empty or N/A")
+            if key not in options:
+                raise DataError(path, no, f"answer_idx {key!r} is not one of the options {''.join(options)}")
+            if "answer" in rec and rec["answer"] != options[key]:
+                raise DataError(path, no, f"answer text disagrees with answer_idx {key!r}")
+            sid = seen.add(str(rec["realidx"]), no)
+            yield self.make_sample(sid, rec["question"], options, key, category=rec["category"], src=rec["src"])
+        if not len(seen):
+            raise DataError(path, None, "no questions in the file")
+
+
+_MARC = "https://raw.githubusercontent.com/dbernardo05/medARC-QA/4e64daab5c884b0754f8cbd42fc8f22d05436369/data_medARCv1"
+# evaluate_from_api.py fix_options_column: curly quotes made straight before the list is parsed.
+_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2019": "'", "\u2018": "'"})
+
+
+def parse_options(path: Path, no: int, text: str) -> list[str]:
+    """An M-ARC options cell: a JSON list of strings, read after curly quotes are made straight; "N/A" dropped."""
+    try:
+        opts = json.loads(text.translate(_QUOTES))
+    except json.JSONDecodeError as e:
+        raise DataError(path, no, f"options are not a JSON list ({e.msg})") from None
+    if not isinstance(opts, list) or not all(isinstance(o, str) for o in opts):
+        raise DataError(path, no, "options must be a JSON list of strings")
+    return [o for o in opts if o != "N/A"]
+
+
+class MARC(_MMLUProFormat):
+    """M-ARC (MedARC-QA v1): 100 adversarial clinical questions in MMLU-Pro's layout."""
+
+    name: ClassVar[str] = "m-arc"
+    description: ClassVar[str] = (
+        "M-ARC (MedARC-QA v1), 100 Einstellung-trap clinical questions, 5-7 options; the authors' MMLU-Pro-based "
+        "5-shot CoT with age jitter; accuracy by source"
+    )
+    remote_files: ClassVar[tuple[RemoteFile, ...]] = (
+        RemoteFile(f"{_MARC}/test_medARCv1.csv", "test_medARCv1.csv", "73885009ac6709bbc3596ca2968826ee1c92e5f799fbe9bb0d59f6cf59ca4867"),
+    )
+    reference_reading = "m-arc"
+    official = M_ARC_API
+    jitter = True
+    protocols = _protocols(M_ARC_API, 8000, "its five patterns in order", True)
+
+    def records(self, root: Path) -> Iterator[Sample]:
+        path = resolve_file(root, self.remote_files[0].filename)
+        columns = ("question_id", "question", "options", "answer", "answer_index", "category", "src")
+        seen = IdSet(path)
+        for no, row in read_rows(path, columns):
+            opts = parse_options(path, no, row["options"])
+            if len(opts) < 2 or len(opts) > len(LETTERS) or not all(o.strip() for o in opts):
+                raise DataError(path, no, f"{len(opts)} options (2 to 10 non-empty ones expected)")
+            choices = dict(zip(LETTERS, opts))
+            key = row["answer"].strip()
+            if key not in choices or row["answer_index"].strip() != str(LETTERS.index(key)):
+                raise DataError(path, no, f"answer {row['answer']!r} and answer_index {row['answer_index']!r} disagree or name no option")
+            if not row["question"].strip():
+                raise DataError(path, no, "empty question")
+            sid = seen.add(row["question_id"].strip(), no)
+            yield self.make_sample(sid, row["question"], choices, key, category=row["category"], src=row["src"])
+        if not len(seen):
+            raise DataError(path, None, "no questions in the file")
+

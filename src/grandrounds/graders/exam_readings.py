@@ -1,0 +1,62 @@
+"""Official readings of generated exam replies, by name, for the MCQ grader's ``reference_reading``.
+
+NOTE (helper for medxpertqa-text / mmlu-pro-health / m-arc, 2026-11-27 ~13:15): an earlier version of
+this file, written by another helper at the same time, was overwritten by mistake and could not be
+recovered. Its interface is rebuilt here from its use in ``mcq_grader.py`` (``read(text, choices)``,
+``source``, ``numbered``); its own entries (HEAD-QA's, CMMLU's, C-Eval's) are back, their functions now in ``readings_cn.py``.
+
+Each entry: ``read(text, choices) -> letter or None``; ``source`` (where the rule comes from, recorded
+in the grading's fingerprint); ``numbered`` (options shown by number under both protocols, so our reading
+is this one too); ``guess(n) -> index`` (the option an official scorer draws at random for a reply it
+read nothing from; None: such a reply is wrong).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from grandrounds.graders.readings_aj import m_arc_guess, m_arc_letter, medxpertqa_letter, mmlu_pro_letter
+from grandrounds.graders.readings_cn import ceval_choice, cmmlu_choice, numbered_choice
+from grandrounds.graders.readings_peers import cmexam_choice, kormedmcqa_choice
+
+__all__ = ["EXAM_READINGS", "ExamReading"]
+
+
+@dataclass(frozen=True)
+class ExamReading:
+    read: Callable[[str | None, Mapping[str, str]], str | None]
+    source: str
+    numbered: bool = False
+    guess: Callable[[int], int] | None = None
+
+
+EXAM_READINGS: dict[str, ExamReading] = {
+    "mmlu-pro": ExamReading(
+        lambda text, choices: mmlu_pro_letter(text, list(choices)),
+        "TIGER-AI-Lab/MMLU-Pro@f418b11 evaluate_from_api.py extract_answer/extract_again/extract_final, random option if none",
+        guess=m_arc_guess,
+    ),
+    "m-arc": ExamReading(
+        lambda text, choices: m_arc_letter(text, list(choices)),
+        "dbernardo05/medARC-QA@4e64daa evaluate_from_api.py extract_answer, random option (seed 12345) if none",
+        guess=m_arc_guess,
+    ),
+    "medxpertqa": ExamReading(
+        lambda text, choices: medxpertqa_letter(text, list(choices)),
+        "TsinghuaC3I/MedXpertQA@f21247d eval/utils.py answer_cleansing (zero_shot), set_correctness",
+    ),
+    # CMMLU, C-Eval, HEAD-QA (graders/readings_cn.py)
+    "cmmlu": ExamReading(lambda text, choices: cmmlu_choice(text),
+                         "haonan-li/CMMLU@d6e7b71 src/mp_utils.py extract_choice (its random fallback: unextracted)"),
+    "ceval": ExamReading(lambda text, choices: ceval_choice(text),
+                         "hkust-nlp/ceval@cba65ae evaluators/chatgpt.py extract_ans, last match (zero-shot)"),
+    "ceval-fewshot": ExamReading(lambda text, choices: ceval_choice(text, few_shot=True),
+                                 "hkust-nlp/ceval@cba65ae evaluators/chatgpt.py exact_match (few-shot)"),
+    "numbered": ExamReading(numbered_choice, "ours: the option's number (HEAD-QA aid)", numbered=True),
+    # KorMedMCQA, CMExam (graders/readings_peers.py)
+    "kormedmcqa": ExamReading(lambda text, choices: kormedmcqa_choice(text),
+                              "EleutherAI/lm-evaluation-harness@4e7e0d4 kormedmcqa utils.ExtractChoiceFilter after until"),
+    "cmexam": ExamReading(lambda text, choices: cmexam_choice(text, choices),
+                          "williamliujl/CMExam@fadb22c src/evaluation/evaluate_lora_result.py parse_options"),
+}
