@@ -374,3 +374,42 @@ def test_images_go_through_the_batch_apis_intact(tmp_path: Path, monkeypatch, wi
     assert problems == []
     expect = [normalize(s.target) == ("yes" if s.metadata["image_sha256"][0] in "01234567" else "no") for s in samples]
     assert result["score"] == pytest.approx(sum(expect) / 24)
+
+
+def test_a_gguf_vision_model_gets_its_projector_and_the_images(tmp_path: Path, monkeypatch) -> None:
+    """llamacpp/ with --model-opt mmproj=PATH: the projector goes to llama.cpp's multimodal chat
+    handler and each question's image reaches the model as a data URL. llama.cpp itself is a
+    stand-in here (no vision GGUF can be downloaded on this machine); without a projector the
+    benchmark is refused before anything loads."""
+    import base64
+
+    import llama_cpp
+    import llama_cpp.llama_chat_format as chat_format
+
+    seen: dict = {"handlers": [], "messages": []}
+
+    class Handler:
+        def __init__(self, clip_model_path: str, verbose: bool = True) -> None:
+            seen["handlers"].append(clip_model_path)
+
+    class Model:
+        def __init__(self, model_path: str, chat_handler=None, **kw) -> None:
+            seen["model"], seen["handler"] = model_path, chat_handler
+
+        def create_chat_completion(self, messages, **kw):
+            seen["messages"].append(messages)
+            return {"choices": [{"message": {"content": "yes"}, "finish_reason": "stop"}], "usage": {}}
+
+    monkeypatch.setattr(llama_cpp, "Llama", Model)
+    monkeypatch.setattr(chat_format, "MTMDChatHandler", Handler)
+    gguf, proj = tmp_path / "vlm.gguf", tmp_path / "mmproj.gguf"
+    gguf.write_bytes(b"GGUF"), proj.write_bytes(b"GGUF")
+    with Store(tmp_path / "s.db") as st:
+        with pytest.raises(ConfigError, match="mmproj"):
+            asyncio.run(run(st, RunConfig("vqa-rad", f"llamacpp/{gguf}", data=vqa_rad(), limit=3)))
+        out = asyncio.run(run(st, RunConfig("vqa-rad", f"llamacpp/{gguf}", data=vqa_rad(), limit=3, provider_options={"mmproj": str(proj)})))
+    assert seen["handlers"] == [str(proj)] and isinstance(seen["handler"], Handler) and out.answer_stats.made == 3
+    samples = VQARAD().load(vqa_rad())[:3]
+    for msgs, s in zip(seen["messages"], samples):
+        image = next(p for p in msgs[-1]["content"] if p["type"] == "image_url")["image_url"]["url"]
+        assert hashlib.sha256(base64.b64decode(image.split(",", 1)[1])).hexdigest() == s.metadata["image_sha256"]

@@ -99,6 +99,10 @@ class Benchmark(ABC):
     takes_judge_runs: ClassVar[bool] = False
     #: True for benchmarks graded by an LLM judge (``--judge`` needed, ``--max-reask`` used).
     needs_judge: ClassVar[bool] = False
+    #: True where an LLM judge is optional (``--judge`` accepted, never needed, ``--max-reask`` used):
+    #: given one, the grader is :meth:`judged_grader_spec`'s and reports the judge's verdicts apart;
+    #: without one, spec, run id and fingerprint are those of a run that never heard of judges.
+    takes_judge: ClassVar[bool] = False
     #: True where questions are asked with images (a provider that cannot send images is refused).
     has_images: ClassVar[bool] = False
     #: True where some questions may carry images, as their file says (MedBench's VLM rows): a run
@@ -141,7 +145,7 @@ class Benchmark(ABC):
             shuffle_options=self._unused_off("--shuffle-options", options.shuffle_options, False, self.shuffles_options),
             judge_mode=self._judge_mode(options.judge_mode),
             judge_runs=self._judge_runs(options.judge_runs),
-            max_reask=self._unused_off("--max-reask", options.max_reask, DEFAULT_MAX_REASK, self.needs_judge),
+            max_reask=self._unused_off("--max-reask", options.max_reask, DEFAULT_MAX_REASK, self.needs_judge or self.takes_judge),
             extra=without_defaults(self.scoring_options, scoring),
         )
 
@@ -240,11 +244,16 @@ class Benchmark(ABC):
     def grader_spec(self, options: RunOptions) -> Spec:
         """The spec of the benchmark's grader for these options (a name in ``registry.GRADERS``)."""
 
-    def grader(self, options: RunOptions) -> "Any":
-        """The benchmark's grader, built from :meth:`grader_spec`."""
+    def grader(self, options: RunOptions, judged: bool = False) -> "Any":
+        """The benchmark's grader, built from :meth:`grader_spec`; with ``judged`` (judges given) on a
+        benchmark that takes an optional judge, from :meth:`judged_grader_spec`."""
         from grandrounds.graders.base import build
 
-        return build(self.grader_spec(options))
+        return build(self.judged_grader_spec(options) if judged and self.takes_judge else self.grader_spec(options))
+
+    def judged_grader_spec(self, options: RunOptions) -> Spec:
+        """The grader's spec when the optional judge is given (benchmarks with ``takes_judge`` override it)."""
+        return self.grader_spec(options)
 
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
         """Hashes of the prompt templates a run with ``options`` sends (its fingerprint's

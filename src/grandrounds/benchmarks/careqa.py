@@ -16,8 +16,7 @@ named peer is Medmarks' ``careqa`` environment (mode ``en``): ``reference`` send
 read at run time from environments/careqa/careqa.py at the pinned commit, without the verifiers
 boxed system prompt and with our reading (see :mod:`grandrounds.benchmarks.medmarks`); accuracy over
 every question. ``grandrounds``: our prompt and reading, failed calls excluded. Breakdowns: category
-and year. The open-ended set (``CareQA_en_open``) is not offered: its published file name and fields
-could not be confirmed.
+and year. The open-ended set (``CareQA_en_open.json``) is ``careqa-open`` (:mod:`grandrounds.benchmarks.careqa_open`).
 """
 
 from __future__ import annotations

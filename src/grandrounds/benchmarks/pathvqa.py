@@ -65,6 +65,8 @@ class PathVQA(VQABenchmark):
     description = ("PathVQA pathology VQA (images), test split of the authors' pvqa release (--data); "
                    "normalised exact match, yes/no + open; the authors' script's BLEU / F1 / exact match beside")
     question_file = "test_qa.pkl"
+    #: its grader (the short-answer reading with the authors' script's figures) asks no judge
+    takes_judge: ClassVar[bool] = False
     parameters = (Param("split", str, "test", "test | val | train: which file of qas/ is asked", choices=SPLITS),
                   *image_params(), PROBE)
     families: ClassVar[tuple[tuple[str, str], ...]] = ()

@@ -20,7 +20,19 @@ at that commit; the same short-answer protocol is what the peers run). None of t
 of the harness behind the most-cited medical VLM table (MedEvalKit) is reproduced: a hit is
 counted once, open accuracy is divided once, "no" is not matched inside "nodule" (whole
 normalised answers are compared), a wrong closed answer stays in the denominator, and no judge
-is mixed into exact match (open-answer judging, reported apart, is not built yet).
+is mixed into exact match.
+
+An LLM judge is optional (``takes_judge``): with ``--judge PROVIDER/MODEL`` (repeat for a panel)
+each OPEN question's answer (by the dataset's label) is also asked of the judge, "does it mean the
+same as the reference?", with MedEvalKit's compare prompt under ``reference`` (read from the pinned
+``utils/utils.py`` at run time) or ours under ``grandrounds``, which puts the answer between markers
+as data (:mod:`grandrounds.sources.vqa`). The verdicts are reported apart, never mixed into exact
+match: ``extra["open_judged_accuracy"]`` over the open questions with a known verdict, its
+``open_judged_coverage``, ``n_open_judged`` and ``n_open_judge_unknown`` (unreadable replies after
+``--max-reask`` re-asks and failed judge calls: unknown, never wrong), and the breakdown family
+``open_judged``. Every other figure is what the same answers give without a judge; the judges enter
+the grader's spec and fingerprint, so judged and unjudged gradings are never ranked together, and a
+run without ``--judge`` has the run id and fingerprint it had before judges were offered.
 
 Images are sent as the files hold them (``image_format=keep``; all are 3-channel JPEGs), each
 read and encoded once per run (:mod:`grandrounds.benchmarks.images`). Samples carry the sha256
@@ -93,6 +105,8 @@ class VQABenchmark(Benchmark):
     """A short-answer VQA set: records -> samples with their image, graded by exact match."""
 
     has_images: ClassVar[bool] = True
+    #: ``--judge`` accepted: open answers also judged, reported apart (module docstring).
+    takes_judge: ClassVar[bool] = True
     answer_modes = ("generate",)
     protocols = PROTOCOLS
     #: the question file's name in the cache / the dataset folder
@@ -147,6 +161,9 @@ class VQABenchmark(Benchmark):
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("vqa", {"protocol": options.protocol})
 
+    def judged_grader_spec(self, options: RunOptions) -> Spec:
+        return Spec("vqa", {"protocol": options.protocol, "judge_open": True})
+
     def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
@@ -165,6 +182,9 @@ class VQABenchmark(Benchmark):
             **{fam: group_cells(((str(s.metadata.get(key) or "unknown"), g) for s, g in rows), cell) for fam, key in self.families},
         }
         other_cell = _cell([g for _, g in rows], mine=False)
+        judged_cell, judged = open_judged(label["open"]) if any(g is not None and "open_judge" in g.details for _, g in rows) else (None, {})
+        if judged_cell is not None:  # a judge was given: its figures apart, every other one unchanged
+            breakdown["open_judged"] = {"open": judged_cell}
         return Aggregate.of("accuracy (normalised exact match)", overall, breakdown, {
             "closed_accuracy": breakdown["answer_type"]["closed"].score, "open_accuracy": breakdown["answer_type"]["open"].score,
             "n_closed": len(label["closed"]), "n_open": len(label["open"]),
@@ -175,7 +195,23 @@ class VQABenchmark(Benchmark):
             "n_unreadable": overall.metrics["n_unreadable"],
             "split": "closed/open by the dataset's answer_type label (yes/no rule beside it)",
             "other_protocol": {"protocol": other, "score": other_cell.score, "differs": _DIFFERS},
+            **judged,
         })
+
+
+def open_judged(grades: Sequence[Grade | None]) -> tuple[Cell | None, dict[str, Any]]:
+    """The judge's figures over the open questions: accuracy over known verdicts (unknown ones
+    unscored and counted; answers not obtained are not judged), coverage, counts."""
+    asked = [g for g in grades if g is not None and g.value is not None and "open_judge" in g.details]
+    verdicts = [{"same": 1.0, "different": 0.0}.get(g.details["open_judge"]) for g in asked]
+    unknown = sum(v is None for v in verdicts)
+    cell = accuracy_cell(verdicts, {"n_unknown": unknown})
+    return cell, {
+        "open_judged_accuracy": cell.score, "open_judged_coverage": (len(asked) - unknown) / len(asked) if asked else None,
+        "n_open_judged": len(asked), "n_open_judge_unknown": unknown,
+        "open_judged": "the judge's verdict (same meaning as the reference) on each open answer, by the dataset's label; "
+                       "majority of known votes; unknown verdicts excluded and counted; never mixed into exact match",
+    }
 
 
 def _recall(grade: Grade | None) -> float | None:

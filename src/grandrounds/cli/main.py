@@ -83,7 +83,7 @@ def list_cmd(
     for name in BENCHMARKS.names():
         try:
             cls = BENCHMARKS.get(name)
-            row = (name, cls.language, ", ".join(cls.answer_modes), "yes" if cls.needs_judge else "", bench_options(cls), cls.description)
+            row = (name, cls.language, ", ".join(cls.answer_modes), "yes" if cls.needs_judge else "optional" if cls.takes_judge else "", bench_options(cls), cls.description)
             if lang is None or cls.language == lang:
                 groups[benchmark_kind(cls)].append(row)
         except Exception as e:  # a broken plugin should not hide the rest

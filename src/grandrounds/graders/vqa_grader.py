@@ -7,25 +7,44 @@ line. The grade's value is the chosen protocol's exact match; ``details["other_v
 other's; ``details["token_recall"]`` the chosen reading's recall of the reference's tokens. A
 reply that normalises to nothing is wrong, as the reference counts it, and flagged
 ``details["unreadable"]`` so it is counted apart from a wrong answer.
+
+With ``judge_open`` (``--judge`` given to a benchmark that offers it), each OPEN question (by the
+dataset's label) is also put to the judge panel through the judge engine: does the answer, as the
+protocol reads it, mean the same as the reference? ``reference`` asks MedEvalKit's compare prompt,
+``grandrounds`` ours (:mod:`grandrounds.sources.vqa`). A reply is read from its last ``<judge>`` tag;
+one that cannot be read is re-asked (``--max-reask``) and then an unknown vote, as is a failed call;
+the panel decides by majority of known votes (a tie is unknown). The verdict goes to
+``details["open_judge"]`` (``same`` / ``different`` / ``unknown``; ``closed`` for a closed question,
+not asked) and never changes the grade's value: exact match stays the grade.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
 
-from grandrounds.core.records import Grade, Response, Sample
+from grandrounds.core.hashing import text_hash
+from grandrounds.core.records import Grade, Message, Response, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.core.textutil import strip_reasoning
 from grandrounds.graders.base import GradeContext, Grader
+from grandrounds.graders.judging import Ask, Reading, judge_keys, majority, panel
 from grandrounds.scoring.vqa import normalize, token_recall
 from grandrounds.sources.protocols import check_protocol
+from grandrounds.sources.vqa import MEDEVALKIT_UTILS, OUR_OPEN_JUDGE, VERDICT_WORDS, compare_prompt, our_prompt, reference_prompt
 
 _ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_JUDGE_TAG = re.compile(r"<judge>(.*?)</judge>", re.IGNORECASE | re.DOTALL)
+#: What the judge's verdict on an open answer is called in ``details["open_judge"]``.
+_VERDICT = {"met": "same", "unmet": "different"}
 
 
 @dataclass(frozen=True)
 class VQAParams:
     protocol: str = "reference"
+    #: Ask the judge panel about each open question's answer (reported apart from exact match).
+    judge_open: bool = False
 
     def __post_init__(self) -> None:
         check_protocol(self.protocol)
@@ -40,16 +59,58 @@ def our_reading(reply: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
+def read_verdict(reply: str, protocol: str) -> bool | None:
+    """The judge's verdict: the last ``<judge>`` tag's text, True (same meaning) / False, None when unreadable."""
+    found = _JUDGE_TAG.findall(reply)
+    if not found:
+        return None
+    return VERDICT_WORDS[protocol].get(found[-1].strip().lower())
+
+
 class VQAGrader(Grader):
-    """1.0 when the read answer equals the reference after normalisation, else 0.0."""
+    """1.0 when the read answer equals the reference after normalisation, else 0.0; with
+    ``judge_open``, the judge's verdict on each open answer beside it."""
 
     name = "vqa"
     Params = VQAParams
 
+    @property
+    def judged(self) -> bool:  # type: ignore[override]  (a judge only where the spec asks for one)
+        return bool(self.params.judge_open)
+
+    def spec(self) -> Spec:
+        """(name, params); ``judge_open`` only when set, so a grading without a judge keeps its spec and fingerprint."""
+        spec = super().spec()
+        return spec if self.params.judge_open else Spec(spec.name, {k: v for k, v in spec.args.items() if k != "judge_open"})
+
+    def template_hashes(self) -> dict[str, Any]:
+        if not self.params.judge_open:
+            return {}
+        if self.params.protocol == "reference":
+            return {"open_judge": text_hash(compare_prompt().text)[:16], "open_judge_source": f"{MEDEVALKIT_UTILS.repo}@"
+                    f"{MEDEVALKIT_UTILS.commit[:7]} {MEDEVALKIT_UTILS.path} get_compare_messages"}
+        return {"open_judge": text_hash(OUR_OPEN_JUDGE)[:16]}
+
+    def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:
+        return judges if self.params.judge_open and sample.metadata.get("closed") is False else 0
+
+    def judge_prompt(self, sample: Sample, answer: str) -> str:
+        """The judge's prompt about ``answer`` (the protocol's reading of the reply) to ``sample``'s question."""
+        make = reference_prompt if self.params.protocol == "reference" else our_prompt
+        return make(str(sample.metadata.get("question") or ""), str(sample.target), answer)
+
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         reply = response.text or ""
-        reference = str(sample.target)
         readings = {"reference": reply, "grandrounds": our_reading(reply)}
+        graded = self.exact_match(sample, readings)
+        if not self.params.judge_open:
+            return graded
+        if sample.metadata.get("closed") is not False:
+            return replace(graded, details={**graded.details, "open_judge": "closed"})
+        return await self.judge_open(sample, readings[self.params.protocol], graded, ctx)
+
+    def exact_match(self, sample: Sample, readings: dict[str, str]) -> Grade:
+        reference = str(sample.target)
         mine = self.params.protocol
         other = "grandrounds" if mine == "reference" else "reference"
         read = readings[mine]
@@ -69,3 +130,20 @@ class VQAGrader(Grader):
                 "other_token_recall": token_recall(readings[other], reference),
             },
         )
+
+    async def judge_open(self, sample: Sample, answer: str, graded: Grade, ctx: GradeContext) -> Grade:
+        """``graded`` with the panel's verdict on ``answer`` (votes, call keys and ``details["open_judge"]``)."""
+        msgs = (Message("user", self.judge_prompt(sample, answer)),)
+        protocol = self.params.protocol
+
+        def parse(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+            same = read_verdict(text, protocol)
+            return {} if same is None else {pending[0]: Reading("met" if same else "unmet", "same meaning" if same else "different")}
+
+        prev = ctx.previous if ctx.only_unknown else None
+        previous = {"open": prev.votes} if prev is not None and prev.votes else None
+        votes = (await panel(["open"], lambda _j, _ids: [Ask(("open",), lambda _p: msgs, parse)], ctx, previous))["open"]
+        known = sum(1 for v in votes if v.status != "unknown")
+        verdict = _VERDICT.get(majority([v.status for v in votes]), "unknown")
+        details = {**graded.details, "open_judge": verdict, "open_judge_votes": {"known": known, "total": len(votes)}}
+        return replace(graded, details=details, votes=tuple(votes), judge_keys=judge_keys((), votes))

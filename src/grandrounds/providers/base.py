@@ -133,6 +133,11 @@ class Provider(ABC):
     async def call(self, request: Request) -> Response:
         """Perform one call; raise ProviderError on failure."""
 
+    @classmethod
+    def sees_images_with(cls, options: Mapping[str, Any]) -> bool:
+        """Whether the provider, with these model options, sends images (checked before anything loads)."""
+        return cls.sees_images
+
     def image_limits(self) -> Any:
         """What images this provider can send (a ``providers.images.ImageLimits``), or None where it
         cannot send images: a benchmark with images is then refused before any call."""

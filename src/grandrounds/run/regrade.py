@@ -128,9 +128,13 @@ class RegradeRequest:
 
 
 def rebuild_grader(bench: Benchmark, req: RegradeRequest, last: dict[str, Any]) -> tuple[Grader, RunOptions]:
-    """The grader of the last grading, rebuilt from its stored spec, unless the request overrides it."""
+    """The grader of the last grading, rebuilt from its stored spec, unless the request overrides it.
+    Where the judge is optional (``takes_judge``), the request's judges say whether it asks one."""
     stored = last.get("grader")
     opts = options_of(req.run, max_reask=req.max_reask, extra=last.get("scoring") or {})
+    if bench.takes_judge:
+        opts = bench.check_options(replace(opts, judge_mode=req.judge_mode or "default", judge_runs=req.judge_runs))
+        return bench.grader(opts, judged=bool(req.judges)), opts
     if isinstance(stored, dict) and req.judge_mode is None and req.judge_runs is None:
         spec = stored_spec(last)
         opts = bench.check_options(replace(opts, judge_mode=spec.args.get("mode", "default"), judge_runs=spec.args.get("runs")))

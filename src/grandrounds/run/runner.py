@@ -303,7 +303,7 @@ def prepare(store: Store, cfg: RunConfig) -> Setup:
     from grandrounds.sources.data import resolve
 
     bench = build_benchmark(cfg.benchmark, cfg.bench_params)
-    grader = bench.grader(cfg.options)
+    grader = bench.grader(cfg.options, judged=bool(cfg.judges))
     check_judges(bench, grader, cfg.judges)
     root = resolve(bench, cfg.data)
     dataset = bench.dataset_hash(root)
