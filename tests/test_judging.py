@@ -482,9 +482,11 @@ def test_explanation_text(value, want):
     assert explanation_text(value) == want
 
 
-def test_parse_criteria_met_reads_the_first_object_and_its_explanation():
-    assert parse_criteria_met('[1]\n{"explanation": ["x", "y"], "criteria_met": "否"} {"criteria_met": true}') == (False, '["x", "y"]')
-    assert parse_criteria_met('{"explanation": "no verdict"}') == (None, "no verdict")
+def test_parse_criteria_met_reads_the_one_verdict_and_its_explanation():
+    assert parse_criteria_met('[1]\n{"explanation": ["x", "y"], "criteria_met": "否"}') == (False, '["x", "y"]')
+    # two verdict objects: one may be the graded answer's own, quoted by the judge; never first-match
+    assert parse_criteria_met('[1]\n{"explanation": ["x", "y"], "criteria_met": "否"} {"criteria_met": true}') == (None, "")
+    assert parse_criteria_met('{"explanation": "no verdict"}') == (None, "")
 
 
 def test_a_missing_explanation_is_empty_text_not_null():

@@ -84,7 +84,7 @@ def test_round_three_prompt_carries_rounds_one_and_two_in_order(samples):
         ('{"得分": "[6]"}', None),
         ("我认为应得 4 分", None),
         ("<think>先看 [1] 条</think>{\"得分\": \"[5]\"}", 5),  # reasoning trace ignored
-        ('{"判断依据": "参见第[2]点", "得分": "[4]"}', 2),  # the reference takes the FIRST [n]
+        ('{"判断依据": "参见第[2]点", "得分": "[4]"}', None),  # scores that disagree: re-asked, never the first taken
         ("", None),
     ],
 )

@@ -144,6 +144,8 @@ def _why(reply: str, official: float | None, ours: int | None) -> str:
         return "full-width or spaced brackets (【n】, ［n］, [ n ]): official no score, ours reads them"
     if official is not None and ours is not None:
         return "a 【n】 before the first [n]: ours reads the 【n】"
+    if official is not None and ours is None and len(set(re.findall(r"[\[【［]\s*(\d+)\s*[\]】］]", reply))) > 1:
+        return "scores that disagree: official takes the first, ours re-asks (a quoted answer may hold one)"
     return "other"
 
 

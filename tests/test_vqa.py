@@ -341,7 +341,7 @@ def test_aggregate_counts_each_answer_once_over_every_question_of_its_split() ->
     assert agg.extra["open_accuracy"] == pytest.approx(3 / 4)  # divided once
     assert agg.extra["closed_accuracy_yes_no_rule"] == pytest.approx(1 / 3) and agg.extra["n_closed_yes_no_rule"] == 3
     assert agg.extra["open_accuracy_yes_no_rule"] == pytest.approx(4 / 5)
-    assert agg.extra["open_token_recall"] == pytest.approx(3 / 4) and agg.extra["n_unreadable"] == 1
+    assert agg.extra["open_token_recall"] == pytest.approx(3 / 4) and agg.extra["n_unextracted"] == 1
 
 
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])

@@ -86,6 +86,20 @@ def result_coverage(extra: Mapping[str, Any]) -> float | None:
     return (int(n) - lost) / int(n)
 
 
+#: Where a benchmark counts answers it scored wrong because no answer could be read from the reply
+#: (the official readings count them wrong; the count keeps "wrong" and "unreadable" apart).
+READ_NOTHING_KEYS = ("n_unextracted", "n_unextractable")
+
+
+def unread_count(extra: Mapping[str, Any]) -> int | None:
+    """Replies from which no answer was read: those left unscored (``n_unreadable``) and those the
+    protocol scored wrong for it; None where the result counts neither."""
+    keys = ("n_unreadable", *READ_NOTHING_KEYS)
+    if not any(k in extra for k in keys):
+        return None
+    return sum(int(extra.get(k) or 0) for k in keys)
+
+
 def protocol_label(fingerprint: Mapping[str, Any]) -> str:
     """The protocol's name, with ``*`` when a flag deviated from it; results stored before protocols
     existed were produced our way (``grandrounds``)."""

@@ -192,7 +192,7 @@ class VQABenchmark(Benchmark):
             "open_accuracy_yes_no_rule": breakdown["yes_no_rule"]["open"].score,
             "n_closed_yes_no_rule": len(yes_no["closed"]), "n_open_yes_no_rule": len(yes_no["open"]),
             "open_token_recall": open_recall.score,
-            "n_unreadable": overall.metrics["n_unreadable"],
+            "n_unextracted": overall.metrics["n_unextracted"],
             "split": "closed/open by the dataset's answer_type label (yes/no rule beside it)",
             "other_protocol": {"protocol": other, "score": other_cell.score, "differs": _DIFFERS},
             **judged,
@@ -230,7 +230,7 @@ def _cell(items: Sequence[Grade | None], mine: bool) -> Cell:
             continue
         values.append(g.value if mine else g.details.get("other_value"))
         unread += bool(g.details.get("unreadable" if mine else "other_unreadable"))
-    return accuracy_cell(values, {"n_unreadable": unread})
+    return accuracy_cell(values, {"n_unextracted": unread})
 
 
 def _public_image(root: Path, folder: str, name: str, url: str, where: object) -> Path:

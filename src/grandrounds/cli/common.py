@@ -7,7 +7,7 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -117,6 +117,21 @@ def judge_configs(specs: list[str], base_url: str, json_object: bool) -> tuple[A
         spec, url = split_endpoint(text)
         out.append(JudgeConfig(spec, url or base_url, json_object=json_object))
     return tuple(out)
+
+
+#: A run where more answers than this share have no score for a reason that is not by design (a
+#: failed call, an unreadable answer, a grader error) exits with NOTHING_SCORED, saying so.
+MAX_LOST_SHARE = 0.5
+
+
+def lost_share(extra: Mapping[str, Any]) -> float | None:
+    """The share of a run's items left without a score by a failure (not by design, as MedBench's
+    withheld answers are), or None where the result does not count its items."""
+    n = int(extra.get("n_items") or 0)
+    if n <= 0:
+        return None
+    lost = sum(int(extra.get(k) or 0) for k in ("n_answer_failed", "n_unreadable", "n_grader_error"))
+    return lost / n
 
 
 #: Exit code of ``run``/``demo`` when a run scored nothing because its calls failed.

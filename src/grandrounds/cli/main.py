@@ -14,7 +14,8 @@ from rich.table import Table
 
 from grandrounds.core import eventloop
 from grandrounds.cli.common import (
-    INTERRUPTED, JUDGE_RPM_HELP, JUDGE_TPM_HELP, NOTHING_SCORED, SEED_MAX, TEMPERATURE_MAX, EncodingOpt, StoreOpt, _Command, _Group,
+    INTERRUPTED, JUDGE_RPM_HELP, JUDGE_TPM_HELP, MAX_LOST_SHARE, NOTHING_SCORED, SEED_MAX, TEMPERATURE_MAX, EncodingOpt, StoreOpt,
+    _Command, _Group, lost_share,
     any_failed, call_summary, console, err_console, existing_store_path, judge_configs, parse_params, store_path, stored_run,
     user_errors,
 )
@@ -297,6 +298,13 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
         err_console.print(f"[red]nothing could be scored in {len(empty)} run(s): see the failures above; "
                           "re-running the same command retries every failed call")
         raise typer.Exit(NOTHING_SCORED)
+    mostly = [(o, share) for o in outcomes if (share := lost_share(o.result.extra)) is not None and share > MAX_LOST_SHARE]
+    for o, share in mostly:
+        err_console.print(f"[red]{escape(o.result.benchmark)} · {escape(o.result.model)}: {share:.0%} of the answers have no score "
+                          f"(failed calls, unreadable answers, grader errors; more than {MAX_LOST_SHARE:.0%}): the headline "
+                          "stands on the rest only; re-running the same command retries what failed")
+    if mostly:
+        raise typer.Exit(NOTHING_SCORED)
 
 
 def _attach_prompts(st: Any, run_id: str, lines: list[dict[str, Any]]) -> None:
@@ -310,7 +318,7 @@ def _attach_prompts(st: Any, run_id: str, lines: list[dict[str, Any]]) -> None:
 def print_results(results: list[Any]) -> None:
     """The results: a table where the terminal is wide enough, else one block per result, so model,
     mode, protocol and metric names are never cut off (80 columns)."""
-    from grandrounds.analyses.leaderboard import protocol_label, result_coverage
+    from grandrounds.analyses.leaderboard import protocol_label, result_coverage, unread_count
     from grandrounds.core.display import fmt_ci
 
     rows = []
@@ -323,7 +331,7 @@ def print_results(results: list[Any]) -> None:
             "protocol": protocol_label(r.fingerprint), "judge": r.judge or "", "metric": r.metric,
             "score": "n/a" if r.score is None else f"{r.score:.3f}", "95% CI": fmt_ci(r.ci95), "n": str(r.n),
             "unscored": str(r.n_unscored), "coverage": "" if cov is None else f"{cov:.3f}",
-            "unread": str(r.extra.get("n_unreadable", "")), "unknown": str(r.extra.get("n_unknown_verdicts", "")),
+            "unread": "" if unread_count(r.extra) is None else str(unread_count(r.extra)), "unknown": str(r.extra.get("n_unknown_verdicts", "")),
             "failed": str(failed), "truncated": "" if truncated is None else str(truncated),
         })
     optional = {"judge": lambda row: row["judge"], "unknown": lambda row: row["unknown"] not in ("", "0")}

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 from grandrounds.sources.healthbench import BATCHED_IS_OURS, GRADER_TEMPLATE, JUDGE_MODES, PROTOCOLS
 from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
-from grandrounds.graders.judge_json import as_bool, explanation_text, json_values, parse_criteria_met
+from grandrounds.graders.judge_json import as_bool, explanation_text, parse_criteria_met, top_values
 from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys, majority
 from grandrounds.sources.protocols import check_protocol, system_text
 from grandrounds.core.records import Criterion, Grade, Message, Response, Sample, Verdict
@@ -117,10 +117,12 @@ def parse_batched(text: str, pending: Sequence[str]) -> dict[str, Reading]:
     prompt order without ids: a list of ``{"criteria_met": ..}`` objects or of booleans, one per
     pending criterion in the order they were listed (a single bare object when one was listed); a
     list of another length is not read (the items are re-asked), never matched up by guess.
-    ``{"verdicts": [...]}`` wrappers are opened.
+    ``{"verdicts": [...]}`` wrappers are opened. A reply holding more than one JSON value with
+    verdicts is not read (re-asked): the answer the judge quotes may hold one of its own.
     """
     wanted = set(pending)
-    for value in json_values(text):
+    readings: list[dict[str, Reading]] = []
+    for value in top_values(text):
         if isinstance(value, dict) and len(value) == 1 and isinstance(next(iter(value.values())), list):
             value = next(iter(value.values()))  # {"verdicts": [...]}
         pairs: list[tuple[Any, Any]] = []
@@ -136,8 +138,9 @@ def parse_batched(text: str, pending: Sequence[str]) -> dict[str, Reading]:
                 pairs = list(zip(pending, value))
         found = {_cid(k): r for k, v in pairs if _cid(k) in wanted and (r := _reading(v)) is not None}
         if found:
-            return found
-    return {}
+            readings.append(found)
+    # one verdict set, or nothing: a second one may be the graded answer's own (quoted by the judge)
+    return readings[0] if len(readings) == 1 else {}
 
 
 def _single(read: Callable[[str | None], tuple[bool | None, str]]) -> Callable[[str, Sequence[str]], dict[str, Reading]]:

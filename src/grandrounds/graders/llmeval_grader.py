@@ -34,7 +34,7 @@ from grandrounds.graders.judge_json import explanation_text, extract_json_object
 from grandrounds.graders.judging import Ask, Reading, judge_keys, panel
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Grade, Message, Response, Sample, Vote
-from grandrounds.core.textutil import normalize_width, strip_reasoning
+from grandrounds.core.textutil import normalize_width, strip_leading_reasoning, strip_reasoning
 from grandrounds.sources.llmeval_med import CATEGORY_CODES, EVALUATE, SYSTEM_PROMPT, USABLE_THRESHOLD
 from grandrounds.sources.upstream import UpstreamText, python_string
 
@@ -50,13 +50,15 @@ _OFFICIAL = re.compile(r"\[(\d+)\]")
 
 
 def parse_score(text: str | None) -> int | None:
-    """grandrounds: the first ``[n]`` of a judge reply (reasoning removed) if 1 <= n <= 5, else None (re-ask)."""
+    """grandrounds: the ``[n]`` of a judge reply (leading reasoning removed) if 1 <= n <= 5, else
+    None (re-ask); a reply whose bracketed scores disagree is unreadable too (the answer the
+    judge quotes may hold a score of its own)."""
     if not text:
         return None
-    m = _SCORE.search(normalize_width(strip_reasoning(text)))
-    if not m:
+    scores = {int(m.group(1)) for m in _SCORE.finditer(normalize_width(strip_leading_reasoning(text)))}
+    if len(scores) != 1:
         return None
-    n = int(m.group(1))
+    n = scores.pop()
     return n if 1 <= n <= 5 else None
 
 

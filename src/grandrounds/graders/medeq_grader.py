@@ -32,7 +32,7 @@ from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Grade, Message, Response, Sample, Verdict
 from grandrounds.scoring.medeq import question_score, reference_question, sample_items
-from grandrounds.core.textutil import normalize_width, strip_reasoning
+from grandrounds.core.textutil import normalize_width, strip_leading_reasoning, strip_reasoning
 from grandrounds.sources.upstream import UpstreamText
 
 TEMPLATE_NAME = "medeq_judge"
@@ -47,14 +47,20 @@ _LINE = re.compile(
 
 
 def parse_medeq_reply(text: str) -> dict[str, tuple[bool, str]]:
-    """Item key (``加分项_<n>``) -> (met, reason) for every readable line; the first line for a key wins."""
-    body = normalize_width(strip_reasoning(text))
+    """Item key (``加分项_<n>``) -> (met, reason) for every readable line; where several lines read
+    one key, the first gives the reason, and lines that disagree leave the key unread (the answer
+    the judge quotes may hold lines of its own)."""
+    body = normalize_width(strip_leading_reasoning(text))
     out: dict[str, tuple[bool, str]] = {}
+    split: set[str] = set()
     for m in _LINE.finditer(body):
         key = f"{m.group(1)}_{int(m.group(2))}"
+        met = m.group(3) == "1"
         if key not in out:
-            out[key] = (m.group(3) == "1", (m.group(4) or "").strip())
-    return out
+            out[key] = (met, (m.group(4) or "").strip())
+        elif out[key][0] != met:
+            split.add(key)
+    return {k: v for k, v in out.items() if k not in split}
 
 
 def _read_ours(text: str, pending: Sequence[str]) -> dict[str, Reading]:

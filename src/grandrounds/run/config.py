@@ -131,9 +131,17 @@ def with_timeout(judges: Sequence[JudgeConfig], timeout: float | None) -> tuple[
 def resolve_judges(
     proto: Preset, judges: Sequence[JudgeConfig], overrides: Mapping[str, Any], seed: int | None
 ) -> tuple[tuple[JudgeConfig, ...], dict[str, Any]]:
-    """Each judge with its generation parameters settled (the protocol's unless given), and the deviations."""
+    """Each judge with its generation parameters settled (the protocol's unless given), and the
+    deviations. A judge named twice (same model at the same endpoint) is refused: it would be one
+    judge counted twice in the panel's vote."""
     out, deviations = [], {}
+    seen: set[tuple[str, str]] = set()
     for j in judges:
+        who = (j.spec, j.base_url)
+        if who in seen:
+            raise ConfigError(f"--judge {j.spec}{'@' + j.base_url if j.base_url else ''} is named twice: a panel needs "
+                              "distinct judges (one judge twice would be counted as two votes)")
+        seen.add(who)
         params, dev = resolve_generation(proto.judge, j.params, overrides, seed)
         if j.json_object and not params.json_object:
             params = replace(params, json_object=True)
