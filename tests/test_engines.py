@@ -74,10 +74,13 @@ def test_vllm_starts_with_its_parallel_sizes_answers_and_stops(tmp_path):
     assert state["chat_requests"] == 6
     assert state["sigterm"] == 1, "stopped by SIGTERM at the end of the run, not left to the exit handler"
     assert not alive(state["pid"])
-    # the engine and its version are the endpoint identity of every stored call (no port in it)
+    # the engine, its version and its output-affecting arguments (here --max-model-len; the fake
+    # engine's own flags are not among them) are the endpoint identity of every stored call (no port in it)
+    from grandrounds.providers.engines import output_args
+
     with sqlite3.connect(tmp_path / "s.db") as db:
         urls = {json.loads(x)["base_url"] for (x,) in db.execute("SELECT request_json FROM calls")}
-    assert urls == {"vllm 0.0.0+fake"}
+    assert urls == {f"vllm 0.0.0+fake args:{output_args(['--max-model-len', '4096'])}"}
     usage = json.loads((tmp_path / "out" / "results.json").read_text())["results"][0]["extra"]["usage"]
     assert usage["answers"]["calls"] == 6 and usage["answers"]["prompt_tokens"] > 0
     assert usage["answers"]["cost_usd"] is None and usage["answers"]["cost_note"].startswith("local")

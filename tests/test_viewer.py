@@ -340,3 +340,28 @@ def test_shared_instruction_lines_are_left_out_of_the_list(tmp_path: Path) -> No
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_question_link_names_it_by_benchmark_dataset_and_id_and_stays_right_as_runs_are_added(viewer: tuple[str, Path]) -> None:
+    """The list links each question as ``#/q?b=BENCHMARK&d=DATASET&s=SAMPLE`` (not by its place in the
+    index, which moves when runs of a benchmark that sorts first are added)."""
+    import time
+
+    base, db = viewer
+    it = get(base, "/api/items", per_page=1, page=7)["items"][0]
+    ref = {"b": it["benchmark"], "d": it["dataset"], "s": it["sample_id"]}
+    before = get(base, "/api/item", **ref)
+    assert before["sample"]["id"] == it["sample_id"] and before["id"] == it["id"]
+    st = build_store(db.with_name("first.db"), SynthSpec(n_samples=9, n_models=1, benchmark="aaa_first", seed=5))
+    st.close()
+    st, src = Store(db), Store(db.with_name("first.db"))
+    for table in ("samples", "runs", "calls", "answers", "graders", "grades", "results"):
+        rows = src.db.execute(f"SELECT * FROM {table}").fetchall()
+        st.db.executemany(f"INSERT OR IGNORE INTO {table} VALUES ({','.join('?' * len(rows[0]))})", [tuple(r) for r in rows])
+    st.close()
+    src.close()
+    time.sleep(2.1)
+    after = get(base, "/api/item", **ref)
+    assert after["sample"] == before["sample"] and after["benchmark"] == it["benchmark"]
+    with pytest.raises(urllib.error.HTTPError):
+        get(base, "/api/item", b=it["benchmark"], d="zz", s=it["sample_id"])

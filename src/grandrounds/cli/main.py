@@ -298,7 +298,8 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
         err_console.print(f"[red]nothing could be scored in {len(empty)} run(s): see the failures above; "
                           "re-running the same command retries every failed call")
         raise typer.Exit(NOTHING_SCORED)
-    mostly = [(o, share) for o in outcomes if (share := lost_share(o.result.extra)) is not None and share > MAX_LOST_SHARE]
+    mostly = [(o, share) for o in outcomes if (share := lost_share(o.result.extra)) is not None and share > MAX_LOST_SHARE
+              and (any_failed(o) or o.result.extra.get("n_unreadable"))]  # not answers withheld by design (MedBench)
     for o, share in mostly:
         err_console.print(f"[red]{escape(o.result.benchmark)} · {escape(o.result.model)}: {share:.0%} of the answers have no score "
                           f"(failed calls, unreadable answers, grader errors; more than {MAX_LOST_SHARE:.0%}): the headline "

@@ -46,7 +46,7 @@ from urllib.parse import unquote
 
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.params import Param
-from grandrounds.providers.base import CREDENTIALS_REQUIRED, ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
+from grandrounds.providers.base import account_label, CREDENTIALS_REQUIRED, ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
 from grandrounds.providers.openai_compat import context_message, context_overflow
 from grandrounds.core.records import Request, Response, Usage
@@ -165,6 +165,7 @@ class AnthropicProvider(Provider):
         base = anthropic_base(spec.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL)
         url, user, password = split_userinfo(base)
         super().__init__(ModelSpec(spec.provider, spec.model, url), **options)
+        self.account = account_label(api_key_env, "ANTHROPIC_API_KEY", user)
         key = os.environ.get(api_key_env, "")
         headers = {"anthropic-version": API_VERSION}
         secrets = [key]

@@ -124,10 +124,16 @@ class Provider(ABC):
         there each have their own (their calls still share the endpoint's connection slots)."""
         return f"{self.endpoint} ({self.spec.model})"
 
+    #: A non-secret label of the account a gateway is called with ("" for the default one): a
+    #: gateway may route two accounts to two models, so their answers must never be shared.
+    account: str = ""
+
     def request_base_url(self) -> str:
         """The base URL recorded in request keys (answers from different servers never mix),
-        without credentials: it reaches the store, the run id and the fingerprint."""
-        return public_url(self.spec.base_url)
+        without credentials, and the account label where one is set: it reaches the store, the
+        run id and the fingerprint."""
+        url = public_url(self.spec.base_url)
+        return f"{url}#account:{self.account}" if self.account else url
 
     @abstractmethod
     async def call(self, request: Request) -> Response:
@@ -229,3 +235,14 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
     return _SECRET_SHAPES.sub(lambda m: f"{m['scheme']}{m['sep']}{REDACTED}" if m["scheme"] else REDACTED, text)
+
+
+def account_label(api_key_env: str, default_env: str, user: str | None) -> str:
+    """The account a gateway is called with, as a label that shows nothing secret: the first 12
+    hex digits of the sha256 of the key's variable NAME and the URL's user name ("" for the
+    provider's default variable and no user, so default runs keep their keys)."""
+    if api_key_env == default_env and not user:
+        return ""
+    import hashlib
+
+    return hashlib.sha256(f"{api_key_env}|{user or ''}".encode("utf-8")).hexdigest()[:12]

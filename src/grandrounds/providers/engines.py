@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import hashlib
+import json
 import os
 import shlex
 import signal
@@ -139,6 +141,8 @@ class EngineServer:
     def __init__(self, engine: str, argv: list[str], host: str, port: int, ready_timeout: float, stop_timeout: float, log: str, version: str, model: str) -> None:
         self.engine, self.argv, self.host, self.port = engine, argv, host, port
         self.ready_timeout, self.stop_timeout, self.version, self.model = ready_timeout, stop_timeout, version, model
+        #: the arguments typed for the engine (``--engine-arg``), of which the output-affecting ones identify the model
+        self.extra: list[str] = []
         self.log_path = Path(log) if log else None
         self._own_log = not log
         self.proc: asyncio.subprocess.Process | None = None
@@ -330,6 +334,44 @@ def engine_record(provider: object) -> dict[str, dict[str, str]]:
 _SERVERS: dict[tuple[Any, ...], EngineServer] = {}
 
 
+#: Engine arguments that change what the model answers (vLLM's and SGLang's): the weights and their
+#: precision, the context, the tokenizer and chat template, adapters, speculative decoding, the
+#: parsers that shape replies, the engine's own seed and generation defaults. They are part of
+#: the model's identity; arguments that only place, size, log or tune the server are not.
+OUTPUT_ARGS = frozenset({
+    "--dtype", "--quantization", "-q", "--max-model-len", "--context-length", "--kv-cache-dtype", "--calculate-kv-scales",
+    "--tokenizer", "--tokenizer-path", "--tokenizer-mode", "--revision", "--code-revision", "--tokenizer-revision",
+    "--trust-remote-code", "--chat-template", "--chat-template-content-format", "--load-format", "--model-impl",
+    "--seed", "--random-seed", "--rope-scaling", "--rope-theta", "--hf-overrides", "--json-model-override-args",
+    "--generation-config", "--override-generation-config", "--enable-lora", "--lora-modules", "--lora-paths", "--max-lora-rank",
+    "--speculative-config", "--speculative-model", "--num-speculative-tokens", "--speculative-algorithm",
+    "--speculative-draft-model-path", "--mm-processor-kwargs", "--reasoning-parser", "--enable-reasoning",
+    "--tool-call-parser", "--guided-decoding-backend", "--grammar-backend", "--logits-processor-pattern", "--task",
+    "--config-format", "--served-model-path", "--model", "--model-path",
+})
+
+
+def output_args(argv: list[str]) -> str:
+    """A hash (16 hex digits) of the output-affecting (:data:`OUTPUT_ARGS`) ``--name value`` pairs
+    in ``argv``, in a normal form (``--a=b`` and ``--a b`` alike, underscores as dashes, order
+    ignored); "" for none."""
+    pairs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("-"):
+            name, eq, value = arg.partition("=")
+            if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                value, i = argv[i + 1], i + 1
+            name = name.replace("_", "-")
+            if name in OUTPUT_ARGS:
+                pairs.append((name, value))
+        i += 1
+    if not pairs:
+        return ""
+    return hashlib.sha256(json.dumps(sorted(pairs)).encode()).hexdigest()[:16]
+
+
 class EngineProvider(OpenAIProvider):
     """An engine's OpenAI-compatible server, run as a subprocess for the length of the run."""
 
@@ -394,6 +436,7 @@ class EngineProvider(OpenAIProvider):
             port = port or _free_port(host)
             argv = [*exe, *self.command(spec.model, host, port, *sizes), *extra]
             server = _SERVERS[key] = EngineServer(self.engine, argv, host, port, ready_timeout, stop_timeout, log, version, spec.model)
+            server.extra = list(extra)
         self.server = server
         #: This provider's hold on the server: started by its first call, shared by the calls in flight.
         self._hold: asyncio.Future[None] | None = None
@@ -414,8 +457,13 @@ class EngineProvider(OpenAIProvider):
         return self.server.version
 
     def request_base_url(self) -> str:
-        """The engine and its version, in place of a URL whose port changes from run to run."""
-        return f"{self.engine} {self.server.version}"
+        """The engine and its version, in place of a URL whose port changes from run to run, and the
+        hash of the engine arguments that can change what the model answers (``--dtype``,
+        ``--quantization``, ...): two runs that differ in one are two models, never sharing answers.
+        Other arguments (ports, memory, logging, scheduling) are left out, so without output-changing
+        arguments the identity is what it always was."""
+        args = output_args(self.server.extra)
+        return f"{self.engine} {self.server.version}" + (f" args:{args}" if args else "")
 
     async def call(self, request: Request) -> Response:
         if self._closed:  # a call still on its way when the run ended: never start the server again

@@ -51,6 +51,37 @@ def model_path(name: str) -> Path:
     return path
 
 
+def gguf_sha256(path: Path) -> str:
+    """The sha256 of a model file, hashed once: remembered by path, size and modification time in
+    ``$GRANDROUNDS_CACHE/gguf-sha256.json`` (a 4 GB model takes some seconds to hash)."""
+    import json
+
+    from grandrounds.core.hashing import file_sha256
+    from grandrounds.sources.downloads import cache_dir
+
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    book = cache_dir() / "gguf-sha256.json"
+    try:
+        known = json.loads(book.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    digest = known.get(key)
+    if not (isinstance(digest, str) and len(digest) == 64):
+        digest = file_sha256(path)
+        known[key] = digest
+        try:
+            book.parent.mkdir(parents=True, exist_ok=True)
+            tmp = book.with_name(f".{book.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known), encoding="utf-8")
+            tmp.replace(book)
+        except OSError:
+            pass  # a read-only cache: hashed again next time
+    return digest
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     m = float(np.max(logits))
     return logits - (m + float(np.log(np.sum(np.exp(logits - m)))))
@@ -97,8 +128,12 @@ class LlamaCppProvider(Provider):
         return ImageLimits(source="llama.cpp")
 
     def request_base_url(self) -> str:
-        """The model file's name, and the projector's where one is loaded (it changes what the model sees)."""
-        return f"file:{self.path.name}" + (f"+mmproj:{self.mmproj.name}" if self.mmproj is not None else "")
+        """The model file's name and the first 16 hex digits of its sha256 (a file replaced at the
+        same path is another model), and the projector's name and hash where one is loaded."""
+        ident = f"file:{self.path.name}@{gguf_sha256(self.path)[:16]}"
+        if self.mmproj is not None:
+            ident += f"+mmproj:{self.mmproj.name}@{gguf_sha256(self.mmproj)[:16]}"
+        return ident
 
     def _model(self) -> Any:
         if self._llm is None:

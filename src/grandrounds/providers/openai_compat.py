@@ -28,7 +28,7 @@ import orjson
 
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.params import Param
-from grandrounds.providers.base import ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
+from grandrounds.providers.base import account_label, ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
 from grandrounds.providers.images import openai_messages
 from grandrounds.core.records import Request, Response, Usage
@@ -70,6 +70,7 @@ class OpenAIProvider(Provider):
         base = (spec.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         url, user, password = split_userinfo(base)
         super().__init__(ModelSpec(spec.provider, spec.model, url), **options)
+        self.account = account_label(api_key_env, "OPENAI_API_KEY", user)
         key = os.environ.get(api_key_env) or "EMPTY"  # local servers accept any key
         secrets = [key] if key != "EMPTY" else []
         if user is not None or password is not None:

@@ -49,6 +49,10 @@ def api_get(state: ViewerState, path: str, qs: dict[str, list[str]]) -> tuple[in
                 disagree=_flag(qs, "disagree"), unknown=_flag(qs, "unknown"), queued=_flag(qs, "queued"), q=_arg(qs, "q"),
             )
             return 200, queries.list_items(con, f, _int(qs, "page", 1, 1, 10**6), _int(qs, "per_page", 50, 1, queries.PAGE_MAX))
+        if path == "/api/item":  # by benchmark, dataset and sample id: the stable form of a link
+            iid = queries.item_id(con, _arg(qs, "b") or "", _arg(qs, "d") or "", _arg(qs, "s") or "")
+            got = queries.item(con, state.store(), iid) if iid is not None else None
+            return (200, got) if got else (404, {"error": "no such item"})
         if path.startswith("/api/item/"):
             tail = path.rsplit("/", 1)[1]
             if not tail.isdigit() or len(tail) > 12:

@@ -77,7 +77,8 @@ async function route() {
   main.replaceChildren();
   statusEl.textContent = '';
   try {
-    if (path.startsWith('/item/')) await showItem(path.slice(6));
+    if (path.startsWith('/item/')) await showItem('/api/item/' + encodeURIComponent(path.slice(6)));
+    else if (path === '/q') await showItem('/api/item?' + new URLSearchParams({b: params.get('b') || '', d: params.get('d') || '', s: params.get('s') || ''}).toString());
     else if (path === '/items') await showItems(params);
     else await showRuns();
   } catch (e) { statusEl.className = 'err'; statusEl.textContent = 'Error: ' + e.message; }
@@ -142,7 +143,8 @@ async function showItems(params) {
   const t = el('table', {id: 'items'}, el('tr', {}, el('th', {}, 'question'), el('th', {}, 'benchmark'),
     ...cols.map(c => el('th', {className: 'small col-head', title: c.title}, c.label))));
   for (const it of data.items) {
-    const a = el('a', {href: '#/item/' + it.id, className: 'item-link'}, it.sample_id + ': ' + it.question);
+    const ref = new URLSearchParams({b: it.benchmark, d: it.dataset, s: it.sample_id}).toString();
+    const a = el('a', {href: '#/q?' + ref, className: 'item-link'}, it.sample_id + ': ' + it.question);
     const flags = (it.disagree ? ' [disagree]' : '') + (it.n_unknown ? ' [unknown ' + it.n_unknown + ']' : '');
     t.appendChild(el('tr', {}, el('td', {}, a, el('span', {className: 'small'}, flags)), el('td', {}, it.benchmark),
       ...cols.map(c => { const v = it.values[c.col]; return el('td', {}, v ? fmt(v.value, 2) : ''); })));
@@ -218,8 +220,8 @@ function figure(p, n) {
   return el('figure', {className: 'fig'}, el('a', {href: url, target: '_blank', rel: 'noopener', title: 'open full size'}, img), cap);
 }
 
-async function showItem(id) {
-  const d = await api('/api/item/' + encodeURIComponent(id));
+async function showItem(url) {
+  const d = await api(url);
   const s = d.sample;
   main.append(el('h2', {}, d.benchmark + ' / ' + s.id));
   const figs = [];

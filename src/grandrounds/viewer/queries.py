@@ -142,7 +142,7 @@ def list_items(con: sqlite3.Connection, f: Filters, page: int = 1, per_page: int
     where, args = _where(f)
     total = con.execute(f"SELECT COUNT(*) FROM items i WHERE {where}", args).fetchone()[0]
     rows = con.execute(
-        f"SELECT i.id, i.benchmark, i.sample_id, i.question, i.disagree, i.n_unknown FROM items i WHERE {where} ORDER BY i.id LIMIT ? OFFSET ?",
+        f"SELECT i.id, i.benchmark, i.sample_id, i.question, i.disagree, i.n_unknown, i.dataset FROM items i WHERE {where} ORDER BY i.id LIMIT ? OFFSET ?",
         args + [per_page, (page - 1) * per_page],
     ).fetchall()
     ids = [r[0] for r in rows]
@@ -152,7 +152,8 @@ def list_items(con: sqlite3.Connection, f: Filters, page: int = 1, per_page: int
         for iid, col, value, nu in con.execute(q, ids):
             vals.setdefault(iid, {})[col] = {"value": value, "n_unknown": nu}
     items = [
-        {"id": r[0], "benchmark": r[1], "sample_id": r[2], "question": r[3][:200], "disagree": bool(r[4]), "n_unknown": r[5], "values": vals.get(r[0], {})}
+        {"id": r[0], "benchmark": r[1], "sample_id": r[2], "dataset": (r[6] or "")[:12], "question": r[3][:200], "disagree": bool(r[4]),
+         "n_unknown": r[5], "values": vals.get(r[0], {})}
         for r in rows
     ]
     return {"total": total, "page": page, "per_page": per_page, "items": items}
@@ -186,6 +187,17 @@ def facets(con: sqlite3.Connection) -> dict[str, Any]:
 
 
 REVIEW_FIELDS = ("id", "criterion_id", "reviewer", "verdict", "score", "reason", "created_at")
+
+
+def item_id(con: sqlite3.Connection, benchmark: str, dataset: str, sample_id: str) -> int | None:
+    """The index's id of the question named by its benchmark, the start of its dataset key and its
+    sample id (what a viewer link holds: stable however many runs are added), or None where that
+    names no question or more than one."""
+    if not 6 <= len(dataset) <= 64 or any(c not in "0123456789abcdef" for c in dataset):
+        return None
+    rows = con.execute("SELECT id FROM items WHERE benchmark = ? AND sample_id = ? AND substr(dataset, 1, ?) = ?",
+                       (benchmark, sample_id, len(dataset), dataset)).fetchall()
+    return rows[0][0] if len(rows) == 1 else None
 
 
 def item(con: sqlite3.Connection, store: Store, iid: int) -> dict[str, Any] | None:
