@@ -1,9 +1,7 @@
 """Official readings of generated exam replies, by name, for the MCQ grader's ``reference_reading``.
 
-NOTE (helper for medxpertqa-text / mmlu-pro-health / m-arc, 2026-11-27 ~13:15): an earlier version of
-this file, written by another helper at the same time, was overwritten by mistake and could not be
-recovered. Its interface is rebuilt here from its use in ``mcq_grader.py`` (``read(text, choices)``,
-``source``, ``numbered``); its own entries (HEAD-QA's, CMMLU's, C-Eval's) are back, their functions now in ``readings_cn.py``.
+The readings themselves live in ``readings_aj.py`` (MedXpertQA, MMLU-Pro, M-ARC), ``readings_cn.py``
+(CMMLU, C-Eval, numbered options) and ``readings_peers.py`` (CMExam, KorMedMCQA).
 
 Each entry: ``read(text, choices) -> letter or None``; ``source`` (where the rule comes from, recorded
 in the grading's fingerprint); ``numbered`` (options shown by number under both protocols, so our reading
