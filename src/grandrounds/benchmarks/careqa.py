@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
-from grandrounds.benchmarks.medmarks import DIFFERENCES, MEDMARKS, medmarks_protocols
+from grandrounds.benchmarks.mcq import cached
+from grandrounds.benchmarks.medmarks import MEDMARKS, MedmarksExam, medmarks_protocols
 from grandrounds.benchmarks.readers.decoding import iter_lines
 from grandrounds.benchmarks.readers.json_docs import iter_json_array
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
-from grandrounds.core.records import AnswerMode, Sample
-from grandrounds.sources.upstream import UpstreamFile, python_fstring
+from grandrounds.core.records import Sample
+from grandrounds.sources.upstream import python_fstring
 
 ENV = MEDMARKS.file("environments/careqa/careqa.py", "c14a6bf56a4ecb1ba63ba17a8e74145e70fb55a7a158a8744bec51dadc2ddbd9")
 FILE = RemoteFile("https://huggingface.co/datasets/HPAI-BSC/CareQA/resolve/743ea64415b8a195eb3954bdaa19c222a96370ec/CareQA_en.json",
@@ -52,7 +52,7 @@ def iter_json_records(path: Path) -> Iterator[tuple[str, Any]]:
             yield f"line {no}", rec
 
 
-class CareQAMC(MultipleChoiceBenchmark):
+class CareQAMC(MedmarksExam):
     """CareQA (English), four options; accuracy by category and year."""
 
     name: ClassVar[str] = "careqa-mc"
@@ -61,14 +61,9 @@ class CareQAMC(MultipleChoiceBenchmark):
         "accuracy by category and year (Medmarks' prompt under reference). Licence Apache-2.0"
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (FILE,)
-    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
     category_fields: ClassVar[tuple[str, ...]] = ("category", "year")
-    reference_reading = "ours"
     protocols = medmarks_protocols(ENV.path, "_build_mcq_prompt")
-    protocol_differences = DIFFERENCES
-
-    def upstream_files(self) -> tuple[UpstreamFile, ...]:
-        return (ENV,)
+    env = ENV
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, FILE.filename)

@@ -30,14 +30,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
-from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params, prepare
+from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params, images_dataset_hash, prepare
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
 from grandrounds.benchmarks.readers.decoding import read_text
 from grandrounds.benchmarks.readers.lines import iter_csv
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.benchmarks.vqa import IMAGE_PROBES
 from grandrounds.core.errors import DataError
-from grandrounds.core.hashing import content_hash
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, ImagePart, Sample
 from grandrounds.graders.mcq_grader import LETTERS
@@ -110,9 +109,7 @@ class ImageExam(MultipleChoiceBenchmark):
 
     def dataset_hash(self, root: Path) -> str:
         """The data files' hash with that of every image the items show (an image changed is another dataset)."""
-        images = sorted({h for s in self.load(root) for h in s.metadata.get("image_sha256", ())})
-        return content_hash({"questions": super().dataset_hash(root), "images": images, "prep": self.prep.__dict__,
-                             "probe": self.image_probe})
+        return images_dataset_hash(super().dataset_hash(root), self.load(root), self.prep, probe=self.image_probe)
 
 
 def check_options(path: Path, where: object, options: Mapping[str, str], key: str) -> None:

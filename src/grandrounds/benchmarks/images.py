@@ -26,11 +26,12 @@ import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.params import Param
-from grandrounds.core.records import ImagePart
+from grandrounds.core.hashing import content_hash
+from grandrounds.core.records import ImagePart, Sample
 
 FORMATS = ("keep", "png", "jpeg")
 COLOURS = ("keep", "RGB", "L")
@@ -108,6 +109,16 @@ def prepare(raw: bytes, prep: ImagePrep, where: Path, record: object) -> tuple[b
         return out.getvalue(), "image/jpeg", img.width, img.height
     img.save(out, "PNG")
     return out.getvalue(), "image/png", img.width, img.height
+
+
+def images_dataset_hash(questions: str, samples: Iterable[Sample], prep: ImagePrep, **extra: Any) -> str:
+    """A dataset key for questions asked with images: the question files' hash with the sha256 of
+    every image the samples show (an image changed is another dataset) and how they were prepared."""
+    shas: set[str] = set()
+    for s in samples:
+        found = s.metadata.get("image_sha256")
+        shas.update([found] if isinstance(found, str) else (found or ()))
+    return content_hash({"questions": questions, "images": sorted(shas), "prep": prep.__dict__, **extra})
 
 
 class ImageLoader:

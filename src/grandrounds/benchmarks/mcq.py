@@ -491,3 +491,19 @@ def _jinja(template: str) -> Any:
 
     return ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True).from_string(template)
 
+
+class OurPromptExam(MultipleChoiceBenchmark):
+    """An exam for which no official or peer prompt is pinned: our prompt and reading under both
+    protocols, which then differ in aggregation only (``reference`` counts a failed call wrong,
+    ``grandrounds`` leaves it out and counts it); no lm-eval task, so no ``letter-loglik``."""
+
+    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
+    reference_reading: ClassVar[str] = "ours"
+    protocol_differences: ClassVar[Mapping[str, str]] = {
+        "generate": "same prompt, reading and temperature; reference counts a failed call wrong, grandrounds leaves it out and counts it",
+        "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
+    }
+
+    def reference_prompt(self, sample: Sample) -> str:
+        """No official or peer prompt: ours under both protocols."""
+        return self.render(sample, "generate")

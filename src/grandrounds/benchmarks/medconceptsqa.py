@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
-from grandrounds.benchmarks.medmarks import DIFFERENCES, MEDMARKS, medmarks_protocols
+from grandrounds.benchmarks.mcq import cached
+from grandrounds.benchmarks.medmarks import MEDMARKS, MedmarksExam, medmarks_protocols
 from grandrounds.benchmarks.metamedqa import iter_parquet_rows
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
-from grandrounds.core.records import AnswerMode, Grade, Sample
+from grandrounds.core.records import Grade, Sample
 from grandrounds.sources.upstream import UpstreamFile, python_fstring, read_text
 
 ENV = MEDMARKS.file("environments/medconceptsqa/medconceptsqa.py", "9d9386f4324f2a008595620569e262a04acffc30c76554d26eeb430048fe876d")
@@ -83,7 +83,7 @@ def full_question_strings(f: UpstreamFile) -> list[str]:
     raise DataError(f.url, None, "no full_question expression of four strings in the upstream file")
 
 
-class MedConceptsQA(MultipleChoiceBenchmark):
+class MedConceptsQA(MedmarksExam):
     """MedConceptsQA, one vocabulary/level config, four options; accuracy by vocabulary and level."""
 
     name: ClassVar[str] = "medconceptsqa"
@@ -91,11 +91,9 @@ class MedConceptsQA(MultipleChoiceBenchmark):
         "MedConceptsQA (medical-code questions: ICD-9/10 diagnoses and procedures, ATC), one vocabulary/level config "
         "(--param subset), four options; accuracy (Medmarks' few-shot prompt under reference). Licence Apache-2.0"
     )
-    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
     category_fields: ClassVar[tuple[str, ...]] = ("vocab", "level")
-    reference_reading = "ours"
     protocols = medmarks_protocols(ENV.path, "full_question (instruction, dev shots, question, 'Answer:')")
-    protocol_differences = DIFFERENCES
+    env = ENV
     parameters: ClassVar[tuple[Param, ...]] = (
         Param("subset", str, "icd10cm_easy", "the vocabulary_level config to ask", SUBSETS),
         Param("shots", int, 4, "dev examples of the same vocabulary and level before each question (Medmarks: 4)", (0, 1, 2, 3, 4)),
@@ -106,9 +104,6 @@ class MedConceptsQA(MultipleChoiceBenchmark):
         self.subset: str = self.param("subset")
         self.shots: int = self.param("shots")
         self.remote_files = (remote(self.subset, "test"),) + ((remote(self.subset, "dev"),) if self.shots else ())  # type: ignore[misc]
-
-    def upstream_files(self) -> tuple[UpstreamFile, ...]:
-        return (ENV,)
 
     def data_files(self, root: Path) -> list[Path]:
         if not root.is_dir():

@@ -11,10 +11,13 @@ our way under both protocols (``reference_reading = "ours"``), and each protocol
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import ClassVar, Mapping
+
+from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+from grandrounds.core.records import AnswerMode
 
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
-from grandrounds.sources.upstream import UpstreamRepo
+from grandrounds.sources.upstream import UpstreamFile, UpstreamRepo
 
 #: tmabraham/med-lm-envs at the commit every Medmarks environment is read from (as SOURCES.tsv's medmarks-envs).
 MEDMARKS = UpstreamRepo("medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92")
@@ -45,3 +48,17 @@ def medmarks_protocols(env_path: str, prompt: str, extra_prompts: Mapping[str, s
                        aggregation="accuracy over scored items: failed calls excluded and counted",
                        settings={"prompt": {**prompts, "generate": "ours"}})
     return {"reference": reference, "grandrounds": grandrounds}
+
+
+class MedmarksExam(MultipleChoiceBenchmark):
+    """An exam whose ``reference`` prompt is read from a Medmarks environment file (:attr:`env`),
+    with the reply read our way under both protocols; no lm-eval task, so no ``letter-loglik``."""
+
+    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
+    reference_reading: ClassVar[str] = "ours"
+    protocol_differences: ClassVar[Mapping[str, str]] = DIFFERENCES
+    #: the pinned Medmarks environment file the reference prompt is read from
+    env: ClassVar[UpstreamFile]
+
+    def upstream_files(self) -> tuple[UpstreamFile, ...]:
+        return (self.env,)

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import ClassVar, Iterator
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+from grandrounds.benchmarks.mcq import OurPromptExam
 from grandrounds.benchmarks.medqa import iter_medqa_format
-from grandrounds.core.records import AnswerMode, Sample
+from grandrounds.core.records import Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 
 _PROMPTS = {"generate": "ours (no official prompt for five options)", "text-loglik": "ours", "next-token": "ours",
@@ -44,7 +44,7 @@ GRANDROUNDS = ours(REFERENCE, extraction=REFERENCE.extraction,
                    aggregation="accuracy over scored questions: failed calls excluded and counted", settings={"prompt": _PROMPTS})
 
 
-class MedQA5(MultipleChoiceBenchmark):
+class MedQA5(OurPromptExam):
     """MedQA-USMLE five-option test set; accuracy by step."""
 
     name: ClassVar[str] = "medqa-usmle-5opt"
@@ -57,18 +57,8 @@ class MedQA5(MultipleChoiceBenchmark):
             "cfa75cbcc53c29b023752b0a395ff49d8202121041392735ae44771a5ec734a3",
         ),
     )
-    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
     category_fields: ClassVar[tuple[str, ...]] = ("meta_info",)
-    reference_reading = "ours"
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
-    protocol_differences = {
-        "generate": "same prompt, reading and temperature; reference counts a failed call wrong, grandrounds leaves it out and counts it",
-        "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
-    }
-
-    def reference_prompt(self, sample: Sample) -> str:
-        """No official prompt for five options: ours under both protocols."""
-        return self.render(sample, "generate")
 
     def records(self, root: Path) -> Iterator[Sample]:
         return iter_medqa_format(self, resolve_file(root, self.remote_files[0].filename))

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+from grandrounds.benchmarks.mcq import OurPromptExam
 from grandrounds.benchmarks.medqa_5opt import GRANDROUNDS as _OURS
 from grandrounds.benchmarks.readers.json_docs import iter_json_array
 from grandrounds.core.errors import DataError
-from grandrounds.core.records import AnswerMode, Sample
+from grandrounds.core.records import Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol
 
 SOURCE = "medqa-mcmle"
@@ -66,7 +66,7 @@ def parse_options(path: Path, where: Any, text: Any) -> dict[str, str]:
     return out
 
 
-class MedQAMCMLE(MultipleChoiceBenchmark):
+class MedQAMCMLE(OurPromptExam):
     """MedQA Mainland (MCMLE) 4-option test set from Apollo's zh.json; accuracy."""
 
     name: ClassVar[str] = "medqa-mcmle"
@@ -82,16 +82,7 @@ class MedQAMCMLE(MultipleChoiceBenchmark):
             "a7051b52f84edc43afd214f2a77e672b09500e1c9f20d7fa907b6eb08118629f",
         ),
     )
-    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
-    reference_reading = "ours"
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
-    protocol_differences = {
-        "generate": "same prompt, reading and temperature; reference counts a failed call wrong, grandrounds leaves it out and counts it",
-        "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
-    }
-
-    def reference_prompt(self, sample: Sample) -> str:
-        return self.render(sample, "generate")
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, self.remote_files[0].filename)

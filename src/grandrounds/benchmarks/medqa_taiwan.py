@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import ClassVar, Iterator
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+from grandrounds.benchmarks.mcq import OurPromptExam
 from grandrounds.benchmarks.medqa import iter_medqa_format
-from grandrounds.core.records import AnswerMode, Sample
+from grandrounds.core.records import Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 
 FILENAME = "test.jsonl"
@@ -43,7 +43,7 @@ GRANDROUNDS = ours(REFERENCE, extraction=REFERENCE.extraction,
                    aggregation="accuracy over scored questions: failed calls excluded and counted", settings={"prompt": _PROMPTS})
 
 
-class MedQATaiwan(MultipleChoiceBenchmark):
+class MedQATaiwan(OurPromptExam):
     """MedQA Taiwan test split (traditional Chinese, four options)."""
 
     name: ClassVar[str] = "medqa-taiwan"
@@ -53,17 +53,7 @@ class MedQATaiwan(MultipleChoiceBenchmark):
     )
     language: ClassVar[str] = "zh"
     remote_files: ClassVar[tuple[RemoteFile, ...]] = ()
-    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
-    reference_reading = "ours"
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
-    protocol_differences = {
-        "generate": "same prompt, reading and temperature; reference counts a failed call wrong, grandrounds leaves it out and counts it",
-        "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
-    }
-
-    def reference_prompt(self, sample: Sample) -> str:
-        """No official or peer prompt: ours under both protocols."""
-        return self.render(sample, "generate")
 
     def records(self, root: Path) -> Iterator[Sample]:
         return iter_medqa_format(self, resolve_file(root, FILENAME))

@@ -28,13 +28,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Iterator
 
-from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params
+from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params, images_dataset_hash
 from grandrounds.benchmarks.medxpertqa import ANSWER, REASONING, MedXpertQA
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
-from grandrounds.core.hashing import content_hash
 from grandrounds.core.params import Param
 from grandrounds.core.records import ImagePart, Sample, TextPart
 from grandrounds.graders.mcq_grader import LETTERS
@@ -121,5 +120,4 @@ class MedXpertQAMM(MedXpertQA):
         return (TextPart(text), *images)
 
     def dataset_hash(self, root: Path) -> str:
-        images = sorted({h for s in self.load(root) for h in s.metadata.get("image_sha256", ())})
-        return content_hash({"questions": super().dataset_hash(root), "images": images, "prep": self.prep.__dict__})
+        return images_dataset_hash(super().dataset_hash(root), self.load(root), self.prep)

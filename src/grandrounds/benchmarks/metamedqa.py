@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
-from grandrounds.benchmarks.medmarks import DIFFERENCES, MEDMARKS, medmarks_protocols
+from grandrounds.benchmarks.mcq import cached
+from grandrounds.benchmarks.medmarks import MEDMARKS, MedmarksExam, medmarks_protocols
 from grandrounds.core.errors import ConfigError, DataError
-from grandrounds.core.records import AnswerMode, Sample
+from grandrounds.core.records import Sample
 from grandrounds.graders.mcq_grader import LETTERS
-from grandrounds.sources.upstream import UpstreamFile, python_fstring
+from grandrounds.sources.upstream import python_fstring
 
 ENV = MEDMARKS.file("environments/metamedqa/metamedqa.py", "fc9e47e46df8b33c1a6d73bad942284b4f642172dcb28d39d834c2c07545d9e3")
 FILE = RemoteFile("https://huggingface.co/datasets/maximegmd/MetaMedQA/resolve/29a264deec301d57823fdb2558b085f01e6b71f5"
@@ -71,7 +71,7 @@ def kept_options(path: Path, where: str, options: Any) -> dict[str, str]:
     return kept
 
 
-class MetaMedQA(MultipleChoiceBenchmark):
+class MetaMedQA(MedmarksExam):
     """MetaMedQA: accuracy by kind of item (Medmarks' prompt under reference)."""
 
     name: ClassVar[str] = "metamedqa"
@@ -80,14 +80,9 @@ class MetaMedQA(MultipleChoiceBenchmark):
         "up to six options; accuracy by kind. Licence CC BY 4.0"
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (FILE,)
-    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
     category_fields: ClassVar[tuple[str, ...]] = ("kind",)
-    reference_reading = "ours"
     protocols = medmarks_protocols(ENV.path, "_build_prompt")
-    protocol_differences = DIFFERENCES
-
-    def upstream_files(self) -> tuple[UpstreamFile, ...]:
-        return (ENV,)
+    env = ENV
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, FILE.filename)

@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import ClassVar, Iterator
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
-from grandrounds.benchmarks.medmarks import DIFFERENCES, MEDMARKS, medmarks_protocols
+from grandrounds.benchmarks.mcq import cached
+from grandrounds.benchmarks.medmarks import MEDMARKS, MedmarksExam, medmarks_protocols
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
-from grandrounds.core.records import AnswerMode, Sample
+from grandrounds.core.records import Sample
 from grandrounds.graders.mcq_grader import LETTERS
-from grandrounds.sources.upstream import UpstreamFile, python_fstring, python_string
+from grandrounds.sources.upstream import python_fstring, python_string
 
 ENV = MEDMARKS.file("environments/supergpqa_medicine/supergpqa_medicine.py",
                     "7a47ea6ce291dd03dce3071e170937e40e763a639b2a2b63b7b9c7ca87aae6b1")
@@ -44,7 +44,7 @@ FIELDS = ("uuid", "question", "options", "answer_letter", "discipline", "field",
 DISCIPLINE = "Medicine"
 
 
-class SuperGPQAMedicine(MultipleChoiceBenchmark):
+class SuperGPQAMedicine(MedmarksExam):
     """SuperGPQA's Medicine discipline, up to ten options; accuracy by field, subfield, difficulty."""
 
     name: ClassVar[str] = "supergpqa-medicine"
@@ -53,14 +53,9 @@ class SuperGPQAMedicine(MultipleChoiceBenchmark):
         "subfield and difficulty (Medmarks' prompt under reference). Licence ODC-BY (sources' licences apply)"
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (FILE,)
-    answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
     category_fields: ClassVar[tuple[str, ...]] = ("field", "subfield", "difficulty")
-    reference_reading = "ours"
     protocols = medmarks_protocols(ENV.path, "ZERO_SHOT_PROMPT_TEMPLATE + _build_question")
-    protocol_differences = DIFFERENCES
-
-    def upstream_files(self) -> tuple[UpstreamFile, ...]:
-        return (ENV,)
+    env = ENV
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, FILE.filename)

@@ -47,10 +47,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params
+from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params, images_dataset_hash
 from grandrounds.benchmarks.readers.decoding import read_text
 from grandrounds.core.errors import DataError
-from grandrounds.core.hashing import content_hash, file_sha256
+from grandrounds.core.hashing import file_sha256
 from grandrounds.core.params import Param
 from grandrounds.core.records import Cell, Grade, Message, Sample, TextPart
 from grandrounds.core.registry import Spec
@@ -149,10 +149,7 @@ class VQABenchmark(Benchmark):
 
     def dataset_hash(self, root: Path) -> str:
         """The question file's hash with that of every image it names (an image changed is another dataset)."""
-        samples = self.load(root)
-        images = sorted({s.metadata["image_sha256"] for s in samples})
-        return content_hash({"questions": file_sha256(self.data_files(root)[0]), "images": images,
-                             "prep": self.prep.__dict__})
+        return images_dataset_hash(file_sha256(self.data_files(root)[0]), self.load(root), self.prep)
 
     # ---- prompting and grading -----------------------------------------------------------
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
