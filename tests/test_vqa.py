@@ -413,3 +413,17 @@ def test_a_gguf_vision_model_gets_its_projector_and_the_images(tmp_path: Path, m
     for msgs, s in zip(seen["messages"], samples):
         image = next(p for p in msgs[-1]["content"] if p["type"] == "image_url")["image_url"]["url"]
         assert hashlib.sha256(base64.b64decode(image.split(",", 1)[1])).hexdigest() == s.metadata["image_sha256"]
+
+
+def test_a_probe_runs_items_are_stored_as_they_were_asked(tmp_path: Path) -> None:
+    """The blind probe's questions (no image) are another item set: stored under their own dataset
+    key, so the viewer and the report show each run's items as asked; the unprobed key is unchanged."""
+    plain, blind = VQARAD(), VQARAD(probe="blind")
+    assert plain.dataset_hash(vqa_rad()) != blind.dataset_hash(vqa_rad())
+    cfg = RunConfig("vqa-rad", "scripted/vision", data=vqa_rad(), limit=3, provider_options={"script": lambda req: "yes"})
+    with Store(tmp_path / "s.db") as st:
+        ps = asyncio.run(run_probes(st, cfg, ["blind"]))
+        (probe, out), = ps.probes
+        stored = st.sample("vqa-rad", out.run.dataset_sha256, out.samples[0].id)
+    assert probe == "blind" and stored is not None and stored.messages[0].content == out.samples[0].messages[0].content
+    assert isinstance(stored.messages[0].content, str)  # the question as asked: no image

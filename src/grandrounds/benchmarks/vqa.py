@@ -148,8 +148,10 @@ class VQABenchmark(Benchmark):
         return [resolve_file(root, self.question_file)]
 
     def dataset_hash(self, root: Path) -> str:
-        """The question file's hash with that of every image it names (an image changed is another dataset)."""
-        return images_dataset_hash(file_sha256(self.data_files(root)[0]), self.load(root), self.prep)
+        """The question file's hash with that of every image it names (an image changed is another
+        dataset), and the probe where one is set (without one, the key is what it always was)."""
+        probe = self.param("probe")  # a probe's items are another item set: stored and shown apart
+        return images_dataset_hash(file_sha256(self.data_files(root)[0]), self.load(root), self.prep, **({"probe": probe} if probe else {}))
 
     # ---- prompting and grading -----------------------------------------------------------
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
