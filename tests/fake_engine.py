@@ -11,8 +11,10 @@ Every other argument is accepted and recorded, as an engine passes them on. Argu
 ``--fake-never-ready`` (never listen), ``--fake-fail-start CODE`` (exit while loading),
 ``--fake-crash-after N`` (exit with ``--fake-exit-code`` on the chat request after the N-th),
 ``--fake-reply TEXT``, ``--fake-latency S``, ``--fake-ignore-sigterm``, ``--fake-record FILE``
-(argv, pid, request and SIGTERM counts as JSON, rewritten on every change; each start's pid is
-appended to FILE.starts). SIGTERM makes it exit
+(argv, pid, request and SIGTERM counts, the names of its environment variables, as JSON,
+rewritten on every change; each start's pid is appended to FILE.starts). As the engines do, it
+requires ``Authorization: Bearer KEY`` on ``/v1/`` paths when given a key (``--api-key KEY``, or
+vLLM's ``VLLM_API_KEY``), answering 401 otherwise. SIGTERM makes it exit
 with code 0 unless ignored. The version is ``$FAKE_ENGINE_VERSION`` (default 0.0.0+fake);
 ``--fake-served-version V`` makes ``/version`` report another one. Standard library only.
 """
@@ -63,9 +65,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fake-ignore-sigterm", action="store_true")
     p.add_argument("--fake-record")
     p.add_argument("--fake-served-version", default=VERSION)
+    p.add_argument("--api-key")
     args, _unknown = p.parse_known_args(rest)
     model = model or args.model_path
-    state = {"engine": engine, "model": model, "argv": argv, "pid": os.getpid(), "chat_requests": 0, "ready": False}
+    api_key = args.api_key or (os.environ.get("VLLM_API_KEY") if engine == "vllm" else None)
+    state = {"engine": engine, "model": model, "argv": argv, "pid": os.getpid(), "chat_requests": 0, "ready": False,
+             "env": sorted(os.environ), "keyed": bool(api_key), "refused": 0}
     lock = threading.Lock()
 
     def record() -> None:
@@ -114,7 +119,18 @@ def main(argv: list[str]) -> int:
             self.end_headers()
             self.wfile.write(data)
 
+        def authorized(self) -> bool:
+            if not api_key or not self.path.startswith("/v1/") or self.headers.get("Authorization") == f"Bearer {api_key}":
+                return True
+            with lock:
+                state["refused"] += 1
+                record()
+            self.reply(401, {"error": {"message": "Unauthorized"}})
+            return False
+
         def do_GET(self) -> None:
+            if not self.authorized():
+                return
             if self.path == "/v1/models":
                 self.reply(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
             elif self.path == "/health":
@@ -126,6 +142,8 @@ def main(argv: list[str]) -> int:
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+            if not self.authorized():
+                return
             if self.path != "/v1/chat/completions":
                 self.reply(404, {"error": {"message": "not found"}})
                 return

@@ -189,31 +189,20 @@ class GAPS(Benchmark):
         """The samples of one workbook, opened with :func:`grandrounds.benchmarks.readers.xlsx.open_xlsx` (cell values as
         openpyxl's read-only mode gives them, the shared strings read lazily); a cell's bad
         shared-string index or an unreadable table is a DataError naming the sheet and row."""
-        from grandrounds.benchmarks.readers.xlsx import SharedStringsError, open_xlsx
+        from grandrounds.benchmarks.readers.xlsx import SharedStringsError, open_xlsx, sheet_rows
 
         require_file(path)
         rubric_col = self.param("rubric_column")
         try:
             book = open_xlsx(path)
+        except SharedStringsError as e:  # a cell over the limit in a part read on opening
+            raise DataError(path, None, f"{e.member}: {e.problem}") from None
         except Exception as e:  # openpyxl raises several unrelated types for a bad file
-            raise DataError(path, None, f"cannot open as xlsx: {e}") from None
-
-        def checked(ws: Any) -> Iterator[tuple[Any, ...]]:
-            """The sheet's rows (values), a table error turned into a DataError at its row."""
-            rows, r = ws.iter_rows(values_only=True), 0
-            while True:
-                r += 1
-                try:
-                    values = next(rows)
-                except StopIteration:
-                    return
-                except SharedStringsError as e:
-                    raise DataError(path, f"sheet {ws.title!r} row {r}", f"{e.member}: {e.problem}") from None
-                yield values
+            raise DataError(path, None, f"cannot open as xlsx: {' '.join(str(e).split())}") from None
 
         try:
             for ws in book.workbook.worksheets:
-                rows = checked(ws)
+                rows = sheet_rows(path, ws)  # a failure at a row (cell over the limit, damage) is a DataError naming it
                 header = [str(h).strip() if h is not None else "" for h in next(rows, ())]
                 if "question" in header and rubric_col in header:
                     yield from self._rows(path, ws.title, header, rows, rubric_col)

@@ -52,7 +52,7 @@ import numpy as np
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions
 from grandrounds.benchmarks.readers.lines import iter_jsonl
-from grandrounds.benchmarks.readers.records import IdSet
+from grandrounds.benchmarks.readers.records import IdSet, check_points
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.registry import Spec
 from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
@@ -103,6 +103,7 @@ def parse_record(rec: Any, path: Path, line: int, benchmark: str) -> Sample:
             raise DataError(path, line, f"{pid}: rubric item {i} needs a string criterion and numeric points")
         # points keep their JSON type: the official prompt shows str(points) ("[5]" vs "[5.0]")
         rubric.append(Criterion(str(i), r["criterion"], pts, tuple(_str_list(r.get("tags", []), path, line, f"{pid}: rubric item {i} tags"))))
+    check_points(path, line, f"{pid}: ", (c.points for c in rubric))
     if not any(c.points > 0 for c in rubric):
         raise DataError(path, line, f"{pid}: rubric has no positive points, so no score is defined")
     example_tags = _str_list(rec.get("example_tags", []), path, line, f"{pid}: example_tags")

@@ -59,7 +59,7 @@ import numpy as np
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
 from grandrounds.benchmarks.healthbench import HealthBench, judged_extra
 from grandrounds.benchmarks.readers.lines import iter_jsonl
-from grandrounds.benchmarks.readers.records import IdSet
+from grandrounds.benchmarks.readers.records import IdSet, check_points
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
 from grandrounds.core.registry import Spec
@@ -105,6 +105,7 @@ def parse_task(rec: Mapping[str, Any], path: Path, line: int, benchmark: str) ->
         if not isinstance(it, dict) or not isinstance(it.get("criterion_text"), str) or isinstance(pts, bool) or not isinstance(pts, (int, float)):
             raise DataError(path, line, f"{tid}: rubric item {i} needs a string criterion_text and numeric points")
         rubric.append(Criterion(str(i), it["criterion_text"], pts))  # points as loaded: the prompt shows str(points)
+    check_points(path, line, f"{tid}: ", (c.points for c in rubric))
     if not any(c.points > 0 for c in rubric):
         raise DataError(path, line, f"{tid}: rubric has no positive points, so no score is defined")
     meta: dict[str, Any] = {}

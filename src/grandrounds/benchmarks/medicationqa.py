@@ -50,7 +50,7 @@ class MedicationQA(Benchmark):
         return list(self.iter_samples(root))
 
     def iter_samples(self, root: Path) -> Iterator[Sample]:
-        from grandrounds.benchmarks.readers.xlsx import open_xlsx
+        from grandrounds.benchmarks.readers.xlsx import open_xlsx, sheet_rows
 
         path = resolve_file(root, XLSX.filename)
         try:
@@ -58,7 +58,7 @@ class MedicationQA(Benchmark):
         except Exception as e:  # a zip or workbook that openpyxl cannot open
             raise DataError(path, None, f"not a readable .xlsx workbook ({e})") from None
         with book:
-            rows = book.workbook.worksheets[0].iter_rows(values_only=True)
+            rows = sheet_rows(path, book.workbook.worksheets[0])
             header = tuple(next(rows, ()) or ())
             if header[: len(HEADER)] != HEADER:
                 raise DataError(path, 1, f"expected the columns {', '.join(HEADER)}, found {', '.join(map(str, header))}")

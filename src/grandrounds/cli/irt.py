@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from grandrounds.core.display import fmt, fmt_ci
+from grandrounds.core.display import SafeConsole, fmt, fmt_ci, safe_text, styled
+from grandrounds.core.files import write_text
 
-console = Console()
+console = SafeConsole()
 
 StorePath = Callable[[Optional[Path]], Path]
 
@@ -42,13 +42,12 @@ def _irt_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]:
                 result = analyse(resp, min_respondents)
                 evidence = key_evidence(st, result, [it.id for it in result.negative])
         except GrandroundsError as e:  # an empty store, an unknown benchmark, too few respondents ...
-            sys.stderr.write(f"error: {e}\n")
+            sys.stderr.write(f"error: {safe_text(e)}\n")
             raise typer.Exit(2) from None
         _print(result, evidence, show)
         if json_out is not None:
             doc = result.to_json() | {"wrong_key_evidence": evidence}
-            json_out.parent.mkdir(parents=True, exist_ok=True)
-            json_out.write_text(json.dumps(doc, ensure_ascii=False, indent=1), encoding="utf-8")
+            write_text(json_out, json.dumps(doc, ensure_ascii=False, indent=1))
             console.print(f"wrote {json_out}", markup=False)
 
     return irt
@@ -62,15 +61,15 @@ def register(app: typer.Typer, store_path: StorePath, StoreOpt: Any) -> None:
 def _print(result: Any, evidence: dict[str, dict[str, Any]], show: int) -> None:
     f = result.fit
     counts = result.to_json()["counts"]
-    console.print(
-        f"[bold]{escape(result.benchmark)}[/bold] dataset {escape(result.dataset[:12])}: {counts['respondents']} respondents, "
+    console.print(Text.assemble(
+        styled(result.benchmark, "bold"), f" dataset {result.dataset[:12]}: {counts['respondents']} respondents, "
         f"{counts['items']} items ({counts['fitted']} fitted, {counts['all_right']} right for all, {counts['all_wrong']} right for none, "
         f"{counts['too_few']} with fewer than 2 scored answers)"
-    )
-    console.print(
+    ))
+    console.print(Text.assemble(
         f"2PL P(right) = sigmoid(a (ability - b)), joint MAP, ability ~ N(0, {f.priors.theta_sd:g}); "
-        f"{f.iterations} iterations, {f.seconds:.2f} s" + ("" if f.converged else " [red](did not converge)[/red]")
-    )
+        f"{f.iterations} iterations, {f.seconds:.2f} s", ("" if f.converged else (" (did not converge)", "red"))
+    ))
     for note in result.notes:
         console.print(f"note: {note}", markup=False)
 
@@ -78,7 +77,7 @@ def _print(result: Any, evidence: dict[str, dict[str, Any]], show: int) -> None:
     for col in ("respondent", "answered", "right", "ability", "SE", "95% CI"):
         t.add_column(col)
     for a in sorted(result.abilities, key=lambda a: -(a.theta if a.theta is not None else -1e9)):
-        t.add_row(escape(a.respondent.label), str(a.n), str(a.n_right), fmt(a.theta, 2), fmt(a.se, 2), fmt_ci(a.ci95, 2))
+        t.add_row(a.respondent.label, str(a.n), str(a.n_right), fmt(a.theta, 2), fmt(a.se, 2), fmt_ci(a.ci95, 2))
     console.print(t)
 
     neg = result.negative
@@ -90,8 +89,8 @@ def _print(result: Any, evidence: dict[str, dict[str, Any]], show: int) -> None:
         for it in neg[:show]:
             ev = evidence.get(it.id, {})
             answered = ", ".join(f"{k} x{v}" for k, v in (ev.get("stronger_half_answered") or {}).items())
-            t.add_row(escape(it.id) + (" *" if it.negative_95 else ""), fmt(it.discrimination, 2), fmt(it.discrimination_se, 2),
-                      fmt(it.difficulty, 2), f"{it.n_right}/{it.n}", escape(str(ev.get("key") or "")), escape(answered))
+            t.add_row(it.id + (" *" if it.negative_95 else ""), fmt(it.discrimination, 2), fmt(it.discrimination_se, 2),
+                      fmt(it.difficulty, 2), f"{it.n_right}/{it.n}", str(ev.get("key") or ""), answered)
         console.print(t)
         _more(len(neg), show)
     else:
@@ -112,7 +111,7 @@ def _print(result: Any, evidence: dict[str, dict[str, Any]], show: int) -> None:
         for col in ("item", "discrimination", "SE", "difficulty", "SE ", "right / answered"):
             t.add_column(col)
         for it in rows:
-            t.add_row(escape(it.id), fmt(it.discrimination, 2), fmt(it.discrimination_se, 2), fmt(it.difficulty, 2), fmt(it.difficulty_se, 2), f"{it.n_right}/{it.n}")
+            t.add_row(it.id, fmt(it.discrimination, 2), fmt(it.discrimination_se, 2), fmt(it.difficulty, 2), fmt(it.difficulty_se, 2), f"{it.n_right}/{it.n}")
         console.print(t)
 
 

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from grandrounds.core import eventloop
-from grandrounds.core.display import fmt, fmt_ci
+from grandrounds.core.display import SafeConsole, fmt, fmt_ci
+from grandrounds.core.files import write_text
 from grandrounds.cli.flags import TPM_METAVAR, tpm_option
 
-console = Console()
-err_console = Console(stderr=True)
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 StorePath = Callable[[Optional[Path]], Path]
 #: Validation suites ``validate-judge`` knows.
@@ -50,7 +48,7 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
     ) -> None:
         """Measure a judge's agreement with physicians: pairwise precision, recall and balanced F1 of the
         judge and of the physicians, overall and per category (HealthBench meta-evaluation)."""
-        from grandrounds.cli.common import INTERRUPTED, call_summary, store_path, user_errors
+        from grandrounds.cli.common import call_summary, interrupted, store_path, user_errors
         from grandrounds.core.errors import ConfigError
         from grandrounds.analyses.judge_validation import ValidateConfig, validate
         from grandrounds.run.progress import RichProgress
@@ -67,25 +65,23 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
             try:
                 with Store(store_path(store)) as st, RichProgress(err_console) as prog:
                     outcome = eventloop.run(validate(st, cfg, prog))
-            except KeyboardInterrupt:
-                sys.stderr.write(INTERRUPTED)
-                raise typer.Exit(130) from None
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM
+                raise interrupted() from None
         print_agreement(outcome.record.summary, outcome.record.metrics, outcome.record.judge)
         for line in call_summary(None, [(outcome.judge.spec, outcome.judge_stats)]):
-            err_console.print(f"[dim]  {escape(line)}")
+            err_console.print(f"  {line}", style="dim")
         if out:
-            out.parent.mkdir(parents=True, exist_ok=True)
             doc = {"judge": outcome.record.judge, "protocol": outcome.record.protocol, "summary": outcome.record.summary,
                    "metrics": outcome.record.metrics, "verdicts": outcome.record.verdicts}
-            out.write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
+            write_text(out, json.dumps(doc, indent=1, ensure_ascii=False))
             err_console.print(f"wrote {out}")
         s = outcome.record.summary
         if s["n_unknown"]:
-            err_console.print(f"[yellow]{s['n_unknown']} of {s['n_rows']} rows have no judge label ({s['n_failed']} failed calls, "
+            err_console.print(f"{s['n_unknown']} of {s['n_rows']} rows have no judge label ({s['n_failed']} failed calls, "
                               f"{s['n_unknown'] - s['n_failed']} unreadable replies): left out of the judge's figures; "
-                              "re-running the same command retries failed calls")
+                              "re-running the same command retries failed calls", style="yellow")
         if s["n_judged"] == 0 and s["n_failed"]:
-            err_console.print("[red]no row could be judged: the judge's calls failed (see above)")
+            err_console.print("no row could be judged: the judge's calls failed (see above)", style="red")
             raise typer.Exit(NOTHING_JUDGED)
 
     return validate_judge
@@ -113,7 +109,7 @@ def print_agreement(summary: Mapping[str, Any], metrics: Mapping[str, Any], judg
     for cat in sorted(set(cats) | set(phys["by_category"])):
         figs = cats.get(cat, {})
         pairs = sum((figs.get(k) or {}).get("n", 0) for k in ("precision_pos", "precision_neg"))
-        c.add_row(escape(cat), fmt((figs.get("f1_balanced") or {}).get("value")), fmt_ci(metrics["judge_ci95"]["by_category"].get(cat)),
+        c.add_row(cat, fmt((figs.get("f1_balanced") or {}).get("value")), fmt_ci(metrics["judge_ci95"]["by_category"].get(cat)),
                   fmt((phys["by_category"].get(cat, {}).get("f1_balanced") or {}).get("mean")), str(int(pairs)))
     console.print(c)
     below, n_phys = summary.get("physicians_below_judge"), summary.get("n_physicians_compared")

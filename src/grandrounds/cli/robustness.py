@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional, get_args
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from grandrounds.core import eventloop
-from grandrounds.core.display import fmt, fmt_ci
+from grandrounds.core.display import SafeConsole, fmt, fmt_ci
+from grandrounds.core.files import write_text
 from grandrounds.cli import common as cli
 from grandrounds.cli.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
 from grandrounds.core.records import AnswerMode
 
-console = Console()
-err_console = Console(stderr=True)
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 
 def _signed(v: float | None) -> str:
@@ -33,12 +31,12 @@ def _signed_ci(ci: Any) -> str:
 
 def print_summary(s: Any) -> None:
     """A probe set's figures as tables: drops, consistency, position bias, the attacker's rewrites."""
-    t = Table(title=f"Robustness: {escape(s.benchmark)} · {escape(s.label)} (unperturbed run {s.baseline_run}, paired bootstrap seed {s.seed})")
+    t = Table(title=f"Robustness: {s.benchmark} · {s.label} (unperturbed run {s.baseline_run}, paired bootstrap seed {s.seed})")
     for col in ("probe", "items", "paired", "left out", "not applicable", "unperturbed", "probe acc", "drop", "95% CI", "McNemar b/c/p"):
         t.add_column(col)
     for d in s.drops:
         mc = f"{d.mcnemar[0]}/{d.mcnemar[1]}/p={d.mcnemar[2]:.3g}" if d.mcnemar else "n/a"
-        t.add_row(escape(d.probe), str(d.n_items), str(d.n_paired), str(d.n_left_out), str(d.n_not_applicable),
+        t.add_row(d.probe, str(d.n_items), str(d.n_paired), str(d.n_left_out), str(d.n_not_applicable),
                   fmt(d.baseline), fmt(d.probed), _signed(d.drop), _signed_ci(d.ci95), mc)
     console.print(t)
     c = s.consistency
@@ -50,14 +48,14 @@ def print_summary(s: Any) -> None:
     if s.attacker_failures or s.rewrites:
         why = Counter(s.attacker_failures.values()).most_common(3)
         console.print(f"attacker: {len(s.rewrites)} questions rewritten and asked, {len(s.attacker_failures)} not usable"
-                      + ("; " + ", ".join(f"{escape(w)} x{n}" for w, n in why) if why else "")
+                      + ("; " + ", ".join(f"{w} x{n}" for w, n in why) if why else "")
                       + " (the rewritten questions are the rewrite run's samples: `grandrounds view`, `grandrounds report`)")
     if not s.complete:
-        console.print("[yellow]computed over the items shown only")
+        console.print("computed over the items shown only", style="yellow")
 
 
 def _print_positions(b: Any) -> None:
-    pt = Table(title=f"Option positions over {', '.join(map(escape, b.runs))} ({b.n_answers} answers, {b.n_left_out} left out)")
+    pt = Table(title=f"Option positions over {', '.join(b.runs)} ({b.n_answers} answers, {b.n_left_out} left out)")
     for col in ("position", "answers", "key here", "chosen", "chosen - key", "chosen when key elsewhere", "95% CI", "accuracy when key here", "95% CI "):
         pt.add_column(col)
     for p in b.positions:
@@ -128,28 +126,27 @@ def robustness(
             spec, url = split_endpoint(attacker)
             att = Attacker(spec, url or base_url, cli.parse_params(attacker_opt, "--attacker-opt"), attacker_temperature,
                            attacker_max_tokens, attacker_reask, concurrency, attacker_rpm, attacker_tpm)
+        prog = None
         try:  # this command writes runs: the store is created when missing, as by `run`
             with Store(cli.store_path(store)) as st, RichProgress(err_console) as prog:
                 ps = eventloop.run(run_probes(st, cfg, names, att, prog))
-        except KeyboardInterrupt:
-            sys.stderr.write(cli.INTERRUPTED)
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM
+            raise cli.interrupted(prog) from None
     outcomes = [ps.baseline, *(o for _, o in ps.probes)]
     for o in outcomes:
-        err_console.print(f"[dim]{escape(o.result.benchmark)} {escape(o.run.benchmark_spec)} · {escape(o.result.model)}: run {o.run.id}")
+        err_console.print(f"{o.result.benchmark} {o.run.benchmark_spec} · {o.result.model}: run {o.run.id}", style="dim")
         for line in cli.call_summary(o.answer_stats, []):
-            err_console.print(f"[dim]  {escape(line)}")
+            err_console.print(f"  {line}", style="dim")
     if ps.attacker_stats is not None and att is not None:
         for line in cli.call_summary(None, [(f"attacker {att.spec}", ps.attacker_stats)]):
-            err_console.print(f"[dim]  {escape(line.replace('judge attacker', 'attacker'))}")
+            err_console.print(f"  {line.replace('judge attacker', 'attacker')}", style="dim")
     summary = summarize_set(ps, ci_seed, resamples)
     print_summary(summary)
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(summary.to_json(), indent=2, ensure_ascii=False), encoding="utf-8")
+        write_text(json_out, json.dumps(summary.to_json(), indent=2, ensure_ascii=False))
         err_console.print(f"wrote {json_out}")
     if ps.baseline.grades and all(g.status != "scored" for g in ps.baseline.grades) and cli.any_failed(ps.baseline):
-        err_console.print("[red]nothing could be scored in the unperturbed run: see the failures above; running again retries them")
+        err_console.print("nothing could be scored in the unperturbed run: see the failures above; running again retries them", style="red")
         raise typer.Exit(cli.NOTHING_SCORED)
 
 

@@ -1,8 +1,14 @@
-"""How numbers and pages look, written once for the CLI tables, the reports and the viewer."""
+"""How numbers and pages look, written once for the CLI tables, the reports and the viewer; and how
+text from outside (servers, data files, model answers) is shown on a terminal."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import re
+from typing import Any, Iterable, Sequence
+
+from rich.console import Console
+from rich.segment import Segment
+from rich.text import Text
 
 #: Style shared by the offline HTML report and the viewer's page (each adds a few rules of its own).
 BASE_CSS = (
@@ -23,3 +29,63 @@ def fmt(v: Any, digits: int = 3) -> str:
 def fmt_ci(ci: Sequence[float] | None, digits: int = 3) -> str:
     """A 95% CI as "[lo, hi]", "n/a" when there is none."""
     return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "n/a"
+
+
+# ---- text from outside, shown on a terminal ------------------------------------------------------
+# Strings from a server (error bodies, batch ids) or a data file (sample ids, tags, model answers)
+# reach the terminal through :func:`safe_text` and are never read as Rich markup: every console
+# the command line prints on is a :class:`SafeConsole`.
+
+#: C0 controls but tab and newline, DEL, and C1 controls (ECMA-48: ESC starts CSI/OSC sequences,
+#: and a C1 byte such as U+009B is a CSI on its own on terminals that take 8-bit controls).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def safe_text(value: Any) -> str:
+    """``value`` as text a terminal shows as written: each control character (C0 but tab and
+    newline, DEL, C1: the start of every escape sequence that clears the screen, moves the cursor,
+    sets the title or the clipboard, or opens a link) is shown escaped, ``\\x1b`` for ESC. A
+    CR LF line end is a line end."""
+    text = value if isinstance(value, str) else str(value)
+    if _CONTROL.search(text) is None:
+        return text
+    return _CONTROL.sub(_escaped, text.replace("\r\n", "\n"))
+
+
+def styled(value: Any, style: str = "") -> Text:
+    """``value`` as Rich text in ``style``: shown as written (:func:`safe_text`), never read as markup."""
+    return Text(safe_text(value), style=style)
+
+
+class SafeConsole(Console):
+    """A Rich console for text from outside: markup is off unless a call asks for it (a sample id
+    ``[link=...]`` stays text, in a table cell as in a line), strings are passed through
+    :func:`safe_text` before layout, and every segment drawn is checked again (Rich text built
+    elsewhere, a renderable's own strings), so no control character of the data reaches the
+    terminal. The console's own control codes (cursor moves of a live progress bar, colours) are
+    segments of another kind and pass."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("markup", False)
+        super().__init__(*args, **kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(safe_text(text), **kwargs)
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """Lines of text printed where the output is not a terminal (a log file, a pipe) are kept
+        whole, neither broken nor cut at the 80 columns Rich assumes there: the file's reader
+        wraps them. Tables are still laid out to the console's width."""
+        if kwargs.get("soft_wrap") is None and not self.is_terminal and all(isinstance(o, (str, Text)) for o in objects):
+            kwargs["soft_wrap"] = True
+        super().print(*objects, **kwargs)
+
+    def render(self, renderable: Any, options: Any = None) -> Iterable[Segment]:
+        for seg in super().render(renderable, options):
+            if seg.control is None and _CONTROL.search(seg.text) is not None:
+                seg = Segment(safe_text(seg.text), seg.style)
+            yield seg

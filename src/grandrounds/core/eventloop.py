@@ -67,7 +67,43 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         coro.close()  # never started: close it so Python does not warn that it was never awaited
         raise
     with batch_gc(), asyncio.Runner(loop_factory=factory) as runner:
+        return _run_interruptible(runner, coro)
+
+
+def _run_interruptible(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> T:
+    """``runner.run(coro)`` where Ctrl-C (and SIGTERM, which the command takes as Ctrl-C) cancels
+    the run from the loop, never from inside the signal handler: asyncio's own handler cancels the
+    task right where the signal landed, which can be between a lock's check of a waiter and its
+    wake-up (``InvalidStateError`` out of ``Semaphore.release``). Here the handler only schedules the
+    cancel; a second Ctrl-C stops at once, as asyncio's does. KeyboardInterrupt is raised after a
+    cancelled run, as :func:`asyncio.run` raises it."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return runner.run(coro)
+    loop = runner.get_loop()
+    state: dict[str, Any] = {"task": None, "stops": 0}
+
+    async def main() -> T:
+        state["task"] = asyncio.current_task()
+        return await coro
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        state["stops"] += 1
+        if state["stops"] > 1 or state["task"] is None:
+            raise KeyboardInterrupt
+        loop.call_soon_threadsafe(state["task"].cancel)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        return runner.run(main())
+    except asyncio.CancelledError:
+        if state["stops"]:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager

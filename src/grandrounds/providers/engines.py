@@ -24,6 +24,15 @@ the run and named in every result's fingerprint (:func:`engine_record`: ``"engin
 "vllm", "version": "0.9.1"}``, absent for models not served by an engine), where reports show
 it and the leaderboard keeps two engine versions of one model apart. Candidate and judges with
 the same engine command share one server.
+
+Only the engine the run started is trusted with prompts. Each server gets a fresh random key
+(vLLM in ``VLLM_API_KEY``, which ``ps`` does not show other users; SGLang as ``--api-key``), sent
+on every call and readiness probe, so no one else can use it. Nothing may answer at its address
+before it is started, and on Linux every socket listening on its port must belong to its process
+group (``/proc/net/tcp*`` and ``/proc/PID/fd``), checked before each probe and once it answers:
+a port taken by another local user stops the run before any prompt is sent. The engine's
+environment is ours without credentials (:func:`engine_env`: no ``*_API_KEY``, ``*_TOKEN``,
+``*_KEY``, ``*SECRET*`` or ``*PASSWORD*``), except Hugging Face's tokens, which gated downloads need.
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import sys
 import tempfile
 import weakref
 from pathlib import Path
+from secrets import token_hex
 from typing import Any, ClassVar
 
 import aiohttp
@@ -66,6 +76,87 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+#: Variables of ours that never reach the engine: provider keys and other credentials. Hugging
+#: Face's tokens stay (the engine downloads gated weights with them).
+KEPT_TOKENS = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
+
+
+def engine_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment an engine (and its version query) runs in: ours without any variable whose
+    name ends in ``_API_KEY``, ``_TOKEN`` or ``_KEY`` or holds ``SECRET`` or ``PASSWORD`` (but
+    :data:`KEPT_TOKENS`), plus ``extra``."""
+    def secret(name: str) -> bool:
+        upper = name.upper()
+        if upper in KEPT_TOKENS:
+            return False
+        return upper.endswith(("_API_KEY", "_TOKEN", "_KEY")) or "SECRET" in upper or "PASSWORD" in upper
+    env = {k: v for k, v in os.environ.items() if not secret(k)}
+    return env | (extra or {})
+
+
+def _listening(host: str, port: int) -> bool:
+    """Whether something accepts connections at ``host:port`` now."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _listener_inodes(port: int) -> set[int] | None:
+    """Linux: the inodes of the TCP sockets listening on ``port`` (any address), from
+    /proc/net/tcp and tcp6; None where those cannot be read."""
+    found, read_any = set(), False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        read_any = True
+        for line in lines:
+            fields = line.split()
+            # sl local_address rem_address st ... inode: state 0A is LISTEN, the port is hex after ":"
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(int(fields[9]))
+    return found if read_any else None
+
+
+def _group_sockets(pgid: int) -> set[int] | None:
+    """Linux: the inodes of the sockets held open by the processes of process group ``pgid``
+    (the engine and its workers); None where /proc cannot tell."""
+    out: set[int] = set()
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:  # fields after the name: state ppid pgrp
+                continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    out.add(int(target[8:-1]))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def foreign_listener(port: int, pgid: int) -> bool | None:
+    """Whether a process outside the engine's process group listens on ``port`` (Linux); None
+    where /proc cannot tell (then the per-run key is the only check)."""
+    listening = _listener_inodes(port)
+    if listening is None:
+        return None
+    ours = _group_sockets(pgid)
+    if ours is None:
+        return None
+    return bool(listening - ours)
 
 
 def _tail(path: Path, n: int = TAIL_LINES) -> list[str]:
@@ -99,7 +190,7 @@ def engine_version(engine: str, executable: list[str], query: list[str]) -> str:
         return _VERSIONS[key]
     cmd = [*executable, *query]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=engine_env())
     except FileNotFoundError:
         raise ConfigError(
             f"{engine}: executable {executable[0]!r} not found: install {engine} where it can use the GPUs, "
@@ -138,8 +229,12 @@ def _kill_live() -> None:
 class EngineServer:
     """One engine process, shared by the providers that start it with the same command."""
 
-    def __init__(self, engine: str, argv: list[str], host: str, port: int, ready_timeout: float, stop_timeout: float, log: str, version: str, model: str) -> None:
+    def __init__(self, engine: str, argv: list[str], host: str, port: int, ready_timeout: float, stop_timeout: float, log: str, version: str, model: str,
+                 api_key: str = "", key_env: str = "") -> None:
         self.engine, self.argv, self.host, self.port = engine, argv, host, port
+        #: the key the engine requires of every call, fresh for this server (``key_env``: the
+        #: variable it is passed in, else it is in ``argv``)
+        self.api_key, self.key_env = api_key or token_hex(32), key_env
         self.ready_timeout, self.stop_timeout, self.version, self.model = ready_timeout, stop_timeout, version, model
         #: the arguments typed for the engine (``--engine-arg``), of which the output-affecting ones identify the model
         self.extra: list[str] = []
@@ -214,10 +309,18 @@ class EngineServer:
             log = open(self.log_path, "ab")
         except OSError as e:
             raise ConfigError(f"{self.engine}: cannot write its log {self.log_path} ({e.strerror or e})") from None
+        if _listening(self.host, self.port):  # before the engine exists, nothing may answer at its address
+            log.close()
+            raise EngineError(
+                f"{self.name()}: something already listens on {self.host}:{self.port} before the engine was started; "
+                f"refusing to send prompts to a process that is not the engine (another local user may hold the port): "
+                f"set --model-opt port= to a free port, or leave it at 0 for a new one"
+            )
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                env=engine_env({self.key_env: self.api_key} if self.key_env else None),
             )
         except OSError as e:
             raise EngineError(f"{self.engine}: could not start {shlex.join(self.argv)}: {e.strerror or e}") from None
@@ -234,13 +337,15 @@ class EngineServer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ready_timeout
         probe = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(timeout=probe) as session:
+        async with aiohttp.ClientSession(timeout=probe, headers={"Authorization": f"Bearer {self.api_key}"}) as session:
             while True:
                 if self.proc is not None and self.proc.returncode is not None:
                     raise EngineError(f"{self.name()} {_exit_text(self.proc.returncode)} before it was ready{self.output()}")
+                self._check_listener()
                 try:
                     async with session.get(self.url + "/v1/models") as resp:
                         if resp.status == 200:
+                            self._check_listener()  # the listener that answered is still only the engine's
                             break
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
                     pass
@@ -251,6 +356,17 @@ class EngineServer:
                     )
                 await asyncio.sleep(POLL_SECONDS)
             await self._check_version(session)
+
+    def _check_listener(self) -> None:
+        """Linux: every socket listening on the engine's port must belong to the engine's process
+        group (its workers included); one of another process means the port was taken by someone
+        else, who would receive the prompts and write the answers."""
+        if self.proc is None or foreign_listener(self.port, self.proc.pid) is not True:
+            return
+        raise EngineError(
+            f"{self.name()}: a process outside the engine listens on port {self.port}; refusing to send prompts to it "
+            f"(another local user may have taken the port): set --model-opt port= to a free port, or leave it at 0"
+        )
 
     async def _check_version(self, session: aiohttp.ClientSession) -> None:
         """The server's own version (vLLM: /version) must be the one recorded in the run's identity."""
@@ -431,26 +547,39 @@ class EngineProvider(OpenAIProvider):
         version = version or engine_version(self.engine, exe, self.version_query)
         sizes = (tensor_parallel_size, pipeline_parallel_size, data_parallel_size)
         key = (self.engine, tuple(exe), spec.model, sizes, tuple(extra), host, port, ready_timeout, stop_timeout, log, version)
+        if any(a == "--api-key" or a.startswith("--api-key=") for a in extra):
+            raise ConfigError(f"{spec.provider}: drop --api-key from the engine arguments: each run passes the engine a fresh key of its own")
         server = _SERVERS.get(key)
         if server is None:
             port = port or _free_port(host)
-            argv = [*exe, *self.command(spec.model, host, port, *sizes), *extra]
-            server = _SERVERS[key] = EngineServer(self.engine, argv, host, port, ready_timeout, stop_timeout, log, version, spec.model)
+            api_key = token_hex(32)  # hex: never starts with "-", which an engine's argparse would take for an option
+            argv = [*exe, *self.command(spec.model, host, port, *sizes), *self.key_args(api_key), *extra]
+            server = _SERVERS[key] = EngineServer(self.engine, argv, host, port, ready_timeout, stop_timeout, log, version, spec.model,
+                                                  api_key=api_key, key_env=self.key_env)
             server.extra = list(extra)
         self.server = server
         #: This provider's hold on the server: started by its first call, shared by the calls in flight.
         self._hold: asyncio.Future[None] | None = None
         self._closed = False
-        # The harness starts the server without --api-key: no key is sent (an OpenAI key in the
-        # environment never reaches it) unless GRANDROUNDS_ENGINE_API_KEY is set for one passed in engine_args.
+        # The engine requires the server's own fresh key of every call (no key of the environment
+        # is sent to it); it is redacted from every message like any key.
         super().__init__(
             ModelSpec(spec.provider, spec.model, server.url + "/v1"), timeout=timeout, api_key_env="GRANDROUNDS_ENGINE_API_KEY",
             max_response_mb=max_response_mb, **options,
         )
+        self._http.headers["Authorization"] = f"Bearer {server.api_key}"
+        self._http.secrets = self._secrets = (*self._http.secrets, server.api_key)
+
+    #: The variable the engine reads its API key from ("": it takes it as ``--api-key`` only).
+    key_env: ClassVar[str] = ""
 
     def command(self, model: str, host: str, port: int, tp: int, pp: int, dp: int) -> list[str]:
         """The engine's arguments for serving ``model`` (after the executable)."""
         raise NotImplementedError
+
+    def key_args(self, api_key: str) -> list[str]:
+        """The arguments that pass the engine its key (none where :attr:`key_env` carries it)."""
+        return [] if self.key_env else ["--api-key", api_key]
 
     @property
     def version(self) -> str:
@@ -465,7 +594,8 @@ class EngineProvider(OpenAIProvider):
         args = output_args(self.server.extra)
         return f"{self.engine} {self.server.version}" + (f" args:{args}" if args else "")
 
-    async def call(self, request: Request) -> Response:
+    async def _started(self) -> None:
+        """The server started (at the first call or look) and checked, and still running."""
         if self._closed:  # a call still on its way when the run ended: never start the server again
             raise self.server.failed or EngineError(f"{self.server.name()} was stopped: the run has ended")
         if self._hold is None:
@@ -474,6 +604,14 @@ class EngineProvider(OpenAIProvider):
         proc = self.server.proc
         if proc is not None and proc.returncode is not None:
             raise self.server.exited()
+
+    async def server_slots(self) -> tuple[int, str] | None:
+        """The engine's slots, asked of the engine this run started (never of whatever holds its port before)."""
+        await self._started()
+        return await super().server_slots()
+
+    async def call(self, request: Request) -> Response:
+        await self._started()
         try:
             return await super().call(request)
         except ProviderError as err:
@@ -500,6 +638,9 @@ class VLLMProvider(EngineProvider):
     """``vllm/MODEL``: ``vllm serve MODEL`` started for the run."""
 
     engine = "vllm"
+    #: vLLM reads VLLM_API_KEY as it reads --api-key; a variable, unlike an argument, is not
+    #: shown to other local users by ps
+    key_env = "VLLM_API_KEY"
     default_executable = "vllm"
     version_query = ["--version"]
     model_options = EngineProvider.options("vllm")

@@ -33,8 +33,11 @@ def build_report(store: Store, fmt: str, out: Path, benchmark: str | None = None
     rows = [e.row for b in bs for e in b.entries]
     sections = collect.drilldown(store, rows, max_items)
     if fmt == "html":
-        out.parent.mkdir(parents=True, exist_ok=True)
+        from grandrounds.core.files import staged
+
         images = html.ReportImages(ImageStore.beside(store.path))  # the images the runs sent, beside the store
-        out.write_text(html.render(bs, sections, title, agreement_by_result(store, rows), images), encoding="utf-8")
+        page = html.render(bs, sections, title, agreement_by_result(store, rows), images)
+        with staged() as files, files.open(out) as f:  # atomic: a failed write leaves the previous report
+            f.write(page)
         return [out]
     return tabular.write(fmt, out, tabular.board_rows(bs), collect.sample_rows(sections), tabular.breakdown_rows(bs))

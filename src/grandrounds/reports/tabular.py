@@ -4,7 +4,8 @@ csv and parquet are one table per file, so the per-sample rows go beside PATH as
 ``<stem>.samples.<ext>`` and the breakdown cells as ``<stem>.breakdowns.<ext>``; xlsx gets three
 sheets, json one object, md three tables.
 
-Cells hold untrusted text (model answers, sample ids, judge names, error bodies). In csv a text cell
+Cells hold untrusted text (model answers, sample ids, judge names, error bodies). In both, control
+characters (escape sequences) are shown escaped (``core.display.safe_text``). In csv a text cell
 that a spreadsheet would read as a formula is neutralised (:func:`csv_cell`); in md every character
 Markdown or HTML gives a meaning to is escaped (:func:`md_cell`), so the text shows as written and
 nothing in it renders or links.
@@ -15,9 +16,11 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import IO, Any, Sequence
 
 from grandrounds.analyses.leaderboard import Board, breakdown_tables
+from grandrounds.core.display import safe_text
+from grandrounds.core.files import staged
 
 FORMATS = ("html", "md", "csv", "xlsx", "json", "parquet")
 
@@ -96,27 +99,34 @@ def side_path(path: Path, table: str = "samples") -> Path:
 
 def write(fmt: str, path: Path, board: list[dict[str, Any]], samples: list[dict[str, Any]],
           breakdowns: Sequence[dict[str, Any]] = ()) -> list[Path]:
-    """Write ``fmt`` to ``path`` (and side files where the format holds one table); returns paths."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tables = {"samples": samples, "breakdowns": list(breakdowns)}
-    if fmt == "json":
-        path.write_text(json.dumps({"leaderboard": board, **tables}, ensure_ascii=False, indent=1), encoding="utf-8")
-        return [path]
-    if fmt == "md":
-        bd_cols = [c for c in (breakdowns[0] if breakdowns else BREAKDOWN_COLUMNS) if c not in ("run_id", "grader_fp")]
-        path.write_text(_md(board, ["benchmark", "setting", "rank", "tied", "model", "score", "ci95_low", "ci95_high", "n", "n_unscored", "coverage", "n_truncated", "prompt_tokens", "completion_tokens", "cost_usd", "protocol", "flags"])
-                        + "\n\n" + _md(samples, ["benchmark", "sample_id", "model", "judge", "value", "n_unknown", "error", "answer"])
-                        + "\n\n" + _md(tables["breakdowns"], bd_cols), encoding="utf-8")
-        return [path]
-    if fmt == "xlsx":
-        _xlsx(path, {"leaderboard": board, **tables})
-        return [path]
-    if fmt not in ("csv", "parquet"):
+    """Write ``fmt`` to ``path`` (and side files where the format holds one table); returns paths.
+
+    Every file is written under a temporary name and renamed into place once all are complete
+    (:func:`grandrounds.core.files.staged`), so a failure, a full disk included, leaves the
+    previous report and its side files as they were."""
+    if fmt not in FORMATS or fmt == "html":
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
-    writer = _csv if fmt == "csv" else _parquet
-    writer(path, board)
-    for name, rows in tables.items():
-        writer(side_path(path, name), rows)
+    tables = {"samples": samples, "breakdowns": list(breakdowns)}
+    with staged() as files:
+        if fmt == "json":
+            with files.open(path) as f:
+                f.write(json.dumps({"leaderboard": board, **tables}, ensure_ascii=False, indent=1))
+            return [path]
+        if fmt == "md":
+            bd_cols = [c for c in (breakdowns[0] if breakdowns else BREAKDOWN_COLUMNS) if c not in ("run_id", "grader_fp")]
+            with files.open(path) as f:
+                f.write(_md(board, ["benchmark", "setting", "rank", "tied", "model", "score", "ci95_low", "ci95_high", "n", "n_unscored", "coverage", "n_truncated", "prompt_tokens", "completion_tokens", "cost_usd", "protocol", "flags"])
+                        + "\n\n" + _md(samples, ["benchmark", "sample_id", "model", "judge", "value", "n_unknown", "error", "answer"])
+                        + "\n\n" + _md(tables["breakdowns"], bd_cols))
+            return [path]
+        if fmt == "xlsx":
+            with files.open(path, "wb") as f:
+                _xlsx(f, {"leaderboard": board, **tables})
+            return [path]
+        writer, mode = (_csv, "w") if fmt == "csv" else (_parquet, "wb")
+        for target, rows in ((path, board), *((side_path(path, name), t) for name, t in tables.items())):
+            with files.open(target, mode) as f:
+                writer(f, rows)
     return [path, *(side_path(path, name) for name in tables)]
 
 
@@ -132,7 +142,7 @@ def csv_cell(v: Any) -> Any:
     like any other and is neutralised too."""
     if v is None or isinstance(v, (bool, int, float)):
         return v
-    text = str(v)
+    text = safe_text(v)  # control characters shown escaped: no escape sequence reaches a terminal that shows the file
     if text.startswith(FORMULA_LEADS) or text.lstrip(" \t\r\n").startswith(FORMULA_LEADS):
         return "'" + text
     return text
@@ -151,7 +161,7 @@ def md_cell(v: Any) -> str:
         return ""
     if isinstance(v, float):
         return f"{v:.4f}"
-    text = " ".join(str(v).replace("\r\n", "\n").splitlines()) if isinstance(v, str) else str(v)
+    text = safe_text(" ".join(str(v).replace("\r\n", "\n").splitlines()) if isinstance(v, str) else str(v))
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in text)
 
 
@@ -161,24 +171,23 @@ def _md(rows: list[dict[str, Any]], cols: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        if not rows:
-            return
-        fields = list(rows[0])
-        w = csv.writer(f)
-        w.writerow([csv_cell(c) for c in fields])
-        w.writerows([csv_cell(r.get(c)) for c in fields] for r in rows)
+def _csv(f: IO[str], rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    fields = list(rows[0])
+    w = csv.writer(f)
+    w.writerow([csv_cell(c) for c in fields])
+    w.writerows([csv_cell(r.get(c)) for c in fields] for r in rows)
 
 
-def _parquet(path: Path, rows: list[dict[str, Any]]) -> None:
+def _parquet(f: IO[bytes], rows: list[dict[str, Any]]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({}), path)
+    pq.write_table(pa.Table.from_pylist(rows) if rows else pa.table({}), f)
 
 
-def _xlsx(path: Path, sheets: dict[str, list[dict[str, Any]]]) -> None:
+def _xlsx(f: IO[bytes], sheets: dict[str, list[dict[str, Any]]]) -> None:
     """One sheet per table, in order; text is kept as text (never a formula) and cut to Excel's limit."""
     from openpyxl import Workbook
 
@@ -196,4 +205,4 @@ def _xlsx(path: Path, sheets: dict[str, list[dict[str, Any]]]) -> None:
                 cell = ws.cell(row=i, column=j, value=v)
                 if isinstance(v, str) and v.startswith("="):
                     cell.data_type = "s"  # model text is text, never a formula
-    wb.save(path)
+    wb.save(f)

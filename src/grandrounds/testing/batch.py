@@ -14,7 +14,9 @@ polls it stays in progress, how it ends (completed, expired, cancelled, failed) 
 its requests were processed before an expiry or a cancellation; while in progress it can report
 requests processed (``progress`` more per look) and, on the OpenAI wire, its last looks as
 ``finalizing``. The server counts what a test needs to check: every submission with its custom
-ids, polls, downloads, and the headers sent.
+ids, polls, downloads, and the headers sent. ``lost_creates`` makes the next creations create the
+batch and then answer 502, as a proxy that lost the reply would; both APIs' batch lists
+(``GET /v1/batches``, ``GET /v1/messages/batches``, newest first) show what was created.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class _Batch:
     bodies: list[dict[str, Any]]
     plan: Plan
     created: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    input_file_id: str | None = None
     polls: int = 0
     ended: bool = False
     output: str | None = None
@@ -107,6 +111,8 @@ class BatchServer:
         self.plan = plan
         #: HTTP statuses the next batch creations answer with instead of creating (then it works again)
         self.create_faults: list[int] = []
+        #: creations still to answer 502 after creating the batch (the reply lost on its way back)
+        self.lost_creates = 0
         self.stats = BatchServerStats()
         self.port = 0
         self._files: dict[str, bytes] = {}
@@ -162,6 +168,8 @@ class BatchServer:
         app.router.add_post("/v1/files", self._upload)
         app.router.add_get("/v1/files/{id}/content", self._file_content)
         app.router.add_post("/v1/batches", self._openai_create)
+        app.router.add_get("/v1/batches", self._openai_list)
+        app.router.add_get("/v1/messages/batches", self._anthropic_list)
         app.router.add_get("/v1/batches/{id}", self._openai_status)
         app.router.add_post("/v1/batches/{id}/cancel", self._openai_cancel)
         app.router.add_post("/v1/messages/batches", self._anthropic_create)
@@ -248,6 +256,35 @@ class BatchServer:
             return None
         err = {"type": "error", "error": {"type": "api_error" if status >= 500 else "invalid_request_error", "message": f"injected {status}"}}
         return web.json_response(err, status=status, headers={"retry-after": "0"})
+
+    def _lost(self, created: dict[str, Any]) -> web.Response:
+        """What the client gets for a batch just created: its object, or a 502 if the reply is lost."""
+        with self._lock:
+            lost = self.lost_creates > 0
+            self.lost_creates -= lost
+        if lost:
+            return web.json_response({"error": {"message": "bad gateway (injected: the batch was created)"}}, status=502)
+        return web.json_response(created)
+
+    def _listed(self, request: web.Request, wire: str, after_key: str, show: Callable[[_Batch], dict[str, Any]]) -> web.Response:
+        """One page of a wire's batches, newest first, after the id ``after_key`` names."""
+        with self._lock:
+            batches = [b for b in reversed(list(self._batches.values())) if b.wire == wire]
+        after = request.query.get(after_key)
+        if after:
+            ids = [b.id for b in batches]
+            batches = batches[ids.index(after) + 1:] if after in ids else []
+        limit = int(request.query.get("limit", "20"))
+        page = batches[:limit]
+        data = [show(b) for b in page]
+        return web.json_response({"object": "list", "data": data, "has_more": len(batches) > limit,
+                                  "first_id": page[0].id if page else None, "last_id": page[-1].id if page else None})
+
+    async def _openai_list(self, request: web.Request) -> web.Response:
+        return self._listed(request, "openai", "after", self._openai_object)
+
+    async def _anthropic_list(self, request: web.Request) -> web.Response:
+        return self._listed(request, "anthropic", "after_id", self._anthropic_object)
 
     def _new_batch(self, wire: str, custom_ids: list[str], bodies: list[dict[str, Any]]) -> _Batch:
         n = next(self._ids)
@@ -350,7 +387,8 @@ class BatchServer:
         if len({x["custom_id"] for x in lines}) != len(lines):
             return web.json_response({"error": {"message": "duplicate custom_id"}}, status=400)
         batch = self._new_batch("openai", [x["custom_id"] for x in lines], [x["body"] for x in lines])
-        return web.json_response(self._openai_object(batch, "validating"))
+        batch.metadata, batch.input_file_id = dict(body.get("metadata") or {}), body["input_file_id"]
+        return self._lost(self._openai_object(batch, "validating"))
 
     def _openai_object(self, batch: _Batch, status: str | None = None) -> dict[str, Any]:
         n = len(batch.custom_ids)
@@ -360,7 +398,7 @@ class BatchServer:
         done = batch.succeeded if batch.ended else batch.plan.shown(batch.polls, n)
         out: dict[str, Any] = {
             "id": batch.id, "object": "batch", "endpoint": "/v1/chat/completions", "status": status,
-            "completion_window": "24h", "created_at": batch.created,
+            "completion_window": "24h", "created_at": batch.created, "input_file_id": batch.input_file_id, "metadata": batch.metadata,
             "output_file_id": batch.output, "error_file_id": batch.errors,
             "request_counts": {"total": n, "completed": done, "failed": n - batch.succeeded if batch.ended else 0},
         }
@@ -403,7 +441,7 @@ class BatchServer:
         if len(set(ids)) != len(ids) or any(len(i) > 64 for i in ids):
             return web.json_response({"type": "error", "error": {"type": "invalid_request_error", "message": "custom_id"}}, status=400)
         batch = self._new_batch("anthropic", ids, [r["params"] for r in reqs])
-        return web.json_response(self._anthropic_object(batch))
+        return self._lost(self._anthropic_object(batch))
 
     def _anthropic_object(self, batch: _Batch) -> dict[str, Any]:
         n = len(batch.custom_ids)
@@ -417,7 +455,7 @@ class BatchServer:
                 counts[kind] = counts.get(kind, 0) + 1
         return {
             "id": batch.id, "type": "message_batch", "processing_status": "ended" if batch.ended else "in_progress",
-            "request_counts": counts, "created_at": batch.created,
+            "request_counts": counts, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(batch.created)),
             "results_url": f"{self.anthropic_url}/v1/messages/batches/{batch.id}/results" if batch.ended else None,
         }
 

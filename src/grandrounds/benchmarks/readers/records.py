@@ -1,7 +1,8 @@
-"""Checks on the records read from a data file: required fields, and ids met only once."""
+"""Checks on the records read from a data file: required fields, ids met only once, rubric points."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -46,3 +47,23 @@ def check_unique_ids(path: Path, ids: Iterable[str]) -> None:
     seen = IdSet(path)
     for i in ids:
         seen.add(i)
+
+
+def check_points(path: Path, where: int | str, label: str, points: Iterable[Any]) -> None:
+    """Rubric points must be finite numbers, and so must the sums a score is made of (the positive
+    points, the negative points): NaN, Infinity, or values such as 1e308 whose sum overflows to
+    infinity are a DataError naming the record (``label``: its id and ": ", or "")."""
+    pos = neg = 0.0
+    for i, p in enumerate(points):
+        try:
+            value = float(p)
+        except OverflowError:  # an integer beyond any float
+            value = math.inf
+        if not math.isfinite(value):
+            raise DataError(path, where, f"{label}rubric item {i} has points {p!r}: points must be finite numbers")
+        if value > 0:
+            pos += value
+        else:
+            neg += value
+    if not (math.isfinite(pos) and math.isfinite(neg)):
+        raise DataError(path, where, f"{label}rubric points are too large: their sum overflows to infinity, so no score is defined")

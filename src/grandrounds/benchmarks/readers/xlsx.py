@@ -16,18 +16,33 @@ Each entry is read with openpyxl's own pieces, as its ``read_string_table`` read
 out; then ``x005F_`` removed), so every cell value is identical to openpyxl's. Where openpyxl's
 internals are not what this module expects (another version), :func:`open_xlsx` falls back to
 the plain ``load_workbook`` and says so in :attr:`Xlsx.streaming`.
+
+Every XML part openpyxl opens through the archive (the table, each worksheet) is read through a
+:class:`_CappedPart`, which runs the bytes through expat before openpyxl's parser sees them and
+stops at the first cell (a table entry ``<si>`` or a worksheet cell ``<c>``, rich-text runs and
+inline strings included) or text run longer than :func:`cell_limit` characters, the limit CSV
+cells have (``csv.field_size_limit()``, 131,072 by default): so a 100 MB cell, which deflate
+squeezes into 100 KB, costs at most one chunk of the part in memory and is a
+:class:`CellTooLargeError`, never a 100 MB string. :func:`sheet_rows` reads a sheet's rows with
+every failure (a cell too long, a bad shared-string index, a damaged archive member, bad XML)
+turned into one :class:`~grandrounds.core.errors.DataError` naming the file, sheet and row.
 """
 
 from __future__ import annotations
 
+import csv
 import inspect
 import os
 import tempfile
+import xml.parsers.expat
 from array import array
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO, Any, Iterator, overload
 
-__all__ = ["SharedStrings", "SharedStringsError", "Xlsx", "open_xlsx"]
+from grandrounds.core.errors import DataError
+
+__all__ = ["CellTooLargeError", "SharedStrings", "SharedStringsError", "Xlsx", "cell_limit", "open_xlsx", "sheet_rows"]
 
 
 class SharedStringsError(ValueError):
@@ -37,6 +52,117 @@ class SharedStringsError(ValueError):
     def __init__(self, filename: str, member: str, problem: str) -> None:
         self.filename, self.member, self.problem = filename, member, problem
         super().__init__(f"{filename}: {member}: {problem}")
+
+
+class CellTooLargeError(SharedStringsError):
+    """A cell (or a run of text) longer than :func:`cell_limit` characters, found while reading a part."""
+
+
+def cell_limit() -> int:
+    """The most characters a cell may hold: the CSV reader's field limit, so both formats refuse alike."""
+    return csv.field_size_limit()
+
+
+#: Bytes read from an archive member at a time by :class:`_CappedPart`.
+PART_CHUNK = 64 * 1024
+#: The elements whose text is summed as one cell: a table entry, a worksheet cell.
+_CELL_TAGS = frozenset({"si", "c"})
+
+
+class _CappedPart:
+    """An XML archive member, read as openpyxl reads it, whose bytes are first fed to expat:
+    counting the characters of each cell (:data:`_CELL_TAGS`, its text summed over every element
+    inside it) and of each text run anywhere, and raising :class:`CellTooLargeError` once one
+    passes ``limit``, before openpyxl's parser gets the rest. Bad XML is left for openpyxl's
+    parser to report, as it would without this check."""
+
+    def __init__(self, raw: IO[bytes], filename: str, member: str, limit: int) -> None:
+        self._raw, self._filename, self._member, self._limit = raw, filename, member, limit
+        self._cell = 0  # characters of the open cell
+        self._depth = 0  # cells open (1 inside a cell; a nested one is not valid, but counted)
+        self._run = 0  # characters since the last tag
+        self._broken = False
+        p = self._expat = xml.parsers.expat.ParserCreate(namespace_separator="}")
+        p.buffer_text = True
+        p.StartElementHandler, p.EndElementHandler, p.CharacterDataHandler = self._start, self._end, self._text
+
+    def _start(self, name: str, _attrs: Any) -> None:
+        self._run = 0
+        if name.rpartition("}")[2] in _CELL_TAGS:
+            self._depth += 1
+            if self._depth == 1:
+                self._cell = 0
+
+    def _end(self, name: str) -> None:
+        self._run = 0
+        if name.rpartition("}")[2] in _CELL_TAGS and self._depth:
+            self._depth -= 1
+
+    def _text(self, data: str) -> None:
+        self._run += len(data)
+        if self._depth:
+            self._cell += len(data)
+        if self._run > self._limit or self._cell > self._limit:
+            what = "a cell" if self._depth else "a run of text"
+            raise CellTooLargeError(self._filename, self._member,
+                                    f"{what} is longer than the limit of {self._limit:,} characters (the CSV cell limit)")
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(PART_CHUNK if n is None or n < 0 or n > PART_CHUNK else n)
+        if not self._broken:
+            try:
+                self._expat.Parse(data, not data)
+            except xml.parsers.expat.ExpatError:
+                self._broken = True  # openpyxl's own parser reports it, at the same place
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self) -> "_CappedPart":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _CappedArchive:
+    """The workbook's zip archive, whose XML members open as :class:`_CappedPart`; all else as the archive's."""
+
+    def __init__(self, archive: Any, limit: int) -> None:
+        self._archive, self._limit = archive, limit
+
+    def open(self, name: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        raw = self._archive.open(name, mode, *args, **kwargs)
+        member = getattr(name, "filename", name)
+        if mode != "r" or not str(member).endswith(".xml"):
+            return raw
+        return _CappedPart(raw, str(self._archive.filename), str(member), self._limit)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._archive, name)
+
+
+def sheet_rows(path: Path, ws: Any) -> Iterator[tuple[Any, ...]]:
+    """The values of ``ws``'s rows, any failure while reading one (a cell over the limit, a bad
+    shared-string index, a damaged archive member, bad XML) a one-line DataError naming the file,
+    the sheet and the row."""
+    rows, r = ws.iter_rows(values_only=True), 0
+    while True:
+        r += 1
+        try:
+            values = next(rows)
+        except StopIteration:
+            return
+        except SharedStringsError as e:
+            raise DataError(path, f"sheet {ws.title!r} row {r}", f"{e.member}: {e.problem}") from None
+        except Exception as e:  # zipfile.BadZipFile, zlib.error, XML ParseError, EOFError, openpyxl's own
+            why = " ".join(str(e).split())[:300] or "no detail"
+            raise DataError(path, f"sheet {ws.title!r} row {r}", f"damaged worksheet ({type(e).__name__}: {why})") from None
+        yield values
 
 
 class SharedStrings(Sequence[str]):
@@ -130,6 +256,9 @@ class SharedStrings(Sequence[str]):
                 self._append(text)
                 if len(offsets) == want:  # entries are added one at a time: this is entry i
                     return text
+        except CellTooLargeError as e:
+            self._failure = f"entry {self.parsed} of the shared-strings table: {e.problem}"
+            raise self._error(self._failure, too_large=True) from None
         except Exception as e:  # bad XML, a damaged archive member, an unreadable entry
             self._failure = f"cannot read entry {self.parsed} of the shared-strings table: {type(e).__name__}: {e}"
             raise self._error(self._failure) from e
@@ -138,8 +267,8 @@ class SharedStrings(Sequence[str]):
         self._close_source()
         return None
 
-    def _error(self, problem: str) -> SharedStringsError:
-        return SharedStringsError(self._filename, self._member, problem)
+    def _error(self, problem: str, too_large: bool = False) -> SharedStringsError:
+        return (CellTooLargeError if too_large else SharedStringsError)(self._filename, self._member, problem)
 
     def _append(self, text: str) -> None:
         if self._spill is None:
@@ -246,11 +375,24 @@ def _lazy_reader_class() -> type:
     return _LazyReader
 
 
+def _cause(err: BaseException, kind: type[CellTooLargeError]) -> CellTooLargeError | None:
+    """``err`` or the first error of type ``kind`` it was raised from or while handling."""
+    seen: set[int] = set()
+    at: BaseException | None = err
+    while at is not None and id(at) not in seen:
+        if isinstance(at, kind):
+            return at
+        seen.add(id(at))
+        at = at.__cause__ or at.__context__
+    return None
+
+
 def open_xlsx(path: str | os.PathLike[str]) -> Xlsx:
     """Open ``path`` read-only with cached values (``data_only``), its shared strings read lazily.
 
-    Raises what ``openpyxl.load_workbook`` raises for a file it cannot open; a bad index or an
-    unreadable table entry surfaces as :class:`SharedStringsError` while the rows are read.
+    Raises what ``openpyxl.load_workbook`` raises for a file it cannot open (a
+    :class:`CellTooLargeError` where a part read on opening holds a cell over the limit); a bad
+    index or an unreadable table entry surfaces as :class:`SharedStringsError` while the rows are read.
     """
     import openpyxl
     from openpyxl.worksheet._read_only import ReadOnlyWorksheet
@@ -259,6 +401,7 @@ def open_xlsx(path: str | os.PathLike[str]) -> Xlsx:
     if not _expected_internals():
         return Xlsx(openpyxl.load_workbook(filename, read_only=True, data_only=True), None, False)
     reader = _lazy_reader_class()(filename, read_only=True, data_only=True)
+    reader.archive = _CappedArchive(reader.archive, cell_limit())  # every XML part read with the cell limit
     strings = None
     try:
         reader.read()
@@ -267,10 +410,13 @@ def open_xlsx(path: str | os.PathLike[str]) -> Xlsx:
         sheets = [ws for ws in getattr(wb, "_sheets", []) if isinstance(ws, ReadOnlyWorksheet)]
         wired = all(getattr(ws, "_shared_strings", None) is reader.shared_strings for ws in sheets)
         has_archive = getattr(wb, "_archive", None) is reader.archive
-    except BaseException:
+    except BaseException as e:
         if isinstance(reader.shared_strings, SharedStrings):
             reader.shared_strings.close()
         reader.archive.close()
+        too_large = _cause(e, CellTooLargeError)
+        if too_large is not None:  # openpyxl wraps it in an error of its own, several lines long
+            raise too_large from None
         raise
     if not (wired and has_archive):  # the table did not reach the sheets as expected: read plainly
         if strings is not None:

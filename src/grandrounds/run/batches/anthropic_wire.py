@@ -1,10 +1,19 @@
 """Anthropic's Message Batches, as a :class:`~grandrounds.run.batches.wire.Wire`: the batch created
 with its requests (``POST /v1/messages/batches``), its status (``GET
-/v1/messages/batches/{id}``) and its results read line by line (``results_url``)."""
+/v1/messages/batches/{id}``) and its results read line by line (``results_url``).
+
+Message batches carry no metadata, and their requests cannot be seen before they end: when a
+creation's reply is lost, the next try lists the batches (newest first) and takes the one batch
+created since shortly before the first try, unknown to the store, with as many requests as this
+one; where none or several fit, it creates the batch again (a batch of other requests, if ever
+taken, ends without these keys' results, and they are sent again)."""
 
 from __future__ import annotations
 
 import json
+import time
+from datetime import datetime
+from secrets import token_hex
 from typing import Any, AsyncIterator, cast
 
 from grandrounds.core.records import Request, Response
@@ -12,7 +21,11 @@ from grandrounds.providers.anthropic import AnthropicProvider, error_from_body, 
 from grandrounds.providers.base import Provider, ProviderError, error_reason, redact
 from grandrounds.run.batches.http import BatchHttp
 from grandrounds.run.batches.settings import BatchSettings
-from grandrounds.run.batches.wire import Remote, Wire
+from grandrounds.run.batches.wire import Remote, Submission, Wire
+
+#: How far back (seconds before the first try, for clock skew) a batch may have been created to be
+#: the one whose creation reply was lost.
+FIND_SKEW = 300
 
 
 #: Anthropic error types -> the HTTP status a live call would have had.
@@ -40,10 +53,31 @@ class AnthropicWire(Wire):
     def line(self, key: str, body: dict[str, Any]) -> bytes:
         return json.dumps({"custom_id": key, "params": body}, ensure_ascii=False).encode("utf-8")
 
-    async def submit(self, lines: list[bytes]) -> Remote:
+    async def submit(self, lines: list[bytes], attempt: Submission | None = None) -> Remote:
+        attempt = attempt or Submission(token_hex(16), time.time())
+        if attempt.sent:
+            found = await self.find(attempt, len(lines))
+            if found is not None:
+                attempt.found = True
+                return found
         # The requests are already JSON: joined into the body as they are, not parsed again.
         data = b'{"requests":[' + b",".join(lines) + b"]}"
+        attempt.sent = True
         return self._remote(await self._call(lambda http: http.post_bytes("/v1/messages/batches", data)))
+
+    async def find(self, attempt: Submission, size: int) -> Remote | None:
+        """The one batch (of the newest 100) created since shortly before the first try, unknown to
+        the store, with ``size`` requests; None where there is none or more than one."""
+        page = await self._call(lambda http: http.get("/v1/messages/batches?limit=100"))
+        fits = []
+        for b in page.get("data") or []:
+            if not isinstance(b, dict) or b.get("id") in attempt.known:
+                continue
+            counts = b.get("request_counts") if isinstance(b.get("request_counts"), dict) else {}
+            total = sum(v for v in counts.values() if isinstance(v, int) and not isinstance(v, bool))
+            if total == size and _created(b.get("created_at")) >= attempt.started - FIND_SKEW:
+                fits.append(b)
+        return self._remote(fits[0]) if len(fits) == 1 else None
 
     async def status(self, batch_id: str) -> Remote:
         return self._remote(await self._call(lambda http: http.get(f"/v1/messages/batches/{batch_id}")))
@@ -99,3 +133,13 @@ class AnthropicWire(Wire):
             return key, ProviderError(f"batch request {kind} before it was processed", retryable=True, kind=cause)
         return key, ProviderError(f"batch result of unknown type {kind!r}", retryable=True)
 
+
+
+def _created(value: Any) -> float:
+    """A batch's ``created_at`` (RFC 3339, or seconds) as seconds; 0 where it cannot be read."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0

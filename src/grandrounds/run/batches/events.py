@@ -51,9 +51,12 @@ class BatchStats(CallStats):
 @dataclass
 class HubStats:
     """Per endpoint: batches submitted and picked up, polls, failed looks and submissions (each
-    tried again), how each batch ended (completed, expired, cancelled, failed), the largest batch."""
+    tried again), how each batch ended (completed, expired, cancelled, failed), the largest batch,
+    and of the batches submitted those found again after their creation's reply was lost (created
+    once, not twice)."""
 
     batches: int = 0
+    found_again: int = 0
     resumed_batches: int = 0
     requests: int = 0
     polls: int = 0
@@ -65,7 +68,8 @@ class HubStats:
     def line(self, where: str) -> str:
         ended = ", ".join(f"{n} {state}" for state, n in sorted(self.ended.items())) or "none ended yet"
         resumed = f", {self.resumed_batches} picked up from an earlier run" if self.resumed_batches else ""
-        return (f"batches at {where}: {self.batches} submitted ({self.requests} requests, largest {self.largest}){resumed}; "
+        lost = f", {self.found_again} of them found again after a lost reply (not created twice)" if self.found_again else ""
+        return (f"batches at {where}: {self.batches} submitted ({self.requests} requests, largest {self.largest}){lost}{resumed}; "
                 f"{ended}; {self.polls} polls")
 
 

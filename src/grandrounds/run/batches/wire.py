@@ -26,6 +26,21 @@ class Remote:
     results: tuple[str | None, ...] = ()
 
 
+@dataclass
+class Submission:
+    """One batch's submission across its tries: a marker of ours sent with it (where the API
+    keeps one), the uploaded input file (OpenAI), when it was first tried, whether a try was sent
+    (so a lost reply may have created it), the batch ids already known (never taken for it), and
+    whether the batch was found again rather than created."""
+
+    marker: str
+    started: float
+    known: frozenset[str] = frozenset()
+    file_id: str | None = None
+    sent: bool = False
+    found: bool = False
+
+
 class Wire:
     """One provider's batch API: request lines, submission, status and results.
 
@@ -64,8 +79,15 @@ class Wire:
     def line(self, key: str, body: dict[str, Any]) -> bytes:
         raise NotImplementedError
 
-    async def submit(self, lines: list[bytes]) -> Remote:
+    async def submit(self, lines: list[bytes], attempt: "Submission | None" = None) -> Remote:
+        """Create a batch of ``lines``. ``attempt`` is kept across the tries of one submission:
+        from the second on, the batch a lost reply may have created is looked for first
+        (:meth:`find`) and returned instead of creating another."""
         raise NotImplementedError
+
+    async def find(self, attempt: "Submission", size: int) -> Remote | None:
+        """The batch an earlier try of ``attempt`` created though its reply was lost, or None."""
+        return None
 
     async def status(self, batch_id: str) -> Remote:
         raise NotImplementedError
