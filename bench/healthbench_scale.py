@@ -12,9 +12,13 @@ the re-run of an interrupted run does; no call either).
 
     python bench/healthbench_scale.py                      # sizes 500 and 5000, 5 ms latency
     python bench/healthbench_scale.py --sizes 500 5000 --latency 0.05
+    python bench/healthbench_scale.py --sizes 5000 --out     # each run also writes --out DIR
+
+With ``--out`` every run writes ``results.json`` and ``samples.jsonl`` to a folder beside its store,
+as users run it; the warm re-run then rewrites both files.
 
 Targets (issue 11): the 5,000-conversation cold run peaks under 200 MB, within 1.3x of the peak at
-500; its warm re-run makes 0 calls in under 3 s.
+500; its warm re-run makes 0 calls in under 3 s. With ``--out`` (issue 34) the same two targets.
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.005)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--out", action="store_true", help="each run also writes its outputs (--out DIR beside its store)")
     args = ap.parse_args()
     if not args.data.exists():
         raise SystemExit(f"{args.data}: not found (HealthBench-500 from ../shared/data, or pass --data)")
@@ -107,7 +112,9 @@ def main() -> None:
     server.start()
     base_url = q.get(timeout=30)
     env = dict(os.environ, OPENAI_API_KEY="bench", GRANDROUNDS_CACHE=tempfile.mkdtemp(prefix="gr-bench-cache-"))
-    print(f"HealthBench per criterion, latency {args.latency * 1000:.0f} ms, {args.concurrency} connections, load {os.getloadavg()[0]:.2f}")
+    outputs = ", writing --out" if args.out else ""
+    print(f"HealthBench per criterion, latency {args.latency * 1000:.0f} ms, {args.concurrency} connections{outputs}, "
+          f"load {os.getloadavg()[0]:.2f}")
     print(f"{'size':>6}{'criteria':>10}{'run':>7}{'calls':>8}{'wall s':>9}{'cpu s':>8}{'peak MB':>9}  score")
     peaks: dict[int, float] = {}
     try:
@@ -121,6 +128,8 @@ def main() -> None:
                     "--judge", "openai/bench-judge", "--judge-base-url", base_url, "--protocol", "grandrounds",
                     "--concurrency", str(args.concurrency), "--judge-concurrency", str(args.concurrency),
                 ]
+                if args.out:
+                    cmd += ["--out", str(Path(d) / "out")]
                 for label in ("cold", "warm", "grades"):
                     if label == "grades":  # the re-run of an unfinished run: every stored grade read
                         forget_settled(Path(d) / "store.db")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -76,3 +77,13 @@ def official_reference() -> Path:
 def offline_env() -> dict[str, str]:
     """The variables a grandrounds subprocess needs to read official text offline (set by the autouse fixture)."""
     return {k: os.environ[k] for k in ("GRANDROUNDS_REFERENCE", "GRANDROUNDS_CACHE") if k in os.environ}
+
+
+@pytest.fixture(autouse=True)
+def _command_source_options_end_with_the_test() -> Iterator[None]:
+    """A command's --mirror/--bundle options hold for that command; one process runs many commands
+    here, so they are dropped after each test as a new command would drop them."""
+    yield
+    from grandrounds.sources import mirrors
+
+    mirrors.set_overrides({})

@@ -20,7 +20,7 @@ vary it by request):
 - ``echo_key``: 401 JSON echoing the Authorization header and the bare token, as some gateways do;
 - ``echo_headers``: 502 plain text listing every request header, as a debugging proxy does.
 
-``stats`` counts requests, body bytes written per request and the Authorization headers seen.
+``stats`` counts requests (calls; GET look-ups apart), body bytes written per request and the Authorization headers seen with calls.
 Nothing is sent beyond 127.0.0.1.
 """
 
@@ -40,6 +40,8 @@ MB = 1024 * 1024
 @dataclass
 class HostileStats:
     requests: int = 0
+    #: GET requests (a client looking up the server's slots before its calls), answered in the same mode
+    lookups: int = 0
     modes: list[str] = field(default_factory=list)
     #: body bytes the server managed to write, per request (what the client let into its socket)
     bytes_sent: list[int] = field(default_factory=list)
@@ -100,9 +102,12 @@ class HostileServer:
                 raw = await reader.readexactly(int(headers.get("content-length", "0")))
                 body = json.loads(raw or b"{}")
                 mode = self.mode(body) if callable(self.mode) else self.mode
-                self.stats.requests += 1
+                if lines[0].startswith("GET "):  # a client asking what the server is (its slots): not a call
+                    self.stats.lookups += 1
+                else:
+                    self.stats.requests += 1
+                    self.stats.authorizations.append(headers.get("authorization", ""))
                 self.stats.modes.append(mode)
-                self.stats.authorizations.append(headers.get("authorization", ""))
                 self.stats.bytes_sent.append(0)
                 if not await self._answer(mode, body, headers, writer):
                     break

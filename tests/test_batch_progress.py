@@ -299,7 +299,10 @@ def test_an_overflow_that_cannot_be_fitted_fails_naming_the_numbers(wire, tmp_pa
         p = make_provider(wire, srv)
         [out], ex = run_batched(st, p, judge_requests(p, 1))
         assert srv.batch_sizes() == [1], "nothing to shrink to: not sent again"
-    assert out.error == "context 4096 exceeded: prompt 5000 + max_tokens 2000: lower --judge-max-tokens or serve the model with a larger context"
+    assert out.error == ("context 4096 exceeded: prompt 5000 + max_tokens 2000: the prompt alone is over the model's context "
+                         "(5000 tokens, context 4096), so no max tokens can fit it: serve the model with a larger context "
+                         "(not asked again with the same model and options)")
+    assert out.finish_reason == "context_length", "final: a later run takes it from the store"
     assert ex.stats.shrunk == 0 and ex.stats.failed == 1
 
 

@@ -99,12 +99,12 @@ def test_run_out_writes_every_line_in_order_one_chunk_at_a_time(tmp_path, monkey
         return outcomes[-1]
 
     monkeypatch.setattr(runner_mod, "run", keep)
-    reads = Reads(monkeypatch, ("grades_for", "answers_for", "answer_prompts_for"))
+    reads = Reads(monkeypatch, ("grade_docs_for", "answers_for", "answer_prompts_for"))
     cfg = RunConfig("demo", "scripted/alpha", provider_options={"script": demo_script(ALPHA)})
     cli._execute([cfg], db, out)
 
     [o] = outcomes
-    grade_reads, answer_reads, prompt_reads = (reads.of(name) for name in ("grades_for", "answers_for", "answer_prompts_for"))
+    grade_reads, answer_reads, prompt_reads = (reads.of(name) for name in ("grade_docs_for", "answers_for", "answer_prompts_for"))
     ids = [smp.id for smp in o.samples]  # the data's order (read again here, after the reads above)
     lines = [json.loads(x) for x in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [x["sample_id"] for x in lines] == ids and len(ids) == len(DEMO) == 12

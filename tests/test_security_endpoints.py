@@ -314,6 +314,7 @@ def test_a_run_against_an_endless_stream_ends_with_every_call_failed_once(tmp_pa
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
         n = srv.stats.requests
     assert n == 3, "one request per question: too large is not retried"
+    assert srv.stats.lookups <= 3, "the server's slots are looked up once (three places to look), endless answers and all"
     assert out.answer_stats.failed == 3 and out.result.extra["n_answer_failed"] == 3
     assert all(r.error.startswith("response too large: over 1 MB") for r in out.responses.values())
 

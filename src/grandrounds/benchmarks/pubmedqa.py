@@ -152,7 +152,12 @@ class PubMedQA(MultipleChoiceBenchmark):
     def data_files(self, root: Path) -> list[Path]:
         """ori_pqal.json, plus test_ground_truth.json beside it for the test split."""
         ori = resolve_file(root, "ori_pqal.json")
-        return [ori] if self.split == "all" else [ori, ori.parent / "test_ground_truth.json"]
+        labels = ori.parent / "test_ground_truth.json"
+        if self.split == "test" and not labels.exists():
+            raise DataError(labels, None, f"not found: the test split's labels must lie beside {ori.name} "
+                            f"(test_ground_truth.json, published with it in the PubMedQA repository: {REPO}/test_ground_truth.json); "
+                            f"put it there, or read all 1,000 labelled items with `grandrounds run pubmedqa --data {ori} --param split=all`")
+        return [ori] if self.split == "all" else [ori, labels]
 
     def records(self, root: Path) -> Iterator[Sample]:
         files = self.data_files(root)

@@ -209,6 +209,23 @@ class HttpClient:
         except OSError as err:  # a socket error aiohttp did not wrap
             raise ProviderError(self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True) from None
 
+    async def get(self, url: str, timeout: float) -> HttpReply:
+        """GET ``url`` (on this client's endpoint, e.g. a server's ``/props``) within ``timeout``
+        seconds, under the same size cap; any status comes back, transport failures raise."""
+        session = self._session()
+        try:
+            async with asyncio.timeout(timeout):
+                async with session.get(
+                    url, headers=self.headers, allow_redirects=False, proxy=self._proxy, proxy_headers=self._proxy_headers
+                ) as resp:
+                    return HttpReply(resp.status, resp.headers, await self._read(resp))
+        except TimeoutError:
+            raise ProviderError(f"timeout: no complete reply within {timeout:g} s", retryable=True, kind="timeout") from None
+        except aiohttp.ClientError as err:
+            raise self._failure(err) from None
+        except OSError as err:
+            raise ProviderError(self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True) from None
+
     async def _exchange(self, session: aiohttp.ClientSession, url: str, data: bytes) -> HttpReply:
         async with session.post(
             url, data=data, headers=self.headers, allow_redirects=False, proxy=self._proxy, proxy_headers=self._proxy_headers

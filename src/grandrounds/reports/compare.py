@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from grandrounds.analyses.leaderboard import Comparison, ResultRow, engine_label, fingerprint_diff, paired_compare
+from grandrounds.analyses.leaderboard import (
+    COMPARABLE_FIELDS, Comparison, ResultRow, engine_label, fingerprint_diff, latest_comparable_pair, paired_compare, protocol_label,
+)
 from grandrounds.analyses.collect import result_rows, values
 from grandrounds.core.errors import ConfigError
+from grandrounds.core.hashing import canonical_json
 from grandrounds.store import Store
 
 
@@ -17,10 +21,14 @@ class ModelComparison:
     b: ResultRow
     result: Comparison | None
     not_comparable: tuple[str, ...] = ()
+    #: Why these runs and not the latest: the settings in which the latest runs differ ("" when the latest are compared).
+    note: str = ""
+    #: Where no run of A may be compared with a run of B: every run of both, to choose from.
+    candidates: tuple[ResultRow, ...] = ()
 
     def verdict(self) -> str:
         if self.not_comparable:
-            return "not comparable: differs in " + ", ".join(self.not_comparable)
+            return "not comparable: differs in " + ", ".join(self.not_comparable) + "; no run of one matches a run of the other (candidates below)"
         c = self.result
         if c is None or c.diff is None:
             return "no common scored samples"
@@ -72,9 +80,47 @@ def compare_models(store: Store, model_a: str, model_b: str, benchmark: str | No
         # Different --limit values are different item sets for a leaderboard, but a paired
         # comparison uses only the items both answered.
         diff = [f for f in fingerprint_diff(a.fingerprint, b.fingerprint) if f != "limit"]
+        note = ""
         if diff:
-            out.append(ModelComparison(bench, a, b, None, tuple(diff)))
-            continue
+            pair = latest_comparable_pair(ra, rb)
+            if pair is None:
+                out.append(ModelComparison(bench, a, b, None, tuple(diff), candidates=tuple(ra + rb)))
+                continue
+            note = (f"the latest runs ({a.run_id[:8]}, {b.run_id[:8]}) differ in {', '.join(diff)}; "
+                    f"compared the latest runs that match: {pair[0].run_id[:8]} and {pair[1].run_id[:8]}")
+            a, b = pair
         vals = values(store, [a.key, b.key])
-        out.append(ModelComparison(bench, a, b, paired_compare(vals[a.key], vals[b.key], seed=seed, n_resamples=n_resamples)))
+        out.append(ModelComparison(bench, a, b, paired_compare(vals[a.key], vals[b.key], seed=seed, n_resamples=n_resamples), note=note))
     return out
+
+
+def _flat(value: Any, prefix: str) -> dict[str, str]:
+    """A fingerprint field as dotted keys (two levels of nesting) -> canonical JSON of the value."""
+    if isinstance(value, dict) and prefix.count(".") < 2:
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}.{k}"))
+        return out
+    return {prefix: canonical_json(value)}
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def candidate_lines(c: ModelComparison) -> list[str]:
+    """One line per candidate run of a benchmark with no comparable pair: run id, model, and its
+    values of the settings in which the candidates differ (nested settings by their dotted name,
+    the protocol by its label as the leaderboard shows it)."""
+    rows = c.candidates
+    flats = [{k: v for f in COMPARABLE_FIELDS if f != "protocol" for k, v in _flat(r.fingerprint.get(f), f).items()} for r in rows]
+    keys = sorted({k for fl in flats for k in fl})
+    differing = [k for k in keys if len({fl.get(k) for fl in flats}) > 1]
+    protocols = {protocol_label(r.fingerprint) for r in rows}
+    lines = []
+    for r, fl in zip(rows, flats):
+        parts = [f"{k}={_short(fl.get(k, 'absent'))}" for k in differing]
+        if len(protocols) > 1:
+            parts.append(f"protocol={protocol_label(r.fingerprint)}")
+        lines.append(f"{r.run_id[:12]}  {r.model}  {', '.join(parts)}")
+    return lines

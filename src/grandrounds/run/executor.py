@@ -15,11 +15,21 @@ time and reserves its tokens just before it is sent.
 
 A judge request that overflows the server's context (the server names its context and the
 prompt's size) is sent once more with ``max_tokens`` shrunk to what fits; the shrink is counted.
+A request whose prompt alone is over the context can never fit: its failure is stored as final
+(``finish_reason`` ``context_length``) and later runs take it from the store instead of asking again.
+
+Without ``--concurrency`` the calls to an endpoint go out under its adaptive window
+(:class:`~grandrounds.run.limits.AdaptiveSlots`): as many at once as the server says it has slots
+(asked once, :meth:`Provider.server_slots`), fewer after timeouts, 429s and 503s, more again
+after successes. A call that timed out while more calls were at the server than it has slots
+waited in the server's queue: it is sent again without using one of its attempts, and its
+failure, if it comes to that, says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import re
 from dataclasses import dataclass, field, replace
@@ -28,8 +38,8 @@ from typing import Protocol
 from grandrounds.run.costs import TokenCounter, token_counter
 from grandrounds.providers.base import Provider, ProviderError
 from grandrounds.core.records import Request, Response
-from grandrounds.run.limits import EndpointLimits, request_tokens
-from grandrounds.run.per_turn import LeaseQueue, StoreLookups
+from grandrounds.run.limits import AdaptiveSlots, EndpointLimits, Sending, request_tokens
+from grandrounds.run.per_turn import FinalFailures, LeaseQueue, StoreLookups
 from grandrounds.store import Store
 
 
@@ -48,6 +58,8 @@ class RetryPolicy:
 
 #: Tokens kept free when a judge's max_tokens is shrunk to fit the context (chat template overhead).
 CONTEXT_MARGIN = 16
+#: The finish reason stored with a failure that asking again cannot mend: the prompt alone is over the context.
+FINAL_OVERFLOW = FinalFailures.final
 #: The flag that sets a request's max_tokens, by its purpose (named when a request is over the token rate).
 MAX_TOKENS_FLAG = {"answer": "--max-tokens", "judge": "--judge-max-tokens", "attack": "--attacker-max-tokens"}
 
@@ -67,6 +79,18 @@ class CallStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    #: Failures taken from the store that asking again cannot mend (the prompt alone over the context).
+    final: int = 0
+    #: Timeouts of calls that waited in the server's queue (sent again without using an attempt),
+    #: the server's slots then and the most calls that were at it at once.
+    queued: int = 0
+    queued_slots: int = 0
+    queued_most: int = 0
+    #: The server's own number of slots and where it said so ("" when it did not, or --concurrency was given).
+    server_slots: str = ""
+    #: Times the adaptive window was halved (timeouts, 429, 503), and the smallest it became.
+    backoffs: int = 0
+    smallest_window: int = 0
 
 
 class StoreFirst:
@@ -85,10 +109,16 @@ class StoreFirst:
     async def _known(self, key: str) -> Response | None:
         """The outcome for ``key`` without a new call: stored (counted as from the store), or that of the
         identical request already in flight; None when it has to be asked."""
-        stored = await StoreLookups.of(self.store).ask(key)
+        # Both look-ups are asked in the same turn, so each is one query for all the turn's keys.
+        stored_f, final_f = StoreLookups.of(self.store).ask(key), FinalFailures.of(self.store).ask(key)
+        stored, final = await asyncio.gather(stored_f, final_f)
         if stored is not None:
             self.stats.cached += 1
             return stored
+        if final is not None:  # the prompt alone is over the context: asking again cannot help
+            self.stats.cached += 1
+            self.stats.final += 1
+            return final
         if key in self._inflight:
             return await asyncio.shield(self._inflight[key])
         return None
@@ -110,7 +140,15 @@ class Executor(StoreFirst):
         super().__init__(store, provider, concurrency or provider.default_concurrency, retry, seed, observer)
         self.limit = asyncio.Semaphore(self.concurrency)
         self.endpoints = endpoints or EndpointLimits()
-        self.endpoint_limit = self.endpoints.slot(provider.endpoint, self.concurrency)
+        #: An explicit --concurrency wins: a fixed semaphore shared per endpoint, held for the whole
+        #: call; otherwise the endpoint's adaptive window, taken for each attempt (so a window halved
+        #: after timeouts holds back the retries too). Either way the window counts this executor's
+        #: requests at the server.
+        self.adaptive = concurrency is None
+        self.window: AdaptiveSlots = self.endpoints.adaptive(provider.endpoint, self.concurrency if self.adaptive else 0)
+        self.endpoint_limit: "asyncio.Semaphore | contextlib.nullcontext[None]" = (
+            contextlib.nullcontext() if self.adaptive else self.endpoints.slot(provider.endpoint, self.concurrency)
+        )
         #: Seconds between looks at the store while another process holds a call's lease.
         self.lease_poll = 0.2
         #: The token counter of this provider's model, made on the first call under a token rate.
@@ -150,10 +188,11 @@ class Executor(StoreFirst):
                 return stored
 
     async def _call_with_retries(self, request: Request, key: str) -> Response:
-        retries = 0
+        await self._probe()
+        retries = requeued = 0
         async with self.limit, self.endpoint_limit:
-            sent = request
-            for attempt in range(self.retry.max_attempts):
+            sent, attempt = request, 0
+            while True:
                 try:
                     response = await self._send(sent)
                     break
@@ -167,12 +206,18 @@ class Executor(StoreFirst):
                             break
                         except ProviderError as again:
                             err = again
-                    last = attempt == self.retry.max_attempts - 1
+                    if getattr(err, "queued", None) is not None and requeued < self.retry.max_attempts:
+                        requeued += 1  # it waited in the server's queue: not one of the model's attempts
+                        retries += 1
+                        await asyncio.sleep(self.retry.delay(0, self.rng, None))
+                        continue
+                    last = attempt >= self.retry.max_attempts - 1
                     if not err.retryable or last:
-                        response = Response(key=key, error=self._why(request, err, attempt))
+                        response = self._failure(request, key, err, attempt)
                         break
                     retries += 1
                     await asyncio.sleep(self.retry.delay(attempt, self.rng, err.retry_after))
+                    attempt += 1
         if sent is not request and response.ok:
             response = replace(response, key=key)
         self.store.put_call(request, response, attempts=retries + 1)
@@ -184,7 +229,47 @@ class Executor(StoreFirst):
         await asyncio.sleep(0)
         return response
 
+    async def _probe(self) -> None:
+        """Ask the server its own number of slots (once per endpoint) and note it in this executor's stats."""
+        await self.window.probe(self.provider.server_slots)
+        if self.window.slots is not None and not self.stats.server_slots:
+            self.stats.server_slots = f"{self.window.slots} ({self.window.source})"
+
+    async def _at_server(self, request: Request) -> Response:
+        """The provider's call, counted at the server in the endpoint's window: a success may widen
+        it, a timeout, 429 or 503 may halve it, and a timeout that waited in the server's queue is
+        marked ``queued`` (the server's slots and the calls at it then)."""
+        sending = self.window.sent()
+        try:
+            response = await self.provider.call(request)
+        except ProviderError as err:
+            self._congestion(sending, err)
+            raise
+        finally:
+            self.window.returned()
+        self.window.succeeded()
+        return response
+
+    def _congestion(self, sending: Sending, err: ProviderError) -> None:
+        kind = getattr(err, "kind", None)
+        err.at_server = sending.at_server  # type: ignore[attr-defined]
+        if kind == "timeout" and self.window.queued(sending):
+            err.queued = (self.window.slots, sending.at_server)  # type: ignore[attr-defined]
+            self.stats.queued += 1
+            self.stats.queued_slots = self.window.slots or 0
+            self.stats.queued_most = max(self.stats.queued_most, sending.at_server)
+        if self.window.congested(sending, kind):
+            self.stats.backoffs += 1
+            self.stats.smallest_window = self.window.room
+
     async def _send(self, request: Request) -> Response:
+        """One attempt: without --concurrency, under a place in the endpoint's adaptive window."""
+        if not self.adaptive:
+            return await self._send_now(request)
+        async with self.window:
+            return await self._send_now(request)
+
+    async def _send_now(self, request: Request) -> Response:
         """One attempt, started when the endpoint's request rate and token rate allow.
 
         Under a token rate the attempt reserves its estimated tokens first (a request that could
@@ -195,13 +280,13 @@ class Executor(StoreFirst):
         if budget is None:
             if rate is not None:
                 await rate.wait()
-            return await self.provider.call(request)
+            return await self._at_server(request)
         prompt, most = request_tokens(await self._token_counter(), request)
         why = budget.refusal(prompt, most, MAX_TOKENS_FLAG.get(request.purpose, "--max-tokens"))
         if why is not None:
             raise ProviderError(why, retryable=False, kind="over_tpm")
         held = await budget.reserve(prompt, most, rate)
-        response = await self.provider.call(request)
+        response = await self._at_server(request)
         budget.settle(held, response.usage)
         return response
 
@@ -228,14 +313,29 @@ class Executor(StoreFirst):
             return None
         return replace(request, params=replace(request.params, max_tokens=room))
 
+    @classmethod
+    def _failure(cls, request: Request, key: str, err: ProviderError, attempt: int) -> Response:
+        """The failed response stored for ``request``; one that no setting of max_tokens can mend
+        carries :data:`FINAL_OVERFLOW` as its finish reason, so later runs do not ask it again."""
+        final = getattr(err, "kind", None) == "context_length" and prompt_over_context(request.kind, err)
+        return Response(key=key, error=cls._why(request, err, attempt), finish_reason=FINAL_OVERFLOW if final else None)
+
     @staticmethod
     def _why(request: Request, err: ProviderError, attempt: int) -> str:
-        """The stored reason of a final failure; a context overflow says what to change."""
+        """The stored reason of a final failure; a context overflow says what can help, and only that."""
         if getattr(err, "kind", None) == "context_length":
-            flag = "--judge-max-tokens" if request.purpose == "judge" else "--max-tokens"
-            return f"{err}: lower {flag} or serve the model with a larger context"
+            return f"{err}: {overflow_advice(request.kind, request.purpose, err)}"
+        queued = getattr(err, "queued", None)
+        if queued is not None:
+            slots, most = queued
+            return (f"timed out waiting in the server's queue: it serves {slots} at a time; lower --concurrency to {slots}\n"
+                    f"{err}; {most} calls were at the server, and a call's wait in its queue counts toward the timeout")
         if err.retryable is False:
             return str(err)
+        crowd = getattr(err, "at_server", 1)
+        if getattr(err, "kind", None) == "timeout" and crowd > 1:
+            return (f"{err} (gave up after {attempt + 1} attempts)\n{crowd} calls were at the server at once: a server that "
+                    "answers fewer at a time keeps the rest waiting, and the wait counts toward the timeout (try --concurrency 1)")
         return f"{err} (gave up after {attempt + 1} attempts)"
 
     def _count(self, response: Response, retries: int) -> None:
@@ -249,6 +349,27 @@ class Executor(StoreFirst):
             self.stats.errors[kind] = self.stats.errors.get(kind, 0) + 1
         if self.observer is not None:
             self.observer.on_call(response, retries=retries)
+
+
+def prompt_over_context(kind: str, err: ProviderError) -> bool:
+    """Whether a context overflow is the prompt's own: the server's numbers put the prompt at or
+    over the context, or the request generates at most one token (a log-likelihood or next-token
+    request), so that no max_tokens could make it fit."""
+    if kind in ("loglikelihood", "next_token"):
+        return True
+    limit, prompt = getattr(err, "context_limit", None), getattr(err, "prompt_tokens", None)
+    return bool(limit and prompt and prompt >= limit)
+
+
+def overflow_advice(kind: str, purpose: str, err: ProviderError) -> str:
+    """What can make an overflowing request fit, and only that: a smaller max_tokens where the
+    prompt leaves room (or the server did not say), else only a larger context."""
+    if prompt_over_context(kind, err):
+        limit, prompt = getattr(err, "context_limit", None), getattr(err, "prompt_tokens", None)
+        size = f" ({prompt} tokens, context {limit})" if prompt and limit else ""
+        return (f"the prompt alone is over the model's context{size}, so no max tokens can fit it: "
+                "serve the model with a larger context (not asked again with the same model and options)")
+    return f"lower {MAX_TOKENS_FLAG.get(purpose, '--max-tokens')} or serve the model with a larger context"
 
 
 _GAVE_UP = re.compile(r" \(gave up after \d+ attempts\)$")

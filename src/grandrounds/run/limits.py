@@ -6,7 +6,9 @@ With ``--tpm`` / ``--judge-tpm`` it has a :class:`TokenRate`: every attempt rese
 tokens (prompt and max_tokens) before it is sent, and the reservation is corrected to the usage
 the server reports; the limit counts prompt plus output (``N``), or prompts and outputs apart
 (``input=N,output=M``, Anthropic's limits), or both. :class:`EndpointLimits` holds them for one
-run, with one semaphore per endpoint that every executor talking to that server shares.
+run, with one semaphore per endpoint that every executor talking to that server shares, and,
+where no ``--concurrency`` was given, an :class:`AdaptiveSlots` window per endpoint that starts
+from the server's own number of slots and follows its timeouts, 429s and 503s.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from grandrounds.run.costs import TokenCounter
 from grandrounds.core.errors import ConfigError
@@ -388,6 +391,150 @@ class TokenRate:
             self.ledger.correct(held, usage.prompt_tokens, usage.completion_tokens)
 
 
+#: Congestion signals: failures that say the server has more than it can take (a timeout, 429, 503).
+CONGESTION_KINDS = frozenset({"timeout", "rate_limited", "overloaded"})
+
+
+@dataclass(frozen=True)
+class Sending:
+    """One request at the server: the window's epoch when it went out and how many were at the
+    server then, itself included."""
+
+    epoch: int
+    at_server: int
+
+
+class AdaptiveSlots:
+    """How many calls an endpoint is sent at once when ``--concurrency`` was not given: a window
+    that starts at the server's own number of slots where it reports one (else at the provider's
+    default), shrinks on congestion and grows back on success.
+
+    Additive increase, multiplicative decrease (Chiu and Jain, "Analysis of the Increase and
+    Decrease Algorithms for Congestion Avoidance in Computer Networks", 1989; TCP's congestion
+    avoidance, RFC 5681 section 3.1): every success adds ``1 / window`` (about one more call per
+    window of successes), a congestion signal halves the window (never below one call). Only a
+    call sent after the last decrease can halve it again, so the calls that were already out when
+    the server choked count as one signal, as TCP halves once per round trip. A timeout counts
+    only where it may be queueing: with the server's slots known, a call that timed out with no
+    more calls at the server than it has slots was the model being slow, not congestion.
+
+    The window never goes over the server's slots (more would only wait in its queue, where the
+    client's timeout runs) nor over ``ceiling`` where the server says nothing. Every executor on
+    the endpoint counts its requests at the server here (:meth:`sent`), those with a fixed
+    ``--concurrency`` too; only the adaptive ones wait for room (:meth:`acquire`).
+    """
+
+    def __init__(self, endpoint: str, ceiling: int) -> None:
+        self.endpoint = endpoint
+        self.ceiling = max(1, ceiling)
+        #: The server's own number of slots and where it said so (None: not reported).
+        self.slots: int | None = None
+        self.source = ""
+        self.window = float(self.ceiling)
+        #: Places held by adaptive executors' calls (retries' waits included); requests at the server.
+        self.held = 0
+        self.at_server = 0
+        self.epoch = 0
+        self.decreases = 0
+        self.smallest = self.window
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._probe: asyncio.Task[None] | None = None
+
+    def widen(self, ceiling: int) -> None:
+        """Another executor on the endpoint allows more (the largest default wins, as for the semaphore)."""
+        if ceiling > self.ceiling:
+            self.ceiling = ceiling
+            if self.slots is None and self.decreases == 0:
+                self.window = float(ceiling)
+            self._wake()
+
+    def reported(self, slots: int, source: str) -> None:
+        """The server's own number of slots: the window starts there and never goes over it."""
+        self.slots, self.source = max(1, slots), source
+        self.window = self.smallest = float(self.slots)
+        self._wake()
+
+    async def probe(self, ask: Callable[[], Awaitable[tuple[int, str] | None]]) -> None:
+        """Ask the server once (the first caller asks; the others wait for its answer)."""
+        if self._probe is None:
+            self._probe = asyncio.ensure_future(self._ask(ask))
+        await asyncio.shield(self._probe)
+
+    async def _ask(self, ask: Callable[[], Awaitable[tuple[int, str] | None]]) -> None:
+        found = await ask()
+        if found is not None:
+            self.reported(*found)
+
+    @property
+    def room(self) -> int:
+        """Calls the window lets out at once."""
+        top = self.slots if self.slots is not None else self.ceiling
+        return max(1, min(top, math.floor(self.window)))
+
+    async def acquire(self) -> None:
+        """Wait until the window has room for one more call (first come, first served)."""
+        if self.held < self.room and not self._waiting:
+            self.held += 1
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(fut)
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release()  # handed a place, then cancelled: give it on
+            else:
+                self._waiting.remove(fut)
+            raise
+
+    def release(self) -> None:
+        self.held -= 1
+        self._wake()
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+    def _wake(self) -> None:
+        while self._waiting and self.held < self.room:
+            fut = self._waiting.popleft()
+            if not fut.done():
+                self.held += 1
+                fut.set_result(None)
+
+    def sent(self) -> Sending:
+        """A request goes to the server now."""
+        self.at_server += 1
+        return Sending(self.epoch, self.at_server)
+
+    def returned(self) -> None:
+        self.at_server -= 1
+
+    def queued(self, sending: Sending) -> bool:
+        """The request waited in the server's queue: more were at the server than it has slots."""
+        return self.slots is not None and sending.at_server > self.slots
+
+    def succeeded(self) -> None:
+        top = self.slots if self.slots is not None else self.ceiling
+        if self.window < top:
+            self.window = min(float(top), self.window + 1.0 / self.window)
+            self._wake()
+
+    def congested(self, sending: Sending, kind: str | None) -> bool:
+        """A failure of ``kind`` for the request ``sending``; True when it halved the window."""
+        if kind not in CONGESTION_KINDS or sending.epoch != self.epoch:
+            return False
+        if kind == "timeout" and self.slots is not None and not self.queued(sending):
+            return False  # as many at the server as it has slots: the model was slow, not the queue
+        self.window = max(1.0, self.window / 2)
+        self.smallest = min(self.smallest, self.window)
+        self.epoch += 1
+        self.decreases += 1
+        return True
+
+
 class EndpointLimits:
     """One semaphore per endpoint, shared by the executors of one run (answers and judges), and
     request and token rates per model at an endpoint (``Provider.rate_key``) where they were set.
@@ -406,6 +553,7 @@ class EndpointLimits:
         self._size: dict[str, int] = {}
         self._rates: dict[str, RateLimit] = {}
         self._tokens: dict[str, TokenRate] = {}
+        self._adaptive: dict[str, AdaptiveSlots] = {}
         #: The rate window in seconds (:data:`RATE_WINDOW`, a minute).
         self.per = RATE_WINDOW if per is None else per
 
@@ -455,3 +603,13 @@ class EndpointLimits:
 
     def capacity(self, endpoint: str) -> int:
         return self._size.get(endpoint, 0)
+
+    def adaptive(self, endpoint: str, ceiling: int) -> AdaptiveSlots:
+        """The endpoint's adaptive window (one per endpoint, shared by every executor on it);
+        ``ceiling`` is the most an executor sends there at once where the server says nothing."""
+        slots = self._adaptive.get(endpoint)
+        if slots is None:
+            slots = self._adaptive[endpoint] = AdaptiveSlots(endpoint, ceiling)
+        else:
+            slots.widen(ceiling)
+        return slots

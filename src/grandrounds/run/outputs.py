@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
+from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Mapping
 
+import orjson
+
+from grandrounds.core.files import output_dir, staged
 from grandrounds.core.hashing import to_jsonable
-from grandrounds.core.records import Grade, Response, Result, Sample
+from grandrounds.core.records import Grade, Response, Result, Sample, grade_from_json
+from grandrounds.store import Store
 
 
 def result_json(result: Result) -> dict[str, Any]:
@@ -46,21 +52,88 @@ def sample_line(result: Result, sample: Sample, prompt: Any, response: Response 
     }
 
 
-def write_outputs(out: Path, results: Iterable[Result], lines: Iterable[dict[str, Any]]) -> None:
-    """Write both files atomically: each under a temporary name, renamed into place once both are
-    complete, so a failure (also one raised while ``lines`` is read) leaves the earlier files as
-    they were. ``lines`` is written as it is iterated, so a generator is never held whole."""
-    out.mkdir(parents=True, exist_ok=True)
-    results_tmp, samples_tmp = out / ".results.json.tmp", out / ".samples.jsonl.tmp"
+def verdict_raw(verdict: Mapping[str, Any]) -> str:
+    """:attr:`Verdict.raw <grandrounds.core.records.Verdict.raw>` of a verdict as stored (a JSON object)."""
+    votes = [v for v in verdict.get("votes") or () if isinstance(v, Mapping)]
+    chosen = [v for v in votes if v.get("status") == verdict.get("status") and v.get("raw")]
+    if chosen and verdict.get("status") != "unknown":
+        return str(chosen[0]["raw"])
+    return "\n---\n".join(str(v["raw"]) for v in votes if v.get("raw"))
+
+
+def graded_line(result: Result, sample: Sample, response: Response, grade: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`sample_line` of a grade as stored (its JSON object, which is the grade's
+    ``to_jsonable``): the same line without making the grade into records and back, which is most
+    of what writing the outputs of a judged run costs."""
+    value = grade.get("value")
+    if isinstance(value, float) and not math.isfinite(value):  # an older version stored one: no score
+        value = None
+    return {
+        "benchmark": result.benchmark,
+        "model": result.model,
+        "sample_id": sample.id,
+        "prompt": None,
+        "response": response.text if response.text is not None else to_jsonable(response.scores) or None,
+        "error": response.error,
+        "extracted": grade.get("extracted"),
+        "target": to_jsonable(sample.target),
+        "score": value,
+        "grade_status": grade["status"],
+        "grade_error": grade.get("error"),
+        "verdicts": [dict(v) | {"raw": verdict_raw(v)} for v in grade.get("verdicts") or ()],
+        "votes": list(grade.get("votes") or ()),
+        "details": grade.get("details") or {},
+    }
+
+
+def stored_lines(outcome: Any, store: Store) -> Iterator[dict[str, Any]]:
+    """The ``samples.jsonl`` lines of a run (a ``runner.RunOutcome``) in its order, read back from
+    ``store`` ``outcome.READ_CHUNK`` samples at a time (the samples read again as the run read them;
+    their grades, answers and prompts fetched by id): nothing of a chunk is kept once written."""
+    samples = outcome.setup.samples()
+    run_id = outcome.run.id
+    while part := list(islice(samples, outcome.READ_CHUNK)):
+        ids = [smp.id for smp in part]
+        grades = store.grade_docs_for(run_id, outcome.fp_key, ids)
+        answers = store.answers_for(run_id, ids)
+        prompts = store.answer_prompts_for(run_id, ids)
+        for smp in part:
+            doc = grades[smp.id]
+            key, resp = answers.get(smp.id) or ("", None)
+            if resp is None:  # never answered: its grade says why (as RunOutcome.read_back)
+                resp = Response(key="" if doc.get("status") == "not_asked" else key, error=doc.get("error") or "not answered")
+            if "status" in doc:
+                line = graded_line(outcome.result, smp, resp, doc)
+            else:  # a grade an older version stored: read as records, which fill in its status
+                line = sample_line(outcome.result, smp, None, resp, grade_from_json(doc))
+            prompt = prompts.get(smp.id)
+            line["prompt"] = None if prompt is None else prompt.get("messages")
+            yield line
+
+
+def json_line(line: dict[str, Any]) -> str:
+    """One line of ``samples.jsonl``: orjson (several times faster than ``json.dumps`` on these
+    nested lines, and the same JSON: UTF-8 text, non-ASCII unescaped), or ``json.dumps`` for what
+    orjson refuses (a lone surrogate in a model's text, a key that is not a string), with every
+    non-ASCII character escaped there: a lone surrogate has no UTF-8 form, and written unescaped
+    it would stop the whole file."""
     try:
+        return orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE).decode("utf-8")
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(line) + "\n"
+
+
+def write_outputs(out: Path, results: Iterable[Result], lines: Iterable[dict[str, Any]]) -> None:
+    """Write both files atomically: each under a temporary name created exclusively in ``out``,
+    renamed into place once both are complete, so a failure (also one raised while ``lines`` is
+    read) leaves the earlier files as they were, and a link planted at either name is never
+    written through (:mod:`grandrounds.core.files`; an ``out`` of another user is refused).
+    ``lines`` is written as it is iterated, so a generator is never held whole."""
+    output_dir(out)
+    with staged() as files:
         text = json.dumps({"results": [result_json(r) for r in results]}, ensure_ascii=False, indent=2)
-        with open(samples_tmp, "w", encoding="utf-8") as f:
+        with files.open(out / "samples.jsonl") as f:
             for line in lines:
-                f.write(json.dumps(line, ensure_ascii=False) + "\n")
-        results_tmp.write_text(text, encoding="utf-8")
-    except BaseException:
-        results_tmp.unlink(missing_ok=True)
-        samples_tmp.unlink(missing_ok=True)
-        raise
-    samples_tmp.replace(out / "samples.jsonl")
-    results_tmp.replace(out / "results.json")
+                f.write(json_line(line))
+        with files.open(out / "results.json") as f:
+            f.write(text)

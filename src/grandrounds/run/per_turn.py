@@ -116,3 +116,22 @@ class StoreLookups(PerTurn["Response | None"]):
             if not fut.done():
                 fut.set_result(found.get(key))
 
+
+
+class FinalFailures(PerTurn["Response | None"]):
+    """The stored failures that asking again cannot mend (their finish reason is ``final``), looked
+    up for the keys asked during one turn of the event loop in one query, beside :class:`StoreLookups`."""
+
+    #: The finish reason that marks a failure as final (``executor.FINAL_OVERFLOW``).
+    final = "context_length"
+
+    def _answer(self, waiting: dict[str, asyncio.Future[Response | None]]) -> None:
+        try:
+            found = self.store.calls_by_key(list(waiting))
+        except BaseException as err:
+            self._fail(waiting, err)
+            return
+        for key, fut in waiting.items():
+            hit = found.get(key)
+            if not fut.done():
+                fut.set_result(hit if hit is not None and not hit.ok and hit.finish_reason == self.final else None)

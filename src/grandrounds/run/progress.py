@@ -10,20 +10,28 @@ many of their requests the providers have processed, e.g. ``batches: 2 in_progre
 finalizing · 340/1,000 calls back``, updated at every batch event (a state or count change seen
 by a poll). The column is added at the first batch event, so live runs render exactly what they
 did before. Submissions, pick-ups and collections are also printed as lines above the bar.
+
+When the console is not a terminal (output to a log file, a pipe, a CI log) there is no bar: a
+live bar there would print nothing until the end and then one line cut to the console's width.
+Instead a plain line is printed every :data:`LOG_EVERY` seconds while a task runs, from a timer
+thread so it comes while every call is waiting too, e.g. ``healthbench · openai/m: 120/500
+(24%) · 3.2 calls/s · failed 2 · retries 5 · unscored 0 · elapsed 0:01:05 · ETA 0:03:10``, and
+one when each task ends: only text, no control characters, never cut.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from grandrounds.core.display import SafeConsole, styled
 from grandrounds.core.records import Grade, Response
 
 if TYPE_CHECKING:
@@ -32,6 +40,8 @@ if TYPE_CHECKING:
 
 #: Seconds between updates of the bar's counts.
 DRAW_EVERY = 0.1
+#: Seconds between progress lines when the console is not a terminal.
+LOG_EVERY = 10.0
 
 
 class BatchColumn(ProgressColumn):
@@ -45,7 +55,7 @@ class RichProgress:
     """Implements the runner's Progress protocol on a rich progress bar."""
 
     def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or SafeConsole(stderr=True)
         self.bar = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -62,6 +72,12 @@ class RichProgress:
         self.task: int | None = None
         #: Inside ``with``, and the bar shown (from the first task on).
         self._entered = self._started = False
+        #: Plain lines instead of the bar (the console is not a terminal), and their timer thread.
+        self.plain = False
+        self.log_every = LOG_EVERY
+        self.label = ""
+        self._ticker: threading.Thread | None = None
+        self._stop_ticker = threading.Event()
         self._reset()
 
     def _reset(self) -> None:
@@ -81,22 +97,59 @@ class RichProgress:
         # The bar is shown from the first task on: a command that fails before it has anything
         # to count (bad data, a bad option) prints its error alone, not after an empty bar line.
         self._entered = True
+        self.plain = not self.console.is_terminal
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._started:
             self.draw()
-            self.bar.stop()
+            if self.plain:
+                self._stop_ticker.set()
+                if self._ticker is not None:
+                    self._ticker.join()
+                self.log_line()
+            else:
+                self.bar.stop()
         self._entered = self._started = False
 
     def start(self, total: int, label: str) -> None:
         if self._entered and not self._started:
-            self.bar.start()
+            if self.plain:
+                self._stop_ticker.clear()
+                self._ticker = threading.Thread(target=self._tick, name="grandrounds-progress", daemon=True)
+                self._ticker.start()
+            else:
+                self.bar.start()
             self._started = True
+        elif self.plain and self._started:
+            self.log_line()  # the previous task's last counts
         self.draw()  # the previous task's last counts
         self._reset()
-        self.total = total
+        self.total, self.label = total, label
         self.task = self.bar.add_task(label, total=total, rate=0.0, failed=0, retries=0, unscored=0, eta="-")
+
+    def _tick(self) -> None:
+        """A progress line every ``log_every`` seconds until the block ends."""
+        while not self._stop_ticker.wait(self.log_every):
+            self.log_line()
+
+    def log_line(self) -> None:
+        """The counts as one plain line (the console is not a terminal)."""
+        if self.task is None:
+            return
+        elapsed = time.perf_counter() - self.t0
+        left = self.eta()
+        share = f" ({self.done / self.total:.0%})" if self.total else ""
+        parts = [
+            f"{self.label}: {self.done:,}/{self.total:,}{share}",
+            f"{self.calls / max(1e-6, elapsed):.1f} calls/s",
+            f"failed {self.failed}", f"retries {self.retries}", f"unscored {self.unscored}",
+            f"elapsed {timedelta(seconds=round(elapsed))}",
+            f"ETA {'-' if left is None else timedelta(seconds=round(left))}",
+        ]
+        if self.batches or self.batches_closed:
+            parts.append(self.batch_text())
+        self.console.print(styled(" · ".join(parts)), soft_wrap=True, highlight=False)
 
     def eta(self) -> float | None:
         """Seconds left at the pace of the items that took work in this process (None: no pace yet)."""
@@ -160,9 +213,9 @@ class RichProgress:
                 self.bar.columns = (*self.bar.columns, BatchColumn())
             self.bar.update(self.task, batches=self.batch_text())
         if event.milestone:
-            self.console.print(f"[dim]{escape(event.line())}")
+            self.console.print(styled(event.line(), "dim"))  # batch ids and states are the server's text: never markup
             if event.summary:
-                self.console.print(f"[dim]  {escape(event.summary)}")
+                self.console.print(styled(f"  {event.summary}", "dim"))
 
     def batch_text(self) -> str:
         """E.g. "batches: 2 in_progress, 1 finalizing · 340/1,000 calls back"; once none is

@@ -23,9 +23,14 @@ from typing import Any
 
 from grandrounds.core.errors import DataError
 from grandrounds.core.hashing import file_sha256
+from grandrounds.sources.mirrors import BUNDLE_ENV, WAYS_OUT, bundle_root, mirrored, note_attempt
 
 #: Suffix of the record kept beside a downloaded file that has no published checksum.
 RECORD_SUFFIX = ".download.json"
+
+
+class DownloadError(DataError):
+    """A file that had to be downloaded and could not be (network, mirror, checksum, or a bundled run)."""
 
 
 class ChecksumChanged(UserWarning):
@@ -64,25 +69,31 @@ def fetch(rf: RemoteFile, dest_dir: Path, timeout: float = 60.0) -> Path:
             return dest
     elif dest.exists() and file_sha256(dest) == rf.sha256:
         return dest
+    if bundle_root() is not None:  # a bundled run reads what the bundle holds and never downloads
+        raise DownloadError(rf.url, None, f"not in the bundle {bundle_root()} ({BUNDLE_ENV}), and a bundled run downloads nothing; "
+                        "write a bundle that holds it with `grandrounds bundle --out DIR BENCHMARK`")
+    source = mirrored(rf.url)
+    shown = rf.url if source == rf.url else f"{rf.url} (from {source})"
     dest_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=dest_dir, prefix=".part-")
     tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(rf.url, timeout=timeout) as resp:  # noqa: S310
+        note_attempt(source)
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(source, timeout=timeout) as resp:  # noqa: S310
             expected = resp.headers.get("Content-Length")
             written = 0
             while block := resp.read(1 << 20):
                 out.write(block)
                 written += len(block)
         if expected is not None and expected.isdigit() and written != int(expected):
-            raise DataError(rf.url, None, f"download interrupted: {written} of {expected} bytes; pass --data PATH to use a local copy")
+            raise DownloadError(shown, None, f"download interrupted: {written} of {expected} bytes; pass --data PATH to use a local copy")
         tmp.chmod(0o644)
         got = file_sha256(tmp)
         if rf.sha256 is not None and got != rf.sha256:
-            raise DataError(rf.url, None, f"checksum mismatch: expected sha256 {rf.sha256}, got {got}")
+            raise DownloadError(shown, None, f"checksum mismatch: expected sha256 {rf.sha256}, got {got}")
         tmp.replace(dest)
     except (OSError, http.client.HTTPException, ValueError) as e:
-        raise DataError(rf.url, None, f"download failed ({type(e).__name__}: {e}); pass --data PATH to use a local copy") from None
+        raise DownloadError(shown, None, f"download failed ({type(e).__name__}: {e}); pass --data PATH to use a local copy; {WAYS_OUT}") from None
     finally:
         if tmp.exists():
             tmp.unlink()

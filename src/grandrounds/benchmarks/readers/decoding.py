@@ -103,6 +103,10 @@ def decode(raw: bytes, path: Path, encoding: str | None = None) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         bad = e
+    if raw.startswith(b"PK\x03\x04"):  # a workbook or archive given where text is read
+        from grandrounds.benchmarks.readers.sniff import wrong_file
+
+        raise DataError(path, None, f"cannot be read as text: {wrong_file(path, 'the text file (JSON Lines, JSON or CSV) this benchmark reads')}")
     line = raw[: bad.start].count(b"\n") + 1
     where = f"cannot decode as UTF-8 (byte 0x{raw[bad.start]:02x} at offset {bad.start})"
     try:
@@ -149,7 +153,9 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
         yield from enumerate(read_text(path).split("\n"), start=1)
         return
     decoder = codecs.getincrementaldecoder(encoding or "utf-8-sig")("strict")
-    no, rest, offset = 1, "", 0
+    # The line being read, in pieces: joined once when its end arrives, so a line of n bytes costs
+    # O(n), however many chunks it spans (re-joining it at every chunk would be quadratic).
+    no, pending, offset = 1, [], 0
     try:
         with open(path, "rb") as f:
             while chunk := f.read(CHUNK):
@@ -157,19 +163,25 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
                     text = decoder.decode(chunk)
                 except UnicodeDecodeError as e:
                     at = offset + e.start
-                    line = no + rest.count("\n") + chunk[: e.start].count(b"\n")
+                    line = no + chunk[: e.start].count(b"\n")
                     raise DataError(path, line, f"cannot decode as {encoding} (byte 0x{chunk[e.start]:02x} at offset {at})") from None
-                offset += len(chunk)
-                if no == 1 and not rest and text.startswith("\ufeff"):
+                if offset == 0 and text.startswith("\ufeff"):
                     text = text[1:]  # a BOM the named codec keeps (utf-8): not part of the first record
-                *lines, rest = (rest + text).split("\n")
-                for line in lines:
-                    yield no, line
-                    no += 1
-            rest += decoder.decode(b"", final=True)
+                offset += len(chunk)
+                *lines, tail = text.split("\n")
+                if lines:
+                    pending.append(lines[0])
+                    lines[0] = "".join(pending)
+                    pending = []
+                    for line in lines:
+                        yield no, line
+                        no += 1
+                if tail:
+                    pending.append(tail)
+            pending.append(decoder.decode(b"", final=True))
     except OSError as e:
         raise DataError(path, None, f"cannot read ({e.strerror or e})") from None
-    yield no, rest
+    yield no, "".join(pending)
 
 
 def is_utf8(path: Path) -> bool:

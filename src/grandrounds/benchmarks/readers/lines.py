@@ -10,6 +10,7 @@ from typing import Any, Iterable, Iterator
 
 from grandrounds.benchmarks.readers.decoding import iter_lines, read_text, require_file
 from grandrounds.benchmarks.readers.json_docs import parse_json
+from grandrounds.benchmarks.readers.sniff import csv_hint
 from grandrounds.core.errors import DataError
 
 
@@ -74,9 +75,10 @@ def read_csv(path: Path, columns: Iterable[str]) -> csv.DictReader:  # type: ign
     """Rows of a CSV file with a header line; a DataError on line 1 names any of ``columns`` it lacks,
     and a malformed row (a cell over the CSV field limit, a bad quote) is a DataError naming its line."""
     reader = _Rows(read_text(path), path)
+    columns = tuple(columns)
     missing = [c for c in columns if c not in (reader.fieldnames or [])]
     if missing:
-        raise DataError(path, 1, f"missing columns: {', '.join(missing)}")
+        raise DataError(path, 1, f"missing columns: {', '.join(missing)}{csv_hint(path, columns)}")
     return reader
 
 
@@ -144,9 +146,10 @@ class CsvRecords:
             raise DataError(path, 1, _csv_problem(e)) from None
         #: The header's column names; None for a file without a single line.
         self.fieldnames: list[str] | None = header
+        columns = tuple(columns)
         missing = [c for c in columns if c not in (header or [])]
         if missing:
-            raise DataError(path, 1, f"missing columns: {', '.join(missing)}")
+            raise DataError(path, 1, f"missing columns: {', '.join(missing)}{csv_hint(path, columns)}")
 
     def __iter__(self) -> Iterator[tuple[int, dict[Any, Any]]]:
         return self

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from grandrounds.core.records import Request
 from grandrounds.providers.base import ProviderError
 from grandrounds.providers.openai_compat import context_message
+from grandrounds.run.executor import overflow_advice
 
 
 def marked_request(request: Request) -> str:
@@ -52,5 +53,5 @@ def context_reason(err: ProviderError, request_json: str, max_tokens: int | None
     params = json.loads(request_json)
     if max_tokens is None:
         max_tokens = (params.get("params") or {}).get("max_tokens")
-    flag = "--judge-max-tokens" if params.get("purpose") == "judge" else "--max-tokens"
-    return f"{context_message(err.context_limit, err.prompt_tokens, max_tokens)}: lower {flag} or serve the model with a larger context"
+    advice = overflow_advice(str(params.get("kind", "chat")), str(params.get("purpose", "answer")), err)
+    return f"{context_message(err.context_limit, err.prompt_tokens, max_tokens)}: {advice}"
