@@ -82,6 +82,14 @@ every one of the 1,273 MedQA questions (smallest best-vs-second gap 0.33 nats), 
 agreement alone says little here; the log-likelihood agreement is the evidence. ``--server stock``:
 lm-eval scores every option 0.0 (both bugs), so it always answers "A" too and "agrees" by
 coincidence, with log-likelihood differences up to 11.9.
+
+Which server each side was measured on: grandrounds' figures come from the GGUF evaluated in
+process (``llamacpp/``, llama-cpp-python's ``Llama`` object, no server); lm-eval's from
+llama-cpp-python 0.3.36's server (``llama_cpp.server``) with the launcher's two fixes above
+(``--server fixed``). grandrounds' own ``openai/`` provider probes a server's echoed
+log-probabilities before a letter-loglik run (``providers/logprob_probe.py``) and refuses a server
+whose echo is shifted, as the stock llama-cpp-python server's is for a model without BOS like this
+one; it was not measured through a server.
 """
 
 from __future__ import annotations

@@ -446,7 +446,7 @@ def test_unknown_mode_is_rejected_and_spec_records_mode():
         HealthBenchGrader(HealthBenchParams(protocol="official"))
     assert HealthBench().grader(RunOptions()).spec().args == {"mode": "per-criterion", "protocol": "reference"}
     g = HealthBench().grader(RunOptions(judge_mode="batched", protocol="grandrounds"))
-    assert list(g.template_hashes()) == ["healthbench_batched"]
+    assert list(g.template_hashes()) == ["healthbench_batched", "answer_markers"]  # the answer shown between markers
     assert list(HealthBench().grader(RunOptions()).template_hashes()) == ["GRADER_TEMPLATE", "judge_system"]
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from grandrounds.graders.judging import marked_answer
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.healthbench_professional import FAMILIES, HealthBenchProfessional
 from grandrounds.scoring.healthbench import length_adjusted
@@ -125,7 +126,8 @@ def judge_reply(prompt: str, garble: bool = False) -> str:
     points, criterion = int(float(m.group(1))), m.group(2)
     if garble and _h(criterion) % 6 == 0:
         return "not sure"
-    mode = int(re.search(r"assistant: ANSWER mode=(\d)", prompt).group(1))
+    answer = marked_answer(prompt)  # between the markers (ours), or where the official prompt shows it
+    mode = int((re.match(r"ANSWER mode=(\d)", answer) if answer is not None else re.search(r"assistant: ANSWER mode=(\d)", prompt)).group(1))
     return "```json\n" + json.dumps({"explanation": "by rule", "criteria_met": verdict(mode, points, criterion)}) + "\n```"
 
 

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from grandrounds.cli.main import app
 from grandrounds.graders import grader_from_fingerprint
+from grandrounds.graders.judging import marked_answer
 from grandrounds.core.registry import BENCHMARKS
 from grandrounds.analyses.reviews import ReviewInput, add_review, reviewed_values
 from grandrounds.store import Store
@@ -49,7 +50,7 @@ def expected(row: dict) -> float:
 def judge_rule(body: dict) -> str:
     text = last_user_text(body)
     item = re.search(r"Rubric item:\n\[-?\d+\] (.+)\n", text).group(1)
-    assert "Conversation:\nuser: " in text and "assistant: advice" in text  # the template was filled
+    assert "Conversation:\nuser: " in text and marked_answer(text) == "advice"  # the template was filled, the answer marked
     return json.dumps({"explanation": "scripted", "criteria_met": item in MET})
 
 
@@ -83,7 +84,8 @@ def test_new_rubric_benchmark_runs_regrades_and_takes_reviews(data, tmp_path):
         assert result["score"] == pytest.approx(sum(want) / len(want))
         assert result["breakdown"]["urgency"]["emergency"]["score"] == pytest.approx((want[0] + want[2]) / 2)
         assert result["fingerprint"]["grader"] == {"name": "rubric", "args": {"template": str(TEMPLATE), "system": ""}}
-        assert result["fingerprint"]["templates"] == {"triage_judge": TriageRubric().grader(None).template_hashes()["triage_judge"]}
+        assert result["fingerprint"]["templates"] == {"triage_judge": TriageRubric().grader(None).template_hashes()["triage_judge"],
+                                                      "answer_markers": "v1"}
 
         # Re-grading rebuilds the grader from the stored spec; every judge call comes from the store.
         run_id = result["fingerprint"]["run_id"]

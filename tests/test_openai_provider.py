@@ -582,7 +582,8 @@ def test_loglikelihood_sums_continuation_tokens_after_the_context():
     assert [s.path for s in seen] == ["/v1/completions", "/v1/completions"]
     for s, cont in zip(seen, req.continuations):
         assert s.body["prompt"] == context + cont
-        assert (s.body["echo"], s.body["max_tokens"], s.body["logprobs"], s.body["temperature"]) == (True, 0, 1, 0.0)
+        # max_tokens 1, never 0 (llama-cpp-python reads 0 as no limit); the generated token is not summed
+        assert (s.body["echo"], s.body["max_tokens"], s.body["logprobs"], s.body["temperature"]) == (True, 1, 1, 0.0)
         assert s.body["model"] == "m"
 
 

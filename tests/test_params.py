@@ -400,7 +400,9 @@ def test_letter_mode_on_a_provider_with_log_probs_runs(srv, tmp_path):
     r = gr("run", "demo", "--model", "openai/m", "--base-url", srv.base_url, "--store", str(tmp_path / "s.db"),
            "--answer-mode", "letter", "--limit", "3")
     assert r.exit_code == 0, r.output
-    assert srv.stats.requests == 3
+    # three answers, and the log-probability probe's one question (this server echoes no prompt,
+    # so a next-token run, which reads the chat endpoint's top log-probabilities, goes on unprobed)
+    assert srv.stats.requests == 3 + 1
 
 
 def test_every_provider_declares_kinds_options_and_an_example():

@@ -38,13 +38,18 @@ PINNED_RESULTS = [
     ("616b652f4ae54c35", "1c933fea96fe4716e45d1cfe6f99bf22387d861a93ab8001aac7fb315c65c8ff", 0.0, 12),
     ("6617841bca5551d9", "951837d500da3cd35583c148c52af57d9ccfb7a4769138eec965fdf073ef063a", None, 0),
     ("6860aa31557d9de9", "1ff9b2e70035f24adae5ceefe988015435fc8e28ecb03549190d222e5fbb7a88", 0.15, 20),
-    ("8540adfaccc83ffd", "9d02df327d43ed58d970f0d445dcc1af666dc1f53d2b0cb90250866102695c9e", None, 0),
+    # grandrounds-protocol judging shows the judge the answer between markers ("answer_markers": "v1"
+    # in its template hashes): this grading's fingerprint and its judge calls' keys moved
+    # (was 9d02df327d43ed58d970f0d445dcc1af666dc1f53d2b0cb90250866102695c9e); its run id did not.
+    ("8540adfaccc83ffd", "5ff4d0c940a652ac08f013c29275fdd8c166bd2aeec124828f043bff2318da3c", None, 0),
     ("e09147d67e7852b3", "cda5411ea8bd41d5597b27e1e6c0672086e3036e034a76d67cf57ab54b484187", 0.0, 12),
     ("e6432fae632f96a0", "cbea08f72c380415698bde38ce8668173eeee1979548f233b82eb94c4dc538f1", 0.0, 10),
     ("f09dd084f5d292e1", "62890748bbe087434e13d2bec2ec9bdcb0b6fe11d9551ddd036ac24e4b959dae", 0.0, 20),
 ]
 #: How many calls the commands made, and the sha256 of their sorted request keys, one per line.
-PINNED_CALLS = (286, "d398fb7e51060ddf78f84d83ca1bd8d04a03982974a9286757f6bb4a103457f8")
+#: (The batched grandrounds HealthBench run's 5 judge prompts hold the answer between markers since
+#: the answer markers: was d398fb7e51060ddf78f84d83ca1bd8d04a03982974a9286757f6bb4a103457f8.)
+PINNED_CALLS = (286, "852d01ec8cc033a89658da50f973ff02c040ab52c170fd73d01058ffd2110200")
 
 
 def commands() -> list[list[str]]:

@@ -35,7 +35,8 @@ from grandrounds.store import Store
 from tests.conftest import reference_file, shared_file
 
 #: Extras only a judged grading has.
-JUDGED_KEYS = {"open_judged_accuracy", "open_judged_coverage", "n_open_judged", "n_open_judge_unknown", "open_judged"}
+#: (``answer_markers``: every judged result says whether its judge saw the answer between markers.)
+JUDGED_KEYS = {"open_judged_accuracy", "open_judged_coverage", "n_open_judged", "n_open_judge_unknown", "open_judged", "answer_markers"}
 #: MedEvalKit's compare prompt as filled (reference protocol; values lower-cased there).
 MEDEVALKIT = re.compile(r"The question is: (.*?)\n\nThe standard answer: (.*?)\n\nThe user's answer: (.*?)\n\nPlease strictly", re.S)
 #: Our prompt (grandrounds protocol).

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from grandrounds.core.records import Grade, Message, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
 from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.judging import Ask, Reading, judge_keys, panel
+from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, delimit_answer, judge_keys, panel
 from grandrounds.sources.careqa_open import ENV, OUR_JUDGE, TAGS, answer_section, parser_tags
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.sources.upstream import python_string
@@ -89,12 +89,16 @@ class CareQAOpenGrader(Grader):
     def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:
         return judges
 
+    def template_hashes(self) -> dict[str, Any]:
+        """Ours: the answer between markers (the official prompt shows it as it is)."""
+        return dict(ANSWER_MARKERS) if self.params.protocol == "grandrounds" else {}
+
     def judge_prompt(self, sample: Sample, answer: str) -> str:
         question = sample.metadata["question"]
         if self.params.protocol == "reference":
             template = python_string(ENV, "JUDGE_TEMPLATE").text
             return template.format(question=question, answer=sample.target, response=answer_section(answer))
-        return OUR_JUDGE.format(question=question, answer=sample.target, response=strip_reasoning(answer))
+        return OUR_JUDGE.format(question=question, answer=sample.target, response=delimit_answer(strip_reasoning(answer), question))
 
     def parse(self, text: str, pending: Sequence[str]) -> dict[str, Reading]:
         got = verdicts(text, self.params.protocol)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import explanation_text, extract_json_array, extract_json_object, parse_criteria_met
-from grandrounds.graders.judging import Ask, Reading, ask, judge_criteria, judge_keys
+from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, ask, delimit_answer, judge_criteria, judge_keys
 from grandrounds.core.hashing import text_hash
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Criterion, Grade, Message, Response, Sample, Verdict
@@ -156,7 +156,7 @@ class GAPSGrader(Grader):
         ours = {name: text_hash(text)[:16] for name, text in self.templates.items()}
         if self.protocol == "reference":
             return {kind: t.fingerprint() for kind, t in official_templates().items()} | ours
-        return ours
+        return ours | ANSWER_MARKERS
 
     def judge_prompt(self, sample: Sample, criterion: Criterion, answer: str) -> tuple[Message, ...]:
         """The one user message a judge gets for ``criterion`` under this protocol."""
@@ -166,7 +166,7 @@ class GAPSGrader(Grader):
             cell = sample.metadata.get("question_cell", question)
             text = official_templates()[kind].render({"question": cell, "model_answer": answer, "claim": criterion.text})
         else:
-            text = self.templates[kind].format(question=question, answer=answer, claim=criterion.text)
+            text = self.templates[kind].format(question=question, answer=delimit_answer(answer, criterion.text), claim=criterion.text)
         return (Message("user", text),)
 
     def _asks(self, sample: Sample, answer: str, ids: Sequence[str]) -> list[Ask]:

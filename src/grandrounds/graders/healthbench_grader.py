@@ -31,7 +31,7 @@ from grandrounds.sources.healthbench import BATCHED_IS_OURS, GRADER_TEMPLATE, JU
 from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import as_bool, explanation_text, parse_criteria_met, top_values
-from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys, majority
+from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, delimit_answer, judge_criteria, judge_keys, majority
 from grandrounds.sources.protocols import check_protocol, system_text
 from grandrounds.core.records import Criterion, Grade, Message, Response, Sample, Verdict
 from grandrounds.scoring.healthbench import known_example_metrics, known_rubric_score, reference_rubric_score
@@ -204,7 +204,7 @@ class HealthBenchGrader(Grader):
 
     def template_hashes(self) -> dict[str, Any]:
         if not self.reference:
-            return super().template_hashes()
+            return super().template_hashes() | ANSWER_MARKERS
         refs = {"GRADER_TEMPLATE": GRADER_TEMPLATE.load()}
         if self.preset.judge.system is not None and not isinstance(self.preset.judge.system, str):
             refs["judge_system"] = self.preset.judge.system.load()
@@ -218,22 +218,24 @@ class HealthBenchGrader(Grader):
         system = self.judge_system
         return ((Message("system", system),) if system is not None else ()) + (Message("user", prompt),)
 
-    def _asks(self, sample: Sample, convo: str, ids: Sequence[str]) -> list[Ask]:
+    def _asks(self, sample: Sample, answer: str, ids: Sequence[str]) -> list[Ask]:
         by_id = {c.id: c for c in sample.rubric}
         if self.reference:
+            convo = self.conversation(sample, answer)
             return [
                 Ask((cid,), lambda _p, c=by_id[cid]: self._messages(self.reference_prompt(convo, c)), parse_single_reference)
                 for cid in ids
             ]
         if self.mode == "per-criterion":
             return [
-                Ask((cid,), lambda _p, c=by_id[cid]: self._messages(self.template.format(conversation=convo, rubric_item=render_item(c))), parse_single)
+                Ask((cid,), lambda _p, c=by_id[cid]: self._messages(self.template.format(
+                    conversation=self.conversation(sample, answer, render_item(c)), rubric_item=render_item(c))), parse_single)
                 for cid in ids
             ]
 
         def build(pending: Sequence[str]) -> tuple[Message, ...]:
             items = "\n".join(f"- id {cid}: {render_item(by_id[cid])}" for cid in pending)
-            return self._messages(self.template.format(conversation=convo, rubric_items=items))
+            return self._messages(self.template.format(conversation=self.conversation(sample, answer, items), rubric_items=items))
 
         return [Ask(tuple(ids), build, parse_batched)]
 
@@ -243,16 +245,18 @@ class HealthBenchGrader(Grader):
             return 0
         return judges * (len(sample.rubric) if self.mode == "per-criterion" else 1)
 
-    def conversation(self, sample: Sample, answer: str) -> str:
-        """What the judge is shown: the conversation as sent to the candidate, then its answer."""
+    def conversation(self, sample: Sample, answer: str, asked: str = "") -> str:
+        """What the judge is shown: the conversation as sent to the candidate, then its answer
+        (ours: between markers named after the answer and ``asked``, the rubric text of the call)."""
         if self.reference:  # simple-evals passes the reply's content on unchanged
             return render_conversation(with_system(sample.messages, self.answer_system), answer)
-        return render_conversation(with_system(sample.messages, self.answer_system), strip_reasoning(answer))
+        shown = strip_reasoning(answer)
+        return render_conversation(with_system(sample.messages, self.answer_system), delimit_answer(shown, asked))
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        convo = self.conversation(sample, response.text or "")
+        answer = response.text or ""
         ids = [c.id for c in sample.rubric]
-        verdicts = await judge_criteria(ids, lambda _j, pending: self._asks(sample, convo, pending), ctx)
+        verdicts = await judge_criteria(ids, lambda _j, pending: self._asks(sample, answer, pending), ctx)
         example_tags = tuple(sample.metadata.get("example_tags", ()))
         ks = known_example_metrics(sample.rubric, verdicts, example_tags)
         status = {v.criterion_id: v.status for v in verdicts}

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import explanation_text, extract_json_object
-from grandrounds.graders.judging import Ask, Reading, judge_keys, panel
+from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, delimit_answer, judge_keys, panel
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Grade, Message, Response, Sample, Vote
 from grandrounds.core.textutil import normalize_width, strip_leading_reasoning, strip_reasoning
@@ -174,7 +174,7 @@ class LLMEvalGrader(Grader):
     def template_hashes(self) -> dict[str, Any]:
         if self.protocol == "reference":
             return {code.lower(): t.fingerprint() for code, t in official_templates().items()}
-        return super().template_hashes()
+        return super().template_hashes() | ANSWER_MARKERS
 
     def messages(self, sample: Sample, answer_text: str) -> tuple[Message, ...]:
         """The judge prompt of this protocol for ``sample`` and the candidate's reply text."""
@@ -184,7 +184,8 @@ class LLMEvalGrader(Grader):
         if self.protocol == "reference":
             # Answer.py keeps the generated text stripped; Evaluate.py shows it as it is.
             return official_messages(official_templates()[code], sample, answer_text.strip())
-        return judge_messages(self.templates[code.lower()], sample, strip_reasoning(answer_text))
+        shown = delimit_answer(strip_reasoning(answer_text), sample.messages[-1].text)
+        return judge_messages(self.templates[code.lower()], sample, shown)
 
     def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:
         """``runs`` calls per judge (the same prompt, spaced attempt numbers)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from grandrounds.core.records import Sample
 from grandrounds.core.textutil import strip_reasoning
+from grandrounds.graders.judging import delimit_answer
 from grandrounds.graders.medicationqa_grader import MedicationQAGrader
 from grandrounds.sources.meddialog import JUDGE_PROMPTS, OUR_JUDGE
 from grandrounds.sources.protocols import check_protocol
@@ -39,4 +40,4 @@ class MedDialogGrader(MedicationQAGrader):
             template = python_string(JUDGE_PROMPTS, "JUDGE_TEMPLATE").text
             output = python_string(JUDGE_PROMPTS, "JUDGE_OUTPUT_JSON").text
             return template.format(conversation=conversation, response=answer, gold_response=gold, output_format=output)
-        return OUR_JUDGE.format(conversation=conversation, response=strip_reasoning(answer), gold=gold)
+        return OUR_JUDGE.format(conversation=conversation, response=delimit_answer(strip_reasoning(answer), conversation), gold=gold)

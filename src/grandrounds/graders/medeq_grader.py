@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from grandrounds.graders.base import GradeContext, Grader, load_templates
-from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys, majority
+from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, delimit_answer, judge_criteria, judge_keys, majority
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Grade, Message, Response, Sample, Verdict
 from grandrounds.scoring.medeq import question_score, reference_question, sample_items
@@ -231,7 +231,7 @@ class MedEQGrader(Grader):
     def template_hashes(self) -> dict[str, Any]:
         if self.protocol == "reference":
             return {"evaluate_prompt": official_template().fingerprint()}
-        return super().template_hashes()
+        return super().template_hashes() | ANSWER_MARKERS
 
     def prompt(self, sample: Sample, answer: str) -> str:
         """The judge prompt of this protocol for ``sample`` and the candidate's reply."""
@@ -239,7 +239,8 @@ class MedEQGrader(Grader):
         if self.protocol == "reference":  # Health_EQBench.py: evaluate_prompt.format(question=, answer=, rubric=)
             # the prediction as OpenCompass's OpenAI wrapper stores it: the reply's content, stripped
             return official_template().text.format(question=question, answer=answer.strip(), rubric=rubric_text(sample))
-        return self.templates[TEMPLATE_NAME].format(question=question, answer=strip_reasoning(answer), rubric=rubric_text(sample))
+        shown = delimit_answer(strip_reasoning(answer), question)
+        return self.templates[TEMPLATE_NAME].format(question=question, answer=shown, rubric=rubric_text(sample))
 
     def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:
         """The whole rubric in one call per judge."""

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.graders.judge_json import json_values
-from grandrounds.graders.judging import Ask, Reading, judge_keys, panel
+from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, delimit_answer, judge_keys, panel
 from grandrounds.core.records import Grade, Message, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
 from grandrounds.sources.medicationqa import DIMENSIONS, JUDGE_PROMPTS, OUR_JUDGE
@@ -81,13 +81,17 @@ class MedicationQAGrader(Grader):
     def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:
         return judges
 
+    def template_hashes(self) -> dict[str, Any]:
+        """Ours: the answer between markers (the official prompt shows it as it is)."""
+        return dict(ANSWER_MARKERS) if self.params.protocol == "grandrounds" else {}
+
     def judge_prompt(self, sample: Sample, answer: str) -> str:
         question, gold = sample.metadata["question"], sample.target
         if self.params.protocol == "reference":
             template = python_string(JUDGE_PROMPTS, "JUDGE_TEMPLATE").text
             output = python_string(JUDGE_PROMPTS, "JUDGE_OUTPUT_JSON").text
             return template.format(question=question, response=answer, gold_response=gold, output_format=output)
-        return OUR_JUDGE.format(question=question, response=strip_reasoning(answer), gold=gold)
+        return OUR_JUDGE.format(question=question, response=delimit_answer(strip_reasoning(answer), question), gold=gold)
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         if not sample.target:

@@ -16,8 +16,8 @@ from typing import Mapping, Sequence
 from grandrounds.core.errors import ConfigError
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.healthbench_grader import parse_single, render_conversation, render_item
-from grandrounds.graders.judging import Ask, judge_criteria, judge_keys
-from grandrounds.core.records import Grade, Message, Response, Sample
+from grandrounds.graders.judging import ANSWER_MARKERS, Ask, delimit_answer, judge_criteria, judge_keys
+from grandrounds.core.records import Criterion, Grade, Message, Response, Sample
 from grandrounds.scoring.healthbench import known_rubric_score
 from grandrounds.core.textutil import strip_reasoning
 
@@ -55,6 +55,9 @@ class RubricGrader(Grader):
         key, self.template = _load(self.params.template)
         self.templates = {key: self.template}
 
+    def template_hashes(self) -> dict[str, str]:
+        return super().template_hashes() | ANSWER_MARKERS
+
     def _messages(self, prompt: str) -> tuple[Message, ...]:
         system = (Message("system", self.params.system),) if self.params.system else ()
         return system + (Message("user", prompt),)
@@ -64,14 +67,15 @@ class RubricGrader(Grader):
         return judges * len(sample.rubric)
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        convo = render_conversation(sample.messages, strip_reasoning(response.text or ""))
+        answer = strip_reasoning(response.text or "")
         by_id = {c.id: c for c in sample.rubric}
 
+        def prompt(c: Criterion) -> str:
+            convo = render_conversation(sample.messages, delimit_answer(answer, render_item(c)))
+            return self.template.format(conversation=convo, criterion=render_item(c))
+
         def asks(_judge: int, ids: Sequence[str]) -> list[Ask]:
-            return [
-                Ask((cid,), lambda _p, c=by_id[cid]: self._messages(self.template.format(conversation=convo, criterion=render_item(c))), parse_single)
-                for cid in ids
-            ]
+            return [Ask((cid,), lambda _p, c=by_id[cid]: self._messages(prompt(c)), parse_single) for cid in ids]
 
         verdicts = await judge_criteria(list(by_id), asks, ctx)
         value = self.rescore(sample, Grade(sample.id, None, verdicts=verdicts), {})

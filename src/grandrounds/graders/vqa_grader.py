@@ -89,7 +89,8 @@ class VQAGrader(Grader):
         if self.params.protocol == "reference":
             return {"open_judge": text_hash(compare_prompt().text)[:16], "open_judge_source": f"{MEDEVALKIT_UTILS.repo}@"
                     f"{MEDEVALKIT_UTILS.commit[:7]} {MEDEVALKIT_UTILS.path} get_compare_messages"}
-        return {"open_judge": text_hash(OUR_OPEN_JUDGE)[:16]}
+        # our prompt shows the answer between fixed tags that are removed from the answer itself
+        return {"open_judge": text_hash(OUR_OPEN_JUDGE)[:16], "answer_markers": "fixed tags"}
 
     def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:
         return judges if self.params.judge_open and sample.metadata.get("closed") is False else 0

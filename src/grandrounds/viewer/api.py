@@ -46,7 +46,8 @@ def api_get(state: ViewerState, path: str, qs: dict[str, list[str]]) -> tuple[in
             f = queries.Filters(
                 benchmark=_arg(qs, "benchmark"), model=_arg(qs, "model"), run=_arg(qs, "run"), col=_arg(qs, "col"),
                 dimension=_arg(qs, "dimension"), verdict=_arg(qs, "verdict"),
-                disagree=_flag(qs, "disagree"), unknown=_flag(qs, "unknown"), queued=_flag(qs, "queued"), q=_arg(qs, "q"),
+                disagree=_flag(qs, "disagree"), unknown=_flag(qs, "unknown"), queued=_flag(qs, "queued"), flagged=_flag(qs, "flagged"),
+                q=_arg(qs, "q"),
             )
             return 200, queries.list_items(con, f, _int(qs, "page", 1, 1, 10**6), _int(qs, "per_page", 50, 1, queries.PAGE_MAX))
         if path == "/api/item":  # by benchmark, dataset and sample id: the stable form of a link

@@ -19,7 +19,7 @@ from grandrounds.store import Store
 from grandrounds.analyses.labels import question_of, run_facts, strip_shared_lines
 
 #: Bumped when the index's tables change, so an index built by older code is rebuilt.
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
@@ -27,7 +27,7 @@ CREATE TABLE items (id INTEGER PRIMARY KEY, benchmark TEXT, dataset TEXT, sample
                     disagree INTEGER, n_unknown INTEGER);
 CREATE TABLE columns (col TEXT PRIMARY KEY, run_id TEXT, grader_fp TEXT, benchmark TEXT, model TEXT, facts TEXT);
 CREATE TABLE answers (item_id INTEGER, run_id TEXT, grader_fp TEXT, model TEXT, col TEXT, value REAL,
-                      n_met INTEGER, n_unmet INTEGER, n_unknown INTEGER, panel_split INTEGER, queued INTEGER);
+                      n_met INTEGER, n_unmet INTEGER, n_unknown INTEGER, panel_split INTEGER, queued INTEGER, flagged INTEGER);
 CREATE TABLE dims (item_id INTEGER, dim TEXT);
 CREATE INDEX items_bench ON items(benchmark, id);
 CREATE INDEX answers_item ON answers(item_id);
@@ -178,8 +178,9 @@ def _add_answers(con: sqlite3.Connection, store: Store, items: _Items) -> _Answe
             out.values.setdefault(iid, set()).add(round(g.value, 6))
         out.unknown[iid] = out.unknown.get(iid, 0) + counts["unknown"] + (g.value is None)
         col = out.columns.setdefault((run_id, fp), column_key(run_id, fp))
-        row = (iid, run_id, fp, run.model, col, g.value, counts["met"], counts["unmet"], counts["unknown"], int(split), int((run_id, fp, g.sample_id) in queued))
-        con.execute("INSERT INTO answers VALUES (?,?,?,?,?,?,?,?,?,?,?)", row)
+        row = (iid, run_id, fp, run.model, col, g.value, counts["met"], counts["unmet"], counts["unknown"], int(split), int((run_id, fp, g.sample_id) in queued),
+               int(bool(g.details.get("flags"))))  # the answer addresses the grader (graders.flags)
+        con.execute("INSERT INTO answers VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", row)
         out.texts.setdefault(iid, []).append(text_of.get((run_id, g.sample_id), ""))
     return out
 

@@ -1,21 +1,34 @@
 """OpenAI's Batch API for Chat Completions, as a :class:`~grandrounds.run.batches.wire.Wire`: the
 JSONL input file uploaded (``POST /files``, ``purpose=batch``), the batch created (``POST
 /batches``), its status (``GET /batches/{id}``) and its output and error files read line by line
-(``GET /files/{id}/content``)."""
+(``GET /files/{id}/content``).
+
+A batch is created with a marker of ours in its ``metadata``; when a creation's reply is lost (a
+proxy's 502, a dropped connection) the next try lists the batches (``GET /batches``, newest first)
+and takes the one made from the same uploaded file or carrying the marker, instead of creating
+(and paying for) the batch again. The file is uploaded once per submission."""
 
 from __future__ import annotations
 
 import json
+import time
+from secrets import token_hex
 from typing import Any, AsyncIterator, cast
 
 from grandrounds.core.records import Request, Response, Usage
 from grandrounds.providers.base import Provider, ProviderError, error_reason, public_url, redact
 from grandrounds.providers.images import openai_messages
-from grandrounds.providers.openai_compat import OpenAIProvider, context_message, context_overflow
+from grandrounds.providers.openai_compat import OpenAIProvider, context_message, context_overflow, served_by
 from grandrounds.run.batches.http import BatchHttp
 from grandrounds.run.batches.settings import BatchSettings
-from grandrounds.run.batches.wire import Remote, Wire
+from grandrounds.run.batches.wire import Remote, Submission, Wire
 
+
+#: The metadata key of the marker each batch is created with.
+MARKER_KEY = "grandrounds_submission"
+#: Pages of 100 batches looked through for one whose creation reply was lost, and how far back
+#: (seconds before the first try, for clock skew) a batch may have been created to be it.
+FIND_PAGES, FIND_SKEW = 10, 600
 
 #: OpenAI batch statuses after which nothing more happens to a batch.
 _OPENAI_DONE = frozenset({"completed", "expired", "cancelled", "failed"})
@@ -34,6 +47,7 @@ class OpenAIWire(Wire):
         self.client = lambda: BatchHttp(http.base_url, headers, timeout, http.max_response_bytes, http.secrets)  # type: ignore[method-assign]
         self.base_url, self.secrets = http.base_url, tuple(http.secrets)
         self.endpoint = f"{public_url(http.base_url)}/chat/completions"
+        self.model = provider.spec.model
 
     def body(self, provider: Provider, request: Request) -> dict[str, Any]:
         kwargs = cast(OpenAIProvider, provider)._gen_kwargs(request)
@@ -42,13 +56,41 @@ class OpenAIWire(Wire):
     def line(self, key: str, body: dict[str, Any]) -> bytes:
         return json.dumps({"custom_id": key, "method": "POST", "url": self.PATH, "body": body}, ensure_ascii=False).encode("utf-8") + b"\n"
 
-    async def submit(self, lines: list[bytes]) -> Remote:
-        up = await self._call(lambda http: http.post_file("/files", {"purpose": "batch"}, "batch.jsonl", b"".join(lines)))
-        file_id = up.get("id")
-        if not isinstance(file_id, str):
-            raise ProviderError("malformed response body: the uploaded file has no id", retryable=True)
-        created = {"input_file_id": file_id, "endpoint": self.PATH, "completion_window": "24h"}
+    async def submit(self, lines: list[bytes], attempt: Submission | None = None) -> Remote:
+        attempt = attempt or Submission(token_hex(16), time.time())
+        if attempt.file_id is None:
+            up = await self._call(lambda http: http.post_file("/files", {"purpose": "batch"}, "batch.jsonl", b"".join(lines)))
+            file_id = up.get("id")
+            if not isinstance(file_id, str):
+                raise ProviderError("malformed response body: the uploaded file has no id", retryable=True)
+            attempt.file_id = file_id
+        if attempt.sent:
+            found = await self.find(attempt, len(lines))
+            if found is not None:
+                attempt.found = True
+                return found
+        created = {"input_file_id": attempt.file_id, "endpoint": self.PATH, "completion_window": "24h",
+                   "metadata": {MARKER_KEY: attempt.marker}}
+        attempt.sent = True
         return self._remote(await self._call(lambda http: http.post("/batches", created)))
+
+    async def find(self, attempt: Submission, size: int) -> Remote | None:
+        """The batch made from ``attempt``'s uploaded file or carrying its marker, looked for among
+        the batches listed newest first, back to shortly before the first try."""
+        after: str | None = None
+        for _ in range(FIND_PAGES):
+            where = "/batches?limit=100" + (f"&after={after}" if after else "")
+            page = await self._call(lambda http: http.get(where))
+            data = [b for b in page.get("data") or [] if isinstance(b, dict)]
+            for b in data:
+                meta = b.get("metadata") if isinstance(b.get("metadata"), dict) else {}
+                if b.get("id") not in attempt.known and (b.get("input_file_id") == attempt.file_id or meta.get(MARKER_KEY) == attempt.marker):
+                    return self._remote(b)
+            oldest = data[-1].get("created_at") if data else None
+            if not page.get("has_more") or not data or (isinstance(oldest, (int, float)) and oldest < attempt.started - FIND_SKEW):
+                return None
+            after = str(page.get("last_id") or data[-1].get("id"))
+        return None
 
     async def status(self, batch_id: str) -> Remote:
         return self._remote(await self._call(lambda http: http.get(f"/batches/{batch_id}")))
@@ -86,7 +128,7 @@ class OpenAIWire(Wire):
         resp, err = line.get("response"), line.get("error")
         if isinstance(resp, dict) and resp.get("status_code") == 200:
             try:
-                return key, _chat_response(resp.get("body"), key)
+                return key, _chat_response(resp.get("body"), key, self.model)
             except ProviderError as e:
                 return key, e
         if isinstance(resp, dict) and isinstance(resp.get("status_code"), int):
@@ -108,7 +150,7 @@ class OpenAIWire(Wire):
         return key, ProviderError("malformed batch result line: neither response nor error", retryable=True)
 
 
-def _chat_response(body: Any, key: str) -> Response:
+def _chat_response(body: Any, key: str, asked: str = "") -> Response:
     """A Chat Completions body (from a batch's output file) as a Response."""
     try:
         choice = body["choices"][0]
@@ -123,4 +165,6 @@ def _chat_response(body: Any, key: str) -> Response:
         tokens = Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
     except (TypeError, ValueError, AttributeError):
         tokens = Usage()
-    return Response(key=key, text=text, usage=tokens, finish_reason=finish if isinstance(finish, str) else None)
+    return Response(
+        key=key, text=text, usage=tokens, finish_reason=finish if isinstance(finish, str) else None, system_fingerprint=served_by(body, asked),
+    )
