@@ -25,6 +25,7 @@ from grandrounds.core.records import (
     Message,
     Request,
     Sample,
+    ToolSpec,
     Verdict,
     Vote,
     grade_from_json,
@@ -166,9 +167,16 @@ def test_request_key_is_sha256_of_independently_built_json():
         base_url="http://127.0.0.1:8000/v1",
     )
     plain = dataclasses.asdict(req)
+    # fields added after keys were first stored (tools, tool_choice) are left out while empty
+    assert plain.pop("tools") == () and plain.pop("tool_choice") == ""
     want = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert req.canonical() == want
     assert req.key() == sha(want) == content_hash(req)
+    # and written when set, so a request with tools has a key of its own
+    tooled = dataclasses.replace(req, tools=(ToolSpec("calculator", "adds", {"type": "object"}),), tool_choice="auto")
+    plain_t = dataclasses.asdict(tooled)
+    assert tooled.canonical() == json.dumps(plain_t, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert tooled.key() != req.key()
 
 
 @pytest.mark.parametrize(

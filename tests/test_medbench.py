@@ -180,3 +180,40 @@ def test_submission_is_refused_for_a_benchmark_scored_here(tmp_path):
         (run_rec,) = st.runs()
     r = CliRunner().invoke(app, ["submission", "--run", run_rec.id, "--out", str(tmp_path / "x.jsonl"), "--store", str(store)])
     assert r.exit_code != 0 and "demo has no submission format" in str(r.exception or r.output)
+
+
+def test_agent_track_is_a_named_subset_with_its_submission(tmp_path):
+    """--param track=agent keeps the Agent task sets (prompts, no tools) and writes their submission."""
+    from typer.testing import CliRunner
+
+    from grandrounds.cli.main import app
+
+    d = tmp_path / "v4"
+    d.mkdir()
+    tool_prompt = "API 描述：RequestICUBed（ICU床位申请）……用户问题：我是急诊科的李医生，请紧急申请ICU床位。"
+    _write(d / "MedCallAPI.jsonl", [
+        {"question": tool_prompt, "answer": "", "other": {"id": 103, "source": "MedCallAPI_V4"}},
+        {"question": tool_prompt + "（二）", "answer": "", "other": {"id": 104, "source": "MedCallAPI_V4"}},
+    ])
+    _write(d / "MedShield.jsonl", [{"question": "请拒绝不安全的请求：……", "answer": "", "other": {"id": 7, "source": "MedShield_V4"}}])
+    _write(d / "MedSafety_V4.jsonl", [{"question": _q(OPTION_ORDERS[0]), "answer": "", "other": {"id": 4, "source": "MedSafety_V4"}}])
+    agent = MedBench(track="agent").load(d)
+    assert [s.metadata["source"] for s in agent] == ["MedCallAPI_V4", "MedCallAPI_V4", "MedShield_V4"]
+    assert {s.metadata["track"] for s in MedBench().load(d)} == {"agent", "llm"}
+    assert [s.metadata["source"] for s in MedBench(track="llm").load(d)] == ["MedSafety_V4"]
+    assert MedBench(track="agent").spec() != MedBench().spec()  # a named subset: its own spec, so its own run id
+    store = tmp_path / "s.db"
+    r = CliRunner().invoke(app, ["run", "medbench", "--data", str(d), "--param", "track=agent", "-m", "scripted/x", "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    from grandrounds.store import Store
+
+    with Store(store) as st:
+        (run_rec,) = st.runs()
+    assert "track" in run_rec.benchmark_spec
+    out = tmp_path / "sub"
+    out.mkdir()
+    r = CliRunner().invoke(app, ["submission", "--run", run_rec.id, "--out", str(out), "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["MedCallAPI.jsonl", "MedShield.jsonl"]  # the Agent files only
+    lines = [json.loads(x) for x in (out / "MedCallAPI.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [x["other"]["id"] for x in lines] == [103, 104] and all(x["answer"] == "A" for x in lines)

@@ -4,11 +4,13 @@ the images beside it as the viewer and the HTML report show them (:func:`shown_i
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Collection, Sequence
 
 from grandrounds.analyses.leaderboard import ResultRow, result_coverage
+from grandrounds.analyses.readings import answer_words
 from grandrounds.core.records import Grade, Sample, breakdown_from_json
 from grandrounds.store import RunRecord, Store
 from grandrounds.store.images import ImageStore
@@ -34,6 +36,8 @@ def result_rows(store: Store, benchmark: str | None = None, run_ids: Collection[
     for run_id, fp, rj in store.results():
         if benchmark and rj.get("benchmark") != benchmark:
             continue
+        if str(rj.get("benchmark", "")).startswith("contamination:"):
+            continue  # contamination probes (analyses.contamination) are shown apart, never among scores
         if run_ids is not None and run_id not in run_ids:
             continue
         run = runs.get(run_id)
@@ -45,8 +49,8 @@ def result_rows(store: Store, benchmark: str | None = None, run_ids: Collection[
                 benchmark=rj.get("benchmark") or (run.benchmark if run else "?"),
                 model=rj.get("model") or (run.model if run else "?"),
                 metric=rj.get("metric", ""),
-                score=rj.get("score"),
-                ci95=(float(ci[0]), float(ci[1])) if ci else None,
+                score=_finite(rj.get("score")),
+                ci95=_finite_pair(ci),
                 n=int(rj.get("n", 0)),
                 n_unscored=int(rj.get("n_unscored", 0)),
                 # the result's own coverage where it records one, so the run's summary, results.json
@@ -60,6 +64,26 @@ def result_rows(store: Store, benchmark: str | None = None, run_ids: Collection[
             )
         )
     return out
+
+
+def _finite(value: Any) -> float | None:
+    """A stored score as a number, or None (unknown) where it is not a finite number: a NaN or an
+    infinity an older version wrote is shown as unknown, never as a number or a crash."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        out = float(value)
+    except OverflowError:
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _finite_pair(ci: Any) -> tuple[float, float] | None:
+    """A stored confidence interval, or None unless both ends are finite numbers."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return None
+    lo, hi = _finite(ci[0]), _finite(ci[1])
+    return (lo, hi) if lo is not None and hi is not None else None
 
 
 def _or(value: float | None, fallback: Any) -> float | None:
@@ -92,6 +116,10 @@ class Answer:
     text: str | None
     error: str | None
     grade: Grade | None
+    #: An agent benchmark's episodes of this sample (``{epoch, status, steps}``), read only for those.
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    #: What was read from an answer whose text does not show it (a log-probability answer's choice), in words.
+    read: str | None = None
 
 
 @dataclass
@@ -123,9 +151,13 @@ def drilldown(store: Store, rows: Sequence[ResultRow], max_items: int | None = N
             sections[key] = Section(run.benchmark, run.dataset_sha256, [Item(s) for s in samples])
         answers = store.answers(row.run_id)
         grades = store.grades(row.run_id, row.grader_fp)
+        spec = store.grader_spec(row.grader_fp)
         for item in sections[key].items:
             _, resp = answers.get(item.sample.id, ("", None))
-            item.answers.append(Answer(row, resp.text if resp else None, resp.error if resp else "not answered", grades.get(item.sample.id)))
+            grade = grades.get(item.sample.id)
+            episodes = store.episodes(row.run_id, item.sample.id) if grade is not None and "epochs" in grade.details else []
+            read = answer_words(spec, item.sample, grade, resp) if resp is not None and resp.scores else None
+            item.answers.append(Answer(row, resp.text if resp else None, resp.error if resp else "not answered", grade, episodes, read))
     return list(sections.values())
 
 

@@ -26,6 +26,7 @@ COMPARABLE_FIELDS: tuple[str, ...] = (
     "answer_mode",
     "shuffle_options",
     "protocol",  # reference or grandrounds, with every setting it fixes and any deviation
+    "simulator",  # an agent benchmark's simulated patient: its model and prompts (absent elsewhere)
     "limit",  # --limit N: the first N items are another item set than the whole benchmark
 )
 # Not "engine" (vLLM/SGLang name and version): it is part of what is measured, like the model, not
@@ -144,6 +145,22 @@ def comparability(fingerprint: Mapping[str, Any]) -> str:
 def fingerprint_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """Names of the comparability fields in which two fingerprints differ."""
     return [f for f in COMPARABLE_FIELDS if canonical_json(a.get(f)) != canonical_json(b.get(f))]
+
+
+def latest_comparable_pair(ra: Sequence[ResultRow], rb: Sequence[ResultRow], ignore: tuple[str, ...] = ("limit",)) -> tuple[ResultRow, ResultRow] | None:
+    """Of two models' results (each oldest first), the pair that may be compared (the same
+    comparability fields but ``ignore``) made of the newest runs: the pair whose older run is the
+    newest, then whose newer run is; None when no run of one matches a run of the other."""
+    best: tuple[tuple[int, int], ResultRow, ResultRow] | None = None
+    for i, a in enumerate(ra):
+        for j, b in enumerate(rb):
+            if a.key == b.key or [f for f in fingerprint_diff(a.fingerprint, b.fingerprint) if f not in ignore]:
+                continue
+            # positions from the end: 0 is a model's latest run
+            rank = (max(len(ra) - 1 - i, len(rb) - 1 - j), min(len(ra) - 1 - i, len(rb) - 1 - j))
+            if best is None or rank < best[0]:
+                best = (rank, a, b)
+    return None if best is None else (best[1], best[2])
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,22 @@ from grandrounds.core.textutil import strip_reasoning
 
 SYSTEM = "you are a helpful assistant."  # the system message of yy-hh/LlmMedEval's MedBench runner
 
+#: MedBench v4's Agent track: its 14 task sets (``other.source`` without the ``_V4`` suffix), as the
+#: platform hands them out in ``Agent_test_data/`` (the copy in yy-hh/LlmMedEval @ 7e76269). They are
+#: prompts that describe a tool, a plan or a conversation; the answer is text, scored by the platform.
+AGENT_TASKS = frozenset({
+    "MedCOT", "MedCallAPI", "MedCollab", "MedDBOps", "MedDecomp", "MedDefend", "MedIntentID", "MedLongConv", "MedLongQA",
+    "MedPathPlan", "MedReflect", "MedRetAPI", "MedRoleAdapt", "MedShield",
+})
+TRACKS = ("all", "llm", "agent", "vlm")
+
+
+def track_of(source: str, has_images: bool) -> str:
+    """The v4 track a row belongs to: ``vlm`` where it has images, ``agent`` for the Agent task sets, else ``llm``."""
+    if has_images:
+        return "vlm"
+    return "agent" if source.removesuffix("_V4") in AGENT_TASKS else "llm"
+
 class MedBench(Benchmark):
     """MedBench question files (a file or a directory of ``*.jsonl``)."""
 
@@ -39,6 +55,8 @@ class MedBench(Benchmark):
         # the MedBench runner (yy-hh/LlmMedEval main.py pdf_to_images): max_pages=5, zoom 2.0
         Param("pdf_pages", int, 5, "pages of a PDF named in img_path that are rendered and sent", minimum=1),
         Param("pdf_scale", float, 2.0, "PDF pages rendered at this many times 72 dpi", minimum=0.1),
+        Param("track", str, "all", "MedBench v4 track to run: llm, agent (the 14 Agent task sets, 420 rows), vlm (rows with images), or all",
+              choices=TRACKS),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -82,8 +100,11 @@ class MedBench(Benchmark):
         return list(self.iter_samples(root))
 
     def iter_samples(self, root: Path) -> Iterator[Sample]:
+        track = self.param("track")
         for path in self.data_files(root):
-            yield from self._iter_file(path)
+            for smp in self._iter_file(path):
+                if track == "all" or smp.metadata["track"] == track:
+                    yield smp
 
     def _iter_file(self, path: Path) -> Iterator[Sample]:
         """The file's lines as samples, one at a time (a row index counts the file's records)."""
@@ -107,7 +128,8 @@ class MedBench(Benchmark):
                 messages=(Message("system", SYSTEM), Message("user", content)),
                 target=answer.strip() or None,
                 metadata={"source": str(other["source"]), "question_id": other["id"], "file": path.name,
-                          "row": row, "record": rec, "language": "zh", "has_images": bool(images), "n_images": len(images)},
+                          "row": row, "record": rec, "language": "zh", "has_images": bool(images), "n_images": len(images),
+                          "track": track_of(str(other["source"]), bool(images))},
             )
 
     def grader_spec(self, options: RunOptions) -> Spec:
@@ -127,7 +149,8 @@ class MedBench(Benchmark):
         return Aggregate.of(
             "accuracy",
             overall,
-            {"source": group_cells(((s.metadata["source"], (s, g)) for s, g in rows), _cell)},
+            {"source": group_cells(((s.metadata["source"], (s, g)) for s, g in rows), _cell),
+             "track": group_cells(((s.metadata.get("track", "llm"), (s, g)) for s, g in rows), _cell)},
             {"n_withheld": overall.metrics["n_withheld"], "note": "official MedBench scores are computed by the platform from the submission file"},
         )
 

@@ -4,14 +4,15 @@ one-line user errors, and the closing lines a run prints (calls made, failed, re
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import typer
-from rich.console import Console
 
+from grandrounds.core.display import SafeConsole, safe_text
 from grandrounds.core.errors import ConfigError, GrandroundsError
 from grandrounds.core.registry import UnknownComponent
 
@@ -36,10 +37,53 @@ class _Group(_PlainFlags, typer.core.TyperGroup):
     pass
 
 
-console = Console()
-err_console = Console(stderr=True)
+#: Every line the commands print goes through these (or :func:`safe_text` where written plainly):
+#: text from servers and data files shows as written, never as markup or an escape sequence.
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 INTERRUPTED = "interrupted: everything finished so far is stored; run the same command again to resume\n"
+#: Exit codes of a command stopped by Ctrl-C (SIGINT) and by SIGTERM: 128 + the signal's number, as a shell reports them.
+INTERRUPTED_EXIT, TERMINATED_EXIT = 128 + signal.SIGINT, 128 + signal.SIGTERM
+
+
+class _Stop:
+    """Which signal stopped the command (None while none has)."""
+
+    signal: int | None = None
+
+
+def on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (a timeout, ``docker stop``, systemd, Slurm) taken as Ctrl-C is: the SIGINT handler in
+    force runs (the event loop's cancels the run, whose stores flush what finished), or, where there
+    is none, KeyboardInterrupt is raised here. A second SIGTERM, like a second Ctrl-C, stops at once."""
+    _Stop.signal = signal.SIGTERM
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
+
+
+def handle_sigterm() -> None:
+    """Install :func:`on_sigterm` (from the main thread only, where Python delivers signals)."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def interrupted(progress: Any = None) -> typer.Exit:
+    """Say that the command was stopped, what it kept and how to resume; the exit to raise: 130
+    after Ctrl-C, 143 after SIGTERM. ``progress``: the run's progress, whose counts are told."""
+    kept = ""
+    if progress is not None and getattr(progress, "total", 0):
+        kept = f" ({progress.done:,} of {progress.total:,} items of the last run started)"
+    if _Stop.signal == signal.SIGTERM:
+        sys.stderr.write(f"terminated (SIGTERM): everything finished so far is stored{kept}; run the same command again to resume\n")
+        return typer.Exit(TERMINATED_EXIT)
+    sys.stderr.write(INTERRUPTED.replace("is stored;", f"is stored{kept};"))
+    return typer.Exit(INTERRUPTED_EXIT)
 StoreOpt = typer.Option(None, "--store", help="SQLite store (default $GRANDROUNDS_STORE or ./grandrounds.db)")
 #: Ranges of the numeric flags: seeds as NumPy's RandomState takes them (and every provider's API),
 #: temperatures as the OpenAI API accepts them.
@@ -101,7 +145,7 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except (GrandroundsError, UnknownComponent) as e:
-        sys.stderr.write(f"error: {e}\n")
+        sys.stderr.write(f"error: {safe_text(e)}\n")
         raise typer.Exit(2) from None
 
 
@@ -155,6 +199,7 @@ def call_summary(answers: Any, judges: Sequence[tuple[str, Any]]) -> list[str]:
         line = f"{label}: {s.made} calls made, {s.cached} from the store, {s.failed} failed, {s.retries} retries"
         if getattr(s, "shrunk", 0):
             line += f", {s.shrunk} shrunk to fit the context (max tokens lowered to what the server's context leaves)"
+        line += concurrency_note(s)
         if s.errors:
             top = sorted(s.errors.items(), key=lambda kv: -kv[1])[:3]
             line += "; failures: " + ", ".join(f"{why} x{n}" for why, n in top)
@@ -162,6 +207,23 @@ def call_summary(answers: Any, judges: Sequence[tuple[str, Any]]) -> list[str]:
         if callable(batch_line := getattr(s, "batch_line", None)):  # a batched role: its batches and calls retried
             lines.append(f"{label} {batch_line()}")
     return lines
+
+
+def concurrency_note(s: Any) -> str:
+    """What the call summary adds about calls at once: the server's own slots where it reported
+    them, the adaptive window's back-offs, calls that timed out in the server's queue, and
+    failures taken from the store because the prompt alone is over the context."""
+    note = ""
+    if getattr(s, "server_slots", ""):
+        note += f"; the server reports {s.server_slots} slot(s)"
+    if getattr(s, "backoffs", 0):
+        note += f"; fewer calls at once after timeouts or 429/503 ({s.backoffs}x, down to {s.smallest_window})"
+    if getattr(s, "queued", 0):
+        note += (f"; {s.queued} timed out waiting in the server's queue (it serves {s.queued_slots} at a time, "
+                 f"up to {s.queued_most} were sent at once: lower --concurrency to {s.queued_slots})")
+    if getattr(s, "final", 0):
+        note += f"; {s.final} failed as before (the prompt alone is over the model's context: not asked again)"
+    return note
 
 
 def stored_run(st: Any, run_id: str) -> Any:

@@ -9,18 +9,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, get_args
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from grandrounds.core import eventloop
 from grandrounds.cli.common import (
-    INTERRUPTED, JUDGE_RPM_HELP, JUDGE_TPM_HELP, MAX_LOST_SHARE, NOTHING_SCORED, SEED_MAX, TEMPERATURE_MAX, EncodingOpt, StoreOpt,
-    _Command, _Group, lost_share,
+    JUDGE_RPM_HELP, JUDGE_TPM_HELP, MAX_LOST_SHARE, NOTHING_SCORED, SEED_MAX, TEMPERATURE_MAX, EncodingOpt, StoreOpt,
+    _Command, _Group, handle_sigterm, interrupted, lost_share,
     any_failed, call_summary, console, err_console, existing_store_path, judge_configs, parse_params, store_path, stored_run,
     user_errors,
 )
+from grandrounds.core.display import safe_text, styled
 from grandrounds.core.errors import GrandroundsError
-from grandrounds.cli import irt, judge_validation, reports, robustness
+from grandrounds.cli import contamination, fetch, irt, judge_validation, reports, robustness
 from grandrounds.cli.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode
@@ -49,7 +49,7 @@ def bench_options(cls: type[Benchmark]) -> str:
 def print_declared(title: str, params: Sequence[Param]) -> None:
     """Each declared option on its own line: name, type, default, choices, help."""
     if params:
-        console.print(f"[bold]{title}")
+        console.print(title, style="bold")
         for p in params:
             console.print(f"  {p.describe()}", markup=False, highlight=False)
 
@@ -64,7 +64,7 @@ def benchmark_kind(cls: type[Benchmark]) -> str:
 
     if getattr(cls, "has_images", False):
         return "images"
-    if getattr(cls, "is_agent", False):
+    if getattr(cls, "episodic", False):
         return "agents"
     if cls.needs_judge:
         return "judged"
@@ -88,14 +88,14 @@ def list_cmd(
             if lang is None or cls.language == lang:
                 groups[benchmark_kind(cls)].append(row)
         except Exception as e:  # a broken plugin should not hide the rest
-            groups["other"].append((name, "", "", "", "", f"[red]unavailable: {escape(str(e))}"))
+            groups["other"].append((name, "", "", "", "", styled(f"unavailable: {e}", "red")))
     for k, rows in groups.items():
         if rows and kind in (None, k):
             t = Table(title=f"Benchmarks: {k} ({len(rows)})")
             for col in ("name", "lang", "modes", "judge", "options", "description"):
                 t.add_column(col)
             for row in rows:
-                t.add_row(*(escape(c) if i < 5 else c for i, c in enumerate(row)))
+                t.add_row(*row)  # data, never markup: the console reads none
             console.print(t)
     if kind is None and lang is None:
         _list_providers()
@@ -113,7 +113,7 @@ def _list_providers() -> None:
             pcls = PROVIDERS.get(name)
             p.add_row(name, pcls.example, ", ".join(o.name for o in pcls.model_options))
         except Exception as e:  # a broken plugin should not hide the rest
-            p.add_row(name, f"[red]unavailable: {escape(str(e))}", "")
+            p.add_row(name, styled(f"unavailable: {e}", "red"), "")
     console.print(p)
 
 
@@ -127,6 +127,10 @@ def _list_declared() -> None:
     for name in PROVIDERS.names():
         with suppress(Exception):
             print_declared(f"{name} --model-opt", PROVIDERS.get(name).model_options)
+
+
+FLAGGED_HELP = ("answers that address the grader (a verdict of their own, the judge's markers, words to the grader): "
+                "keep (default) | exclude (unscored) | score-zero; counted in every result")
 
 
 @app.command()
@@ -162,12 +166,19 @@ def run(
     max_reask: int = typer.Option(2, "--max-reask", min=0, help="re-asks of an unparseable judge reply"),
     param: list[str] = typer.Option([], "--param", help="benchmark parameter KEY=VALUE, e.g. subjects=anatomy,college_medicine (see `grandrounds list`)"),
     scoring: list[str] = typer.Option([], "--scoring", help="scoring option KEY=VALUE recorded in the fingerprint (see `grandrounds list`)"),
+    flagged: str = typer.Option("keep", "--flagged", help=FLAGGED_HELP),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads, for providers that take a threads option"),
     model_opt: list[str] = typer.Option([], "--model-opt", help="provider option KEY=VALUE, e.g. max_response_mb=16 (see `grandrounds list`)"),
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="argument passed as typed to a vllm/ or sglang/ engine, e.g. --engine-arg=--max-model-len=8192; repeatable"),
     batch: Optional[str] = typer.Option(None, "--batch", help="answers | judges | both: send those calls through the provider's batch API (openai/, anthropic/; half price, results within 24 h; re-running the same command picks submitted batches up)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the calls, tokens and cost the run would make (less what the store holds) and exit; no call is made"),
     prices: Optional[Path] = typer.Option(None, "--prices", help="price table (TOML, as data/prices.toml) read over the packaged one (else $GRANDROUNDS_PRICES)"),
+    max_rubric_items: int = typer.Option(10_000, "--max-rubric-items", min=1, help="rubric items one sample may have (each is a judge call per judge); a sample with more is refused, one with over 1,000 is noted"),
+    simulator: str = typer.Option("", "--simulator", help="agent benchmarks: PROVIDER/MODEL[@BASE_URL] that plays the simulated patient (AgentClinic)"),
+    epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="agent benchmarks: episodes per sample; the result reports pass^k beside the mean (= --param epochs=K)"),
+    bundle: Optional[Path] = fetch.BundleOpt,
+    mirror: Optional[str] = fetch.MirrorOpt,
+    github_mirror: Optional[str] = fetch.GithubMirrorOpt,
 ) -> None:
     """Run BENCHMARK against a model and print the result."""
     from grandrounds.run.batches.settings import BatchSettings
@@ -176,12 +187,15 @@ def run(
     from grandrounds.run.config import RunConfig
 
     with user_errors():
+        fetch.use_sources(mirror, github_mirror, bundle=bundle)
         cfg = RunConfig(
             benchmark=benchmark,
             model=model,
-            bench_params=parse_params(param),
+            bench_params=parse_params(param) | ({"epochs": epochs} if epochs is not None else {}),
             data=data,
             base_url=base_url,
+            simulator=simulator,
+            max_rubric_items=max_rubric_items,
             options=RunOptions(
                 answer_mode=answer_mode,  # type: ignore[arg-type]  # checked against AnswerMode by the runner
                 protocol=protocol,
@@ -204,14 +218,20 @@ def run(
             timeout=timeout,
             limit=limit,
             batch=BatchSettings.parse(batch),
+            flagged=flagged,
             provider_options=parse_params(model_opt, "--model-opt") | ({"threads": threads} if threads is not None else {})
             | engine_options(parse_params(model_opt, "--model-opt"), engine_arg),
         )
         with data_encoding(encoding):
             if dry_run:
                 from grandrounds.run.plan import dry_run as dry_run_command
+                from grandrounds.sources.downloads import DownloadError
 
-                dry_run_command(cfg, store_path(store), prices, out, console)
+                try:
+                    dry_run_command(cfg, store_path(store), prices, out, console)
+                except DownloadError as e:
+                    raise DownloadError(e.path, e.where, e.problem + "; a dry run needs the file too: it counts the tokens of "
+                                        "the exact prompts the run would send, which are built from it") from None
                 return
             _execute([cfg], store_path(store), out, prices)
 
@@ -236,7 +256,12 @@ def demo(
         for mode in modes
     ]
     with user_errors():
-        _execute(cfgs, store_path(store), out)
+        outcomes = _execute(cfgs, store_path(store), out)
+        option_counts = [len(s.choices) for s in BENCHMARKS.get("demo")().load()]
+    from grandrounds.cli.demo_notes import demo_notes
+
+    for line in demo_notes([o.result for o in outcomes], option_counts):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def engine_options(model_opts: dict[str, str], engine_args: list[str]) -> dict[str, str]:
@@ -248,8 +273,8 @@ def engine_options(model_opts: dict[str, str], engine_args: list[str]) -> dict[s
     return {"engine_args": " ".join(x for x in (model_opts.get("engine_args", ""), shlex.join(engine_args)) if x)}
 
 
-def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Optional[Path] = None) -> None:
-    from grandrounds.run.outputs import sample_line, write_outputs
+def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Optional[Path] = None) -> list[Any]:
+    from grandrounds.run.outputs import stored_lines, write_outputs
     from grandrounds.run.progress import RichProgress
     from grandrounds.run.costs import load_prices, usage_line, with_usage
     from grandrounds.run.runner import run as run_async
@@ -257,22 +282,26 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
 
     table = load_prices(prices)  # a bad price file fails before any call
     outcomes = []
+    prog = None
     try:
         with Store(store_file) as st, RichProgress(err_console) as prog:
             for cfg in cfgs:
                 outcome = eventloop.run(run_async(st, cfg, prog))
                 outcome.result = with_usage(st, outcome.run.id, outcome.result, *outcome.usage, table, cfg.batch)
                 outcomes.append(outcome)
-    except KeyboardInterrupt:  # leaving the block flushed what was answered before the interrupt
-        sys.stderr.write(INTERRUPTED)
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: leaving the block flushed what was answered before it
+        raise interrupted(prog) from None
     print_results([o.result for o in outcomes])
     for o in outcomes:
-        err_console.print(f"[dim]{o.result.benchmark} · {o.result.model}: run {o.run.id}")
+        err_console.print(f"{o.result.benchmark} · {o.result.model}: run {o.run.id}", style="dim")
         for line in call_summary(o.answer_stats, [(j, st) for j, st in zip(o.judge_names, o.judge_stats)]):
-            err_console.print(f"[dim]  {escape(line)}")
+            err_console.print(f"  {line}", style="dim")
         if usage_line(o.result.extra):
-            err_console.print(f"[dim]  {escape(usage_line(o.result.extra))}")
+            err_console.print(f"  {usage_line(o.result.extra)}", style="dim")
+        for note in o.setup.notes:
+            err_console.print(f"  note: {note}", style="yellow")
+        if episode_line(o.result.extra):
+            err_console.print(f"  {episode_line(o.result.extra)}", style="dim")
     if out:
         # A run keeps no per-sample records in memory: each is read back from the store a chunk at
         # a time and written out as it comes, so the output of a large run is never held whole.
@@ -283,37 +312,48 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
 
             def lines() -> Iterator[dict[str, Any]]:
                 for o in outcomes:
-                    for part in o.read_back(rd):
-                        chunk = [sample_line(o.result, smp, None, resp, g) for smp, resp, g in part]
-                        _attach_prompts(rd, o.run.id, chunk)
-                        yield from chunk
+                    yield from stored_lines(o, rd)
 
             write_outputs(out, [o.result for o in outcomes], lines())
         err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
     empty = [o for o in outcomes if sum(o.counts.values()) and not o.counts.get("scored") and any_failed(o)]
     if any(any_failed(o) for o in outcomes) and not empty:
-        err_console.print("[yellow]some calls failed: re-running the same command retries every failed call "
-                          "(answers and judge calls; what succeeded comes from the store)")
+        err_console.print("some calls failed: re-running the same command retries every failed call "
+                          "(answers and judge calls; what succeeded comes from the store)", style="yellow")
     if empty:
-        err_console.print(f"[red]nothing could be scored in {len(empty)} run(s): see the failures above; "
-                          "re-running the same command retries every failed call")
+        err_console.print(f"nothing could be scored in {len(empty)} run(s): see the failures above; "
+                          "re-running the same command retries every failed call", style="red")
         raise typer.Exit(NOTHING_SCORED)
     mostly = [(o, share) for o in outcomes if (share := lost_share(o.result.extra)) is not None and share > MAX_LOST_SHARE
               and (any_failed(o) or o.result.extra.get("n_unreadable"))]  # not answers withheld by design (MedBench)
     for o, share in mostly:
-        err_console.print(f"[red]{escape(o.result.benchmark)} · {escape(o.result.model)}: {share:.0%} of the answers have no score "
+        err_console.print(f"{o.result.benchmark} · {o.result.model}: {share:.0%} of the answers have no score "
                           f"(failed calls, unreadable answers, grader errors; more than {MAX_LOST_SHARE:.0%}): the headline "
-                          "stands on the rest only; re-running the same command retries what failed")
+                          "stands on the rest only; re-running the same command retries what failed", style="red")
     if mostly:
         raise typer.Exit(NOTHING_SCORED)
+    return outcomes
 
 
-def _attach_prompts(st: Any, run_id: str, lines: list[dict[str, Any]]) -> None:
-    """Add to each output line of run ``run_id`` the messages that were sent for it, as stored with the answer."""
-    prompts = st.answer_prompts_for(run_id, [line["sample_id"] for line in lines])
-    for line in lines:
-        prompt = prompts.get(line["sample_id"])
-        line["prompt"] = None if prompt is None else prompt.get("messages")
+def episode_line(extra: Any) -> str:
+    """An agent run's episodes by how they ended, and pass^k where there were several epochs."""
+    statuses = extra.get("episodes") if isinstance(extra, dict) else None
+    if not statuses:
+        return ""
+    line = "episodes: " + ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in sorted(statuses.items(), key=lambda kv: -kv[1]))
+    passk = extra.get("pass_k") or {}
+    if len(passk) > 1:
+        line += "; " + ", ".join(f"pass^{k} {v:.3f}" for k, v in passk.items() if v is not None)
+    return line
+
+
+def flagged_count(result: Any) -> str:
+    """Answers that address the grader, and what ``--flagged`` made of them ("" for results made before they were counted)."""
+    n = result.extra.get("n_flagged")
+    if n is None:
+        return ""
+    mode = result.fingerprint.get("flagged", "keep")
+    return str(n) if not n else f"{n} ({'kept' if mode == 'keep' else 'excluded' if mode == 'exclude' else 'scored 0'})"
 
 
 def print_results(results: list[Any]) -> None:
@@ -334,10 +374,11 @@ def print_results(results: list[Any]) -> None:
             "unscored": str(r.n_unscored), "coverage": "" if cov is None else f"{cov:.3f}",
             "unread": "" if unread_count(r.extra) is None else str(unread_count(r.extra)), "unknown": str(r.extra.get("n_unknown_verdicts", "")),
             "failed": str(failed), "truncated": "" if truncated is None else str(truncated),
+            "flagged": flagged_count(r),
         })
     optional = {"judge": lambda row: row["judge"], "unknown": lambda row: row["unknown"] not in ("", "0")}
     cols = [c for c in ("benchmark", "model", "protocol", "judge", "metric", "score", "95% CI", "n", "unscored", "coverage",
-                        "unread", "unknown", "failed", "truncated")
+                        "unread", "unknown", "failed", "truncated", "flagged")
             if c not in optional or any(optional[c](row) for row in rows)]
     needed = sum(max(len(c), *(len(row[c]) for row in rows)) + 3 for c in cols) if rows else 0
     if needed <= console.width:
@@ -347,13 +388,37 @@ def print_results(results: list[Any]) -> None:
         for row in rows:
             t.add_row(*(row[c] for c in cols))
         console.print(t)
+        _protections_off(results)
         return
-    console.print("[bold]Results")
+    console.print("Results", style="bold")
     for row in rows:
         judge = f" · judge {row['judge']}" if row["judge"] else ""
-        console.print(f"{escape(row['benchmark'])} · {escape(row['model'])} · protocol {escape(row['protocol'])}{escape(judge)}", soft_wrap=True)
-        counts = "  ".join(f"{c} {row[c]}" for c in ("coverage", "unread", "unknown", "failed", "truncated") if c in cols and row[c])
-        console.print(f"  {escape(row['metric'])} {row['score']}  95% CI {row['95% CI']}  n {row['n']}  unscored {row['unscored']}  {counts}", soft_wrap=True)
+        console.print(f"{row['benchmark']} · {row['model']} · protocol {row['protocol']}{judge}", soft_wrap=True)
+        counts = "  ".join(f"{c} {row[c]}" for c in ("coverage", "unread", "unknown", "failed", "truncated", "flagged") if c in cols and row[c])
+        console.print(f"  {row['metric']} {row['score']}  95% CI {row['95% CI']}  n {row['n']}  unscored {row['unscored']}  {counts}", soft_wrap=True)
+    _protections_off(results)
+
+
+def served_changed(result: Any) -> str:
+    """The line saying the server's ``system_fingerprint`` (or the model it named) changed within a
+    run ("" where it had one value or said nothing)."""
+    served = result.extra.get("system_fingerprints")
+    if not isinstance(served, dict) or len(served) < 2:
+        return ""
+    seen = ", ".join(f"{v}: {n}" for v, n in served.items())
+    return (f"{result.benchmark} · {result.model}: the server's system_fingerprint changed within this run: {seen} "
+            "— the model behind the name may have changed")
+
+
+def _protections_off(results: list[Any]) -> None:
+    """Say where a judge saw the answer unmarked (the official prompt under ``reference``)."""
+    for r in results:
+        if served_changed(r):
+            console.print(safe_text(f"warning: {served_changed(r)}"), style="yellow", soft_wrap=True, markup=False)
+    off = sorted({r.benchmark for r in results if r.extra.get("answer_markers") == "off"})
+    if off:
+        console.print(safe_text(f"note: {', '.join(off)}: the judge saw the answer as the official prompt shows it, with no markers "
+                                "around it (answer markers are off under --protocol reference)"), style="dim", soft_wrap=True, markup=False)
 
 
 @app.command()
@@ -368,6 +433,7 @@ def regrade(
     judge_runs: Optional[int] = typer.Option(None, "--judge-runs", min=1, help="judge runs per answer (default: as in the run's last grading)"),
     max_reask: int = typer.Option(2, "--max-reask", min=0, help="re-asks of an unparseable judge reply"),
     only_unknown: bool = typer.Option(False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"),
+    flagged: str = typer.Option("keep", "--flagged", help=FLAGGED_HELP),
     judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
     judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
     judge_tpm: Optional[str] = typer.Option(None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP),
@@ -390,7 +456,7 @@ def regrade(
         req = RegradeRequest(
             run_rec, judges, judge_mode, judge_runs, max_reask, seed, only_unknown, judge_concurrency, timeout,
             judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
-            batch=BatchSettings.parse("judges" if batch else None), rpm=judge_rpm, tpm=judge_tpm,
+            batch=BatchSettings.parse("judges" if batch else None), rpm=judge_rpm, tpm=judge_tpm, flagged=flagged,
         )
         with RichProgress(err_console) as prog:
             outcome = eventloop.run(regrade_async(st, req, progress=prog))
@@ -399,9 +465,9 @@ def regrade(
         outcome.result = with_usage(st, run_rec.id, outcome.result, *outcome.usage, load_prices(), req.batch)
     print_results([outcome.result])
     for line in call_summary(None, list(zip([j.spec for j in judges], outcome.judge_stats))):
-        err_console.print(f"[dim]  {escape(line)}")
+        err_console.print(f"  {line}", style="dim")
     if usage_line(outcome.result.extra):
-        err_console.print(f"[dim]  {escape(usage_line(outcome.result.extra))}")
+        err_console.print(f"  {usage_line(outcome.result.extra)}", style="dim")
     if out:
         # Read back a chunk at a time and written as it comes (the re-grade holds no sample or grade).
         with user_errors(), Store(existing_store_path(store)) as rd:  # not read-only: see _execute
@@ -461,7 +527,7 @@ def submission(
 
 # The command groups that live in their own modules, after run's: reports and the viewer, judge
 # validation, robustness, item response theory (in that order in --help).
-for _group in (reports, judge_validation, robustness, irt):
+for _group in (reports, judge_validation, robustness, contamination, irt, fetch):
     _group.register(app, existing_store_path, StoreOpt)
 
 
@@ -479,14 +545,14 @@ _plain_flags(app)
 
 
 def main() -> None:
+    handle_sigterm()
     try:
         app()
     except (GrandroundsError, UnknownComponent) as e:
-        sys.stderr.write(f"error: {e}\n")  # plain: no wrapping, no markup in file names
+        sys.stderr.write(f"error: {safe_text(e)}\n")  # plain: no wrapping, no markup in file names, no escape sequence of the data
         sys.exit(2)
     except KeyboardInterrupt:
-        sys.stderr.write(INTERRUPTED)
-        sys.exit(130)
+        sys.exit(interrupted().exit_code)
 
 
 def entry() -> None:

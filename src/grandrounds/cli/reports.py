@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from grandrounds.core.display import fmt, fmt_ci
+from grandrounds.core.display import SafeConsole, fmt, fmt_ci
 
-console = Console()
+#: Markup off and control characters escaped: sample ids, keys, model names and server text print as written.
+console = SafeConsole()
 
 
 StorePath = Callable[[Optional[Path]], Path]
@@ -31,6 +31,7 @@ def _leaderboard_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., 
         store: Optional[Path] = StoreOpt,
     ) -> None:
         """Models x benchmarks: score, 95% CI, n, coverage; tied models grouped; incomparable settings flagged."""
+        from grandrounds.cli.contamination import print_stored
         from grandrounds.reports import boards
         from grandrounds.store import Store
 
@@ -42,6 +43,7 @@ def _leaderboard_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., 
                 _print_board(st, b, with_reviews)
                 if breakdowns:
                     _print_breakdowns(b)
+            print_stored(st, benchmark)  # contamination probes: beside the scores, never among them
             if with_reviews:
                 _print_agreement(st)
 
@@ -74,18 +76,35 @@ def _compare_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None
         if not rows:
             console.print(f"no benchmark has results for both {model_a!r} and {model_b!r}")
             raise typer.Exit(1)
-        from rich.markup import escape
-
         t = Table(title=f"{model_a} - {model_b} (paired bootstrap, seed {seed})")
         served = any(any(c.engines()) for c in rows)  # vLLM/SGLang name and version, when either side had one
         for col in ("benchmark", *(("A engine", "B engine") if served else ()), "n paired", "A", "B", "A - B", "95% CI", "McNemar b/c/p", "verdict"):
             t.add_column(col)
         for c in rows:
             cells = c.cells()
-            t.add_row(*cells[:1], *((escape(e) for e in c.engines()) if served else ()), *cells[1:])  # a version is the server's text, not markup
+            t.add_row(*cells[:1], *(c.engines() if served else ()), *cells[1:])  # a version is the server's text: the console reads no markup
         console.print(t)
+        _print_choices(rows, model_a, model_b)
 
     return compare
+
+
+def _print_choices(rows: list[Any], model_a: str, model_b: str) -> None:
+    """Under the comparison: which runs were compared where the latest differ, and the runs to
+    choose from where no run of A matches one of B."""
+    from grandrounds.core.display import safe_text
+    from grandrounds.reports.compare import candidate_lines
+
+    for c in rows:
+        if c.note:
+            console.print(safe_text(f"{c.benchmark}: {c.note}"), markup=False, highlight=False, soft_wrap=True)
+        if c.candidates:
+            console.print(safe_text(f"{c.benchmark}: no run of {model_a} has the settings of a run of {model_b}; their runs:"),
+                          markup=False, highlight=False, soft_wrap=True)
+            for line in candidate_lines(c):
+                console.print("  " + safe_text(line), markup=False, highlight=False, soft_wrap=True)
+            console.print("  to compare them, run one model again with the settings of one of the other's runs "
+                          "(the values above), then `grandrounds compare` again", markup=False, highlight=False, soft_wrap=True)
 
 
 def _report_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]:
@@ -250,8 +269,6 @@ def _print_breakdowns(b: Any, max_keys: int = 40) -> None:
     """One table per breakdown family (subject, category, kind, error_type, theme, axis, ...): a row
     per key and result with score, 95% CI, n, unscored and the family's named metrics. A family
     with more than ``max_keys`` keys is named, not printed (it would not read as a table)."""
-    from rich.markup import escape
-
     from grandrounds.analyses.leaderboard import breakdown_tables
 
     for fam in breakdown_tables(b):
@@ -264,7 +281,7 @@ def _print_breakdowns(b: Any, max_keys: int = 40) -> None:
         for key, e, c in fam.rows():
             model = f"{e.row.model} [{e.setting}]" if b.settings > 1 else e.row.model
             metrics = (fmt(c.metrics[m]) if m in c.metrics else "" for m in fam.metrics)
-            t.add_row(escape(key), escape(model), fmt(c.score), fmt_ci(c.ci95), str(c.n), str(c.n_unscored), *metrics)  # keys are data, not markup
+            t.add_row(key, model, fmt(c.score), fmt_ci(c.ci95), str(c.n), str(c.n_unscored), *metrics)  # keys are data: the console reads no markup
         console.print(t)
 
 

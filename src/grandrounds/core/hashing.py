@@ -33,6 +33,9 @@ def to_jsonable(obj: Any) -> Any:
         return [to_jsonable(v) for v in obj]
     names = _field_names(t)
     if names is not None:
+        omit = _omitted_when_empty(t)
+        if omit:
+            return {n: to_jsonable(v) for n in names if (v := getattr(obj, n)) or n not in omit}
         return {n: to_jsonable(getattr(obj, n)) for n in names}
     # subclasses of the built-ins: str/int enums, numpy floats, named tuples, other mappings
     if isinstance(obj, _SCALARS):
@@ -55,11 +58,24 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
     return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("json", True))
 
 
+@functools.lru_cache(maxsize=None)
+def _omitted_when_empty(cls: type) -> frozenset[str]:
+    """Fields marked ``metadata={"omit_empty": True}``: left out of JSON while empty (falsy), so
+    records written before such a field existed keep their text and their keys."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("omit_empty"))
+
+
 def dataclass_dict(obj: Any) -> dict[str, Any] | None:
     """A dataclass instance's fields as a dict (what canonical JSON writes for it), None for
     anything else."""
-    names = _field_names(type(obj))
-    return None if names is None else {n: getattr(obj, n) for n in names}
+    t = type(obj)
+    names = _field_names(t)
+    if names is None:
+        return None
+    omit = _omitted_when_empty(t)
+    if omit:
+        return {n: v for n in names if (v := getattr(obj, n)) or n not in omit}
+    return {n: getattr(obj, n) for n in names}
 
 
 def canonical_json(obj: Any) -> str:

@@ -12,12 +12,12 @@ from typing import Any, Literal, Mapping
 
 from grandrounds.core.hashing import canonical_json, dataclass_dict, text_hash
 
-Purpose = Literal["answer", "judge", "attack"]
+Purpose = Literal["answer", "judge", "attack", "simulate"]
 RequestKind = Literal["chat", "next_token", "loglikelihood"]
 VerdictStatus = Literal["met", "unmet", "unknown"]
 #: Why a grade has the value it has. Only ``scored`` grades carry a value; the others are counted
 #: and shown as unscored, each for its own reason, and never parsed back out of a message.
-GradeStatus = Literal["scored", "answer_failed", "unreadable", "grader_error", "not_asked"]
+GradeStatus = Literal["scored", "answer_failed", "unreadable", "grader_error", "not_asked", "flagged"]
 #: Grades the runner redoes on the next run: the answer or the grader may succeed this time.
 REDO_STATUSES: frozenset[str] = frozenset({"answer_failed", "grader_error", "not_asked"})
 #: Answer modes of exam benchmarks: extract a letter from generated text (``generate``); rank the
@@ -38,6 +38,9 @@ class TextPart:
 
 #: Fields of a record that travel with it but are never written to JSON (never in a key).
 NOT_IN_JSON: Mapping[str, Any] = {"json": False}
+#: Fields added after records were first stored: left out of JSON while empty, so the text and the
+#: keys of records that do not use them are what they were before the field existed.
+OMIT_EMPTY: Mapping[str, Any] = {"omit_empty": True}
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,38 @@ class ImagePart:
     height: int = field(default=0, compare=False, metadata=NOT_IN_JSON)
 
 
-Part = TextPart | ImagePart
+@dataclass(frozen=True)
+class ToolCallPart:
+    """A tool call inside an assistant message (or a reply): the call's id as the model gave it,
+    the tool's name and its arguments as the JSON text the model wrote (kept as written, so a
+    malformed call is stored as it came and the environment says what was wrong)."""
+
+    id: str
+    name: str
+    arguments: str
+    type: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True)
+class ToolResultPart:
+    """What a tool (or the environment) answered to the call ``call_id``, in a ``tool`` message."""
+
+    call_id: str
+    content: str
+    name: str = ""
+    type: Literal["tool_result"] = "tool_result"
+
+
+Part = TextPart | ImagePart | ToolCallPart | ToolResultPart
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool a model may call: its name, what it does and its parameters as a JSON Schema."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -78,6 +112,16 @@ class Message:
     def images(self) -> tuple[ImagePart, ...]:
         c = self.content
         return () if isinstance(c, str) else tuple(p for p in c if isinstance(p, ImagePart))
+
+    @property
+    def tool_calls(self) -> tuple[ToolCallPart, ...]:
+        c = self.content
+        return () if isinstance(c, str) else tuple(p for p in c if isinstance(p, ToolCallPart))
+
+    @property
+    def tool_results(self) -> tuple[ToolResultPart, ...]:
+        c = self.content
+        return () if isinstance(c, str) else tuple(p for p in c if isinstance(p, ToolResultPart))
 
 
 @dataclass(frozen=True)
@@ -142,6 +186,11 @@ class Request:
     continuations: tuple[str, ...] = ()
     base_url: str = ""
     attempt: int = 0
+    #: Tools the model may call, and OpenAI-style ``tool_choice`` (``auto``, ``required``, ``none``
+    #: or a tool's name); both left out of the key while empty, so keys of tool-less requests are
+    #: what they were before tools existed.
+    tools: tuple[ToolSpec, ...] = field(default=(), metadata=OMIT_EMPTY)
+    tool_choice: str = field(default="", metadata=OMIT_EMPTY)
 
     def canonical(self) -> str:
         """Canonical JSON of the request, computed once (records are frozen, so it cannot go stale)."""
@@ -191,7 +240,15 @@ class Response:
     latency: float = 0.0
     cached: bool = False
     #: Why generation stopped, as the provider says it ("stop", "length", ...); None = not reported.
+    #: On a failed call, ``context_length`` marks a failure no retry can mend (the prompt alone is
+    #: over the model's context): later runs take it from the store instead of asking again.
     finish_reason: str | None = None
+    #: The tools the reply calls (native tool use), in the order the model gave them.
+    tool_calls: tuple[ToolCallPart, ...] = field(default=(), metadata=OMIT_EMPTY)
+    #: What the server says answered: its ``system_fingerprint`` and, where the reply names a model
+    #: other than the one asked, that model (``fp_x; model gpt-x-2024``); None = not reported.
+    #: Recorded per call, never part of a key.
+    system_fingerprint: str | None = field(default=None, metadata=OMIT_EMPTY)
 
     @property
     def ok(self) -> bool:
@@ -309,9 +366,18 @@ class Result:
 
 
 def part_from_json(d: Mapping[str, Any]) -> Part:
-    if d.get("type") == "image":
+    kind = d.get("type")
+    if kind == "image":
         return ImagePart(sha256=str(d["sha256"]), media_type=str(d["media_type"]), detail=str(d.get("detail") or ""))
+    if kind == "tool_call":
+        return ToolCallPart(id=str(d["id"]), name=str(d["name"]), arguments=str(d["arguments"]))
+    if kind == "tool_result":
+        return ToolResultPart(call_id=str(d["call_id"]), content=str(d["content"]), name=str(d.get("name") or ""))
     return TextPart(text=str(d["text"]))
+
+
+def tool_spec_from_json(d: Mapping[str, Any]) -> ToolSpec:
+    return ToolSpec(name=str(d["name"]), description=str(d.get("description") or ""), parameters=dict(d.get("parameters") or {}))
 
 
 def message_from_json(d: Mapping[str, Any]) -> Message:

@@ -111,6 +111,9 @@ BENCHMARKS: Registry[Any] = Registry(
         "llmeval-med": "grandrounds.benchmarks.llmeval_med:LLMEvalMed",
         "gaps": "grandrounds.benchmarks.gaps:GAPS",
         "medcalc-bench": "grandrounds.benchmarks.medcalc:MedCalcBench",
+        "medcalc-bench-tools": "grandrounds.benchmarks.medcalc_tools:MedCalcTools",
+        "medagentbench": "grandrounds.benchmarks.medagentbench:MedAgentBench",
+        "agentclinic": "grandrounds.benchmarks.agentclinic:AgentClinic",
         "medec": "grandrounds.benchmarks.medec:MEDEC",
         "medbench": "grandrounds.benchmarks.medbench:MedBench",
         "medbullets": "grandrounds.benchmarks.medbullets:MedBullets",
@@ -169,6 +172,8 @@ GRADERS: Registry[Any] = Registry(
     {
         "mcq": "grandrounds.graders.mcq_grader:MCQGrader",
         "medcalc": "grandrounds.graders.medcalc_grader:MedCalcGrader",
+        "medagentbench": "grandrounds.graders.medagentbench_grader:MedAgentBenchGrader",
+        "agentclinic": "grandrounds.graders.agentclinic_grader:AgentClinicGrader",
         "medec": "grandrounds.graders.medec_grader:MEDECGrader",
         "medbench": "grandrounds.graders.medbench_grader:MedBenchGrader",
         "healthbench": "grandrounds.graders.healthbench_grader:HealthBenchGrader",

@@ -44,6 +44,10 @@ class GradeContext:
     previous: Grade | None = None
     only_unknown: bool = False
     max_reask: int = 2
+    #: An agent episode being graded: ``{status, final, steps, state, key}`` (None for other benchmarks).
+    episode: Mapping[str, Any] | None = None
+    #: The run's options (agent environments read them); None where a grader is used alone.
+    options: Any = None
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,18 @@ def official_expression(expression: str) -> Any:
         return None
 
 
+def evaluate_arithmetic(expression: str) -> Any:
+    """``expression`` evaluated by the restricted evaluator below, as written (no official edits);
+    ValueError, with the reason, for anything it does not evaluate (the calculator tool's errors)."""
+    try:
+        value = _evaluate(ast.parse(expression.strip(), mode="eval").body)
+    except SyntaxError as e:
+        raise ValueError(f"not an expression: {e.msg}") from None
+    except (KeyError, TypeError, ZeroDivisionError, OverflowError, ArithmeticError) as e:
+        raise ValueError(f"{type(e).__name__}: {e}") from None
+    return value
+
+
 _FUNCTIONS: dict[str, Any] = {"min": min, "pow": pow, "round": round, "abs": abs, "int": int, "float": float}
 _MODULES: dict[str, Any] = {"math": math, "np": np, "numpy": np}
 _NUMPY = frozenset({"sqrt", "exp", "log", "log10", "log2", "power", "abs", "absolute", "round", "around", "floor", "ceil",

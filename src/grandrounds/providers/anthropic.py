@@ -51,6 +51,7 @@ from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, H
 from grandrounds.providers.openai_compat import context_message, context_overflow
 from grandrounds.core.records import Request, Response, Usage
 from grandrounds.providers.images import ANTHROPIC_LIMITS, anthropic_content
+from grandrounds.providers.tools import anthropic_tool_choice, anthropic_tool_messages, anthropic_tools, read_anthropic_tool_calls, uses_tools
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 #: The API version this module speaks (Anthropic's versioning page: the only version of the Messages API).
@@ -76,9 +77,16 @@ def message_body(model: str, request: Request) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": p.max_tokens,
-        "messages": [{"role": m.role, "content": anthropic_content(m)} for m in request.messages if m.role != "system"],
+        "messages": anthropic_tool_messages(request.messages) if uses_tools(request)
+        else [{"role": m.role, "content": anthropic_content(m)} for m in request.messages if m.role != "system"],
         "temperature": p.temperature,
     }
+    if uses_tools(request):
+        choice = anthropic_tool_choice(request.tool_choice)
+        if request.tools and choice is not None:
+            body["tools"] = anthropic_tools(request.tools)
+            if request.tool_choice:
+                body["tool_choice"] = choice
     if system:
         body["system"] = "\n\n".join(system)
     if p.top_p is not None:
@@ -101,7 +109,8 @@ def read_message(out: Any, key: str, latency: float = 0.0) -> Response:
             parts.append(text)
     reason = out.get("stop_reason")
     finish = _FINISH.get(reason, reason) if isinstance(reason, str) else None
-    return Response(key=key, text="".join(parts), usage=_usage(out.get("usage")), latency=latency, finish_reason=finish)
+    calls = read_anthropic_tool_calls(out["content"])
+    return Response(key=key, text="".join(parts), usage=_usage(out.get("usage")), latency=latency, finish_reason=finish, tool_calls=calls)
 
 
 def _usage(u: Any) -> Usage:
@@ -143,6 +152,7 @@ class AnthropicProvider(Provider):
 
     request_kinds = frozenset({"chat"})
     sees_images = True
+    supports_tools = True
     model_options = (
         Param("timeout", float, 120.0, "seconds a call may take, from sending it to the last byte of the reply (then retried)", minimum=0.001),
         Param("api_key_env", str, "ANTHROPIC_API_KEY", "environment variable holding the API key"),

@@ -29,7 +29,7 @@ class ProviderError(Exception):
     ``kind`` names failures a caller may act on: ``context_length`` (the prompt and max_tokens do
     not fit the model's context; ``context_limit`` and ``prompt_tokens`` hold the numbers the
     server gave, None where it gave none), ``too_large`` (the reply is over the size cap),
-    ``timeout``. None for every other failure.
+    ``timeout``, ``rate_limited`` (429) and ``overloaded`` (503). None for every other failure.
     """
 
     def __init__(
@@ -106,6 +106,9 @@ class Provider(ABC):
     #: True where the provider sends images (:meth:`image_limits` says what it takes); a benchmark
     #: asked with images is refused, before it loads anything, for a provider that does not.
     sees_images: ClassVar[bool] = False
+    #: True where the provider sends tools and reads tool calls back (native tool use); an agent
+    #: benchmark's native-tool protocol is refused, before anything runs, for a provider that does not.
+    supports_tools: ClassVar[bool] = False
 
     def __init__(self, spec: ModelSpec, **options: Any) -> None:
         self.spec = spec
@@ -147,6 +150,12 @@ class Provider(ABC):
     def image_limits(self) -> Any:
         """What images this provider can send (a ``providers.images.ImageLimits``), or None where it
         cannot send images: a benchmark with images is then refused before any call."""
+        return None
+
+    async def server_slots(self) -> tuple[int, str] | None:
+        """How many requests the server works on at once, as it reports it, and where it said so
+        (e.g. ``(1, "llama.cpp /props total_slots")``); None where it does not say. Asked once
+        per endpoint before the first call when no ``--concurrency`` is given."""
         return None
 
     async def aclose(self) -> None:

@@ -31,7 +31,9 @@ from grandrounds.core.params import Param
 from grandrounds.providers.base import account_label, ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
 from grandrounds.providers.images import openai_messages
-from grandrounds.core.records import Request, Response, Usage
+from grandrounds.providers.logprob_probe import probe, prompt_sum
+from grandrounds.providers.tools import openai_tool_choice, openai_tool_messages, openai_tools, read_openai_tool_calls, uses_tools
+from grandrounds.core.records import Request, Response, ToolCallPart, Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -56,6 +58,7 @@ class OpenAIProvider(Provider):
     #: Ollama) queues the rest, and a queued call's --timeout runs: set --concurrency to its slots.
     default_concurrency = 64
     sees_images = True
+    supports_tools = True
 
     def __init__(
         self,
@@ -89,6 +92,14 @@ class OpenAIProvider(Provider):
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    async def server_slots(self) -> tuple[int, str] | None:
+        """The slots a local server reports (:mod:`grandrounds.providers.slots`); hosted OpenAI is not asked."""
+        from grandrounds.providers.slots import probe_slots
+
+        if self.spec.base_url == DEFAULT_BASE_URL:
+            return None
+        return await probe_slots(self._http, self.spec.base_url)
+
     def image_limits(self) -> Any:
         from grandrounds.providers.images import openai_limits
 
@@ -98,8 +109,11 @@ class OpenAIProvider(Provider):
         start = time.perf_counter()
         try:
             if request.kind == "chat":
-                text, usage, finish = await self._chat(request)
-                return Response(key=request.key(), text=text, usage=usage, latency=time.perf_counter() - start, finish_reason=finish)
+                text, usage, finish, calls, served = await self._chat(request)
+                return Response(
+                    key=request.key(), text=text, usage=usage, latency=time.perf_counter() - start, finish_reason=finish, tool_calls=calls,
+                    system_fingerprint=served,
+                )
             if request.kind == "next_token":
                 scores, usage = await self._next_token(request)
             else:
@@ -178,20 +192,33 @@ class OpenAIProvider(Provider):
             )
         retryable = status >= 500 or status in (408, 409, 429)
         label = "429 rate limited" if status == 429 else f"HTTP {status}"
-        return ProviderError(f"{label}: {reason}", retryable=retryable, retry_after=_retry_after(reply))
+        kind = {429: "rate_limited", 503: "overloaded"}.get(status)  # the server is full: fewer calls at once
+        return ProviderError(f"{label}: {reason}", retryable=retryable, retry_after=_retry_after(reply), kind=kind)
 
-    async def _chat(self, request: Request) -> tuple[str, Usage, str | None]:
-        msgs = openai_messages(request.messages)
-        out = await self._post("/chat/completions", {"messages": msgs, **self._gen_kwargs(request)})
+    async def _chat(self, request: Request) -> tuple[str, Usage, str | None, tuple[ToolCallPart, ...], str | None]:
+        body: dict[str, Any]
+        if uses_tools(request):
+            body = {"messages": openai_tool_messages(request.messages), **self._gen_kwargs(request)}
+            if request.tools:
+                body["tools"] = openai_tools(request.tools)
+            if request.tool_choice:
+                body["tool_choice"] = openai_tool_choice(request.tool_choice)
+        else:
+            body = {"messages": openai_messages(request.messages), **self._gen_kwargs(request)}
+        out = await self._post("/chat/completions", body)
         try:
-            text = out["choices"][0]["message"]["content"]
+            message = out["choices"][0]["message"]
+            text = message["content"] if "content" in message else None
         except (KeyError, IndexError, TypeError):
             raise ProviderError("malformed response body: no choices[0].message.content", retryable=True) from None
+        calls = read_openai_tool_calls(message) if request.tools else ()
+        if text is None and calls:
+            text = ""  # a reply that only calls tools
         if not isinstance(text, str):
             what = "null" if text is None else f"a {type(text).__name__}, not text"
             raise ProviderError(f"malformed response body: message content is {what}", retryable=True)
         finish = out["choices"][0].get("finish_reason")
-        return text, _usage(out), finish if isinstance(finish, str) else None
+        return text, _usage(out), finish if isinstance(finish, str) else None, calls, served_by(out, self.spec.model)
 
     async def _next_token(self, request: Request) -> tuple[dict[str, float], Usage]:
         """Log-prob of each continuation as the first generated token (top_logprobs=20)."""
@@ -216,17 +243,42 @@ class OpenAIProvider(Provider):
         context = "\n\n".join(m.text for m in request.messages)
         scores: dict[str, float] = {}
         for cont in request.continuations:
+            # max_tokens 1 on every server (llama-cpp-python reads 0 as no limit, vLLM refuses it);
+            # the generated token is not summed (providers.logprob_probe)
             out = await self._post(
                 "/completions",
-                {"model": self.spec.model, "prompt": context + cont, "max_tokens": 0, "echo": True, "logprobs": 1, "temperature": 0.0},
+                {"model": self.spec.model, "prompt": context + cont, "max_tokens": 1, "echo": True, "logprobs": 1, "temperature": 0.0},
             )
             try:
                 lp = out["choices"][0]["logprobs"]
                 pairs = list(zip(lp["token_logprobs"], lp["text_offset"]))
             except (KeyError, IndexError, TypeError):
                 raise ProviderError("endpoint returned no echo logprobs for log-likelihood scoring", retryable=False) from None
-            scores[cont] = float(sum(x for x, off in pairs if off >= len(context) and x is not None))
+            scores[cont] = prompt_sum(pairs, len(context), len(context) + len(cont))
         return scores, Usage()
+
+    async def check_logprobs(self, kind: str) -> bool:
+        """Probe the server's log-probabilities before a log-probability run of ``kind``
+        (:func:`grandrounds.providers.logprob_probe.probe`): a ConfigError if they are not right;
+        False where a next-token run's server echoes nothing (not checked)."""
+        return await probe(self._post, self.spec.model, echo_needed=kind == "loglikelihood")
+
+
+def served_by(out: Any, asked: str) -> str | None:
+    """What a Chat Completions body says answered: its ``system_fingerprint``, and the ``model`` it
+    names where that differs from ``asked`` (a dated version behind an alias); None when it says
+    neither. Server text, kept to one short line."""
+    if not isinstance(out, dict):
+        return None
+    parts: list[str] = []
+    fp = out.get("system_fingerprint")
+    if isinstance(fp, str) and fp.strip():
+        parts.append(fp.strip())
+    model = out.get("model")
+    if isinstance(model, str) and model.strip() and model.strip() != asked:
+        parts.append(f"model {model.strip()}")
+    joined = " ".join("; ".join(parts).split())
+    return joined[:200] or None
 
 
 def _usage(out: dict[str, Any]) -> Usage:

@@ -8,9 +8,9 @@ from typing import Any
 
 from grandrounds.core.params import Param
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
-from grandrounds.core.records import Request, Response, Usage
+from grandrounds.core.records import Request, Response, ToolCallPart, Usage
 
-Script = Callable[[Request], "str | tuple[str, str] | dict[str, float] | Exception"]
+Script = Callable[[Request], "str | tuple[str, str] | dict[str, float] | list[ToolCallPart] | Exception"]
 
 
 class ScriptedProvider(Provider):
@@ -21,6 +21,7 @@ class ScriptedProvider(Provider):
     example = "scripted/NAME (tests)"
     default_concurrency = 64
     sees_images = True
+    supports_tools = True
 
     def __init__(self, spec: ModelSpec, script: Script | None = None, **options: Any) -> None:
         super().__init__(spec, **options)
@@ -43,5 +44,7 @@ class ScriptedProvider(Provider):
         latency = time.perf_counter() - start
         if isinstance(out, dict):
             return Response(key=request.key(), scores=out, latency=latency)
+        if isinstance(out, list):  # native tool calls
+            return Response(key=request.key(), text="", latency=latency, finish_reason="tool_calls", tool_calls=tuple(out))
         text, finish = out if isinstance(out, tuple) else (out, "stop")
         return Response(key=request.key(), text=text, usage=Usage(0, len(text.split())), latency=latency, finish_reason=finish)

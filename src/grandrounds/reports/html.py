@@ -28,6 +28,7 @@ from grandrounds.run.costs import usage_cells
 from grandrounds.core.display import BASE_CSS, fmt, fmt_ci
 from grandrounds.reports.radar import COLOURS, radar_svg
 from grandrounds.analyses.labels import shown_questions
+from grandrounds.analyses.readings import target_words
 
 if TYPE_CHECKING:
     from grandrounds.analyses.irt import ItemFit
@@ -290,7 +291,7 @@ def _item(item: Item, qid: str, question: str, images: ReportImages) -> str:
         figs = "".join(images.figure(p, n, f"{qid}-i{n}") for n, p in enumerate(parts, 1))
         h.insert(1, f"<div class='with-images'><div class='figures'>{figs}</div><div class='qa-main'>")
     if s.target is not None:
-        h.append(f"<p>Target: {escape(str(s.target))}</p>")
+        h.append(f"<p>Target: {escape(target_words(s.target))}</p>")
     cols = max(1, len(item.answers))
     h.append(f"<div class='answers' style='grid-template-columns:repeat({cols},minmax(0,1fr))'>")
     for i, a in enumerate(item.answers):
@@ -301,12 +302,54 @@ def _item(item: Item, qid: str, question: str, images: ReportImages) -> str:
         err = (g.error if g else None) or (a.error if a.text is None else None)
         if err:
             head += f" <span class='unknown'>{escape(err)}</span>"
-        h.append(f"<div><div>{head}</div><div class='ans'>{escape(a.text or '')}</div>{_votes(g)}</div>")
+        shown = _transcript(a.episodes, g) if a.episodes else f"<div class='ans'>{escape(a.text or '')}</div>"
+        if a.read:  # a log-probability answer has no text: what was read from it, in words
+            shown += f"<div class='read'>Read: {escape(a.read)}</div>"
+        h.append(f"<div><div>{head}</div>{shown}{_votes(g)}</div>")
     h.append("</div>" + ("</div></div>" if parts else ""))
     if s.rubric:
         h.append(_rubric(item))
     h.append("</details>")
     return "".join(h)
+
+
+def _transcript(episodes: Sequence[Mapping[str, Any]], g: Grade | None) -> str:
+    """An agent's episodes step by step: replies, tool calls with arguments, what answered them,
+    sandbox refusals; then each episode's outcome, final answer and the grader's checks."""
+    outcomes = {e.get("epoch"): e for e in (g.details.get("epochs", ()) if g else ())}
+    h = ["<div class='transcript'>"]
+    for ep in episodes:
+        out = outcomes.get(ep.get("epoch"), {})
+        verdict = {True: " · success", False: " · failure"}.get(out.get("success"), "")
+        h.append(f"<div class='epoch'>episode {int(ep.get('epoch', 0)) + 1} · {escape(str(ep.get('status')))}{verdict}</div>")
+        for st in ep.get("steps", ()):
+            h.append(f"<div class='step'><small>step {int(st.get('step', 0)) + 1}</small>")
+            if st.get("reply"):
+                h.append(f"<div class='ans'>{escape(str(st['reply']))}</div>")
+            h.extend(f"<div class='toolcall'>calls {escape(str(c.get('name')))} <code>{escape(str(c.get('arguments')))}</code></div>"
+                     for c in st.get("tool_calls", ()))
+            for ev in st.get("events", ()):
+                who = escape(str(ev.get("actor", "environment")) + (f" {ev['tool']}" if ev.get("tool") else ""))
+                h.append(f"<div class='event'><b>{who}:</b><div class='ans'>{escape(str(ev.get('text', '')))}</div></div>")
+                if ev.get("refused"):
+                    h.append(f"<div class='unknown'>sandbox refused: {escape('; '.join(map(str, ev['refused'])))}</div>")
+            if st.get("error"):
+                h.append(f"<div class='unknown'>{escape(str(st['error']))}</div>")
+            h.append("</div>")
+        if out.get("final") is not None:
+            h.append(f"<div><b>final answer:</b> {escape(str(out['final']))}</div>")
+        checks = "".join(_check(c) for c in out.get("checks", ()))
+        if checks:
+            h.append(f"<ul class='checks'>{checks}</ul>")
+    h.append("</div>")
+    return "".join(h)
+
+
+def _check(c: Mapping[str, Any]) -> str:
+    """One grader check: passed or FAILED, its name, and what it compared."""
+    said = "passed" if c.get("passed") else "FAILED"
+    detail = f" ({c['detail']})" if c.get("detail") else ""
+    return f"<li class='{'met' if c.get('passed') else 'unmet'}'>{said}: {escape(str(c.get('name')) + detail)}</li>"
 
 
 def _votes(g: Grade | None) -> str:

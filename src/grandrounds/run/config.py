@@ -17,6 +17,7 @@ from grandrounds.run.batches.executor import BatchSettings
 from grandrounds.run.executor import RetryPolicy
 from grandrounds.run.limits import TokenLimits, check_rpm, check_tpm
 from grandrounds.graders.base import Grader
+from grandrounds.graders.flags import check_mode as check_flag_mode
 from grandrounds.providers.base import ModelSpec, Provider, check_model, split_endpoint
 from grandrounds.sources.protocols import Protocol as Preset, resolve_generation
 from grandrounds.core.records import GenParams
@@ -74,6 +75,14 @@ class RunConfig:
     protocol: Mapping[str, Any] = field(default_factory=dict)
     #: Answers and/or judge calls sent through batch APIs (``--batch``); None = every call live.
     batch: BatchSettings | None = None
+    #: What an answer that addresses the grader counts for (``--flagged``: keep, exclude, score-zero).
+    flagged: str = "keep"
+    #: Rubric items one sample may have (each is a judge call per judge); more is refused (``--max-rubric-items``).
+    max_rubric_items: int = 10_000
+    #: The model that plays an agent benchmark's simulated patient (``--simulator``, ``PROVIDER/MODEL[@URL]``).
+    simulator: str = ""
+    #: Provider options of the simulator's provider (the run's ``--timeout`` lands here).
+    simulator_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def check_run(cfg: RunConfig) -> RunConfig:
@@ -88,6 +97,7 @@ def check_run(cfg: RunConfig) -> RunConfig:
     check_rpm(cfg.judge_rpm, "--judge-rpm")
     check_tpm(cfg.tpm, "--tpm")
     check_tpm(cfg.judge_tpm, "--judge-tpm")
+    check_flag_mode(cfg.flagged)
     bench = BENCHMARKS.get(cfg.benchmark)(**cfg.bench_params)
     options = bench.check_options(cfg.options)
     check_sees_images(bench, cfg.model, cfg.provider_options)
@@ -100,10 +110,36 @@ def check_run(cfg: RunConfig) -> RunConfig:
     judge_specs = with_timeout(judge_specs, cfg.timeout)
     judges, judge_deviations = resolve_judges(proto, judge_specs, cfg.judge_overrides, options.seed)
     info = protocol_record(proto, deviations, judge_deviations)
+    check_agent(bench, cfg, provider_options)
+    sim_options = timeout_option(cfg.simulator, cfg.timeout) | dict(cfg.simulator_options) if cfg.simulator else {}
     return replace(
         cfg, bench_params=dict(bench.params), options=options, provider_options=provider_options,
-        gen=gen, judges=judges, protocol=info,
+        gen=gen, judges=judges, protocol=info, simulator_options=sim_options,
     )
+
+
+def check_agent(bench: Benchmark, cfg: RunConfig, provider_options: Mapping[str, Any]) -> None:
+    """An agent benchmark's checks before anything runs: native tool calls need a provider that
+    sends tools (never emulated), a simulated patient needs ``--simulator``, episodes are asked
+    live (each step waits on the one before, which a batch API cannot do); other benchmarks
+    refuse ``--simulator``."""
+    episodic = getattr(bench, "episodic", False)
+    if not episodic:
+        if cfg.simulator:
+            raise ConfigError(f"{bench.name} has no simulated participants: --simulator is not used")
+        return
+    spec = ModelSpec.parse(split_endpoint(cfg.model)[0])
+    if bench.param("actions") == "native" and not PROVIDERS.get(spec.provider).supports_tools:
+        raise ConfigError(f"{cfg.model} cannot send tools, and --param actions=native asks for native tool calls "
+                          f"(use openai/, anthropic/, vllm/ or sglang/, or --param actions=text)")
+    if getattr(bench, "needs_simulator", False) and not cfg.simulator:
+        raise ConfigError(f"{bench.name}'s patient is played by a model: pass --simulator PROVIDER/MODEL")
+    if not getattr(bench, "needs_simulator", False) and cfg.simulator:
+        raise ConfigError(f"{bench.name} has no simulated participants: --simulator is not used")
+    if cfg.batch is not None:
+        raise ConfigError(f"{bench.name} is an agent benchmark: its steps are asked one after another, not through --batch")
+    if cfg.simulator:
+        check_model(cfg.simulator, timeout_option(cfg.simulator, cfg.timeout) | dict(cfg.simulator_options), "chat")
 
 
 def check_sees_images(bench: Benchmark, spec_text: str, options: Mapping[str, Any]) -> None:

@@ -455,6 +455,13 @@ def _add_answer_lengths(lines: Sequence[Line], probes: Sequence[RunJudge]) -> No
 
 
 def _common_notes(s: Setup, cfg: RunConfig, lines: Sequence[Line], notes: list[str]) -> None:
+    notes.extend(s.notes)
+    if getattr(s.bench, "episodic", False):
+        steps, epochs = int(s.bench.param("max_steps")), int(s.bench.param("epochs"))
+        sim = " and as many simulator calls (--simulator)" if getattr(s.bench, "needs_simulator", False) else ""
+        notes.insert(0, f"agent benchmark: each sample is {epochs} episode(s) of up to {steps} candidate calls{sim}, at most "
+                        f"{s.n * steps * epochs:,} candidate calls in all; only each episode's first call is counted above "
+                        "(later steps depend on the replies)")
     if any(line.planned for line in lines[1:]):
         notes.insert(0, "judge calls of answers not yet stored are planned from the grader (first asks); "
                         "their prompts include the answer's expected length")
@@ -521,7 +528,9 @@ def dry_run(cfg: RunConfig, store_file: Path, prices: Path | None, out: Path | N
         p = plan(None, cfg, table)
     render(p, console)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "plan.json").write_text(json.dumps(p.as_json(), ensure_ascii=False, indent=2), encoding="utf-8")
+        from grandrounds.core.files import output_dir, write_text
+
+        output_dir(out)
+        write_text(out / "plan.json", json.dumps(p.as_json(), ensure_ascii=False, indent=2))  # atomic; a planted link is not written through
         console.print(f"wrote {out / 'plan.json'}", markup=False, highlight=False)
     return p

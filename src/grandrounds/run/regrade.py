@@ -18,6 +18,7 @@ from grandrounds.run.executor import RetryPolicy
 from grandrounds.run.limits import EndpointLimits, TokenLimits, check_rpm, check_tpm
 from grandrounds.graders import stored_spec
 from grandrounds.graders.base import GradeContext, Grader, build
+from grandrounds.graders.flags import check_mode
 from grandrounds.core.hashing import content_hash
 from grandrounds.core.records import Grade, Response, Result, Sample
 from grandrounds.run.config import JudgeConfig, build_benchmark, check_judges, protocol_record, resolve_judges, with_timeout
@@ -119,6 +120,8 @@ class RegradeRequest:
     retry: RetryPolicy = RetryPolicy()
     #: Explicit judge flags over the protocol's judge settings (None = not given).
     judge_overrides: Mapping[str, Any] = field(default_factory=dict)
+    #: What an answer that addresses the grader counts for (``--flagged``: keep, exclude, score-zero).
+    flagged: str = "keep"
     #: Judge calls sent through batch APIs (``--batch``); None = live.
     batch: BatchSettings | None = None
     #: Judge call starts per minute on each judge endpoint (``--judge-rpm``); None = no limit.
@@ -143,6 +146,14 @@ def rebuild_grader(bench: Benchmark, req: RegradeRequest, last: dict[str, Any]) 
     return bench.grader(opts), opts
 
 
+def regradable(bench: Any) -> Any:
+    """``bench``, or a one-line error for an agent benchmark (graded as its episodes replay)."""
+    if getattr(bench, "episodic", False):
+        raise ConfigError(f"{bench.name} is an agent benchmark: its episodes are graded as they are replayed; run the same "
+                          "`grandrounds run` command again (every stored step is read back, no call is made)")
+    return bench
+
+
 async def regrade(store: Store, req: RegradeRequest, progress: Progress | None = None) -> RegradeOutcome:
     """Grade every stored answer of ``req.run`` again.
 
@@ -152,7 +163,7 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     run = req.run
     check_rpm(req.rpm, "--judge-rpm")
     check_tpm(req.tpm, "--judge-tpm")
-    bench = build_benchmark(run.benchmark, dict(run.options.get("bench_params") or {}))
+    bench = regradable(build_benchmark(run.benchmark, dict(run.options.get("bench_params") or {})))
     grader, options = rebuild_grader(bench, req, last_grading(store, run))
     proto = bench.protocol(options)
     judge_cfgs, judge_deviations = resolve_judges(proto, with_timeout(req.judges, req.timeout), req.judge_overrides, req.seed)
@@ -165,7 +176,7 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     ids = store.run_sample_ids(run.id, run.benchmark, run.dataset_sha256, latest)
     if not ids:
         raise ConfigError(f"run {run.id} has no stored answers to grade")
-    fp = grader_fingerprint(bench, grader, options, req.judges, run.dataset_sha256, protocol_record(proto, {}, judge_deviations))
+    fp = grader_fingerprint(bench, grader, options, req.judges, run.dataset_sha256, protocol_record(proto, {}, judge_deviations), check_mode(req.flagged))
     fp_key = content_hash(fp)
     store.put_grader(fp_key, fp)
     if req.only_unknown and not store.has_grades(run.id, fp_key):
@@ -177,7 +188,7 @@ async def regrade(store: Store, req: RegradeRequest, progress: Progress | None =
     execs, judges = make_judges(store, req.judges, req.concurrency, req.retry, req.seed, progress, endpoints, req.batch)
     for e in execs:
         endpoints.limit_model(e.provider, req.rpm, req.tpm, "--judge-")
-    grading = Grading(store, run.id, fp_key, grader, progress)
+    grading = Grading(store, run.id, fp_key, grader, progress, req.flagged)
     collected = Collected(store, run.id, bench, options, [j.spec for j in req.judges])
     if progress:
         progress.start(len(ids), f"regrade {run.benchmark} · {run.model}")

@@ -14,7 +14,7 @@ import asyncio
 import codecs
 from collections import Counter
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from itertools import islice
 from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
@@ -25,10 +25,12 @@ from grandrounds.benchmarks.readers.decoding import DATA_ENCODING
 from grandrounds.run.batches.executor import BatchSettings, executor_for, pool_width
 from grandrounds.run.config import JudgeConfig, RunConfig, build_benchmark, check_judges, check_run, make_provider, protocol_record
 from grandrounds.run.costs import judge_of
+from grandrounds.run.episodes import EpisodeRunner
 from grandrounds.run.executor import Executor, RetryPolicy
 from grandrounds.run.limits import EndpointLimits
-from grandrounds.run.samples import consecutive_groups, group_samples, read_samples, store_images
+from grandrounds.run.samples import DataWatch, consecutive_groups, group_samples, read_samples, store_images
 from grandrounds.graders.base import GradeContext, Grader, unscored
+from grandrounds.graders.flags import answer_flags, apply_flagged
 from grandrounds.core.hashing import canonical_json, content_hash, to_jsonable
 from grandrounds.providers.base import Provider
 from grandrounds.sources.protocols import system_text
@@ -68,15 +70,16 @@ class RunJudge:
 
 def grader_fingerprint(
     bench: Benchmark, grader: Grader, options: RunOptions, judges: Sequence[JudgeConfig], dataset: str,
-    protocol: Mapping[str, Any] | None = None,
+    protocol: Mapping[str, Any] | None = None, flagged: str = "keep",
 ) -> dict[str, Any]:
     """What decides a grade besides the answer: shown on every result, hashed into its key.
 
     ``grader`` is the grader's spec (name and typed parameters), from which re-grading and
-    clinician rescoring rebuild it.
+    clinician rescoring rebuild it. ``--flagged`` is in it when not ``keep`` (so the keys of
+    gradings made before it existed stay).
     """
     spec = grader.spec()
-    return {
+    return ({"flagged": flagged} if flagged != "keep" else {}) | {
         "grader": {"name": spec.name, "args": to_jsonable(spec.args)},
         "templates": grader.template_hashes(),
         "judges": [{"model": j.spec, "params": to_jsonable(j.params)} for j in judges],
@@ -202,19 +205,23 @@ class Grading:
     that ``reuse`` accepts is kept without grading again.
     """
 
-    def __init__(self, store: Store, run_id: str, fp_key: str, grader: Grader, progress: Progress | None) -> None:
+    def __init__(self, store: Store, run_id: str, fp_key: str, grader: Grader, progress: Progress | None, flagged: str = "keep") -> None:
         self.store, self.run_id, self.fp_key, self.grader, self.progress = store, run_id, fp_key, grader, progress
+        #: What an answer that addresses the grader counts for (``--flagged``, :mod:`grandrounds.graders.flags`).
+        self.flagged = flagged
 
     async def grade(self, sample: Sample, resp: Response, ctx: GradeContext, stored: Grade | None = None) -> tuple[Grade, bool]:
-        """The grade of one answer and whether it is new (to be stored)."""
+        """The grade of one answer and whether it is new (to be stored); every answer is checked
+        for words to the grader (:func:`~grandrounds.graders.flags.answer_flags`)."""
         if not resp.ok:
             return failed_answer(sample, resp), True
         if stored is not None:
             return stored, False
         try:
-            return await self.grader.grade(sample, resp, ctx), True
+            grade = await self.grader.grade(sample, resp, ctx)
         except Exception as e:  # a grader bug on one answer is counted and shown, not fatal to the run
             return unscored(sample, "grader_error", f"grading failed: {type(e).__name__}: {e}"), True
+        return apply_flagged(grade, answer_flags(resp.text), self.flagged), True
 
     def record(self, grade: Grade, fresh: bool) -> None:
         """Store a new grade (buffered) and count it."""
@@ -277,12 +284,18 @@ class Setup:
     run: RunRecord
     #: The protocol's system message for answers, read once (it goes with every sample).
     system: str | None = None
+    #: The data files as they were hashed: samples read again are checked against them.
+    watch: DataWatch | None = None
+    #: What the run says before it starts (a very large rubric), printed with its summary.
+    notes: list[str] = field(default_factory=list)
 
     def samples(self) -> Iterator[Sample]:
-        """The run's samples in order, read again from the data where they are not held."""
+        """The run's samples in order, read again from the data where they are not held (each
+        handed on only while the files are as they were hashed)."""
         if self.kept is not None:
             return iter(self.kept)
-        return islice(self.bench.iter_samples(self.root), self.limit)
+        read = islice(self.bench.iter_samples(self.root), self.limit)
+        return self.watch.watch(read) if self.watch is not None else read
 
     @property
     def ids(self) -> list[str]:
@@ -306,15 +319,18 @@ def prepare(store: Store, cfg: RunConfig) -> Setup:
     grader = bench.grader(cfg.options, judged=bool(cfg.judges))
     check_judges(bench, grader, cfg.judges)
     root = resolve(bench, cfg.data)
+    watch = DataWatch(bench.data_files(root))  # before hashing: a rewrite while hashing or checking is seen
     dataset = bench.dataset_hash(root)
-    n, kept = read_samples(store, bench, root, cfg.limit, dataset)
+    notes: list[str] = []
+    n, kept = read_samples(store, bench, root, cfg.limit, dataset, cfg.max_rubric_items, notes)
+    watch.check()
     provider = make_provider(cfg.model, cfg.base_url, **cfg.provider_options)
     if bench.has_images or bench.images_in_data:  # every image checked against what the provider takes, and kept beside the store, before any call
         store_images(store, kept if kept is not None else islice(bench.iter_samples(root), cfg.limit), provider)
-    fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol)  # reads the official templates: fails before the run is recorded
+    fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol, cfg.flagged)  # reads the official templates: fails before the run is recorded
     system = system_text(bench.protocol(cfg.options).answer)  # read before the run is recorded, like the templates
     run_rec = store.ensure_run(_run_record(bench, cfg, provider, dataset, root))
-    return Setup(bench, root, cfg.limit, n, kept, dataset, provider, grader, fp, run_rec, system)
+    return Setup(bench, root, cfg.limit, n, kept, dataset, provider, grader, fp, run_rec, system, watch, notes)
 
 
 def make_judges(
@@ -339,14 +355,19 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     robustness probes and their attacker); by default the run's own."""
     cfg = check_run(cfg)  # --param, --scoring, run and model options: declared, typed, used, before anything is loaded
     s = prepare(store, cfg)
+    await check_logprobs(s, cfg.options)
     fp_key = content_hash(s.fingerprint)
     store.put_grader(fp_key, s.fingerprint)
     # Each sample is stored with its answer, not all before the first call: on a large benchmark
     # that is a noticeable pause before anything is asked.
     stored_samples = store.sample_ids(s.bench.name, s.dataset)
-    answers, judge_execs, judges = _executors(store, cfg, s.provider, progress, endpoints or EndpointLimits())
-    ctx = GradeContext(judges=judges, max_reask=cfg.options.max_reask)
-    grading = Grading(store, s.run.id, fp_key, s.grader, progress)
+    endpoints = endpoints or EndpointLimits()
+    answers, judge_execs, judges = _executors(store, cfg, s.provider, progress, endpoints)
+    ctx = GradeContext(judges=judges, max_reask=cfg.options.max_reask, options=cfg.options)
+    episodes = episode_runner(store, s, cfg, answers, progress, endpoints)
+    if episodes is not None and episodes.simulator is not None:
+        judge_execs = [*judge_execs, episodes.simulator]  # closed with the judges
+    grading = Grading(store, s.run.id, fp_key, s.grader, progress, cfg.flagged)
     collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])
     if progress:
         progress.start(s.n, f"{s.bench.name} · {cfg.model}")
@@ -365,7 +386,7 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
 
     # The samples this grading graded before (one query, not one per sample: on a first run none).
     graded = set(store.grade_values(s.run.id, fp_key))
-    ask = AskGroup(store, s, cfg, fp_key, answers, ctx, grading, collected, graded, stored_samples)
+    ask = AskGroup(store, s, cfg, fp_key, answers, ctx, grading, collected, graded, stored_samples, episodes)
     try:
         await run_pool(store, s.groups(), ask, pool_width(answers, judge_execs))
     finally:
@@ -377,6 +398,34 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     return RunOutcome(
         s, store, fp_key, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges], collected.status, usage,
     )
+
+
+async def check_logprobs(s: Setup, options: RunOptions) -> None:
+    """Before a log-probability run on a server, its log-probabilities are probed
+    (:mod:`grandrounds.providers.logprob_probe`); a server that fails is refused before any answer."""
+    kind = s.bench.request_kind(options)
+    check = getattr(s.provider, "check_logprobs", None)
+    if kind not in ("loglikelihood", "next_token") or check is None:
+        return
+    try:
+        await check(kind)
+    except BaseException:
+        await _close(s.provider, [])
+        raise
+
+
+def episode_runner(
+    store: Store, s: Setup, cfg: RunConfig, answers: Executor, progress: Progress | None, endpoints: EndpointLimits,
+) -> EpisodeRunner | None:
+    """The episode runner of an agent benchmark (with its simulator's executor), None for others."""
+    if not getattr(s.bench, "episodic", False):
+        return None
+    simulator = None
+    if cfg.simulator and getattr(s.bench, "needs_simulator", False):
+        provider = make_provider(cfg.simulator, **cfg.simulator_options)
+        simulator = executor_for(None, "answers")(store, provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints)
+    gen = cfg.gen or s.bench.answer_params(cfg.options)  # type: ignore[attr-defined]
+    return EpisodeRunner(store, s.run.id, s.bench, s.provider, answers, gen, simulator)  # type: ignore[arg-type]
 
 
 def _executors(
@@ -418,6 +467,8 @@ class AskGroup:
     graded: set[str]
     #: The samples of the run's dataset already stored.
     stored_samples: set[str]
+    #: Plays each sample's episodes where the benchmark is an agent benchmark.
+    episodes: EpisodeRunner | None = None
 
     async def __call__(self, group: list[tuple[int, Sample]]) -> None:
         store, s, grading, collected = self.store, self.s, self.grading, self.collected
@@ -434,15 +485,19 @@ class AskGroup:
                 grading.record(stored, False)
                 collected.add(position, sample, stored)
                 continue
-            if failed is not None:
-                resp, link = Response(key="", error=f"not asked: earlier turn failed ({failed})"), None
+            if self.episodes is not None:  # an agent benchmark: the sample's episodes, played and graded
+                resp, grade = await self.episodes.episodes(sample, s.grader, self.ctx)
+                link, fresh = ((resp.key, {"episodes": True}) if resp.key else None), True
             else:
-                resp, link = await _ask(s, self.cfg, self.answers, sample, history)
-                if resp.ok:
-                    history.append((sample, resp.text or ""))
+                if failed is not None:
+                    resp, link = Response(key="", error=f"not asked: earlier turn failed ({failed})"), None
                 else:
-                    failed = resp.error
-            grade, fresh = await grading.grade(sample, resp, self.ctx, stored if resp.ok else None)
+                    resp, link = await _ask(s, self.cfg, self.answers, sample, history)
+                    if resp.ok:
+                        history.append((sample, resp.text or ""))
+                    else:
+                        failed = resp.error
+                grade, fresh = await grading.grade(sample, resp, self.ctx, stored if resp.ok else None)
             with store.batch():  # the sample, the answer's link and its grade land together
                 if sample.id not in self.stored_samples:
                     store.put_sample(s.bench.name, s.dataset, position, sample)
@@ -510,6 +565,10 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
     # when given, so the ids of runs that never set it stay what they were.
     encoding = {"encoding": codecs.lookup(name).name} if (name := DATA_ENCODING.get()) else {}  # cp1252 = CP1252 = windows-1252
     ident |= encoding
+    # An agent benchmark's simulated patient is part of what the candidate met: a run with another
+    # simulator model (or other simulator prompts) is another run. Only where one is used.
+    simulator = simulator_identity(bench, cfg)
+    ident |= simulator
     from grandrounds.providers.engines import engine_record
 
     return RunRecord(
@@ -517,12 +576,20 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
         benchmark=bench.name,
         benchmark_spec=str(bench.spec()),
         model=str(provider.spec),
-        options=options | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit} | encoding | engine_record(provider),
+        options=options | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit} | encoding | simulator | engine_record(provider),
         dataset_sha256=dataset,
         package_version=grandrounds.__version__,
         gen_params=to_jsonable(cfg.gen or GenParams()),
         data_source=str(root),
     )
+
+
+def simulator_identity(bench: Benchmark, cfg: RunConfig) -> dict[str, Any]:
+    """``{"simulator": {model, endpoint, prompts}}`` for a run whose environment asks a simulator model, else {}."""
+    if not cfg.simulator or not getattr(bench, "needs_simulator", False):
+        return {}
+    sim = make_provider(cfg.simulator, **cfg.simulator_options)
+    return {"simulator": {"model": str(sim.spec), "base_url": sim.request_base_url(), "prompts": bench.simulator_templates()}}
 
 
 class Collected:
@@ -537,10 +604,12 @@ class Collected:
         self.judge_failed = 0
         self.truncated_votes = 0
         self.redo = 0  # grades a re-run would do again
+        self.flagged = 0  # answers that address the grader (graders.flags)
 
     def add(self, position: int, sample: Sample, grade: Grade) -> None:
         self.summaries[position] = self.bench.summarize(sample, grade, self.options)
         self.status[grade.status] += 1
+        self.flagged += bool(grade.details.get("flags"))
         self.redo += needs_redo(grade)
         self.judge_failed += judge_call_failed(grade)
         self.truncated_votes += sum(1 for v in (*grade.votes, *(v for verdict in grade.verdicts for v in verdict.votes)) if v.truncated)
@@ -561,6 +630,7 @@ class Collected:
             "n_unreadable": self.status["unreadable"],
             "n_grader_error": self.status["grader_error"],
             "n_judge_failed": self.judge_failed,
+            "n_flagged": self.flagged,
         }
 
     def tally(self) -> dict[str, Any]:
@@ -578,7 +648,8 @@ class Collected:
             by_judge[who] = u if was is None else CallUsage(
                 who, was.calls + u.calls, was.prompt_tokens + u.prompt_tokens, was.completion_tokens + u.completion_tokens, was.no_usage + u.no_usage,
             )
-        return self.store.answer_usage(run_id), [replace(u, who=w) for w, u in by_judge.items()]
+        answers = self.store.episode_usage(run_id) if getattr(self.bench, "episodic", False) else None  # every step of every episode
+        return answers or self.store.answer_usage(run_id), [replace(u, who=w) for w, u in by_judge.items()]
 
 
 def make_result(
@@ -596,6 +667,11 @@ def make_result(
     """
     agg = collected.aggregate()
     extra = dict(agg.extra) | collected.counts()
+    served = collected.store.system_fingerprints(collected.run_id)
+    if served:  # what the server said answered the run's calls (system_fingerprint, model version): value -> calls
+        extra["system_fingerprints"] = served
+    if judges:  # the judge sees the answer between markers (ours), or unmarked as the official prompt shows it
+        extra["answer_markers"] = grader_fp.get("templates", {}).get("answer_markers", "off")
     return Result(
         benchmark=bench.name,
         model=run_rec.model,
@@ -624,4 +700,4 @@ def result_fingerprint(bench: Benchmark, options: RunOptions, run_rec: RunRecord
         "package_version": run_rec.package_version,
         "run_id": run_rec.id,
         "limit": run_rec.options.get("limit"),
-    } | {k: run_rec.options[k] for k in ("engine", "encoding") if run_rec.options.get(k)}  # vLLM/SGLang name and version; --encoding when given
+    } | {k: run_rec.options[k] for k in ("engine", "encoding", "simulator") if run_rec.options.get(k)}  # vLLM/SGLang name and version; --encoding, --simulator when given

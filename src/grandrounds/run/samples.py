@@ -6,6 +6,7 @@ as the run goes; and grouped so that each dialogue's turns go to one worker, in 
 
 from __future__ import annotations
 
+import os
 from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -13,6 +14,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import grandrounds
 from grandrounds.benchmarks.base import Benchmark
 from grandrounds.benchmarks.readers.decoding import DATA_ENCODING
+from grandrounds.core.errors import DataError
 from grandrounds.core.hashing import content_hash
 from grandrounds.core.records import Sample
 from grandrounds.store import Store
@@ -25,7 +27,27 @@ from grandrounds.store import Store
 KEEP_SAMPLES = 1000
 
 
-def read_samples(store: Store, bench: Benchmark, root: Path, limit: int | None, dataset: str) -> tuple[int, list[Sample] | None]:
+#: Rubric items in one sample past which a run says how many judge calls that one answer costs.
+RUBRIC_WARN = 1_000
+#: Rubric items in one sample past which a run refuses unless ``--max-rubric-items`` allows more.
+RUBRIC_MAX = 10_000
+
+
+def check_rubric_size(smp: Sample, root: Path, max_items: int, notes: list[str]) -> None:
+    """A sample whose rubric is over ``max_items`` is refused (every item is a judge call per judge);
+    one over :data:`RUBRIC_WARN` is noted once, so a plan of 100,000 judge calls is never silent."""
+    n = len(smp.rubric)
+    if n > max_items:
+        raise DataError(root, f"sample {smp.id!r}", f"{n:,} rubric items, so {n:,} judge calls per judge for this one answer "
+                        f"(more than {max_items:,}); pass --max-rubric-items {n} to run it anyway")
+    if n > RUBRIC_WARN and not any(note.startswith("large rubrics") for note in notes):
+        notes.append(f"large rubrics: sample {smp.id!r} has {n:,} rubric items ({n:,} judge calls per judge for that one "
+                     f"answer; over {RUBRIC_WARN:,}); the limit is {max_items:,} (--max-rubric-items)")
+
+
+def read_samples(
+    store: Store, bench: Benchmark, root: Path, limit: int | None, dataset: str, max_rubric: int = RUBRIC_MAX, notes: list[str] | None = None,
+) -> tuple[int, list[Sample] | None]:
     """Read and check every record the run will ask (bad data fails here, before any call): how
     many there are, and the samples themselves, unless the benchmark reads records one at a time
     and there are more than :data:`KEEP_SAMPLES` (then the run reads them again as it goes,
@@ -43,10 +65,11 @@ def read_samples(store: Store, bench: Benchmark, root: Path, limit: int | None, 
     whose dialogues come together is remembered, so a remembered file streams.
     """
     streams = type(bench).iter_samples is not Benchmark.iter_samples
+    notes = notes if notes is not None else []
     check = content_hash({
         "benchmark": str(bench.spec()), "dataset": dataset, "limit": limit,
         "encoding": DATA_ENCODING.get(), "version": grandrounds.__version__,
-    })
+    } | ({"max_rubric": max_rubric} if max_rubric != RUBRIC_MAX else {}))
     if streams:
         known = store.checked_data(check)
         if known is not None:
@@ -67,6 +90,8 @@ def read_samples(store: Store, bench: Benchmark, root: Path, limit: int | None, 
                     return len(held), held
             current = smp.group
         n += 1
+        if smp.rubric:
+            check_rubric_size(smp, root, max_rubric, notes)
         if held is not None:
             held.append(smp)
             if streams and not apart and n > KEEP_SAMPLES:
@@ -74,6 +99,41 @@ def read_samples(store: Store, bench: Benchmark, root: Path, limit: int | None, 
     if streams and not apart:
         store.put_checked_data(check, n)
     return n, held
+
+
+class DataWatch:
+    """The data files of a run as they were when the dataset's hash was taken: each file's device,
+    inode, size, modification and change times (``os.stat``; a change time cannot be set back, so
+    a rewrite that restores the size and modification time is seen too). :meth:`check` after the
+    check pass (a rewrite while hashing or checking), and :meth:`watch` on every sample read again
+    as the run asks: a sample is handed on only while the files are as hashed, so no answer to
+    rewritten text is stored under the hash of the original file."""
+
+    def __init__(self, paths: Iterable[Path]) -> None:
+        self.stamps = {Path(p): self._stamp(Path(p)) for p in paths}
+
+    @staticmethod
+    def _stamp(path: Path) -> tuple[int, ...] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def check(self, sample_id: str | None = None) -> None:
+        """A DataError naming the first file that is not as it was hashed (and the sample read last)."""
+        for path, stamp in self.stamps.items():
+            if self._stamp(path) != stamp:
+                raise DataError(path, None if sample_id is None else f"sample {sample_id!r}",
+                                "the file changed while the run was reading it (its size, modification time or inode differ from when "
+                                "its hash was taken): stopped before storing answers to the new text under the old file's hash; "
+                                "what was answered before is stored. Run again once the file is no longer being written")
+
+    def watch(self, samples: Iterable[Sample]) -> Iterator[Sample]:
+        """``samples``, each handed on only after :meth:`check`."""
+        for smp in samples:
+            self.check(smp.id)
+            yield smp
 
 
 def group_samples(samples: Sequence[Sample]) -> list[list[Sample]]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from grandrounds.sources.downloads import RemoteFile, cache_dir, fetch
+from grandrounds.sources.mirrors import bundle_root, bundled_file
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import file_sha256, text_hash
 
@@ -92,6 +93,9 @@ def local_path(f: UpstreamFile) -> Path:
             if got != f.sha256:
                 raise DataError(candidate, None, f"does not match the pinned upstream file {f.url} (sha256 {got}, expected {f.sha256})")
             return candidate
+    bundle = bundle_root()
+    if bundle is not None:  # a bundle is read as it is: never a download
+        return bundled_file(bundle, bundle_path(f), f.sha256)
     dest = cache_dir() / "reference" / f.folder / Path(f.path).parent
     remote = RemoteFile(f.url, Path(f.path).name, f.sha256)
     with _fetch_lock(f.url):  # one download per URL at a time; the others wait for its outcome
@@ -100,14 +104,20 @@ def local_path(f: UpstreamFile) -> Path:
             cached = dest / remote.filename
             if cached.is_file() and file_sha256(cached) == f.sha256:  # put there since (another process)
                 return cached
-            raise DataError(failed.path, failed.where, failed.problem + " (failed earlier in this process; not tried again)")
+            raise type(failed)(failed.path, failed.where, failed.problem + " (failed earlier in this process; not tried again)")
         try:
             return fetch(remote, dest)
         except DataError as e:
-            hint = f"; or set {REFERENCE_ENV} to a folder holding {f.folder}/{f.path}"
-            err = DataError(e.path, e.where, e.problem.replace("; pass --data PATH to use a local copy", "") + hint)
+            hint = (f"; or set {REFERENCE_ENV} to a folder holding {f.folder}/{f.path}; "
+                    "or run with --protocol grandrounds, which needs no official file")
+            err = type(e)(e.path, e.where, e.problem.replace("; pass --data PATH to use a local copy", "") + hint)
             _failed[f.url] = err
             raise err from None
+
+
+def bundle_path(f: UpstreamFile) -> str:
+    """Where ``f`` lives in a bundle (and in the cache, under its root): ``reference/<folder>/<path>``."""
+    return f"reference/{f.folder}/{f.path}"
 
 
 #: URL -> the error of its failed download, for the rest of the process (see :func:`local_path`).
@@ -211,10 +221,7 @@ def python_string(f: UpstreamFile, name: str, *, within: str | None = None) -> U
     tree = _parse(f)
     scope: list[ast.stmt] = tree.body
     if within is not None:
-        scope_node = next(
-            (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == within),
-            None,
-        )
+        scope_node = _named(tree, within, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
         if scope_node is None:
             raise DataError(f.url, None, f"no function or class {within!r} in the upstream file")
         scope = scope_node.body
@@ -256,10 +263,7 @@ def python_returned_string(f: UpstreamFile, within: str) -> UpstreamText:
     For templates built by a function instead of assigned to a name; accepts the same string forms
     as :func:`python_string`.
     """
-    tree = _parse(f)
-    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == within), None)
-    if func is None:
-        raise DataError(f.url, None, f"no function {within!r} in the upstream file")
+    func = _function(f, _parse(f), within)  # a dotted name for a method: ScenarioNEJM.examiner_information
     for node in _walk_statements(func.body):
         if isinstance(node, ast.Return) and node.value is not None:
             try:
@@ -399,8 +403,22 @@ def _format_parts(f: UpstreamFile, call: ast.Call) -> list[str | Field]:
     return out
 
 
+def _named(tree: ast.AST, name: str, kinds: tuple[type, ...]) -> Any:
+    """The first definition of one of ``kinds`` named ``name`` in ``tree``, or None; a dotted name
+    (``DoctorAgent.system_prompt``) finds each part inside the one before it, for a method that
+    several classes of the file define."""
+    node: Any = tree
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        scope, want = node, kinds if i == len(parts) - 1 else (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        node = next((n for n in ast.walk(scope) if n is not scope and isinstance(n, want) and n.name == part), None)
+        if node is None:
+            return None
+    return node
+
+
 def _function(f: UpstreamFile, tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
-    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+    func = _named(tree, name, (ast.FunctionDef, ast.AsyncFunctionDef))
     if func is None:
         raise DataError(f.url, None, f"no function {name!r} in the upstream file")
     return func
@@ -435,6 +453,17 @@ def python_fstring(f: UpstreamFile, *, within: str, fields: tuple[str, ...]) -> 
             if text.fields == fields:
                 return text
     raise DataError(f.url, None, f"no f-string with placeholders {', '.join(fields)} in {within!r} in the upstream file")
+
+
+def python_call_argument(f: UpstreamFile, call: str, index: int, *, within: str) -> UpstreamText:
+    """The string template passed as positional argument ``index`` to the first call of ``call``
+    inside the function ``within`` (a dotted name for a method: ``DoctorAgent.inference_doctor``),
+    for a prompt built inline in a call: ``query_model(model, "History: " + hist + ..., system)``."""
+    func = _function(f, _parse(f), within)
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == call and len(node.args) > index:
+            return UpstreamText(f, f"{within}:{call}[{index}]", tuple(_merge(_string_parts(f, node.args[index]))))
+    raise DataError(f.url, None, f"no call of {call!r} with an argument {index} in {within!r} in the upstream file")
 
 
 def python_value(f: UpstreamFile, name: str) -> Any:

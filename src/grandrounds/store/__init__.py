@@ -16,6 +16,7 @@ import json
 from grandrounds.store.agreement import AgreementRecord, AgreementTables
 from grandrounds.store.batches import BatchTables
 from grandrounds.store.connection import now
+from grandrounds.store.episodes import EpisodeTables
 from grandrounds.store.grades import GradeTables
 from grandrounds.store.leases import LeaseTables
 from grandrounds.store.reviews import ReviewTables
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 
-class Store(LeaseTables, RunTables, GradeTables, ReviewTables, AgreementTables, BatchTables):
+class Store(LeaseTables, RunTables, GradeTables, ReviewTables, AgreementTables, BatchTables, EpisodeTables):
     """A handle on one store file. Pass it explicitly; there is no global store."""
 
     def change_stamp(self) -> str:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from typing import Any, Iterator, Sequence
+
+import orjson
 
 from grandrounds.core.hashing import canonical_json
 from grandrounds.core.records import Grade, grade_from_json, judge_calls
@@ -71,6 +75,15 @@ class GradeTables(StoreBase):
             out.update((g.grade.sample_id, g.grade) for g in got)
         return out
 
+    def grade_docs_for(self, run_id: str, grader_fp: str, sample_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """sample_id -> the stored grade as the JSON object it was stored as, not made into records
+        (for writing it out again as it is), for those of ``sample_ids`` that were graded."""
+        out: dict[str, dict[str, Any]] = {}
+        for part, marks in in_chunks(sample_ids):
+            q = f"SELECT sample_id, grade_json FROM grades WHERE run_id = ? AND grader_fp = ? AND sample_id IN ({marks})"
+            out.update((sid, _json_object(gj)) for sid, gj in self.db.execute(q, (run_id, grader_fp, *part)))
+        return out
+
     def has_grades(self, run_id: str, grader_fp: str) -> bool:
         """Whether any answer of ``run_id`` is graded by ``grader_fp``."""
         return self.db.execute("SELECT 1 FROM grades WHERE run_id = ? AND grader_fp = ? LIMIT 1", (run_id, grader_fp)).fetchone() is not None
@@ -88,18 +101,25 @@ class GradeTables(StoreBase):
     def _stored_grades(self, where: str, args: tuple[Any, ...]) -> Iterator[StoredGrade]:
         """The one query behind every full-grade read (``where`` filters)."""
         for run_id, fp, gj in self.db.execute(f"SELECT run_id, grader_fp, grade_json FROM grades {where}", args):
-            yield StoredGrade(run_id, fp, grade_from_json(json.loads(gj)))
+            grade = grade_from_json(json.loads(gj))
+            if isinstance(grade.value, float) and not math.isfinite(grade.value):  # an older version stored it: no score
+                grade = dataclasses.replace(grade, value=None)
+            yield StoredGrade(run_id, fp, grade)
 
     def grade_values(self, run_id: str, grader_fp: str) -> dict[str, float | None]:
         """sample_id -> per-answer value (None = unscored), without parsing the grades."""
         rows = self.db.execute("SELECT sample_id, value FROM grades WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp))
-        return {sid: value for sid, value in rows}
+        # a non-finite value (an older version stored one) is no score: unscored, never a number
+        return {sid: value if value is None or math.isfinite(value) else None for sid, value in rows}
 
     def verdict_counts(self, run_id: str, grader_fp: str) -> VerdictCounts:
         """How many grades, criterion verdicts, unknown verdicts and unscored answers a (run,
         grader) has: the inputs of coverage, counted in SQL so no grade is parsed."""
         n, verdicts, unknown, unscored = self.db.execute(
-            "SELECT COUNT(*), SUM(json_array_length(grade_json, '$.verdicts')), SUM(n_unknown), SUM(value IS NULL) "
+            # json_valid first: a grade an older version wrote with NaN or Infinity in it is not JSON to
+            # SQLite (json_array_length would fail the query); an infinite value counts as unscored
+            "SELECT COUNT(*), SUM(CASE WHEN json_valid(grade_json) THEN json_array_length(grade_json, '$.verdicts') END), "
+            "SUM(n_unknown), SUM(value IS NULL OR abs(value) > 1.7976931348623157e308) "
             "FROM grades WHERE run_id = ? AND grader_fp = ?",
             (run_id, grader_fp),
         ).fetchone()
@@ -160,8 +180,10 @@ class GradeTables(StoreBase):
         done = self.db.execute("SELECT created_at FROM results WHERE run_id = ? AND grader_fp = ?", (run_id, fp)).fetchone()
         n, failed, errors, judge = self.db.execute(
             "SELECT COUNT(*), "
-            "SUM(json_extract(grade_json, '$.status') IN ('answer_failed', 'not_asked')), "
-            "SUM(json_extract(grade_json, '$.status') = 'grader_error'), "
+            # json_valid first: a grade an older version wrote with NaN or Infinity in it is not
+            # JSON to SQLite, and json_extract on it would fail the whole query
+            "SUM(CASE WHEN json_valid(grade_json) THEN json_extract(grade_json, '$.status') END IN ('answer_failed', 'not_asked')), "
+            "SUM(CASE WHEN json_valid(grade_json) THEN json_extract(grade_json, '$.status') END = 'grader_error'), "
             # a failed judge call leaves its error on the vote (graders.judging)
             "SUM(instr(grade_json, '\"error\":\"judge call failed') > 0) "
             "FROM grades WHERE run_id = ? AND grader_fp = ?",
@@ -173,3 +195,12 @@ class GradeTables(StoreBase):
         else:
             status = "with failures" if sum(counts[1:]) else "complete"
         return RunState(status, fp, *counts)
+
+
+def _json_object(text: str) -> Any:
+    """Stored JSON read with orjson (a few times faster on large grades), or with ``json`` where
+    orjson refuses it (a NaN an older version wrote)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)

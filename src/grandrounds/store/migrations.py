@@ -216,4 +216,30 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         )
         """,
     ),
+    (
+        9,
+        # Agents: the tool calls a reply asked for (JSON list, NULL for a plain reply), and each
+        # episode's steps as they happen (one row per run, sample and epoch, rewritten after every
+        # step, so an interrupted episode shows how far it got).
+        """
+        ALTER TABLE calls ADD COLUMN tool_calls_json TEXT;
+        CREATE TABLE episodes (
+            run_id TEXT NOT NULL,
+            sample_id TEXT NOT NULL,
+            epoch INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            steps_json TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (run_id, sample_id, epoch)
+        )
+        """,
+    ),
+    (
+        10,
+        # What the server said answered each call (its system_fingerprint, and the model it named
+        # where that differs from the one asked); NULL where it said nothing. Not part of any key.
+        """
+        ALTER TABLE calls ADD COLUMN system_fingerprint TEXT
+        """,
+    ),
 )

@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict
 
-from grandrounds.core.records import Grade, Response, Sample, Usage
+from grandrounds.core.records import Grade, Response, Sample, ToolCallPart, Usage
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,16 @@ def row_to_response(row: sqlite3.Row, cached: bool) -> Response:
         latency=row["latency"],
         cached=cached,
         finish_reason=row["finish_reason"],
+        tool_calls=_tool_calls(row),
+        system_fingerprint=row["system_fingerprint"] if "system_fingerprint" in row.keys() else None,
     )
+
+
+def _tool_calls(row: sqlite3.Row) -> tuple[ToolCallPart, ...]:
+    raw = row["tool_calls_json"] if "tool_calls_json" in row.keys() else None
+    if not raw:
+        return ()
+    return tuple(ToolCallPart(id=str(c["id"]), name=str(c["name"]), arguments=str(c["arguments"])) for c in json.loads(raw))
 
 
 def row_to_run(row: sqlite3.Row) -> RunRecord:

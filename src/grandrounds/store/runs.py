@@ -72,13 +72,16 @@ class RunTables(StoreBase):
             attempts,
             now(),
             response.finish_reason,
+            json.dumps([{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls]) if response.tool_calls else None,
+            response.system_fingerprint,
         )
         if response.ok:
-            self._write("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values, response)
+            self._write("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values, response)
         else:
             self._write(
-                "INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
-                "error = excluded.error, attempts = calls.attempts + excluded.attempts, created_at = excluded.created_at "
+                "INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                "error = excluded.error, attempts = calls.attempts + excluded.attempts, created_at = excluded.created_at, "
+                "finish_reason = excluded.finish_reason "  # a failure's is None, or the mark of a final one
                 "WHERE calls.error IS NOT NULL",
                 values,
             )
@@ -104,6 +107,17 @@ class RunTables(StoreBase):
         )
         n, p, c, nu = self.db.execute(q, (run_id,)).fetchone()
         return CallUsage("answers", int(n), int(p or 0), int(c or 0), int(nu or 0))
+
+    def system_fingerprints(self, run_id: str) -> dict[str, int]:
+        """What the server said answered a run's distinct answer calls: value -> calls, most first
+        (calls whose server said nothing are not counted)."""
+        self.flush()
+        q = (
+            "SELECT c.system_fingerprint, COUNT(*) FROM (SELECT DISTINCT request_key FROM answers WHERE run_id = ?) a "
+            "JOIN calls c ON c.key = a.request_key WHERE c.system_fingerprint IS NOT NULL "
+            "GROUP BY c.system_fingerprint ORDER BY COUNT(*) DESC, c.system_fingerprint"
+        )
+        return {str(v): int(n) for v, n in self.db.execute(q, (run_id,))}
 
     # ---- runs ---------------------------------------------------------------------------
     def ensure_run(self, run: RunRecord) -> RunRecord:

@@ -9,14 +9,18 @@ can use it from synchronous code while the runner under test uses ``asyncio.run`
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+#: The connection a request came on (each connection is served in its own task, so its own context).
+_READER: "contextvars.ContextVar[asyncio.StreamReader]" = contextvars.ContextVar("loopback_reader")
+
 #: rule(body) -> reply text for chat, a Reply (text with its finish reason), or a Fault to inject.
-Rule = Callable[[dict[str, Any]], "str | Reply | Fault"]
+Rule = Callable[[dict[str, Any]], "str | Reply | Raw | Fault"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,20 @@ class Reply:
 
     text: str
     finish_reason: str = "stop"
+    #: Native tool calls to send in the reply's message: ``(name, arguments)`` pairs, ``arguments``
+    #: a dict (sent as JSON text) or a string sent as written; ids are ``call_<n>``.
+    tool_calls: tuple[tuple[str, Any], ...] = ()
+    #: The reply body's ``system_fingerprint`` (None: left out, as most local servers do).
+    system_fingerprint: str | None = None
+    #: The reply body's ``model`` (None: the model asked for).
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Raw:
+    """A rule's reply sent as it is: the whole JSON body (a stand-in for a server's own shapes and faults)."""
+
+    body: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -48,6 +66,9 @@ class ServerStats:
     #: with ``serial``: requests waiting in the server's line, and the most that waited at once
     waiting: int = 0
     max_waiting: int = 0
+    #: with ``serial``: requests whose client had gone when their turn came (skipped, as llama.cpp's
+    #: servers drop a request whose client disconnected while it waited)
+    abandoned: int = 0
 
 
 def last_user_text(body: dict[str, Any]) -> str:
@@ -61,8 +82,14 @@ def last_user_text(body: dict[str, Any]) -> str:
 class LoopbackServer:
     """``with LoopbackServer(rule, latency=0.05) as srv: srv.base_url`` -> ``http://127.0.0.1:PORT/v1``."""
 
-    def __init__(self, rule: Rule, latency: float = 0.0, keep_bodies: bool = False, serial: bool = False) -> None:
+    def __init__(
+        self, rule: Rule, latency: float = 0.0, keep_bodies: bool = False, serial: bool = False, props: dict[str, Any] | None = None,
+    ) -> None:
         self.rule = rule
+        #: What ``GET /props`` answers (llama.cpp's server reports its slots there); None: 404, as other servers.
+        self.props = props
+        #: GET requests received, by path.
+        self.gets: dict[str, int] = {}
         self.latency = latency
         self.keep_bodies = keep_bodies
         #: Answer one request at a time, the others waiting in line (as llama.cpp's server with one slot).
@@ -114,6 +141,7 @@ class LoopbackServer:
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 body_bytes = await reader.readexactly(int(headers.get("content-length", "0")))
+                _READER.set(reader)
                 if "authorization" in headers:
                     self.stats.authorizations.add(headers["authorization"])
                 keep = await self._respond(method, path, body_bytes, writer)
@@ -125,6 +153,14 @@ class LoopbackServer:
             writer.close()
 
     async def _respond(self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter) -> bool:
+        if method == "GET":  # answered at once, beside the requests in line (as llama.cpp answers /props)
+            with self._lock:
+                self.gets[path] = self.gets.get(path, 0) + 1
+            if path == "/props" and self.props is not None:
+                self._write(writer, 200, json.dumps(self.props).encode())
+            else:
+                self._write(writer, 404, b'{"error": {"message": "not found"}}')
+            return True
         if self.serial:
             if self._serial_lock is None:
                 self._serial_lock = asyncio.Lock()
@@ -137,6 +173,10 @@ class LoopbackServer:
                     if queued:
                         self.stats.waiting -= 1
                         queued = False
+                    reader = _READER.get(None)
+                    if reader is not None and reader.at_eof():  # the client gave up while this request waited
+                        self.stats.abandoned += 1
+                        return False
                     return await self._respond_now(method, path, raw, writer)
             finally:
                 if queued:
@@ -166,6 +206,9 @@ class LoopbackServer:
             return True
         if self.latency:
             await asyncio.sleep(self.latency)
+        if isinstance(out, Raw):
+            self._write(writer, 200, json.dumps(out.body, ensure_ascii=False).encode("utf-8"))
+            return True
         if isinstance(out, Fault):
             with self._lock:
                 self.stats.faults[out.kind] = self.stats.faults.get(out.kind, 0) + 1
@@ -181,12 +224,24 @@ class LoopbackServer:
             return True
         text, finish = (out.text, out.finish_reason) if isinstance(out, Reply) else (out, "stop")
         payload = _chat_payload(body, text, finish) if path.endswith("/chat/completions") else _completion_payload(body, text)
+        if isinstance(out, Reply) and out.tool_calls and path.endswith("/chat/completions"):
+            message = payload["choices"][0]["message"]
+            message["content"] = text or None
+            message["tool_calls"] = [
+                {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+                for i, (name, args) in enumerate(out.tool_calls)
+            ]
+            payload["choices"][0]["finish_reason"] = "tool_calls"
+        if isinstance(out, Reply) and out.system_fingerprint is not None:
+            payload["system_fingerprint"] = out.system_fingerprint
+        if isinstance(out, Reply) and out.model is not None:
+            payload["model"] = out.model
         self._write(writer, 200, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
         return True
 
     @staticmethod
     def _write(writer: asyncio.StreamWriter, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
-        reason = {200: "OK", 400: "Bad Request", 429: "Too Many Requests", 500: "Internal Server Error"}[status]
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}[status]
         hdr = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n"
         for k, v in (headers or {}).items():
             hdr += f"{k}: {v}\r\n"

@@ -20,6 +20,8 @@ form.rv input[type=text]{width:8em}
 .answer{min-width:0;overflow-x:auto}table.opts{width:100%;font-size:12px}table.opts td,table.opts th{padding:.1em .3em}
 table.opts tr.chosen{font-weight:bold}.mark{color:#176b2c}
 .with-images{display:flex;gap:14px;align-items:flex-start}.figures{flex:0 0 auto;max-width:242px}.qa-main{flex:1 1 auto;min-width:0}
+.transcript .step{border-left:3px solid #ccd;padding-left:.5em;margin:.4em 0}.toolcall{color:#345;font-size:12px}
+.event pre{background:#f6f6f0}.epoch{font-weight:bold;margin-top:.6em}ul.checks li.unmet{color:#a11}ul.checks li.met{color:#176b2c}
 figure.fig{margin:0 0 .6em}img.thumb{display:block;max-width:240px;height:auto;border:1px solid #ccc}.imgref{color:#666}
 </style></head>
 <body><nav><a href="#/" id="nav-runs">Runs</a><a href="#/items" id="nav-items">Questions</a>
@@ -125,13 +127,13 @@ async function showItems(params) {
     select('f-col', 'run', colOptions, p('col')),
     select('f-dimension', 'dimension', facets.dimensions, p('dimension')), select('f-verdict', 'verdict', ['met', 'unmet', 'unknown'], p('verdict')),
     check('f-disagree', 'runs disagree', p('disagree') === '1'), check('f-unknown', 'unknown verdicts', p('unknown') === '1'),
-    check('f-queued', 'in review queue', p('queued') === '1'), q, el('button', {type: 'submit', id: 'f-apply'}, 'Apply'));
+    check('f-queued', 'in review queue', p('queued') === '1'), check('f-flagged', 'flagged answers', p('flagged') === '1'), q, el('button', {type: 'submit', id: 'f-apply'}, 'Apply'));
   form.addEventListener('submit', ev => {
     ev.preventDefault();
     const np = new URLSearchParams();
     for (const k of ['benchmark', 'model', 'col', 'dimension', 'verdict', 'q']) { const v = document.getElementById('f-' + k).value; if (v) np.set(k, v); }
     if (p('run') && !np.get('col')) np.set('run', p('run'));
-    for (const k of ['disagree', 'unknown', 'queued']) if (document.getElementById('f-' + k).checked) np.set(k, '1');
+    for (const k of ['disagree', 'unknown', 'queued', 'flagged']) if (document.getElementById('f-' + k).checked) np.set(k, '1');
     location.hash = '#/items?' + np.toString();
   });
   main.append(form);
@@ -147,7 +149,7 @@ async function showItems(params) {
     const a = el('a', {href: '#/q?' + ref, className: 'item-link'}, it.sample_id + ': ' + it.question);
     const flags = (it.disagree ? ' [disagree]' : '') + (it.n_unknown ? ' [unknown ' + it.n_unknown + ']' : '');
     t.appendChild(el('tr', {}, el('td', {}, a, el('span', {className: 'small'}, flags)), el('td', {}, it.benchmark),
-      ...cols.map(c => { const v = it.values[c.col]; return el('td', {}, v ? fmt(v.value, 2) : ''); })));
+      ...cols.map(c => { const v = it.values[c.col]; return el('td', {}, v ? fmt(v.value, 2) : '', v && v.flagged ? el('span', {className: 'err small flag-mark', title: 'the answer addresses the grader'}, ' flagged') : null); })));
   }
   const pages = Math.max(1, Math.ceil(data.total / data.per_page));
   const go = n => { const np = new URLSearchParams(params); np.set('page', n); location.hash = '#/items?' + np.toString(); };
@@ -220,6 +222,48 @@ function figure(p, n) {
   return el('figure', {className: 'fig'}, el('a', {href: url, target: '_blank', rel: 'noopener', title: 'open full size'}, img), cap);
 }
 
+// an agent's episodes: each step's reply, its tool calls, what answered it; then the outcome and the grader's checks
+function transcript(a) {
+  const box = el('div', {className: 'transcript'});
+  for (const ep of a.episodes) {
+    const outcome = (a.epochs || []).find(e => e.epoch === ep.epoch) || {};
+    box.append(el('div', {className: 'epoch'}, 'episode ' + (ep.epoch + 1) + ' · ' + ep.status
+      + (outcome.success === true ? ' · success' : outcome.success === false ? ' · failure' : '')));
+    for (const st of ep.steps || []) {
+      const step = el('div', {className: 'step'}, el('div', {className: 'small'}, 'step ' + (Number(st.step) + 1)));
+      if (st.reply) step.append(el('pre', {className: 'ans agent'}, String(st.reply)));
+      for (const c of st.tool_calls || []) step.append(el('div', {className: 'toolcall'}, 'calls ' + String(c.name) + ' ', el('code', {}, String(c.arguments))));
+      for (const ev of st.events || []) {
+        const who = String(ev.actor || 'environment') + (ev.tool ? ' ' + String(ev.tool) : '');
+        step.append(el('div', {className: 'event'}, el('b', {}, who + ': '), el('pre', {className: 'ans'}, String(ev.text === undefined ? '' : ev.text))));
+        if ((ev.refused || []).length) step.append(el('div', {className: 'err small'}, 'sandbox refused: ' + ev.refused.join('; ')));
+      }
+      if (st.error) step.append(el('div', {className: 'err'}, String(st.error)));
+      box.append(step);
+    }
+    if (outcome.final !== undefined && outcome.final !== null) box.append(el('div', {className: 'final'}, el('b', {}, 'final answer: '), String(outcome.final)));
+    const checks = outcome.checks || [];
+    if (checks.length) box.append(el('ul', {className: 'checks'}, ...checks.map(c => el('li', {className: c.passed ? 'met' : 'unmet'},
+      (c.passed ? 'passed: ' : 'FAILED: ') + String(c.name) + (c.detail ? ' (' + String(c.detail) + ')' : '')))));
+  }
+  return box;
+}
+
+// what the grade says beside its value: flags of an answer that addresses the grader; a reply no
+// answer was read from, and what the other protocol's reading found in it
+function integrityLines(a) {
+  const out = [];
+  if ((a.flags || []).length) out.push(el('div', {className: 'err flags'}, 'flagged: ' + a.flags.map(String).join(', ')));
+  if (a.unread) {
+    const o = a.other_reading;
+    const other = !o ? '' : (o.extracted === null || o.extracted === undefined)
+      ? ' · the ' + String(o.protocol) + ' reading finds no answer either'
+      : ' · the ' + String(o.protocol) + ' reading would read ' + String(o.extracted) + ' (value ' + fmt(o.value) + ')';
+    out.push(el('div', {className: 'err unread'}, 'unreadable: no answer was read from this reply' + other));
+  }
+  return out;
+}
+
 async function showItem(url) {
   const d = await api(url);
   const s = d.sample;
@@ -227,7 +271,7 @@ async function showItem(url) {
   const figs = [];
   const qa = el('div', {className: 'qa-main'}, ...(s.messages || []).map(m => messageView(m, figs)));
   main.append(figs.length ? el('div', {className: 'with-images', id: 'qa'}, el('div', {className: 'figures', id: 'figures'}, ...figs.map((p, i) => figure(p, i + 1))), qa) : qa);
-  if (s.target !== null && s.target !== undefined) qa.append(el('p', {}, 'Target: ' + JSON.stringify(s.target)));
+  if (s.target !== null && s.target !== undefined) qa.append(el('p', {}, 'Target: ' + (s.target_text !== undefined ? s.target_text : JSON.stringify(s.target))));
   const grid = el('div', {className: 'answers', id: 'answers'});
   grid.style.gridTemplateColumns = 'repeat(' + Math.max(1, d.answers.length) + ', minmax(0, 1fr))';
   for (const a of d.answers) {
@@ -235,7 +279,8 @@ async function showItem(url) {
     const info = (a.judge ? 'judge ' + a.judge + ' · ' : '') + 'value ' + fmt(a.value) + ' · with reviews ' + fmt(a.reviewed_value)
       + (a.extracted ? ' · extracted ' + a.extracted : '') + (a.grade_error ? ' · ' + a.grade_error : '');
     grid.append(el('div', {className: 'answer'}, el('b', {title: a.title}, a.label), el('div', {className: 'small'}, info),
-      a.options ? optionTable(a.options) : el('pre', {className: 'ans'}, a.text !== null ? a.text : '(no answer' + (a.error ? ': ' + a.error : '') + ')'),
+      ...(a.read ? [el('div', {className: 'read'}, 'Read: ' + a.read)] : []), ...integrityLines(a),
+      (a.episodes || []).length ? transcript(a) : (a.options ? optionTable(a.options) : el('pre', {className: 'ans'}, a.text !== null ? a.text : '(no answer' + (a.error ? ': ' + a.error : '') + ')')),
       ...(a.votes || []).map(v => el('div', {className: 'small vote'}, v.judge + ' run ' + v.run + ': ' + (v.score === null ? v.status : v.score) + (v.explanation ? ' · ' + v.explanation : ''))),
       ...revs, scoreForm(a, s.id)));
   }

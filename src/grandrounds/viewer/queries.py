@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import re
 import sqlite3
 import time
@@ -23,10 +22,12 @@ from typing import Any, Iterator
 
 from grandrounds.core.hashing import to_jsonable
 from grandrounds.core.records import Grade, Response, Sample
+from grandrounds.graders.choice_extract import extract_choice
 from grandrounds.analyses.reviews import reviewed_value
 from grandrounds.store import RunRecord, Store
 from grandrounds.viewer.index import column_key
 from grandrounds.analyses.labels import RunFacts, column_labels, full_label, run_facts
+from grandrounds.analyses.readings import option_scores, option_words, target_words
 
 PAGE_MAX = 200
 #: Search caps: characters in all, words, characters per word. A trigram phrase costs memory
@@ -36,7 +37,6 @@ MAX_TERMS = 8
 MAX_TERM_CHARS = 64
 #: Wall-clock budget of one API query on the index, in seconds.
 QUERY_SECONDS = 2.0
-LOGPROB_MODES = ("letter-loglik", "text-loglik", "next-token")
 
 
 class QueryTooSlow(Exception):
@@ -54,6 +54,7 @@ class Filters:
     disagree: bool = False
     unknown: bool = False
     queued: bool = False
+    flagged: bool = False  # some answer (of the model / run / column filtered) addresses the grader
     q: str = ""
 
 
@@ -123,6 +124,9 @@ def _where(f: Filters) -> tuple[str, list[Any]]:
         clauses.append("i.n_unknown > 0")
     if f.queued:
         clauses.append("EXISTS (SELECT 1 FROM answers a WHERE a.item_id = i.id AND a.queued = 1)")
+    if f.flagged:
+        clauses.append(f"EXISTS (SELECT 1 FROM answers a WHERE a.item_id = i.id AND a.flagged = 1{narrow})")
+        args += narrow_args
     words = search_terms(f.q)
     if words and all(len(w) >= 3 for w in words):
         clauses.append("i.id IN (SELECT rowid FROM fts WHERE fts MATCH ?)")
@@ -148,9 +152,9 @@ def list_items(con: sqlite3.Connection, f: Filters, page: int = 1, per_page: int
     ids = [r[0] for r in rows]
     vals: dict[int, dict[str, Any]] = {}
     if ids:
-        q = f"SELECT item_id, col, value, n_unknown FROM answers WHERE item_id IN ({','.join('?' * len(ids))})"
-        for iid, col, value, nu in con.execute(q, ids):
-            vals.setdefault(iid, {})[col] = {"value": value, "n_unknown": nu}
+        q = f"SELECT item_id, col, value, n_unknown, flagged FROM answers WHERE item_id IN ({','.join('?' * len(ids))})"
+        for iid, col, value, nu, flagged in con.execute(q, ids):
+            vals.setdefault(iid, {})[col] = {"value": value, "n_unknown": nu, "flagged": bool(flagged)}
     items = [
         {"id": r[0], "benchmark": r[1], "sample_id": r[2], "dataset": (r[6] or "")[:12], "question": r[3][:200], "disagree": bool(r[4]),
          "n_unknown": r[5], "values": vals.get(r[0], {})}
@@ -213,6 +217,8 @@ def item(con: sqlite3.Connection, store: Store, iid: int) -> dict[str, Any] | No
     rows.sort(key=lambda r: (r[2], labels.get(column_key(r[0], r[1]), {}).get("label", ""), r[0]))  # as the list's columns
     answers = [_answer(store, sample, sid, run_id, fp, model, labels.get(column_key(run_id, fp), {}), graders) for run_id, fp, model in rows]
     shown = to_jsonable(sample) if sample else {"id": sid, "messages": [], "rubric": []}
+    if sample is not None and sample.target is not None:
+        shown["target_text"] = target_words(sample.target)  # the target as a reader says it
     return {"id": iid, "benchmark": bench, "dataset": ds, "sample": shown, "answers": answers}
 
 
@@ -230,49 +236,38 @@ def _answer(store: Store, sample: Sample | None, sid: str, run_id: str, fp: str,
         "label": column.get("label", model), "title": column.get("title", model),
         "judge": result.get("judge") if result else None,
         "text": resp.text if resp else None, "error": error,
-        "options": option_scores(store.grader_spec(fp), sample, grade, resp),
+        "options": (options := option_scores(store.grader_spec(fp), sample, grade, resp)),
+        "read": option_words(options) if options is not None else None,  # what was read, in words
         "value": grade.value if grade else None, "reviewed_value": reviewed_value(store, fp, sample, grade, reviews, graders),
         "extracted": grade.extracted if grade else None, "grade_error": grade.error if grade else None,
         "verdicts": [{"criterion_id": v.criterion_id, "status": v.status, "explanation": v.explanation, "votes": list(v.statuses)} for v in (grade.verdicts if grade else ())],
         "votes": [{"judge": v.judge, "run": v.run, "status": v.status, "score": v.score, "explanation": v.explanation} for v in (grade.votes if grade else ())],
         "reviews": [{k: v for k, v in r.items() if k in REVIEW_FIELDS} for r in reviews],
-    }
+        # an agent benchmark's episodes, step by step, with each epoch's outcome and the grader's checks
+        "episodes": store.episodes(run_id, sid), "epochs": list(grade.details.get("epochs", ())) if grade else [],
+    } | integrity(grade, sample, resp)
 
 
-def option_scores(spec: dict[str, Any] | None, sample: Sample | None, grade: Grade | None, resp: Response | None) -> list[dict[str, Any]] | None:
-    """For a multiple-choice answer in a log-prob mode: each option (source order) with the
-    log-probability the model gave its continuation, its share of the options' probability,
-    and marks for the option chosen (argmax, as the grader read it), lm-eval's length-normalised
-    choice where there is one, and the key. None for any other answer."""
-    from grandrounds.graders.mcq_grader import option_continuations, shuffle_choices
-
-    if sample is None or grade is None or resp is None or not sample.choices or not resp.scores:
-        return None
-    mode = str(grade.details.get("answer_mode", ""))
-    if mode not in LOGPROB_MODES:
-        return None
-    args = ((spec or {}).get("grader") or {}).get("args") or {}
-    perm = grade.details.get("permutation")
-    shown = shuffle_choices(sample, int(args.get("seed", 0)))[0] if perm else sample
-    try:
-        conts = option_continuations(shown.choices, mode, str(args.get("language", "en")), str(args.get("loglik_labels", "letters")))
-    except (KeyError, ValueError):
-        return None
-    lps = {k: resp.scores.get(c) for k, c in conts.items()}
-    finite = [v for v in lps.values() if v is not None and math.isfinite(v)]
-    top = max(finite) if finite else 0.0
-    total = sum(math.exp(v - top) for v in finite)
-    rows = []
-    for i, (letter, lp) in enumerate(lps.items()):
-        known = lp is not None and math.isfinite(lp)
-        rows.append({
-            "letter": perm[i] if perm else letter,  # the source's letter; the shown one beside it when shuffled
-            "shown": letter, "text": shown.choices[letter], "continuation": conts[letter],
-            "logprob": lp if known else None, "share": math.exp(lp - top) / total if known and total else None,
-            "chosen": letter == grade.extracted, "chosen_norm": letter == grade.details.get("extracted_norm"),
-            "target": letter == grade.details.get("target"),
-        })
-    return sorted(rows, key=lambda r: r["letter"])
+def integrity(grade: Grade | None, sample: Sample | None, resp: Response | None) -> dict[str, Any]:
+    """What the answer card says beside the value: the grade's status, the flags of an answer that
+    addresses the grader (:mod:`grandrounds.graders.flags`), whether no answer could be read from
+    the reply, and then what the other protocol's reading found in it (``other_reading``: its
+    protocol, the option it read or None, its value), so a format failure shows apart from a
+    wrong answer."""
+    if grade is None:
+        return {"status": None, "flags": [], "unread": False, "other_reading": None}
+    d = grade.details
+    unread = grade.status == "unreadable" or bool(d.get("unextracted"))
+    other = None
+    if unread and d.get("answer_mode", "generate") == "generate" and d.get("protocol") in ("reference", "grandrounds"):
+        protocol = "grandrounds" if d["protocol"] == "reference" else "reference"
+        if "other_extracted" in d:
+            other = {"protocol": protocol, "extracted": d["other_extracted"], "value": d.get("other_value")}
+        elif protocol == "grandrounds" and sample is not None and sample.choices and not d.get("permutation") and resp is not None:
+            # a grade stored before it kept the other reading: ours is rebuilt from the reply
+            got = extract_choice(resp.text, list(sample.choices), sample.choices, bool(sample.metadata.get("multi")))
+            other = {"protocol": protocol, "extracted": got, "value": None if got is None else float(got == sample.target)}
+    return {"status": grade.status, "flags": [str(x) for x in d.get("flags") or ()], "unread": unread, "other_reading": other}
 
 
 def runs(store: Store) -> list[dict[str, Any]]:

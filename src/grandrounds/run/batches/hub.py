@@ -6,9 +6,12 @@ or sending their requests again (see :mod:`grandrounds.run.batches.executor`).""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import time
 import weakref
 from dataclasses import dataclass, field, replace
+from secrets import token_hex
 from typing import Any, Iterable, Mapping, Protocol, cast
 
 from grandrounds.core.records import Request, Response
@@ -16,8 +19,8 @@ from grandrounds.providers.base import Provider, ProviderError
 from grandrounds.run.batches.calls import MarkedRequest, context_reason, marked_request
 from grandrounds.run.batches.events import RESENT, BatchEvent, BatchStats, HubStats
 from grandrounds.run.batches.settings import BatchSettings
-from grandrounds.run.batches.wire import Remote, Wire
-from grandrounds.run.executor import CallObserver, Executor, RetryPolicy
+from grandrounds.run.batches.wire import Remote, Submission, Wire
+from grandrounds.run.executor import FINAL_OVERFLOW, CallObserver, Executor, RetryPolicy, prompt_over_context
 from grandrounds.store import Store
 from grandrounds.store.batches import BatchItem, StoredBatch
 
@@ -168,9 +171,11 @@ class BatchHub:
             self._fail_all(keys, e)
 
     async def _submit_one(self, lines: list[tuple[str, bytes]]) -> None:
+        # one submission across its tries: a try after a lost reply looks for the batch it may have created
+        tries = Submission(token_hex(16), time.time(), frozenset(b.batch_id for b in self.store.batches(self.wire.name)))
         for attempt in range(self.retry.max_attempts):
             try:
-                remote = await self.wire.submit([line for _, line in lines])
+                remote = await self.wire.submit([line for _, line in lines], tries)
                 break
             except ProviderError as err:
                 if not err.retryable or attempt == self.retry.max_attempts - 1:
@@ -192,6 +197,7 @@ class BatchHub:
             items.append(BatchItem(key, w.attempt, marked_request(w.request)))
         stored = self.store.add_batch(self.wire.name, self.wire.endpoint, remote.batch_id, remote.state, items)
         self.stats.batches += 1
+        self.stats.found_again += tries.found
         self.stats.requests += len(items)
         self.stats.largest = max(self.stats.largest, len(items))
         self._track(stored, {i.key: i.attempt for i in items}, remote.state)
@@ -320,15 +326,17 @@ class BatchHub:
                 waiter.owner.stats.resent[cause] = waiter.owner.stats.resent.get(cause, 0) + 1
                 self._enqueue(key, waiter.request.model)
             return
-        reason = str(outcome)
+        reason, final = str(outcome), None
         if outcome.kind == "context_length":
             stored = self._request_of(b, key)
             sent = waiter.fitted if waiter is not None else None
-            reason = context_reason(outcome, stored.json_text if stored is not None else "{}",
-                                    sent.params.max_tokens if sent is not None else None)
+            request_json = stored.json_text if stored is not None else "{}"
+            reason = context_reason(outcome, request_json, sent.params.max_tokens if sent is not None else None)
+            if prompt_over_context(str(json.loads(request_json).get("kind", "chat")), outcome):
+                final = FINAL_OVERFLOW  # asking again cannot help: later runs take it from the store
         if outcome.retryable:
             reason += f" (gave up after {attempt} attempts)"
-        self._final(key, b, reason)
+        self._final(key, b, reason, final)
 
     def _request_of(self, b: "_Open | None", key: str) -> "MarkedRequest | None":
         """What is stored as the call's request: the waiting request, else the one kept with the batch."""
@@ -338,9 +346,10 @@ class BatchHub:
         text = self.store.batch_request_json(b.stored.row, key) if b is not None else None
         return MarkedRequest.of(key, text) if text is not None else None
 
-    def _final(self, key: str, b: "_Open | None", reason: str) -> None:
-        """A failed call: stored like a live failure (retried by the next run), and resolved."""
-        response = Response(key=key, error=reason)
+    def _final(self, key: str, b: "_Open | None", reason: str, finish_reason: str | None = None) -> None:
+        """A failed call: stored like a live failure (retried by the next run unless ``finish_reason``
+        marks it final), and resolved."""
+        response = Response(key=key, error=reason, finish_reason=finish_reason)
         stored = self._request_of(b, key)
         if stored is not None:
             self.store.put_call(cast(Request, stored), response, attempts=b.attempts.get(key, 1) if b is not None else 1)
@@ -368,11 +377,11 @@ class BatchHub:
             return
         console = getattr(self.observer, "console", None)
         if console is not None:
-            from rich.markup import escape
+            from grandrounds.core.display import styled
 
-            console.print(f"[dim]{escape(event.line())}")
+            console.print(styled(event.line(), "dim"))  # the server's text: never markup, no escape sequence
             if event.summary:
-                console.print(f"[dim]  {escape(event.summary)}")
+                console.print(styled(f"  {event.summary}", "dim"))
 
 
 def _chunks(lines: list[tuple[str, bytes]], max_requests: int, max_bytes: int) -> Iterable[list[tuple[str, bytes]]]:

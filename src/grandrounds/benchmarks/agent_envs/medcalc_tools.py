@@ -1,0 +1,82 @@
+"""MedCalc-Bench with tools: the patient note and the question, a calculator and a Python
+sandbox as native tools; the final answer (a reply that calls no tool) is scored by MedCalc-Bench's
+own rule under the run's protocol.
+
+- ``calculator``: one arithmetic expression (numbers, + - * / // % **, comparisons, ``math.*``,
+  ``min``, ``round``, ``abs`` ...), evaluated by the restricted evaluator of
+  :mod:`grandrounds.graders.medcalc_extract`; anything else is refused with the reason.
+- ``python``: a program run by :mod:`grandrounds.benchmarks.agent_envs.sandbox` (no network, no
+  new processes, no writes outside a temporary folder, CPU, memory and time limits); what it
+  prints is the result. MedCalc-Bench's own "code" setting runs model code inside the harness's
+  process, unsandboxed: here it never is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from grandrounds.benchmarks.agents import Environment, Reaction, Simulate
+from grandrounds.benchmarks.agent_envs.sandbox import Limits, run_python
+from grandrounds.core.records import Message, Response, ToolResultPart, ToolSpec
+from grandrounds.graders.medcalc_extract import evaluate_arithmetic
+
+CALCULATOR = ToolSpec(
+    "calculator", "Evaluate one arithmetic expression and return its value. Supports + - * / // % **, parentheses, "
+    "comparisons, math.* functions (math.log, math.exp, math.sqrt...), min, max-free pow, round, abs, int, float.",
+    {"type": "object", "properties": {"expression": {"type": "string", "description": "e.g. (140 - 65) * 72 / (72 * 1.2)"}},
+     "required": ["expression"]},
+)
+PYTHON = ToolSpec(
+    "python", "Run a short Python 3 program (standard library only, no network, no files outside a temporary folder, "
+    "10 seconds) and return what it prints. Use print() to see values.",
+    {"type": "object", "properties": {"code": {"type": "string", "description": "the program"}}, "required": ["code"]},
+)
+
+
+class MedCalcToolsEnvironment(Environment):
+    """One episode: the question as the run's protocol asks it, the two tools, the answer read at the end."""
+
+    tools = (CALCULATOR, PYTHON)
+
+    def __init__(self, opening: list[Message], limits: Limits = Limits()) -> None:
+        self.opening = opening
+        self.limits = limits
+        self.calls = 0
+        self.refused: list[str] = []
+
+    def start(self) -> list[Message]:
+        return list(self.opening)
+
+    async def react(self, reply: Response, simulate: Simulate) -> Reaction:
+        if not reply.tool_calls:
+            return Reaction(done=True, status="finished", final=reply.text or "")
+        results, events = [], []
+        for call in reply.tool_calls:
+            self.calls += 1
+            text, extra = await self._run(call.name, call.arguments)
+            results.append(ToolResultPart(call.id, text, call.name))
+            events.append({"actor": "tool", "tool": call.name, "call_id": call.id, "text": text, **extra})
+        return Reaction(messages=[Message("tool", tuple(results))], events=events)
+
+    async def _run(self, name: str, arguments: str) -> tuple[str, dict[str, Any]]:
+        try:
+            args = json.loads(arguments or "{}")
+        except ValueError as e:
+            return f"error: the arguments are not JSON ({e.msg})", {"error": "bad arguments"}
+        if not isinstance(args, dict):
+            return "error: the arguments must be a JSON object", {"error": "bad arguments"}
+        if name == "calculator":
+            try:
+                return str(evaluate_arithmetic(str(args.get("expression", "")))), {}
+            except (ValueError, RecursionError) as e:
+                return f"error: {e}", {"error": str(e)}
+        if name == "python":
+            outcome = await asyncio.to_thread(run_python, str(args.get("code", "")), self.limits)
+            self.refused.extend(outcome.refused)
+            return outcome.text(), {"refused": outcome.refused, "exit_code": outcome.exit_code, "timed_out": outcome.timed_out}
+        return f"error: no tool named {name!r} (tools: calculator, python)", {"error": "unknown tool"}
+
+    def state(self) -> dict[str, Any]:
+        return {"tool_calls": self.calls, "sandbox_refused": list(self.refused)}

@@ -1,0 +1,214 @@
+"""Agent episodes: the candidate asked step by step in its environment, every step stored.
+
+Each step is one request through the run's cached executor, whose key holds the conversation so
+far (and the epoch, as ``attempt``): running the same command again replays every finished step
+from the store, with 0 calls, and goes on where an interrupted episode stopped. The simulators
+(AgentClinic's patient and measurement agents) are asked through an executor of their own
+(``--simulator``), cached the same way. After every step the episode's steps so far are written
+to the store's ``episodes`` table, so a transcript shows how far an interrupted episode got.
+See :mod:`grandrounds.benchmarks.agents` for statuses, action protocols and epochs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from grandrounds.benchmarks.agents import (
+    AgentBenchmark, Environment, EnvironmentFailure, Reaction, details_of, epoch_value,
+)
+from grandrounds.core.records import GenParams, Grade, Message, Part, Request, Response, Sample, TextPart, ToolCallPart
+from grandrounds.graders.base import GradeContext, unscored
+from grandrounds.providers.base import Provider
+from grandrounds.run.executor import Executor
+from grandrounds.store import Store
+
+
+def reply_message(resp: Response) -> Message:
+    """The candidate's reply as the assistant message the next step's conversation holds."""
+    if not resp.tool_calls:
+        return Message("assistant", resp.text or "")
+    parts: list[Part] = [TextPart(resp.text)] if resp.text else []
+    parts.extend(resp.tool_calls)
+    return Message("assistant", tuple(parts))
+
+
+def _calls_json(calls: Sequence[ToolCallPart]) -> list[dict[str, str]]:
+    return [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+
+
+@dataclass
+class EpisodeRunner:
+    """Plays the episodes of one run: the candidate's executor, the simulator's, the store."""
+
+    store: Store
+    run_id: str
+    bench: AgentBenchmark
+    provider: Provider
+    answers: Executor
+    gen: GenParams
+    simulator: Executor | None = None
+
+    async def play(self, sample: Sample, epoch: int, env: Environment) -> dict[str, Any]:
+        """One episode: ``{status, final, steps, state, key}`` (``key``: the last candidate call's)."""
+        steps: list[dict[str, Any]] = []
+        messages = list(env.start())
+        budget = _Budget(self.bench)
+        status, final, key = "step_limit", None, ""
+        step: dict[str, Any] | None = None
+        try:
+            for index in range(int(self.bench.param("max_steps"))):
+                req = self._request(messages, env, epoch)
+                key = req.key()
+                resp = await self.answers(req)
+                step = {"step": index, "key": key, "reply": resp.text, "tool_calls": _calls_json(resp.tool_calls)}
+                if not resp.ok:
+                    step["error"] = resp.error
+                    steps.append(step)
+                    status = "context_limit" if _is_context_overflow(resp.error) else "answer_failed"
+                    break
+                messages.append(reply_message(resp))
+                reaction = await env.react(resp, self._simulate(epoch))
+                step["events"] = reaction.events
+                steps.append(step)
+                self.store.put_episode(self.run_id, sample.id, epoch, "running", steps)
+                if reaction.conversation is not None:  # the environment asks the agent afresh (AgentClinic)
+                    messages = list(reaction.conversation)
+                else:
+                    messages.extend(reaction.messages)
+                if reaction.done:
+                    status, final = reaction.status, reaction.final
+                    break
+                if budget.spent(resp):
+                    break
+            else:
+                status, final = _at_step_limit(env.on_step_limit(), steps)
+        except EnvironmentFailure as e:
+            if step is not None and not any(st is step for st in steps):  # the reply the environment failed on stays in the transcript
+                steps.append(step | {"error": f"environment: {e}"})
+            else:
+                steps.append({"step": len(steps), "error": f"environment: {e}"})
+            status = "environment_error"
+        state = env.state()
+        await env.close()
+        self.store.put_episode(self.run_id, sample.id, epoch, status, steps)
+        return {"status": status, "final": final, "steps": steps, "state": state, "key": key}
+
+    def _request(self, messages: Sequence[Message], env: Environment, epoch: int) -> Request:
+        native = self.bench.param("actions") == "native" and bool(env.tools)
+        return Request(
+            provider=self.provider.spec.provider, model=self.provider.spec.model, messages=tuple(messages), params=self.gen,
+            purpose="answer", base_url=self.provider.request_base_url(), attempt=epoch,
+            tools=env.tools if native else (), tool_choice="auto" if native else "",
+        )
+
+    def _simulate(self, epoch: int) -> Any:
+        sim = self.simulator
+
+        async def simulate(role: str, messages: Sequence[Message], params: GenParams) -> Response:
+            if sim is None:
+                raise EnvironmentFailure(f"the {role} is a simulator model: pass --simulator PROVIDER/MODEL")
+            req = Request(
+                provider=sim.provider.spec.provider, model=sim.provider.spec.model, messages=tuple(messages), params=params,
+                purpose="simulate", base_url=sim.provider.request_base_url(), attempt=epoch,
+            )
+            resp = await sim(req)
+            if not resp.ok:
+                raise EnvironmentFailure(f"the {role} (simulator) failed: {resp.error}")
+            return resp
+
+        return simulate
+
+    async def episodes(self, sample: Sample, grader: Any, ctx: GradeContext) -> tuple[Response, Grade]:
+        """Every epoch of ``sample`` played and graded; the sample's grade combines them."""
+        epochs: list[dict[str, Any]] = []
+        last = Response(key="", error="no episode")
+        judge_keys: list[str] = []
+        for epoch in range(int(self.bench.param("epochs"))):
+            episode = await self.play(sample, epoch, self.bench.environment(sample, ctx_options(ctx)))
+            last = Response(key=episode["key"], text=episode["final"] or "")
+            grade = await self._grade(sample, episode, grader, ctx)
+            judge_keys.extend(grade.judge_keys if grade else ())
+            epochs.append({
+                "epoch": epoch, "status": episode["status"], "success": _success(grade, episode["status"]),
+                "value": epoch_value(episode["status"], _success(grade, episode["status"])),
+                "final": episode["final"], "checks": _checks(grade),
+                "judge": grade.extracted if grade else None, "error": grade.error if grade else None,
+            })
+        # the judge calls behind each epoch's grade, linked to the sample's grade (their tokens and costs count)
+        return last, replace(combine(sample, epochs), judge_keys=tuple(dict.fromkeys(judge_keys)))
+
+    async def _grade(self, sample: Sample, episode: dict[str, Any], grader: Any, ctx: GradeContext) -> Grade | None:
+        """The grader's say on a finished episode (None for one that did not finish)."""
+        if episode["status"] != "finished":
+            return None
+        try:
+            return await grader.grade(sample, Response(key=episode["key"], text=episode["final"] or ""), replace(ctx, episode=episode))
+        except Exception as e:  # a grader bug on one episode is counted and shown, not fatal to the run
+            return unscored(sample, "grader_error", f"grading failed: {type(e).__name__}: {e}")
+
+
+def _checks(grade: Grade | None) -> list[dict[str, Any]]:
+    """The grader's named checks; for a grader that names none, one check: the answer as it read it."""
+    if grade is None:
+        return []
+    named = grade.details.get("checks")
+    if named:
+        return list(named)
+    if grade.status != "scored":
+        return [{"name": "answer read", "passed": False, "detail": grade.error or grade.status}]
+    return [{"name": "answer correct", "passed": bool(grade.value and grade.value >= 1.0), "detail": f"read {grade.extracted!r}"}]
+
+
+def ctx_options(ctx: GradeContext) -> Any:
+    """The run's options, carried in the grading context for environments that read them."""
+    return ctx.options
+
+
+def _success(grade: Grade | None, status: str) -> bool | None:
+    if status != "finished" or grade is None or grade.status != "scored" or grade.value is None:
+        return None
+    return grade.value >= 1.0
+
+
+def combine(sample: Sample, epochs: Sequence[dict[str, Any]]) -> Grade:
+    """A sample's grade from its epochs: the share of successes where every epoch is known; an
+    epoch that is unknown (a failed call, an environment or grader failure) leaves the sample
+    unscored, with that epoch's reason, so the next run plays it again."""
+    details = details_of(epochs)
+    for e in epochs:
+        if e["value"] is None:
+            why = {"answer_failed": "answer_failed", "environment_error": "grader_error"}.get(e["status"])
+            if why is None:  # finished, but the grader could not say
+                why = "unreadable" if e.get("error") is None else "grader_error"
+            reason = e.get("error") or f"episode {e['epoch']}: {e['status']}"
+            return replace(unscored(sample, why, reason), details=details)  # type: ignore[arg-type]
+    value = sum(e["value"] for e in epochs) / len(epochs)
+    return Grade(sample_id=sample.id, value=value, extracted=epochs[-1].get("final"), details=details)
+
+
+class _Budget:
+    """The episode's token and time budgets (0: none), counted from the candidate's replies."""
+
+    def __init__(self, bench: AgentBenchmark) -> None:
+        self.max_tokens = int(bench.param("max_tokens_per_episode"))
+        self.max_seconds = float(bench.param("max_seconds_per_episode"))
+        self.tokens, self.seconds = 0, 0.0
+
+    def spent(self, resp: Response) -> bool:
+        self.tokens += resp.usage.prompt_tokens + resp.usage.completion_tokens
+        self.seconds += resp.latency
+        return bool(self.max_tokens and self.tokens > self.max_tokens) or bool(self.max_seconds and self.seconds > self.max_seconds)
+
+
+def _at_step_limit(reaction: Reaction | None, steps: list[dict[str, Any]]) -> tuple[str, str | None]:
+    if reaction is None:
+        return "step_limit", None
+    if reaction.events:
+        steps.append({"step": len(steps), "events": reaction.events})
+    return reaction.status, reaction.final
+
+
+def _is_context_overflow(error: str | None) -> bool:
+    """The call failed because the conversation no longer fits the model's context."""
+    return bool(error) and "exceeded: " in str(error) and "context" in str(error)
