@@ -175,7 +175,8 @@ def test_429_and_503_halve_the_window_of_calls_without_concurrency(tmp_path: Pat
 @pytest.mark.parametrize("concurrency", [None, 3])
 def test_every_executor_on_an_endpoint_counts_its_calls_at_the_server(tmp_path: Path, concurrency: int | None) -> None:
     async def go() -> int:
-        with LoopbackServer(lambda body: "B", latency=0.05) as srv:
+        # eight slots reported: the window starts wide enough for all six (no slow start)
+        with LoopbackServer(lambda body: "B", latency=0.05, props={"total_slots": 8}) as srv:
             provider = PROVIDERS.get("openai")(ModelSpec("openai", "m", srv.base_url))
             limits = EndpointLimits()
             with Store(tmp_path / "s.db") as st:
@@ -198,3 +199,88 @@ def test_every_executor_on_an_endpoint_counts_its_calls_at_the_server(tmp_path: 
 
     most = asyncio.run(go())
     assert most == (3 if concurrency == 3 else 6)
+
+
+# ---- slow start for servers that say nothing ---------------------------------------------------
+
+
+def test_slow_start_doubles_each_round_up_to_the_default_and_is_aimd_after_a_back_off() -> None:
+    w = AdaptiveSlots("http://x/v1", 64)
+    w.start_slow()
+    rooms = [w.room]
+    while w.room < 64:
+        for _ in range(w.room):  # a round: a window's worth of calls come back
+            w.succeeded()
+        rooms.append(w.room)
+    assert rooms == [4, 8, 16, 32, 64], "RFC 5681 3.1: doubling each round, up to the default"
+    w.succeeded()
+    assert w.room == 64, "never over the default"
+    w2 = AdaptiveSlots("http://x/v1", 64)
+    w2.start_slow()
+    for _ in range(4):
+        w2.succeeded()
+    assert w2.room == 8 and w2.congested(w2.sent(), "timeout") and w2.room == 4
+    for _ in range(5):  # after a back-off: about one more call per window of successes, not doubling
+        w2.succeeded()
+    assert 5.0 < w2.window < 5.2 and w2.room == 5 and w2.threshold is None
+
+
+def test_slow_start_follows_a_wider_default_and_never_overrides_reported_slots() -> None:
+    w = AdaptiveSlots("http://x/v1", 16)
+    w.start_slow()
+    w.widen(64)
+    assert w.room == 4 and w.threshold == 64, "another executor's wider default raises where slow start ends"
+    reported = AdaptiveSlots("http://x/v1", 64)
+    reported.reported(2, "llama.cpp /props")
+    reported.start_slow()
+    assert reported.room == 2 and reported.threshold is None
+
+
+def test_slow_start_is_for_local_and_unknown_servers_not_hosted_apis() -> None:
+    from grandrounds.providers.slots import slow_start
+
+    assert slow_start("http://127.0.0.1:8080/v1") and slow_start("http://gpu-box.lan:8000/v1")
+    assert slow_start("https://gateway.example/anthropic")
+    for hosted in ("https://api.openai.com/v1", "https://api.anthropic.com", "https://openrouter.ai/api/v1",
+                   "https://myorg.openai.azure.com/openai", "https://API.OpenAI.com/v1"):
+        assert not slow_start(hosted), hosted
+    assert not slow_start(""), "a provider without a URL runs in this process"
+
+    async def go(slow: bool) -> int:
+        w = AdaptiveSlots("e", 64)
+
+        async def nothing() -> None:
+            return None
+
+        await w.probe(nothing, slow_start=slow)
+        return w.room
+
+    assert asyncio.run(go(False)) == 64 and asyncio.run(go(True)) == 4
+
+
+def test_a_one_slot_server_that_says_nothing_slow_starts_and_no_call_waits_out_its_timeout(tmp_path: Path) -> None:
+    """40 questions of 0.02 s at a one-at-a-time server with no /props, timeout 0.6 s (30 fit in
+    the queue). All at once, the last ten wait out their timeout and are retried; slow-starting
+    (4, 8, 16, ...) none waits that long."""
+    with LoopbackServer(lambda body: "B", latency=0.02, serial=True) as srv:
+        _, out, st = ask(srv, tmp_path / "s.db", 40, None, timeout=0.6)
+        most = srv.stats.max_waiting
+    assert all(r.ok for r in out) and st.retries == 0 and st.backoffs == 0
+    assert most < 30, most
+    # an explicit --concurrency still wins: all 40 go out at once
+    with LoopbackServer(lambda body: "B", latency=0.02, serial=True) as srv:
+        _, out, st = ask(srv, tmp_path / "c.db", 40, 40, timeout=0.6)
+        assert srv.stats.max_waiting >= 30 and st.retries > 0
+
+
+def test_anthropic_429_and_529_are_congestion_for_the_window() -> None:
+    from grandrounds.providers.anthropic import error_from_body
+
+    limited = error_from_body(429, {"error": {"type": "rate_limit_error", "message": "slow down"}}, "slow down", 100)
+    overloaded = error_from_body(529, {"error": {"type": "overloaded_error", "message": "Overloaded"}}, "Overloaded", 100)
+    assert (limited.kind, overloaded.kind) == ("rate_limited", "overloaded") and limited.retryable and overloaded.retryable
+    assert error_from_body(400, {"error": {"type": "invalid_request_error"}}, "bad", 100).kind is None
+    assert error_from_body(500, {"error": {"type": "api_error"}}, "oops", 100).kind is None
+    w = AdaptiveSlots("https://api.anthropic.com", 16)
+    assert w.congested(w.sent(), limited.kind) and w.room == 8
+    assert w.congested(w.sent(), overloaded.kind) and w.room == 4

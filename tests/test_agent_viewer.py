@@ -87,6 +87,7 @@ def test_report_shows_transcript(agent_db, tmp_path):
         st.close()
     html = out.read_text(encoding="utf-8")
     assert "calls python" in html and "sandbox refused" in html and "answer correct" in html
+    assert "<small class='episodes'>episodes: finished 3</small>" in html  # under the score, in the leaderboard
     assert "<script>window.__pwned" not in html and "&lt;script&gt;window.__pwned" in html
 
 

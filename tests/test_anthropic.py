@@ -116,7 +116,8 @@ def test_errors_are_classified(monkeypatch, fault, retryable, label):
             call(p, req(p))
     assert err.value.retryable is retryable and str(err.value).startswith(label)
     assert err.value.retry_after == (fault.retry_after if fault.kind in ("429", "529") else None)
-    assert err.value.kind is None
+    # 429 and 529 are congestion for the adaptive window, as OpenAI-compatible 429 and 503 are
+    assert err.value.kind == {"429": "rate_limited", "529": "overloaded"}.get(fault.kind)
 
 
 def _overflow(message: str) -> Fault:

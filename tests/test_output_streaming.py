@@ -232,20 +232,22 @@ def test_regrade_out_writes_the_stored_grades_in_order(triage7, tmp_path, monkey
     with LoopbackServer(lambda b: "advice") as cand, LoopbackServer(judge_rule()) as judge:
         with Store(db) as st:
             out = run_triage(st, triage7, cand.base_url, judge.base_url)
-        reads = Reads(monkeypatch, ("grades_for",))
+        reads = Reads(monkeypatch, ("grade_docs_for",))
         r = CliRunner().invoke(app, ["regrade", "--run", out.run.id, "--judge", f"openai/judge-b@{judge.base_url}",
                                      "--store", str(db), "--out", str(dest)], env={"COLUMNS": "200"})
         assert r.exit_code == 0, r.output
     ids = [row["id"] for row in MORE_ROWS]
     lines = [json.loads(x) for x in (dest / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [x["sample_id"] for x in lines] == ids
-    assert [written for _, written in reads.of("grades_for")] == [0, 3, 6], "each chunk written before the next is read"
+    assert [written for _, written in reads.of("grade_docs_for")] == [0, 3, 6], "each chunk written before the next is read"
     result = json.loads((dest / "results.json").read_text())["results"][0]
     with Store(db, readonly=True) as st:
         fp = st.latest_grader_fp(out.run.id)
         grades, answers = st.grades(out.run.id, fp), st.answers(out.run.id)
         samples = {s.id: s for s in st.samples("triage-rubric", out.run.dataset_sha256)}
+        prompts = st.answer_prompts(out.run.id)
     assert result["judge"] == "openai/judge-b"
-    want = [sample_line(out.result, samples[sid], None, answers[sid][1], grades[sid]) for sid in ids]
+    # the lines `run --out` writes: the prompt sent with each answer
+    want = [sample_line(out.result, samples[sid], prompts[sid]["messages"], answers[sid][1], grades[sid]) for sid in ids]
     assert lines == json.loads(json.dumps(want))
     assert [x["score"] for x in lines] == pytest.approx([expected(row, by_model("judge-b")) for row in MORE_ROWS])

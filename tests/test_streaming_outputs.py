@@ -129,3 +129,57 @@ def test_a_non_finite_stored_value_is_written_as_no_score() -> None:
     doc = to_jsonable(Grade("s1", 1.0, status="scored")) | {"value": float("inf")}
     line = graded_line(result, Sample("s1", "b", ()), Response(key="k", text="A"), doc)
     assert line["score"] is None and line["grade_status"] == "scored"
+
+
+def test_stored_lines_read_the_samples_from_the_store_not_the_data_again(judged_run: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's samples are in the store: writing the outputs reads no data file (the 57 MB
+    re-parse a 5,000-conversation HealthBench run paid), and the lines are, byte for byte, those
+    written from the samples read again from the data (as before)."""
+    from grandrounds.run.outputs import _data_lines
+
+    db, outcome = judged_run
+    with Store(db) as st:
+        slow = list(_data_lines(outcome, st))
+        assert [json.loads(json_line(x)) for x in slow] == [json.loads(json.dumps(x)) for x in record_lines(outcome, st)]
+
+        def no_data() -> Any:
+            raise AssertionError("the data file was read again")
+
+        monkeypatch.setattr(outcome.setup, "samples", no_data)
+        fast = list(stored_lines(outcome, st))
+    assert [json_line(x) for x in fast] == [json_line(x) for x in slow] and len(fast) == 4
+
+
+def test_targets_read_from_the_store_only_where_they_read_back_as_the_data_gives_them(tmp_path: Path) -> None:
+    """Stored samples give the lines where positions 0..n-1 are all there and no target holds an
+    object (its keys were stored sorted: the data's order is lost); otherwise the data is read."""
+    from grandrounds.run.outputs import _json_value, _stored_targets
+
+    def stored(targets: list[Any]) -> Store:
+        st = Store(tmp_path / f"t{len(list(tmp_path.iterdir()))}.db")
+        st.put_samples("b", "ds", [Sample(f"s{i}", "b", (), target=t) for i, t in enumerate(targets)])
+        return st
+
+    with stored(["A", ["B", "C"], 2.5, None, 10**20]) as st:
+        assert _stored_targets(st, "b", "ds", 5) and _stored_targets(st, "b", "ds", 3)
+        assert not _stored_targets(st, "b", "ds", 6), "a sample of the run is missing"
+        got = [_json_value(text) for _, _, text, _ in st.iter_sample_targets("b", "ds", 5)]
+        assert got == ["A", ["B", "C"], 2.5, None, 10**20]
+    with stored(["A", {"value": 1, "unit": "mg"}]) as st:
+        assert _stored_targets(st, "b", "ds", 1) and not _stored_targets(st, "b", "ds", 2)
+
+
+def test_a_run_whose_targets_hold_objects_writes_them_in_the_datas_order(judged_run: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    db, outcome = judged_run
+    real = outcome.setup.samples
+    import dataclasses
+
+    def with_objects() -> Any:
+        return (dataclasses.replace(smp, target={"z": 1, "a": [2]}) for smp in real())
+
+    monkeypatch.setattr(outcome.setup, "samples", with_objects)
+    with Store(db) as st:
+        for smp in list(with_objects())[:1]:  # the store's copy of the first sample now holds an object
+            st.db.execute("UPDATE samples SET sample_json = json_set(sample_json, '$.target', json('{\"a\":[2],\"z\":1}')) WHERE sample_id = ?", (smp.id,))
+        lines = list(stored_lines(outcome, st))
+    assert all(json_line(x).count('"target":{"z":1,"a":[2]}') == 1 for x in lines), "the data's key order, not the store's"

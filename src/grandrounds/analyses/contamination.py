@@ -253,6 +253,25 @@ def stored_results(store: "Store", benchmark: str | None = None) -> list[dict[st
             and (want is None or r.get("benchmark") == want)]
 
 
+def probe_rows(store: "Store", benchmark: str | None = None, models: Any = None) -> list[dict[str, Any]]:
+    """The stored probe results as flat rows for reports (of ``benchmark``, of the ``models`` given
+    when given): the benchmark probed, the model, the probe and its unit, the items and the pairs
+    compared, both rates and their paired difference with its 95% CI. Never scores."""
+    out = []
+    for r in stored_results(store, benchmark):
+        if models is not None and r.get("model") not in models:
+            continue
+        x = r.get("extra") or {}
+        ci = r.get("ci95")
+        out.append({
+            "benchmark": str(r.get("benchmark", "")).removeprefix(PREFIX), "model": r.get("model"), "probe": x.get("probe"),
+            "unit": x.get("unit"), "n_items": x.get("n_items"), "n_paired": r.get("n"), "n_failed": x.get("n_failed"),
+            "original": x.get("original"), "control": x.get("control"), "difference": r.get("score"),
+            "ci95_low": ci[0] if ci else None, "ci95_high": ci[1] if ci else None,
+        })
+    return out
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     """What ``grandrounds contamination`` was asked: the benchmark, the model and where its data is."""

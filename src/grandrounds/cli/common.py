@@ -189,13 +189,13 @@ def any_failed(outcome: Any) -> bool:
                 or bool(outcome.counts.get("answer_failed") or outcome.counts.get("grader_error")))
 
 
-def call_summary(answers: Any, judges: Sequence[tuple[str, Any]]) -> list[str]:
-    """One line per executor (answers, then each judge): calls made, from the store, failed, retried,
-    and the commonest failure reasons with their counts; for a batched one a second line: its
+def call_summary(answers: Any, judges: Sequence[tuple[str, Any]], simulators: Sequence[tuple[str, Any]] = ()) -> list[str]:
+    """One line per executor (answers, then each judge, then an agent benchmark's simulator): calls
+    made, from the store, failed, retried, and the commonest failure reasons with their counts; for a batched one a second line: its
     batches (submitted, picked up, how they ended) and the calls retried in a new batch, by cause."""
     lines = []
     executors = [("answers", answers)] if answers is not None else []
-    for label, s in [*executors, *((f"judge {name}", st) for name, st in judges)]:
+    for label, s in [*executors, *((f"judge {name}", st) for name, st in judges), *((f"simulator {name}", st) for name, st in simulators)]:
         line = f"{label}: {s.made} calls made, {s.cached} from the store, {s.failed} failed, {s.retries} retries"
         if getattr(s, "shrunk", 0):
             line += f", {s.shrunk} shrunk to fit the context (max tokens lowered to what the server's context leaves)"

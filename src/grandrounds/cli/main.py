@@ -294,7 +294,7 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
     print_results([o.result for o in outcomes])
     for o in outcomes:
         err_console.print(f"{o.result.benchmark} · {o.result.model}: run {o.run.id}", style="dim")
-        for line in call_summary(o.answer_stats, [(j, st) for j, st in zip(o.judge_names, o.judge_stats)]):
+        for line in call_summary(o.answer_stats, [(j, st) for j, st in zip(o.judge_names, o.judge_stats)], [o.simulator] if o.simulator else ()):
             err_console.print(f"  {line}", style="dim")
         if usage_line(o.result.extra):
             err_console.print(f"  {usage_line(o.result.extra)}", style="dim")
@@ -445,7 +445,7 @@ def regrade(
 ) -> None:
     """Re-judge stored answers with another judge or template, without generating again."""
     from grandrounds.run.batches.settings import BatchSettings
-    from grandrounds.run.outputs import sample_line, write_outputs
+    from grandrounds.run.outputs import regraded_lines, write_outputs
     from grandrounds.run.progress import RichProgress
     from grandrounds.run.regrade import RegradeRequest, regrade as regrade_async
     from grandrounds.store import Store
@@ -469,10 +469,10 @@ def regrade(
     if usage_line(outcome.result.extra):
         err_console.print(f"  {usage_line(outcome.result.extra)}", style="dim")
     if out:
-        # Read back a chunk at a time and written as it comes (the re-grade holds no sample or grade).
+        # Read back a chunk at a time and written as it comes (the re-grade holds no sample or grade),
+        # the lines as `run --out` writes them.
         with user_errors(), Store(existing_store_path(store)) as rd:  # not read-only: see _execute
-            lines = (sample_line(outcome.result, smp, None, resp, g) for part in outcome.read_back(rd) for smp, resp, g in part)
-            write_outputs(out, [outcome.result], lines)
+            write_outputs(out, [outcome.result], regraded_lines(outcome, rd))
         err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
 
 

@@ -136,7 +136,11 @@ def error_from_body(status: int, parsed: Any, reason: str, max_tokens: Any, retr
     retryable = status >= 500 or status in (408, 409, 429) or kind in ("overloaded_error", "rate_limit_error", "api_error")
     label = {429: "429 rate limited", 529: "529 overloaded"}.get(status, f"HTTP {status}")
     typed = f" ({kind})" if isinstance(kind, str) and kind and kind not in reason else ""
-    return ProviderError(f"{label}{typed}: {reason}", retryable=retryable, retry_after=retry_after)
+    # 429 and 529 (or their error types) say the server is full: congestion for the adaptive window
+    congestion = "rate_limited" if status == 429 or kind == "rate_limit_error" else None
+    if status == 529 or kind == "overloaded_error":
+        congestion = "overloaded"
+    return ProviderError(f"{label}{typed}: {reason}", retryable=retryable, retry_after=retry_after, kind=congestion)
 
 
 def _overflow(reason: str, parsed: Any) -> tuple[int | None, int | None] | None:

@@ -12,7 +12,9 @@ timeouts. Where the server reports its slots, the executor starts from that numb
   by the title of its ``GET /openapi.json``.
 
 vLLM publishes no setting for its ``max_num_seqs`` (256 by default), nor Ollama its
-``OLLAMA_NUM_PARALLEL``: for those the window starts at the provider's default and adapts.
+``OLLAMA_NUM_PARALLEL``: for those, and any other local or unknown server that says nothing, the
+window slow-starts from a few calls up to the provider's default (:func:`slow_start`); hosted APIs
+with high published limits (:data:`HOSTED_APIS`) start at the default.
 Each look is a GET with a short deadline; any failure (404, not JSON, a refused connection) means
 "not reported", and the next look is tried.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from grandrounds.providers.base import ProviderError
 from grandrounds.providers.http import HttpClient
@@ -29,6 +32,28 @@ from grandrounds.providers.http import HttpClient
 PROBE_TIMEOUT = 3.0
 #: The title llama-cpp-python's server gives its OpenAPI document (llama_cpp/server/app.py).
 LLAMA_CPP_PYTHON_TITLE = "llama.cpp Python API"
+
+
+#: Hosts of hosted APIs whose limits are high and published (calls are limited by rate, not by a
+#: queue in front of one model): their calls start at the provider's default without slow start.
+HOSTED_APIS = frozenset({
+    "api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com", "openrouter.ai",
+    "api.together.xyz", "api.groq.com", "api.mistral.ai", "api.deepseek.com", "api.fireworks.ai",
+    "api.x.ai", "dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com", "open.bigmodel.cn",
+    "api.moonshot.cn", "api.siliconflow.cn",
+})
+#: Host suffixes of hosted APIs served under per-account names (Azure OpenAI).
+HOSTED_SUFFIXES = (".openai.azure.com",)
+
+
+def slow_start(base_url: str) -> bool:
+    """Whether calls to ``base_url`` start from a small window when the server reports no slots:
+    any server over HTTP but a known hosted API (a provider without a URL runs in this process)."""
+    try:
+        host = (urlsplit(base_url).hostname or "").lower()
+    except ValueError:
+        return False
+    return bool(host) and host not in HOSTED_APIS and not host.endswith(HOSTED_SUFFIXES)
 
 
 def server_root(base_url: str) -> str:

@@ -24,6 +24,7 @@ def build_report(store: Store, fmt: str, out: Path, benchmark: str | None = None
     """Write the report in ``fmt`` to ``out`` (restricted to the runs ``run_ids`` when given); returns the files written."""
     from grandrounds.analyses.judge_validation import agreement_by_result
     from grandrounds.analyses import collect
+    from grandrounds.analyses.contamination import probe_rows
     from grandrounds.reports import html, tabular
     from grandrounds.store.images import ImageStore
 
@@ -32,12 +33,14 @@ def build_report(store: Store, fmt: str, out: Path, benchmark: str | None = None
     bs = boards(store, benchmark, seed, run_ids)
     rows = [e.row for b in bs for e in b.entries]
     sections = collect.drilldown(store, rows, max_items)
+    # contamination probes beside the scores (never among them): of the report's models where runs are chosen
+    probes = probe_rows(store, benchmark, {r.model for r in rows} if run_ids is not None else None)
     if fmt == "html":
         from grandrounds.core.files import staged
 
         images = html.ReportImages(ImageStore.beside(store.path))  # the images the runs sent, beside the store
-        page = html.render(bs, sections, title, agreement_by_result(store, rows), images)
+        page = html.render(bs, sections, title, agreement_by_result(store, rows), images, probes)
         with staged() as files, files.open(out) as f:  # atomic: a failed write leaves the previous report
             f.write(page)
         return [out]
-    return tabular.write(fmt, out, tabular.board_rows(bs), collect.sample_rows(sections), tabular.breakdown_rows(bs))
+    return tabular.write(fmt, out, tabular.board_rows(bs), collect.sample_rows(sections), tabular.breakdown_rows(bs), probes)

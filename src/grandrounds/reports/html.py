@@ -121,10 +121,13 @@ def _image_size(data: bytes, media_type: str) -> tuple[int, int] | str:
 
 
 def render(boards: Sequence[Board], sections: Sequence[Section], title: str = "grandrounds report",
-           agreement: Mapping[tuple[str, str], str] | None = None, images: ReportImages | None = None) -> str:
+           agreement: Mapping[tuple[str, str], str] | None = None, images: ReportImages | None = None,
+           contamination: Sequence[Mapping[str, Any]] = ()) -> str:
     """The whole report as one HTML string. ``agreement``: (run id, grader fingerprint) -> the judge's
     measured agreement with physicians, shown beside the scores that judge judged. ``images``: where
-    the questions' images come from (none embedded without it)."""
+    the questions' images come from (none embedded without it). ``contamination``: the stored probe
+    results (:func:`grandrounds.analyses.contamination.probe_rows`), a section of their own after the
+    leaderboard, never among its scores."""
     images = images or ReportImages(None)
     sec_ids = {s.benchmark: f"drill-{i}" for i, s in enumerate(sections)}
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title><style>{CSS}</style></head><body>"]
@@ -132,12 +135,39 @@ def render(boards: Sequence[Board], sections: Sequence[Section], title: str = "g
     out.append("<h2 id='leaderboard'>Leaderboard</h2>")
     for b in boards:
         out.append(_board(b, sec_ids.get(b.benchmark), agreement or {}))
+    out.append(_contamination(contamination))
     out.append(_robustness(boards, sections))
     out.append(_irt(sections))
     for i, sec in enumerate(sections):
         out.append(_section(sec, f"drill-{i}", images))
     out.append(f"<script>{JS}</script></body></html>")
     return "".join(out)
+
+
+def _signed(v: Any) -> str:
+    return "n/a" if v is None else f"{v:+.3f}"
+
+
+def _contamination(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The contamination probes (:mod:`grandrounds.analyses.contamination`): per benchmark, model and
+    probe, the original wording's figure, the reworded control's, their paired difference and its
+    95% CI; nothing when the store holds none."""
+    if not rows:
+        return ""
+    h = ["<h2 id='contamination'>Contamination probes (not scores)</h2><p class='small'>Has a model seen a benchmark's items "
+         "verbatim? Each probe compares the benchmark's own wording with a reworded control, item by item: difference = original - "
+         "control on the items known both ways, with a paired bootstrap 95% CI. A difference above zero suggests the wording was seen. "
+         "These figures are not scores and are not in the leaderboard.</p>",
+         "<table class='contamination'><tr><th>benchmark</th><th>model</th><th>probe</th><th>unit</th><th>items</th><th>paired</th>"
+         "<th>unknown</th><th>original</th><th>control</th><th>difference</th><th>95% CI</th></tr>"]
+    for r in rows:
+        ci = (r["ci95_low"], r["ci95_high"]) if r.get("ci95_low") is not None else None
+        cells = [str(r.get(k) or "") for k in ("benchmark", "model", "probe", "unit")]
+        cells += [fmt(r.get(k)) for k in ("n_items", "n_paired", "n_failed", "original", "control")]
+        cells += [_signed(r.get("difference")), fmt_ci(ci)]
+        h.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")  # stored text: escaped
+    h.append("</table>")
+    return "".join(h)
 
 
 def _robustness(boards: Sequence[Board], sections: Sequence[Section]) -> str:
@@ -214,7 +244,7 @@ def _board(b: Board, anchor: str | None, agreement: Mapping[tuple[str, str], str
         flags = "<br>".join(escape(f) for f in e.flags)
         agree = f"<td>{escape(agreement.get(r.key, ''))}</td>" if shown else ""
         h.append(
-            f"<tr><td>{e.setting}</td><td>{fmt(e.rank)}{tied}</td><td>{model_cell}</td><td>{fmt(r.score)}</td><td>{ci}</td>"
+            f"<tr><td>{e.setting}</td><td>{fmt(e.rank)}{tied}</td><td>{model_cell}</td><td>{fmt(r.score)}{_episodes_note(r.extra)}</td><td>{ci}</td>"
             f"<td>{r.n}</td><td>{r.n_unscored}</td><td>{fmt(r.coverage)}</td><td>{fmt(r.n_truncated)}</td>{spent}<td>{escape(r.protocol)}</td>"
             f"<td>{escape(r.judge or '')}</td>{agree}<td class='flag'>{flags}</td></tr>"
         )
@@ -225,6 +255,18 @@ def _board(b: Board, anchor: str | None, agreement: Mapping[tuple[str, str], str
         h.append(f"<p class='flag'>{escape(AGREEMENT_LEGEND)}</p>")
     h.append(_breakdowns(b))
     return "".join(h)
+
+
+def _episodes_note(extra: Mapping[str, Any]) -> str:
+    """Under an agent benchmark's score: its episodes by how they ended, and pass^k over epochs."""
+    statuses = extra.get("episodes") if isinstance(extra, Mapping) else None
+    if not isinstance(statuses, Mapping) or not statuses:
+        return ""
+    text = "episodes: " + " · ".join(f"{str(k).replace('_', ' ')} {int(n)}" for k, n in sorted(statuses.items(), key=lambda kv: -int(kv[1])))
+    passk = extra.get("pass_k") or {}
+    if isinstance(passk, Mapping) and len(passk) > 1:
+        text += "; " + " · ".join(f"pass^{k} {fmt(v)}" for k, v in passk.items())
+    return f"<br><small class='episodes'>{escape(text)}</small>"
 
 
 def _breakdowns(b: Board) -> str:

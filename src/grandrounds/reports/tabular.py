@@ -92,13 +92,17 @@ def breakdown_rows(boards: Sequence[Board]) -> list[dict[str, Any]]:
     return out
 
 
+#: Columns of a contamination probe row (:func:`grandrounds.analyses.contamination.probe_rows`).
+PROBE_COLUMNS = ("benchmark", "model", "probe", "unit", "n_items", "n_paired", "n_failed", "original", "control", "difference", "ci95_low", "ci95_high")
+
+
 def side_path(path: Path, table: str = "samples") -> Path:
     """Where a one-table format puts ``table`` beside ``path``: ``<stem>.<table><suffix>``."""
     return path.with_name(f"{path.stem}.{table}{path.suffix}")
 
 
 def write(fmt: str, path: Path, board: list[dict[str, Any]], samples: list[dict[str, Any]],
-          breakdowns: Sequence[dict[str, Any]] = ()) -> list[Path]:
+          breakdowns: Sequence[dict[str, Any]] = (), contamination: Sequence[dict[str, Any]] = ()) -> list[Path]:
     """Write ``fmt`` to ``path`` (and side files where the format holds one table); returns paths.
 
     Every file is written under a temporary name and renamed into place once all are complete
@@ -107,21 +111,24 @@ def write(fmt: str, path: Path, board: list[dict[str, Any]], samples: list[dict[
     if fmt not in FORMATS or fmt == "html":
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
     tables = {"samples": samples, "breakdowns": list(breakdowns)}
+    # contamination probes (never scores): json, md and xlsx hold them apart from the leaderboard, where there are any
+    probes = {"contamination": list(contamination)} if contamination else {}
     with staged() as files:
         if fmt == "json":
             with files.open(path) as f:
-                f.write(json.dumps({"leaderboard": board, **tables}, ensure_ascii=False, indent=1))
+                f.write(json.dumps({"leaderboard": board, **tables, **probes}, ensure_ascii=False, indent=1))
             return [path]
         if fmt == "md":
             bd_cols = [c for c in (breakdowns[0] if breakdowns else BREAKDOWN_COLUMNS) if c not in ("run_id", "grader_fp")]
             with files.open(path) as f:
                 f.write(_md(board, ["benchmark", "setting", "rank", "tied", "model", "score", "ci95_low", "ci95_high", "n", "n_unscored", "coverage", "n_truncated", "prompt_tokens", "completion_tokens", "cost_usd", "protocol", "flags"])
                         + "\n\n" + _md(samples, ["benchmark", "sample_id", "model", "judge", "value", "n_unknown", "error", "answer"])
-                        + "\n\n" + _md(tables["breakdowns"], bd_cols))
+                        + "\n\n" + _md(tables["breakdowns"], bd_cols)
+                        + ("\n\n## Contamination probes (not scores)\n\n" + _md(probes["contamination"], list(PROBE_COLUMNS)) if probes else ""))
             return [path]
         if fmt == "xlsx":
             with files.open(path, "wb") as f:
-                _xlsx(f, {"leaderboard": board, **tables})
+                _xlsx(f, {"leaderboard": board, **tables, **probes})
             return [path]
         writer, mode = (_csv, "w") if fmt == "csv" else (_parquet, "wb")
         for target, rows in ((path, board), *((side_path(path, name), t) for name, t in tables.items())):

@@ -8,9 +8,9 @@
   where its encoding file can be had (it is fetched once, then cached in ``$TIKTOKEN_CACHE_DIR``);
   everything else, and OpenAI models when the file cannot be fetched, is an estimate said to be
   one: about 4 characters per token, one per CJK character.
-- :func:`run_usage`: the tokens and cost of the calls behind one result, answers and each judge
-  separately, from the usage the servers reported (a call whose server reported none is counted
-  as such, not as zero tokens).
+- :func:`run_usage`: the tokens and cost of the calls behind one result, answers, each judge and
+  an agent benchmark's simulator separately, from the usage the servers reported (a call whose
+  server reported none is counted as such, not as zero tokens).
 """
 
 from __future__ import annotations
@@ -282,9 +282,14 @@ def judge_of(judge: str | None, judges: Sequence[str]) -> str:
 
 def run_usage(
     model: str, answers: Any, judge_calls: Sequence[Any], judges: Sequence[str],
-    prices: PriceTable | None = None, batch: Any = None,
+    prices: PriceTable | None = None, batch: Any = None, simulator: tuple[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``usage`` block of one result: calls, tokens and cost of its answers and of each judge.
+
+    ``simulator``: (model, the store's count of its calls, None where no step names one) for a run
+    whose episodes ask a simulator model (AgentClinic's patient): its calls are a role of their own,
+    ``simulators`` (a list, as ``judges``), priced by the simulator model's price and never batched;
+    a run without a simulator has no ``simulators`` key.
 
     ``answers`` and ``judge_calls`` are the store's counts (:class:`grandrounds.store.CallUsage`:
     each distinct stored call once, so a call two samples share was paid once; ``who`` names the
@@ -306,14 +311,20 @@ def run_usage(
         by_judge[counted.who] = tally(counted.who, counted)
     batched = {role: bool(batch is not None and batch.covers(role)) for role in ("answers", "judges")}
     parts = [tally(model, answers).block(prices, batched["answers"])] + [t.block(prices, batched["judges"]) for t in by_judge.values()]
-    priced = [p["cost_usd"] for p in parts if p["cost_usd"] is not None]
+    sims = []
+    if simulator is not None:
+        sims = [tally(simulator[0], simulator[1]).block(prices)]
+        if simulator[1] is None:
+            sims[0]["note"] = "no simulator call is named in the stored episodes"
+    priced = [p["cost_usd"] for p in parts + sims if p["cost_usd"] is not None]
     return {
         "answers": parts[0],
         "judges": parts[1:],
-        "prompt_tokens": sum(p["prompt_tokens"] for p in parts),
-        "completion_tokens": sum(p["completion_tokens"] for p in parts),
+        **({"simulators": sims} if sims else {}),
+        "prompt_tokens": sum(p["prompt_tokens"] for p in parts + sims),
+        "completion_tokens": sum(p["completion_tokens"] for p in parts + sims),
         "cost_usd": round(sum(priced), 6) if priced else None,
-        "cost_complete": all(p["cost_usd"] is not None or p["calls"] == 0 for p in parts),
+        "cost_complete": all(p["cost_usd"] is not None or p["calls"] == 0 for p in parts + sims),
         "prices": prices.describe(),
     }
 
@@ -338,11 +349,16 @@ def usage_cells(extra: Mapping[str, Any]) -> tuple[str, str]:
         return "", ""
     tokens = f"{int(usage.get('prompt_tokens') or 0):,}+{int(usage.get('completion_tokens') or 0):,}"
     cost = usage.get("cost_usd")
-    parts = [usage.get("answers") or {}, *(usage.get("judges") or [])]
+    parts = usage_parts(usage)
     if cost is None:
         local = all(str(p.get("cost_note", "")).startswith("local") for p in parts if p.get("calls"))
         return tokens, "local" if local and any(p.get("calls") for p in parts) else "n/a"
     return tokens, fmt_usd(cost) + ("" if usage.get("cost_complete", True) else "+")
+
+
+def usage_parts(usage: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The blocks of a ``usage`` block, one per model and role: answers, judges, simulators."""
+    return [usage.get("answers") or {}, *(usage.get("judges") or []), *(usage.get("simulators") or [])]
 
 
 def with_usage(
@@ -351,11 +367,16 @@ def with_usage(
 ) -> Result:
     """``result`` with its ``usage`` block in ``extra``, stored in place of the result the run stored.
 
+    A result whose fingerprint names a simulator model has that model's calls counted from the
+    stored episodes (``store.simulator_usage``).
+
     The run stored its result a moment before under its grading's fingerprint (the newest of the
     run); it is replaced only when it is this very result, so a concurrent grading is never overwritten.
     """
     judges = [j.strip() for j in (result.judge or "").split(",") if j.strip()]
-    usage = run_usage(result.model, answers, judge_calls, judges, prices, batch)
+    sim = (result.fingerprint or {}).get("simulator")
+    simulator = (str(sim.get("model")), store.simulator_usage(run_id)) if isinstance(sim, Mapping) and sim.get("model") else None
+    usage = run_usage(result.model, answers, judge_calls, judges, prices, batch, simulator)
     new = replace(result, extra=dict(result.extra) | {"usage": usage})
     fp = store.latest_grader_fp(run_id)
     stored = store.result(run_id, fp) if fp is not None else None
@@ -370,7 +391,7 @@ def usage_line(extra: Mapping[str, Any]) -> str:
     if not isinstance(usage, Mapping):
         return ""
     _, cost = usage_cells(extra)
-    missing = sum(int(p.get("calls_without_usage") or 0) for p in [usage.get("answers") or {}, *(usage.get("judges") or [])])
+    missing = sum(int(p.get("calls_without_usage") or 0) for p in usage_parts(usage))
     note = f" ({missing} calls reported no usage)" if missing else ""
     priced = f" at the {usage.get('prices')}" if cost not in ("local", "n/a") and usage.get("prices") else ""
     return f"tokens: {int(usage.get('prompt_tokens') or 0):,} in, {int(usage.get('completion_tokens') or 0):,} out{note}; cost {cost}{priced}"

@@ -56,8 +56,10 @@ class EpisodeRunner:
         budget = _Budget(self.bench)
         status, final, key = "step_limit", None, ""
         step: dict[str, Any] | None = None
+        sim_keys: list[str] = []  # the simulator calls of the step being played, in the order asked
         try:
             for index in range(int(self.bench.param("max_steps"))):
+                sim_keys = []
                 req = self._request(messages, env, epoch)
                 key = req.key()
                 resp = await self.answers(req)
@@ -68,8 +70,10 @@ class EpisodeRunner:
                     status = "context_limit" if _is_context_overflow(resp.error) else "answer_failed"
                     break
                 messages.append(reply_message(resp))
-                reaction = await env.react(resp, self._simulate(epoch))
+                reaction = await env.react(resp, self._simulate(epoch, sim_keys))
                 step["events"] = reaction.events
+                if sim_keys:  # counted with the run's usage (store.simulator_usage)
+                    step["simulator_keys"] = list(sim_keys)
                 steps.append(step)
                 self.store.put_episode(self.run_id, sample.id, epoch, "running", steps)
                 if reaction.conversation is not None:  # the environment asks the agent afresh (AgentClinic)
@@ -85,7 +89,7 @@ class EpisodeRunner:
                 status, final = _at_step_limit(env.on_step_limit(), steps)
         except EnvironmentFailure as e:
             if step is not None and not any(st is step for st in steps):  # the reply the environment failed on stays in the transcript
-                steps.append(step | {"error": f"environment: {e}"})
+                steps.append(step | {"error": f"environment: {e}"} | ({"simulator_keys": list(sim_keys)} if sim_keys else {}))
             else:
                 steps.append({"step": len(steps), "error": f"environment: {e}"})
             status = "environment_error"
@@ -102,7 +106,9 @@ class EpisodeRunner:
             tools=env.tools if native else (), tool_choice="auto" if native else "",
         )
 
-    def _simulate(self, epoch: int) -> Any:
+    def _simulate(self, epoch: int, keys: list[str]) -> Any:
+        """The simulator callable an environment is handed for one step; each request's key is
+        added to ``keys`` before it is asked, so a call that fails is named too."""
         sim = self.simulator
 
         async def simulate(role: str, messages: Sequence[Message], params: GenParams) -> Response:
@@ -112,6 +118,7 @@ class EpisodeRunner:
                 provider=sim.provider.spec.provider, model=sim.provider.spec.model, messages=tuple(messages), params=params,
                 purpose="simulate", base_url=sim.provider.request_base_url(), attempt=epoch,
             )
+            keys.append(req.key())
             resp = await sim(req)
             if not resp.ok:
                 raise EnvironmentFailure(f"the {role} (simulator) failed: {resp.error}")

@@ -20,8 +20,9 @@ A request whose prompt alone is over the context can never fit: its failure is s
 
 Without ``--concurrency`` the calls to an endpoint go out under its adaptive window
 (:class:`~grandrounds.run.limits.AdaptiveSlots`): as many at once as the server says it has slots
-(asked once, :meth:`Provider.server_slots`), fewer after timeouts, 429s and 503s, more again
-after successes. A call that timed out while more calls were at the server than it has slots
+(asked once, :meth:`Provider.server_slots`), or, for a local or unknown server that says
+nothing, a few at first and twice as many each round (slow start, hosted APIs excepted); fewer
+after timeouts, 429s and 503s (Anthropic's 529), more again after successes. A call that timed out while more calls were at the server than it has slots
 waited in the server's queue: it is sent again without using one of its attempts, and its
 failure, if it comes to that, says so.
 """
@@ -230,8 +231,11 @@ class Executor(StoreFirst):
         return response
 
     async def _probe(self) -> None:
-        """Ask the server its own number of slots (once per endpoint) and note it in this executor's stats."""
-        await self.window.probe(self.provider.server_slots)
+        """Ask the server its own number of slots (once per endpoint) and note it in this executor's
+        stats; a local or unknown server that reports none slow-starts (:func:`slots.slow_start`)."""
+        from grandrounds.providers.slots import slow_start
+
+        await self.window.probe(self.provider.server_slots, slow_start=slow_start(self.provider.spec.base_url))
         if self.window.slots is not None and not self.stats.server_slots:
             self.stats.server_slots = f"{self.window.slots} ({self.window.source})"
 

@@ -391,6 +391,9 @@ class TokenRate:
             self.ledger.correct(held, usage.prompt_tokens, usage.completion_tokens)
 
 
+#: Calls a slow-starting window lets out at first (:meth:`AdaptiveSlots.start_slow`).
+SLOW_START = 4
+
 #: Congestion signals: failures that say the server has more than it can take (a timeout, 429, 503).
 CONGESTION_KINDS = frozenset({"timeout", "rate_limited", "overloaded"})
 
@@ -419,7 +422,19 @@ class AdaptiveSlots:
     more calls at the server than it has slots was the model being slow, not congestion.
 
     The window never goes over the server's slots (more would only wait in its queue, where the
-    client's timeout runs) nor over ``ceiling`` where the server says nothing. Every executor on
+    client's timeout runs) nor over ``ceiling`` where the server says nothing.
+
+    A local or unknown server that says nothing of its slots (:meth:`start_slow`) may take one
+    request at a time: the window starts at :data:`SLOW_START` and doubles each round (once a
+    window's worth of calls came back) up to ``ceiling``: TCP's slow start (RFC 5681 section 3.1,
+    cwnd doubling each round trip while below ssthresh), the doubling taken per round rather than
+    one call per reply, since a server working through a queue sends its replies one by one and
+    one more call per reply would keep its queue growing until the first timeout. The first
+    congestion signal ends it, and the window is additive-increase, multiplicative-decrease from
+    then on. Without it, the whole default (64) goes out at once and queues until the timeouts
+    shrink it.
+
+    Every executor on
     the endpoint counts its requests at the server here (:meth:`sent`), those with a fixed
     ``--concurrency`` too; only the adaptive ones wait for room (:meth:`acquire`).
     """
@@ -437,6 +452,10 @@ class AdaptiveSlots:
         self.epoch = 0
         self.decreases = 0
         self.smallest = self.window
+        #: Where slow start ends (TCP's ssthresh): None when the window is not slow-starting.
+        self.threshold: float | None = None
+        #: Successes in the current slow-start round.
+        self.round = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._probe: asyncio.Task[None] | None = None
 
@@ -444,7 +463,9 @@ class AdaptiveSlots:
         """Another executor on the endpoint allows more (the largest default wins, as for the semaphore)."""
         if ceiling > self.ceiling:
             self.ceiling = ceiling
-            if self.slots is None and self.decreases == 0:
+            if self.threshold is not None:
+                self.threshold = float(ceiling)  # slow start goes on, up to the wider ceiling
+            elif self.slots is None and self.decreases == 0:
                 self.window = float(ceiling)
             self._wake()
 
@@ -452,18 +473,30 @@ class AdaptiveSlots:
         """The server's own number of slots: the window starts there and never goes over it."""
         self.slots, self.source = max(1, slots), source
         self.window = self.smallest = float(self.slots)
+        self.threshold = None
         self._wake()
 
-    async def probe(self, ask: Callable[[], Awaitable[tuple[int, str] | None]]) -> None:
-        """Ask the server once (the first caller asks; the others wait for its answer)."""
+    def start_slow(self) -> None:
+        """Slow start: the window begins at :data:`SLOW_START` calls and grows by one per success
+        up to ``ceiling`` (unless it has already backed off or the server reported its slots)."""
+        if self.slots is not None or self.decreases:
+            return
+        self.threshold = float(self.ceiling)
+        self.window = float(min(SLOW_START, self.ceiling))
+
+    async def probe(self, ask: Callable[[], Awaitable[tuple[int, str] | None]], slow_start: bool = False) -> None:
+        """Ask the server once (the first caller asks; the others wait for its answer); where it
+        reports no slots and ``slow_start`` (a local or unknown server), start slow."""
         if self._probe is None:
-            self._probe = asyncio.ensure_future(self._ask(ask))
+            self._probe = asyncio.ensure_future(self._ask(ask, slow_start))
         await asyncio.shield(self._probe)
 
-    async def _ask(self, ask: Callable[[], Awaitable[tuple[int, str] | None]]) -> None:
+    async def _ask(self, ask: Callable[[], Awaitable[tuple[int, str] | None]], slow_start: bool) -> None:
         found = await ask()
         if found is not None:
             self.reported(*found)
+        elif slow_start:
+            self.start_slow()
 
     @property
     def room(self) -> int:
@@ -518,7 +551,13 @@ class AdaptiveSlots:
 
     def succeeded(self) -> None:
         top = self.slots if self.slots is not None else self.ceiling
-        if self.window < top:
+        if self.threshold is not None and self.window < self.threshold:
+            self.round += 1
+            if self.round >= self.room:  # a window's worth came back: the next round sends twice as many
+                self.round = 0
+                self.window = min(self.threshold, self.window * 2)
+                self._wake()
+        elif self.window < top:
             self.window = min(float(top), self.window + 1.0 / self.window)
             self._wake()
 
@@ -529,6 +568,7 @@ class AdaptiveSlots:
         if kind == "timeout" and self.slots is not None and not self.queued(sending):
             return False  # as many at the server as it has slots: the model was slow, not the queue
         self.window = max(1.0, self.window / 2)
+        self.threshold = None  # slow start is over: additive increase from here
         self.smallest = min(self.smallest, self.window)
         self.epoch += 1
         self.decreases += 1

@@ -65,18 +65,23 @@ def graded_line(result: Result, sample: Sample, response: Response, grade: Mappi
     """:func:`sample_line` of a grade as stored (its JSON object, which is the grade's
     ``to_jsonable``): the same line without making the grade into records and back, which is most
     of what writing the outputs of a judged run costs."""
+    return _graded_line(result, sample.id, to_jsonable(sample.target), response, grade)
+
+
+def _graded_line(result: Result, sample_id: str, target: Any, response: Response, grade: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`graded_line` of a sample known by its id and its target as JSON values."""
     value = grade.get("value")
     if isinstance(value, float) and not math.isfinite(value):  # an older version stored one: no score
         value = None
     return {
         "benchmark": result.benchmark,
         "model": result.model,
-        "sample_id": sample.id,
+        "sample_id": sample_id,
         "prompt": None,
         "response": response.text if response.text is not None else to_jsonable(response.scores) or None,
         "error": response.error,
         "extracted": grade.get("extracted"),
-        "target": to_jsonable(sample.target),
+        "target": target,
         "score": value,
         "grade_status": grade["status"],
         "grade_error": grade.get("error"),
@@ -86,29 +91,90 @@ def graded_line(result: Result, sample: Sample, response: Response, grade: Mappi
     }
 
 
+def chunk_lines(store: Store, result: Result, run_id: str, grader_fp: str, part: list[tuple[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The ``samples.jsonl`` lines of one chunk of a run's samples, each given as (sample id, its
+    target as JSON values), in that order: their grades under ``grader_fp``, answers and prompts
+    fetched by id in a few queries."""
+    ids = [sid for sid, _ in part]
+    grades = store.grade_docs_for(run_id, grader_fp, ids)
+    answers = store.answers_for(run_id, ids)
+    prompts = store.answer_prompts_for(run_id, ids)
+    for sid, target in part:
+        doc = grades[sid]
+        key, resp = answers.get(sid) or ("", None)
+        if resp is None:  # never answered: its grade says why (as RunOutcome.read_back)
+            resp = Response(key="" if doc.get("status") == "not_asked" else key, error=doc.get("error") or "not answered")
+        if "status" in doc:
+            line = _graded_line(result, sid, target, resp, doc)
+        else:  # a grade an older version stored: read as records, which fill in its status
+            line = sample_line(result, Sample(sid, result.benchmark, (), target=target), None, resp, grade_from_json(doc))
+        prompt = prompts.get(sid)
+        line["prompt"] = None if prompt is None else prompt.get("messages")
+        yield line
+
+
 def stored_lines(outcome: Any, store: Store) -> Iterator[dict[str, Any]]:
     """The ``samples.jsonl`` lines of a run (a ``runner.RunOutcome``) in its order, read back from
-    ``store`` ``outcome.READ_CHUNK`` samples at a time (the samples read again as the run read them;
-    their grades, answers and prompts fetched by id): nothing of a chunk is kept once written."""
+    ``store`` ``outcome.READ_CHUNK`` samples at a time: each sample's id and target from the
+    store's copy of the run's dataset (the rest of the sample left unread), its grade, answer and
+    prompt fetched by id; nothing of a chunk is kept once written, and the data file is not read.
+
+    Where the stored copy cannot give the same lines (:func:`_stored_targets` says when), the
+    samples are read again from the data as the run read them."""
+    s = outcome.setup
+    if not _stored_targets(store, s.bench.name, s.dataset, s.n):
+        yield from _data_lines(outcome, store)
+        return
+    rows = store.iter_sample_targets(s.bench.name, s.dataset, s.n)
+    while part := list(islice(rows, outcome.READ_CHUNK)):
+        yield from chunk_lines(store, outcome.result, outcome.run.id, outcome.fp_key, [(sid, _json_value(text)) for _, sid, text, _ in part])
+
+
+def _stored_targets(store: Store, benchmark: str, dataset: str, n: int) -> bool:
+    """Whether the store holds the run's ``n`` samples at positions 0 to n - 1, one each, with
+    targets that read back as the data gives them. A target holding a JSON object does not: the
+    store wrote its keys sorted, and the data's order is not known."""
+    at = 0
+    for idx, _, text, whole in store.iter_sample_targets(benchmark, dataset, n):
+        if idx != at or whole is not None or (text is not None and "{" in text):
+            return False
+        at += 1
+    return at == n
+
+
+def _json_value(text: str | None) -> Any:
+    """A stored target's JSON text as values (None: no target); orjson, or ``json`` where orjson
+    refuses the text (an integer over 64 bits)."""
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+def _data_lines(outcome: Any, store: Store) -> Iterator[dict[str, Any]]:
+    """:func:`stored_lines` with the samples read again from the data as the run read them."""
     samples = outcome.setup.samples()
-    run_id = outcome.run.id
     while part := list(islice(samples, outcome.READ_CHUNK)):
-        ids = [smp.id for smp in part]
-        grades = store.grade_docs_for(run_id, outcome.fp_key, ids)
-        answers = store.answers_for(run_id, ids)
-        prompts = store.answer_prompts_for(run_id, ids)
-        for smp in part:
-            doc = grades[smp.id]
-            key, resp = answers.get(smp.id) or ("", None)
-            if resp is None:  # never answered: its grade says why (as RunOutcome.read_back)
-                resp = Response(key="" if doc.get("status") == "not_asked" else key, error=doc.get("error") or "not answered")
-            if "status" in doc:
-                line = graded_line(outcome.result, smp, resp, doc)
-            else:  # a grade an older version stored: read as records, which fill in its status
-                line = sample_line(outcome.result, smp, None, resp, grade_from_json(doc))
-            prompt = prompts.get(smp.id)
-            line["prompt"] = None if prompt is None else prompt.get("messages")
-            yield line
+        targets = [(smp.id, to_jsonable(smp.target)) for smp in part]
+        yield from chunk_lines(store, outcome.result, outcome.run.id, outcome.fp_key, targets)
+
+
+def regraded_lines(outcome: Any, store: Store) -> Iterator[dict[str, Any]]:
+    """:func:`stored_lines` of a re-grade (a ``regrade.RegradeOutcome``): its samples as the store
+    holds them (the run's, in source order), ``regrade.READ_CHUNK`` at a time, with their new
+    grades; the lines are those ``run --out`` writes."""
+    from grandrounds.run import regrade
+
+    chunk = regrade.READ_CHUNK
+    run = outcome.run
+    ids = store.run_sample_ids(run.id, run.benchmark, run.dataset_sha256, outcome.members_fp)
+    for i in range(0, len(ids), chunk):
+        part = ids[i : i + chunk]
+        samples = store.samples_by_id(run.benchmark, run.dataset_sha256, part)
+        targets = [(sid, to_jsonable(samples[sid].target)) for sid in part]
+        yield from chunk_lines(store, outcome.result, run.id, outcome.grader_fp, targets)
 
 
 def json_line(line: dict[str, Any]) -> str:

@@ -140,6 +140,7 @@ class RunOutcome(ReadBack):
     def __init__(
         self, setup: "Setup", store: Store, fp_key: str, result: Result, answer_stats: Any, judge_stats: list[Any],
         judge_names: list[str], counts: Mapping[str, int], usage: tuple[Any, list[Any]] | None = None,
+        simulator: tuple[str, Any] | None = None,
     ) -> None:
         self.setup, self.store, self.fp_key = setup, store, fp_key
         self.run: RunRecord = setup.run
@@ -151,6 +152,8 @@ class RunOutcome(ReadBack):
         self.counts = dict(counts)
         #: The calls behind the result as the store counted them: (answers, [one per judge]).
         self.usage = usage
+        #: (the simulator model, its executor's stats) for a run whose episodes ask one, else None.
+        self.simulator = simulator
         self._responses: dict[str, Response] | None = None
 
     def read_back(self, store: Store | None = None) -> Iterator[list[tuple[Sample, Response, Grade]]]:
@@ -365,8 +368,10 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     answers, judge_execs, judges = _executors(store, cfg, s.provider, progress, endpoints)
     ctx = GradeContext(judges=judges, max_reask=cfg.options.max_reask, options=cfg.options)
     episodes = episode_runner(store, s, cfg, answers, progress, endpoints)
+    sim_stats = None
     if episodes is not None and episodes.simulator is not None:
         judge_execs = [*judge_execs, episodes.simulator]  # closed with the judges
+        sim_stats = (str(episodes.simulator.provider.spec), episodes.simulator.stats)  # its own line in the call summary
     grading = Grading(store, s.run.id, fp_key, s.grader, progress, cfg.flagged)
     collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])
     if progress:
@@ -381,7 +386,7 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
         await _close(s.provider, judge_execs)
         return RunOutcome(
             s, store, fp_key, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges], tally["status"],
-            collected.usage(s.run.id, fp_key),
+            collected.usage(s.run.id, fp_key), sim_stats,
         )
 
     # The samples this grading graded before (one query, not one per sample: on a first run none).
@@ -397,6 +402,7 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     usage = collected.usage(s.run.id, fp_key)
     return RunOutcome(
         s, store, fp_key, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges], collected.status, usage,
+        sim_stats,
     )
 
 

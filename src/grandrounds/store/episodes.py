@@ -47,6 +47,20 @@ class EpisodeTables(StoreBase):
         keys: set[str] = set()
         for (steps_json,) in self.db.execute("SELECT steps_json FROM episodes WHERE run_id = ?", (run_id,)):
             keys.update(str(st["key"]) for st in json.loads(steps_json) if st.get("key"))
+        return self._keys_usage("answers", keys)
+
+    def simulator_usage(self, run_id: str) -> CallUsage | None:
+        """The simulator's calls behind a run's episodes (AgentClinic's patient and measurement
+        reader: the keys each step names in ``simulator_keys``, each distinct call once) with their
+        tokens; None for a run whose episodes asked no simulator."""
+        self.flush()
+        keys: set[str] = set()
+        for (steps_json,) in self.db.execute("SELECT steps_json FROM episodes WHERE run_id = ?", (run_id,)):
+            keys.update(str(k) for st in json.loads(steps_json) for k in st.get("simulator_keys") or ())
+        return self._keys_usage("simulator", keys)
+
+    def _keys_usage(self, who: str, keys: set[str]) -> CallUsage | None:
+        """The stored calls of ``keys`` counted with their tokens (None for no keys)."""
         if not keys:
             return None
         calls = prompt = completion = no_usage = 0
@@ -60,4 +74,4 @@ class EpisodeTables(StoreBase):
             ).fetchone()
             calls += int(row[0])
             prompt, completion, no_usage = prompt + int(row[1] or 0), completion + int(row[2] or 0), no_usage + int(row[3] or 0)
-        return CallUsage("answers", calls, prompt, completion, no_usage)
+        return CallUsage(who, calls, prompt, completion, no_usage)

@@ -203,6 +203,19 @@ class RunTables(StoreBase):
         )
         return [r[0] for r in self.db.execute(q, (benchmark, dataset_sha256, run_id, run_id, grader_fp))]
 
+    def iter_sample_targets(self, benchmark: str, dataset_sha256: str, stop: int) -> Iterator[tuple[int, str, str | None, str | None]]:
+        """(source position, sample id, its target as JSON text, None) of one dataset's stored
+        samples at positions ``0`` to ``stop`` (excluded), in source order, the rest of each sample
+        left unread; (position, id, None, the sample's whole JSON) for one SQLite cannot read as
+        JSON (an ``Infinity`` an older version wrote). Read lazily: do not write through this store
+        while iterating."""
+        q = (
+            "SELECT idx, sample_id, CASE WHEN json_valid(sample_json) THEN sample_json -> '$.target' END, "
+            "CASE WHEN NOT json_valid(sample_json) THEN sample_json END "
+            "FROM samples WHERE benchmark = ? AND dataset_sha256 = ? AND idx >= 0 AND idx < ? ORDER BY idx, sample_id"
+        )
+        yield from self.db.execute(q, (benchmark, dataset_sha256, stop))
+
     def iter_samples(self) -> Iterator[StoredSample]:
         """Every stored sample, by benchmark, dataset and source order (read lazily: do not write
         through this store while iterating)."""

@@ -88,7 +88,8 @@ async function route() {
 window.addEventListener('hashchange', route);
 
 async function showRuns() {
-  const runs = await api('/api/runs');
+  const all = await api('/api/runs');
+  const runs = all.filter(r => !r.benchmark.startsWith('contamination:'));  // probe runs: listed apart, never among scores
   const judged = runs.some(r => r.judge);  // no judge column where no run has a judge
   const heads = ['benchmark', 'run', 'setting', 'score', '95% CI', 'n', 'unscored', ...(judged ? ['judge'] : []), 'reviews', 'run id'];
   const t = el('table', {id: 'runs'}, el('tr', {}, ...heads.map(h => el('th', {}, h))));
@@ -101,6 +102,23 @@ async function showRuns() {
       el('td', {className: 'small'}, r.run_id)));
   }
   main.append(el('h2', {}, 'Runs'), t);
+  showProbes(all.filter(r => r.benchmark.startsWith('contamination:')));
+}
+
+function showProbes(probes) {
+  if (!probes.length) return;
+  const heads = ['benchmark', 'model', 'probe', 'unit', 'items', 'paired', 'original', 'control', 'difference', '95% CI', 'run id'];
+  const t = el('table', {id: 'probes'}, el('tr', {}, ...heads.map(h => el('th', {}, h))));
+  for (const r of probes) {
+    const c = r.contamination || {};
+    const ci = c.ci95 ? '[' + fmt(c.ci95[0]) + ', ' + fmt(c.ci95[1]) + ']' : 'n/a';
+    const diff = typeof c.difference === 'number' ? (c.difference >= 0 ? '+' : '') + c.difference.toFixed(3) : 'n/a';
+    t.appendChild(el('tr', {}, el('td', {}, r.benchmark.slice('contamination:'.length)), el('td', {}, r.model), el('td', {}, String(c.probe ?? '')),
+      el('td', {className: 'small'}, String(c.unit ?? '')), el('td', {}, String(c.n_items ?? '')), el('td', {}, r.n ?? ''), el('td', {}, fmt(c.original)),
+      el('td', {}, fmt(c.control)), el('td', {}, diff), el('td', {}, ci), el('td', {className: 'small'}, r.run_id)));
+  }
+  main.append(el('h2', {}, 'Contamination probes (not scores)'),
+    el('p', {className: 'small'}, "Each probe compares the benchmark's own wording with a reworded control: difference = original - control, paired bootstrap 95% CI."), t);
 }
 
 // options: strings, or [value, text] pairs

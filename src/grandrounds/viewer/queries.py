@@ -24,6 +24,7 @@ from grandrounds.core.hashing import to_jsonable
 from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.graders.choice_extract import extract_choice
 from grandrounds.analyses.reviews import reviewed_value
+from grandrounds.analyses.contamination import PREFIX as PROBE_PREFIX
 from grandrounds.store import RunRecord, Store
 from grandrounds.viewer.index import column_key
 from grandrounds.analyses.labels import RunFacts, column_labels, full_label, run_facts
@@ -289,4 +290,15 @@ def _run_row(r: RunRecord, fp: str | None, res: dict[str, Any], n_reviews: int, 
             "col": column_key(r.id, fp) if fp else None, "label": label, "title": full_label(facts),
             "setting": " · ".join(facts.parts()),
             "judge": res.get("judge"), "metric": res.get("metric"), "score": res.get("score"), "ci95": res.get("ci95"),
-            "n": res.get("n"), "n_unscored": res.get("n_unscored"), "n_reviews": n_reviews}
+            "n": res.get("n"), "n_unscored": res.get("n_unscored"), "n_reviews": n_reviews,
+            "contamination": _probe(res) if r.benchmark.startswith(PROBE_PREFIX) else None}
+
+
+def _probe(res: dict[str, Any]) -> dict[str, Any] | None:
+    """A contamination probe run's result (listed apart from scores): the probe, its unit, both
+    figures and their paired difference (the result's score) with its CI; None before it has one."""
+    if not res:
+        return None
+    x = res.get("extra") or {}
+    return {"probe": x.get("probe"), "unit": x.get("unit"), "n_items": x.get("n_items"), "original": x.get("original"),
+            "control": x.get("control"), "difference": res.get("score"), "ci95": res.get("ci95")}
