@@ -26,7 +26,7 @@ import typer
 
 from grandrounds import __version__
 from grandrounds.cli.common import console, err_console, user_errors
-from grandrounds.core.errors import ConfigError, DataError, GrandroundsError
+from grandrounds.core.errors import ConfigError, GrandroundsError
 from grandrounds.core.hashing import file_sha256
 from grandrounds.core.registry import BENCHMARKS, GRADERS
 from grandrounds.sources import downloads, mirrors, upstream
@@ -312,12 +312,7 @@ def _load_manifest(out: Path) -> dict[str, Any]:
     path = out / mirrors.MANIFEST
     if not path.exists():
         return {"format": 1, "benchmarks": [], "data": {}, "files": {}}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise DataError(path, None, f"unreadable bundle manifest ({e}); move it away or choose another --out") from None
-    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
-        raise DataError(path, None, "not a bundle manifest (no 'files' table); move it away or choose another --out")
+    data = mirrors.read_manifest(path, "move it away or choose another --out")
     data.setdefault("data", {})
     data.setdefault("benchmarks", [])
     return data

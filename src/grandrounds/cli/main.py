@@ -18,7 +18,7 @@ from grandrounds.cli.common import (
     any_failed, call_summary, console, err_console, existing_store_path, judge_configs, parse_params, store_path, stored_run,
     user_errors,
 )
-from grandrounds.core.display import safe_text, styled
+from grandrounds.core.display import episode_summary, safe_text, styled
 from grandrounds.core.errors import GrandroundsError
 from grandrounds.cli import contamination, fetch, irt, judge_validation, reports, robustness
 from grandrounds.cli.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
@@ -300,8 +300,8 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
             err_console.print(f"  {usage_line(o.result.extra)}", style="dim")
         for note in o.setup.notes:
             err_console.print(f"  note: {note}", style="yellow")
-        if episode_line(o.result.extra):
-            err_console.print(f"  {episode_line(o.result.extra)}", style="dim")
+        if episode_summary(o.result.extra):
+            err_console.print(f"  {episode_summary(o.result.extra)}", style="dim")
     if out:
         # A run keeps no per-sample records in memory: each is read back from the store a chunk at
         # a time and written out as it comes, so the output of a large run is never held whole.
@@ -333,18 +333,6 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
     if mostly:
         raise typer.Exit(NOTHING_SCORED)
     return outcomes
-
-
-def episode_line(extra: Any) -> str:
-    """An agent run's episodes by how they ended, and pass^k where there were several epochs."""
-    statuses = extra.get("episodes") if isinstance(extra, dict) else None
-    if not statuses:
-        return ""
-    line = "episodes: " + ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in sorted(statuses.items(), key=lambda kv: -kv[1]))
-    passk = extra.get("pass_k") or {}
-    if len(passk) > 1:
-        line += "; " + ", ".join(f"pass^{k} {v:.3f}" for k, v in passk.items() if v is not None)
-    return line
 
 
 def flagged_count(result: Any) -> str:

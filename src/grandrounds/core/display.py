@@ -4,7 +4,7 @@ text from outside (servers, data files, model answers) is shown on a terminal.""
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from rich.console import Console
 from rich.segment import Segment
@@ -89,3 +89,17 @@ class SafeConsole(Console):
             if seg.control is None and _CONTROL.search(seg.text) is not None:
                 seg = Segment(safe_text(seg.text), seg.style)
             yield seg
+
+
+def episode_summary(extra: Any, sep: str = ", ") -> str:
+    """An agent result's episodes by how they ended (commonest first) and, where there were several
+    epochs, pass^k: ``episodes: finished 230, invalid action 63; pass^1 0.540, pass^2 0.410``; ""
+    for a result without episodes."""
+    statuses = extra.get("episodes") if isinstance(extra, Mapping) else None
+    if not isinstance(statuses, Mapping) or not statuses:
+        return ""
+    text = "episodes: " + sep.join(f"{str(k).replace('_', ' ')} {int(n)}" for k, n in sorted(statuses.items(), key=lambda kv: -int(kv[1])))
+    passk = extra.get("pass_k") or {}
+    if isinstance(passk, Mapping) and len(passk) > 1:
+        text += "; " + sep.join(f"pass^{k} {fmt(v)}" for k, v in passk.items() if v is not None)
+    return text

@@ -25,7 +25,7 @@ from grandrounds.core.records import Grade, ImagePart, Message
 from grandrounds.analyses.collect import SHA256_HEX, ImageRefused, Item, Section, shown_image
 from grandrounds.store.images import ImageStore
 from grandrounds.run.costs import usage_cells
-from grandrounds.core.display import BASE_CSS, fmt, fmt_ci
+from grandrounds.core.display import BASE_CSS, episode_summary, fmt, fmt_ci
 from grandrounds.reports.radar import COLOURS, radar_svg
 from grandrounds.analyses.labels import shown_questions
 from grandrounds.analyses.readings import target_words
@@ -259,14 +259,8 @@ def _board(b: Board, anchor: str | None, agreement: Mapping[tuple[str, str], str
 
 def _episodes_note(extra: Mapping[str, Any]) -> str:
     """Under an agent benchmark's score: its episodes by how they ended, and pass^k over epochs."""
-    statuses = extra.get("episodes") if isinstance(extra, Mapping) else None
-    if not isinstance(statuses, Mapping) or not statuses:
-        return ""
-    text = "episodes: " + " · ".join(f"{str(k).replace('_', ' ')} {int(n)}" for k, n in sorted(statuses.items(), key=lambda kv: -int(kv[1])))
-    passk = extra.get("pass_k") or {}
-    if isinstance(passk, Mapping) and len(passk) > 1:
-        text += "; " + " · ".join(f"pass^{k} {fmt(v)}" for k, v in passk.items())
-    return f"<br><small class='episodes'>{escape(text)}</small>"
+    text = episode_summary(extra, " · ")
+    return f"<br><small class='episodes'>{escape(text)}</small>" if text else ""
 
 
 def _breakdowns(b: Board) -> str:

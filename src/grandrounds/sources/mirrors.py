@@ -102,6 +102,18 @@ def download_attempts() -> list[str]:
 # ---- bundles ----------------------------------------------------------------------------
 
 
+def read_manifest(path: Path, remedy: str) -> dict[str, Any]:
+    """A bundle's manifest, read and checked (an object with a ``files`` table), or a one-line
+    DataError naming it and saying ``remedy``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DataError(path, None, f"unreadable bundle manifest ({e}); {remedy}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+        raise DataError(path, None, f"not a bundle manifest (no 'files' table); {remedy}")
+    return data
+
+
 def bundle_root() -> Path | None:
     """The bundle folder named by ``$GRANDROUNDS_BUNDLE``, or None."""
     value = (_overrides.get(BUNDLE_ENV) or os.environ.get(BUNDLE_ENV, "")).strip()
@@ -121,12 +133,7 @@ def manifest(root: Path) -> dict[str, Any]:
     path = root / MANIFEST
     if not path.is_file():
         raise DataError(path, None, f"no bundle manifest here: {BUNDLE_ENV} must name a folder written by `grandrounds bundle --out DIR`")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise DataError(path, None, f"unreadable bundle manifest ({e}); write the bundle again") from None
-    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
-        raise DataError(path, None, "bundle manifest without a 'files' table; write the bundle again")
+    data = read_manifest(path, "write the bundle again")
     with _bundle_guard:
         _manifests[root] = data
     return data
