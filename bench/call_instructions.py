@@ -83,27 +83,60 @@ class Count:
 def code_tree(rev: str, into: Path) -> Path:
     """``src/`` of commit ``rev`` unpacked (and byte-compiled) under ``into``; its path to put on PYTHONPATH."""
     into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "src"], capture_output=True, check=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "src"], capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(into / "src")], check=True)
     return into / "src"
 
 
-def cli(src: Path, base_url: str, data: Path, store: Path, judge: str, limit: int, profile: Path | None) -> str:
+def cli(
+    src: Path, base_url: str, data: Path, store: Path, judge: str, limit: int, profile: Path | None
+) -> str:
     """One `grandrounds run healthbench` (under callgrind, a profile per thread at ``profile``-NN, when given): its stderr."""
-    cmd = [sys.executable, "-m", "grandrounds", "run", "healthbench", "--model", "openai/bench", "--base-url", base_url,
-           "--judge", judge, "--judge-base-url", base_url, "--data", str(data), "--store", str(store), "--limit", str(limit)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grandrounds",
+        "run",
+        "healthbench",
+        "--model",
+        "openai/bench",
+        "--base-url",
+        base_url,
+        "--judge",
+        judge,
+        "--judge-base-url",
+        base_url,
+        "--data",
+        str(data),
+        "--store",
+        str(store),
+        "--limit",
+        str(limit),
+    ]
     if profile is not None:
-        cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={profile}", *cmd]
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            "--separate-threads=yes",
+            f"--callgrind-out-file={profile}",
+            *cmd,
+        ]
     env = os.environ | {"COLUMNS": "200", "OPENAI_API_KEY": "EMPTY", "PYTHONPATH": str(src)}
     env.setdefault("GRANDROUNDS_REFERENCE", str(hw.DEFAULT_REFERENCE))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=store.parent)
     if proc.returncode != 0:
-        raise SystemExit(f"error: grandrounds run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"error: grandrounds run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
     return proc.stderr
 
 
-def count(src: Path, base_url: str, data: Path, base: Path, tmp: Path, tag: str, limit: int) -> Count:
+def count(
+    src: Path, base_url: str, data: Path, base: Path, tmp: Path, tag: str, limit: int
+) -> Count:
     store = tmp / f"{tag}-{limit}.db"
     shutil.copyfile(base, store)
     profile = tmp / f"{tag}-{limit}.callgrind"
@@ -115,28 +148,50 @@ def count(src: Path, base_url: str, data: Path, base: Path, tmp: Path, tag: str,
     threads = {int(p.name.rsplit("-", 1)[1]): p for p in tmp.glob(f"{profile.name}-*")}
     main = SUMMARY.search(threads[1].read_text(errors="replace")) if 1 in threads else None
     if not found or not calls or main is None:
-        raise SystemExit(f"error: no instruction count or call summary in the run's output:\n{err[-3000:]}")
+        raise SystemExit(
+            f"error: no instruction count or call summary in the run's output:\n{err[-3000:]}"
+        )
     store.unlink()
     for p in threads.values():
         p.unlink()
-    return Count(int(found[-1]), int(main.group(1)), sum(m for who, m in calls.items() if who != "answers"), calls.get("answers", 0))
+    return Count(
+        int(found[-1]),
+        int(main.group(1)),
+        sum(m for who, m in calls.items() if who != "answers"),
+        calls.get("answers", 0),
+    )
 
 
 def median_count(runs: list[Count]) -> Count:
     """The median of each figure over runs of one size (their calls are the same in every run)."""
-    return Count(int(statistics.median(r.instructions for r in runs)), int(statistics.median(r.main_thread for r in runs)),
-                 runs[0].judge_calls, runs[0].answer_calls)
+    return Count(
+        int(statistics.median(r.instructions for r in runs)),
+        int(statistics.median(r.main_thread for r in runs)),
+        runs[0].judge_calls,
+        runs[0].answer_calls,
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=hw.DEFAULT_DATA, help="HealthBench JSONL (default: the shared 500-row file)")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=hw.DEFAULT_DATA,
+        help="HealthBench JSONL (default: the shared 500-row file)",
+    )
     ap.add_argument("--small", type=int, default=20, help="conversations in the small run")
     ap.add_argument("--large", type=int, default=80, help="conversations in the large run")
-    ap.add_argument("--rev", action="append", default=[], help="a commit whose src/ to measure too (repeatable)")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="runs of each size per code, their instruction counts' medians used (the batched look-ups and leases "
-                         "move a code's count by a few per cent from run to run)")
+    ap.add_argument(
+        "--rev", action="append", default=[], help="a commit whose src/ to measure too (repeatable)"
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of each size per code, their instruction counts' medians used (the batched look-ups and leases "
+        "move a code's count by a few per cent from run to run)",
+    )
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("error: valgrind not found (Debian: apt-get install valgrind)")
@@ -157,19 +212,37 @@ def main() -> None:
         codes += [(rev, code_tree(rev, tmp / f"rev{i}")) for i, rev in enumerate(args.rev)]
         base = tmp / "answers.db"
         cli(REPO / "src", base_url, args.data, base, "openai/judge-base", args.large, None)
-        print(f"HealthBench {args.data.name}, judge-only runs of {args.small} and {args.large} conversations under callgrind")
-        print(f"{'code':<16} {'judge calls':>12} {'instructions':>28} {'per judge call':>15} {'fixed':>10}  {'main thread per call':>20}")
+        print(
+            f"HealthBench {args.data.name}, judge-only runs of {args.small} and {args.large} conversations under callgrind"
+        )
+        print(
+            f"{'code':<16} {'judge calls':>12} {'instructions':>28} {'per judge call':>15} {'fixed':>10}  {'main thread per call':>20}"
+        )
         for i, (name, src) in enumerate(codes):
-            small = median_count([count(src, base_url, args.data, base, tmp, f"c{i}", args.small) for _ in range(args.repeat)])
-            large = median_count([count(src, base_url, args.data, base, tmp, f"c{i}", args.large) for _ in range(args.repeat)])
+            small = median_count(
+                [
+                    count(src, base_url, args.data, base, tmp, f"c{i}", args.small)
+                    for _ in range(args.repeat)
+                ]
+            )
+            large = median_count(
+                [
+                    count(src, base_url, args.data, base, tmp, f"c{i}", args.large)
+                    for _ in range(args.repeat)
+                ]
+            )
             if small.answer_calls or large.answer_calls:
-                print(f"note: {name} made answer calls ({small.answer_calls}, {large.answer_calls}): its answer keys differ from the working tree's")
+                print(
+                    f"note: {name} made answer calls ({small.answer_calls}, {large.answer_calls}): its answer keys differ from the working tree's"
+                )
             extra = max(large.judge_calls - small.judge_calls, 1)
             per_call = (large.instructions - small.instructions) / extra
             fixed = small.instructions - per_call * small.judge_calls
             main_per_call = (large.main_thread - small.main_thread) / extra
-            print(f"{name:<16} {small.judge_calls:>5} {large.judge_calls:>6} {small.instructions / 1e6:>12,.1f}M {large.instructions / 1e6:>13,.1f}M "
-                  f"{per_call / 1e6:>14.3f}M {fixed / 1e6:>9,.0f}M  {main_per_call / 1e6:>19.3f}M")
+            print(
+                f"{name:<16} {small.judge_calls:>5} {large.judge_calls:>6} {small.instructions / 1e6:>12,.1f}M {large.instructions / 1e6:>13,.1f}M "
+                f"{per_call / 1e6:>14.3f}M {fixed / 1e6:>9,.0f}M  {main_per_call / 1e6:>19.3f}M"
+            )
     server.terminate()
 
 

@@ -33,7 +33,9 @@ def gr(*args: str) -> subprocess.CompletedProcess:
     ref = ROOT.parent / "shared" / "reference"
     if "GRANDROUNDS_REFERENCE" not in env and ref.is_dir():
         env["GRANDROUNDS_REFERENCE"] = str(ref)
-    r = subprocess.run([sys.executable, "-m", "grandrounds", *args], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "grandrounds", *args], capture_output=True, text=True, env=env
+    )
     if r.returncode not in (0, 3):
         sys.exit(f"grandrounds {' '.join(args[:2])} failed ({r.returncode}):\n{r.stderr}")
     return r
@@ -49,17 +51,25 @@ def case(name: str, args: list[str], servers: list[LoopbackServer], work: Path) 
     plan = json.loads((out / "plan.json").read_text(encoding="utf-8"))
     gr("run", *args, "--out", str(work / f"{name}-run"))
     made = [s.stats.requests - b for s, b in zip(servers, before)]
-    usage = json.loads((work / f"{name}-run" / "results.json").read_text(encoding="utf-8"))["results"][0]["extra"]["usage"]
+    usage = json.loads((work / f"{name}-run" / "results.json").read_text(encoding="utf-8"))[
+        "results"
+    ][0]["extra"]["usage"]
     lines = {x["role"]: x for x in plan["lines"]}
     a, j = lines["answers"], lines.get("judge")
-    judge_txt = f"judges {j['to_make']} ({j['exact']} exact, {j['planned']} planned)" if j else "judges 0"
-    print(f"{name}: dry run counts {plan['calls_to_make']} calls: answers {a['to_make']} ({a['exact']} exact, {a['planned']} planned), "
-          f"{judge_txt}; requests during the dry run {during_dry}; the run then made {sum(made)} "
-          f"(answers {made[0]}{', judges ' + str(made[1]) if len(made) > 1 else ''}): "
-          f"{'EQUAL' if sum(made) == plan['calls_to_make'] else 'DIFFERENT'}")
-    print(f"  prompt tokens counted by the dry run: answers {a['prompt_tokens']:,}{', judges ' + format(j['prompt_tokens'], ',') if j else ''} "
-          f"({plan['lines'][0]['tokens_counted_by'].split(';')[0]}); usage the run recorded (the loopback server reports words): "
-          f"{usage['prompt_tokens']:,} in, {usage['completion_tokens']:,} out; dry run wall {wall:.1f} s")
+    judge_txt = (
+        f"judges {j['to_make']} ({j['exact']} exact, {j['planned']} planned)" if j else "judges 0"
+    )
+    print(
+        f"{name}: dry run counts {plan['calls_to_make']} calls: answers {a['to_make']} ({a['exact']} exact, {a['planned']} planned), "
+        f"{judge_txt}; requests during the dry run {during_dry}; the run then made {sum(made)} "
+        f"(answers {made[0]}{', judges ' + str(made[1]) if len(made) > 1 else ''}): "
+        f"{'EQUAL' if sum(made) == plan['calls_to_make'] else 'DIFFERENT'}"
+    )
+    print(
+        f"  prompt tokens counted by the dry run: answers {a['prompt_tokens']:,}{', judges ' + format(j['prompt_tokens'], ',') if j else ''} "
+        f"({plan['lines'][0]['tokens_counted_by'].split(';')[0]}); usage the run recorded (the loopback server reports words): "
+        f"{usage['prompt_tokens']:,} in, {usage['completion_tokens']:,} out; dry run wall {wall:.1f} s"
+    )
 
 
 def main() -> None:
@@ -71,20 +81,73 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
         with LoopbackServer(lambda b: "Answer: C") as cand:
-            case("MedQA (1,273 questions)", ["medqa", "--data", str(medqa), "--model", "openai/gpt-4o-mini", "--base-url", cand.base_url,
-                                              "--store", str(work / "m.db")], [cand], work)
-        with LoopbackServer(lambda b: "Rest, fluids, and see a doctor if it worsens.") as cand, LoopbackServer(lambda b: MET) as judge:
-            case("HealthBench-500 (per criterion)", ["healthbench", "--data", str(hb), "--model", "openai/gpt-4o-mini", "--base-url", cand.base_url,
-                                                     "--judge", f"openai/gpt-4.1@{judge.base_url}", "--concurrency", "64",
-                                                     "--store", str(work / "h.db")], [cand, judge], work)
+            case(
+                "MedQA (1,273 questions)",
+                [
+                    "medqa",
+                    "--data",
+                    str(medqa),
+                    "--model",
+                    "openai/gpt-4o-mini",
+                    "--base-url",
+                    cand.base_url,
+                    "--store",
+                    str(work / "m.db"),
+                ],
+                [cand],
+                work,
+            )
+        with (
+            LoopbackServer(lambda b: "Rest, fluids, and see a doctor if it worsens.") as cand,
+            LoopbackServer(lambda b: MET) as judge,
+        ):
+            case(
+                "HealthBench-500 (per criterion)",
+                [
+                    "healthbench",
+                    "--data",
+                    str(hb),
+                    "--model",
+                    "openai/gpt-4o-mini",
+                    "--base-url",
+                    cand.base_url,
+                    "--judge",
+                    f"openai/gpt-4.1@{judge.base_url}",
+                    "--concurrency",
+                    "64",
+                    "--store",
+                    str(work / "h.db"),
+                ],
+                [cand, judge],
+                work,
+            )
         state = {"first": True}
 
         def flaky(body: dict) -> object:
-            return Fault("400") if state["first"] and len(body["messages"][-1]["content"]) % 5 == 0 else MET
+            return (
+                Fault("400")
+                if state["first"] and len(body["messages"][-1]["content"]) % 5 == 0
+                else MET
+            )
 
         with LoopbackServer(lambda b: "Rest.") as cand, LoopbackServer(flaky) as judge:
-            common = ["healthbench", "--data", str(hb), "--limit", "40", "--protocol", "grandrounds", "--model", "openai/gpt-4o-mini",
-                      "--base-url", cand.base_url, "--judge", f"openai/gpt-4.1@{judge.base_url}", "--store", str(work / "r.db")]
+            common = [
+                "healthbench",
+                "--data",
+                str(hb),
+                "--limit",
+                "40",
+                "--protocol",
+                "grandrounds",
+                "--model",
+                "openai/gpt-4o-mini",
+                "--base-url",
+                cand.base_url,
+                "--judge",
+                f"openai/gpt-4.1@{judge.base_url}",
+                "--store",
+                str(work / "r.db"),
+            ]
             gr("run", *common)
             failed = judge.stats.faults.get("400", 0)
             state["first"] = False

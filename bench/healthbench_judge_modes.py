@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.graders.judging import compare_modes
 from grandrounds.core.records import GenParams
-from grandrounds.run.runner import run
+from grandrounds.graders.judging import compare_modes
 from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 
@@ -50,13 +50,27 @@ def ideal_rows(data: Path, n: int) -> tuple[Path, dict[str, str]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared/data/healthbench/healthbench_500.jsonl")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=Path(__file__).resolve().parents[2]
+        / "shared/data/healthbench/healthbench_500.jsonl",
+    )
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--judge", default="llamacpp/smollm2")
     ap.add_argument("--judge-base-url", default="")
     ap.add_argument("--judge-max-tokens", type=int, default=512)
-    ap.add_argument("--judge-json", action="store_true", help="ask the judge for a JSON object (grammar on llama.cpp)")
-    ap.add_argument("--store", type=Path, default=None, help="keep the store (resumable) instead of a temporary one")
+    ap.add_argument(
+        "--judge-json",
+        action="store_true",
+        help="ask the judge for a JSON object (grammar on llama.cpp)",
+    )
+    ap.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="keep the store (resumable) instead of a temporary one",
+    )
     args = ap.parse_args()
 
     data, answers = ideal_rows(args.data, args.n)
@@ -65,7 +79,13 @@ def main() -> None:
         return answers[_conv_key(body["messages"])]
 
     store = Store(args.store or Path(tempfile.mkdtemp()) / "modes.db")
-    judge = JudgeConfig(args.judge, args.judge_base_url, GenParams(temperature=0.0, max_tokens=args.judge_max_tokens, seed=0, json_object=args.judge_json))
+    judge = JudgeConfig(
+        args.judge,
+        args.judge_base_url,
+        GenParams(
+            temperature=0.0, max_tokens=args.judge_max_tokens, seed=0, json_object=args.judge_json
+        ),
+    )
     outcomes = {}
     with LoopbackServer(answer) as srv:
         for mode in ("per-criterion", "batched"):
@@ -82,8 +102,12 @@ def main() -> None:
             outcomes[mode] = (out, time.perf_counter() - t0)
 
     n_crit = sum(len(s.rubric) for s in outcomes["per-criterion"][0].samples)
-    print(f"{len(outcomes['per-criterion'][0].samples)} answers, {n_crit} criteria, judge {args.judge}")
-    print(f"{'mode':<15}{'judge calls':>12}{'prompt tok':>12}{'compl tok':>11}{'coverage':>10}{'score':>8}{'wall s':>9}")
+    print(
+        f"{len(outcomes['per-criterion'][0].samples)} answers, {n_crit} criteria, judge {args.judge}"
+    )
+    print(
+        f"{'mode':<15}{'judge calls':>12}{'prompt tok':>12}{'compl tok':>11}{'coverage':>10}{'score':>8}{'wall s':>9}"
+    )
     for mode, (out, wall) in outcomes.items():
         s = out.judge_stats[0]
         cov = out.result.extra.get("coverage")
@@ -94,9 +118,13 @@ def main() -> None:
         )
     cmp = compare_modes(outcomes["per-criterion"][0].grades, outcomes["batched"][0].grades)
     agree = "n/a" if cmp.agreement is None else f"{cmp.agreement:.3f}"
-    print(f"verdict agreement on criteria known in both: {agree} ({cmp.n_agree}/{cmp.n_compared}); "
-          f"known only per-criterion {cmp.only_a_known}, only batched {cmp.only_b_known}")
-    print("note: token figures count calls made in this process; calls answered from a kept store count 0")
+    print(
+        f"verdict agreement on criteria known in both: {agree} ({cmp.n_agree}/{cmp.n_compared}); "
+        f"known only per-criterion {cmp.only_a_known}, only batched {cmp.only_b_known}"
+    )
+    print(
+        "note: token figures count calls made in this process; calls answered from a kept store count 0"
+    )
 
 
 if __name__ == "__main__":

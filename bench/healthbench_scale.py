@@ -43,13 +43,22 @@ DATA = HERE.parents[1] / "shared" / "data" / "healthbench" / "healthbench_500.js
 VERDICT = json.dumps({"explanation": "The response meets the criterion.", "criteria_met": True})
 
 
-def serve(latency: float, q: "mp.Queue[str]") -> None:
+def serve(latency: float, q: mp.Queue[str]) -> None:
     """The fixed-latency server whose one reply reads as an answer and as a judge verdict."""
     throughput.REPLY = throughput._http(
         json.dumps(
             {
-                "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "bench",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": VERDICT}, "finish_reason": "stop"}],
+                "id": "chatcmpl-bench",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "bench",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": VERDICT},
+                        "finish_reason": "stop",
+                    }
+                ],
                 "usage": {"prompt_tokens": 400, "completion_tokens": 20, "total_tokens": 420},
             }
         ).encode()
@@ -59,7 +68,9 @@ def serve(latency: float, q: "mp.Queue[str]") -> None:
 
 def write_conversations(src: Path, dest: Path, n: int) -> int:
     """``n`` conversations from ``src`` (repeated with new ids and a marked last message); rubric items written."""
-    records = [json.loads(line) for line in src.read_text(encoding="utf-8").split("\n") if line.strip()]
+    records = [
+        json.loads(line) for line in src.read_text(encoding="utf-8").split("\n") if line.strip()
+    ]
     criteria = 0
     with open(dest, "w", encoding="utf-8") as f:
         for i in range(n):
@@ -76,7 +87,12 @@ def write_conversations(src: Path, dest: Path, n: int) -> int:
 def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, float, str]:
     """(wall s, CPU s, peak RSS MB, output) of one ``python -m grandrounds`` process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "grandrounds", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grandrounds", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     out = proc.stdout.read().decode("utf-8", "replace") if proc.stdout else ""
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
@@ -102,20 +118,34 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.005)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--data", type=Path, default=DATA)
-    ap.add_argument("--out", action="store_true", help="each run also writes its outputs (--out DIR beside its store)")
+    ap.add_argument(
+        "--out",
+        action="store_true",
+        help="each run also writes its outputs (--out DIR beside its store)",
+    )
     args = ap.parse_args()
     if not args.data.exists():
-        raise SystemExit(f"{args.data}: not found (HealthBench-500 from ../shared/data, or pass --data)")
+        raise SystemExit(
+            f"{args.data}: not found (HealthBench-500 from ../shared/data, or pass --data)"
+        )
 
     q: mp.Queue[str] = mp.Queue()
     server = mp.Process(target=serve, args=(args.latency, q), daemon=True)
     server.start()
     base_url = q.get(timeout=30)
-    env = dict(os.environ, OPENAI_API_KEY="bench", GRANDROUNDS_CACHE=tempfile.mkdtemp(prefix="gr-bench-cache-"))
+    env = dict(
+        os.environ,
+        OPENAI_API_KEY="bench",
+        GRANDROUNDS_CACHE=tempfile.mkdtemp(prefix="gr-bench-cache-"),
+    )
     outputs = ", writing --out" if args.out else ""
-    print(f"HealthBench per criterion, latency {args.latency * 1000:.0f} ms, {args.concurrency} connections{outputs}, "
-          f"load {os.getloadavg()[0]:.2f}")
-    print(f"{'size':>6}{'criteria':>10}{'run':>7}{'calls':>8}{'wall s':>9}{'cpu s':>8}{'peak MB':>9}  score")
+    print(
+        f"HealthBench per criterion, latency {args.latency * 1000:.0f} ms, {args.concurrency} connections{outputs}, "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'size':>6}{'criteria':>10}{'run':>7}{'calls':>8}{'wall s':>9}{'cpu s':>8}{'peak MB':>9}  score"
+    )
     peaks: dict[int, float] = {}
     try:
         for n in args.sizes:
@@ -123,19 +153,41 @@ def main() -> None:
                 data = Path(d) / f"healthbench_{n}.jsonl"
                 criteria = write_conversations(args.data, data, n)
                 cmd = [
-                    "run", "healthbench", "--data", str(data), "--store", str(Path(d) / "store.db"),
-                    "--model", "openai/bench-model", "--base-url", base_url,
-                    "--judge", "openai/bench-judge", "--judge-base-url", base_url, "--protocol", "grandrounds",
-                    "--concurrency", str(args.concurrency), "--judge-concurrency", str(args.concurrency),
+                    "run",
+                    "healthbench",
+                    "--data",
+                    str(data),
+                    "--store",
+                    str(Path(d) / "store.db"),
+                    "--model",
+                    "openai/bench-model",
+                    "--base-url",
+                    base_url,
+                    "--judge",
+                    "openai/bench-judge",
+                    "--judge-base-url",
+                    base_url,
+                    "--protocol",
+                    "grandrounds",
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--judge-concurrency",
+                    str(args.concurrency),
                 ]
                 if args.out:
                     cmd += ["--out", str(Path(d) / "out")]
                 for label in ("cold", "warm", "grades"):
-                    if label == "grades":  # the re-run of an unfinished run: every stored grade read
+                    if (
+                        label == "grades"
+                    ):  # the re-run of an unfinished run: every stored grade read
                         forget_settled(Path(d) / "store.db")
                     wall, cpu, peak, out = run_cli(cmd, env)
-                    score = next((ln.strip() for ln in out.splitlines() if "overall_score" in ln), "")
-                    print(f"{n:>6}{criteria:>10}{label:>7}{calls_made(out):>8}{wall:>9.2f}{cpu:>8.2f}{peak:>9.1f}  {score[:60]}")
+                    score = next(
+                        (ln.strip() for ln in out.splitlines() if "overall_score" in ln), ""
+                    )
+                    print(
+                        f"{n:>6}{criteria:>10}{label:>7}{calls_made(out):>8}{wall:>9.2f}{cpu:>8.2f}{peak:>9.1f}  {score[:60]}"
+                    )
                     if label == "cold":
                         peaks[n] = peak
         if len(peaks) >= 2:

@@ -157,7 +157,13 @@ REPLY_BODY = json.dumps(
         "object": "chat.completion",
         "created": 0,
         "model": "bench",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": CONTENT}, "finish_reason": "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": CONTENT},
+                "finish_reason": "stop",
+            }
+        ],
         "usage": {"prompt_tokens": 900, "completion_tokens": 40, "total_tokens": 940},
     }
 ).encode()
@@ -166,8 +172,13 @@ REPLY_BODY = json.dumps(
 # ---- the server (its own process) ------------------------------------------------------------
 
 
-def serve(latency: float, q: "mp.Queue[str]", received: "mp.sharedctypes.Synchronized[int]",  # type: ignore[name-defined]
-          first: "mp.sharedctypes.Synchronized[float] | None" = None, last: "mp.sharedctypes.Synchronized[float] | None" = None) -> None:  # type: ignore[name-defined]
+def serve(
+    latency: float,
+    q: mp.Queue[str],
+    received: mp.sharedctypes.Synchronized[int],  # type: ignore[name-defined]
+    first: mp.sharedctypes.Synchronized[float] | None = None,
+    last: mp.sharedctypes.Synchronized[float] | None = None,
+) -> None:  # type: ignore[name-defined]
     """throughput.FixedLatencyServer with this script's reply, counting the request bytes it
     receives; with ``first`` and ``last``, also the time (``time.time``) of the first request
     after ``first`` was set to 0 and of the latest reply."""
@@ -187,7 +198,9 @@ def serve(latency: float, q: "mp.Queue[str]", received: "mp.sharedctypes.Synchro
 
     async def main() -> None:
         throughput.FixedLatencyServer.latency = latency
-        server = await asyncio.get_running_loop().create_server(Counting, "127.0.0.1", 0, backlog=1024)
+        server = await asyncio.get_running_loop().create_server(
+            Counting, "127.0.0.1", 0, backlog=1024
+        )
         q.put(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
         await asyncio.sleep(24 * 3600)
 
@@ -198,7 +211,7 @@ def serve(latency: float, q: "mp.Queue[str]", received: "mp.sharedctypes.Synchro
 class Server:
     proc: mp.Process
     base_url: str
-    received: "mp.sharedctypes.Synchronized[int]"  # type: ignore[name-defined]
+    received: mp.sharedctypes.Synchronized[int]  # type: ignore[name-defined]
     cpu0: float = 0.0
     bytes0: int = 0
 
@@ -211,10 +224,19 @@ class Server:
         """Requests, lateness, CPU and request bytes since :meth:`mark`."""
         cpu = throughput.proc_cpu(self.proc.pid) - self.cpu0
         size = self.received.value - self.bytes0
-        stats = throughput.server_lateness(self.base_url) or {"n": 0, "mean_ms": float("nan"), "max_ms": float("nan")}
+        stats = throughput.server_lateness(self.base_url) or {
+            "n": 0,
+            "mean_ms": float("nan"),
+            "max_ms": float("nan"),
+        }
         n = int(stats["n"])
-        return {"requests": n, "late_mean_ms": stats["mean_ms"], "late_max_ms": stats["max_ms"],
-                "cpu_ms_per_req": 1000 * cpu / max(n, 1), "bytes_per_req": size / max(n, 1)}
+        return {
+            "requests": n,
+            "late_mean_ms": stats["mean_ms"],
+            "late_max_ms": stats["max_ms"],
+            "cpu_ms_per_req": 1000 * cpu / max(n, 1),
+            "bytes_per_req": size / max(n, 1),
+        }
 
 
 # ---- the bare client ------------------------------------------------------------------------
@@ -228,7 +250,11 @@ def request_bodies(data: Path, limit: int | None) -> tuple[list[bytes], list[byt
 
     system = API_SYSTEM_MESSAGE.load().text
     template = GRADER_TEMPLATE.load().text
-    gen = {"temperature": 0.5, "max_tokens": 2048, "seed": 0}  # the reference protocol's (healthbench.REFERENCE)
+    gen = {
+        "temperature": 0.5,
+        "max_tokens": 2048,
+        "seed": 0,
+    }  # the reference protocol's (healthbench.REFERENCE)
     answers, judges = [], []
     with open(data, encoding="utf-8") as f:
         for i, line in enumerate(f):
@@ -239,10 +265,22 @@ def request_bodies(data: Path, limit: int | None) -> tuple[list[bytes], list[byt
             if msgs[0]["role"] != "system":
                 msgs = [{"role": "system", "content": system}, *msgs]
             answers.append(json.dumps({"messages": msgs, "model": "bench", **gen}).encode())
-            convo = "\n\n".join(f"{m['role']}: {m['content']}" for m in [*msgs, {"role": "assistant", "content": CONTENT}])
+            convo = "\n\n".join(
+                f"{m['role']}: {m['content']}"
+                for m in [*msgs, {"role": "assistant", "content": CONTENT}]
+            )
             for item in rec["rubrics"]:
-                prompt = template.replace("<<conversation>>", convo).replace("<<rubric_item>>", f"[{item['points']}] {item['criterion']}")
-                body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}], "model": "bench-judge", **gen}
+                prompt = template.replace("<<conversation>>", convo).replace(
+                    "<<rubric_item>>", f"[{item['points']}] {item['criterion']}"
+                )
+                body = {
+                    "messages": [
+                        {"role": "system", "content": system},
+                        {"role": "user", "content": prompt},
+                    ],
+                    "model": "bench-judge",
+                    **gen,
+                }
                 judges.append(json.dumps(body).encode())
     # A rubric listing one item twice makes one judge call (the second is the first's, from the
     # cache): the bare client sends each distinct body once too.
@@ -275,7 +313,9 @@ class RunFailed(Exception):
 # ---- the grandrounds CLI ----------------------------------------------------------------------
 
 
-CALLS = re.compile(r"^\s*(answers|judge \S+): (\d+) calls made, (\d+) from the store, (\d+) failed", re.M)
+CALLS = re.compile(
+    r"^\s*(answers|judge \S+): (\d+) calls made, (\d+) from the store, (\d+) failed", re.M
+)
 
 
 @dataclass
@@ -293,14 +333,38 @@ class CliRun:
         return self.answers_made + self.judges_made
 
 
-def grandrounds_run(srv: Server, data: Path, store: Path, model: str, judge: str, concurrency: int | None,
-                    limit: int | None, profile: Path | None = None) -> CliRun:
+def grandrounds_run(
+    srv: Server,
+    data: Path,
+    store: Path,
+    model: str,
+    judge: str,
+    concurrency: int | None,
+    limit: int | None,
+    profile: Path | None = None,
+) -> CliRun:
     """One `grandrounds run healthbench` in a subprocess: wall, CPU, calls from its summary."""
     cmd = [sys.executable]
     if profile is not None:
         cmd += ["-m", "cProfile", "-o", str(profile)]
-    cmd += ["-m", "grandrounds", "run", "healthbench", "--model", model, "--base-url", srv.base_url,
-            "--judge", judge, "--judge-base-url", srv.base_url, "--data", str(data), "--store", str(store)]
+    cmd += [
+        "-m",
+        "grandrounds",
+        "run",
+        "healthbench",
+        "--model",
+        model,
+        "--base-url",
+        srv.base_url,
+        "--judge",
+        judge,
+        "--judge-base-url",
+        srv.base_url,
+        "--data",
+        str(data),
+        "--store",
+        str(store),
+    ]
     if concurrency is not None:
         cmd += ["--concurrency", str(concurrency), "--judge-concurrency", str(concurrency)]
     if limit is not None:
@@ -353,7 +417,9 @@ def forget_grades(store: Path) -> None:
 # ---- one round --------------------------------------------------------------------------------
 
 
-def run_round(i: int, srv: Server, data: Path, bodies: list[bytes], args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+def run_round(
+    i: int, srv: Server, data: Path, bodies: list[bytes], args: argparse.Namespace, tmp: Path
+) -> dict[str, float]:
     """One round: the bare client and the two grandrounds runs (order alternating), then the phase runs."""
     out: dict[str, float] = {}
     stores = {name: tmp / f"round{i}-{name}" / "store.db" for name in ("default", "conn")}
@@ -366,37 +432,73 @@ def run_round(i: int, srv: Server, data: Path, bodies: list[bytes], args: argpar
         wall = asyncio.run(bare_client(srv.base_url, bodies, args.connections))
         cpu = time.process_time() - c0
         s = srv.read()
-        out.update(bare_wall=wall, bare_cpu_ms=1000 * cpu / len(bodies), bare_requests=s["requests"],
-                   bare_bytes=s["bytes_per_req"], bare_late=s["late_mean_ms"])
-        print(f"  bare aiohttp, {args.connections} connections: {s['requests']} requests, wall {wall:.2f} s, "
-              f"client cpu {1000 * cpu / len(bodies):.3f} ms/call, {s['bytes_per_req']:.0f} B/request, "
-              f"server late {s['late_mean_ms']:.2f} ms (max {s['late_max_ms']:.1f}), server cpu {s['cpu_ms_per_req']:.3f} ms/req")
+        out.update(
+            bare_wall=wall,
+            bare_cpu_ms=1000 * cpu / len(bodies),
+            bare_requests=s["requests"],
+            bare_bytes=s["bytes_per_req"],
+            bare_late=s["late_mean_ms"],
+        )
+        print(
+            f"  bare aiohttp, {args.connections} connections: {s['requests']} requests, wall {wall:.2f} s, "
+            f"client cpu {1000 * cpu / len(bodies):.3f} ms/call, {s['bytes_per_req']:.0f} B/request, "
+            f"server late {s['late_mean_ms']:.2f} ms (max {s['late_max_ms']:.1f}), server cpu {s['cpu_ms_per_req']:.3f} ms/req"
+        )
 
     def bare_process() -> None:
         # The same client as a program of its own: interpreter start-up, importing aiohttp and
         # reading the bodies from a file count, as a run's start-up counts for grandrounds.
         srv.mark()
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, __file__, "--bare-child", str(bodies_file), srv.base_url, str(args.connections)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--bare-child",
+                str(bodies_file),
+                srv.base_url,
+                str(args.connections),
+            ],
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise RunFailed(f"the bare client process failed:\n{proc.stderr[-2000:]}")
         s = srv.read()
         out.update(bare_proc_wall=wall)
-        print(f"  bare aiohttp as a process of its own (start-up, import, reading the bodies included): "
-              f"{s['requests']} requests, wall {wall:.2f} s")
+        print(
+            f"  bare aiohttp as a process of its own (start-up, import, reading the bodies included): "
+            f"{s['requests']} requests, wall {wall:.2f} s"
+        )
 
     def gr(name: str, concurrency: int | None) -> None:
-        r = grandrounds_run(srv, data, stores[name], "openai/bench", "openai/bench-judge", concurrency, args.limit)
-        out.update({f"{name}_wall": r.wall, f"{name}_cpu_ms": 1000 * r.cpu / max(r.calls, 1), f"{name}_calls": r.calls,
-                    f"{name}_answers": r.answers_made, f"{name}_judges": r.judges_made, f"{name}_failed": r.failed,
-                    f"{name}_late": r.server["late_mean_ms"], f"{name}_bytes": r.server["bytes_per_req"]})
-        label = "default flags" if concurrency is None else f"--concurrency {concurrency} --judge-concurrency {concurrency}"
-        print(f"  grandrounds, {label}: {r.answers_made} answer + {r.judges_made} judge calls "
-              f"({r.server['requests']} requests at the server, {r.failed} failed), wall {r.wall:.2f} s, "
-              f"cpu {r.cpu:.2f} s = {1000 * r.cpu / max(r.calls, 1):.3f} ms/call all-in, {r.server['bytes_per_req']:.0f} B/request, "
-              f"server late {r.server['late_mean_ms']:.2f} ms (max {r.server['late_max_ms']:.1f}), server cpu {r.server['cpu_ms_per_req']:.3f} ms/req")
+        r = grandrounds_run(
+            srv, data, stores[name], "openai/bench", "openai/bench-judge", concurrency, args.limit
+        )
+        out.update(
+            {
+                f"{name}_wall": r.wall,
+                f"{name}_cpu_ms": 1000 * r.cpu / max(r.calls, 1),
+                f"{name}_calls": r.calls,
+                f"{name}_answers": r.answers_made,
+                f"{name}_judges": r.judges_made,
+                f"{name}_failed": r.failed,
+                f"{name}_late": r.server["late_mean_ms"],
+                f"{name}_bytes": r.server["bytes_per_req"],
+            }
+        )
+        label = (
+            "default flags"
+            if concurrency is None
+            else f"--concurrency {concurrency} --judge-concurrency {concurrency}"
+        )
+        print(
+            f"  grandrounds, {label}: {r.answers_made} answer + {r.judges_made} judge calls "
+            f"({r.server['requests']} requests at the server, {r.failed} failed), wall {r.wall:.2f} s, "
+            f"cpu {r.cpu:.2f} s = {1000 * r.cpu / max(r.calls, 1):.3f} ms/call all-in, {r.server['bytes_per_req']:.0f} B/request, "
+            f"server late {r.server['late_mean_ms']:.2f} ms (max {r.server['late_max_ms']:.1f}), server cpu {r.server['cpu_ms_per_req']:.3f} ms/req"
+        )
 
     bodies_file = tmp / f"round{i}-bodies.jsonl"
     bodies_file.write_bytes(b"\n".join(bodies) + b"\n")  # a JSON text holds no raw newline
@@ -406,38 +508,72 @@ def run_round(i: int, srv: Server, data: Path, bodies: list[bytes], args: argpar
     out["ratio_default"] = out["default_wall"] / out["bare_wall"]
     out["ratio_conn"] = out["conn_wall"] / out["bare_wall"]
     out["ratio_proc"] = out["default_wall"] / out["bare_proc_wall"]
-    print(f"  ratio grandrounds/bare: default flags {out['ratio_default']:.2f}, "
-          f"{args.connections} connections {out['ratio_conn']:.2f}; default flags over the bare process {out['ratio_proc']:.2f}")
+    print(
+        f"  ratio grandrounds/bare: default flags {out['ratio_default']:.2f}, "
+        f"{args.connections} connections {out['ratio_conn']:.2f}; default flags over the bare process {out['ratio_proc']:.2f}"
+    )
 
     # Phases, on the default run's store (default flags). See the module docstring.
     store = stores["default"]
-    settled = grandrounds_run(srv, data, store, "openai/bench", "openai/bench-judge", None, args.limit)
+    settled = grandrounds_run(
+        srv, data, store, "openai/bench", "openai/bench-judge", None, args.limit
+    )
     forget_settled(store)
     warm = grandrounds_run(srv, data, store, "openai/bench", "openai/bench-judge", None, args.limit)
     forget_grades(store)
     regr = grandrounds_run(srv, data, store, "openai/bench", "openai/bench-judge", None, args.limit)
-    ans = grandrounds_run(srv, data, store, "openai/bench-b", "openai/bench-judge", None, args.limit)
-    jud = grandrounds_run(srv, data, store, "openai/bench", "openai/bench-judge-b", None, args.limit)
+    ans = grandrounds_run(
+        srv, data, store, "openai/bench-b", "openai/bench-judge", None, args.limit
+    )
+    jud = grandrounds_run(
+        srv, data, store, "openai/bench", "openai/bench-judge-b", None, args.limit
+    )
     n_judge = max(jud.judges_made, 1)
     full_cpu = out["default_cpu_ms"] * out["default_calls"] / 1000
-    out.update(warm_wall=warm.wall, warm_cpu=warm.cpu, warm_calls=warm.calls, regrade_calls=regr.calls, regrade_cpu=regr.cpu,
-               settled_wall=settled.wall, settled_calls=settled.calls)
+    out.update(
+        warm_wall=warm.wall,
+        warm_cpu=warm.cpu,
+        warm_calls=warm.calls,
+        regrade_calls=regr.calls,
+        regrade_cpu=regr.cpu,
+        settled_wall=settled.wall,
+        settled_calls=settled.calls,
+    )
     out["judge_cpu_ms"] = 1000 * (jud.cpu - warm.cpu) / n_judge
     out["judge_call_cpu_ms"] = 1000 * (jud.cpu - regr.cpu) / n_judge
     out["stored_verdict_cpu_ms"] = 1000 * (regr.cpu - warm.cpu) / n_judge
     out["answer_cpu_ms"] = 1000 * (ans.cpu - regr.cpu) / max(ans.answers_made, 1)
-    predicted = warm.cpu + (out["answer_cpu_ms"] * out["default_answers"] + out["judge_cpu_ms"] * out["default_judges"]) / 1000
-    print(f"  re-run of the finished command (result read back): {settled.calls} calls, wall {settled.wall:.2f} s")
-    print(f"  warm re-run (every stored grade read): {warm.calls} calls, wall {warm.wall:.2f} s, cpu {warm.cpu:.2f} s")
-    print(f"  grades deleted, re-run: {regr.calls} calls (answers and verdicts from the store), wall {regr.wall:.2f} s, "
-          f"cpu {regr.cpu:.2f} s -> grading from a stored verdict {out['stored_verdict_cpu_ms']:.3f} ms each")
-    print(f"  judges only: {jud.answers_made} answer + {jud.judges_made} judge calls, wall {jud.wall:.2f} s, cpu {jud.cpu:.2f} s "
-          f"-> per judge call {out['judge_cpu_ms']:.3f} ms all-in (over the warm re-run), {out['judge_call_cpu_ms']:.3f} ms "
-          f"for the call alone (over the re-grade)")
-    print(f"  answers only: {ans.answers_made} answer + {ans.judges_made} judge calls, wall {ans.wall:.2f} s, cpu {ans.cpu:.2f} s "
-          f"-> {out['answer_cpu_ms']:.3f} ms per answer call (over the re-grade)")
-    print(f"  check: warm cpu + answers x {out['answer_cpu_ms']:.3f} + judges x {out['judge_cpu_ms']:.3f} = {predicted:.2f} s; "
-          f"the default run took {full_cpu:.2f} s (it also stores the samples, once per store)")
+    predicted = (
+        warm.cpu
+        + (
+            out["answer_cpu_ms"] * out["default_answers"]
+            + out["judge_cpu_ms"] * out["default_judges"]
+        )
+        / 1000
+    )
+    print(
+        f"  re-run of the finished command (result read back): {settled.calls} calls, wall {settled.wall:.2f} s"
+    )
+    print(
+        f"  warm re-run (every stored grade read): {warm.calls} calls, wall {warm.wall:.2f} s, cpu {warm.cpu:.2f} s"
+    )
+    print(
+        f"  grades deleted, re-run: {regr.calls} calls (answers and verdicts from the store), wall {regr.wall:.2f} s, "
+        f"cpu {regr.cpu:.2f} s -> grading from a stored verdict {out['stored_verdict_cpu_ms']:.3f} ms each"
+    )
+    print(
+        f"  judges only: {jud.answers_made} answer + {jud.judges_made} judge calls, wall {jud.wall:.2f} s, cpu {jud.cpu:.2f} s "
+        f"-> per judge call {out['judge_cpu_ms']:.3f} ms all-in (over the warm re-run), {out['judge_call_cpu_ms']:.3f} ms "
+        f"for the call alone (over the re-grade)"
+    )
+    print(
+        f"  answers only: {ans.answers_made} answer + {ans.judges_made} judge calls, wall {ans.wall:.2f} s, cpu {ans.cpu:.2f} s "
+        f"-> {out['answer_cpu_ms']:.3f} ms per answer call (over the re-grade)"
+    )
+    print(
+        f"  check: warm cpu + answers x {out['answer_cpu_ms']:.3f} + judges x {out['judge_cpu_ms']:.3f} = {predicted:.2f} s; "
+        f"the default run took {full_cpu:.2f} s (it also stores the samples, once per store)"
+    )
     return out
 
 
@@ -452,11 +588,23 @@ def main() -> None:
         bare_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="HealthBench JSONL (default: the shared 500-row file)")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="HealthBench JSONL (default: the shared 500-row file)",
+    )
     ap.add_argument("--latency", type=float, default=0.05, help="server latency, seconds")
-    ap.add_argument("--connections", type=int, default=64, help="the bare client's connections, and the second grandrounds run's concurrency")
+    ap.add_argument(
+        "--connections",
+        type=int,
+        default=64,
+        help="the bare client's connections, and the second grandrounds run's concurrency",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="rounds")
-    ap.add_argument("--limit", type=int, default=None, help="first N conversations only (a quick check)")
+    ap.add_argument(
+        "--limit", type=int, default=None, help="first N conversations only (a quick check)"
+    )
     args = ap.parse_args()
     if not args.data.is_file():
         raise SystemExit(f"error: {args.data}: no such file")
@@ -469,9 +617,11 @@ def main() -> None:
     proc = mp.Process(target=serve, args=(args.latency, q, received), daemon=True)
     proc.start()
     srv = Server(proc, q.get(timeout=30), received)
-    print(f"HealthBench {args.data.name}: {len(answers)} answer + {len(judges)} judge calls per run; latency "
-          f"{args.latency * 1000:.0f} ms; {args.connections} connections; ideal wall at {args.connections} in flight "
-          f"{ideal:.2f} s; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs")
+    print(
+        f"HealthBench {args.data.name}: {len(answers)} answer + {len(judges)} judge calls per run; latency "
+        f"{args.latency * 1000:.0f} ms; {args.connections} connections; ideal wall at {args.connections} in flight "
+        f"{ideal:.2f} s; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} CPUs"
+    )
     rounds = []
     try:
         with tempfile.TemporaryDirectory() as d:
@@ -479,7 +629,9 @@ def main() -> None:
                 print(f"round {i} ({'bare first' if i % 2 == 1 else 'bare last'}):")
                 try:
                     rounds.append(run_round(i, srv, args.data, bodies, args, Path(d)))
-                except RunFailed as e:  # the figures of the rounds completed so far are still printed
+                except (
+                    RunFailed
+                ) as e:  # the figures of the rounds completed so far are still printed
                     print(f"round {i} abandoned: {e}")
                     break
     finally:
@@ -492,20 +644,38 @@ def main() -> None:
     def med(key: str) -> float:
         return statistics.median(r[key] for r in rounds)
 
-    print(f"median of {len(rounds)} round(s); load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'run':<34}{'calls':>7}{'wall s':>8}{'/bare':>7}{'cpu ms/call':>13}{'B/req':>7}{'server late ms':>16}")
-    print(f"{'bare aiohttp':<34}{len(bodies):>7}{med('bare_wall'):>8.2f}{1.0:>7.2f}{med('bare_cpu_ms'):>13.3f}{med('bare_bytes'):>7.0f}{med('bare_late'):>16.2f}")
-    print(f"{'bare aiohttp, own process':<34}{len(bodies):>7}{med('bare_proc_wall'):>8.2f}{med('bare_proc_wall') / med('bare_wall'):>7.2f}")
-    for name, label in (("default", "grandrounds, default flags"), ("conn", f"grandrounds, --concurrency {args.connections}")):
-        print(f"{label:<34}{med(name + '_calls'):>7.0f}{med(name + '_wall'):>8.2f}{med('ratio_' + name):>7.2f}"
-              f"{med(name + '_cpu_ms'):>13.3f}{med(name + '_bytes'):>7.0f}{med(name + '_late'):>16.2f}")
-    print(f"harness cpu per call, default flags: judge call {med('judge_cpu_ms'):.3f} ms all-in (prompt, call, verdict, "
-          f"grade; {med('judge_call_cpu_ms'):.3f} ms the call alone), answer call {med('answer_cpu_ms'):.3f} ms; grading "
-          f"from a stored verdict {med('stored_verdict_cpu_ms'):.3f} ms; warm re-run {med('warm_wall'):.2f} s wall, "
-          f"{med('warm_cpu'):.2f} s cpu, {med('warm_calls'):.0f} calls")
+    print(
+        f"median of {len(rounds)} round(s); load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"{'run':<34}{'calls':>7}{'wall s':>8}{'/bare':>7}{'cpu ms/call':>13}{'B/req':>7}{'server late ms':>16}"
+    )
+    print(
+        f"{'bare aiohttp':<34}{len(bodies):>7}{med('bare_wall'):>8.2f}{1.0:>7.2f}{med('bare_cpu_ms'):>13.3f}{med('bare_bytes'):>7.0f}{med('bare_late'):>16.2f}"
+    )
+    print(
+        f"{'bare aiohttp, own process':<34}{len(bodies):>7}{med('bare_proc_wall'):>8.2f}{med('bare_proc_wall') / med('bare_wall'):>7.2f}"
+    )
+    for name, label in (
+        ("default", "grandrounds, default flags"),
+        ("conn", f"grandrounds, --concurrency {args.connections}"),
+    ):
+        print(
+            f"{label:<34}{med(name + '_calls'):>7.0f}{med(name + '_wall'):>8.2f}{med('ratio_' + name):>7.2f}"
+            f"{med(name + '_cpu_ms'):>13.3f}{med(name + '_bytes'):>7.0f}{med(name + '_late'):>16.2f}"
+        )
+    print(
+        f"harness cpu per call, default flags: judge call {med('judge_cpu_ms'):.3f} ms all-in (prompt, call, verdict, "
+        f"grade; {med('judge_call_cpu_ms'):.3f} ms the call alone), answer call {med('answer_cpu_ms'):.3f} ms; grading "
+        f"from a stored verdict {med('stored_verdict_cpu_ms'):.3f} ms; warm re-run {med('warm_wall'):.2f} s wall, "
+        f"{med('warm_cpu'):.2f} s cpu, {med('warm_calls'):.0f} calls"
+    )
     per_round = ", ".join(f"{r['ratio_default']:.2f}" for r in rounds)
     per_round_proc = ", ".join(f"{r['ratio_proc']:.2f}" for r in rounds)
-    print(f"ratio per round, default flags / bare: {per_round}; over the bare process: {per_round_proc}")
+    print(
+        f"ratio per round, default flags / bare: {per_round}; over the bare process: {per_round_proc}"
+    )
+
 
 if __name__ == "__main__":
     main()

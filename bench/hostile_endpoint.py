@@ -41,15 +41,30 @@ from tests.hostile_server import MB, HostileServer  # noqa: E402
 def run_once(mode: str, limit: int, concurrency: int, cap_mb: float | None) -> dict[str, object]:
     with HostileServer(mode) as srv, tempfile.TemporaryDirectory() as d:
         cmd = [
-            sys.executable, "-m", "grandrounds", "run", "demo", "--model", "openai/m", "--base-url", srv.base_url,
-            "--store", str(Path(d) / "s.db"), "--limit", str(limit), "--concurrency", str(concurrency),
+            sys.executable,
+            "-m",
+            "grandrounds",
+            "run",
+            "demo",
+            "--model",
+            "openai/m",
+            "--base-url",
+            srv.base_url,
+            "--store",
+            str(Path(d) / "s.db"),
+            "--limit",
+            str(limit),
+            "--concurrency",
+            str(concurrency),
         ]
         if cap_mb is not None:
             cmd += ["--model-opt", f"max_response_mb={cap_mb:g}"]
         env = dict(os.environ, COLUMNS="200")
         reference = ROOT.parent / "shared" / "reference"
         if "GRANDROUNDS_REFERENCE" not in env and reference.is_dir():
-            env["GRANDROUNDS_REFERENCE"] = str(reference)  # the demo exam's prompt text, without a download
+            env["GRANDROUNDS_REFERENCE"] = str(
+                reference
+            )  # the demo exam's prompt text, without a download
         env.setdefault("OPENAI_API_KEY", "sk-bench-not-a-real-key-000000")
         log = Path(d) / "stderr.txt"
         with open(log, "wb") as err, open(os.devnull, "wb") as out:
@@ -73,15 +88,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=12, help="demo questions (at most 12)")
     ap.add_argument("--concurrency", type=int, default=4)
-    ap.add_argument("--max-response-mb", type=float, default=None, help="the provider's cap (default: its own, 8 MB)")
+    ap.add_argument(
+        "--max-response-mb",
+        type=float,
+        default=None,
+        help="the provider's cap (default: its own, 8 MB)",
+    )
     args = ap.parse_args()
     cap = f"{args.max_response_mb:g} MB" if args.max_response_mb is not None else "the default"
-    print(f"grandrounds run demo --limit {args.limit} --concurrency {args.concurrency}, response cap {cap}")
-    print(f"{'server':<10}{'exit':>5}{'wall s':>9}{'peak RSS MB':>13}{'requests':>10}{'MB pushed':>11}")
+    print(
+        f"grandrounds run demo --limit {args.limit} --concurrency {args.concurrency}, response cap {cap}"
+    )
+    print(
+        f"{'server':<10}{'exit':>5}{'wall s':>9}{'peak RSS MB':>13}{'requests':>10}{'MB pushed':>11}"
+    )
     reasons = []
     for mode in ("ok", "endless"):
         r = run_once(mode, args.limit, args.concurrency, args.max_response_mb)
-        print(f"{mode:<10}{r['exit']:>5}{r['wall']:>9.2f}{r['rss_mb']:>13.1f}{r['requests']:>10}{r['pushed_mb']:>11.1f}")
+        print(
+            f"{mode:<10}{r['exit']:>5}{r['wall']:>9.2f}{r['rss_mb']:>13.1f}{r['requests']:>10}{r['pushed_mb']:>11.1f}"
+        )
         reasons.append(f"{mode}: {r['reason'] or 'no failures'}")
     print("\n".join(reasons))
 

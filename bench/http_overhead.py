@@ -44,14 +44,18 @@ import json
 import multiprocessing as mp
 import statistics
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 BODY = {
     "model": "bench",
     "messages": [
         {"role": "system", "content": "You are a careful clinician. Answer with one letter."},
-        {"role": "user", "content": "A 54-year-old man has crushing chest pain for 40 minutes. Which test first? "
-         "A. ECG B. chest X-ray C. D-dimer D. echocardiogram " * 3},
+        {
+            "role": "user",
+            "content": "A 54-year-old man has crushing chest pain for 40 minutes. Which test first? "
+            "A. ECG B. chest X-ray C. D-dimer D. echocardiogram " * 3,
+        },
     ],
     "temperature": 0.0,
     "max_tokens": 16,
@@ -63,11 +67,20 @@ REPLY_BODY = json.dumps(
         "object": "chat.completion",
         "created": 0,
         "model": "bench",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Answer: A"}, "finish_reason": "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Answer: A"},
+                "finish_reason": "stop",
+            }
+        ],
         "usage": {"prompt_tokens": 80, "completion_tokens": 3, "total_tokens": 83},
     }
 ).encode()
-REPLY = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(REPLY_BODY), REPLY_BODY)
+REPLY = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+    len(REPLY_BODY),
+    REPLY_BODY,
+)
 
 
 class FixedLatency(asyncio.Protocol):
@@ -100,10 +113,12 @@ class FixedLatency(asyncio.Protocol):
             self.transport.write(REPLY)  # type: ignore[attr-defined]
 
 
-def serve(latency: float, q: "mp.Queue[str]") -> None:
+def serve(latency: float, q: mp.Queue[str]) -> None:
     async def main() -> None:
         FixedLatency.latency = latency
-        server = await asyncio.get_running_loop().create_server(FixedLatency, "127.0.0.1", 0, backlog=1024)
+        server = await asyncio.get_running_loop().create_server(
+            FixedLatency, "127.0.0.1", 0, backlog=1024
+        )
         q.put(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
         await asyncio.sleep(3600)
 
@@ -136,7 +151,9 @@ async def grandrounds_client(base: str, conc: int):
     p = OpenAIProvider(ModelSpec("openai", "bench", base))
 
     async def post() -> Any:
-        return await p._post("/chat/completions", BODY)  # the provider's HTTP path: transport, status, JSON
+        return await p._post(
+            "/chat/completions", BODY
+        )  # the provider's HTTP path: transport, status, JSON
 
     return post, p.aclose
 
@@ -144,12 +161,18 @@ async def grandrounds_client(base: str, conc: int):
 async def httpx2_client(base: str, conc: int):
     import httpx2
 
-    c = httpx2.AsyncClient(limits=httpx2.Limits(max_connections=conc, max_keepalive_connections=conc), timeout=120)
+    c = httpx2.AsyncClient(
+        limits=httpx2.Limits(max_connections=conc, max_keepalive_connections=conc), timeout=120
+    )
     headers = {"Authorization": "Bearer EMPTY"}
     url = base + "/chat/completions"
 
     async def post() -> Any:
-        r = await c.post(url, content=json.dumps(BODY).encode(), headers=headers | {"Content-Type": "application/json"})
+        r = await c.post(
+            url,
+            content=json.dumps(BODY).encode(),
+            headers=headers | {"Content-Type": "application/json"},
+        )
         return json.loads(r.content)
 
     return post, c.aclose
@@ -159,8 +182,12 @@ def _openai(base: str, conc: int):
     import httpx2
     import openai
 
-    pool = openai.DefaultAsyncHttpxClient(limits=httpx2.Limits(max_connections=conc, max_keepalive_connections=conc))
-    return openai.AsyncOpenAI(api_key="EMPTY", base_url=base, max_retries=0, timeout=120, http_client=pool)
+    pool = openai.DefaultAsyncHttpxClient(
+        limits=httpx2.Limits(max_connections=conc, max_keepalive_connections=conc)
+    )
+    return openai.AsyncOpenAI(
+        api_key="EMPTY", base_url=base, max_retries=0, timeout=120, http_client=pool
+    )
 
 
 async def openai_post_client(base: str, conc: int):
@@ -215,7 +242,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--clients", default=",".join(CLIENTS), help="comma-separated, from: " + ", ".join(CLIENTS))
+    ap.add_argument(
+        "--clients", default=",".join(CLIENTS), help="comma-separated, from: " + ", ".join(CLIENTS)
+    )
     args = ap.parse_args()
     names = [n for n in args.clients.split(",") if n]
     unknown = [n for n in names if n not in CLIENTS]
@@ -228,17 +257,24 @@ def main() -> None:
     base = q.get(timeout=30)
     try:
         ideal = args.calls * args.latency / args.concurrency
-        print(f"latency {args.latency * 1000:.0f} ms, concurrency {args.concurrency}, {args.calls} calls, median of {args.reps}")
+        print(
+            f"latency {args.latency * 1000:.0f} ms, concurrency {args.concurrency}, {args.calls} calls, median of {args.reps}"
+        )
         print(f"{'client':<15}{'cpu ms/call':>12}{'wall s':>9}{'ideal s':>9}{'wall/ideal':>12}")
         for name in names:
             try:
-                runs = [asyncio.run(drive(CLIENTS[name], base, args.calls, args.concurrency)) for _ in range(args.reps)]
+                runs = [
+                    asyncio.run(drive(CLIENTS[name], base, args.calls, args.concurrency))
+                    for _ in range(args.reps)
+                ]
             except ImportError as e:  # openai and httpx2 come with the dev extra
                 print(f"{name:<15}{'n/a':>12}  ({e})")
                 continue
             wall = statistics.median(w for w, _ in runs)
             cpu = statistics.median(c for _, c in runs)
-            print(f"{name:<15}{cpu / args.calls * 1000:>12.3f}{wall:>9.2f}{ideal:>9.2f}{wall / ideal:>12.2f}")
+            print(
+                f"{name:<15}{cpu / args.calls * 1000:>12.3f}{wall:>9.2f}{ideal:>9.2f}{wall / ideal:>12.2f}"
+            )
     finally:
         proc.kill()
 

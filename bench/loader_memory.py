@@ -85,14 +85,29 @@ def write(path: Path, n: int) -> None:
             rec = {
                 "question": f"A {30 + i % 50}-year-old presents with chest pain after exertion (case {i}). Which is the next step?",
                 "options": {"A": "Discharge", "B": "ECG", "C": "Antibiotics", "D": "Reassure"},
-                "answer_idx": "B", "answer": "ECG", "meta_info": "step2&3",
+                "answer_idx": "B",
+                "answer": "ECG",
+                "meta_info": "step2&3",
             }
             f.write(json.dumps(rec) + "\n")
 
 
-MEDCALC_COLUMNS = ("Row Number", "Calculator ID", "Calculator Name", "Category", "Output Type", "Note ID", "Note Type",
-                   "Patient Note", "Question", "Relevant Entities", "Ground Truth Answer", "Lower Limit", "Upper Limit",
-                   "Ground Truth Explanation")
+MEDCALC_COLUMNS = (
+    "Row Number",
+    "Calculator ID",
+    "Calculator Name",
+    "Category",
+    "Output Type",
+    "Note ID",
+    "Note Type",
+    "Patient Note",
+    "Question",
+    "Relevant Entities",
+    "Ground Truth Answer",
+    "Lower Limit",
+    "Upper Limit",
+    "Ground Truth Explanation",
+)
 
 
 def write_medcalc(path: Path, n: int) -> None:
@@ -104,33 +119,83 @@ def write_medcalc(path: Path, n: int) -> None:
         w.writerow(MEDCALC_COLUMNS)
         for i in range(n):
             age, weight = 30 + i % 50, 60 + i % 40
-            note = (f"A {age}-year-old man (case {i}) presents with fatigue.\n"
-                    f"Weight {weight} kg, height 175 cm, serum creatinine 1.1 mg/dL.\n"
-                    "He takes no medications and has no known allergies.")
-            entities = repr({"age": [age, "years"], "weight": [weight, "kg"], "creatinine": [1.1, "mg/dL"]})
-            w.writerow([i + 1, 2, "Creatinine Clearance (Cockcroft-Gault Equation)", "lab", "decimal", f"pmc-{i}", "Extracted",
-                        note, "What is the patient's Creatinine Clearance in mL/min?", entities, "98.5", "93.575", "103.425",
-                        "The Cockcroft-Gault equation gives the value."])
+            note = (
+                f"A {age}-year-old man (case {i}) presents with fatigue.\n"
+                f"Weight {weight} kg, height 175 cm, serum creatinine 1.1 mg/dL.\n"
+                "He takes no medications and has no known allergies."
+            )
+            entities = repr(
+                {"age": [age, "years"], "weight": [weight, "kg"], "creatinine": [1.1, "mg/dL"]}
+            )
+            w.writerow(
+                [
+                    i + 1,
+                    2,
+                    "Creatinine Clearance (Cockcroft-Gault Equation)",
+                    "lab",
+                    "decimal",
+                    f"pmc-{i}",
+                    "Extracted",
+                    note,
+                    "What is the patient's Creatinine Clearance in mL/min?",
+                    entities,
+                    "98.5",
+                    "93.575",
+                    "103.425",
+                    "The Cockcroft-Gault equation gives the value.",
+                ]
+            )
 
 
 def write_cmb(folder: Path, n: int) -> None:
     """CMB's answer key and question file: two JSON arrays joined on ``id``, listed in the same order."""
     types = ("单项选择题", "多项选择题")
-    with open(folder / "CMB-test-choice-answer.json", "w", encoding="utf-8") as key, \
-            open(folder / "CMB-test-choice-question-merge.json", "w", encoding="utf-8") as qs:
+    with (
+        open(folder / "CMB-test-choice-answer.json", "w", encoding="utf-8") as key,
+        open(folder / "CMB-test-choice-question-merge.json", "w", encoding="utf-8") as qs,
+    ):
         key.write("[\n")
         qs.write("[\n")
         for i in range(n):
             sep = "" if i == 0 else ",\n"
             kind = types[i % 10 == 0]
-            key.write(sep + json.dumps({"id": i + 1, "exam_type": "医师考试", "exam_class": "规培结业", "exam_subject": "内科",
-                                        "question_type": kind, "answer": "BD" if i % 10 == 0 else "B"},
-                                       ensure_ascii=False, indent=4))
-            qs.write(sep + json.dumps({"id": i + 1, "exam_type": "医师考试", "exam_class": "规培结业", "exam_subject": "内科",
-                                       "question": f"患者，男，{30 + i % 50}岁，活动后胸痛（病例{i}）。下一步最合适的检查是？",
-                                       "question_type": kind,
-                                       "option": {"A": "出院观察", "B": "心电图", "C": "抗生素", "D": "安慰", "E": ""}},
-                                      ensure_ascii=False, indent=4))
+            key.write(
+                sep
+                + json.dumps(
+                    {
+                        "id": i + 1,
+                        "exam_type": "医师考试",
+                        "exam_class": "规培结业",
+                        "exam_subject": "内科",
+                        "question_type": kind,
+                        "answer": "BD" if i % 10 == 0 else "B",
+                    },
+                    ensure_ascii=False,
+                    indent=4,
+                )
+            )
+            qs.write(
+                sep
+                + json.dumps(
+                    {
+                        "id": i + 1,
+                        "exam_type": "医师考试",
+                        "exam_class": "规培结业",
+                        "exam_subject": "内科",
+                        "question": f"患者，男，{30 + i % 50}岁，活动后胸痛（病例{i}）。下一步最合适的检查是？",
+                        "question_type": kind,
+                        "option": {
+                            "A": "出院观察",
+                            "B": "心电图",
+                            "C": "抗生素",
+                            "D": "安慰",
+                            "E": "",
+                        },
+                    },
+                    ensure_ascii=False,
+                    indent=4,
+                )
+            )
         key.write("\n]\n")
         qs.write("\n]\n")
 
@@ -154,13 +219,23 @@ def write_llmeval(path: Path, n: int) -> None:
                 rounds = min(1 + group % 3, per[c] - written)
                 for rnd in range(1, rounds + 1):
                     turn = {
-                        "category1": category, "category2": "医学基础知识/医学考试", "scene": f"场景{group % 17}",
-                        "round": rnd, "problem": f"患者，男，{30 + group % 50}岁，活动后胸痛（对话{group}，第{rnd}轮）。下一步最合适的检查是什么？",
+                        "category1": category,
+                        "category2": "医学基础知识/医学考试",
+                        "scene": f"场景{group % 17}",
+                        "round": rnd,
+                        "problem": f"患者，男，{30 + group % 50}岁，活动后胸痛（对话{group}，第{rnd}轮）。下一步最合适的检查是什么？",
                         "groupCode": group,
-                        "sanswer": nan if written % 29 == 0 else f"首先应行心电图检查（对话{group}）。",
-                        "difficulty": "中", "checklist": nan if written % 3 == 0 else "核心需求：\n1. 内容要求：提到心电图",
+                        "sanswer": nan
+                        if written % 29 == 0
+                        else f"首先应行心电图检查（对话{group}）。",
+                        "difficulty": "中",
+                        "checklist": nan
+                        if written % 3 == 0
+                        else "核心需求：\n1. 内容要求：提到心电图",
                     }
-                    body = json.dumps(turn, ensure_ascii=False, indent=4).replace("\n", "\n        ")
+                    body = json.dumps(turn, ensure_ascii=False, indent=4).replace(
+                        "\n", "\n        "
+                    )
                     f.write(("," if written else "") + "\n        " + body)
                     written += 1
             f.write("\n    ]")
@@ -191,22 +266,37 @@ def share_strings(path: Path) -> None:
         return f'<c r="{m.group(1)}" t="s"><v>{at}</v></c>'
 
     sheet = parts["xl/worksheets/sheet1.xml"].decode("utf-8")
-    sheet = re.sub(r'<c r="([A-Z]+[0-9]+)" t="inlineStr"><is><t[^>]*>(.*?)</t></is></c>', shared, sheet, flags=re.S)
+    sheet = re.sub(
+        r'<c r="([A-Z]+[0-9]+)" t="inlineStr"><is><t[^>]*>(.*?)</t></is></c>',
+        shared,
+        sheet,
+        flags=re.S,
+    )
     # Excel states the used range before the rows (openpyxl's write-only mode does not): without
     # it openpyxl's read-only sheet scans every row on opening to learn the size
     last = re.findall(r'<c r="([A-Z]+)([0-9]+)"', sheet[-2000:])[-1]
-    sheet = sheet.replace("<sheetViews>", f'<dimension ref="A1:{last[0]}{last[1]}" /><sheetViews>', 1)
+    sheet = sheet.replace(
+        "<sheetViews>", f'<dimension ref="A1:{last[0]}{last[1]}" /><sheetViews>', 1
+    )
     parts["xl/worksheets/sheet1.xml"] = sheet.encode("utf-8")
     del sheet
-    table = "".join(f'<si><t xml:space="preserve">{text}</t></si>' for text in index)  # texts are XML-escaped already
-    parts["xl/sharedStrings.xml"] = (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '
-                                     f'count="{len(index)}" uniqueCount="{len(index)}">{table}</sst>').encode("utf-8")
+    table = "".join(
+        f'<si><t xml:space="preserve">{text}</t></si>' for text in index
+    )  # texts are XML-escaped already
+    parts["xl/sharedStrings.xml"] = (
+        f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main" '
+        f'count="{len(index)}" uniqueCount="{len(index)}">{table}</sst>'
+    ).encode()
     kind = "application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"
     parts["[Content_Types].xml"] = parts["[Content_Types].xml"].replace(
-        b"</Types>", f'<Override PartName="/xl/sharedStrings.xml" ContentType="{escape(kind)}"/></Types>'.encode())
+        b"</Types>",
+        f'<Override PartName="/xl/sharedStrings.xml" ContentType="{escape(kind)}"/></Types>'.encode(),
+    )
     rel = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/sharedStrings"
     parts["xl/_rels/workbook.xml.rels"] = parts["xl/_rels/workbook.xml.rels"].replace(
-        b"</Relationships>", f'<Relationship Id="rIdShared" Type="{rel}" Target="sharedStrings.xml"/></Relationships>'.encode())
+        b"</Relationships>",
+        f'<Relationship Id="rIdShared" Type="{rel}" Target="sharedStrings.xml"/></Relationships>'.encode(),
+    )
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for name, data in parts.items():
             z.writestr(name, data)
@@ -220,11 +310,26 @@ def _write_gaps_inline(path: Path, n: int) -> None:
     ws.append(["index", "question", "分类", "rubrics", "m1_answer", "m2_answer"])
     levels = ("A1", "A1", "A2", "A3", "S1", "S2")
     for i in range(1, n + 1):
-        rubric = [{"id": k + 1, "claim": f"回答应提到第{k + 1}项要点（问题{i}）：评估EGFR突变状态后再选择一线治疗方案", "level": lv,
-                   "type": "negative" if lv.startswith("S") else "positive", "desc": f"要点{k + 1}"}
-                  for k, lv in enumerate(levels)]
-        ws.append([i, f"非小细胞肺癌患者（病例{i}），IIIA期，EGFR突变阳性，术后辅助治疗如何选择？", "治疗",
-                   json.dumps(rubric, ensure_ascii=False), f"建议奥希替尼辅助治疗三年（病例{i}）。", f"建议化疗后随访（病例{i}）。"])
+        rubric = [
+            {
+                "id": k + 1,
+                "claim": f"回答应提到第{k + 1}项要点（问题{i}）：评估EGFR突变状态后再选择一线治疗方案",
+                "level": lv,
+                "type": "negative" if lv.startswith("S") else "positive",
+                "desc": f"要点{k + 1}",
+            }
+            for k, lv in enumerate(levels)
+        ]
+        ws.append(
+            [
+                i,
+                f"非小细胞肺癌患者（病例{i}），IIIA期，EGFR突变阳性，术后辅助治疗如何选择？",
+                "治疗",
+                json.dumps(rubric, ensure_ascii=False),
+                f"建议奥希替尼辅助治疗三年（病例{i}）。",
+                f"建议化疗后随访（病例{i}）。",
+            ]
+        )
     wb.save(path)
 
 
@@ -242,7 +347,7 @@ def write_data(bench: str, folder: Path, n: int) -> Path:
     return Path(path)
 
 
-def _write_data(bench: str, folder: Path, n: int, q: "mp.Queue[str]") -> None:
+def _write_data(bench: str, folder: Path, n: int, q: mp.Queue[str]) -> None:
     try:
         q.put(str(_write(bench, folder, n)))
     except BaseException:
@@ -275,7 +380,12 @@ def size_mb(data: Path) -> float:
 
 def run_cli(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "grandrounds", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grandrounds", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     out = proc.stdout.read().decode("utf-8", "replace") if proc.stdout else ""
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
@@ -309,14 +419,22 @@ def compare_json_parsers(mb: int) -> None:
         write_cmb(Path(d), n)
         print(f"JSON array of {n:,} CMB questions, {path.stat().st_size / 1e6:.0f} MB")
         print(f"{'reader':<22}{'records':>10}{'wall s':>8}{'peak MB':>9}")
-        for how, label in (("read_json", "json.loads (whole)"), ("iter_json_array", "ijson (every record)"),
-                           ("first10", "ijson (first 10)")):
-            out = subprocess.run([sys.executable, "-c", PARSE, how, str(path)], capture_output=True, text=True, check=True)
+        for how, label in (
+            ("read_json", "json.loads (whole)"),
+            ("iter_json_array", "ijson (every record)"),
+            ("first10", "ijson (first 10)"),
+        ):
+            out = subprocess.run(
+                [sys.executable, "-c", PARSE, how, str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             count, wall, peak = out.stdout.split()
             print(f"{label:<22}{int(count):>10,}{float(wall):>8.2f}{float(peak):>9.1f}")
 
 
-def serve_judge(q: "mp.Queue[str]") -> None:
+def serve_judge(q: mp.Queue[str]) -> None:
     """The test suite's loopback server, replying :data:`JUDGE_REPLY` to every request."""
     from grandrounds.testing import LoopbackServer
 
@@ -333,10 +451,32 @@ def start_server(target: Any, *args: Any) -> tuple[mp.Process, str]:
 
 
 def run_args(bench: str, data: Path, store: Path, base_url: str, judge_url: str) -> list[str]:
-    args = ["run", bench, "--data", str(data), "--store", str(store), "--model", "openai/bench", "--protocol", "grandrounds"]
+    args = [
+        "run",
+        bench,
+        "--data",
+        str(data),
+        "--store",
+        str(store),
+        "--model",
+        "openai/bench",
+        "--protocol",
+        "grandrounds",
+    ]
     if bench in JUDGED:
-        args += ["--base-url", judge_url, "--judge", "openai/judge", "--judge-base-url", judge_url, "--max-reask", "0"]
-        args += ["--judge-runs", "1"] if bench == "llmeval-med" else ["--judge", "openai/judge2"]  # GAPS' vote needs 2
+        args += [
+            "--base-url",
+            judge_url,
+            "--judge",
+            "openai/judge",
+            "--judge-base-url",
+            judge_url,
+            "--max-reask",
+            "0",
+        ]
+        args += (
+            ["--judge-runs", "1"] if bench == "llmeval-med" else ["--judge", "openai/judge2"]
+        )  # GAPS' vote needs 2
     else:
         args += ["--base-url", base_url]
     return args
@@ -346,8 +486,12 @@ def full_llmeval(turns: int, judge_url: str, env: dict[str, str]) -> None:
     """A whole LLMEval-Med run (no --limit) of ``turns`` turns, one judge run per answer."""
     with tempfile.TemporaryDirectory() as d:
         data = write_data("llmeval-med", Path(d) / "data", turns)
-        print(f"llmeval-med full run: {turns:,} turns, {size_mb(data):.0f} MB, 1 judge run per answer")
-        wall, peak, out = run_cli(run_args("llmeval-med", data, Path(d) / "s.db", "", judge_url), env)
+        print(
+            f"llmeval-med full run: {turns:,} turns, {size_mb(data):.0f} MB, 1 judge run per answer"
+        )
+        wall, peak, out = run_cli(
+            run_args("llmeval-med", data, Path(d) / "s.db", "", judge_url), env
+        )
         assert f"n {turns}" in out, out
         print(f"{'wall s':>8}{'peak MB':>9}\n{wall:>8.2f}{peak:>9.1f}")
 
@@ -355,17 +499,42 @@ def full_llmeval(turns: int, judge_url: str, env: dict[str, str]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
-    ap.add_argument("--bench", choices=BENCHMARKS, action="append", help="benchmark format(s) to measure (default: all)")
-    ap.add_argument("--json-parsers", type=int, metavar="MB", help="only compare json.load with ijson on an array of MB megabytes")
-    ap.add_argument("--full", type=int, metavar="TURNS", help="only a whole LLMEval-Med run (no --limit) of TURNS turns")
-    ap.add_argument("--src", type=Path, help="run the grandrounds package found in this folder (e.g. a copy of an earlier src/)")
+    ap.add_argument(
+        "--bench",
+        choices=BENCHMARKS,
+        action="append",
+        help="benchmark format(s) to measure (default: all)",
+    )
+    ap.add_argument(
+        "--json-parsers",
+        type=int,
+        metavar="MB",
+        help="only compare json.load with ijson on an array of MB megabytes",
+    )
+    ap.add_argument(
+        "--full",
+        type=int,
+        metavar="TURNS",
+        help="only a whole LLMEval-Med run (no --limit) of TURNS turns",
+    )
+    ap.add_argument(
+        "--src",
+        type=Path,
+        help="run the grandrounds package found in this folder (e.g. a copy of an earlier src/)",
+    )
     args = ap.parse_args()
     if args.src:  # every process started from here imports grandrounds from there
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(args.src.resolve()), os.environ.get("PYTHONPATH", "")) if p)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(args.src.resolve()), os.environ.get("PYTHONPATH", "")) if p
+        )
     if args.json_parsers:
         compare_json_parsers(args.json_parsers)
         return
-    env = dict(os.environ, OPENAI_API_KEY="bench", GRANDROUNDS_CACHE=tempfile.mkdtemp(prefix="gr-bench-cache-"))
+    env = dict(
+        os.environ,
+        OPENAI_API_KEY="bench",
+        GRANDROUNDS_CACHE=tempfile.mkdtemp(prefix="gr-bench-cache-"),
+    )
     servers = []
     try:
         judge, judge_url = start_server(serve_judge)
@@ -377,12 +546,25 @@ def main() -> None:
         servers.append(server)
         for bench in args.bench or BENCHMARKS:
             with tempfile.TemporaryDirectory() as d:
-                big, small = write_data(bench, Path(d) / "big", args.records), write_data(bench, Path(d) / "small", 10)
+                big, small = (
+                    write_data(bench, Path(d) / "big", args.records),
+                    write_data(bench, Path(d) / "small", 10),
+                )
                 print(f"{bench}: {args.records:,} records, {size_mb(big):.0f} MB")
                 print(f"{'file':<18}{'wall s':>8}{'peak MB':>9}")
-                for label, path in (("1M --limit 10" if args.records == 1_000_000 else f"{args.records:,} --limit 10", big), ("10 records", small)):
+                for label, path in (
+                    (
+                        "1M --limit 10"
+                        if args.records == 1_000_000
+                        else f"{args.records:,} --limit 10",
+                        big,
+                    ),
+                    ("10 records", small),
+                ):
                     store = Path(d) / f"{path.parent.name}-{path.name}.db"
-                    wall, peak, out = run_cli([*run_args(bench, path, store, base_url, judge_url), "--limit", "10"], env)
+                    wall, peak, out = run_cli(
+                        [*run_args(bench, path, store, base_url, judge_url), "--limit", "10"], env
+                    )
                     assert "n 10" in out, out
                     print(f"{label:<18}{wall:>8.2f}{peak:>9.1f}")
     finally:

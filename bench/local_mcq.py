@@ -18,14 +18,19 @@ from pathlib import Path
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.core.records import GenParams
-from grandrounds.run.runner import run
 from grandrounds.run.config import RunConfig
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared/data/medqa/phrases_no_exclude_test.jsonl")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=Path(__file__).resolve().parents[2]
+        / "shared/data/medqa/phrases_no_exclude_test.jsonl",
+    )
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", default="letter,loglik,generate")
@@ -48,7 +53,9 @@ def main() -> None:
             out = asyncio.run(run(Store(Path(d) / "s.db"), cfg))
             wall = time.perf_counter() - t0
         r = out.result
-        print(f"{mode:<10}{r.n:>7}{wall:>9.1f}{r.n / wall:>9.2f}{r.score:>10.3f}{r.extra.get('n_unextracted', 0):>13}")
+        print(
+            f"{mode:<10}{r.n:>7}{wall:>9.1f}{r.n / wall:>9.2f}{r.score:>10.3f}{r.extra.get('n_unextracted', 0):>13}"
+        )
 
 
 if __name__ == "__main__":

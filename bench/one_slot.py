@@ -40,7 +40,16 @@ async def ask(base_url: str, db: Path, n: int, timeout: float) -> tuple[float, i
     provider = PROVIDERS.get("openai")(ModelSpec("openai", "local", base_url), timeout=timeout)
     with Store(db) as st:
         ex = Executor(st, provider, None, RetryPolicy(), endpoints=EndpointLimits())
-        reqs = [Request("openai", "local", (Message("user", f"question {i}"),), GenParams(max_tokens=8), base_url=base_url) for i in range(n)]
+        reqs = [
+            Request(
+                "openai",
+                "local",
+                (Message("user", f"question {i}"),),
+                GenParams(max_tokens=8),
+                base_url=base_url,
+            )
+            for i in range(n)
+        ]
         t0 = time.perf_counter()
         out = await asyncio.gather(*(ex(r) for r in reqs))
         wall = time.perf_counter() - t0
@@ -52,17 +61,28 @@ async def ask(base_url: str, db: Path, n: int, timeout: float) -> tuple[float, i
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=int, default=20)
-    ap.add_argument("--service", type=float, default=0.3, help="seconds the server takes per request")
+    ap.add_argument(
+        "--service", type=float, default=0.3, help="seconds the server takes per request"
+    )
     ap.add_argument("--timeout", type=float, default=2.0, help="the provider's timeout, seconds")
     args = ap.parse_args()
     cpu0 = cpu_seconds()
-    with LoopbackServer(lambda body: "B", latency=args.service, serial=True) as srv, tempfile.TemporaryDirectory() as d:
-        wall, failed, retries, backoffs, smallest = asyncio.run(ask(srv.base_url, Path(d) / "s.db", args.questions, args.timeout))
+    with (
+        LoopbackServer(lambda body: "B", latency=args.service, serial=True) as srv,
+        tempfile.TemporaryDirectory() as d,
+    ):
+        wall, failed, retries, backoffs, smallest = asyncio.run(
+            ask(srv.base_url, Path(d) / "s.db", args.questions, args.timeout)
+        )
         served, skipped, most = srv.stats.requests, srv.stats.abandoned, srv.stats.max_waiting
-    print(f"{args.questions} questions, {args.service:g} s each, one at a time, timeout {args.timeout:g} s "
-          f"(serial minimum {args.questions * args.service:.1f} s)")
-    print(f"wall {wall:.2f} s, cpu {cpu_seconds() - cpu0:.2f} s, failed {failed}, retries {retries}, back-offs {backoffs}, "
-          f"smallest window {smallest}, requests at the server {served}, skipped (client gone) {skipped}, most waiting {most}")
+    print(
+        f"{args.questions} questions, {args.service:g} s each, one at a time, timeout {args.timeout:g} s "
+        f"(serial minimum {args.questions * args.service:.1f} s)"
+    )
+    print(
+        f"wall {wall:.2f} s, cpu {cpu_seconds() - cpu0:.2f} s, failed {failed}, retries {retries}, back-offs {backoffs}, "
+        f"smallest window {smallest}, requests at the server {served}, skipped (client gone) {skipped}, most waiting {most}"
+    )
 
 
 if __name__ == "__main__":

@@ -65,16 +65,26 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=scale.DATA)
     args = ap.parse_args()
     if not args.data.exists():
-        raise SystemExit(f"{args.data}: not found (HealthBench-500 from ../shared/data, or pass --data)")
+        raise SystemExit(
+            f"{args.data}: not found (HealthBench-500 from ../shared/data, or pass --data)"
+        )
 
     q: mp.Queue[str] = mp.Queue()
     server = mp.Process(target=scale.serve, args=(args.latency, q), daemon=True)
     server.start()
     base_url = q.get(timeout=30)
-    env = dict(os.environ, OPENAI_API_KEY="bench", GRANDROUNDS_CACHE=tempfile.mkdtemp(prefix="gr-bench-cache-"))
-    print(f"HealthBench per criterion, --out and regrade --out, latency {args.latency * 1000:.0f} ms, "
-          f"{args.concurrency} connections, load {os.getloadavg()[0]:.2f}")
-    print(f"{'size':>6}{'criteria':>10}  {'command':<12}{'calls':>8}{'wall s':>9}{'cpu s':>8}{'peak MB':>9}{'lines':>7}")
+    env = dict(
+        os.environ,
+        OPENAI_API_KEY="bench",
+        GRANDROUNDS_CACHE=tempfile.mkdtemp(prefix="gr-bench-cache-"),
+    )
+    print(
+        f"HealthBench per criterion, --out and regrade --out, latency {args.latency * 1000:.0f} ms, "
+        f"{args.concurrency} connections, load {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'size':>6}{'criteria':>10}  {'command':<12}{'calls':>8}{'wall s':>9}{'cpu s':>8}{'peak MB':>9}{'lines':>7}"
+    )
     peaks: dict[str, dict[int, float]] = {"run --out": {}, "regrade --out": {}}
     try:
         for n in args.sizes:
@@ -84,26 +94,74 @@ def main() -> None:
                 criteria = scale.write_conversations(args.data, data, n)
                 store = str(root / "store.db")
                 run_cmd = [
-                    "run", "healthbench", "--data", str(data), "--store", store,
-                    "--model", "openai/bench-model", "--base-url", base_url,
-                    "--judge", "openai/bench-judge", "--judge-base-url", base_url, "--protocol", "grandrounds",
-                    "--concurrency", str(args.concurrency), "--judge-concurrency", str(args.concurrency),
-                    "--out", str(root / "run-out"),
+                    "run",
+                    "healthbench",
+                    "--data",
+                    str(data),
+                    "--store",
+                    store,
+                    "--model",
+                    "openai/bench-model",
+                    "--base-url",
+                    base_url,
+                    "--judge",
+                    "openai/bench-judge",
+                    "--judge-base-url",
+                    base_url,
+                    "--protocol",
+                    "grandrounds",
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--judge-concurrency",
+                    str(args.concurrency),
+                    "--out",
+                    str(root / "run-out"),
                 ]
                 wall, cpu, peak, out = scale.run_cli(run_cmd, env)
                 found = RUN_ID.search(out)
                 if not found:
                     raise SystemExit(f"no run id in the run's output:\n{out[-2000:]}")
-                rows = [("run --out", wall, cpu, peak, scale.calls_made(out), lines_in(root / "run-out" / "samples.jsonl"))]
+                rows = [
+                    (
+                        "run --out",
+                        wall,
+                        cpu,
+                        peak,
+                        scale.calls_made(out),
+                        lines_in(root / "run-out" / "samples.jsonl"),
+                    )
+                ]
                 regrade_cmd = [
-                    "regrade", "--run", found.group(1), "--store", store,
-                    "--judge", "openai/bench-judge-2", "--judge-base-url", base_url,
-                    "--judge-concurrency", str(args.concurrency), "--out", str(root / "regrade-out"),
+                    "regrade",
+                    "--run",
+                    found.group(1),
+                    "--store",
+                    store,
+                    "--judge",
+                    "openai/bench-judge-2",
+                    "--judge-base-url",
+                    base_url,
+                    "--judge-concurrency",
+                    str(args.concurrency),
+                    "--out",
+                    str(root / "regrade-out"),
                 ]
                 wall, cpu, peak, out = scale.run_cli(regrade_cmd, env)
-                rows.append(("regrade --out", wall, cpu, peak, scale.calls_made(out), lines_in(root / "regrade-out" / "samples.jsonl")))
+                rows.append(
+                    (
+                        "regrade --out",
+                        wall,
+                        cpu,
+                        peak,
+                        scale.calls_made(out),
+                        lines_in(root / "regrade-out" / "samples.jsonl"),
+                    )
+                )
                 for label, wall, cpu, peak, calls, lines in rows:
-                    print(f"{n:>6}{criteria:>10}  {label:<12}{calls:>8}{wall:>9.2f}{cpu:>8.2f}{peak:>9.1f}{lines:>7}", flush=True)
+                    print(
+                        f"{n:>6}{criteria:>10}  {label:<12}{calls:>8}{wall:>9.2f}{cpu:>8.2f}{peak:>9.1f}{lines:>7}",
+                        flush=True,
+                    )
                     if lines != n:
                         raise SystemExit(f"{label}: samples.jsonl has {lines} lines, expected {n}")
                     peaks[label][n] = peak
@@ -112,8 +170,10 @@ def main() -> None:
                 small, large = min(by_size), max(by_size)
                 ratio = by_size[large] / by_size[small]
                 ok = ratio <= 1.3 and by_size[large] < 200
-                print(f"{label}: peak at {large} / peak at {small}: {ratio:.2f}x, {by_size[large]:.1f} MB "
-                      f"({'within' if ok else 'MISSES'} the target: <= 1.3x and < 200 MB)")
+                print(
+                    f"{label}: peak at {large} / peak at {small}: {ratio:.2f}x, {by_size[large]:.1f} MB "
+                    f"({'within' if ok else 'MISSES'} the target: <= 1.3x and < 200 MB)"
+                )
     finally:
         server.kill()
 

@@ -1,6 +1,6 @@
 """Size and build time of the self-contained HTML report for 500 samples x 3 models (goal < 25 MB).
 
-    python bench/report_size.py [--samples 500] [--models 3]
+python bench/report_size.py [--samples 500] [--models 3]
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.synthetic import SynthSpec, build_store  # noqa: E402
-
 from grandrounds.reports import build_report  # noqa: E402
+from tests.synthetic import SynthSpec, build_store  # noqa: E402
 
 
 def main() -> None:
@@ -24,7 +23,10 @@ def main() -> None:
     ap.add_argument("--criteria", type=int, default=8)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        st = build_store(Path(d) / "r.db", SynthSpec(n_samples=args.samples, n_models=args.models, n_criteria=args.criteria))
+        st = build_store(
+            Path(d) / "r.db",
+            SynthSpec(n_samples=args.samples, n_models=args.models, n_criteria=args.criteria),
+        )
         for fmt in ("html", "json", "xlsx", "parquet", "csv", "md"):
             t = time.perf_counter()
             paths = build_report(st, fmt, Path(d) / f"report.{fmt}")
@@ -33,8 +35,10 @@ def main() -> None:
             if fmt == "html":
                 html_size = size
         st.close()
-    print(f"HTML for {args.samples} samples x {args.models} models x {args.criteria} criteria: {html_size / 1e6:.2f} MB "
-          + ("(PASS < 25 MB)" if html_size < 25e6 else "(FAIL >= 25 MB)"))
+    print(
+        f"HTML for {args.samples} samples x {args.models} models x {args.criteria} criteria: {html_size / 1e6:.2f} MB "
+        + ("(PASS < 25 MB)" if html_size < 25e6 else "(FAIL >= 25 MB)")
+    )
     sys.exit(0 if html_size < 25e6 else 1)
 
 

@@ -29,7 +29,9 @@ from grandrounds.testing import LoopbackServer  # noqa: E402
 
 def env() -> dict[str, str]:
     out = dict(os.environ) | {"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
-    ref = ROOT.parent / "shared" / "reference"  # the official prompt files the default protocol reads
+    ref = (
+        ROOT.parent / "shared" / "reference"
+    )  # the official prompt files the default protocol reads
     if "GRANDROUNDS_REFERENCE" not in out and ref.is_dir():
         out["GRANDROUNDS_REFERENCE"] = str(ref)
     return out
@@ -39,7 +41,9 @@ def timed(args: list[str], repeat: int) -> list[float]:
     walls = []
     for _ in range(repeat):
         start = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "grandrounds", *args], capture_output=True, text=True, env=env())
+        r = subprocess.run(
+            [sys.executable, "-m", "grandrounds", *args], capture_output=True, text=True, env=env()
+        )
         walls.append(time.perf_counter() - start)
         if r.returncode != 0:
             sys.exit(f"grandrounds {' '.join(args)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
@@ -47,13 +51,24 @@ def timed(args: list[str], repeat: int) -> list[float]:
 
 
 def own_modules(args: list[str]) -> int:
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "grandrounds", *args], capture_output=True, text=True, env=env())
-    return sum(1 for line in r.stderr.splitlines() if line.rstrip().split("|")[-1].strip().startswith("grandrounds"))
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "grandrounds", *args],
+        capture_output=True,
+        text=True,
+        env=env(),
+    )
+    return sum(
+        1
+        for line in r.stderr.splitlines()
+        if line.rstrip().split("|")[-1].strip().startswith("grandrounds")
+    )
 
 
 def show(name: str, walls: list[float], modules: int) -> None:
-    print(f"{name}: median {statistics.median(walls):.3f} s (min {min(walls):.3f}, max {max(walls):.3f}, n={len(walls)}); "
-          f"{modules} grandrounds modules imported")
+    print(
+        f"{name}: median {statistics.median(walls):.3f} s (min {min(walls):.3f}, max {max(walls):.3f}, n={len(walls)}); "
+        f"{modules} grandrounds modules imported"
+    )
 
 
 def main() -> None:
@@ -62,7 +77,16 @@ def main() -> None:
     a = ap.parse_args()
     show("grandrounds --help", timed(["--help"], a.repeat), own_modules(["--help"]))
     with tempfile.TemporaryDirectory() as tmp, LoopbackServer(lambda body: "Answer: A") as srv:
-        args = ["run", "demo", "--model", "openai/m", "--base-url", srv.base_url, "--store", str(Path(tmp) / "s.db")]
+        args = [
+            "run",
+            "demo",
+            "--model",
+            "openai/m",
+            "--base-url",
+            srv.base_url,
+            "--store",
+            str(Path(tmp) / "s.db"),
+        ]
         timed(args, 1)
         made = srv.stats.requests
         walls = timed(args, a.repeat)

@@ -61,7 +61,9 @@ class FixedLatencyServer(asyncio.Protocol):
             if head.startswith("GET /stats"):
                 lat = sorted(FixedLatencyServer.lateness) or [0.0]
                 FixedLatencyServer.lateness = []
-                body = json.dumps({"n": len(lat), "mean_ms": 1000 * sum(lat) / len(lat), "max_ms": 1000 * lat[-1]}).encode()
+                body = json.dumps(
+                    {"n": len(lat), "mean_ms": 1000 * sum(lat) / len(lat), "max_ms": 1000 * lat[-1]}
+                ).encode()
                 self.transport.write(_http(body))  # type: ignore[attr-defined]
                 continue
             due = self.loop.time() + self.latency
@@ -74,7 +76,10 @@ class FixedLatencyServer(asyncio.Protocol):
 
 
 def _http(body: bytes) -> bytes:
-    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
 
 
 REPLY = _http(
@@ -84,14 +89,20 @@ REPLY = _http(
             "object": "chat.completion",
             "created": 0,
             "model": "bench",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Answer: B"}, "finish_reason": "stop"}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Answer: B"},
+                    "finish_reason": "stop",
+                }
+            ],
             "usage": {"prompt_tokens": 40, "completion_tokens": 2, "total_tokens": 42},
         }
     ).encode()
 )
 
 
-def serve(latency: float, kind: str, q: "mp.Queue[str]") -> None:
+def serve(latency: float, kind: str, q: mp.Queue[str]) -> None:
     if kind == "loopback":  # the full test server (rules, fault injection, statistics)
         from grandrounds.testing import LoopbackServer
 
@@ -102,7 +113,9 @@ def serve(latency: float, kind: str, q: "mp.Queue[str]") -> None:
 
     async def main() -> None:
         FixedLatencyServer.latency = latency
-        server = await asyncio.get_running_loop().create_server(FixedLatencyServer, "127.0.0.1", 0, backlog=1024)
+        server = await asyncio.get_running_loop().create_server(
+            FixedLatencyServer, "127.0.0.1", 0, backlog=1024
+        )
         q.put(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
         await asyncio.sleep(3600)
 
@@ -139,8 +152,8 @@ def write_questions(path: Path, n: int) -> None:
 
 
 def measure(base_url: str, data: Path, concurrency: int) -> tuple[int, float, float, float | None]:
-    from grandrounds.run.runner import run
     from grandrounds.run.config import RunConfig
+    from grandrounds.run.runner import run
     from grandrounds.store import Store
 
     with tempfile.TemporaryDirectory() as d:
@@ -181,8 +194,12 @@ def main() -> None:
             data = Path(d) / "questions.jsonl"
             write_questions(data, args.calls)
             ideal = args.calls * args.latency / args.concurrency
-            print(f"latency {args.latency * 1000:.0f} ms, concurrency {args.concurrency}, {args.calls} questions, {args.server} server")
-            print(f"{'transport':<10}{'calls':>7}{'wall s':>9}{'ideal s':>9}{'ratio':>7}{'cpu ms/call':>13}{'server ms/call':>16}{'accuracy':>10}{'server late ms':>16}")
+            print(
+                f"latency {args.latency * 1000:.0f} ms, concurrency {args.concurrency}, {args.calls} questions, {args.server} server"
+            )
+            print(
+                f"{'transport':<10}{'calls':>7}{'wall s':>9}{'ideal s':>9}{'ratio':>7}{'cpu ms/call':>13}{'server ms/call':>16}{'accuracy':>10}{'server late ms':>16}"
+            )
             s0 = proc_cpu(proc.pid)
             calls, wall, cpu, score = measure(base_url, data, args.concurrency)
             server = proc_cpu(proc.pid) - s0

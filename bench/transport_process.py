@@ -79,8 +79,11 @@ def worker(fd: int, cpu_file: str) -> None:
     from grandrounds.core import eventloop
 
     async def main() -> None:
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=None),
-                                        cookie_jar=aiohttp.DummyCookieJar())
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
         closed = asyncio.Event()
 
         class Frames(asyncio.Protocol):
@@ -102,9 +105,9 @@ def worker(fd: int, cpu_file: str) -> None:
                     if len(buf) < end:
                         break
                     at = REQUEST.size
-                    url = bytes(buf[at:at + ul]).decode()
-                    headers = orjson.loads(buf[at + ul:at + ul + hl])
-                    body = bytes(buf[at + ul + hl:end])
+                    url = bytes(buf[at : at + ul]).decode()
+                    headers = orjson.loads(buf[at + ul : at + ul + hl])
+                    body = bytes(buf[at + ul + hl : end])
                     del buf[:end]
                     asyncio.ensure_future(self.post(rid, url, headers, body))
 
@@ -112,7 +115,9 @@ def worker(fd: int, cpu_file: str) -> None:
                 async with session.post(url, data=body, headers=headers) as resp:
                     data = await resp.read()
                     head = orjson.dumps([(str(k), v) for k, v in resp.headers.items()])
-                    self.transport.write(REPLY.pack(rid, resp.status, len(head), len(data)) + head + data)  # type: ignore[attr-defined]
+                    self.transport.write(
+                        REPLY.pack(rid, resp.status, len(head), len(data)) + head + data
+                    )  # type: ignore[attr-defined]
 
         sock = socket.socket(fileno=fd)
         await asyncio.get_running_loop().create_connection(Frames, sock=sock)
@@ -152,29 +157,41 @@ def cli_with_transport(cpu_file: str, argv: list[str]) -> None:
                 end = REPLY.size + hl + bl
                 if len(buf) < end:
                     break
-                head, body = bytes(buf[REPLY.size:REPLY.size + hl]), bytes(buf[REPLY.size + hl:end])
+                head, body = (
+                    bytes(buf[REPLY.size : REPLY.size + hl]),
+                    bytes(buf[REPLY.size + hl : end]),
+                )
                 del buf[:end]
                 fut = self.waiting.pop(rid)
                 if not fut.done():
                     fut.set_result((status, head, body))
 
-        def post(self, url: bytes, headers: bytes, body: bytes) -> "asyncio.Future[tuple[int, bytes, bytes]]":
+        def post(
+            self, url: bytes, headers: bytes, body: bytes
+        ) -> asyncio.Future[tuple[int, bytes, bytes]]:
             self.next += 1
             fut = asyncio.get_running_loop().create_future()
             self.waiting[self.next] = fut
-            self.transport.write(REQUEST.pack(self.next, len(url), len(headers), len(body)) + url + headers + body)  # type: ignore[attr-defined]
+            self.transport.write(
+                REQUEST.pack(self.next, len(url), len(headers), len(body)) + url + headers + body
+            )  # type: ignore[attr-defined]
             return fut
 
     started: dict[str, asyncio.Future[Frames]] = {}
 
     async def start() -> Frames:
         ours, theirs = socket.socketpair()
-        subprocess.Popen([sys.executable, __file__, "--worker", str(theirs.fileno()), cpu_file], pass_fds=[theirs.fileno()])
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", str(theirs.fileno()), cpu_file],
+            pass_fds=[theirs.fileno()],
+        )
         theirs.close()
         _, frames = await asyncio.get_running_loop().create_connection(Frames, sock=ours)
         return frames
 
-    async def exchange(self: http.HttpClient, session: object, url: str, data: bytes) -> http.HttpReply:
+    async def exchange(
+        self: http.HttpClient, session: object, url: str, data: bytes
+    ) -> http.HttpReply:
         if "frames" not in started:
             started["frames"] = asyncio.ensure_future(start())
         frames = await started["frames"]
@@ -192,10 +209,26 @@ def cli_with_transport(cpu_file: str, argv: list[str]) -> None:
 # ---- the bench ------------------------------------------------------------------------------------
 
 
-def one_run(kind: str, base_url: str, data: Path, tmp: Path, tag: str, first, last) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def one_run(
+    kind: str, base_url: str, data: Path, tmp: Path, tag: str, first, last
+) -> dict[str, float]:  # type: ignore[no-untyped-def]
     store = tmp / f"{tag}.db"
-    args = ["run", "healthbench", "--model", "openai/bench", "--base-url", base_url, "--judge", "openai/bench-judge",
-            "--judge-base-url", base_url, "--data", str(data), "--store", str(store)]
+    args = [
+        "run",
+        "healthbench",
+        "--model",
+        "openai/bench",
+        "--base-url",
+        base_url,
+        "--judge",
+        "openai/bench-judge",
+        "--judge-base-url",
+        base_url,
+        "--data",
+        str(data),
+        "--store",
+        str(store),
+    ]
     cpu_file = tmp / f"{tag}.worker-cpu"
     if kind == "in-process":
         cmd = [sys.executable, "-m", "grandrounds", *args]
@@ -210,7 +243,9 @@ def one_run(kind: str, base_url: str, data: Path, tmp: Path, tag: str, first, la
     t1 = time.time()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        raise SystemExit(f"error: the {kind} run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"error: the {kind} run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
     calls = sum(int(m) for _, m, _, _ in hw.CALLS.findall(proc.stderr))
     worker_cpu = float("nan")
     if kind != "in-process":
@@ -221,8 +256,15 @@ def one_run(kind: str, base_url: str, data: Path, tmp: Path, tag: str, first, la
             time.sleep(0.05)
     shutil.rmtree(tmp / "out", ignore_errors=True)
     store.unlink(missing_ok=True)
-    return {"wall": t1 - t0, "first": first.value - t0, "span": last.value - first.value, "after": t1 - last.value,
-            "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), "worker_cpu": worker_cpu, "calls": calls}
+    return {
+        "wall": t1 - t0,
+        "first": first.value - t0,
+        "span": last.value - first.value,
+        "after": t1 - last.value,
+        "cpu": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+        "worker_cpu": worker_cpu,
+        "calls": calls,
+    }
 
 
 def main() -> None:
@@ -233,7 +275,12 @@ def main() -> None:
         cli_with_transport(sys.argv[2], sys.argv[3:])
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=hw.DEFAULT_DATA, help="HealthBench JSONL (default: the shared 500-row file)")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=hw.DEFAULT_DATA,
+        help="HealthBench JSONL (default: the shared 500-row file)",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="rounds (default 3)")
     args = ap.parse_args()
     if not args.data.is_file():
@@ -253,14 +300,18 @@ def main() -> None:
             for kind in kinds:
                 r = one_run(kind, base_url, args.data, tmp, f"r{i}-{kind.split()[0]}", first, last)
                 results[kind].append(r)
-                print(f"round {i} {kind:<18} calls {r['calls']}  wall {r['wall']:.2f} s  to first request {r['first']:.2f} s  "
-                      f"requests {r['span']:.2f} s  after last reply {r['after']:.2f} s  CLI cpu {r['cpu']:.2f} s  worker cpu {r['worker_cpu']:.2f} s")
+                print(
+                    f"round {i} {kind:<18} calls {r['calls']}  wall {r['wall']:.2f} s  to first request {r['first']:.2f} s  "
+                    f"requests {r['span']:.2f} s  after last reply {r['after']:.2f} s  CLI cpu {r['cpu']:.2f} s  worker cpu {r['worker_cpu']:.2f} s"
+                )
     server.terminate()
     print(f"medians of {args.repeat} round(s):")
     for kind, rows in results.items():
         med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-        print(f"  {kind:<18} wall {med['wall']:.2f} s  to first request {med['first']:.2f} s  requests {med['span']:.2f} s  "
-              f"after last reply {med['after']:.2f} s  CLI cpu {med['cpu']:.2f} s  worker cpu {med['worker_cpu']:.2f} s")
+        print(
+            f"  {kind:<18} wall {med['wall']:.2f} s  to first request {med['first']:.2f} s  requests {med['span']:.2f} s  "
+            f"after last reply {med['after']:.2f} s  CLI cpu {med['cpu']:.2f} s  worker cpu {med['worker_cpu']:.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -61,9 +61,29 @@ def split(data: Path, into: Path) -> tuple[Path, Path]:
 
 
 def command(base_url: str, data: Path, store: Path, concurrency: int) -> list[str]:
-    return [sys.executable, "-m", "grandrounds", "run", "healthbench", "--model", "openai/bench", "--base-url", base_url,
-            "--judge", "openai/bench-judge", "--judge-base-url", base_url, "--data", str(data), "--store", str(store),
-            "--concurrency", str(concurrency), "--judge-concurrency", str(concurrency)]
+    return [
+        sys.executable,
+        "-m",
+        "grandrounds",
+        "run",
+        "healthbench",
+        "--model",
+        "openai/bench",
+        "--base-url",
+        base_url,
+        "--judge",
+        "openai/bench-judge",
+        "--judge-base-url",
+        base_url,
+        "--data",
+        str(data),
+        "--store",
+        str(store),
+        "--concurrency",
+        str(concurrency),
+        "--judge-concurrency",
+        str(concurrency),
+    ]
 
 
 def timed(srv: hw.Server, commands: list[list[str]], cwd: Path) -> tuple[float, float, float, int]:
@@ -73,7 +93,12 @@ def timed(srv: hw.Server, commands: list[list[str]], cwd: Path) -> tuple[float, 
     srv.mark()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(c, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for c in commands]
+    procs = [
+        subprocess.Popen(
+            c, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for c in commands
+    ]
     outs = [p.communicate()[0] for p in procs]
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -87,7 +112,12 @@ def timed(srv: hw.Server, commands: list[list[str]], cwd: Path) -> tuple[float, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=hw.DEFAULT_DATA, help="HealthBench JSONL (default: the shared 500-row file)")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=hw.DEFAULT_DATA,
+        help="HealthBench JSONL (default: the shared 500-row file)",
+    )
     ap.add_argument("--latency", type=float, default=0.05, help="server latency, seconds")
     ap.add_argument("--repeat", type=int, default=3, help="rounds")
     args = ap.parse_args()
@@ -98,9 +128,15 @@ def main() -> None:
     proc = mp.Process(target=hw.serve, args=(args.latency, q, received), daemon=True)
     proc.start()
     srv = hw.Server(proc, q.get(timeout=30), received)
-    print(f"HealthBench {args.data.name}; latency {args.latency * 1000:.0f} ms; 64 in flight in all; {os.cpu_count()} CPUs; "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    figures: dict[str, list[tuple[float, float, float]]] = {"one process": [], "two processes, two stores": [], "two processes, one store": []}
+    print(
+        f"HealthBench {args.data.name}; latency {args.latency * 1000:.0f} ms; 64 in flight in all; {os.cpu_count()} CPUs; "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    figures: dict[str, list[tuple[float, float, float]]] = {
+        "one process": [],
+        "two processes, two stores": [],
+        "two processes, one store": [],
+    }
     try:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
@@ -110,15 +146,24 @@ def main() -> None:
                 r.mkdir()
                 runs = {
                     "one process": [command(srv.base_url, args.data, r / "one.db", 64)],
-                    "two processes, two stores": [command(srv.base_url, even, r / "even.db", 32), command(srv.base_url, odd, r / "odd.db", 32)],
-                    "two processes, one store": [command(srv.base_url, even, r / "shared.db", 32), command(srv.base_url, odd, r / "shared.db", 32)],
+                    "two processes, two stores": [
+                        command(srv.base_url, even, r / "even.db", 32),
+                        command(srv.base_url, odd, r / "odd.db", 32),
+                    ],
+                    "two processes, one store": [
+                        command(srv.base_url, even, r / "shared.db", 32),
+                        command(srv.base_url, odd, r / "shared.db", 32),
+                    ],
                 }
                 print(f"round {i}:")
                 for name, cmds in runs.items():
                     wall, cpu, server_cpu, n = timed(srv, cmds, r)
                     figures[name].append((wall, cpu, server_cpu))
-                    print(f"  {name:<27} {n} requests, wall {wall:.2f} s, grandrounds cpu {cpu:.2f} s "
-                          f"({1000 * cpu / max(n, 1):.3f} ms/call), server cpu {server_cpu:.2f} s", flush=True)
+                    print(
+                        f"  {name:<27} {n} requests, wall {wall:.2f} s, grandrounds cpu {cpu:.2f} s "
+                        f"({1000 * cpu / max(n, 1):.3f} ms/call), server cpu {server_cpu:.2f} s",
+                        flush=True,
+                    )
     finally:
         proc.kill()
         proc.join()
@@ -127,7 +172,9 @@ def main() -> None:
     for name, rows in figures.items():
         wall = statistics.median(w for w, _, _ in rows)
         cpu = statistics.median(c for _, c, _ in rows)
-        print(f"  {name:<27} wall {wall:.2f} s ({wall / one:.2f}x one process), grandrounds cpu {cpu:.2f} s")
+        print(
+            f"  {name:<27} wall {wall:.2f} s ({wall / one:.2f}x one process), grandrounds cpu {cpu:.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -19,9 +19,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.synthetic import SynthSpec, build_store  # noqa: E402
-
 from grandrounds.viewer.server import make_server  # noqa: E402
+from tests.synthetic import SynthSpec, build_store  # noqa: E402
 
 
 def timed(url: str, repeat: int = 5) -> tuple[float, float, int]:
@@ -43,8 +42,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         db = Path(d) / "viewer.db"
         t = time.perf_counter()
-        build_store(db, SynthSpec(n_samples=args.samples, n_models=args.models, n_criteria=args.criteria)).close()
-        print(f"synthetic store: {args.samples} samples x {args.models} models x {args.criteria} criteria, built in {time.perf_counter() - t:.1f} s, {db.stat().st_size / 1e6:.0f} MB")
+        build_store(
+            db, SynthSpec(n_samples=args.samples, n_models=args.models, n_criteria=args.criteria)
+        ).close()
+        print(
+            f"synthetic store: {args.samples} samples x {args.models} models x {args.criteria} criteria, built in {time.perf_counter() - t:.1f} s, {db.stat().st_size / 1e6:.0f} MB"
+        )
         t = time.perf_counter()
         srv = make_server(db, port=0)
         print(f"viewer index built in {time.perf_counter() - t:.1f} s")
@@ -63,10 +66,15 @@ def main() -> None:
         for name, path in cases.items():
             med, mx, size = timed(base + path)
             worst[name] = mx
-            print(f"{name:55s} median {med * 1000:7.1f} ms  max {mx * 1000:7.1f} ms  ({size / 1e3:.0f} kB)")
+            print(
+                f"{name:55s} median {med * 1000:7.1f} ms  max {mx * 1000:7.1f} ms  ({size / 1e3:.0f} kB)"
+            )
         srv.shutdown()
         srv.server_close()
-        ok = worst["first page (50 questions, all models)"] < 1 and worst["question page (10 answers, rubric, verdicts)"] < 1
+        ok = (
+            worst["first page (50 questions, all models)"] < 1
+            and worst["question page (10 answers, rubric, verdicts)"] < 1
+        )
         print("PASS: first page and question page < 1 s" if ok else "FAIL: over 1 s")
         sys.exit(0 if ok else 1)
 

@@ -68,7 +68,9 @@ def cases() -> dict[str, str]:
     """Search text per case; the query string is percent-encoded by the caller."""
     word = "insulinsepsis"
     rng = random.Random(0)
-    zh = "".join(rng.choice(ZH) for _ in range(12000))  # Chinese answers are written without spaces: every trigram is common
+    zh = "".join(
+        rng.choice(ZH) for _ in range(12000)
+    )  # Chinese answers are written without spaces: every trigram is common
     return {
         "one common word": "insulin",
         "one Chinese word of 2,000 chars": zh[:2000],
@@ -89,17 +91,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=2000)
     ap.add_argument("--models", type=int, default=4)
-    ap.add_argument("--src", type=Path, default=ROOT / "src", help="source tree the viewer is imported from")
+    ap.add_argument(
+        "--src", type=Path, default=ROOT / "src", help="source tree the viewer is imported from"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         db = Path(d) / "viewer.db"
         build_store(db, SynthSpec(n_samples=args.samples, n_models=args.models)).close()
-        child = subprocess.Popen([sys.executable, "-c", CHILD, str(args.src.resolve()), str(db)], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(args.src.resolve()), str(db)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert child.stdout is not None
             port = int(child.stdout.readline())
             rss, hwm = memory_mb(child.pid)
-            print(f"viewer from {args.src}: {args.samples} samples x {args.models} models; server after start: rss {rss:.0f} MB, peak {hwm:.0f} MB")
+            print(
+                f"viewer from {args.src}: {args.samples} samples x {args.models} models; server after start: rss {rss:.0f} MB, peak {hwm:.0f} MB"
+            )
             print(f"{'case':34s} {'status':>8s} {'seconds':>8s} {'rss MB':>8s} {'peak MB':>8s}")
             for name, text in cases().items():
                 status, secs = request(port, "/api/items?" + urllib.parse.urlencode({"q": text}))

@@ -62,22 +62,48 @@ def main() -> None:
     images = data / ("imgs" if a.benchmark == "slake" else "VQA_RAD Image Folder")
     with tempfile.TemporaryDirectory() as tmp, VisionServer(lambda seen: "yes") as srv:
         reads = Path(tmp) / "reads.json"
-        env = dict(os.environ) | {"PYTHONPATH": str(ROOT / "src"), "BENCH_IMAGE_DIR": str(images.resolve()), "BENCH_READS": str(reads),
-                                  "GRANDROUNDS_REFERENCE": os.environ.get("GRANDROUNDS_REFERENCE", str(ROOT.parent / "shared" / "reference"))}
-        args = ["run", a.benchmark, "--model", "openai/vlm", "--base-url", srv.base_url, "--data", str(data),
-                "--store", str(Path(tmp) / "s.db"), "--out", str(Path(tmp) / "out")]
+        env = dict(os.environ) | {
+            "PYTHONPATH": str(ROOT / "src"),
+            "BENCH_IMAGE_DIR": str(images.resolve()),
+            "BENCH_READS": str(reads),
+            "GRANDROUNDS_REFERENCE": os.environ.get(
+                "GRANDROUNDS_REFERENCE", str(ROOT.parent / "shared" / "reference")
+            ),
+        }
+        args = [
+            "run",
+            a.benchmark,
+            "--model",
+            "openai/vlm",
+            "--base-url",
+            srv.base_url,
+            "--data",
+            str(data),
+            "--store",
+            str(Path(tmp) / "s.db"),
+            "--out",
+            str(Path(tmp) / "out"),
+        ]
         wall, peak, _ = run_once(args, env)
         opened = json.loads(reads.read_text())
         size = sum(Path(p).stat().st_size for p in opened)
         result = json.loads((Path(tmp) / "out" / "results.json").read_text())["results"][0]
-        print(f"{a.benchmark}: {result['n']} questions in {wall:.2f} s wall; child peak RSS {peak / 1024:.0f} MB")
-        print(f"  server: {srv.stats.requests} requests, {srv.stats.images} images ({len(srv.stats.distinct_images)} distinct, "
-              f"{srv.stats.image_bytes / 1e6:.1f} MB decoded), problems {len(srv.stats.problems)}, mismatches {srv.stats.mismatches}")
-        print(f"  image files opened: {len(opened)}; opens per file: max {max(opened.values())}, "
-              f"{size / len(opened) / 1024:.1f} KB per image, {size / 1e6:.1f} MB in all")
+        print(
+            f"{a.benchmark}: {result['n']} questions in {wall:.2f} s wall; child peak RSS {peak / 1024:.0f} MB"
+        )
+        print(
+            f"  server: {srv.stats.requests} requests, {srv.stats.images} images ({len(srv.stats.distinct_images)} distinct, "
+            f"{srv.stats.image_bytes / 1e6:.1f} MB decoded), problems {len(srv.stats.problems)}, mismatches {srv.stats.mismatches}"
+        )
+        print(
+            f"  image files opened: {len(opened)}; opens per file: max {max(opened.values())}, "
+            f"{size / len(opened) / 1024:.1f} KB per image, {size / 1e6:.1f} MB in all"
+        )
         made = srv.stats.requests
         wall2, _, _ = run_once(args, env, audit=False)
-        print(f"  warm re-run (no audit hook): {wall2:.2f} s wall, {srv.stats.requests - made} requests")
+        print(
+            f"  warm re-run (no audit hook): {wall2:.2f} s wall, {srv.stats.requests - made} requests"
+        )
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -36,7 +36,9 @@ def shared_data():
     return shared_file
 
 
-SHARED_REFERENCE = Path(os.environ.get("GRANDROUNDS_SHARED_REFERENCE", ROOT.parent / "shared" / "reference"))
+SHARED_REFERENCE = Path(
+    os.environ.get("GRANDROUNDS_SHARED_REFERENCE", ROOT.parent / "shared" / "reference")
+)
 
 
 def _missing(msg: str) -> None:
@@ -49,7 +51,9 @@ def reference_file(*parts: str) -> Path:
     """Path to an official file in ../shared/reference; skip (or fail under CI) when missing."""
     path = SHARED_REFERENCE.joinpath(*parts)
     if not path.exists():
-        _missing(f"official reference files not found at {path} (../shared/reference is beside the project only in CI and dev)")
+        _missing(
+            f"official reference files not found at {path} (../shared/reference is beside the project only in CI and dev)"
+        )
     return path
 
 
@@ -76,7 +80,9 @@ def official_reference() -> Path:
 
 def offline_env() -> dict[str, str]:
     """The variables a grandrounds subprocess needs to read official text offline (set by the autouse fixture)."""
-    return {k: os.environ[k] for k in ("GRANDROUNDS_REFERENCE", "GRANDROUNDS_CACHE") if k in os.environ}
+    return {
+        k: os.environ[k] for k in ("GRANDROUNDS_REFERENCE", "GRANDROUNDS_CACHE") if k in os.environ
+    }
 
 
 @pytest.fixture(autouse=True)

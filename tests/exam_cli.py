@@ -7,8 +7,8 @@ CliRunner invokes ``grandrounds run`` in-process, and the result is read back fr
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from typer.testing import CliRunner
 
@@ -23,7 +23,9 @@ def longest(options: list[str]) -> int:
     return max(range(len(options)), key=lambda i: len(options[i].strip()))
 
 
-def cli_run(tmp_path: Path, bench: str, data: Path, reply: Callable[[Request], object], *extra: str) -> dict:
+def cli_run(
+    tmp_path: Path, bench: str, data: Path, reply: Callable[[Request], object], *extra: str
+) -> dict:
     """``grandrounds run BENCH --data DATA --model examrule/x`` answering with ``reply``; results.json's result."""
 
     class Bot(ScriptedProvider):
@@ -31,7 +33,19 @@ def cli_run(tmp_path: Path, bench: str, data: Path, reply: Callable[[Request], o
             super().__init__(spec, script=reply, **options)
 
     out = tmp_path / "out"
-    args = ["run", bench, "--data", str(data), "--model", "examrule/x", "--store", str(tmp_path / "s.db"), "--out", str(out), *extra]
+    args = [
+        "run",
+        bench,
+        "--data",
+        str(data),
+        "--model",
+        "examrule/x",
+        "--store",
+        str(tmp_path / "s.db"),
+        "--out",
+        str(out),
+        *extra,
+    ]
     with PROVIDERS.registered("examrule", Bot):
         r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert r.exit_code == 0, (r.output, r.exception)

@@ -69,8 +69,17 @@ def main(argv: list[str]) -> int:
     args, _unknown = p.parse_known_args(rest)
     model = model or args.model_path
     api_key = args.api_key or (os.environ.get("VLLM_API_KEY") if engine == "vllm" else None)
-    state = {"engine": engine, "model": model, "argv": argv, "pid": os.getpid(), "chat_requests": 0, "ready": False,
-             "env": sorted(os.environ), "keyed": bool(api_key), "refused": 0}
+    state = {
+        "engine": engine,
+        "model": model,
+        "argv": argv,
+        "pid": os.getpid(),
+        "chat_requests": 0,
+        "ready": False,
+        "env": sorted(os.environ),
+        "keyed": bool(api_key),
+        "refused": 0,
+    }
     lock = threading.Lock()
 
     def record() -> None:
@@ -120,7 +129,11 @@ def main(argv: list[str]) -> int:
             self.wfile.write(data)
 
         def authorized(self) -> bool:
-            if not api_key or not self.path.startswith("/v1/") or self.headers.get("Authorization") == f"Bearer {api_key}":
+            if (
+                not api_key
+                or not self.path.startswith("/v1/")
+                or self.headers.get("Authorization") == f"Bearer {api_key}"
+            ):
                 return True
             with lock:
                 state["refused"] += 1
@@ -141,14 +154,22 @@ def main(argv: list[str]) -> int:
                 self.reply(404, {"error": {"message": "not found"}})
 
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+            body = json.loads(
+                self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}"
+            )
             if not self.authorized():
                 return
             if self.path != "/v1/chat/completions":
                 self.reply(404, {"error": {"message": "not found"}})
                 return
             if body.get("model") != model:
-                self.reply(404, {"object": "error", "message": f"The model `{body.get('model')}` does not exist."})
+                self.reply(
+                    404,
+                    {
+                        "object": "error",
+                        "message": f"The model `{body.get('model')}` does not exist.",
+                    },
+                )
                 return
             with lock:
                 state["chat_requests"] += 1
@@ -160,11 +181,26 @@ def main(argv: list[str]) -> int:
             time.sleep(args.fake_latency)
             text = args.fake_reply
             prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-            self.reply(200, {
-                "id": f"chatcmpl-fake-{n}", "object": "chat.completion", "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": prompt, "completion_tokens": len(text.split()), "total_tokens": prompt + len(text.split())},
-            })
+            self.reply(
+                200,
+                {
+                    "id": f"chatcmpl-fake-{n}",
+                    "object": "chat.completion",
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": prompt,
+                        "completion_tokens": len(text.split()),
+                        "total_tokens": prompt + len(text.split()),
+                    },
+                },
+            )
 
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True

@@ -31,8 +31,9 @@ import gzip
 import json
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 MB = 1024 * 1024
 
@@ -51,7 +52,12 @@ class HostileStats:
 class HostileServer:
     TEXT = "B. Protamine sulfate reverses heparin."
 
-    def __init__(self, mode: str | Callable[[dict[str, Any]], str], big: int = 64 * MB, header_size: int = 100 * 1024) -> None:
+    def __init__(
+        self,
+        mode: str | Callable[[dict[str, Any]], str],
+        big: int = 64 * MB,
+        header_size: int = 100 * 1024,
+    ) -> None:
         self.mode = mode
         self.big = big
         self.header_size = header_size
@@ -67,7 +73,7 @@ class HostileServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def __enter__(self) -> "HostileServer":
+    def __enter__(self) -> HostileServer:
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("hostile server did not start")
@@ -98,11 +104,16 @@ class HostileServer:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)
+                }
                 raw = await reader.readexactly(int(headers.get("content-length", "0")))
                 body = json.loads(raw or b"{}")
                 mode = self.mode(body) if callable(self.mode) else self.mode
-                if lines[0].startswith("GET "):  # a client asking what the server is (its slots): not a call
+                if lines[0].startswith(
+                    "GET "
+                ):  # a client asking what the server is (its slots): not a call
                     self.stats.lookups += 1
                 else:
                     self.stats.requests += 1
@@ -125,7 +136,9 @@ class HostileServer:
         await writer.drain()  # blocks while the client does not read: what it refuses stays unsent
         self._count(len(data))
 
-    async def _answer(self, mode: str, body: dict[str, Any], headers: dict[str, str], writer: asyncio.StreamWriter) -> bool:
+    async def _answer(
+        self, mode: str, body: dict[str, Any], headers: dict[str, str], writer: asyncio.StreamWriter
+    ) -> bool:
         """Answer one request; False closes the connection."""
         ok = json.dumps(completion(self.TEXT)).encode()
         if mode == "ok":
@@ -144,7 +157,15 @@ class HostileServer:
                 await self._send(writer, b"%x\r\n%s\r\n" % (len(piece), piece))
         if mode in ("huge_body", "huge_chunked"):
             chunked = mode == "huge_chunked"
-            writer.write(head(200, "application/json", {"Transfer-Encoding": "chunked"} if chunked else {"Content-Length": str(self.big)}))
+            writer.write(
+                head(
+                    200,
+                    "application/json",
+                    {"Transfer-Encoding": "chunked"}
+                    if chunked
+                    else {"Content-Length": str(self.big)},
+                )
+            )
             piece, left = b"x" * (256 * 1024), self.big
             while left > 0:
                 part = piece[: min(left, len(piece))]
@@ -155,11 +176,24 @@ class HostileServer:
             return True
         if mode in ("gzip_bomb", "gzip_ok"):
             data = gzip.compress(ok) if mode == "gzip_ok" else inflating_to(self.big)
-            writer.write(head(200, "application/json", {"Content-Encoding": "gzip", "Content-Length": str(len(data))}))
+            writer.write(
+                head(
+                    200,
+                    "application/json",
+                    {"Content-Encoding": "gzip", "Content-Length": str(len(data))},
+                )
+            )
             await self._send(writer, data)
             return True
         if mode == "huge_header":
-            writer.write(head(200, "application/json", {"X-Padding": "a" * self.header_size, "Content-Length": str(len(ok))}) + ok)
+            writer.write(
+                head(
+                    200,
+                    "application/json",
+                    {"X-Padding": "a" * self.header_size, "Content-Length": str(len(ok))},
+                )
+                + ok
+            )
             return True
         if mode == "many_headers":
             extra = {f"X-Filler-{i}": "1" for i in range(500)} | {"Content-Length": str(len(ok))}
@@ -167,7 +201,9 @@ class HostileServer:
             return True
         if mode == "html":
             page = b"<!DOCTYPE html><html><head><title>Sign in to the network</title></head><body><h1>Welcome</h1></body></html>"
-            writer.write(head(200, "text/html; charset=utf-8", {"Content-Length": str(len(page))}) + page)
+            writer.write(
+                head(200, "text/html; charset=utf-8", {"Content-Length": str(len(page))}) + page
+            )
             return True
         if mode == "null_content":
             data = json.dumps(completion(None)).encode()
@@ -183,12 +219,25 @@ class HostileServer:
         if mode == "echo_key":
             auth = headers.get("authorization", "")
             token = auth.split(" ", 1)[-1]
-            msg = f"Incorrect API key provided: {token}. You sent the header 'Authorization: {auth}'."
-            data = json.dumps({"error": {"message": msg, "type": "invalid_request_error", "code": "invalid_api_key"}}).encode()
+            msg = (
+                f"Incorrect API key provided: {token}. You sent the header 'Authorization: {auth}'."
+            )
+            data = json.dumps(
+                {
+                    "error": {
+                        "message": msg,
+                        "type": "invalid_request_error",
+                        "code": "invalid_api_key",
+                    }
+                }
+            ).encode()
             writer.write(head(401, "application/json", {"Content-Length": str(len(data))}) + data)
             return True
         if mode == "echo_headers":
-            data = ("upstream failed; request headers were:\n" + "\n".join(f"{k}: {v}" for k, v in headers.items())).encode()
+            data = (
+                "upstream failed; request headers were:\n"
+                + "\n".join(f"{k}: {v}" for k, v in headers.items())
+            ).encode()
             writer.write(head(502, "text/plain", {"Content-Length": str(len(data))}) + data)
             return True
         raise ValueError(f"unknown mode {mode!r}")
@@ -196,7 +245,11 @@ class HostileServer:
 
 def head(status: int, content_type: str, headers: dict[str, str]) -> bytes:
     reason = {200: "OK", 401: "Unauthorized", 502: "Bad Gateway"}[status]
-    lines = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {content_type}", *(f"{k}: {v}" for k, v in headers.items())]
+    lines = [
+        f"HTTP/1.1 {status} {reason}",
+        f"Content-Type: {content_type}",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
@@ -205,7 +258,9 @@ def completion(text: str | None) -> dict[str, Any]:
         "id": "chatcmpl-hostile",
         "object": "chat.completion",
         "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
         "usage": {"prompt_tokens": 12, "completion_tokens": 6, "total_tokens": 18},
     }
 

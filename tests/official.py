@@ -9,13 +9,16 @@ import, such as API clients, are skipped; a function that needs one fails loudly
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from tests.conftest import reference_file
 
 
-def load_official(relpath: str, names: Sequence[str], extra: Mapping[str, Any] | None = None) -> SimpleNamespace:
+def load_official(
+    relpath: str, names: Sequence[str], extra: Mapping[str, Any] | None = None
+) -> SimpleNamespace:
     """``names`` from the official file ``relpath`` (under ../shared/reference), executed in a fresh namespace."""
     path = reference_file(*relpath.split("/"))
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -32,7 +35,11 @@ def load_official(relpath: str, names: Sequence[str], extra: Mapping[str, Any] |
         target = None
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             target = node.name
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        elif (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
             target = node.targets[0].id
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             target = node.target.id

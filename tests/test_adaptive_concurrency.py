@@ -20,7 +20,12 @@ from grandrounds.cli.common import call_summary
 from grandrounds.core.records import GenParams, Message, Request
 from grandrounds.core.registry import PROVIDERS
 from grandrounds.providers.base import ModelSpec
-from grandrounds.providers.slots import llama_cpp_python_slots, llama_cpp_slots, server_root, sglang_slots
+from grandrounds.providers.slots import (
+    llama_cpp_python_slots,
+    llama_cpp_slots,
+    server_root,
+    sglang_slots,
+)
 from grandrounds.run.executor import CallStats, Executor, RetryPolicy
 from grandrounds.run.limits import AdaptiveSlots, EndpointLimits
 from grandrounds.store import Store
@@ -30,14 +35,32 @@ ONE_SLOT = {"total_slots": 1, "default_generation_settings": {"n_ctx": 4096}}
 RETRY = RetryPolicy(max_attempts=6, base_delay=0.05, max_delay=0.4)
 
 
-def ask(srv: LoopbackServer, db: Path, n: int, concurrency: int | None, timeout: float, retry: RetryPolicy = RETRY) -> tuple[float, list[Any], CallStats]:
+def ask(
+    srv: LoopbackServer,
+    db: Path,
+    n: int,
+    concurrency: int | None,
+    timeout: float,
+    retry: RetryPolicy = RETRY,
+) -> tuple[float, list[Any], CallStats]:
     """``n`` distinct questions through one executor: (wall s, responses, its stats)."""
 
     async def go() -> tuple[float, list[Any], CallStats]:
-        provider = PROVIDERS.get("openai")(ModelSpec("openai", "local", srv.base_url), timeout=timeout)
+        provider = PROVIDERS.get("openai")(
+            ModelSpec("openai", "local", srv.base_url), timeout=timeout
+        )
         with Store(db) as st:
             ex = Executor(st, provider, concurrency, retry, endpoints=EndpointLimits())
-            reqs = [Request("openai", "local", (Message("user", f"question {i}"),), GenParams(max_tokens=8), base_url=srv.base_url) for i in range(n)]
+            reqs = [
+                Request(
+                    "openai",
+                    "local",
+                    (Message("user", f"question {i}"),),
+                    GenParams(max_tokens=8),
+                    base_url=srv.base_url,
+                )
+                for i in range(n)
+            ]
             t0 = time.perf_counter()
             out = await asyncio.gather(*(ex(r) for r in reqs))
             wall = time.perf_counter() - t0
@@ -61,7 +84,9 @@ def test_window_halves_once_per_round_and_grows_back_by_one_per_window() -> None
     for _ in range(5):  # a window's worth of successes adds about one call
         w.succeeded()
     assert 5.0 < w.window < 5.2 and w.room == 5
-    assert not w.congested(w.sent(), None) and not w.congested(w.sent(), "context_length"), "only congestion halves"
+    assert not w.congested(w.sent(), None) and not w.congested(w.sent(), "context_length"), (
+        "only congestion halves"
+    )
     for _ in range(1000):
         w.succeeded()
     assert w.window == 16, "never over the ceiling"
@@ -105,24 +130,40 @@ def test_waiters_get_room_in_arrival_order_when_the_window_allows() -> None:
 def test_slots_are_read_from_each_servers_own_report() -> None:
     assert llama_cpp_slots({"total_slots": 4}) == 4
     assert llama_cpp_slots({"default_generation_settings": {"n_parallel": 2}}) == 2
-    assert llama_cpp_slots({"total_slots": 0}) is None and llama_cpp_slots({"total_slots": True}) is None
+    assert (
+        llama_cpp_slots({"total_slots": 0}) is None
+        and llama_cpp_slots({"total_slots": True}) is None
+    )
     assert llama_cpp_slots(["total_slots"]) is None
-    assert sglang_slots({"max_running_requests": 48}) == 48 and sglang_slots({"max_running_requests": None}) is None
-    assert llama_cpp_python_slots({"info": {"title": "🦙 llama.cpp Python API", "version": "0.3"}}) == 1
+    assert (
+        sglang_slots({"max_running_requests": 48}) == 48
+        and sglang_slots({"max_running_requests": None}) is None
+    )
+    assert (
+        llama_cpp_python_slots({"info": {"title": "🦙 llama.cpp Python API", "version": "0.3"}})
+        == 1
+    )
     assert llama_cpp_python_slots({"info": {"title": "FastAPI"}}) is None
-    assert server_root("http://h:8080/v1/") == "http://h:8080" and server_root("http://h/api") == "http://h/api"
+    assert (
+        server_root("http://h:8080/v1/") == "http://h:8080"
+        and server_root("http://h/api") == "http://h/api"
+    )
 
 
 # ---- a one-slot server, 20 questions -----------------------------------------------------------
 
 
-def test_a_one_slot_server_that_says_so_gets_one_call_at_a_time_and_none_fails(tmp_path: Path) -> None:
+def test_a_one_slot_server_that_says_so_gets_one_call_at_a_time_and_none_fails(
+    tmp_path: Path,
+) -> None:
     """Service 0.1 s a request, timeout 0.5 s. The old default (64 at once, here given as an explicit
     --concurrency) fails and retries; without --concurrency the server's /props is read and every
     call goes through first time."""
     with LoopbackServer(lambda body: "B", latency=0.1, serial=True, props=ONE_SLOT) as srv:
         wall_64, out_64, st_64 = ask(srv, tmp_path / "a.db", 20, 64, timeout=0.5)
-        assert srv.stats.max_waiting > 1 and st_64.retries > 0, "the contrast: 64 at once queue and time out"
+        assert srv.stats.max_waiting > 1 and st_64.retries > 0, (
+            "the contrast: 64 at once queue and time out"
+        )
     with LoopbackServer(lambda body: "B", latency=0.1, serial=True, props=ONE_SLOT) as srv:
         wall, out, st = ask(srv, tmp_path / "b.db", 20, None, timeout=0.5)
         assert srv.gets.get("/props") == 1, "asked once"
@@ -133,24 +174,43 @@ def test_a_one_slot_server_that_says_so_gets_one_call_at_a_time_and_none_fails(t
     assert "the server reports 1 (llama.cpp /props) slot(s)" in call_summary(st, [])[0]
 
 
-def test_a_one_slot_server_that_says_nothing_is_backed_off_until_calls_go_through(tmp_path: Path) -> None:
+def test_a_one_slot_server_that_says_nothing_is_backed_off_until_calls_go_through(
+    tmp_path: Path,
+) -> None:
     with LoopbackServer(lambda body: "B", latency=0.1, serial=True) as srv:
         _, out, st = ask(srv, tmp_path / "s.db", 20, None, timeout=0.5)
         assert srv.gets.get("/props") == 1 and srv.gets.get("/openapi.json") == 1
     assert all(r.ok for r in out) and st.failed == 0
-    assert st.backoffs >= 1 and st.smallest_window < 20, "timeouts with many at the server halved the window"
-    assert st.server_slots == "" and st.queued == 0, "slots unknown: a timeout is not known to be a queued one"
+    assert st.backoffs >= 1 and st.smallest_window < 20, (
+        "timeouts with many at the server halved the window"
+    )
+    assert st.server_slots == "" and st.queued == 0, (
+        "slots unknown: a timeout is not known to be a queued one"
+    )
 
 
 def test_an_explicit_concurrency_still_wins_and_queued_timeouts_say_so(tmp_path: Path) -> None:
     with LoopbackServer(lambda body: "B", latency=0.1, serial=True, props=ONE_SLOT) as srv:
-        _, out, st = ask(srv, tmp_path / "s.db", 8, 8, timeout=0.25, retry=RetryPolicy(max_attempts=1, base_delay=0.01, max_delay=0.01))
+        _, out, st = ask(
+            srv,
+            tmp_path / "s.db",
+            8,
+            8,
+            timeout=0.25,
+            retry=RetryPolicy(max_attempts=1, base_delay=0.01, max_delay=0.01),
+        )
         assert srv.stats.max_waiting >= 4, "8 sent at once, as asked"
     failed = [r for r in out if not r.ok]
     assert failed and st.queued > 0 and st.queued_slots == 1 and st.queued_most == 8
     first, second = failed[0].error.splitlines()[:2]
-    assert first == "timed out waiting in the server's queue: it serves 1 at a time; lower --concurrency to 1"
-    assert re.search(r"; [2-8] calls were at the server", second) and "timeout: no complete reply within 0.25 s" in second
+    assert (
+        first
+        == "timed out waiting in the server's queue: it serves 1 at a time; lower --concurrency to 1"
+    )
+    assert (
+        re.search(r"; [2-8] calls were at the server", second)
+        and "timeout: no complete reply within 0.25 s" in second
+    )
     # waiting used none of the model's attempts (one here): each timeout in the queue was sent
     # again once, and only the second timeout in the queue ended the call
     assert st.queued == st.retries + st.failed and st.retries >= st.failed
@@ -173,7 +233,9 @@ def test_429_and_503_halve_the_window_of_calls_without_concurrency(tmp_path: Pat
 
 
 @pytest.mark.parametrize("concurrency", [None, 3])
-def test_every_executor_on_an_endpoint_counts_its_calls_at_the_server(tmp_path: Path, concurrency: int | None) -> None:
+def test_every_executor_on_an_endpoint_counts_its_calls_at_the_server(
+    tmp_path: Path, concurrency: int | None
+) -> None:
     async def go() -> int:
         # eight slots reported: the window starts wide enough for all six (no slow start)
         with LoopbackServer(lambda body: "B", latency=0.05, props={"total_slots": 8}) as srv:
@@ -181,7 +243,16 @@ def test_every_executor_on_an_endpoint_counts_its_calls_at_the_server(tmp_path: 
             limits = EndpointLimits()
             with Store(tmp_path / "s.db") as st:
                 ex = Executor(st, provider, concurrency, RETRY, endpoints=limits)
-                reqs = [Request("openai", "m", (Message("user", f"q{i}"),), GenParams(), base_url=srv.base_url) for i in range(6)]
+                reqs = [
+                    Request(
+                        "openai",
+                        "m",
+                        (Message("user", f"q{i}"),),
+                        GenParams(),
+                        base_url=srv.base_url,
+                    )
+                    for i in range(6)
+                ]
                 most = 0
 
                 async def watch() -> None:
@@ -220,7 +291,9 @@ def test_slow_start_doubles_each_round_up_to_the_default_and_is_aimd_after_a_bac
     for _ in range(4):
         w2.succeeded()
     assert w2.room == 8 and w2.congested(w2.sent(), "timeout") and w2.room == 4
-    for _ in range(5):  # after a back-off: about one more call per window of successes, not doubling
+    for _ in range(
+        5
+    ):  # after a back-off: about one more call per window of successes, not doubling
         w2.succeeded()
     assert 5.0 < w2.window < 5.2 and w2.room == 5 and w2.threshold is None
 
@@ -229,7 +302,9 @@ def test_slow_start_follows_a_wider_default_and_never_overrides_reported_slots()
     w = AdaptiveSlots("http://x/v1", 16)
     w.start_slow()
     w.widen(64)
-    assert w.room == 4 and w.threshold == 64, "another executor's wider default raises where slow start ends"
+    assert w.room == 4 and w.threshold == 64, (
+        "another executor's wider default raises where slow start ends"
+    )
     reported = AdaptiveSlots("http://x/v1", 64)
     reported.reported(2, "llama.cpp /props")
     reported.start_slow()
@@ -241,8 +316,13 @@ def test_slow_start_is_for_local_and_unknown_servers_not_hosted_apis() -> None:
 
     assert slow_start("http://127.0.0.1:8080/v1") and slow_start("http://gpu-box.lan:8000/v1")
     assert slow_start("https://gateway.example/anthropic")
-    for hosted in ("https://api.openai.com/v1", "https://api.anthropic.com", "https://openrouter.ai/api/v1",
-                   "https://myorg.openai.azure.com/openai", "https://API.OpenAI.com/v1"):
+    for hosted in (
+        "https://api.openai.com/v1",
+        "https://api.anthropic.com",
+        "https://openrouter.ai/api/v1",
+        "https://myorg.openai.azure.com/openai",
+        "https://API.OpenAI.com/v1",
+    ):
         assert not slow_start(hosted), hosted
     assert not slow_start(""), "a provider without a URL runs in this process"
 
@@ -258,7 +338,9 @@ def test_slow_start_is_for_local_and_unknown_servers_not_hosted_apis() -> None:
     assert asyncio.run(go(False)) == 64 and asyncio.run(go(True)) == 4
 
 
-def test_a_one_slot_server_that_says_nothing_slow_starts_and_no_call_waits_out_its_timeout(tmp_path: Path) -> None:
+def test_a_one_slot_server_that_says_nothing_slow_starts_and_no_call_waits_out_its_timeout(
+    tmp_path: Path,
+) -> None:
     """40 questions of 0.02 s at a one-at-a-time server with no /props, timeout 0.6 s (30 fit in
     the queue). All at once, the last ten wait out their timeout and are retried; slow-starting
     (4, 8, 16, ...) none waits that long."""
@@ -276,10 +358,20 @@ def test_a_one_slot_server_that_says_nothing_slow_starts_and_no_call_waits_out_i
 def test_anthropic_429_and_529_are_congestion_for_the_window() -> None:
     from grandrounds.providers.anthropic import error_from_body
 
-    limited = error_from_body(429, {"error": {"type": "rate_limit_error", "message": "slow down"}}, "slow down", 100)
-    overloaded = error_from_body(529, {"error": {"type": "overloaded_error", "message": "Overloaded"}}, "Overloaded", 100)
-    assert (limited.kind, overloaded.kind) == ("rate_limited", "overloaded") and limited.retryable and overloaded.retryable
-    assert error_from_body(400, {"error": {"type": "invalid_request_error"}}, "bad", 100).kind is None
+    limited = error_from_body(
+        429, {"error": {"type": "rate_limit_error", "message": "slow down"}}, "slow down", 100
+    )
+    overloaded = error_from_body(
+        529, {"error": {"type": "overloaded_error", "message": "Overloaded"}}, "Overloaded", 100
+    )
+    assert (
+        (limited.kind, overloaded.kind) == ("rate_limited", "overloaded")
+        and limited.retryable
+        and overloaded.retryable
+    )
+    assert (
+        error_from_body(400, {"error": {"type": "invalid_request_error"}}, "bad", 100).kind is None
+    )
     assert error_from_body(500, {"error": {"type": "api_error"}}, "oops", 100).kind is None
     w = AdaptiveSlots("https://api.anthropic.com", 16)
     assert w.congested(w.sent(), limited.kind) and w.room == 8

@@ -33,8 +33,12 @@ def _agent_store(db: Path) -> None:
         row = truth_of("\n".join(m.text for m in req.messages), rows)
         results = [r for m in req.messages for r in m.tool_results]
         if not results:
-            return [ToolCallPart("t1", "python", json.dumps({"code": "print(open('/etc/passwd').read())"})),
-                    ToolCallPart("t2", "calculator", json.dumps({"expression": "3 * 7"}))]
+            return [
+                ToolCallPart(
+                    "t1", "python", json.dumps({"code": "print(open('/etc/passwd').read())"})
+                ),
+                ToolCallPart("t2", "calculator", json.dumps({"expression": "3 * 7"})),
+            ]
         value = row["Ground Truth Answer"] if row["Row Number"] != "2" else "-1"
         return json.dumps({"step_by_step_thinking": XSS, "answer": value})
 
@@ -44,8 +48,23 @@ def _agent_store(db: Path) -> None:
 
     data = shared_file("medcalc-bench", "test_data.csv")
     with PROVIDERS.registered("viewbot", Bot):
-        r = CliRunner().invoke(app, ["run", "medcalc-bench-tools", "--data", str(data), "--limit", "3", "-m", "viewbot/x",
-                                     "--store", str(db), "--protocol", "grandrounds"])
+        r = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "medcalc-bench-tools",
+                "--data",
+                str(data),
+                "--limit",
+                "3",
+                "-m",
+                "viewbot/x",
+                "--store",
+                str(db),
+                "--protocol",
+                "grandrounds",
+            ],
+        )
     assert r.exit_code == 0, r.output
 
 
@@ -87,7 +106,9 @@ def test_report_shows_transcript(agent_db, tmp_path):
         st.close()
     html = out.read_text(encoding="utf-8")
     assert "calls python" in html and "sandbox refused" in html and "answer correct" in html
-    assert "<small class='episodes'>episodes: finished 3</small>" in html  # under the score, in the leaderboard
+    assert (
+        "<small class='episodes'>episodes: finished 3</small>" in html
+    )  # under the score, in the leaderboard
     assert "<script>window.__pwned" not in html and "&lt;script&gt;window.__pwned" in html
 
 
@@ -108,7 +129,9 @@ def test_viewer_page_shows_transcript(agent_db, tmp_path):
             pg.wait_for_selector(".transcript")
             text = pg.locator(".transcript").text_content()
             assert "episode 1 · finished · failure" in text
-            assert "calls python" in text and "calls calculator" in text and "calculator: 21" in text
+            assert (
+                "calls python" in text and "calls calculator" in text and "calculator: 21" in text
+            )
             assert "sandbox refused: open" in text
             assert "FAILED: answer correct" in text
             assert XSS in text  # the model's text, shown as text

@@ -29,17 +29,24 @@ from grandrounds.testing import LoopbackServer
 from tests.conftest import ROOT, offline_env, shared_file
 from tests.official import load_official
 
-pytestmark = pytest.mark.filterwarnings("ignore:invalid escape sequence")  # the official file's own regexes
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:invalid escape sequence"
+)  # the official file's own regexes
 WRONG = "Idiopathic placeholder syndrome"  # no case's diagnosis
-FILES = {"medqa": "agentclinic_medqa.jsonl", "medqa_extended": "agentclinic_medqa_extended.jsonl",
-         "nejm_extended": "agentclinic_nejm_extended.jsonl"}
+FILES = {
+    "medqa": "agentclinic_medqa.jsonl",
+    "medqa_extended": "agentclinic_medqa_extended.jsonl",
+    "nejm_extended": "agentclinic_nejm_extended.jsonl",
+}
 OFFICIAL_NAMES = {"medqa": "MedQA", "medqa_extended": "MedQA_Ext", "nejm_extended": "NEJM_Ext"}
 
 
 def read_cases(dataset: str) -> list[dict[str, Any]]:
     """The case file's records, parsed here (line by line, blank lines skipped)."""
     path = shared_file("agentclinic", FILES[dataset])
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()
+    ]
 
 
 def correct_of(rec: dict[str, Any]) -> str:
@@ -80,21 +87,35 @@ class Clinic:
         return f"DIAGNOSIS READY: {correct_of(self.cases[k]) if k % 2 == 0 else WRONG}"
 
     def patient(self, system: str, user: str) -> str:
-        needles = [repr(c["OSCE_Examination"]["Patient_Actor"]["History"]) if "OSCE_Examination" in c else c["patient_info"]
-                   for c in self.cases]
+        needles = [
+            repr(c["OSCE_Examination"]["Patient_Actor"]["History"])
+            if "OSCE_Examination" in c
+            else c["patient_info"]
+            for c in self.cases
+        ]
         k = self._find(system, needles, "patient")
         return f"I have   noticed\nit for a while (visit {k})."  # whitespace runs: collapsed as query_model does
 
     def measurement(self, system: str, user: str) -> str:
         # MedQA cases: the test results sit under the physical exam's "tests" key (exam_information)
-        needles = [repr(c["OSCE_Examination"]["Physical_Examination_Findings"])[:-1] + ", 'tests': "
-                   + repr(c["OSCE_Examination"]["Test_Results"]) + "}" if "OSCE_Examination" in c else c["physical_exams"]
-                   for c in self.cases]
+        needles = [
+            repr(c["OSCE_Examination"]["Physical_Examination_Findings"])[:-1]
+            + ", 'tests': "
+            + repr(c["OSCE_Examination"]["Test_Results"])
+            + "}"
+            if "OSCE_Examination" in c
+            else c["physical_exams"]
+            for c in self.cases
+        ]
         k = self._find(system, needles, "measurement")
         return f"RESULTS:  NORMAL READINGS for visit {k}"
 
     def simulator(self, system: str, user: str) -> str:
-        return self.patient(system, user) if system.startswith("You are a patient") else self.measurement(system, user)
+        return (
+            self.patient(system, user)
+            if system.startswith("You are a patient")
+            else self.measurement(system, user)
+        )
 
     @staticmethod
     def moderator(system: str, user: str) -> str:
@@ -104,15 +125,24 @@ class Clinic:
     def rule(self, body: dict[str, Any]) -> str:
         msgs = body["messages"]
         system, user = msgs[0]["content"], msgs[-1]["content"]
-        return {"doctor": self.doctor, "sim": self.simulator, "mod": self.moderator}[body["model"]](system, user)
+        return {"doctor": self.doctor, "sim": self.simulator, "mod": self.moderator}[body["model"]](
+            system, user
+        )
 
     def expected(self, limit: int | None = None) -> dict[str, Any]:
         """The success rate and statuses the rules give, counted from the case indices."""
         n = len(self.cases) if limit is None else min(limit, len(self.cases))
         ks = range(n)
         correct = sum(1 for k in ks if k % 5 != 4 and k % 2 == 0)
-        return {"n": n, "correct": correct, "rate": correct / n,
-                "episodes": {"finished": sum(1 for k in ks if k % 5 != 4), "step_limit": sum(1 for k in ks if k % 5 == 4)}}
+        return {
+            "n": n,
+            "correct": correct,
+            "rate": correct / n,
+            "episodes": {
+                "finished": sum(1 for k in ks if k % 5 != 4),
+                "step_limit": sum(1 for k in ks if k % 5 == 4),
+            },
+        }
 
 
 def official_calls(dataset: str, clinic: Clinic, n: int, monkeypatch) -> list[tuple[str, str, str]]:
@@ -120,57 +150,119 @@ def official_calls(dataset: str, clinic: Clinic, n: int, monkeypatch) -> list[tu
     same scripted participants, its query_model replaced by a recorder that answers as the rules do
     and collapses whitespace as query_model's gpt4 path does. The patient call main still makes after
     the doctor's last inference (whose reply nothing reads) is left out, as a run here never asks it."""
-    off = load_official("agentclinic/agentclinic.py", ["main", "compare_results", "DoctorAgent", "PatientAgent", "MeasurementAgent",
-                                                       "ScenarioMedQA", "ScenarioLoaderMedQA", "ScenarioMedQAExtended",
-                                                       "ScenarioLoaderMedQAExtended", "ScenarioNEJMExtended", "ScenarioLoaderNEJMExtended"])
+    off = load_official(
+        "agentclinic/agentclinic.py",
+        [
+            "main",
+            "compare_results",
+            "DoctorAgent",
+            "PatientAgent",
+            "MeasurementAgent",
+            "ScenarioMedQA",
+            "ScenarioLoaderMedQA",
+            "ScenarioMedQAExtended",
+            "ScenarioLoaderMedQAExtended",
+            "ScenarioNEJMExtended",
+            "ScenarioLoaderNEJMExtended",
+        ],
+    )
     calls: list[tuple[str, str, str]] = []
     state = {"doctor_calls": 0}
 
     def query_model(model_str, prompt, system_prompt, **_kw):
         if model_str == "doctor":
-            state["doctor_calls"] = 1 if "You have asked 0 questions" in system_prompt else state["doctor_calls"] + 1
+            state["doctor_calls"] = (
+                1 if "You have asked 0 questions" in system_prompt else state["doctor_calls"] + 1
+            )
             reply = clinic.doctor(system_prompt, prompt)
         elif model_str == "mod":
             reply = clinic.moderator(system_prompt, prompt)
         else:
             reply = clinic.simulator(system_prompt, prompt)
         if not (model_str in ("patient", "measurement") and state["doctor_calls"] == 20):
-            calls.append(({"doctor": "doctor", "mod": "mod"}.get(model_str, "sim"), system_prompt, prompt))
+            calls.append(
+                ({"doctor": "doctor", "mod": "mod"}.get(model_str, "sim"), system_prompt, prompt)
+            )
         return re.sub(r"\s+", " ", reply)
 
     g = off.main.__globals__
-    g.update(query_model=query_model, time=SimpleNamespace(sleep=lambda s: None), openai=SimpleNamespace())
+    g.update(
+        query_model=query_model,
+        time=SimpleNamespace(sleep=lambda s: None),
+        openai=SimpleNamespace(),
+    )
     monkeypatch.chdir(shared_file("agentclinic", FILES[dataset]).parent)
-    off.main(None, None, "llm", "None", "None", "doctor", "patient", "measurement", "mod", n, OFFICIAL_NAMES[dataset], False, 20)
+    off.main(
+        None,
+        None,
+        "llm",
+        "None",
+        "None",
+        "doctor",
+        "patient",
+        "measurement",
+        "mod",
+        n,
+        OFFICIAL_NAMES[dataset],
+        False,
+        20,
+    )
     return calls
 
 
 def cli_run(tmp_path: Path, dataset: str, srv: LoopbackServer, *extra: str) -> dict[str, Any]:
     out = tmp_path / f"out-{dataset}"
-    args = ["run", "agentclinic", "--param", f"dataset={dataset}", "--data", str(shared_file("agentclinic", FILES[dataset])),
-            "--model", "openai/doctor", "--base-url", srv.base_url, "--simulator", f"openai/sim@{srv.base_url}",
-            "--judge", f"openai/mod@{srv.base_url}", "--store", str(tmp_path / f"{dataset}.db"), "--out", str(out),
-            "--concurrency", "8", *extra]
+    args = [
+        "run",
+        "agentclinic",
+        "--param",
+        f"dataset={dataset}",
+        "--data",
+        str(shared_file("agentclinic", FILES[dataset])),
+        "--model",
+        "openai/doctor",
+        "--base-url",
+        srv.base_url,
+        "--simulator",
+        f"openai/sim@{srv.base_url}",
+        "--judge",
+        f"openai/mod@{srv.base_url}",
+        "--store",
+        str(tmp_path / f"{dataset}.db"),
+        "--out",
+        str(out),
+        "--concurrency",
+        "8",
+        *extra,
+    ]
     r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert r.exit_code == 0, (r.output, r.exception)
     return json.loads((out / "results.json").read_text(encoding="utf-8"))["results"][0]
 
 
 def sent(srv: LoopbackServer) -> list[tuple[str, str, str]]:
-    return [(b["model"], b["messages"][0]["content"], b["messages"][-1]["content"]) for b in srv.stats.bodies]
+    return [
+        (b["model"], b["messages"][0]["content"], b["messages"][-1]["content"])
+        for b in srv.stats.bodies
+    ]
 
 
 def episode_rows(db: Path) -> list[tuple]:
     con = sqlite3.connect(db)
     try:
-        return con.execute("SELECT run_id, sample_id, epoch, status, steps_json FROM episodes ORDER BY run_id, sample_id, epoch").fetchall()
+        return con.execute(
+            "SELECT run_id, sample_id, epoch, status, steps_json FROM episodes ORDER BY run_id, sample_id, epoch"
+        ).fetchall()
     finally:
         con.close()
 
 
 # ---- the case files ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dataset,count", [("medqa", 107), ("medqa_extended", 214), ("nejm_extended", 120)])
+
+@pytest.mark.parametrize(
+    "dataset,count", [("medqa", 107), ("medqa_extended", 214), ("nejm_extended", 120)]
+)
 def test_case_files_load_with_their_counts(dataset, count):
     from grandrounds.benchmarks.agentclinic import AgentClinic
 
@@ -192,8 +284,16 @@ def test_a_broken_case_is_one_clear_error_naming_file_and_line(tmp_path):
     bad.write_text("\n".join(lines), encoding="utf-8")
     with pytest.raises(DataError) as e:
         AgentClinic().load(bad)
-    assert str(bad) in str(e.value) and "line 3" in str(e.value) and "Physical_Examination_Findings" in str(e.value)
-    nejm = json.loads(shared_file("agentclinic", FILES["nejm_extended"]).read_text(encoding="utf-8").split("\n")[0])
+    assert (
+        str(bad) in str(e.value)
+        and "line 3" in str(e.value)
+        and "Physical_Examination_Findings" in str(e.value)
+    )
+    nejm = json.loads(
+        shared_file("agentclinic", FILES["nejm_extended"])
+        .read_text(encoding="utf-8")
+        .split("\n")[0]
+    )
     for a in nejm["answers"]:
         a["correct"] = True
     bad = tmp_path / "agentclinic_nejm_extended.jsonl"
@@ -204,12 +304,22 @@ def test_a_broken_case_is_one_clear_error_naming_file_and_line(tmp_path):
 
 # ---- the full run, and every prompt against the official loop ----------------------------------
 
-def test_medqa_107_cases_through_the_cli_equal_the_count_and_the_official_prompts(tmp_path, monkeypatch):
+
+def test_medqa_107_cases_through_the_cli_equal_the_count_and_the_official_prompts(
+    tmp_path, monkeypatch
+):
     clinic = Clinic("medqa")
     with LoopbackServer(clinic.rule, keep_bodies=True) as srv:
         result = cli_run(tmp_path, "medqa", srv)
         ours = sent(srv)
-        params = {(b["model"], b.get("temperature"), b.get("max_tokens") or b.get("max_completion_tokens")) for b in srv.stats.bodies}
+        params = {
+            (
+                b["model"],
+                b.get("temperature"),
+                b.get("max_tokens") or b.get("max_completion_tokens"),
+            )
+            for b in srv.stats.bodies
+        }
     assert clinic.mismatches == []
     want = clinic.expected()
     assert (result["n"], result["n_unscored"]) == (107, 0)
@@ -221,23 +331,42 @@ def test_medqa_107_cases_through_the_cli_equal_the_count_and_the_official_prompt
     official = official_calls("medqa", clinic, 107, monkeypatch)
     assert set(ours) == set(official)
     assert max(Counter(ours).values()) == 1 and len(ours) == len(set(official))
-    print(f"calls sent {len(ours)} ({Counter(o[0] for o in ours)}); the official loop's {len(official)}, {len(set(official))} distinct")
-    assert params == {("doctor", 0.05, 200), ("sim", 0.05, 200), ("mod", 0.05, 200)}  # query_model's gpt4 settings
+    print(
+        f"calls sent {len(ours)} ({Counter(o[0] for o in ours)}); the official loop's {len(official)}, {len(set(official))} distinct"
+    )
+    assert params == {
+        ("doctor", 0.05, 200),
+        ("sim", 0.05, 200),
+        ("mod", 0.05, 200),
+    }  # query_model's gpt4 settings
     # the moderator's calls are linked to the cases' grades: counted in the result's usage
     assert result["extra"]["usage"]["judges"][0]["calls"] == sum(1 for o in ours if o[0] == "mod")
     # a case that never diagnoses: 20 doctor inferences, the last with the official final question
     rows = {r[1]: r for r in episode_rows(tmp_path / "medqa.db")}
     steps = json.loads(rows["4"][4])
     assert rows["4"][3] == "step_limit" and len(steps) == 20
-    last = [o for o in ours if o[0] == "doctor" and "(visit 4)" in o[2] and "You have asked 19 questions" in o[1]]
+    last = [
+        o
+        for o in ours
+        if o[0] == "doctor" and "(visit 4)" in o[2] and "You have asked 19 questions" in o[1]
+    ]
     assert len(last) == 1 and "This is the final question" in last[0][2]
     # the transcript of a wrong case: the patient, the measurement reader, the doctor's diagnosis, the failed check
     steps = json.loads(rows["1"][4])
     assert [e["actor"] for s in steps for e in s.get("events", [])] == ["patient", "measurement"]
     assert steps[-1]["reply"] == f"DIAGNOSIS READY: {WRONG}"
-    lines = [json.loads(x) for x in (tmp_path / "out-medqa" / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    lines = [
+        json.loads(x)
+        for x in (tmp_path / "out-medqa" / "samples.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     epoch = next(x for x in lines if x["sample_id"] == "1")["details"]["epochs"][0]
-    assert epoch["checks"] == [{"name": "diagnosis", "passed": False, "detail": f"{WRONG} vs {correct_of(clinic.cases[1])}"}]
+    assert epoch["checks"] == [
+        {
+            "name": "diagnosis",
+            "passed": False,
+            "detail": f"{WRONG} vs {correct_of(clinic.cases[1])}",
+        }
+    ]
     assert epoch["judge"] == "No"
 
 
@@ -249,12 +378,16 @@ def test_other_case_files_send_the_official_prompts(tmp_path, monkeypatch, datas
         ours = sent(srv)
     assert clinic.mismatches == []
     want = clinic.expected(12)
-    assert result["score"] == pytest.approx(want["rate"]) and result["extra"]["episodes"] == want["episodes"]
+    assert (
+        result["score"] == pytest.approx(want["rate"])
+        and result["extra"]["episodes"] == want["episodes"]
+    )
     official = official_calls(dataset, clinic, 12, monkeypatch)
     assert set(ours) == set(official) and len(ours) == len(set(official))
 
 
 # ---- the moderator ------------------------------------------------------------------------------
+
 
 class Moderator:
     """A judge whose replies are given in order; it records the prompts it was sent."""
@@ -270,14 +403,23 @@ class Moderator:
         return Response(key=f"k{len(self.asked)}", text=self.replies.pop(0))
 
 
-@pytest.mark.parametrize("protocol,replies,value,asked,official", [
-    ("reference", ["Yes"], 1.0, 1, [True]),
-    ("reference", ["no"], 0.0, 1, [False]),
-    ("reference", ["Yes.", "Yes.", "Yes."], None, 3, [False]),  # neither "yes" nor "no": re-asked, then unknown, never 0
-    ("reference", ["Maybe", "YES"], 1.0, 2, [True]),
-    ("grandrounds", ["**Yes.**"], 1.0, 1, [False]),
-    ("grandrounds", ["<think>the same disease</think>\nNo."], 0.0, 1, [False]),
-])
+@pytest.mark.parametrize(
+    "protocol,replies,value,asked,official",
+    [
+        ("reference", ["Yes"], 1.0, 1, [True]),
+        ("reference", ["no"], 0.0, 1, [False]),
+        (
+            "reference",
+            ["Yes.", "Yes.", "Yes."],
+            None,
+            3,
+            [False],
+        ),  # neither "yes" nor "no": re-asked, then unknown, never 0
+        ("reference", ["Maybe", "YES"], 1.0, 2, [True]),
+        ("grandrounds", ["**Yes.**"], 1.0, 1, [False]),
+        ("grandrounds", ["<think>the same disease</think>\nNo."], 0.0, 1, [False]),
+    ],
+)
 def test_moderator_reading(protocol, replies, value, asked, official):
     import asyncio
 
@@ -287,30 +429,52 @@ def test_moderator_reading(protocol, replies, value, asked, official):
     judge = Moderator(*replies)
     sample = Sample(id="0", benchmark="agentclinic", messages=(), target="Myasthenia gravis")
     reply = "The findings fit. DIAGNOSIS READY: Myasthenia gravis"
-    grade = asyncio.run(grader.grade(sample, Response(key="a", text=reply), GradeContext(judges=(judge,), max_reask=2)))
+    grade = asyncio.run(
+        grader.grade(
+            sample, Response(key="a", text=reply), GradeContext(judges=(judge,), max_reask=2)
+        )
+    )
     assert grade.value == value
     assert grade.status == ("scored" if value is not None else "unreadable")
     assert len(judge.asked) == asked
     assert grade.details["official_correct"] == official
     check = grade.details["checks"][0]
-    assert check["name"] == "diagnosis" and check["detail"] == "Myasthenia gravis vs Myasthenia gravis"
+    assert (
+        check["name"] == "diagnosis" and check["detail"] == "Myasthenia gravis vs Myasthenia gravis"
+    )
     assert check["passed"] == (None if value is None else value == 1.0)
     # compare_results' prompts, byte for byte
     off = load_official("agentclinic/agentclinic.py", ["compare_results"])
     seen = []
-    off.compare_results.__globals__["query_model"] = lambda m, prompt, system, **kw: seen.append((system, prompt)) or "yes"
+    off.compare_results.__globals__["query_model"] = lambda m, prompt, system, **kw: (
+        seen.append((system, prompt)) or "yes"
+    )
     off.compare_results(reply, "Myasthenia gravis", "mod", None)
     assert [(m[0].content, m[1].content) for m in judge.asked[:1]] == seen
 
 
 # ---- configuration ------------------------------------------------------------------------------
 
+
 def test_missing_simulator_is_one_clear_error(tmp_path):
-    args = ["run", "agentclinic", "--data", str(shared_file("agentclinic", FILES["medqa"])), "--model", "scripted/doc",
-            "--judge", "scripted/mod", "--store", str(tmp_path / "s.db")]
+    args = [
+        "run",
+        "agentclinic",
+        "--data",
+        str(shared_file("agentclinic", FILES["medqa"])),
+        "--model",
+        "scripted/doc",
+        "--judge",
+        "scripted/mod",
+        "--store",
+        str(tmp_path / "s.db"),
+    ]
     r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert r.exit_code == 2
-    assert "agentclinic's patient is played by a model: pass --simulator PROVIDER/MODEL" in " ".join(r.output.split())
+    assert (
+        "agentclinic's patient is played by a model: pass --simulator PROVIDER/MODEL"
+        in " ".join(r.output.split())
+    )
     assert not (tmp_path / "s.db").exists() or episode_rows(tmp_path / "s.db") == []
 
 
@@ -323,9 +487,23 @@ def test_other_simulators_or_prompts_are_other_runs(tmp_path):
     ids = set()
     with LoopbackServer(clinic.rule) as srv:
         for sim in ("sim", "sim2"):
-            args = ["run", "agentclinic", "--data", str(shared_file("agentclinic", FILES["medqa"])), "--model", "openai/doctor",
-                    "--base-url", srv.base_url, "--simulator", f"openai/{sim}@{srv.base_url}", "--judge", f"openai/mod@{srv.base_url}",
-                    "--store", str(tmp_path / "s.db"), "--dry-run"]
+            args = [
+                "run",
+                "agentclinic",
+                "--data",
+                str(shared_file("agentclinic", FILES["medqa"])),
+                "--model",
+                "openai/doctor",
+                "--base-url",
+                srv.base_url,
+                "--simulator",
+                f"openai/{sim}@{srv.base_url}",
+                "--judge",
+                f"openai/mod@{srv.base_url}",
+                "--store",
+                str(tmp_path / "s.db"),
+                "--dry-run",
+            ]
             r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
             assert r.exit_code == 0, r.output
             ids.update(re.findall(r"run ([0-9a-f]{16})", r.output))
@@ -333,6 +511,7 @@ def test_other_simulators_or_prompts_are_other_runs(tmp_path):
 
 
 # ---- kill -9 mid-episode, then the same command ----------------------------------------------
+
 
 def _calls_stored(db: Path) -> int:
     try:
@@ -347,15 +526,40 @@ def _calls_stored(db: Path) -> int:
         con.close()
 
 
-def test_kill_minus_nine_mid_episode_resumes_with_the_same_transcripts_and_no_repeated_call(tmp_path):
+def test_kill_minus_nine_mid_episode_resumes_with_the_same_transcripts_and_no_repeated_call(
+    tmp_path,
+):
     clinic = Clinic("medqa")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), **offline_env())
 
     def cli(db: Path) -> subprocess.Popen:
-        args = ["run", "agentclinic", "--data", str(shared_file("agentclinic", FILES["medqa"])), "--limit", "10",
-                "--model", "openai/doctor", "--base-url", srv.base_url, "--simulator", f"openai/sim@{srv.base_url}",
-                "--judge", f"openai/mod@{srv.base_url}", "--store", str(db), "--concurrency", "2"]
-        return subprocess.Popen([sys.executable, "-m", "grandrounds", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        args = [
+            "run",
+            "agentclinic",
+            "--data",
+            str(shared_file("agentclinic", FILES["medqa"])),
+            "--limit",
+            "10",
+            "--model",
+            "openai/doctor",
+            "--base-url",
+            srv.base_url,
+            "--simulator",
+            f"openai/sim@{srv.base_url}",
+            "--judge",
+            f"openai/mod@{srv.base_url}",
+            "--store",
+            str(db),
+            "--concurrency",
+            "2",
+        ]
+        return subprocess.Popen(
+            [sys.executable, "-m", "grandrounds", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
 
     with LoopbackServer(clinic.rule, latency=0.03) as srv:
         p = cli(tmp_path / "clean.db")
@@ -383,20 +587,32 @@ def test_kill_minus_nine_mid_episode_resumes_with_the_same_transcripts_and_no_re
         again = srv.stats.requests - start
     assert again == total - before  # every stored call replayed from the store, none asked twice
     assert episode_rows(killed) == episode_rows(tmp_path / "clean.db")
-    print(f"calls in all {total}; stored before the kill {before} (asked {asked_before}); asked on the re-run {again}")
+    print(
+        f"calls in all {total}; stored before the kill {before} (asked {asked_before}); asked on the re-run {again}"
+    )
 
 
 def test_methods_of_the_same_name_are_read_from_their_own_class(official_reference):
     from grandrounds.core.errors import DataError
     from grandrounds.sources.agentclinic import AGENTCLINIC_PY
-    from grandrounds.sources.upstream import python_call_argument, python_returned_string, python_string
+    from grandrounds.sources.upstream import (
+        python_call_argument,
+        python_returned_string,
+        python_string,
+    )
 
     patient = python_string(AGENTCLINIC_PY, "base", within="PatientAgent.system_prompt").text
-    measurement = python_string(AGENTCLINIC_PY, "base", within="MeasurementAgent.system_prompt").text
-    assert patient.startswith("You are a patient") and measurement.startswith("You are an measurement reader")
+    measurement = python_string(
+        AGENTCLINIC_PY, "base", within="MeasurementAgent.system_prompt"
+    ).text
+    assert patient.startswith("You are a patient") and measurement.startswith(
+        "You are an measurement reader"
+    )
     # an undotted name still finds the first definition, as before
     assert python_string(AGENTCLINIC_PY, "base", within="system_prompt").text == patient
-    assert python_returned_string(AGENTCLINIC_PY, "ScenarioNEJMExtended.examiner_information").text.endswith("diagnosis?")
+    assert python_returned_string(
+        AGENTCLINIC_PY, "ScenarioNEJMExtended.examiner_information"
+    ).text.endswith("diagnosis?")
     with pytest.raises(DataError, match="no function 'DoctorAgent.nowhere'"):
         python_call_argument(AGENTCLINIC_PY, "query_model", 1, within="DoctorAgent.nowhere")
     with pytest.raises(DataError, match="no call of 'query_model' with an argument 5"):

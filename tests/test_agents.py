@@ -18,13 +18,20 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.conftest import shared_file
 from grandrounds.cli.main import app
-from grandrounds.core.records import GenParams, Message, Request, ToolCallPart, ToolResultPart, ToolSpec
+from grandrounds.core.records import (
+    GenParams,
+    Message,
+    Request,
+    ToolCallPart,
+    ToolResultPart,
+    ToolSpec,
+)
 from grandrounds.core.registry import PROVIDERS
 from grandrounds.providers.anthropic import message_body, read_message
 from grandrounds.providers.scripted import ScriptedProvider
 from grandrounds.testing import LoopbackServer, Reply
+from tests.conftest import shared_file
 
 BENCH = "medcalc-bench-tools"
 
@@ -38,7 +45,11 @@ def medcalc_rows(limit: int) -> list[dict[str, str]]:
 def truth_of(request_text: str, rows: list[dict[str, str]]) -> dict[str, str]:
     """The row a prompt is about: its patient note and its question are in the prompt (several
     rows share a note; the question names the calculator)."""
-    found = [row for row in rows if row["Patient Note"] in request_text and row["Question"] in request_text]
+    found = [
+        row
+        for row in rows
+        if row["Patient Note"] in request_text and row["Question"] in request_text
+    ]
     if not found:
         raise AssertionError("no row matches the prompt")
     # rows that repeat a note and question (7 pairs in the file) are one prompt: the first row answers for all
@@ -57,7 +68,9 @@ def rule(rows: list[dict[str, str]]):
             value = row["Ground Truth Answer"] if int(row["Row Number"]) % 2 == 0 else "-987654"
             calls = [ToolCallPart("p1", "python", json.dumps({"code": f"print({value!r})"}))]
             if int(row["Row Number"]) % 3 == 0:
-                calls.insert(0, ToolCallPart("c1", "calculator", json.dumps({"expression": "(2 + 3) * 4"})))
+                calls.insert(
+                    0, ToolCallPart("c1", "calculator", json.dumps({"expression": "(2 + 3) * 4"}))
+                )
             return calls
         printed = results[-1].content.strip()
         return json.dumps({"step_by_step_thinking": "from the tool", "answer": printed})
@@ -78,8 +91,23 @@ def cli(args: list[str], script) -> dict:
 
 def run_args(tmp_path: Path, limit: int, *extra: str) -> list[str]:
     data = shared_file("medcalc-bench", "test_data.csv")
-    return ["run", BENCH, "--data", str(data), "--limit", str(limit), "-m", "agentbot/x", "--store", str(tmp_path / "s.db"),
-            "--out", str(tmp_path / "out"), "--protocol", "grandrounds", *extra]
+    return [
+        "run",
+        BENCH,
+        "--data",
+        str(data),
+        "--limit",
+        str(limit),
+        "-m",
+        "agentbot/x",
+        "--store",
+        str(tmp_path / "s.db"),
+        "--out",
+        str(tmp_path / "out"),
+        "--protocol",
+        "grandrounds",
+        *extra,
+    ]
 
 
 def results(tmp_path: Path) -> dict:
@@ -89,7 +117,9 @@ def results(tmp_path: Path) -> dict:
 def episodes(db: Path) -> list[tuple]:
     con = sqlite3.connect(db)
     try:
-        return con.execute("SELECT sample_id, epoch, status, steps_json FROM episodes ORDER BY sample_id, epoch").fetchall()
+        return con.execute(
+            "SELECT sample_id, epoch, status, steps_json FROM episodes ORDER BY sample_id, epoch"
+        ).fetchall()
     finally:
         con.close()
 
@@ -111,7 +141,9 @@ def test_success_rate_equals_independent_count(tmp_path):
     s0 = steps[first["Row Number"]][0]
     assert [c["name"] for c in s0["tool_calls"]] == ["calculator", "python"]
     assert [ev["text"] for ev in s0["events"]][0] == "20"
-    assert len(steps[first["Row Number"]]) == 2 and steps[first["Row Number"]][1]["tool_calls"] == []
+    assert (
+        len(steps[first["Row Number"]]) == 2 and steps[first["Row Number"]][1]["tool_calls"] == []
+    )
 
 
 def test_rerun_makes_no_call_and_epochs_report_pass_k(tmp_path):
@@ -136,9 +168,14 @@ def test_rerun_makes_no_call_and_epochs_report_pass_k(tmp_path):
         per_task.append(c)
     assert res["score"] == pytest.approx(sum(c / 2 for c in per_task) / 6)
     assert res["extra"]["pass_k"]["1"] == pytest.approx(sum(c / 2 for c in per_task) / 6)
-    assert res["extra"]["pass_k"]["2"] == pytest.approx(sum(comb(c, 2) / comb(2, 2) for c in per_task) / 6)
+    assert res["extra"]["pass_k"]["2"] == pytest.approx(
+        sum(comb(c, 2) / comb(2, 2) for c in per_task) / 6
+    )
     before = len(episodes(tmp_path / "s.db"))
-    r = cli(run_args(tmp_path, 6, "--epochs", "2"), lambda req: pytest.fail("a stored step was asked again"))
+    r = cli(
+        run_args(tmp_path, 6, "--epochs", "2"),
+        lambda req: pytest.fail("a stored step was asked again"),
+    )
     assert "0 calls made" in r.output
     assert len(episodes(tmp_path / "s.db")) == before == 12
 
@@ -161,22 +198,74 @@ def test_unknowns_are_not_zeros(tmp_path):
 
 
 def test_step_limit_counts_as_failure(tmp_path):
-    rows = medcalc_rows(3)
-    cli(run_args(tmp_path, 3, "--param", "max_steps=2"), lambda req: [ToolCallPart("c", "calculator", '{"expression": "1+1"}')])
+    medcalc_rows(3)
+    cli(
+        run_args(tmp_path, 3, "--param", "max_steps=2"),
+        lambda req: [ToolCallPart("c", "calculator", '{"expression": "1+1"}')],
+    )
     res = results(tmp_path)
-    assert res["score"] == 0.0 and res["n_unscored"] == 0 and res["extra"]["episodes"] == {"step_limit": 3}
+    assert (
+        res["score"] == 0.0
+        and res["n_unscored"] == 0
+        and res["extra"]["episodes"] == {"step_limit": 3}
+    )
     assert all(len(json.loads(e[3])) == 2 for e in episodes(tmp_path / "s.db"))
 
 
 def test_refusals(tmp_path):
     data = str(shared_file("medcalc-bench", "test_data.csv"))
-    r = CliRunner().invoke(app, ["run", BENCH, "--data", data, "-m", "llamacpp/smollm2", "--store", str(tmp_path / "s.db")])
+    r = CliRunner().invoke(
+        app,
+        ["run", BENCH, "--data", data, "-m", "llamacpp/smollm2", "--store", str(tmp_path / "s.db")],
+    )
     assert r.exit_code != 0 and "cannot send tools" in r.output
-    r = CliRunner().invoke(app, ["run", BENCH, "--data", data, "-m", "scripted/x", "--simulator", "scripted/p", "--store", str(tmp_path / "s.db")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "run",
+            BENCH,
+            "--data",
+            data,
+            "-m",
+            "scripted/x",
+            "--simulator",
+            "scripted/p",
+            "--store",
+            str(tmp_path / "s.db"),
+        ],
+    )
     assert r.exit_code != 0 and "--simulator is not used" in r.output
-    r = CliRunner().invoke(app, ["run", "medcalc-bench", "--data", data, "-m", "scripted/x", "--simulator", "scripted/p", "--store", str(tmp_path / "s.db")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "medcalc-bench",
+            "--data",
+            data,
+            "-m",
+            "scripted/x",
+            "--simulator",
+            "scripted/p",
+            "--store",
+            str(tmp_path / "s.db"),
+        ],
+    )
     assert r.exit_code != 0 and "--simulator is not used" in r.output
-    r = CliRunner().invoke(app, ["run", BENCH, "--data", data, "-m", "scripted/x", "--param", "actions=text", "--store", str(tmp_path / "s.db")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "run",
+            BENCH,
+            "--data",
+            data,
+            "-m",
+            "scripted/x",
+            "--param",
+            "actions=text",
+            "--store",
+            str(tmp_path / "s.db"),
+        ],
+    )
     assert r.exit_code != 0 and "actions" in r.output
 
 
@@ -194,9 +283,24 @@ def test_regrade_is_refused_with_the_way_to_regrade(tmp_path):
 def test_tool_keys_leave_plain_requests_unchanged():
     plain = Request("openai", "m", (Message("user", "hi"),))
     assert "tools" not in plain.canonical() and "tool_choice" not in plain.canonical()
-    tooled = Request("openai", "m", (Message("user", "hi"),), tools=(ToolSpec("calc", "d", {"type": "object"}),), tool_choice="auto")
+    tooled = Request(
+        "openai",
+        "m",
+        (Message("user", "hi"),),
+        tools=(ToolSpec("calc", "d", {"type": "object"}),),
+        tool_choice="auto",
+    )
     assert tooled.key() != plain.key()
-    assert Request("openai", "m", (Message("user", "hi"),), tools=(ToolSpec("calc", "other", {"type": "object"}),), tool_choice="auto").key() != tooled.key()
+    assert (
+        Request(
+            "openai",
+            "m",
+            (Message("user", "hi"),),
+            tools=(ToolSpec("calc", "other", {"type": "object"}),),
+            tool_choice="auto",
+        ).key()
+        != tooled.key()
+    )
 
 
 def test_openai_wire_sends_tools_and_reads_calls(tmp_path):
@@ -205,20 +309,44 @@ def test_openai_wire_sends_tools_and_reads_calls(tmp_path):
 
     def serve(body: dict) -> object:
         msgs = body["messages"]
-        assert body["tools"][0]["function"]["name"] == "calculator" and body["tool_choice"] == "auto"
+        assert (
+            body["tools"][0]["function"]["name"] == "calculator" and body["tool_choice"] == "auto"
+        )
         if msgs[-1]["role"] != "tool":
             return Reply("", tool_calls=(("calculator", {"expression": "6*7"}),))
         assistant = msgs[-2]
-        assert assistant["tool_calls"][0]["function"] == {"name": "calculator", "arguments": '{"expression": "6*7"}'}
+        assert assistant["tool_calls"][0]["function"] == {
+            "name": "calculator",
+            "arguments": '{"expression": "6*7"}',
+        }
         assert msgs[-1] == {"role": "tool", "tool_call_id": "call_0", "content": "42"}
         row = truth_of("\n".join(str(m.get("content") or "") for m in msgs), rows)
         return json.dumps({"answer": row["Ground Truth Answer"]})
 
     with LoopbackServer(serve) as srv:
         data = str(shared_file("medcalc-bench", "test_data.csv"))
-        r = CliRunner().invoke(app, ["run", BENCH, "--data", data, "--limit", "2", "-m", "openai/m", "--base-url", srv.base_url,
-                                     "--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "out"), "--protocol", "grandrounds"],
-                               env={"OPENAI_API_KEY": "x", "COLUMNS": "200"})
+        r = CliRunner().invoke(
+            app,
+            [
+                "run",
+                BENCH,
+                "--data",
+                data,
+                "--limit",
+                "2",
+                "-m",
+                "openai/m",
+                "--base-url",
+                srv.base_url,
+                "--store",
+                str(tmp_path / "s.db"),
+                "--out",
+                str(tmp_path / "out"),
+                "--protocol",
+                "grandrounds",
+            ],
+            env={"OPENAI_API_KEY": "x", "COLUMNS": "200"},
+        )
         assert r.exit_code == 0, r.output
         assert srv.stats.requests == 4 and not srv.stats.rule_errors
     assert results(tmp_path)["score"] == 1.0
@@ -226,20 +354,46 @@ def test_openai_wire_sends_tools_and_reads_calls(tmp_path):
 
 def test_anthropic_wire_tools():
     req = Request(
-        "anthropic", "claude", (
-            Message("system", "s"), Message("user", "q"),
+        "anthropic",
+        "claude",
+        (
+            Message("system", "s"),
+            Message("user", "q"),
             Message("assistant", (ToolCallPart("tu_1", "calculator", '{"expression": "1+1"}'),)),
             Message("tool", (ToolResultPart("tu_1", "2", "calculator"),)),
-        ), params=GenParams(max_tokens=50), tools=(ToolSpec("calculator", "adds", {"type": "object"}),), tool_choice="auto",
+        ),
+        params=GenParams(max_tokens=50),
+        tools=(ToolSpec("calculator", "adds", {"type": "object"}),),
+        tool_choice="auto",
     )
     body = message_body("claude", req)
     assert body["system"] == "s"
-    assert body["tools"] == [{"name": "calculator", "description": "adds", "input_schema": {"type": "object"}}]
-    assert body["messages"][1] == {"role": "assistant", "content": [{"type": "tool_use", "id": "tu_1", "name": "calculator", "input": {"expression": "1+1"}}]}
-    assert body["messages"][2] == {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu_1", "content": "2"}]}
-    resp = read_message({"content": [{"type": "text", "text": "let me"}, {"type": "tool_use", "id": "tu_2", "name": "python", "input": {"code": "print(1)"}}],
-                         "stop_reason": "tool_use"}, "k")
-    assert resp.text == "let me" and resp.tool_calls == (ToolCallPart("tu_2", "python", '{"code": "print(1)"}'),)
+    assert body["tools"] == [
+        {"name": "calculator", "description": "adds", "input_schema": {"type": "object"}}
+    ]
+    assert body["messages"][1] == {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "tu_1", "name": "calculator", "input": {"expression": "1+1"}}
+        ],
+    }
+    assert body["messages"][2] == {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "tu_1", "content": "2"}],
+    }
+    resp = read_message(
+        {
+            "content": [
+                {"type": "text", "text": "let me"},
+                {"type": "tool_use", "id": "tu_2", "name": "python", "input": {"code": "print(1)"}},
+            ],
+            "stop_reason": "tool_use",
+        },
+        "k",
+    )
+    assert resp.text == "let me" and resp.tool_calls == (
+        ToolCallPart("tu_2", "python", '{"code": "print(1)"}'),
+    )
 
 
 def _serve_rule(rows):
@@ -260,11 +414,35 @@ def test_resume_after_kill_9(tmp_path):
     rows = medcalc_rows(6)
     data = str(shared_file("medcalc-bench", "test_data.csv"))
     db = tmp_path / "s.db"
-    cmd = [sys.executable, "-m", "grandrounds", "run", BENCH, "--data", data, "--limit", "6", "-m", "openai/m", "--store", str(db),
-           "--protocol", "grandrounds", "--concurrency", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grandrounds",
+        "run",
+        BENCH,
+        "--data",
+        data,
+        "--limit",
+        "6",
+        "-m",
+        "openai/m",
+        "--store",
+        str(db),
+        "--protocol",
+        "grandrounds",
+        "--concurrency",
+        "2",
+    ]
     env = {**os.environ, "OPENAI_API_KEY": "x", "COLUMNS": "200"}
-    with LoopbackServer(_serve_rule(rows), latency=0.25) as srv:  # one server (its URL is in every key) for both runs
-        proc = subprocess.Popen([*cmd, "--base-url", srv.base_url], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with LoopbackServer(
+        _serve_rule(rows), latency=0.25
+    ) as srv:  # one server (its URL is in every key) for both runs
+        proc = subprocess.Popen(
+            [*cmd, "--base-url", srv.base_url],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.time() + 60
         while srv.stats.requests < 9 and time.time() < deadline:
             time.sleep(0.05)
@@ -273,10 +451,14 @@ def test_resume_after_kill_9(tmp_path):
         first = srv.stats.requests
         con = sqlite3.connect(db)
         stored = con.execute("SELECT COUNT(*) FROM calls WHERE error IS NULL").fetchone()[0]
-        partial = con.execute("SELECT COUNT(*) FROM episodes WHERE status = 'running'").fetchone()[0]
+        partial = con.execute("SELECT COUNT(*) FROM episodes WHERE status = 'running'").fetchone()[
+            0
+        ]
         con.close()
         assert 0 < stored < 24 and first < 24
-        done = subprocess.run([*cmd, "--base-url", srv.base_url], env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [*cmd, "--base-url", srv.base_url], env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         second = srv.stats.requests - first
         assert second == 24 - stored, (first, stored, second)
@@ -284,8 +466,16 @@ def test_resume_after_kill_9(tmp_path):
         # the same command from scratch on a new store gives the same transcripts
         fresh = tmp_path / "fresh.db"
         cmd3 = [c if c != str(db) else str(fresh) for c in cmd]
-        subprocess.run([*cmd3, "--base-url", srv.base_url], env=env, capture_output=True, timeout=120, check=True)
+        subprocess.run(
+            [*cmd3, "--base-url", srv.base_url],
+            env=env,
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
     clean = episodes(fresh)
     assert [(e[0], e[1], e[2], e[3]) for e in killed] == [(e[0], e[1], e[2], e[3]) for e in clean]
     assert all(e[2] == "finished" for e in killed) and len(killed) == 6
-    print(f"kill -9 resume: {first} calls before the kill, {stored} stored, {partial} episodes mid-way, {second} on the re-run (24 in all)")
+    print(
+        f"kill -9 resume: {first} calls before the kill, {stored} stored, {partial} episodes mid-way, {second} on the re-run (24 in all)"
+    )

@@ -13,13 +13,35 @@ from grandrounds.analyses.leaderboard import (
     paired_compare,
 )
 
-FP = {"benchmark": "medqa", "dataset_sha256": "d1", "grader": {"name": "mcq", "args": {"answer_mode": "generate"}},
-      "templates": {}, "prompt_templates": {"generate_en": "abc"}, "judges": [], "scoring": {}, "answer_mode": "generate",
-      "shuffle_options": False, "model": "x", "run_id": "r"}
+FP = {
+    "benchmark": "medqa",
+    "dataset_sha256": "d1",
+    "grader": {"name": "mcq", "args": {"answer_mode": "generate"}},
+    "templates": {},
+    "prompt_templates": {"generate_en": "abc"},
+    "judges": [],
+    "scoring": {},
+    "answer_mode": "generate",
+    "shuffle_options": False,
+    "model": "x",
+    "run_id": "r",
+}
 
 
 def row(model: str, score: float, ci: tuple[float, float] | None = None, **fp: object) -> ResultRow:
-    return ResultRow(f"run-{model}", "fp", "medqa", model, "accuracy", score, ci, 100, 0, 1.0, fingerprint=FP | fp)
+    return ResultRow(
+        f"run-{model}",
+        "fp",
+        "medqa",
+        model,
+        "accuracy",
+        score,
+        ci,
+        100,
+        0,
+        1.0,
+        fingerprint=FP | fp,
+    )
 
 
 def values(correct: list[int]) -> dict[str, float]:
@@ -50,19 +72,29 @@ def test_paired_compare_non_binary_has_no_mcnemar() -> None:
 
 
 def test_leaderboard_flags_incomparable_settings_and_never_mixes_ranks() -> None:
-    rows = [row("m1", 0.9), row("m2", 0.5), row("m3", 0.95, judges=[{"model": "other", "params": {}}])]
-    vals = {r.key: values([1] * int(r.score * 100) + [0] * (100 - int(r.score * 100))) for r in rows}
+    rows = [
+        row("m1", 0.9),
+        row("m2", 0.5),
+        row("m3", 0.95, judges=[{"model": "other", "params": {}}]),
+    ]
+    vals = {
+        r.key: values([1] * int(r.score * 100) + [0] * (100 - int(r.score * 100))) for r in rows
+    }
     [board] = leaderboard(rows, vals)
     assert board.settings == 2
     by_model = {e.row.model: e for e in board.entries}
     assert by_model["m1"].setting == 1 and by_model["m1"].rank == 1 and by_model["m2"].rank == 2
-    assert by_model["m3"].setting == 2 and by_model["m3"].rank == 1  # ranked only in its own setting
+    assert (
+        by_model["m3"].setting == 2 and by_model["m3"].rank == 1
+    )  # ranked only in its own setting
     assert any("judges" in f for f in by_model["m3"].flags)
     assert all(e.flags for e in board.entries)  # every entry of a mixed benchmark is flagged
 
 
 def test_fingerprint_diff_names_fields() -> None:
-    assert fingerprint_diff(FP, FP | {"dataset_sha256": "d2", "templates": {"a": "1"}, "run_id": "other"}) == ["dataset_sha256", "templates"]
+    assert fingerprint_diff(
+        FP, FP | {"dataset_sha256": "d2", "templates": {"a": "1"}, "run_id": "other"}
+    ) == ["dataset_sha256", "templates"]
 
 
 def test_tie_groups_from_paired_ci() -> None:
@@ -86,7 +118,10 @@ def test_tie_without_pairs_uses_ci_overlap_and_says_so() -> None:
 
 
 def test_unscored_result_is_listed_unranked() -> None:
-    rows = [row("a", 0.7), ResultRow("r", "fp", "medqa", "z", "accuracy", None, None, 0, 5, None, fingerprint=FP)]
+    rows = [
+        row("a", 0.7),
+        ResultRow("r", "fp", "medqa", "z", "accuracy", None, None, 0, 5, None, fingerprint=FP),
+    ]
     [board] = leaderboard(rows, {})
     z = next(e for e in board.entries if e.row.model == "z")
     assert z.rank is None and "no score" in z.flags

@@ -10,8 +10,9 @@ import json
 import math
 import threading
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -26,7 +27,9 @@ from grandrounds.viewer.server import make_server
 from tests.conftest import shared_file
 
 DEMO_FILE = Path(__file__).resolve().parents[1] / "src" / "grandrounds" / "data" / "demo_exam.jsonl"
-DEMO = [json.loads(line) for line in DEMO_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+DEMO = [
+    json.loads(line) for line in DEMO_FILE.read_text(encoding="utf-8").splitlines() if line.strip()
+]
 #: The log-probabilities the scripted model gives the options, in the order it is asked them.
 LOGPROBS = (-0.4, -1.9, -2.6, -3.3)
 
@@ -49,10 +52,30 @@ def medcalc_answer(req: Request) -> str:
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "s.db"
     with Store(path) as st:
-        asyncio.run(run(st, RunConfig("demo", "scripted/lp", options=RunOptions(answer_mode="letter-loglik", protocol="grandrounds"),
-                                      provider_options={"script": loglik})))
-        asyncio.run(run(st, RunConfig("medcalc-bench", "scripted/calc", data=shared_file("medcalc-bench", "test_data.csv"), limit=2,
-                                      options=RunOptions(protocol="grandrounds"), provider_options={"script": medcalc_answer})))
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "demo",
+                    "scripted/lp",
+                    options=RunOptions(answer_mode="letter-loglik", protocol="grandrounds"),
+                    provider_options={"script": loglik},
+                ),
+            )
+        )
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "medcalc-bench",
+                    "scripted/calc",
+                    data=shared_file("medcalc-bench", "test_data.csv"),
+                    limit=2,
+                    options=RunOptions(protocol="grandrounds"),
+                    provider_options={"script": medcalc_answer},
+                ),
+            )
+        )
     return path
 
 
@@ -60,7 +83,9 @@ def expected_read(question: dict[str, Any]) -> str:
     s = shares()
     key = question["answer_idx"]
     tail = "; the key" if key == "A" else f"; the key is {key} ({100 * s['ABCD'.index(key)]:.1f}%)"
-    return f"chose A ({100 * s[0]:.1f}% of the options' probability); next B ({100 * s[1]:.1f}%){tail}"
+    return (
+        f"chose A ({100 * s[0]:.1f}% of the options' probability); next B ({100 * s[1]:.1f}%){tail}"
+    )
 
 
 MEDCALC_TARGET = "25.238 (a decimal; accepted from 23.9761 to 26.4999)"
@@ -74,7 +99,9 @@ def test_report_says_what_was_read_and_the_target_as_a_value(db: Path, tmp_path:
     for q in DEMO:
         assert f"Read: {expected_read(q)}" in page
     assert f"Target: {MEDCALC_TARGET}" in page
-    assert "'kind'" not in page and "'lower_text'" not in page, "no target is shown as a Python dict"
+    assert "'kind'" not in page and "'lower_text'" not in page, (
+        "no target is shown as a Python dict"
+    )
 
 
 @pytest.fixture
@@ -98,7 +125,11 @@ def test_viewer_says_what_was_read_and_the_target_as_a_value(viewer: str) -> Non
         d = get(viewer, f"/api/item/{it['id']}")
         [answer] = d["answers"]
         if d["benchmark"] == "demo":
-            q = next(q for q in DEMO if q["question"] in json.dumps(d["sample"]["messages"], ensure_ascii=False))
+            q = next(
+                q
+                for q in DEMO
+                if q["question"] in json.dumps(d["sample"]["messages"], ensure_ascii=False)
+            )
             assert answer["text"] is None and answer["read"] == expected_read(q)
             seen += 1
         elif d["sample"]["id"] == "1":

@@ -12,8 +12,9 @@ import csv
 import json
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -29,13 +30,23 @@ from grandrounds.benchmarks.medcalc import MedCalcBench
 from grandrounds.benchmarks.medec import MEDEC
 from grandrounds.benchmarks.medeqbench import MedEQBench
 from grandrounds.cli.main import app
-from grandrounds.core.hashing import to_jsonable
-from grandrounds.core.records import Breakdown, Cell, Criterion, Grade, Message, Request, Sample, Verdict, breakdown_from_json
-from grandrounds.reports import boards, build_report
 from grandrounds.core.display import fmt
+from grandrounds.core.hashing import to_jsonable
+from grandrounds.core.records import (
+    Breakdown,
+    Cell,
+    Criterion,
+    Grade,
+    Message,
+    Request,
+    Sample,
+    Verdict,
+    breakdown_from_json,
+)
+from grandrounds.reports import boards, build_report
 from grandrounds.reports.radar import radar_svg
-from grandrounds.run.runner import RunOutcome, run
 from grandrounds.run.config import RunConfig
+from grandrounds.run.runner import RunOutcome, run
 from grandrounds.scoring.cells import accuracy_cell, group_cells, mean_cell
 from grandrounds.scoring.stats import mean_ci, wilson_ci
 from grandrounds.store import Store
@@ -64,7 +75,9 @@ def test_accuracy_cell_percent_is_bit_identical_to_100k_over_n() -> None:
 
 def test_mean_cell_and_group_cells_order() -> None:
     c = mean_cell([0.25, None, 0.75, 0.5])
-    assert c.score == 0.5 and c.n == 3 and c.n_unscored == 1 and c.ci95 == mean_ci([0.25, 0.75, 0.5])
+    assert (
+        c.score == 0.5 and c.n == 3 and c.n_unscored == 1 and c.ci95 == mean_ci([0.25, 0.75, 0.5])
+    )
     rows = [("b", 1.0), ("a", 0.0), ("b", None), ("c", 1.0)]
     assert list(group_cells(rows, accuracy_cell)) == ["a", "b", "c"]
     assert list(group_cells(rows, accuracy_cell, sort=False)) == ["b", "a", "c"]
@@ -72,22 +85,36 @@ def test_mean_cell_and_group_cells_order() -> None:
 
 
 def test_cells_survive_json_and_legacy_shapes_are_left_out_not_guessed() -> None:
-    bd = {"kind": {"date": Cell(0.5, 2, 1, (0.1, 0.9), {"n_unextractable": 1})}, "category": {"lab": Cell(None, 0, 3)}}
+    bd = {
+        "kind": {"date": Cell(0.5, 2, 1, (0.1, 0.9), {"n_unextractable": 1})},
+        "category": {"lab": Cell(None, 0, 3)},
+    }
     assert breakdown_from_json(json.loads(json.dumps(to_jsonable(bd)))) == bd
-    legacy = {"category:lab": {"accuracy": 0.5, "n": 2}, "MK": {"usability_rate": 80.0, "n": 5}, "misc": 0.5, "note": "x"}
+    legacy = {
+        "category:lab": {"accuracy": 0.5, "n": 2},
+        "MK": {"usability_rate": 80.0, "n": 5},
+        "misc": 0.5,
+        "note": "x",
+    }
     assert breakdown_from_json(legacy) == {}
 
 
 def test_breakdown_tables_align_results_keys_and_metrics() -> None:
     def row(model: str, bd: dict) -> ResultRow:
-        return ResultRow("r-" + model, "fp", "b", model, "accuracy", 0.5, None, 2, 0, None, breakdown=bd)
+        return ResultRow(
+            "r-" + model, "fp", "b", model, "accuracy", 0.5, None, 2, 0, None, breakdown=bd
+        )
 
     a = row("a", {"kind": {"x": Cell(1.0, 1), "y": Cell(0.0, 1, metrics={"m1": 0.5})}})
     b = row("b", {"kind": {"z": Cell(0.5, 2, metrics={"m2": 1})}, "split": {"test": Cell(0.5, 2)}})
     board = Board("b", "accuracy", 1, (Entry(a, 1, 1, 1), Entry(b, 1, 2, 2)))
     kind, split = breakdown_tables(board)
     assert (kind.family, kind.keys, kind.metrics) == ("kind", ("x", "y", "z"), ("m1", "m2"))
-    assert [(k, e.row.model, c.score) for k, e, c in kind.rows()] == [("x", "a", 1.0), ("y", "a", 0.0), ("z", "b", 0.5)]
+    assert [(k, e.row.model, c.score) for k, e, c in kind.rows()] == [
+        ("x", "a", 1.0),
+        ("y", "a", 0.0),
+        ("z", "b", 0.5),
+    ]
     assert split.cells[0] == {} and [k for k, _, _ in split.rows()] == ["test"]
 
 
@@ -99,9 +126,24 @@ def _s(sid: str, bench: str, target: Any = None, rubric: tuple = (), **meta: Any
 
 
 def test_medcalc_category_and_kind_are_two_families() -> None:
-    samples = [_s(f"{i}", "medcalc-bench", {"kind": kind}, category=cat)
-               for i, (cat, kind) in enumerate([("lab", "decimal"), ("lab", "integer"), ("date", "date"), ("date", "date"), ("risk", "integer")])]
-    grades = [Grade("0", 1.0), Grade("1", 0.0, details={"unextractable": True}), Grade("2", 1.0), Grade("3", None)]
+    samples = [
+        _s(f"{i}", "medcalc-bench", {"kind": kind}, category=cat)
+        for i, (cat, kind) in enumerate(
+            [
+                ("lab", "decimal"),
+                ("lab", "integer"),
+                ("date", "date"),
+                ("date", "date"),
+                ("risk", "integer"),
+            ]
+        )
+    ]
+    grades = [
+        Grade("0", 1.0),
+        Grade("1", 0.0, details={"unextractable": True}),
+        Grade("2", 1.0),
+        Grade("3", None),
+    ]
     agg = MedCalcBench().aggregate(samples, grades, RunOptions())
     assert set(agg.breakdown) == {"category", "kind"}
     assert agg.breakdown["category"] == {
@@ -110,71 +152,169 @@ def test_medcalc_category_and_kind_are_two_families() -> None:
         "risk": Cell(None, 0, 1, None, {"n_unextractable": 0}),  # no grade at all: unscored
     }
     assert agg.breakdown["kind"]["date"] == Cell(1.0, 1, 1, wilson_ci(1, 1), {"n_unextractable": 0})
-    assert agg.breakdown["kind"]["integer"] == Cell(0.0, 1, 1, wilson_ci(0, 1), {"n_unextractable": 1})
+    assert agg.breakdown["kind"]["integer"] == Cell(
+        0.0, 1, 1, wilson_ci(0, 1), {"n_unextractable": 1}
+    )
     for fam in agg.breakdown.values():  # every sample lands in exactly one cell of each family
-        assert sum(c.n for c in fam.values()) == agg.n and sum(c.n_unscored for c in fam.values()) == agg.n_unscored
+        assert (
+            sum(c.n for c in fam.values()) == agg.n
+            and sum(c.n_unscored for c in fam.values()) == agg.n_unscored
+        )
 
 
 def test_medec_error_type_and_split_cells_carry_sentence_accuracy_and_r1fc() -> None:
-    samples = [_s("a", "medec", error_type="diagnosis", split="test"), _s("b", "medec", error_type="NA", split="test"),
-               _s("c", "medec", error_type="diagnosis", split="validation"), _s("d", "medec", error_type="NA", split="validation")]
-    grades = [Grade("a", 1.0, details={"sentence_correct": True, "correction_score": 0.5}),
-              Grade("b", 0.0, details={"unparseable": True, "sentence_correct": False, "correction_score": 0.0}),
-              Grade("c", 1.0, details={"sentence_correct": False, "correction_score": 0.25}), Grade("d", None)]
-    agg = MEDEC().aggregate(samples, grades, RunOptions(protocol="grandrounds"))  # answered texts only
+    samples = [
+        _s("a", "medec", error_type="diagnosis", split="test"),
+        _s("b", "medec", error_type="NA", split="test"),
+        _s("c", "medec", error_type="diagnosis", split="validation"),
+        _s("d", "medec", error_type="NA", split="validation"),
+    ]
+    grades = [
+        Grade("a", 1.0, details={"sentence_correct": True, "correction_score": 0.5}),
+        Grade(
+            "b",
+            0.0,
+            details={"unparseable": True, "sentence_correct": False, "correction_score": 0.0},
+        ),
+        Grade("c", 1.0, details={"sentence_correct": False, "correction_score": 0.25}),
+        Grade("d", None),
+    ]
+    agg = MEDEC().aggregate(
+        samples, grades, RunOptions(protocol="grandrounds")
+    )  # answered texts only
     assert list(agg.breakdown) == ["error_type", "split"]
     diag = agg.breakdown["error_type"]["diagnosis"]
     assert (diag.score, diag.n, diag.n_unscored, diag.ci95) == (1.0, 2, 0, wilson_ci(2, 2))
-    assert diag.metrics == {"error_sentence_accuracy": 0.5, "r1fc": 0.375, "n_unparseable": 0, "n_no_answer": 0}
+    assert diag.metrics == {
+        "error_sentence_accuracy": 0.5,
+        "r1fc": 0.375,
+        "n_unparseable": 0,
+        "n_no_answer": 0,
+    }
     val = agg.breakdown["split"]["validation"]
     assert (val.score, val.n, val.n_unscored) == (1.0, 1, 1)
     assert agg.breakdown["split"]["test"].metrics["n_unparseable"] == 1
-    ref = MEDEC().aggregate(samples, grades, RunOptions()).breakdown["split"]["validation"]  # reference: missing = wrong
-    assert (ref.score, ref.n, ref.n_unscored) == (0.5, 2, 1) and ref.metrics["r1fc"] == 0.125 and ref.metrics["n_no_answer"] == 1
+    ref = (
+        MEDEC().aggregate(samples, grades, RunOptions()).breakdown["split"]["validation"]
+    )  # reference: missing = wrong
+    assert (
+        (ref.score, ref.n, ref.n_unscored) == (0.5, 2, 1)
+        and ref.metrics["r1fc"] == 0.125
+        and ref.metrics["n_no_answer"] == 1
+    )
 
 
 def test_llmeval_gaps_and_medbench_families() -> None:
     cats = ["医疗知识", "医疗知识", "医疗推理"]
     ll = [_s(f"l{i}", "llmeval-med", category=c) for i, c in enumerate(cats)]
-    lg = [Grade("l0", 1.0, details={"run_scores": [4.5], "mean_score": 4.5, "other_value": 1.0}),
-          Grade("l1", None, details={"run_scores": [None], "other_value": None}),
-          Grade("l2", 0.0, details={"run_scores": [2.0], "mean_score": 2.0, "other_value": 0.0})]
-    mk = LLMEvalMed().aggregate(ll, lg, RunOptions(protocol="grandrounds")).breakdown["category"]["MK"]
+    lg = [
+        Grade("l0", 1.0, details={"run_scores": [4.5], "mean_score": 4.5, "other_value": 1.0}),
+        Grade("l1", None, details={"run_scores": [None], "other_value": None}),
+        Grade("l2", 0.0, details={"run_scores": [2.0], "mean_score": 2.0, "other_value": 0.0}),
+    ]
+    mk = (
+        LLMEvalMed()
+        .aggregate(ll, lg, RunOptions(protocol="grandrounds"))
+        .breakdown["category"]["MK"]
+    )
     assert (mk.score, mk.n, mk.n_unscored) == (100.0, 1, 1)
     assert mk.metrics == {"other_rate": 50.0, "mean_score": 4.5, "n_no_valid_score": 1}
-    ref = LLMEvalMed().aggregate(ll, lg, RunOptions()).breakdown["category"]["MK"]  # reference: no valid score = unusable
+    ref = (
+        LLMEvalMed().aggregate(ll, lg, RunOptions()).breakdown["category"]["MK"]
+    )  # reference: no valid score = unusable
     assert (ref.score, ref.n, ref.n_unscored) == (50.0, 2, 1) and ref.metrics["other_rate"] == 100.0
 
-    gs = [_s("g0", "gaps", category="G1"), _s("g1", "gaps", category="G1"), _s("g2", "gaps", category="G2")]
-    gg = [Grade("g0", 0.4, details={"reference_value": 0.3, "other_value": 0.3, "coverage": 1.0, "n_review_needed": 0}),
-          Grade("g1", 0.8, details={"reference_value": 0.5, "other_value": 0.5, "coverage": 0.5, "n_review_needed": 2})]
+    gs = [
+        _s("g0", "gaps", category="G1"),
+        _s("g1", "gaps", category="G1"),
+        _s("g2", "gaps", category="G2"),
+    ]
+    gg = [
+        Grade(
+            "g0",
+            0.4,
+            details={
+                "reference_value": 0.3,
+                "other_value": 0.3,
+                "coverage": 1.0,
+                "n_review_needed": 0,
+            },
+        ),
+        Grade(
+            "g1",
+            0.8,
+            details={
+                "reference_value": 0.5,
+                "other_value": 0.5,
+                "coverage": 0.5,
+                "n_review_needed": 2,
+            },
+        ),
+    ]
     g1 = GAPS().aggregate(gs, gg, RunOptions(protocol="grandrounds")).breakdown["category"]["G1"]
-    assert g1.score == pytest.approx(0.6) and (g1.n, g1.n_unscored, g1.ci95) == (2, 0, mean_ci([0.4, 0.8]))
+    assert g1.score == pytest.approx(0.6) and (g1.n, g1.n_unscored, g1.ci95) == (
+        2,
+        0,
+        mean_ci([0.4, 0.8]),
+    )
     assert g1.metrics == {"other_score": 0.4, "mean_coverage": 0.75, "n_review_needed": 2}
 
-    ms = [_s("m0", "medbench", "A", source="MedExam_V4"), _s("m1", "medbench", None, source="MedOpen")]
+    ms = [
+        _s("m0", "medbench", "A", source="MedExam_V4"),
+        _s("m1", "medbench", None, source="MedOpen"),
+    ]
     mg = [Grade("m0", 1.0), Grade("m1", None, error="answer withheld")]
     src = MedBench().aggregate(ms, mg, RunOptions()).breakdown["source"]
-    assert src == {"MedExam_V4": Cell(1.0, 1, 0, wilson_ci(1, 1), {"n_withheld": 0}),
-                   "MedOpen": Cell(None, 0, 1, None, {"n_withheld": 1})}
+    assert src == {
+        "MedExam_V4": Cell(1.0, 1, 0, wilson_ci(1, 1), {"n_withheld": 0}),
+        "MedOpen": Cell(None, 0, 1, None, {"n_withheld": 1}),
+    }
 
 
 def test_healthbench_tag_families_and_medeq_dimension_count_unscored() -> None:
-    rub = (Criterion("0", "a", 5.0, ("axis:accuracy",)), Criterion("1", "b", 5.0, ("axis:completeness",)))
-    hs = [_s(f"h{i}", "healthbench", rubric=rub, example_tags=[f"theme:{t}"]) for i, t in enumerate(["hedging", "hedging", "global"])]
+    rub = (
+        Criterion("0", "a", 5.0, ("axis:accuracy",)),
+        Criterion("1", "b", 5.0, ("axis:completeness",)),
+    )
+    hs = [
+        _s(f"h{i}", "healthbench", rubric=rub, example_tags=[f"theme:{t}"])
+        for i, t in enumerate(["hedging", "hedging", "global"])
+    ]
     met = (Verdict("0", "met"), Verdict("1", "unmet"))
-    hg = [Grade("h0", 0.5, verdicts=met), Grade("h1", None, error="x"), Grade("h2", 0.5, verdicts=met)]
+    hg = [
+        Grade("h0", 0.5, verdicts=met),
+        Grade("h1", None, error="x"),
+        Grade("h2", 0.5, verdicts=met),
+    ]
     bd = HealthBench().aggregate(hs, hg, RunOptions()).breakdown
     assert list(bd) == ["theme", "axis"]  # families with no tag (level, cluster) are left out
-    assert (bd["theme"]["hedging"].score, bd["theme"]["hedging"].n, bd["theme"]["hedging"].n_unscored) == (0.5, 1, 1)
-    assert (bd["axis"]["accuracy"].score, bd["axis"]["accuracy"].n, bd["axis"]["accuracy"].n_unscored) == (1.0, 2, 1)
+    assert (
+        bd["theme"]["hedging"].score,
+        bd["theme"]["hedging"].n,
+        bd["theme"]["hedging"].n_unscored,
+    ) == (0.5, 1, 1)
+    assert (
+        bd["axis"]["accuracy"].score,
+        bd["axis"]["accuracy"].n,
+        bd["axis"]["accuracy"].n_unscored,
+    ) == (1.0, 2, 1)
     assert "bootstrap_std" in bd["axis"]["completeness"].metrics
 
-    eq = (Criterion("加分项_1", "x", 2, ("混合情绪",)), Criterion("加分项_2", "y", 2, ("内容结构",)))
+    eq = (
+        Criterion("加分项_1", "x", 2, ("混合情绪",)),
+        Criterion("加分项_2", "y", 2, ("内容结构",)),
+    )
     es = [_s("e0", "medeqbench", rubric=eq), _s("e1", "medeqbench", rubric=eq)]
-    eg = [Grade("e0", 50.0, verdicts=(Verdict("加分项_1", "met"), Verdict("加分项_2", "unmet"))), Grade("e1", None)]
+    eg = [
+        Grade("e0", 50.0, verdicts=(Verdict("加分项_1", "met"), Verdict("加分项_2", "unmet"))),
+        Grade("e1", None),
+    ]
     dims = MedEQBench().aggregate(es, eg, RunOptions()).breakdown["dimension"]
-    assert dims["混合情绪"] == Cell(100.0, 1, 1) and dims["内容结构"] == Cell(0.0, 1, 1) and dims["情绪转换"] == Cell(None, 0, 0)
+    assert (
+        dims["混合情绪"] == Cell(100.0, 1, 1)
+        and dims["内容结构"] == Cell(0.0, 1, 1)
+        and dims["情绪转换"] == Cell(None, 0, 0)
+    )
 
 
 def test_exam_families_are_the_category_fields() -> None:
@@ -184,7 +324,10 @@ def test_exam_families_are_the_category_fields() -> None:
     agg = bench.aggregate(samples, grades, RunOptions())
     assert list(agg.breakdown) == list(DemoExam.category_fields)
     topics = agg.breakdown["meta_info"]
-    assert sum(c.n for c in topics.values()) == agg.n and sum(c.n_unscored for c in topics.values()) == agg.n_unscored
+    assert (
+        sum(c.n for c in topics.values()) == agg.n
+        and sum(c.n_unscored for c in topics.values()) == agg.n_unscored
+    )
     assert all(isinstance(c, Cell) for c in topics.values())
 
 
@@ -217,16 +360,31 @@ def _medec_script(samples: dict[str, Sample], offset: int) -> Callable[[Request]
             return "no idea"
         sid = t["sentence_id"] if r < 7 else t["sentence_id"] + 1
         flag = bool(t["flag"]) if r < 9 else not t["flag"]
-        return json.dumps({"error": flag, "sentence_id": sid if flag else -1, "corrected": t["corrected"] if flag else "NA"})
+        return json.dumps(
+            {
+                "error": flag,
+                "sentence_id": sid if flag else -1,
+                "corrected": t["corrected"] if flag else "NA",
+            }
+        )
 
     return script
 
 
 def _medcalc_script(samples: list[Sample], offset: int) -> Callable[[Request], Any]:
     """Right, wrong, unextractable or failed by a fixed rule on the row's position."""
-    bench = MedCalcBench()  # the prompt as sent (the official user message under the default protocol)
-    by_prompt = {bench.prompt(s, RunOptions()).messages[-1].content: i for i, s in enumerate(samples)}
-    wrong = {"date": "01/01/1900", "gestational_age": "(99 weeks, 9 days)", "integer": "-12345", "decimal": "-12345"}
+    bench = (
+        MedCalcBench()
+    )  # the prompt as sent (the official user message under the default protocol)
+    by_prompt = {
+        bench.prompt(s, RunOptions()).messages[-1].content: i for i, s in enumerate(samples)
+    }
+    wrong = {
+        "date": "01/01/1900",
+        "gestational_age": "(99 weeks, 9 days)",
+        "integer": "-12345",
+        "decimal": "-12345",
+    }
 
     def script(req: Request) -> Any:
         i = by_prompt[req.messages[-1].content]
@@ -235,7 +393,9 @@ def _medcalc_script(samples: list[Sample], offset: int) -> Callable[[Request], A
             return RuntimeError("scripted outage")
         if r == 1:
             return "I cannot tell."
-        return json.dumps({"step_by_step_thinking": "...", "answer": t["truth"] if r < 6 else wrong[t["kind"]]})
+        return json.dumps(
+            {"step_by_step_thinking": "...", "answer": t["truth"] if r < 6 else wrong[t["kind"]]}
+        )
 
     return script
 
@@ -247,14 +407,31 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[RunOutcom
     medec_dir = tmp / "medec"
     for name in (MEDEC_TEST, MEDEC_VAL):
         _subset_csv(shared_file("medec", name), medec_dir / name, lambda i: i % 13 == 0)
-    medcalc = _subset_csv(shared_file("medcalc-bench", "test_data.csv"), tmp / "medcalc" / "test_data.csv", lambda i: i % 13 == 0)
+    medcalc = _subset_csv(
+        shared_file("medcalc-bench", "test_data.csv"),
+        tmp / "medcalc" / "test_data.csv",
+        lambda i: i % 13 == 0,
+    )
     medec_samples = {s.id: s for s in MEDEC(split="both").load(medec_dir)}
     medcalc_samples = MedCalcBench().load(medcalc)
     store = Store(tmp / "s.db")
     outs = []
     for k, model in enumerate(MODELS):
-        cfgs = [RunConfig("medec", model, {"split": "both"}, data=medec_dir, provider_options={"script": _medec_script(medec_samples, k)}),
-                RunConfig("medcalc-bench", model, data=medcalc, provider_options={"script": _medcalc_script(medcalc_samples, k)})]
+        cfgs = [
+            RunConfig(
+                "medec",
+                model,
+                {"split": "both"},
+                data=medec_dir,
+                provider_options={"script": _medec_script(medec_samples, k)},
+            ),
+            RunConfig(
+                "medcalc-bench",
+                model,
+                data=medcalc,
+                provider_options={"script": _medcalc_script(medcalc_samples, k)},
+            ),
+        ]
         outs += [asyncio.run(run(store, cfg)) for cfg in cfgs]
     store.close()
     return tmp / "s.db", outs
@@ -263,14 +440,21 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[RunOutcom
 def _expected(out: RunOutcome) -> dict[str, dict[str, Cell]]:
     """The breakdown counted here, independently, from the run's per-sample grades."""
     grades = {g.sample_id: g for g in out.grades}
-    fams: dict[str, dict[str, list[tuple[Sample, Grade | None]]]] = defaultdict(lambda: defaultdict(list))
+    fams: dict[str, dict[str, list[tuple[Sample, Grade | None]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for s in out.samples:
-        keys = {"error_type": s.metadata["error_type"], "split": s.metadata["split"]} if out.run.benchmark == "medec" \
+        keys = (
+            {"error_type": s.metadata["error_type"], "split": s.metadata["split"]}
+            if out.run.benchmark == "medec"
             else {"category": s.metadata["category"], "kind": s.target["kind"]}
+        )
         for fam, key in keys.items():
             fams[fam][key].append((s, grades.get(s.id)))
     make = _medec_cell if out.run.benchmark == "medec" else _medcalc_cell
-    return {f: {k: make([g for _, g in rows]) for k, rows in sorted(d.items())} for f, d in fams.items()}
+    return {
+        f: {k: make([g for _, g in rows]) for k, rows in sorted(d.items())} for f, d in fams.items()
+    }
 
 
 def _scored(gs: Iterable[Grade | None]) -> list[Grade]:
@@ -280,8 +464,13 @@ def _scored(gs: Iterable[Grade | None]) -> list[Grade]:
 def _medcalc_cell(gs: list[Grade | None]) -> Cell:
     ok = _scored(gs)
     right = len([g for g in ok if g.value == 1.0])
-    return Cell(right / len(ok) if ok else None, len(ok), len(gs) - len(ok), wilson_ci(right, len(ok)),
-                {"n_unextractable": len([g for g in ok if g.details["unextractable"]])})
+    return Cell(
+        right / len(ok) if ok else None,
+        len(ok),
+        len(gs) - len(ok),
+        wilson_ci(right, len(ok)),
+        {"n_unextractable": len([g for g in ok if g.details["unextractable"]])},
+    )
 
 
 def _medec_cell(gs: list[Grade | None]) -> Cell:
@@ -290,8 +479,12 @@ def _medec_cell(gs: list[Grade | None]) -> Cell:
     right = len([g for g in ok if g.value == 1.0])
     sents = len([g for g in ok if g.details["sentence_correct"]])
     corr = sum(g.details["correction_score"] for g in ok)
-    metrics = {"error_sentence_accuracy": sents / total, "r1fc": corr / total,
-               "n_unparseable": len([g for g in ok if g.details.get("unparseable")]), "n_no_answer": total - len(ok)}
+    metrics = {
+        "error_sentence_accuracy": sents / total,
+        "r1fc": corr / total,
+        "n_unparseable": len([g for g in ok if g.details.get("unparseable")]),
+        "n_no_answer": total - len(ok),
+    }
     return Cell(right / total, total, total - len(ok), wilson_ci(right, total), metrics)
 
 
@@ -300,8 +493,14 @@ def _same(got: Breakdown, want: Breakdown) -> None:
     for f, d in want.items():
         for k, c in d.items():
             g = got[f][k]
-            assert (g.score, g.n, g.n_unscored, g.ci95) == (c.score, c.n, c.n_unscored, c.ci95), (f, k)
-            assert g.metrics == pytest.approx(c.metrics), (f, k)  # sums of ROUGE scores: order may differ
+            assert (g.score, g.n, g.n_unscored, g.ci95) == (c.score, c.n, c.n_unscored, c.ci95), (
+                f,
+                k,
+            )
+            assert g.metrics == pytest.approx(c.metrics), (
+                f,
+                k,
+            )  # sums of ROUGE scores: order may differ
 
 
 def test_run_breakdowns_equal_a_count_from_the_grades(runs) -> None:
@@ -311,14 +510,27 @@ def test_run_breakdowns_equal_a_count_from_the_grades(runs) -> None:
         _same(out.result.breakdown, want)
         scores = [c.score for fam in want.values() for c in fam.values() if c.score is not None]
         assert any(0 < s < 1 for s in scores), "the scripted models must give mixed results"
-        assert any(c.n_unscored for fam in want.values() for c in fam.values()), "failed calls must show as unscored"
-    assert set(outs[0].result.breakdown) == {"error_type", "split"} and set(outs[0].result.breakdown["split"]) == {"test", "validation"}
-    assert len(outs[0].result.breakdown["error_type"]) >= 5  # NA and several error types: a radar, not a line
+        assert any(c.n_unscored for fam in want.values() for c in fam.values()), (
+            "failed calls must show as unscored"
+        )
+    assert set(outs[0].result.breakdown) == {"error_type", "split"} and set(
+        outs[0].result.breakdown["split"]
+    ) == {"test", "validation"}
+    assert (
+        len(outs[0].result.breakdown["error_type"]) >= 5
+    )  # NA and several error types: a radar, not a line
     assert set(outs[1].result.breakdown) == {"category", "kind"}
-    assert set(outs[1].result.breakdown["kind"]) == {"date", "gestational_age", "integer", "decimal"}
+    assert set(outs[1].result.breakdown["kind"]) == {
+        "date",
+        "gestational_age",
+        "integer",
+        "decimal",
+    }
     st = Store(db)
     try:  # the stored results read back (store JSON -> cells) hold the same cells
-        stored = {(e.row.benchmark, e.row.model): e.row.breakdown for b in boards(st) for e in b.entries}
+        stored = {
+            (e.row.benchmark, e.row.model): e.row.breakdown for b in boards(st) for e in b.entries
+        }
     finally:
         st.close()
     for out in outs:
@@ -350,10 +562,17 @@ def test_leaderboard_prints_one_table_per_family_with_n_and_unscored(runs) -> No
                 row = rows[(key, out.run.model)]
                 ci = f"[{c.ci95[0]:.3f}, {c.ci95[1]:.3f}]" if c.ci95 else "n/a"
                 assert row[2:6] == [fmt(c.score), ci, str(c.n), str(c.n_unscored)], (fam, key)
-                if out.run.benchmark == "medec":  # sentence accuracy and R1FC are shown beside the flag accuracy
-                    assert f"{c.metrics['error_sentence_accuracy']:.3f}" in row[6:] and f"{c.metrics['r1fc']:.3f}" in row[6:]
+                if (
+                    out.run.benchmark == "medec"
+                ):  # sentence accuracy and R1FC are shown beside the flag accuracy
+                    assert (
+                        f"{c.metrics['error_sentence_accuracy']:.3f}" in row[6:]
+                        and f"{c.metrics['r1fc']:.3f}" in row[6:]
+                    )
     assert "error sentence" in r.output and "r1fc" in r.output
-    quiet = CliRunner().invoke(app, ["leaderboard", "--no-breakdowns", "--store", str(db)], env={"COLUMNS": "250"})
+    quiet = CliRunner().invoke(
+        app, ["leaderboard", "--no-breakdowns", "--store", str(db)], env={"COLUMNS": "250"}
+    )
     assert quiet.exit_code == 0 and " by " not in quiet.output
 
 
@@ -365,12 +584,21 @@ def test_html_report_draws_a_radar_per_family_from_the_cells(runs, tmp_path: Pat
     finally:
         st.close()
     html = path.read_text(encoding="utf-8")
-    for bench, fam in (("medec", "error_type"), ("medcalc-bench", "category"), ("medcalc-bench", "kind")):
+    for bench, fam in (
+        ("medec", "error_type"),
+        ("medcalc-bench", "category"),
+        ("medcalc-bench", "kind"),
+    ):
         expected = {o.run.model: _expected(o)[fam] for o in outs if o.run.benchmark == bench}
         keys = list(next(iter(expected.values())))
         series = {m: {k: c.score for k, c in cells.items()} for m, cells in expected.items()}
-        assert f"<figcaption>{bench}: {fam}</figcaption>" + radar_svg(keys, series) in html, (bench, fam)
-    assert "<figcaption>medec: split</figcaption>" not in html  # two keys: no radar, but its table is there
+        assert f"<figcaption>{bench}: {fam}</figcaption>" + radar_svg(keys, series) in html, (
+            bench,
+            fam,
+        )
+    assert (
+        "<figcaption>medec: split</figcaption>" not in html
+    )  # two keys: no radar, but its table is there
     assert "medec by split (2)</summary>" in html and "medcalc-bench by kind (4)</summary>" in html
     assert html.count("<details class='breakdown'>") == 4
 
@@ -390,7 +618,12 @@ def test_json_export_holds_every_cell(runs, tmp_path: Path) -> None:
             for key, c in cells.items():
                 r = got[(out.run.benchmark, out.run.model, fam, key)]
                 ci = (r["ci95_low"], r["ci95_high"]) if r["ci95_low"] is not None else None
-                assert (r["score"], r["n"], r["n_unscored"], ci) == (c.score, c.n, c.n_unscored, c.ci95)
+                assert (r["score"], r["n"], r["n_unscored"], ci) == (
+                    c.score,
+                    c.n,
+                    c.n_unscored,
+                    c.ci95,
+                )
                 if out.run.benchmark == "medec":
                     assert r["r1fc"] == pytest.approx(c.metrics["r1fc"])
                 n_cells += 1
@@ -405,7 +638,11 @@ def test_legacy_breakdowns_in_an_old_store_are_skipped_not_guessed(runs, tmp_pat
     try:
         for run_id, fp, rj in list(st.results()):
             cells = breakdown_from_json(rj["breakdown"])
-            flat = {f"{fam}:{k}": {"accuracy": c.score, "n": c.n} for fam, d in cells.items() for k, c in d.items()}
+            flat = {
+                f"{fam}:{k}": {"accuracy": c.score, "n": c.n}
+                for fam, d in cells.items()
+                for k, c in d.items()
+            }
             result = next(o.result for o in outs if o.run.id == run_id)
             st.put_result(run_id, fp, type(result)(**{**result.__dict__, "breakdown": flat}))
     finally:

@@ -13,8 +13,9 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,15 @@ from tests.synthetic import XSS, SynthSpec, build_store
 
 pytestmark = pytest.mark.browser
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @contextlib.contextmanager
@@ -99,7 +108,9 @@ def test_viewer_navigate_filter_review_and_escaping(page: object, tmp_path: Path
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{srv.server_address[1]}/"
     pg = page
-    expect = pytest.importorskip("playwright.sync_api").expect  # waits without eval (the page's CSP forbids it)
+    expect = pytest.importorskip(
+        "playwright.sync_api"
+    ).expect  # waits without eval (the page's CSP forbids it)
     try:
         pg.goto(base)
         pg.locator("a.run-link", has_text="scripted/model-00").click()
@@ -119,7 +130,9 @@ def test_viewer_navigate_filter_review_and_escaping(page: object, tmp_path: Path
         pg.wait_for_url(re.compile("unknown=1"))
         pg.wait_for_selector("#items")
         st = Store(db)
-        n_unknown_items = st.db.execute("SELECT COUNT(DISTINCT sample_id) FROM grades WHERE n_unknown > 0").fetchone()[0]
+        n_unknown_items = st.db.execute(
+            "SELECT COUNT(DISTINCT sample_id) FROM grades WHERE n_unknown > 0"
+        ).fetchone()[0]
         st.close()
         expect(pg.locator("#pager")).to_contain_text(f"({n_unknown_items} questions)")
         pg.uncheck("#f-unknown")
@@ -135,26 +148,33 @@ def test_viewer_navigate_filter_review_and_escaping(page: object, tmp_path: Path
         form.locator("input.rv-reason").fill("misses <b>dose</b> check")
         form.locator("button.rv-submit").click()
         expect(pg.locator("#status")).to_have_text("review saved")
-        assert "reviewer Dr Wang 王: unmet (misses <b>dose</b> check" in pg.locator("#rubric").text_content()
+        assert (
+            "reviewer Dr Wang 王: unmet (misses <b>dose</b> check"
+            in pg.locator("#rubric").text_content()
+        )
         not_pwned(pg)
         st = Store(db)
-        row = st.db.execute("SELECT reviewer, verdict, reason, criterion_id FROM reviews").fetchone()
+        row = st.db.execute(
+            "SELECT reviewer, verdict, reason, criterion_id FROM reviews"
+        ).fetchone()
         st.close()
         assert tuple(row) == ("Dr Wang 王", "unmet", "misses <b>dose</b> check", "c0")
         # a review without a name is refused and says why
         pg.fill("#reviewer", "")
         pg.locator("#rubric form.rv").first.locator("input.rv-reason").fill("x")
         pg.locator("#rubric form.rv").first.locator("button.rv-submit").click()
-        expect(pg.locator("#status")).to_contain_text("review not saved: a review needs the reviewer's name")
+        expect(pg.locator("#status")).to_contain_text(
+            "review not saved: a review needs the reviewer's name"
+        )
     finally:
         srv.shutdown()
         srv.server_close()
 
 
 def test_viewer_runs_as_columns_and_logprob_options(page: object, tmp_path: Path) -> None:
-    from tests.test_viewer import _demo_store
-
     from concurrent.futures import ThreadPoolExecutor
+
+    from tests.test_viewer import _demo_store
 
     db = tmp_path / "demo.db"
     with ThreadPoolExecutor(1) as pool:  # the runner's event loop cannot run inside Playwright's
@@ -167,12 +187,18 @@ def test_viewer_runs_as_columns_and_logprob_options(page: object, tmp_path: Path
     try:
         pg.goto(base)
         pg.wait_for_selector("#runs")
-        assert "judge" not in pg.locator("#runs tr").first.text_content()  # no judge column: no run has a judge
+        assert (
+            "judge" not in pg.locator("#runs tr").first.text_content()
+        )  # no judge column: no run has a judge
         assert pg.locator("a.run-link").count() == 4
         pg.goto(base + "#/items")
         pg.wait_for_selector("#items")
         heads = pg.locator("#items th.col-head").all_text_contents()
-        assert len(heads) == 4 and len(set(heads)) == 4 and all(h.startswith("scripted/a · ") for h in heads)
+        assert (
+            len(heads) == 4
+            and len(set(heads)) == 4
+            and all(h.startswith("scripted/a · ") for h in heads)
+        )
         first = runs["gen"].samples[0]
         link = pg.locator("a.item-link").first
         assert link.text_content() == f"{first.id}: {first.metadata['question']}"
@@ -185,8 +211,13 @@ def test_viewer_runs_as_columns_and_logprob_options(page: object, tmp_path: Path
         assert pg.locator("table.opts").count() == 2  # next-token and text-loglik
         chosen = pg.locator("table.opts tr.chosen")
         assert chosen.count() == 2 and all("chosen" in t for t in chosen.all_text_contents())
-        tok = pg.locator(".answer", has=pg.locator("b", has_text="next-token")).locator("table.opts")
-        assert "-1.000" in tok.locator("tr.chosen").text_content() and "64.4%" in tok.locator("tr.chosen").text_content()
+        tok = pg.locator(".answer", has=pg.locator("b", has_text="next-token")).locator(
+            "table.opts"
+        )
+        assert (
+            "-1.000" in tok.locator("tr.chosen").text_content()
+            and "64.4%" in tok.locator("tr.chosen").text_content()
+        )
         assert "key" in tok.locator("tr", has_text=first.choices[first.target]).text_content()
     finally:
         srv.shutdown()

@@ -39,8 +39,29 @@ class Nested:
 
 
 def awkward_floats(rng: random.Random) -> list[float]:
-    fixed = [0.0, -0.0, 1.0, 0.5, 1e-4, 9.99e-5, 1e-5, 1e-7, 5e-324, 1e15, 1e16, 1e21, 1e22, 1.7976931348623157e308,
-             123456789012345.6, 999999999999999.9, 1e-300, math.inf, -math.inf, math.nan, 0.1 + 0.2]
+    fixed = [
+        0.0,
+        -0.0,
+        1.0,
+        0.5,
+        1e-4,
+        9.99e-5,
+        1e-5,
+        1e-7,
+        5e-324,
+        1e15,
+        1e16,
+        1e21,
+        1e22,
+        1.7976931348623157e308,
+        123456789012345.6,
+        999999999999999.9,
+        1e-300,
+        math.inf,
+        -math.inf,
+        math.nan,
+        0.1 + 0.2,
+    ]
     drawn = [rng.choice([1, -1]) * 10 ** rng.uniform(-30, 30) for _ in range(300)]
     return fixed + drawn
 
@@ -82,8 +103,12 @@ def random_value(rng: random.Random, depth: int = 0) -> Any:
         return MappingProxyType({random_text(rng): random_value(rng, depth + 1)})
     if kind == 4:
         return {rng.choice([1, 2.5, True, None, Colour.RED]): random_value(rng, depth + 1)}
-    return Nested(random_text(rng), tuple(random_value(rng, depth + 1) for _ in range(2)), random_value(rng, depth + 1),
-                  {random_text(rng): random_value(rng, depth + 1)})
+    return Nested(
+        random_text(rng),
+        tuple(random_value(rng, depth + 1) for _ in range(2)),
+        random_value(rng, depth + 1),
+        {random_text(rng): random_value(rng, depth + 1)},
+    )
 
 
 def test_random_values_have_the_standard_librarys_text() -> None:
@@ -97,7 +122,9 @@ def test_every_float_drawn_is_written_as_python_writes_it() -> None:
     rng = random.Random(7)
     for x in awkward_floats(rng) + [rng.uniform(-1e6, 1e6) for _ in range(2000)]:
         assert canonical_json({"x": x}) == _stdlib_json({"x": x}), repr(x)
-        assert canonical_json(GenParams(temperature=x)) == _stdlib_json(GenParams(temperature=x)), repr(x)
+        assert canonical_json(GenParams(temperature=x)) == _stdlib_json(GenParams(temperature=x)), (
+            repr(x)
+        )
 
 
 def test_every_code_point_is_escaped_alike() -> None:
@@ -107,22 +134,40 @@ def test_every_code_point_is_escaped_alike() -> None:
 
 def test_requests_and_records_take_the_fast_path_and_keep_their_keys() -> None:
     request = Request(
-        "openai", "gpt-4.1", (Message("system", "你是医生。"), Message("user", "Chest pain, 3 days?")),
-        GenParams(temperature=0.7, max_tokens=2048, top_p=0.95, seed=0, stop=("\n\n",)), "judge",
-        base_url="http://127.0.0.1:8000/v1", attempt=1,
+        "openai",
+        "gpt-4.1",
+        (Message("system", "你是医生。"), Message("user", "Chest pain, 3 days?")),
+        GenParams(temperature=0.7, max_tokens=2048, top_p=0.95, seed=0, stop=("\n\n",)),
+        "judge",
+        base_url="http://127.0.0.1:8000/v1",
+        attempt=1,
     )
     text = _orjson_text(request)
-    assert text is not None, "a typical request must be written by orjson (else the speed-up is gone)"
+    assert text is not None, (
+        "a typical request must be written by orjson (else the speed-up is gone)"
+    )
     assert text == _stdlib_json(request)
     # The key is the hash of the standard library's text, as earlier versions stored it.
     expected = __import__("hashlib").sha256(_stdlib_json(request).encode("utf-8")).hexdigest()
     assert request.key() == expected
-    sample = Sample("q1", "medqa", (Message("user", "Which drug?"),), target="B", choices={"A": "x", "B": "y"},
-                    rubric=(Criterion("c1", "Mentions dose", -3.5, ("axis:accuracy",)),), metadata={"year": 2024, "w": 1e-9})
-    response = Response("k", text="B", scores={"A": -1.25e-06, "B": -0.5}, usage=Usage(10, 2), latency=0.001234)
+    sample = Sample(
+        "q1",
+        "medqa",
+        (Message("user", "Which drug?"),),
+        target="B",
+        choices={"A": "x", "B": "y"},
+        rubric=(Criterion("c1", "Mentions dose", -3.5, ("axis:accuracy",)),),
+        metadata={"year": 2024, "w": 1e-9},
+    )
+    response = Response(
+        "k", text="B", scores={"A": -1.25e-06, "B": -0.5}, usage=Usage(10, 2), latency=0.001234
+    )
     for record in (sample, response):
         assert canonical_json(record) == _stdlib_json(record)
-        assert content_hash(record) == __import__("hashlib").sha256(_stdlib_json(record).encode("utf-8")).hexdigest()
+        assert (
+            content_hash(record)
+            == __import__("hashlib").sha256(_stdlib_json(record).encode("utf-8")).hexdigest()
+        )
 
 
 def test_cached_attributes_of_a_request_are_not_written() -> None:
@@ -158,16 +203,30 @@ def test_a_requests_own_text_is_the_standard_librarys_for_any_request() -> None:
     floats = awkward_floats(rng)
     for i in range(600):
         params = GenParams(
-            temperature=rng.choice(floats), max_tokens=rng.randint(1, 2**40), top_p=rng.choice([None, *floats]),
-            seed=rng.choice([None, 0, 7, -(2**70)]), stop=tuple(random_text(rng) for _ in range(rng.randint(0, 3))),
+            temperature=rng.choice(floats),
+            max_tokens=rng.randint(1, 2**40),
+            top_p=rng.choice([None, *floats]),
+            seed=rng.choice([None, 0, 7, -(2**70)]),
+            stop=tuple(random_text(rng) for _ in range(rng.randint(0, 3))),
             json_object=rng.random() < 0.5,
         )
-        messages = tuple(Message(rng.choice(["system", "user", "assistant"]), random_text(rng)) for _ in range(rng.randint(0, 4)))
+        messages = tuple(
+            Message(rng.choice(["system", "user", "assistant"]), random_text(rng))
+            for _ in range(rng.randint(0, 4))
+        )
         request = Request(
-            "openai", random_text(rng), messages, params, rng.choice(["answer", "judge"]),
+            "openai",
+            random_text(rng),
+            messages,
+            params,
+            rng.choice(["answer", "judge"]),
             kind=rng.choice(["chat", "next_token", "loglikelihood"]),
             continuations=tuple(random_text(rng) for _ in range(rng.randint(0, 3))),
-            base_url=random_text(rng), attempt=rng.randint(0, 3),
+            base_url=random_text(rng),
+            attempt=rng.randint(0, 3),
         )
         assert request.canonical() == _stdlib_json(request), f"request {i}: {request!r}"
-        assert request.key() == __import__("hashlib").sha256(_stdlib_json(request).encode("utf-8")).hexdigest()
+        assert (
+            request.key()
+            == __import__("hashlib").sha256(_stdlib_json(request).encode("utf-8")).hexdigest()
+        )

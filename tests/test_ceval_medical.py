@@ -40,7 +40,11 @@ def test_real_files_load_the_source_notes_counts() -> None:
 
 def official_evaluator():
     base = load_official("ceval/code/evaluator_series/evaluators/evaluator.py", ["Evaluator"])
-    chat = load_official("ceval/code/evaluator_series/evaluators/chatgpt.py", ["ChatGPT_Evaluator"], {"Evaluator": base.Evaluator})
+    chat = load_official(
+        "ceval/code/evaluator_series/evaluators/chatgpt.py",
+        ["ChatGPT_Evaluator"],
+        {"Evaluator": base.Evaluator},
+    )
     ev = chat.ChatGPT_Evaluator.__new__(chat.ChatGPT_Evaluator)
     ev.choices, ev.k, ev.puncs = ["A", "B", "C", "D"], 5, list(string.punctuation)
     return ev
@@ -60,8 +64,10 @@ def test_reference_messages_equal_the_official_ones(shots: int) -> None:
             sent.append(([dict(m) for m in messages], temperature))
             return {"choices": [{"message": {"content": "A"}}]}
 
-    ev.__class__.eval_subject.__globals__.update(openai=type("openai", (), {"ChatCompletion": ChatCompletion}),
-                                                  tqdm=lambda it, total=None: it)
+    ev.__class__.eval_subject.__globals__.update(
+        openai=type("openai", (), {"ChatCompletion": ChatCompletion}),
+        tqdm=lambda it, total=None: it,
+    )
     ev.model_name = "gpt-x"
     bench = CEvalMedical(shots=shots)
     same = total = 0
@@ -71,7 +77,10 @@ def test_reference_messages_equal_the_official_ones(shots: int) -> None:
         dev = pd.DataFrame(rows(sub, "dev"))
         ev.eval_subject(sub, row, dev if shots else None, few_shot=bool(shots))
         want, temperature = sent.pop()
-        got = [{"role": m.role, "content": m.content} for m in bench.prompt(s, RunOptions(protocol="reference")).messages]
+        got = [
+            {"role": m.role, "content": m.content}
+            for m in bench.prompt(s, RunOptions(protocol="reference")).messages
+        ]
         same += got == want
         total += 1
         assert temperature == bench.protocols["reference"].answer.temperature
@@ -87,15 +96,40 @@ def test_scripted_model_accuracy_through_the_cli(tmp_path: Path, protocol: str) 
         return f"答案是{'ABCD'[longest(options)]}"
 
     res = cli_run(tmp_path, "ceval-medical", root(), reply, "--protocol", protocol)
-    right = [longest([r[k] for k in "ABCD"]) == "ABCD".index(r["answer"]) for sub in SUBJECTS for r in rows(sub)]
+    right = [
+        longest([r[k] for k in "ABCD"]) == "ABCD".index(r["answer"])
+        for sub in SUBJECTS
+        for r in rows(sub)
+    ]
     assert res["n"] == 113 and res["score"] == pytest.approx(sum(right) / 113)
     assert set(res["breakdown"]["subject"]) == set(SUBJECTS)
     print(f"ceval-medical {protocol}: {res['score']:.4f} = {sum(right)}/113 (independent count)")
 
 
-CORPUS = ["A", "B.", " C ", "答案是B", "答案是 选项 C", "答案为D。", "我认为答案是A，但答案是C", "选B", "选项D", "答案：A",
-          "答案: B", "正确的一项是C", "答案应该是：D", "这题选 A", "不确定", "", "The answer is B", "b", "答案：A或B",
-          "所以答案为B，不是A。答案为：C", "**答案：B**", "答案选项B"]
+CORPUS = [
+    "A",
+    "B.",
+    " C ",
+    "答案是B",
+    "答案是 选项 C",
+    "答案为D。",
+    "我认为答案是A，但答案是C",
+    "选B",
+    "选项D",
+    "答案：A",
+    "答案: B",
+    "正确的一项是C",
+    "答案应该是：D",
+    "这题选 A",
+    "不确定",
+    "",
+    "The answer is B",
+    "b",
+    "答案：A或B",
+    "所以答案为B，不是A。答案为：C",
+    "**答案：B**",
+    "答案选项B",
+]
 
 
 @pytest.mark.parametrize("few_shot", [False, True])
@@ -114,4 +148,6 @@ def test_reading_agrees_with_the_official_chatgpt_evaluator(few_shot: bool) -> N
                 want = bool(found) and found[-1] == key
             assert (ceval_choice(reply, few_shot) == key) == want, (reply, key)
         agree += 1
-    print(f"C-Eval reading ({'few' if few_shot else 'zero'}-shot): {agree}/{len(CORPUS)} replies scored alike for every key")
+    print(
+        f"C-Eval reading ({'few' if few_shot else 'zero'}-shot): {agree}/{len(CORPUS)} replies scored alike for every key"
+    )

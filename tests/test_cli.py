@@ -13,15 +13,44 @@ from tests.test_resume_and_bad_input import ROOT
 
 
 def gr(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(ROOT), "COLUMNS": "200", **offline_env()}
-    return subprocess.run([sys.executable, "-m", "grandrounds", *args], capture_output=True, text=True, env=env, timeout=300, cwd=cwd)
+    env = {
+        "PYTHONPATH": str(ROOT / "src"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(ROOT),
+        "COLUMNS": "200",
+        **offline_env(),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "grandrounds", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=cwd,
+    )
 
 
 def test_list_names_every_benchmark_and_provider():
     r = gr("list")
     assert r.returncode == 0, r.stderr
-    for name in ("medqa", "medmcqa", "pubmedqa", "mmlu-medical", "cmb", "healthbench", "medeqbench", "llmeval-med",
-                 "gaps", "medcalc-bench", "medec", "medbench", "demo", "openai", "llamacpp", "scripted"):
+    for name in (
+        "medqa",
+        "medmcqa",
+        "pubmedqa",
+        "mmlu-medical",
+        "cmb",
+        "healthbench",
+        "medeqbench",
+        "llmeval-med",
+        "gaps",
+        "medcalc-bench",
+        "medec",
+        "medbench",
+        "demo",
+        "openai",
+        "llamacpp",
+        "scripted",
+    ):
         assert name in r.stdout, name
 
 
@@ -35,8 +64,20 @@ def test_mmlu_run_then_leaderboard_shows_subject_breakdown(tmp_path):
     folder = shared_file("mmlu-medical", "anatomy_test.csv").parent
     db = tmp_path / "s.db"
     # The scripted model always answers "A": per-subject accuracy is the share of A keys.
-    r = gr("run", "mmlu-medical", "--data", str(folder), "--model", "scripted/always-a", "--store", str(db),
-           "--out", str(tmp_path / "out"), "--protocol", "grandrounds")  # a bare "A" is read by ours, not simple-evals
+    r = gr(
+        "run",
+        "mmlu-medical",
+        "--data",
+        str(folder),
+        "--model",
+        "scripted/always-a",
+        "--store",
+        str(db),
+        "--out",
+        str(tmp_path / "out"),
+        "--protocol",
+        "grandrounds",
+    )  # a bare "A" is read by ours, not simple-evals
     assert r.returncode == 0, r.stderr
     want: dict[str, float] = {}
     total = Counter()
@@ -48,7 +89,9 @@ def test_mmlu_run_then_leaderboard_shows_subject_breakdown(tmp_path):
     assert res["n"] == 1089
     assert abs(res["score"] - total["A"] / 1089) < 1e-12
     subjects = res["breakdown"]["subject"]
-    assert {k: round(v["score"], 12) for k, v in subjects.items()} == {k: round(v, 12) for k, v in want.items()}
+    assert {k: round(v["score"], 12) for k, v in subjects.items()} == {
+        k: round(v, 12) for k, v in want.items()
+    }
 
     r = gr("leaderboard", "--store", str(db))
     assert r.returncode == 0, r.stderr
@@ -61,7 +104,11 @@ def test_mmlu_run_then_leaderboard_shows_subject_breakdown(tmp_path):
     r = gr("report", "--format", "html", "--out", str(out), "--store", str(db))
     assert r.returncode == 0, r.stderr
     html = out.read_text(encoding="utf-8")
-    assert "mmlu-medical" in html and "<script src=" not in html and "http://" not in html.split("<body", 1)[0]
+    assert (
+        "mmlu-medical" in html
+        and "<script src=" not in html
+        and "http://" not in html.split("<body", 1)[0]
+    )
 
 
 def test_api_key_never_reaches_store_outputs_or_logs(tmp_path):
@@ -70,16 +117,46 @@ def test_api_key_never_reaches_store_outputs_or_logs(tmp_path):
     secret = "sk-test-7f3a9c1e5b2d4f6a8c0e"
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     db = tmp_path / "s.db"
-    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(ROOT), "OPENAI_API_KEY": secret, **offline_env()}
+    env = {
+        "PYTHONPATH": str(ROOT / "src"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(ROOT),
+        "OPENAI_API_KEY": secret,
+        **offline_env(),
+    }
     with LoopbackServer(lambda b: "Answer: A") as srv:
         r = subprocess.run(
-            [sys.executable, "-m", "grandrounds", "run", "medqa", "--data", str(data), "--limit", "5", "--model", "openai/m",
-             "--base-url", srv.base_url, "--store", str(db), "--out", str(tmp_path / "out")],
-            capture_output=True, text=True, env=env, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "grandrounds",
+                "run",
+                "medqa",
+                "--data",
+                str(data),
+                "--limit",
+                "5",
+                "--model",
+                "openai/m",
+                "--base-url",
+                srv.base_url,
+                "--store",
+                str(db),
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
         )
-        assert srv.stats.authorizations == {f"Bearer {secret}"}, "the key is used, and only in the request header"
+        assert srv.stats.authorizations == {f"Bearer {secret}"}, (
+            "the key is used, and only in the request header"
+        )
     assert r.returncode == 0, r.stderr
     r2 = gr("report", "--format", "json", "--out", str(tmp_path / "rep.json"), "--store", str(db))
     assert r2.returncode == 0, r2.stderr
-    blobs = [r.stdout, r.stderr, r2.stdout] + [p.read_bytes().decode("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file()]
+    blobs = [r.stdout, r.stderr, r2.stdout] + [
+        p.read_bytes().decode("utf-8", "replace") for p in tmp_path.rglob("*") if p.is_file()
+    ]
     assert blobs and all(secret not in b for b in blobs)

@@ -18,17 +18,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds.cli import main as cli
 from grandrounds.benchmarks.base import RunOptions
+from grandrounds.cli import main as cli
 from grandrounds.cli.main import app
 from grandrounds.core.records import Request
 from grandrounds.core.registry import BENCHMARKS, PROVIDERS
-from grandrounds.run.runner import run
 from grandrounds.run.config import RunConfig
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 
 DEMO_FILE = Path(__file__).resolve().parents[1] / "src" / "grandrounds" / "data" / "demo_exam.jsonl"
-DEMO = [json.loads(line) for line in DEMO_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+DEMO = [
+    json.loads(line) for line in DEMO_FILE.read_text(encoding="utf-8").splitlines() if line.strip()
+]
 WIDE = {"COLUMNS": "400"}
 
 #: Questions each scripted model gets right (0-based positions in demo_exam.jsonl).
@@ -53,7 +55,11 @@ def letter_script(req: Request) -> dict[str, float]:
     text = req.messages[-1].content
     [i] = [k for k, q in enumerate(DEMO) if q["question"] in text]
     key = DEMO[i]["answer_idx"]
-    return {c: (0.0 if c == key else -5.0) for c in req.continuations} if req.continuations else {key: 0.0}
+    return (
+        {c: (0.0 if c == key else -5.0) for c in req.continuations}
+        if req.continuations
+        else {key: 0.0}
+    )
 
 
 def invoke(*args: str, env: dict[str, str] | None = None):
@@ -72,7 +78,14 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     db = tmp_path_factory.mktemp("demo") / "s.db"
     with Store(db) as st:
         for name, right in (("alpha", ALPHA), ("beta", BETA)):
-            asyncio.run(run(st, RunConfig("demo", f"scripted/{name}", provider_options={"script": demo_script(right)})))
+            asyncio.run(
+                run(
+                    st,
+                    RunConfig(
+                        "demo", f"scripted/{name}", provider_options={"script": demo_script(right)}
+                    ),
+                )
+            )
     return db
 
 
@@ -87,8 +100,25 @@ def run_ids(db: Path) -> dict[str, str]:
 def test_runs_lists_each_run_with_model_mode_and_dataset(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with Store(db) as st:
-        asyncio.run(run(st, RunConfig("demo", "scripted/alpha", provider_options={"script": demo_script(ALPHA)})))
-        asyncio.run(run(st, RunConfig("demo", "scripted/lp", options=RunOptions(answer_mode="letter"), provider_options={"script": letter_script})))
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "demo", "scripted/alpha", provider_options={"script": demo_script(ALPHA)}
+                ),
+            )
+        )
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "demo",
+                    "scripted/lp",
+                    options=RunOptions(answer_mode="letter"),
+                    provider_options={"script": letter_script},
+                ),
+            )
+        )
     ids = run_ids(db)
     r = invoke("runs", "--store", str(db))
     assert r.exit_code == 0, r.output
@@ -96,8 +126,12 @@ def test_runs_lists_each_run_with_model_mode_and_dataset(tmp_path: Path) -> None
     gen = row_with(r.output, ids["scripted/alpha"])
     let = row_with(r.output, ids["scripted/lp"])
     assert "scripted/alpha" in gen and "generate" in gen and dataset in gen and "demo" in gen
-    assert "scripted/lp" in let and "next-token" in let and dataset in let  # "letter" is stored by its current name
-    assert r.output.index(ids["scripted/alpha"]) < r.output.index(ids["scripted/lp"]), "oldest first"
+    assert (
+        "scripted/lp" in let and "next-token" in let and dataset in let
+    )  # "letter" is stored by its current name
+    assert r.output.index(ids["scripted/alpha"]) < r.output.index(ids["scripted/lp"]), (
+        "oldest first"
+    )
     assert "complete" in gen and "reference" in gen
 
 
@@ -116,9 +150,20 @@ def test_runs_on_an_empty_store_says_so(tmp_path: Path) -> None:
     assert "no runs in" in r.output and "scripted/" not in r.output
 
 
-@pytest.mark.parametrize("command", [["runs"], ["leaderboard"], ["report", "--out", "r.html"], ["compare", "a", "b"],
-                                     ["regrade", "--run", "x"], ["submission", "--run", "x", "--out", "s.jsonl"]])
-def test_read_commands_refuse_a_missing_store_and_never_create_it(tmp_path: Path, command: list[str]) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["runs"],
+        ["leaderboard"],
+        ["report", "--out", "r.html"],
+        ["compare", "a", "b"],
+        ["regrade", "--run", "x"],
+        ["submission", "--run", "x", "--out", "s.jsonl"],
+    ],
+)
+def test_read_commands_refuse_a_missing_store_and_never_create_it(
+    tmp_path: Path, command: list[str]
+) -> None:
     missing = tmp_path / "typo.db"
     r = invoke(*command, "--store", str(missing))
     assert r.exit_code == 2, r.output
@@ -133,12 +178,19 @@ def test_read_commands_refuse_a_missing_store_and_never_create_it(tmp_path: Path
 def test_an_unknown_run_id_is_a_config_error(demo_db: Path, command: list[str]) -> None:
     r = invoke(*command, "--run", "deadbeefdeadbeef", "--store", str(demo_db))
     assert r.exit_code == 2
-    assert f"error: no run 'deadbeefdeadbeef' in {demo_db}" in r.output and "Traceback" not in r.output
+    assert (
+        f"error: no run 'deadbeefdeadbeef' in {demo_db}" in r.output and "Traceback" not in r.output
+    )
 
 
 @pytest.mark.parametrize("command", ["regrade", "submission"])
-def test_main_turns_an_unknown_run_into_one_line_and_exit_2(demo_db: Path, tmp_path: Path, command: str,
-                                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_main_turns_an_unknown_run_into_one_line_and_exit_2(
+    demo_db: Path,
+    tmp_path: Path,
+    command: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+) -> None:
     argv = ["grandrounds", command, "--run", "nope0000", "--store", str(demo_db)]
     if command == "submission":
         argv += ["--out", str(tmp_path / "sub.jsonl")]
@@ -152,18 +204,34 @@ def test_main_turns_an_unknown_run_into_one_line_and_exit_2(demo_db: Path, tmp_p
     assert not (tmp_path / "sub.jsonl").exists()
 
 
-def test_a_run_that_fails_before_its_first_call_prints_its_error_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                       capsys: pytest.CaptureFixture) -> None:
+def test_a_run_that_fails_before_its_first_call_prints_its_error_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     """No empty progress bar before the error: the bar is shown from the first task on."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "options": {"A": "x"}}\n', encoding="utf-8")
-    monkeypatch.setattr(sys, "argv", ["grandrounds", "run", "medqa", "--data", str(bad), "--model", "scripted/always-a",
-                                      "--store", str(tmp_path / "s.db")])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "grandrounds",
+            "run",
+            "medqa",
+            "--data",
+            str(bad),
+            "--model",
+            "scripted/always-a",
+            "--store",
+            str(tmp_path / "s.db"),
+        ],
+    )
     with pytest.raises(SystemExit) as e:
         cli.main()
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {bad}, line 1: missing field 'answer_idx'") and err.count("\n") == 1, repr(err)
+    assert (
+        err.startswith(f"error: {bad}, line 1: missing field 'answer_idx'") and err.count("\n") == 1
+    ), repr(err)
 
 
 def test_regrade_of_a_stored_exam_run_gives_the_same_score_without_the_model(demo_db: Path) -> None:
@@ -189,18 +257,34 @@ def test_regrade_takes_a_run_id_prefix_and_refuses_an_unknown_one(demo_db: Path)
 
 def write_medbench(path: Path) -> Path:
     rows = [
-        {"question": "单选题：发热首选检查？\nA. 血常规\nB. 头颅CT", "answer": "", "other": {"id": 1, "source": "MedExam_V4"}},
-        {"question": "问答题：如何预防流感？", "answer": "", "other": {"id": 2, "source": "MedExam_V4"}},
-        {"question": "单选题：成人正常体温？\nA. 36.5℃\nB. 39℃", "answer": "", "other": {"id": 3, "source": "MedExam_V4"}},
+        {
+            "question": "单选题：发热首选检查？\nA. 血常规\nB. 头颅CT",
+            "answer": "",
+            "other": {"id": 1, "source": "MedExam_V4"},
+        },
+        {
+            "question": "问答题：如何预防流感？",
+            "answer": "",
+            "other": {"id": 2, "source": "MedExam_V4"},
+        },
+        {
+            "question": "单选题：成人正常体温？\nA. 36.5℃\nB. 39℃",
+            "answer": "",
+            "other": {"id": 3, "source": "MedExam_V4"},
+        },
     ]
-    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8"
+    )
     return path
 
 
 def medbench_script(req: Request) -> str | Exception:
     q = req.messages[-1].content
     if "流感" in q:
-        return RuntimeError("the model is down for this one")  # the scripted provider raises it: a failed call
+        return RuntimeError(
+            "the model is down for this one"
+        )  # the scripted provider raises it: a failed call
     return "<think>先想一想。</think>A" if "发热" in q else "A"
 
 
@@ -208,7 +292,17 @@ def test_submission_writes_stored_answers_and_names_the_missing(tmp_path: Path) 
     data = write_medbench(tmp_path / "MedExam_V4.jsonl")
     db = tmp_path / "s.db"
     with Store(db) as st:
-        out = asyncio.run(run(st, RunConfig("medbench", "scripted/zh", data=data, provider_options={"script": medbench_script})))
+        out = asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "medbench",
+                    "scripted/zh",
+                    data=data,
+                    provider_options={"script": medbench_script},
+                ),
+            )
+        )
     assert [r.ok for r in out.responses.values()].count(False) == 1
     target = tmp_path / "submission.jsonl"
     r = invoke("submission", "--run", out.run.id, "--out", str(target), "--store", str(db))
@@ -216,9 +310,15 @@ def test_submission_writes_stored_answers_and_names_the_missing(tmp_path: Path) 
     assert "wrote 2 answers" in r.output and "1 without an answer" in r.output
     written = [json.loads(line) for line in target.read_text(encoding="utf-8").splitlines()]
     source = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
-    assert [w["other"] for w in written] == [s["other"] for s in source]  # every line, in source order
+    assert [w["other"] for w in written] == [
+        s["other"] for s in source
+    ]  # every line, in source order
     assert [w["question"] for w in written] == [s["question"] for s in source]
-    assert [w["answer"] for w in written] == ["A", "", "A"]  # reasoning stripped; the failed one left empty
+    assert [w["answer"] for w in written] == [
+        "A",
+        "",
+        "A",
+    ]  # reasoning stripped; the failed one left empty
 
 
 # ---- list -----------------------------------------------------------------------------------------
@@ -238,7 +338,7 @@ def declared_block(output: str, header: str) -> list[str]:
     lines = output.splitlines()
     start = lines.index(header)
     block = []
-    for ln in lines[start + 1:]:
+    for ln in lines[start + 1 :]:
         if not ln.startswith("  "):
             break
         block.append(ln.strip())
@@ -249,7 +349,8 @@ def test_list_verbose_prints_each_declared_option_under_its_owner() -> None:
     r = invoke("list", "-v")
     assert r.exit_code == 0, r.output
     assert declared_block(r.output, "llmeval-med --param") == [
-        "judge_runs: int = 3 - judge runs averaged per answer (--judge-runs overrides)"]
+        "judge_runs: int = 3 - judge runs averaged per answer (--judge-runs overrides)"
+    ]
     gaps = declared_block(r.output, "gaps --scoring")
     assert [ln.split(":")[0] for ln in gaps] == ["gaps_min_valid", "gaps_irrelevant"]
     assert gaps[0].startswith("gaps_min_valid: int = 2")
@@ -258,13 +359,17 @@ def test_list_verbose_prints_each_declared_option_under_its_owner() -> None:
     for name in BENCHMARKS.names():
         cls = BENCHMARKS.get(name)
         if cls.parameters:
-            assert [ln.split(":")[0] for ln in declared_block(r.output, f"{name} --param")] == [p.name for p in cls.parameters]
+            assert [ln.split(":")[0] for ln in declared_block(r.output, f"{name} --param")] == [
+                p.name for p in cls.parameters
+            ]
         else:
             assert f"{name} --param" not in r.output.splitlines()
     assert invoke("list", "--verbose").output == r.output  # -v is --verbose
 
 
-def test_a_broken_plugin_is_shown_unavailable_without_hiding_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broken_plugin_is_shown_unavailable_without_hiding_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setitem(BENCHMARKS._paths, "zz-broken-bench", "gr_no_such_plugin_module:Bench")
     monkeypatch.setitem(PROVIDERS._paths, "zz-broken-prov", "gr_no_such_plugin_module:Prov")
     for args in (["list"], ["list", "-v"]):
@@ -334,7 +439,9 @@ def test_report_json_holds_the_leaderboard_and_every_answer(demo_db: Path, tmp_p
 
 
 def test_report_in_an_unknown_format_is_a_usage_error(demo_db: Path, tmp_path: Path) -> None:
-    r = invoke("report", "--format", "pdf", "--out", str(tmp_path / "r.pdf"), "--store", str(demo_db))
+    r = invoke(
+        "report", "--format", "pdf", "--out", str(tmp_path / "r.pdf"), "--store", str(demo_db)
+    )
     assert r.exit_code == 2
     assert "unknown format 'pdf'" in r.output
     assert not (tmp_path / "r.pdf").exists()
@@ -351,8 +458,12 @@ def mcnemar_p(b: int, c: int) -> float:
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n)
 
 
-@pytest.mark.parametrize("a, b, sa, sb", [("alpha", "beta", ALPHA, BETA), ("beta", "scripted/alpha", BETA, ALPHA)])
-def test_compare_reports_the_known_accuracy_gap(demo_db: Path, a: str, b: str, sa: set[int], sb: set[int]) -> None:
+@pytest.mark.parametrize(
+    "a, b, sa, sb", [("alpha", "beta", ALPHA, BETA), ("beta", "scripted/alpha", BETA, ALPHA)]
+)
+def test_compare_reports_the_known_accuracy_gap(
+    demo_db: Path, a: str, b: str, sa: set[int], sb: set[int]
+) -> None:
     r = invoke("compare", a, b, "--store", str(demo_db))
     assert r.exit_code == 0, r.output
     row = row_with(r.output, "demo")
@@ -368,8 +479,22 @@ def test_compare_reports_the_known_accuracy_gap(demo_db: Path, a: str, b: str, s
 def test_compare_all_right_against_all_wrong_is_decided(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with Store(db) as st:
-        asyncio.run(run(st, RunConfig("demo", "scripted/top", provider_options={"script": demo_script(set(range(12)))})))
-        asyncio.run(run(st, RunConfig("demo", "scripted/bottom", provider_options={"script": demo_script(set())})))
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "demo", "scripted/top", provider_options={"script": demo_script(set(range(12)))}
+                ),
+            )
+        )
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "demo", "scripted/bottom", provider_options={"script": demo_script(set())}
+                ),
+            )
+        )
     r = invoke("compare", "top", "bottom", "--store", str(db))
     assert r.exit_code == 0, r.output
     cells = [c.strip() for c in row_with(r.output, "demo").split("│")[1:-1]]
@@ -391,12 +516,24 @@ def test_a_run_whose_every_call_fails_exits_3_with_a_truthful_summary(tmp_path: 
     from grandrounds.testing import Fault, LoopbackServer
 
     with LoopbackServer(lambda body: Fault("400")) as srv:
-        r = invoke("run", "demo", "--model", "openai/m", "--base-url", srv.base_url, "--store", str(tmp_path / "s.db"),
-                   env={"OPENAI_API_KEY": "sk-test"})
+        r = invoke(
+            "run",
+            "demo",
+            "--model",
+            "openai/m",
+            "--base-url",
+            srv.base_url,
+            "--store",
+            str(tmp_path / "s.db"),
+            env={"OPENAI_API_KEY": "sk-test"},
+        )
     assert r.exit_code == cli.NOTHING_SCORED == 3, r.output
     assert "answers: 12 calls made, 0 from the store, 12 failed, 0 retries" in r.output
     assert "failures: HTTP 400: injected 400 x12" in r.output
-    assert "nothing could be scored in 1 run(s)" in r.output and "re-running the same command retries" in r.output
+    assert (
+        "nothing could be scored in 1 run(s)" in r.output
+        and "re-running the same command retries" in r.output
+    )
     listing = invoke("runs", "--store", str(tmp_path / "s.db"), env={"COLUMNS": "220"})
     assert "with failures (12 answers)" in listing.output
 
@@ -404,16 +541,29 @@ def test_a_run_whose_every_call_fails_exits_3_with_a_truthful_summary(tmp_path: 
 def test_a_benchmark_that_scores_nothing_by_design_is_not_a_failure(tmp_path: Path) -> None:
     """A run whose grades are unscored without any failed call (no answer key here) exits 0."""
     with Store(tmp_path / "s.db") as st:
-        out = asyncio.run(run(st, RunConfig("demo", "scripted/ok", provider_options={"script": lambda req: "A"})))
+        out = asyncio.run(
+            run(st, RunConfig("demo", "scripted/ok", provider_options={"script": lambda req: "A"}))
+        )
     assert not cli.any_failed(out)
 
 
 def test_results_in_an_80_column_terminal_cut_no_name(tmp_path: Path) -> None:
-    r = invoke("run", "demo", "--model", "scripted/a-model-with-a-long-name", "--answer-mode", "next-token",
-               "--store", str(tmp_path / "s.db"), env={"COLUMNS": "80"})
+    r = invoke(
+        "run",
+        "demo",
+        "--model",
+        "scripted/a-model-with-a-long-name",
+        "--answer-mode",
+        "next-token",
+        "--store",
+        str(tmp_path / "s.db"),
+        env={"COLUMNS": "80"},
+    )
     # scripted/ answers text, so no next-token scores are read: every answer is unscored, which exits 3 and says why
-    assert r.exit_code == 3 and "100% of the answers have no score" in " ".join(r.output.split()), r.output
-    results = r.output[r.output.index("Results"):]  # the progress bar above may shorten itself
+    assert r.exit_code == 3 and "100% of the answers have no score" in " ".join(r.output.split()), (
+        r.output
+    )
+    results = r.output[r.output.index("Results") :]  # the progress bar above may shorten itself
     assert "…" not in results
     assert "demo · scripted/a-model-with-a-long-name (next-token) · protocol reference" in results
     assert "accuracy" in r.output and "95% CI" in r.output
@@ -422,15 +572,40 @@ def test_results_in_an_80_column_terminal_cut_no_name(tmp_path: Path) -> None:
 def test_two_runs_of_one_model_are_compared_by_run_id_never_with_themselves(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with Store(db) as st:
-        full = asyncio.run(run(st, RunConfig("demo", "scripted/m", provider_options={"script": demo_script(set(range(12)))})))
-        part = asyncio.run(run(st, RunConfig("demo", "scripted/m", limit=6, provider_options={"script": demo_script(set(range(12)))})))
+        full = asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "demo", "scripted/m", provider_options={"script": demo_script(set(range(12)))}
+                ),
+            )
+        )
+        part = asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "demo",
+                    "scripted/m",
+                    limit=6,
+                    provider_options={"script": demo_script(set(range(12)))},
+                ),
+            )
+        )
     assert full.run.id != part.run.id
     same = invoke("compare", "scripted/m", "m", "--store", str(db))
-    assert same.exit_code == 2 and "select the same run" in same.output and "pass run ids" in same.output
+    assert (
+        same.exit_code == 2
+        and "select the same run" in same.output
+        and "pass run ids" in same.output
+    )
     r = invoke("compare", full.run.id, part.run.id[:8], "--store", str(db))
     assert r.exit_code == 0, r.output
     cells = [c.strip() for c in row_with(r.output, "demo").split("│")[1:-1]]
-    assert cells[1] == "6" and cells[2:5] == ["1.0000", "1.0000", "+0.0000"]  # paired on the 6 both answered
+    assert cells[1] == "6" and cells[2:5] == [
+        "1.0000",
+        "1.0000",
+        "+0.0000",
+    ]  # paired on the 6 both answered
 
 
 def test_the_program_exits_with_the_commands_code_and_all_its_output(tmp_path: Path) -> None:
@@ -442,17 +617,60 @@ def test_the_program_exits_with_the_commands_code_and_all_its_output(tmp_path: P
 
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "200", **offline_env()}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
-    ok = subprocess.run([sys.executable, "-m", "grandrounds", "list"], capture_output=True, text=True, env=env, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "grandrounds", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
-    assert "medqa" in ok.stdout and "healthbench" in ok.stdout and ok.stdout.rstrip().endswith(("┘", "┛", "╯", "+", "─", "━"))
+    assert (
+        "medqa" in ok.stdout
+        and "healthbench" in ok.stdout
+        and ok.stdout.rstrip().endswith(("┘", "┛", "╯", "+", "─", "━"))
+    )
     db = tmp_path / "s.db"
-    run = subprocess.run([sys.executable, "-m", "grandrounds", "run", "demo", "--model", "scripted/a", "--store", str(db), "--protocol", "grandrounds"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grandrounds",
+            "run",
+            "demo",
+            "--model",
+            "scripted/a",
+            "--store",
+            str(db),
+            "--protocol",
+            "grandrounds",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
-    assert "run " in run.stderr and "12 calls made" in run.stderr, "the call summary, written last, is all there"
+    assert "run " in run.stderr and "12 calls made" in run.stderr, (
+        "the call summary, written last, is all there"
+    )
     with Store(db, readonly=True) as st:
         assert len(st.runs()) == 1
-    bad = subprocess.run([sys.executable, "-m", "grandrounds", "run", "nosuch"], capture_output=True, text=True, env=env, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: unknown benchmark 'nosuch'")
-    usage = subprocess.run([sys.executable, "-m", "grandrounds", "run"], capture_output=True, text=True, env=env, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "grandrounds", "run", "nosuch"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().startswith(
+        "error: unknown benchmark 'nosuch'"
+    )
+    usage = subprocess.run(
+        [sys.executable, "-m", "grandrounds", "run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert usage.returncode == 2 and "Missing argument" in usage.stderr

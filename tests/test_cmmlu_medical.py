@@ -17,8 +17,15 @@ from tests.conftest import shared_file
 from tests.exam_cli import cli_run, longest
 from tests.official import load_official
 
-COUNTS = {"anatomy": 148, "clinical_knowledge": 237, "college_medicine": 273, "genetics": 176, "nutrition": 145,
-          "traditional_chinese_medicine": 185, "virology": 169}
+COUNTS = {
+    "anatomy": 148,
+    "clinical_knowledge": 237,
+    "college_medicine": 273,
+    "genetics": 176,
+    "nutrition": 145,
+    "traditional_chinese_medicine": 185,
+    "virology": 169,
+}
 
 
 def root() -> Path:
@@ -49,7 +56,11 @@ def test_reference_prompt_is_the_authors_gen_prompt() -> None:
         want += "题目：" + q["Question"] + "".join(f"\n{k}. {q[k]}" for k in "ABCD") + "\n答案是："
         want += f"{r['Answer']}\n\n" if r else ""
     assert bench.prompt(s, RunOptions(protocol="reference")).messages[-1].content == want
-    assert bench.prompt(s, RunOptions(answer_mode="letter-loglik")).messages[-1].content.endswith("\n答案：")
+    assert (
+        bench.prompt(s, RunOptions(answer_mode="letter-loglik"))
+        .messages[-1]
+        .content.endswith("\n答案：")
+    )
 
 
 @pytest.mark.parametrize("protocol", ["reference", "grandrounds"])
@@ -73,17 +84,51 @@ def test_scripted_model_accuracy_through_the_cli(tmp_path: Path, protocol: str) 
     micro = sum(per_subject[s] * COUNTS[s] for s in SUBJECTS) / 1333
     macro = sum(per_subject.values()) / len(per_subject)
     assert res["score"] == pytest.approx(macro if protocol == "reference" else micro)
-    assert res["extra"]["micro_accuracy"] == pytest.approx(micro) and res["extra"]["macro_accuracy"] == pytest.approx(macro)
-    assert {k: c["score"] for k, c in res["breakdown"]["subject"].items()} == pytest.approx(per_subject)
+    assert res["extra"]["micro_accuracy"] == pytest.approx(micro) and res["extra"][
+        "macro_accuracy"
+    ] == pytest.approx(macro)
+    assert {k: c["score"] for k, c in res["breakdown"]["subject"].items()} == pytest.approx(
+        per_subject
+    )
     assert res["extra"]["n_unextracted"] == 1
-    print(f"cmmlu-medical {protocol}: {res['score']:.4f} (micro {micro:.4f}, macro {macro:.4f}; independent count agrees)")
+    print(
+        f"cmmlu-medical {protocol}: {res['score']:.4f} (micro {micro:.4f}, macro {macro:.4f}; independent count agrees)"
+    )
 
 
 CORPUS = [
-    "A", "B. 肋胸膜", "答案是C", "答案为：D", "答案是选项 B", "故选：A", "B选项正确", "正确的选项是 C", "答案应该是D",
-    "选项 A 是正确的", "选择答案 B", "答案：C", "D符合题意", "答案选项：A", "答案为肺胸膜，即B", "A、B都不当选，C当选",
-    "我认为A不对，B不对，C正确", "最终是：D", "不是A", "只能是B吧", "这道题很难。", "", "  B", "The answer is (C).",
-    "解析：肺胸膜属于脏胸膜。\n\n答案是：B", "C和D都可能", "选B。", "答案：\nA", "**答案：D**", "AB", "A或者B", "以上都不对",
+    "A",
+    "B. 肋胸膜",
+    "答案是C",
+    "答案为：D",
+    "答案是选项 B",
+    "故选：A",
+    "B选项正确",
+    "正确的选项是 C",
+    "答案应该是D",
+    "选项 A 是正确的",
+    "选择答案 B",
+    "答案：C",
+    "D符合题意",
+    "答案选项：A",
+    "答案为肺胸膜，即B",
+    "A、B都不当选，C当选",
+    "我认为A不对，B不对，C正确",
+    "最终是：D",
+    "不是A",
+    "只能是B吧",
+    "这道题很难。",
+    "",
+    "  B",
+    "The answer is (C).",
+    "解析：肺胸膜属于脏胸膜。\n\n答案是：B",
+    "C和D都可能",
+    "选B。",
+    "答案：\nA",
+    "**答案：D**",
+    "AB",
+    "A或者B",
+    "以上都不对",
 ]
 
 
@@ -114,6 +159,8 @@ def test_extract_choice_agrees_with_the_official_one() -> None:
 def test_bad_rows_are_one_line_errors(tmp_path: Path) -> None:
     folder = tmp_path / "test"
     folder.mkdir()
-    (folder / "anatomy.csv").write_text(",Question,A,B,C,D,Answer\n0,q,a,b,c,d,E\n", encoding="utf-8")
+    (folder / "anatomy.csv").write_text(
+        ",Question,A,B,C,D,Answer\n0,q,a,b,c,d,E\n", encoding="utf-8"
+    )
     with pytest.raises(DataError, match=r"anatomy\.csv.*line 2.*'Answer' must be A, B, C or D"):
         CMMLUMedical(subjects="anatomy").load(tmp_path)

@@ -21,7 +21,9 @@ from grandrounds.run.runner import run
 from grandrounds.store import Store
 
 DEMO_FILE = Path(__file__).resolve().parents[1] / "src" / "grandrounds" / "data" / "demo_exam.jsonl"
-DEMO = [json.loads(line) for line in DEMO_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+DEMO = [
+    json.loads(line) for line in DEMO_FILE.read_text(encoding="utf-8").splitlines() if line.strip()
+]
 
 
 def right_on(right: set[int]):
@@ -35,7 +37,12 @@ def right_on(right: set[int]):
 
 
 def add_run(st: Store, model: str, right: set[int], protocol: str) -> str:
-    cfg = RunConfig("demo", f"scripted/{model}", options=RunOptions(protocol=protocol), provider_options={"script": right_on(right)})
+    cfg = RunConfig(
+        "demo",
+        f"scripted/{model}",
+        options=RunOptions(protocol=protocol),
+        provider_options={"script": right_on(right)},
+    )
     return asyncio.run(run(st, cfg)).run.id
 
 
@@ -48,15 +55,21 @@ def test_latest_runs_differ_so_the_latest_matching_runs_are_compared(tmp_path: P
     with Store(db) as st:
         a_old = add_run(st, "alpha", set(range(9)), "grandrounds")  # 9/12 right
         b_only = add_run(st, "beta", {0, 1, 2}, "grandrounds")  # 3/12 right
-        a_new = add_run(st, "alpha", set(range(12)), "reference")  # the latest of alpha: another protocol
+        a_new = add_run(
+            st, "alpha", set(range(12)), "reference"
+        )  # the latest of alpha: another protocol
     r = compare(db, "alpha", "beta")
     assert r.exit_code == 0, r.output
     row = next(line for line in r.output.splitlines() if line.startswith("│ demo"))
     cells = [c.strip() for c in row.split("│")[1:-1]]
-    assert cells[1:5] == ["12", "0.7500", "0.2500", "+0.5000"], "alpha's grandrounds run against beta's, not its latest"
+    assert cells[1:5] == ["12", "0.7500", "0.2500", "+0.5000"], (
+        "alpha's grandrounds run against beta's, not its latest"
+    )
     assert "not comparable" not in r.output
-    assert f"demo: the latest runs ({a_new[:8]}, {b_only[:8]}) differ in grader, protocol; compared the latest runs that match: " \
-           f"{a_old[:8]} and {b_only[:8]}" in r.output
+    assert (
+        f"demo: the latest runs ({a_new[:8]}, {b_only[:8]}) differ in grader, protocol; compared the latest runs that match: "
+        f"{a_old[:8]} and {b_only[:8]}" in r.output
+    )
 
 
 def test_no_matching_runs_lists_the_candidates_with_their_settings(tmp_path: Path) -> None:
@@ -71,6 +84,12 @@ def test_no_matching_runs_lists_the_candidates_with_their_settings(tmp_path: Pat
     lines = r.output.splitlines()
     a_line = next(x for x in lines if x.startswith(f"  {a_id[:12]}"))
     b_line = next(x for x in lines if x.startswith(f"  {b_id[:12]}"))
-    assert a_line == f'  {a_id[:12]}  scripted/alpha  grader.args.protocol="reference", protocol=reference'
-    assert b_line == f'  {b_id[:12]}  scripted/beta  grader.args.protocol="grandrounds", protocol=grandrounds'
+    assert (
+        a_line
+        == f'  {a_id[:12]}  scripted/alpha  grader.args.protocol="reference", protocol=reference'
+    )
+    assert (
+        b_line
+        == f'  {b_id[:12]}  scripted/beta  grader.args.protocol="grandrounds", protocol=grandrounds'
+    )
     assert "run one model again with the settings of one of the other's runs" in r.output

@@ -20,34 +20,53 @@ import pytest
 
 from grandrounds.benchmarks.base import RemoteFile
 from grandrounds.benchmarks.medqa import MedQA
-from grandrounds.sources.data import cache_dir, fetch, resolve
 from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.sources.data import cache_dir, fetch, resolve
 
-PAYLOAD = b"".join(b"line %d of a public benchmark file\n" % i for i in range(5000))  # ~170 kB, several reads
+PAYLOAD = b"".join(
+    b"line %d of a public benchmark file\n" % i for i in range(5000)
+)  # ~170 kB, several reads
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
 
 MEDQA_RECORDS = [
     {
         "question": "A 23-year-old woman presents with fever and dysuria. Which organism is most likely?",
         "answer": "Escherichia coli",
-        "options": {"A": "Escherichia coli", "B": "Proteus mirabilis", "C": "Klebsiella", "D": "Enterococcus"},
+        "options": {
+            "A": "Escherichia coli",
+            "B": "Proteus mirabilis",
+            "C": "Klebsiella",
+            "D": "Enterococcus",
+        },
         "answer_idx": "A",
         "meta_info": "step1",
     },
     {
         "question": "Which drug reverses heparin?",
-        "options": {"A": "Vitamin K", "B": "Protamine sulfate", "C": "Idarucizumab", "D": "Andexanet alfa"},
+        "options": {
+            "A": "Vitamin K",
+            "B": "Protamine sulfate",
+            "C": "Idarucizumab",
+            "D": "Andexanet alfa",
+        },
         "answer_idx": "B",
         "meta_info": "step2&3",
     },
     {
         "question": "First-line treatment of anaphylaxis?",
-        "options": {"A": "Diphenhydramine", "B": "Methylprednisolone", "C": "Salbutamol", "D": "Intramuscular epinephrine"},
+        "options": {
+            "A": "Diphenhydramine",
+            "B": "Methylprednisolone",
+            "C": "Salbutamol",
+            "D": "Intramuscular epinephrine",
+        },
         "answer_idx": "D",
         "meta_info": "step2&3",
     },
 ]
-MEDQA_BYTES = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in MEDQA_RECORDS).encode("utf-8")
+MEDQA_BYTES = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in MEDQA_RECORDS).encode(
+    "utf-8"
+)
 MEDQA_SHA = hashlib.sha256(MEDQA_BYTES).hexdigest()
 
 
@@ -62,7 +81,9 @@ class LoopbackServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.port = self.httpd.server_address[1]
         self.base = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
         self.running = True
 
@@ -287,7 +308,9 @@ def _loopback_medqa(url: str, sha: str | None = MEDQA_SHA) -> type[MedQA]:
     return LoopbackMedQA
 
 
-def test_resolve_downloads_into_grandrounds_cache_and_load_reads_samples(server, tmp_path, monkeypatch):
+def test_resolve_downloads_into_grandrounds_cache_and_load_reads_samples(
+    server, tmp_path, monkeypatch
+):
     monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "gr-cache"))
     assert cache_dir() == tmp_path / "gr-cache"
     bench = _loopback_medqa(server.url("medqa_mini.jsonl"))()
@@ -411,7 +434,9 @@ def test_corrupted_cache_with_server_down_is_data_error(server, tmp_path):
 
 
 def test_interrupted_chunked_download_is_data_error(server, tmp_path):
-    rf = RemoteFile(server.url("_/chunked-truncated"), "c.bin", hashlib.sha256(b"x" * 1000).hexdigest())
+    rf = RemoteFile(
+        server.url("_/chunked-truncated"), "c.bin", hashlib.sha256(b"x" * 1000).hexdigest()
+    )
     cache = tmp_path / "cache"
     try:
         with pytest.raises(DataError, match="--data"):

@@ -15,8 +15,9 @@ import json
 import math
 import random
 import sqlite3
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -24,16 +25,16 @@ import grandrounds.benchmarks.readers.json_object_arrays as readers
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
 from grandrounds.benchmarks.gaps import GAPS
 from grandrounds.benchmarks.llmeval_med import LLMEvalMed
-from grandrounds.sources.llmeval_med import CATEGORY_CODES
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.core.errors import DataError
-from grandrounds.graders.base import Grader
 from grandrounds.core.records import Grade, Message, Response, Sample
 from grandrounds.core.registry import BENCHMARKS, GRADERS, Spec
-from grandrounds.run.runner import run
+from grandrounds.graders.base import Grader
 from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.runner import run
 from grandrounds.run.samples import consecutive_groups, group_samples
 from grandrounds.scoring.cells import mean_cell
+from grandrounds.sources.llmeval_med import CATEGORY_CODES
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file
@@ -62,16 +63,24 @@ class DialoguesWhole(Benchmark):
         return list(self._turns(root))
 
     def _turns(self, root: Path) -> Iterator[Sample]:
-        for no, rec in iter_jsonl(root):
+        for _no, rec in iter_jsonl(root):
             sid = f"{rec['dialogue']}/{rec['turn']}"
             EVENTS.append((sid, "read"))
-            yield Sample(id=sid, benchmark=self.name, messages=(Message("user", rec["text"]),),
-                         target=rec["expect"], group=rec["dialogue"], turn=rec["turn"])
+            yield Sample(
+                id=sid,
+                benchmark=self.name,
+                messages=(Message("user", rec["text"]),),
+                target=rec["expect"],
+                group=rec["dialogue"],
+                turn=rec["turn"],
+            )
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("dialogue-echo", {})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         return Aggregate.of("echo", mean_cell([g.value for g in grades]), {}, {})
 
 
@@ -96,8 +105,17 @@ def write_dialogues(path: Path, dialogues: list[tuple[str, list[int]]]) -> Path:
             for t in turns:
                 text = f"{name}.{t}"
                 before = [f"{name}.{k}" for k in range(1, t)]
-                f.write(json.dumps({"dialogue": name, "turn": t, "text": text,
-                                    "expect": f"{t - 1}:" + "/".join([*before, text])}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "dialogue": name,
+                            "turn": t,
+                            "text": text,
+                            "expect": f"{t - 1}:" + "/".join([*before, text]),
+                        }
+                    )
+                    + "\n"
+                )
     return path
 
 
@@ -107,8 +125,18 @@ def run_echo(tmp_path: Path, cls: type, data: Path, label: str, limit: int | Non
         return answer_for(req.messages)
 
     store_path = tmp_path / f"{label}.db"
-    cfg = RunConfig("dialogue-echo", "scripted/echo", data=data, limit=limit, concurrency=1, provider_options={"script": script})
-    with BENCHMARKS.registered("dialogue-echo", cls), GRADERS.registered("dialogue-echo", EchoGrader):
+    cfg = RunConfig(
+        "dialogue-echo",
+        "scripted/echo",
+        data=data,
+        limit=limit,
+        concurrency=1,
+        provider_options={"script": script},
+    )
+    with (
+        BENCHMARKS.registered("dialogue-echo", cls),
+        GRADERS.registered("dialogue-echo", EchoGrader),
+    ):
         EVENTS.clear()
         out = asyncio.run(run(Store(store_path), cfg))
         events = list(EVENTS)
@@ -118,9 +146,15 @@ def run_echo(tmp_path: Path, cls: type, data: Path, label: str, limit: int | Non
 def stored_rows(path: Path) -> dict[str, list[tuple]]:
     with sqlite3.connect(path) as db:
         return {
-            "samples": db.execute("SELECT benchmark, sample_id, idx, sample_json FROM samples ORDER BY idx").fetchall(),
-            "answers": db.execute("SELECT run_id, sample_id, request_key, prompt_json FROM answers ORDER BY sample_id").fetchall(),
-            "grades": db.execute("SELECT run_id, sample_id, value, grade_json FROM grades ORDER BY sample_id").fetchall(),
+            "samples": db.execute(
+                "SELECT benchmark, sample_id, idx, sample_json FROM samples ORDER BY idx"
+            ).fetchall(),
+            "answers": db.execute(
+                "SELECT run_id, sample_id, request_key, prompt_json FROM answers ORDER BY sample_id"
+            ).fetchall(),
+            "grades": db.execute(
+                "SELECT run_id, sample_id, value, grade_json FROM grades ORDER BY sample_id"
+            ).fetchall(),
         }
 
 
@@ -144,22 +178,35 @@ def test_a_small_streamed_file_is_held_from_its_check_and_stores_what_a_held_run
     held, held_rows, _ = run_echo(tmp_path, DialoguesWhole, data, "held")
     small, rows, events = run_echo(tmp_path, DialoguesStreamed, data, "small")
     assert small.setup.kept is not None and small.result.score == 1.0 and rows == held_rows
-    assert len([e for e in events if e[1] == "read"]) == 11  # read once: the check pass's samples are asked
+    assert (
+        len([e for e in events if e[1] == "read"]) == 11
+    )  # read once: the check pass's samples are asked
 
 
-def test_a_streamed_dialogue_benchmark_asks_turns_in_order_and_stores_what_a_held_run_stores(tmp_path):
+def test_a_streamed_dialogue_benchmark_asks_turns_in_order_and_stores_what_a_held_run_stores(
+    tmp_path,
+):
     data = write_dialogues(tmp_path / "d.jsonl", CONTIGUOUS)
     held, held_rows, _ = run_echo(tmp_path, DialoguesWhole, data, "held")
     streamed, rows, events = run_echo(tmp_path, DialoguesStreamed, data, "streamed")
-    assert held.setup.kept is not None and streamed.setup.kept is None  # the streamed run holds no sample list
-    assert streamed.result.score == 1.0 and streamed.result.n == 11  # every turn saw its own earlier answers
+    assert (
+        held.setup.kept is not None and streamed.setup.kept is None
+    )  # the streamed run holds no sample list
+    assert (
+        streamed.result.score == 1.0 and streamed.result.n == 11
+    )  # every turn saw its own earlier answers
     assert rows == held_rows and len(rows["samples"]) == 11
     assert [r[1:3] for r in rows["samples"][3:5]] == [("d2/2", 3), ("d2/1", 4)]  # positions as read
     # Asked as read: the first dialogue is asked before the second pass has read the last turn.
-    second_pass = events[events.index(("d5/3", "read")) + 1:]
+    second_pass = events[events.index(("d5/3", "read")) + 1 :]
     asks = [sid for sid, what in second_pass if what == "ask"]
     assert sorted(asks) == sorted({sid for sid, what in events if what == "read"})
-    for d in ("d1", "d2", "d4", "d5"):  # each dialogue's turns asked in turn order (workers interleave dialogues)
+    for d in (
+        "d1",
+        "d2",
+        "d4",
+        "d5",
+    ):  # each dialogue's turns asked in turn order (workers interleave dialogues)
         mine = [sid for sid in asks if sid.startswith(d + "/")]
         assert mine == sorted(mine)
     assert second_pass.index(("d1/1", "ask")) < second_pass.index(("d5/3", "read"))
@@ -172,7 +219,14 @@ def test_turns_apart_in_the_stream_fall_back_to_holding_and_give_the_same_rows(t
     streamed, rows, _ = run_echo(tmp_path, DialoguesStreamed, data, "streamed")
     assert streamed.setup.kept is not None  # fell back: samples held, grouped over the whole set
     assert streamed.result.score == 1.0 and rows == held_rows
-    assert [r[1:3] for r in rows["samples"]] == [("d1/1", 0), ("d2/1", 1), ("d2/2", 2), ("d1/2", 3), ("d1/3", 4), ("d3/1", 5)]
+    assert [r[1:3] for r in rows["samples"]] == [
+        ("d1/1", 0),
+        ("d2/1", 1),
+        ("d2/2", 2),
+        ("d1/2", 3),
+        ("d1/3", 4),
+        ("d3/1", 5),
+    ]
 
 
 def test_a_limit_cutting_a_dialogue_counts_turns_as_before(tmp_path):
@@ -182,13 +236,20 @@ def test_a_limit_cutting_a_dialogue_counts_turns_as_before(tmp_path):
     assert held.setup.n == streamed.setup.n == 4 and rows == held_rows
     # The limit keeps the first 4 turns read: d1 whole and d2's turn 2 alone, asked with no history.
     assert sorted(r[1] for r in rows["samples"]) == ["d1/1", "d1/2", "d1/3", "d2/2"]
-    assert [g.value for g in streamed.grades] == [1.0, 1.0, 1.0, 0.0]  # d2/2 expected turn 1 before it
+    assert [g.value for g in streamed.grades] == [
+        1.0,
+        1.0,
+        1.0,
+        0.0,
+    ]  # d2/2 expected turn 1 before it
 
 
 def test_a_rerun_of_a_checked_file_still_streams_and_resumes(tmp_path):
     data = write_dialogues(tmp_path / "d.jsonl", CONTIGUOUS)
     first, rows, _ = run_echo(tmp_path, DialoguesStreamed, data, "s")
-    with sqlite3.connect(tmp_path / "s.db") as db:  # as after an interrupted run: not settled, so gone through again
+    with sqlite3.connect(
+        tmp_path / "s.db"
+    ) as db:  # as after an interrupted run: not settled, so gone through again
         db.execute("DELETE FROM settled")
     db.close()
     again, rows_again, events = run_echo(tmp_path, DialoguesStreamed, data, "s")  # same store
@@ -209,13 +270,18 @@ def test_consecutive_groups_equal_group_samples_on_a_contiguous_stream():
             continue
         turns = list(range(1, rng.randint(1, 4) + 1))
         rng.shuffle(turns)
-        samples += [Sample(id=f"g{d}/{t}", benchmark="x", messages=(), group=f"g{d}", turn=t) for t in turns]
+        samples += [
+            Sample(id=f"g{d}/{t}", benchmark="x", messages=(), group=f"g{d}", turn=t) for t in turns
+        ]
     want = [[(samples.index(s), s) for s in g] for g in group_samples(samples)]
     assert list(consecutive_groups(iter(samples))) == want
 
 
 def test_consecutive_groups_refuse_a_dialogue_that_starts_again():
-    turns = [Sample(id=i, benchmark="x", messages=(), group=g, turn=1) for i, g in (("a", "g"), ("b", "h"), ("c", "g"))]
+    turns = [
+        Sample(id=i, benchmark="x", messages=(), group=g, turn=1)
+        for i, g in (("a", "g"), ("b", "h"), ("c", "g"))
+    ]
     with pytest.raises(DataError, match="dialogue 'g' starts again"):
         list(consecutive_groups(turns, "data.jsonl"))
 
@@ -230,13 +296,19 @@ def llmeval_doc(rng: random.Random, dialogues: int) -> dict[str, list[dict[str, 
         turns = doc.setdefault(category, [])
         for g in range(dialogues):
             for rnd in range(1, rng.randint(1, 3) + 1):
-                turns.append({
-                    "category1": category, "category2": "子类", "scene": f"场景{g % 7}", "round": rnd,
-                    "problem": f"问题 {c}-{g}-{rnd}：患者\u2028胸痛？", "groupCode": g * 10 + c,
-                    "sanswer": math.nan if rng.random() < 0.1 else f"答案 {g}",
-                    "difficulty": rng.choice(["易", "中", "难"]),
-                    "checklist": math.nan if rng.random() < 0.3 else "核心需求：\n1. 内容",
-                })
+                turns.append(
+                    {
+                        "category1": category,
+                        "category2": "子类",
+                        "scene": f"场景{g % 7}",
+                        "round": rnd,
+                        "problem": f"问题 {c}-{g}-{rnd}：患者\u2028胸痛？",
+                        "groupCode": g * 10 + c,
+                        "sanswer": math.nan if rng.random() < 0.1 else f"答案 {g}",
+                        "difficulty": rng.choice(["易", "中", "难"]),
+                        "checklist": math.nan if rng.random() < 0.3 else "核心需求：\n1. 内容",
+                    }
+                )
     return doc
 
 
@@ -257,7 +329,10 @@ def test_llmeval_med_streams_the_real_file_as_load_reads_it():
 @pytest.mark.parametrize("indent", [None, 2])
 def test_llmeval_med_streams_generated_files_as_load_reads_them(tmp_path, small_reads, indent):
     path = tmp_path / "dataset.json"
-    path.write_text(json.dumps(llmeval_doc(random.Random(indent or 0), 12), ensure_ascii=False, indent=indent), encoding="utf-8")
+    path.write_text(
+        json.dumps(llmeval_doc(random.Random(indent or 0), 12), ensure_ascii=False, indent=indent),
+        encoding="utf-8",
+    )
     want = LLMEvalMed().load(path)
     got = list(LLMEvalMed().iter_samples(path))
     assert repr(got) == repr(want) and len(want) > 60  # repr: NaN is never equal to itself
@@ -272,18 +347,21 @@ def errors_of(path: Path) -> tuple[str, str]:
     return out[0], out[1]
 
 
-@pytest.mark.parametrize("doc", [
-    '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1}, {"problem": "问", "groupCode": 1, "round": 3}]}',
-    '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1}, {"groupCode": 2, "round": 1}]}',
-    '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1}, 7]}',
-    '{"医疗知识": [{"problem": "问", "groupCode": 1.5, "round": 1}]}',
-    '{"医疗知识": [], "其他": []}',
-    '{"医疗知识": {"problem": "问"}}',
-    '[{"problem": "问"}]',
-    '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1},\n oops]}',
-    '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1}]} extra',
-    '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1}',
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1}, {"problem": "问", "groupCode": 1, "round": 3}]}',
+        '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1}, {"groupCode": 2, "round": 1}]}',
+        '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1}, 7]}',
+        '{"医疗知识": [{"problem": "问", "groupCode": 1.5, "round": 1}]}',
+        '{"医疗知识": [], "其他": []}',
+        '{"医疗知识": {"problem": "问"}}',
+        '[{"problem": "问"}]',
+        '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1},\n oops]}',
+        '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1}]} extra',
+        '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 1}',
+    ],
+)
 def test_llmeval_med_stream_fails_as_load_fails(tmp_path, small_reads, doc):
     path = tmp_path / "dataset.json"
     path.write_text(doc, encoding="utf-8")
@@ -301,7 +379,13 @@ def test_llmeval_med_a_bad_turn_before_a_syntax_error_is_named_first(tmp_path):
 def test_llmeval_med_a_category_written_twice_is_an_error_when_streamed(tmp_path):
     path = tmp_path / "dataset.json"
     turn = {"problem": "问", "groupCode": 1, "round": 1}
-    path.write_text(json.dumps({"医疗推理": [turn]}, ensure_ascii=False)[:-1] + ', "医疗推理": [' + json.dumps(turn) + "]}", encoding="utf-8")
+    path.write_text(
+        json.dumps({"医疗推理": [turn]}, ensure_ascii=False)[:-1]
+        + ', "医疗推理": ['
+        + json.dumps(turn)
+        + "]}",
+        encoding="utf-8",
+    )
     assert len(LLMEvalMed().load(path)) == 1  # json keeps the second list only
     with pytest.raises(DataError, match="医疗推理: category written twice"):
         list(LLMEvalMed().iter_samples(path))
@@ -318,7 +402,9 @@ def _write(tmp_path: Path, doc: dict, tail: str = "") -> Path:
 def test_llmeval_med_limit_reads_only_the_turns_it_asks(tmp_path):
     doc = llmeval_doc(random.Random(3), 5)
     want = [s.id for s in LLMEvalMed().load(_write(tmp_path, doc))][:10]
-    broken = _write(tmp_path, doc, ', "其他": [oops')  # past the turns asked: an unknown category, then invalid JSON
+    broken = _write(
+        tmp_path, doc, ', "其他": [oops'
+    )  # past the turns asked: an unknown category, then invalid JSON
     assert [s.id for _, s in zip(range(10), LLMEvalMed().iter_samples(broken))] == want
 
 
@@ -330,13 +416,21 @@ def test_llmeval_med_run_streams_dialogues_with_earlier_answers(tmp_path):
 
     def rule(body):
         if body["model"] == "judge":  # usable, unusable, unreadable in turn
-            return ('{"判断依据": "ok", "得分": "[5]"}', '{"得分": "[2]"}', "无法评分")[next(judged) % 3]
+            return ('{"判断依据": "ok", "得分": "[5]"}', '{"得分": "[2]"}', "无法评分")[
+                next(judged) % 3
+            ]
         earlier = [m["content"] for m in body["messages"] if m["role"] == "assistant"]
         return f"答{len(earlier)}"
 
     with LoopbackServer(rule, keep_bodies=True) as srv:
-        cfg = RunConfig("llmeval-med", "openai/cand", data=data, base_url=srv.base_url,
-                        judges=(JudgeConfig("openai/judge", srv.base_url),), bench_params={"judge_runs": 1})
+        cfg = RunConfig(
+            "llmeval-med",
+            "openai/cand",
+            data=data,
+            base_url=srv.base_url,
+            judges=(JudgeConfig("openai/judge", srv.base_url),),
+            bench_params={"judge_runs": 1},
+        )
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
         bodies = srv.stats.bodies
     samples = LLMEvalMed().load(data)
@@ -349,11 +443,21 @@ def test_llmeval_med_run_streams_dialogues_with_earlier_answers(tmp_path):
         assert rounds == list(range(1, len(users) + 1))
     assert sum(1 for b in bodies if b["model"] == "cand") == len(samples)
     # The run aggregates each turn's summary; the same figures come from the full samples and grades.
-    full = out.setup.bench.aggregate(out.samples, out.grades, out.setup.bench.check_options(cfg.options))
+    full = out.setup.bench.aggregate(
+        out.samples, out.grades, out.setup.bench.check_options(cfg.options)
+    )
     assert out.samples == samples and 0 < out.result.score < 100 and out.result.n_unscored > 0
-    assert (out.result.score, out.result.ci95, out.result.n, out.result.n_unscored) == (full.score, full.ci95, full.n, full.n_unscored)
-    assert out.result.extra["mean_score"] == full.extra["mean_score"] and out.result.extra["other_protocol"] == full.extra["other_protocol"]
-    assert {c: cell for c, cell in out.result.breakdown["category"].items()} == dict(full.breakdown["category"])
+    assert (out.result.score, out.result.ci95, out.result.n, out.result.n_unscored) == (
+        full.score,
+        full.ci95,
+        full.n,
+        full.n_unscored,
+    )
+    assert (
+        out.result.extra["mean_score"] == full.extra["mean_score"]
+        and out.result.extra["other_protocol"] == full.extra["other_protocol"]
+    )
+    assert dict(out.result.breakdown["category"].items()) == dict(full.breakdown["category"])
 
 
 # ---- GAPS: iter_samples == load -----------------------------------------------------------------------
@@ -377,8 +481,13 @@ def write_gaps(path: Path, rows: int, bad_row: int | None = None) -> Path:
     ws = wb.create_sheet("Sheet1")
     ws.append(["index", "question", "分类", "rubrics", "m1_answer"])
     for i in range(1, rows + 1):
-        rubric = json.dumps([{"id": 1, "claim": f"提到要点 {i}", "level": "A1", "type": "positive"},
-                             {"id": 2, "claim": "不建议手术", "level": "S2", "type": "negative"}], ensure_ascii=False)
+        rubric = json.dumps(
+            [
+                {"id": 1, "claim": f"提到要点 {i}", "level": "A1", "type": "positive"},
+                {"id": 2, "claim": "不建议手术", "level": "S2", "type": "negative"},
+            ],
+            ensure_ascii=False,
+        )
         ws.append([i, f"问题 {i}？" if i != bad_row else "  ", "肺癌", rubric, f"回答 {i}"])
         if i % 5 == 0:
             ws.append([None, None, None, None, None])  # a blank row, skipped
@@ -401,4 +510,6 @@ def test_gaps_reads_rows_as_asked_and_fails_as_load_fails(tmp_path):
         list(samples)
     with pytest.raises(DataError) as whole:
         GAPS().load(path)
-    assert str(streamed.value) == str(whole.value) == f"{path}, sheet 'Sheet1' row 216: empty question"
+    assert (
+        str(streamed.value) == str(whole.value) == f"{path}, sheet 'Sheet1' row 216: empty question"
+    )

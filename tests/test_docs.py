@@ -41,10 +41,21 @@ def test_generated_pages_are_up_to_date(tmp_path):
     gen = _gen_docs()
     assert gen.main(["--out", str(tmp_path)]) == 0
     fresh = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.md"))
-    behind = [rel for rel in fresh if not (ROOT / "docs" / rel).is_file()
-              or (ROOT / "docs" / rel).read_text(encoding="utf-8") != (tmp_path / rel).read_text(encoding="utf-8")]
-    extra = sorted(p.name for p in (ROOT / "docs" / "benchmarks").glob("*.md") if not (tmp_path / "benchmarks" / p.name).exists())
-    assert not behind and not extra, f"run `.venv/bin/python scripts/gen_docs.py`: stale {behind}, no longer generated {extra}"
+    behind = [
+        rel
+        for rel in fresh
+        if not (ROOT / "docs" / rel).is_file()
+        or (ROOT / "docs" / rel).read_text(encoding="utf-8")
+        != (tmp_path / rel).read_text(encoding="utf-8")
+    ]
+    extra = sorted(
+        p.name
+        for p in (ROOT / "docs" / "benchmarks").glob("*.md")
+        if not (tmp_path / "benchmarks" / p.name).exists()
+    )
+    assert not behind and not extra, (
+        f"run `.venv/bin/python scripts/gen_docs.py`: stale {behind}, no longer generated {extra}"
+    )
 
 
 def test_check_mode_names_a_stale_page(tmp_path):
@@ -53,7 +64,9 @@ def test_check_mode_names_a_stale_page(tmp_path):
     assert gen.main(["--out", str(tmp_path)]) == 0
     assert gen.main(["--out", str(tmp_path), "--check"]) == 0
     (tmp_path / "cli.md").write_text("old\n", encoding="utf-8")
-    (tmp_path / "benchmarks" / "gone.md").write_text("a family that no longer exists\n", encoding="utf-8")
+    (tmp_path / "benchmarks" / "gone.md").write_text(
+        "a family that no longer exists\n", encoding="utf-8"
+    )
     assert gen.stale(tmp_path, gen.pages()) == ["benchmarks/gone.md", "cli.md"]
     assert gen.main(["--out", str(tmp_path), "--check"]) == 1
 
@@ -67,7 +80,18 @@ def test_every_benchmark_and_command_has_its_page():
     for name in BENCHMARKS.names():
         module = BENCHMARKS.get(name).__module__.rsplit(".", 1)[-1]
         assert f"## `{name}`" in pages[f"benchmarks/{module}.md"], name
-    for command in ("run", "demo", "list", "regrade", "leaderboard", "report", "view", "irt", "robustness", "validate-judge"):
+    for command in (
+        "run",
+        "demo",
+        "list",
+        "regrade",
+        "leaderboard",
+        "report",
+        "view",
+        "irt",
+        "robustness",
+        "validate-judge",
+    ):
         assert f"## `grandrounds {command}`" in pages["cli.md"], command
     assert "`--judge-concurrency`" in pages["cli.md"]
 
@@ -100,11 +124,19 @@ def test_mkdocs_build_is_strict_and_counts_pages(tmp_path):
             pytest.fail(msg)
         pytest.skip(msg)
     site = tmp_path / "site"
-    r = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(site)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env=os.environ | {"NO_MKDOCS_2_WARNING": "1"})
+    r = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ | {"NO_MKDOCS_2_WARNING": "1"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     sources = list((ROOT / "docs").rglob("*.md"))
-    assert len(list(site.rglob("index.html"))) == len(sources)  # one page each: no two sources built to one address
+    assert len(list(site.rglob("index.html"))) == len(
+        sources
+    )  # one page each: no two sources built to one address
 
 
 def test_mkdocs_strict_fails_on_a_broken_link(tmp_path):
@@ -120,8 +152,13 @@ def test_mkdocs_strict_fails_on_a_broken_link(tmp_path):
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     config = re.sub(r"(?ms)^nav:.*?(?=^\S|\Z)", "nav:\n  - Home: index.md\n", config)
     (tmp_path / "mkdocs.yml").write_text(config, encoding="utf-8")
-    r = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode != 0 and "missing.md" in r.stderr
 
 
@@ -152,10 +189,20 @@ def test_setup_says_what_it_builds_and_shows_time(tmp_path):
     (venv_bin / "activate").write_text(f'export PATH="{venv_bin}:$PATH"\n', encoding="utf-8")
     python = venv_bin / "python"
     # a first install: llama_cpp not importable yet, and the editable install takes 2.5 s
-    python.write_text("#!/bin/sh\ncase \"$*\" in *'import llama_cpp'*) exit 1;; *'-e .'*) sleep 2.5;; esac\nexit 0\n", encoding="utf-8")
+    python.write_text(
+        "#!/bin/sh\ncase \"$*\" in *'import llama_cpp'*) exit 1;; *'-e .'*) sleep 2.5;; esac\nexit 0\n",
+        encoding="utf-8",
+    )
     python.chmod(0o755)
     env = {**os.environ, "SETUP_TICK": "1", "PATH": f"{venv_bin}:{os.environ['PATH']}"}
-    r = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path / "repo", capture_output=True, text=True, timeout=60, env=env)
+    r = subprocess.run(
+        ["bash", "scripts/setup.sh"],
+        cwd=tmp_path / "repo",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     out = r.stdout + r.stderr
     assert "llama.cpp" in out and "several minutes" in out
@@ -176,25 +223,39 @@ class _LocalStandIn(ScriptedProvider):
     def answer_a(req):
         if req.kind == "chat":
             return "Answer: A"
-        return {c: (0.0 if c.strip() == "A" else -3.0) for c in (req.continuations or ("A", "B", "C", "D"))}
+        return {
+            c: (0.0 if c.strip() == "A" else -3.0)
+            for c in (req.continuations or ("A", "B", "C", "D"))
+        }
 
 
 def test_demo_ends_with_what_its_numbers_mean(tmp_path):
     """`grandrounds demo` closes with chance level (from its questions' option counts), each score
     against it, which protocol ran and what its `*` means (the deviation named), and three commands."""
-    records = [json.loads(line) for line in DEMO_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = [
+        json.loads(line)
+        for line in DEMO_FILE.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     share_a = sum(r["answer_idx"] == "A" for r in records) / len(records)
     with PROVIDERS.registered("llamacpp", _LocalStandIn):
-        r = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "s.db")], env={"COLUMNS": "200"})
+        r = CliRunner().invoke(
+            app, ["demo", "--store", str(tmp_path / "s.db")], env={"COLUMNS": "200"}
+        )
     assert r.exit_code == 0, r.output
-    tail = r.output[r.output.index("What these numbers mean"):].splitlines()
+    tail = r.output[r.output.index("What these numbers mean") :].splitlines()
     assert f"the share of the {len(records)} questions answered right" in tail[1]
-    assert "Each question has 4 options, so guessing scores 0.25 on average (chance level)" in tail[1]
+    assert (
+        "Each question has 4 options, so guessing scores 0.25 on average (chance level)" in tail[1]
+    )
     for mode in ("next-token", "generate"):
         [line] = [x for x in tail if x.startswith(f"  {mode}: ")]
         assert line.startswith(f"  {mode}: {share_a:.3f}, 95% CI [")
-    assert any(x.startswith("  protocol grandrounds*: our protocol") and "max_tokens 1024 -> 64" in x for x in tail), tail
-    commands = tail[tail.index("Next, try") + 1:]
+    assert any(
+        x.startswith("  protocol grandrounds*: our protocol") and "max_tokens 1024 -> 64" in x
+        for x in tail
+    ), tail
+    commands = tail[tail.index("Next, try") + 1 :]
     assert len(commands) == 3 and all(c.startswith("  grandrounds ") for c in commands), commands
 
 
@@ -208,17 +269,34 @@ def test_demo_notes_place_a_score_against_chance():
 
         def __init__(self, score, ci95, n=100):
             self.score, self.ci95, self.n = score, ci95, n
-            self.fingerprint = {"answer_mode": "generate", "protocol": {"name": "reference", "deviations": {}}}
+            self.fingerprint = {
+                "answer_mode": "generate",
+                "protocol": {"name": "reference", "deviations": {}},
+            }
 
     assert chance_level([2, 4]) == pytest.approx(0.375)
-    lines = demo_notes([R(0.9, (0.8, 0.95)), R(0.1, (0.05, 0.2)), R(0.3, (0.2, 0.4)), R(None, None)], [4, 4, 4, 4])
+    lines = demo_notes(
+        [R(0.9, (0.8, 0.95)), R(0.1, (0.05, 0.2)), R(0.3, (0.2, 0.4)), R(None, None)], [4, 4, 4, 4]
+    )
     scores = [x for x in lines if x.startswith("  generate: ")]
     assert "above chance" in scores[0] and "below chance" in scores[1]
-    assert "not distinguishable from guessing" in scores[2] and "no score" in scores[3] and "0.000" not in scores[3]
+    assert (
+        "not distinguishable from guessing" in scores[2]
+        and "no score" in scores[3]
+        and "0.000" not in scores[3]
+    )
     assert any(x.startswith("  protocol reference: the official setup") for x in lines)
     assert not any("SmolLM2" in x for x in lines)  # another model: no word about the demo's model
     judged = R(0.5, (0.4, 0.6))
-    judged.fingerprint = {"answer_mode": "generate", "protocol": {"name": "grandrounds", "deviations": {
-        "judges": {"openai/j": {"temperature": {"preset": 0.5, "used": 0.0}}}}}}
+    judged.fingerprint = {
+        "answer_mode": "generate",
+        "protocol": {
+            "name": "grandrounds",
+            "deviations": {"judges": {"openai/j": {"temperature": {"preset": 0.5, "used": 0.0}}}},
+        },
+    }
     [line] = [x for x in demo_notes([judged], [4]) if x.startswith("  protocol ")]
-    assert line.startswith("  protocol grandrounds*: our protocol") and "judge openai/j temperature 0.5 -> 0.0" in line
+    assert (
+        line.startswith("  protocol grandrounds*: our protocol")
+        and "judge openai/j temperature 0.5 -> 0.0" in line
+    )

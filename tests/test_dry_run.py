@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.graders.base import GradeContext
 from grandrounds.core.records import Message, Response
 from grandrounds.core.registry import BENCHMARKS
+from grandrounds.graders.base import GradeContext
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import offline_env, shared_file
 
@@ -28,8 +28,20 @@ MET = "```json\n" + json.dumps({"explanation": "ok", "criteria_met": True}) + "\
 
 
 def gr(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    base = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(ROOT), "COLUMNS": "200", **offline_env()}
-    return subprocess.run([sys.executable, "-m", "grandrounds", *args], capture_output=True, text=True, env=base | (env or {}), timeout=900)
+    base = {
+        "PYTHONPATH": str(ROOT / "src"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(ROOT),
+        "COLUMNS": "200",
+        **offline_env(),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "grandrounds", *args],
+        capture_output=True,
+        text=True,
+        env=base | (env or {}),
+        timeout=900,
+    )
 
 
 def dry(tmp_path: Path, name: str, *args: str) -> dict:
@@ -48,7 +60,17 @@ def test_medqa_dry_run_counts_the_calls_the_run_makes(tmp_path):
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     db = tmp_path / "s.db"
     with LoopbackServer(lambda body: "Answer: B") as srv:
-        args = ["medqa", "--data", str(data), "--model", "openai/gpt-4o-mini", "--base-url", srv.base_url, "--store", str(db)]
+        args = [
+            "medqa",
+            "--data",
+            str(data),
+            "--model",
+            "openai/gpt-4o-mini",
+            "--base-url",
+            srv.base_url,
+            "--store",
+            str(db),
+        ]
         plan = dry(tmp_path, "plan1", *args)
         assert srv.stats.requests == 0
         assert not db.exists(), "a dry run never creates the store"
@@ -73,12 +95,30 @@ def test_healthbench_500_dry_run_counts_answers_and_judge_calls(tmp_path):
     data = shared_file("healthbench", "healthbench_500.jsonl")
     rows = [json.loads(x) for x in data.read_text(encoding="utf-8").split("\n") if x.strip()]
     # a rubric that lists one item twice gets one judge call for it (the same prompt, asked once)
-    n_criteria = len({(i, c["points"], c["criterion"]) for i, r in enumerate(rows) for c in r["rubrics"]})
+    n_criteria = len(
+        {(i, c["points"], c["criterion"]) for i, r in enumerate(rows) for c in r["rubrics"]}
+    )
     assert n_criteria == sum(len(r["rubrics"]) for r in rows) - 3
     db = tmp_path / "s.db"
-    with LoopbackServer(lambda body: "See a doctor if it gets worse.") as cand, LoopbackServer(lambda body: MET) as judge:
-        args = ["healthbench", "--data", str(data), "--model", "openai/gpt-4o-mini", "--base-url", cand.base_url,
-                "--judge", f"openai/gpt-4.1@{judge.base_url}", "--store", str(db), "--concurrency", "64"]
+    with (
+        LoopbackServer(lambda body: "See a doctor if it gets worse.") as cand,
+        LoopbackServer(lambda body: MET) as judge,
+    ):
+        args = [
+            "healthbench",
+            "--data",
+            str(data),
+            "--model",
+            "openai/gpt-4o-mini",
+            "--base-url",
+            cand.base_url,
+            "--judge",
+            f"openai/gpt-4.1@{judge.base_url}",
+            "--store",
+            str(db),
+            "--concurrency",
+            "64",
+        ]
         plan = dry(tmp_path, "plan", *args)
         assert cand.stats.requests == 0 and judge.stats.requests == 0
         answers, judged = line(plan, "answers"), line(plan, "judge")
@@ -89,7 +129,9 @@ def test_healthbench_500_dry_run_counts_answers_and_judge_calls(tmp_path):
         assert r.returncode == 0, r.stderr
         assert cand.stats.requests == answers["to_make"]
         assert judge.stats.requests == judged["to_make"]
-        assert cand.stats.requests + judge.stats.requests == plan["calls_to_make"] == 500 + n_criteria
+        assert (
+            cand.stats.requests + judge.stats.requests == plan["calls_to_make"] == 500 + n_criteria
+        )
 
 
 def test_resumed_run_is_counted_exactly_from_stored_answers(tmp_path):
@@ -107,9 +149,27 @@ def test_resumed_run_is_counted_exactly_from_stored_answers(tmp_path):
         return MET
 
     db = tmp_path / "s.db"
-    with LoopbackServer(lambda body: "Rest and fluids.") as cand, LoopbackServer(judge_rule) as judge:
-        args = ["healthbench", "--data", str(data), "--limit", "40", "--model", "openai/gpt-4o-mini", "--base-url", cand.base_url,
-                "--judge", f"openai/gpt-4.1@{judge.base_url}", "--store", str(db), "--protocol", "grandrounds"]
+    with (
+        LoopbackServer(lambda body: "Rest and fluids.") as cand,
+        LoopbackServer(judge_rule) as judge,
+    ):
+        args = [
+            "healthbench",
+            "--data",
+            str(data),
+            "--limit",
+            "40",
+            "--model",
+            "openai/gpt-4o-mini",
+            "--base-url",
+            cand.base_url,
+            "--judge",
+            f"openai/gpt-4.1@{judge.base_url}",
+            "--store",
+            str(db),
+            "--protocol",
+            "grandrounds",
+        ]
         r = gr("run", *args)
         assert r.returncode == 0, r.stderr
         assert failed, "the rule should fail some judge calls"
@@ -143,8 +203,21 @@ def test_multi_turn_conversations_cut_by_a_failed_turn(tmp_path):
 
     db = tmp_path / "s.db"
     with LoopbackServer(cand_rule) as cand, LoopbackServer(lambda body: "评分：[4]") as judge:
-        args = ["llmeval-med", "--data", str(data), "--model", "openai/cand", "--base-url", cand.base_url,
-                "--judge", f"openai/gpt-4o@{judge.base_url}", "--store", str(db), "--limit", "120"]
+        args = [
+            "llmeval-med",
+            "--data",
+            str(data),
+            "--model",
+            "openai/cand",
+            "--base-url",
+            cand.base_url,
+            "--judge",
+            f"openai/gpt-4o@{judge.base_url}",
+            "--store",
+            str(db),
+            "--limit",
+            "120",
+        ]
         r = gr("run", *args)
         assert r.returncode in (0, 3), r.stderr
         state["first"] = False
@@ -152,7 +225,9 @@ def test_multi_turn_conversations_cut_by_a_failed_turn(tmp_path):
         plan = dry(tmp_path, "plan", *args)
         assert (cand.stats.requests, judge.stats.requests) == before
         answers, judged = line(plan, "answers"), line(plan, "judge")
-        assert answers["exact"] > 0 and answers["planned"] > 0, "second turns exact, later turns planned"
+        assert answers["exact"] > 0 and answers["planned"] > 0, (
+            "second turns exact, later turns planned"
+        )
         assert judged["planned"] > 0
 
         r = gr("run", *args)
@@ -164,11 +239,26 @@ def test_multi_turn_conversations_cut_by_a_failed_turn(tmp_path):
 def test_dry_run_refuses_a_bad_price_file_in_one_line(tmp_path):
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     bad = tmp_path / "prices.toml"
-    bad.write_text('[models]\n"openai/gpt-4o-mini" = { input = "cheap", output = 1 }\n', encoding="utf-8")
-    r = gr("run", "medqa", "--data", str(data), "--model", "openai/gpt-4o-mini", "--store", str(tmp_path / "s.db"),
-           "--dry-run", "--prices", str(bad))
+    bad.write_text(
+        '[models]\n"openai/gpt-4o-mini" = { input = "cheap", output = 1 }\n', encoding="utf-8"
+    )
+    r = gr(
+        "run",
+        "medqa",
+        "--data",
+        str(data),
+        "--model",
+        "openai/gpt-4o-mini",
+        "--store",
+        str(tmp_path / "s.db"),
+        "--dry-run",
+        "--prices",
+        str(bad),
+    )
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [f"error: prices file {bad}: models.'openai/gpt-4o-mini'.input must be a number of at least 0, got 'cheap'"]
+    assert r.stderr.strip().splitlines() == [
+        f"error: prices file {bad}: models.'openai/gpt-4o-mini'.input must be a number of at least 0, got 'cheap'"
+    ]
 
 
 # ---- the graders' plans agree with what they ask -------------------------------------------------
@@ -188,14 +278,23 @@ class Recorder:
 
 CASES = [
     ("healthbench", ("healthbench", "healthbench_500.jsonl"), {}, RunOptions(protocol="reference")),
-    ("healthbench", ("healthbench", "healthbench_500.jsonl"), {}, RunOptions(protocol="grandrounds", judge_mode="batched")),
+    (
+        "healthbench",
+        ("healthbench", "healthbench_500.jsonl"),
+        {},
+        RunOptions(protocol="grandrounds", judge_mode="batched"),
+    ),
     ("medeqbench", ("medeqbench",), {}, RunOptions()),
     ("gaps", ("gaps", "GAPS-NSCLC-preview.xlsx"), {}, RunOptions()),
     ("llmeval-med", ("llmeval-med", "dataset.json"), {}, RunOptions(judge_runs=2)),
 ]
 
 
-@pytest.mark.parametrize("name, path, params, options", CASES, ids=[f"{c[0]}-{c[3].protocol}-{c[3].judge_mode}" for c in CASES])
+@pytest.mark.parametrize(
+    "name, path, params, options",
+    CASES,
+    ids=[f"{c[0]}-{c[3].protocol}-{c[3].judge_mode}" for c in CASES],
+)
 def test_planned_judge_calls_equal_the_calls_the_grader_makes(name, path, params, options):
     import asyncio
 
@@ -207,7 +306,9 @@ def test_planned_judge_calls_equal_the_calls_the_grader_makes(name, path, params
         judges = tuple(Recorder(f"j{i}") for i in range(n_judges))
         for s in samples:
             before = sum(j.calls for j in judges)
-            asyncio.run(grader.grade(s, Response(key="a", text="An answer."), GradeContext(judges=judges)))
+            asyncio.run(
+                grader.grade(s, Response(key="a", text="An answer."), GradeContext(judges=judges))
+            )
             made = sum(j.calls for j in judges) - before
             assert grader.planned_judge_calls(s, n_judges) == made, s.id
             assert made > 0
@@ -216,26 +317,44 @@ def test_planned_judge_calls_equal_the_calls_the_grader_makes(name, path, params
 def test_rubric_grader_plans_one_call_per_criterion(tmp_path):
     import asyncio
 
-    from tests.rubric_bench.triage import TriageRubric  # a complete rubric benchmark graded by the generic grader
+    from tests.rubric_bench.triage import (
+        TriageRubric,
+    )  # a complete rubric benchmark graded by the generic grader
 
     records = [
-        {"id": f"t{i}", "question": f"Chest pain for {i} hours?", "urgency": "high",
-         "rubric": [{"text": f"Advises emergency care ({j})", "points": 5 - j} for j in range(i + 1)]}
+        {
+            "id": f"t{i}",
+            "question": f"Chest pain for {i} hours?",
+            "urgency": "high",
+            "rubric": [
+                {"text": f"Advises emergency care ({j})", "points": 5 - j} for j in range(i + 1)
+            ],
+        }
         for i in range(4)
     ]
-    (tmp_path / "triage.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    (tmp_path / "triage.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8"
+    )
     bench = TriageRubric()
     grader = bench.grader(bench.check_options(RunOptions()))
     samples = bench.load(tmp_path)
     judges = (Recorder("a"), Recorder("b"))
     for s in samples:
-        asyncio.run(grader.grade(s, Response(key="a", text="Call an ambulance."), GradeContext(judges=judges)))
-    assert sum(j.calls for j in judges) == sum(grader.planned_judge_calls(s, 2) for s in samples) == 2 * sum(len(s.rubric) for s in samples)
+        asyncio.run(
+            grader.grade(
+                s, Response(key="a", text="Call an ambulance."), GradeContext(judges=judges)
+            )
+        )
+    assert (
+        sum(j.calls for j in judges)
+        == sum(grader.planned_judge_calls(s, 2) for s in samples)
+        == 2 * sum(len(s.rubric) for s in samples)
+    )
 
 
 def test_graders_without_a_judge_plan_none_and_unknown_graders_say_so():
-    from grandrounds.graders.base import Grader
     from grandrounds.core.records import Grade, Sample
+    from grandrounds.graders.base import Grader
 
     class Judged(Grader):
         name = "x"

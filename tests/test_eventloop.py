@@ -11,7 +11,9 @@ from grandrounds.core import eventloop
 from grandrounds.core.errors import ConfigError
 from grandrounds.testing import LoopbackServer
 
-uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed (Windows, or installed without it)")
+uvloop = pytest.importorskip(
+    "uvloop", reason="uvloop is not installed (Windows, or installed without it)"
+)
 
 
 async def _loop_module() -> str:
@@ -33,7 +35,10 @@ def test_asyncio_on_request(monkeypatch):
 def test_a_bad_choice_is_a_clear_error_and_the_coroutine_is_closed(monkeypatch):
     monkeypatch.setenv(eventloop.ENV, "trio")
     coro = _loop_module()
-    with pytest.raises(ConfigError, match=r"GRANDROUNDS_EVENT_LOOP is 'trio'; expected one of: auto, uvloop, asyncio"):
+    with pytest.raises(
+        ConfigError,
+        match=r"GRANDROUNDS_EVENT_LOOP is 'trio'; expected one of: auto, uvloop, asyncio",
+    ):
         eventloop.run(coro)
     assert coro.cr_frame is None  # closed, not left to warn "never awaited"
 
@@ -51,13 +56,18 @@ def test_uvloop_required_but_missing(monkeypatch):
 def test_a_run_gives_the_same_result_on_either_loop(tmp_path, monkeypatch, choice):
     """The whole pipeline (HTTP client, store writer thread, leases) on each loop: same answers."""
     from grandrounds.benchmarks.base import RunOptions
-    from grandrounds.run.runner import run
     from grandrounds.run.config import RunConfig
+    from grandrounds.run.runner import run
     from grandrounds.store import Store
 
     monkeypatch.setenv(eventloop.ENV, choice)
     with LoopbackServer(lambda body: "The answer is A.", latency=0.001) as srv:
-        cfg = RunConfig("demo", "openai/loop-test", base_url=srv.base_url, options=RunOptions(protocol="grandrounds"))
+        cfg = RunConfig(
+            "demo",
+            "openai/loop-test",
+            base_url=srv.base_url,
+            options=RunOptions(protocol="grandrounds"),
+        )
         with Store(tmp_path / "s.db") as st:
             outcome = eventloop.run(run(st, cfg))
             assert outcome.answer_stats.made == 12 and outcome.answer_stats.failed == 0

@@ -25,15 +25,31 @@ from grandrounds.scoring.stats import wilson_ci
 
 
 def test_registry_paths_resolve_to_these_classes():
-    for name, cls in [("demo", DemoExam), ("medqa", MedQA), ("medmcqa", MedMCQA), ("pubmedqa", PubMedQA),
-                      ("mmlu-medical", MMLUMedical), ("cmb", CMB)]:
+    for name, cls in [
+        ("demo", DemoExam),
+        ("medqa", MedQA),
+        ("medmcqa", MedMCQA),
+        ("pubmedqa", PubMedQA),
+        ("mmlu-medical", MMLUMedical),
+        ("cmb", CMB),
+    ]:
         assert BENCHMARKS.get(name) is cls and cls.name == name
-        want = ("generate", "text-loglik", "next-token") if cls is CMB else ("generate", "letter-loglik", "text-loglik", "next-token")
+        want = (
+            ("generate", "text-loglik", "next-token")
+            if cls is CMB
+            else ("generate", "letter-loglik", "text-loglik", "next-token")
+        )
         assert cls.answer_modes == want  # CMB has no lm-evaluation-harness task
 
 
 def test_remote_hashes_match_the_local_copies(shared_data):
-    pairs = [(MedQA, "medqa"), (MedMCQA, "medmcqa"), (PubMedQA, "pubmedqa"), (MMLUMedical, "mmlu-medical"), (CMB, "cmb")]
+    pairs = [
+        (MedQA, "medqa"),
+        (MedMCQA, "medmcqa"),
+        (PubMedQA, "pubmedqa"),
+        (MMLUMedical, "mmlu-medical"),
+        (CMB, "cmb"),
+    ]
     for cls, folder in pairs:
         for rf in cls.remote_files:
             if rf.sha256 is None:  # CMB.zip: not in the local snapshot
@@ -51,9 +67,21 @@ def test_medqa_real_file(shared_data):
     samples = bench.load(path.parent)
     assert len(samples) == 1273 and bench.load(path) == samples
     first = samples[0]
-    assert first.id == "0" and first.target == "B" and "carpal tunnel repair" in first.metadata["question"]
-    assert collections.Counter(s.target for s in samples) == {"A": 353, "B": 309, "C": 346, "D": 265}
-    assert collections.Counter(s.metadata["meta_info"] for s in samples) == {"step1": 679, "step2&3": 594}
+    assert (
+        first.id == "0"
+        and first.target == "B"
+        and "carpal tunnel repair" in first.metadata["question"]
+    )
+    assert collections.Counter(s.target for s in samples) == {
+        "A": 353,
+        "B": 309,
+        "C": 346,
+        "D": 265,
+    }
+    assert collections.Counter(s.metadata["meta_info"] for s in samples) == {
+        "step1": 679,
+        "step2&3": 594,
+    }
     assert [s.id for s in samples[:3]] == ["0", "1", "2"]
     assert bench.dataset_hash(path.parent) == bench.remote_files[0].sha256
 
@@ -62,14 +90,24 @@ def test_medmcqa_real_file(shared_data):
     path = shared_data("medmcqa", "dev.json")
     samples = MedMCQA().load(path)
     assert len(samples) == 4183
-    assert collections.Counter(s.target for s in samples) == {"A": 1348, "B": 1085, "C": 925, "D": 825}
+    assert collections.Counter(s.target for s in samples) == {
+        "A": 1348,
+        "B": 1085,
+        "C": 925,
+        "D": 825,
+    }
     first = samples[0]
     assert first.id == "45258d3d-b974-44dd-a161-c3fccbdadd88" and first.target == "A"
     assert first.choices["A"].startswith("Impulse through myelinated fibers is slower")
     assert first.metadata["subject"] == "Physiology" and first.metadata["choice_type"] == "multi"
     assert collections.Counter(s.metadata["subject"] for s in samples)["Dental"] == 1318
-    assert collections.Counter(s.metadata["choice_type"] for s in samples) == {"single": 2816, "multi": 1367}
-    assert not any(s.metadata["multi"] for s in samples)  # "multi" choice_type is still single-answer
+    assert collections.Counter(s.metadata["choice_type"] for s in samples) == {
+        "single": 2816,
+        "multi": 1367,
+    }
+    assert not any(
+        s.metadata["multi"] for s in samples
+    )  # "multi" choice_type is still single-answer
 
 
 def test_pubmedqa_real_files_test_and_all(shared_data):
@@ -77,17 +115,29 @@ def test_pubmedqa_real_files_test_and_all(shared_data):
     shared_data("pubmedqa", "test_ground_truth.json")
     test = PubMedQA().load(folder)
     assert len(test) == 500
-    assert collections.Counter(s.metadata["label"] for s in test) == {"yes": 276, "no": 169, "maybe": 55}
+    assert collections.Counter(s.metadata["label"] for s in test) == {
+        "yes": 276,
+        "no": 169,
+        "maybe": 55,
+    }
     truth = json.loads((folder / "test_ground_truth.json").read_text())
     assert [s.id for s in test] == list(truth)
     assert all(s.choices == {"A": "yes", "B": "no", "C": "maybe"} for s in test)
     assert all(s.choices[s.target] == truth[s.id] for s in test)
-    assert test[0].metadata["question"].startswith("Context: ") and "\n\nQuestion: " in test[0].metadata["question"]
+    assert (
+        test[0].metadata["question"].startswith("Context: ")
+        and "\n\nQuestion: " in test[0].metadata["question"]
+    )
     assert len(PubMedQA(split="all").load(folder)) == 1000
-    assert len(PubMedQA().load(folder / "ori_pqal.json")) == 500  # ground truth found beside the file
+    assert (
+        len(PubMedQA().load(folder / "ori_pqal.json")) == 500
+    )  # ground truth found beside the file
     bare = PubMedQA(contexts=False).load(folder)[0]
     assert not bare.metadata["question"].startswith("Context")
-    assert len(PubMedQA().data_files(folder)) == 2 and len(PubMedQA(split="all").data_files(folder)) == 1
+    assert (
+        len(PubMedQA().data_files(folder)) == 2
+        and len(PubMedQA(split="all").data_files(folder)) == 1
+    )
     with pytest.raises(ConfigError):
         PubMedQA(split="train")
 
@@ -97,8 +147,15 @@ def test_pubmedqa_macro_f1_from_grades(shared_data):
     bench = PubMedQA()
     samples = bench.load(folder)
     # the model answers "yes" to everything: accuracy = 276/500, F1(yes) = 2*276/(2*276+224), others 0
-    grades = [Grade(s.id, 1.0 if s.target == "A" else 0.0, extracted="A",
-                    details={"answer_mode": "generate", "extracted_original": "A"}) for s in samples]
+    grades = [
+        Grade(
+            s.id,
+            1.0 if s.target == "A" else 0.0,
+            extracted="A",
+            details={"answer_mode": "generate", "extracted_original": "A"},
+        )
+        for s in samples
+    ]
     agg = bench.aggregate(samples, grades, RunOptions(protocol="grandrounds"))
     assert agg.score == pytest.approx(276 / 500)
     assert agg.extra["macro_f1"] == pytest.approx((2 * 276 / (2 * 276 + 224)) / 3)
@@ -114,8 +171,14 @@ def test_macro_f1_fixed_ignores_unreadable_as_a_class():
     assert macro_f1_fixed(truth, ["yes", "no", "maybe", None]) == pytest.approx((2 / 3 + 1 + 1) / 3)
 
 
-MMLU_COUNTS = {"anatomy": 135, "clinical_knowledge": 265, "college_biology": 144, "college_medicine": 173,
-               "medical_genetics": 100, "professional_medicine": 272}
+MMLU_COUNTS = {
+    "anatomy": 135,
+    "clinical_knowledge": 265,
+    "college_biology": 144,
+    "college_medicine": 173,
+    "medical_genetics": 100,
+    "professional_medicine": 272,
+}
 
 
 def test_mmlu_real_files_with_subject_counts(shared_data):
@@ -126,9 +189,14 @@ def test_mmlu_real_files_with_subject_counts(shared_data):
     assert dict(collections.Counter(s.metadata["subject"] for s in samples)) == MMLU_COUNTS
     assert samples[0].id == "anatomy-0" and samples[0].target == "A"
     assert samples[0].choices["A"] == "paralysis of the facial muscles."
-    assert not any("\r" in s.metadata["question"] or any("\r" in c for c in s.choices.values()) for s in samples)
+    assert not any(
+        "\r" in s.metadata["question"] or any("\r" in c for c in s.choices.values())
+        for s in samples
+    )
     two = MMLUMedical(subjects="anatomy,medical_genetics")
-    assert len(two.load(folder)) == 235 and two.spec().args == {"subjects": ["anatomy", "medical_genetics"]}
+    assert len(two.load(folder)) == 235 and two.spec().args == {
+        "subjects": ["anatomy", "medical_genetics"]
+    }
     assert len(MMLUMedical().load(folder / "medical_genetics_test.csv")) == 100
     with pytest.raises(ConfigError):
         MMLUMedical(subjects=["astronomy"])
@@ -139,12 +207,20 @@ def test_mmlu_micro_headline_and_macro_extra(shared_data):
     bench = MMLUMedical(subjects=["anatomy", "medical_genetics"])
     samples = bench.load(folder)
     # all anatomy right (135), all genetics wrong (100): micro 135/235, macro 0.5
-    grades = [Grade(s.id, 1.0 if s.metadata["subject"] == "anatomy" else 0.0, details={"answer_mode": "generate"})
-              for s in samples]
+    grades = [
+        Grade(
+            s.id,
+            1.0 if s.metadata["subject"] == "anatomy" else 0.0,
+            details={"answer_mode": "generate"},
+        )
+        for s in samples
+    ]
     agg = bench.aggregate(samples, grades, RunOptions(protocol="grandrounds"))
     assert agg.score == pytest.approx(135 / 235)
     assert agg.extra["macro_accuracy"] == pytest.approx(0.5)
-    assert agg.breakdown["subject"]["medical_genetics"] == Cell(score=0.0, n=100, n_unscored=0, ci95=wilson_ci(0, 100))
+    assert agg.breakdown["subject"]["medical_genetics"] == Cell(
+        score=0.0, n=100, n_unscored=0, ci95=wilson_ci(0, 100)
+    )
 
 
 def test_mmlu_crlf_inside_quoted_cells(tmp_path):
@@ -166,23 +242,37 @@ def _question(rec: dict, n_options: int = 5) -> dict:
     opts = {ch: f"选项{ch}{rec['id']}" for ch in "ABCDEF"[:n_options]}
     if n_options < 6:
         opts["F"] = ""  # a blank trailing option, as some records carry
-    return {"id": rec["id"], "exam_type": rec["exam_type"], "exam_class": rec["exam_class"],
-            "exam_subject": rec["exam_subject"], "question": f"第{rec['id']}题题干", "question_type": rec["question_type"],
-            "option": opts}
+    return {
+        "id": rec["id"],
+        "exam_type": rec["exam_type"],
+        "exam_class": rec["exam_class"],
+        "exam_subject": rec["exam_subject"],
+        "question": f"第{rec['id']}题题干",
+        "question_type": rec["question_type"],
+        "option": opts,
+    }
 
 
 def _cmb_dir(shared_data, tmp_path: Path, recs: list[dict]) -> Path:
-    shutil.copy(shared_data("cmb", "CMB-test-choice-answer.json"), tmp_path / "CMB-test-choice-answer.json")
-    questions = [_question(r, 6 if len(r["answer"]) == 6 or "F" in r["answer"] else 5) for r in recs]
+    shutil.copy(
+        shared_data("cmb", "CMB-test-choice-answer.json"), tmp_path / "CMB-test-choice-answer.json"
+    )
+    questions = [
+        _question(r, 6 if len(r["answer"]) == 6 or "F" in r["answer"] else 5) for r in recs
+    ]
     (tmp_path / "CMB-test-choice-question-merge.json").write_text(
-        json.dumps(questions, ensure_ascii=False, indent=4).replace("\n", "\r\n"), encoding="utf-8")
+        json.dumps(questions, ensure_ascii=False, indent=4).replace("\n", "\r\n"), encoding="utf-8"
+    )
     return tmp_path
 
 
 def test_cmb_answer_key_counts(shared_data):
     key = _cmb_key(shared_data)
     assert len(key) == 11200 and len({r["id"] for r in key}) == 11200
-    assert collections.Counter(r["question_type"] for r in key) == {"单项选择题": 10010, "多项选择题": 1190}
+    assert collections.Counter(r["question_type"] for r in key) == {
+        "单项选择题": 10010,
+        "多项选择题": 1190,
+    }
 
 
 def test_cmb_joins_every_key_id(shared_data, tmp_path):
@@ -192,14 +282,20 @@ def test_cmb_joins_every_key_id(shared_data, tmp_path):
     assert len(samples) == 11200
     assert sum(s.metadata["multi"] for s in samples) == 1190
     by_id = {s.id: s for s in samples}
-    assert by_id["1"].target == "D" and by_id["5"].target == "ABCDE" and by_id["5"].metadata["multi"]
+    assert (
+        by_id["1"].target == "D" and by_id["5"].target == "ABCDE" and by_id["5"].metadata["multi"]
+    )
     unsorted = next(r for r in key if r["answer"] == "EB")
     assert by_id[str(unsorted["id"])].target == "BE"
     assert "F" not in by_id["1"].choices  # blank trailing option dropped
-    assert by_id[str(unsorted["id"])].metadata["key"] == "EB"  # as written, for score.py's exact comparison
+    assert (
+        by_id[str(unsorted["id"])].metadata["key"] == "EB"
+    )  # as written, for score.py's exact comparison
     # the reference prompt is CMB's own (workers/base.py query_prompt_2), read at run time
     sent = CMB().prompt(by_id["1"], RunOptions()).messages[0].content
-    assert sent.startswith("以下是中国医师考试中规培结业考试的一道单项选择题，不需要做任何分析和解释，直接输出答案选项。\n第1题题干\nA. 选项A1")
+    assert sent.startswith(
+        "以下是中国医师考试中规培结业考试的一道单项选择题，不需要做任何分析和解释，直接输出答案选项。\n第1题题干\nA. 选项A1"
+    )
 
 
 def test_cmb_scoring_official_macro_and_set_match(shared_data, tmp_path):
@@ -207,7 +303,9 @@ def test_cmb_scoring_official_macro_and_set_match(shared_data, tmp_path):
     # 3 questions of each of two classes in 医师考试 and one class of 护理考试
     pick = []
     for cls in ("规培结业", "执业医师", "护士执业资格"):
-        pick += [r for r in key if r["exam_class"] == cls and r["question_type"] == "单项选择题"][:3]
+        pick += [r for r in key if r["exam_class"] == cls and r["question_type"] == "单项选择题"][
+            :3
+        ]
     multi = next(r for r in key if r["exam_class"] == "规培结业" and len(r["answer"]) >= 2)
     pick.append(multi)
     bench = CMB()
@@ -216,8 +314,8 @@ def test_cmb_scoring_official_macro_and_set_match(shared_data, tmp_path):
     grader = bench.grader(ours)
     import asyncio
 
-    from grandrounds.graders.base import GradeContext
     from grandrounds.core.records import Response
+    from grandrounds.graders.base import GradeContext
 
     def ask(s, text):
         return asyncio.run(grader.grade(s, Response(key="k", text=text), GradeContext()))
@@ -226,7 +324,9 @@ def test_cmb_scoring_official_macro_and_set_match(shared_data, tmp_path):
     for s in samples:
         cls = s.metadata["exam_class"]
         if s.metadata["multi"]:
-            replies[s.id] = "答案：" + "、".join(reversed(s.target))  # letters in another order still match
+            replies[s.id] = "答案：" + "、".join(
+                reversed(s.target)
+            )  # letters in another order still match
         elif cls == "规培结业":
             replies[s.id] = s.target  # all right
         elif cls == "执业医师":
@@ -237,10 +337,15 @@ def test_cmb_scoring_official_macro_and_set_match(shared_data, tmp_path):
     assert grades[-1].value == 1.0 and grades[-1].extracted == samples[-1].target
     agg = bench.aggregate(samples, grades, ours)
     assert agg.score == pytest.approx(5 / 10)  # micro over 10 questions: 4 + 1 + 0
-    assert agg.extra["accuracy_per_subcategory"]["医师考试"] == {"规培结业": 1.0, "执业医师": pytest.approx(1 / 3)}
+    assert agg.extra["accuracy_per_subcategory"]["医师考试"] == {
+        "规培结业": 1.0,
+        "执业医师": pytest.approx(1 / 3),
+    }
     assert agg.extra["accuracy_per_category"]["医师考试"] == pytest.approx((1.0 + 1 / 3) / 2)
     assert agg.extra["accuracy_per_category"]["护理考试"] == 0.0
-    assert agg.breakdown["exam_type"]["医师考试"].metrics["official_macro"] == pytest.approx((1.0 + 1 / 3) / 2)
+    assert agg.breakdown["exam_type"]["医师考试"].metrics["official_macro"] == pytest.approx(
+        (1.0 + 1 / 3) / 2
+    )
     assert agg.extra["n_unextracted"] == 2
 
 
@@ -266,7 +371,9 @@ def test_cmb_questions_from_zip_and_missing_key(shared_data, tmp_path):
     orphan.mkdir()
     shutil.copy(folder / "CMB-test-choice-answer.json", orphan)
     stray = _question(key[0]) | {"id": 999999}
-    (orphan / "CMB-test-choice-question-merge.json").write_text(json.dumps([stray]), encoding="utf-8")
+    (orphan / "CMB-test-choice-question-merge.json").write_text(
+        json.dumps([stray]), encoding="utf-8"
+    )
     with pytest.raises(DataError, match="id 999999"):
         CMB().load(orphan)
     (orphan / "CMB-test-choice-question-merge.json").unlink()
@@ -290,12 +397,19 @@ def test_demo_exam_is_packaged_and_balanced():
 
 # ---- bad input ----------------------------------------------------------------------------
 
-MEDQA_LINE = {"question": "Q?", "answer": "x", "options": {"A": "x", "B": "y", "C": "z", "D": "w"},
-              "meta_info": "step1", "answer_idx": "A"}
+MEDQA_LINE = {
+    "question": "Q?",
+    "answer": "x",
+    "options": {"A": "x", "B": "y", "C": "z", "D": "w"},
+    "meta_info": "step1",
+    "answer_idx": "A",
+}
 
 
 def _jsonl(path: Path, records: list, tail: str = "") -> Path:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records) + tail, encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records) + tail, encoding="utf-8"
+    )
     return path
 
 
@@ -328,12 +442,27 @@ def test_missing_fields_name_the_record(tmp_path):
         MedQA().load(_jsonl(tmp_path / "m.jsonl", [MEDQA_LINE, bad]))
     with pytest.raises(DataError, match="answer_idx 'E'"):
         MedQA().load(_jsonl(tmp_path / "e.jsonl", [MEDQA_LINE | {"answer_idx": "E"}]))
-    row = {"question": "q", "exp": None, "cop": 0, "opa": "a", "opb": "b", "opc": "c", "opd": "d",
-           "subject_name": "Anatomy", "topic_name": None, "id": "u1", "choice_type": "single"}
+    row = {
+        "question": "q",
+        "exp": None,
+        "cop": 0,
+        "opa": "a",
+        "opb": "b",
+        "opc": "c",
+        "opd": "d",
+        "subject_name": "Anatomy",
+        "topic_name": None,
+        "id": "u1",
+        "choice_type": "single",
+    }
     with pytest.raises(DataError, match="cop must be 1..4"):
         MedMCQA().load(_jsonl(tmp_path / "dev.json", [row]))
     with pytest.raises(DataError, match="missing field 'opd'"):
-        MedMCQA().load(_jsonl(tmp_path / "dev.json", [{k: v for k, v in row.items() if k != "opd"} | {"cop": 1}]))
+        MedMCQA().load(
+            _jsonl(
+                tmp_path / "dev.json", [{k: v for k, v in row.items() if k != "opd"} | {"cop": 1}]
+            )
+        )
     dup = row | {"cop": 2}
     with pytest.raises(DataError, match="duplicate id"):
         MedMCQA().load(_jsonl(tmp_path / "dev.json", [dup, dup]))
@@ -343,15 +472,21 @@ def test_missing_fields_name_the_record(tmp_path):
         MMLUMedical(subjects=["anatomy"]).load(csv_path)
     pq = tmp_path / "pq"
     pq.mkdir()
-    (pq / "ori_pqal.json").write_text(json.dumps({"1": {"QUESTION": "q", "CONTEXTS": ["c"], "final_decision": "yes"}}))
+    (pq / "ori_pqal.json").write_text(
+        json.dumps({"1": {"QUESTION": "q", "CONTEXTS": ["c"], "final_decision": "yes"}})
+    )
     (pq / "test_ground_truth.json").write_text(json.dumps({"2": "yes"}))
     with pytest.raises(DataError, match="PMID 2"):
         PubMedQA().load(pq)
 
 
 def test_gb18030_decodes_and_garbage_errors(tmp_path):
-    rec = MEDQA_LINE | {"question": "患者，男性，11岁。此男孩可能患", "answer": "原发性肺结核",
-                        "options": {"A": "小叶型肺炎", "B": "原发性肺结核"}, "answer_idx": "B"}
+    rec = MEDQA_LINE | {
+        "question": "患者，男性，11岁。此男孩可能患",
+        "answer": "原发性肺结核",
+        "options": {"A": "小叶型肺炎", "B": "原发性肺结核"},
+        "answer_idx": "B",
+    }
     path = tmp_path / "gb.jsonl"
     path.write_bytes((json.dumps(rec, ensure_ascii=False) + "\n").encode("gb18030"))
     [s] = MedQA().load(path)
@@ -377,7 +512,11 @@ def test_jsonl_lines_end_at_newline_only(tmp_path):
 
 @pytest.mark.parametrize(
     "bench_name, filename",
-    [("medcalc-bench", "test_data.csv"), ("medec", "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv"), ("medeqbench", "test.csv")],
+    [
+        ("medcalc-bench", "test_data.csv"),
+        ("medec", "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv"),
+        ("medeqbench", "test.csv"),
+    ],
 )
 def test_csv_benchmarks_name_the_missing_columns(tmp_path, bench_name, filename):
     path = tmp_path / filename

@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pytest
 
-from grandrounds.run.executor import CallStats, Executor, RetryPolicy
-from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.core.records import GenParams, Message, Request, Response, Usage
+from grandrounds.providers.base import ModelSpec, Provider, ProviderError
+from grandrounds.run.executor import CallStats, Executor, RetryPolicy
 from grandrounds.store import Store
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.001, max_delay=0.002)
@@ -53,7 +53,11 @@ class RecordingProvider(Provider):
             out = self.behaviour(request, n)
             if isinstance(out, BaseException):
                 raise out
-            return Response(key=request.key(), text=out, usage=Usage(len(request.messages[-1].content.split()), len(out.split())))
+            return Response(
+                key=request.key(),
+                text=out,
+                usage=Usage(len(request.messages[-1].content.split()), len(out.split())),
+            )
         finally:
             self.active -= 1
 
@@ -126,7 +130,10 @@ def test_requests_differing_in_any_key_field_are_separate_calls(store):
 
     async def go():
         return await asyncio.gather(
-            ex(req()), ex(req(attempt=1)), ex(req(params=GenParams(temperature=0.5))), ex(req(purpose="judge"))
+            ex(req()),
+            ex(req(attempt=1)),
+            ex(req(params=GenParams(temperature=0.5))),
+            ex(req(purpose="judge")),
         )
 
     run(go())
@@ -151,7 +158,9 @@ def test_identical_requests_in_flight_share_one_call(store):
 
 
 def test_shared_failure_reaches_every_waiter_and_is_tried_only_once(store):
-    provider = RecordingProvider(lambda r, n: ProviderError("HTTP 400: bad", retryable=False), delay=0.02)
+    provider = RecordingProvider(
+        lambda r, n: ProviderError("HTTP 400: bad", retryable=False), delay=0.02
+    )
     ex = Executor(store, provider, retry=FAST)
 
     async def go():
@@ -171,7 +180,9 @@ def test_unexpected_exception_reaches_every_waiter_and_is_not_stored(store):
         return await asyncio.gather(*(ex(req()) for _ in range(4)), return_exceptions=True)
 
     outs = run(go())
-    assert len(outs) == 4 and all(isinstance(o, RuntimeError) and str(o) == "provider bug" for o in outs)
+    assert len(outs) == 4 and all(
+        isinstance(o, RuntimeError) and str(o) == "provider bug" for o in outs
+    )
     assert len(provider.calls) == 1, "not retried: only ProviderError is classified"
     assert stored(store, req().key()) is None
     assert ex._inflight == {}
@@ -217,7 +228,9 @@ def test_lookups_started_together_are_one_store_query(store, monkeypatch):
     outs = run(go())
     assert len(queries) == 1 and len(queries[0]) == 7, "one query for the 7 distinct keys"
     assert [o.text for o in outs[:3]] == ["kept stored 0", "kept stored 1", "kept stored 2"]
-    assert all(o.cached for o in outs[:3]) and outs[-1].text == "from the buffer" and outs[-1].cached
+    assert (
+        all(o.cached for o in outs[:3]) and outs[-1].text == "from the buffer" and outs[-1].cached
+    )
     assert sorted(provider.calls) == sorted([failed.key(), new[0].key(), new[1].key()])
     assert outs[4].text == outs[6].text == "answer to new 0"
     assert (ex.stats.cached, ex.stats.made) == (4, 3)
@@ -287,7 +300,7 @@ def test_slot_is_held_through_retry_backoff(store):
         return await asyncio.gather(ex(first), ex(req("second")))
 
     run(go())
-    order = [k for k in provider.calls]
+    order = list(provider.calls)
     assert order == [first.key(), first.key(), req("second").key()]
 
 
@@ -295,7 +308,9 @@ def test_slot_is_held_through_retry_backoff(store):
 
 
 def test_non_retryable_error_is_not_retried(store):
-    provider = RecordingProvider(lambda r, n: ProviderError("HTTP 401: invalid api key", retryable=False))
+    provider = RecordingProvider(
+        lambda r, n: ProviderError("HTTP 401: invalid api key", retryable=False)
+    )
     obs = Observer()
     ex = Executor(store, provider, retry=FAST, observer=obs)
     out = run(ex(req()))
@@ -308,7 +323,9 @@ def test_non_retryable_error_is_not_retried(store):
 
 
 def test_retryable_errors_are_retried_until_success(store):
-    provider = RecordingProvider(lambda r, n: ProviderError("HTTP 503: overloaded", retryable=True) if n < 2 else "B")
+    provider = RecordingProvider(
+        lambda r, n: ProviderError("HTTP 503: overloaded", retryable=True) if n < 2 else "B"
+    )
     obs = Observer()
     ex = Executor(store, provider, retry=FAST, observer=obs)
     out = run(ex(req()))
@@ -370,7 +387,11 @@ def test_retry_after_is_honoured(store):
     wait = 0.25
 
     def behaviour(r, n):
-        return ProviderError("429 rate limited: wait", retryable=True, retry_after=wait) if n == 0 else "ok"
+        return (
+            ProviderError("429 rate limited: wait", retryable=True, retry_after=wait)
+            if n == 0
+            else "ok"
+        )
 
     provider = RecordingProvider(behaviour)
     # base_delay 0: without Retry-After the jittered backoff would be 0 s.
@@ -383,7 +404,9 @@ def test_retry_after_is_honoured(store):
 
 def test_retry_after_is_capped_by_max_delay(store):
     def behaviour(r, n):
-        return ProviderError("429 rate limited", retryable=True, retry_after=60.0) if n == 0 else "ok"
+        return (
+            ProviderError("429 rate limited", retryable=True, retry_after=60.0) if n == 0 else "ok"
+        )
 
     provider = RecordingProvider(behaviour)
     ex = Executor(store, provider, retry=RetryPolicy(3, 0.0, 0.05))
@@ -394,8 +417,12 @@ def test_retry_after_is_capped_by_max_delay(store):
 
 def test_backoff_without_retry_after_is_capped_by_max_delay(store):
     # base_delay 10 s: uncapped full jitter would wait U(0, 10 * 2^k) s; the 0.03 s cap must bound every wait.
-    provider = RecordingProvider(lambda r, n: ProviderError("HTTP 502", retryable=True) if n < 3 else "ok")
-    ex = Executor(store, provider, retry=RetryPolicy(max_attempts=6, base_delay=10.0, max_delay=0.03))
+    provider = RecordingProvider(
+        lambda r, n: ProviderError("HTTP 502", retryable=True) if n < 3 else "ok"
+    )
+    ex = Executor(
+        store, provider, retry=RetryPolicy(max_attempts=6, base_delay=10.0, max_delay=0.03)
+    )
     assert run(ex(req())).ok
     gaps = [b - a for a, b in zip(provider.call_times, provider.call_times[1:])]
     assert len(gaps) == 3
@@ -424,7 +451,10 @@ def test_delay_is_reproducible_from_the_seed():
     assert a == b
 
 
-@pytest.mark.parametrize("retry_after,want", [(0.0, 0.0), (1.5, 1.5), (30.0, 30.0), (31.0, 30.0), (1e9, 30.0), (-5.0, 0.0)])
+@pytest.mark.parametrize(
+    "retry_after,want",
+    [(0.0, 0.0), (1.5, 1.5), (30.0, 30.0), (31.0, 30.0), (1e9, 30.0), (-5.0, 0.0)],
+)
 def test_delay_uses_retry_after_clamped_to_zero_and_cap(retry_after, want):
     assert RetryPolicy(max_delay=30.0).delay(0, random.Random(0), retry_after) == want
 
@@ -472,7 +502,12 @@ def test_failures_are_counted_by_reason_without_the_attempt_count(store):
         return await asyncio.gather(*(ex(req(k)) for k in errors))
 
     run(go())
-    assert ex.stats.errors == {"HTTP 400: bad request": 2, "HTTP 400: other reason": 1, "connection error: ConnectError": 1, "x" * 79 + "…": 1}
+    assert ex.stats.errors == {
+        "HTTP 400: bad request": 2,
+        "HTTP 400: other reason": 1,
+        "connection error: ConnectError": 1,
+        "x" * 79 + "…": 1,
+    }
     assert ex.stats.failed == 5 and ex.stats.made == 5 and ex.stats.retries == 1
 
 

@@ -23,8 +23,8 @@ from grandrounds.benchmarks.readers.decoding import data_encoding, iter_lines
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import judge_calls
-from grandrounds.run.runner import run
 from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file
@@ -37,8 +37,17 @@ def medqa_file(path: Path, n: int, bad_line: int | None = None) -> Path:
             if i == bad_line:
                 f.write('{"question": "truncated\n')
                 continue
-            f.write(json.dumps({"question": f"Q{i}: second option?", "options": {"A": "a", "B": "b", "C": "c", "D": "d"},
-                                "answer_idx": "B", "meta_info": "step1"}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "question": f"Q{i}: second option?",
+                        "options": {"A": "a", "B": "b", "C": "c", "D": "d"},
+                        "answer_idx": "B",
+                        "meta_info": "step1",
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -85,10 +94,31 @@ def test_limit_reads_only_the_records_it_asks(tmp_path):
     """A malformed record after the limit is never read: the first N are, and only they are checked."""
     data = medqa_file(tmp_path / "big.jsonl", 50, bad_line=12)
     with Store(tmp_path / "s.db") as st:
-        out = asyncio.run(run(st, RunConfig("medqa", "scripted/b", data=data, limit=10, provider_options={"script": lambda body: "Answer: B"})))
+        out = asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "medqa",
+                    "scripted/b",
+                    data=data,
+                    limit=10,
+                    provider_options={"script": lambda body: "Answer: B"},
+                ),
+            )
+        )
         assert out.result.n == 10 and out.result.score == 1.0
         with pytest.raises(DataError) as e:
-            asyncio.run(run(st, RunConfig("medqa", "scripted/b", data=data, provider_options={"script": lambda body: "Answer: B"})))
+            asyncio.run(
+                run(
+                    st,
+                    RunConfig(
+                        "medqa",
+                        "scripted/b",
+                        data=data,
+                        provider_options={"script": lambda body: "Answer: B"},
+                    ),
+                )
+            )
     assert e.value.where == 12  # the full run refuses the file, before any call
     with sqlite3.connect(tmp_path / "s.db") as con:
         assert con.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 10
@@ -99,26 +129,49 @@ def test_slim_sample_and_grade_drop_only_texts():
     from grandrounds.core.records import Grade, Message, Sample, Verdict, Vote
 
     smp = Sample("s", "b", (Message("user", "long prompt"),), target="A", metadata={"k": 1})
-    g = Grade("s", 1.0, verdicts=(Verdict("c", "met", "why", (Vote("j", "met", explanation="e", raw="r", keys=("k1",)),)),))
+    g = Grade(
+        "s",
+        1.0,
+        verdicts=(
+            Verdict("c", "met", "why", (Vote("j", "met", explanation="e", raw="r", keys=("k1",)),)),
+        ),
+    )
     assert slim_sample(smp).messages == () and slim_sample(smp).metadata == {"k": 1}
     v = slim_grade(g).verdicts[0]
-    assert (v.explanation, v.votes[0].raw, v.votes[0].explanation, v.votes[0].keys, v.status) == ("", "", "", ("k1",), "met")
+    assert (v.explanation, v.votes[0].raw, v.votes[0].explanation, v.votes[0].keys, v.status) == (
+        "",
+        "",
+        "",
+        ("k1",),
+        "met",
+    )
 
 
 def test_healthbench_result_equals_the_aggregate_of_full_samples_and_grades(tmp_path):
     """The run aggregates summaries; the same figures come from the full samples and grades."""
     data = shared_file("healthbench", "healthbench_500.jsonl")
     with LoopbackServer(one_server()) as srv, Store(tmp_path / "s.db") as st:
-        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=srv.base_url, limit=8,
-                        judges=(JudgeConfig("openai/judge", srv.base_url),), options=_grandrounds())
+        cfg = RunConfig(
+            "healthbench",
+            "openai/cand",
+            data=data,
+            base_url=srv.base_url,
+            limit=8,
+            judges=(JudgeConfig("openai/judge", srv.base_url),),
+            options=_grandrounds(),
+        )
         out = asyncio.run(run(st, cfg))
         bench = HealthBench()
         full = bench.aggregate(out.samples, out.grades, out.setup.bench.check_options(cfg.options))
     assert out.result.n == 8
-    assert (out.result.score, out.result.ci95, out.result.n_unscored) == (full.score, full.ci95, full.n_unscored)
-    assert {k: {c: cell.score for c, cell in v.items()} for k, v in out.result.breakdown.items()} == {
-        k: {c: cell.score for c, cell in v.items()} for k, v in full.breakdown.items()
-    }
+    assert (out.result.score, out.result.ci95, out.result.n_unscored) == (
+        full.score,
+        full.ci95,
+        full.n_unscored,
+    )
+    assert {
+        k: {c: cell.score for c, cell in v.items()} for k, v in out.result.breakdown.items()
+    } == {k: {c: cell.score for c, cell in v.items()} for k, v in full.breakdown.items()}
 
 
 def _grandrounds():
@@ -130,10 +183,23 @@ def _grandrounds():
 def test_default_summaries_give_the_same_aggregate_on_an_exam(tmp_path):
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     with Store(tmp_path / "s.db") as st:
-        out = asyncio.run(run(st, RunConfig("medqa", "scripted/mix", data=data, limit=40, provider_options={"script": lambda body: "Answer: B"})))
+        out = asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "medqa",
+                    "scripted/mix",
+                    data=data,
+                    limit=40,
+                    provider_options={"script": lambda body: "Answer: B"},
+                ),
+            )
+        )
         bench = out.setup.bench
         assert type(bench).summarize is Benchmark.summarize
-        full = bench.aggregate(out.samples, out.grades, bench.check_options(RunConfig("medqa", "x").options))
+        full = bench.aggregate(
+            out.samples, out.grades, bench.check_options(RunConfig("medqa", "x").options)
+        )
     assert (out.result.score, out.result.ci95, out.result.n) == (full.score, full.ci95, full.n)
     assert out.result.extra["n_items"] == 40
 
@@ -142,8 +208,15 @@ def test_default_summaries_give_the_same_aggregate_on_an_exam(tmp_path):
 def test_usage_counts_each_judge_call_once_from_the_store(tmp_path):
     data = shared_file("healthbench", "healthbench_500.jsonl")
     with LoopbackServer(one_server()) as srv, Store(tmp_path / "s.db") as st:
-        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=srv.base_url, limit=5,
-                        judges=(JudgeConfig("openai/judge", srv.base_url),), options=_grandrounds())
+        cfg = RunConfig(
+            "healthbench",
+            "openai/cand",
+            data=data,
+            base_url=srv.base_url,
+            limit=5,
+            judges=(JudgeConfig("openai/judge", srv.base_url),),
+            options=_grandrounds(),
+        )
         out = asyncio.run(run(st, cfg))
         keys = {k for g in out.grades for _, k in judge_calls(g)}
         answers, judged = out.usage
@@ -174,7 +247,9 @@ def test_data_checked_once_is_read_once_on_a_rerun(tmp_path, monkeypatch):
     monkeypatch.setattr(samples, "KEEP_SAMPLES", 10)  # 20 records: more than a run holds
     data = medqa_file(tmp_path / "q.jsonl", 20)
     reads = count_medqa_reads(monkeypatch)
-    cfg = RunConfig("medqa", "scripted/b", data=data, provider_options={"script": lambda body: "Answer: B"})
+    cfg = RunConfig(
+        "medqa", "scripted/b", data=data, provider_options={"script": lambda body: "Answer: B"}
+    )
     with Store(tmp_path / "s.db") as st:
         asyncio.run(run(st, cfg))
         first = len(reads)
@@ -182,7 +257,11 @@ def test_data_checked_once_is_read_once_on_a_rerun(tmp_path, monkeypatch):
         asyncio.run(run(st, cfg))
         second = len(reads)
         asyncio.run(run(st, cfg))  # finished: its result read back
-    assert (first, second - first, len(reads) - second) == (2, 1, 0)  # checked then asked; then only asked; then neither
+    assert (first, second - first, len(reads) - second) == (
+        2,
+        1,
+        0,
+    )  # checked then asked; then only asked; then neither
 
 
 def test_a_small_file_is_read_once_and_held_a_large_one_streams(tmp_path, monkeypatch):
@@ -205,26 +284,50 @@ def test_a_small_file_is_read_once_and_held_a_large_one_streams(tmp_path, monkey
             return "Answer: B"
 
         with Store(tmp_path / f"s{keep}.db") as st:
-            outs[keep] = asyncio.run(run(st, RunConfig("medqa", "scripted/b", data=data, provider_options={"script": script})))
-            assert (outs[keep].setup.kept is not None) == (keep == 30)  # held, or streamed from the file
+            outs[keep] = asyncio.run(
+                run(
+                    st,
+                    RunConfig(
+                        "medqa", "scripted/b", data=data, provider_options={"script": script}
+                    ),
+                )
+            )
+            assert (outs[keep].setup.kept is not None) == (
+                keep == 30
+            )  # held, or streamed from the file
         assert len(reads) == (1 if keep == 30 else 2)
     assert sorted(asked[30]) == sorted(asked[29]) == sorted(f"Q{i}:" for i in range(1, 31))
-    assert (outs[30].result.score, outs[30].result.n) == (outs[29].result.score, outs[29].result.n) == (1.0, 30)
+    assert (
+        (outs[30].result.score, outs[30].result.n)
+        == (outs[29].result.score, outs[29].result.n)
+        == (1.0, 30)
+    )
 
 
 def test_migration_fills_the_judge_calls_of_grades_stored_before_it(tmp_path):
     data = shared_file("healthbench", "healthbench_500.jsonl")
     db = tmp_path / "s.db"
     with LoopbackServer(one_server()) as srv, Store(db) as st:
-        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=srv.base_url, limit=3,
-                        judges=(JudgeConfig("openai/judge", srv.base_url),), options=_grandrounds())
+        cfg = RunConfig(
+            "healthbench",
+            "openai/cand",
+            data=data,
+            base_url=srv.base_url,
+            limit=3,
+            judges=(JudgeConfig("openai/judge", srv.base_url),),
+            options=_grandrounds(),
+        )
         out = asyncio.run(run(st, cfg))
         expected = sorted((g.sample_id, k, j) for g in out.grades for j, k in judge_calls(g))
     with sqlite3.connect(db) as con:  # the store as version 6 left it
-        con.executescript("DROP TABLE grade_calls; DROP INDEX calls_usage; DROP TABLE checked_data; "
-                          "DELETE FROM schema_migrations WHERE version = 7;")
+        con.executescript(
+            "DROP TABLE grade_calls; DROP INDEX calls_usage; DROP TABLE checked_data; "
+            "DELETE FROM schema_migrations WHERE version = 7;"
+        )
     with Store(db) as st:
-        rows = sorted(tuple(r) for r in st.db.execute("SELECT sample_id, key, judge FROM grade_calls"))
+        rows = sorted(
+            tuple(r) for r in st.db.execute("SELECT sample_id, key, judge FROM grade_calls")
+        )
     assert [tuple(r) for r in rows] == expected and len(expected) > 3
 
 
@@ -234,7 +337,14 @@ def test_write_behind_keeps_a_replaced_grades_calls_in_order(tmp_path):
     from grandrounds.core.records import Grade, Verdict, Vote
 
     def grade(sid: str, n: int) -> Grade:
-        return Grade(sid, 1.0, verdicts=tuple(Verdict(f"c{i}", "met", votes=(Vote("j", "met", keys=(f"{sid}-k{i}",)),)) for i in range(n)))
+        return Grade(
+            sid,
+            1.0,
+            verdicts=tuple(
+                Verdict(f"c{i}", "met", votes=(Vote("j", "met", keys=(f"{sid}-k{i}",)),))
+                for i in range(n)
+            ),
+        )
 
     from tests.test_store_api import run_record
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from grandrounds.core.errors import ConfigError, GrandroundsError
-from grandrounds.graders import build, grader_from_fingerprint, spec_from_json
-from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.core.hashing import canonical_json, to_jsonable
-from grandrounds.core.records import Grade, Message, Response, Sample
+from grandrounds.core.records import Grade
 from grandrounds.core.registry import GRADERS, Spec, UnknownComponent
-from grandrounds.run.runner import run
+from grandrounds.graders import build, grader_from_fingerprint, spec_from_json
+from grandrounds.graders.base import Grader
 from grandrounds.run.config import RunConfig
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 
 
@@ -54,15 +54,25 @@ def test_unknown_grader_name_from_a_fingerprint() -> None:
 @pytest.mark.parametrize(
     "spec, named, accepted",
     [
-        (Spec("healthbench", {"mode": "batched", "temperature": 0.0}), "temperature", "mode, protocol"),
+        (
+            Spec("healthbench", {"mode": "batched", "temperature": 0.0}),
+            "temperature",
+            "mode, protocol",
+        ),
         (Spec("gaps", {"min_vaild": 2}), "min_vaild", "irrelevant, min_valid, protocol"),
         (Spec("llmeval-med", {"run": 3}), "run", "protocol, runs"),
-        (Spec("mcq", {"lang": "zh"}), "lang", "answer_mode, language, loglik_labels, protocol, reference_reading, seed, shuffle_options"),
+        (
+            Spec("mcq", {"lang": "zh"}),
+            "lang",
+            "answer_mode, language, loglik_labels, protocol, reference_reading, seed, shuffle_options",
+        ),
         (Spec("rubric", {"template": "x", "judge": "y"}), "judge", "system, template"),
         (Spec("medcalc", {"tolerance": 0.05}), "tolerance", "protocol"),
     ],
 )
-def test_unknown_parameter_is_named_and_the_accepted_ones_listed(spec: Spec, named: str, accepted: str) -> None:
+def test_unknown_parameter_is_named_and_the_accepted_ones_listed(
+    spec: Spec, named: str, accepted: str
+) -> None:
     with pytest.raises(ConfigError) as e:
         build(spec)
     msg = str(e.value)
@@ -71,7 +81,9 @@ def test_unknown_parameter_is_named_and_the_accepted_ones_listed(spec: Spec, nam
 
 
 def test_several_unknown_parameters_are_all_named_sorted() -> None:
-    with pytest.raises(ConfigError, match=r"has no parameter b_extra, z_extra \(accepted: mode, protocol\)"):
+    with pytest.raises(
+        ConfigError, match=r"has no parameter b_extra, z_extra \(accepted: mode, protocol\)"
+    ):
         build(Spec("healthbench", {"z_extra": 1, "mode": "batched", "b_extra": 2}))
 
 
@@ -91,7 +103,10 @@ def test_healthbench_mode_must_be_one_of_the_modes(mode) -> None:
     assert repr(mode) in str(e.value) and "per-criterion, batched" in str(e.value)
 
 
-@pytest.mark.parametrize("mode, protocol", [("per-criterion", "reference"), ("per-criterion", "grandrounds"), ("batched", "grandrounds")])
+@pytest.mark.parametrize(
+    "mode, protocol",
+    [("per-criterion", "reference"), ("per-criterion", "grandrounds"), ("batched", "grandrounds")],
+)
 def test_healthbench_modes_build(mode: str, protocol: str) -> None:
     g = build(Spec("healthbench", {"mode": mode, "protocol": protocol}))
     assert g.mode == mode and g.spec() == Spec("healthbench", {"mode": mode, "protocol": protocol})
@@ -148,7 +163,14 @@ def test_mcq_answer_mode_must_be_known(mode: str) -> None:
         build(Spec("mcq", {"answer_mode": mode}))
 
 
-@pytest.mark.parametrize("spec", [Spec("llmeval-med", {"runs": 2.5}), Spec("llmeval-med", {"runs": True}), Spec("gaps", {"min_valid": 1.5})])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        Spec("llmeval-med", {"runs": 2.5}),
+        Spec("llmeval-med", {"runs": True}),
+        Spec("gaps", {"min_valid": 1.5}),
+    ],
+)
 def test_non_integer_counts_are_refused(spec: Spec) -> None:
     with pytest.raises(ConfigError):
         build(spec)
@@ -163,7 +185,9 @@ def test_rubric_grader_with_a_missing_template_is_a_config_error(tmp_path: Path)
 
 
 def test_spec_from_json_turns_lists_back_into_tuples() -> None:
-    spec = spec_from_json({"name": "panel-probe", "args": {"judges": ["a", "b"], "weights": [0.5, 0.5], "label": "y"}})
+    spec = spec_from_json(
+        {"name": "panel-probe", "args": {"judges": ["a", "b"], "weights": [0.5, 0.5], "label": "y"}}
+    )
     assert spec == Spec("panel-probe", {"judges": ("a", "b"), "weights": (0.5, 0.5), "label": "y"})
     assert isinstance(spec.args["judges"], tuple)
 
@@ -173,7 +197,10 @@ def test_spec_from_json_keeps_scalars_and_none() -> None:
     assert spec == Spec("gaps", {"min_valid": 2, "irrelevant": None})
 
 
-@pytest.mark.parametrize("stored", [{"name": "medcalc"}, {"name": "medcalc", "args": None}, {"name": "medcalc", "args": {}}])
+@pytest.mark.parametrize(
+    "stored",
+    [{"name": "medcalc"}, {"name": "medcalc", "args": None}, {"name": "medcalc", "args": {}}],
+)
 def test_spec_from_json_without_args_has_none(stored: dict) -> None:
     assert spec_from_json(stored) == Spec("medcalc", {})
 
@@ -195,7 +222,9 @@ def test_a_tuple_param_survives_canonical_json_and_rebuild() -> None:
     """Without the list -> tuple step the rebuilt spec would differ from the one stored."""
     with GRADERS.registered("panel-probe", PanelGrader):
         spec = build(Spec("panel-probe", {"judges": ("j1", "j2"), "weights": (2.0, 1.0)})).spec()
-        stored = json.loads(canonical_json({"grader": {"name": spec.name, "args": to_jsonable(spec.args)}}))
+        stored = json.loads(
+            canonical_json({"grader": {"name": spec.name, "args": to_jsonable(spec.args)}})
+        )
         assert stored["grader"]["args"]["judges"] == ["j1", "j2"]  # JSON has no tuples
         rebuilt = grader_from_fingerprint(stored)
         assert type(rebuilt) is PanelGrader
@@ -206,20 +235,29 @@ def test_a_tuple_param_survives_canonical_json_and_rebuild() -> None:
 # ---- grader_from_fingerprint ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fp", [{}, {"grader": None}, {"grader": {}}, {"judges": [], "templates": {}}])
+@pytest.mark.parametrize(
+    "fp", [{}, {"grader": None}, {"grader": {}}, {"judges": [], "templates": {}}]
+)
 def test_fingerprint_without_a_grader_spec_is_refused(fp: dict) -> None:
     with pytest.raises(ConfigError, match="not a grader spec"):
         grader_from_fingerprint(fp)
 
 
 def test_fingerprint_with_an_unknown_parameter_is_refused_like_build() -> None:
-    with pytest.raises(ConfigError, match=r"grader 'healthbench' has no parameter judge_model \(accepted: mode, protocol\)"):
-        grader_from_fingerprint({"grader": {"name": "healthbench", "args": {"mode": "batched", "judge_model": "x"}}})
+    with pytest.raises(
+        ConfigError,
+        match=r"grader 'healthbench' has no parameter judge_model \(accepted: mode, protocol\)",
+    ):
+        grader_from_fingerprint(
+            {"grader": {"name": "healthbench", "args": {"mode": "batched", "judge_model": "x"}}}
+        )
 
 
 def test_fingerprint_with_an_ill_typed_value_is_refused_like_build() -> None:
     with pytest.raises(ConfigError, match="min_valid must be at least 1"):
-        grader_from_fingerprint({"grader": {"name": "gaps", "args": {"min_valid": 0, "irrelevant": None}}})
+        grader_from_fingerprint(
+            {"grader": {"name": "gaps", "args": {"min_valid": 0, "irrelevant": None}}}
+        )
 
 
 def test_the_grader_stored_by_a_real_run_is_rebuilt_from_the_store(tmp_path: Path) -> None:
@@ -229,14 +267,38 @@ def test_the_grader_stored_by_a_real_run_is_rebuilt_from_the_store(tmp_path: Pat
 
     opts = RunOptions(answer_mode="letter", shuffle_options=True, seed=5)
     with Store(tmp_path / "s.db") as st:
-        out = asyncio.run(run(st, RunConfig("demo", "scripted/lp", options=opts, limit=3,
-                                            provider_options={"script": lambda req: {"A": -0.1, "B": -2.0, "C": -3.0, "D": -4.0}})))
+        out = asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "demo",
+                    "scripted/lp",
+                    options=opts,
+                    limit=3,
+                    provider_options={
+                        "script": lambda req: {"A": -0.1, "B": -2.0, "C": -3.0, "D": -4.0}
+                    },
+                ),
+            )
+        )
         [(run_id, fp, result)] = list(st.results())
         stored = st.grader_spec(fp)
     assert run_id == out.run.id
     assert stored is not None and stored["grader"]["name"] == "mcq"
     rebuilt = grader_from_fingerprint(stored)
-    want = Spec("mcq", {"answer_mode": "next-token", "shuffle_options": True, "seed": 5, "language": "en", "protocol": "reference",
-                        "reference_reading": "simple-evals", "loglik_labels": "letters"})  # "letter" is stored by its current name
+    want = Spec(
+        "mcq",
+        {
+            "answer_mode": "next-token",
+            "shuffle_options": True,
+            "seed": 5,
+            "language": "en",
+            "protocol": "reference",
+            "reference_reading": "simple-evals",
+            "loglik_labels": "letters",
+        },
+    )  # "letter" is stored by its current name
     assert rebuilt.spec() == want
-    assert grader_from_fingerprint(result["fingerprint"]).spec() == want  # the result carries the same spec
+    assert (
+        grader_from_fingerprint(result["fingerprint"]).spec() == want
+    )  # the result carries the same spec

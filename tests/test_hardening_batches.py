@@ -18,15 +18,28 @@ def test_a_batch_whose_creation_reply_was_lost_is_created_once(wire, lost, tmp_p
         p = make_provider(wire, srv)
         reqs = requests_for(p, 5)
         out, ex = ask_all(st, p, reqs)
-        assert [r.text for r in out] == [f"reply to question {i}" for i in range(5)], "the run completes"
-        assert len(srv.stats.submissions) == 1, f"created {len(srv.stats.submissions)} batches for one submission"
+        assert [r.text for r in out] == [f"reply to question {i}" for i in range(5)], (
+            "the run completes"
+        )
+        assert len(srv.stats.submissions) == 1, (
+            f"created {len(srv.stats.submissions)} batches for one submission"
+        )
         assert max(srv.stats.submitted.values()) == 1
         if wire == "openai":
             assert srv.stats.uploads == 1, "the input file is uploaded once per submission"
         [stored] = st.batches()
-        assert stored.batch_id == srv.stats.submissions[0].batch_id and stored.collected_at is not None
-    assert ex.hub.stats.batches == 1 and ex.hub.stats.found_again == 1 and ex.hub.stats.submit_failures == 1
-    assert "1 submitted (5 requests, largest 5), 1 of them found again after a lost reply (not created twice)" in ex.hub.stats.line("x")
+        assert (
+            stored.batch_id == srv.stats.submissions[0].batch_id and stored.collected_at is not None
+        )
+    assert (
+        ex.hub.stats.batches == 1
+        and ex.hub.stats.found_again == 1
+        and ex.hub.stats.submit_failures == 1
+    )
+    assert (
+        "1 submitted (5 requests, largest 5), 1 of them found again after a lost reply (not created twice)"
+        in ex.hub.stats.line("x")
+    )
 
 
 def test_openai_batches_carry_a_marker_and_are_matched_by_their_file(tmp_path):

@@ -46,12 +46,22 @@ def assert_untouched(links: dict[Path, Path]) -> None:
 
 def test_run_outputs_never_write_through_links_at_the_temporary_or_final_names(tmp_path):
     out = tmp_path / "out"
-    links = plant(out, [".results.json.tmp", ".samples.jsonl.tmp", "results.json", "samples.jsonl"], tmp_path / "elsewhere")
+    links = plant(
+        out,
+        [".results.json.tmp", ".samples.jsonl.tmp", "results.json", "samples.jsonl"],
+        tmp_path / "elsewhere",
+    )
     write_outputs(out, [], iter([{"sample_id": "a"}]))
     assert_untouched(links)
-    assert not (out / "results.json").is_symlink() and json.loads((out / "results.json").read_text()) == {"results": []}
-    assert [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()] == [{"sample_id": "a"}]
-    assert not [p for p in out.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()], "no temporary left behind"
+    assert not (out / "results.json").is_symlink() and json.loads(
+        (out / "results.json").read_text()
+    ) == {"results": []}
+    assert [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()] == [
+        {"sample_id": "a"}
+    ]
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()], (
+        "no temporary left behind"
+    )
 
 
 def test_a_failure_while_writing_leaves_the_earlier_outputs_and_no_temporary(tmp_path):
@@ -64,7 +74,9 @@ def test_a_failure_while_writing_leaves_the_earlier_outputs_and_no_temporary(tmp
 
     with pytest.raises(ConfigError, match="No space left on device; no file was replaced"):
         write_outputs(out, [], broken())
-    assert [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()] == [{"sample_id": "old"}]
+    assert [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()] == [
+        {"sample_id": "old"}
+    ]
     assert sorted(p.name for p in out.iterdir()) == ["results.json", "samples.jsonl"]
 
 
@@ -98,22 +110,49 @@ def test_report_refuses_another_users_directory_with_one_line(tmp_path, monkeypa
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     foreign(monkeypatch, theirs)
-    r = subprocess.run([sys.executable, "-m", "grandrounds", "report", "-f", "md", "-o", str(theirs / "r.md"), "--store", str(store)],
-                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), timeout=120) \
-        if os.getuid() == 0 else None
+    r = (
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grandrounds",
+                "report",
+                "-f",
+                "md",
+                "-o",
+                str(theirs / "r.md"),
+                "--store",
+                str(store),
+            ],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+            timeout=120,
+        )
+        if os.getuid() == 0
+        else None
+    )
     if r is None:  # not root: the check runs in this process, where getuid is patched
-        res = CliRunner().invoke(app, ["report", "-f", "md", "-o", str(theirs / "r.md"), "--store", str(store)])
+        res = CliRunner().invoke(
+            app, ["report", "-f", "md", "-o", str(theirs / "r.md"), "--store", str(store)]
+        )
         code, err = res.exit_code, res.output
     else:
         code, err = r.returncode, r.stderr
     assert code == 2, err
-    assert "belongs to another user" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert (
+        "belongs to another user" in err
+        and "Traceback" not in err
+        and len(err.strip().splitlines()) == 1
+    )
     assert list(theirs.iterdir()) == []
 
 
 def demo_store(tmp_path: Path) -> Path:
     store = tmp_path / "s.db"
-    r = CliRunner().invoke(app, ["run", "demo", "--model", "scripted/always-a", "--store", str(store)])
+    r = CliRunner().invoke(
+        app, ["run", "demo", "--model", "scripted/always-a", "--store", str(store)]
+    )
     assert r.exit_code == 0, r.output
     return store
 
@@ -122,9 +161,14 @@ def demo_store(tmp_path: Path) -> Path:
 def test_report_does_not_write_through_links_at_its_file_or_side_files(tmp_path, fmt):
     store = demo_store(tmp_path)
     out = tmp_path / "rep"
-    names = [f"report.{fmt}", *((f"report.samples.{fmt}", f"report.breakdowns.{fmt}") if fmt == "csv" else ())]
+    names = [
+        f"report.{fmt}",
+        *((f"report.samples.{fmt}", f"report.breakdowns.{fmt}") if fmt == "csv" else ()),
+    ]
     links = plant(out, names, tmp_path / "elsewhere")
-    r = CliRunner().invoke(app, ["report", "-f", fmt, "-o", str(out / f"report.{fmt}"), "--store", str(store)])
+    r = CliRunner().invoke(
+        app, ["report", "-f", fmt, "-o", str(out / f"report.{fmt}"), "--store", str(store)]
+    )
     assert r.exit_code == 0, r.output
     assert_untouched(links)
     for name in names:
@@ -152,18 +196,38 @@ def test_a_report_that_cannot_be_written_leaves_the_previous_one_intact(tmp_path
         monkeypatch.setattr(tabular, "_md", lambda *a, **k: real_md(*a, **k) + unwritable)
     else:  # the last side file fails, after the others were written
         real_csv = tabular.csv_cell
-        monkeypatch.setattr(tabular, "csv_cell", lambda v: real_csv(v) + unwritable if v == "family" else real_csv(v))
+        monkeypatch.setattr(
+            tabular,
+            "csv_cell",
+            lambda v: real_csv(v) + unwritable if v == "family" else real_csv(v),
+        )
     r = CliRunner().invoke(app, ["report", "-f", fmt, "-o", str(out), "--store", str(store)])
     assert r.exit_code != 0 and "surrogate" in r.output, r.output
-    assert {p.name: p.read_bytes() for p in tmp_path.glob(f"report*.{fmt}")} == before, "the previous report is intact"
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".report")] == [], "no temporary left behind"
+    assert {p.name: p.read_bytes() for p in tmp_path.glob(f"report*.{fmt}")} == before, (
+        "the previous report is intact"
+    )
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".report")] == [], (
+        "no temporary left behind"
+    )
 
 
 def test_dry_run_plan_json_does_not_write_through_a_link(tmp_path):
     out = tmp_path / "plan"
     links = plant(out, ["plan.json", ".plan.json.tmp"], tmp_path / "elsewhere")
-    r = CliRunner().invoke(app, ["run", "demo", "--model", "scripted/always-a", "--dry-run", "--out", str(out),
-                                 "--store", str(tmp_path / "s.db")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "demo",
+            "--model",
+            "scripted/always-a",
+            "--dry-run",
+            "--out",
+            str(out),
+            "--store",
+            str(tmp_path / "s.db"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert_untouched(links)
     assert json.loads((out / "plan.json").read_text())["benchmark"] == "demo"
@@ -171,12 +235,11 @@ def test_dry_run_plan_json_does_not_write_through_a_link(tmp_path):
 
 def test_staged_files_are_renamed_only_when_all_are_complete(tmp_path):
     (tmp_path / "a").write_text("old a")
-    with pytest.raises(RuntimeError):
-        with staged() as files:
-            with files.open(tmp_path / "a") as f:
-                f.write("new a")
-            with files.open(tmp_path / "b") as f:
-                raise RuntimeError("failed half way")
+    with pytest.raises(RuntimeError), staged() as files:
+        with files.open(tmp_path / "a") as f:
+            f.write("new a")
+        with files.open(tmp_path / "b") as f:
+            raise RuntimeError("failed half way")
     assert (tmp_path / "a").read_text() == "old a" and not (tmp_path / "b").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
 
@@ -191,34 +254,67 @@ def test_data_watch_sees_a_rewrite_of_the_same_size_and_names_the_file(tmp_path)
     watch.check()
     st = f.stat()
     f.write_text("xyz\n")  # same size
-    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))  # modification time set back: the change time still moves
+    os.utime(
+        f, ns=(st.st_atime_ns, st.st_mtime_ns)
+    )  # modification time set back: the change time still moves
     with pytest.raises(DataError, match="changed while the run was reading it") as e:
         watch.check("q7")
     assert str(e.value).startswith(f"{f}, sample 'q7': ")
 
 
-def test_a_data_file_rewritten_during_a_streaming_run_stops_it_before_storing_new_text(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_samples, "KEEP_SAMPLES", 5)  # streamed: samples read again as the run asks
+def test_a_data_file_rewritten_during_a_streaming_run_stops_it_before_storing_new_text(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(
+        run_samples, "KEEP_SAMPLES", 5
+    )  # streamed: samples read again as the run asks
     data = tmp_path / "medqa.jsonl"
-    lines = shared_file("medqa", "phrases_no_exclude_test.jsonl").read_text(encoding="utf-8").splitlines()[:60]
+    lines = (
+        shared_file("medqa", "phrases_no_exclude_test.jsonl")
+        .read_text(encoding="utf-8")
+        .splitlines()[:60]
+    )
     data.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    rewritten = [json.dumps(dict(json.loads(ln), question="REWRITTEN " + json.loads(ln)["question"])) for ln in lines]
+    rewritten = [
+        json.dumps(dict(json.loads(ln), question="REWRITTEN " + json.loads(ln)["question"]))
+        for ln in lines
+    ]
     asked: list[str] = []
 
     def rule(body):
         asked.append(body["messages"][-1]["content"])
         if len(asked) == 10:
-            data.write_text("\n".join(rewritten) + "\n", encoding="utf-8")  # rewritten in place, mid-run
+            data.write_text(
+                "\n".join(rewritten) + "\n", encoding="utf-8"
+            )  # rewritten in place, mid-run
         return "Answer: A"
 
     store = tmp_path / "s.db"
     with LoopbackServer(rule) as srv:
-        r = CliRunner().invoke(app, ["run", "medqa", "--data", str(data), "--model", "openai/m", "--base-url", srv.base_url,
-                                     "--concurrency", "1", "--store", str(store)])
+        r = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "medqa",
+                "--data",
+                str(data),
+                "--model",
+                "openai/m",
+                "--base-url",
+                srv.base_url,
+                "--concurrency",
+                "1",
+                "--store",
+                str(store),
+            ],
+        )
     assert r.exit_code == 2, r.output
     errors = [ln for ln in r.output.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in r.output, r.output
-    assert errors[0].startswith(f"error: {data}, sample ") and "changed while the run was reading it" in errors[0]
+    assert (
+        errors[0].startswith(f"error: {data}, sample ")
+        and "changed while the run was reading it" in errors[0]
+    )
     con = sqlite3.connect(store)
     try:
         stored = [row[0] for row in con.execute("SELECT sample_json FROM samples")]
@@ -226,6 +322,8 @@ def test_a_data_file_rewritten_during_a_streaming_run_stops_it_before_storing_ne
     finally:
         con.close()
     assert stored, "what was answered before the rewrite is kept"
-    assert not any("REWRITTEN" in s for s in stored), "no sample of the new text is stored under the old hash"
+    assert not any("REWRITTEN" in s for s in stored), (
+        "no sample of the new text is stored under the old hash"
+    )
     assert not any("REWRITTEN" in p for p in prompts), "no answer to the new text is stored"
     assert len(asked) < 60

@@ -29,7 +29,13 @@ REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
 RUBRIC = '[{"claim": "mentions staging", "level": "A1", "type": "positive"}]'
 
 
-def workbook(path: Path, question: bytes | int, inline: bool = False, dimension: bool | str = True, sheet_tail: bytes = b"") -> Path:
+def workbook(
+    path: Path,
+    question: bytes | int,
+    inline: bool = False,
+    dimension: bool | str = True,
+    sheet_tail: bytes = b"",
+) -> Path:
     """A GAPS-shaped workbook (question, rubrics) written by hand, its question cell ``question``
     (bytes, or a size in bytes of "A"s written a MiB at a time), as a shared string or inline."""
     parts = {
@@ -61,20 +67,35 @@ def workbook(path: Path, question: bytes | int, inline: bool = False, dimension:
         for name, text in parts.items():
             z.writestr(name, text)
         with z.open("xl/sharedStrings.xml", "w") as f:
-            f.write(f'<?xml version="1.0"?><sst {NS}><si><t>question</t></si><si><t>rubrics</t></si><si><t>'.encode())
+            f.write(
+                f'<?xml version="1.0"?><sst {NS}><si><t>question</t></si><si><t>rubrics</t></si><si><t>'.encode()
+            )
             if not inline:
                 cell(f)
             f.write(b"</t></si></sst>")
         with z.open("xl/worksheets/sheet1.xml", "w") as f:
-            f.write(f'<?xml version="1.0"?><worksheet {NS}>'.encode() + (f'<dimension ref="{dimension if isinstance(dimension, str) else "A1:B2"}"/>'.encode() if dimension else b""))
-            f.write(b'<sheetData><row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c></row><row r="2">')
+            f.write(
+                f'<?xml version="1.0"?><worksheet {NS}>'.encode()
+                + (
+                    f'<dimension ref="{dimension if isinstance(dimension, str) else "A1:B2"}"/>'.encode()
+                    if dimension
+                    else b""
+                )
+            )
+            f.write(
+                b'<sheetData><row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c></row><row r="2">'
+            )
             if inline:
                 f.write(b'<c r="A2" t="inlineStr"><is><t>')
                 cell(f)
                 f.write(b"</t></is></c>")
             else:
                 f.write(b'<c r="A2" t="s"><v>2</v></c>')
-            f.write(b'<c r="B2" t="inlineStr"><is><t>' + RUBRIC.replace('"', "&quot;").encode() + b"</t></is></c></row>")
+            f.write(
+                b'<c r="B2" t="inlineStr"><is><t>'
+                + RUBRIC.replace('"', "&quot;").encode()
+                + b"</t></is></c></row>"
+            )
             f.write(sheet_tail + b"</sheetData></worksheet>")
     return path
 
@@ -104,7 +125,10 @@ def test_a_20_mb_xlsx_cell_is_refused_without_being_read_into_memory(tmp_path, i
     finally:
         tracemalloc.stop()
     text = one_line(e.value)
-    assert text.startswith(str(path)) and f"longer than the limit of {cell_limit():,} characters (the CSV cell limit)" in text
+    assert (
+        text.startswith(str(path))
+        and f"longer than the limit of {cell_limit():,} characters (the CSV cell limit)" in text
+    )
     assert ("sharedStrings.xml" if not inline else "sheet1.xml") in text
     if dimension:  # read as the rows are: the error names the row
         assert "sheet 'Sheet1' row 2" in text
@@ -135,29 +159,44 @@ def test_the_real_gaps_workbook_still_reads(tmp_path):
 
 
 def test_a_worksheet_with_bad_xml_is_a_one_line_error_naming_file_sheet_and_row(tmp_path):
-    path = workbook(tmp_path / "bad.xml.xlsx", b"What is the stage?", dimension="A1:B3", sheet_tail=b'<row r="3"><c r="A3"><v>1</v></c></rowx>')
+    path = workbook(
+        tmp_path / "bad.xml.xlsx",
+        b"What is the stage?",
+        dimension="A1:B3",
+        sheet_tail=b'<row r="3"><c r="A3"><v>1</v></c></rowx>',
+    )
     with pytest.raises(DataError) as e:
         load_gaps(path)
     text = one_line(e.value)
-    assert text.startswith(f"{path}, sheet 'Sheet1' row 3: damaged worksheet (ParseError: mismatched tag")
+    assert text.startswith(
+        f"{path}, sheet 'Sheet1' row 3: damaged worksheet (ParseError: mismatched tag"
+    )
 
 
 def test_a_worksheet_damaged_in_the_archive_is_a_one_line_error(tmp_path):
     rubric = RUBRIC.replace('"', "&quot;")
-    rows = "".join(f'<row r="{i}"><c r="A{i}" t="inlineStr"><is><t>question {i}</t></is></c>'
-                   f'<c r="B{i}" t="inlineStr"><is><t>{rubric}</t></is></c></row>' for i in range(3, 3000))
-    path = workbook(tmp_path / "crc.xlsx", b"What is the stage?", dimension="A1:B2999", sheet_tail=rows.encode())
+    rows = "".join(
+        f'<row r="{i}"><c r="A{i}" t="inlineStr"><is><t>question {i}</t></is></c>'
+        f'<c r="B{i}" t="inlineStr"><is><t>{rubric}</t></is></c></row>'
+        for i in range(3, 3000)
+    )
+    path = workbook(
+        tmp_path / "crc.xlsx", b"What is the stage?", dimension="A1:B2999", sheet_tail=rows.encode()
+    )
     data = bytearray(path.read_bytes())
     # the member's CRC-32 in the central directory (its header is 46 bytes before the name's last
     # copy; the CRC at offset 16): the data inflates, and the check at its end fails
     crc = data.rfind(b"xl/worksheets/sheet1.xml") - 46 + 16
-    assert data[crc - 16:crc - 12] == b"PK\x01\x02"
-    data[crc:crc + 4] = bytes(b ^ 0xFF for b in data[crc:crc + 4])
+    assert data[crc - 16 : crc - 12] == b"PK\x01\x02"
+    data[crc : crc + 4] = bytes(b ^ 0xFF for b in data[crc : crc + 4])
     path.write_bytes(bytes(data))
     with pytest.raises(DataError) as e:
         load_gaps(path)
     text = one_line(e.value)
-    assert text.startswith(f"{path}, sheet 'Sheet1' row ") and "damaged worksheet (BadZipFile: Bad CRC-32" in text
+    assert (
+        text.startswith(f"{path}, sheet 'Sheet1' row ")
+        and "damaged worksheet (BadZipFile: Bad CRC-32" in text
+    )
 
 
 # ---- JSONL: one huge line ----------------------------------------------------------------------
@@ -185,7 +224,12 @@ def test_lines_are_the_same_whatever_the_chunk_size(tmp_path, monkeypatch, chunk
     assert list(decoding.iter_lines(path)) == list(enumerate(text[1:].split("\n"), start=1))
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(b"one\ntwo\nthr\xffee\n")
-    with decoding.data_encoding("utf-8"), pytest.raises(DataError, match=r"line 3: cannot decode as utf-8 \(byte 0xff at offset 11\)"):
+    with (
+        decoding.data_encoding("utf-8"),
+        pytest.raises(
+            DataError, match=r"line 3: cannot decode as utf-8 \(byte 0xff at offset 11\)"
+        ),
+    ):
         list(decoding.iter_lines(bad))
 
 
@@ -193,23 +237,31 @@ def test_lines_are_the_same_whatever_the_chunk_size(tmp_path, monkeypatch, chunk
 
 
 def healthbench_line(points: list) -> str:
-    rubrics = ", ".join(f'{{"criterion": "c{i}", "points": {p}, "tags": []}}' for i, p in enumerate(points))
+    rubrics = ", ".join(
+        f'{{"criterion": "c{i}", "points": {p}, "tags": []}}' for i, p in enumerate(points)
+    )
     return f'{{"prompt_id": "p1", "prompt": [{{"role": "user", "content": "hi"}}], "rubrics": [{rubrics}]}}\n'
 
 
-@pytest.mark.parametrize("points,problem", [
-    (["5", "NaN"], "rubric item 1 has points nan: points must be finite numbers"),
-    (["Infinity", "5"], "rubric item 0 has points inf: points must be finite numbers"),
-    (["-Infinity", "5"], "rubric item 0 has points -inf: points must be finite numbers"),
-    (["1e400", "5"], "rubric item 0 has points inf: points must be finite numbers"),
-    (["1e308", "1e308"], "rubric points are too large: their sum overflows to infinity"),
-    (["-1e308", "-1e308", "3"], "rubric points are too large: their sum overflows to infinity"),
-    (["1" + "0" * 400, "5"], "rubric item 0 has points 1000"),
-])
+@pytest.mark.parametrize(
+    "points,problem",
+    [
+        (["5", "NaN"], "rubric item 1 has points nan: points must be finite numbers"),
+        (["Infinity", "5"], "rubric item 0 has points inf: points must be finite numbers"),
+        (["-Infinity", "5"], "rubric item 0 has points -inf: points must be finite numbers"),
+        (["1e400", "5"], "rubric item 0 has points inf: points must be finite numbers"),
+        (["1e308", "1e308"], "rubric points are too large: their sum overflows to infinity"),
+        (["-1e308", "-1e308", "3"], "rubric points are too large: their sum overflows to infinity"),
+        (["1" + "0" * 400, "5"], "rubric item 0 has points 1000"),
+    ],
+)
 def test_non_finite_rubric_points_are_refused_at_load(tmp_path, points, problem):
     path = tmp_path / "hb.jsonl"
-    path.write_text('{"prompt_id": "ok", "prompt": [{"role": "user", "content": "x"}], "rubrics": [{"criterion": "c", "points": 3}]}\n'
-                    + healthbench_line(points), encoding="utf-8")
+    path.write_text(
+        '{"prompt_id": "ok", "prompt": [{"role": "user", "content": "x"}], "rubrics": [{"criterion": "c", "points": 3}]}\n'
+        + healthbench_line(points),
+        encoding="utf-8",
+    )
     with pytest.raises(DataError) as e:
         HealthBench().load(path)
     text = one_line(e.value)
@@ -232,11 +284,18 @@ def test_a_stored_non_finite_value_cannot_break_leaderboard_or_report(tmp_path):
     db = tmp_path / "s.db"
     st = build_store(db, SynthSpec(n_samples=10, n_models=2))
     # as an older version wrote them: Infinity in a grade's JSON and value, NaN as a result's score
-    run_id, sample_id, gj = st.db.execute("SELECT run_id, sample_id, grade_json FROM grades ORDER BY run_id, sample_id LIMIT 1").fetchone()
+    run_id, sample_id, gj = st.db.execute(
+        "SELECT run_id, sample_id, grade_json FROM grades ORDER BY run_id, sample_id LIMIT 1"
+    ).fetchone()
     grade = json.loads(gj)
     grade["value"] = math.inf
-    st.db.execute("UPDATE grades SET grade_json = ?, value = ? WHERE run_id = ? AND sample_id = ?", (json.dumps(grade), math.inf, run_id, sample_id))
-    rid, rj = st.db.execute("SELECT run_id, result_json FROM results ORDER BY run_id LIMIT 1").fetchone()
+    st.db.execute(
+        "UPDATE grades SET grade_json = ?, value = ? WHERE run_id = ? AND sample_id = ?",
+        (json.dumps(grade), math.inf, run_id, sample_id),
+    )
+    rid, rj = st.db.execute(
+        "SELECT run_id, result_json FROM results ORDER BY run_id LIMIT 1"
+    ).fetchone()
     result = json.loads(rj)
     result["score"], result["ci95"] = math.nan, [-math.inf, math.inf]
     st.db.execute("UPDATE results SET result_json = ? WHERE run_id = ?", (json.dumps(result), rid))
@@ -256,4 +315,6 @@ def test_a_stored_non_finite_value_cannot_break_leaderboard_or_report(tmp_path):
             assert word not in text, f"{word} in the {fmt} report"
     board = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["leaderboard"]
     unknown = [e for e in board if e.get("run_id") == rid or rid in json.dumps(e)]
-    assert unknown and all(e["score"] is None for e in unknown), "an unknown score is shown as unknown, never as a number"
+    assert unknown and all(e["score"] is None for e in unknown), (
+        "an unknown score is shown as unknown, never as a number"
+    )

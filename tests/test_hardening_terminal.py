@@ -36,7 +36,9 @@ def test_safe_text_escapes_every_control_character_and_keeps_tab_and_newline():
         shown = safe_text(f"a{chr(code)}b")
         assert shown == f"a\\x{code:02x}b" and not CONTROL.search(shown)
     assert safe_text("tab\there\nnext\r\nline") == "tab\there\nnext\nline"
-    assert safe_text("plain [bold] é 中") == "plain [bold] é 中"  # text without controls is untouched
+    assert (
+        safe_text("plain [bold] é 中") == "plain [bold] é 中"
+    )  # text without controls is untouched
 
 
 def test_safe_console_shows_markup_and_escapes_as_text_in_lines_tables_and_rich_text():
@@ -50,43 +52,70 @@ def test_safe_console_shows_markup_and_escapes_as_text_in_lines_tables_and_rich_
     con.print(styled(HOSTILE, "dim"))
     from rich.text import Text
 
-    con.print(Text(HOSTILE))  # rich text built without safe_text: the console escapes it as it draws
+    con.print(
+        Text(HOSTILE)
+    )  # rich text built without safe_text: the console escapes it as it draws
     got = out.getvalue()
-    assert "\x1b]" not in got and "\x07" not in got, "no OSC sequence (title, clipboard, link) from the data"
-    assert "\x1b[2J" not in got and "\x1b[H" not in got and "\x9b" not in got and "\x85" not in got and "\x7f" not in got
+    assert "\x1b]" not in got and "\x07" not in got, (
+        "no OSC sequence (title, clipboard, link) from the data"
+    )
+    assert (
+        "\x1b[2J" not in got
+        and "\x1b[H" not in got
+        and "\x9b" not in got
+        and "\x85" not in got
+        and "\x7f" not in got
+    )
     assert got.count("[link=https://evil.example/]click[/link]") >= 5, "markup shows as typed"
     assert got.count("\\x1b]52;c;") >= 5, "the escape sequence shows escaped"
 
 
 def test_report_cells_escape_controls_and_neutralise_formulas():
     assert not CONTROL.search(csv_cell(HOSTILE)) and not CONTROL.search(md_cell(HOSTILE))
-    assert csv_cell("=HYPERLINK(\"https://evil.example\")") == "'=HYPERLINK(\"https://evil.example\")"
+    assert csv_cell('=HYPERLINK("https://evil.example")') == '\'=HYPERLINK("https://evil.example")'
     assert csv_cell("\x1b[2J=1+1").startswith("\\x1b")
 
 
 # ---- the real commands ------------------------------------------------------------------------------
 
 ROWS = [
-    {"id": "t1" + HOSTILE, "question": "Chest pain radiating to the left arm.", "urgency": "emergency" + HOSTILE,
-     "rubric": [{"text": "Advises calling emergency services now", "points": 8}, {"text": "Mentions aspirin", "points": 3}]},
-    {"id": "t2" + HOSTILE, "question": "Mild sore throat for two days.", "urgency": "routine",
-     "rubric": [{"text": "Recommends rest and fluids", "points": 4}]},
+    {
+        "id": "t1" + HOSTILE,
+        "question": "Chest pain radiating to the left arm.",
+        "urgency": "emergency" + HOSTILE,
+        "rubric": [
+            {"text": "Advises calling emergency services now", "points": 8},
+            {"text": "Mentions aspirin", "points": 3},
+        ],
+    },
+    {
+        "id": "t2" + HOSTILE,
+        "question": "Mild sore throat for two days.",
+        "urgency": "routine",
+        "rubric": [{"text": "Recommends rest and fluids", "points": 4}],
+    },
 ]
 
 
 def candidate(body: dict) -> object:
     """Answers the chest pain question; the other gets a 400 whose error body is hostile."""
     if "sore throat" in last_user_text(body):
-        return Fault("400", body={"error": {"message": MARKUP + CLEAR + TITLE + LINK}})  # a summary shows its first 80 characters
+        return Fault(
+            "400", body={"error": {"message": MARKUP + CLEAR + TITLE + LINK}}
+        )  # a summary shows its first 80 characters
     return "advice"
 
 
 def judge(body: dict) -> str:
-    return json.dumps({"explanation": "judged " + HOSTILE, "criteria_met": "emergency" in last_user_text(body)})
+    return json.dumps(
+        {"explanation": "judged " + HOSTILE, "criteria_met": "emergency" in last_user_text(body)}
+    )
 
 
 def assert_inert(text: str, what: str) -> None:
-    assert not CONTROL.search(text), f"{what}: a control character reached the output: {CONTROL.findall(text)[:5]}"
+    assert not CONTROL.search(text), (
+        f"{what}: a control character reached the output: {CONTROL.findall(text)[:5]}"
+    )
 
 
 def test_hostile_ids_tags_and_error_bodies_print_inert_in_every_command(tmp_path, monkeypatch):
@@ -95,19 +124,42 @@ def test_hostile_ids_tags_and_error_bodies_print_inert_in_every_command(tmp_path
     data.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n", encoding="utf-8")
     store = tmp_path / "s.db"
     runner = CliRunner()
-    with BENCHMARKS.registered("triage-rubric", TriageRubric), LoopbackServer(candidate) as cand, LoopbackServer(judge) as jud:
-        r = runner.invoke(app, ["run", "triage-rubric", "--data", str(data), "--model", "openai/cand", "--base-url", cand.base_url,
-                                "--judge", f"openai/judge@{jud.base_url}", "--store", str(store)])
+    with (
+        BENCHMARKS.registered("triage-rubric", TriageRubric),
+        LoopbackServer(candidate) as cand,
+        LoopbackServer(judge) as jud,
+    ):
+        r = runner.invoke(
+            app,
+            [
+                "run",
+                "triage-rubric",
+                "--data",
+                str(data),
+                "--model",
+                "openai/cand",
+                "--base-url",
+                cand.base_url,
+                "--judge",
+                f"openai/judge@{jud.base_url}",
+                "--store",
+                str(store),
+            ],
+        )
         assert r.exit_code in (0, 3), r.output
         assert_inert(r.output, "run")
-        assert "[link=https://evil.example/]" in r.output, "the error body's markup shows as text in the failure summary"
+        assert "[link=https://evil.example/]" in r.output, (
+            "the error body's markup shows as text in the failure summary"
+        )
         assert "\\x1b[2J" in r.output, "the escape sequence shows escaped"
 
         for args in (["leaderboard"], ["runs"], ["review-queue", "--share", "1"]):
             r = runner.invoke(app, [*args, "--store", str(store)])
             assert r.exit_code == 0, (args, r.output)
             assert_inert(r.output, args[0])
-        assert "[link=https://evil.example/]" in r.output and "\\x1b]0;owned" in r.output, "review-queue shows the sample id as text"
+        assert "[link=https://evil.example/]" in r.output and "\\x1b]0;owned" in r.output, (
+            "review-queue shows the sample id as text"
+        )
 
         for fmt in ("md", "csv"):
             out = tmp_path / f"report.{fmt}"
@@ -116,7 +168,9 @@ def test_hostile_ids_tags_and_error_bodies_print_inert_in_every_command(tmp_path
             for f in tmp_path.glob(f"report*.{fmt}"):
                 assert_inert(f.read_text(encoding="utf-8"), f.name)
         samples = list(csv.DictReader((tmp_path / "report.samples.csv").open(encoding="utf-8")))
-        assert any("\\x1b[2J" in row["sample_id"] for row in samples), "the id is kept, escaped, not dropped"
+        assert any("\\x1b[2J" in row["sample_id"] for row in samples), (
+            "the id is kept, escaped, not dropped"
+        )
 
 
 def test_a_hostile_error_body_is_inert_on_a_colour_terminal(tmp_path, monkeypatch):
@@ -126,18 +180,48 @@ def test_a_hostile_error_body_is_inert_on_a_colour_terminal(tmp_path, monkeypatc
     for mod in (common, main, reports):  # the commands' consoles, as on a colour terminal
         for name in ("console", "err_console"):
             if hasattr(mod, name):
-                monkeypatch.setattr(mod, name, SafeConsole(force_terminal=True, color_system="standard", width=300, stderr=name == "err_console"))
+                monkeypatch.setattr(
+                    mod,
+                    name,
+                    SafeConsole(
+                        force_terminal=True,
+                        color_system="standard",
+                        width=300,
+                        stderr=name == "err_console",
+                    ),
+                )
     data = tmp_path / "triage.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n", encoding="utf-8")
     store = tmp_path / "s.db"
-    with BENCHMARKS.registered("triage-rubric", TriageRubric), LoopbackServer(candidate) as cand, LoopbackServer(judge) as jud:
-        r = CliRunner().invoke(app, ["run", "triage-rubric", "--data", str(data), "--model", "openai/cand", "--base-url", cand.base_url,
-                                     "--judge", f"openai/judge@{jud.base_url}", "--store", str(store)])
+    with (
+        BENCHMARKS.registered("triage-rubric", TriageRubric),
+        LoopbackServer(candidate) as cand,
+        LoopbackServer(judge) as jud,
+    ):
+        r = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "triage-rubric",
+                "--data",
+                str(data),
+                "--model",
+                "openai/cand",
+                "--base-url",
+                cand.base_url,
+                "--judge",
+                f"openai/judge@{jud.base_url}",
+                "--store",
+                str(store),
+            ],
+        )
         assert r.exit_code in (0, 3), r.output
         r2 = CliRunner().invoke(app, ["review-queue", "--share", "1", "--store", str(store)])
     for out in (r.output, r2.output):
         assert "\x1b[" in out, "the console does colour here (else this test proves nothing)"
-        assert "\x1b]" not in out and "\x07" not in out and "\x1b[2J" not in out and "\x9b" not in out
+        assert (
+            "\x1b]" not in out and "\x07" not in out and "\x1b[2J" not in out and "\x9b" not in out
+        )
 
 
 class HostileIdBatches(BatchServer):
@@ -158,18 +242,51 @@ def test_hostile_batch_ids_print_inert(tmp_path, monkeypatch):
     data = tmp_path / "triage.jsonl"
     rows = [dict(r, id=f"t{i}", urgency="u") for i, r in enumerate(ROWS)]
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    with BENCHMARKS.registered("triage-rubric", TriageRubric), HostileIdBatches(lambda b: "advice") as cand, \
-            LoopbackServer(judge) as jud:
-        r = CliRunner().invoke(app, ["run", "triage-rubric", "--data", str(data), "--model", "openai/cand", "--base-url", cand.openai_url,
-                                     "--judge", f"openai/judge@{jud.base_url}", "--store", str(tmp_path / "s.db"), "--batch", "answers"])
-    assert r.exit_code in (0, 3), r.output  # the id may not survive the URL path: a batch not reachable is an outcome, not a crash
+    with (
+        BENCHMARKS.registered("triage-rubric", TriageRubric),
+        HostileIdBatches(lambda b: "advice") as cand,
+        LoopbackServer(judge) as jud,
+    ):
+        r = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "triage-rubric",
+                "--data",
+                str(data),
+                "--model",
+                "openai/cand",
+                "--base-url",
+                cand.openai_url,
+                "--judge",
+                f"openai/judge@{jud.base_url}",
+                "--store",
+                str(tmp_path / "s.db"),
+                "--batch",
+                "answers",
+            ],
+        )
+    assert r.exit_code in (0, 3), (
+        r.output
+    )  # the id may not survive the URL path: a batch not reachable is an outcome, not a crash
     assert "batch_000" in r.output, "the batch id is printed (else this test proves nothing)"
     assert_inert(r.output, "run --batch")
     assert "[link=https://evil.example/]b[/link]" in r.output
 
 
-@pytest.mark.parametrize("path", ["cli/main.py", "cli/reports.py", "cli/irt.py", "cli/robustness.py", "cli/judge_validation.py",
-                                  "cli/fetch.py", "run/progress.py", "run/plan.py"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "cli/main.py",
+        "cli/reports.py",
+        "cli/irt.py",
+        "cli/robustness.py",
+        "cli/judge_validation.py",
+        "cli/fetch.py",
+        "run/progress.py",
+        "run/plan.py",
+    ],
+)
 def test_commands_print_only_through_safe_consoles(path):
     """No command module makes a plain Rich console or reads markup: a new print cannot forget."""
     src = (Path(__file__).parents[1] / "src" / "grandrounds" / path).read_text(encoding="utf-8")

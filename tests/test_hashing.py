@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grandrounds.core.hashing import canonical_json, content_hash, file_sha256, text_hash, to_jsonable
+from grandrounds.core.hashing import (
+    canonical_json,
+    content_hash,
+    file_sha256,
+    text_hash,
+    to_jsonable,
+)
 from grandrounds.core.records import (
     Criterion,
     GenParams,
@@ -33,7 +39,9 @@ from grandrounds.core.records import (
 )
 
 EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # sha256 of b""
-ABC_SHA256 = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # FIPS 180-2 example "abc"
+ABC_SHA256 = (
+    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # FIPS 180-2 example "abc"
+)
 
 
 def sha(text: str) -> str:
@@ -57,7 +65,13 @@ def test_canonical_json_is_sorted_and_compact():
 
 
 def test_canonical_json_equals_json_dumps_sorted_compact_for_plain_values():
-    value = {"q": "Which drug?", "options": {"B": "Protamine", "A": "Vitamin K"}, "n": 3, "w": 0.25, "ok": False}
+    value = {
+        "q": "Which drug?",
+        "options": {"B": "Protamine", "A": "Vitamin K"},
+        "n": 3,
+        "w": 0.25,
+        "ok": False,
+    }
     want = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert canonical_json(value) == want
     assert content_hash(value) == sha(want)
@@ -173,9 +187,13 @@ def test_request_key_is_sha256_of_independently_built_json():
     assert req.canonical() == want
     assert req.key() == sha(want) == content_hash(req)
     # and written when set, so a request with tools has a key of its own
-    tooled = dataclasses.replace(req, tools=(ToolSpec("calculator", "adds", {"type": "object"}),), tool_choice="auto")
+    tooled = dataclasses.replace(
+        req, tools=(ToolSpec("calculator", "adds", {"type": "object"}),), tool_choice="auto"
+    )
     plain_t = dataclasses.asdict(tooled)
-    assert tooled.canonical() == json.dumps(plain_t, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert tooled.canonical() == json.dumps(
+        plain_t, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
     assert tooled.key() != req.key()
 
 
@@ -203,7 +221,7 @@ def test_every_request_field_changes_the_cache_key(change):
 
 def test_equal_requests_built_separately_share_a_key():
     a = Request("openai", "m", (Message("user", "q"),), params=GenParams(stop=("x",)))
-    b = Request("openai", "m", tuple([Message("user", "q")]), params=GenParams(stop=tuple(["x"])))
+    b = Request("openai", "m", (Message("user", "q"),), params=GenParams(stop=("x",)))
     assert a is not b and a.key() == b.key()
 
 
@@ -257,7 +275,9 @@ def test_sample_round_trips_through_to_jsonable():
 
 
 def test_grade_round_trips_through_to_jsonable():
-    vote = Vote(judge="openai/j", status="met", score=4.0, raw="yes", attempts=2, keys=("k1", "k2"), run=1)
+    vote = Vote(
+        judge="openai/j", status="met", score=4.0, raw="yes", attempts=2, keys=("k1", "k2"), run=1
+    )
     g = Grade(
         sample_id="s1",
         value=0.5,
@@ -283,7 +303,9 @@ def test_text_hash_known_vectors(text, want):
     assert text_hash(text) == want
 
 
-@pytest.mark.parametrize("text", ["Which organ pumps blood?", "心脏", "line1\nline2\u2028", "\ufeffbom"])
+@pytest.mark.parametrize(
+    "text", ["Which organ pumps blood?", "心脏", "line1\nline2\u2028", "\ufeffbom"]
+)
 def test_text_hash_is_sha256_of_utf8(text):
     assert text_hash(text) == hashlib.sha256(text.encode("utf-8")).hexdigest()
 

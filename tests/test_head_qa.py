@@ -37,7 +37,15 @@ def test_real_file_loads_the_source_notes_count(lang: str) -> None:
     samples = HeadQA(language=lang).load(shared_file("head-qa"))
     assert len(rows) == len(samples) == 2742  # SOURCE.md: 2,742 per language
     assert Counter(s.metadata["category"] for s in samples) == Counter(
-        {"biology": 454, "nursery": 455, "pharmacology": 457, "medicine": 463, "psychology": 455, "chemistry": 458})
+        {
+            "biology": 454,
+            "nursery": 455,
+            "pharmacology": 457,
+            "medicine": 463,
+            "psychology": 455,
+            "chemistry": 458,
+        }
+    )
     assert sum(s.metadata["image"] == "yes" for s in samples) == 67
     assert len(HeadQA(language=lang, images="skip").load(shared_file("head-qa"))) == 2675
     for s, (k, e, q) in zip(samples, rows):
@@ -49,7 +57,9 @@ def test_real_file_loads_the_source_notes_count(lang: str) -> None:
 def test_spanish_and_english_align_one_to_one() -> None:
     es = HeadQA(language="es").load(shared_file("head-qa"))
     en = HeadQA(language="en").load(shared_file("head-qa"))
-    assert [s.id for s in es] == [s.id for s in en] and [s.target for s in es] == [s.target for s in en]
+    assert [s.id for s in es] == [s.id for s in en] and [s.target for s in es] == [
+        s.target for s in en
+    ]
 
 
 def numbered_options(prompt: str) -> list[str]:
@@ -80,11 +90,18 @@ def test_scripted_model_accuracy_and_points_through_the_cli(tmp_path: Path, prot
     per_exam: dict[str, int] = {}
     for i, (k, _, _) in enumerate(rows):
         per_exam[k] = per_exam.get(k, 0) + (0 if i < 2 else 3 if right[i] else -1)
-    assert res["extra"]["points_per_exam"] == per_exam and res["extra"]["points"] == sum(per_exam.values())
+    assert res["extra"]["points_per_exam"] == per_exam and res["extra"]["points"] == sum(
+        per_exam.values()
+    )
     assert res["extra"]["n_blank"] == 2 and res["extra"]["n_unextracted"] == 1
-    assert res["breakdown"]["exam"]["Cuaderno_2016_1_B"]["metrics"]["points"] == per_exam["Cuaderno_2016_1_B"]
+    assert (
+        res["breakdown"]["exam"]["Cuaderno_2016_1_B"]["metrics"]["points"]
+        == per_exam["Cuaderno_2016_1_B"]
+    )
     assert set(res["breakdown"]) >= {"category", "year", "exam", "image"}
-    print(f"head-qa {protocol}: accuracy {res['score']:.4f}, points {res['extra']['points']} (independent count agrees)")
+    print(
+        f"head-qa {protocol}: accuracy {res['score']:.4f}, points {res['extra']['points']} (independent count agrees)"
+    )
 
 
 def test_reference_prompt_is_medmarks_zero_shot_prompt_byte_for_byte() -> None:
@@ -94,7 +111,9 @@ def test_reference_prompt_is_medmarks_zero_shot_prompt_byte_for_byte() -> None:
     samples = bench.load(shared_file("head-qa"))
     same = 0
     for s, (_, _, q) in zip(samples, rows):
-        want = official.zero_shot_prompt({"qtext": q["qtext"], "answers": q["answers"], "ra": int(q["ra"])})["question"]
+        want = official.zero_shot_prompt(
+            {"qtext": q["qtext"], "answers": q["answers"], "ra": int(q["ra"])}
+        )["question"]
         got = bench.prompt(s, RunOptions(protocol="reference")).messages[-1].content
         same += got == want
     print(f"Medmarks head_qa prompt: {same}/{len(rows)} byte-identical")
@@ -111,21 +130,56 @@ def test_letter_loglik_is_lm_eval_headqa_request() -> None:
 
 def test_number_reading() -> None:
     ch = dict(zip("ABCD", ["w", "x", "y", "z"]))
-    cases = {"2": "B", "Answer: 3": "C", "<answer>4</answer>": "D", "La respuesta correcta es la 1.": None,
-             "Respuesta: 1": "A", "1. Fibronectin is right": "A", "Answer: 5": None, "I think 2 or 3": None,
-             "**Answer:** (2)": "B", "Option 3 is best.\nAnswer: 4": "D", "": None, "\\boxed{2}": "B"}
+    cases = {
+        "2": "B",
+        "Answer: 3": "C",
+        "<answer>4</answer>": "D",
+        "La respuesta correcta es la 1.": None,
+        "Respuesta: 1": "A",
+        "1. Fibronectin is right": "A",
+        "Answer: 5": None,
+        "I think 2 or 3": None,
+        "**Answer:** (2)": "B",
+        "Option 3 is best.\nAnswer: 4": "D",
+        "": None,
+        "\\boxed{2}": "B",
+    }
     got = {t: numbered_choice(t, ch) for t in cases}
     assert got == cases
 
 
-@pytest.mark.parametrize("edit, problem", [
-    (lambda d: d["exams"]["E"]["data"][0].update(ra="7"), "right answer 'ra'"),
-    (lambda d: d["exams"]["E"]["data"][0]["answers"][1].update(aid=3), "answer ids must be 1..2"),
-    (lambda d: d["exams"]["E"].pop("category"), "missing field 'category'"),
-])
-def test_bad_records_are_one_line_errors_naming_file_and_record(tmp_path: Path, edit, problem) -> None:
-    doc = {"exams": {"E": {"name": "E", "category": "biology", "year": 2016, "data": [
-        {"qid": "1", "qtext": "q?", "ra": "1", "answers": [{"aid": 1, "atext": "a"}, {"aid": 2, "atext": "b"}], "image": ""}]}}}
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (lambda d: d["exams"]["E"]["data"][0].update(ra="7"), "right answer 'ra'"),
+        (
+            lambda d: d["exams"]["E"]["data"][0]["answers"][1].update(aid=3),
+            "answer ids must be 1..2",
+        ),
+        (lambda d: d["exams"]["E"].pop("category"), "missing field 'category'"),
+    ],
+)
+def test_bad_records_are_one_line_errors_naming_file_and_record(
+    tmp_path: Path, edit, problem
+) -> None:
+    doc = {
+        "exams": {
+            "E": {
+                "name": "E",
+                "category": "biology",
+                "year": 2016,
+                "data": [
+                    {
+                        "qid": "1",
+                        "qtext": "q?",
+                        "ra": "1",
+                        "answers": [{"aid": 1, "atext": "a"}, {"aid": 2, "atext": "b"}],
+                        "image": "",
+                    }
+                ],
+            }
+        }
+    }
     edit(doc)
     path = tmp_path / "test_HEAD_EN.json"
     path.write_text(json.dumps(doc), encoding="utf-8")

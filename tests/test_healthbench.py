@@ -22,12 +22,18 @@ import pytest
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.healthbench import HealthBench, HealthBenchConsensus, HealthBenchHard
 from grandrounds.core.errors import ConfigError, DataError
-from grandrounds.graders.base import GradeContext
-from grandrounds.graders.healthbench_grader import HealthBenchGrader, HealthBenchParams, parse_batched, render_conversation, render_item
-from grandrounds.graders.judging import compare_modes
 from grandrounds.core.records import Message, Response
-from tests.grading import grade_answer
+from grandrounds.graders.base import GradeContext
+from grandrounds.graders.healthbench_grader import (
+    HealthBenchGrader,
+    HealthBenchParams,
+    parse_batched,
+    render_conversation,
+    render_item,
+)
+from grandrounds.graders.judging import compare_modes
 from grandrounds.scoring.healthbench import known_example_metrics, reference_example_metrics
+from tests.grading import grade_answer
 
 # The item in a per-criterion prompt: ours ("# How to judge" follows) or the official one ("# Instructions").
 ITEM = re.compile(r"# Rubric item\n\[(-?\d+)\] (.*?)\n\n# (?:How to judge|Instructions)", re.S)
@@ -47,7 +53,13 @@ class RuleJudge:
     ``short`` (an ordered list missing its last verdict).
     """
 
-    def __init__(self, name: str = "fake", garbage=lambda text: False, flip=lambda text: False, style: str = "keyed") -> None:
+    def __init__(
+        self,
+        name: str = "fake",
+        garbage=lambda text: False,
+        flip=lambda text: False,
+        style: str = "keyed",
+    ) -> None:
         self.name = name
         self.garbage = garbage
         self.flip = flip
@@ -64,11 +76,17 @@ class RuleJudge:
             if self.garbage(text):
                 return Response(key=key, text="I am not sure how to answer this.")
             met = rule(text) != self.flip(text)
-            return Response(key=key, text=f'```json\n{{"explanation": "rule", "criteria_met": {json.dumps(met)}}}\n```')
+            return Response(
+                key=key,
+                text=f'```json\n{{"explanation": "rule", "criteria_met": {json.dumps(met)}}}\n```',
+            )
         block = prompt.split("# Rubric items\n", 1)[1].split("\n\n# How to judge", 1)[0]
         parts = BATCH_LINE.split(block)[1:]  # criterion texts may span lines
         # each item but the last ends with the "\n" joining the lines (a criterion may end with its own)
-        items = [(parts[i], parts[i + 1], parts[i + 2][:-1] if i + 3 < len(parts) else parts[i + 2]) for i in range(0, len(parts), 3)]
+        items = [
+            (parts[i], parts[i + 1], parts[i + 2][:-1] if i + 3 < len(parts) else parts[i + 2])
+            for i in range(0, len(parts), 3)
+        ]
         self.calls.append((",".join(cid for cid, _, _ in items), attempt))
         verdicts = [(cid, rule(t) != self.flip(t)) for cid, _, t in items if not self.garbage(t)]
         reply: object = {cid: {"explanation": "rule", "criteria_met": met} for cid, met in verdicts}
@@ -97,7 +115,9 @@ def samples(shared_data):
 
 def grade_all(grader, samples, ctx_for):
     async def go():
-        return await asyncio.gather(*(grader.grade(s, Response(key="a", text="An answer."), ctx_for(s)) for s in samples))
+        return await asyncio.gather(
+            *(grader.grade(s, Response(key="a", text="An answer."), ctx_for(s)) for s in samples)
+        )
 
     return asyncio.run(go())
 
@@ -110,12 +130,20 @@ def expected_score(sample, known=lambda c: True) -> float:
 
 # ---- loading ----------------------------------------------------------------------------------
 
+
 def test_load_real_file(samples):
     assert len(samples) == 500
     assert sum(len(s.rubric) for s in samples) == 5965
     themes = Counter(s.metadata["theme"] for s in samples)
-    assert themes == {"hedging": 116, "global_health": 107, "communication": 102, "health_data_tasks": 57,
-                      "emergency_referrals": 42, "context_seeking": 40, "complex_responses": 36}  # SOURCE.md
+    assert themes == {
+        "hedging": 116,
+        "global_health": 107,
+        "communication": 102,
+        "health_data_tasks": 57,
+        "emergency_referrals": 42,
+        "context_seeking": 40,
+        "complex_responses": 36,
+    }  # SOURCE.md
     s = samples[0]
     assert [c.id for c in s.rubric] == [str(i) for i in range(len(s.rubric))]
     assert all(any(t.startswith("axis:") for t in c.tags) for x in samples for c in x.rubric)
@@ -149,14 +177,24 @@ def test_remote_files():
 @pytest.mark.parametrize(
     "line, problem",
     [
-        ('{"prompt_id": "x", "prompt": [{"role": "user", "content": "hi"}], "rubrics": [{"criterion": "c", "points": "5", "tags": []}]}', "numeric points"),
+        (
+            '{"prompt_id": "x", "prompt": [{"role": "user", "content": "hi"}], "rubrics": [{"criterion": "c", "points": "5", "tags": []}]}',
+            "numeric points",
+        ),
         ('{"prompt_id": "x", "prompt": [], "rubrics": []}', "non-empty list of messages"),
-        ('{"prompt_id": "x", "prompt": [{"role": "user", "content": "hi"}], "rubrics": [{"criterion": "c", "points": -3, "tags": []}]}', "no positive points"),
+        (
+            '{"prompt_id": "x", "prompt": [{"role": "user", "content": "hi"}], "rubrics": [{"criterion": "c", "points": -3, "tags": []}]}',
+            "no positive points",
+        ),
         ('{"prompt_id": "x", "prompt": [{"role": "user"', "invalid JSON"),
     ],
 )
 def test_malformed_records_name_the_line(tmp_path: Path, shared_data, line, problem):
-    good = shared_data("healthbench", "healthbench_500.jsonl").read_text(encoding="utf-8").split("\n")[0]
+    good = (
+        shared_data("healthbench", "healthbench_500.jsonl")
+        .read_text(encoding="utf-8")
+        .split("\n")[0]
+    )
     path = tmp_path / "hb.jsonl"
     path.write_text(good + "\n" + line + "\n", encoding="utf-8")
     with pytest.raises(DataError) as err:
@@ -165,6 +203,7 @@ def test_malformed_records_name_the_line(tmp_path: Path, shared_data, line, prob
 
 
 # ---- grading with a rule judge -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("protocol", ["reference", "grandrounds"])
 def test_per_sample_and_aggregate_match_independent_reference(samples, protocol):
@@ -194,7 +233,9 @@ def test_per_sample_and_aggregate_match_independent_reference(samples, protocol)
     for s, v in zip(samples, per):
         by_theme[s.metadata["theme"]].append(v)
     for theme, vals in by_theme.items():
-        assert agg.breakdown["theme"][theme].score == pytest.approx(float(np.clip(np.mean(vals), 0, 1)))
+        assert agg.breakdown["theme"][theme].score == pytest.approx(
+            float(np.clip(np.mean(vals), 0, 1))
+        )
         assert agg.breakdown["theme"][theme].n == len(vals)
     by_axis = defaultdict(list)
     for s in samples:
@@ -204,13 +245,19 @@ def test_per_sample_and_aggregate_match_independent_reference(samples, protocol)
             if possible > 0:
                 by_axis[axis[5:]].append(sum(c.points for c in items if rule(c.text)) / possible)
     for axis, vals in by_axis.items():
-        assert agg.breakdown["axis"][axis].score == pytest.approx(float(np.clip(np.mean(vals), 0, 1)))
+        assert agg.breakdown["axis"][axis].score == pytest.approx(
+            float(np.clip(np.mean(vals), 0, 1))
+        )
     again = HealthBench().aggregate(samples, grades, RunOptions(seed=7, protocol=protocol))
-    assert again.ci95 == agg.ci95 and again.extra["bootstrap_std"] == agg.extra["bootstrap_std"]  # seeded bootstrap
+    assert (
+        again.ci95 == agg.ci95 and again.extra["bootstrap_std"] == agg.extra["bootstrap_std"]
+    )  # seeded bootstrap
     themes = ", ".join(f"{k}: {v.score:.3f}" for k, v in agg.breakdown["theme"].items())
-    print(f"\nHealthBench 500, rule judge ({protocol}): overall {agg.score:.4f} CI {agg.ci95[0]:.4f}-{agg.ci95[1]:.4f} "
-          f"std {agg.extra['bootstrap_std']:.4f}; mean unclipped {np.mean(per):.4f}; min example {min(per):.3f}; "
-          f"themes {{{themes}}}")
+    print(
+        f"\nHealthBench 500, rule judge ({protocol}): overall {agg.score:.4f} CI {agg.ci95[0]:.4f}-{agg.ci95[1]:.4f} "
+        f"std {agg.extra['bootstrap_std']:.4f}; mean unclipped {np.mean(per):.4f}; min example {min(per):.3f}; "
+        f"themes {{{themes}}}"
+    )
 
 
 def test_garbage_becomes_unknown_then_only_unknown_regrade_fills_in(samples):
@@ -222,13 +269,21 @@ def test_garbage_becomes_unknown_then_only_unknown_regrade_fills_in(samples):
     n_garbage = sum(1 for s in subset for c in s.rubric if garbage(c.text))
     n_total = sum(len(s.rubric) for s in subset)
     assert n_garbage > 0
-    assert len(bad.calls) == n_total + 2 * n_garbage  # each garbage criterion asked at attempts 0, 1, 2
+    assert (
+        len(bad.calls) == n_total + 2 * n_garbage
+    )  # each garbage criterion asked at attempts 0, 1, 2
     for s, g in zip(subset, grades):
         unknown = [v for v in g.verdicts if v.status == "unknown"]
         assert {v.criterion_id for v in unknown} == {c.id for c in s.rubric if garbage(c.text)}
-        assert all(v.raw == "I am not sure how to answer this." and v.attempts == 3 for v in unknown)
+        assert all(
+            v.raw == "I am not sure how to answer this." and v.attempts == 3 for v in unknown
+        )
         assert g.details["coverage"]["known"] == len(s.rubric) - len(unknown)
-        assert g.details["other_value"] is None if unknown else g.details["other_value"] == pytest.approx(g.value)
+        assert (
+            g.details["other_value"] is None
+            if unknown
+            else g.details["other_value"] == pytest.approx(g.value)
+        )
         known = lambda c: not garbage(c.text)  # noqa: E731
         if any(c.points > 0 for c in s.rubric if known(c)):
             assert g.value == pytest.approx(expected_score(s, known))
@@ -237,13 +292,18 @@ def test_garbage_becomes_unknown_then_only_unknown_regrade_fills_in(samples):
     agg = HealthBench().aggregate(subset, grades, RunOptions(protocol="grandrounds"))
     assert agg.extra["n_unknown_verdicts"] == n_garbage
     assert agg.extra["coverage"] < 1.0
-    print(f"\ngarbage judge on 40 rows: {n_garbage}/{n_total} unknown, coverage {agg.extra['coverage']:.3f}, "
-          f"score {agg.score:.4f}, unscored {agg.n_unscored}")
+    print(
+        f"\ngarbage judge on 40 rows: {n_garbage}/{n_total} unknown, coverage {agg.extra['coverage']:.3f}, "
+        f"score {agg.score:.4f}, unscored {agg.n_unscored}"
+    )
 
     good = RuleJudge()
     regraded = grade_all(
-        grader, subset,
-        lambda s: GradeContext(judges=(good,), previous=grades[subset.index(s)], only_unknown=True, max_reask=2),
+        grader,
+        subset,
+        lambda s: GradeContext(
+            judges=(good,), previous=grades[subset.index(s)], only_unknown=True, max_reask=2
+        ),
     )
     assert len(good.calls) == n_garbage  # only the unknown ones are re-asked
     assert {a for _, a in good.calls} == {3}  # attempt numbers continue after 0, 1, 2
@@ -261,7 +321,9 @@ def test_reference_leaves_an_example_with_an_unknown_criterion_unscored(samples)
     subset = samples[:40]
     garbage = lambda text: len(text) % 3 == 0  # noqa: E731
     bad = RuleJudge(garbage=garbage)
-    grades = grade_all(HealthBenchGrader(), subset, lambda s: GradeContext(judges=(bad,), max_reask=1))
+    grades = grade_all(
+        HealthBenchGrader(), subset, lambda s: GradeContext(judges=(bad,), max_reask=1)
+    )
     n_garbage = sum(1 for s in subset for c in s.rubric if garbage(c.text))
     assert len(bad.calls) == sum(len(s.rubric) for s in subset) + n_garbage  # attempts 0 and 1
     hit = [s for s in subset if any(garbage(c.text) for c in s.rubric)]
@@ -271,7 +333,9 @@ def test_reference_leaves_an_example_with_an_unknown_criterion_unscored(samples)
             assert g.value is None and g.status == "unreadable" and "needs every one" in g.error
             known = lambda c: not garbage(c.text)  # noqa: E731
             ok = any(c.points > 0 for c in s.rubric if known(c))
-            assert g.details["other_value"] == (pytest.approx(expected_score(s, known)) if ok else None)
+            assert g.details["other_value"] == (
+                pytest.approx(expected_score(s, known)) if ok else None
+            )
         else:
             assert g.value == pytest.approx(expected_score(s)) and g.status == "scored"
     agg = HealthBench().aggregate(subset, grades, RunOptions())
@@ -279,7 +343,9 @@ def test_reference_leaves_an_example_with_an_unknown_criterion_unscored(samples)
     assert agg.n == len(clean) and agg.n_unscored == len(hit) == agg.extra["n_unscored_unknown"]
     assert agg.score == pytest.approx(float(np.clip(np.mean(clean), 0, 1)))
     others = [g.details["other_value"] for g in grades if g.details["other_value"] is not None]
-    assert agg.extra["other_protocol"]["score"] == pytest.approx(float(np.clip(np.mean(others), 0, 1)))
+    assert agg.extra["other_protocol"]["score"] == pytest.approx(
+        float(np.clip(np.mean(others), 0, 1))
+    )
     assert agg.extra["other_protocol"]["protocol"] == "grandrounds"
 
 
@@ -297,15 +363,28 @@ def test_reference_reads_replies_strictly_and_grandrounds_tolerantly(samples):
         async def __call__(self, messages, *, attempt=0):
             self.calls += 1
             text = ITEM.search(messages[-1].content).group(2)
-            return Response(key=f"{hash(text)}:{attempt}", text=f'Sure! {{"explanation": "x", "criteria_met": {json.dumps(rule(text))}}}')
+            return Response(
+                key=f"{hash(text)}:{attempt}",
+                text=f'Sure! {{"explanation": "x", "criteria_met": {json.dumps(rule(text))}}}',
+            )
 
     ref_judge, our_judge = Chatty(), Chatty()
-    ref = asyncio.run(HealthBenchGrader().grade(s, Response(key="a", text="x"), GradeContext(judges=(ref_judge,), max_reask=2)))
-    ours = asyncio.run(HealthBenchGrader(GRANDROUNDS).grade(s, Response(key="a", text="x"), GradeContext(judges=(our_judge,))))
+    ref = asyncio.run(
+        HealthBenchGrader().grade(
+            s, Response(key="a", text="x"), GradeContext(judges=(ref_judge,), max_reask=2)
+        )
+    )
+    ours = asyncio.run(
+        HealthBenchGrader(GRANDROUNDS).grade(
+            s, Response(key="a", text="x"), GradeContext(judges=(our_judge,))
+        )
+    )
     assert ref_judge.calls == 3 * len(s.rubric) and our_judge.calls == len(s.rubric)
     assert ref.value is None and all(v.status == "unknown" for v in ref.verdicts)
     assert ref.details["other_value"] == pytest.approx(expected_score(s)) == ours.value
-    assert ours.details["other_value"] is None  # the official reading finds no verdict in these replies
+    assert (
+        ours.details["other_value"] is None
+    )  # the official reading finds no verdict in these replies
 
 
 def test_failed_judge_calls_and_failed_answers_are_never_zeros(samples):
@@ -319,12 +398,18 @@ def test_failed_judge_calls_and_failed_answers_are_never_zeros(samples):
             Down.calls += 1
             return Response(key="k", error="timeout")
 
-    g = asyncio.run(HealthBenchGrader().grade(s, Response(key="a", text="x"), GradeContext(judges=(Down(),))))
+    g = asyncio.run(
+        HealthBenchGrader().grade(s, Response(key="a", text="x"), GradeContext(judges=(Down(),)))
+    )
     assert g.value is None and all(v.status == "unknown" for v in g.verdicts)
     assert Down.calls == len(s.rubric)
     judge = RuleJudge()
-    g = grade_answer(HealthBenchGrader(), s, Response(key="a", error="429"), GradeContext(judges=(judge,)))
-    assert g.value is None and g.status == "answer_failed" and "429" in g.error and judge.calls == []
+    g = grade_answer(
+        HealthBenchGrader(), s, Response(key="a", error="429"), GradeContext(judges=(judge,))
+    )
+    assert (
+        g.value is None and g.status == "answer_failed" and "429" in g.error and judge.calls == []
+    )
 
 
 @pytest.mark.parametrize("protocol", ["reference", "grandrounds"])
@@ -332,9 +417,15 @@ def test_panel_majority_on_real_rows(samples, protocol):
     s = samples[1]
     flip_all = lambda text: True  # noqa: E731
     judges = (RuleJudge("a"), RuleJudge("b"), RuleJudge("c", flip=flip_all))
-    g = asyncio.run(HealthBenchGrader(HealthBenchParams(protocol=protocol)).grade(s, Response(key="a", text="x"), GradeContext(judges=judges)))
+    g = asyncio.run(
+        HealthBenchGrader(HealthBenchParams(protocol=protocol)).grade(
+            s, Response(key="a", text="x"), GradeContext(judges=judges)
+        )
+    )
     assert g.value == pytest.approx(expected_score(s))
-    assert all(len(v.votes) == 3 and v.statuses[0] == v.statuses[1] != v.statuses[2] for v in g.verdicts)
+    assert all(
+        len(v.votes) == 3 and v.statuses[0] == v.statuses[1] != v.statuses[2] for v in g.verdicts
+    )
 
 
 def test_batched_mode_reasks_missing_and_agrees_with_per_criterion(samples):
@@ -357,10 +448,16 @@ def test_batched_mode_reasks_missing_and_agrees_with_per_criterion(samples):
     for s, g in zip(subset, bgrades):
         assert g.value == pytest.approx(expected_score(s)) and g.details["judge_mode"] == "batched"
 
-    pgrades = grade_all(HealthBenchGrader(GRANDROUNDS), subset, lambda s: GradeContext(judges=(RuleJudge(),)))
+    pgrades = grade_all(
+        HealthBenchGrader(GRANDROUNDS), subset, lambda s: GradeContext(judges=(RuleJudge(),))
+    )
     assert compare_modes(bgrades, pgrades).agreement == 1.0
     flip = lambda text: len(text) % 7 == 0  # noqa: E731
-    fgrades = grade_all(HealthBenchGrader(GRANDROUNDS), subset, lambda s: GradeContext(judges=(RuleJudge(flip=flip),)))
+    fgrades = grade_all(
+        HealthBenchGrader(GRANDROUNDS),
+        subset,
+        lambda s: GradeContext(judges=(RuleJudge(flip=flip),)),
+    )
     n = sum(len(s.rubric) for s in subset)
     flipped = sum(1 for s in subset for c in s.rubric if flip(c.text))
     cmp = compare_modes(bgrades, fgrades)
@@ -377,9 +474,13 @@ def test_batched_reads_verdicts_listed_in_prompt_order_on_all_rows(samples, styl
     assert len(judge.calls) == 500 and {a for _, a in judge.calls} == {0}  # nothing re-asked
     assert sum(v.status != "unknown" for g in grades for v in g.verdicts) == 5965
     for s, g in zip(samples, grades):
-        assert [v.status for v in g.verdicts] == ["met" if rule(c.text) else "unmet" for c in s.rubric]
+        assert [v.status for v in g.verdicts] == [
+            "met" if rule(c.text) else "unmet" for c in s.rubric
+        ]
         assert g.value == pytest.approx(expected_score(s))
-    agg = HealthBench().aggregate(samples, grades, RunOptions(protocol="grandrounds", judge_mode="batched"))
+    agg = HealthBench().aggregate(
+        samples, grades, RunOptions(protocol="grandrounds", judge_mode="batched")
+    )
     assert agg.n == 500 and agg.n_unscored == 0
 
 
@@ -393,13 +494,22 @@ def test_batched_list_of_another_length_is_reasked_never_guessed(samples):
 
     judge = ShortThenRight()
     grades = grade_all(HealthBenchGrader(BATCHED), subset, lambda s: GradeContext(judges=(judge,)))
-    assert Counter(a for _, a in judge.calls) == {0: 20, 1: 20}  # each conversation asked again, in full
-    assert sorted(ids for ids, a in judge.calls if a == 1) == sorted(ids for ids, a in judge.calls if a == 0)
+    assert Counter(a for _, a in judge.calls) == {
+        0: 20,
+        1: 20,
+    }  # each conversation asked again, in full
+    assert sorted(ids for ids, a in judge.calls if a == 1) == sorted(
+        ids for ids, a in judge.calls if a == 0
+    )
     for s, g in zip(subset, grades):
         assert g.value == pytest.approx(expected_score(s))
         assert all(v.votes[0].attempts == 2 for v in g.verdicts)
     always_short = RuleJudge(style="short")
-    grades = grade_all(HealthBenchGrader(BATCHED), subset, lambda s: GradeContext(judges=(always_short,), max_reask=1))
+    grades = grade_all(
+        HealthBenchGrader(BATCHED),
+        subset,
+        lambda s: GradeContext(judges=(always_short,), max_reask=1),
+    )
     assert all(v.status == "unknown" for g in grades for v in g.verdicts)
     assert all(g.value is None and g.status == "unreadable" for g in grades)
 
@@ -407,13 +517,22 @@ def test_batched_list_of_another_length_is_reasked_never_guessed(samples):
 @pytest.mark.parametrize(
     "reply, expected",
     [
-        ('[{"explanation": "a", "criteria_met": true}, {"criteria_met": false}, {"criteria_met": "true"}]', {"0": True, "1": False, "2": True}),
+        (
+            '[{"explanation": "a", "criteria_met": true}, {"criteria_met": false}, {"criteria_met": "true"}]',
+            {"0": True, "1": False, "2": True},
+        ),
         ("```json\n[true, false, false]\n```", {"0": True, "1": False, "2": False}),
         ('{"verdicts": [true, true, false]}', {"0": True, "1": True, "2": False}),
-        ('[{"criteria_met": true}, {"criteria_met": "perhaps"}, {"criteria_met": false}]', {"0": True, "2": False}),
+        (
+            '[{"criteria_met": true}, {"criteria_met": "perhaps"}, {"criteria_met": false}]',
+            {"0": True, "2": False},
+        ),
         ("[true, false]", {}),  # two verdicts for three criteria: which is missing is not guessed
         ("[true, false, true, true]", {}),
-        ('[{"id": "2", "criteria_met": true}, {"criteria_met": false}]', {"2": True}),  # ids win where given
+        (
+            '[{"id": "2", "criteria_met": true}, {"criteria_met": false}]',
+            {"2": True},
+        ),  # ids win where given
         ('{"0": true, "1": false, "2": true}', {"0": True, "1": False, "2": True}),
     ],
 )
@@ -426,7 +545,9 @@ def test_batched_positional_reply_maps_to_the_pending_ids_in_order():
     got = parse_batched("[false, true]", ["4", "9"])
     assert {k: v.status for k, v in got.items()} == {"4": "unmet", "9": "met"}
     bare = '```json\n{"explanation": "x", "criteria_met": true}\n```'
-    assert {k: v.status for k, v in parse_batched(bare, ["9"]).items()} == {"9": "met"}  # one item asked again
+    assert {k: v.status for k, v in parse_batched(bare, ["9"]).items()} == {
+        "9": "met"
+    }  # one item asked again
     assert parse_batched(bare, ["4", "9"]) == {}  # one verdict for two items: not guessed
 
 
@@ -444,10 +565,19 @@ def test_unknown_mode_is_rejected_and_spec_records_mode():
         HealthBenchGrader(HealthBenchParams("pairwise"))
     with pytest.raises(ConfigError):
         HealthBenchGrader(HealthBenchParams(protocol="official"))
-    assert HealthBench().grader(RunOptions()).spec().args == {"mode": "per-criterion", "protocol": "reference"}
+    assert HealthBench().grader(RunOptions()).spec().args == {
+        "mode": "per-criterion",
+        "protocol": "reference",
+    }
     g = HealthBench().grader(RunOptions(judge_mode="batched", protocol="grandrounds"))
-    assert list(g.template_hashes()) == ["healthbench_batched", "answer_markers"]  # the answer shown between markers
-    assert list(HealthBench().grader(RunOptions()).template_hashes()) == ["GRADER_TEMPLATE", "judge_system"]
+    assert list(g.template_hashes()) == [
+        "healthbench_batched",
+        "answer_markers",
+    ]  # the answer shown between markers
+    assert list(HealthBench().grader(RunOptions()).template_hashes()) == [
+        "GRADER_TEMPLATE",
+        "judge_system",
+    ]
 
 
 def test_known_metrics_equal_reference_when_all_known(samples):

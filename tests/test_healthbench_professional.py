@@ -36,9 +36,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grandrounds.graders.judging import marked_answer
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.healthbench_professional import FAMILIES, HealthBenchProfessional
+from grandrounds.core.records import Request
+from grandrounds.core.registry import PROVIDERS
+from grandrounds.graders.judging import marked_answer
+from grandrounds.providers.scripted import ScriptedProvider
+from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.runner import run
 from grandrounds.scoring.healthbench import length_adjusted
 from grandrounds.sources.healthbench_professional import (
     JUDGE_MODEL,
@@ -49,17 +54,18 @@ from grandrounds.sources.healthbench_professional import (
     REFERENCE,
     length_settings,
 )
-from grandrounds.providers.scripted import ScriptedProvider
-from grandrounds.core.records import Request
-from grandrounds.core.registry import PROVIDERS
-from grandrounds.run.runner import run
-from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.sources.upstream import read_text
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
-from grandrounds.sources.upstream import read_text
 from tests.conftest import offline_env, reference_file
 from tests.official import load_official
-from tests.test_healthbench_reference import EvalResult, FakeOpenAI, SamplerResponse, SingleEvalResult, official_sampler
+from tests.test_healthbench_reference import (
+    EvalResult,
+    FakeOpenAI,
+    SamplerResponse,
+    SingleEvalResult,
+    official_sampler,
+)
 from tests.test_resume_and_bad_input import ROOT
 
 SEED = 20260305
@@ -73,7 +79,9 @@ def _h(text: str) -> int:
 # ---- generated tasks --------------------------------------------------------------------------------
 
 
-def make_tasks(n: int, seed: int, modes: tuple[int, ...] = (0, 0, 0, 1, 1, 2), plain_list_every: int | None = 3) -> list[dict[str, Any]]:
+def make_tasks(
+    n: int, seed: int, modes: tuple[int, ...] = (0, 0, 0, 1, 1, 2), plain_list_every: int | None = 3
+) -> list[dict[str, Any]]:
     """``n`` tasks; each task's answer mode (in its first message) tells the judge how to grade it:
     0 by the criterion's hash, 1 every positive met and no negative (score 1), 2 every negative met and
     no positive (score below 0). Oncology tasks are all mode 2, so its tag metric clips to 0. Every
@@ -84,23 +92,46 @@ def make_tasks(n: int, seed: int, modes: tuple[int, ...] = (0, 0, 0, 1, 1, 2), p
     for i in range(n):
         specialty = rng.choice(SPECIALTIES if 2 in modes else SPECIALTIES[:-1])
         mode = 2 if specialty == "Oncology" else rng.choice(modes)
-        messages = [{"role": "user", "content": f"TASK t{i} MODE={mode}: a 54-year-old with chest pain and a normal ECG; next step?"}]
+        messages = [
+            {
+                "role": "user",
+                "content": f"TASK t{i} MODE={mode}: a 54-year-old with chest pain and a normal ECG; next step?",
+            }
+        ]
         if rng.random() < 0.3:
-            messages += [{"role": "assistant", "content": "Is the troponin back?"}, {"role": "user", "content": "Yes, negative twice."}]
-        items = [{"criterion_text": f"t{i} item {k}: recommends {rng.choice(('a stress test', 'admission', 'aspirin', 'CT angiography'))}.",
-                  "points": rng.choice((10, 8, 5, 3, -1, -2))} for k in range(rng.randint(2, 7))]
+            messages += [
+                {"role": "assistant", "content": "Is the troponin back?"},
+                {"role": "user", "content": "Yes, negative twice."},
+            ]
+        items = [
+            {
+                "criterion_text": f"t{i} item {k}: recommends {rng.choice(('a stress test', 'admission', 'aspirin', 'CT angiography'))}.",
+                "points": rng.choice((10, 8, 5, 3, -1, -2)),
+            }
+            for k in range(rng.randint(2, 7))
+        ]
         if not any(it["points"] > 0 for it in items):
             items[0]["points"] = 6
-        task = {"id": f"t{i}", "conversation": messages if plain_list_every and i % plain_list_every == 0 else {"messages": messages}, "rubric_items": items,
-                "use_case": rng.choice(("consult", "writing", "research")), "type": rng.choice(("good_faith", "red_teaming")),
-                "difficulty": rng.choice(("difficult", "typical")), "specialty": specialty,
-                "physician_response": f"Physician answer for t{i}."}
+        task = {
+            "id": f"t{i}",
+            "conversation": messages
+            if plain_list_every and i % plain_list_every == 0
+            else {"messages": messages},
+            "rubric_items": items,
+            "use_case": rng.choice(("consult", "writing", "research")),
+            "type": rng.choice(("good_faith", "red_teaming")),
+            "difficulty": rng.choice(("difficult", "typical")),
+            "specialty": specialty,
+            "physician_response": f"Physician answer for t{i}.",
+        }
         tasks.append(task)
     return tasks
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+    )
     return path
 
 
@@ -117,7 +148,9 @@ def verdict(mode: int, points: int, criterion: str) -> bool:
     return (_h(criterion) % 2 == 0, points > 0, points < 0)[mode]
 
 
-ITEM = re.compile(r"# Rubric item\n\[(-?\d+(?:\.\d+)?)\] (.*?)\n\n# (?:Instructions|How to judge)", re.S)
+ITEM = re.compile(
+    r"# Rubric item\n\[(-?\d+(?:\.\d+)?)\] (.*?)\n\n# (?:Instructions|How to judge)", re.S
+)
 
 
 def judge_reply(prompt: str, garble: bool = False) -> str:
@@ -126,9 +159,21 @@ def judge_reply(prompt: str, garble: bool = False) -> str:
     points, criterion = int(float(m.group(1))), m.group(2)
     if garble and _h(criterion) % 6 == 0:
         return "not sure"
-    answer = marked_answer(prompt)  # between the markers (ours), or where the official prompt shows it
-    mode = int((re.match(r"ANSWER mode=(\d)", answer) if answer is not None else re.search(r"assistant: ANSWER mode=(\d)", prompt)).group(1))
-    return "```json\n" + json.dumps({"explanation": "by rule", "criteria_met": verdict(mode, points, criterion)}) + "\n```"
+    answer = marked_answer(
+        prompt
+    )  # between the markers (ours), or where the official prompt shows it
+    mode = int(
+        (
+            re.match(r"ANSWER mode=(\d)", answer)
+            if answer is not None
+            else re.search(r"assistant: ANSWER mode=(\d)", prompt)
+        ).group(1)
+    )
+    return (
+        "```json\n"
+        + json.dumps({"explanation": "by rule", "criteria_met": verdict(mode, points, criterion)})
+        + "\n```"
+    )
 
 
 SENT: list[list[tuple[str, str]]] = []
@@ -154,22 +199,46 @@ class FakeResponsesGrader:
 
     def __call__(self, message_list: list[dict[str, str]]) -> SamplerResponse:
         self.log.append(message_list)
-        return SamplerResponse(judge_reply(message_list[-1]["content"]), {"usage": None}, message_list)
+        return SamplerResponse(
+            judge_reply(message_list[-1]["content"]), {"usage": None}, message_list
+        )
 
 
 @functools.cache
 def official_pro() -> SimpleNamespace:
     common = load_official("simple-evals/common.py", ["map_with_progress"])
-    renderer = SimpleNamespace(from_string=lambda template: SimpleNamespace(render=lambda **kw: ""))  # HTML is not compared
-    fake_common = SimpleNamespace(HTML_JINJA="", jinja_env=renderer, map_with_progress=common.map_with_progress)
+    renderer = SimpleNamespace(
+        from_string=lambda template: SimpleNamespace(render=lambda **kw: "")
+    )  # HTML is not compared
+    fake_common = SimpleNamespace(
+        HTML_JINJA="", jinja_env=renderer, map_with_progress=common.map_with_progress
+    )
     return load_official(
         "healthbench-professional/healthbench/healthbench_eval.py",
-        ["GRADER_TEMPLATE", "HEALTHBENCH_HTML_JINJA", "parse_json_to_dict", "RubricItem", "calculate_length_adjusted_score",
-         "calculate_score", "get_usage_dict", "_compute_clipped_stats", "_aggregate_get_clipped_mean", "HealthBenchEval",
-         "PROFESSIONAL_LENGTH_ADJUSTMENT_CENTER", "PROFESSIONAL_LENGTH_ADJUSTMENT_PENALTY_PER_500_CHARS",
-         "_convert_professional_example", "HealthBenchProfessionalEval"],
-        {"common": fake_common, "Eval": object, "EvalResult": EvalResult, "SingleEvalResult": SingleEvalResult,
-         "SamplerBase": object, "MessageList": list},
+        [
+            "GRADER_TEMPLATE",
+            "HEALTHBENCH_HTML_JINJA",
+            "parse_json_to_dict",
+            "RubricItem",
+            "calculate_length_adjusted_score",
+            "calculate_score",
+            "get_usage_dict",
+            "_compute_clipped_stats",
+            "_aggregate_get_clipped_mean",
+            "HealthBenchEval",
+            "PROFESSIONAL_LENGTH_ADJUSTMENT_CENTER",
+            "PROFESSIONAL_LENGTH_ADJUSTMENT_PENALTY_PER_500_CHARS",
+            "_convert_professional_example",
+            "HealthBenchProfessionalEval",
+        ],
+        {
+            "common": fake_common,
+            "Eval": object,
+            "EvalResult": EvalResult,
+            "SingleEvalResult": SingleEvalResult,
+            "SamplerBase": object,
+            "MessageList": list,
+        },
     )
 
 
@@ -178,7 +247,10 @@ def run_official(path: Path, short: bool = False) -> SimpleNamespace:
     grader = FakeResponsesGrader()
     ev = o.HealthBenchProfessionalEval(grader_model=grader, data_path=path, n_threads=1)
     candidate = official_sampler("candidate", max_tokens=2048)
-    FakeOpenAI.log, FakeOpenAI.reply = [], staticmethod(lambda messages: answer_for(messages[1]["content"], short))
+    FakeOpenAI.log, FakeOpenAI.reply = (
+        [],
+        staticmethod(lambda messages: answer_for(messages[1]["content"], short)),
+    )
     np.random.seed(SEED)  # _compute_clipped_stats draws from the global state
     old = os.environ.get("debug")
     os.environ["debug"] = "1"  # map_with_progress in order, in this thread
@@ -190,11 +262,27 @@ def run_official(path: Path, short: bool = False) -> SimpleNamespace:
     return SimpleNamespace(final=final, grader_calls=grader.log, candidate_calls=FakeOpenAI.log)
 
 
-def run_ours(path: Path, store: Path, protocol: str = "reference", judge: str = f"probot/{JUDGE_MODEL}", short: bool = False, **kw: Any) -> Any:
+def run_ours(
+    path: Path,
+    store: Path,
+    protocol: str = "reference",
+    judge: str = f"probot/{JUDGE_MODEL}",
+    short: bool = False,
+    **kw: Any,
+) -> Any:
     SENT.clear()
-    cfg = RunConfig("healthbench-professional", "scripted/cand", data=path, judges=(JudgeConfig(judge),),
-                    options=RunOptions(seed=SEED, protocol=protocol, **kw),
-                    provider_options={"script": lambda req: answer_for(next(m.content for m in req.messages if m.role == "user"), short)})
+    cfg = RunConfig(
+        "healthbench-professional",
+        "scripted/cand",
+        data=path,
+        judges=(JudgeConfig(judge),),
+        options=RunOptions(seed=SEED, protocol=protocol, **kw),
+        provider_options={
+            "script": lambda req: answer_for(
+                next(m.content for m in req.messages if m.role == "user"), short
+            )
+        },
+    )
     with PROVIDERS.registered("probot", ProBot), Store(store) as st:
         return asyncio.run(run(st, cfg))
 
@@ -205,14 +293,31 @@ def run_ours(path: Path, store: Path, protocol: str = "reference", judge: str = 
 def test_length_adjustment_equals_the_reference_function():
     o = official_pro()
     center, penalty = length_settings()
-    assert (center, penalty) == (o.PROFESSIONAL_LENGTH_ADJUSTMENT_CENTER, o.PROFESSIONAL_LENGTH_ADJUSTMENT_PENALTY_PER_500_CHARS) == (2000.0, 0.0147)
+    assert (
+        (center, penalty)
+        == (
+            o.PROFESSIONAL_LENGTH_ADJUSTMENT_CENTER,
+            o.PROFESSIONAL_LENGTH_ADJUSTMENT_PENALTY_PER_500_CHARS,
+        )
+        == (2000.0, 0.0147)
+    )
     rng = random.Random(SEED)
     n = bits = 0
     for _ in range(2000):
         score = rng.choice((rng.uniform(-1.5, 1.0), 0.0, 1.0, -0.25))
-        text = rng.choice(("", "é", "x" * rng.randint(0, 12000), "Évaluer " * rng.randint(0, 900), "\U0001f600" * rng.randint(0, 300)))
+        text = rng.choice(
+            (
+                "",
+                "é",
+                "x" * rng.randint(0, 12000),
+                "Évaluer " * rng.randint(0, 900),
+                "\U0001f600" * rng.randint(0, 300),
+            )
+        )
         ours = length_adjusted(score, text, center, penalty)
-        theirs = o.calculate_length_adjusted_score(score, text, center=center, penalty_per_500_chars=penalty)
+        theirs = o.calculate_length_adjusted_score(
+            score, text, center=center, penalty_per_500_chars=penalty
+        )
         n += 1
         bits += ours == theirs
     assert bits == n
@@ -220,17 +325,25 @@ def test_length_adjustment_equals_the_reference_function():
     assert length_adjusted(0.5, "x" * 2000, center, penalty) == 0.5
     assert length_adjusted(0.5, "x" * 2500, center, penalty) == pytest.approx(0.5 - 0.0147)
     assert length_adjusted(0.5, "", center, penalty) == pytest.approx(0.5 + 4 * 0.0147)
-    print(f"\nlength adjustment: {bits}/{n} equal calculate_length_adjusted_score bit for bit (center {center}, penalty {penalty})")
+    print(
+        f"\nlength adjustment: {bits}/{n} equal calculate_length_adjusted_score bit for bit (center {center}, penalty {penalty})"
+    )
 
 
 def test_reference_settings_come_from_the_pinned_files():
     o = official_pro()
     assert PRO_GRADER_TEMPLATE.load().text == o.GRADER_TEMPLATE
     readme = read_text(PRO_README)
-    assert f"`healthbench_professional` uses `{JUDGE_MODEL}` at {JUDGE_REASONING_EFFORT} reasoning effort" in readme
+    assert (
+        f"`healthbench_professional` uses `{JUDGE_MODEL}` at {JUDGE_REASONING_EFFORT} reasoning effort"
+        in readme
+    )
     assert "center=2,000 chars, penalty=0.0147 per 500 chars" in readme
     assert REFERENCE.judge_model == f"openai/{JUDGE_MODEL}" and REFERENCE.judge.system is None
-    assert REFERENCE.settings["judge_reasoning_effort"] == "low" and REFERENCE.settings["judge_api"] == "responses"
+    assert (
+        REFERENCE.settings["judge_reasoning_effort"] == "low"
+        and REFERENCE.settings["judge_api"] == "responses"
+    )
     sources = reference_file("SOURCES.tsv").read_text(encoding="utf-8").splitlines()
     pinned = {(c[0], c[3]): (c[1], c[2], c[4]) for c in (line.split("\t") for line in sources[1:])}
     for f in (PRO_EVAL, PRO_README):
@@ -250,14 +363,24 @@ def mixed(tmp_path_factory):
 
 
 def test_prompts_and_settings_are_the_reference_ones(mixed):
-    theirs = sorted(json.dumps([[m["role"], m["content"]] for m in call]) for call in mixed.theirs.grader_calls)
+    theirs = sorted(
+        json.dumps([[m["role"], m["content"]] for m in call]) for call in mixed.theirs.grader_calls
+    )
     ours = sorted(json.dumps([list(m) for m in call]) for call in mixed.sent)
-    assert theirs == ours and len(ours) == sum(len(t["rubric_items"]) for t in map(json.loads, mixed.path.read_text().splitlines()))
-    assert all(len(call) == 1 and call[0][0] == "user" for call in mixed.sent)  # no system message for the grader
+    assert theirs == ours and len(ours) == sum(
+        len(t["rubric_items"]) for t in map(json.loads, mixed.path.read_text().splitlines())
+    )
+    assert all(
+        len(call) == 1 and call[0][0] == "user" for call in mixed.sent
+    )  # no system message for the grader
     # the candidate: simple-evals' chat sampler (system message, 0.5, 2,048 tokens), as our runner sends it
-    assert {(c["temperature"], c["max_tokens"]) for c in mixed.theirs.candidate_calls} == {(0.5, 2048)}
+    assert {(c["temperature"], c["max_tokens"]) for c in mixed.theirs.candidate_calls} == {
+        (0.5, 2048)
+    }
     assert (REFERENCE.answer.temperature, REFERENCE.answer.max_tokens) == (0.5, 2048)
-    print(f"\nProfessional grader prompts byte-identical to HealthBenchProfessionalEval's: {len(ours)}/{len(theirs)}")
+    print(
+        f"\nProfessional grader prompts byte-identical to HealthBenchProfessionalEval's: {len(ours)}/{len(theirs)}"
+    )
 
 
 def test_per_example_scores_equal_the_reference(mixed):
@@ -269,17 +392,26 @@ def test_per_example_scores_equal_the_reference(mixed):
         m = meta[g.sample_id]
         text = m["completion"][0]["content"]
         assert g.details["overall_score"] == m["score"]
-        expected = o.calculate_length_adjusted_score(m["score"], text, center=center, penalty_per_500_chars=penalty)
+        expected = o.calculate_length_adjusted_score(
+            m["score"], text, center=center, penalty_per_500_chars=penalty
+        )
         assert g.value == expected
         bits += 1
     assert bits == 48
-    assert min(g.value for g in mixed.ours.grades) < 0 and max(len(meta[g.sample_id]["completion"][0]["content"]) for g in mixed.ours.grades) > 6000
+    assert (
+        min(g.value for g in mixed.ours.grades) < 0
+        and max(len(meta[g.sample_id]["completion"][0]["content"]) for g in mixed.ours.grades)
+        > 6000
+    )
 
 
 def test_every_aggregate_metric_equals_the_reference(mixed):
     final, res = mixed.theirs.final, mixed.ours.result
     m = final.metrics
-    assert res.score == m["overall_score_length_adjusted"] and res.n == m["overall_score_length_adjusted:n_samples"] == 48
+    assert (
+        res.score == m["overall_score_length_adjusted"]
+        and res.n == m["overall_score_length_adjusted:n_samples"] == 48
+    )
     assert res.extra["bootstrap_std"] == m["overall_score_length_adjusted:bootstrap_std"]
     assert res.extra["overall_score"] == final.score == m["overall_score"]
     assert res.extra["overall_score_bootstrap_std"] == m["overall_score:bootstrap_std"]
@@ -292,9 +424,16 @@ def test_every_aggregate_metric_equals_the_reference(mixed):
             n_tags += 1
             clipped += m[value] in (0.0, 1.0)
     tags = {k for k in m if ":" not in k} - {"overall_score", "overall_score_length_adjusted"}
-    assert n_tags == len(tags) and m["Oncology"] == 0.0 and clipped >= 1 and 0 < res.score < res.extra["overall_score"] < 1
-    print(f"\nProfessional aggregate: adjusted {res.score:.6f} (std {res.extra['bootstrap_std']:.6f}), unadjusted "
-          f"{res.extra['overall_score']:.6f}, {n_tags} tag metrics x (mean, n_samples, bootstrap_std) equal bit for bit ({clipped} clipped)")
+    assert (
+        n_tags == len(tags)
+        and m["Oncology"] == 0.0
+        and clipped >= 1
+        and 0 < res.score < res.extra["overall_score"] < 1
+    )
+    print(
+        f"\nProfessional aggregate: adjusted {res.score:.6f} (std {res.extra['bootstrap_std']:.6f}), unadjusted "
+        f"{res.extra['overall_score']:.6f}, {n_tags} tag metrics x (mean, n_samples, bootstrap_std) equal bit for bit ({clipped} clipped)"
+    )
 
 
 def test_adjusted_mean_clips_at_one_like_the_reference(tmp_path):
@@ -304,7 +443,11 @@ def test_adjusted_mean_clips_at_one_like_the_reference(tmp_path):
     theirs = run_official(path, short=True)
     assert np.mean([g.value for g in ours.grades]) > 1.0
     assert ours.result.score == theirs.final.metrics["overall_score_length_adjusted"] == 1.0
-    assert ours.result.extra["bootstrap_std"] == theirs.final.metrics["overall_score_length_adjusted:bootstrap_std"] == 0.0
+    assert (
+        ours.result.extra["bootstrap_std"]
+        == theirs.final.metrics["overall_score_length_adjusted:bootstrap_std"]
+        == 0.0
+    )
 
 
 # ---- a scripted judge under grandrounds, recomputed independently ---------------------------------
@@ -313,13 +456,24 @@ def test_adjusted_mean_clips_at_one_like_the_reference(tmp_path):
 def test_grandrounds_run_breakdowns_and_unknowns(tmp_path):
     tasks = make_tasks(40, 9)
     path = write_jsonl(tmp_path / "pro.jsonl", tasks)
-    out = run_ours(path, tmp_path / "s.db", protocol="grandrounds", judge="probot/garbler", max_reask=1)
+    out = run_ours(
+        path, tmp_path / "s.db", protocol="grandrounds", judge="probot/garbler", max_reask=1
+    )
     res = out.result
     center, penalty = 2000.0, 0.0147
     per: dict[str, float] = {}
     unknown = 0
     for t, g in zip(tasks, out.grades):
-        mode = int(re.search(r"MODE=(\d)", (t["conversation"]["messages"] if isinstance(t["conversation"], dict) else t["conversation"])[0]["content"]).group(1))
+        mode = int(
+            re.search(
+                r"MODE=(\d)",
+                (
+                    t["conversation"]["messages"]
+                    if isinstance(t["conversation"], dict)
+                    else t["conversation"]
+                )[0]["content"],
+            ).group(1)
+        )
         known = [it for it in t["rubric_items"] if _h(it["criterion_text"]) % 6 != 0]
         unknown += len(t["rubric_items"]) - len(known)
         pos = sum(it["points"] for it in known if it["points"] > 0)
@@ -327,7 +481,9 @@ def test_grandrounds_run_breakdowns_and_unknowns(tmp_path):
             assert g.value is None
             continue
         met = sum(it["points"] for it in known if verdict(mode, it["points"], it["criterion_text"]))
-        reply = answer_for(f"TASK {t['id']} MODE={mode}").strip()  # grandrounds counts the answer as the judge sees it
+        reply = answer_for(
+            f"TASK {t['id']} MODE={mode}"
+        ).strip()  # grandrounds counts the answer as the judge sees it
         per[t["id"]] = met / pos - penalty * (len(reply) - center) / 500
         assert g.value == pytest.approx(per[t["id"]], abs=1e-12)
         assert g.details["response_chars"] == len(reply)
@@ -342,39 +498,101 @@ def test_grandrounds_run_breakdowns_and_unknowns(tmp_path):
         assert set(res.breakdown[fam]) <= {t[fam] for t in tasks}
         for value, vals in groups.items():
             cell = res.breakdown[fam][value]
-            assert cell.n == len(vals) and cell.score == pytest.approx(float(np.clip(np.mean(vals), 0, 1)), abs=1e-12)
+            assert cell.n == len(vals) and cell.score == pytest.approx(
+                float(np.clip(np.mean(vals), 0, 1)), abs=1e-12
+            )
             assert cell.ci95 is not None and cell.ci95[0] <= cell.score <= cell.ci95[1]
     assert res.extra["other_protocol"]["protocol"] == "reference"
     samples = HealthBenchProfessional().load(path)
-    assert samples[1].metadata["physician_response"] == "Physician answer for t1." and samples[0].messages[0].role == "user"
+    assert (
+        samples[1].metadata["physician_response"] == "Physician answer for t1."
+        and samples[0].messages[0].role == "user"
+    )
 
 
 # ---- the CLI on a file in the released format -------------------------------------------------------
 
 
 def gr(*args: str) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(ROOT), "COLUMNS": "200", **offline_env()}
-    return subprocess.run([sys.executable, "-m", "grandrounds", *args], capture_output=True, text=True, env=env, timeout=600)
+    env = {
+        "PYTHONPATH": str(ROOT / "src"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(ROOT),
+        "COLUMNS": "200",
+        **offline_env(),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "grandrounds", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def test_cli_runs_a_file_with_data(tmp_path):
     path = write_jsonl(tmp_path / "healthbench_professional_eval.jsonl", make_tasks(10, 5))
     db = tmp_path / "s.db"
-    with LoopbackServer(lambda b: answer_for(next(m["content"] for m in b["messages"] if m["role"] == "user"))) as cand, \
-            LoopbackServer(lambda b: judge_reply(b["messages"][-1]["content"])) as judge:
-        r = gr("run", "healthbench-professional", "--data", str(path), "--model", "openai/cand", "--base-url", cand.base_url,
-               "--judge", f"openai/{JUDGE_MODEL}@{judge.base_url}", "--store", str(db), "--out", str(tmp_path / "o"))
+    with (
+        LoopbackServer(
+            lambda b: answer_for(next(m["content"] for m in b["messages"] if m["role"] == "user"))
+        ) as cand,
+        LoopbackServer(lambda b: judge_reply(b["messages"][-1]["content"])) as judge,
+    ):
+        r = gr(
+            "run",
+            "healthbench-professional",
+            "--data",
+            str(path),
+            "--model",
+            "openai/cand",
+            "--base-url",
+            cand.base_url,
+            "--judge",
+            f"openai/{JUDGE_MODEL}@{judge.base_url}",
+            "--store",
+            str(db),
+            "--out",
+            str(tmp_path / "o"),
+        )
         assert r.returncode == 0, r.stderr
         assert cand.stats.requests == 10
-        assert judge.stats.requests == sum(len(t["rubric_items"]) for t in map(json.loads, path.read_text().splitlines()))
+        assert judge.stats.requests == sum(
+            len(t["rubric_items"]) for t in map(json.loads, path.read_text().splitlines())
+        )
     [res] = json.loads((tmp_path / "o" / "results.json").read_text())["results"]
-    assert res["metric"].startswith("overall_score_length_adjusted") and set(res["breakdown"]) == set(FAMILIES)
+    assert res["metric"].startswith("overall_score_length_adjusted") and set(
+        res["breakdown"]
+    ) == set(FAMILIES)
     assert res["fingerprint"]["protocol"]["settings"]["judge_reasoning_effort"] == "low"
     assert res["fingerprint"]["judges"][0]["params"]["temperature"] == 1.0
-    r = gr("run", "healthbench-professional", "--data", str(path), "--model", "openai/cand", "--judge-mode", "batched", "--store", str(db))
+    r = gr(
+        "run",
+        "healthbench-professional",
+        "--data",
+        str(path),
+        "--model",
+        "openai/cand",
+        "--judge-mode",
+        "batched",
+        "--store",
+        str(db),
+    )
     assert r.returncode == 2 and "batched" in r.stderr
     bad = make_tasks(3, 1)
     del bad[2]["rubric_items"][0]["criterion_text"]
-    r = gr("run", "healthbench-professional", "--data", str(write_jsonl(tmp_path / "bad.jsonl", bad)), "--model", "openai/cand",
-           "--judge", "openai/j@http://127.0.0.1:9/v1", "--store", str(db))
-    assert r.returncode == 2 and re.search(r"bad\.jsonl, line 3: t2: rubric item 0 needs a string criterion_text", r.stderr), r.stderr
+    r = gr(
+        "run",
+        "healthbench-professional",
+        "--data",
+        str(write_jsonl(tmp_path / "bad.jsonl", bad)),
+        "--model",
+        "openai/cand",
+        "--judge",
+        "openai/j@http://127.0.0.1:9/v1",
+        "--store",
+        str(db),
+    )
+    assert r.returncode == 2 and re.search(
+        r"bad\.jsonl, line 3: t2: rubric item 0 needs a string criterion_text", r.stderr
+    ), r.stderr

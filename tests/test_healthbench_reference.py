@@ -26,21 +26,22 @@ import io
 import json
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.healthbench import HealthBench
-from grandrounds.sources.healthbench import API_SYSTEM_MESSAGE, GRADER_TEMPLATE, REFERENCE
+from grandrounds.core.records import Response
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.healthbench_grader import HealthBenchGrader, parse_reference, with_system
+from grandrounds.sources.healthbench import API_SYSTEM_MESSAGE, GRADER_TEMPLATE, REFERENCE
 from grandrounds.sources.protocols import system_text
-from grandrounds.core.records import Response
 from tests.conftest import reference_file, shared_file
 from tests.official import load_official
 
@@ -85,10 +86,21 @@ class FakeOpenAI:
     def __init__(self) -> None:
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
-    def create(self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int) -> Any:
-        FakeOpenAI.log.append({"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens})
+    def create(
+        self, *, model: str, messages: list[dict[str, str]], temperature: float, max_tokens: int
+    ) -> Any:
+        FakeOpenAI.log.append(
+            {
+                "model": model,
+                "messages": messages,
+                "temperature": temperature,
+                "max_tokens": max_tokens,
+            }
+        )
         content = FakeOpenAI.reply(messages)
-        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=content))], usage=None)
+        return SimpleNamespace(
+            choices=[SimpleNamespace(message=SimpleNamespace(content=content))], usage=None
+        )
 
 
 @functools.cache
@@ -96,14 +108,33 @@ def official() -> SimpleNamespace:
     with warnings.catch_warnings():  # common.py has regex literals with invalid escapes
         warnings.simplefilter("ignore", DeprecationWarning)
         common = load_official("simple-evals/common.py", ["map_with_progress"])
-    types = {"SamplerBase": object, "SamplerResponse": SamplerResponse, "MessageList": list, "Eval": object,
-             "EvalResult": EvalResult, "SingleEvalResult": SingleEvalResult}
-    sampler = load_official("simple-evals/sampler/chat_completion_sampler.py", ["OPENAI_SYSTEM_MESSAGE_API", "ChatCompletionSampler"], types)
-    sampler.ChatCompletionSampler.__init__.__globals__["OpenAI"] = FakeOpenAI  # the API client, replaced
+    types = {
+        "SamplerBase": object,
+        "SamplerResponse": SamplerResponse,
+        "MessageList": list,
+        "Eval": object,
+        "EvalResult": EvalResult,
+        "SingleEvalResult": SingleEvalResult,
+    }
+    sampler = load_official(
+        "simple-evals/sampler/chat_completion_sampler.py",
+        ["OPENAI_SYSTEM_MESSAGE_API", "ChatCompletionSampler"],
+        types,
+    )
+    sampler.ChatCompletionSampler.__init__.__globals__["OpenAI"] = (
+        FakeOpenAI  # the API client, replaced
+    )
     hb = load_official(
         "simple-evals/healthbench_eval.py",
-        ["GRADER_TEMPLATE", "parse_json_to_dict", "RubricItem", "calculate_score", "_compute_clipped_stats",
-         "_aggregate_get_clipped_mean", "HealthBenchEval"],
+        [
+            "GRADER_TEMPLATE",
+            "parse_json_to_dict",
+            "RubricItem",
+            "calculate_score",
+            "_compute_clipped_stats",
+            "_aggregate_get_clipped_mean",
+            "HealthBenchEval",
+        ],
         types | {"common": common},
     )
     return SimpleNamespace(**vars(hb), **vars(sampler))
@@ -117,10 +148,23 @@ def _sequential(monkeypatch):
 
 def official_grader_kwargs() -> dict[str, Any]:
     """The keyword arguments of the grader sampler ``physician_completions_main`` builds (from its AST)."""
-    tree = ast.parse(reference_file("simple-evals", "healthbench_eval.py").read_text(encoding="utf-8"))
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "physician_completions_main")
-    call = next(n for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "ChatCompletionSampler")
-    return {k.arg: (k.value.id if isinstance(k.value, ast.Name) else ast.literal_eval(k.value)) for k in call.keywords}
+    tree = ast.parse(
+        reference_file("simple-evals", "healthbench_eval.py").read_text(encoding="utf-8")
+    )
+    fn = next(
+        n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef) and n.name == "physician_completions_main"
+    )
+    call = next(
+        n
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "ChatCompletionSampler"
+    )
+    return {
+        k.arg: (k.value.id if isinstance(k.value, ast.Name) else ast.literal_eval(k.value))
+        for k in call.keywords
+    }
 
 
 def official_sampler(model: str, **kw: Any) -> Any:
@@ -195,29 +239,59 @@ def both_ways(path: Path) -> SimpleNamespace:
     samples = bench.load(path)
     grader = bench.grader(opts)
     candidate = official_sampler("candidate", max_tokens=2048)
-    grading_sampler = o.ChatCompletionSampler(**{k: getattr(o, v) if k == "system_message" else v for k, v in official_grader_kwargs().items()})
+    grading_sampler = o.ChatCompletionSampler(
+        **{
+            k: getattr(o, v) if k == "system_message" else v
+            for k, v in official_grader_kwargs().items()
+        }
+    )
     stub = SimpleNamespace(grader_model=grading_sampler)
     results, grades, official_sent, our_sent, cand_sent = [], [], [], [], []
     for i, (row, sample) in enumerate(zip(rows, samples)):
         answer = answer_for(i)
         FakeOpenAI.log, FakeOpenAI.reply = [], staticmethod(lambda messages, a=answer: a)
-        queried = candidate(row["prompt"]).actual_queried_message_list  # what simple-evals' fn() does
+        queried = candidate(
+            row["prompt"]
+        ).actual_queried_message_list  # what simple-evals' fn() does
         cand_sent.append(FakeOpenAI.log[0])
-        FakeOpenAI.log, FakeOpenAI.reply = [], staticmethod(lambda messages: judge_reply(messages[-1]["content"]))
+        FakeOpenAI.log, FakeOpenAI.reply = (
+            [],
+            staticmethod(lambda messages: judge_reply(messages[-1]["content"])),
+        )
         metrics, _, _ = o.HealthBenchEval.grade_sample(
-            stub, prompt=queried, response_text=answer, example_tags=row["example_tags"],
+            stub,
+            prompt=queried,
+            response_text=answer,
+            example_tags=row["example_tags"],
             rubric_items=[o.RubricItem.from_dict(d) for d in row["rubrics"]],
         )
         official_sent.append(FakeOpenAI.log)
         results.append(SingleEvalResult(score=metrics["overall_score"], metrics=metrics))
         judge = RecordingJudge()
-        grades.append(asyncio.run(grader.grade(sample, Response(key=f"a{i}", text=answer), GradeContext(judges=(judge,)))))
+        grades.append(
+            asyncio.run(
+                grader.grade(
+                    sample, Response(key=f"a{i}", text=answer), GradeContext(judges=(judge,))
+                )
+            )
+        )
         our_sent.append(judge.sent)
     np.random.seed(SEED)  # simple-evals draws its bootstrap from the global state
     final = o._aggregate_get_clipped_mean(results)
     agg = bench.aggregate(samples, grades, opts)
-    return SimpleNamespace(rows=rows, samples=samples, results=results, grades=grades, official_sent=official_sent,
-                           our_sent=our_sent, cand_sent=cand_sent, final=final, agg=agg, opts=opts, bench=bench)
+    return SimpleNamespace(
+        rows=rows,
+        samples=samples,
+        results=results,
+        grades=grades,
+        official_sent=official_sent,
+        our_sent=our_sent,
+        cand_sent=cand_sent,
+        final=final,
+        agg=agg,
+        opts=opts,
+        bench=bench,
+    )
 
 
 @pytest.fixture
@@ -242,18 +316,30 @@ def test_every_judge_prompt_is_what_simple_evals_sends(hb):
 
 def test_judge_and_candidate_settings_are_the_official_ones(hb):
     kwargs = official_grader_kwargs()
-    assert kwargs == {"model": "gpt-4.1-2025-04-14", "system_message": "OPENAI_SYSTEM_MESSAGE_API", "max_tokens": 2048}
+    assert kwargs == {
+        "model": "gpt-4.1-2025-04-14",
+        "system_message": "OPENAI_SYSTEM_MESSAGE_API",
+        "max_tokens": 2048,
+    }
     assert REFERENCE.judge_model == "openai/" + kwargs["model"]
     calls = [c for sample in hb.official_sent for c in sample]
-    assert {(c["model"], c["temperature"], c["max_tokens"]) for c in calls} == {("gpt-4.1-2025-04-14", 0.5, 2048)}
+    assert {(c["model"], c["temperature"], c["max_tokens"]) for c in calls} == {
+        ("gpt-4.1-2025-04-14", 0.5, 2048)
+    }
     assert (REFERENCE.judge.temperature, REFERENCE.judge.max_tokens) == (0.5, 2048)
-    assert system_text(REFERENCE.judge) == official().OPENAI_SYSTEM_MESSAGE_API == calls[0]["messages"][0]["content"]
+    assert (
+        system_text(REFERENCE.judge)
+        == official().OPENAI_SYSTEM_MESSAGE_API
+        == calls[0]["messages"][0]["content"]
+    )
     # The candidate: the sampler's defaults with simple_evals.py's system message and 2,048 tokens.
     assert {(c["temperature"], c["max_tokens"]) for c in hb.cand_sent} == {(0.5, 2048)}
     assert (REFERENCE.answer.temperature, REFERENCE.answer.max_tokens) == (0.5, 2048)
     for cand, sample in zip(hb.cand_sent, hb.samples):  # what the runner sends the candidate
         sent = with_system(hb.bench.prompt(sample, hb.opts).messages, system_text(REFERENCE.answer))
-        assert [(m["role"], m["content"]) for m in cand["messages"]] == [(m.role, m.content) for m in sent]
+        assert [(m["role"], m["content"]) for m in cand["messages"]] == [
+            (m.role, m.content) for m in sent
+        ]
 
 
 def test_template_is_read_from_the_pinned_file():
@@ -281,7 +367,9 @@ def test_per_example_metrics_equal_grade_sample(hb):
         n_metrics += len(ours)
     scores = [r.score for r in hb.results]
     assert len(scores) == 500 and min(scores) < 0 and max(scores) == 1.0  # clipping is exercised
-    print(f"\nper-example: 500/500 scores and {n_metrics}/{n_metrics} example metrics equal grade_sample ({exact} bit for bit)")
+    print(
+        f"\nper-example: 500/500 scores and {n_metrics}/{n_metrics} example metrics equal grade_sample ({exact} bit for bit)"
+    )
 
 
 def test_every_aggregate_metric_equals_aggregate_get_clipped_mean(hb):
@@ -289,7 +377,11 @@ def test_every_aggregate_metric_equals_aggregate_get_clipped_mean(hb):
     assert abs(agg.score - final.score) <= TOL
     assert agg.n == final.metrics["score:n_samples"] == 500 and agg.n_unscored == 0
     assert abs(agg.extra["bootstrap_std"] - final.metrics["score:bootstrap_std"]) <= TOL
-    tags = [k for k in final.metrics if k != "overall_score" and not k.endswith((":n_samples", ":bootstrap_std"))]
+    tags = [
+        k
+        for k in final.metrics
+        if k != "overall_score" and not k.endswith((":n_samples", ":bootstrap_std"))
+    ]
     by_family: Counter[str] = Counter()
     exact = 0
     for name in tags:
@@ -297,15 +389,24 @@ def test_every_aggregate_metric_equals_aggregate_get_clipped_mean(hb):
         cell = agg.breakdown[family][value]
         assert abs(cell.score - final.metrics[name]) <= TOL, name
         assert cell.n == final.metrics[f"{name}:n_samples"], name
-        assert abs(cell.metrics["bootstrap_std"] - final.metrics[f"{name}:bootstrap_std"]) <= TOL, name
-        exact += cell.score == final.metrics[name] and cell.metrics["bootstrap_std"] == final.metrics[f"{name}:bootstrap_std"]
+        assert abs(cell.metrics["bootstrap_std"] - final.metrics[f"{name}:bootstrap_std"]) <= TOL, (
+            name
+        )
+        exact += (
+            cell.score == final.metrics[name]
+            and cell.metrics["bootstrap_std"] == final.metrics[f"{name}:bootstrap_std"]
+        )
         by_family[family] += 1
-    ours = {f"{fam}:{key}" for fam, cells in agg.breakdown.items() for key, c in cells.items() if c.n}
+    ours = {
+        f"{fam}:{key}" for fam, cells in agg.breakdown.items() for key, c in cells.items() if c.n
+    }
     assert ours == set(tags)
     assert abs(final.metrics["overall_score"] - agg.score) <= TOL
     clipped = sum(1 for k in tags if final.metrics[k] in (0.0, 1.0))
-    print(f"\naggregate: score {agg.score:.6f} (std {agg.extra['bootstrap_std']:.6f}) and {len(tags)} tag metrics "
-          f"x (mean, n_samples, bootstrap_std) equal simple-evals, {exact} bit for bit ({dict(by_family)}; {clipped} clipped to 0 or 1)")
+    print(
+        f"\naggregate: score {agg.score:.6f} (std {agg.extra['bootstrap_std']:.6f}) and {len(tags)} tag metrics "
+        f"x (mean, n_samples, bootstrap_std) equal simple-evals, {exact} bit for bit ({dict(by_family)}; {clipped} clipped to 0 or 1)"
+    )
 
 
 # ---- the official re-ask loop on a corpus of replies ----------------------------------------------
@@ -390,7 +491,9 @@ def official_outcome(reply: str) -> tuple[str, str | None]:
     item = o.RubricItem(criterion="Says hello", points=5, tags=[])
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # it prints each failure
-            _, _, graded = o.HealthBenchEval.grade_sample(stub, [{"role": "user", "content": "hi"}], "hello", [], [item])
+            _, _, graded = o.HealthBenchEval.grade_sample(
+                stub, [{"role": "user", "content": "hi"}], "hello", [], [item]
+            )
     except TypeError:
         return "raises TypeError", None
     if len(FakeOpenAI.log) > 1:
@@ -424,7 +527,10 @@ def test_reply_corpus_against_the_official_reask_loop():
 def test_reference_grader_reasks_what_the_official_loop_reasks(shared_data, official_reference):
     """Through our engine: an unreadable reply is asked again (attempt 1), a readable one is not."""
     sample = HealthBench().load(shared_data("healthbench", "healthbench_500.jsonl"))[0]
-    replies = {"re-asked": '{"criteria_met": "true"}', "met": '```json\n{"criteria_met": true}\n```'}
+    replies = {
+        "re-asked": '{"criteria_met": "true"}',
+        "met": '```json\n{"criteria_met": true}\n```',
+    }
     for outcome, reply in replies.items():
         assert official_outcome(reply)[0] == outcome
 
@@ -434,10 +540,20 @@ def test_reference_grader_reasks_what_the_official_loop_reasks(shared_data, offi
 
             async def __call__(self, messages, *, attempt=0):
                 Judge.attempts.append(attempt)
-                return Response(key=f"{attempt}", text=reply if attempt == 0 else '{"criteria_met": false}')
+                return Response(
+                    key=f"{attempt}", text=reply if attempt == 0 else '{"criteria_met": false}'
+                )
 
-        g = asyncio.run(HealthBenchGrader().grade(sample, Response(key="a", text="x"), GradeContext(judges=(Judge(),))))
-        assert Counter(Judge.attempts) == ({0: len(sample.rubric)} if outcome == "met" else {0: len(sample.rubric), 1: len(sample.rubric)})
+        g = asyncio.run(
+            HealthBenchGrader().grade(
+                sample, Response(key="a", text="x"), GradeContext(judges=(Judge(),))
+            )
+        )
+        assert Counter(Judge.attempts) == (
+            {0: len(sample.rubric)}
+            if outcome == "met"
+            else {0: len(sample.rubric), 1: len(sample.rubric)}
+        )
         assert {v.status for v in g.verdicts} == {"met" if outcome == "met" else "unmet"}
 
 
@@ -445,8 +561,8 @@ def test_reference_grader_reasks_what_the_official_loop_reasks(shared_data, offi
 
 
 def test_a_run_sends_the_official_candidate_and_judge_requests(tmp_path, official_reference):
-    from grandrounds.run.runner import run
     from grandrounds.run.config import JudgeConfig, RunConfig
+    from grandrounds.run.runner import run
     from grandrounds.store import Store
     from grandrounds.testing import LoopbackServer
 
@@ -467,28 +583,53 @@ def test_a_run_sends_the_official_candidate_and_judge_requests(tmp_path, officia
         return judge_reply(body["messages"][-1]["content"])
 
     with LoopbackServer(cand) as c, LoopbackServer(judge) as j:
-        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=c.base_url,
-                        judges=(JudgeConfig("openai/gpt-4.1-2025-04-14", j.base_url),))
+        cfg = RunConfig(
+            "healthbench",
+            "openai/cand",
+            data=data,
+            base_url=c.base_url,
+            judges=(JudgeConfig("openai/gpt-4.1-2025-04-14", j.base_url),),
+        )
         out = asyncio.run(run(Store(tmp_path / "hb.db"), cfg))
     # What simple-evals would send for the same rows and answers.
     o = official()
     expected_cand, expected_judge = [], []
     for i, row in enumerate(rows):
         FakeOpenAI.log, FakeOpenAI.reply = [], staticmethod(lambda messages, a=answer_for(i): a)
-        queried = official_sampler("candidate", max_tokens=2048)(row["prompt"]).actual_queried_message_list
+        queried = official_sampler("candidate", max_tokens=2048)(
+            row["prompt"]
+        ).actual_queried_message_list
         expected_cand += FakeOpenAI.log
-        FakeOpenAI.log, FakeOpenAI.reply = [], staticmethod(lambda messages: judge_reply(messages[-1]["content"]))
-        o.HealthBenchEval.grade_sample(SimpleNamespace(grader_model=official_sampler("gpt-4.1-2025-04-14", max_tokens=2048)),
-                                       queried, answer_for(i), row["example_tags"], [o.RubricItem.from_dict(d) for d in row["rubrics"]])
+        FakeOpenAI.log, FakeOpenAI.reply = (
+            [],
+            staticmethod(lambda messages: judge_reply(messages[-1]["content"])),
+        )
+        o.HealthBenchEval.grade_sample(
+            SimpleNamespace(grader_model=official_sampler("gpt-4.1-2025-04-14", max_tokens=2048)),
+            queried,
+            answer_for(i),
+            row["example_tags"],
+            [o.RubricItem.from_dict(d) for d in row["rubrics"]],
+        )
         expected_judge += FakeOpenAI.log
 
     def key(b):
-        return (b["model"], b["temperature"], b["max_tokens"], json.dumps(b["messages"], sort_keys=True))
+        return (
+            b["model"],
+            b["temperature"],
+            b["max_tokens"],
+            json.dumps(b["messages"], sort_keys=True),
+        )
 
-    assert sorted(key(b) for b in cand_bodies) == sorted(key(b | {"model": "cand"}) for b in expected_cand)
+    assert sorted(key(b) for b in cand_bodies) == sorted(
+        key(b | {"model": "cand"}) for b in expected_cand
+    )
     assert sorted(key(b) for b in judge_bodies) == sorted(key(b) for b in expected_judge)
     assert len(judge_bodies) == sum(len(r["rubrics"]) for r in rows)
     fp = out.result.fingerprint
     pinned = HealthBenchGrader().template_hashes()
-    assert fp["templates"] == pinned and fp["templates"]["GRADER_TEMPLATE"]["sha256"] == GRADER_TEMPLATE.source.sha256
+    assert (
+        fp["templates"] == pinned
+        and fp["templates"]["GRADER_TEMPLATE"]["sha256"] == GRADER_TEMPLATE.source.sha256
+    )
     assert out.result.n == 3 and out.result.extra["other_protocol"]["protocol"] == "grandrounds"

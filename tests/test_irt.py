@@ -13,14 +13,22 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from grandrounds.analyses.irt import (
+    IrtError,
+    Respondent,
+    Responses,
+    analyse,
+    fit_2pl,
+    informative,
+    responses_from_values,
+)
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.cli.main import app
-from grandrounds.analyses.irt import IrtError, Respondent, Responses, analyse, fit_2pl, informative, responses_from_values
-from grandrounds.providers.base import ProviderError
 from grandrounds.core.records import Request
+from grandrounds.providers.base import ProviderError
 from grandrounds.reports import build_report
-from grandrounds.run.runner import run
 from grandrounds.run.config import RunConfig
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 from tests.synthetic import SynthSpec, build_store
 
@@ -38,7 +46,10 @@ def simulate(n: int, j: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def respondents(n: int) -> tuple[Respondent, ...]:
-    return tuple(Respondent(f"scripted/m{i:02d}", "generate", "grandrounds", f"run{i:02d}", "fp") for i in range(n))
+    return tuple(
+        Respondent(f"scripted/m{i:02d}", "generate", "grandrounds", f"run{i:02d}", "fp")
+        for i in range(n)
+    )
 
 
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -55,7 +66,9 @@ def test_recovers_known_parameters_20_respondents_500_items() -> None:
         r_b.append(pearson(fit.b, b[keep]))
         r_a.append(pearson(fit.a, a[keep]))
         r_theta.append(pearson(fit.theta, theta))
-    print(f"20 x 500, 5 seeds: r(difficulty) {np.round(r_b, 3)}, r(discrimination) {np.round(r_a, 3)}, r(ability) {np.round(r_theta, 3)}")
+    print(
+        f"20 x 500, 5 seeds: r(difficulty) {np.round(r_b, 3)}, r(discrimination) {np.round(r_a, 3)}, r(ability) {np.round(r_theta, 3)}"
+    )
     assert np.mean(r_b) >= 0.9 and min(r_b) >= 0.85
     assert min(r_theta) >= 0.98
     # Each item is answered by 20 respondents only, which bounds how well any estimator can place its
@@ -75,7 +88,9 @@ def test_discrimination_recovered_at_0_9_once_enough_respondents_answer() -> Non
 
 def test_planted_wrong_key_is_flagged_and_uninformative_items_listed() -> None:
     theta, a, b, y = simulate(20, 500, seed=13)
-    y[:, 42] = 1 - (np.random.default_rng(5).random(20) < 1 / (1 + np.exp(-1.5 * theta)))  # key inverted: strong models "wrong"
+    y[:, 42] = 1 - (
+        np.random.default_rng(5).random(20) < 1 / (1 + np.exp(-1.5 * theta))
+    )  # key inverted: strong models "wrong"
     y[:, 7] = 1.0  # everybody right
     y[:, 8] = 0.0  # nobody right
     y[1:, 9] = np.nan  # answered once
@@ -84,9 +99,15 @@ def test_planted_wrong_key_is_flagged_and_uninformative_items_listed() -> None:
     flagged = [it.id for it in res.negative]
     assert "q42" in flagged and by_id["q42"].negative_95
     assert flagged[0] == "q42", "the inverted item is the most negative one"
-    assert len(flagged) <= 5, f"true discriminations are all >= 0.5: few false alarms, got {flagged}"
-    assert [it.id for it in res.items if it.negative_95] == ["q42"], "only the planted item is below 0 with 95% confidence"
-    assert [it.id for it in res.by_status("all_right")] == ["q7"] and [it.id for it in res.by_status("all_wrong")] == ["q8"]
+    assert len(flagged) <= 5, (
+        f"true discriminations are all >= 0.5: few false alarms, got {flagged}"
+    )
+    assert [it.id for it in res.items if it.negative_95] == ["q42"], (
+        "only the planted item is below 0 with 95% confidence"
+    )
+    assert [it.id for it in res.by_status("all_right")] == ["q7"] and [
+        it.id for it in res.by_status("all_wrong")
+    ] == ["q8"]
     assert by_id["q7"].discrimination is None and by_id["q7"].n_right == 20
     assert by_id["q9"].status == "too_few" and by_id["q9"].n == 1
     doc = res.to_json()
@@ -101,16 +122,22 @@ def test_missing_responses_are_left_out_not_counted_wrong() -> None:
     rng = np.random.default_rng(3)
     holes[rng.random(y.shape) < 0.3] = np.nan  # 30% unscored at random
     holes[0, 250:] = np.nan  # one respondent answered half the items
-    part = analyse(Responses("sim", "d", respondents(20), tuple(f"q{k}" for k in range(500)), holes))
+    part = analyse(
+        Responses("sim", "d", respondents(20), tuple(f"q{k}" for k in range(500)), holes)
+    )
     assert part.abilities[0].n == int((~np.isnan(holes[0])).sum()) < 250
     th_full = np.array([x.theta for x in full.abilities])
     th_part = np.array([x.theta for x in part.abilities])
     assert pearson(th_part, theta) >= 0.97
-    assert abs(th_part[0] - th_full[0]) < 3 * part.abilities[0].se, "half the answers missing moves the estimate within its error"
+    assert abs(th_part[0] - th_full[0]) < 3 * part.abilities[0].se, (
+        "half the answers missing moves the estimate within its error"
+    )
     assert part.abilities[0].se > full.abilities[0].se, "fewer answers, wider interval"
     # the same holes filled with zeros (counted wrong) pull abilities down: missing is not wrong
     zeros = np.where(np.isnan(holes), 0.0, holes)
-    wrong = analyse(Responses("sim", "d", respondents(20), tuple(f"q{k}" for k in range(500)), zeros))
+    wrong = analyse(
+        Responses("sim", "d", respondents(20), tuple(f"q{k}" for k in range(500)), zeros)
+    )
     assert wrong.abilities[0].theta < part.abilities[0].theta - 2 * part.abilities[0].se
     fitted = {it.id: it for it in part.items if it.status == "fitted"}
     b_part = np.array([fitted[f"q{k}"].difficulty for k in range(500) if f"q{k}" in fitted])
@@ -136,7 +163,11 @@ def test_ability_standard_errors_cover_the_truth() -> None:
 
 def test_graded_values_need_a_threshold_and_respondents_are_counted() -> None:
     who = respondents(3)
-    vals = [(who[0], {"s1": 0.4, "s2": 1.0}), (who[1], {"s1": 0.9, "s2": None}), (who[2], {"s1": None, "s2": None})]
+    vals = [
+        (who[0], {"s1": 0.4, "s2": 1.0}),
+        (who[1], {"s1": 0.9, "s2": None}),
+        (who[2], {"s1": None, "s2": None}),
+    ]
     with pytest.raises(IrtError, match=r"graded answers \(2 of 3 scored values .* --threshold"):
         responses_from_values("medeqbench", "d", vals)
     resp = responses_from_values("medeqbench", "d", vals, order=["s2", "s1"], threshold=0.5)
@@ -164,8 +195,17 @@ def write_exam(folder: Path) -> dict[int, str]:
     for k in range(N_ITEMS):
         keys[k] = "B" if str(k) == WRONG_KEY else "ABCD"[int(rng.integers(4))]
         opts = {x: f"option {x} of item {k}" for x in "ABCD"}
-        lines.append(json.dumps({"question": f"[q{k}] Which option is right for item {k}?", "answer": opts[keys[k]], "options": opts,
-                                 "meta_info": "synthetic", "answer_idx": keys[k]}))
+        lines.append(
+            json.dumps(
+                {
+                    "question": f"[q{k}] Which option is right for item {k}?",
+                    "answer": opts[keys[k]],
+                    "options": opts,
+                    "meta_info": "synthetic",
+                    "answer_idx": keys[k],
+                }
+            )
+        )
     (folder / "demo_exam.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return keys
 
@@ -198,33 +238,80 @@ def exam_store(tmp_path: Path) -> Path:
     with Store(path) as st:
         for name in ABILITY:
             opts = {"script": scripted(name, keys, fail_every=5 if name == "m3" else 0)}
-            if name == "m6":  # an older run of the same setting (10 items, every call failed): the newer full run stands for it
-                outage = {"script": lambda req: ProviderError("down", retryable=False)}  # failures are not cached: the full run asks again
-                asyncio.run(run(st, RunConfig("demo", f"scripted/{name}", data=tmp_path, limit=10, options=RunOptions(protocol="grandrounds"),
-                                              provider_options=outage)))
-            asyncio.run(run(st, RunConfig("demo", f"scripted/{name}", data=tmp_path, options=RunOptions(protocol="grandrounds"), provider_options=opts)))
+            if (
+                name == "m6"
+            ):  # an older run of the same setting (10 items, every call failed): the newer full run stands for it
+                outage = {
+                    "script": lambda req: ProviderError("down", retryable=False)
+                }  # failures are not cached: the full run asks again
+                asyncio.run(
+                    run(
+                        st,
+                        RunConfig(
+                            "demo",
+                            f"scripted/{name}",
+                            data=tmp_path,
+                            limit=10,
+                            options=RunOptions(protocol="grandrounds"),
+                            provider_options=outage,
+                        ),
+                    )
+                )
+            asyncio.run(
+                run(
+                    st,
+                    RunConfig(
+                        "demo",
+                        f"scripted/{name}",
+                        data=tmp_path,
+                        options=RunOptions(protocol="grandrounds"),
+                        provider_options=opts,
+                    ),
+                )
+            )
         # the strongest model under the reference protocol too: another respondent
-        asyncio.run(run(st, RunConfig("demo", "scripted/m7", data=tmp_path, options=RunOptions(protocol="reference"),
-                                      provider_options={"script": scripted("m7", keys)})))
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "demo",
+                    "scripted/m7",
+                    data=tmp_path,
+                    options=RunOptions(protocol="reference"),
+                    provider_options={"script": scripted("m7", keys)},
+                ),
+            )
+        )
     return path
 
 
 def test_irt_command_end_to_end(exam_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "irt.json"
-    res = CliRunner().invoke(app, ["irt", "demo", "--store", str(exam_store), "--json", str(out)], catch_exceptions=False)
+    res = CliRunner().invoke(
+        app, ["irt", "demo", "--store", str(exam_store), "--json", str(out)], catch_exceptions=False
+    )
     assert res.exit_code == 0, res.output
     assert "Candidate wrong keys: 1 item(s)" in res.output and "│ 13 " in res.output
     doc = json.loads(out.read_text(encoding="utf-8"))
     labels = [r["label"] for r in doc["respondents"]]
     assert len(labels) == 9 and len(set(labels)) == 9
-    assert "scripted/m7 · generate · reference" in labels and "scripted/m7 · generate · grandrounds" in labels
+    assert (
+        "scripted/m7 · generate · reference" in labels
+        and "scripted/m7 · generate · grandrounds" in labels
+    )
     by_label = {r["label"]: r for r in doc["respondents"]}
     with Store(exam_store) as st:
         m6 = [rj for _, _, rj in st.results() if rj["model"] == "scripted/m6"]
-    assert [(rj["n"], rj["n_unscored"]) for rj in m6] == [(0, 10), (N_ITEMS, 0)], "an older failed run, then the full one"
-    assert by_label["scripted/m6 · generate · grandrounds"]["n"] == N_ITEMS, "the latest (full) run of m6, not the 10-item one"
+    assert [(rj["n"], rj["n_unscored"]) for rj in m6] == [(0, 10), (N_ITEMS, 0)], (
+        "an older failed run, then the full one"
+    )
+    assert by_label["scripted/m6 · generate · grandrounds"]["n"] == N_ITEMS, (
+        "the latest (full) run of m6, not the 10-item one"
+    )
     failing = by_label["scripted/m3 · generate · grandrounds"]
-    assert failing["n"] == N_ITEMS - sum(1 for k in range(N_ITEMS) if k % 5 == 3), "failed calls are missing, not wrong"
+    assert failing["n"] == N_ITEMS - sum(1 for k in range(N_ITEMS) if k % 5 == 3), (
+        "failed calls are missing, not wrong"
+    )
     assert failing["se"] > 0 and failing["ci95"][0] < failing["ability"] < failing["ci95"][1]
     order = [by_label[f"scripted/m{i} · generate · grandrounds"]["ability"] for i in range(8)]
     assert pearson(np.array(order), np.array(list(ABILITY.values()))) >= 0.9
@@ -260,11 +347,19 @@ def test_report_has_no_irt_section_for_graded_benchmarks(tmp_path: Path) -> None
 def test_irt_command_errors(exam_store: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(app, ["irt", "medqaa", "--store", str(exam_store)])
-    assert res.exit_code == 2 and "unknown benchmark 'medqaa'; did you mean medqa" in res.output and "results in" in res.output
+    assert (
+        res.exit_code == 2
+        and "unknown benchmark 'medqaa'; did you mean medqa" in res.output
+        and "results in" in res.output
+    )
     res = runner.invoke(app, ["irt", "medqa", "--store", str(exam_store)])
     assert res.exit_code == 2 and "no results for medqa" in res.output
     res = runner.invoke(app, ["irt", "demo", "--store", str(exam_store), "--min-respondents", "10"])
-    assert res.exit_code == 2 and "needs at least 10 respondents" in res.output and "the store has 9" in res.output
+    assert (
+        res.exit_code == 2
+        and "needs at least 10 respondents" in res.output
+        and "the store has 9" in res.output
+    )
     empty = tmp_path / "empty.db"
     Store(empty).close()
     res = runner.invoke(app, ["irt", "demo", "--store", str(empty)])
@@ -275,6 +370,8 @@ def test_irt_command_errors(exam_store: Path, tmp_path: Path) -> None:
     graded.close()
     res = runner.invoke(app, ["irt", "healthbench", "--store", str(tmp_path / "g.db")])
     assert res.exit_code == 2 and "graded answers" in res.output and "--threshold" in res.output
-    res = runner.invoke(app, ["irt", "healthbench", "--store", str(tmp_path / "g.db"), "--threshold", "0.5"])
+    res = runner.invoke(
+        app, ["irt", "healthbench", "--store", str(tmp_path / "g.db"), "--threshold", "0.5"]
+    )
     assert res.exit_code == 0, res.output
     assert "a value >= 0.5 counts as right" in res.output

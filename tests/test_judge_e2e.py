@@ -21,7 +21,9 @@ from tests.conftest import offline_env, shared_file
 from tests.test_resume_and_bad_input import ROOT
 
 # The item in our per-criterion prompt ("# How to judge" follows) or the official one ("# Instructions").
-ITEM = re.compile(r"# Rubric item\n\[(-?\d+(?:\.\d+)?)\] (.*?)\n\n# (?:How to judge|Instructions)", re.S)
+ITEM = re.compile(
+    r"# Rubric item\n\[(-?\d+(?:\.\d+)?)\] (.*?)\n\n# (?:How to judge|Instructions)", re.S
+)
 N = 30
 
 
@@ -40,14 +42,29 @@ def judge_rule(garble: bool):
         criterion = m.group(2)
         if garble and is_garbled(criterion):
             return "I am not sure what you mean."
-        return "```json\n" + json.dumps({"explanation": "by rule", "criteria_met": rule_met(criterion)}) + "\n```"
+        return (
+            "```json\n"
+            + json.dumps({"explanation": "by rule", "criteria_met": rule_met(criterion)})
+            + "\n```"
+        )
 
     return rule
 
 
 def gr(*args: str) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(ROOT), **offline_env()}
-    return subprocess.run([sys.executable, "-m", "grandrounds", *args], capture_output=True, text=True, env=env, timeout=600)
+    env = {
+        "PYTHONPATH": str(ROOT / "src"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(ROOT),
+        **offline_env(),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "grandrounds", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def reference(rows: list[dict], known) -> tuple[list[float | None], float]:
@@ -56,7 +73,9 @@ def reference(rows: list[dict], known) -> tuple[list[float | None], float]:
     for row in rows:
         items = [c for c in row["rubrics"] if known(c["criterion"])]
         pos = sum(c["points"] for c in items if c["points"] > 0)
-        per.append(sum(c["points"] for c in items if rule_met(c["criterion"])) / pos if pos > 0 else None)
+        per.append(
+            sum(c["points"] for c in items if rule_met(c["criterion"])) / pos if pos > 0 else None
+        )
     vals = [p for p in per if p is not None]
     return per, float(np.clip(np.mean(vals), 0, 1))
 
@@ -71,9 +90,29 @@ def test_healthbench_unknowns_coverage_then_regrade_only_unknown(tmp_path):
     common = ["--store", str(db), "--max-reask", "1"]
 
     # scores over the known criteria are grandrounds' rule (the reference leaves such examples unscored)
-    with LoopbackServer(lambda b: "Please see a doctor soon.") as cand, LoopbackServer(judge_rule(True)) as judge1:
-        r = gr("run", "healthbench", "--data", str(data), "--limit", str(N), "--model", "openai/cand", "--protocol", "grandrounds",
-               "--base-url", cand.base_url, "--judge", f"openai/judge@{judge1.base_url}", "--out", str(tmp_path / "a"), *common)
+    with (
+        LoopbackServer(lambda b: "Please see a doctor soon.") as cand,
+        LoopbackServer(judge_rule(True)) as judge1,
+    ):
+        r = gr(
+            "run",
+            "healthbench",
+            "--data",
+            str(data),
+            "--limit",
+            str(N),
+            "--model",
+            "openai/cand",
+            "--protocol",
+            "grandrounds",
+            "--base-url",
+            cand.base_url,
+            "--judge",
+            f"openai/judge@{judge1.base_url}",
+            "--out",
+            str(tmp_path / "a"),
+            *common,
+        )
         assert r.returncode == 0, r.stderr
         assert cand.stats.requests == N
         # each garbled item: first ask + 1 re-ask
@@ -91,9 +130,21 @@ def test_healthbench_unknowns_coverage_then_regrade_only_unknown(tmp_path):
         assert all(v["raw"] for v in line["verdicts"] if v["status"] == "unknown"), "raw reply kept"
         assert abs(line["score"] - want) < 1e-12
 
-    with LoopbackServer(judge_rule(False)) as judge2, LoopbackServer(lambda b: "never asked") as cand2:
-        r = gr("regrade", "--run", first["fingerprint"]["run_id"], "--judge", f"openai/judge@{judge2.base_url}",
-               "--only-unknown", "--out", str(tmp_path / "b"), *common)
+    with (
+        LoopbackServer(judge_rule(False)) as judge2,
+        LoopbackServer(lambda b: "never asked") as cand2,
+    ):
+        r = gr(
+            "regrade",
+            "--run",
+            first["fingerprint"]["run_id"],
+            "--judge",
+            f"openai/judge@{judge2.base_url}",
+            "--only-unknown",
+            "--out",
+            str(tmp_path / "b"),
+            *common,
+        )
         assert r.returncode == 0, r.stderr
         assert judge2.stats.requests == n_bad, "only the unknown verdicts are asked again"
         assert cand2.stats.requests == 0
@@ -110,15 +161,46 @@ def test_healthbench_unknowns_coverage_then_regrade_only_unknown(tmp_path):
 def test_regrade_only_unknown_needs_the_same_judge(tmp_path):
     data = shared_file("healthbench", "healthbench_500.jsonl")
     db = tmp_path / "s.db"
-    with LoopbackServer(lambda b: "See a doctor.") as cand, LoopbackServer(judge_rule(True)) as judge:
+    with (
+        LoopbackServer(lambda b: "See a doctor.") as cand,
+        LoopbackServer(judge_rule(True)) as judge,
+    ):
         # grandrounds: the garbled criteria leave every one of these 3 examples without an official score
-        r = gr("run", "healthbench", "--data", str(data), "--limit", "3", "--model", "openai/cand", "--base-url",
-               cand.base_url, "--judge", f"openai/judge@{judge.base_url}", "--store", str(db), "--out", str(tmp_path / "a"),
-               "--protocol", "grandrounds")
+        r = gr(
+            "run",
+            "healthbench",
+            "--data",
+            str(data),
+            "--limit",
+            "3",
+            "--model",
+            "openai/cand",
+            "--base-url",
+            cand.base_url,
+            "--judge",
+            f"openai/judge@{judge.base_url}",
+            "--store",
+            str(db),
+            "--out",
+            str(tmp_path / "a"),
+            "--protocol",
+            "grandrounds",
+        )
         assert r.returncode == 0, r.stderr
-        run_id = json.loads((tmp_path / "a" / "results.json").read_text())["results"][0]["fingerprint"]["run_id"]
+        run_id = json.loads((tmp_path / "a" / "results.json").read_text())["results"][0][
+            "fingerprint"
+        ]["run_id"]
         before = judge.stats.requests
-        r = gr("regrade", "--run", run_id, "--judge", f"openai/another-judge@{judge.base_url}", "--only-unknown", "--store", str(db))
+        r = gr(
+            "regrade",
+            "--run",
+            run_id,
+            "--judge",
+            f"openai/another-judge@{judge.base_url}",
+            "--only-unknown",
+            "--store",
+            str(db),
+        )
         assert r.returncode == 2
         assert "no grades by this judge" in r.stderr and "Traceback" not in r.stderr
         assert judge.stats.requests == before

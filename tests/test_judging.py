@@ -10,11 +10,12 @@ attempt numbers can answer differently, as a real judge with a cache-busting att
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Callable, Sequence
 
 import pytest
 
+from grandrounds.core.records import Grade, Message, Response, Verdict, Vote
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.judge_json import (
     as_bool,
@@ -37,7 +38,6 @@ from grandrounds.graders.judging import (
     panel,
     votes_of,
 )
-from grandrounds.core.records import Grade, Message, Response, Verdict, Vote
 from grandrounds.scoring import gaps as gaps_scoring
 
 STATUSES = ("met", "unmet")
@@ -61,7 +61,9 @@ class FnJudge:
         return Response(key=key, text=text)
 
 
-def table(answers: dict[tuple[str, int] | str, str | None], default: str | None = "garbage") -> Callable[[str, int], str | None]:
+def table(
+    answers: dict[tuple[str, int] | str, str | None], default: str | None = "garbage"
+) -> Callable[[str, int], str | None]:
     """reply(prompt, attempt) from ``answers[(prompt, attempt)]``, else ``answers[prompt]``, else default."""
     return lambda prompt, attempt: answers.get((prompt, attempt), answers.get(prompt, default))
 
@@ -83,7 +85,9 @@ def single_asks(_judge: int, ids: Sequence[str]) -> list[Ask]:
     return [Ask((i,), lambda _p, i=i: (Message("user", i),), read_single) for i in ids]
 
 
-def batched_ask(ids: Sequence[str], first_attempt: int | None = None, built: list | None = None) -> Ask:
+def batched_ask(
+    ids: Sequence[str], first_attempt: int | None = None, built: list | None = None
+) -> Ask:
     def build(pending: Sequence[str]) -> tuple[Message, ...]:
         if built is not None:
             built.append(tuple(pending))
@@ -98,6 +102,7 @@ def run(coro):
 
 # ---- ask ---------------------------------------------------------------------------------------
 
+
 def test_ask_reasks_only_the_ids_still_unread_with_the_next_attempt_number():
     replies = {("a,b,c", 0): "a=met", ("b,c", 1): "b=unmet;c=maybe", ("c", 2): "c=met"}
     judge = FnJudge("j", table(replies))
@@ -107,7 +112,11 @@ def test_ask_reasks_only_the_ids_still_unread_with_the_next_attempt_number():
     assert judge.calls == [("a,b,c", 0), ("b,c", 1), ("c", 2)]
     assert {k: v[0].status for k, v in reply.read.items()} == {"a": "met", "b": "unmet", "c": "met"}
     # each id keeps the reply it was read from, not the last one
-    assert {k: v[1] for k, v in reply.read.items()} == {"a": "a=met", "b": "b=unmet;c=maybe", "c": "c=met"}
+    assert {k: v[1] for k, v in reply.read.items()} == {
+        "a": "a=met",
+        "b": "b=unmet;c=maybe",
+        "c": "c=met",
+    }
     assert reply.raw == "c=met" and reply.next_attempt == 3 and reply.error is None
     assert reply.keys == ("j|a,b,c|0", "j|b,c|1", "j|c|2")
 
@@ -159,27 +168,65 @@ def test_parser_values_for_other_ids_or_none_are_ignored_and_first_reading_wins(
     judge = FnJudge("j", table({("a,b", 0): "a=met", ("b", 1): "a=unmet;b=unmet"}))
     reply = run(ask(judge, a, 0, 2))
     assert set(reply.read) == {"a", "b"}
-    assert reply.read["a"] == (Reading("met", "a met"), "a=met"), "a read at attempt 0 is not overwritten"
+    assert reply.read["a"] == (Reading("met", "a met"), "a=met"), (
+        "a read at attempt 0 is not overwritten"
+    )
     assert reply.read["b"][0].status == "unmet"
     assert judge.calls == [("a,b", 0), ("b", 1)]
 
 
 # ---- votes_of ----------------------------------------------------------------------------------
 
+
 def test_votes_accumulate_attempts_and_keys_across_gradings():
     a = batched_ask(["a", "b", "c"])
-    reply = Reply(read={"a": (Reading("met", "why a", 0.5), "raw-a")}, raw="raw-last", next_attempt=5, keys=("k3", "k4"))
-    prior = {"a": Vote("j", "unknown", attempts=3, keys=("k0", "k1", "k2")), "b": Vote("j", "unknown", attempts=1, keys=("q0",))}
+    reply = Reply(
+        read={"a": (Reading("met", "why a", 0.5), "raw-a")},
+        raw="raw-last",
+        next_attempt=5,
+        keys=("k3", "k4"),
+    )
+    prior = {
+        "a": Vote("j", "unknown", attempts=3, keys=("k0", "k1", "k2")),
+        "b": Vote("j", "unknown", attempts=1, keys=("q0",)),
+    }
     votes = votes_of("j", a, reply, prior, run=2)
-    assert votes["a"] == Vote("j", "met", 0.5, "why a", "raw-a", 5, ("k0", "k1", "k2", "k3", "k4"), None, 2)
-    assert votes["b"] == Vote("j", "unknown", None, "judge reply could not be read", "raw-last", 3, ("q0", "k3", "k4"), None, 2)
-    assert votes["c"].attempts == 2 and votes["c"].keys == ("k3", "k4") and votes["c"].raw == "raw-last"
+    assert votes["a"] == Vote(
+        "j", "met", 0.5, "why a", "raw-a", 5, ("k0", "k1", "k2", "k3", "k4"), None, 2
+    )
+    assert votes["b"] == Vote(
+        "j",
+        "unknown",
+        None,
+        "judge reply could not be read",
+        "raw-last",
+        3,
+        ("q0", "k3", "k4"),
+        None,
+        2,
+    )
+    assert (
+        votes["c"].attempts == 2
+        and votes["c"].keys == ("k3", "k4")
+        and votes["c"].raw == "raw-last"
+    )
 
 
 def test_votes_of_a_failed_call_carry_the_error_and_no_raw():
-    reply = Reply(read={}, raw="an earlier unreadable reply", next_attempt=2, keys=("k0", "k1"), error="judge call failed: HTTP 500")
+    reply = Reply(
+        read={},
+        raw="an earlier unreadable reply",
+        next_attempt=2,
+        keys=("k0", "k1"),
+        error="judge call failed: HTTP 500",
+    )
     (vote,) = votes_of("j", batched_ask(["a"]), reply, {}).values()
-    assert (vote.status, vote.explanation, vote.error, vote.raw) == ("unknown", "judge call failed: HTTP 500", "judge call failed: HTTP 500", "")
+    assert (vote.status, vote.explanation, vote.error, vote.raw) == (
+        "unknown",
+        "judge call failed: HTTP 500",
+        "judge call failed: HTTP 500",
+        "",
+    )
     assert vote.attempts == 2
 
 
@@ -191,12 +238,17 @@ def test_votes_of_needs_a_reading(value):
 
 
 def test_free_form_values_pass_through_ask_untouched():
-    a = Ask(("n",), lambda _p: (Message("user", "n"),), lambda text, pending: {"n": int(text)} if text.isdigit() else {})
+    a = Ask(
+        ("n",),
+        lambda _p: (Message("user", "n"),),
+        lambda text, pending: {"n": int(text)} if text.isdigit() else {},
+    )
     reply = run(ask(FnJudge("j", table({("n", 0): "x", ("n", 1): "42"})), a, 0, 1))
     assert reply.read == {"n": (42, "42")}
 
 
 # ---- majority / decide -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "statuses, want",
@@ -222,24 +274,59 @@ def _v(status: str, expl: str = "", judge: str = "j") -> Vote:
     "votes, rule, want_status, want_expl",
     [
         ([("met", "m1"), ("unmet", "u1"), ("met", "m2")], majority, "met", "m1"),
-        ([("unmet", ""), ("met", "m"), ("unmet", "u2")], majority, "unmet", "u2"),  # first non-empty of the deciders
-        ([("unmet", "u"), ("met", "m")], majority, "unknown", "u"),  # tie: first explanation of any vote
-        ([("unknown", ""), ("unknown", "judge call failed")], majority, "unknown", "judge call failed"),
+        (
+            [("unmet", ""), ("met", "m"), ("unmet", "u2")],
+            majority,
+            "unmet",
+            "u2",
+        ),  # first non-empty of the deciders
+        (
+            [("unmet", "u"), ("met", "m")],
+            majority,
+            "unknown",
+            "u",
+        ),  # tie: first explanation of any vote
+        (
+            [("unknown", ""), ("unknown", "judge call failed")],
+            majority,
+            "unknown",
+            "judge call failed",
+        ),
         ([], majority, "unknown", ""),
-        ([("met", "m"), ("unknown", "")], partial(gaps_scoring.vote, min_valid=2), "unknown", "m"),  # review_needed
-        ([("met", "m"), ("met", "n"), ("unmet", "u")], partial(gaps_scoring.vote, min_valid=2), "met", "m"),
-        ([("unmet", "x")], lambda s: "met", "met", ""),  # the rule decides; no met vote to explain it
+        (
+            [("met", "m"), ("unknown", "")],
+            partial(gaps_scoring.vote, min_valid=2),
+            "unknown",
+            "m",
+        ),  # review_needed
+        (
+            [("met", "m"), ("met", "n"), ("unmet", "u")],
+            partial(gaps_scoring.vote, min_valid=2),
+            "met",
+            "m",
+        ),
+        (
+            [("unmet", "x")],
+            lambda s: "met",
+            "met",
+            "",
+        ),  # the rule decides; no met vote to explain it
         ([("met", "x")], lambda s: "bogus", "unknown", "x"),
     ],
 )
 def test_decide_table(votes, rule, want_status, want_expl):
     vs = [_v(s, e, f"j{i}") for i, (s, e) in enumerate(votes)]
     verdict = decide("c7", vs, rule)
-    assert (verdict.criterion_id, verdict.status, verdict.explanation) == ("c7", want_status, want_expl)
+    assert (verdict.criterion_id, verdict.status, verdict.explanation) == (
+        "c7",
+        want_status,
+        want_expl,
+    )
     assert verdict.votes == tuple(vs)
 
 
 # ---- panel -------------------------------------------------------------------------------------
+
 
 def test_panel_asks_every_judge_and_keeps_panel_order():
     judges = (
@@ -260,7 +347,10 @@ def test_panel_asks_every_judge_and_keeps_panel_order():
 
 def test_panel_with_previous_asks_a_judge_only_about_its_missing_or_unknown_votes():
     previous = {
-        "a": (Vote("j1", "met", attempts=1, keys=("old-a1",)), Vote("j2", "unknown", attempts=3, keys=("x", "y", "z"))),
+        "a": (
+            Vote("j1", "met", attempts=1, keys=("old-a1",)),
+            Vote("j2", "unknown", attempts=3, keys=("x", "y", "z")),
+        ),
         "b": (Vote("j1", "unmet", attempts=1, keys=("old-b1",)),),  # j2's vote on b is missing
     }
     j1 = FnJudge("j1", table({}, default="met"))
@@ -283,7 +373,11 @@ def test_panel_with_previous_asks_a_judge_only_about_its_missing_or_unknown_vote
 def test_panel_batched_ask_starts_after_the_most_attempts_of_its_items():
     previous = {"a": (Vote("j", "unknown", attempts=1),), "b": (Vote("j", "unknown", attempts=4),)}
     judge = FnJudge("j", table({}, default="a=met;b=unmet"))
-    votes = run(panel(["a", "b"], lambda _j, ids: [batched_ask(ids)], GradeContext(judges=(judge,)), previous))
+    votes = run(
+        panel(
+            ["a", "b"], lambda _j, ids: [batched_ask(ids)], GradeContext(judges=(judge,)), previous
+        )
+    )
     assert judge.calls == [("a,b", 4)]
     assert (votes["a"][0].attempts, votes["b"][0].attempts) == (2, 5)
 
@@ -291,38 +385,59 @@ def test_panel_batched_ask_starts_after_the_most_attempts_of_its_items():
 def test_panel_respects_first_attempt_over_previous_attempts():
     previous = {"r": (Vote("j", "unknown", attempts=2, keys=("k0", "k1")),)}
     judge = FnJudge("j", table({("r", 10): "garbage", ("r", 11): "met"}))
-    asks = lambda _j, ids: [Ask(("r",), lambda _p: (Message("user", "r"),), read_single, first_attempt=10)]
+    asks = lambda _j, ids: [
+        Ask(("r",), lambda _p: (Message("user", "r"),), read_single, first_attempt=10)
+    ]
     votes = run(panel(["r"], asks, GradeContext(judges=(judge,), max_reask=1), previous))
     assert judge.calls == [("r", 10), ("r", 11)]
     (vote,) = votes["r"]
-    assert vote.status == "met" and vote.attempts == 4 and vote.keys == ("k0", "k1", "j|r|10", "j|r|11")
+    assert (
+        vote.status == "met"
+        and vote.attempts == 4
+        and vote.keys == ("k0", "k1", "j|r|10", "j|r|11")
+    )
 
 
 def test_panel_marks_an_item_no_ask_covers_as_not_asked():
     judge = FnJudge("j", table({}, default="met"))
-    votes = run(panel(["a", "b"], lambda _j, ids: single_asks(_j, [i for i in ids if i != "b"]), GradeContext(judges=(judge,))))
+    votes = run(
+        panel(
+            ["a", "b"],
+            lambda _j, ids: single_asks(_j, [i for i in ids if i != "b"]),
+            GradeContext(judges=(judge,)),
+        )
+    )
     assert votes["a"][0].status == "met"
     assert votes["b"] == (Vote("j", "unknown", explanation="not asked"),)
 
 
 # ---- judge_criteria ----------------------------------------------------------------------------
 
-def _three_judges(rows: dict[str, tuple[str | None, str | None, str | None]]) -> tuple[FnJudge, ...]:
+
+def _three_judges(
+    rows: dict[str, tuple[str | None, str | None, str | None]],
+) -> tuple[FnJudge, ...]:
     """Judge i answers rows[item][i] for every attempt."""
     return tuple(FnJudge(f"j{i}", lambda p, a, i=i: rows[p][i]) for i in range(3))
 
 
 def test_judge_criteria_with_gaps_vote_keeps_known_verdicts_and_known_votes_on_regrade():
     gaps_rule = partial(gaps_scoring.vote, min_valid=2)
-    first = _three_judges({"x": ("met", "met", "??"), "y": ("met", "??", "??"), "z": ("unmet", "met", "??")})
+    first = _three_judges(
+        {"x": ("met", "met", "??"), "y": ("met", "??", "??"), "z": ("unmet", "met", "??")}
+    )
     ctx = GradeContext(judges=first, max_reask=0)
     verdicts = run(judge_criteria(["x", "y", "z"], single_asks, ctx, gaps_rule))
     # x: two valid met -> met; y: one valid (< min_valid) -> review; z: 1-1 tie -> review
     assert [v.status for v in verdicts] == ["met", "unknown", "unknown"]
     assert verdicts[2].statuses == ("unmet", "met", "unknown")
 
-    again = _three_judges({"x": ("unmet",) * 3, "y": ("unmet", "met", "unmet"), "z": ("met", "met", "unmet")})
-    ctx2 = GradeContext(judges=again, previous=Grade("s", None, verdicts=verdicts), only_unknown=True, max_reask=0)
+    again = _three_judges(
+        {"x": ("unmet",) * 3, "y": ("unmet", "met", "unmet"), "z": ("met", "met", "unmet")}
+    )
+    ctx2 = GradeContext(
+        judges=again, previous=Grade("s", None, verdicts=verdicts), only_unknown=True, max_reask=0
+    )
     regraded = run(judge_criteria(["x", "y", "z"], single_asks, ctx2, gaps_rule))
     assert again[0].calls == [], "j0 had a known vote on every unknown verdict"
     assert sorted(again[1].calls) == [("y", 1)]
@@ -344,7 +459,9 @@ def test_judge_criteria_ignores_previous_unless_only_unknown():
 def test_judge_criteria_with_nothing_unknown_asks_nobody_and_keeps_order():
     verdicts = (Verdict("b", "unmet"), Verdict("a", "met"))
     judge = FnJudge("j", table({}))
-    ctx = GradeContext(judges=(judge,), previous=Grade("s", 0.5, verdicts=verdicts), only_unknown=True)
+    ctx = GradeContext(
+        judges=(judge,), previous=Grade("s", 0.5, verdicts=verdicts), only_unknown=True
+    )
     got = run(judge_criteria(["a", "b"], single_asks, ctx))
     assert judge.calls == [] and got == (verdicts[1], verdicts[0])
 
@@ -362,15 +479,27 @@ def test_judge_criteria_with_nothing_unknown_asks_nobody_and_keeps_order():
 )
 def test_judge_criteria_gaps_min_valid(min_valid, replies, want):
     judges = tuple(FnJudge(f"j{i}", lambda p, a, r=r: r) for i, r in enumerate(replies))
-    (v,) = run(judge_criteria(["c"], single_asks, GradeContext(judges=judges, max_reask=0), partial(gaps_scoring.vote, min_valid=min_valid)))
+    (v,) = run(
+        judge_criteria(
+            ["c"],
+            single_asks,
+            GradeContext(judges=judges, max_reask=0),
+            partial(gaps_scoring.vote, min_valid=min_valid),
+        )
+    )
     assert v.status == want
 
 
 # ---- judge_keys / compare_modes ----------------------------------------------------------------
 
+
 def test_judge_keys_in_first_use_order_without_repeats():
     verdicts = (
-        Verdict("a", "met", votes=(Vote("j1", "met", keys=("k1", "k2")), Vote("j2", "met", keys=("k3",)))),
+        Verdict(
+            "a",
+            "met",
+            votes=(Vote("j1", "met", keys=("k1", "k2")), Vote("j2", "met", keys=("k3",))),
+        ),
         Verdict("b", "unmet", votes=(Vote("j1", "unmet", keys=("k2", "k4")),)),
     )
     votes = (Vote("j1", "met", keys=("k5", "k1")), Vote("j2", "met", keys=("k6",)))
@@ -384,13 +513,22 @@ def _g(sid: str, statuses: dict[str, str]) -> Grade:
 
 def test_compare_modes_matches_by_ids_not_positions():
     a = [_g("s1", {"0": "met", "1": "unmet", "2": "met"}), _g("s2", {"0": "unknown", "5": "met"})]
-    b = [_g("s2", {"5": "unmet", "0": "met", "9": "unknown"}), _g("s1", {"2": "met", "0": "met"}), _g("s3", {"0": "unknown"})]
+    b = [
+        _g("s2", {"5": "unmet", "0": "met", "9": "unknown"}),
+        _g("s1", {"2": "met", "0": "met"}),
+        _g("s3", {"0": "unknown"}),
+    ]
     cmp = compare_modes(a, b)
     # compared: s1/0 agree, s1/2 agree, s2/5 disagree; only a: s1/1 (missing in b); only b: s2/0
     assert (cmp.n_compared, cmp.n_agree, cmp.only_a_known, cmp.only_b_known) == (3, 2, 1, 1)
     assert cmp.agreement == pytest.approx(2 / 3)
     swapped = compare_modes(b, a)
-    assert (swapped.n_compared, swapped.n_agree, swapped.only_a_known, swapped.only_b_known) == (3, 2, 1, 1)
+    assert (swapped.n_compared, swapped.n_agree, swapped.only_a_known, swapped.only_b_known) == (
+        3,
+        2,
+        1,
+        1,
+    )
 
 
 def test_compare_modes_of_nothing():
@@ -399,6 +537,7 @@ def test_compare_modes_of_nothing():
 
 
 # ---- judge_json --------------------------------------------------------------------------------
+
 
 def test_json_values_puts_fenced_blocks_first_in_their_order():
     reply = 'I think {"prose": 1} is right.\n```json\n{"fenced": 2}\n```\nand\n```\n[3]\n```'
@@ -419,7 +558,10 @@ def test_json_values_inside_an_unclosed_object_finds_the_valid_inner_one():
 @pytest.mark.parametrize(
     "reply, want",
     [
-        ('{“criteria_met”：true，“explanation”：“回答提到了”}', {"criteria_met": True, "explanation": "回答提到了"}),
+        (
+            "{“criteria_met”：true，“explanation”：“回答提到了”}",
+            {"criteria_met": True, "explanation": "回答提到了"},
+        ),
         ('｛"得分"：［４］｝', {"得分": [4]}),
         ('结果：{"a"：1，"b"：2}。', {"a": 1, "b": 2}),
     ],
@@ -438,8 +580,8 @@ def test_json_values_scans_an_ascii_reply_once_and_strips_reasoning():
     "reply, want",
     [
         ('{"a": 1} then [1, 2] and [3]', [1, 2]),
-        ('prose [9]\n```json\n[1]\n```', [1]),
-        ('[“是”，“否”]', ["是", "否"]),
+        ("prose [9]\n```json\n[1]\n```", [1]),
+        ("[“是”，“否”]", ["是", "否"]),
         ('{"only": "objects"}', None),
         ("nothing", None),
     ],
@@ -456,13 +598,42 @@ def test_extract_json_object_skips_arrays():
 @pytest.mark.parametrize(
     "value, want",
     [
-        (True, True), (False, False), (1, True), (0, False), (1.0, True), (0.0, False),
-        ("true", True), (" TRUE ", True), ("Yes.", True), ("met", True), ("1", True),
-        ("是", True), ("符合", True), ("满足。", True), ("ｔｒｕｅ", True), ("１", True),
-        ("false", False), ("No", False), ("unmet", False), ("Not Met.", False), ("0", False),
-        ("否", False), ("不符合", False), ("不满足", False), ("０", False),
-        (2, None), (-1, None), (0.5, None), ("maybe", None), ("", None), (None, None),
-        ([], None), ({}, None), ([True], None), ("true false", None), ("not-met", None),
+        (True, True),
+        (False, False),
+        (1, True),
+        (0, False),
+        (1.0, True),
+        (0.0, False),
+        ("true", True),
+        (" TRUE ", True),
+        ("Yes.", True),
+        ("met", True),
+        ("1", True),
+        ("是", True),
+        ("符合", True),
+        ("满足。", True),
+        ("ｔｒｕｅ", True),
+        ("１", True),
+        ("false", False),
+        ("No", False),
+        ("unmet", False),
+        ("Not Met.", False),
+        ("0", False),
+        ("否", False),
+        ("不符合", False),
+        ("不满足", False),
+        ("０", False),
+        (2, None),
+        (-1, None),
+        (0.5, None),
+        ("maybe", None),
+        ("", None),
+        (None, None),
+        ([], None),
+        ({}, None),
+        ([True], None),
+        ("true false", None),
+        ("not-met", None),
     ],
 )
 def test_as_bool_table(value, want):
@@ -483,9 +654,14 @@ def test_explanation_text(value, want):
 
 
 def test_parse_criteria_met_reads_the_one_verdict_and_its_explanation():
-    assert parse_criteria_met('[1]\n{"explanation": ["x", "y"], "criteria_met": "否"}') == (False, '["x", "y"]')
+    assert parse_criteria_met('[1]\n{"explanation": ["x", "y"], "criteria_met": "否"}') == (
+        False,
+        '["x", "y"]',
+    )
     # two verdict objects: one may be the graded answer's own, quoted by the judge; never first-match
-    assert parse_criteria_met('[1]\n{"explanation": ["x", "y"], "criteria_met": "否"} {"criteria_met": true}') == (None, "")
+    assert parse_criteria_met(
+        '[1]\n{"explanation": ["x", "y"], "criteria_met": "否"} {"criteria_met": true}'
+    ) == (None, "")
     assert parse_criteria_met('{"explanation": "no verdict"}') == (None, "")
 
 
@@ -504,15 +680,44 @@ def _replies() -> list[str]:
 
     obj = '{"explanation": "The response names the red flags.", "criteria_met": true}'
     parts = [
-        obj, f"  \n{obj}\n ", f"{obj} Hope this helps.", f"{obj}\n{{\"criteria_met\": false}}", f"Verdict: {obj}",
-        f"```json\n{obj}\n```", f"<think>maybe {{\"criteria_met\": false}}</think>{obj}", f"{obj}</think>",
-        '{"explanation"："中文，理由", "criteria_met"：true}', '{“criteria_met”: false}', "[true, false]", '[{"criteria_met": true}]',
-        "{not json}", "{", "}", '{"a": 1', "criteria_met: true", "", "   ", "true", '"text"', "{}", '{"x": {"y": [1, 2]}}',
-        f"analysis ... assistantfinal{obj}", f"<answer>{obj}</answer>", "{\"k\": \"a\u2028b\"}", '{"k": NaN}', f"{obj}```",
+        obj,
+        f"  \n{obj}\n ",
+        f"{obj} Hope this helps.",
+        f'{obj}\n{{"criteria_met": false}}',
+        f"Verdict: {obj}",
+        f"```json\n{obj}\n```",
+        f'<think>maybe {{"criteria_met": false}}</think>{obj}',
+        f"{obj}</think>",
+        '{"explanation"："中文，理由", "criteria_met"：true}',
+        "{“criteria_met”: false}",
+        "[true, false]",
+        '[{"criteria_met": true}]',
+        "{not json}",
+        "{",
+        "}",
+        '{"a": 1',
+        "criteria_met: true",
+        "",
+        "   ",
+        "true",
+        '"text"',
+        "{}",
+        '{"x": {"y": [1, 2]}}',
+        f"analysis ... assistantfinal{obj}",
+        f"<answer>{obj}</answer>",
+        '{"k": "a\u2028b"}',
+        '{"k": NaN}',
+        f"{obj}```",
         '{"explanation": "<think>quoted</think> fine", "criteria_met": true}',
     ]
     rng = random.Random(5)
-    mixed = ["".join(rng.choice(parts + [" ", "\n", "{", "}", "<", ">", "`"]) for _ in range(rng.randint(1, 4))) for _ in range(400)]
+    mixed = [
+        "".join(
+            rng.choice(parts + [" ", "\n", "{", "}", "<", ">", "`"])
+            for _ in range(rng.randint(1, 4))
+        )
+        for _ in range(400)
+    ]
     return parts + mixed
 
 
@@ -520,4 +725,6 @@ def test_the_bare_object_shortcut_finds_the_object_a_full_scan_finds() -> None:
     """extract_json_object reads a reply that is one JSON object directly; whatever the reply, its
     answer is the first object json_values (the full scan) finds."""
     for text in _replies():
-        assert extract_json_object(text) == next((v for v in json_values(text) if isinstance(v, dict)), None), repr(text)
+        assert extract_json_object(text) == next(
+            (v for v in json_values(text) if isinstance(v, dict)), None
+        ), repr(text)

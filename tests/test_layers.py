@@ -17,13 +17,16 @@ ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
 LAYERS = {
     "": 0,  # the package itself: its version
     "core": 1,
-    "store": 2, "scoring": 2,
+    "store": 2,
+    "scoring": 2,
     "sources": 3,
-    "providers": 4, "graders": 4,
+    "providers": 4,
+    "graders": 4,
     "benchmarks": 5,
     "run": 6,
     "analyses": 7,
-    "reports": 8, "viewer": 8,
+    "reports": 8,
+    "viewer": 8,
     "cli": 9,
     "__main__": 10,
     "testing": 10,  # loopback servers for tests and bench scripts: nothing in production imports them
@@ -112,8 +115,12 @@ def test_every_folder_has_a_layer() -> None:
 
 
 def test_no_import_goes_up_or_sideways() -> None:
-    bad = [f"{m} -> {t}" for m, ts in sorted(GRAPH.items()) for t in sorted(ts)
-           if folder(t) != folder(m) and LAYERS[folder(t)] >= LAYERS[folder(m)]]
+    bad = [
+        f"{m} -> {t}"
+        for m, ts in sorted(GRAPH.items())
+        for t in sorted(ts)
+        if folder(t) != folder(m) and LAYERS[folder(t)] >= LAYERS[folder(m)]
+    ]
     assert bad == []
 
 
@@ -132,14 +139,25 @@ def test_the_checks_catch_what_they_are_for() -> None:
     """The loop finder and the layer rule fail on a planted loop and a planted upward import."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     planted = {"grandrounds.core.records": {"grandrounds.run.runner"}}
-    up = [f"{m} -> {t}" for m, ts in planted.items() for t in ts if LAYERS[folder(t)] >= LAYERS[folder(m)]]
+    up = [
+        f"{m} -> {t}"
+        for m, ts in planted.items()
+        for t in ts
+        if LAYERS[folder(t)] >= LAYERS[folder(m)]
+    ]
     assert up == ["grandrounds.core.records -> grandrounds.run.runner"]
 
 
 def body_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     """A function's length from its first statement (after the docstring) to its end: the
     signature, however many options a command declares, is a declaration, not code."""
-    body = fn.body[1:] if len(fn.body) > 1 and isinstance(fn.body[0], ast.Expr) and isinstance(getattr(fn.body[0], "value", None), ast.Constant) else fn.body
+    body = (
+        fn.body[1:]
+        if len(fn.body) > 1
+        and isinstance(fn.body[0], ast.Expr)
+        and isinstance(getattr(fn.body[0], "value", None), ast.Constant)
+        else fn.body
+    )
     return (fn.end_lineno or fn.lineno) - body[0].lineno + 1
 
 

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.providers.base import ModelSpec
 from grandrounds.core.records import GenParams, Message, Request
-from grandrounds.run.runner import run
+from grandrounds.providers.base import ModelSpec
 from grandrounds.run.config import RunConfig
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 
 pytestmark = pytest.mark.slow
@@ -53,8 +53,15 @@ def test_default_model_is_found_without_importing_its_package():
 
 
 def test_chat_next_token_and_loglikelihood(provider):
-    q = (Message("user", "Which organ pumps blood around the body?\nA. Liver\nB. Heart\nC. Lung\nD. Kidney\nAnswer with the letter only."),)
-    chat = asyncio.run(provider.call(Request("llamacpp", "smollm2", q, params=GenParams(max_tokens=8))))
+    q = (
+        Message(
+            "user",
+            "Which organ pumps blood around the body?\nA. Liver\nB. Heart\nC. Lung\nD. Kidney\nAnswer with the letter only.",
+        ),
+    )
+    chat = asyncio.run(
+        provider.call(Request("llamacpp", "smollm2", q, params=GenParams(max_tokens=8)))
+    )
     assert chat.ok and isinstance(chat.text, str) and chat.usage.completion_tokens > 0
 
     req = Request("llamacpp", "smollm2", q, kind="next_token", continuations=("A", "B", "C", "D"))
@@ -65,7 +72,11 @@ def test_chat_next_token_and_loglikelihood(provider):
 
     ctx = (Message("user", "Question: Which organ pumps blood around the body?\nAnswer:"),)
     conts = (" the heart", " the liver", " a lung")
-    got = asyncio.run(provider.call(Request("llamacpp", "smollm2", ctx, kind="loglikelihood", continuations=conts))).scores
+    got = asyncio.run(
+        provider.call(
+            Request("llamacpp", "smollm2", ctx, kind="loglikelihood", continuations=conts)
+        )
+    ).scores
     want = _reference_loglik(provider.path, ctx[0].content, conts)
     for c in conts:
         assert got[c] == pytest.approx(want[c], abs=2e-3), c
@@ -75,7 +86,9 @@ def _reference_loglik(path, context: str, conts) -> dict[str, float]:
     """Evaluate context + continuation in one pass with every position's logits kept."""
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=1024, n_threads=1, logits_all=True, verbose=False)
+    llm = llama_cpp.Llama(
+        model_path=str(path), n_ctx=1024, n_threads=1, logits_all=True, verbose=False
+    )
     ctx_toks = llm.tokenize(context.encode(), add_bos=True, special=False)
     out = {}
     for c in conts:
@@ -93,7 +106,12 @@ def _reference_loglik(path, context: str, conts) -> dict[str, float]:
 
 def test_demo_on_the_local_model_then_cached(tmp_path, provider):
     store = Store(tmp_path / "s.db")
-    cfg = RunConfig("demo", "llamacpp/smollm2", options=RunOptions(answer_mode="letter"), provider_options={"n_threads": 1})
+    cfg = RunConfig(
+        "demo",
+        "llamacpp/smollm2",
+        options=RunOptions(answer_mode="letter"),
+        provider_options={"n_threads": 1},
+    )
     first = asyncio.run(run(store, cfg))
     assert first.result.n == 12 and first.result.n_unscored == 0 and first.answer_stats.made == 12
     assert 0.0 <= first.result.score <= 1.0

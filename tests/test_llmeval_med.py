@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.llmeval_med import LLMEvalMed
+from grandrounds.core.records import Grade, Response
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.llmeval_grader import LLMEvalGrader, parse_score, usability
-from grandrounds.core.records import Grade, Response
 from tests.grading import grade_answer
 
 
@@ -34,7 +34,7 @@ class FakeJudge:
         return Response(key=f"{self.name}-k{attempt}", text=reply)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(path: Path):
     return LLMEvalMed().load(path)
 
@@ -47,12 +47,20 @@ def samples(shared_data):
 def test_real_file_loads_every_turn(samples):
     assert len(samples) == 667
     counts = Counter(s.metadata["category"] for s in samples)
-    assert counts == {"医疗知识": 141, "医疗推理": 102, "医疗语言理解": 213, "医疗安全伦理": 109, "医疗文本生成": 102}
+    assert counts == {
+        "医疗知识": 141,
+        "医疗推理": 102,
+        "医疗语言理解": 213,
+        "医疗安全伦理": 109,
+        "医疗文本生成": 102,
+    }
     assert len({s.id for s in samples}) == 667
     assert len({s.group for s in samples}) == 571  # SOURCE.md: 93+102+178+98+100 conversations
     # 医疗语言理解 rows say category1 一般语言理解: the top-level key is the category.
     mlu = next(s for s in samples if s.metadata["code"] == "MLU")
-    assert mlu.metadata["category1"] == "一般语言理解" and mlu.metadata["category"] == "医疗语言理解"
+    assert (
+        mlu.metadata["category1"] == "一般语言理解" and mlu.metadata["category"] == "医疗语言理解"
+    )
     # NaN checklists become None, never the text "nan".
     assert all(s.metadata["checklist"] is None or s.metadata["checklist"] != "nan" for s in samples)
 
@@ -66,11 +74,18 @@ def test_round_three_prompt_carries_rounds_one_and_two_in_order(samples):
     p = bench.prompt(r3, RunOptions(), history)
     assert [m.role for m in p.messages] == ["user", "assistant", "user", "assistant", "user"]
     assert [m.content for m in p.messages] == [
-        r1.messages[0].content, "答一：皂苷与胆固醇结合", r2.messages[0].content, "答二：用溶血指数表示", r3.messages[0].content
+        r1.messages[0].content,
+        "答一：皂苷与胆固醇结合",
+        r2.messages[0].content,
+        "答二：用溶血指数表示",
+        r3.messages[0].content,
     ]
     # Answer.py's system message is the protocol's (the runner sends it first), under both protocols.
     for name in ("reference", "grandrounds"):
-        assert bench.protocol(RunOptions(protocol=name)).answer.system == "You are a helpful assistant."
+        assert (
+            bench.protocol(RunOptions(protocol=name)).answer.system
+            == "You are a helpful assistant."
+        )
     assert r3.group == "医疗知识/7" and r3.turn == 3
 
 
@@ -83,8 +98,11 @@ def test_round_three_prompt_carries_rounds_one_and_two_in_order(samples):
         ('{"得分": "[0]"}', None),
         ('{"得分": "[6]"}', None),
         ("我认为应得 4 分", None),
-        ("<think>先看 [1] 条</think>{\"得分\": \"[5]\"}", 5),  # reasoning trace ignored
-        ('{"判断依据": "参见第[2]点", "得分": "[4]"}', None),  # scores that disagree: re-asked, never the first taken
+        ('<think>先看 [1] 条</think>{"得分": "[5]"}', 5),  # reasoning trace ignored
+        (
+            '{"判断依据": "参见第[2]点", "得分": "[4]"}',
+            None,
+        ),  # scores that disagree: re-asked, never the first taken
         ("", None),
     ],
 )
@@ -100,7 +118,11 @@ def test_usability_threshold():
 
 def _grade(sample, judge, protocol="grandrounds", **ctx):
     grader = LLMEvalGrader(runs=3, protocol=protocol)
-    return asyncio.run(grader.grade(sample, Response(key="ans", text="回答内容"), GradeContext(judges=(judge,), **ctx)))
+    return asyncio.run(
+        grader.grade(
+            sample, Response(key="ans", text="回答内容"), GradeContext(judges=(judge,), **ctx)
+        )
+    )
 
 
 def test_three_runs_use_distinct_attempt_numbers_and_average(samples):
@@ -111,12 +133,22 @@ def test_three_runs_use_distinct_attempt_numbers_and_average(samples):
     assert sorted(a for a, _ in judge.calls) == [0, 3, 4, 6]
     assert g.details["run_scores"] == [4, 5, 2]
     assert g.details["mean_score"] == pytest.approx(11 / 3)
-    assert g.value == 0.0 and g.details["other_value"] == 0.0  # the official reading of the same replies agrees
-    assert g.verdicts == () and [(v.run, v.score) for v in g.votes] == [(0, 4.0), (1, 5.0), (2, 2.0)]
+    assert (
+        g.value == 0.0 and g.details["other_value"] == 0.0
+    )  # the official reading of the same replies agrees
+    assert g.verdicts == () and [(v.run, v.score) for v in g.votes] == [
+        (0, 4.0),
+        (1, 5.0),
+        (2, 2.0),
+    ]
     assert all(v.status in ("met", "unmet") for v in g.votes)
     # The MK prompt carries the checklist and the reference answer of this very turn.
     prompt = judge.calls[0][1]
-    assert sample.metadata["checklist"][:20] in prompt and sample.target[:20] in prompt and "回答内容" in prompt
+    assert (
+        sample.metadata["checklist"][:20] in prompt
+        and sample.target[:20] in prompt
+        and "回答内容" in prompt
+    )
 
 
 def test_no_valid_score_is_unscored_and_reasked_under_grandrounds(samples):
@@ -134,13 +166,18 @@ def test_no_valid_score_is_unscored_and_reasked_under_grandrounds(samples):
 def test_failed_answer_and_failed_judge_calls_are_not_zero(samples):
     grader = LLMEvalGrader(runs=2)
     s = samples[0]
-    g = grade_answer(grader, s, Response(key="a", error="timeout"), GradeContext(judges=(FakeJudge(["[5]"]),)))
+    g = grade_answer(
+        grader, s, Response(key="a", error="timeout"), GradeContext(judges=(FakeJudge(["[5]"]),))
+    )
     assert g.value is None and g.status == "answer_failed" and "timeout" in g.error
     judge = FakeJudge([None])
     g = asyncio.run(grader.grade(s, Response(key="a", text="x"), GradeContext(judges=(judge,))))
     assert g.value is None and len(judge.calls) == 2  # a failed call is not re-asked
     assert g.status == "unreadable" and len(g.votes) == 2
-    assert all(v.status == "unknown" and "HTTP 500" in v.explanation and "HTTP 500" in (v.error or "") for v in g.votes)
+    assert all(
+        v.status == "unknown" and "HTTP 500" in v.explanation and "HTTP 500" in (v.error or "")
+        for v in g.votes
+    )
 
 
 def test_only_unknown_regrade_keeps_known_runs_and_uses_fresh_attempts(samples):
@@ -151,7 +188,9 @@ def test_only_unknown_regrade_keeps_known_runs_and_uses_fresh_attempts(samples):
     again = _grade(sample, judge, previous=first, only_unknown=True)
     assert [a for a, _ in judge.calls] == [9]  # after attempts 0..8 of the first grading
     assert again.details["run_scores"] == [5, 4, 4] and again.value == 1.0
-    assert again.votes[1].attempts == 4 and again.votes[0] == first.votes[0]  # known runs kept as they are
+    assert (
+        again.votes[1].attempts == 4 and again.votes[0] == first.votes[0]
+    )  # known runs kept as they are
 
 
 def test_aggregate_usability_percent_under_both_protocols(samples):
@@ -160,10 +199,18 @@ def test_aggregate_usability_percent_under_both_protocols(samples):
     mr = [s for s in samples if s.metadata["code"] == "MR"][:2]
 
     def g(s, value, mean, other):
-        return Grade(s.id, value, details={"run_scores": [mean], "mean_score": mean, "other_value": other})
+        return Grade(
+            s.id, value, details={"run_scores": [mean], "mean_score": mean, "other_value": other}
+        )
 
-    grades = [g(mk[0], 1.0, 4.5, 1.0), g(mk[1], 0.0, 3.0, 1.0), g(mk[2], None, None, 0.0), g(mk[3], 1.0, 5.0, None),
-              g(mr[0], 0.0, 2.0, 0.0), Grade(mr[1].id, None, error="answer call failed")]
+    grades = [
+        g(mk[0], 1.0, 4.5, 1.0),
+        g(mk[1], 0.0, 3.0, 1.0),
+        g(mk[2], None, None, 0.0),
+        g(mk[3], 1.0, 5.0, None),
+        g(mr[0], 0.0, 2.0, 0.0),
+        Grade(mr[1].id, None, error="answer call failed"),
+    ]
     # grandrounds: usable among answers with a valid score; the reference reading (other_value) counts
     # every question, those with no value unusable.
     agg = bench.aggregate(mk + mr, grades, RunOptions(protocol="grandrounds"))
@@ -184,8 +231,11 @@ def test_aggregate_usability_percent_under_both_protocols(samples):
     assert ref.score == pytest.approx(100 * 2 / 6) and ref.n == 6 and ref.n_unscored == 2
     assert ref.breakdown["category"]["MK"].score == pytest.approx(50.0)
     assert ref.breakdown["category"]["MR"].score == 0.0 and ref.breakdown["category"]["MR"].n == 2
-    assert ref.extra["other_protocol"] == {"protocol": "grandrounds", "score": pytest.approx(100 * 2 / 4),
-                                           "differs": ref.extra["other_protocol"]["differs"]}
+    assert ref.extra["other_protocol"] == {
+        "protocol": "grandrounds",
+        "score": pytest.approx(100 * 2 / 4),
+        "differs": ref.extra["other_protocol"]["differs"],
+    }
     assert ref.breakdown["category"]["MK"].metrics["other_rate"] == pytest.approx(100 * 2 / 3)
 
 
@@ -201,7 +251,10 @@ def test_malformed_turn_is_a_data_error(tmp_path):
     from grandrounds.core.errors import DataError
 
     bad = tmp_path / "dataset.json"
-    bad.write_text('{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 2, "sanswer": "答"}]}', encoding="utf-8")
+    bad.write_text(
+        '{"医疗知识": [{"problem": "问", "groupCode": 1, "round": 2, "sanswer": "答"}]}',
+        encoding="utf-8",
+    )
     with pytest.raises(DataError, match=r"医疗知识\[0\].*round 2 follows round 0"):
         LLMEvalMed().load(bad)
     bad.write_text('{"医疗知识": [{"groupCode": 1, "round": 1}]}', encoding="utf-8")
@@ -209,13 +262,12 @@ def test_malformed_turn_is_a_data_error(tmp_path):
         LLMEvalMed().load(bad)
 
 
-
 def test_end_to_end_through_runner_and_loopback_server(tmp_path, shared_data):
     """Real runner, real HTTP, reference protocol: multi-turn history reaches the model, the judge sees one turn."""
     import json
 
-    from grandrounds.run.runner import run
     from grandrounds.run.config import JudgeConfig, RunConfig
+    from grandrounds.run.runner import run
     from grandrounds.store import Store
     from grandrounds.testing import LoopbackServer
 
@@ -227,16 +279,27 @@ def test_end_to_end_through_runner_and_loopback_server(tmp_path, shared_data):
     def rule(body):
         msgs = body["messages"]
         user = msgs[-1]["content"]
-        if "## 人设和任务设定" in user:  # the official MK prompt; judge: 5 for answers to first turns, 3 for later
+        if (
+            "## 人设和任务设定" in user
+        ):  # the official MK prompt; judge: 5 for answers to first turns, 3 for later
             assert "答案#" in user and "答案#1" not in user.split("### 学生的回答Response")[0]
-            return '{"判断依据": "ok", "得分": "[5]"}' if "答案#0" in user else '{"判断依据": "一般", "得分": "[3]"}'
+            return (
+                '{"判断依据": "ok", "得分": "[5]"}'
+                if "答案#0" in user
+                else '{"判断依据": "一般", "得分": "[3]"}'
+            )
         earlier = [m["content"] for m in msgs if m["role"] == "assistant"]
         assert earlier == [f"答案#{i}" for i in range(len(earlier))]  # own answers, in order
         return f"答案#{len(earlier)}"
 
     with LoopbackServer(rule, keep_bodies=True) as srv:
-        cfg = RunConfig("llmeval-med", "openai/cand", data=data, base_url=srv.base_url,
-                        judges=(JudgeConfig("openai/judge", srv.base_url),))
+        cfg = RunConfig(
+            "llmeval-med",
+            "openai/cand",
+            data=data,
+            base_url=srv.base_url,
+            judges=(JudgeConfig("openai/judge", srv.base_url),),
+        )
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
         bodies = srv.stats.bodies
     res = out.result

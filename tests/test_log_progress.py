@@ -26,32 +26,55 @@ LONG_MODEL = "openai/" + "a-rather-long-model-name-of-a-local-server-instruct-q4
 
 
 def run_demo(srv: LoopbackServer, store: Path, model: str = "openai/local") -> str:
-    args = ["run", "demo", "--model", model, "--base-url", srv.base_url, "--store", str(store), "--protocol", "grandrounds"]
+    args = [
+        "run",
+        "demo",
+        "--model",
+        model,
+        "--base-url",
+        srv.base_url,
+        "--store",
+        str(store),
+        "--protocol",
+        "grandrounds",
+    ]
     r = CliRunner().invoke(app, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     return r.output
 
 
-def test_a_run_logged_to_a_file_prints_plain_progress_lines_every_few_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_logged_to_a_file_prints_plain_progress_lines_every_few_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(progress, "LOG_EVERY", 0.2)
-    with LoopbackServer(lambda body: "B", latency=0.1, serial=True) as srv:  # 12 questions, one at a time: over a second
+    with LoopbackServer(
+        lambda body: "B", latency=0.1, serial=True
+    ) as srv:  # 12 questions, one at a time: over a second
         out = run_demo(srv, tmp_path / "s.db")
     lines = [ln for ln in out.splitlines() if LINE.match(ln)]
     assert len(lines) >= 4, out
     done = [int(LINE.match(ln).group(1)) for ln in lines]
-    assert done == sorted(done) and done[-1] == 12 and done[0] < 12, "counts move on, line by line, to the end"
+    assert done == sorted(done) and done[-1] == 12 and done[0] < 12, (
+        "counts move on, line by line, to the end"
+    )
     assert LINE.match(lines[-1]).group(2) == "100" and LINE.match(lines[-1]).group(4) == "0:00:00"
-    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", out), "no control characters: no bar, no cursor moves, no colours"
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", out), (
+        "no control characters: no bar, no cursor moves, no colours"
+    )
     assert "━" not in out, "no bar drawn"
 
 
-def test_progress_lines_come_while_every_call_is_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_lines_come_while_every_call_is_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A timer prints them, not the calls: one slow first answer still shows the run is alive."""
     monkeypatch.setattr(progress, "LOG_EVERY", 0.2)
     with LoopbackServer(lambda body: "B", latency=1.2, serial=True) as srv:
         out = run_demo(srv, tmp_path / "s.db")
     waiting = [ln for ln in out.splitlines() if LINE.match(ln) and LINE.match(ln).group(1) == "0"]
-    assert len(waiting) >= 3 and all(LINE.match(ln).group(4) == "-" for ln in waiting), "no pace yet: ETA unknown, never 0"
+    assert len(waiting) >= 3 and all(LINE.match(ln).group(4) == "-" for ln in waiting), (
+        "no pace yet: ETA unknown, never 0"
+    )
 
 
 def test_summary_lines_are_kept_whole_in_a_log_file(tmp_path: Path) -> None:
@@ -61,9 +84,29 @@ def test_summary_lines_are_kept_whole_in_a_log_file(tmp_path: Path) -> None:
         log = tmp_path / "log.txt"
         env = {k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}
         with open(log, "w") as f:
-            subprocess.run([sys.executable, "-m", "grandrounds", "run", "demo", "--model", LONG_MODEL, "--base-url", srv.base_url,
-                            "--store", str(tmp_path / "s.db"), "--protocol", "grandrounds"],
-                           stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, check=True, timeout=120)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "grandrounds",
+                    "run",
+                    "demo",
+                    "--model",
+                    LONG_MODEL,
+                    "--base-url",
+                    srv.base_url,
+                    "--store",
+                    str(tmp_path / "s.db"),
+                    "--protocol",
+                    "grandrounds",
+                ],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                check=True,
+                timeout=120,
+            )
     text = log.read_text(encoding="utf-8")
     assert "…" not in text, text
     run_line = next(ln for ln in text.splitlines() if ": run " in ln)

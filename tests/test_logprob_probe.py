@@ -49,21 +49,40 @@ def stand_in(faults: frozenset[str] = frozenset()):
         if "prompt" not in body:
             return "A"
         prompt, asked = str(body["prompt"]), int(body.get("max_tokens", 16))
-        n_gen = (5 if asked == 0 and "max0" in faults else asked)
+        n_gen = 5 if asked == 0 and "max0" in faults else asked
         text = prompt
         for _ in range(n_gen):
             text += greedy(text)
         tokens = list(text)
         values: list[float | None] = [None] + [lp(text[:i], text[i]) for i in range(1, len(text))]
         offsets = list(range(len(text)))
-        if "shift" in faults:  # each echoed prompt token read off the next position's row: log P(t_i | t_0..t_i)
-            values = [None] + [lp(text[:i + 1], text[i]) for i in range(1, len(prompt))] + values[len(prompt):]
+        if (
+            "shift" in faults
+        ):  # each echoed prompt token read off the next position's row: log P(t_i | t_0..t_i)
+            values = (
+                [None]
+                + [lp(text[: i + 1], text[i]) for i in range(1, len(prompt))]
+                + values[len(prompt) :]
+            )
         if "drop" in faults and len(prompt) > 1:  # one prompt token left out of the echo
             k = len(prompt) - 1
             del tokens[k], values[k], offsets[k]
-        logprobs = {"tokens": tokens, "token_logprobs": values, "text_offset": offsets, "top_logprobs": None}
-        return Raw({"id": "cmpl-1", "object": "text_completion", "model": body.get("model"),
-                    "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": "length"}]})
+        logprobs = {
+            "tokens": tokens,
+            "token_logprobs": values,
+            "text_offset": offsets,
+            "top_logprobs": None,
+        }
+        return Raw(
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "model": body.get("model"),
+                "choices": [
+                    {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": "length"}
+                ],
+            }
+        )
 
     return rule
 
@@ -72,9 +91,18 @@ def _provider(server: LoopbackServer) -> OpenAIProvider:
     return OpenAIProvider(ModelSpec("openai", "standin", server.base_url))
 
 
-async def _scores(provider: OpenAIProvider, context: str, conts: tuple[str, ...]) -> dict[str, float]:
+async def _scores(
+    provider: OpenAIProvider, context: str, conts: tuple[str, ...]
+) -> dict[str, float]:
     try:
-        req = Request("openai", "standin", (Message("user", context),), GenParams(), kind="loglikelihood", continuations=conts)
+        req = Request(
+            "openai",
+            "standin",
+            (Message("user", context),),
+            GenParams(),
+            kind="loglikelihood",
+            continuations=conts,
+        )
         return dict((await provider.call(req)).scores or {})
     finally:
         await provider.aclose()
@@ -97,11 +125,14 @@ def test_a_correct_server_passes_and_scores_the_tables_figures() -> None:
     assert all(b.get("max_tokens") == 1 for b in srv.stats.bodies)  # never 0
 
 
-@pytest.mark.parametrize("faults, reason", [
-    ({"shift"}, "shifted by one token"),
-    ({"drop"}, "a token left out"),
-    ({"shift", "drop", "max0"}, "a token left out"),
-])
+@pytest.mark.parametrize(
+    "faults, reason",
+    [
+        ({"shift"}, "shifted by one token"),
+        ({"drop"}, "a token left out"),
+        ({"shift", "drop", "max0"}, "a token left out"),
+    ],
+)
 def test_llama_cpp_python_faults_are_refused_with_the_reason(faults: set[str], reason: str) -> None:
     with LoopbackServer(stand_in(frozenset(faults))) as srv:
         with pytest.raises(ConfigError, match=reason) as err:
@@ -118,7 +149,9 @@ def test_max_tokens_zero_as_no_limit_does_no_harm_as_one_is_sent() -> None:
     assert scores == pytest.approx({c: expected(context, c) for c in conts}, abs=1e-6)
 
 
-def test_a_next_token_run_on_a_server_without_echo_is_not_checked_but_a_loglik_run_is_refused() -> None:
+def test_a_next_token_run_on_a_server_without_echo_is_not_checked_but_a_loglik_run_is_refused() -> (
+    None
+):
     with LoopbackServer(lambda body: "A") as srv:  # completions without logprobs
         assert asyncio.run(_probe(_provider(srv), "next_token")) is False
         with pytest.raises(ConfigError, match="no echoed log-probabilities"):
@@ -127,7 +160,12 @@ def test_a_next_token_run_on_a_server_without_echo_is_not_checked_but_a_loglik_r
 
 def test_the_run_is_refused_before_any_answer(tmp_path: Path) -> None:
     with LoopbackServer(stand_in(frozenset({"shift"}))) as srv, Store(tmp_path / "s.db") as st:
-        cfg = RunConfig("demo", "openai/standin", base_url=srv.base_url, options=RunOptions(answer_mode="letter-loglik"))
+        cfg = RunConfig(
+            "demo",
+            "openai/standin",
+            base_url=srv.base_url,
+            options=RunOptions(answer_mode="letter-loglik"),
+        )
         with pytest.raises(ConfigError, match="shifted by one token"):
             asyncio.run(run(st, cfg))
         assert srv.stats.requests == 2  # the probe's two questions, and no answer

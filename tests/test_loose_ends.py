@@ -17,26 +17,27 @@ import shutil
 import socket
 import sqlite3
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from grandrounds.sources import upstream
+from grandrounds.analyses.collect import question_text
+from grandrounds.analyses.labels import question_of
+from grandrounds.analyses.review_scales import review_scale
+from grandrounds.analyses.reviews import ReviewError, ReviewInput, add_review
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.core.errors import DataError
 from grandrounds.reports import build_report
-from grandrounds.analyses.collect import question_text
-from grandrounds.analyses.reviews import ReviewError, ReviewInput, add_review
-from grandrounds.run.runner import run
 from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.runner import run
+from grandrounds.sources import upstream
 from grandrounds.store import Store
 from grandrounds.viewer import index as viewer_index
-from grandrounds.analyses.labels import question_of
 from grandrounds.viewer.queries import Filters, list_items
-from grandrounds.analyses.review_scales import review_scale
 from grandrounds.viewer.server import make_server
 from tests.test_viewer import Client
 
@@ -50,11 +51,22 @@ HEALTHBENCH_ROWS = [
         "prompt": [
             {"role": "user", "content": "My father takes warfarin."},
             {"role": "assistant", "content": "Thanks. Is anything new going on?"},
-            {"role": "user", "content": "He started <b>amoxicillin</b> & his INR is 4.1 > 3. Is that a problem?"},
+            {
+                "role": "user",
+                "content": "He started <b>amoxicillin</b> & his INR is 4.1 > 3. Is that a problem?",
+            },
         ],
         "rubrics": [
-            {"criterion": "Advises contacting the anticoagulation clinic", "points": 5, "tags": ["axis:accuracy"]},
-            {"criterion": "Tells him to stop warfarin on his own", "points": -6, "tags": ["axis:accuracy"]},
+            {
+                "criterion": "Advises contacting the anticoagulation clinic",
+                "points": 5,
+                "tags": ["axis:accuracy"],
+            },
+            {
+                "criterion": "Tells him to stop warfarin on his own",
+                "points": -6,
+                "tags": ["axis:accuracy"],
+            },
         ],
         "example_tags": ["theme:context_seeking"],
     },
@@ -66,7 +78,9 @@ HEALTHBENCH_ROWS = [
             {"role": "assistant", "content": "Where is it, and does it itch?"},
             {"role": "user", "content": "Arms only, itchy. Cream or 'wait & see'?"},
         ],
-        "rubrics": [{"criterion": "Suggests stopping the soap", "points": 4, "tags": ["axis:completeness"]}],
+        "rubrics": [
+            {"criterion": "Suggests stopping the soap", "points": 4, "tags": ["axis:completeness"]}
+        ],
         "example_tags": ["theme:global_health"],
     },
 ]
@@ -74,12 +88,25 @@ HEALTHBENCH_ROWS = [
 # MedQA's format: the stem is the sample's own question; the prompt around it adds instructions
 # and the options, which the list shows apart.
 MEDQA_ROWS = [
-    {"question": "A 60-year-old has Na+ < 125 mmol/L & confusion. What is the first step?", "answer": "Hypertonic saline",
-     "options": {"A": "Hypertonic saline", "B": "Water restriction", "C": "Tolvaptan", "D": "Observation"},
-     "meta_info": "step2&3", "answer_idx": "A"},
-    {"question": "Which vitamin deficiency causes <i>scurvy</i>?", "answer": "Vitamin C",
-     "options": {"A": "Vitamin A", "B": "Vitamin C", "C": "Vitamin D", "D": "Vitamin K"},
-     "meta_info": "step1", "answer_idx": "B"},
+    {
+        "question": "A 60-year-old has Na+ < 125 mmol/L & confusion. What is the first step?",
+        "answer": "Hypertonic saline",
+        "options": {
+            "A": "Hypertonic saline",
+            "B": "Water restriction",
+            "C": "Tolvaptan",
+            "D": "Observation",
+        },
+        "meta_info": "step2&3",
+        "answer_idx": "A",
+    },
+    {
+        "question": "Which vitamin deficiency causes <i>scurvy</i>?",
+        "answer": "Vitamin C",
+        "options": {"A": "Vitamin A", "B": "Vitamin C", "C": "Vitamin D", "D": "Vitamin K"},
+        "meta_info": "step1",
+        "answer_idx": "B",
+    },
 ]
 
 
@@ -101,9 +128,32 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mq = _jsonl(folder / "phrases_no_exclude_test.jsonl", MEDQA_ROWS)
     judge = JudgeConfig("scripted/judge", options={"script": _judge})
     with Store(folder / "s.db") as st:
-        asyncio.run(run(st, RunConfig("healthbench", "scripted/cand", data=hb, judges=(judge,), options=RunOptions(protocol="grandrounds"),
-                                      provider_options={"script": lambda req: "Call the clinic today; do not stop warfarin."})))
-        asyncio.run(run(st, RunConfig("medqa", "scripted/cand", data=mq, provider_options={"script": lambda req: "Answer: A"})))
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "healthbench",
+                    "scripted/cand",
+                    data=hb,
+                    judges=(judge,),
+                    options=RunOptions(protocol="grandrounds"),
+                    provider_options={
+                        "script": lambda req: "Call the clinic today; do not stop warfarin."
+                    },
+                ),
+            )
+        )
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "medqa",
+                    "scripted/cand",
+                    data=mq,
+                    provider_options={"script": lambda req: "Answer: A"},
+                ),
+            )
+        )
     return folder / "s.db"
 
 
@@ -139,15 +189,31 @@ def viewer(store_path: Path) -> Iterator[str]:
         yield url
 
 
-def test_the_api_and_the_viewer_accept_and_refuse_the_same_scores(store_path: Path, viewer: str) -> None:
+def test_the_api_and_the_viewer_accept_and_refuse_the_same_scores(
+    store_path: Path, viewer: str
+) -> None:
     with Store(store_path) as st:
         run_id, fp = _healthbench_run(st)
         base = ReviewInput(run_id, fp, "conv-1", "Dr A", "checked the chart")
         lo, hi = review_scale(st, replace(base, score=0.0))
     # conv-1: +5 and -6 points, so the worst case is (0 - 6) / 5 and the best 5 / 5
     assert (lo, hi) == (pytest.approx(-6 / 5), 1.0)
-    table = [99.0, -5.0, 1e300, -1e300, float("nan"), float("inf"), float("-inf"), hi + 1e-9, lo - 1e-9,
-             0.0, 0.5, 1.0, lo, -1.0]
+    table = [
+        99.0,
+        -5.0,
+        1e300,
+        -1e300,
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        hi + 1e-9,
+        lo - 1e-9,
+        0.0,
+        0.5,
+        1.0,
+        lo,
+        -1.0,
+    ]
     on_scale = {s for s in table if lo <= s <= hi}
     assert on_scale == {0.0, 0.5, 1.0, lo, -1.0}
 
@@ -165,9 +231,17 @@ def test_the_api_and_the_viewer_accept_and_refuse_the_same_scores(store_path: Pa
     c = Client(viewer)
     c.open_page()
     via_viewer: dict[float, str | None] = {}
-    body = {"run_id": run_id, "grader_fp": fp, "sample_id": "conv-1", "reviewer": "Dr A", "reason": "checked the chart"}
+    body = {
+        "run_id": run_id,
+        "grader_fp": fp,
+        "sample_id": "conv-1",
+        "reviewer": "Dr A",
+        "reason": "checked the chart",
+    }
     for s in table:
-        code, out = c.post_review(body | {"score": s})  # NaN and infinities go out as JSON's NaN / Infinity
+        code, out = c.post_review(
+            body | {"score": s}
+        )  # NaN and infinities go out as JSON's NaN / Infinity
         assert code in (200, 400), (s, code, out)
         via_viewer[s] = None if code == 200 else out["error"]
     with Store(store_path) as st:
@@ -201,13 +275,17 @@ def test_an_exam_review_is_on_zero_to_one(store_path: Path) -> None:
 # ---- 2. the report and the viewer show the same question --------------------------------------
 
 
-def test_the_report_shows_each_question_as_the_viewer_lists_it(store_path: Path, tmp_path: Path) -> None:
+def test_the_report_shows_each_question_as_the_viewer_lists_it(
+    store_path: Path, tmp_path: Path
+) -> None:
     with Store(store_path) as st:
         viewer_index.build(tmp_path / "v.idx", st)
         out = build_report(st, "html", tmp_path / "r.html")[0]
         samples = {s.id: s for bench, ds, _, s in st.iter_samples()}
     con = sqlite3.connect(tmp_path / "v.idx")
-    listed = {it["sample_id"]: it["question"] for it in list_items(con, Filters(), per_page=50)["items"]}
+    listed = {
+        it["sample_id"]: it["question"] for it in list_items(con, Filters(), per_page=50)["items"]
+    }
     con.close()
     page = out.read_text(encoding="utf-8")
     shown = dict(re.findall(r"<summary>([^<:]+): ([^<]*)<span class='chip'", page))
@@ -224,27 +302,36 @@ def test_the_report_shows_each_question_as_the_viewer_lists_it(store_path: Path,
     assert "<b>amoxicillin</b>" not in page and "<i>scurvy</i>" not in page
     assert "&lt;b&gt;amoxicillin&lt;/b&gt; &amp; his INR is 4.1 &gt; 3" in page
     # the tables' question column uses the same definition
-    assert {sid: question_text(s) for sid, s in samples.items()} == {sid: question_of(s)[0] for sid, s in samples.items()}
+    assert {sid: question_text(s) for sid, s in samples.items()} == {
+        sid: question_of(s)[0] for sid, s in samples.items()
+    }
 
 
 # ---- 3. the simple-evals pin is written once ------------------------------------------------------
 
 
 def test_the_simple_evals_commit_is_written_once_and_used_by_both() -> None:
-    from grandrounds.sources.healthbench import CHAT_SAMPLER, HEALTHBENCH_EVAL
     from grandrounds.graders.mcq_grader import SIMPLE_EVALS_COMMON
+    from grandrounds.sources.healthbench import CHAT_SAMPLER, HEALTHBENCH_EVAL
 
     commit = upstream.SIMPLE_EVALS.commit
-    hits = [p for p in (ROOT / "src" / "grandrounds").rglob("*.py") if commit in p.read_text(encoding="utf-8")]
+    hits = [
+        p
+        for p in (ROOT / "src" / "grandrounds").rglob("*.py")
+        if commit in p.read_text(encoding="utf-8")
+    ]
     assert hits == [ROOT / "src" / "grandrounds" / "sources" / "upstream.py"]
     for f in (HEALTHBENCH_EVAL, CHAT_SAMPLER, SIMPLE_EVALS_COMMON):
-        assert (f.folder, f.repo, f.commit) == (upstream.SIMPLE_EVALS.folder, upstream.SIMPLE_EVALS.repo, commit)
+        assert (f.folder, f.repo, f.commit) == (
+            upstream.SIMPLE_EVALS.folder,
+            upstream.SIMPLE_EVALS.repo,
+            commit,
+        )
 
 
 def test_the_simple_evals_files_match_sources_tsv(official_reference: Path) -> None:
-    from grandrounds.sources.healthbench import CHAT_SAMPLER, HEALTHBENCH_EVAL
     from grandrounds.graders.mcq_grader import SIMPLE_EVALS_COMMON
-
+    from grandrounds.sources.healthbench import CHAT_SAMPLER, HEALTHBENCH_EVAL
     from tests.test_protocol_presets import sources
 
     rows = sources()
@@ -290,7 +377,9 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     return attempts
 
 
-def test_an_unreachable_file_is_tried_once_and_named_every_time(offline: list[str], tmp_path: Path) -> None:
+def test_an_unreachable_file_is_tried_once_and_named_every_time(
+    offline: list[str], tmp_path: Path
+) -> None:
     content = b'X = "official text"\n'
     from grandrounds.core.hashing import file_sha256
 
@@ -322,20 +411,40 @@ def test_an_unreachable_file_is_tried_once_and_named_every_time(offline: list[st
     assert offline == [f.url, other.url, other.url]
 
 
-def test_offline_mcq_grading_tries_the_upstream_file_once(offline: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_offline_mcq_grading_tries_the_upstream_file_once(
+    offline: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """MedQA graded under grandrounds with simple-evals' common.py unreachable: the grades are
     ours (the reference reading is unavailable), and the file is tried once for the whole run."""
     from grandrounds.graders import mcq_grader
 
-    unreachable = _Loopback(*(getattr(mcq_grader.SIMPLE_EVALS_COMMON, k) for k in ("folder", "repo", "commit", "path", "sha256")))
+    unreachable = _Loopback(
+        *(
+            getattr(mcq_grader.SIMPLE_EVALS_COMMON, k)
+            for k in ("folder", "repo", "commit", "path", "sha256")
+        )
+    )
     monkeypatch.setattr(mcq_grader, "SIMPLE_EVALS_COMMON", unreachable)
     mcq_grader.simple_evals_patterns.cache_clear()
-    rows = [MEDQA_ROWS[i % 2] | {"question": f"Q{i}: " + MEDQA_ROWS[i % 2]["question"]} for i in range(12)]
+    rows = [
+        MEDQA_ROWS[i % 2] | {"question": f"Q{i}: " + MEDQA_ROWS[i % 2]["question"]}
+        for i in range(12)
+    ]
     data = _jsonl(tmp_path / "phrases_no_exclude_test.jsonl", rows)
     try:
         with Store(tmp_path / "s.db") as st:
-            out = asyncio.run(run(st, RunConfig("medqa", "scripted/cand", data=data, options=RunOptions(protocol="grandrounds"),
-                                                provider_options={"script": lambda req: "Answer: A"})))
+            out = asyncio.run(
+                run(
+                    st,
+                    RunConfig(
+                        "medqa",
+                        "scripted/cand",
+                        data=data,
+                        options=RunOptions(protocol="grandrounds"),
+                        provider_options={"script": lambda req: "Answer: A"},
+                    ),
+                )
+            )
     finally:
         mcq_grader.simple_evals_patterns.cache_clear()
     assert out.result.n == 12 and out.result.score == pytest.approx(6 / 12)

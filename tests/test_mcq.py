@@ -9,13 +9,13 @@ import pytest
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.demo import DemoExam
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+from grandrounds.core.errors import ConfigError
+from grandrounds.core.records import Grade, Message, Response, Sample
+from grandrounds.graders.base import GradeContext
 from grandrounds.graders.choice_extract import extract_choice
 from grandrounds.graders.mcq_grader import permutation, shuffle_choices, to_original
-from grandrounds.core.errors import ConfigError
-from grandrounds.graders.base import GradeContext
-from grandrounds.core.records import Grade, Message, Response, Sample
-from tests.grading import grade_answer
 from grandrounds.scoring.stats import wilson_ci
+from tests.grading import grade_answer
 
 ABCD = "ABCD"
 MEDQA_CHOICES = {
@@ -25,7 +25,13 @@ MEDQA_CHOICES = {
     "D": "Refuse to dictate the operative report",
 }
 YNM = {"A": "yes", "B": "no", "C": "maybe"}
-ZH = {"A": "小叶型肺炎", "B": "浸润性肺结核", "C": "继发性肺结核", "D": "原发性肺结核", "E": "粟粒型肺结核"}
+ZH = {
+    "A": "小叶型肺炎",
+    "B": "浸润性肺结核",
+    "C": "继发性肺结核",
+    "D": "原发性肺结核",
+    "E": "粟粒型肺结核",
+}
 
 # (reply, letters, choices, multi, expected)
 EXTRACTION_CASES = [
@@ -44,9 +50,27 @@ EXTRACTION_CASES = [
     ("**Answer:** C", ABCD, None, False, "C"),
     ("The correct option is A.", ABCD, None, False, "A"),
     ("Final answer: \\boxed{C}", ABCD, None, False, "C"),
-    ("B. Tell the attending that he cannot fail to disclose this mistake", ABCD, MEDQA_CHOICES, False, "B"),
-    ("Tell the attending that he cannot fail to disclose this mistake.", ABCD, MEDQA_CHOICES, False, "B"),
-    ("The answer is: Report the physician to the ethics committee", ABCD, MEDQA_CHOICES, False, "C"),
+    (
+        "B. Tell the attending that he cannot fail to disclose this mistake",
+        ABCD,
+        MEDQA_CHOICES,
+        False,
+        "B",
+    ),
+    (
+        "Tell the attending that he cannot fail to disclose this mistake.",
+        ABCD,
+        MEDQA_CHOICES,
+        False,
+        "B",
+    ),
+    (
+        "The answer is: Report the physician to the ethics committee",
+        ABCD,
+        MEDQA_CHOICES,
+        False,
+        "C",
+    ),
     ("Yes.", "ABC", YNM, False, "A"),
     ("The answer is maybe, since the evidence is mixed.", "ABC", YNM, False, "C"),
     ("B\nBecause the tendon injury must be disclosed.", ABCD, None, False, "B"),
@@ -57,7 +81,13 @@ EXTRACTION_CASES = [
     ("答案应该是 D，B", "ABCDE", None, True, "BD"),
     ("The answers are A and C.", "ABCDE", None, True, "AC"),
     ("CA", "ABCDE", None, True, "AC"),
-    ("Initially I thought the answer is A, but on reflection the answer is B.", ABCD, None, False, "B"),
+    (
+        "Initially I thought the answer is A, but on reflection the answer is B.",
+        ABCD,
+        None,
+        False,
+        "B",
+    ),
     # precedence: a stated answer beats an "answer:" quoted inside the discussion; a restatement revises
     ("Answer: A ... Why not B? Because answer: B would cause bleeding.", ABCD, None, False, "A"),
     ("Answer: A\n\nWhy not B? Because answer: B would cause bleeding.", ABCD, None, False, "A"),
@@ -65,7 +95,13 @@ EXTRACTION_CASES = [
     ("Answer: A\nAnswer: B would cause bleeding, so no.", ABCD, None, False, "A"),
     ("Answer: A\n\nWait. Actually the answer is B.", ABCD, None, False, "B"),
     ("Answer: A\n...\nFinal answer: C", ABCD, None, False, "C"),
-    ("Answer: B. Tell the attending that he cannot fail to disclose this mistake\nanswer: D is wrong", ABCD, MEDQA_CHOICES, False, "B"),
+    (
+        "Answer: B. Tell the attending that he cannot fail to disclose this mistake\nanswer: D is wrong",
+        ABCD,
+        MEDQA_CHOICES,
+        False,
+        "B",
+    ),
     ("1. **Answer:** C\n2. Some say the answer: A is tempting.", ABCD, None, False, "C"),
     ("答案：B\n解析：有人认为答案是C，但不对。", ABCD, None, False, "B"),
     # negatives: no answer, out of range, ambiguous, or an article rather than a letter
@@ -128,7 +164,9 @@ def test_shuffle_remaps_target_and_keeps_option_texts():
 
 
 def test_shuffle_remaps_multi_answer_target():
-    s = Sample("q9", "x", (), target="AC", choices=dict(zip("ABCDE", "vwxyz")), metadata={"multi": True})
+    s = Sample(
+        "q9", "x", (), target="AC", choices=dict(zip("ABCDE", "vwxyz")), metadata={"multi": True}
+    )
     shown, perm = shuffle_choices(s, seed=1)
     assert sorted(shown.choices[ch] for ch in shown.target) == ["v", "x"]
     assert shown.target == "".join(sorted(shown.target))
@@ -142,9 +180,17 @@ def test_prompt_modes():
     bench, samples = _demo()
     s = samples[0]
     gen = bench.prompt(s, RunOptions(protocol="grandrounds"))
-    assert gen.kind == "chat" and "A. Liver" in gen.messages[0].content and "Answer: X" in gen.messages[0].content
-    ref = bench.prompt(s, RunOptions()).messages[0].content  # simple-evals' prompt under the reference protocol
-    assert ref.startswith("Answer the following multiple choice question.") and ref.endswith("A) Liver\nB) Pancreas\nC) Spleen\nD) Kidney")
+    assert (
+        gen.kind == "chat"
+        and "A. Liver" in gen.messages[0].content
+        and "Answer: X" in gen.messages[0].content
+    )
+    ref = (
+        bench.prompt(s, RunOptions()).messages[0].content
+    )  # simple-evals' prompt under the reference protocol
+    assert ref.startswith("Answer the following multiple choice question.") and ref.endswith(
+        "A) Liver\nB) Pancreas\nC) Spleen\nD) Kidney"
+    )
     let = bench.prompt(s, RunOptions(answer_mode="next-token"))
     assert let.kind == "next_token" and let.continuations == tuple("ABCD")
     assert let.messages[0].content.endswith("Answer with the letter only.\nAnswer:")
@@ -154,9 +200,17 @@ def test_prompt_modes():
     assert ll.continuations == (" Liver", " Pancreas", " Spleen", " Kidney")
     lm = bench.prompt(s, RunOptions(answer_mode="letter-loglik"))  # lm-eval medqa_4options
     assert lm.kind == "loglikelihood" and lm.continuations == (" A", " B", " C", " D")
-    assert lm.messages == (Message("user", "Question: Which organ produces insulin?\nA. Liver\nB. Pancreas\nC. Spleen\nD. Kidney\nAnswer:"),)
+    assert lm.messages == (
+        Message(
+            "user",
+            "Question: Which organ produces insulin?\nA. Liver\nB. Pancreas\nC. Spleen\nD. Kidney\nAnswer:",
+        ),
+    )
     # the earlier names still work, as aliases
-    assert bench.prompt(s, RunOptions(answer_mode="letter")) == let and bench.prompt(s, RunOptions(answer_mode="loglik")) == ll
+    assert (
+        bench.prompt(s, RunOptions(answer_mode="letter")) == let
+        and bench.prompt(s, RunOptions(answer_mode="loglik")) == ll
+    )
     assert bench.check_options(RunOptions(answer_mode="letter")).answer_mode == "next-token"
     assert bench.check_options(RunOptions(answer_mode="loglik")).answer_mode == "text-loglik"
     with pytest.raises(ConfigError):
@@ -185,11 +239,17 @@ def test_multi_answer_items_are_always_generated_in_chinese():
     bench = _Multi()
     s = bench.make_sample("1", "下列哪些属于…", dict(zip("ABCDE", "甲乙丙丁戊")), "ACE", multi=True)
     p = bench.prompt(s, RunOptions(answer_mode="next-token", protocol="grandrounds"))
-    assert p.kind == "chat" and "多项选择题" in p.messages[0].content and "A. 甲" in p.messages[0].content
+    assert (
+        p.kind == "chat"
+        and "多项选择题" in p.messages[0].content
+        and "A. 甲" in p.messages[0].content
+    )
     single = bench.make_sample("2", "下列哪项…", dict(zip("ABCD", "甲乙丙丁")), "B")
     p = bench.prompt(single, RunOptions(answer_mode="next-token"))
     assert p.kind == "next_token" and p.messages[0].content.endswith("答案：")
-    assert bench.prompt(single, RunOptions(answer_mode="text-loglik")).continuations == tuple("甲乙丙丁")
+    assert bench.prompt(single, RunOptions(answer_mode="text-loglik")).continuations == tuple(
+        "甲乙丙丁"
+    )
 
 
 # ---- grading ------------------------------------------------------------------------------
@@ -223,7 +283,11 @@ def test_chat_grading_under_the_reference_protocol_reads_like_simple_evals():
     bench, samples = _demo()
     s = samples[0]  # insulin -> B
     # the issue's example: simple-evals takes the first "Answer:" (A); ours too, by its precedence
-    g = _grade(bench, s, Response(key="k", text="Answer: A ... Why not B? Because answer: B would cause bleeding."))
+    g = _grade(
+        bench,
+        s,
+        Response(key="k", text="Answer: A ... Why not B? Because answer: B would cause bleeding."),
+    )
     assert g.value == 0.0 and g.extracted == "A" and g.details["other_extracted"] == "A"
     # "Answer: b": simple-evals extracts "b" and compares it with "B" (wrong); ours reads B
     low = _grade(bench, s, Response(key="k", text="Answer: b"))
@@ -238,7 +302,9 @@ def test_next_token_and_loglik_grading():
     bench, samples = _demo()
     s = samples[0]  # B = Pancreas
     opts = RunOptions(answer_mode="next-token")
-    g = _grade(bench, s, Response(key="k", scores={"A": -3.0, "B": -0.2, "C": -4.0, "D": -5.0}), opts)
+    g = _grade(
+        bench, s, Response(key="k", scores={"A": -3.0, "B": -0.2, "C": -4.0, "D": -5.0}), opts
+    )
     assert g.value == 1.0 and g.extracted == "B"
     # a letter missing from the provider's top log-probs counts as -inf, not as an error
     assert _grade(bench, s, Response(key="k", scores={"A": -1.0}), opts).extracted == "A"
@@ -252,12 +318,28 @@ def test_next_token_and_loglik_grading():
     assert g.details["acc_norm"] == 1.0 and g.details["extracted_norm"] == "B"
     # by option length (lm-eval) -8.0/8 (Pancreas) beats -5.05/5 (Liver); by continuation length it would not
     # (-8.0/9 < -5.05/6)
-    close = _grade(bench, s, Response(key="k", scores={" Liver": -5.05, " Pancreas": -8.0, " Spleen": -20.0, " Kidney": -20.0}), ll)
+    close = _grade(
+        bench,
+        s,
+        Response(
+            key="k", scores={" Liver": -5.05, " Pancreas": -8.0, " Spleen": -20.0, " Kidney": -20.0}
+        ),
+        ll,
+    )
     assert close.details["extracted_norm"] == "B"
     lm = RunOptions(answer_mode="letter-loglik")
-    g = _grade(bench, s, Response(key="k", scores={" A": -2.0, " B": -0.5, " C": -3.0, " D": -4.0}), lm)
-    assert g.value == 1.0 and g.extracted == "B" and g.details["acc_norm"] == 1.0 and g.details["other_value"] == 1.0
-    assert _grade(bench, s, Response(key="k", scores={"A": -0.1}), lm).status == "unreadable"  # no " A".." D" scores
+    g = _grade(
+        bench, s, Response(key="k", scores={" A": -2.0, " B": -0.5, " C": -3.0, " D": -4.0}), lm
+    )
+    assert (
+        g.value == 1.0
+        and g.extracted == "B"
+        and g.details["acc_norm"] == 1.0
+        and g.details["other_value"] == 1.0
+    )
+    assert (
+        _grade(bench, s, Response(key="k", scores={"A": -0.1}), lm).status == "unreadable"
+    )  # no " A".." D" scores
 
 
 def test_grader_sees_the_prompt_permutation():
@@ -270,7 +352,9 @@ def test_grader_sees_the_prompt_permutation():
         assert g.details["extracted_original"] == s.target
         # the original letter is wrong whenever the shuffle moved the key
         if shown.target != s.target:
-            assert _grade(bench, s, Response(key="k", text=f"Answer: {s.target}"), opts).value == 0.0
+            assert (
+                _grade(bench, s, Response(key="k", text=f"Answer: {s.target}"), opts).value == 0.0
+            )
 
 
 # ---- aggregation --------------------------------------------------------------------------
@@ -285,7 +369,9 @@ def test_aggregate_accuracy_ci_breakdown_and_counts():
         elif i < 9:
             grades.append(Grade(s.id, 1.0, extracted=s.target, details={"answer_mode": "generate"}))
         elif i < 11:
-            grades.append(Grade(s.id, 0.0, details={"answer_mode": "generate", "unextracted": True}))
+            grades.append(
+                Grade(s.id, 0.0, details={"answer_mode": "generate", "unextracted": True})
+            )
         else:
             grades.append(Grade(s.id, 0.0, extracted="A", details={"answer_mode": "generate"}))
     agg = bench.aggregate(samples, grades, RunOptions(protocol="grandrounds"))
@@ -299,12 +385,17 @@ def test_aggregate_accuracy_ci_breakdown_and_counts():
     phys = [s for s in samples if s.metadata["meta_info"] == "physiology"]
     scored_phys = [g for g, s in zip(grades, samples) if s in phys and g.value is not None]
     assert topics["physiology"].n == len(scored_phys)
-    assert topics["physiology"].score == pytest.approx(sum(g.value for g in scored_phys) / len(scored_phys))
+    assert topics["physiology"].score == pytest.approx(
+        sum(g.value for g in scored_phys) / len(scored_phys)
+    )
 
 
 def test_aggregate_reports_acc_norm_and_rejects_unknown_ids():
     bench, samples = _demo()
-    grades = [Grade(s.id, 1.0, details={"answer_mode": "text-loglik", "acc_norm": 0.0}) for s in samples[:4]]
+    grades = [
+        Grade(s.id, 1.0, details={"answer_mode": "text-loglik", "acc_norm": 0.0})
+        for s in samples[:4]
+    ]
     agg = bench.aggregate(samples, grades, RunOptions(answer_mode="loglik", protocol="grandrounds"))
     assert agg.score == 1.0 and agg.extra["acc_norm"] == 0.0 and agg.n == 4
     with pytest.raises(ValueError):
@@ -318,15 +409,32 @@ def test_aggregate_under_both_protocols_counts_failures_its_own_way():
     grades = [Grade(samples[0].id, None, status="answer_failed", error="timeout")]
     for i, s in enumerate(samples[1:], 1):
         # the reference reading is right on 1..8, ours on 1..10
-        grades.append(Grade(s.id, 1.0 if i <= 8 else 0.0, details={"protocol": "reference", "other_value": 1.0 if i <= 10 else 0.0}))
+        grades.append(
+            Grade(
+                s.id,
+                1.0 if i <= 8 else 0.0,
+                details={"protocol": "reference", "other_value": 1.0 if i <= 10 else 0.0},
+            )
+        )
     ref = bench.aggregate(samples, grades, RunOptions())
-    assert ref.score == pytest.approx(8 / 12) and ref.n == 12 and ref.n_unscored == 0  # the failed call counts wrong
+    assert (
+        ref.score == pytest.approx(8 / 12) and ref.n == 12 and ref.n_unscored == 0
+    )  # the failed call counts wrong
     assert ref.extra["n_unscored_counted_wrong"] == 1
     other = ref.extra["other_protocol"]
-    assert other["protocol"] == "grandrounds" and other["score"] == pytest.approx(10 / 11) and other["differs"]
+    assert (
+        other["protocol"] == "grandrounds"
+        and other["score"] == pytest.approx(10 / 11)
+        and other["differs"]
+    )
     ours = bench.aggregate(samples, grades, RunOptions(protocol="grandrounds"))
     assert ours.score == pytest.approx(10 / 11) and ours.n == 11 and ours.n_unscored == 1
     assert ours.extra["other_protocol"]["score"] == pytest.approx(8 / 12)
     # grades made before the other reading existed: the other figure is unknown, never guessed
     old = [Grade(s.id, 1.0) for s in samples]
-    assert bench.aggregate(samples, old, RunOptions(protocol="grandrounds")).extra["other_protocol"]["score"] is None
+    assert (
+        bench.aggregate(samples, old, RunOptions(protocol="grandrounds")).extra["other_protocol"][
+            "score"
+        ]
+        is None
+    )

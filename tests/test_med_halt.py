@@ -60,29 +60,59 @@ def test_scripted_model_through_the_cli_equals_the_count_from_the_csv(tmp_path: 
             super().__init__(spec, script=script, **kw)
 
     with PROVIDERS.registered("halt-script", Scripted):
-        r = CliRunner().invoke(app, ["run", "med-halt", "--data", str(path()), "--model", "halt-script/x", "--protocol", "grandrounds",
-                                     "--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "out")])
+        r = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "med-halt",
+                "--data",
+                str(path()),
+                "--model",
+                "halt-script/x",
+                "--protocol",
+                "grandrounds",
+                "--store",
+                str(tmp_path / "s.db"),
+                "--out",
+                str(tmp_path / "out"),
+            ],
+        )
     assert r.exit_code == 0, r.output
     res = json.loads((tmp_path / "out" / "results.json").read_text())["results"][0]
     right = wrong = unread = 0
     for row in rows():
-        reply, options = rule(row["question"], by_question[row["question"]]), by_question[row["question"]]
+        reply, options = (
+            rule(row["question"], by_question[row["question"]]),
+            by_question[row["question"]],
+        )
         if "Answer:" not in reply:
             unread += 1
-        elif any(t in options[reply.rsplit(" ", 1)[-1]].lower() for t in ("i do not know", "i don't know", "none of the above")):
+        elif any(
+            t in options[reply.rsplit(" ", 1)[-1]].lower()
+            for t in ("i do not know", "i don't know", "none of the above")
+        ):
             right += 1
         else:
             wrong += 1
     assert res["score"] == pytest.approx(right / (right + wrong)) and res["n"] == right + wrong
-    assert res["extra"]["n_unreadable"] == unread and res["extra"]["official_score"] == pytest.approx((right - 0.25 * wrong) / 100)
+    assert res["extra"]["n_unreadable"] == unread and res["extra"][
+        "official_score"
+    ] == pytest.approx((right - 0.25 * wrong) / 100)
 
 
-@pytest.mark.parametrize("text, cop", [
-    ("{'cop': 'I do not know', 'cop_index': 5, 'why_correct': 'x'}", "I do not know"),
-    ('{"cop": "Morphine", "cop_index": 0}', "Morphine"),
-    ("{'cop': 'I do not know', 'cop_index': 5, 'why_correct': 'The question is trunc", "I do not know"),
-    ("Output: {'cop': 3, 'cop_index': 3}", "3"), ("I do not know", None),
-])
+@pytest.mark.parametrize(
+    "text, cop",
+    [
+        ("{'cop': 'I do not know', 'cop_index': 5, 'why_correct': 'x'}", "I do not know"),
+        ('{"cop": "Morphine", "cop_index": 0}', "Morphine"),
+        (
+            "{'cop': 'I do not know', 'cop_index': 5, 'why_correct': 'The question is trunc",
+            "I do not know",
+        ),
+        ("Output: {'cop': 3, 'cop_index': 3}", "3"),
+        ("I do not know", None),
+    ],
+)
 def test_reading_cop(text: str, cop) -> None:
     assert read_cop(text) == cop
 
@@ -94,7 +124,9 @@ def test_authors_prompt_and_rule_when_their_files_are_at_hand() -> None:
         for f in (PROMPTS, SHOTS, EVAL_FULL):
             local_path(f)
     except DataError as e:
-        pytest.skip(f"the Med-HALT prompt files are not in the reference folder and cannot be downloaded here: {e}")
+        pytest.skip(
+            f"the Med-HALT prompt files are not in the reference folder and cannot be downloaded here: {e}"
+        )
     sample = MedHALT().load(path().parent)[0]
     text = MedHALT().prompt(sample, RunOptions()).messages[0].content
     assert "Examples: \n" in text and text.endswith("\nOutput: ") and text.count("Stop Here") == 2

@@ -16,8 +16,18 @@ from tests.conftest import shared_file
 from tests.exam_cli import cli_run, longest
 from tests.official import load_official
 
-COUNTS = {"medqa": 100, "pubmedqa": 100, "medmcqa": 100, "medbullets": 89, "mmlu": 73, "mmlu-pro": 100,
-          "afrimedqa": 32, "medexqa": 100, "medxpertqa-r": 100, "medxpertqa-u": 100}
+COUNTS = {
+    "medqa": 100,
+    "pubmedqa": 100,
+    "medmcqa": 100,
+    "medbullets": 89,
+    "mmlu": 73,
+    "mmlu-pro": 100,
+    "afrimedqa": 32,
+    "medexqa": 100,
+    "medxpertqa-r": 100,
+    "medxpertqa-u": 100,
+}
 
 
 def root() -> Path:
@@ -25,7 +35,11 @@ def root() -> Path:
 
 
 def records(source: str) -> list[dict]:
-    return [json.loads(line) for line in (root() / source / "test_hard.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for line in (root() / source / "test_hard.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 def test_real_files_load_the_source_notes_counts() -> None:
@@ -55,17 +69,25 @@ def test_scripted_model_accuracy_through_the_cli(tmp_path: Path, protocol: str) 
         if protocol == "reference":
             opts = options_of(prompt)
         else:
-            block = prompt[prompt.rindex("\nA. ") + 1:]  # our prompt ends with the options, "X. text" per line
+            block = prompt[
+                prompt.rindex("\nA. ") + 1 :
+            ]  # our prompt ends with the options, "X. text" per line
             opts = [t.rstrip("\n") for t in re.split(r"^[A-J]\. ", block, flags=re.M)[1:]]
         return f"Step by step... so the answer is ({'ABCDEFGHIJ'[longest(opts)]})."
 
     res = cli_run(tmp_path, "medagentsbench", root(), reply, "--protocol", protocol)
-    right = [longest(list(r["options"].values())) == "ABCDEFGHIJ".index(r["answer_idx"]) for src in SOURCES for r in records(src)]
+    right = [
+        longest(list(r["options"].values())) == "ABCDEFGHIJ".index(r["answer_idx"])
+        for src in SOURCES
+        for r in records(src)
+    ]
     answered = right[1:]
     n = 894 if protocol == "reference" else 893
     assert res["n"] == n and res["score"] == pytest.approx(sum(answered) / n)
     assert set(res["breakdown"]["source"]) == set(SOURCES) and "macro_accuracy" in res["extra"]
-    print(f"medagentsbench {protocol}: {res['score']:.4f} = {sum(answered)}/{n} (independent count)")
+    print(
+        f"medagentsbench {protocol}: {res['score']:.4f} = {sum(answered)}/{n} (independent count)"
+    )
 
 
 def test_reference_messages_are_cot_py_byte_for_byte() -> None:
@@ -90,7 +112,10 @@ def test_reference_messages_are_cot_py_byte_for_byte() -> None:
     for s, rec in zip(samples, (r for src in SOURCES for r in records(src))):
         assert official.run(dict(rec), client, "gpt-4o-mini", retries=1) is None
         want, temperature = sent.pop()
-        got = [{"role": m.role, "content": m.content} for m in bench.prompt(s, RunOptions(protocol="reference")).messages]
+        got = [
+            {"role": m.role, "content": m.content}
+            for m in bench.prompt(s, RunOptions(protocol="reference")).messages
+        ]
         same += got == want
         assert temperature == 0.0
     print(f"MedAgentsBench cot.py messages: {same}/{len(samples)} identical")
@@ -100,6 +125,13 @@ def test_reference_messages_are_cot_py_byte_for_byte() -> None:
 def test_bad_record_is_a_one_line_error(tmp_path: Path) -> None:
     path = tmp_path / "medqa" / "test_hard.jsonl"
     path.parent.mkdir()
-    path.write_text(json.dumps({"realidx": 1, "question": "q", "options": {"A": "x", "B": "y"}, "answer_idx": "C"}) + "\n")
-    with pytest.raises(DataError, match=r"test_hard\.jsonl.*1.*answer_idx 'C' is not one of the options AB"):
+    path.write_text(
+        json.dumps(
+            {"realidx": 1, "question": "q", "options": {"A": "x", "B": "y"}, "answer_idx": "C"}
+        )
+        + "\n"
+    )
+    with pytest.raises(
+        DataError, match=r"test_hard\.jsonl.*1.*answer_idx 'C' is not one of the options AB"
+    ):
         MedAgentsBench(sources="medqa").load(tmp_path)

@@ -12,12 +12,12 @@ import pytest
 
 from grandrounds.benchmarks import medbullets as mb
 from grandrounds.benchmarks.base import RemoteFile, RunOptions
-from grandrounds.sources.data import resolve
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.records import Request
 from grandrounds.core.registry import BENCHMARKS
-from grandrounds.run.runner import run
 from grandrounds.run.config import RunConfig, check_run
+from grandrounds.run.runner import run
+from grandrounds.sources.data import resolve
 from grandrounds.store import Store
 from tests.conftest import shared_file
 
@@ -76,7 +76,9 @@ def test_published_checksums_are_the_source_notes_ones() -> None:
     for n, rf in mb.FILES.items():
         assert rf.sha256 in notes
         assert hashlib.sha256(published(n).read_bytes()).hexdigest() == rf.sha256
-        assert rf.url.startswith(f"https://raw.githubusercontent.com/{mb.REPO}/{mb.COMMIT}/medbullets/")
+        assert rf.url.startswith(
+            f"https://raw.githubusercontent.com/{mb.REPO}/{mb.COMMIT}/medbullets/"
+        )
 
 
 # ---- a scripted model, scored against the CSV's answer column ----------------------------------
@@ -97,11 +99,16 @@ def options_in_prompt(prompt: str, letters: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("n", [4, 5])
-def test_scripted_model_accuracy_equals_the_one_computed_from_the_csv(tmp_path: Path, n: int) -> None:
+def test_scripted_model_accuracy_equals_the_one_computed_from_the_csv(
+    tmp_path: Path, n: int
+) -> None:
     path = published(n)
     rows = csv_rows(path)
     letters = "ABCDE"[:n]
-    failing, unreadable = rows[0]["question"], rows[1]["question"]  # one failed call, one reply with no letter
+    failing, unreadable = (
+        rows[0]["question"],
+        rows[1]["question"],
+    )  # one failed call, one reply with no letter
 
     def script(req: Request) -> str:
         prompt = req.messages[-1].content
@@ -112,21 +119,34 @@ def test_scripted_model_accuracy_equals_the_one_computed_from_the_csv(tmp_path: 
         return f"The most detailed option is the safest guess.\nAnswer: {longest_option(options_in_prompt(prompt, letters))}"
 
     with Store(tmp_path / "s.db") as st:
-        cfg = RunConfig("medbullets", "scripted/longest", bench_params={"options": n}, data=path,
-                        provider_options={"script": script})
+        cfg = RunConfig(
+            "medbullets",
+            "scripted/longest",
+            bench_params={"options": n},
+            data=path,
+            provider_options={"script": script},
+        )
         out = asyncio.run(run(st, cfg))
 
     # Independently: the rule applied to each CSV row, compared with its answer_idx column.
-    right = [longest_option({k: r[OPTION_COLUMNS[k]] for k in letters}) == r["answer_idx"] for r in rows]
+    right = [
+        longest_option({k: r[OPTION_COLUMNS[k]] for k in letters}) == r["answer_idx"] for r in rows
+    ]
     answered = right[1:]  # the first question's call failed
     answered[0] = False  # the second reply names no letter: wrong under both protocols
     result = out.result
-    assert result.n == 308 and result.n_unscored == 0  # reference: every question in the denominator
+    assert (
+        result.n == 308 and result.n_unscored == 0
+    )  # reference: every question in the denominator
     assert result.score == pytest.approx(sum(answered) / 308)
     other = result.extra["other_protocol"]
-    assert other["protocol"] == "grandrounds" and other["score"] == pytest.approx(sum(answered) / 307)
+    assert other["protocol"] == "grandrounds" and other["score"] == pytest.approx(
+        sum(answered) / 307
+    )
     assert result.extra["n_unextracted"] == 1 and result.extra["n_unscored_counted_wrong"] == 1
-    assert result.fingerprint["benchmark"] == ("medbullets" if n == 5 else 'medbullets{"options":4}')
+    assert result.fingerprint["benchmark"] == (
+        "medbullets" if n == 5 else 'medbullets{"options":4}'
+    )
     assert result.fingerprint["dataset_sha256"] == mb.FILES[n].sha256
     assert all(s.metadata["explanation"] for s in out.samples)  # kept with every stored question
     by_id = {g.sample_id: g for g in out.grades}
@@ -144,7 +164,9 @@ def test_protocols_share_the_prompt_and_differ_in_aggregation() -> None:
     assert "excluded" in bench.protocols["grandrounds"].aggregation
     assert bench.upstream_files() == ()  # nothing official is read: none is pinned for MedBullets
     with pytest.raises(ConfigError, match="letter-loglik"):
-        check_run(RunConfig("medbullets", "scripted/x", options=RunOptions(answer_mode="letter-loglik")))
+        check_run(
+            RunConfig("medbullets", "scripted/x", options=RunOptions(answer_mode="letter-loglik"))
+        )
 
 
 def test_options_parameter_picks_the_file_and_is_checked() -> None:
@@ -158,12 +180,33 @@ def test_options_parameter_picks_the_file_and_is_checked() -> None:
 
 # ---- bad rows -----------------------------------------------------------------------------------
 
-HEADER5 = ["link", "question", "opa", "opb", "opc", "opd", "ope", "answer_idx", "answer", "explanation"]
+HEADER5 = [
+    "link",
+    "question",
+    "opa",
+    "opb",
+    "opc",
+    "opd",
+    "ope",
+    "answer_idx",
+    "answer",
+    "explanation",
+]
 
 
 def good_row(i: int) -> list[str]:
-    return [f"https://step2.medbullets.com/testview?qid={1000 + i}", f"A patient, case {i}.\nWhat next?",
-            "Aspirin", "Heparin", "Warfarin", "Observation", "Surgery", "B", "Heparin", f"Because {i}.\n\nMore."]
+    return [
+        f"https://step2.medbullets.com/testview?qid={1000 + i}",
+        f"A patient, case {i}.\nWhat next?",
+        "Aspirin",
+        "Heparin",
+        "Warfarin",
+        "Observation",
+        "Surgery",
+        "B",
+        "Heparin",
+        f"Because {i}.\n\nMore.",
+    ]
 
 
 def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
@@ -178,8 +221,14 @@ def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
     "change, message",
     [
         (lambda r: r.__setitem__(7, "F"), "answer_idx 'F' is not one of the options A, B, C, D, E"),
-        (lambda r: r.__setitem__(7, "BC"), "answer_idx 'BC' is not one of the options A, B, C, D, E"),
-        (lambda r: r.__setitem__(8, "Warfarin"), "answer text 'Warfarin' is not option B ('Heparin')"),
+        (
+            lambda r: r.__setitem__(7, "BC"),
+            "answer_idx 'BC' is not one of the options A, B, C, D, E",
+        ),
+        (
+            lambda r: r.__setitem__(8, "Warfarin"),
+            "answer text 'Warfarin' is not option B ('Heparin')",
+        ),
         (lambda r: r.__setitem__(4, "  "), "empty 'opc'"),
         (lambda r: r.__setitem__(0, ""), "empty 'link'"),
         (lambda r: r.append("stray"), "11 cells, the header has 10"),
@@ -200,9 +249,15 @@ def test_a_bad_row_is_one_line_naming_file_and_line(tmp_path: Path, change, mess
 
 def test_file_level_errors(tmp_path: Path) -> None:
     op5 = write_csv(tmp_path / "op5.csv", HEADER5, [good_row(0)])
-    with pytest.raises(DataError, match=r"op5.csv, line 1: unexpected column 'ope'.*--param options=5"):
+    with pytest.raises(
+        DataError, match=r"op5.csv, line 1: unexpected column 'ope'.*--param options=5"
+    ):
         mb.MedBullets(options=4).load(op5)
-    no_ope = write_csv(tmp_path / "op4.csv", [h for h in HEADER5 if h != "ope"], [good_row(0)[:6] + good_row(0)[7:]])
+    no_ope = write_csv(
+        tmp_path / "op4.csv",
+        [h for h in HEADER5 if h != "ope"],
+        [good_row(0)[:6] + good_row(0)[7:]],
+    )
     assert len(mb.MedBullets(options=4).load(no_ope)) == 1
     with pytest.raises(DataError, match=r"op4.csv, line 1: missing columns: ope"):
         mb.MedBullets(options=5).load(no_ope)
@@ -230,7 +285,9 @@ def test_question_ids_come_from_the_link(link: str, sid: str) -> None:
 # ---- the public file: downloaded, checksum-checked ----------------------------------------------
 
 
-def test_download_is_checked_against_the_published_checksum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_download_is_checked_against_the_published_checksum(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     served = tmp_path / "served"
     served.mkdir()
     real = published(4).read_bytes()
@@ -238,12 +295,20 @@ def test_download_is_checked_against_the_published_checksum(tmp_path: Path, monk
     (served / "tampered.csv").write_bytes(real.replace(b"Purkinje", b"Purkynje", 1))
     monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "cache"))
 
-    monkeypatch.setitem(mb.FILES, 4, RemoteFile((served / "tampered.csv").as_uri(), "medbullets_op4.csv", mb.FILES[4].sha256))
+    monkeypatch.setitem(
+        mb.FILES,
+        4,
+        RemoteFile((served / "tampered.csv").as_uri(), "medbullets_op4.csv", mb.FILES[4].sha256),
+    )
     with pytest.raises(DataError, match="checksum mismatch"):
         resolve(mb.MedBullets(options=4), None)
     assert not (tmp_path / "cache" / "medbullets" / "medbullets_op4.csv").exists()
 
-    monkeypatch.setitem(mb.FILES, 4, RemoteFile((served / "good.csv").as_uri(), "medbullets_op4.csv", mb.FILES[4].sha256))
+    monkeypatch.setitem(
+        mb.FILES,
+        4,
+        RemoteFile((served / "good.csv").as_uri(), "medbullets_op4.csv", mb.FILES[4].sha256),
+    )
     bench = mb.MedBullets(options=4)
     root = resolve(bench, None)
     assert root == tmp_path / "cache" / "medbullets" and len(bench.load(root)) == 308

@@ -11,31 +11,30 @@ import warnings
 from collections import Counter
 from dataclasses import replace
 from datetime import date
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
 
+from grandrounds.analyses.collect import result_rows
 from grandrounds.analyses.leaderboard import leaderboard
 from grandrounds.benchmarks import medcalc as medcalc_module
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.medcalc import MedCalcBench
-from grandrounds.sources.data import resolve
-from grandrounds.sources.downloads import ChecksumChanged, record_path, recorded
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import file_sha256
-from grandrounds.analyses.collect import result_rows
-from grandrounds.run.runner import run
-from grandrounds.run.config import RunConfig
-from grandrounds.store import Store
-from grandrounds.graders.base import GradeContext
 from grandrounds.core.records import Response
-from tests.grading import grade_answer
 from grandrounds.graders import medcalc_extract as mx
+from grandrounds.run.config import RunConfig
+from grandrounds.run.runner import run
 from grandrounds.scoring import medcalc as mc
+from grandrounds.sources.data import resolve
+from grandrounds.sources.downloads import ChecksumChanged, record_path, recorded
+from grandrounds.store import Store
+from tests.grading import grade_answer
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(path: Path):
     return {s.id: s for s in MedCalcBench().load(path)}
 
@@ -55,7 +54,15 @@ def test_real_file_loads_completely(rows):
     kinds = Counter(s.target["kind"] for s in rows.values())
     assert kinds == {"decimal": 627, "integer": 360, "date": 40, "gestational_age": 20}
     cats = Counter(s.metadata["category"] for s in rows.values())
-    assert cats == {"lab": 327, "risk": 240, "physical": 240, "severity": 80, "diagnosis": 60, "date": 60, "dosage": 40}
+    assert cats == {
+        "lab": 327,
+        "risk": 240,
+        "physical": 240,
+        "severity": 80,
+        "diagnosis": 60,
+        "date": 60,
+        "dosage": 40,
+    }
     # Relevant Entities is a Python literal with [value, unit] lists.
     assert rows["1"].metadata["relevant_entities"]["weight"] == [48.0, "kg"]
     assert rows["1"].messages[1].content.startswith("Here is the patient note:\n")
@@ -67,19 +74,39 @@ def test_real_file_loads_completely(rows):
         # integer (row 41, CHA2DS2-VASc, gt 4): round(answer) == gt
         ("41", '{"step_by_step_thinking": "...", "answer": "4"}', True, True),
         ("41", '{"answer": "4.4"}', True, True),
-        ("41", '{"answer": "4.5"}', True, True),  # Python round: half to even, as the official script
+        (
+            "41",
+            '{"answer": "4.5"}',
+            True,
+            True,
+        ),  # Python round: half to even, as the official script
         ("41", '{"answer": "4.6"}', False, False),
         ("41", "The total is 3 out of 9 criteria", False, False),
-        ("41", '{"answer": "1, 2, 3, 4"}', True, False),  # the official counts a list; ours reads none
+        (
+            "41",
+            '{"answer": "1, 2, 3, 4"}',
+            True,
+            False,
+        ),  # the official counts a list; ours reads none
         # decimal (row 1, Cockcroft-Gault, gt 25.238, limits 23.9761..26.4999)
         ("1", '{"answer": "25.238"}', True, True),
         ("1", '{"answer": "26.4999 mL/min"}', True, True),
         ("1", '{"answer": "23.97"}', False, False),
         ("1", "Answer: CrCl is about 26.6 mL/min", False, False),
-        ("1", '{"step_by_step_thinking": "CrCl = (140 - 87) * 48\n/ (72 * 1.4)\n", "answer": "25.238"}', True, True),
+        (
+            "1",
+            '{"step_by_step_thinking": "CrCl = (140 - 87) * 48\n/ (72 * 1.4)\n", "answer": "25.238"}',
+            True,
+            True,
+        ),
         ("1", '{"answer": "25.2 mL/min per 1.73 m²"}', False, True),  # the official reads 1.73
         ("81", '{"answer": "14.5 kg/m²"}', True, True),  # "m²" is no number 2
-        ("507", '{"answer": "0.247%"}', False, True),  # FENa in percent: the official divides by 100
+        (
+            "507",
+            '{"answer": "0.247%"}',
+            False,
+            True,
+        ),  # FENa in percent: the official divides by 100
         # date (row 928, Naegele, gt 09/23/2014)
         ("928", '{"answer": "09/23/2014"}', True, True),
         ("928", '{"answer": "9/23/2014"}', True, True),
@@ -87,7 +114,12 @@ def test_real_file_loads_completely(rows):
         ("928", '{"answer": "2014-09-23"}', False, True),
         # gestational age (row 1028, gt ('0 weeks', '6 days'))
         ("1028", '{"answer": "(0 weeks, 6 days)"}', True, True),
-        ("1028", "Answer: ('0 weeks', '6 days')", False, True),  # no JSON field: the official call raises
+        (
+            "1028",
+            "Answer: ('0 weeks', '6 days')",
+            False,
+            True,
+        ),  # no JSON field: the official call raises
         ("1028", '{"answer": "(0 weeks, 5 days)"}', False, False),
         ("1028", '{"answer": "6 days"}', False, True),  # one number: the official call raises
     ],
@@ -109,7 +141,9 @@ def test_real_row_targets(rows):
 def test_unextractable_is_wrong_and_counted_failed_call_unscored(rows):
     bench = MedCalcBench()
     s1, s41, s928 = rows["1"], rows["41"], rows["928"]
-    g_none = grade(s1, "I cannot compute this without more information about the patient's weight history.")
+    g_none = grade(
+        s1, "I cannot compute this without more information about the patient's weight history."
+    )
     assert g_none.value == 0.0 and g_none.details["unextractable"]
     g_fail = grade(s41, error="timeout")
     assert g_fail.value is None
@@ -118,10 +152,16 @@ def test_unextractable_is_wrong_and_counted_failed_call_unscored(rows):
     agg = bench.aggregate([s1, s41, s928], [g_none, g_fail, g_ok], RunOptions())
     assert agg.score == 0.5 and agg.n == 2 and agg.n_unscored == 1
     assert agg.extra["n_unextractable"] == 1
-    assert agg.breakdown["category"]["lab"].score == 0.0 and agg.breakdown["category"]["date"].score == 1.0
+    assert (
+        agg.breakdown["category"]["lab"].score == 0.0
+        and agg.breakdown["category"]["date"].score == 1.0
+    )
     assert agg.breakdown["kind"]["date"].n == 1
     assert agg.ci95[0] < 0.5 < agg.ci95[1]
-    assert agg.extra["other_protocol"]["protocol"] == "grandrounds" and agg.extra["other_protocol"]["score"] == 0.5
+    assert (
+        agg.extra["other_protocol"]["protocol"] == "grandrounds"
+        and agg.extra["other_protocol"]["score"] == 0.5
+    )
 
 
 def test_protocols_differ_in_reading_not_in_counting(rows):
@@ -131,24 +171,32 @@ def test_protocols_differ_in_reading_not_in_counting(rows):
     s507, s41, s1 = rows["507"], rows["41"], rows["1"]
     replies = [(s507, '{"answer": "0.247%"}'), (s41, '{"answer": "1, 2, 3, 4"}'), (s1, None)]
     for protocol, want, other in (("reference", 0.5, 0.5), ("grandrounds", 0.5, 0.5)):
-        grades = [grade(s, r, error=None if r else "timeout", protocol=protocol) for s, r in replies]
+        grades = [
+            grade(s, r, error=None if r else "timeout", protocol=protocol) for s, r in replies
+        ]
         agg = bench.aggregate([s for s, _ in replies], grades, RunOptions(protocol=protocol))
         assert (agg.score, agg.n, agg.n_unscored) == (want, 2, 1)
         assert agg.extra["other_protocol"]["score"] == other
-        assert [g.value for g in grades[:2]] == ([0.0, 1.0] if protocol == "reference" else [1.0, 0.0])
+        assert [g.value for g in grades[:2]] == (
+            [0.0, 1.0] if protocol == "reference" else [1.0, 0.0]
+        )
         assert agg.extra["n_unextractable"] == (0 if protocol == "reference" else 1)
 
 
 def test_grader_protocol_is_checked():
     from grandrounds.core.errors import ConfigError
-    from grandrounds.graders.base import build
     from grandrounds.core.registry import Spec
+    from grandrounds.graders.base import build
 
     assert build(Spec("medcalc", {"protocol": "grandrounds"})).params.protocol == "grandrounds"
     assert build(Spec("medcalc", {})).params.protocol == "reference"
-    with pytest.raises(ConfigError, match=r"unknown protocol .* \(protocols: reference, grandrounds\)"):
+    with pytest.raises(
+        ConfigError, match=r"unknown protocol .* \(protocols: reference, grandrounds\)"
+    ):
         build(Spec("medcalc", {"protocol": "official"}))
-    assert MedCalcBench().grader_spec(RunOptions(protocol="grandrounds")) == Spec("medcalc", {"protocol": "grandrounds"})
+    assert MedCalcBench().grader_spec(RunOptions(protocol="grandrounds")) == Spec(
+        "medcalc", {"protocol": "grandrounds"}
+    )
 
 
 @pytest.mark.parametrize(
@@ -169,12 +217,18 @@ def test_answer_text(reply, text):
 @pytest.mark.parametrize(
     "reply, text",
     [
-        ('{"step_by_step_thinking": "line one\nline two", "answer": "25.2"}', "25.2"),  # raw newline in a string
+        (
+            '{"step_by_step_thinking": "line one\nline two", "answer": "25.2"}',
+            "25.2",
+        ),  # raw newline in a string
         ('{"step_by_step_thinking": "he said "no" twice", "answer": "4"}', "4"),  # unescaped quotes
         ('{"answer": "4", "step_by_step_thinking": "2 + 2"}', "4"),  # answer first
         ('{"answer": "1"} then, corrected: {"answer": "2"}', "2"),  # the last object wins
         ('```json\n{"Answer": 7}\n```', "7"),
-        ('{"step_by_step_thinking": "x", "answer": str(round(25.238, 2))}', "str(round(25.238, 2))"),
+        (
+            '{"step_by_step_thinking": "x", "answer": str(round(25.238, 2))}',
+            "str(round(25.238, 2))",
+        ),
         ("The final answer is 25.2 mL/min.", "25.2 mL/min."),
         ('{"result": {"answer": [4, 3]}}', "4, 3"),
     ],
@@ -224,7 +278,11 @@ def test_parse_value_grandrounds(text, kind, value):
         ('{"answer": "9/3/2014"}', 13, "09/03/2014"),
         ('{"answer": "on 9/3/2014"}', 13, "N/A"),  # the date must open the field
         ('{"answer": "str(short_and_direct_answer_of_the_question)"}', 4, "N/A"),
-        ('{"answer": "007"}', 4, "007"),  # read; check_correctness then fails on it (not a Python literal)
+        (
+            '{"answer": "007"}',
+            4,
+            "007",
+        ),  # read; check_correctness then fails on it (not a Python literal)
     ],
 )
 def test_official_reading(reply, calculator, answer):
@@ -252,7 +310,9 @@ def _write_one_row(tmp_path: Path, src: Path, **changes: str) -> Path:
 
 def test_bad_entities_and_truth_are_data_errors(tmp_path, shared_data):
     src = shared_data("medcalc-bench", "test_data.csv")
-    bad = _write_one_row(tmp_path, src, **{"Relevant Entities": "{'sex': 'Male', 'age': [87, 'years'"})
+    bad = _write_one_row(
+        tmp_path, src, **{"Relevant Entities": "{'sex': 'Male', 'age': [87, 'years'"}
+    )
     with pytest.raises(DataError, match="Row Number 1: Relevant Entities"):
         MedCalcBench().load(bad)
     bad = _write_one_row(tmp_path, src, **{"Ground Truth Answer": "n/a"})
@@ -274,22 +334,47 @@ def verified_rows(n: int = 1100) -> list[dict[str, str]]:
     for i in range(1, n + 1):
         kind = ("decimal", "integer", "date")[i % 3]
         if kind == "decimal":
-            calc, name, cat, truth = "2", "Creatinine Clearance (Cockcroft-Gault Equation)", "lab test", f"{20 + i / 10:.4f}"
+            calc, name, cat, truth = (
+                "2",
+                "Creatinine Clearance (Cockcroft-Gault Equation)",
+                "lab test",
+                f"{20 + i / 10:.4f}",
+            )
             lower, upper = f"{float(truth) * 0.95:.5f}", f"{float(truth) * 1.05:.5f}"
         elif kind == "integer":
-            calc, name, cat, truth = "4", "CHA2DS2-VASc Score for Atrial Fibrillation Stroke Risk", "risk", str(i % 9)
+            calc, name, cat, truth = (
+                "4",
+                "CHA2DS2-VASc Score for Atrial Fibrillation Stroke Risk",
+                "risk",
+                str(i % 9),
+            )
             lower = upper = truth
         else:
-            calc, name, cat, truth = "13", "Estimated Due Date", "date", f"{1 + i % 12:02d}/{1 + i % 28:02d}/2021"
+            calc, name, cat, truth = (
+                "13",
+                "Estimated Due Date",
+                "date",
+                f"{1 + i % 12:02d}/{1 + i % 28:02d}/2021",
+            )
             lower = upper = truth
-        rows.append({
-            "Row Number": str(i), "Calculator ID": calc, "Calculator Name": name, "Category": cat,
-            "Output Type": "date" if kind == "date" else kind, "Note ID": f"pmc-{9000 + i}-1", "Note Type": "Extracted",
-            "Patient Note": f'Case {i}: a 60-year-old man, "stable",\nweight 70 kg, creatinine 1.1 mg/dL.',
-            "Question": "What is the patient's value?", "Relevant Entities": f"{{'age': [60, 'years'], 'case': {i}}}",
-            "Ground Truth Answer": truth, "Lower Limit": lower, "Upper Limit": upper,
-            "Ground Truth Explanation": f"Step one.\nStep two gives {truth}.",
-        })
+        rows.append(
+            {
+                "Row Number": str(i),
+                "Calculator ID": calc,
+                "Calculator Name": name,
+                "Category": cat,
+                "Output Type": "date" if kind == "date" else kind,
+                "Note ID": f"pmc-{9000 + i}-1",
+                "Note Type": "Extracted",
+                "Patient Note": f'Case {i}: a 60-year-old man, "stable",\nweight 70 kg, creatinine 1.1 mg/dL.',
+                "Question": "What is the patient's value?",
+                "Relevant Entities": f"{{'age': [60, 'years'], 'case': {i}}}",
+                "Ground Truth Answer": truth,
+                "Lower Limit": lower,
+                "Upper Limit": upper,
+                "Ground Truth Explanation": f"Step one.\nStep two gives {truth}.",
+            }
+        )
     return rows
 
 
@@ -322,20 +407,37 @@ def answering(right: set[int], rows: list[dict[str, str]]):
 
 def run_medcalc(store: Store, model: str, script, version: str | None, data: Path | None):
     params = {"version": version} if version else {}
-    cfg = RunConfig("medcalc-bench", f"scripted/{model}", bench_params=params, data=data,
-                    options=RunOptions(protocol="grandrounds"), provider_options={"script": script})
+    cfg = RunConfig(
+        "medcalc-bench",
+        f"scripted/{model}",
+        bench_params=params,
+        data=data,
+        options=RunOptions(protocol="grandrounds"),
+        provider_options={"script": script},
+    )
     return asyncio.run(run(store, cfg))
 
 
 def test_versions_are_named_with_their_public_files():
     v = medcalc_module.VERSIONS
     assert list(v) == ["v1.0", "v1.2", "verified"]
-    assert v["v1.0"].file.sha256 == "c2d23097f8bdb7ae4a77dbf4a5a767335df7303998d7c7664a73a29fd8e2b31a"
-    assert v["v1.0"].file.url.endswith(f"/ncbi-nlp/MedCalc-Bench/{medcalc_module.COMMIT}/dataset/test_data.csv")
-    assert v["v1.2"].file.url == "https://raw.githubusercontent.com/ncbi-nlp/MedCalc-Bench/main/datasets/test_data.csv"
-    assert v["verified"].file.url.startswith("https://raw.githubusercontent.com/nikhilk7153/MedCalc-Bench-Verified/")
+    assert (
+        v["v1.0"].file.sha256 == "c2d23097f8bdb7ae4a77dbf4a5a767335df7303998d7c7664a73a29fd8e2b31a"
+    )
+    assert v["v1.0"].file.url.endswith(
+        f"/ncbi-nlp/MedCalc-Bench/{medcalc_module.COMMIT}/dataset/test_data.csv"
+    )
+    assert (
+        v["v1.2"].file.url
+        == "https://raw.githubusercontent.com/ncbi-nlp/MedCalc-Bench/main/datasets/test_data.csv"
+    )
+    assert v["verified"].file.url.startswith(
+        "https://raw.githubusercontent.com/nikhilk7153/MedCalc-Bench-Verified/"
+    )
     assert v["verified"].file.url.endswith("/datasets/test_data.csv")
-    assert v["v1.2"].file.sha256 is None and v["verified"].file.sha256 is None  # recorded at the first download
+    assert (
+        v["v1.2"].file.sha256 is None and v["verified"].file.sha256 is None
+    )  # recorded at the first download
     assert len({x.file.filename for x in v.values()}) == 3  # never one cached copy for two versions
     assert (v["v1.0"].rows, v["v1.2"].rows, v["verified"].rows) == (1047, 1100, 1100)
     assert str(MedCalcBench().spec()) == "medcalc-bench" == str(MedCalcBench(version="v1.0").spec())
@@ -350,17 +452,31 @@ def test_verified_shaped_file_through_the_local_path_override(tmp_path):
     data = write_rows(tmp_path / "test_data.csv", rows)
     bench = MedCalcBench(version="verified")
     samples = bench.load(data)
-    assert len(samples) == 1100 and bench.load(tmp_path) == samples  # the file, or a checkout's folder
-    assert Counter(s.target["kind"] for s in samples) == {"decimal": 366, "integer": 367, "date": 367}
-    assert samples[2].metadata["category"] == "lab test" and samples[2].metadata["relevant_entities"]["case"] == 3
+    assert (
+        len(samples) == 1100 and bench.load(tmp_path) == samples
+    )  # the file, or a checkout's folder
+    assert Counter(s.target["kind"] for s in samples) == {
+        "decimal": 366,
+        "integer": 367,
+        "date": 367,
+    }
+    assert (
+        samples[2].metadata["category"] == "lab test"
+        and samples[2].metadata["relevant_entities"]["case"] == 3
+    )
 
     right = {i for i in range(1, 1101) if i % 4}
     with Store(tmp_path / "s.db") as st:
         out = run_medcalc(st, "m", answering(right, rows), "verified", data)
     assert out.result.n == 1100 and out.result.score == pytest.approx(len(right) / 1100)
-    assert out.result.extra["version"] == "verified (1,100 rows, nikhilk7153/MedCalc-Bench-Verified@2df6974)"
+    assert (
+        out.result.extra["version"]
+        == "verified (1,100 rows, nikhilk7153/MedCalc-Bench-Verified@2df6974)"
+    )
     fp = out.result.fingerprint
-    assert fp["benchmark"] == 'medcalc-bench{"version":"verified"}' and fp["dataset_sha256"] == file_sha256(data)
+    assert fp["benchmark"] == 'medcalc-bench{"version":"verified"}' and fp[
+        "dataset_sha256"
+    ] == file_sha256(data)
 
 
 def test_the_v1_0_file_is_refused_under_another_versions_name(shared_data):
@@ -376,7 +492,11 @@ def served_verified(tmp_path, monkeypatch):
     """Verified's public file replaced by a file:// URL to a generated copy; a fresh cache."""
     served = write_rows(tmp_path / "served.csv", verified_rows(60))
     version = medcalc_module.VERSIONS["verified"]
-    monkeypatch.setitem(medcalc_module.VERSIONS, "verified", replace(version, file=replace(version.file, url=served.as_uri())))
+    monkeypatch.setitem(
+        medcalc_module.VERSIONS,
+        "verified",
+        replace(version, file=replace(version.file, url=served.as_uri())),
+    )
     monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "cache"))
     return served
 
@@ -390,7 +510,11 @@ def test_first_download_records_the_checksum_and_a_later_change_warns(served_ver
         root = resolve(MedCalcBench(version="verified"), None)
         assert root == cached.parent and cached.read_bytes() == served.read_bytes()
         record = recorded(cached)
-        assert record["sha256"] == first_sha and record["url"] == served.as_uri() and record["bytes"] == served.stat().st_size
+        assert (
+            record["sha256"] == first_sha
+            and record["url"] == served.as_uri()
+            and record["bytes"] == served.stat().st_size
+        )
         assert record_path(cached).name == "test_data-verified.csv.download.json"
         resolve(MedCalcBench(version="verified"), None)
 
@@ -412,7 +536,9 @@ def test_first_download_records_the_checksum_and_a_later_change_warns(served_ver
         warnings.simplefilter("error")
         resolve(MedCalcBench(version="verified"), None)
     assert recorded(cached)["sha256"] == file_sha256(served)
-    cached.write_text(cached.read_text(encoding="utf-8").replace("Case 7:", "Case 7 (edited):"), encoding="utf-8")
+    cached.write_text(
+        cached.read_text(encoding="utf-8").replace("Case 7:", "Case 7 (edited):"), encoding="utf-8"
+    )
     with pytest.warns(ChecksumChanged):
         resolve(MedCalcBench(version="verified"), None)
 
@@ -421,7 +547,9 @@ def test_a_record_from_another_url_means_a_new_download(served_verified, tmp_pat
     cached = tmp_path / "cache" / "medcalc-bench" / "test_data-verified.csv"
     cached.parent.mkdir(parents=True)
     cached.write_text("stale copy from elsewhere\n", encoding="utf-8")
-    record_path(cached).write_text(json.dumps({"url": "https://example.org/old.csv", "sha256": "0" * 64}), encoding="utf-8")
+    record_path(cached).write_text(
+        json.dumps({"url": "https://example.org/old.csv", "sha256": "0" * 64}), encoding="utf-8"
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         resolve(MedCalcBench(version="verified"), None)
@@ -447,16 +575,28 @@ def test_the_leaderboard_never_ranks_across_versions_or_changed_files(served_ver
         for e in board.entries:
             by_setting.setdefault(e.setting, []).append(e)
         for entries in by_setting.values():
-            assert len({e.row.fingerprint["benchmark"] for e in entries}) == 1  # one version per setting
-            assert [(e.row.model, e.rank) for e in entries] == [("scripted/good", 1), ("scripted/fair", 2)]
-        assert {e.row.fingerprint["benchmark"] for e in board.entries} == {"medcalc-bench", 'medcalc-bench{"version":"verified"}'}
-        assert all(any("benchmark" in f for f in e.flags) for e in by_setting[2])  # what differs is named
+            assert (
+                len({e.row.fingerprint["benchmark"] for e in entries}) == 1
+            )  # one version per setting
+            assert [(e.row.model, e.rank) for e in entries] == [
+                ("scripted/good", 1),
+                ("scripted/fair", 2),
+            ]
+        assert {e.row.fingerprint["benchmark"] for e in board.entries} == {
+            "medcalc-bench",
+            'medcalc-bench{"version":"verified"}',
+        }
+        assert all(
+            any("benchmark" in f for f in e.flags) for e in by_setting[2]
+        )  # what differs is named
 
     with Store(tmp_path / "t.db") as st:
         # One version name, but the downloaded file changed between two runs: kept apart by its checksum.
         run_medcalc(st, "good", answering(good, rows), "verified", None)
         changed = verified_rows(60)
-        changed[0]["Ground Truth Answer"] = changed[0]["Lower Limit"] = changed[0]["Upper Limit"] = "8"  # relabelled
+        changed[0]["Ground Truth Answer"] = changed[0]["Lower Limit"] = changed[0][
+            "Upper Limit"
+        ] = "8"  # relabelled
         write_rows(served_verified, changed)
         (tmp_path / "cache" / "medcalc-bench" / "test_data-verified.csv").unlink()
         with pytest.warns(ChecksumChanged):
@@ -464,5 +604,8 @@ def test_the_leaderboard_never_ranks_across_versions_or_changed_files(served_ver
         [board] = leaderboard(result_rows(st))
         assert board.settings == 2 and {e.rank for e in board.entries} == {1}
         shas = {e.row.fingerprint["dataset_sha256"] for e in board.entries}
-        assert shas == {file_sha256(served_verified), recorded(tmp_path / "cache" / "medcalc-bench" / "test_data-verified.csv")["sha256"]}
+        assert shas == {
+            file_sha256(served_verified),
+            recorded(tmp_path / "cache" / "medcalc-bench" / "test_data-verified.csv")["sha256"],
+        }
         assert all("dataset_sha256" in " ".join(e.flags) for e in board.entries if e.setting == 2)

@@ -17,21 +17,22 @@ import contextlib
 import csv
 import io
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import lru_cache
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.medcalc import OFFICIAL_SYSTEM, OFFICIAL_USER, RUN_PY, MedCalcBench
+from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.medcalc_extract import official_expression
 from grandrounds.graders.medcalc_grader import MedCalcGrader, MedCalcParams
-from grandrounds.core.records import Grade, Response, Sample
-from grandrounds.run.runner import run
 from grandrounds.run.config import RunConfig
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 from tests.conftest import reference_file, shared_file
 from tests.official import load_official
@@ -46,19 +47,31 @@ def official() -> SimpleNamespace:
     run_py = load_official("medcalc-bench/evaluation/run.py", ["extract_answer", "zero_shot"])
     evaluate = load_official("medcalc-bench/evaluation/evaluate.py", ["check_correctness"])
     llm = load_official("medcalc-bench/evaluation/llm_inference.py", ["LLMInference"])
-    return SimpleNamespace(extract_answer=run_py.extract_answer, zero_shot=run_py.zero_shot,
-                           check_correctness=evaluate.check_correctness, LLMInference=llm.LLMInference)
+    return SimpleNamespace(
+        extract_answer=run_py.extract_answer,
+        zero_shot=run_py.zero_shot,
+        check_correctness=evaluate.check_correctness,
+        LLMInference=llm.LLMInference,
+    )
 
 
 def official_value(reply: str, row: Row) -> float:
     """run.py's main loop for one row whose model said ``reply``: 1.0 for "Correct", else 0.0."""
     o = official()
-    answer = o.LLMInference.answer(SimpleNamespace(generate=lambda messages: reply), [])  # the whitespace collapse
+    answer = o.LLMInference.answer(
+        SimpleNamespace(generate=lambda messages: reply), []
+    )  # the whitespace collapse
     calculator_id = str(row["Calculator ID"])
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # extract_answer prints failed evaluations
             value, _ = o.extract_answer(answer, int(calculator_id))
-            ok = o.check_correctness(value, row["Ground Truth Answer"], calculator_id, row["Upper Limit"], row["Lower Limit"])
+            ok = o.check_correctness(
+                value,
+                row["Ground Truth Answer"],
+                calculator_id,
+                row["Upper Limit"],
+                row["Lower Limit"],
+            )
     except Exception:  # noqa: BLE001  (run.py: any exception -> "Incorrect")
         return 0.0
     return 1.0 if ok else 0.0
@@ -76,7 +89,10 @@ def kind_of(row: Row) -> str:
 
 
 def weeks_days(row: Row) -> tuple[int, int]:
-    w, d = (int("".join(ch for ch in part if ch.isdigit())) for part in row["Ground Truth Answer"].strip("()").split(","))
+    w, d = (
+        int("".join(ch for ch in part if ch.isdigit()))
+        for part in row["Ground Truth Answer"].strip("()").split(",")
+    )
     return w, d
 
 
@@ -84,7 +100,9 @@ def shifted(row: Row, factor: float, days: int) -> str:
     """The truth moved a little: a number times ``factor``, a date or a gestational age by ``days``."""
     k = kind_of(row)
     if k == "date":
-        return (datetime.strptime(row["Ground Truth Answer"], "%m/%d/%Y") + timedelta(days=days)).strftime("%m/%d/%Y")
+        return (
+            datetime.strptime(row["Ground Truth Answer"], "%m/%d/%Y") + timedelta(days=days)
+        ).strftime("%m/%d/%Y")
     if k == "gestational":
         w, d = weeks_days(row)
         total = max(0, w * 7 + d + days)
@@ -130,21 +148,35 @@ def worded_date(row: Row) -> str:
 def gestational_tuple(row: Row) -> str:
     if kind_of(row) == "gestational":
         w, d = weeks_days(row)
-        return js([f"{w} weeks and {d} days", f"({w}, {d})", f"{w} weeks, {d} days"][int(row["Row Number"]) % 3])
+        return js(
+            [f"{w} weeks and {d} days", f"({w}, {d})", f"{w} weeks, {d} days"][
+                int(row["Row Number"]) % 3
+            ]
+        )
     return js(f"({gt(row)}, 0)")
 
 
 def multi_line(row: Row) -> str:
     """The official JSON shape as models write it: raw newlines inside the thinking string."""
-    return '{"step_by_step_thinking": "Step 1: read the note.\nStep 2: apply the formula.\n", "answer": "' + gt(row) + '"}'
+    return (
+        '{"step_by_step_thinking": "Step 1: read the note.\nStep 2: apply the formula.\n", "answer": "'
+        + gt(row)
+        + '"}'
+    )
 
 
 def unescaped_quotes(row: Row) -> str:
-    return '{"step_by_step_thinking": "The note says "no history" and "afebrile" at 12.5 h.", "answer": "' + gt(row) + '"}'
+    return (
+        '{"step_by_step_thinking": "The note says "no history" and "afebrile" at 12.5 h.", "answer": "'
+        + gt(row)
+        + '"}'
+    )
 
 
 def answer_first(row: Row) -> str:
-    return json.dumps({"answer": gt(row), "step_by_step_thinking": "Points: 2 for age, 1 for sex, total 3.5"})
+    return json.dumps(
+        {"answer": gt(row), "step_by_step_thinking": "Points: 2 for age, 1 for sex, total 3.5"}
+    )
 
 
 def two_objects(row: Row) -> str:
@@ -213,13 +245,23 @@ def table() -> list[tuple[str, Row, Sample, str, float, Grade]]:
     rows = list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"), newline="")))
     samples = {s.id: s for s in MedCalcBench().load(path)}
     grader = MedCalcGrader(MedCalcParams("reference"))
-    cases = [(name, r, samples[r["Row Number"]], shape(r)) for name, shape in SHAPES.items() for r in rows]
+    cases = [
+        (name, r, samples[r["Row Number"]], shape(r))
+        for name, shape in SHAPES.items()
+        for r in rows
+    ]
 
     async def grade_all() -> list[Grade]:
-        return [await grader.grade(s, Response(key="k", text=reply), GradeContext()) for _, _, s, reply in cases]
+        return [
+            await grader.grade(s, Response(key="k", text=reply), GradeContext())
+            for _, _, s, reply in cases
+        ]
 
     grades = asyncio.run(grade_all())
-    return [(name, r, s, reply, official_value(reply, r), g) for (name, r, s, reply), g in zip(cases, grades)]
+    return [
+        (name, r, s, reply, official_value(reply, r), g)
+        for (name, r, s, reply), g in zip(cases, grades)
+    ]
 
 
 def test_reference_agrees_with_the_official_code_on_every_row_and_shape(capsys):
@@ -235,9 +277,13 @@ def test_reference_agrees_with_the_official_code_on_every_row_and_shape(capsys):
         if g.value != want:
             disagreements.append((name, row["Row Number"], reply, want, g.details["reference"]))
     with capsys.disabled():
-        print(f"\n{'shape':32} {'cases':>6} {'agree':>6} {'grandrounds=official':>21} {'official acc':>13} {'grandrounds acc':>16}")
+        print(
+            f"\n{'shape':32} {'cases':>6} {'agree':>6} {'grandrounds=official':>21} {'official acc':>13} {'grandrounds acc':>16}"
+        )
         for name, (n, agree, ours_agree, right, ours_right) in per_shape.items():
-            print(f"{name:32} {n:6} {agree:6} {ours_agree:21} {right / n:13.3f} {ours_right / n:16.3f}")
+            print(
+                f"{name:32} {n:6} {agree:6} {ours_agree:21} {right / n:13.3f} {ours_right / n:16.3f}"
+            )
         total = [sum(c[i] for c in per_shape.values()) for i in range(3)]
         print(f"{'all':32} {total[0]:6} {total[1]:6} {total[2]:21}")
     assert len(per_shape) >= 15 and all(c[0] == 1047 for c in per_shape.values())
@@ -267,22 +313,38 @@ def test_aggregate_headline_and_other_protocol_equal_the_official_mean():
         other = agg.extra["other_protocol"]
         assert other["protocol"] == "grandrounds"
         assert other["score"] == sum(g.details["other_value"] for g in grades) / 1047
-        mirrored = bench.aggregate(samples, [_as_grandrounds(g) for g in grades], RunOptions(protocol="grandrounds"))
-        assert mirrored.score == other["score"] and mirrored.extra["other_protocol"]["score"] == agg.score
+        mirrored = bench.aggregate(
+            samples, [_as_grandrounds(g) for g in grades], RunOptions(protocol="grandrounds")
+        )
+        assert (
+            mirrored.score == other["score"]
+            and mirrored.extra["other_protocol"]["score"] == agg.score
+        )
 
 
 def _as_grandrounds(g: Grade) -> Grade:
     d = g.details
-    return Grade(g.sample_id, d["other_value"], details=d | {"protocol": "grandrounds", "other_value": g.value,
-                                                              "unextractable": d["other_unextractable"],
-                                                              "other_unextractable": d["unextractable"]})
+    return Grade(
+        g.sample_id,
+        d["other_value"],
+        details=d
+        | {
+            "protocol": "grandrounds",
+            "other_value": g.value,
+            "unextractable": d["other_unextractable"],
+            "other_unextractable": d["unextractable"],
+        },
+    )
 
 
 @pytest.mark.parametrize(
     "expression, value",
     [
         ("round(25.2384, 2)", 25.24),
-        ("(140 - 87) * 48 / (72 * 1.4", (140 - 87) * 48 / (72 * 1.4)),  # a missing ")" added, as run.py does
+        (
+            "(140 - 87) * 48 / (72 * 1.4",
+            (140 - 87) * 48 / (72 * 1.4),
+        ),  # a missing ")" added, as run.py does
         ("sqrt(77.1 * 176.1 / 3600)", (77.1 * 176.1 / 3600) ** 0.5),
         ("2^3 + 1", 9),
         ("min(3, 4) + abs(-2)", 5),
@@ -317,7 +379,9 @@ def _sources_sha256(path: str) -> str:
 def test_templates_hash_to_sources_tsv_and_a_run_sends_the_official_messages(tmp_path):
     assert RUN_PY.sha256 == _sources_sha256("evaluation/run.py")
     hashes = MedCalcBench().template_hashes()
-    assert hashes["reference_system"]["sha256"] == hashes["reference_user"]["sha256"] == RUN_PY.sha256
+    assert (
+        hashes["reference_system"]["sha256"] == hashes["reference_user"]["sha256"] == RUN_PY.sha256
+    )
     assert set(OFFICIAL_USER.load().fields) == {"note", "question"}
 
     path = shared_file("medcalc-bench", "test_data.csv")
@@ -328,14 +392,19 @@ def test_templates_hash_to_sources_tsv_and_a_run_sends_the_official_messages(tmp
         sent.append(req)
         return '{"step_by_step_thinking": "a\nb", "answer": "1"}'
 
-    cfg = RunConfig("medcalc-bench", "scripted/m", data=path, limit=3, provider_options={"script": script})
+    cfg = RunConfig(
+        "medcalc-bench", "scripted/m", data=path, limit=3, provider_options={"script": script}
+    )
     out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
     assert len(sent) == 3
     for req, row in zip(sent, rows):
         system, user = official().zero_shot(row["Patient Note"], row["Question"])
         assert [(m.role, m.content) for m in req.messages] == [("system", system), ("user", user)]
         assert req.params.temperature == 0.0 and req.params.max_tokens == 4096
-    assert out.result.fingerprint["prompt_templates"]["reference_user"]["text_sha256"] == OFFICIAL_USER.load().fingerprint()["text_sha256"]
+    assert (
+        out.result.fingerprint["prompt_templates"]["reference_user"]["text_sha256"]
+        == OFFICIAL_USER.load().fingerprint()["text_sha256"]
+    )
     assert OFFICIAL_SYSTEM.load().render() == official().zero_shot("n", "q")[0]
 
 
@@ -347,8 +416,16 @@ def test_grandrounds_run_sends_our_prompt(tmp_path):
         sent.append(req)
         return '{"step_by_step_thinking": "a", "answer": "1"}'
 
-    cfg = RunConfig("medcalc-bench", "scripted/m", data=path, limit=1, provider_options={"script": script},
-                    options=RunOptions(protocol="grandrounds"))
+    cfg = RunConfig(
+        "medcalc-bench",
+        "scripted/m",
+        data=path,
+        limit=1,
+        provider_options={"script": script},
+        options=RunOptions(protocol="grandrounds"),
+    )
     asyncio.run(run(Store(tmp_path / "s.db"), cfg))
     sample = MedCalcBench().load(path)[0]
-    assert [(m.role, m.content) for m in sent[0].messages] == [(m.role, m.content) for m in sample.messages]
+    assert [(m.role, m.content) for m in sent[0].messages] == [
+        (m.role, m.content) for m in sample.messages
+    ]

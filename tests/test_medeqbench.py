@@ -14,11 +14,11 @@ import pytest
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.medeqbench import DIMENSION_ALIASES, MedEQBench, parse_rubric
 from grandrounds.core.errors import DataError
+from grandrounds.core.records import Cell, Response, Verdict
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.medeq_grader import MedEQGrader, MedEQParams, rubric_text
-from grandrounds.core.records import Cell, Response, Verdict
-from tests.grading import grade_answer
 from grandrounds.scoring.medeq import DIMENSIONS, question_score, reference_question, sample_items
+from tests.grading import grade_answer
 
 ITEM_NO = re.compile(r"^\s*(\d+)\s*、", re.M)
 
@@ -34,6 +34,7 @@ def samples(shared_data):
 
 
 # ---- parsing the real data ----------------------------------------------------------------------
+
 
 def test_all_rows_and_items_parse(samples):
     assert len(samples) == 413
@@ -68,7 +69,12 @@ def test_quirky_rows(samples):
     by_id = {s.id: s for s in samples}
     malformed = by_id["72"].rubric[5]  # "6、【格式与重点呈现]…{+1}"
     assert (malformed.id, malformed.tags, malformed.points) == ("加分项_6", ("格式与重点呈现",), 1)
-    full_width = [(s.id, c.id) for s in samples for c in s.rubric if "{+４}" in s.metadata["rubric_text"] and c.points == 4]
+    full_width = [
+        (s.id, c.id)
+        for s in samples
+        for c in s.rubric
+        if "{+４}" in s.metadata["rubric_text"] and c.points == 4
+    ]
     assert full_width
     headers = sum(1 for s in samples if s.metadata["rubric_text"].startswith("加分项："))
     assert headers == 15
@@ -90,7 +96,9 @@ def test_gb18030_copy_loads_the_same(tmp_path: Path, samples, shared_data):
     path = tmp_path / "med_eq.csv"
     path.write_bytes(text.encode("gb18030"))
     again = MedEQBench().load(path)
-    assert [(s.id, s.messages, s.rubric) for s in again] == [(s.id, s.messages, s.rubric) for s in samples]
+    assert [(s.id, s.messages, s.rubric) for s in again] == [
+        (s.id, s.messages, s.rubric) for s in samples
+    ]
 
 
 def test_dataset_hash_and_files(shared_data):
@@ -106,8 +114,14 @@ def test_dataset_hash_and_files(shared_data):
         ("加分项\n1、【混合情绪】a{+4}", [("加分项_1", 4, "混合情绪")]),
         ("加分项：\n2、 【情绪转换】b{ + 4 }", [("加分项_2", 4, "情绪转换")]),
         ("加分项\n3、【暗示线索】c{+４}", [("加分项_3", 4, "暗示线索")]),
-        ("加分项\n1、【个人情绪/行动管理】d{+6 }\n减分项\n1、【医疗沟通失言情境】e{-3}\n2、【暗示线索】f{+2}",
-         [("加分项_1", 6, "个人情绪 / 行动管理"), ("减分项_1", -3, "医疗沟通失言情境"), ("减分项_2", -2, "暗示线索")]),
+        (
+            "加分项\n1、【个人情绪/行动管理】d{+6 }\n减分项\n1、【医疗沟通失言情境】e{-3}\n2、【暗示线索】f{+2}",
+            [
+                ("加分项_1", 6, "个人情绪 / 行动管理"),
+                ("减分项_1", -3, "医疗沟通失言情境"),
+                ("减分项_2", -2, "暗示线索"),
+            ],
+        ),
         ("加分项\n4、【格式与重点呈现]g{+1}", [("加分项_4", 1, "格式与重点呈现")]),
         ("加分项\n5、【疾病反常情绪推理?】h{+2}", [("加分项_5", 2, "疾病反常情绪推理")]),
     ],
@@ -155,8 +169,12 @@ class LineJudge:
         for m in re.finditer(r"^\s*(\d+)\s*、\s*【(.*?)[】\]]", rubric, re.M):
             n = int(m.group(1))
             if not self.omit(n, attempt):
-                lines.append(f"加分项_{n}_\"{m.group(2)}\"：{1 if n % 2 == 0 else 0} ｜ Reason：规则 ｜ 依据：无")
-        return Response(key=f"k{attempt}:{hash(prompt)}", text="<think>逐条看</think>\n" + "\n".join(lines))
+                lines.append(
+                    f'加分项_{n}_"{m.group(2)}"：{1 if n % 2 == 0 else 0} ｜ Reason：规则 ｜ 依据：无'
+                )
+        return Response(
+            key=f"k{attempt}:{hash(prompt)}", text="<think>逐条看</think>\n" + "\n".join(lines)
+        )
 
 
 def grade_all(samples, judge, protocol="grandrounds", **ctx):
@@ -164,7 +182,12 @@ def grade_all(samples, judge, protocol="grandrounds", **ctx):
 
     async def go():
         return await asyncio.gather(
-            *(grader.grade(s, Response(key="a", text="回答"), GradeContext(judges=(judge,), **ctx)) for s in samples)
+            *(
+                grader.grade(
+                    s, Response(key="a", text="回答"), GradeContext(judges=(judge,), **ctx)
+                )
+                for s in samples
+            )
         )
 
     return asyncio.run(go())
@@ -173,7 +196,12 @@ def grade_all(samples, judge, protocol="grandrounds", **ctx):
 def expected(sample, known=lambda c: True):
     items = [c for c in sample.rubric if known(c)]
     even = lambda c: int(c.id.split("_")[1]) % 2 == 0  # noqa: E731
-    return round(100 * sum(c.points for c in items if even(c)) / sum(c.points for c in items if c.points > 0), 2)
+    return round(
+        100
+        * sum(c.points for c in items if even(c))
+        / sum(c.points for c in items if c.points > 0),
+        2,
+    )
 
 
 def test_one_call_per_answer_and_scores_match_independent_arithmetic(samples):
@@ -198,8 +226,10 @@ def test_one_call_per_answer_and_scores_match_independent_arithmetic(samples):
                 vals.append(round(100 * hit / sum(c.points for c in items), 2))
         assert dims[dim].n == len(vals)
         assert dims[dim].score == pytest.approx(round(sum(vals) / len(vals), 2))
-    print(f"\nMedEQ rule judge: final {agg.score:.2f} CI {agg.ci95[0]:.2f}-{agg.ci95[1]:.2f}; "
-          + ", ".join(f"{d} {v.score}" for d, v in list(dims.items())[:5]))
+    print(
+        f"\nMedEQ rule judge: final {agg.score:.2f} CI {agg.ci95[0]:.2f}-{agg.ci95[1]:.2f}; "
+        + ", ".join(f"{d} {v.score}" for d, v in list(dims.items())[:5])
+    )
 
 
 def test_missing_items_are_reasked_then_unknown(samples):
@@ -208,7 +238,12 @@ def test_missing_items_are_reasked_then_unknown(samples):
     grades = grade_all(subset, judge, max_reask=2)
     assert judge.calls.count(0) == 10 and judge.calls.count(1) == 10 and 2 not in judge.calls
     assert all(g.value == expected(s) for s, g in zip(subset, grades))
-    assert all(v.attempts == 2 for g in grades for v in g.verdicts if v.criterion_id in ("加分项_3", "加分项_4"))
+    assert all(
+        v.attempts == 2
+        for g in grades
+        for v in g.verdicts
+        if v.criterion_id in ("加分项_3", "加分项_4")
+    )
 
     never = LineJudge(omit=lambda n, attempt: n == 3)
     grades = grade_all(subset, never, max_reask=1)
@@ -219,8 +254,11 @@ def test_missing_items_are_reasked_then_unknown(samples):
         assert g.details["coverage"]["known"] == len(s.rubric) - 1
         assert g.value == expected(s, known=lambda c: c.id != "加分项_3")
     regraded = asyncio.run(
-        MedEQGrader(OURS).grade(subset[0], Response(key="a", text="回答"),
-                            GradeContext(judges=(LineJudge(),), previous=grades[0], only_unknown=True))
+        MedEQGrader(OURS).grade(
+            subset[0],
+            Response(key="a", text="回答"),
+            GradeContext(judges=(LineJudge(),), previous=grades[0], only_unknown=True),
+        )
     )
     assert regraded.value == expected(subset[0])
 
@@ -228,7 +266,12 @@ def test_missing_items_are_reasked_then_unknown(samples):
 def test_failed_answer_is_unscored_without_judging(samples):
     judge = LineJudge()
     for protocol in ("reference", "grandrounds"):
-        g = grade_answer(MedEQGrader(MedEQParams(protocol)), samples[0], Response(key="a", error="500"), GradeContext(judges=(judge,)))
+        g = grade_answer(
+            MedEQGrader(MedEQParams(protocol)),
+            samples[0],
+            Response(key="a", error="500"),
+            GradeContext(judges=(judge,)),
+        )
         assert g.value is None and g.status == "answer_failed" and judge.calls == []
 
 
@@ -241,8 +284,18 @@ def test_judge_prompt_carries_question_answer_and_original_rubric(samples):
             seen["prompt"] = messages[-1].content
             return await super().__call__(messages, attempt=attempt)
 
-    asyncio.run(MedEQGrader(OURS).grade(s, Response(key="a", text="<think>草稿</think>最终回答"), GradeContext(judges=(Capture(),))))
-    assert s.messages[0].content in seen["prompt"] and "最终回答" in seen["prompt"] and "草稿" not in seen["prompt"]
+    asyncio.run(
+        MedEQGrader(OURS).grade(
+            s,
+            Response(key="a", text="<think>草稿</think>最终回答"),
+            GradeContext(judges=(Capture(),)),
+        )
+    )
+    assert (
+        s.messages[0].content in seen["prompt"]
+        and "最终回答" in seen["prompt"]
+        and "草稿" not in seen["prompt"]
+    )
     assert s.metadata["rubric_text"] in seen["prompt"]
     assert rubric_text(s) == s.metadata["rubric_text"]
 
@@ -270,7 +323,9 @@ def test_clinician_reviews_rescore_the_question(samples, protocol):
     assert grader.rescore(s, grade, {}) == 100.0
     first = next(c for c in s.rubric if c.points > 0)
     possible = sum(c.points for c in s.rubric if c.points > 0)
-    assert grader.rescore(s, grade, {first.id: "unmet"}) == round(100 * (possible - first.points) / possible, 2)
+    assert grader.rescore(s, grade, {first.id: "unmet"}) == round(
+        100 * (possible - first.points) / possible, 2
+    )
     negative = next((c for c in s.rubric if c.points < 0), None)
     if negative is not None:  # a reviewed defect that is present takes its weight off
         want = round(100 * (possible + negative.points) / possible, 2)

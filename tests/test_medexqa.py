@@ -14,13 +14,20 @@ from grandrounds.benchmarks.medagentsbench import MedExQA
 from tests.conftest import shared_file
 from tests.exam_cli import cli_run, longest
 
-SPECIALTIES = {"clinical_laboratory_scientist": 371, "occupational_therapist": 188, "biomedical_engineer": 142,
-               "speech_pathologist": 129, "clinical_psychologist": 105}
+SPECIALTIES = {
+    "clinical_laboratory_scientist": 371,
+    "occupational_therapist": 188,
+    "biomedical_engineer": 142,
+    "speech_pathologist": 129,
+    "clinical_psychologist": 105,
+}
 
 
 def records() -> list[dict]:
     path = shared_file("medexqa", "test.jsonl")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def test_real_file_loads_the_source_notes_count() -> None:
@@ -41,7 +48,14 @@ def test_scripted_model_accuracy_through_the_cli(tmp_path: Path, protocol: str) 
             opts = [m.group(1) for m in re.finditer(r"^[A-D]\. (.*)$", prompt, re.M)]
         return f"Answer: {'ABCD'[longest(opts)]}"
 
-    res = cli_run(tmp_path, "medexqa", shared_file("medexqa", "test.jsonl").parent, reply, "--protocol", protocol)
+    res = cli_run(
+        tmp_path,
+        "medexqa",
+        shared_file("medexqa", "test.jsonl").parent,
+        reply,
+        "--protocol",
+        protocol,
+    )
     rows = records()
     right = [longest(list(r["options"].values())) == "ABCD".index(r["answer_idx"]) for r in rows]
     assert res["n"] == 935 and res["score"] == pytest.approx(sum(right) / 935)
@@ -51,4 +65,6 @@ def test_scripted_model_accuracy_through_the_cli(tmp_path: Path, protocol: str) 
     per = {k: sum(v) / len(v) for k, v in by.items()}
     assert {k: c["score"] for k, c in res["breakdown"]["specialty"].items()} == pytest.approx(per)
     assert res["extra"]["macro_accuracy"] == pytest.approx(sum(per.values()) / 5)
-    print(f"medexqa {protocol}: {res['score']:.4f} = {sum(right)}/935, macro {res['extra']['macro_accuracy']:.4f} (independent count)")
+    print(
+        f"medexqa {protocol}: {res['score']:.4f} = {sum(right)}/935, macro {res['extra']['macro_accuracy']:.4f} (independent count)"
+    )

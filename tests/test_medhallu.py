@@ -40,9 +40,14 @@ def test_real_file_loads_1000_rows_as_2000_items() -> None:
     samples = MedHallu().load(folder())
     assert len(rows) == 1000 and len(samples) == 2000  # SOURCE.md
     assert sum(s.metadata["difficulty"] == "hard" for s in samples) == 2 * 408
-    assert [s.metadata["answer"] for s in samples[:2]] == [rows[0]["Ground Truth"], rows[0]["Hallucinated Answer"]]
+    assert [s.metadata["answer"] for s in samples[:2]] == [
+        rows[0]["Ground Truth"],
+        rows[0]["Hallucinated Answer"],
+    ]
     assert [s.target for s in samples[:2]] == ["0", "1"]
-    assert MedHallu().load(folder() / "train" / ARROW.filename) == samples  # the file, its folder or its parent
+    assert (
+        MedHallu().load(folder() / "train" / ARROW.filename) == samples
+    )  # the file, its folder or its parent
 
 
 def rule(answer: str) -> str:
@@ -70,19 +75,42 @@ def test_scripted_model_through_the_cli_equals_sklearn_f1(tmp_path: Path) -> Non
             super().__init__(spec, script=script, **kw)
 
     with PROVIDERS.registered("medhallu-script", Scripted):
-        r = CliRunner().invoke(app, ["run", "medhallu", "--data", str(folder()), "--model", "medhallu-script/x", "--protocol",
-                                     "grandrounds", "--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "out")])
+        r = CliRunner().invoke(
+            app,
+            [
+                "run",
+                "medhallu",
+                "--data",
+                str(folder()),
+                "--model",
+                "medhallu-script/x",
+                "--protocol",
+                "grandrounds",
+                "--store",
+                str(tmp_path / "s.db"),
+                "--out",
+                str(tmp_path / "out"),
+            ],
+        )
     assert r.exit_code == 0, r.output
     res = json.loads((tmp_path / "out" / "results.json").read_text())["results"][0]
-    items = [(row[col], label, row["Difficulty Level"]) for row in rows for col, label in (("Ground Truth", "0"), ("Hallucinated Answer", "1"))]
+    items = [
+        (row[col], label, row["Difficulty Level"])
+        for row in rows
+        for col, label in (("Ground Truth", "0"), ("Hallucinated Answer", "1"))
+    ]
     preds = [rule(a).rsplit(" ", 1)[-1] for a, _, _ in items]
     kept = [(lab, p) for (_, lab, _), p in zip(items, preds) if p in ("0", "1")]
     want = f1_score([t for t, _ in kept], [p for _, p in kept], pos_label="1")
     assert res["score"] == pytest.approx(want) and res["n"] == len(kept)
     assert res["extra"]["dropped_unsure"] == sum(p == "2" for p in preds)
     hard = [(lab, p) for (_, lab, d), p in zip(items, preds) if d == "hard" and p in ("0", "1")]
-    assert res["breakdown"]["difficulty"]["hard"]["score"] == pytest.approx(f1_score([t for t, _ in hard], [p for _, p in hard], pos_label="1"))
-    assert res["extra"]["other_protocol"]["score"] == 0.0  # Medmarks reads no \boxed{} and no bare digit here: all dropped
+    assert res["breakdown"]["difficulty"]["hard"]["score"] == pytest.approx(
+        f1_score([t for t, _ in hard], [p for _, p in hard], pos_label="1")
+    )
+    assert (
+        res["extra"]["other_protocol"]["score"] == 0.0
+    )  # Medmarks reads no \boxed{} and no bare digit here: all dropped
 
 
 def test_reference_prompt_is_medmarks_when_its_file_is_at_hand() -> None:
@@ -91,17 +119,33 @@ def test_reference_prompt_is_medmarks_when_its_file_is_at_hand() -> None:
     try:
         local_path(PROMPTS)
     except DataError as e:
-        pytest.skip(f"Medmarks' prompts.py is not in the reference folder and cannot be downloaded here: {e}")
+        pytest.skip(
+            f"Medmarks' prompts.py is not in the reference folder and cannot be downloaded here: {e}"
+        )
     sample = MedHallu().load(folder())[1]
     text = MedHallu().prompt(sample, RunOptions()).messages[0].content
-    assert text.startswith("\nQuestion: ") and "Your Judgement:" in text and sample.metadata["answer"] in text
+    assert (
+        text.startswith("\nQuestion: ")
+        and "Your Judgement:" in text
+        and sample.metadata["answer"] in text
+    )
 
 
-@pytest.mark.parametrize("text, ref, ours", [
-    ("\\boxed{1}", "1", "1"), ("1", "1", "1"), ("\\boxed{ 1 }", None, "1"), ("The answer is \\boxed{0}.", "0", "0"),
-    ("\\boxed{2}", "2", "2"), ("\\boxed{0} no wait \\boxed{1}", "0", "1"), ("\\boxed{\\text{1}}", None, None),
-    ("Judgement: 1", None, "1"), ("hallucinated", None, None), ("<think>\\boxed{0}</think>\\boxed{1}", "0", "1"),
-])
+@pytest.mark.parametrize(
+    "text, ref, ours",
+    [
+        ("\\boxed{1}", "1", "1"),
+        ("1", "1", "1"),
+        ("\\boxed{ 1 }", None, "1"),
+        ("The answer is \\boxed{0}.", "0", "0"),
+        ("\\boxed{2}", "2", "2"),
+        ("\\boxed{0} no wait \\boxed{1}", "0", "1"),
+        ("\\boxed{\\text{1}}", None, None),
+        ("Judgement: 1", None, "1"),
+        ("hallucinated", None, None),
+        ("<think>\\boxed{0}</think>\\boxed{1}", "0", "1"),
+    ],
+)
 def test_both_readings(text: str, ref, ours) -> None:
     assert reference_prediction(text) == ref and our_prediction(text) == ours
 
@@ -109,16 +153,31 @@ def test_both_readings(text: str, ref, ours) -> None:
 def test_aggregation_agrees_with_medmarks_postprocess(tmp_path: Path) -> None:
     """postprocess_medhallu (shared reference) on a results.jsonl, with extract_boxed_answer standing in
     for verifiers' (not installed): its drops, accuracy, precision, recall and F1 against ours."""
-    official = load_official("medmarks-envs/environments/medhallu/postprocess.py", ["_extract_completion_text", "_iter_lines",
-                             "postprocess_medhallu"], extra={"extract_boxed_answer": first_boxed})
+    official = load_official(
+        "medmarks-envs/environments/medhallu/postprocess.py",
+        ["_extract_completion_text", "_iter_lines", "postprocess_medhallu"],
+        extra={"extract_boxed_answer": first_boxed},
+    )
     rng = random.Random(3)
-    forms = ["\\boxed{%s}", "%s", "Answer: \\boxed{%s}.", "\\boxed{ %s }", "I think %s", "\\boxed{%s} or \\boxed{1}"]
+    forms = [
+        "\\boxed{%s}",
+        "%s",
+        "Answer: \\boxed{%s}.",
+        "\\boxed{ %s }",
+        "I think %s",
+        "\\boxed{%s} or \\boxed{1}",
+    ]
     agree = total = 0
     for case in range(30):
         gold = [rng.choice("01") for _ in range(rng.randint(0, 60))]
         replies = [rng.choice(forms) % rng.choice("0122x") for _ in gold]
         path = tmp_path / f"r{case}.jsonl"
-        path.write_text("".join(json.dumps({"answer": g, "completion": [{"content": c}]}) + "\n" for g, c in zip(gold, replies)))
+        path.write_text(
+            "".join(
+                json.dumps({"answer": g, "completion": [{"content": c}]}) + "\n"
+                for g, c in zip(gold, replies)
+            )
+        )
         want = official.postprocess_medhallu(str(path))
         got = detection_metrics(gold, [reference_prediction(c) for c in replies])
         for k in want:

@@ -20,7 +20,9 @@ from tests.test_cli import gr
 
 def five_rows() -> list[dict]:
     path = shared_file("medqa-usmle-5opt", "test.jsonl")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def mcmle_items() -> list[dict]:
@@ -50,18 +52,43 @@ def test_mcmle_items_load_from_apollo_file_with_its_formatting_removed() -> None
     assert "答案" in MedQAMCMLE().prompt(samples[0], RunOptions()).messages[0].content
 
 
-@pytest.mark.parametrize("name, folder, file", [("medqa-usmle-5opt", "medqa-usmle-5opt", "test.jsonl"),
-                                                ("medqa-mcmle", "medqa-mcmle", "zh.json")])
-def test_cli_run_scores_the_share_of_A_keys(tmp_path: Path, name: str, folder: str, file: str) -> None:
-    r = gr("run", name, "--data", str(shared_file(folder, file)), "--model", "scripted/always-a",
-           "--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "out"))
+@pytest.mark.parametrize(
+    "name, folder, file",
+    [
+        ("medqa-usmle-5opt", "medqa-usmle-5opt", "test.jsonl"),
+        ("medqa-mcmle", "medqa-mcmle", "zh.json"),
+    ],
+)
+def test_cli_run_scores_the_share_of_A_keys(
+    tmp_path: Path, name: str, folder: str, file: str
+) -> None:
+    r = gr(
+        "run",
+        name,
+        "--data",
+        str(shared_file(folder, file)),
+        "--model",
+        "scripted/always-a",
+        "--store",
+        str(tmp_path / "s.db"),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads((tmp_path / "out" / "results.json").read_text())["results"][0]
-    keys = [x["answer_idx"] for x in five_rows()] if name == "medqa-usmle-5opt" else [x["answer"].strip("()") for x in mcmle_items()]
-    assert result["n"] == len(keys) and result["score"] == pytest.approx(keys.count("A") / len(keys))
+    keys = (
+        [x["answer_idx"] for x in five_rows()]
+        if name == "medqa-usmle-5opt"
+        else [x["answer"].strip("()") for x in mcmle_items()]
+    )
+    assert result["n"] == len(keys) and result["score"] == pytest.approx(
+        keys.count("A") / len(keys)
+    )
     if name == "medqa-usmle-5opt":
         step1 = [x["answer_idx"] for x in five_rows() if x["meta_info"] == "step1"]
-        assert result["breakdown"]["meta_info"]["step1"]["score"] == pytest.approx(step1.count("A") / len(step1))
+        assert result["breakdown"]["meta_info"]["step1"]["score"] == pytest.approx(
+            step1.count("A") / len(step1)
+        )
 
 
 def test_bad_records_are_one_line_errors(tmp_path: Path) -> None:
@@ -75,7 +102,10 @@ def test_bad_records_are_one_line_errors(tmp_path: Path) -> None:
     (tmp_path / "zh.json").write_text(json.dumps(items, ensure_ascii=False), encoding="utf-8")
     with pytest.raises(DataError, match=r"item 1.*letters A.. in order"):
         MedQAMCMLE().load(tmp_path)
-    (tmp_path / "zh.json").write_text(json.dumps([{"source": "cmb-single", "question": "q", "options": "", "answer": ""}]), encoding="utf-8")
+    (tmp_path / "zh.json").write_text(
+        json.dumps([{"source": "cmb-single", "question": "q", "options": "", "answer": ""}]),
+        encoding="utf-8",
+    )
     with pytest.raises(DataError, match="no item with source"):
         MedQAMCMLE().load(tmp_path)
 
@@ -83,4 +113,6 @@ def test_bad_records_are_one_line_errors(tmp_path: Path) -> None:
 def test_no_lm_eval_task_so_no_letter_loglik() -> None:
     for name in ("medqa-usmle-5opt", "medqa-mcmle"):
         with pytest.raises(ConfigError, match="letter-loglik"):
-            check_run(RunConfig(name, "scripted/x", options=RunOptions(answer_mode="letter-loglik")))
+            check_run(
+                RunConfig(name, "scripted/x", options=RunOptions(answer_mode="letter-loglik"))
+            )

@@ -28,7 +28,9 @@ MARC_API = "m-arc/evaluate_from_api.py"
 
 def pro_rows() -> list[dict]:
     path = shared_file("mmlu-pro-health", "test.jsonl")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def marc_rows() -> list[dict]:
@@ -39,32 +41,60 @@ def marc_rows() -> list[dict]:
 def test_real_files_load_with_the_source_notes_counts() -> None:
     pro = MMLUProHealth(shots=0).load(shared_file("mmlu-pro-health", "test.jsonl").parent)
     assert len(pro) == 818 and len({s.id for s in pro}) == 818
-    assert Counter(len(s.choices) for s in pro) == {10: 597, 9: 67, 8: 42, 7: 21, 6: 8, 5: 8, 4: 72, 3: 3}
+    assert Counter(len(s.choices) for s in pro) == {
+        10: 597,
+        9: 67,
+        8: 42,
+        7: 21,
+        6: 8,
+        5: 8,
+        4: 72,
+        3: 3,
+    }
     assert [s.target for s in pro] == [r["answer_idx"] for r in pro_rows()]
     assert pro[0].id == "6001" and pro[0].metadata["src"] == "ori_mmlu-virology"
     marc = MARC(shots=0).load(shared_file("m-arc", "test_medARCv1.csv").parent)
     assert len(marc) == 100 and marc[0].id == "ID001"
     assert Counter(len(s.choices) for s in marc) == {5: 93, 6: 2, 7: 5}
     assert Counter(s.target for s in marc) == {"D": 33, "E": 22, "C": 18, "A": 14, "B": 11, "F": 2}
-    assert Counter(s.metadata["src"] for s in marc) == {"emergency": 46, "general_medicine": 44, "neuro_icu": 10}
+    assert Counter(s.metadata["src"] for s in marc) == {
+        "emergency": 46,
+        "general_medicine": 44,
+        "neuro_icu": 10,
+    }
 
 
 def validation_rows() -> list[dict]:
     """Stand-ins for MMLU-Pro's validation split (not available here): five health rows, as the real split has, and two of another category."""
     rows = []
     for i in range(7):
-        rows.append({"question_id": i, "category": "health" if i not in (1, 4) else "law", "question": f"Example {i}: which nerve?",
-                     "options": ["Ulnar", "Median", "N/A", "Radial"], "answer": "B", "answer_index": 1,
-                     "cot_content": f"A: Let's think step by step. Example {i} reasoning. The answer is (B)."})
+        rows.append(
+            {
+                "question_id": i,
+                "category": "health" if i not in (1, 4) else "law",
+                "question": f"Example {i}: which nerve?",
+                "options": ["Ulnar", "Median", "N/A", "Radial"],
+                "answer": "B",
+                "answer_index": 1,
+                "cot_content": f"A: Let's think step by step. Example {i} reasoning. The answer is (B).",
+            }
+        )
     return rows
 
 
 def official_prompt(relpath: str, row: dict, examples: list[dict]) -> str:
     """The text the official single_request sends (instruction + inputs), call_api replaced by a recorder."""
     sent: list[str] = []
-    ns = load_official(relpath, ["single_request", "format_example", "extract_answer", "preprocess"],
-                       {"call_api": lambda client, instruction, inputs: sent.append(instruction + inputs) or "The answer is (A)",
-                        "process_age_strings": lambda text: text})
+    ns = load_official(
+        relpath,
+        ["single_request", "format_example", "extract_answer", "preprocess"],
+        {
+            "call_api": lambda client, instruction, inputs: (
+                sent.append(instruction + inputs) or "The answer is (A)"
+            ),
+            "process_age_strings": lambda text: text,
+        },
+    )
     cot = ns.preprocess([dict(e) for e in examples])
     ns.single_request(None, row, cot, [])
     return sent[0]
@@ -77,18 +107,38 @@ def test_reference_prompt_is_the_official_single_request_text(tmp_path: Path, wh
     if which == "mmlu-pro":
         bench, rel = MMLUProHealth(fewshot=str(shots)), PRO
         samples = bench.load(shared_file("mmlu-pro-health", "test.jsonl"))
-        rows = [{"question_id": r["realidx"], "question": r["question"], "options": list(r["options"].values()),
-                 "category": r["category"]} for r in pro_rows()]
+        rows = [
+            {
+                "question_id": r["realidx"],
+                "question": r["question"],
+                "options": list(r["options"].values()),
+                "category": r["category"],
+            }
+            for r in pro_rows()
+        ]
     else:
         bench, rel = MARC(fewshot=str(shots)), MARC_API
         samples = bench.load(shared_file("m-arc", "test_medARCv1.csv"))
-        rows = [{"question_id": r["question_id"], "question": r["question"], "options": json.loads(r["options"]),
-                 "category": r["category"]} for r in marc_rows()]
-    for sample, row in list(zip(samples, rows))[:: 7]:
+        rows = [
+            {
+                "question_id": r["question_id"],
+                "question": r["question"],
+                "options": json.loads(r["options"]),
+                "category": r["category"],
+            }
+            for r in marc_rows()
+        ]
+    for sample, row in list(zip(samples, rows))[::7]:
         assert bench.reference_prompt(sample) == official_prompt(rel, row, validation_rows())
-    assert "Example 1" not in bench.reference_prompt(samples[0])  # another category's example is left out
+    assert "Example 1" not in bench.reference_prompt(
+        samples[0]
+    )  # another category's example is left out
     prompt = bench.prompt(samples[0], RunOptions()).messages
-    assert len(prompt) == 1 and prompt[0].role == "user" and bench.protocols["reference"].answer.system is None
+    assert (
+        len(prompt) == 1
+        and prompt[0].role == "user"
+        and bench.protocols["reference"].answer.system is None
+    )
 
 
 def test_age_jitter_draws_as_the_official_process_age_strings() -> None:
@@ -100,16 +150,41 @@ def test_age_jitter_draws_as_the_official_process_age_strings() -> None:
     bench = MARC(shots=0)
     sample = bench.load(shared_file("m-arc", "test_medARCv1.csv"))[0]
     one = bench.prompt(sample, RunOptions(seed=1)).messages[0].content
-    assert one == bench.prompt(sample, RunOptions(seed=1)).messages[0].content != bench.prompt(sample, RunOptions(seed=2)).messages[0].content
+    assert (
+        one
+        == bench.prompt(sample, RunOptions(seed=1)).messages[0].content
+        != bench.prompt(sample, RunOptions(seed=2)).messages[0].content
+    )
     assert re.search(r"A 22\.0\d\d year-old woman", one)
-    assert "A 22-year-old woman" in bench.prompt(sample, RunOptions(protocol="grandrounds")).messages[0].content
+    assert (
+        "A 22-year-old woman"
+        in bench.prompt(sample, RunOptions(protocol="grandrounds")).messages[0].content
+    )
 
 
 REPLIES = [
-    "The answer is (C).", "the answer is D", "Answer: B", "answer: e\nAnswer: F", "**The answer is (G)**", "I think C.",
-    "A or B? Probably B", "Final Answer: H", "x", "", "The answer is (K).", "Answer:   J", "Option (D) is the best course of action.",
-    "The best course of action to perform immediately is (E)", "best course of action is [B]", "So the best next action: (A)",
-    "The answer is \\boxed{C}", "Therefore, I pick (I).", "None of the options", "B\nC\nD", "answer is (a)", "**Answer:** D",
+    "The answer is (C).",
+    "the answer is D",
+    "Answer: B",
+    "answer: e\nAnswer: F",
+    "**The answer is (G)**",
+    "I think C.",
+    "A or B? Probably B",
+    "Final Answer: H",
+    "x",
+    "",
+    "The answer is (K).",
+    "Answer:   J",
+    "Option (D) is the best course of action.",
+    "The best course of action to perform immediately is (E)",
+    "best course of action is [B]",
+    "So the best next action: (A)",
+    "The answer is \\boxed{C}",
+    "Therefore, I pick (I).",
+    "None of the options",
+    "B\nC\nD",
+    "answer is (a)",
+    "**Answer:** D",
 ]
 
 
@@ -120,13 +195,24 @@ def test_readings_agree_with_the_official_extract_answer() -> None:
         clean = reply.replace("**", "")  # single_request removes it before extract_answer
         assert mmlu_pro_letter(reply) == pro.extract_answer(clean), reply
         assert m_arc_letter(reply) == marc.extract_answer(clean), reply
-    print(f"mmlu-pro and m-arc readings: {len(REPLIES)}/{len(REPLIES)} replies read as extract_answer reads them")
+    print(
+        f"mmlu-pro and m-arc readings: {len(REPLIES)}/{len(REPLIES)} replies read as extract_answer reads them"
+    )
 
 
 def test_random_fallback_is_m_arc_update_result(tmp_path: Path) -> None:
     ns = load_official(MARC_API, ["update_result"])
-    items = [{"category": "health", "pred": None, "options": ["o"] * n, "answer_index": k, "answer": "ABCDEFG"[k]}
-             for n in (3, 5, 6, 7) for k in range(n)]
+    items = [
+        {
+            "category": "health",
+            "pred": None,
+            "options": ["o"] * n,
+            "answer_index": k,
+            "answer": "ABCDEFG"[k],
+        }
+        for n in (3, 5, 6, 7)
+        for k in range(n)
+    ]
     path = tmp_path / "res.json"
     path.write_text(json.dumps(items))
     _, record = ns.update_result(str(path))
@@ -136,18 +222,46 @@ def test_random_fallback_is_m_arc_update_result(tmp_path: Path) -> None:
 
 def test_cli_runs_count_the_scripted_answers_from_the_files(tmp_path: Path) -> None:
     # "A" is read by MMLU-Pro's last-letter rule, so its accuracy is the share of A keys.
-    r = gr("run", "mmlu-pro-health", "--param", "shots=0", "--data", str(shared_file("mmlu-pro-health", "test.jsonl")),
-           "--model", "scripted/always-a", "--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "pro"))
+    r = gr(
+        "run",
+        "mmlu-pro-health",
+        "--param",
+        "shots=0",
+        "--data",
+        str(shared_file("mmlu-pro-health", "test.jsonl")),
+        "--model",
+        "scripted/always-a",
+        "--store",
+        str(tmp_path / "s.db"),
+        "--out",
+        str(tmp_path / "pro"),
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads((tmp_path / "pro" / "results.json").read_text())["results"][0]
     rows = pro_rows()
-    assert result["n"] == 818 and result["score"] == pytest.approx(sum(x["answer_idx"] == "A" for x in rows) / 818)
+    assert result["n"] == 818 and result["score"] == pytest.approx(
+        sum(x["answer_idx"] == "A" for x in rows) / 818
+    )
     src = result["breakdown"]["src"]["ori_mmlu-virology"]
     virology = [x for x in rows if x["src"] == "ori_mmlu-virology"]
-    assert src["n"] == 46 and src["score"] == pytest.approx(sum(x["answer_idx"] == "A" for x in virology) / 46)
+    assert src["n"] == 46 and src["score"] == pytest.approx(
+        sum(x["answer_idx"] == "A" for x in virology) / 46
+    )
     # M-ARC's patterns read nothing in a bare "A": each item scores the option drawn after random.seed(12345).
-    r = gr("run", "m-arc", "--param", "shots=0", "--data", str(shared_file("m-arc", "test_medARCv1.csv")),
-           "--model", "scripted/always-a", "--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "marc"))
+    r = gr(
+        "run",
+        "m-arc",
+        "--param",
+        "shots=0",
+        "--data",
+        str(shared_file("m-arc", "test_medARCv1.csv")),
+        "--model",
+        "scripted/always-a",
+        "--store",
+        str(tmp_path / "s.db"),
+        "--out",
+        str(tmp_path / "marc"),
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads((tmp_path / "marc" / "results.json").read_text())["results"][0]
     drawn = 0
@@ -156,17 +270,31 @@ def test_cli_runs_count_the_scripted_answers_from_the_files(tmp_path: Path) -> N
         drawn += random.randint(0, len(json.loads(row["options"])) - 1) == int(row["answer_index"])
     assert result["n"] == 100 and result["score"] == pytest.approx(drawn / 100)
     a_keys = sum(row["answer"] == "A" for row in marc_rows())
-    assert result["extra"]["other_protocol"]["score"] == pytest.approx(a_keys / 100)  # ours reads the bare "A"
+    assert result["extra"]["other_protocol"]["score"] == pytest.approx(
+        a_keys / 100
+    )  # ours reads the bare "A"
 
 
 def test_reference_without_the_validation_examples_stops_before_any_call(tmp_path: Path) -> None:
-    r = gr("run", "mmlu-pro-health", "--data", str(shared_file("mmlu-pro-health", "test.jsonl")), "--model", "scripted/a",
-           "--store", str(tmp_path / "s.db"), "--limit", "3")
+    r = gr(
+        "run",
+        "mmlu-pro-health",
+        "--data",
+        str(shared_file("mmlu-pro-health", "test.jsonl")),
+        "--model",
+        "scripted/a",
+        "--store",
+        str(tmp_path / "s.db"),
+        "--limit",
+        "3",
+    )
     assert r.returncode == 2 and "--param fewshot=PATH" in r.stderr and "shots=0" in r.stderr
     sample = MMLUProHealth().load(shared_file("mmlu-pro-health", "test.jsonl"))[0]
     with pytest.raises(ConfigError, match="fewshot=PATH"):
         MMLUProHealth().prompt(sample, RunOptions())
-    assert MMLUProHealth().prompt(sample, RunOptions(protocol="grandrounds")).messages  # ours is zero-shot
+    assert (
+        MMLUProHealth().prompt(sample, RunOptions(protocol="grandrounds")).messages
+    )  # ours is zero-shot
     with pytest.raises(ConfigError, match="letter-loglik"):
         check_run(RunConfig("m-arc", "scripted/x", options=RunOptions(answer_mode="letter-loglik")))
 
@@ -178,7 +306,11 @@ def test_bad_records_are_one_line_errors(tmp_path: Path) -> None:
     bad.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
     with pytest.raises(DataError, match=r"line 3.*'Z'"):
         MMLUProHealth(shots=0).load(bad)
-    text = shared_file("m-arc", "test_medARCv1.csv").read_text(encoding="utf-8").replace(',"[""Amputate the arm""', ',"[""Amputate', 1)
+    text = (
+        shared_file("m-arc", "test_medARCv1.csv")
+        .read_text(encoding="utf-8")
+        .replace(',"[""Amputate the arm""', ',"[""Amputate', 1)
+    )
     (tmp_path / "test_medARCv1.csv").write_text(text, encoding="utf-8")
     with pytest.raises(DataError, match="JSON list"):
         MARC(shots=0).load(tmp_path)
@@ -197,8 +329,18 @@ def test_log_prob_modes_score_up_to_ten_options(tmp_path: Path, mode: str) -> No
         return {c: float(i) for i, c in enumerate(req.continuations)}
 
     with Store(tmp_path / "s.db") as st:
-        out = asyncio.run(run(st, RunConfig("mmlu-pro-health", "scripted/last", bench_params={"shots": 0},
-                                            data=shared_file("mmlu-pro-health", "test.jsonl"),
-                                            options=RunOptions(answer_mode=mode), provider_options={"script": script})))
+        out = asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "mmlu-pro-health",
+                    "scripted/last",
+                    bench_params={"shots": 0},
+                    data=shared_file("mmlu-pro-health", "test.jsonl"),
+                    options=RunOptions(answer_mode=mode),
+                    provider_options={"script": script},
+                ),
+            )
+        )
     last = sum(r["answer_idx"] == list(r["options"])[-1] for r in rows)
     assert out.result.n == 818 and out.result.score == pytest.approx(last / 818)

@@ -13,10 +13,10 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -34,8 +34,20 @@ from tests.conftest import ROOT, SHARED_REFERENCE, shared_file
 GITHUB = "https://raw.githubusercontent.com"
 #: A closed port on loopback: any request sent through these proxies fails at once.
 NOWHERE = "http://127.0.0.1:9"
-OFFLINE = {"HTTP_PROXY": NOWHERE, "HTTPS_PROXY": NOWHERE, "http_proxy": NOWHERE, "https_proxy": NOWHERE, "NO_PROXY": "", "no_proxy": ""}
-MIRROR_VARS = (mirrors.MIRROR_ENV, mirrors.GITHUB_MIRROR_ENV, mirrors.HF_ENDPOINT_ENV, mirrors.BUNDLE_ENV)
+OFFLINE = {
+    "HTTP_PROXY": NOWHERE,
+    "HTTPS_PROXY": NOWHERE,
+    "http_proxy": NOWHERE,
+    "https_proxy": NOWHERE,
+    "NO_PROXY": "",
+    "no_proxy": "",
+}
+MIRROR_VARS = (
+    mirrors.MIRROR_ENV,
+    mirrors.GITHUB_MIRROR_ENV,
+    mirrors.HF_ENDPOINT_ENV,
+    mirrors.BUNDLE_ENV,
+)
 
 
 class Mirror:
@@ -65,7 +77,7 @@ class Mirror:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def __enter__(self) -> "Mirror":
+    def __enter__(self) -> Mirror:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
@@ -147,10 +159,23 @@ def run_scores(tmp: Path, tag: str, runs: dict[str, list[str]]) -> dict[str, flo
     scores = {}
     for bench, extra in runs.items():
         out = tmp / f"{tag}-{bench}"
-        code, stdout, stderr = cli("run", bench, "--model", "offcand/x", "--limit", "20", "--store", str(tmp / f"{tag}.db"),
-                                   "--out", str(out), *extra)
+        code, stdout, stderr = cli(
+            "run",
+            bench,
+            "--model",
+            "offcand/x",
+            "--limit",
+            "20",
+            "--store",
+            str(tmp / f"{tag}.db"),
+            "--out",
+            str(out),
+            *extra,
+        )
         assert code == 0, stderr + stdout
-        scores[bench] = json.loads((out / "results.json").read_text(encoding="utf-8"))["results"][0]["score"]
+        scores[bench] = json.loads((out / "results.json").read_text(encoding="utf-8"))["results"][
+            0
+        ]["score"]
     return scores
 
 
@@ -162,8 +187,13 @@ def test_mirror_url_shapes(monkeypatch):
     for var in MIRROR_VARS:
         monkeypatch.delenv(var, raising=False)
     assert mirrors.mirrored(url) == url
-    monkeypatch.setenv(mirrors.GITHUB_MIRROR_ENV, "https://ghproxy.example/https://raw.githubusercontent.com/")
-    assert mirrors.mirrored(url) == "https://ghproxy.example/https://raw.githubusercontent.com/org/repo/abc/data/x.jsonl"
+    monkeypatch.setenv(
+        mirrors.GITHUB_MIRROR_ENV, "https://ghproxy.example/https://raw.githubusercontent.com/"
+    )
+    assert (
+        mirrors.mirrored(url)
+        == "https://ghproxy.example/https://raw.githubusercontent.com/org/repo/abc/data/x.jsonl"
+    )
     monkeypatch.setenv(mirrors.GITHUB_MIRROR_ENV, "https://raw.gitmirror.example")
     assert mirrors.mirrored(url) == "https://raw.gitmirror.example/org/repo/abc/data/x.jsonl"
     hf = "https://huggingface.co/datasets/o/d/resolve/main/t.parquet"
@@ -172,9 +202,17 @@ def test_mirror_url_shapes(monkeypatch):
     blob = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/x.jsonl"
     assert mirrors.mirrored(blob) == blob
     monkeypatch.setenv(mirrors.MIRROR_ENV, "http://files.example/mirror")
-    assert mirrors.mirrored(blob) == "http://files.example/mirror/openaipublic.blob.core.windows.net/simple-evals/healthbench/x.jsonl"
-    assert mirrors.mirrored(url).startswith("https://raw.gitmirror.example/"), "the GitHub setting wins over the generic one"
-    assert mirrors.mirrored("https://huggingface.co.evil.example/x") == "http://files.example/mirror/huggingface.co.evil.example/x"
+    assert (
+        mirrors.mirrored(blob)
+        == "http://files.example/mirror/openaipublic.blob.core.windows.net/simple-evals/healthbench/x.jsonl"
+    )
+    assert mirrors.mirrored(url).startswith("https://raw.gitmirror.example/"), (
+        "the GitHub setting wins over the generic one"
+    )
+    assert (
+        mirrors.mirrored("https://huggingface.co.evil.example/x")
+        == "http://files.example/mirror/huggingface.co.evil.example/x"
+    )
 
 
 def test_mirror_download_still_checked_against_pinned_sha256(clean, tmp_path):
@@ -186,24 +224,36 @@ def test_mirror_download_still_checked_against_pinned_sha256(clean, tmp_path):
         with pytest.raises(DataError, match="checksum mismatch"):
             downloads.fetch(rf, tmp_path / "dest")
         assert m.hits == ["/gh/o/r/c/x.jsonl"]
-    assert not (tmp_path / "dest" / "x.jsonl").exists(), "a file that fails its checksum is never kept"
+    assert not (tmp_path / "dest" / "x.jsonl").exists(), (
+        "a file that fails its checksum is never kept"
+    )
 
 
 def test_fetch_through_a_mirror_then_run_offline(clean, monkeypatch, tmp_path):
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     files = github_files("medqa", data, "/https://raw.githubusercontent.com")
     with Mirror(files) as m:
-        code, out, err = cli("fetch", "medqa", "--github-mirror", f"{m.url}/https://raw.githubusercontent.com")
+        code, out, err = cli(
+            "fetch", "medqa", "--github-mirror", f"{m.url}/https://raw.githubusercontent.com"
+        )
         assert code == 0, err + out
         assert set(m.hits) == set(files), "the data and every official file came through the mirror"
         line = next(x for x in out.splitlines() if "phrases_no_exclude_test.jsonl" in x)
         assert "fetched" in line and f"{data.stat().st_size:,} bytes" in line
-        assert "c3b905ccfa66152dc25afbcb2c10e86c0bdb208824f0658fcdb2c040f60a2beb" in line and m.url in line
+        assert (
+            "c3b905ccfa66152dc25afbcb2c10e86c0bdb208824f0658fcdb2c040f60a2beb" in line
+            and m.url in line
+        )
         assert "simple-evals/common.py: fetched" in out
         hits = len(m.hits)
-        code, out, err = cli("fetch", "medqa", "--github-mirror", f"{m.url}/https://raw.githubusercontent.com")
+        code, out, err = cli(
+            "fetch", "medqa", "--github-mirror", f"{m.url}/https://raw.githubusercontent.com"
+        )
         assert code == 0 and len(m.hits) == hits, "a second fetch asks nothing"
-        assert "phrases_no_exclude_test.jsonl: cached" in out and "simple-evals/common.py: cached" in out
+        assert (
+            "phrases_no_exclude_test.jsonl: cached" in out
+            and "simple-evals/common.py: cached" in out
+        )
     offline(monkeypatch)
     before = len(mirrors.download_attempts())
     with bots():
@@ -215,20 +265,49 @@ def test_fetch_through_a_mirror_then_run_offline(clean, monkeypatch, tmp_path):
 def fresh(tmp_path: Path, *args: str) -> tuple[int, str, str]:
     """``grandrounds ARGS`` in a new process (nothing read before), with an empty cache, no reference
     folder, and every proxy variable pointing nowhere."""
-    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "250",
-           "GRANDROUNDS_CACHE": str(tmp_path / "fresh-cache"), **OFFLINE}
-    r = subprocess.run([sys.executable, "-m", "grandrounds", *args], capture_output=True, text=True, env=env, timeout=300)
+    env = {
+        "PYTHONPATH": str(ROOT / "src"),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "COLUMNS": "250",
+        "GRANDROUNDS_CACHE": str(tmp_path / "fresh-cache"),
+        **OFFLINE,
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "grandrounds", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     return r.returncode, r.stdout, r.stderr
 
 
 def test_first_run_offline_names_every_way_out(tmp_path):
-    code, out, err = fresh(tmp_path, "run", "medqa", "--model", "scripted/x", "--limit", "2", "--store", str(tmp_path / "s.db"),
-                           "--data", str(shared_file("medqa", "phrases_no_exclude_test.jsonl")))
+    code, out, err = fresh(
+        tmp_path,
+        "run",
+        "medqa",
+        "--model",
+        "scripted/x",
+        "--limit",
+        "2",
+        "--store",
+        str(tmp_path / "s.db"),
+        "--data",
+        str(shared_file("medqa", "phrases_no_exclude_test.jsonl")),
+    )
     assert code == 2, err
     line = err.strip().splitlines()[-1]
     assert line.startswith("error: ") and "download failed" in line
-    for way in ("grandrounds fetch", "grandrounds bundle --out DIR", mirrors.BUNDLE_ENV, mirrors.GITHUB_MIRROR_ENV,
-                mirrors.MIRROR_ENV, "--protocol grandrounds"):
+    for way in (
+        "grandrounds fetch",
+        "grandrounds bundle --out DIR",
+        mirrors.BUNDLE_ENV,
+        mirrors.GITHUB_MIRROR_ENV,
+        mirrors.MIRROR_ENV,
+        "--protocol grandrounds",
+    ):
         assert way in line, way
 
 
@@ -239,15 +318,30 @@ def test_bundle_runs_with_no_download_and_the_same_scores(clean, monkeypatch, tm
     # the ordinary path: local data files, official files from the reference folder
     monkeypatch.setenv("GRANDROUNDS_REFERENCE", str(SHARED_REFERENCE))
     with bots():
-        online = run_scores(tmp_path, "online", {"medqa": ["--data", str(medqa)], "healthbench": ["--data", str(hb), *judged]})
+        online = run_scores(
+            tmp_path,
+            "online",
+            {"medqa": ["--data", str(medqa)], "healthbench": ["--data", str(hb), *judged]},
+        )
     # the bundle: MedQA's data through the mirror, HealthBench's from a local file, official files from the reference folder
     bundle = tmp_path / "carry"
     with Mirror(github_files("medqa", medqa, "/gh")) as m:
-        code, out, err = cli("bundle", "--out", str(bundle), "medqa", "healthbench", "--data", f"healthbench={hb}",
-                             "--github-mirror", f"{m.url}/gh")
+        code, out, err = cli(
+            "bundle",
+            "--out",
+            str(bundle),
+            "medqa",
+            "healthbench",
+            "--data",
+            f"healthbench={hb}",
+            "--github-mirror",
+            f"{m.url}/gh",
+        )
         assert code == 0, err + out
     manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
-    assert manifest["files"]["data/medqa/phrases_no_exclude_test.jsonl"]["sha256"].startswith("c3b905cc")
+    assert manifest["files"]["data/medqa/phrases_no_exclude_test.jsonl"]["sha256"].startswith(
+        "c3b905cc"
+    )
     assert manifest["data"]["healthbench"]["path"] == "data/healthbench/local/healthbench_500.jsonl"
     assert "reference/simple-evals/healthbench_eval.py" in manifest["files"]
     # the other machine: no reference folder, an empty cache, every network variable pointing nowhere
@@ -256,17 +350,25 @@ def test_bundle_runs_with_no_download_and_the_same_scores(clean, monkeypatch, tm
     offline(monkeypatch)
     before = len(mirrors.download_attempts())
     with bots():
-        bundled = run_scores(tmp_path, "bundled", {"medqa": ["--bundle", str(bundle)], "healthbench": ["--bundle", str(bundle), *judged]})
+        bundled = run_scores(
+            tmp_path,
+            "bundled",
+            {"medqa": ["--bundle", str(bundle)], "healthbench": ["--bundle", str(bundle), *judged]},
+        )
     assert mirrors.download_attempts()[before:] == [], "a bundled run tries no download"
     assert bundled == online and None not in bundled.values()
-    assert 0 < bundled["medqa"] < 1 and 0 < bundled["healthbench"] < 1, "scores that could tell a difference"
+    assert 0 < bundled["medqa"] < 1 and 0 < bundled["healthbench"] < 1, (
+        "scores that could tell a difference"
+    )
 
 
 def test_bundle_file_changed_or_absent_is_refused(clean, monkeypatch, tmp_path):
     monkeypatch.setenv("GRANDROUNDS_REFERENCE", str(SHARED_REFERENCE))
     bundle = tmp_path / "b"
     hb = shared_file("healthbench", "healthbench_500.jsonl")
-    code, out, err = cli("bundle", "--out", str(bundle), "healthbench", "--data", f"healthbench={hb}")
+    code, out, err = cli(
+        "bundle", "--out", str(bundle), "healthbench", "--data", f"healthbench={hb}"
+    )
     assert code == 0, err + out
     monkeypatch.delenv("GRANDROUNDS_REFERENCE")
     monkeypatch.setenv(mirrors.BUNDLE_ENV, str(bundle))
@@ -295,7 +397,9 @@ def test_bundle_adds_to_an_existing_bundle(clean, monkeypatch, tmp_path):
     assert cli("bundle", "--out", str(bundle), "healthbench", "--data", f"healthbench={hb}")[0] == 0
     first = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))["files"]
     meq = shared_file("medeqbench", "med_eq.csv")
-    code, out, err = cli("bundle", "--out", str(bundle), "medeqbench", "--data", f"medeqbench={meq}")
+    code, out, err = cli(
+        "bundle", "--out", str(bundle), "medeqbench", "--data", f"medeqbench={meq}"
+    )
     assert code == 0, err + out
     manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
     assert first.items() <= manifest["files"].items()
@@ -305,15 +409,48 @@ def test_bundle_adds_to_an_existing_bundle(clean, monkeypatch, tmp_path):
 
 def test_bundle_option_without_a_manifest_is_one_line(clean, tmp_path):
     code, out, err = cli("run", "medqa", "--model", "offcand/x", "--bundle", str(tmp_path))
-    assert code == 2 and err.strip() == f"error: --bundle {tmp_path}: no manifest.json there; write one with `grandrounds bundle --out {tmp_path} BENCHMARK`"
+    assert (
+        code == 2
+        and err.strip()
+        == f"error: --bundle {tmp_path}: no manifest.json there; write one with `grandrounds bundle --out {tmp_path} BENCHMARK`"
+    )
 
 
 def test_dry_run_offline_says_why_it_needs_the_official_file(tmp_path):
     data = str(shared_file("medqa", "phrases_no_exclude_test.jsonl"))
-    code, out, err = fresh(tmp_path, "run", "medqa", "--model", "scripted/x", "--limit", "2", "--data", data, "--dry-run",
-                           "--store", str(tmp_path / "s.db"))
+    code, out, err = fresh(
+        tmp_path,
+        "run",
+        "medqa",
+        "--model",
+        "scripted/x",
+        "--limit",
+        "2",
+        "--data",
+        data,
+        "--dry-run",
+        "--store",
+        str(tmp_path / "s.db"),
+    )
     assert code == 2, err
-    assert "a dry run needs the file too: it counts the tokens of the exact prompts" in err and "--protocol grandrounds" in err
-    code, out, err = fresh(tmp_path, "run", "medqa", "--model", "scripted/x", "--limit", "2", "--data", data, "--dry-run",
-                           "--protocol", "grandrounds", "--store", str(tmp_path / "s.db"))
+    assert (
+        "a dry run needs the file too: it counts the tokens of the exact prompts" in err
+        and "--protocol grandrounds" in err
+    )
+    code, out, err = fresh(
+        tmp_path,
+        "run",
+        "medqa",
+        "--model",
+        "scripted/x",
+        "--limit",
+        "2",
+        "--data",
+        data,
+        "--dry-run",
+        "--protocol",
+        "grandrounds",
+        "--store",
+        str(tmp_path / "s.db"),
+    )
     assert code == 0, err + out

@@ -15,21 +15,25 @@ import base64
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from grandrounds.core.errors import ConfigError
-from grandrounds.run.executor import Executor, RetryPolicy
+from grandrounds.core.records import GenParams, Message, Request
 from grandrounds.providers.base import ModelSpec, ProviderError
 from grandrounds.providers.openai_compat import DEFAULT_BASE_URL, OpenAIProvider
-from grandrounds.core.records import GenParams, Message, Request
+from grandrounds.run.executor import Executor, RetryPolicy
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 
-MSGS = (Message("system", "Answer with one letter."), Message("user", "Which drug reverses heparin? A. Vitamin K B. Protamine"))
+MSGS = (
+    Message("system", "Answer with one letter."),
+    Message("user", "Which drug reverses heparin? A. Vitamin K B. Protamine"),
+)
 
 
 @dataclass
@@ -46,7 +50,9 @@ def chat_body(text: str | None = "B", usage: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": "chatcmpl-1",
         "object": "chat.completion",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
     }
     if usage is not None:
         out["usage"] = usage
@@ -83,13 +89,21 @@ class ScriptServer:
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                seen = Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw or b"{}"))
+                seen = Seen(
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    json.loads(raw or b"{}"),
+                )
                 with outer._lock:
                     outer.seen.append(seen)
                 reply = outer.script(seen)
                 if reply.delay:
                     time.sleep(reply.delay)
-                data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode("utf-8")
+                data = (
+                    reply.body
+                    if isinstance(reply.body, bytes)
+                    else json.dumps(reply.body).encode("utf-8")
+                )
                 try:
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
@@ -113,17 +127,21 @@ class ScriptServer:
                     self.close_connection = True
 
         class Server(ThreadingHTTPServer):
-            request_queue_size = 128  # the default backlog of 5 refuses bursts of concurrent connects
+            request_queue_size = (
+                128  # the default backlog of 5 refuses bursts of concurrent connects
+            )
 
         self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     def url(self, prefix: str = "/v1") -> str:
         return f"http://127.0.0.1:{self.port}{prefix}"
 
-    def __enter__(self) -> "ScriptServer":
+    def __enter__(self) -> ScriptServer:
         self._thread.start()
         return self
 
@@ -179,8 +197,20 @@ def provider_for(url: str, **kw) -> OpenAIProvider:
 
 @pytest.mark.parametrize(
     "status,retryable",
-    [(400, False), (401, False), (403, False), (404, False), (422, False), (408, True), (409, True),
-     (429, True), (500, True), (502, True), (503, True), (504, True)],
+    [
+        (400, False),
+        (401, False),
+        (403, False),
+        (404, False),
+        (422, False),
+        (408, True),
+        (409, True),
+        (429, True),
+        (500, True),
+        (502, True),
+        (503, True),
+        (504, True),
+    ],
 )
 def test_status_codes_map_to_retryable_or_final(status, retryable):
     body = {"error": {"message": f"server says {status}", "type": "x"}}
@@ -196,9 +226,13 @@ def test_status_codes_map_to_retryable_or_final(status, retryable):
         assert str(err).startswith(f"HTTP {status}")
 
 
-@pytest.mark.parametrize("status,header,want", [(429, "3", 3.0), (429, "0.5", 0.5), (503, "7", 7.0)])
+@pytest.mark.parametrize(
+    "status,header,want", [(429, "3", 3.0), (429, "0.5", 0.5), (503, "7", 7.0)]
+)
 def test_retry_after_header_is_read(status, header, want):
-    with ScriptServer(lambda s: Reply(status, {"error": {"message": "busy"}}, {"Retry-After": header})) as srv:
+    with ScriptServer(
+        lambda s: Reply(status, {"error": {"message": "busy"}}, {"Retry-After": header})
+    ) as srv:
         err = one(provider_for(srv.url()))
     assert isinstance(err, ProviderError) and err.retryable
     assert err.retry_after == pytest.approx(want)
@@ -206,7 +240,9 @@ def test_retry_after_header_is_read(status, header, want):
 
 def test_retry_after_as_http_date_or_absent_is_none():
     replies = [
-        Reply(429, {"error": {"message": "slow"}}, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}),
+        Reply(
+            429, {"error": {"message": "slow"}}, {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}
+        ),
         Reply(429, {"error": {"message": "slow"}}),
     ]
     with ScriptServer(lambda s: replies[len(srv.seen) - 1]) as srv:
@@ -226,8 +262,24 @@ def test_error_body_that_is_not_json_still_gives_a_classified_error():
 @pytest.mark.parametrize(
     "status,body",
     [
-        (400, {"error": {"message": "model 'm' does not support logit_bias", "type": "invalid_request_error"}}),
-        (400, {"object": "error", "message": "model 'm' does not support logit_bias", "type": "BadRequestError", "code": 400}),
+        (
+            400,
+            {
+                "error": {
+                    "message": "model 'm' does not support logit_bias",
+                    "type": "invalid_request_error",
+                }
+            },
+        ),
+        (
+            400,
+            {
+                "object": "error",
+                "message": "model 'm' does not support logit_bias",
+                "type": "BadRequestError",
+                "code": 400,
+            },
+        ),
         (404, {"error": "model 'm' does not support logit_bias"}),
         (422, {"detail": "model 'm' does not support logit_bias"}),
     ],
@@ -244,33 +296,154 @@ def test_the_servers_reason_reaches_the_error_message(status, body):
 
 OVERFLOWS = {
     # name: (status, body, context limit, prompt tokens)
-    "openai-split": (400, {"error": {"message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
-                                                "(3000 in the messages, 2000 in the completion). Please reduce the length of the messages or completion.",
-                                     "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}, 4096, 3000),
-    "openai-messages": (400, {"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in "
-                                                   "9000 tokens. Please reduce the length of the messages.", "code": "context_length_exceeded"}}, 8192, 9000),
-    "openai-code-only": (400, {"error": {"message": "Your input exceeds the context window of this model.", "code": "context_length_exceeded"}}, None, None),
-    "vllm-at-least": (400, {"object": "error", "message": "This model's maximum context length is 4096 tokens. However, you requested 2000 output "
-                            "tokens and your prompt contains at least 3001 input tokens, for a total of at least 5001 tokens. Please reduce the "
-                            "length of the input prompt or the number of requested output tokens.", "type": "BadRequestError", "code": 400}, 4096, 3001),
-    "vllm-max-tokens": (400, {"error": {"message": "'max_tokens' or 'max_completion_tokens' is too large: 2000. This model's maximum context "
-                                                   "length is 4096 tokens and your request has 3000 input tokens (2000 > 4096 - 3000). None",
-                                        "type": "BadRequestError", "param": None, "code": 400}}, 4096, 3000),
-    "llamacpp-fields": (400, {"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
-                                        "type": "exceed_context_size_error", "n_prompt_tokens": 5000, "n_ctx": 4096}}, 4096, 5000),
-    "llamacpp-numbers": (400, {"error": {"code": 400, "message": "request (5000 tokens) exceeds the available context size (4096 tokens)",
-                                         "type": "exceed_context_size_error"}}, 4096, 5000),
-    "llamacpp-bare": (400, {"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
-                                      "type": "invalid_request_error"}}, None, None),
-    "sglang-total": (400, {"object": "error", "message": "Requested token count exceeds the model's maximum context length of 4096 tokens. "
-                           "You requested a total of 5000 tokens: 3000 tokens from the input messages and 2000 tokens for the completion. "
-                           "Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
-                           "type": "BadRequestError", "param": None, "code": 400}, 4096, 3000),
-    "sglang-input": (400, {"object": "error", "message": "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
-                           "type": "BadRequestError", "code": 400}, 4096, 5000),
-    "tgi": (422, {"error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 3000 `inputs` tokens and "
-                           "2000 `max_new_tokens`", "error_type": "validation"}, 4096, 3000),
-    "prompt-too-long": (400, {"error": {"type": "invalid_request_error", "message": "prompt is too long: 5000 tokens > 4096 maximum"}}, 4096, 5000),
+    "openai-split": (
+        400,
+        {
+            "error": {
+                "message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
+                "(3000 in the messages, 2000 in the completion). Please reduce the length of the messages or completion.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+        4096,
+        3000,
+    ),
+    "openai-messages": (
+        400,
+        {
+            "error": {
+                "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+                "9000 tokens. Please reduce the length of the messages.",
+                "code": "context_length_exceeded",
+            }
+        },
+        8192,
+        9000,
+    ),
+    "openai-code-only": (
+        400,
+        {
+            "error": {
+                "message": "Your input exceeds the context window of this model.",
+                "code": "context_length_exceeded",
+            }
+        },
+        None,
+        None,
+    ),
+    "vllm-at-least": (
+        400,
+        {
+            "object": "error",
+            "message": "This model's maximum context length is 4096 tokens. However, you requested 2000 output "
+            "tokens and your prompt contains at least 3001 input tokens, for a total of at least 5001 tokens. Please reduce the "
+            "length of the input prompt or the number of requested output tokens.",
+            "type": "BadRequestError",
+            "code": 400,
+        },
+        4096,
+        3001,
+    ),
+    "vllm-max-tokens": (
+        400,
+        {
+            "error": {
+                "message": "'max_tokens' or 'max_completion_tokens' is too large: 2000. This model's maximum context "
+                "length is 4096 tokens and your request has 3000 input tokens (2000 > 4096 - 3000). None",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
+        },
+        4096,
+        3000,
+    ),
+    "llamacpp-fields": (
+        400,
+        {
+            "error": {
+                "code": 400,
+                "message": "the request exceeds the available context size, try increasing it",
+                "type": "exceed_context_size_error",
+                "n_prompt_tokens": 5000,
+                "n_ctx": 4096,
+            }
+        },
+        4096,
+        5000,
+    ),
+    "llamacpp-numbers": (
+        400,
+        {
+            "error": {
+                "code": 400,
+                "message": "request (5000 tokens) exceeds the available context size (4096 tokens)",
+                "type": "exceed_context_size_error",
+            }
+        },
+        4096,
+        5000,
+    ),
+    "llamacpp-bare": (
+        400,
+        {
+            "error": {
+                "code": 400,
+                "message": "the request exceeds the available context size, try increasing it",
+                "type": "invalid_request_error",
+            }
+        },
+        None,
+        None,
+    ),
+    "sglang-total": (
+        400,
+        {
+            "object": "error",
+            "message": "Requested token count exceeds the model's maximum context length of 4096 tokens. "
+            "You requested a total of 5000 tokens: 3000 tokens from the input messages and 2000 tokens for the completion. "
+            "Please reduce the number of tokens in the input messages or the completion to fit within the limit.",
+            "type": "BadRequestError",
+            "param": None,
+            "code": 400,
+        },
+        4096,
+        3000,
+    ),
+    "sglang-input": (
+        400,
+        {
+            "object": "error",
+            "message": "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
+            "type": "BadRequestError",
+            "code": 400,
+        },
+        4096,
+        5000,
+    ),
+    "tgi": (
+        422,
+        {
+            "error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 3000 `inputs` tokens and "
+            "2000 `max_new_tokens`",
+            "error_type": "validation",
+        },
+        4096,
+        3000,
+    ),
+    "prompt-too-long": (
+        400,
+        {
+            "error": {
+                "type": "invalid_request_error",
+                "message": "prompt is too long: 5000 tokens > 4096 maximum",
+            }
+        },
+        4096,
+        5000,
+    ),
 }
 
 
@@ -280,7 +453,12 @@ def test_a_context_overflow_is_final_with_its_numbers(name):
     with ScriptServer(lambda s: Reply(status, body)) as srv:
         err = one(provider_for(srv.url()), chat(params=GenParams(max_tokens=2000)))
     assert isinstance(err, ProviderError), err
-    assert (err.kind, err.retryable, err.context_limit, err.prompt_tokens) == ("context_length", False, limit, prompt)
+    assert (err.kind, err.retryable, err.context_limit, err.prompt_tokens) == (
+        "context_length",
+        False,
+        limit,
+        prompt,
+    )
     ctx = f"context {limit}" if limit else "context"
     asked = f"prompt {prompt}" if prompt else "the prompt"
     tail = " (the server gave no sizes)" if limit is None and prompt is None else ""
@@ -288,8 +466,15 @@ def test_a_context_overflow_is_final_with_its_numbers(name):
 
 
 def test_other_client_errors_are_not_taken_for_an_overflow():
-    for body in ({"error": {"message": "max_tokens must be at least 1, got 0.", "code": 400}},
-                 {"error": {"message": "Invalid 'messages': the context field is not allowed", "type": "invalid_request_error"}}):
+    for body in (
+        {"error": {"message": "max_tokens must be at least 1, got 0.", "code": 400}},
+        {
+            "error": {
+                "message": "Invalid 'messages': the context field is not allowed",
+                "type": "invalid_request_error",
+            }
+        },
+    ):
         with ScriptServer(lambda s: Reply(400, body)) as srv:
             err = one(provider_for(srv.url()))
         assert isinstance(err, ProviderError) and err.kind is None and err.context_limit is None
@@ -312,7 +497,17 @@ def test_other_client_errors_are_not_taken_for_an_overflow():
         {"choices": [{"message": {"role": "assistant", "content": 42}}]},
         {"choices": "oops"},
     ],
-    ids=["truncated", "text", "array", "empty-choices", "no-choices", "no-message", "null-content", "int-content", "choices-str"],
+    ids=[
+        "truncated",
+        "text",
+        "array",
+        "empty-choices",
+        "no-choices",
+        "no-message",
+        "null-content",
+        "int-content",
+        "choices-str",
+    ],
 )
 def test_malformed_success_bodies_are_retryable_errors(body):
     with ScriptServer(lambda s: Reply(200, body)) as srv:
@@ -455,7 +650,9 @@ def test_base_url_from_environment_when_spec_has_none(monkeypatch):
     p = OpenAIProvider(ModelSpec("openai", "m"))
     assert p.spec.base_url == "http://127.0.0.1:7/api/v1"
     q = OpenAIProvider(ModelSpec("openai", "m", "http://127.0.0.1:8/v1"))
-    assert q.spec.base_url == "http://127.0.0.1:8/v1", "an explicit --base-url wins over the environment"
+    assert q.spec.base_url == "http://127.0.0.1:8/v1", (
+        "an explicit --base-url wins over the environment"
+    )
 
 
 def test_default_base_url_is_openai():
@@ -487,8 +684,11 @@ def logprob_body(tops: list[tuple[str, float]]) -> dict[str, Any]:
     body = chat_body(tops[0][0] if tops else "")
     body["choices"][0]["logprobs"] = {
         "content": [
-            {"token": tops[0][0] if tops else "", "logprob": tops[0][1] if tops else 0.0,
-             "top_logprobs": [{"token": t, "logprob": lp, "bytes": None} for t, lp in tops]}
+            {
+                "token": tops[0][0] if tops else "",
+                "logprob": tops[0][1] if tops else 0.0,
+                "top_logprobs": [{"token": t, "logprob": lp, "bytes": None} for t, lp in tops],
+            }
         ]
     }
     return body
@@ -497,13 +697,22 @@ def logprob_body(tops: list[tuple[str, float]]) -> dict[str, Any]:
 def test_next_token_scores_only_requested_continuations_that_appear():
     tops = [("B", -0.05), ("A", -3.2), ("The", -4.0), ("C", -6.5)]
     with ScriptServer(lambda s: Reply(200, logprob_body(tops))) as srv:
-        req = chat(kind="next_token", continuations=("A", "B", "C", "D"), params=GenParams(temperature=0.7, max_tokens=300))
+        req = chat(
+            kind="next_token",
+            continuations=("A", "B", "C", "D"),
+            params=GenParams(temperature=0.7, max_tokens=300),
+        )
         out = one(provider_for(srv.url()), req)
         body = srv.seen[0].body
     assert out.ok and out.text is None
     assert out.scores == {"A": -3.2, "B": -0.05, "C": -6.5}  # D is not among the top tokens
     # Scoring overrides generation settings: one token, greedy, 20 alternatives.
-    assert (body["max_tokens"], body["temperature"], body["logprobs"], body["top_logprobs"]) == (1, 0.0, True, 20)
+    assert (body["max_tokens"], body["temperature"], body["logprobs"], body["top_logprobs"]) == (
+        1,
+        0.0,
+        True,
+        20,
+    )
 
 
 def test_next_token_matches_tokens_with_leading_space():
@@ -565,16 +774,32 @@ def test_loglikelihood_sums_continuation_tokens_after_the_context():
     context = "Q: heparin antidote?\n\nA:"
     # Tokenisation of context + continuation; the first token has no log-prob (echo convention).
     token_sets = {
-        " protamine": [("Q:", None), (" heparin", -5.0), (" antidote?", -3.0), ("\n\nA:", -1.0), (" prot", -0.4), ("amine", -0.1)],
-        " vitamin K": [("Q:", None), (" heparin", -5.0), (" antidote?", -3.0), ("\n\nA:", -1.0), (" vitamin", -2.5), (" K", -0.7)],
+        " protamine": [
+            ("Q:", None),
+            (" heparin", -5.0),
+            (" antidote?", -3.0),
+            ("\n\nA:", -1.0),
+            (" prot", -0.4),
+            ("amine", -0.1),
+        ],
+        " vitamin K": [
+            ("Q:", None),
+            (" heparin", -5.0),
+            (" antidote?", -3.0),
+            ("\n\nA:", -1.0),
+            (" vitamin", -2.5),
+            (" K", -0.7),
+        ],
     }
 
     def script(s: Seen) -> Reply:
-        cont = s.body["prompt"][len(context):]
+        cont = s.body["prompt"][len(context) :]
         return Reply(200, echo_body(s.body["prompt"], token_sets[cont]))
 
     with ScriptServer(script) as srv:
-        req = Request("openai", "m", msgs, kind="loglikelihood", continuations=(" protamine", " vitamin K"))
+        req = Request(
+            "openai", "m", msgs, kind="loglikelihood", continuations=(" protamine", " vitamin K")
+        )
         out = one(provider_for(srv.url()), req)
         seen = list(srv.seen)
     assert out.ok
@@ -583,7 +808,12 @@ def test_loglikelihood_sums_continuation_tokens_after_the_context():
     for s, cont in zip(seen, req.continuations):
         assert s.body["prompt"] == context + cont
         # max_tokens 1, never 0 (llama-cpp-python reads 0 as no limit); the generated token is not summed
-        assert (s.body["echo"], s.body["max_tokens"], s.body["logprobs"], s.body["temperature"]) == (True, 1, 1, 0.0)
+        assert (
+            s.body["echo"],
+            s.body["max_tokens"],
+            s.body["logprobs"],
+            s.body["temperature"],
+        ) == (True, 1, 1, 0.0)
         assert s.body["model"] == "m"
 
 
@@ -598,7 +828,13 @@ def test_loglikelihood_without_echo_logprobs_is_a_final_error():
 
 
 def test_chunked_replies_are_read():
-    with ScriptServer(lambda s: Reply(200, chat_body("Protamine sulfate", usage={"prompt_tokens": 9, "completion_tokens": 2}), chunked=True)) as srv:
+    with ScriptServer(
+        lambda s: Reply(
+            200,
+            chat_body("Protamine sulfate", usage={"prompt_tokens": 9, "completion_tokens": 2}),
+            chunked=True,
+        )
+    ) as srv:
         out = one(provider_for(srv.url()))
     assert out.text == "Protamine sulfate"
     assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (9, 2)
@@ -631,7 +867,9 @@ def test_providers_of_one_endpoint_share_one_pool_until_the_last_closes():
 
 
 def test_a_new_connection_after_connection_close():
-    with ScriptServer(lambda s: Reply(200, chat_body("B"), {"Connection": "close"}, close_after=True)) as srv:
+    with ScriptServer(
+        lambda s: Reply(200, chat_body("B"), {"Connection": "close"}, close_after=True)
+    ) as srv:
         outs = calls(provider_for(srv.url()), chat(), chat(attempt=1))
         conns = srv.connections
     assert all(o.ok for o in outs)
@@ -678,7 +916,9 @@ def test_many_concurrent_calls_on_one_provider():
 
     async def go(p):
         try:
-            return await asyncio.gather(*(p.call(Request("openai", "m", (Message("user", f"q{i}"),))) for i in range(24)))
+            return await asyncio.gather(
+                *(p.call(Request("openai", "m", (Message("user", f"q{i}"),))) for i in range(24))
+            )
         finally:
             await p.aclose()
 
@@ -700,7 +940,10 @@ def test_the_proxy_from_the_environment_is_used_with_its_credentials(monkeypatch
         seen = proxy.seen[0]
     assert out.ok and out.text == "B"
     assert seen.path == "http://llm.example.invalid:8000/v1/chat/completions"
-    assert seen.headers["proxy-authorization"] == "Basic " + base64.b64encode(b"proxyuser:proxy@pw").decode()
+    assert (
+        seen.headers["proxy-authorization"]
+        == "Basic " + base64.b64encode(b"proxyuser:proxy@pw").decode()
+    )
     assert seen.headers["authorization"] == "Bearer EMPTY"
 
 
@@ -718,20 +961,36 @@ def test_a_socks_proxy_is_refused_with_a_clear_error(monkeypatch):
 
 
 def test_a_redirect_is_not_followed_and_names_its_target():
-    with ScriptServer(lambda s: Reply(307, b"", {"Location": "https://other.example.invalid/v1/chat/completions"})) as srv:
+    with ScriptServer(
+        lambda s: Reply(307, b"", {"Location": "https://other.example.invalid/v1/chat/completions"})
+    ) as srv:
         err = one(provider_for(srv.url()))
         n = len(srv.seen)
     assert isinstance(err, ProviderError) and err.retryable is False
-    assert str(err) == "HTTP 307: the endpoint redirects to https://other.example.invalid/v1/chat/completions; use that as --base-url"
+    assert (
+        str(err)
+        == "HTTP 307: the endpoint redirects to https://other.example.invalid/v1/chat/completions; use that as --base-url"
+    )
     assert n == 1, "the key is not sent on to another host"
 
 
 @pytest.mark.parametrize(
     "raw,text",
     [
-        (b'{"choices": [{"message": {"role": "assistant", "content": "B"}, "finish_reason": "stop", "logprob": NaN}]}', "B"),
-        (b'{"choices": [{"message": {"role": "assistant", "content": "a\\ud800b"}, "finish_reason": "stop"}]}', "a\ud800b"),
-        ('{"choices": [{"message": {"role": "assistant", "content": "中文"}, "finish_reason": "stop"}]}'.encode("utf-16"), "中文"),
+        (
+            b'{"choices": [{"message": {"role": "assistant", "content": "B"}, "finish_reason": "stop", "logprob": NaN}]}',
+            "B",
+        ),
+        (
+            b'{"choices": [{"message": {"role": "assistant", "content": "a\\ud800b"}, "finish_reason": "stop"}]}',
+            "a\ud800b",
+        ),
+        (
+            '{"choices": [{"message": {"role": "assistant", "content": "中文"}, "finish_reason": "stop"}]}'.encode(
+                "utf-16"
+            ),
+            "中文",
+        ),
     ],
     ids=["nan-literal", "lone-surrogate", "utf-16"],
 )

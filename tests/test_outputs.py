@@ -9,8 +9,6 @@ import time
 import pytest
 from rich.console import Console
 
-from grandrounds.run.outputs import result_json, sample_line, write_outputs
-from grandrounds.run.progress import RichProgress
 from grandrounds.core.records import (
     Cell,
     Criterion,
@@ -23,11 +21,37 @@ from grandrounds.core.records import (
     Verdict,
     Vote,
 )
+from grandrounds.run.outputs import result_json, sample_line, write_outputs
+from grandrounds.run.progress import RichProgress
 
-RESULT_KEYS = ["benchmark", "model", "judge", "metric", "score", "ci95", "n", "n_unscored", "breakdown", "fingerprint", "extra"]
+RESULT_KEYS = [
+    "benchmark",
+    "model",
+    "judge",
+    "metric",
+    "score",
+    "ci95",
+    "n",
+    "n_unscored",
+    "breakdown",
+    "fingerprint",
+    "extra",
+]
 LINE_KEYS = [
-    "benchmark", "model", "sample_id", "prompt", "response", "error", "extracted", "target",
-    "score", "grade_status", "grade_error", "verdicts", "votes", "details",
+    "benchmark",
+    "model",
+    "sample_id",
+    "prompt",
+    "response",
+    "error",
+    "extracted",
+    "target",
+    "score",
+    "grade_status",
+    "grade_error",
+    "verdicts",
+    "votes",
+    "details",
 ]
 
 
@@ -41,7 +65,12 @@ def a_result(**kw) -> Result:
         ci95=(0.6, 0.86),
         n=40,
         n_unscored=2,
-        breakdown={"meta_info": {"step1": Cell(0.8, 20, 1, (0.58, 0.92)), "step2&3": Cell(0.7, 20, 1, None, {"f1": 0.5})}},
+        breakdown={
+            "meta_info": {
+                "step1": Cell(0.8, 20, 1, (0.58, 0.92)),
+                "step2&3": Cell(0.7, 20, 1, None, {"f1": 0.5}),
+            }
+        },
         fingerprint={"grader": "mcq", "answer_mode": "generate"},
         extra={"unextracted": 3},
     )
@@ -74,7 +103,13 @@ def test_result_json_values_are_plain_json():
     assert d["breakdown"] == {
         "meta_info": {
             "step1": {"score": 0.8, "n": 20, "n_unscored": 1, "ci95": [0.58, 0.92], "metrics": {}},
-            "step2&3": {"score": 0.7, "n": 20, "n_unscored": 1, "ci95": None, "metrics": {"f1": 0.5}},
+            "step2&3": {
+                "score": 0.7,
+                "n": 20,
+                "n_unscored": 1,
+                "ci95": None,
+                "metrics": {"f1": 0.5},
+            },
         }
     }
     assert d["fingerprint"] == {"grader": "mcq", "answer_mode": "generate"}
@@ -134,12 +169,16 @@ def test_sample_line_for_a_failed_call():
     assert line["response"] is None
     assert line["error"] == "HTTP 503: overloaded (gave up after 6 attempts)"
     assert line["score"] is None
-    assert line["grade_status"] == "answer_failed", "why it is unscored is data, not parsed from the message"
+    assert line["grade_status"] == "answer_failed", (
+        "why it is unscored is data, not parsed from the message"
+    )
     assert line["grade_error"] == "answer failed: HTTP 503: overloaded"
 
 
 def test_sample_line_without_any_response():
-    line = sample_line(a_result(), SAMPLE, None, None, Grade("q-17", None, error="not asked", status="not_asked"))
+    line = sample_line(
+        a_result(), SAMPLE, None, None, Grade("q-17", None, error="not asked", status="not_asked")
+    )
     assert line["response"] is None and line["error"] is None and line["grade_error"] == "not asked"
     assert line["grade_status"] == "not_asked"
 
@@ -157,7 +196,9 @@ def test_sample_line_structured_target_prompt_and_verdicts():
         target=("A", "C"),
         rubric=(Criterion("c1", "Advises antipyretic dosing by weight", 5.0),),
     )
-    vote = Vote(judge="openai/judge", status="met", raw='{"criteria_met": true}', attempts=1, keys=("jk1",))
+    vote = Vote(
+        judge="openai/judge", status="met", raw='{"criteria_met": true}', attempts=1, keys=("jk1",)
+    )
     grade = Grade(
         "hb-1",
         0.5,
@@ -165,7 +206,13 @@ def test_sample_line_structured_target_prompt_and_verdicts():
         details={"points": (5.0, 10.0), "ratio": float("nan")},
     )
     prompt = (Message("user", "My child has a fever of 39.5 C."),)
-    line = sample_line(a_result(benchmark="healthbench", judge="openai/judge"), sample, prompt, Response(key="k", text="Give paracetamol."), grade)
+    line = sample_line(
+        a_result(benchmark="healthbench", judge="openai/judge"),
+        sample,
+        prompt,
+        Response(key="k", text="Give paracetamol."),
+        grade,
+    )
     assert line["target"] == ["A", "C"]
     assert line["prompt"] == [{"role": "user", "content": "My child has a fever of 39.5 C."}]
     assert line["verdicts"] == [
@@ -174,8 +221,18 @@ def test_sample_line_structured_target_prompt_and_verdicts():
             "status": "met",
             "explanation": "dosing given",
             "votes": [
-                {"judge": "openai/judge", "status": "met", "score": None, "explanation": "", "raw": '{"criteria_met": true}',
-                 "attempts": 1, "keys": ["jk1"], "error": None, "run": 0, "truncated": False}
+                {
+                    "judge": "openai/judge",
+                    "status": "met",
+                    "score": None,
+                    "explanation": "",
+                    "raw": '{"criteria_met": true}',
+                    "attempts": 1,
+                    "keys": ["jk1"],
+                    "error": None,
+                    "run": 0,
+                    "truncated": False,
+                }
             ],
             "raw": '{"criteria_met": true}',  # the reply behind the decision
         }
@@ -191,7 +248,10 @@ def test_sample_line_unknown_verdict_shows_every_reply_and_whole_answer_votes():
         Vote(judge="j2", status="unmet", raw="no"),
         Vote(judge="j3", status="unknown", raw="???", error=None),
     )
-    runs = (Vote(judge="j1", status="met", score=4.0, run=0), Vote(judge="j1", status="met", score=5.0, run=1))
+    runs = (
+        Vote(judge="j1", status="met", score=4.0, run=0),
+        Vote(judge="j1", status="met", score=5.0, run=1),
+    )
     grade = Grade("s", 0.9, verdicts=(Verdict("c1", "unknown", "split panel", votes),), votes=runs)
     line = sample_line(a_result(), SAMPLE, None, Response(key="k", text="x"), grade)
     assert line["verdicts"][0]["raw"] == "yes\n---\nno\n---\n???"
@@ -200,7 +260,11 @@ def test_sample_line_unknown_verdict_shows_every_reply_and_whole_answer_votes():
 
 
 def test_sample_line_verdict_raw_is_the_reply_of_a_judge_that_voted_for_the_decision():
-    votes = (Vote(judge="j1", status="unmet", raw="not met"), Vote(judge="j2", status="met", raw="met: dosing"), Vote(judge="j3", status="met", raw="met too"))
+    votes = (
+        Vote(judge="j1", status="unmet", raw="not met"),
+        Vote(judge="j2", status="met", raw="met: dosing"),
+        Vote(judge="j3", status="met", raw="met too"),
+    )
     grade = Grade("s", 1.0, verdicts=(Verdict("c1", "met", "", votes),))
     line = sample_line(a_result(), SAMPLE, None, Response(key="k", text="x"), grade)
     assert line["verdicts"][0]["raw"] == "met: dosing"
@@ -213,7 +277,15 @@ def lines_for(n: int) -> list[dict]:
     out = []
     for i in range(n):
         resp = Response(key=f"k{i}", text=f"回答 {i}\u2028第二行")
-        out.append(sample_line(a_result(), SAMPLE, None, resp, Grade(SAMPLE.id, float(i % 2), extracted="AB"[i % 2])))
+        out.append(
+            sample_line(
+                a_result(),
+                SAMPLE,
+                None,
+                resp,
+                Grade(SAMPLE.id, float(i % 2), extracted="AB"[i % 2]),
+            )
+        )
     return out
 
 
@@ -224,9 +296,13 @@ def test_write_outputs_creates_both_files(tmp_path):
     write_outputs(out, results, lines)
     doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert doc == {"results": [result_json(r) for r in results]}
-    got = [json.loads(x) for x in (out / "samples.jsonl").read_text(encoding="utf-8").split("\n") if x]
+    got = [
+        json.loads(x) for x in (out / "samples.jsonl").read_text(encoding="utf-8").split("\n") if x
+    ]
     assert got == lines
-    assert sorted(p.name for p in out.iterdir()) == ["results.json", "samples.jsonl"], "no temporary files left"
+    assert sorted(p.name for p in out.iterdir()) == ["results.json", "samples.jsonl"], (
+        "no temporary files left"
+    )
 
 
 def test_write_outputs_keeps_non_ascii_readable_and_one_record_per_line(tmp_path):
@@ -236,7 +312,7 @@ def test_write_outputs_keeps_non_ascii_readable_and_one_record_per_line(tmp_path
     assert "千问" in results_text and "\\u" not in results_text
     assert results_text.startswith('{\n  "results": [')  # indented for reading
     assert samples_bytes.count(b"\n") == 3
-    assert "回答 0".encode("utf-8") in samples_bytes
+    assert "回答 0".encode() in samples_bytes
     # Raw U+2028 stays inside its record: a reader that splits at "\n" only sees 3 records.
     assert len([x for x in samples_bytes.decode("utf-8").split("\n") if x]) == 3
 
@@ -289,7 +365,12 @@ def test_progress_counts_calls_failures_retries_and_unscored():
         p.on_call(Response(key="b", text="B"), retries=2)  # two failed tries before success
         p.on_call(Response(key="c", error="HTTP 400: bad"), retries=0)
         p.on_call(Response(key="d", error="timeout (gave up)"), retries=3)
-        for g in (Grade("1", 1.0), Grade("2", None), Grade("3", 0.0), Grade("4", None, status="answer_failed")):
+        for g in (
+            Grade("1", 1.0),
+            Grade("2", None),
+            Grade("3", 0.0),
+            Grade("4", None, status="answer_failed"),
+        ):
             p.advance(g)
     assert p.calls == 4
     assert p.failed == 2, "calls that finally failed, not attempts"
@@ -297,7 +378,9 @@ def test_progress_counts_calls_failures_retries_and_unscored():
     assert p.unscored == 2
     task = p.bar.tasks[0]
     assert (task.completed, task.total) == (4, 5)
-    assert task.fields["failed"] == 2 and task.fields["retries"] == 5 and task.fields["unscored"] == 2
+    assert (
+        task.fields["failed"] == 2 and task.fields["retries"] == 5 and task.fields["unscored"] == 2
+    )
     assert task.description == "medqa · openai/m"
     text = buf.getvalue()
     assert "4/5" in text and "failed 2" in text and "retries 5" in text and "unscored 2" in text
@@ -349,7 +432,9 @@ def test_progress_bar_is_updated_at_most_every_draw_interval_and_for_the_last_it
     assert shown < 999, "thousands of updates a second are not each handed to the bar"
     p._drawn -= progress.DRAW_EVERY  # time passes
     p.on_call(Response(key="k", text="A"), retries=0)
-    assert p.bar.tasks[0].completed == 999, "once the interval has passed the bar shows every item advanced"
+    assert p.bar.tasks[0].completed == 999, (
+        "once the interval has passed the bar shows every item advanced"
+    )
     p.advance(Grade("999", 1.0))
     assert p.bar.tasks[0].completed == 1000, "the last item is shown at once"
 
@@ -380,10 +465,10 @@ def test_progress_as_executor_observer(tmp_path):
     """The progress bar is the runner's CallObserver: its counts agree with the executor's."""
     import asyncio
 
-    from grandrounds.run.executor import Executor, RetryPolicy
+    from grandrounds.core.records import Request
     from grandrounds.providers.base import ModelSpec, ProviderError
     from grandrounds.providers.scripted import ScriptedProvider
-    from grandrounds.core.records import Request
+    from grandrounds.run.executor import Executor, RetryPolicy
     from grandrounds.store import Store
 
     tries: dict[str, int] = {}
@@ -399,7 +484,12 @@ def test_progress_as_executor_observer(tmp_path):
 
     p, _ = make_progress()
     store = Store(tmp_path / "s.db")
-    ex = Executor(store, ScriptedProvider(ModelSpec("scripted", "x"), script=script), retry=RetryPolicy(3, 0.001, 0.001), observer=p)
+    ex = Executor(
+        store,
+        ScriptedProvider(ModelSpec("scripted", "x"), script=script),
+        retry=RetryPolicy(3, 0.001, 0.001),
+        observer=p,
+    )
 
     async def go():
         for q in ("fine", "flaky", "broken", "fine"):
@@ -409,4 +499,7 @@ def test_progress_as_executor_observer(tmp_path):
     asyncio.run(go())
     store.close()
     assert p.calls == ex.stats.made == 3
-    assert (p.retries, p.failed) == (ex.stats.retries, ex.stats.failed) and p.retries + p.failed == 2
+    assert (p.retries, p.failed) == (
+        ex.stats.retries,
+        ex.stats.failed,
+    ) and p.retries + p.failed == 2

@@ -17,7 +17,6 @@ from typing import Any, get_args
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds.cli import main as cli
 from grandrounds.benchmarks import base as bench_base
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.gaps import GAPS
@@ -26,15 +25,16 @@ from grandrounds.benchmarks.llmeval_med import LLMEvalMed
 from grandrounds.benchmarks.medqa import MedQA
 from grandrounds.benchmarks.mmlu_medical import SUBJECTS, MMLUMedical
 from grandrounds.benchmarks.pubmedqa import PubMedQA
+from grandrounds.cli import main as cli
 from grandrounds.core.errors import ConfigError
-from grandrounds.graders.mcq_grader import MODE_ALIASES
 from grandrounds.core.params import Param, check_values, coerce, is_default, without_defaults
-from grandrounds.providers.base import ModelSpec, Provider, check_model
-from grandrounds.providers.openai_compat import OpenAIProvider
 from grandrounds.core.records import AnswerMode, RequestKind
 from grandrounds.core.registry import BENCHMARKS, PROVIDERS
-from grandrounds.run.runner import run
+from grandrounds.graders.mcq_grader import MODE_ALIASES
+from grandrounds.providers.base import ModelSpec, Provider, check_model
+from grandrounds.providers.openai_compat import OpenAIProvider
 from grandrounds.run.config import RunConfig, check_run
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 
@@ -44,8 +44,6 @@ class ChatOnlyProvider(OpenAIProvider):
 
     request_kinds = frozenset({"chat"})
     example = "chatonly/M"
-
-
 
 
 @pytest.fixture
@@ -72,8 +70,12 @@ def write_medqa(tmp: Path, n: int = 4) -> Path:
     """A small MedQA-format file written here (not benchmark items)."""
     path = tmp / "exam.jsonl"
     rows = [
-        {"question": f"Test question number {i}?", "options": {"A": "one", "B": "two", "C": "three", "D": "four"},
-         "answer_idx": "ABCD"[i % 4], "meta_info": "step1"}
+        {
+            "question": f"Test question number {i}?",
+            "options": {"A": "one", "B": "two", "C": "three", "D": "four"},
+            "answer_idx": "ABCD"[i % 4],
+            "meta_info": "step1",
+        }
         for i in range(n)
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -97,12 +99,19 @@ def write_pubmedqa(tmp: Path) -> Path:
     folder = tmp / "pubmedqa"
     folder.mkdir()
     ori = {
-        pmid: {"QUESTION": f"Does treatment {pmid} help?", "CONTEXTS": [f"Background for {pmid}."], "LABELS": ["BACKGROUND"],
-               "final_decision": label, "YEAR": "2001"}
+        pmid: {
+            "QUESTION": f"Does treatment {pmid} help?",
+            "CONTEXTS": [f"Background for {pmid}."],
+            "LABELS": ["BACKGROUND"],
+            "final_decision": label,
+            "YEAR": "2001",
+        }
         for pmid, label in (("101", "yes"), ("102", "no"), ("103", "maybe"))
     }
     (folder / "ori_pqal.json").write_text(json.dumps(ori), encoding="utf-8")
-    (folder / "test_ground_truth.json").write_text(json.dumps({"101": "yes", "102": "no"}), encoding="utf-8")
+    (folder / "test_ground_truth.json").write_text(
+        json.dumps({"101": "yes", "102": "no"}), encoding="utf-8"
+    )
     return folder
 
 
@@ -131,15 +140,39 @@ def srv():
 
 def test_unknown_param_is_refused_by_name_before_any_call(srv, tmp_path):
     folder = write_mmlu(tmp_path)
-    msg = refused(srv, tmp_path, "mmlu-medical", "--data", str(folder), "--model", "openai/m", "--param", "subjectt=anatomy")
+    msg = refused(
+        srv,
+        tmp_path,
+        "mmlu-medical",
+        "--data",
+        str(folder),
+        "--model",
+        "openai/m",
+        "--param",
+        "subjectt=anatomy",
+    )
     assert "'subjectt'" in msg and "did you mean subjects?" in msg and "accepted: subjects" in msg
 
 
 def test_the_same_param_spelled_right_runs_and_is_recorded_coerced(srv, tmp_path):
     folder = write_mmlu(tmp_path)
     out = tmp_path / "out"
-    r = gr("run", "mmlu-medical", "--data", str(folder), "--model", "openai/m", "--base-url", srv.base_url,
-           "--store", str(tmp_path / "s.db"), "--out", str(out), "--param", "subjects=anatomy")
+    r = gr(
+        "run",
+        "mmlu-medical",
+        "--data",
+        str(folder),
+        "--model",
+        "openai/m",
+        "--base-url",
+        srv.base_url,
+        "--store",
+        str(tmp_path / "s.db"),
+        "--out",
+        str(out),
+        "--param",
+        "subjects=anatomy",
+    )
     assert r.exit_code == 0, r.output
     assert srv.stats.requests == 2, "only the anatomy questions are asked"
     res = result_of(out)
@@ -155,13 +188,31 @@ def test_a_benchmark_without_params_refuses_any(srv, tmp_path):
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (("pubmedqa", "--param", "contexts=maybe"), "pubmedqa: --param contexts='maybe' is not true or false"),
-        (("pubmedqa", "--param", "split=train"), "pubmedqa: --param split='train' is not one of test, all"),
-        (("mmlu-medical", "--param", "subjects=anatomy,astronomy"), "subjects='astronomy' is not one of anatomy"),
-        (("llmeval-med", "--param", "judge_runs=three"), "llmeval-med: --param judge_runs='three' is not an integer"),
+        (
+            ("pubmedqa", "--param", "contexts=maybe"),
+            "pubmedqa: --param contexts='maybe' is not true or false",
+        ),
+        (
+            ("pubmedqa", "--param", "split=train"),
+            "pubmedqa: --param split='train' is not one of test, all",
+        ),
+        (
+            ("mmlu-medical", "--param", "subjects=anatomy,astronomy"),
+            "subjects='astronomy' is not one of anatomy",
+        ),
+        (
+            ("llmeval-med", "--param", "judge_runs=three"),
+            "llmeval-med: --param judge_runs='three' is not an integer",
+        ),
         (("llmeval-med", "--param", "judge_runs=0"), "judge_runs=0 is not at least 1"),
-        (("gaps", "--scoring", "gaps_min_valid=1.5"), "gaps: --scoring gaps_min_valid='1.5' is not an integer"),
-        (("gaps", "--scoring", "gaps_irrelevant=yes"), "gaps_irrelevant='yes' is not one of conservative, majority, average"),
+        (
+            ("gaps", "--scoring", "gaps_min_valid=1.5"),
+            "gaps: --scoring gaps_min_valid='1.5' is not an integer",
+        ),
+        (
+            ("gaps", "--scoring", "gaps_irrelevant=yes"),
+            "gaps_irrelevant='yes' is not one of conservative, majority, average",
+        ),
         (("demo", "--param", "novalue"), "--param 'novalue' must be KEY=VALUE"),
     ],
 )
@@ -177,9 +228,18 @@ def test_ill_typed_values_are_refused_before_any_call(srv, tmp_path, args, expec
         (("pubmedqa", "--param", "split=tset"), "is not one of test, all; did you mean test?"),
         (("mmlu-medical", "--param", "subjects=anatomyy"), "did you mean anatomy?"),
         (("demo", "--answer-mode", "leter"), "unknown --answer-mode 'leter'; did you mean letter?"),
-        (("healthbench", "--judge-mode", "batchd"), "healthbench: unknown --judge-mode 'batchd'; did you mean batched?"),
-        (("gaps", "--scoring", "gaps_min_vald=1"), "unknown --scoring 'gaps_min_vald'; did you mean gaps_min_valid?"),
-        (("demo", "--model-opt", "timout=5"), "provider openai: unknown option 'timout'; did you mean timeout?"),
+        (
+            ("healthbench", "--judge-mode", "batchd"),
+            "healthbench: unknown --judge-mode 'batchd'; did you mean batched?",
+        ),
+        (
+            ("gaps", "--scoring", "gaps_min_vald=1"),
+            "unknown --scoring 'gaps_min_vald'; did you mean gaps_min_valid?",
+        ),
+        (
+            ("demo", "--model-opt", "timout=5"),
+            "provider openai: unknown option 'timout'; did you mean timeout?",
+        ),
     ],
 )
 def test_misspellings_get_a_did_you_mean(srv, tmp_path, args, expected):
@@ -199,7 +259,11 @@ def test_misspellings_get_a_did_you_mean(srv, tmp_path, args, expected):
         ("medcalc-bench", ("--shuffle-options",), "medcalc-bench does not use --shuffle-options"),
         ("gaps", ("--judge-mode", "batched"), "gaps does not use --judge-mode"),
         ("healthbench", ("--judge-runs", "3"), "healthbench does not use --judge-runs"),
-        ("healthbench", ("--answer-mode", "letter"), "healthbench supports --answer-mode generate, not 'letter'"),
+        (
+            "healthbench",
+            ("--answer-mode", "letter"),
+            "healthbench supports --answer-mode generate, not 'letter'",
+        ),
     ],
 )
 def test_options_a_benchmark_does_not_use_are_refused(srv, tmp_path, bench, flags, expected):
@@ -210,12 +274,24 @@ def test_options_a_benchmark_does_not_use_are_refused(srv, tmp_path, bench, flag
 
 def test_unknown_scoring_key_is_refused(srv, tmp_path):
     data = write_medqa(tmp_path)
-    msg = refused(srv, tmp_path, "medqa", "--data", str(data), "--model", "openai/m", "--scoring", "gaps_min_valid=1")
+    msg = refused(
+        srv,
+        tmp_path,
+        "medqa",
+        "--data",
+        str(data),
+        "--model",
+        "openai/m",
+        "--scoring",
+        "gaps_min_valid=1",
+    )
     assert "medqa: unknown --scoring 'gaps_min_valid' (it accepts none)" in msg
 
 
 def test_unused_options_at_their_default_are_reset_not_refused():
-    opts = MedQA().check_options(RunOptions(judge_mode="default", judge_runs=None, max_reask=2, seed=3))
+    opts = MedQA().check_options(
+        RunOptions(judge_mode="default", judge_runs=None, max_reask=2, seed=3)
+    )
     assert opts == RunOptions(seed=3)
     # the seed is kept: it drives shuffling, bootstrap CIs and retry jitter for every benchmark
     assert HealthBench().check_options(RunOptions(seed=9)).seed == 9
@@ -283,8 +359,13 @@ def test_benchmark_params_are_coerced_and_defaults_do_not_change_the_spec():
     assert PubMedQA(contexts="false").contexts is False
     assert PubMedQA(split="test", contexts="true").spec() == PubMedQA().spec()
     assert str(PubMedQA(split="all").spec()) == 'pubmedqa{"split":"all"}'
-    assert MMLUMedical(subjects=list(reversed(SUBJECTS))).spec() == MMLUMedical().spec(), "all six in any order = default"
-    assert MMLUMedical(subjects="medical_genetics,anatomy").subjects == ["anatomy", "medical_genetics"]
+    assert MMLUMedical(subjects=list(reversed(SUBJECTS))).spec() == MMLUMedical().spec(), (
+        "all six in any order = default"
+    )
+    assert MMLUMedical(subjects="medical_genetics,anatomy").subjects == [
+        "anatomy",
+        "medical_genetics",
+    ]
     assert LLMEvalMed(judge_runs="2").param("judge_runs") == 2
     with pytest.raises(ConfigError, match="subjects is empty"):
         MMLUMedical(subjects="")
@@ -292,9 +373,13 @@ def test_benchmark_params_are_coerced_and_defaults_do_not_change_the_spec():
 
 def test_scoring_options_are_coerced_and_their_defaults_dropped():
     gaps = GAPS()
-    assert gaps.check_options(RunOptions(extra={"gaps_min_valid": "1"})).extra == {"gaps_min_valid": 1}
+    assert gaps.check_options(RunOptions(extra={"gaps_min_valid": "1"})).extra == {
+        "gaps_min_valid": 1
+    }
     assert gaps.check_options(RunOptions(extra={"gaps_min_valid": "2"})).extra == {}
-    assert gaps.check_options(RunOptions(extra={"gaps_irrelevant": "majority"})).extra == {"gaps_irrelevant": "majority"}
+    assert gaps.check_options(RunOptions(extra={"gaps_irrelevant": "majority"})).extra == {
+        "gaps_irrelevant": "majority"
+    }
 
 
 # ---- the same setting gives the same fingerprint and run id ---------------------------------
@@ -302,23 +387,52 @@ def test_scoring_options_are_coerced_and_their_defaults_dropped():
 
 def test_params_at_their_default_leave_run_id_and_fingerprint_unchanged(srv, tmp_path):
     folder = write_pubmedqa(tmp_path)
-    common = ("run", "pubmedqa", "--data", str(folder), "--model", "openai/m", "--base-url", srv.base_url,
-              "--store", str(tmp_path / "s.db"))
+    common = (
+        "run",
+        "pubmedqa",
+        "--data",
+        str(folder),
+        "--model",
+        "openai/m",
+        "--base-url",
+        srv.base_url,
+        "--store",
+        str(tmp_path / "s.db"),
+    )
     r1 = gr(*common, "--out", str(tmp_path / "a"))
-    r2 = gr(*common, "--out", str(tmp_path / "b"), "--param", "split=test", "--param", "contexts=true",
-            "--judge-mode", "default", "--max-reask", "2")
+    r2 = gr(
+        *common,
+        "--out",
+        str(tmp_path / "b"),
+        "--param",
+        "split=test",
+        "--param",
+        "contexts=true",
+        "--judge-mode",
+        "default",
+        "--max-reask",
+        "2",
+    )
     assert r1.exit_code == 0 and r2.exit_code == 0, (r1.output, r2.output)
     a, b = result_of(tmp_path / "a"), result_of(tmp_path / "b")
     assert a["fingerprint"] == b["fingerprint"] and a["fingerprint"]["benchmark"] == "pubmedqa"
-    assert srv.stats.requests == 2, "the second command is the same run: every answer came from the store"
+    assert srv.stats.requests == 2, (
+        "the second command is the same run: every answer came from the store"
+    )
 
 
 def test_judge_settings_spelled_out_or_left_default_are_one_setting():
-    assert HealthBench().check_options(RunOptions(judge_mode="per-criterion")) == HealthBench().check_options(RunOptions())
+    assert HealthBench().check_options(
+        RunOptions(judge_mode="per-criterion")
+    ) == HealthBench().check_options(RunOptions())
     assert HealthBench().check_options(RunOptions()).judge_mode == "per-criterion"
-    assert LLMEvalMed().check_options(RunOptions(judge_runs=3)) == LLMEvalMed().check_options(RunOptions())
+    assert LLMEvalMed().check_options(RunOptions(judge_runs=3)) == LLMEvalMed().check_options(
+        RunOptions()
+    )
     assert LLMEvalMed(judge_runs=2).check_options(RunOptions()).judge_runs == 2
-    assert LLMEvalMed(judge_runs=2).check_options(RunOptions(judge_runs=5)).judge_runs == 5, "--judge-runs wins"
+    assert LLMEvalMed(judge_runs=2).check_options(RunOptions(judge_runs=5)).judge_runs == 5, (
+        "--judge-runs wins"
+    )
 
 
 def test_the_runner_checks_and_records_normalised_params_before_calling(tmp_path):
@@ -329,21 +443,39 @@ def test_the_runner_checks_and_records_normalised_params_before_calling(tmp_path
         calls.append(req)
         return "Answer: B"
 
-    bad = RunConfig("pubmedqa", "scripted/s", bench_params={"contexts": "nope"}, data=folder, provider_options={"script": script})
+    bad = RunConfig(
+        "pubmedqa",
+        "scripted/s",
+        bench_params={"contexts": "nope"},
+        data=folder,
+        provider_options={"script": script},
+    )
     with pytest.raises(ConfigError, match="contexts='nope'"):
         asyncio.run(run(Store(tmp_path / "s.db"), bad))
     assert calls == []
-    good = RunConfig("pubmedqa", "scripted/s", bench_params={"contexts": "false", "split": "test"}, data=folder,
-                     provider_options={"script": script})
+    good = RunConfig(
+        "pubmedqa",
+        "scripted/s",
+        bench_params={"contexts": "false", "split": "test"},
+        data=folder,
+        provider_options={"script": script},
+    )
     out = asyncio.run(run(Store(tmp_path / "s.db"), good))
     assert len(calls) == 2 and out.run.benchmark_spec == 'pubmedqa{"contexts":false}'
     assert out.run.options["bench_params"] == {"contexts": False}
-    assert not any("Background" in m.content for r in calls for m in r.messages), "contexts=false took effect"
+    assert not any("Background" in m.content for r in calls for m in r.messages), (
+        "contexts=false took effect"
+    )
 
 
 def test_check_run_returns_the_config_it_was_given_normalised():
-    cfg = RunConfig("llmeval-med", "openai/m", bench_params={"judge_runs": "2"}, options=RunOptions(extra={}),
-                    provider_options={"timeout": "30"})
+    cfg = RunConfig(
+        "llmeval-med",
+        "openai/m",
+        bench_params={"judge_runs": "2"},
+        options=RunOptions(extra={}),
+        provider_options={"timeout": "30"},
+    )
     checked = check_run(cfg)
     assert isinstance(checked, RunConfig)
     assert checked.bench_params == {"judge_runs": 2} and checked.options.judge_runs == 2
@@ -356,11 +488,17 @@ def test_check_run_returns_the_config_it_was_given_normalised():
 
 def test_threads_on_a_provider_without_threads_is_refused(srv, tmp_path):
     msg = refused(srv, tmp_path, "demo", "--model", "openai/m", "--threads", "4")
-    assert "provider openai: unknown option 'threads'" in msg and "accepted: timeout, api_key_env, max_response_mb" in msg
+    assert (
+        "provider openai: unknown option 'threads'" in msg
+        and "accepted: timeout, api_key_env, max_response_mb" in msg
+    )
 
 
 def test_model_options_are_checked_and_coerced():
-    assert check_model("openai/m", {"max_response_mb": "2", "timeout": "5"}) == {"max_response_mb": 2.0, "timeout": 5.0}
+    assert check_model("openai/m", {"max_response_mb": "2", "timeout": "5"}) == {
+        "max_response_mb": 2.0,
+        "timeout": 5.0,
+    }
     assert check_model("openai/m@http://127.0.0.1:1/v1", {}) == {}
     assert check_model("llamacpp/smollm2", {"threads": "2"}, "next_token") == {"threads": 2}
     with pytest.raises(ConfigError, match="max_response_mb"):
@@ -381,8 +519,22 @@ def test_threads_is_llamacpps_thread_count():
 
 
 def test_model_options_reach_the_provider_through_the_cli(srv, tmp_path):
-    r = gr("run", "demo", "--model", "openai/m", "--base-url", srv.base_url, "--store", str(tmp_path / "s.db"),
-           "--limit", "2", "--model-opt", "max_response_mb=2", "--model-opt", "timeout=30")
+    r = gr(
+        "run",
+        "demo",
+        "--model",
+        "openai/m",
+        "--base-url",
+        srv.base_url,
+        "--store",
+        str(tmp_path / "s.db"),
+        "--limit",
+        "2",
+        "--model-opt",
+        "max_response_mb=2",
+        "--model-opt",
+        "timeout=30",
+    )
     assert r.exit_code == 0, r.output
     assert srv.stats.requests == 2
 
@@ -392,13 +544,36 @@ def test_letter_mode_on_a_chat_only_provider_is_refused_before_any_call(srv, tmp
     assert "provider chatonly cannot serve next_token requests (it serves chat)" in msg
     msg = refused(srv, tmp_path, "demo", "--model", "chatonly/m", "--answer-mode", "loglik")
     assert "cannot serve loglikelihood requests" in msg
-    r = gr("run", "demo", "--model", "chatonly/m", "--base-url", srv.base_url, "--store", str(tmp_path / "s.db"), "--limit", "3")
+    r = gr(
+        "run",
+        "demo",
+        "--model",
+        "chatonly/m",
+        "--base-url",
+        srv.base_url,
+        "--store",
+        str(tmp_path / "s.db"),
+        "--limit",
+        "3",
+    )
     assert r.exit_code == 0 and srv.stats.requests == 3, "chat is what it serves"
 
 
 def test_letter_mode_on_a_provider_with_log_probs_runs(srv, tmp_path):
-    r = gr("run", "demo", "--model", "openai/m", "--base-url", srv.base_url, "--store", str(tmp_path / "s.db"),
-           "--answer-mode", "letter", "--limit", "3")
+    r = gr(
+        "run",
+        "demo",
+        "--model",
+        "openai/m",
+        "--base-url",
+        srv.base_url,
+        "--store",
+        str(tmp_path / "s.db"),
+        "--answer-mode",
+        "letter",
+        "--limit",
+        "3",
+    )
     assert r.exit_code == 0, r.output
     # three answers, and the log-probability probe's one question (this server echoes no prompt,
     # so a next-token run, which reads the chat endpoint's top log-probabilities, goes on unprobed)
@@ -422,7 +597,10 @@ def test_list_shows_provider_examples_and_options_from_the_classes(chatonly):
     assert "max_response_mb: float = 8.0" in r.stdout
     assert "split: str = test (test|all)" in r.stdout
     assert cli.bench_options(HealthBench) == "--judge-mode per-criterion|batched"
-    assert cli.bench_options(GAPS) == "--param subset, rubric_column; --scoring gaps_min_valid, gaps_irrelevant"
+    assert (
+        cli.bench_options(GAPS)
+        == "--param subset, rubric_column; --scoring gaps_min_valid, gaps_irrelevant"
+    )
     assert cli.bench_options(PubMedQA) == "--param split, contexts; --shuffle-options"
 
 

@@ -21,18 +21,26 @@ from typing import ClassVar
 import pytest
 from typer.testing import CliRunner
 
+from grandrounds.analyses.collect import result_rows
 from grandrounds.analyses.leaderboard import leaderboard
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.cli.main import app
 from grandrounds.core.errors import ConfigError, DataError
-from grandrounds.sources.protocols import Generation, Protocol
 from grandrounds.core.registry import BENCHMARKS
-from grandrounds.analyses.collect import result_rows
-from grandrounds.run.runner import run
 from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.runner import run
+from grandrounds.sources.protocols import Generation, Protocol
+from grandrounds.sources.upstream import (
+    REFERENCE_ENV,
+    TextRef,
+    UpstreamFile,
+    python_dict_string,
+    python_string,
+    read_text,
+    yaml_value,
+)
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer, Reply, last_user_text
-from grandrounds.sources.upstream import REFERENCE_ENV, TextRef, UpstreamFile, python_dict_string, python_string, read_text, yaml_value
 from tests.conftest import reference_file
 from tests.rubric_bench.triage import TriageRubric
 
@@ -55,7 +63,9 @@ def test_reads_a_stripped_triple_quoted_constant_byte_for_byte(official_referenc
     f = upstream("simple-evals", "healthbench_eval.py")
     t = python_string(f, "GRADER_TEMPLATE")
     source = read_text(f)
-    assert t.text and t.text == t.text.strip() and t.text in source  # the literal, ends stripped as .strip() does
+    assert (
+        t.text and t.text == t.text.strip() and t.text in source
+    )  # the literal, ends stripped as .strip() does
     assert "<<conversation>>" in t.text and t.fields == ()
     assert t.fingerprint()["sha256"] == sources()[("simple-evals", "healthbench_eval.py")]["sha256"]
 
@@ -101,21 +111,31 @@ def test_dict_entries_and_yaml_keys(tmp_path, monkeypatch, official_reference):
     assert yaml_value(y, "doc_to_text") == {"!function": "preprocess_medqa.doc_to_text"}
 
 
-def test_a_changed_upstream_file_is_refused_with_its_name(tmp_path, monkeypatch, official_reference):
+def test_a_changed_upstream_file_is_refused_with_its_name(
+    tmp_path, monkeypatch, official_reference
+):
     src = official_reference / "simple-evals" / "common.py"
     folder = tmp_path / "ref" / "simple-evals"
     folder.mkdir(parents=True)
-    (folder / "common.py").write_text(src.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8")
+    (folder / "common.py").write_text(
+        src.read_text(encoding="utf-8") + "\n# edited\n", encoding="utf-8"
+    )
     monkeypatch.setenv(REFERENCE_ENV, str(tmp_path / "ref"))
-    f = replace(upstream("simple-evals", "common.py"), commit="f" * 40)  # not read before in this process
+    f = replace(
+        upstream("simple-evals", "common.py"), commit="f" * 40
+    )  # not read before in this process
     with pytest.raises(DataError, match=r"common\.py: does not match the pinned upstream file"):
         python_string(f, "QUERY_TEMPLATE_MULTICHOICE")
 
 
-def test_the_cache_serves_when_no_reference_folder_is_set(tmp_path, monkeypatch, official_reference):
+def test_the_cache_serves_when_no_reference_folder_is_set(
+    tmp_path, monkeypatch, official_reference
+):
     monkeypatch.delenv(REFERENCE_ENV)
     monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "cache"))
-    f = replace(upstream("pubmedqa", "evaluation.py"), commit="d" * 40)  # a commit not read before in this process
+    f = replace(
+        upstream("pubmedqa", "evaluation.py"), commit="d" * 40
+    )  # a commit not read before in this process
     dest = tmp_path / "cache" / "reference" / "pubmedqa" / "evaluation.py"
     dest.parent.mkdir(parents=True)
     dest.write_bytes((official_reference / "pubmedqa" / "evaluation.py").read_bytes())
@@ -128,7 +148,11 @@ def test_every_pinned_upstream_file_in_the_source_matches_sources_tsv(official_r
     declared = []
     for path in (ROOT / "src" / "grandrounds").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "UpstreamFile" and len(node.args) == 5:
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "UpstreamFile"
+                and len(node.args) == 5
+            ):
                 if all(isinstance(a, ast.Constant) for a in node.args):
                     declared.append((path.name, *(a.value for a in node.args)))
     for name, folder, repo, commit, rel, sha in declared:
@@ -139,7 +163,11 @@ def test_every_pinned_upstream_file_in_the_source_matches_sources_tsv(official_r
 
 def test_no_official_template_text_is_pasted_into_the_source(official_reference):
     """Official prompt constants are read at run time, never copied: no long line of them appears in src/."""
-    ours = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "src" / "grandrounds").rglob("*") if p.suffix in (".py", ".txt"))
+    ours = "\n".join(
+        p.read_text(encoding="utf-8")
+        for p in (ROOT / "src" / "grandrounds").rglob("*")
+        if p.suffix in (".py", ".txt")
+    )
     checks = [
         (upstream("simple-evals", "healthbench_eval.py"), "GRADER_TEMPLATE"),
         (upstream("simple-evals", "common.py"), "QUERY_TEMPLATE_MULTICHOICE"),
@@ -151,8 +179,14 @@ def test_no_official_template_text_is_pasted_into_the_source(official_reference)
 
 
 # ---- presets reach the requests; deviations are recorded --------------------------------------
-ROWS = [{"id": "t1", "question": "Chest pain for 20 minutes.", "urgency": "emergency",
-         "rubric": [{"text": "Advises calling emergency services", "points": 5}]}]
+ROWS = [
+    {
+        "id": "t1",
+        "question": "Chest pain for 20 minutes.",
+        "urgency": "emergency",
+        "rubric": [{"text": "Advises calling emergency services", "points": 5}],
+    }
+]
 
 
 class PresetTriage(TriageRubric):
@@ -161,8 +195,12 @@ class PresetTriage(TriageRubric):
     name = "preset-triage"
     protocols: ClassVar = {
         "reference": Protocol(
-            "reference", answer=Generation(temperature=0.5, max_tokens=2048, system="You are a careful triage nurse."),
-            judge=Generation(temperature=0.5, max_tokens=512), source="test",
+            "reference",
+            answer=Generation(
+                temperature=0.5, max_tokens=2048, system="You are a careful triage nurse."
+            ),
+            judge=Generation(temperature=0.5, max_tokens=512),
+            source="test",
         ),
         "grandrounds": Protocol("grandrounds"),
     }
@@ -183,20 +221,34 @@ def triage_data(tmp_path: Path) -> Path:
 def _run(store_path: Path, data: Path, cand: LoopbackServer, judge: LoopbackServer, **kw) -> object:
     import asyncio
 
-    cfg = RunConfig("preset-triage", "openai/cand", data=data, base_url=cand.base_url,
-                    judges=(JudgeConfig(f"openai/judge", judge.base_url),), **kw)
+    cfg = RunConfig(
+        "preset-triage",
+        "openai/cand",
+        data=data,
+        base_url=cand.base_url,
+        judges=(JudgeConfig("openai/judge", judge.base_url),),
+        **kw,
+    )
     with Store(store_path) as st:
         return asyncio.run(run(st, cfg))
 
 
-def test_reference_preset_is_the_default_and_reaches_every_request(tmp_path, triage_data, monkeypatch):
+def test_reference_preset_is_the_default_and_reaches_every_request(
+    tmp_path, triage_data, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    with BENCHMARKS.registered("preset-triage", PresetTriage), LoopbackServer(lambda b: "Call 911.", keep_bodies=True) as cand, \
-            LoopbackServer(judge_rule, keep_bodies=True) as judge:
+    with (
+        BENCHMARKS.registered("preset-triage", PresetTriage),
+        LoopbackServer(lambda b: "Call 911.", keep_bodies=True) as cand,
+        LoopbackServer(judge_rule, keep_bodies=True) as judge,
+    ):
         out = _run(tmp_path / "s.db", triage_data, cand, judge)
         body = cand.stats.bodies[0]
         assert (body["temperature"], body["max_tokens"]) == (0.5, 2048)
-        assert body["messages"][0] == {"role": "system", "content": "You are a careful triage nurse."}
+        assert body["messages"][0] == {
+            "role": "system",
+            "content": "You are a careful triage nurse.",
+        }
         jbody = judge.stats.bodies[0]
         assert (jbody["temperature"], jbody["max_tokens"]) == (0.5, 512)
         fp = out.result.fingerprint
@@ -204,18 +256,36 @@ def test_reference_preset_is_the_default_and_reaches_every_request(tmp_path, tri
         assert fp["protocol"]["answer"]["system"] == "You are a careful triage nurse."
         assert out.result.extra["n_truncated"] == 0 and out.result.extra["n_truncated_judge"] == 0
 
-        ours = _run(tmp_path / "s.db", triage_data, cand, judge, options=RunOptions(protocol="grandrounds"))
+        ours = _run(
+            tmp_path / "s.db", triage_data, cand, judge, options=RunOptions(protocol="grandrounds")
+        )
         body = cand.stats.bodies[-1]
-        assert (body["temperature"], body["max_tokens"]) == (0.0, 1024) and body["messages"][0]["role"] == "user"
-        assert ours.run.id != out.run.id and ours.result.fingerprint["protocol"]["name"] == "grandrounds"
+        assert (body["temperature"], body["max_tokens"]) == (0.0, 1024) and body["messages"][0][
+            "role"
+        ] == "user"
+        assert (
+            ours.run.id != out.run.id
+            and ours.result.fingerprint["protocol"]["name"] == "grandrounds"
+        )
 
-        dev = _run(tmp_path / "s.db", triage_data, cand, judge, gen_overrides={"temperature": 0.2, "max_tokens": None},
-                   judge_overrides={"max_tokens": 300})
-        assert cand.stats.bodies[-1]["temperature"] == 0.2 and cand.stats.bodies[-1]["max_tokens"] == 2048
+        dev = _run(
+            tmp_path / "s.db",
+            triage_data,
+            cand,
+            judge,
+            gen_overrides={"temperature": 0.2, "max_tokens": None},
+            judge_overrides={"max_tokens": 300},
+        )
+        assert (
+            cand.stats.bodies[-1]["temperature"] == 0.2
+            and cand.stats.bodies[-1]["max_tokens"] == 2048
+        )
         assert judge.stats.bodies[-1]["max_tokens"] == 300
         deviations = dev.result.fingerprint["protocol"]["deviations"]
         assert deviations["answer"] == {"temperature": {"preset": 0.5, "used": 0.2}}
-        assert deviations["judges"] == {"openai/judge": {"max_tokens": {"preset": 512, "used": 300}}}
+        assert deviations["judges"] == {
+            "openai/judge": {"max_tokens": {"preset": 512, "used": 300}}
+        }
 
         with Store(tmp_path / "s.db") as st:
             boards = leaderboard(result_rows(st))
@@ -226,56 +296,103 @@ def test_reference_preset_is_the_default_and_reaches_every_request(tmp_path, tri
 
 def test_an_unknown_protocol_is_a_one_line_error_before_any_call(tmp_path, triage_data):
     runner = CliRunner()
-    with BENCHMARKS.registered("preset-triage", PresetTriage), LoopbackServer(lambda b: "x") as cand:
-        r = runner.invoke(app, ["run", "preset-triage", "--data", str(triage_data), "--model", "openai/c", "--base-url", cand.base_url,
-                                "--judge", f"openai/j@{cand.base_url}", "--protocol", "referense", "--store", str(tmp_path / "s.db")])
-        assert r.exit_code == 2 and "unknown --protocol 'referense'" in r.output and "did you mean reference?" in r.output
+    with (
+        BENCHMARKS.registered("preset-triage", PresetTriage),
+        LoopbackServer(lambda b: "x") as cand,
+    ):
+        r = runner.invoke(
+            app,
+            [
+                "run",
+                "preset-triage",
+                "--data",
+                str(triage_data),
+                "--model",
+                "openai/c",
+                "--base-url",
+                cand.base_url,
+                "--judge",
+                f"openai/j@{cand.base_url}",
+                "--protocol",
+                "referense",
+                "--store",
+                str(tmp_path / "s.db"),
+            ],
+        )
+        assert (
+            r.exit_code == 2
+            and "unknown --protocol 'referense'" in r.output
+            and "did you mean reference?" in r.output
+        )
         assert cand.stats.requests == 0
 
 
 def test_the_protocols_judge_is_the_default_judge(tmp_path, triage_data, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
 
-    with LoopbackServer(judge_rule, keep_bodies=True) as judge, LoopbackServer(lambda b: "Call 911.") as cand:
+    with (
+        LoopbackServer(judge_rule, keep_bodies=True) as judge,
+        LoopbackServer(lambda b: "Call 911.") as cand,
+    ):
+
         class NamedJudge(PresetTriage):
             name = "preset-triage"
             protocols: ClassVar = {
-                "reference": replace(PresetTriage.protocols["reference"], judge_model=f"openai/official-judge@{judge.base_url}"),
+                "reference": replace(
+                    PresetTriage.protocols["reference"],
+                    judge_model=f"openai/official-judge@{judge.base_url}",
+                ),
                 "grandrounds": Protocol("grandrounds"),
             }
 
         import asyncio
 
         with BENCHMARKS.registered("preset-triage", NamedJudge), Store(tmp_path / "s.db") as st:
-            out = asyncio.run(run(st, RunConfig("preset-triage", "openai/cand", data=triage_data, base_url=cand.base_url)))
+            out = asyncio.run(
+                run(
+                    st,
+                    RunConfig(
+                        "preset-triage", "openai/cand", data=triage_data, base_url=cand.base_url
+                    ),
+                )
+            )
         assert out.result.judge.startswith("openai/official-judge")
         assert judge.stats.bodies[0]["model"] == "official-judge"
 
 
 # ---- truncation -------------------------------------------------------------------------------
-def test_truncated_answers_and_judge_replies_are_counted_and_survive_resume(tmp_path, triage_data, monkeypatch):
+def test_truncated_answers_and_judge_replies_are_counted_and_survive_resume(
+    tmp_path, triage_data, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
 
     def cut_judge(body: dict) -> Reply:
         return Reply(json.dumps({"explanation": "ok", "criteria_met": True}), "length")
 
-    with BENCHMARKS.registered("preset-triage", PresetTriage), LoopbackServer(lambda b: Reply("Call 9", "length")) as cand, \
-            LoopbackServer(cut_judge) as judge:
+    with (
+        BENCHMARKS.registered("preset-triage", PresetTriage),
+        LoopbackServer(lambda b: Reply("Call 9", "length")) as cand,
+        LoopbackServer(cut_judge) as judge,
+    ):
         first = _run(tmp_path / "s.db", triage_data, cand, judge)
-        assert first.result.extra["n_truncated"] == 1 and first.result.extra["n_truncated_judge"] == 1
+        assert (
+            first.result.extra["n_truncated"] == 1 and first.result.extra["n_truncated_judge"] == 1
+        )
         assert first.responses["t1"].finish_reason == "length"
         again = _run(tmp_path / "s.db", triage_data, cand, judge)  # from the store: no call made
         assert cand.stats.requests == 1
         assert again.responses["t1"].cached and again.responses["t1"].truncated
-        assert again.result.extra["n_truncated"] == 1 and again.result.extra["n_truncated_judge"] == 1
+        assert (
+            again.result.extra["n_truncated"] == 1 and again.result.extra["n_truncated_judge"] == 1
+        )
 
 
 def test_scripted_provider_reports_a_finish_reason():
     import asyncio
 
+    from grandrounds.core.records import Message, Request
     from grandrounds.providers.base import ModelSpec
     from grandrounds.providers.scripted import ScriptedProvider
-    from grandrounds.core.records import Message, Request
 
     p = ScriptedProvider(ModelSpec.parse("scripted/x"), script=lambda r: ("cut", "length"))
     resp = asyncio.run(p.call(Request("scripted", "x", (Message("user", "q"),))))
@@ -291,4 +408,6 @@ def test_text_refs_read_nothing_until_loaded(monkeypatch, tmp_path):
     g = Generation(system=ref)
     from grandrounds.sources.protocols import Protocol as P
 
-    assert P("reference", answer=g).describe()["answer"]["system"]["name"] == "T"  # described without reading
+    assert (
+        P("reference", answer=g).describe()["answer"]["system"]["name"] == "T"
+    )  # described without reading

@@ -20,8 +20,9 @@ import csv
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -30,8 +31,8 @@ from grandrounds.benchmarks.llmeval_med import LLMEvalMed
 from grandrounds.benchmarks.medbench import MedBench
 from grandrounds.benchmarks.medcalc import MedCalcBench
 from grandrounds.benchmarks.medec import MEDEC
-from grandrounds.run.runner import RunOutcome, run
 from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.runner import RunOutcome, run
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file
@@ -56,18 +57,33 @@ def run_through(
     """One run of ``N`` samples with a loopback candidate (and judge) server; servers returned for stats."""
     with LoopbackServer(cand_rule) as cand:
         if judge_rule is None:
-            cfg = RunConfig(benchmark, "openai/cand", data=data, base_url=cand.base_url, limit=N,
-                            bench_params=bench_params or {})
+            cfg = RunConfig(
+                benchmark,
+                "openai/cand",
+                data=data,
+                base_url=cand.base_url,
+                limit=N,
+                bench_params=bench_params or {},
+            )
             return asyncio.run(run(Store(tmp_path / f"{benchmark}.db"), cfg)), cand, None
         with LoopbackServer(judge_rule) as judge:
             judges = tuple(JudgeConfig(f"openai/{m}", judge.base_url) for m in judge_models)
-            cfg = RunConfig(benchmark, "openai/cand", data=data, base_url=cand.base_url, limit=N,
-                            judges=judges, bench_params=bench_params or {})
+            cfg = RunConfig(
+                benchmark,
+                "openai/cand",
+                data=data,
+                base_url=cand.base_url,
+                limit=N,
+                judges=judges,
+                bench_params=bench_params or {},
+            )
             out = asyncio.run(run(Store(tmp_path / f"{benchmark}.db"), cfg))
         return out, cand, judge
 
 
-def check_complete(out: RunOutcome, cand: LoopbackServer, judge: LoopbackServer | None = None) -> float:
+def check_complete(
+    out: RunOutcome, cand: LoopbackServer, judge: LoopbackServer | None = None
+) -> float:
     """A finished run of N samples: every answer ok, every sample scored, a finite numeric score."""
     for srv in (cand, judge):
         if srv is not None:
@@ -125,7 +141,9 @@ def test_llmeval_med_20_through_runner(tmp_path):
         assert body["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
         answer = text.split("### 学生的回答Response", 1)[1].split("### 参考答案Sanswer", 1)[0]
         mark = int(re.search(r"标记(\d)", answer).group(1))
-        return json.dumps({"判断依据": f"标记{mark}", "得分": f"[{LLMEVAL_SCORE[mark]}]"}, ensure_ascii=False)
+        return json.dumps(
+            {"判断依据": f"标记{mark}", "得分": f"[{LLMEVAL_SCORE[mark]}]"}, ensure_ascii=False
+        )
 
     out, c, j = run_through(tmp_path, "llmeval-med", path, cand, judge, ("judge",))
     score = check_complete(out, c, j)
@@ -135,10 +153,16 @@ def test_llmeval_med_20_through_runner(tmp_path):
     assert 0 < usable < N, "the rule must give both usable and unusable answers"
     assert score == pytest.approx(100.0 * usable / N)
     assert out.result.extra["mean_score"] == pytest.approx(sum(scores) / N)
-    assert out.result.extra["other_protocol"]["score"] == pytest.approx(100.0 * usable / N)  # grandrounds reads them alike
+    assert out.result.extra["other_protocol"]["score"] == pytest.approx(
+        100.0 * usable / N
+    )  # grandrounds reads them alike
     assert [g.details["run_scores"] for g in out.grades] == [[s] * 3 for s in scores]
-    for g, s in zip(out.grades, scores):  # each run is a typed whole-answer vote, not a fake criterion
-        assert g.verdicts == () and [(v.judge, v.run, v.score) for v in g.votes] == [("openai/judge", r, float(s)) for r in range(3)]
+    for g, s in zip(
+        out.grades, scores
+    ):  # each run is a typed whole-answer vote, not a fake criterion
+        assert g.verdicts == () and [(v.judge, v.run, v.score) for v in g.votes] == [
+            ("openai/judge", r, float(s)) for r in range(3)
+        ]
     # Every run's score and basis is shown in the offline report, escaped.
     from grandrounds.reports import build_report
 
@@ -147,7 +171,9 @@ def test_llmeval_med_20_through_runner(tmp_path):
     html = page.read_text(encoding="utf-8")
     assert html.count("<ul class='votes'>") == N and html.count("openai/judge run 2: ") == N
     assert f"标记{marks[0]}</small>" in html
-    print(f"\nllmeval-med run: usability {score:.1f}% ({usable}/{N}), mean score {sum(scores) / N:.2f}")
+    print(
+        f"\nllmeval-med run: usability {score:.1f}% ({usable}/{N}), mean score {sum(scores) / N:.2f}"
+    )
 
 
 # ---- GAPS -----------------------------------------------------------------------------------
@@ -182,9 +208,11 @@ def test_gaps_files_load_completely():
     by_subset = {s: GAPS(subset=s).load(root) for s in ("nsclc", "community", "all")}
     by_file = {p.name: GAPS().load(p) for p in (nsclc, community)}
     points = sum(len(s.rubric) for s in by_subset["nsclc"])
-    print(f"\ngaps GAPS-NSCLC-preview.xlsx: {len(by_file[nsclc.name])} questions, {points} rubric points;"
-          f" community_contributions.xlsx: {len(by_file[community.name])} questions;"
-          f" subset=all: {len(by_subset['all'])}")
+    print(
+        f"\ngaps GAPS-NSCLC-preview.xlsx: {len(by_file[nsclc.name])} questions, {points} rubric points;"
+        f" community_contributions.xlsx: {len(by_file[community.name])} questions;"
+        f" subset=all: {len(by_subset['all'])}"
+    )
     assert len(by_subset["nsclc"]) == len(by_file[nsclc.name]) == 92
     assert len(by_subset["community"]) == len(by_file[community.name]) == 5
     assert len(by_subset["all"]) == 97 and len({s.id for s in by_subset["all"]}) == 97
@@ -203,7 +231,10 @@ def test_gaps_panel_of_three_20_through_runner(tmp_path):
     def judge(body):
         text = user_text(body)
         assert body["model"] in panel
-        positive, negative = "正向评判标准" in text, "负向评判标准" in text  # judge_engine.py's prompts (reference)
+        positive, negative = (
+            "正向评判标准" in text,
+            "负向评判标准" in text,
+        )  # judge_engine.py's prompts (reference)
         assert positive != negative, "exactly one of the two GAPS templates"
         verdict = {"explanation": "按规则判定", "criteria_met": positive}
         return "```json\n" + json.dumps(verdict, ensure_ascii=False) + "\n```"
@@ -217,15 +248,26 @@ def test_gaps_panel_of_three_20_through_runner(tmp_path):
     assert out.result.extra["other_protocol"]["score"] == 1.0
     assert out.result.extra["n_review_needed"] == 0 and out.result.extra["mean_coverage"] == 1.0
     for g, items in zip(out.grades, raw):
-        max_points = sum(GAPS_POINTS.get(str(it.get("level", "")).strip().upper(), 0) for it in items)
-        assert g.details["max_points"] == g.details["earned_reference"] == g.details["earned_ours"] == max_points
-        negatives = {str(it.get("id")) for it in items if str(it.get("level", "")).upper().startswith("S")}
+        max_points = sum(
+            GAPS_POINTS.get(str(it.get("level", "")).strip().upper(), 0) for it in items
+        )
+        assert (
+            g.details["max_points"]
+            == g.details["earned_reference"]
+            == g.details["earned_ours"]
+            == max_points
+        )
+        negatives = {
+            str(it.get("id")) for it in items if str(it.get("level", "")).upper().startswith("S")
+        }
         for v in g.verdicts:
             want = "unmet" if v.criterion_id in negatives else "met"
             assert v.status == want and v.statuses == (want,) * 3
             assert [x.judge for x in v.votes] == ["openai/j1", "openai/j2", "openai/j3"]
-    print(f"\ngaps run: score {score} (grandrounds {out.result.extra['other_protocol']['score']}), "
-          f"{n_points} points x 3 judges = {j.stats.requests} judge calls")
+    print(
+        f"\ngaps run: score {score} (grandrounds {out.result.extra['other_protocol']['score']}), "
+        f"{n_points} points x 3 judges = {j.stats.requests} judge calls"
+    )
 
 
 # ---- MedCalc-Bench --------------------------------------------------------------------------
@@ -260,11 +302,15 @@ def test_medcalc_20_through_runner(tmp_path):
     rows = read_csv(path)[:N]
 
     def cand(body):
-        assert '"answer"' in body["messages"][0]["content"], "the system prompt asks for JSON with an answer"
+        assert '"answer"' in body["messages"][0]["content"], (
+            "the system prompt asks for JSON with an answer"
+        )
         text = user_text(body)
         (row,) = [r for r in rows if r["Patient Note"] in text and r["Question"] in text]
         value = row["Ground Truth Answer"] if int(row["Row Number"]) % 2 == 0 else wrong_value(row)
-        return json.dumps({"step_by_step_thinking": "Apply the formula to the note's values.", "answer": value})
+        return json.dumps(
+            {"step_by_step_thinking": "Apply the formula to the note's values.", "answer": value}
+        )
 
     out, c, _ = run_through(tmp_path, "medcalc-bench", path, cand)
     score = check_complete(out, c)
@@ -285,9 +331,13 @@ def test_medec_files_load_completely():
     root = test_csv.parent
     by_split = {s: MEDEC(split=s).load(root) for s in ("test", "validation", "both")}
     by_file = {p.name: MEDEC().load(p) for p in (test_csv, val_csv)}
-    nonblank = {p.name: sum(1 for r in read_csv(p) if any((v or "").strip() for v in r.values()))
-                for p in (test_csv, val_csv)}
-    print(f"\nmedec {MEDEC_TEST}: {len(by_split['test'])} texts; {MEDEC_VAL}: {len(by_split['validation'])} texts")
+    nonblank = {
+        p.name: sum(1 for r in read_csv(p) if any((v or "").strip() for v in r.values()))
+        for p in (test_csv, val_csv)
+    }
+    print(
+        f"\nmedec {MEDEC_TEST}: {len(by_split['test'])} texts; {MEDEC_VAL}: {len(by_split['validation'])} texts"
+    )
     assert len(by_split["test"]) == len(by_file[MEDEC_TEST]) == nonblank[MEDEC_TEST] == 597
     assert len(by_split["validation"]) == len(by_file[MEDEC_VAL]) == nonblank[MEDEC_VAL] == 574
     assert len(by_split["both"]) == 1171 and len({s.id for s in by_split["both"]}) == 1171
@@ -299,31 +349,55 @@ def test_medec_20_through_runner(tmp_path):
     """Texts 0,1 mod 4: the ground truth echoed; 2 mod 4: "no error"; 3 mod 4: a bogus error in sentence 0."""
     path = shared_file("medec", MEDEC_TEST)
     rows = [r for r in read_csv(path) if r["Text ID"].strip()][:N]
-    truth = {r["Text ID"].strip(): (i, int(float(r["Error Flag"])), int(float(r["Error Sentence ID"])),
-                                   r["Corrected Sentence"]) for i, r in enumerate(rows)}
+    truth = {
+        r["Text ID"].strip(): (
+            i,
+            int(float(r["Error Flag"])),
+            int(float(r["Error Sentence ID"])),
+            r["Corrected Sentence"],
+        )
+        for i, r in enumerate(rows)
+    }
 
     def cand(body):
         text = user_text(body)
         assert '"error"' in text and '"sentence_id"' in text and '"corrected"' in text
         i, flag, sid, corrected = truth[re.search(r"Text ID: (\S+)", text).group(1)]
         if i % 4 in (0, 1):
-            reply = {"error": bool(flag), "sentence_id": sid, "corrected": corrected if flag else "NA"}
+            reply = {
+                "error": bool(flag),
+                "sentence_id": sid,
+                "corrected": corrected if flag else "NA",
+            }
         elif i % 4 == 2:
             reply = {"error": False, "sentence_id": -1, "corrected": "NA"}
         else:
             reply = {"error": True, "sentence_id": 0, "corrected": "zzqx qqzz"}
         return json.dumps(reply)
 
-    out, c, _ = run_through(tmp_path, "medec", shared_file("medec"), cand, bench_params={"split": "test"})
+    out, c, _ = run_through(
+        tmp_path, "medec", shared_file("medec"), cand, bench_params={"split": "test"}
+    )
     score = check_complete(out, c)
     flag_ok = sent_ok = corr = 0.0
     for i, flag, sid, _ in truth.values():
         if i % 4 in (0, 1):
-            flag_ok, sent_ok, corr = flag_ok + 1, sent_ok + 1, corr + 1  # exact echo: ROUGE-1 F = 1, or NA = NA
+            flag_ok, sent_ok, corr = (
+                flag_ok + 1,
+                sent_ok + 1,
+                corr + 1,
+            )  # exact echo: ROUGE-1 F = 1, or NA = NA
         elif i % 4 == 2:
-            flag_ok, sent_ok, corr = flag_ok + (flag == 0), sent_ok + (flag == 0), corr + (flag == 0)
+            flag_ok, sent_ok, corr = (
+                flag_ok + (flag == 0),
+                sent_ok + (flag == 0),
+                corr + (flag == 0),
+            )
         else:
-            flag_ok, sent_ok = flag_ok + (flag == 1), sent_ok + (sid == 0)  # nonsense words: ROUGE-1 F = 0
+            flag_ok, sent_ok = (
+                flag_ok + (flag == 1),
+                sent_ok + (sid == 0),
+            )  # nonsense words: ROUGE-1 F = 0
     assert 0 < flag_ok < N
     extra = out.result.extra
     assert score == pytest.approx(flag_ok / N)
@@ -335,14 +409,30 @@ def test_medec_20_through_runner(tmp_path):
 
 # ---- MedBench -------------------------------------------------------------------------------
 
-SINGLE = ("你是一名医疗安全领域专家，请完成下列医疗安全单选题，只需要输出最适合的选项字母，不要输出解释。\n## 问题\n",
-          [("医疗膳食的留样时间至少为：", "48小时", ("72小时", "24小时", "12小时")),
-           ("手术安全核查应由哪些人员共同完成？", "手术医师、麻醉医师和巡回护士", ("主刀医师一人", "巡回护士一人", "患者家属")),
-           ("发生针刺伤后首先应当：", "由近心端向远心端挤出伤口血液并冲洗", ("立即包扎", "涂抹碘伏后继续工作", "等待下班后处理"))])
-MULTI = ("你是一名医学专家，请完成下列多选题，只需要输出所有正确的选项字母，不要输出解释。\n## 问题\n",
-         [("下列属于非小细胞肺癌的病理类型有：", ("腺癌", "鳞状细胞癌"), ("小细胞癌", "类癌")),
-          ("下列哪些药物属于抗凝药？", ("华法林", "肝素"), ("阿莫西林", "二甲双胍")),
-          ("高血压急症的处理原则包括：", ("静脉降压", "控制降压速度"), ("立即降至正常", "口服补液"))])
+SINGLE = (
+    "你是一名医疗安全领域专家，请完成下列医疗安全单选题，只需要输出最适合的选项字母，不要输出解释。\n## 问题\n",
+    [
+        ("医疗膳食的留样时间至少为：", "48小时", ("72小时", "24小时", "12小时")),
+        (
+            "手术安全核查应由哪些人员共同完成？",
+            "手术医师、麻醉医师和巡回护士",
+            ("主刀医师一人", "巡回护士一人", "患者家属"),
+        ),
+        (
+            "发生针刺伤后首先应当：",
+            "由近心端向远心端挤出伤口血液并冲洗",
+            ("立即包扎", "涂抹碘伏后继续工作", "等待下班后处理"),
+        ),
+    ],
+)
+MULTI = (
+    "你是一名医学专家，请完成下列多选题，只需要输出所有正确的选项字母，不要输出解释。\n## 问题\n",
+    [
+        ("下列属于非小细胞肺癌的病理类型有：", ("腺癌", "鳞状细胞癌"), ("小细胞癌", "类癌")),
+        ("下列哪些药物属于抗凝药？", ("华法林", "肝素"), ("阿莫西林", "二甲双胍")),
+        ("高血压急症的处理原则包括：", ("静脉降压", "控制降压速度"), ("立即降至正常", "口服补液")),
+    ],
+)
 
 
 def medbench_rows(spec: tuple[str, list], source: str) -> list[tuple[dict[str, Any], str]]:
@@ -355,8 +445,19 @@ def medbench_rows(spec: tuple[str, list], source: str) -> list[tuple[dict[str, A
         for rot in range(4):
             opts = base[rot:] + base[:rot]
             letters = "".join(sorted(chr(65 + opts.index(r)) for r in right))
-            question = stem + q + "\n" + "\n".join(f"{chr(65 + k)}. {o}" for k, o in enumerate(opts))
-            out.append(({"question": question, "answer": letters, "other": {"id": qid, "source": source}}, letters))
+            question = (
+                stem + q + "\n" + "\n".join(f"{chr(65 + k)}. {o}" for k, o in enumerate(opts))
+            )
+            out.append(
+                (
+                    {
+                        "question": question,
+                        "answer": letters,
+                        "other": {"id": qid, "source": source},
+                    },
+                    letters,
+                )
+            )
     return out
 
 
@@ -401,5 +502,8 @@ def test_medbench_20_through_runner(tmp_path):
     assert score == pytest.approx(sum(right) / N)
     assert [g.value for g in out.grades] == [float(r) for r in right]
     assert out.result.extra["n_withheld"] == 0
-    assert out.result.breakdown["source"]["MedMulti_V4"].n == 12 and out.result.breakdown["source"]["MedSafety_V4"].n == 8
+    assert (
+        out.result.breakdown["source"]["MedMulti_V4"].n == 12
+        and out.result.breakdown["source"]["MedSafety_V4"].n == 8
+    )
     print(f"\nmedbench run: accuracy {score} ({sum(right)}/{N})")

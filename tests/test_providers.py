@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
+from grandrounds.core.records import GenParams, Message, Request
 from grandrounds.providers.base import ModelSpec, ProviderError
 from grandrounds.providers.openai_compat import OpenAIProvider
-from grandrounds.core.records import GenParams, Message, Request
 from grandrounds.testing import Fault, LoopbackServer
+
 
 def call(provider: OpenAIProvider, request: Request):
     """One call and the provider's close in the same event loop, as the runner does."""
@@ -23,18 +24,33 @@ def call(provider: OpenAIProvider, request: Request):
     return asyncio.run(go())
 
 
-MSGS = (Message("system", "Be brief."), Message("user", "Which organ pumps blood? A. liver B. heart"))
+MSGS = (
+    Message("system", "Be brief."),
+    Message("user", "Which organ pumps blood? A. liver B. heart"),
+)
 
 
 def test_chat_body_params_and_json_mode():
     with LoopbackServer(lambda b: "B", keep_bodies=True) as srv:
         p = OpenAIProvider(ModelSpec("openai", "m", srv.base_url))
-        params = GenParams(temperature=0.3, max_tokens=17, seed=5, top_p=0.9, stop=("\n",), json_object=True)
+        params = GenParams(
+            temperature=0.3, max_tokens=17, seed=5, top_p=0.9, stop=("\n",), json_object=True
+        )
         out = call(p, Request("openai", "m", MSGS, params=params, base_url=srv.base_url))
         body = srv.stats.bodies[0]
     assert out.ok and out.text == "B" and out.usage.completion_tokens == 1
-    assert body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": MSGS[1].content}]
-    assert (body["model"], body["temperature"], body["max_tokens"], body["seed"], body["top_p"], body["stop"]) == ("m", 0.3, 17, 5, 0.9, ["\n"])
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": MSGS[1].content},
+    ]
+    assert (
+        body["model"],
+        body["temperature"],
+        body["max_tokens"],
+        body["seed"],
+        body["top_p"],
+        body["stop"],
+    ) == ("m", 0.3, 17, 5, 0.9, ["\n"])
     assert body["response_format"] == {"type": "json_object"}
 
 
@@ -54,7 +70,9 @@ def test_next_token_scores_from_top_logprobs():
     assert max(out.scores, key=out.scores.get) == "C" and set(out.scores) == {"A", "B", "C", "D"}
 
 
-@pytest.mark.parametrize("kind,retryable", [("429", True), ("500", True), ("drop", True), ("malformed", True)])
+@pytest.mark.parametrize(
+    "kind,retryable", [("429", True), ("500", True), ("drop", True), ("malformed", True)]
+)
 def test_faults_are_classified(kind, retryable):
     with LoopbackServer(lambda b: Fault(kind, retry_after=2.5)) as srv:
         p = OpenAIProvider(ModelSpec("openai", "m", srv.base_url), timeout=5)

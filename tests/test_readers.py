@@ -20,13 +20,25 @@ from grandrounds.benchmarks.readers import decoding, json_docs, json_object_arra
 from grandrounds.benchmarks.readers.json_docs import read_json
 from grandrounds.benchmarks.readers.lines import read_csv, read_jsonl
 from grandrounds.benchmarks.readers.records import check_unique_ids, require_fields
-from grandrounds.sources.data import cache_dir, fetch, resolve
 from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.sources.data import cache_dir, fetch, resolve
 
 RECORDS = [
-    {"question": "Which organ pumps blood?", "options": {"A": "liver", "B": "heart"}, "answer_idx": "B"},
-    {"question": "First-line for anaphylaxis?", "options": {"A": "IM epinephrine", "B": "antihistamine"}, "answer_idx": "A"},
-    {"question": "患者，男，45岁，发热3天。最可能的诊断？", "options": {"A": "肺炎", "B": "胃炎"}, "answer_idx": "A"},
+    {
+        "question": "Which organ pumps blood?",
+        "options": {"A": "liver", "B": "heart"},
+        "answer_idx": "B",
+    },
+    {
+        "question": "First-line for anaphylaxis?",
+        "options": {"A": "IM epinephrine", "B": "antihistamine"},
+        "answer_idx": "A",
+    },
+    {
+        "question": "患者，男，45岁，发热3天。最可能的诊断？",
+        "options": {"A": "肺炎", "B": "胃炎"},
+        "answer_idx": "A",
+    },
 ]
 
 
@@ -42,7 +54,13 @@ def write_jsonl(path: Path, records, encoding="utf-8", newline="\n", bom=False) 
 
 @pytest.mark.parametrize(
     "encoding,newline,bom",
-    [("utf-8", "\n", False), ("utf-8", "\r\n", False), ("utf-8", "\n", True), ("gb18030", "\n", False), ("gb18030", "\r\n", False)],
+    [
+        ("utf-8", "\n", False),
+        ("utf-8", "\r\n", False),
+        ("utf-8", "\n", True),
+        ("gb18030", "\n", False),
+        ("gb18030", "\r\n", False),
+    ],
     ids=["utf8", "crlf", "bom", "gb18030", "gb18030-crlf"],
 )
 def test_read_jsonl_round_trips_in_every_supported_encoding(tmp_path, encoding, newline, bom):
@@ -54,7 +72,17 @@ def test_read_jsonl_round_trips_in_every_supported_encoding(tmp_path, encoding, 
 
 def test_read_jsonl_keeps_physical_line_numbers_across_blank_lines(tmp_path):
     path = tmp_path / "d.jsonl"
-    lines = ["", json.dumps(RECORDS[0]), "   ", "", json.dumps(RECORDS[1]), "\t", json.dumps(RECORDS[2]), "", ""]
+    lines = [
+        "",
+        json.dumps(RECORDS[0]),
+        "   ",
+        "",
+        json.dumps(RECORDS[1]),
+        "\t",
+        json.dumps(RECORDS[2]),
+        "",
+        "",
+    ]
     path.write_text("\n".join(lines), encoding="utf-8")
     got = read_jsonl(path)
     assert [no for no, _ in got] == [2, 5, 7]
@@ -68,7 +96,9 @@ def test_read_jsonl_does_not_split_at_unicode_line_separators_inside_strings(tmp
         {"prompt": [{"role": "user", "content": "plain"}], "rubrics": []},
     ]
     path = write_jsonl(tmp_path / "hb.jsonl", records)
-    assert sep.encode("utf-8") in path.read_bytes(), "the separator must be raw in the file for this test"
+    assert sep.encode("utf-8") in path.read_bytes(), (
+        "the separator must be raw in the file for this test"
+    )
     got = read_jsonl(path)
     assert len(got) == 2
     assert got[0][1]["prompt"][0]["content"] == f"first line{sep}second line"
@@ -77,7 +107,15 @@ def test_read_jsonl_does_not_split_at_unicode_line_separators_inside_strings(tmp
 
 def test_read_jsonl_invalid_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps(RECORDS[0]) + "\n\n" + '{"question": "truncated", "opt' + "\n" + json.dumps(RECORDS[1]) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps(RECORDS[0])
+        + "\n\n"
+        + '{"question": "truncated", "opt'
+        + "\n"
+        + json.dumps(RECORDS[1])
+        + "\n",
+        encoding="utf-8",
+    )
     with pytest.raises(DataError) as e:
         read_jsonl(path)
     assert e.value.path == str(path)
@@ -96,7 +134,13 @@ def test_read_jsonl_truncated_last_line_without_newline(tmp_path):
 
 @pytest.mark.parametrize(
     "line,kind",
-    [("[1, 2, 3]", "list"), ('"a string"', "str"), ("42", "int"), ("null", "NoneType"), ("true", "bool")],
+    [
+        ("[1, 2, 3]", "list"),
+        ('"a string"', "str"),
+        ("42", "int"),
+        ("null", "NoneType"),
+        ("true", "bool"),
+    ],
 )
 def test_read_jsonl_line_that_is_not_an_object(tmp_path, line, kind):
     path = tmp_path / "d.jsonl"
@@ -127,7 +171,13 @@ def test_read_jsonl_empty_and_missing_files(tmp_path):
 
 def test_read_jsonl_undecodable_bytes_name_the_line(tmp_path):
     path = tmp_path / "d.jsonl"
-    path.write_bytes(json.dumps(RECORDS[0]).encode() + b"\n" + json.dumps(RECORDS[1]).encode() + b"\n" + b'{"q": "\xff\xfe"}\n')
+    path.write_bytes(
+        json.dumps(RECORDS[0]).encode()
+        + b"\n"
+        + json.dumps(RECORDS[1]).encode()
+        + b"\n"
+        + b'{"q": "\xff\xfe"}\n'
+    )
     with pytest.raises(DataError, match="cannot decode") as e:
         read_jsonl(path)
     assert e.value.where == 3
@@ -151,7 +201,7 @@ def test_read_text_utf16_is_an_error_not_mojibake(tmp_path):
 
 def test_read_text_prefers_utf8_for_text_valid_in_both(tmp_path):
     # "心脏" in UTF-8 is also a valid (different) GB18030 byte sequence: UTF-8 must win.
-    data = "心脏".encode("utf-8")
+    data = "心脏".encode()
     assert data.decode("gb18030") != "心脏"
     path = tmp_path / "t.txt"
     path.write_bytes(data)
@@ -172,11 +222,13 @@ def test_read_text_latin1_file_is_not_silently_read_as_gb18030(tmp_path):
 
 def test_read_text_named_encoding_is_strict_and_names_the_line(tmp_path):
     path = tmp_path / "d.csv"
-    path.write_bytes("id,q\n1,心脏\n".encode("utf-8"))
-    with pytest.raises(DataError, match=r"line 2: cannot decode as ascii \(byte 0xe5 at offset 7\)"):
+    path.write_bytes("id,q\n1,心脏\n".encode())
+    with pytest.raises(
+        DataError, match=r"line 2: cannot decode as ascii \(byte 0xe5 at offset 7\)"
+    ):
         read_text(path, "ascii")
     with decoding.data_encoding("gb18030"):  # what --encoding sets for the whole command
-        assert read_text(path) == "id,q\n1,心脏\n".encode("utf-8").decode("gb18030")
+        assert read_text(path) == "id,q\n1,心脏\n".encode().decode("gb18030")
     assert read_text(path) == "id,q\n1,心脏\n"  # the block's encoding does not outlive it
 
 
@@ -184,7 +236,14 @@ def test_read_text_named_encoding_is_strict_and_names_the_line(tmp_path):
 
 
 def test_read_json_whole_file_gb18030_with_chinese(tmp_path):
-    doc = [{"id": 1, "question": "下列哪项是心力衰竭的典型体征？", "option": {"A": "奔马律", "B": "杵状指"}, "answer": "A"}]
+    doc = [
+        {
+            "id": 1,
+            "question": "下列哪项是心力衰竭的典型体征？",
+            "option": {"A": "奔马律", "B": "杵状指"},
+            "answer": "A",
+        }
+    ]
     path = tmp_path / "cmb.json"
     path.write_bytes(json.dumps(doc, ensure_ascii=False, indent=2).encode("gb18030"))
     assert read_json(path) == doc
@@ -351,12 +410,18 @@ def test_only_a_lone_surrogate_sends_the_document_to_json(tmp_path, monkeypatch)
     for name, text in SURROGATE_DOCS.items():
         path = tmp_path / f"{name}.json"
         path.write_text(text, encoding="utf-8")
-        list(json_docs.iter_json_object(path, "x") if text.startswith("{") else json_docs.iter_json_array(path, "x"))
+        list(
+            json_docs.iter_json_object(path, "x")
+            if text.startswith("{")
+            else json_docs.iter_json_array(path, "x")
+        )
     # a pair stays with ijson; the escaped-backslash texts are false alarms json reads right
     assert sorted(set(SURROGATE_DOCS) - set(whole)) == ["pair"]
 
 
-def test_records_before_a_lone_surrogate_come_from_ijson_and_the_rest_from_json(tmp_path, monkeypatch):
+def test_records_before_a_lone_surrogate_come_from_ijson_and_the_rest_from_json(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(json_docs, "JSON_READ", 64)
     items = [{"n": i, "q": "发热" * 20} for i in range(50)] + [{"n": 50, "q": "\ud800"}]
     path = tmp_path / "late.json"
@@ -369,7 +434,10 @@ def test_records_before_a_lone_surrogate_come_from_ijson_and_the_rest_from_json(
 OBJECT_OF_ARRAYS = {
     "nan_and_big_numbers": '{"a": [1, NaN, -Infinity, 12345678901234567890123, 1.5e-7, 2E+3], "b": []}',
     "nested": '{"a": [[1, [2]], {"x": {"y": [null, true, false]}}], "b": {"not": "an array"}, "c": "text"}',
-    "pretty_crlf_bom": "\ufeff" + json.dumps({"k": [{"q": "Ménière\u2028发热", "n": 1}], "e": []}, indent=4).replace("\n", "\r\n"),
+    "pretty_crlf_bom": "\ufeff"
+    + json.dumps({"k": [{"q": "Ménière\u2028发热", "n": 1}], "e": []}, indent=4).replace(
+        "\n", "\r\n"
+    ),
     "surrogates": r'{"a": ["\ud800", "\ud83d\ude00", "\\"]}',
     "empty": "{}",
 }
@@ -381,12 +449,28 @@ def test_iter_json_object_arrays_equals_json(tmp_path, monkeypatch, name, chunk)
     monkeypatch.setattr(json_object_arrays, "CHUNK", chunk)
     path = tmp_path / f"{name}.json"
     path.write_text(OBJECT_OF_ARRAYS[name], encoding="utf-8")
-    got = [(k, list(v) if isinstance(v, json_object_arrays.JsonArray) else v) for k, v in json_object_arrays.iter_json_object_arrays(path, "x")]
-    want = [(k, list(enumerate(v)) if isinstance(v, list) else v) for k, v in read_json(path).items()]
+    got = [
+        (k, list(v) if isinstance(v, json_object_arrays.JsonArray) else v)
+        for k, v in json_object_arrays.iter_json_object_arrays(path, "x")
+    ]
+    want = [
+        (k, list(enumerate(v)) if isinstance(v, list) else v) for k, v in read_json(path).items()
+    ]
     assert repr(got) == repr(want)  # repr: NaN is never equal to itself
 
 
-@pytest.mark.parametrize("text", ['{"a": [1, 2,]}', '{"a": [1] x', '{"a": [1]} extra', '{"a": [1', '{"a" [1]}', "{1: [2]}", "  "])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, 2,]}',
+        '{"a": [1] x',
+        '{"a": [1]} extra',
+        '{"a": [1',
+        '{"a" [1]}',
+        "{1: [2]}",
+        "  ",
+    ],
+)
 def test_iter_json_object_arrays_fails_with_read_jsons_error(tmp_path, monkeypatch, text):
     monkeypatch.setattr(json_object_arrays, "CHUNK", 3)
     path = tmp_path / "bad.json"
@@ -408,7 +492,11 @@ def test_iter_json_object_arrays_decodes_as_read_text_does(tmp_path, monkeypatch
     u16.write_bytes(json.dumps(doc, ensure_ascii=False).encode("utf-16"))
     with decoding.data_encoding("utf-16"):
         got16 = [(k, list(v)) for k, v in json_object_arrays.iter_json_object_arrays(u16, "x")]
-    assert [(k, list(v)) for k, v in json_object_arrays.iter_json_object_arrays(zh, "x")] == got16 == [("发热", [(0, {"q": "咳嗽？"}), (1, 2)])]
+    assert (
+        [(k, list(v)) for k, v in json_object_arrays.iter_json_object_arrays(zh, "x")]
+        == got16
+        == [("发热", [(0, {"q": "咳嗽？"}), (1, 2)])]
+    )
     arr = tmp_path / "arr.json"
     arr.write_text("[1]", encoding="utf-8")
     with pytest.raises(DataError, match="expected an object"):
@@ -501,7 +589,9 @@ def test_fetch_missing_source_is_a_data_error_suggesting_data(tmp_path):
 def test_resolve_prefers_a_local_data_path(tmp_path, monkeypatch):
     monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "cache"))
     local = write_jsonl(tmp_path / "mine.jsonl", RECORDS)
-    bench = SimpleNamespace(name="medqa", remote_files=(RemoteFile((tmp_path / "nowhere").as_uri(), "x", None),))
+    bench = SimpleNamespace(
+        name="medqa", remote_files=(RemoteFile((tmp_path / "nowhere").as_uri(), "x", None),)
+    )
     assert resolve(bench, local) == local
     assert not (tmp_path / "cache").exists(), "nothing was downloaded"
 
@@ -528,7 +618,10 @@ def test_resolve_downloads_every_remote_file_into_the_cache(tmp_path, monkeypatc
     monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "cache"))
     url1, sha1 = served_file(tmp_path, b'{"split": "dev"}\n', "dev.jsonl")
     url2, sha2 = served_file(tmp_path, b'{"split": "test"}\n', "test.jsonl")
-    bench = SimpleNamespace(name="pubmedqa", remote_files=(RemoteFile(url1, "dev.jsonl", sha1), RemoteFile(url2, "test.jsonl", sha2)))
+    bench = SimpleNamespace(
+        name="pubmedqa",
+        remote_files=(RemoteFile(url1, "dev.jsonl", sha1), RemoteFile(url2, "test.jsonl", sha2)),
+    )
     root = resolve(bench, None)
     assert root == tmp_path / "cache" / "pubmedqa"
     assert sorted(p.name for p in root.iterdir()) == ["dev.jsonl", "test.jsonl"]

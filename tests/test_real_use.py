@@ -16,21 +16,22 @@ import sqlite3
 import time
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from grandrounds.cli.main import NOTHING_SCORED, app
-from grandrounds.run.executor import Executor, RetryPolicy
-from grandrounds.run.limits import EndpointLimits
-from grandrounds.providers.base import ModelSpec
 from grandrounds.core.records import GenParams, Message, Request
 from grandrounds.core.registry import PROVIDERS
+from grandrounds.providers.base import ModelSpec
+from grandrounds.run.executor import Executor, RetryPolicy
+from grandrounds.run.limits import EndpointLimits
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import shared_file
 
 # A criterion in HealthBench's per-criterion judge prompt (ours or the official one).
-ITEM = re.compile(r"# Rubric item\n\[(-?\d+(?:\.\d+)?)\] (.*?)\n\n# (?:How to judge|Instructions)", re.S)
+ITEM = re.compile(
+    r"# Rubric item\n\[(-?\d+(?:\.\d+)?)\] (.*?)\n\n# (?:How to judge|Instructions)", re.S
+)
 
 
 def invoke(*args: str):
@@ -43,7 +44,9 @@ def criterion(body: dict) -> str | None:
 
 
 def verdict(body: dict) -> str:
-    return json.dumps({"explanation": "by rule", "criteria_met": len(criterion(body) or "") % 2 == 0})
+    return json.dumps(
+        {"explanation": "by rule", "criteria_met": len(criterion(body) or "") % 2 == 0}
+    )
 
 
 def healthbench_rows(n: int) -> tuple[Path, int]:
@@ -63,8 +66,10 @@ def calls(db: Path, purpose: str) -> list[sqlite3.Row]:
 
 def one_server(judge_rule=verdict):
     """Candidate and judge on one serial server, as with one local llama.cpp server."""
+
     def rule(body: dict):
         return judge_rule(body) if criterion(body) is not None else "Please see a doctor today."
+
     return rule
 
 
@@ -73,14 +78,37 @@ def test_judge_run_on_a_one_request_at_a_time_server_ends_with_no_timeout(tmp_pa
     db = tmp_path / "s.db"
     with LoopbackServer(one_server(), latency=0.05, serial=True) as srv:
         t0 = time.perf_counter()
-        r = invoke("run", "healthbench", "--data", str(data), "--limit", "3", "--model", "openai/local", "--base-url", srv.base_url,
-                   "--judge", f"openai/local@{srv.base_url}", "--concurrency", "1", "--judge-concurrency", "1",
-                   "--timeout", "1.0", "--store", str(db), "--protocol", "grandrounds")
+        r = invoke(
+            "run",
+            "healthbench",
+            "--data",
+            str(data),
+            "--limit",
+            "3",
+            "--model",
+            "openai/local",
+            "--base-url",
+            srv.base_url,
+            "--judge",
+            f"openai/local@{srv.base_url}",
+            "--concurrency",
+            "1",
+            "--judge-concurrency",
+            "1",
+            "--timeout",
+            "1.0",
+            "--store",
+            str(db),
+            "--protocol",
+            "grandrounds",
+        )
         wall = time.perf_counter() - t0
         assert r.exit_code == 0, r.output
         # the whole run took longer than one call may: a timeout counted from queueing would have hit
         assert srv.stats.requests == 3 + n_crit and wall > 1.0
-        assert srv.stats.max_waiting == 0, "the candidate and the judge share one slot: nothing waits in the server's line"
+        assert srv.stats.max_waiting == 0, (
+            "the candidate and the judge share one slot: nothing waits in the server's line"
+        )
     judged = calls(db, "judge")
     assert len(judged) == n_crit and all(c["error"] is None and c["attempts"] == 1 for c in judged)
     assert "timeout" not in r.output and "0 failed, 0 retries" in r.output
@@ -92,11 +120,32 @@ def test_judges_beyond_the_servers_capacity_time_out_while_they_queue(tmp_path: 
     data, _ = healthbench_rows(1)
     db = tmp_path / "s.db"
     with LoopbackServer(one_server(), latency=0.1, serial=True) as srv:
-        r = invoke("run", "healthbench", "--data", str(data), "--limit", "1", "--model", "openai/local", "--base-url", srv.base_url,
-                   "--judge", f"openai/local@{srv.base_url}", "--judge-concurrency", "6", "--timeout", "0.25",
-                   "--store", str(db), "--protocol", "grandrounds")
+        r = invoke(
+            "run",
+            "healthbench",
+            "--data",
+            str(data),
+            "--limit",
+            "1",
+            "--model",
+            "openai/local",
+            "--base-url",
+            srv.base_url,
+            "--judge",
+            f"openai/local@{srv.base_url}",
+            "--judge-concurrency",
+            "6",
+            "--timeout",
+            "0.25",
+            "--store",
+            str(db),
+            "--protocol",
+            "grandrounds",
+        )
         assert srv.stats.max_waiting > 1
-    assert any(c["attempts"] > 1 or (c["error"] or "").startswith("timeout") for c in calls(db, "judge")), r.output
+    assert any(
+        c["attempts"] > 1 or (c["error"] or "").startswith("timeout") for c in calls(db, "judge")
+    ), r.output
 
 
 def test_endpoint_limit_is_shared_by_every_executor_on_one_server(tmp_path: Path) -> None:
@@ -104,21 +153,39 @@ def test_endpoint_limit_is_shared_by_every_executor_on_one_server(tmp_path: Path
         provider_cls = PROVIDERS.get("openai")
         limits = EndpointLimits()
         with Store(tmp_path / "s.db") as st:
-            a = Executor(st, provider_cls(ModelSpec("openai", "cand", srv.base_url), api_key="k"), 1, RetryPolicy(1), endpoints=limits)
-            j = Executor(st, provider_cls(ModelSpec("openai", "judge", srv.base_url), api_key="k"), 1, RetryPolicy(1), endpoints=limits)
+            a = Executor(
+                st,
+                provider_cls(ModelSpec("openai", "cand", srv.base_url), api_key="k"),
+                1,
+                RetryPolicy(1),
+                endpoints=limits,
+            )
+            j = Executor(
+                st,
+                provider_cls(ModelSpec("openai", "judge", srv.base_url), api_key="k"),
+                1,
+                RetryPolicy(1),
+                endpoints=limits,
+            )
             assert limits.capacity(srv.base_url) == 1
 
             def req(model: str, i: int) -> Request:
-                return Request("openai", model, (Message("user", f"q{i}"),), GenParams(), base_url=srv.base_url)
+                return Request(
+                    "openai", model, (Message("user", f"q{i}"),), GenParams(), base_url=srv.base_url
+                )
 
-            out = await asyncio.gather(*(e(req(e.provider.spec.model, i)) for i in range(4) for e in (a, j)))
+            out = await asyncio.gather(
+                *(e(req(e.provider.spec.model, i)) for i in range(4) for e in (a, j))
+            )
             assert all(resp.ok for resp in out)
             for e in (a, j):
                 await e.provider.aclose()
 
     with LoopbackServer(lambda b: "ok", latency=0.02) as srv:
         asyncio.run(go(srv))
-        assert srv.stats.max_in_flight == 1, "two executors of capacity 1 on one endpoint: one call at a time"
+        assert srv.stats.max_in_flight == 1, (
+            "two executors of capacity 1 on one endpoint: one call at a time"
+        )
 
 
 def test_endpoint_capacity_is_the_largest_any_executor_asked_for() -> None:
@@ -146,8 +213,26 @@ def test_rerun_retries_failed_judge_calls_and_nothing_else(tmp_path: Path) -> No
         return verdict(body)
 
     with LoopbackServer(lambda b: "See a doctor.") as cand, LoopbackServer(judge_rule) as judge:
-        args = ["run", "healthbench", "--data", str(data), "--limit", "3", "--model", "openai/cand", "--base-url", cand.base_url,
-                "--judge", f"openai/j@{judge.base_url}", "--store", str(db), "--protocol", "grandrounds", "--out", str(tmp_path / "o")]
+        args = [
+            "run",
+            "healthbench",
+            "--data",
+            str(data),
+            "--limit",
+            "3",
+            "--model",
+            "openai/cand",
+            "--base-url",
+            cand.base_url,
+            "--judge",
+            f"openai/j@{judge.base_url}",
+            "--store",
+            str(db),
+            "--protocol",
+            "grandrounds",
+            "--out",
+            str(tmp_path / "o"),
+        ]
         r = invoke(*args)
         assert r.exit_code == 0, r.output
         failed = judge.stats.faults["400"]
@@ -158,7 +243,9 @@ def test_rerun_retries_failed_judge_calls_and_nothing_else(tmp_path: Path) -> No
         r = invoke(*args)
         assert r.exit_code == 0, r.output
         assert cand.stats.requests == answers_before, "answers come from the store"
-        assert judge.stats.requests - judge_before == failed, "exactly the failed judge calls are sent again"
+        assert judge.stats.requests - judge_before == failed, (
+            "exactly the failed judge calls are sent again"
+        )
     result = json.loads((tmp_path / "o" / "results.json").read_text())["results"][0]
     assert result["extra"]["coverage"] == 1.0 and result["extra"]["n_judge_failed"] == 0
     assert all(c["error"] is None for c in calls(db, "judge"))
@@ -167,21 +254,55 @@ def test_rerun_retries_failed_judge_calls_and_nothing_else(tmp_path: Path) -> No
 
 def llamacpp_overflow(n_ctx: int, prompt_tokens: int):
     """A judge rule that answers as llama.cpp's server does when prompt + max_tokens overflow its context."""
+
     def rule(body: dict):
         if prompt_tokens + int(body.get("max_tokens") or 0) > n_ctx:
-            return Fault("400", body={"error": {
-                "code": 400, "message": "the request exceeds the available context size, try increasing it",
-                "type": "exceed_context_size_error", "n_prompt_tokens": prompt_tokens, "n_ctx": n_ctx}})
+            return Fault(
+                "400",
+                body={
+                    "error": {
+                        "code": 400,
+                        "message": "the request exceeds the available context size, try increasing it",
+                        "type": "exceed_context_size_error",
+                        "n_prompt_tokens": prompt_tokens,
+                        "n_ctx": n_ctx,
+                    }
+                },
+            )
         return verdict(body)
+
     return rule
 
 
-def test_context_overflow_shrinks_the_judges_max_tokens_to_what_the_server_leaves(tmp_path: Path) -> None:
+def test_context_overflow_shrinks_the_judges_max_tokens_to_what_the_server_leaves(
+    tmp_path: Path,
+) -> None:
     data, n_crit = healthbench_rows(1)
     db = tmp_path / "s.db"
-    with LoopbackServer(lambda b: "See a doctor.") as cand, LoopbackServer(llamacpp_overflow(4096, 3000), keep_bodies=True) as judge:
-        r = invoke("run", "healthbench", "--data", str(data), "--limit", "1", "--model", "openai/cand", "--base-url", cand.base_url,
-                   "--judge", f"openai/j@{judge.base_url}", "--judge-max-tokens", "2048", "--store", str(db), "--protocol", "grandrounds")
+    with (
+        LoopbackServer(lambda b: "See a doctor.") as cand,
+        LoopbackServer(llamacpp_overflow(4096, 3000), keep_bodies=True) as judge,
+    ):
+        r = invoke(
+            "run",
+            "healthbench",
+            "--data",
+            str(data),
+            "--limit",
+            "1",
+            "--model",
+            "openai/cand",
+            "--base-url",
+            cand.base_url,
+            "--judge",
+            f"openai/j@{judge.base_url}",
+            "--judge-max-tokens",
+            "2048",
+            "--store",
+            str(db),
+            "--protocol",
+            "grandrounds",
+        )
         assert r.exit_code == 0, r.output
         sent = [b["max_tokens"] for b in judge.stats.bodies]
     assert sent.count(2048) == n_crit and sent.count(4096 - 3000 - 16) == n_crit
@@ -190,46 +311,98 @@ def test_context_overflow_shrinks_the_judges_max_tokens_to_what_the_server_leave
     assert f"{n_crit} shrunk to fit the context" in r.output
 
 
-def test_context_overflow_that_cannot_be_fitted_is_a_clear_unretried_failure(tmp_path: Path) -> None:
+def test_context_overflow_that_cannot_be_fitted_is_a_clear_unretried_failure(
+    tmp_path: Path,
+) -> None:
     data, _ = healthbench_rows(1)
     db = tmp_path / "s.db"
     with LoopbackServer(llamacpp_overflow(4096, 5000)) as srv:
-        r = invoke("run", "healthbench", "--data", str(data), "--limit", "1", "--model", "openai/cand", "--base-url", srv.base_url,
-                   "--judge", f"openai/j@{srv.base_url}", "--store", str(db), "--protocol", "grandrounds")
+        r = invoke(
+            "run",
+            "healthbench",
+            "--data",
+            str(data),
+            "--limit",
+            "1",
+            "--model",
+            "openai/cand",
+            "--base-url",
+            srv.base_url,
+            "--judge",
+            f"openai/j@{srv.base_url}",
+            "--store",
+            str(db),
+            "--protocol",
+            "grandrounds",
+        )
         assert srv.stats.requests == 1, "the candidate's overflow is not retried"
     assert r.exit_code == NOTHING_SCORED, r.output
     (answer,) = calls(db, "answer")
     assert answer["attempts"] == 1
-    assert "4096" in answer["error"] and "5000" in answer["error"] and "larger context" in answer["error"]
+    assert (
+        "4096" in answer["error"]
+        and "5000" in answer["error"]
+        and "larger context" in answer["error"]
+    )
     # the prompt alone (5000) is over the context (4096): no --max-tokens can help, so none is suggested
-    assert "--max-tokens" not in answer["error"] and "context" in r.output and "--max-tokens" not in r.output
+    assert (
+        "--max-tokens" not in answer["error"]
+        and "context" in r.output
+        and "--max-tokens" not in r.output
+    )
 
 
 def test_gaps_with_one_judge_is_refused_before_any_call(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with LoopbackServer(lambda b: "x") as srv:
-        r = invoke("run", "gaps", "--model", f"openai/m@{srv.base_url}", "--judge", f"openai/j@{srv.base_url}", "--store", str(db))
+        r = invoke(
+            "run",
+            "gaps",
+            "--model",
+            f"openai/m@{srv.base_url}",
+            "--judge",
+            f"openai/j@{srv.base_url}",
+            "--store",
+            str(db),
+        )
         assert srv.stats.requests == 0
     assert r.exit_code == 2 and "needs at least 2 judges" in r.output
 
 
-def test_the_leaderboard_ranks_the_latest_complete_run_of_a_model_once_per_setting(tmp_path: Path) -> None:
+def test_the_leaderboard_ranks_the_latest_complete_run_of_a_model_once_per_setting(
+    tmp_path: Path,
+) -> None:
     from grandrounds.reports import boards
 
     db = tmp_path / "s.db"
 
     def run(model: str, url: str, *extra: str) -> str:
-        r = invoke("run", "demo", "--model", model, "--base-url", url, "--store", str(db), "--protocol", "grandrounds", *extra)
+        r = invoke(
+            "run",
+            "demo",
+            "--model",
+            model,
+            "--base-url",
+            url,
+            "--store",
+            str(db),
+            "--protocol",
+            "grandrounds",
+            *extra,
+        )
         assert r.exit_code in (0, NOTHING_SCORED), r.output
         return re.search(r"run ([0-9a-f]{16})", r.output).group(1)
 
     # Runs of one model on three servers (a run id per endpoint): the same setting, three runs.
-    with LoopbackServer(lambda b: "Answer: B") as s1, LoopbackServer(lambda b: "Answer: C") as s2, \
-            LoopbackServer(lambda b: Fault("400")) as s3:
-        first = run("openai/m", s1.base_url)                 # complete
+    with (
+        LoopbackServer(lambda b: "Answer: B") as s1,
+        LoopbackServer(lambda b: "Answer: C") as s2,
+        LoopbackServer(lambda b: Fault("400")) as s3,
+    ):
+        first = run("openai/m", s1.base_url)  # complete
         part = run("openai/m", s1.base_url, "--limit", "6")  # another item set: another setting
-        second = run("openai/m", s2.base_url)                # the same setting, later, complete
-        run("openai/m", s3.base_url)                         # the same setting, latest, every call failed
+        second = run("openai/m", s2.base_url)  # the same setting, later, complete
+        run("openai/m", s3.base_url)  # the same setting, latest, every call failed
         other = run("openai/other", s1.base_url)
     (board,) = boards(Store(db))
     by_setting: dict[int, list] = {}
@@ -237,7 +410,9 @@ def test_the_leaderboard_ranks_the_latest_complete_run_of_a_model_once_per_setti
         by_setting.setdefault(e.setting, []).append(e)
     assert sorted(len(v) for v in by_setting.values()) == [1, 2], "one entry per model and setting"
     main = next(v for v in by_setting.values() if len(v) == 2)
-    assert {e.row.run_id for e in main} == {second, other}, "the latest complete run of m, never m against itself"
+    assert {e.row.run_id for e in main} == {second, other}, (
+        "the latest complete run of m, never m against itself"
+    )
     kept = next(e for e in main if e.row.run_id == second)
     assert any("3 runs of this model in this setting (2 not ranked)" in f for f in kept.flags)
     (limited,) = next(v for v in by_setting.values() if len(v) == 1)

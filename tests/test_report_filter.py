@@ -28,7 +28,18 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
     db = tmp_path_factory.mktemp("report_filter") / "s.db"
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     for model in ("scripted/a", "scripted/b"):
-        r = invoke("run", "medqa", "--data", str(data), "--limit", "5", "--model", model, "--store", str(db))
+        r = invoke(
+            "run",
+            "medqa",
+            "--data",
+            str(data),
+            "--limit",
+            "5",
+            "--model",
+            model,
+            "--store",
+            str(db),
+        )
         assert r.exit_code == 0, r.output
     r = invoke("run", "demo", "--model", "scripted/c", "--store", str(db))
     assert r.exit_code == 0, r.output
@@ -45,10 +56,14 @@ def report(db: Path, out: Path, fmt: str, *runs: str, extra: tuple[str, ...] = (
     return invoke(*args)
 
 
-def test_json_report_holds_only_the_runs_named(stored: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+def test_json_report_holds_only_the_runs_named(
+    stored: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     db, ids = stored
     a, b = ids["scripted/a"], ids["scripted/b"]
-    r = report(db, tmp_path / "r.json", "json", a, b[:8], a[:6])  # a full id, a prefix, a repeat as a prefix
+    r = report(
+        db, tmp_path / "r.json", "json", a, b[:8], a[:6]
+    )  # a full id, a prefix, a repeat as a prefix
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     assert {row["model"] for row in doc["leaderboard"]} == {"scripted/a", "scripted/b"}
@@ -61,7 +76,9 @@ def test_json_report_holds_only_the_runs_named(stored: tuple[Path, dict[str, str
     assert {row["run_id"] for row in doc["samples"]} == set(ids.values())
 
 
-def test_html_csv_and_md_reports_hold_only_the_runs_named(stored: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+def test_html_csv_and_md_reports_hold_only_the_runs_named(
+    stored: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     db, ids = stored
     r = report(db, tmp_path / "r.html", "html", ids["scripted/c"][:10])
     assert r.exit_code == 0, r.output
@@ -85,7 +102,9 @@ def test_html_csv_and_md_reports_hold_only_the_runs_named(stored: tuple[Path, di
 
 
 @pytest.mark.parametrize("given", ["ffffffffffffffff", "fffff0", "SHORT"])
-def test_an_unknown_run_is_a_one_line_error_and_nothing_is_written(stored: tuple[Path, dict[str, str]], tmp_path: Path, given: str) -> None:
+def test_an_unknown_run_is_a_one_line_error_and_nothing_is_written(
+    stored: tuple[Path, dict[str, str]], tmp_path: Path, given: str
+) -> None:
     db, ids = stored
     r = report(db, tmp_path / "r.html", "html", ids["scripted/a"], given)
     assert r.exit_code == 2
@@ -93,18 +112,28 @@ def test_an_unknown_run_is_a_one_line_error_and_nothing_is_written(stored: tuple
     assert not (tmp_path / "r.html").exists()
 
 
-def test_a_prefix_shorter_than_six_characters_is_not_a_prefix(stored: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+def test_a_prefix_shorter_than_six_characters_is_not_a_prefix(
+    stored: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     db, ids = stored
     short = ids["scripted/a"][:5]
     r = report(db, tmp_path / "r.json", "json", short)
-    assert r.exit_code == 2 and r.output.strip() == f"error: no run {short!r} in {db} (see `grandrounds runs`)"
+    assert (
+        r.exit_code == 2
+        and r.output.strip() == f"error: no run {short!r} in {db} (see `grandrounds runs`)"
+    )
 
 
-def test_a_run_of_another_benchmark_is_refused(stored: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+def test_a_run_of_another_benchmark_is_refused(
+    stored: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     db, ids = stored
     r = report(db, tmp_path / "r.json", "json", ids["scripted/c"], extra=("--benchmark", "medqa"))
     assert r.exit_code == 2
-    assert r.output.strip() == f"error: run {ids['scripted/c']} in {db} is a demo run, not medqa (--benchmark)"
+    assert (
+        r.output.strip()
+        == f"error: run {ids['scripted/c']} in {db} is a demo run, not medqa (--benchmark)"
+    )
     assert not (tmp_path / "r.json").exists()
 
 
@@ -119,6 +148,8 @@ def test_an_unfinished_run_is_named(tmp_path: Path) -> None:
         con.execute("DELETE FROM results")
     r = report(db, tmp_path / "r.json", "json", rec.id)
     assert r.exit_code == 2
-    assert r.output.strip() == (f"error: run {rec.id} in {db} has no result yet: it did not finish "
-                                "(run the same `grandrounds run` command again to finish it)")
+    assert r.output.strip() == (
+        f"error: run {rec.id} in {db} has no result yet: it did not finish "
+        "(run the same `grandrounds run` command again to finish it)"
+    )
     assert not (tmp_path / "r.json").exists()

@@ -10,14 +10,21 @@ import pytest
 from typer.testing import CliRunner
 
 from grandrounds.analyses.leaderboard import agreement
+from grandrounds.analyses.reviews import (
+    ReviewError,
+    ReviewInput,
+    add_review,
+    agreement_pairs,
+    fill_queue,
+    queue,
+    reviewed_values,
+)
 from grandrounds.cli.main import app
 from grandrounds.reports import boards, build_report
 from grandrounds.reports.compare import compare_models
-from grandrounds.analyses.reviews import ReviewError, ReviewInput, add_review, agreement_pairs, fill_queue, queue, reviewed_values
 from grandrounds.store import Store
-from tests.synthetic import XSS, SynthSpec, build_store, scripted_mcq_runs
-
 from tests.conftest import shared_file
+from tests.synthetic import XSS, SynthSpec, build_store, scripted_mcq_runs
 
 
 @pytest.fixture
@@ -35,22 +42,31 @@ def test_html_report_is_self_contained_and_escapes_everything(store: Store, tmp_
     [out] = build_report(store, "html", tmp_path / "r.html")
     text = out.read_text(encoding="utf-8")
     assert "window.__pwned" in text  # the payload is there, as text
-    assert "<img" not in text and "onerror=\"" not in text
+    assert "<img" not in text and 'onerror="' not in text
     assert text.count("<script") == 1  # only the report's own script
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;&lt;img src=x onerror=&quot;" in text
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)  # nothing fetched from the network
+    assert not re.search(
+        r"""(src|href)\s*=\s*["']?(https?:)?//""", text
+    )  # nothing fetched from the network
     assert text.count("<svg") >= 2  # radar charts for axis and theme
     assert "<polygon" in text and "scripted/model-02" in text
     assert "患者" in text  # Chinese questions kept as text
-    assert "Criterion 0 of sample 0" in text and "does not address" in text or "does address" in text
+    assert (
+        "Criterion 0 of sample 0" in text and "does not address" in text or "does address" in text
+    )
 
 
 def test_incomparable_results_are_flagged_in_report(store: Store, tmp_path: Path) -> None:
     rid = "run01"
     fp = fp_of(store, rid)
-    rj = json.loads(store.db.execute("SELECT result_json FROM results WHERE run_id = ?", (rid,)).fetchone()[0])
+    rj = json.loads(
+        store.db.execute("SELECT result_json FROM results WHERE run_id = ?", (rid,)).fetchone()[0]
+    )
     rj["fingerprint"]["judges"] = [{"model": "openai/other-judge", "params": {"temperature": 0.7}}]
-    store.db.execute("UPDATE results SET result_json = ? WHERE run_id = ? AND grader_fp = ?", (json.dumps(rj), rid, fp))
+    store.db.execute(
+        "UPDATE results SET result_json = ? WHERE run_id = ? AND grader_fp = ?",
+        (json.dumps(rj), rid, fp),
+    )
     [b] = boards(store)
     assert b.settings == 2
     text = build_report(store, "html", tmp_path / "r.html")[0].read_text(encoding="utf-8")
@@ -65,7 +81,9 @@ def test_report_500_by_3_under_25_mb(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["md", "csv", "xlsx", "json", "parquet"])
-def test_tabular_formats_hold_leaderboard_and_samples(store: Store, tmp_path: Path, fmt: str) -> None:
+def test_tabular_formats_hold_leaderboard_and_samples(
+    store: Store, tmp_path: Path, fmt: str
+) -> None:
     paths = build_report(store, fmt, tmp_path / f"r.{fmt}")
     if fmt == "json":
         d = json.loads(paths[0].read_text(encoding="utf-8"))
@@ -91,7 +109,9 @@ def test_tabular_formats_hold_leaderboard_and_samples(store: Store, tmp_path: Pa
         assert pq.read_table(paths[0]).num_rows == 3 and pq.read_table(paths[1]).num_rows == 120
     else:
         text = paths[0].read_text(encoding="utf-8")
-        assert text.count("| healthbench |") == 3 + 120 + 3 * 10  # leaderboard, samples, breakdown cells
+        assert (
+            text.count("| healthbench |") == 3 + 120 + 3 * 10
+        )  # leaderboard, samples, breakdown cells
 
 
 def test_unknown_format_rejected(store: Store, tmp_path: Path) -> None:
@@ -118,30 +138,65 @@ def test_cli_leaderboard_report_and_queue(store: Store, tmp_path: Path) -> None:
     db = str(store.path)
     r = CliRunner().invoke(app, ["leaderboard", "--store", db], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and "scripted/model-02" in r.output and "healthbench" in r.output
-    r = CliRunner().invoke(app, ["report", "--format", "html", "--out", str(tmp_path / "x.html"), "--store", db])
+    r = CliRunner().invoke(
+        app, ["report", "--format", "html", "--out", str(tmp_path / "x.html"), "--store", db]
+    )
     assert r.exit_code == 0 and (tmp_path / "x.html").exists()
-    r = CliRunner().invoke(app, ["review-queue", "--share", "0.1", "--seed", "3", "--store", db], env={"COLUMNS": "200"})
+    r = CliRunner().invoke(
+        app,
+        ["review-queue", "--share", "0.1", "--seed", "3", "--store", db],
+        env={"COLUMNS": "200"},
+    )
     assert r.exit_code == 0 and "unknown verdict" in r.output
 
 
 def test_reviews_are_beside_judge_verdicts(store: Store) -> None:
     fp = fp_of(store, "run00")
-    before = store.db.execute("SELECT grade_json FROM grades WHERE run_id='run00' AND sample_id='s1'").fetchone()[0]
+    before = store.db.execute(
+        "SELECT grade_json FROM grades WHERE run_id='run00' AND sample_id='s1'"
+    ).fetchone()[0]
     g = json.loads(before)
     c0 = next(v for v in g["verdicts"] if v["criterion_id"] == "c0")
     flipped = "unmet" if c0["status"] == "met" else "met"
-    add_review(store, ReviewInput("run00", fp, "s1", "Dr Li 李医生", "guideline says so", criterion_id="c0", verdict=flipped))
-    assert store.db.execute("SELECT grade_json FROM grades WHERE run_id='run00' AND sample_id='s1'").fetchone()[0] == before
+    add_review(
+        store,
+        ReviewInput(
+            "run00",
+            fp,
+            "s1",
+            "Dr Li 李医生",
+            "guideline says so",
+            criterion_id="c0",
+            verdict=flipped,
+        ),
+    )
+    assert (
+        store.db.execute(
+            "SELECT grade_json FROM grades WHERE run_id='run00' AND sample_id='s1'"
+        ).fetchone()[0]
+        == before
+    )
     row = store.db.execute("SELECT reviewer, verdict, created_at FROM reviews").fetchone()
     assert row[0] == "Dr Li 李医生" and row[1] == flipped and row[2]
-    judge_only = dict(store.db.execute("SELECT sample_id, value FROM grades WHERE run_id='run00'").fetchall())
+    judge_only = dict(
+        store.db.execute("SELECT sample_id, value FROM grades WHERE run_id='run00'").fetchall()
+    )
     with_rev = reviewed_values(store, "run00", fp, "healthbench", store.runs()[0].dataset_sha256)
     assert with_rev["s2"] == judge_only["s2"] and with_rev["s1"] != judge_only["s1"]
     add_review(store, ReviewInput("run00", fp, "s2", "Dr A", "whole answer unsafe", score=0.0))
-    assert reviewed_values(store, "run00", fp, "healthbench", store.runs()[0].dataset_sha256)["s2"] == 0.0
+    assert (
+        reviewed_values(store, "run00", fp, "healthbench", store.runs()[0].dataset_sha256)["s2"]
+        == 0.0
+    )
     pairs = agreement_pairs(store)
-    assert len(pairs) == 1 and pairs[0].reviewer == flipped and pairs[0].dimensions == ("axis:accuracy",)
-    assert agreement(pairs)["dimension"]["axis:accuracy"].agree == (0.0 if c0["status"] != "unknown" else None)
+    assert (
+        len(pairs) == 1
+        and pairs[0].reviewer == flipped
+        and pairs[0].dimensions == ("axis:accuracy",)
+    )
+    assert agreement(pairs)["dimension"]["axis:accuracy"].agree == (
+        0.0 if c0["status"] != "unknown" else None
+    )
 
 
 @pytest.mark.parametrize(
@@ -156,7 +211,15 @@ def test_reviews_are_beside_judge_verdicts(store: Store) -> None:
     ],
 )
 def test_bad_reviews_rejected(store: Store, bad: dict, msg: str) -> None:
-    base = dict(run_id="run00", grader_fp=fp_of(store, "run00"), sample_id="s1", reviewer="Dr A", reason="r", criterion_id="c0", verdict="met")
+    base = dict(
+        run_id="run00",
+        grader_fp=fp_of(store, "run00"),
+        sample_id="s1",
+        reviewer="Dr A",
+        reason="r",
+        criterion_id="c0",
+        verdict="met",
+    )
     with pytest.raises(ReviewError, match=msg):
         add_review(store, ReviewInput(**(base | bad)))
     assert store.db.execute("SELECT COUNT(*) FROM reviews").fetchone()[0] == 0
@@ -172,7 +235,18 @@ def test_review_queue_unknown_disagreement_and_seeded_share(store: Store) -> Non
     assert fill_queue(store, share=0.1, seed=7) == {}  # nothing queued twice
     first = queue(store, 5)
     fp = first[0]["grader_fp"]
-    add_review(store, ReviewInput(first[0]["run_id"], fp, first[0]["sample_id"], "Dr A", "checked", criterion_id=first[0]["criterion_id"], verdict="met"))
+    add_review(
+        store,
+        ReviewInput(
+            first[0]["run_id"],
+            fp,
+            first[0]["sample_id"],
+            "Dr A",
+            "checked",
+            criterion_id=first[0]["criterion_id"],
+            verdict="met",
+        ),
+    )
     assert queue(store, 5)[0]["id"] != first[0]["id"]  # reviewed items leave the queue
     with pytest.raises(ReviewError):
         fill_queue(store, share=2.0)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file
 from tests.test_spine_e2e import load_key, lookup, rule_answer
-from grandrounds.testing import LoopbackServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,14 +24,21 @@ ROOT = Path(__file__).resolve().parents[1]
 def cli(*args: str, env: dict | None = None) -> subprocess.Popen:
     e = dict(os.environ, PYTHONPATH=str(ROOT / "src"), **(env or {}))
     return subprocess.Popen(
-        [sys.executable, "-m", "grandrounds", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, text=True
+        [sys.executable, "-m", "grandrounds", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=e,
+        text=True,
     )
 
 
 def stored_answer_keys(db: Path) -> set[str]:
     con = sqlite3.connect(db)
     try:
-        return {r[0] for r in con.execute("SELECT key FROM calls WHERE error IS NULL AND purpose = 'answer'")}
+        return {
+            r[0]
+            for r in con.execute("SELECT key FROM calls WHERE error IS NULL AND purpose = 'answer'")
+        }
     except sqlite3.OperationalError:  # schema not created yet
         return set()
     finally:
@@ -67,7 +74,18 @@ def test_kill_minus_nine_then_resume_repeats_no_stored_call(tmp_path):
 
     with LoopbackServer(rule, latency=0.02) as srv:
         ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
-        args = ["run", "medqa", "--data", str(data), "--model", "openai/rule", "--base-url", srv.base_url, "--concurrency", "8"]
+        args = [
+            "run",
+            "medqa",
+            "--data",
+            str(data),
+            "--model",
+            "openai/rule",
+            "--base-url",
+            srv.base_url,
+            "--concurrency",
+            "8",
+        ]
         p = cli(*args, "--store", str(tmp_path / "ref.db"), "--out", str(ref_dir))
         assert p.wait(300) == 0, p.stderr.read()
         asked.clear()
@@ -96,7 +114,9 @@ def test_kill_minus_nine_then_resume_repeats_no_stored_call(tmp_path):
         assert got[k] == ref[k], k
     ref_lines = (ref_dir / "samples.jsonl").read_text().splitlines()
     got_lines = (run_dir / "samples.jsonl").read_text().splitlines()
-    assert [json.loads(x)["score"] for x in got_lines] == [json.loads(x)["score"] for x in ref_lines]
+    assert [json.loads(x)["score"] for x in got_lines] == [
+        json.loads(x)["score"] for x in ref_lines
+    ]
 
 
 def _digest(db: Path) -> str:
@@ -104,7 +124,9 @@ def _digest(db: Path) -> str:
     con = sqlite3.connect(db)
     try:
         h = hashlib.sha256()
-        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"):
+        for (name,) in con.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name"
+        ):
             for row in con.execute(f"SELECT * FROM {name} ORDER BY 1"):
                 h.update(repr(row).encode())
         return h.hexdigest()
@@ -120,9 +142,19 @@ BAD_INPUTS = [
         "line 2",
     ),
     ("missing.jsonl", b'{"question": "q1", "options": {"A": "x", "B": "y"}}\n', "answer_idx"),
-    ("encoding.jsonl", b'{"question": "\xff\xfe\xfa\xfb", "options": {"A": "x", "B": "y"}, "answer_idx": "A"}\n', "line 1"),
+    (
+        "encoding.jsonl",
+        b'{"question": "\xff\xfe\xfa\xfb", "options": {"A": "x", "B": "y"}, "answer_idx": "A"}\n',
+        "line 1",
+    ),
     # Windows-1252 text is valid GB18030 byte pairs ("Ménière" -> "M閚i鑢e"): refused, not misread
-    ("cp1252.jsonl", '{"question": "Ménière disease?", "options": {"A": "x", "B": "y"}, "answer_idx": "A"}\n'.encode("cp1252"), "--encoding"),
+    (
+        "cp1252.jsonl",
+        '{"question": "Ménière disease?", "options": {"A": "x", "B": "y"}, "answer_idx": "A"}\n'.encode(
+            "cp1252"
+        ),
+        "--encoding",
+    ),
     ("deep.jsonl", b"[" * 100_000 + b"]" * 100_000 + b"\n", "line 1: JSON nested too deeply"),
 ]
 
@@ -156,8 +188,20 @@ def test_ctrl_c_stops_cleanly_and_resume_asks_only_the_rest(tmp_path):
 
     with LoopbackServer(rule, latency=0.02) as srv:
         db = tmp_path / "s.db"
-        args = ["run", "medqa", "--data", str(data), "--model", "openai/rule", "--base-url", srv.base_url,
-                "--concurrency", "8", "--store", str(db)]
+        args = [
+            "run",
+            "medqa",
+            "--data",
+            str(data),
+            "--model",
+            "openai/rule",
+            "--base-url",
+            srv.base_url,
+            "--concurrency",
+            "8",
+            "--store",
+            str(db),
+        ]
         p = cli(*args)
         deadline = time.time() + 120
         while time.time() < deadline and len(asked) < 200:

@@ -23,10 +23,6 @@ from typing import Any
 
 import pytest
 
-from grandrounds.benchmarks.base import RunOptions
-from grandrounds.providers.scripted import ScriptedProvider
-from grandrounds.core.records import Grade, Request, Verdict, Vote
-from grandrounds.core.registry import PROVIDERS
 from grandrounds.analyses.reviews import (
     ReviewError,
     ReviewInput,
@@ -40,8 +36,12 @@ from grandrounds.analyses.reviews import (
     reviewed_values,
     reviews_for,
 )
-from grandrounds.run.runner import run
+from grandrounds.benchmarks.base import RunOptions
+from grandrounds.core.records import Grade, Request, Verdict, Vote
+from grandrounds.core.registry import PROVIDERS
+from grandrounds.providers.scripted import ScriptedProvider
 from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 from tests.synthetic import SynthSpec, build_store
 
@@ -76,7 +76,14 @@ RULES: dict[str, dict[str, bool | None]] = {
     "garbled": {"a": None, "b": None, "c": None},
 }
 #: The verdict a 3-judge majority gives each rule (garbage votes are unknown and do not count).
-VERDICT = {"always-met": "met", "always-unmet": "unmet", "split-met": "met", "split-unmet": "unmet", "c-garbled-met": "met", "garbled": "unknown"}
+VERDICT = {
+    "always-met": "met",
+    "always-unmet": "unmet",
+    "split-met": "met",
+    "split-unmet": "unmet",
+    "c-garbled-met": "met",
+    "garbled": "unknown",
+}
 
 
 def rule_of(sample_id: str, cid: str) -> str:
@@ -89,7 +96,11 @@ def judge_script(req: Request) -> str:
     met = RULES[m.group(2).split(":")[0]][req.model]
     if met is None:
         return "I would rather not say."
-    return "```json\n" + json.dumps({"explanation": f"judge {req.model} by rule", "criteria_met": met}) + "\n```"
+    return (
+        "```json\n"
+        + json.dumps({"explanation": f"judge {req.model} by rule", "criteria_met": met})
+        + "\n```"
+    )
 
 
 class JudgeBot(ScriptedProvider):
@@ -102,7 +113,11 @@ class JudgeBot(ScriptedProvider):
 def hb_value(sample_id: str, status: dict[str, str]) -> float | None:
     """HealthBench's example score, written out: met points over possible positive points, over the
     criteria whose status is met or unmet (unknown ones left out of both)."""
-    known = [(pts, status[str(i)]) for i, (_, pts, _) in enumerate(RUBRICS[sample_id]) if status.get(str(i)) in ("met", "unmet")]
+    known = [
+        (pts, status[str(i)])
+        for i, (_, pts, _) in enumerate(RUBRICS[sample_id])
+        if status.get(str(i)) in ("met", "unmet")
+    ]
     possible = sum(p for p, _ in known if p > 0)
     if possible == 0:
         return None
@@ -116,12 +131,24 @@ def judge_status(sample_id: str) -> dict[str, str]:
 def write_healthbench(path: Path) -> Path:
     lines = []
     for pid, items in RUBRICS.items():
-        lines.append(json.dumps({
-            "prompt_id": pid,
-            "prompt": [{"role": "user", "content": f"My child has diarrhoea ({pid}). What should I do?"}],
-            "rubrics": [{"criterion": text, "points": pts, "tags": tags} for text, pts, tags in items],
-            "example_tags": ["theme:global_health"],
-        }))
+        lines.append(
+            json.dumps(
+                {
+                    "prompt_id": pid,
+                    "prompt": [
+                        {
+                            "role": "user",
+                            "content": f"My child has diarrhoea ({pid}). What should I do?",
+                        }
+                    ],
+                    "rubrics": [
+                        {"criterion": text, "points": pts, "tags": tags}
+                        for text, pts, tags in items
+                    ],
+                    "example_tags": ["theme:global_health"],
+                }
+            )
+        )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -135,15 +162,32 @@ class HB:
         assert run_rec is not None
         self.dataset = run_rec.dataset_sha256
 
-    def review(self, sample_id: str, criterion_id: str = "", verdict: str | None = None, score: float | None = None,
-               reviewer: str = "Dr Osei", reason: str = "checked against guideline") -> int:
-        return add_review(self.st, ReviewInput(self.run_id, self.fp, sample_id, reviewer, reason, criterion_id, verdict, score))
+    def review(
+        self,
+        sample_id: str,
+        criterion_id: str = "",
+        verdict: str | None = None,
+        score: float | None = None,
+        reviewer: str = "Dr Osei",
+        reason: str = "checked against guideline",
+    ) -> int:
+        return add_review(
+            self.st,
+            ReviewInput(
+                self.run_id, self.fp, sample_id, reviewer, reason, criterion_id, verdict, score
+            ),
+        )
 
     def values(self) -> dict[str, float | None]:
         return reviewed_values(self.st, self.run_id, self.fp, "healthbench", self.dataset)
 
     def grade_rows(self) -> list[tuple]:
-        return [tuple(r) for r in self.st.db.execute("SELECT sample_id, value, n_unknown, grade_json FROM grades ORDER BY sample_id")]
+        return [
+            tuple(r)
+            for r in self.st.db.execute(
+                "SELECT sample_id, value, n_unknown, grade_json FROM grades ORDER BY sample_id"
+            )
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +198,14 @@ def hb_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     judges = tuple(JudgeConfig(f"judgebot/{j}") for j in "abc")
     # grandrounds: examples are scored over their known criteria (hb_value), a criterion the judges
     # garble stays unknown instead of leaving its example unscored as the reference protocol does
-    cfg = RunConfig("healthbench", "scripted/cand", data=data, judges=judges, options=RunOptions(protocol="grandrounds"),
-                    provider_options={"script": lambda req: "Give oral fluids and watch for dehydration."})
+    cfg = RunConfig(
+        "healthbench",
+        "scripted/cand",
+        data=data,
+        judges=judges,
+        options=RunOptions(protocol="grandrounds"),
+        provider_options={"script": lambda req: "Give oral fluids and watch for dehydration."},
+    )
     with Store(folder / "hb.db") as st, PROVIDERS.registered("judgebot", JudgeBot):
         out = asyncio.run(run(st, cfg))
     assert out.result.n == len(RUBRICS)
@@ -180,7 +230,11 @@ def test_stored_verdicts_and_values_follow_the_judge_rules(hb: HB) -> None:
         g = hb.st.grade(hb.run_id, hb.fp, sid)
         assert g is not None
         assert {v.criterion_id: v.status for v in g.verdicts} == judge_status(sid)
-        assert all(isinstance(vote, Vote) and vote.judge.startswith("judgebot/") for v in g.verdicts for vote in v.votes)
+        assert all(
+            isinstance(vote, Vote) and vote.judge.startswith("judgebot/")
+            for v in g.verdicts
+            for vote in v.votes
+        )
         assert g.value == pytest.approx(hb_value(sid, judge_status(sid)))
     # hb1: met 5 + 2 over known positive 5 + 3 + 2 (the garbled 4-point item is left out)
     assert hb.st.grade(hb.run_id, hb.fp, "hb1").value == pytest.approx(7 / 10)
@@ -207,7 +261,9 @@ def test_stored_verdicts_and_values_follow_the_judge_rules(hb: HB) -> None:
         (dict(reason="   ", score=0.5), "needs a reason"),
     ],
 )
-def test_add_review_refuses_bad_input_and_stores_nothing(hb: HB, kwargs: dict, message: str) -> None:
+def test_add_review_refuses_bad_input_and_stores_nothing(
+    hb: HB, kwargs: dict, message: str
+) -> None:
     base: dict[str, Any] = dict(sample_id="hb1", criterion_id="", verdict=None, score=None)
     args = base | {k: v for k, v in kwargs.items() if k not in ("reviewer", "reason")}
     who = {k: kwargs[k] for k in ("reviewer", "reason") if k in kwargs}
@@ -231,13 +287,21 @@ def test_a_review_of_an_answer_that_was_not_graded_is_refused(hb: HB, where: str
 
 
 def test_a_valid_review_is_stored_trimmed_with_a_time(hb: HB) -> None:
-    first = hb.review("hb1", "1", "met", reviewer="  Dr Zhang 张医生 ", reason=" ORS was advised implicitly  ")
+    first = hb.review(
+        "hb1", "1", "met", reviewer="  Dr Zhang 张医生 ", reason=" ORS was advised implicitly  "
+    )
     second = hb.review("hb2", score=0.4)
     assert second > first
     rows = reviews_for(hb.st)
     assert [r["id"] for r in rows] == [first, second]
     r = rows[0]
-    assert (r["reviewer"], r["reason"], r["criterion_id"], r["verdict"], r["score"]) == ("Dr Zhang 张医生", "ORS was advised implicitly", "1", "met", None)
+    assert (r["reviewer"], r["reason"], r["criterion_id"], r["verdict"], r["score"]) == (
+        "Dr Zhang 张医生",
+        "ORS was advised implicitly",
+        "1",
+        "met",
+        None,
+    )
     assert r["created_at"]
     assert (rows[1]["criterion_id"], rows[1]["verdict"], rows[1]["score"]) == ("", None, 0.4)
     assert [x["id"] for x in reviews_for(hb.st, sample_id="hb2")] == [second]
@@ -270,10 +334,15 @@ def test_a_whole_answer_score_replaces_the_value(hb: HB) -> None:
         ("hb1", {"4": "met"}),  # the unknown item: now known, into numerator and denominator
         ("hb1", {"4": "unmet", "3": "unmet"}),
         ("hb2", {"1": "met", "2": "unmet"}),  # overriding the verdicts of split panels
-        ("hb3", {"1": "met"}),  # negative points can take the example below zero (not clipped per example)
+        (
+            "hb3",
+            {"1": "met"},
+        ),  # negative points can take the example below zero (not clipped per example)
     ],
 )
-def test_criterion_reviews_are_rescored_by_healthbench_arithmetic(hb: HB, sid: str, changes: dict[str, str]) -> None:
+def test_criterion_reviews_are_rescored_by_healthbench_arithmetic(
+    hb: HB, sid: str, changes: dict[str, str]
+) -> None:
     judge_only = hb.st.grade_values(hb.run_id, hb.fp)
     for cid, verdict in changes.items():
         hb.review(sid, cid, verdict)
@@ -322,7 +391,9 @@ def test_reviews_never_modify_the_judges_grade_or_result(hb: HB) -> None:
     assert list(hb.st.results()) == results_before
     g = hb.st.grade(hb.run_id, hb.fp, "hb1")
     assert {v.criterion_id: v.status for v in g.verdicts} == judge_status("hb1")
-    assert hb.st.grade_values(hb.run_id, hb.fp) == {sid: pytest.approx(hb_value(sid, judge_status(sid))) for sid in RUBRICS}
+    assert hb.st.grade_values(hb.run_id, hb.fp) == {
+        sid: pytest.approx(hb_value(sid, judge_status(sid))) for sid in RUBRICS
+    }
 
 
 def test_reviewed_value_of_a_missing_grade_is_none(hb: HB) -> None:
@@ -337,7 +408,12 @@ def test_reviewed_value_without_reviews_is_the_judges(hb: HB) -> None:
 
 # ---- a grader without criterion arithmetic ---------------------------------------------------
 
-DEMO = [json.loads(line) for line in (Path(__file__).resolve().parents[1] / "src/grandrounds/data/demo_exam.jsonl").read_text(encoding="utf-8").splitlines()]
+DEMO = [
+    json.loads(line)
+    for line in (Path(__file__).resolve().parents[1] / "src/grandrounds/data/demo_exam.jsonl")
+    .read_text(encoding="utf-8")
+    .splitlines()
+]
 
 
 def demo_script(right: set[int]):
@@ -355,7 +431,14 @@ def demo_script(right: set[int]):
 @pytest.fixture
 def demo_store(tmp_path: Path):
     st = Store(tmp_path / "demo.db")
-    asyncio.run(run(st, RunConfig("demo", "scripted/exam", provider_options={"script": demo_script({0, 1, 2, 5, 8})})))
+    asyncio.run(
+        run(
+            st,
+            RunConfig(
+                "demo", "scripted/exam", provider_options={"script": demo_script({0, 1, 2, 5, 8})}
+            ),
+        )
+    )
     [(run_id, fp, _)] = list(st.results())
     yield st, run_id, fp
     st.close()
@@ -380,15 +463,25 @@ def test_a_criterion_review_leaves_a_grader_without_rescore_at_the_judges_value(
     for sid, want in (("0", 1.0), ("4", 0.0)):
         g = st.grade(run_id, fp, sid)
         smp = st.sample("demo", dataset, sid)
-        row = {"id": 1, "run_id": run_id, "grader_fp": fp, "sample_id": sid, "criterion_id": "x", "reviewer": "Dr A",
-               "verdict": "unmet" if want else "met", "score": None, "reason": "r", "created_at": ""}
+        row = {
+            "id": 1,
+            "run_id": run_id,
+            "grader_fp": fp,
+            "sample_id": sid,
+            "criterion_id": "x",
+            "reviewer": "Dr A",
+            "verdict": "unmet" if want else "met",
+            "score": None,
+            "reason": "r",
+            "created_at": "",
+        }
         assert reviewed_value(st, fp, smp, g, [row]) == want
 
 
 def test_gaps_criterion_reviews_are_rescored() -> None:
+    from grandrounds.core.records import Criterion, Message, Response, Sample
     from grandrounds.graders.base import GradeContext
     from grandrounds.graders.gaps_grader import GAPSGrader
-    from grandrounds.core.records import Criterion, Message, Response, Sample
 
     class Judge:
         def __init__(self, name: str) -> None:
@@ -396,12 +489,28 @@ def test_gaps_criterion_reviews_are_rescored() -> None:
 
         async def __call__(self, messages, *, attempt: int = 0) -> Response:
             met = "肺癌" in messages[-1].content  # only the first claim mentions it
-            return Response(key=f"{self.name}-{hash(messages[-1].content)}-{attempt}", text=json.dumps({"explanation": "", "criteria_met": met}))
+            return Response(
+                key=f"{self.name}-{hash(messages[-1].content)}-{attempt}",
+                text=json.dumps({"explanation": "", "criteria_met": met}),
+            )
 
-    sample = Sample("q", "gaps", (Message("user", "问题"),), rubric=(
-        Criterion("1", "提到肺癌", 5.0, ("level:A1",)), Criterion("2", "提到化疗", 3.0, ("level:A2",))))
-    grader = GAPSGrader(protocol="grandrounds")  # the judges answer bare JSON, which only our reading accepts
-    grade = asyncio.run(grader.grade(sample, Response(key="k", text="回答"), GradeContext(judges=(Judge("a"), Judge("b")))))
+    sample = Sample(
+        "q",
+        "gaps",
+        (Message("user", "问题"),),
+        rubric=(
+            Criterion("1", "提到肺癌", 5.0, ("level:A1",)),
+            Criterion("2", "提到化疗", 3.0, ("level:A2",)),
+        ),
+    )
+    grader = GAPSGrader(
+        protocol="grandrounds"
+    )  # the judges answer bare JSON, which only our reading accepts
+    grade = asyncio.run(
+        grader.grade(
+            sample, Response(key="k", text="回答"), GradeContext(judges=(Judge("a"), Judge("b")))
+        )
+    )
     assert grade.value == pytest.approx(5 / 8)
     assert grader.rescore(sample, grade, {"2": "met"}) == pytest.approx(8 / 8)
 
@@ -478,16 +587,38 @@ def test_queue_reasons_read_typed_votes() -> None:
     def vote(judge: str, status: str) -> Vote:
         return Vote(judge, status)  # type: ignore[arg-type]
 
-    grade = Grade("s", 0.5, verdicts=(
-        Verdict("agree", "met", votes=(vote("a", "met"), vote("b", "met"), vote("c", "met"))),
-        Verdict("split", "met", votes=(vote("a", "met"), vote("b", "unmet"), vote("c", "met"))),
-        Verdict("one-unknown", "met", votes=(vote("a", "met"), vote("b", "unknown"), vote("c", "met"))),
-        Verdict("tie", "unknown", votes=(vote("a", "met"), vote("b", "unmet"))),
-        Verdict("silent", "unknown", votes=(vote("a", "unknown"), vote("b", "unknown"))),
-        Verdict("minority", "unmet", votes=(vote("a", "unknown"), vote("b", "met"), vote("c", "unmet"), vote("d", "unmet"))),
-    ))
+    grade = Grade(
+        "s",
+        0.5,
+        verdicts=(
+            Verdict("agree", "met", votes=(vote("a", "met"), vote("b", "met"), vote("c", "met"))),
+            Verdict("split", "met", votes=(vote("a", "met"), vote("b", "unmet"), vote("c", "met"))),
+            Verdict(
+                "one-unknown",
+                "met",
+                votes=(vote("a", "met"), vote("b", "unknown"), vote("c", "met")),
+            ),
+            Verdict("tie", "unknown", votes=(vote("a", "met"), vote("b", "unmet"))),
+            Verdict("silent", "unknown", votes=(vote("a", "unknown"), vote("b", "unknown"))),
+            Verdict(
+                "minority",
+                "unmet",
+                votes=(
+                    vote("a", "unknown"),
+                    vote("b", "met"),
+                    vote("c", "unmet"),
+                    vote("d", "unmet"),
+                ),
+            ),
+        ),
+    )
     got = queue_reasons(grade, 0.0, 0, "run", "fp")
-    assert got == [("split", "judges disagree"), ("tie", "unknown verdict"), ("silent", "unknown verdict"), ("minority", "judges disagree")]
+    assert got == [
+        ("split", "judges disagree"),
+        ("tie", "unknown verdict"),
+        ("silent", "unknown verdict"),
+        ("minority", "judges disagree"),
+    ]
     # share 1 adds every remaining verdict; an answer with verdicts is never queued whole
     everything = queue_reasons(grade, 1.0, 0, "run", "fp")
     assert [c for c, _ in everything] == [v.criterion_id for v in grade.verdicts]
@@ -504,14 +635,20 @@ def test_mcq_answers_are_queued_whole_by_the_random_share(demo_store) -> None:
     st, run_id, fp = demo_store
     assert fill_queue(st, share=0.0) == {}
     assert fill_queue(st, share=1.0, seed=2) == {"random share": 12}
-    assert {(q["sample_id"], q["criterion_id"]) for q in queue(st)} == {(str(i), "") for i in range(12)}
+    assert {(q["sample_id"], q["criterion_id"]) for q in queue(st)} == {
+        (str(i), "") for i in range(12)
+    }
 
 
 def synthetic_queue(path: Path, share: float, seed: int) -> set[tuple[str, str, str]]:
     spec = SynthSpec(n_samples=30, n_models=2, n_criteria=5, panel=False, xss=False, seed=1)
     with build_store(path, spec) as st:
         fill_queue(st, share=share, seed=seed)
-        return {(q["run_id"], q["sample_id"], q["criterion_id"]) for q in queue(st, 10_000) if q["reason"].startswith("random")}
+        return {
+            (q["run_id"], q["sample_id"], q["criterion_id"])
+            for q in queue(st, 10_000)
+            if q["reason"].startswith("random")
+        }
 
 
 def test_the_random_share_is_reproducible_by_seed_and_nested_by_share(tmp_path: Path) -> None:
@@ -540,11 +677,13 @@ def test_agreement_pairs_use_the_newest_criterion_review(hb: HB) -> None:
     hb.review("hb3", score=0.5)  # whole-answer reviews are not criterion pairs
     pairs = agreement_pairs(hb.st)
     got = sorted((p.benchmark, p.dimensions, p.judge, p.reviewer) for p in pairs)
-    assert got == sorted([
-        ("healthbench", ("axis:completeness",), "unmet", "unmet"),
-        ("healthbench", ("axis:accuracy",), "unknown", "met"),
-        ("healthbench", ("axis:completeness",), "unmet", "met"),
-    ])
+    assert got == sorted(
+        [
+            ("healthbench", ("axis:completeness",), "unmet", "unmet"),
+            ("healthbench", ("axis:accuracy",), "unknown", "met"),
+            ("healthbench", ("axis:completeness",), "unmet", "met"),
+        ]
+    )
 
 
 def test_no_reviews_no_pairs(hb: HB) -> None:

@@ -8,18 +8,28 @@ import json
 import pytest
 
 from grandrounds.core.errors import ConfigError
+from grandrounds.core.records import Grade, Message, Response, Verdict, Vote
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.healthbench_grader import parse_batched
 from grandrounds.graders.judge_json import json_values, parse_criteria_met
-from grandrounds.graders.judging import Ask, Reading, ask, compare_modes, judge_criteria, majority, votes_of
+from grandrounds.graders.judging import (
+    Ask,
+    Reading,
+    ask,
+    compare_modes,
+    judge_criteria,
+    majority,
+    votes_of,
+)
 from grandrounds.graders.medeq_grader import parse_medeq_reply
-from grandrounds.core.records import Grade, Message, Response, Verdict, Vote
 
 
 class ScriptedJudge:
     """A fake judge: ``replies[(criterion, attempt)]`` or ``default``; ``None`` text = failed call."""
 
-    def __init__(self, name: str, replies: dict | None = None, default: str | None = "garbage") -> None:
+    def __init__(
+        self, name: str, replies: dict | None = None, default: str | None = "garbage"
+    ) -> None:
         self.name = name
         self.replies = replies or {}
         self.default = default
@@ -142,14 +152,23 @@ def test_regrade_only_unknown_keeps_known_and_continues_attempts():
 
 
 def test_regrade_panel_reasks_only_the_judge_whose_vote_was_unknown():
-    votes = (Vote("j1", "met", attempts=1, keys=("k1",)), Vote("j2", "unknown", attempts=1, keys=("k2",)))
+    votes = (
+        Vote("j1", "met", attempts=1, keys=("k1",)),
+        Vote("j2", "unknown", attempts=1, keys=("k2",)),
+    )
     prev = Verdict("a", "unknown", votes=votes)
     j1, j2 = ScriptedJudge("j1", {"a": NO}), ScriptedJudge("j2", {"a": YES})
-    ctx = GradeContext(judges=(j1, j2), previous=Grade("s", None, verdicts=(prev,)), only_unknown=True)
+    ctx = GradeContext(
+        judges=(j1, j2), previous=Grade("s", None, verdicts=(prev,)), only_unknown=True
+    )
     (v,) = run(judge_rubric(["a"], per_criterion, ctx))
     assert j1.calls == [] and j2.calls == [("a", 1)]
     assert v.status == "met" and v.statuses == ("met", "met")
-    assert v.judge_keys == ("k1", "k2", "j2:a:1")  # the kept vote keeps its call; the new one adds its own
+    assert v.judge_keys == (
+        "k1",
+        "k2",
+        "j2:a:1",
+    )  # the kept vote keeps its call; the new one adds its own
 
 
 def test_no_judge_is_a_config_error():
@@ -159,15 +178,22 @@ def test_no_judge_is_a_config_error():
 
 # ---- reply parsing tables ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "reply, met",
     [
         ('```json\n{"explanation": "x", "criteria_met": true}\n```', True),
         ('{"explanation": "x", "criteria_met": false}', False),
-        ('<think>maybe {"criteria_met": true}</think>\n```json\n{"criteria_met": false}\n```', False),
-        ('Sure! Here is my grade:\n{"explanation": "fine", "criteria_met": "true"}\nHope it helps.', True),
+        (
+            '<think>maybe {"criteria_met": true}</think>\n```json\n{"criteria_met": false}\n```',
+            False,
+        ),
+        (
+            'Sure! Here is my grade:\n{"explanation": "fine", "criteria_met": "true"}\nHope it helps.',
+            True,
+        ),
         ('{"explanation": "不符合", "criteria_met": "false"}', False),
-        ('{“explanation”：“回答提到了”，“criteria_met”：true}', True),
+        ("{“explanation”：“回答提到了”，“criteria_met”：true}", True),
         ('{"explanation": "x", "criteria_met": "maybe"}', None),
         ("criteria_met: true", None),
         ("", None),
@@ -180,13 +206,19 @@ def test_per_criterion_reply_table(reply, met):
 @pytest.mark.parametrize(
     "reply, expected",
     [
-        ('```json\n{"0": {"explanation": "a", "criteria_met": true}, "1": {"criteria_met": false}}\n```', {"0": True, "1": False}),
+        (
+            '```json\n{"0": {"explanation": "a", "criteria_met": true}, "1": {"criteria_met": false}}\n```',
+            {"0": True, "1": False},
+        ),
         ('{"0": true, "1": "false", "2": "unsure"}', {"0": True, "1": False}),
-        ('Verdicts:\n[{"id": 0, "criteria_met": "true"}, {"id": "1", "met": false}]', {"0": True, "1": False}),
+        (
+            'Verdicts:\n[{"id": 0, "criteria_met": "true"}, {"id": "1", "met": false}]',
+            {"0": True, "1": False},
+        ),
         ('{"verdicts": [{"id": "2", "criteria_met": true}]}', {"2": True}),
         ('{"id 0": {"criteria_met": true}, "criterion #1": false}', {"0": True, "1": False}),
         ('<think>{"0": false}</think>{"0": true}', {"0": True}),
-        ('{“0”：{“criteria_met”：true}}', {"0": True}),
+        ("{“0”：{“criteria_met”：true}}", {"0": True}),
         ("no json at all", {}),
         ('{"7": true}', {}),  # an id that was not asked about is ignored
     ],
@@ -203,9 +235,13 @@ def test_json_values_finds_objects_and_arrays_in_prose():
 @pytest.mark.parametrize(
     "line, key, met",
     [
-        ('加分项_1_"疾病情绪即时响应":1 | Reason: 开头即共情 | 给出具体出现的内容: "我理解"', "加分项_1", True),
+        (
+            '加分项_1_"疾病情绪即时响应":1 | Reason: 开头即共情 | 给出具体出现的内容: "我理解"',
+            "加分项_1",
+            True,
+        ),
         ('加分项_2_"诊疗信息引导提问"：0 ｜ Reason：没有追问', "加分项_2", False),
-        ('加分项＿３＿“暗示线索”：１｜Reason：有', "加分项_3", True),
+        ("加分项＿３＿“暗示线索”：１｜Reason：有", "加分项_3", True),
         ('加分项_4_"混合情绪":0', "加分项_4", False),  # Reason part missing
         ('加分项_5_"a:b": "1" | 理由: 引号里的 0/1', "加分项_5", True),
         ('- 减分项_1_"医疗沟通失言情境":1 | Reason: 有失言', "减分项_1", True),
@@ -222,13 +258,18 @@ def test_medeq_reply_ignores_unreadable_values_and_think_blocks():
 
 # ---- compare_modes ----------------------------------------------------------------------------
 
+
 def _grade(sid, statuses):
     return Grade(sid, 0.5, verdicts=tuple(Verdict(str(i), s) for i, s in enumerate(statuses)))
 
 
 def test_compare_modes_counts_only_criteria_known_in_both():
     a = [_grade("s1", ["met", "unmet", "unknown", "met"]), _grade("s2", ["met", "met"])]
-    b = [_grade("s1", ["met", "met", "met", "unknown"]), _grade("s2", ["met", "met"]), _grade("s3", ["unmet"])]
+    b = [
+        _grade("s1", ["met", "met", "met", "unknown"]),
+        _grade("s2", ["met", "met"]),
+        _grade("s3", ["unmet"]),
+    ]
     cmp = compare_modes(a, b)
     # s1: 0 agree, 1 disagree, 2 only-b, 3 only-a; s2: 2 agree; s3 only in b
     assert (cmp.n_compared, cmp.n_agree, cmp.only_a_known, cmp.only_b_known) == (4, 3, 1, 2)

@@ -14,16 +14,40 @@ from tests.conftest import shared_file
 
 
 def _file_with_rubric(tmp_path: Path, n_items: int) -> Path:
-    first = json.loads(shared_file("healthbench", "healthbench_500.jsonl").read_text(encoding="utf-8").splitlines()[0])
-    first["rubrics"] = [{"criterion": f"Mentions point {i}.", "points": 1, "tags": ["axis:completeness"]} for i in range(n_items)]
+    first = json.loads(
+        shared_file("healthbench", "healthbench_500.jsonl")
+        .read_text(encoding="utf-8")
+        .splitlines()[0]
+    )
+    first["rubrics"] = [
+        {"criterion": f"Mentions point {i}.", "points": 1, "tags": ["axis:completeness"]}
+        for i in range(n_items)
+    ]
     path = tmp_path / f"hb_{n_items}.jsonl"
     path.write_text(json.dumps(first) + "\n", encoding="utf-8")
     return path
 
 
 def _run(tmp_path: Path, data: Path, *extra: str):
-    return CliRunner().invoke(app, ["run", "healthbench", "--data", str(data), "-m", "scripted/x", "--judge", "scripted/j",
-                                    "--protocol", "grandrounds", "--store", str(tmp_path / "s.db"), *extra], env={"COLUMNS": "250"})
+    return CliRunner().invoke(
+        app,
+        [
+            "run",
+            "healthbench",
+            "--data",
+            str(data),
+            "-m",
+            "scripted/x",
+            "--judge",
+            "scripted/j",
+            "--protocol",
+            "grandrounds",
+            "--store",
+            str(tmp_path / "s.db"),
+            *extra,
+        ],
+        env={"COLUMNS": "250"},
+    )
 
 
 def test_over_the_limit_is_refused_before_any_call(tmp_path):
@@ -43,4 +67,6 @@ def test_a_large_rubric_is_noted_in_the_dry_run_and_the_run(tmp_path):
     r = _run(tmp_path, data, "--max-rubric-items", "2000")
     # the scripted judge answers "A", which no HealthBench reading accepts: every verdict is unknown (exit 3)
     assert r.exit_code == 3, r.output
-    assert "note: large rubrics" in r.output and "1,500 judge calls per judge" in " ".join(r.output.split())
+    assert "note: large rubrics" in r.output and "1,500 judge calls per judge" in " ".join(
+        r.output.split()
+    )

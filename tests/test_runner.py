@@ -6,15 +6,15 @@ import asyncio
 
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.demo import DemoExam
-from grandrounds.run.executor import RetryPolicy
+from grandrounds.core.records import Message, Sample
+from grandrounds.core.registry import PROVIDERS
 from grandrounds.graders.mcq_grader import MCQGrader
 from grandrounds.providers.base import ProviderError
 from grandrounds.providers.scripted import ScriptedProvider
-from grandrounds.core.registry import PROVIDERS
-from grandrounds.run.runner import run
 from grandrounds.run.config import RunConfig
+from grandrounds.run.executor import RetryPolicy
+from grandrounds.run.runner import run
 from grandrounds.run.samples import group_samples
-from grandrounds.core.records import Message, Sample
 from grandrounds.store import Store
 
 
@@ -28,10 +28,19 @@ def test_grader_crash_is_counted_unscored_and_redone_later(tmp_path, monkeypatch
 
     monkeypatch.setattr(MCQGrader, "grade", crashy)
     store = Store(tmp_path / "s.db")
-    cfg = RunConfig("demo", "scripted/a", options=RunOptions(protocol="grandrounds"), provider_options={"script": lambda req: "Answer: A"})
+    cfg = RunConfig(
+        "demo",
+        "scripted/a",
+        options=RunOptions(protocol="grandrounds"),
+        provider_options={"script": lambda req: "Answer: A"},
+    )
     out = asyncio.run(run(store, cfg))
     bad = [g for g in out.grades if g.value is None]
-    assert len(bad) == 1 and bad[0].sample_id == "3" and bad[0].error == "grading failed: RuntimeError: boom"
+    assert (
+        len(bad) == 1
+        and bad[0].sample_id == "3"
+        and bad[0].error == "grading failed: RuntimeError: boom"
+    )
     assert bad[0].status == "grader_error"
     assert out.result.n == 11 and out.result.n_unscored == 1
     monkeypatch.setattr(MCQGrader, "grade", real)
@@ -47,7 +56,14 @@ def test_non_retryable_failure_is_not_retried_and_unscored(tmp_path):
         calls["n"] += 1
         return ProviderError("HTTP 400: bad request", retryable=False)
 
-    cfg = RunConfig("demo", "scripted/bad", limit=3, options=RunOptions(protocol="grandrounds"), provider_options={"script": script}, retry=RetryPolicy(5, 0.001, 0.001))
+    cfg = RunConfig(
+        "demo",
+        "scripted/bad",
+        limit=3,
+        options=RunOptions(protocol="grandrounds"),
+        provider_options={"script": script},
+        retry=RetryPolicy(5, 0.001, 0.001),
+    )
     out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
     assert calls["n"] == 3
     assert out.result.n == 0 and out.result.n_unscored == 3 and out.result.score is None
@@ -61,7 +77,14 @@ def test_retryable_failure_gives_up_after_the_bound(tmp_path):
         calls["n"] += 1
         return ProviderError("HTTP 503: overloaded", retryable=True)
 
-    cfg = RunConfig("demo", "scripted/down", limit=2, options=RunOptions(protocol="grandrounds"), provider_options={"script": script}, retry=RetryPolicy(4, 0.001, 0.001))
+    cfg = RunConfig(
+        "demo",
+        "scripted/down",
+        limit=2,
+        options=RunOptions(protocol="grandrounds"),
+        provider_options={"script": script},
+        retry=RetryPolicy(4, 0.001, 0.001),
+    )
     out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
     assert calls["n"] == 8, "4 attempts each, no more"
     assert out.result.n_unscored == 2
@@ -70,7 +93,9 @@ def test_retryable_failure_gives_up_after_the_bound(tmp_path):
 
 def test_groups_keep_turn_order_and_singletons_alone():
     def s(i, group=None, turn=0):
-        return Sample(id=str(i), benchmark="x", messages=(Message("user", str(i)),), group=group, turn=turn)
+        return Sample(
+            id=str(i), benchmark="x", messages=(Message("user", str(i)),), group=group, turn=turn
+        )
 
     groups = group_samples([s(1), s(2, "g", 2), s(3, "g", 1), s(4), s(5, "h", 1)])
     assert [[x.id for x in g] for g in groups] == [["1"], ["3", "2"], ["4"], ["5"]]
@@ -98,7 +123,13 @@ def test_samples_are_stored_with_their_answers_in_source_order(tmp_path):
 def _reversed_order(tmp_path):
     store = Store(tmp_path / "s.db")
     bench = DemoExam()
-    cfg = RunConfig("demo", "reversed/a", limit=7, options=RunOptions(protocol="grandrounds"), provider_options={"script": lambda req: "Answer: A"})
+    cfg = RunConfig(
+        "demo",
+        "reversed/a",
+        limit=7,
+        options=RunOptions(protocol="grandrounds"),
+        provider_options={"script": lambda req: "Answer: A"},
+    )
     out = asyncio.run(run(store, cfg))
     dataset = out.run.dataset_sha256
     asked = [s.messages[-1].content for s in out.samples]
@@ -107,6 +138,16 @@ def _reversed_order(tmp_path):
     # only the samples the run asked, each exactly once, in the file's order whatever order they completed in
     assert [s.id for s in stored] == [s.id for s in out.samples] == [s.id for s in bench.load()[:7]]
     assert stored == out.samples
-    again = asyncio.run(run(store, RunConfig("demo", "reversed/a", options=RunOptions(protocol="grandrounds"), provider_options={"script": lambda req: "Answer: A"})))
+    again = asyncio.run(
+        run(
+            store,
+            RunConfig(
+                "demo",
+                "reversed/a",
+                options=RunOptions(protocol="grandrounds"),
+                provider_options={"script": lambda req: "Answer: A"},
+            ),
+        )
+    )
     assert again.answer_stats.made == 12 - 7
     assert [s.id for s in store.samples("demo", dataset)] == [s.id for s in again.samples]

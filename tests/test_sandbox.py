@@ -35,7 +35,7 @@ def test_files_inside_the_folder_work():
     ("code", "refused_event"),
     [
         ("open('/etc/passwd').read()", "open"),
-        ("open(%r).read()" % os.path.abspath(__file__), "open"),
+        (f"open({os.path.abspath(__file__)!r}).read()", "open"),
         ("open('/tmp/grandrounds-escape.txt', 'w').write('x')", "open"),
         ("import os; os.remove('/tmp/grandrounds-escape.txt')", "os.remove"),
         ("import os; os.mkdir('/tmp/grandrounds-escape-dir')", "os.mkdir"),
@@ -54,7 +54,9 @@ def test_refusals(code, refused_event):
     assert out.exit_code == 1
     assert any(r.startswith(refused_event) for r in out.refused), out.refused
     assert "PermissionError: sandbox" in out.text()
-    assert not os.path.exists("/tmp/grandrounds-escape.txt") and not os.path.exists("/tmp/grandrounds-escape-dir")
+    assert not os.path.exists("/tmp/grandrounds-escape.txt") and not os.path.exists(
+        "/tmp/grandrounds-escape-dir"
+    )
 
 
 def test_cannot_reach_a_listening_socket_on_this_machine():

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from grandrounds.run.executor import Executor, RetryPolicy
+from grandrounds.core.records import Message, Request
 from grandrounds.providers.base import ModelSpec, ProviderError
 from grandrounds.providers.openai_compat import OpenAIProvider
-from grandrounds.core.records import Message, Request
-from grandrounds.run.runner import run
 from grandrounds.run.config import RunConfig
+from grandrounds.run.executor import Executor, RetryPolicy
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 from tests.hostile_server import MB, HostileServer
 
@@ -33,7 +33,15 @@ FAST = RetryPolicy(max_attempts=3, base_delay=0.001, max_delay=0.001)
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch):
-    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "OPENAI_BASE_URL"):
+    for var in (
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+        "OPENAI_BASE_URL",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
 
@@ -66,7 +74,9 @@ def through_executor(p: OpenAIProvider, db: Path, req: Request | None = None):
 
     async def go():
         try:
-            return await Executor(store, p, retry=FAST)(req or request(base_url=p.request_base_url()))
+            return await Executor(store, p, retry=FAST)(
+                req or request(base_url=p.request_base_url())
+            )
         finally:
             await p.aclose()
 
@@ -101,7 +111,10 @@ def test_an_endless_stream_fails_as_too_large_and_memory_stays_near_the_cap():
             tracemalloc.stop()
     assert isinstance(err, ProviderError), err
     assert err.kind == "too_large" and err.retryable is False
-    assert str(err) == "response too large: over 2 MB, raise max_response_mb to accept more (the body did not end before the cap)"
+    assert (
+        str(err)
+        == "response too large: over 2 MB, raise max_response_mb to accept more (the body did not end before the cap)"
+    )
     assert peak < 6 * MB, f"peak {peak / MB:.1f} MB for a 2 MB cap"
     assert elapsed < 10
     # The client stopped reading at the cap: the server could push only what the socket buffers hold.
@@ -112,7 +125,9 @@ def test_a_huge_announced_body_is_refused_before_it_is_read():
     with HostileServer("huge_body", big=64 * MB) as srv:
         err = one(provider(srv.base_url, max_response_mb=1))
     assert isinstance(err, ProviderError) and err.kind == "too_large" and err.retryable is False
-    assert str(err).endswith("over 1 MB, raise max_response_mb to accept more (the server announced 67,108,864 bytes)")
+    assert str(err).endswith(
+        "over 1 MB, raise max_response_mb to accept more (the server announced 67,108,864 bytes)"
+    )
     assert srv.stats.bytes_sent[0] < 16 * MB, "the rest of the 64 MB was never accepted"
 
 
@@ -186,7 +201,11 @@ def test_a_header_over_the_limit_is_a_failed_call_and_the_next_call_works(mode):
 
         bad, good = asyncio.run(go())
     assert isinstance(bad, ProviderError) and bad.retryable is False and bad.kind == "too_large"
-    want = "response too large: a header over 64 KiB" if mode == "huge_header" else "response too large: over 128 header fields"
+    want = (
+        "response too large: a header over 64 KiB"
+        if mode == "huge_header"
+        else "response too large: over 128 header fields"
+    )
     assert str(bad).startswith(want)
     assert "\n" not in str(bad)
     assert good.ok and good.text == HostileServer.TEXT
@@ -207,7 +226,9 @@ def test_an_html_page_with_status_200_is_a_final_error_naming_the_page():
     with HostileServer("html") as srv:
         err = one(provider(srv.base_url))
     assert isinstance(err, ProviderError) and err.retryable is False
-    assert str(err).startswith("malformed response body: HTTP 200 with an HTML page instead of JSON (is --base-url the API's URL")
+    assert str(err).startswith(
+        "malformed response body: HTTP 200 with an HTML page instead of JSON (is --base-url the API's URL"
+    )
     assert "Sign in to the network" in str(err)
 
 
@@ -279,11 +300,15 @@ def test_credentials_in_the_base_url_are_used_but_never_stored(tmp_path):
     with HostileServer("ok") as srv:
         url = f"http://alice:s3cret-pass@127.0.0.1:{srv.port}/v1"
         first = asyncio.run(run(Store(db), RunConfig("demo", "openai/m", base_url=url, limit=2)))
-        again = asyncio.run(run(Store(db), RunConfig("demo", "openai/m", base_url=srv.base_url, limit=2)))
+        again = asyncio.run(
+            run(Store(db), RunConfig("demo", "openai/m", base_url=srv.base_url, limit=2))
+        )
         auths = srv.stats.authorizations
         requests = srv.stats.requests
     token = base64.b64encode(b"alice:s3cret-pass").decode()
-    assert auths[:2] == [f"Basic {token}"] * 2, "the URL's credentials were sent, as HTTP Basic, instead of the key"
+    assert auths[:2] == [f"Basic {token}"] * 2, (
+        "the URL's credentials were sent, as HTTP Basic, instead of the key"
+    )
     assert first.answer_stats.made == 2 and all(r.ok for r in first.responses.values())
     # The URL's user is an account a gateway may route to another model: the run without it is
     # another run, asked again (the user's name reaches the keys only as a hash, never the password).
@@ -296,7 +321,10 @@ def test_credentials_in_the_base_url_are_used_but_never_stored(tmp_path):
 def test_a_base_url_password_echoed_back_is_redacted(tmp_path):
     with HostileServer("echo_key") as srv:
         p = provider(f"http://bob:pa55-w0rd-x@127.0.0.1:{srv.port}/v1")
-        assert p.request_base_url().startswith(srv.base_url + "#account:") and p.endpoint == srv.base_url
+        assert (
+            p.request_base_url().startswith(srv.base_url + "#account:")
+            and p.endpoint == srv.base_url
+        )
         assert "bob" not in p.request_base_url() and "pa55" not in p.request_base_url()
         assert "pa55" not in repr(p.spec)
         out = through_executor(p, tmp_path / "s.db")
@@ -310,11 +338,19 @@ def test_a_base_url_password_echoed_back_is_redacted(tmp_path):
 
 def test_a_run_against_an_endless_stream_ends_with_every_call_failed_once(tmp_path):
     with HostileServer("endless") as srv:
-        cfg = RunConfig("demo", "openai/m", base_url=srv.base_url, limit=3, provider_options={"max_response_mb": 1})
+        cfg = RunConfig(
+            "demo",
+            "openai/m",
+            base_url=srv.base_url,
+            limit=3,
+            provider_options={"max_response_mb": 1},
+        )
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
         n = srv.stats.requests
     assert n == 3, "one request per question: too large is not retried"
-    assert srv.stats.lookups <= 3, "the server's slots are looked up once (three places to look), endless answers and all"
+    assert srv.stats.lookups <= 3, (
+        "the server's slots are looked up once (three places to look), endless answers and all"
+    )
     assert out.answer_stats.failed == 3 and out.result.extra["n_answer_failed"] == 3
     assert all(r.error.startswith("response too large: over 1 MB") for r in out.responses.values())
 
@@ -329,10 +365,22 @@ def test_a_run_against_an_endless_stream_ends_with_every_call_failed_once(tmp_pa
         ("Authorization: Bearer eyJhbGciOi.J9-x_y", (), "Authorization: Bearer [redacted]"),
         ("auth=Basic dXNlcjpwYXNz", (), "auth=Basic [redacted]"),
         ("google key AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUv", (), "google key [redacted]"),
-        ("token hf_abcdefghijklmnopqrstuvwxyz0123 and gsk_abcdefghij1234567890", (), "token [redacted] and [redacted]"),
-        ("your key Zq81vendorkeyTT09x is invalid", ("Zq81vendorkeyTT09x",), "your key [redacted] is invalid"),
+        (
+            "token hf_abcdefghijklmnopqrstuvwxyz0123 and gsk_abcdefghij1234567890",
+            (),
+            "token [redacted] and [redacted]",
+        ),
+        (
+            "your key Zq81vendorkeyTT09x is invalid",
+            ("Zq81vendorkeyTT09x",),
+            "your key [redacted] is invalid",
+        ),
         # plain words after Bearer/Basic, short placeholders and ordinary text stay
-        ("Basic authentication failed; Bearer token missing; Bearer EMPTY", (), "Basic authentication failed; Bearer token missing; Bearer EMPTY"),
+        (
+            "Basic authentication failed; Bearer token missing; Bearer EMPTY",
+            (),
+            "Basic authentication failed; Bearer token missing; Bearer EMPTY",
+        ),
         ("the task-list is empty; ask-me later", (), "the task-list is empty; ask-me later"),
     ],
 )

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 import grandrounds
-from grandrounds.run import runner
-from grandrounds.core.records import result_from_json
 from grandrounds.core.hashing import canonical_json
+from grandrounds.core.records import result_from_json
+from grandrounds.run import runner
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import shared_file
@@ -55,34 +55,62 @@ class Counting:
 @pytest.fixture
 def setting(tmp_path: Path):
     data = shared_file("healthbench", "healthbench_500.jsonl")
-    with LoopbackServer(lambda b: "Please see a doctor soon.") as cand, LoopbackServer(judge_rule(False)) as judge:
-        args = ["run", "healthbench", "--data", str(data), "--limit", str(N), "--model", "openai/cand", "--protocol", "grandrounds",
-                "--base-url", cand.base_url, "--judge", f"openai/judge@{judge.base_url}", "--store", str(tmp_path / "s.db")]
+    with (
+        LoopbackServer(lambda b: "Please see a doctor soon.") as cand,
+        LoopbackServer(judge_rule(False)) as judge,
+    ):
+        args = [
+            "run",
+            "healthbench",
+            "--data",
+            str(data),
+            "--limit",
+            str(N),
+            "--model",
+            "openai/cand",
+            "--protocol",
+            "grandrounds",
+            "--base-url",
+            cand.base_url,
+            "--judge",
+            f"openai/judge@{judge.base_url}",
+            "--store",
+            str(tmp_path / "s.db"),
+        ]
         yield args, cand, judge
 
 
 def outputs(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-    lines = [json.loads(x) for x in (folder / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    lines = [
+        json.loads(x) for x in (folder / "samples.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     return results, lines
 
 
 def settled_rows(db: Path) -> list[tuple[str, str, dict[str, Any]]]:
     con = sqlite3.connect(db)
     try:
-        return [(r, fp, json.loads(t)) for r, fp, t in con.execute("SELECT run_id, grader_fp, tally_json FROM settled")]
+        return [
+            (r, fp, json.loads(t))
+            for r, fp, t in con.execute("SELECT run_id, grader_fp, tally_json FROM settled")
+        ]
     finally:
         con.close()
 
 
-def test_a_finished_run_is_read_back_with_the_same_outputs(setting, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_finished_run_is_read_back_with_the_same_outputs(
+    setting, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     args, cand, judge = setting
     counting = Counting(monkeypatch)
     first = invoke(*args, "--out", str(tmp_path / "a"))
     assert first.exit_code == 0, first.output
     assert counting.added == N and cand.stats.requests == N and judge.stats.requests > N
-    assert counting.read == 0  # a first run has no grade to read: none is looked up sample by sample
-    (_, _, tally), = settled_rows(tmp_path / "s.db")
+    assert (
+        counting.read == 0
+    )  # a first run has no grade to read: none is looked up sample by sample
+    ((_, _, tally),) = settled_rows(tmp_path / "s.db")
     assert tally == {"n": N, "redo": 0, "status": {"scored": N}, "version": grandrounds.__version__}
 
     counting.reset()
@@ -103,7 +131,10 @@ def test_a_finished_run_is_read_back_with_the_same_outputs(setting, tmp_path: Pa
     assert slow.exit_code == 0, slow.output
     assert counting.added == N and counting.read == N
     assert outputs(tmp_path / "c") == outputs(tmp_path / "b")
-    printed = [flat(out).split("Results", 1)[1].replace(str(tmp_path / x), "OUT") for out, x in ((slow.output, "c"), (again.output, "b"))]
+    printed = [
+        flat(out).split("Results", 1)[1].replace(str(tmp_path / x), "OUT")
+        for out, x in ((slow.output, "c"), (again.output, "b"))
+    ]
     assert printed[0] == printed[1]
     assert len(settled_rows(tmp_path / "s.db")) == 1
 
@@ -112,28 +143,53 @@ def test_the_stored_result_reads_back_equal(setting, tmp_path: Path) -> None:
     args, _, _ = setting
     assert invoke(*args).exit_code == 0
     with Store(tmp_path / "s.db") as st:
-        (run_id, fp, stored), = list(st.results())
+        ((run_id, fp, stored),) = list(st.results())
     back = result_from_json(stored)
     assert back.breakdown and back.ci95 is not None and back.n == N
     assert json.loads(canonical_json(back)) == stored
 
 
-def test_a_failed_judge_call_keeps_the_run_unsettled_until_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_judge_call_keeps_the_run_unsettled_until_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = shared_file("healthbench", "healthbench_500.jsonl")
     failing = {"on": True}
     good = judge_rule(False)
 
     def judge_rule_with_faults(body: dict[str, Any]) -> Any:
-        return Fault("400") if failing["on"] and "emergency" in body["messages"][-1]["content"].lower() else good(body)
+        return (
+            Fault("400")
+            if failing["on"] and "emergency" in body["messages"][-1]["content"].lower()
+            else good(body)
+        )
 
     counting = Counting(monkeypatch)
-    with LoopbackServer(lambda b: "Please see a doctor soon.") as cand, LoopbackServer(judge_rule_with_faults) as judge:
-        args = ["run", "healthbench", "--data", str(data), "--limit", str(N), "--model", "openai/cand", "--protocol", "grandrounds",
-                "--base-url", cand.base_url, "--judge", f"openai/judge@{judge.base_url}", "--store", str(tmp_path / "s.db")]
+    with (
+        LoopbackServer(lambda b: "Please see a doctor soon.") as cand,
+        LoopbackServer(judge_rule_with_faults) as judge,
+    ):
+        args = [
+            "run",
+            "healthbench",
+            "--data",
+            str(data),
+            "--limit",
+            str(N),
+            "--model",
+            "openai/cand",
+            "--protocol",
+            "grandrounds",
+            "--base-url",
+            cand.base_url,
+            "--judge",
+            f"openai/judge@{judge.base_url}",
+            "--store",
+            str(tmp_path / "s.db"),
+        ]
         r = invoke(*args)
         assert r.exit_code == 0, r.output
         assert sum(judge.stats.faults.values()) > 0
-        (_, _, tally), = settled_rows(tmp_path / "s.db")
+        ((_, _, tally),) = settled_rows(tmp_path / "s.db")
         assert 0 < tally["redo"] <= N
 
         # still failing: the re-run goes sample by sample and asks the failed calls again
@@ -146,7 +202,7 @@ def test_a_failed_judge_call_keeps_the_run_unsettled_until_retried(tmp_path: Pat
         failing["on"] = False
         r = invoke(*args)
         assert r.exit_code == 0, r.output
-        (_, _, tally), = settled_rows(tmp_path / "s.db")
+        ((_, _, tally),) = settled_rows(tmp_path / "s.db")
         assert tally["redo"] == 0
 
         counting.reset()
@@ -156,17 +212,21 @@ def test_a_failed_judge_call_keeps_the_run_unsettled_until_retried(tmp_path: Pat
         assert counting.added == 0 and judge.stats.requests == before
 
 
-def test_a_grade_written_after_the_result_unsettles_the_grading(setting, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_grade_written_after_the_result_unsettles_the_grading(
+    setting, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     args, _, _ = setting
     assert invoke(*args, "--out", str(tmp_path / "a")).exit_code == 0
     with Store(tmp_path / "s.db") as st:
-        (run_id, fp, stored), = list(st.results())
+        ((run_id, fp, stored),) = list(st.results())
         grades = st.grades(run_id, fp)
         sid = sorted(grades)[0]
         g = grades[sid]
         from dataclasses import replace
 
-        st.put_grade(run_id, fp, replace(g, value=None, status="unreadable", error="marked by hand"))
+        st.put_grade(
+            run_id, fp, replace(g, value=None, status="unreadable", error="marked by hand")
+        )
         assert st.settled(run_id, fp) is None
     counting = Counting(monkeypatch)
     r = invoke(*args, "--out", str(tmp_path / "b"))
@@ -174,11 +234,13 @@ def test_a_grade_written_after_the_result_unsettles_the_grading(setting, tmp_pat
     assert counting.added == N, "sample by sample: the new grade counts"
     results, _ = outputs(tmp_path / "b")
     assert results["results"][0]["n_unscored"] == 1
-    (_, _, tally), = settled_rows(tmp_path / "s.db")
+    ((_, _, tally),) = settled_rows(tmp_path / "s.db")
     assert tally["status"] == {"scored": N - 1, "unreadable": 1} and tally["redo"] == 0
 
 
-def test_another_version_of_the_package_aggregates_anew(setting, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_version_of_the_package_aggregates_anew(
+    setting, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     args, cand, judge = setting
     assert invoke(*args).exit_code == 0
     counting = Counting(monkeypatch)
@@ -186,12 +248,16 @@ def test_another_version_of_the_package_aggregates_anew(setting, tmp_path: Path,
     asked = (cand.stats.requests, judge.stats.requests)
     r = invoke(*args)
     assert r.exit_code == 0, r.output
-    assert counting.added == N and (cand.stats.requests, judge.stats.requests) == asked, "grades reused, result made anew"
-    (_, _, tally), = settled_rows(tmp_path / "s.db")
+    assert counting.added == N and (cand.stats.requests, judge.stats.requests) == asked, (
+        "grades reused, result made anew"
+    )
+    ((_, _, tally),) = settled_rows(tmp_path / "s.db")
     assert tally["version"] == grandrounds.__version__
 
 
-def test_other_options_do_not_read_back_the_result(setting, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_options_do_not_read_back_the_result(
+    setting, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--seed changes the bootstrap of the confidence interval: the run aggregates anew under it."""
     args, _, _ = setting
     assert invoke(*args).exit_code == 0
@@ -201,26 +267,45 @@ def test_other_options_do_not_read_back_the_result(setting, tmp_path: Path, monk
     assert counting.added == N
 
 
-def test_run_returns_the_same_result_read_back_as_aggregated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_returns_the_same_result_read_back_as_aggregated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Through the runner (no CLI): the result read back equals the one aggregated sample by
     sample, without the usage block the CLI adds to the stored copy."""
     import asyncio
 
+    from grandrounds.run.config import JudgeConfig, RunConfig
     from grandrounds.run.costs import with_usage
     from grandrounds.run.runner import run
-    from grandrounds.run.config import JudgeConfig, RunConfig
 
     data = shared_file("healthbench", "healthbench_500.jsonl")
-    with LoopbackServer(lambda b: "See a doctor.") as cand, LoopbackServer(judge_rule(False)) as judge, Store(tmp_path / "s.db") as st:
-        cfg = RunConfig("healthbench", "openai/cand", data=data, base_url=cand.base_url, limit=5,
-                        judges=(JudgeConfig("openai/judge", judge.base_url),))
+    with (
+        LoopbackServer(lambda b: "See a doctor.") as cand,
+        LoopbackServer(judge_rule(False)) as judge,
+        Store(tmp_path / "s.db") as st,
+    ):
+        cfg = RunConfig(
+            "healthbench",
+            "openai/cand",
+            data=data,
+            base_url=cand.base_url,
+            limit=5,
+            judges=(JudgeConfig("openai/judge", judge.base_url),),
+        )
         counting = Counting(monkeypatch)
         first = asyncio.run(run(st, cfg))
         assert counting.added == 5
         counting.reset()
-        with_usage(st, first.run.id, first.result, *first.usage)  # as the CLI does: the stored copy gains usage
+        with_usage(
+            st, first.run.id, first.result, *first.usage
+        )  # as the CLI does: the stored copy gains usage
         assert "usage" in st.result(first.run.id, first.fp_key)["extra"]
         again = asyncio.run(run(st, cfg))
-        assert counting.added == 0 and again.answer_stats.cached == 5, "read back, not aggregated again"
-        assert again.result == first.result and again.counts == first.counts and again.usage == first.usage
-
+        assert counting.added == 0 and again.answer_stats.cached == 5, (
+            "read back, not aggregated again"
+        )
+        assert (
+            again.result == first.result
+            and again.counts == first.counts
+            and again.usage == first.usage
+        )

@@ -23,27 +23,56 @@ PRICES = {"doctor": (1.0, 4.0), "sim": (3.0, 12.0), "mod": (0.5, 2.0)}
 
 
 def write_prices(path: Path) -> Path:
-    path.write_text("[models]\n" + "".join(f'"openai/{m}" = {{ input = {i}, output = {o} }}\n' for m, (i, o) in PRICES.items()),
-                    encoding="utf-8")
+    path.write_text(
+        "[models]\n"
+        + "".join(
+            f'"openai/{m}" = {{ input = {i}, output = {o} }}\n' for m, (i, o) in PRICES.items()
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
 def run_cli(tmp_path: Path, srv: LoopbackServer, prices: Path) -> tuple[dict[str, Any], str]:
     out = tmp_path / "out"
-    args = ["run", "agentclinic", "--data", str(shared_file("agentclinic", FILES["medqa"])), "--limit", "5",
-            "--model", "openai/doctor", "--base-url", srv.base_url, "--simulator", f"openai/sim@{srv.base_url}",
-            "--judge", f"openai/mod@{srv.base_url}", "--store", str(tmp_path / "s.db"), "--out", str(out),
-            "--prices", str(prices), "--concurrency", "4"]
+    args = [
+        "run",
+        "agentclinic",
+        "--data",
+        str(shared_file("agentclinic", FILES["medqa"])),
+        "--limit",
+        "5",
+        "--model",
+        "openai/doctor",
+        "--base-url",
+        srv.base_url,
+        "--simulator",
+        f"openai/sim@{srv.base_url}",
+        "--judge",
+        f"openai/mod@{srv.base_url}",
+        "--store",
+        str(tmp_path / "s.db"),
+        "--out",
+        str(out),
+        "--prices",
+        str(prices),
+        "--concurrency",
+        "4",
+    ]
     r = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
     assert r.exit_code == 0, (r.output, r.exception)
-    return json.loads((out / "results.json").read_text(encoding="utf-8"))["results"][0], " ".join(r.output.split())
+    return json.loads((out / "results.json").read_text(encoding="utf-8"))["results"][0], " ".join(
+        r.output.split()
+    )
 
 
 def stored_calls(db: Path) -> dict[str, tuple[int, int, int]]:
     """purpose -> (calls, prompt tokens, completion tokens), counted straight from the store."""
     con = sqlite3.connect(db)
     try:
-        rows = con.execute("SELECT purpose, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens) FROM calls GROUP BY purpose").fetchall()
+        rows = con.execute(
+            "SELECT purpose, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens) FROM calls GROUP BY purpose"
+        ).fetchall()
         return {r[0]: (int(r[1]), int(r[2]), int(r[3])) for r in rows}
     finally:
         con.close()
@@ -66,21 +95,35 @@ def test_simulator_calls_are_in_the_usage_the_cost_line_and_the_call_summary(tmp
     assert n_sim == sim_sent > 0  # every distinct simulator call, sent once and stored
     usage = result["extra"]["usage"]
     sims = usage["simulators"]
-    assert [(s["model"], s["calls"], s["prompt_tokens"], s["completion_tokens"]) for s in sims] == [("openai/sim", n_sim, p_sim, c_sim)]
+    assert [(s["model"], s["calls"], s["prompt_tokens"], s["completion_tokens"]) for s in sims] == [
+        ("openai/sim", n_sim, p_sim, c_sim)
+    ]
     assert sims[0]["cost_usd"] == round(cost("sim", p_sim, c_sim), 6)
     # the totals are every call in the store: the doctor's, the patient's and reader's, the moderator's
     assert usage["prompt_tokens"] == sum(v[1] for v in calls.values())
     assert usage["completion_tokens"] == sum(v[2] for v in calls.values())
-    want = cost("doctor", *calls["answer"][1:]) + cost("sim", p_sim, c_sim) + cost("mod", *calls["judge"][1:])
+    want = (
+        cost("doctor", *calls["answer"][1:])
+        + cost("sim", p_sim, c_sim)
+        + cost("mod", *calls["judge"][1:])
+    )
     assert usage["cost_usd"] == round(want, 6) and usage["cost_complete"] is True
     # the closing lines: the simulator's own call summary line and the cost with it
     assert f"simulator openai/sim: {n_sim} calls made, 0 from the store, 0 failed" in output
-    assert f"cost {fmt_usd(usage['cost_usd'])} at the packaged price table with {prices} on top" in output
+    assert (
+        f"cost {fmt_usd(usage['cost_usd'])} at the packaged price table with {prices} on top"
+        in output
+    )
     assert f"tokens: {usage['prompt_tokens']:,} in" in output
     # the steps name their simulator calls: the keys are exactly the stored "simulate" calls
     con = sqlite3.connect(tmp_path / "s.db")
     try:
-        keys = {k for (steps,) in con.execute("SELECT steps_json FROM episodes") for st in json.loads(steps) for k in st.get("simulator_keys", [])}
+        keys = {
+            k
+            for (steps,) in con.execute("SELECT steps_json FROM episodes")
+            for st in json.loads(steps)
+            for k in st.get("simulator_keys", [])
+        }
         stored = {k for (k,) in con.execute("SELECT key FROM calls WHERE purpose = 'simulate'")}
     finally:
         con.close()
@@ -105,11 +148,33 @@ def test_usage_without_a_simulator_keeps_its_keys_and_an_unpriced_simulator_is_n
     table = PriceTable({"openai/doctor": (1.0, 4.0)})
     answers = CallUsage("answers", 3, 100, 10, 0)
     plain = run_usage("openai/doctor", answers, [], [], table)
-    assert set(plain) == {"answers", "judges", "prompt_tokens", "completion_tokens", "cost_usd", "cost_complete", "prices"}
-    with_sim = run_usage("openai/doctor", answers, [], [], table, simulator=("openai/sim", CallUsage("simulator", 4, 50, 5, 0)))
+    assert set(plain) == {
+        "answers",
+        "judges",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost_usd",
+        "cost_complete",
+        "prices",
+    }
+    with_sim = run_usage(
+        "openai/doctor",
+        answers,
+        [],
+        [],
+        table,
+        simulator=("openai/sim", CallUsage("simulator", 4, 50, 5, 0)),
+    )
     assert with_sim["simulators"][0]["cost_usd"] is None  # no price: unknown, not $0
     assert with_sim["cost_complete"] is False
     assert with_sim["prompt_tokens"] == 150 and with_sim["completion_tokens"] == 15
     assert usage_cells({"usage": with_sim}) == ("150+15", fmt_usd(plain["cost_usd"]) + "+")
-    missing = run_usage("openai/doctor", answers, [], [], table, simulator=("openai/sim", CallUsage("simulator", 2, 0, 0, 2)))
+    missing = run_usage(
+        "openai/doctor",
+        answers,
+        [],
+        [],
+        table,
+        simulator=("openai/sim", CallUsage("simulator", 2, 0, 0, 2)),
+    )
     assert "(2 calls reported no usage)" in usage_line({"usage": missing})

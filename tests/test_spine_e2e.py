@@ -14,14 +14,20 @@ from pathlib import Path
 import pytest
 
 from grandrounds.benchmarks.base import RunOptions
+from grandrounds.run.config import RunConfig
 from grandrounds.run.executor import RetryPolicy
 from grandrounds.run.runner import run
-from grandrounds.run.config import RunConfig
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import shared_file
 
-STYLES = ["The answer is ({x}).", "答案：{x}", "**{x}**", "After weighing the options... Answer: {x}", "{x}"]
+STYLES = [
+    "The answer is ({x}).",
+    "答案：{x}",
+    "**{x}**",
+    "After weighing the options... Answer: {x}",
+    "{x}",
+]
 
 
 def load_key(path: Path) -> dict[str, list[dict]]:
@@ -78,7 +84,15 @@ FAST = RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05)
 
 
 def _cfg(data: Path, url: str) -> RunConfig:
-    return RunConfig("medqa", "openai/loopback-rule", data=data, base_url=url, concurrency=32, retry=FAST, options=RunOptions(protocol="grandrounds"))
+    return RunConfig(
+        "medqa",
+        "openai/loopback-rule",
+        data=data,
+        base_url=url,
+        concurrency=32,
+        retry=FAST,
+        options=RunOptions(protocol="grandrounds"),
+    )
 
 
 def test_accuracy_equals_rule_and_warm_rerun_makes_no_call(tmp_path):
@@ -132,15 +146,31 @@ def test_failed_calls_are_unscored_not_wrong_and_retried_later(tmp_path):
             return Fault("500")
         return rule_answer(question, answer)
 
-    cfg = RunConfig("medqa", "openai/x", data=data, limit=200, concurrency=16, retry=RetryPolicy(3, 0.001, 0.002), options=RunOptions(protocol="grandrounds"))
+    cfg = RunConfig(
+        "medqa",
+        "openai/x",
+        data=data,
+        limit=200,
+        concurrency=16,
+        retry=RetryPolicy(3, 0.001, 0.002),
+        options=RunOptions(protocol="grandrounds"),
+    )
     with LoopbackServer(rule) as srv:
         cfg.base_url = srv.base_url
         store = Store(tmp_path / "s.db")
         out = asyncio.run(run(store, cfg))
-        failing = sum(1 for line in data.read_text().splitlines()[:200] if len(json.loads(line)["question"]) % 5 == 0)
+        failing = sum(
+            1
+            for line in data.read_text().splitlines()[:200]
+            if len(json.loads(line)["question"]) % 5 == 0
+        )
         assert out.result.n_unscored == failing > 0
         assert out.result.n == 200 - failing
-        assert all(g.value is None and "answer failed" in (g.error or "") for g in out.grades if g.value is None)
+        assert all(
+            g.value is None and "answer failed" in (g.error or "")
+            for g in out.grades
+            if g.value is None
+        )
         broken["on"] = False
         before = srv.stats.requests
         again = asyncio.run(run(store, cfg))
@@ -152,11 +182,25 @@ def test_non_retryable_error_is_not_retried(tmp_path):
     """A 400 is the caller's fault: asked once, stored as a failed call, the sample unscored (never wrong)."""
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     with LoopbackServer(lambda body: Fault("400")) as srv:
-        cfg = RunConfig("medqa", "openai/m", data=data, limit=3, base_url=srv.base_url, retry=RetryPolicy(base_delay=0.001), options=RunOptions(protocol="grandrounds"))
+        cfg = RunConfig(
+            "medqa",
+            "openai/m",
+            data=data,
+            limit=3,
+            base_url=srv.base_url,
+            retry=RetryPolicy(base_delay=0.001),
+            options=RunOptions(protocol="grandrounds"),
+        )
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
         assert srv.stats.requests == 3, "one request per question, no retry"
-    assert out.answer_stats.made == 3 and out.answer_stats.failed == 3 and out.answer_stats.retries == 0
-    assert all(g.value is None and g.status == "answer_failed" and "400" in g.error for g in out.grades)
+    assert (
+        out.answer_stats.made == 3
+        and out.answer_stats.failed == 3
+        and out.answer_stats.retries == 0
+    )
+    assert all(
+        g.value is None and g.status == "answer_failed" and "400" in g.error for g in out.grades
+    )
     assert out.result.score is None and out.result.n == 0 and out.result.n_unscored == 3
 
 
@@ -193,11 +237,16 @@ def test_answer_modes_and_shuffle_are_recorded(tmp_path):
                 data=data,
                 base_url=srv.base_url,
                 limit=40,
-                options=RunOptions(answer_mode=mode, shuffle_options=True, seed=7, protocol="grandrounds"),
+                options=RunOptions(
+                    answer_mode=mode, shuffle_options=True, seed=7, protocol="grandrounds"
+                ),
             )
             out = asyncio.run(run(store, cfg))
             assert out.result.score == 1.0 and out.result.n == 40, mode
             assert out.result.fingerprint["answer_mode"] == mode
-            assert out.result.fingerprint["shuffle_options"] is True and out.result.fingerprint["seed"] == 7
+            assert (
+                out.result.fingerprint["shuffle_options"] is True
+                and out.result.fingerprint["seed"] == 7
+            )
             assert out.result.n_unscored == 0 and out.result.n == 40
             assert all("permutation" in g.details for g in out.grades)

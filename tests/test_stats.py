@@ -28,7 +28,6 @@ from grandrounds.scoring.stats import (
     wilson_ci,
 )
 
-
 # ---- independent references ------------------------------------------------------------------
 
 
@@ -84,7 +83,7 @@ def macro_f1_from_confusion(truth, pred) -> float:
 
 
 def test_z95_is_the_975th_normal_quantile():
-    assert Z95 == pytest.approx(statistics.NormalDist().inv_cdf(0.975), abs=1e-12)
+    assert pytest.approx(statistics.NormalDist().inv_cdf(0.975), abs=1e-12) == Z95
 
 
 # Newcombe RG (1998), "Two-sided confidence intervals for the single proportion: comparison of
@@ -105,7 +104,9 @@ def test_wilson_matches_newcombe_table(k, n, lo, hi):
     assert got[1] == pytest.approx(hi, abs=5e-5)
 
 
-@pytest.mark.parametrize("k,n", [(1, 2), (3, 10), (7, 10), (50, 100), (1, 1000), (999, 1000), (12, 12 + 5), (2, 3)])
+@pytest.mark.parametrize(
+    "k,n", [(1, 2), (3, 10), (7, 10), (50, 100), (1, 1000), (999, 1000), (12, 12 + 5), (2, 3)]
+)
 def test_wilson_equals_roots_of_score_quadratic(k, n):
     lo, hi = wilson_by_quadratic(k, n, Z95)
     got = wilson_ci(k, n)
@@ -257,7 +258,13 @@ def test_bootstrap_more_resamples_gives_stabler_std():
 
 @pytest.mark.parametrize(
     "values,want",
-    [([0.2, 0.4], 0.3), ([-0.5, 0.2], 0.0), ([1.5, 0.9], 1.0), ([0.0, 1.0], 0.5), ([-2.0, 3.0], 0.5)],
+    [
+        ([0.2, 0.4], 0.3),
+        ([-0.5, 0.2], 0.0),
+        ([1.5, 0.9], 1.0),
+        ([0.0, 1.0], 0.5),
+        ([-2.0, 3.0], 0.5),
+    ],
 )
 def test_clipped_mean(values, want):
     assert clipped_mean(np.asarray(values)) == pytest.approx(want)
@@ -399,7 +406,9 @@ def test_mcnemar_hand_worked(b, c, p):
     assert got_p == pytest.approx(float(p), rel=1e-12)
 
 
-@pytest.mark.parametrize("b,c", [(0, 0), (1, 1), (4, 7), (12, 30), (25, 25), (40, 41), (0, 17), (100, 140)])
+@pytest.mark.parametrize(
+    "b,c", [(0, 0), (1, 1), (4, 7), (12, 30), (25, 25), (40, 41), (0, 17), (100, 140)]
+)
 def test_mcnemar_matches_exact_binomial_test(b, c):
     _, _, p = mcnemar_exact(*pairs_for(b, c))
     assert p == pytest.approx(float(binom_two_sided_p(b, c)) if b + c else 1.0, rel=1e-9)
@@ -457,8 +466,12 @@ def test_kappa_three_categories_by_hand():
     # [[4, 1, 0], [1, 3, 1], [0, 0, 2]] -> N=12, po = 9/12,
     # row marginals 5, 5, 2; col marginals 5, 4, 3; pe = (25 + 20 + 6) / 144 = 51/144.
     pairs = (
-        [("met", "met")] * 4 + [("met", "unmet")] + [("unmet", "met")] + [("unmet", "unmet")] * 3
-        + [("unmet", "unknown")] + [("unknown", "unknown")] * 2
+        [("met", "met")] * 4
+        + [("met", "unmet")]
+        + [("unmet", "met")]
+        + [("unmet", "unmet")] * 3
+        + [("unmet", "unknown")]
+        + [("unknown", "unknown")] * 2
     )
     x, y = zip(*pairs)
     po, pe = 9 / 12, 51 / 144
@@ -553,7 +566,9 @@ def test_macro_f1_is_invariant_to_item_order():
     truth = ["a", "b", "c", "a", "b", "c", "a"]
     pred = ["a", "c", "c", "b", "b", "a", "a"]
     order = [6, 2, 0, 5, 1, 4, 3]
-    assert macro_f1([truth[i] for i in order], [pred[i] for i in order]) == pytest.approx(macro_f1(truth, pred))
+    assert macro_f1([truth[i] for i in order], [pred[i] for i in order]) == pytest.approx(
+        macro_f1(truth, pred)
+    )
 
 
 def test_stats_module_does_not_import_numpy_at_import_time():

@@ -34,17 +34,57 @@ PINNED_RUNS = [
 ]
 #: (run id, grader fingerprint, score, n) of each result, as stored by ddc1230.
 PINNED_RESULTS = [
-    ("22880c0d4a2fc1fc", "47ce3fc572e8d35e38208670b4e6f4be746bed3e986585f01325afdddc9b701f", 1.0, 10),
-    ("616b652f4ae54c35", "1c933fea96fe4716e45d1cfe6f99bf22387d861a93ab8001aac7fb315c65c8ff", 0.0, 12),
-    ("6617841bca5551d9", "951837d500da3cd35583c148c52af57d9ccfb7a4769138eec965fdf073ef063a", None, 0),
-    ("6860aa31557d9de9", "1ff9b2e70035f24adae5ceefe988015435fc8e28ecb03549190d222e5fbb7a88", 0.15, 20),
+    (
+        "22880c0d4a2fc1fc",
+        "47ce3fc572e8d35e38208670b4e6f4be746bed3e986585f01325afdddc9b701f",
+        1.0,
+        10,
+    ),
+    (
+        "616b652f4ae54c35",
+        "1c933fea96fe4716e45d1cfe6f99bf22387d861a93ab8001aac7fb315c65c8ff",
+        0.0,
+        12,
+    ),
+    (
+        "6617841bca5551d9",
+        "951837d500da3cd35583c148c52af57d9ccfb7a4769138eec965fdf073ef063a",
+        None,
+        0,
+    ),
+    (
+        "6860aa31557d9de9",
+        "1ff9b2e70035f24adae5ceefe988015435fc8e28ecb03549190d222e5fbb7a88",
+        0.15,
+        20,
+    ),
     # grandrounds-protocol judging shows the judge the answer between markers ("answer_markers": "v1"
     # in its template hashes): this grading's fingerprint and its judge calls' keys moved
     # (was 9d02df327d43ed58d970f0d445dcc1af666dc1f53d2b0cb90250866102695c9e); its run id did not.
-    ("8540adfaccc83ffd", "5ff4d0c940a652ac08f013c29275fdd8c166bd2aeec124828f043bff2318da3c", None, 0),
-    ("e09147d67e7852b3", "cda5411ea8bd41d5597b27e1e6c0672086e3036e034a76d67cf57ab54b484187", 0.0, 12),
-    ("e6432fae632f96a0", "cbea08f72c380415698bde38ce8668173eeee1979548f233b82eb94c4dc538f1", 0.0, 10),
-    ("f09dd084f5d292e1", "62890748bbe087434e13d2bec2ec9bdcb0b6fe11d9551ddd036ac24e4b959dae", 0.0, 20),
+    (
+        "8540adfaccc83ffd",
+        "5ff4d0c940a652ac08f013c29275fdd8c166bd2aeec124828f043bff2318da3c",
+        None,
+        0,
+    ),
+    (
+        "e09147d67e7852b3",
+        "cda5411ea8bd41d5597b27e1e6c0672086e3036e034a76d67cf57ab54b484187",
+        0.0,
+        12,
+    ),
+    (
+        "e6432fae632f96a0",
+        "cbea08f72c380415698bde38ce8668173eeee1979548f233b82eb94c4dc538f1",
+        0.0,
+        10,
+    ),
+    (
+        "f09dd084f5d292e1",
+        "62890748bbe087434e13d2bec2ec9bdcb0b6fe11d9551ddd036ac24e4b959dae",
+        0.0,
+        20,
+    ),
 ]
 #: How many calls the commands made, and the sha256 of their sorted request keys, one per line.
 #: (The batched grandrounds HealthBench run's 5 judge prompts hold the answer between markers since
@@ -59,12 +99,67 @@ def commands() -> list[list[str]]:
         ["run", "demo", "--model", "scripted/a"],
         ["run", "demo", "--model", "scripted/a", "--answer-mode", "letter-loglik"],
         ["run", "medqa", "--model", "scripted/a", "--data", medqa, "--limit", "20"],
-        ["run", "medqa", "--model", "scripted/a", "--data", medqa, "--limit", "20", "--protocol", "grandrounds", "--shuffle-options"],
-        ["run", "healthbench", "--model", "scripted/a", "--judge", "scripted/j", "--data", hb, "--limit", "5"],
-        ["run", "healthbench", "--model", "scripted/a", "--judge", "scripted/j", "--data", hb, "--limit", "5",
-         "--protocol", "grandrounds", "--judge-mode", "batched"],
-        ["run", "medcalc-bench", "--model", "scripted/a", "--data", str(shared_file("medcalc-bench")), "--limit", "10"],
-        ["run", "pubmedqa", "--model", "scripted/a", "--data", str(shared_file("pubmedqa")), "--limit", "10"],
+        [
+            "run",
+            "medqa",
+            "--model",
+            "scripted/a",
+            "--data",
+            medqa,
+            "--limit",
+            "20",
+            "--protocol",
+            "grandrounds",
+            "--shuffle-options",
+        ],
+        [
+            "run",
+            "healthbench",
+            "--model",
+            "scripted/a",
+            "--judge",
+            "scripted/j",
+            "--data",
+            hb,
+            "--limit",
+            "5",
+        ],
+        [
+            "run",
+            "healthbench",
+            "--model",
+            "scripted/a",
+            "--judge",
+            "scripted/j",
+            "--data",
+            hb,
+            "--limit",
+            "5",
+            "--protocol",
+            "grandrounds",
+            "--judge-mode",
+            "batched",
+        ],
+        [
+            "run",
+            "medcalc-bench",
+            "--model",
+            "scripted/a",
+            "--data",
+            str(shared_file("medcalc-bench")),
+            "--limit",
+            "10",
+        ],
+        [
+            "run",
+            "pubmedqa",
+            "--model",
+            "scripted/a",
+            "--data",
+            str(shared_file("pubmedqa")),
+            "--limit",
+            "10",
+        ],
     ]
 
 
@@ -72,14 +167,23 @@ def test_runs_keep_their_ids_keys_fingerprints_and_scores(tmp_path: Path) -> Non
     db = tmp_path / "s.db"
     env = dict(os.environ) | offline_env() | {"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
     for args in commands():
-        r = subprocess.run([sys.executable, "-m", "grandrounds", *args, "--store", str(db)], capture_output=True, text=True, env=env)
+        r = subprocess.run(
+            [sys.executable, "-m", "grandrounds", *args, "--store", str(db)],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         assert r.returncode in (0, 3), r.stderr
     con = sqlite3.connect(db)
     try:
         runs = sorted(con.execute("SELECT id, benchmark_spec FROM runs").fetchall())
         keys = [k for (k,) in con.execute("SELECT key FROM calls ORDER BY key")]
-        results = [(rid, fp, json.loads(js).get("score"), json.loads(js).get("n"))
-                   for rid, fp, js in con.execute("SELECT run_id, grader_fp, result_json FROM results ORDER BY run_id, grader_fp")]
+        results = [
+            (rid, fp, json.loads(js).get("score"), json.loads(js).get("n"))
+            for rid, fp, js in con.execute(
+                "SELECT run_id, grader_fp, result_json FROM results ORDER BY run_id, grader_fp"
+            )
+        ]
     finally:
         con.close()
     assert runs == PINNED_RUNS

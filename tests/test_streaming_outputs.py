@@ -12,13 +12,20 @@ from typing import Any
 
 import pytest
 
+from grandrounds.benchmarks.base import RunOptions
+from grandrounds.core.hashing import to_jsonable
 from grandrounds.core.records import Grade, Response, Result, Sample, Verdict, Vote
 from grandrounds.run import outputs
 from grandrounds.run.config import JudgeConfig, RunConfig
-from grandrounds.run.outputs import graded_line, json_line, sample_line, stored_lines, verdict_raw, write_outputs
+from grandrounds.run.outputs import (
+    graded_line,
+    json_line,
+    sample_line,
+    stored_lines,
+    verdict_raw,
+    write_outputs,
+)
 from grandrounds.run.runner import run as run_async
-from grandrounds.benchmarks.base import RunOptions
-from grandrounds.core.hashing import to_jsonable
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file
@@ -53,8 +60,15 @@ def judged_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
         return judge(body)
 
     with LoopbackServer(rule) as srv:
-        cfg = RunConfig("healthbench", "openai/m", data=data, base_url=srv.base_url, limit=4,
-                        options=RunOptions(protocol="grandrounds"), judges=(JudgeConfig("openai/j", srv.base_url),))
+        cfg = RunConfig(
+            "healthbench",
+            "openai/m",
+            data=data,
+            base_url=srv.base_url,
+            limit=4,
+            options=RunOptions(protocol="grandrounds"),
+            judges=(JudgeConfig("openai/j", srv.base_url),),
+        )
         with Store(db) as st:
             outcome = asyncio.run(run_async(st, cfg))
     return db, outcome
@@ -71,7 +85,9 @@ def test_stored_lines_are_the_lines_the_record_path_writes(judged_run: tuple[Pat
     assert [json.loads(json_line(x)) for x in fast] == [json.loads(json.dumps(x)) for x in slow]
 
 
-def test_stored_lines_read_the_store_a_chunk_at_a_time(judged_run: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stored_lines_read_the_store_a_chunk_at_a_time(
+    judged_run: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     db, outcome = judged_run
     monkeypatch.setattr(outcome, "READ_CHUNK", 2)
     asked: list[int] = []
@@ -90,13 +106,17 @@ def test_stored_lines_read_the_store_a_chunk_at_a_time(judged_run: tuple[Path, A
     assert asked == [2, 2] and len(rest) == 3
 
 
-def test_write_outputs_writes_each_line_as_it_comes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_outputs_writes_each_line_as_it_comes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A generator is written as it is iterated: when line k is asked for, the k lines before it
     have been encoded and handed to the file, so the lines are never held together."""
     out = tmp_path / "out"
     encoded: list[str] = []
     real = outputs.json_line
-    monkeypatch.setattr(outputs, "json_line", lambda line: encoded.append(line["sample_id"]) or real(line))
+    monkeypatch.setattr(
+        outputs, "json_line", lambda line: encoded.append(line["sample_id"]) or real(line)
+    )
     when_asked: list[int] = []
 
     def lines():
@@ -108,16 +128,26 @@ def test_write_outputs_writes_each_line_as_it_comes(tmp_path: Path, monkeypatch:
     write_outputs(out, [], lines())
     assert when_asked == [0, 1, 2, 3, 4]
     got = [json.loads(x) for x in (out / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert [g["sample_id"] for g in got] == ["s0", "s1", "s2", "s3", "s4"] and got[0]["response"] == "é \ud800"
+    assert [g["sample_id"] for g in got] == ["s0", "s1", "s2", "s3", "s4"] and got[0][
+        "response"
+    ] == "é \ud800"
 
 
 def test_json_line_is_the_standard_librarys_json() -> None:
     line = {"a": "ü 中", "b": [1, 2.5, None, True], "c": {"d": "x\ny"}}
-    assert json.loads(json_line(line)) == line and json_line(line).endswith("\n") and "ü 中" in json_line(line)
+    assert (
+        json.loads(json_line(line)) == line
+        and json_line(line).endswith("\n")
+        and "ü 中" in json_line(line)
+    )
 
 
 def test_a_verdicts_raw_reply_is_the_records_own() -> None:
-    votes = (Vote("j1", "met", raw="yes 1"), Vote("j2", "unmet", raw="no"), Vote("j3", "met", raw="yes 3"))
+    votes = (
+        Vote("j1", "met", raw="yes 1"),
+        Vote("j2", "unmet", raw="no"),
+        Vote("j3", "met", raw="yes 3"),
+    )
     for status in ("met", "unmet", "unknown"):
         v = Verdict("c1", status, votes=votes)
         assert verdict_raw(to_jsonable(v)) == v.raw
@@ -131,7 +161,9 @@ def test_a_non_finite_stored_value_is_written_as_no_score() -> None:
     assert line["score"] is None and line["grade_status"] == "scored"
 
 
-def test_stored_lines_read_the_samples_from_the_store_not_the_data_again(judged_run: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stored_lines_read_the_samples_from_the_store_not_the_data_again(
+    judged_run: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The run's samples are in the store: writing the outputs reads no data file (the 57 MB
     re-parse a 5,000-conversation HealthBench run paid), and the lines are, byte for byte, those
     written from the samples read again from the data (as before)."""
@@ -140,7 +172,9 @@ def test_stored_lines_read_the_samples_from_the_store_not_the_data_again(judged_
     db, outcome = judged_run
     with Store(db) as st:
         slow = list(_data_lines(outcome, st))
-        assert [json.loads(json_line(x)) for x in slow] == [json.loads(json.dumps(x)) for x in record_lines(outcome, st)]
+        assert [json.loads(json_line(x)) for x in slow] == [
+            json.loads(json.dumps(x)) for x in record_lines(outcome, st)
+        ]
 
         def no_data() -> Any:
             raise AssertionError("the data file was read again")
@@ -150,14 +184,18 @@ def test_stored_lines_read_the_samples_from_the_store_not_the_data_again(judged_
     assert [json_line(x) for x in fast] == [json_line(x) for x in slow] and len(fast) == 4
 
 
-def test_targets_read_from_the_store_only_where_they_read_back_as_the_data_gives_them(tmp_path: Path) -> None:
+def test_targets_read_from_the_store_only_where_they_read_back_as_the_data_gives_them(
+    tmp_path: Path,
+) -> None:
     """Stored samples give the lines where positions 0..n-1 are all there and no target holds an
     object (its keys were stored sorted: the data's order is lost); otherwise the data is read."""
     from grandrounds.run.outputs import _json_value, _stored_targets
 
     def stored(targets: list[Any]) -> Store:
         st = Store(tmp_path / f"t{len(list(tmp_path.iterdir()))}.db")
-        st.put_samples("b", "ds", [Sample(f"s{i}", "b", (), target=t) for i, t in enumerate(targets)])
+        st.put_samples(
+            "b", "ds", [Sample(f"s{i}", "b", (), target=t) for i, t in enumerate(targets)]
+        )
         return st
 
     with stored(["A", ["B", "C"], 2.5, None, 10**20]) as st:
@@ -169,7 +207,9 @@ def test_targets_read_from_the_store_only_where_they_read_back_as_the_data_gives
         assert _stored_targets(st, "b", "ds", 1) and not _stored_targets(st, "b", "ds", 2)
 
 
-def test_a_run_whose_targets_hold_objects_writes_them_in_the_datas_order(judged_run: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_whose_targets_hold_objects_writes_them_in_the_datas_order(
+    judged_run: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     db, outcome = judged_run
     real = outcome.setup.samples
     import dataclasses
@@ -179,7 +219,14 @@ def test_a_run_whose_targets_hold_objects_writes_them_in_the_datas_order(judged_
 
     monkeypatch.setattr(outcome.setup, "samples", with_objects)
     with Store(db) as st:
-        for smp in list(with_objects())[:1]:  # the store's copy of the first sample now holds an object
-            st.db.execute("UPDATE samples SET sample_json = json_set(sample_json, '$.target', json('{\"a\":[2],\"z\":1}')) WHERE sample_id = ?", (smp.id,))
+        for smp in list(with_objects())[
+            :1
+        ]:  # the store's copy of the first sample now holds an object
+            st.db.execute(
+                "UPDATE samples SET sample_json = json_set(sample_json, '$.target', json('{\"a\":[2],\"z\":1}')) WHERE sample_id = ?",
+                (smp.id,),
+            )
         lines = list(stored_lines(outcome, st))
-    assert all(json_line(x).count('"target":{"z":1,"a":[2]}') == 1 for x in lines), "the data's key order, not the store's"
+    assert all(json_line(x).count('"target":{"z":1,"a":[2]}') == 1 for x in lines), (
+        "the data's key order, not the store's"
+    )

@@ -19,7 +19,10 @@ from grandrounds.core.textutil import normalize_width, strip_reasoning
         ("I think B is right", "I think B is right"),  # the word "think" is not a tag
         # <think> ... </think>
         ("<think>The stem says fever and dysuria.</think>Answer: C", "Answer: C"),
-        ("<think>\nline 1 about A\nline 2 about B\n</think>\n\nThe answer is D.", "The answer is D."),
+        (
+            "<think>\nline 1 about A\nline 2 about B\n</think>\n\nThe answer is D.",
+            "The answer is D.",
+        ),
         ("<THINK>upper-case tag</THINK>D", "D"),
         ("<Think>Mixed case</tHiNk> E", "E"),
         ("<think></think>A", "A"),
@@ -32,7 +35,10 @@ from grandrounds.core.textutil import normalize_width, strip_reasoning
         ("<seed:think>Consider renal function.</seed:think>The answer is B", "The answer is B"),
         ("<SEED:THINK>x</SEED:THINK>B", "B"),
         # gpt-oss harmony rendered as text
-        ("analysisThe user asks about heparin reversal.assistantfinalB. Protamine sulfate", "B. Protamine sulfate"),
+        (
+            "analysisThe user asks about heparin reversal.assistantfinalB. Protamine sulfate",
+            "B. Protamine sulfate",
+        ),
         ("analysis firstassistantfinal draftassistantfinal D", "D"),
         # hunyuan answer wrapper
         ("<answer>C</answer>", "C"),
@@ -59,8 +65,10 @@ def test_think_then_gpt_oss_final_marker():
 
 
 def test_reasoning_spanning_many_lines_with_json_inside():
-    reasoning = "\n".join(f'step {i}: {{"criteria_met": {str(i % 2 == 0).lower()}}}' for i in range(50))
-    reply = f"<think>{reasoning}</think>\n```json\n{{\"criteria_met\": false}}\n```"
+    reasoning = "\n".join(
+        f'step {i}: {{"criteria_met": {str(i % 2 == 0).lower()}}}' for i in range(50)
+    )
+    reply = f'<think>{reasoning}</think>\n```json\n{{"criteria_met": false}}\n```'
     out = strip_reasoning(reply)
     assert out == '```json\n{"criteria_met": false}\n```'
     assert "step" not in out
@@ -73,7 +81,12 @@ def test_think_blocks_are_removed_non_greedily():
 
 
 def test_strip_reasoning_is_idempotent_on_its_output():
-    for reply in ["<think>x</think>Answer: A", "x</think>B", "<answer>C</answer>", "analysisassistantfinalD"]:
+    for reply in [
+        "<think>x</think>Answer: A",
+        "x</think>B",
+        "<answer>C</answer>",
+        "analysisassistantfinalD",
+    ]:
         once = strip_reasoning(reply)
         assert strip_reasoning(once) == once
 
@@ -107,7 +120,7 @@ def test_every_fullwidth_ascii_character_folds_to_ascii():
         ("ａｂｃ", "abc"),
         ("选项\u3000Ｂ", "选项 B"),  # ideographic space becomes a plain space
         ("［５］分", "[5]分"),
-        ("｛\"得分\"：５｝", '{"得分":5}'),
+        ('｛"得分"：５｝', '{"得分":5}'),
     ],
 )
 def test_normalize_width_folds_fullwidth_punctuation_digits_and_letters(text, want):
@@ -157,7 +170,13 @@ def test_normalize_width_then_strip_reasoning_on_a_fullwidth_reply():
 def test_text_without_tags_or_markers_is_only_stripped() -> None:
     """strip_reasoning returns a reply with no "<" and no gpt-oss marker stripped and otherwise
     unchanged (it does not run its patterns on it); the rest still goes through them."""
-    for text in ["  {\"criteria_met\": true}\n", "plain answer B", "", "think> not a tag", "答案：B。"]:
+    for text in [
+        '  {"criteria_met": true}\n',
+        "plain answer B",
+        "",
+        "think> not a tag",
+        "答案：B。",
+    ]:
         assert strip_reasoning(text) == text.strip()
     assert strip_reasoning("x <think>why</think> B") == "x  B"
     assert strip_reasoning("analysis: hmm assistantfinal B") == "B"

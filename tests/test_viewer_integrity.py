@@ -16,8 +16,9 @@ import asyncio
 import hashlib
 import threading
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -41,12 +42,25 @@ def _reply(text: str) -> str:
 
 def _store(db: Path) -> tuple[str, dict[str, str], dict[str, Any]]:
     """The demo exam under ``reference``; (run id, sample id -> the reply, sample id -> target)."""
+
     def script(req: Any) -> str:
         return _reply(req.messages[-1].text)
 
     st = Store(db)
-    out = asyncio.run(run(st, RunConfig("demo", "scripted/a", options=RunOptions(protocol="reference"), provider_options={"script": script})))
-    replies = {sid: resp.text for sid, (_, resp) in st.answers(out.run.id).items() if resp is not None}
+    out = asyncio.run(
+        run(
+            st,
+            RunConfig(
+                "demo",
+                "scripted/a",
+                options=RunOptions(protocol="reference"),
+                provider_options={"script": script},
+            ),
+        )
+    )
+    replies = {
+        sid: resp.text for sid, (_, resp) in st.answers(out.run.id).items() if resp is not None
+    }
     targets = {s.id: s.target for s in out.samples}
     st.close()
     return out.run.id, replies, targets
@@ -64,7 +78,12 @@ def served(tmp_path: Path) -> Iterator[tuple[str, str, dict[str, str], dict[str,
 
 
 def _cards(base: str, items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {it["sample_id"]: get(base, "/api/item", b=it["benchmark"], d=it["dataset"], s=it["sample_id"])["answers"][0] for it in items}
+    return {
+        it["sample_id"]: get(
+            base, "/api/item", b=it["benchmark"], d=it["dataset"], s=it["sample_id"]
+        )["answers"][0]
+        for it in items
+    }
 
 
 def test_flagged_filter_lists_exactly_the_flagged_answers_with_their_flags(served) -> None:
@@ -72,9 +91,13 @@ def test_flagged_filter_lists_exactly_the_flagged_answers_with_their_flags(serve
     planted = {sid for sid, text in replies.items() if text == PLANTED}
     assert planted and len(planted) < len(replies), "the rule plants some, not all"
     listed = get(base, "/api/items", flagged=1, per_page=100)
-    assert {it["sample_id"] for it in listed["items"]} == planted and listed["total"] == len(planted)
+    assert {it["sample_id"] for it in listed["items"]} == planted and listed["total"] == len(
+        planted
+    )
     assert all(next(iter(it["values"].values()))["flagged"] for it in listed["items"])
-    assert get(base, "/api/items", flagged=1, run="no-such-run")["total"] == 0, "narrowed by the run filter"
+    assert get(base, "/api/items", flagged=1, run="no-such-run")["total"] == 0, (
+        "narrowed by the run filter"
+    )
     everything = get(base, "/api/items", per_page=100)["items"]
     cards = _cards(base, everything)
     for sid, card in cards.items():
@@ -92,21 +115,45 @@ def test_an_unreadable_reply_shows_what_the_other_reading_found(served) -> None:
     cards = _cards(base, get(base, "/api/items", per_page=100)["items"])
     for sid, card in cards.items():
         if sid in unread:
-            assert card["unread"] is True and card["value"] == 0.0, "the official reading counts it wrong"
-            assert card["other_reading"] == {"protocol": "grandrounds", "extracted": "B", "value": 1.0 if targets[sid] == "B" else 0.0}
+            assert card["unread"] is True and card["value"] == 0.0, (
+                "the official reading counts it wrong"
+            )
+            assert card["other_reading"] == {
+                "protocol": "grandrounds",
+                "extracted": "B",
+                "value": 1.0 if targets[sid] == "B" else 0.0,
+            }
         else:
             assert card["unread"] is False and card["other_reading"] is None
             assert card["extracted"] == "B"
 
 
 def test_a_grade_stored_without_the_other_reading_has_it_rebuilt() -> None:
-    sample = Sample("s1", "demo", (Message("user", "q"),), target="C", choices={"A": "one", "B": "two", "C": "three"})
-    grade = Grade("s1", 0.0, details={"protocol": "reference", "answer_mode": "generate", "unextracted": True})
+    sample = Sample(
+        "s1",
+        "demo",
+        (Message("user", "q"),),
+        target="C",
+        choices={"A": "one", "B": "two", "C": "three"},
+    )
+    grade = Grade(
+        "s1", 0.0, details={"protocol": "reference", "answer_mode": "generate", "unextracted": True}
+    )
     got = integrity(grade, sample, Response(key="k", text="The correct option is (C)"))
-    assert got["unread"] and got["other_reading"] == {"protocol": "grandrounds", "extracted": "C", "value": 1.0}
+    assert got["unread"] and got["other_reading"] == {
+        "protocol": "grandrounds",
+        "extracted": "C",
+        "value": 1.0,
+    }
     nothing = integrity(grade, sample, Response(key="k", text="no idea"))
     assert nothing["other_reading"] == {"protocol": "grandrounds", "extracted": None, "value": None}
-    read = integrity(Grade("s1", 1.0, extracted="C", details={"protocol": "reference", "answer_mode": "generate"}), sample, None)
+    read = integrity(
+        Grade(
+            "s1", 1.0, extracted="C", details={"protocol": "reference", "answer_mode": "generate"}
+        ),
+        sample,
+        None,
+    )
     assert read == {"status": "scored", "flags": [], "unread": False, "other_reading": None}
 
 
@@ -134,7 +181,17 @@ def test_chromium_shows_the_flag_and_the_other_reading(served) -> None:
         assert pg.locator("div.flags").first.text_content().startswith("flagged: ")
         assert PLANTED in pg.locator("pre.ans").first.text_content()
         assert pg.evaluate("typeof window.__pwned") == "undefined" and dialogs == []
-        it = next(i for i in get(base, "/api/items", per_page=100)["items"] if i["sample_id"] == unread[0])
-        pg.goto(base + "/#/q?" + urllib.parse.urlencode({"b": it["benchmark"], "d": it["dataset"], "s": it["sample_id"]}))
-        expect(pg.locator("div.unread")).to_contain_text("unreadable: no answer was read from this reply · the grandrounds reading would read B")
+        it = next(
+            i for i in get(base, "/api/items", per_page=100)["items"] if i["sample_id"] == unread[0]
+        )
+        pg.goto(
+            base
+            + "/#/q?"
+            + urllib.parse.urlencode(
+                {"b": it["benchmark"], "d": it["dataset"], "s": it["sample_id"]}
+            )
+        )
+        expect(pg.locator("div.unread")).to_contain_text(
+            "unreadable: no answer was read from this reply · the grandrounds reading would read B"
+        )
         pg.close()

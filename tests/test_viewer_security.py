@@ -12,16 +12,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
+from grandrounds.analyses.review_scales import score_range
 from grandrounds.store import Store
 from grandrounds.viewer import queries
-from grandrounds.analyses.review_scales import score_range
-from grandrounds.viewer.security import HostPolicy, split_host
 from grandrounds.viewer.httpd import ViewerServer
+from grandrounds.viewer.security import HostPolicy, split_host
 from grandrounds.viewer.server import make_server
 from tests.synthetic import SynthSpec, build_store
 from tests.test_viewer import Client
@@ -81,29 +82,56 @@ def review_body(db: Path, **over: Any) -> dict[str, Any]:
     st = Store(db)
     fp = st.latest_grader_fp("run00")
     st.close()
-    return {"run_id": "run00", "grader_fp": fp, "sample_id": "s1", "reviewer": "Dr A", "reason": "r"} | over
+    return {
+        "run_id": "run00",
+        "grader_fp": fp,
+        "sample_id": "s1",
+        "reviewer": "Dr A",
+        "reason": "r",
+    } | over
 
 
 # ---- Host ------------------------------------------------------------------------------------
 
 
-def test_forged_host_is_refused_everywhere(viewer: tuple[ViewerServer, str], store_db: Path) -> None:
+def test_forged_host_is_refused_everywhere(
+    viewer: tuple[ViewerServer, str], store_db: Path
+) -> None:
     srv, base = viewer
     port = srv.server_address[1]
-    for host in (f"evil.test:{port}", f"127.0.0.1:{port + 1}", "127.0.0.1", f"127.0.0.1.evil.test:{port}", f"user@127.0.0.1:{port}", ""):
+    for host in (
+        f"evil.test:{port}",
+        f"127.0.0.1:{port + 1}",
+        "127.0.0.1",
+        f"127.0.0.1.evil.test:{port}",
+        f"user@127.0.0.1:{port}",
+        "",
+    ):
         c = Client(base, host)
         for path in ("/", "/app.js", "/api/runs", "/api/items", "/api/item/1"):
             code, _, body = c.request("GET", path)
             assert code == 421 and b"run00" not in body, (host, path)
-        code, _, _ = c.request("POST", "/api/review", json.dumps(review_body(store_db, score=0.5)).encode(),
-                               {"Content-Type": "application/json", "Origin": f"http://{host}"})
+        code, _, _ = c.request(
+            "POST",
+            "/api/review",
+            json.dumps(review_body(store_db, score=0.5)).encode(),
+            {"Content-Type": "application/json", "Origin": f"http://{host}"},
+        )
         assert code == 421
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}"):
         code, _, body = Client(base, host).request("GET", "/api/runs")
         assert code == 200 and b"run00" in body, host
     # no Host at all, and two of them
     assert status(raw(port, b"GET /api/runs HTTP/1.0\r\n\r\n")) == 421
-    assert status(raw(port, f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nHost: evil.test:{port}\r\n\r\n".encode())) == 421
+    assert (
+        status(
+            raw(
+                port,
+                f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nHost: evil.test:{port}\r\n\r\n".encode(),
+            )
+        )
+        == 421
+    )
     with Store(store_db) as st:
         assert st.db.execute("SELECT COUNT(*) FROM reviews").fetchone()[0] == 0
 
@@ -111,14 +139,30 @@ def test_forged_host_is_refused_everywhere(viewer: tuple[ViewerServer, str], sto
 def test_host_policy_per_bind() -> None:
     lo = HostPolicy.for_bind("127.0.0.1", 8765)
     assert lo.allows("127.0.0.1:8765") and lo.allows("localhost:8765") and lo.allows("[::1]:8765")
-    assert not lo.allows("localhost") and not lo.allows("evil.test:8765") and not lo.allows("127.0.0.2:8765")
+    assert (
+        not lo.allows("localhost")
+        and not lo.allows("evil.test:8765")
+        and not lo.allows("127.0.0.2:8765")
+    )
     lan = HostPolicy.for_bind("192.168.1.5", 80)
-    assert lan.allows("192.168.1.5") and lan.allows("192.168.1.5:80") and not lan.allows("localhost:80")
+    assert (
+        lan.allows("192.168.1.5")
+        and lan.allows("192.168.1.5:80")
+        and not lan.allows("localhost:80")
+    )
     anyip = HostPolicy.for_bind("0.0.0.0", 9000, extra=("viewer.lab",))
-    assert anyip.allows("10.0.0.7:9000") and anyip.allows("[fe80::1]:9000") and anyip.allows("viewer.lab:9000")
+    assert (
+        anyip.allows("10.0.0.7:9000")
+        and anyip.allows("[fe80::1]:9000")
+        and anyip.allows("viewer.lab:9000")
+    )
     assert anyip.allows(f"{socket.gethostname().lower()}:9000")
     assert not anyip.allows("evil.test:9000") and not anyip.allows("10.0.0.7:9001")
-    assert split_host("[::1]:8765") == ("[::1]", 8765) and split_host("a:b") is None and split_host("[::1") is None
+    assert (
+        split_host("[::1]:8765") == ("[::1]", 8765)
+        and split_host("a:b") is None
+        and split_host("[::1") is None
+    )
 
 
 # ---- access token ------------------------------------------------------------------------
@@ -147,10 +191,28 @@ def test_token_required_then_kept_in_a_cookie(store_db: Path) -> None:
         stop(srv)
 
 
-def test_binding_beyond_loopback_warns_and_prints_a_token_url(store_db: Path, tmp_path: Path) -> None:
+def test_binding_beyond_loopback_warns_and_prints_a_token_url(
+    store_db: Path, tmp_path: Path
+) -> None:
     env = os.environ | {"COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "grandrounds", "view", "--host", "0.0.0.0", "--port", "0", "--store", str(store_db)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "grandrounds",
+            "view",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--store",
+            str(store_db),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline() for _ in range(2)]
@@ -163,7 +225,9 @@ def test_binding_beyond_loopback_warns_and_prints_a_token_url(store_db: Path, tm
         code, _, body = c.request("GET", f"/api/runs?token={token}")
         assert code == 200 and b"run00" in body
         port = int(base.rsplit(":", 1)[1])
-        assert Client(base, f"evil.test:{port}").request("GET", f"/api/runs?token={token}")[0] == 421
+        assert (
+            Client(base, f"evil.test:{port}").request("GET", f"/api/runs?token={token}")[0] == 421
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -172,7 +236,9 @@ def test_binding_beyond_loopback_warns_and_prints_a_token_url(store_db: Path, tm
 # ---- POST: Origin and CSRF token -------------------------------------------------------------
 
 
-def test_review_posts_need_same_origin_and_the_session_csrf_token(viewer: tuple[ViewerServer, str], store_db: Path) -> None:
+def test_review_posts_need_same_origin_and_the_session_csrf_token(
+    viewer: tuple[ViewerServer, str], store_db: Path
+) -> None:
     _, base = viewer
     body = review_body(store_db, criterion_id="c1", verdict="met")
     c = Client(base)
@@ -193,7 +259,9 @@ def test_review_posts_need_same_origin_and_the_session_csrf_token(viewer: tuple[
     nocookie.csrf = c.csrf
     assert nocookie.post_review(body)[0] == 403
     assert c.post_review(body, {"Content-Type": "text/plain"})[0] == 415
-    code, out = c.post_review(body, {"Origin": None, "Referer": f"{base}/#/item/2"})  # Referer stands in for a missing Origin
+    code, out = c.post_review(
+        body, {"Origin": None, "Referer": f"{base}/#/item/2"}
+    )  # Referer stands in for a missing Origin
     assert code == 200 and out["id"] >= 1
     assert c.post_review(body)[0] == 200
     with Store(store_db) as st:
@@ -205,7 +273,9 @@ def test_review_posts_need_same_origin_and_the_session_csrf_token(viewer: tuple[
 # ---- review scores on the benchmark's scale -----------------------------------------------------
 
 
-def test_review_scores_must_be_on_the_scale(viewer: tuple[ViewerServer, str], store_db: Path) -> None:
+def test_review_scores_must_be_on_the_scale(
+    viewer: tuple[ViewerServer, str], store_db: Path
+) -> None:
     _, base = viewer
     c = Client(base)
     c.open_page()
@@ -227,10 +297,25 @@ def test_review_scores_must_be_on_the_scale(viewer: tuple[ViewerServer, str], st
     for bad in (99, -5, 1e300, "1e999", "NaN", "abc", True, [1]):
         code, out = c.post_review(review_body(store_db, score=bad))
         assert code == 400 and ("scale" in out["error"] or "number" in out["error"]), (bad, out)
-    assert "outside this benchmark's scale (" in c.post_review(review_body(store_db, score=99))[1]["error"]
-    for literal in (b"NaN", b"Infinity", b"-Infinity", b"1e400"):  # JSON extensions Python reads as floats
-        data = json.dumps(review_body(store_db, csrf=c.csrf)).encode()[:-1] + b', "score": ' + literal + b"}"
-        code, _, out = c.request("POST", "/api/review", data, {"Content-Type": "application/json", "Origin": base})
+    assert (
+        "outside this benchmark's scale ("
+        in c.post_review(review_body(store_db, score=99))[1]["error"]
+    )
+    for literal in (
+        b"NaN",
+        b"Infinity",
+        b"-Infinity",
+        b"1e400",
+    ):  # JSON extensions Python reads as floats
+        data = (
+            json.dumps(review_body(store_db, csrf=c.csrf)).encode()[:-1]
+            + b', "score": '
+            + literal
+            + b"}"
+        )
+        code, _, out = c.request(
+            "POST", "/api/review", data, {"Content-Type": "application/json", "Origin": base}
+        )
         assert code == 400 and b"finite" in out, literal
     for good in (0.0, 0.5, 1, "0.25"):
         assert c.post_review(review_body(store_db, score=good))[0] == 200
@@ -247,7 +332,10 @@ def test_score_range_of_exams_and_unknown_graders() -> None:
 
     s = Sample("1", "demo", (Message("user", "q"),), target="A", choices={"A": "x", "B": "y"})
     assert score_range(None, s, Grade("1", 1.0)) == (0.0, 1.0)
-    assert score_range(None, s, Grade("1", 3.0), observed=[1.0, 5.0, float("nan"), None]) == (0.0, 5.0)  # a grading's own values stay allowed
+    assert score_range(None, s, Grade("1", 3.0), observed=[1.0, 5.0, float("nan"), None]) == (
+        0.0,
+        5.0,
+    )  # a grading's own values stay allowed
 
 
 # ---- search caps, time and memory ---------------------------------------------------------------
@@ -270,7 +358,9 @@ def test_search_input_is_capped(viewer: tuple[ViewerServer, str]) -> None:
     assert code == 400 and "limited to 200 characters" in out["error"]
     code, out = search("患者发热" * 16)  # 64 characters: allowed
     assert code == 200
-    code, out = search(" ".join(["fever", "患者", "dose", "ab", "rash", "renal", "cough", "%_"]))  # 8 words, LIKE path
+    code, out = search(
+        " ".join(["fever", "患者", "dose", "ab", "rash", "renal", "cough", "%_"])
+    )  # 8 words, LIKE path
     assert code == 200 and out["total"] >= 0
 
 
@@ -281,13 +371,17 @@ def test_queries_are_bounded_in_time(store_db: Path, monkeypatch: pytest.MonkeyP
     t = time.monotonic()
     with pytest.raises(queries.QueryTooSlow, match="longer than 0.2 s"):
         with queries.time_bounded(con, 0.2):
-            con.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n").fetchone()
+            con.execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n"
+            ).fetchone()
     assert time.monotonic() - t < 5
     assert con.execute("SELECT 1").fetchone() == (1,)  # the connection is usable afterwards
     srv, base = start(store_db)
     try:
         monkeypatch.setattr(queries, "QUERY_SECONDS", 0.0)
-        code, _, body = Client(base).request("GET", "/api/items?q=" + "%20".join(["do", "fe", "re", "in", "pa", "se", "al", "ch"]))  # ~20,000 SQLite steps
+        code, _, body = Client(base).request(
+            "GET", "/api/items?q=" + "%20".join(["do", "fe", "re", "in", "pa", "se", "al", "ch"])
+        )  # ~20,000 SQLite steps
         assert code == 503 and b"narrow the search" in body
     finally:
         stop(srv)
@@ -296,7 +390,9 @@ def test_queries_are_bounded_in_time(store_db: Path, monkeypatch: pytest.MonkeyP
 # ---- malformed, half-sent, idle, too many ---------------------------------------------------------
 
 
-def test_malformed_requests_always_get_an_answer(viewer: tuple[ViewerServer, str], store_db: Path) -> None:
+def test_malformed_requests_always_get_an_answer(
+    viewer: tuple[ViewerServer, str], store_db: Path
+) -> None:
     srv, base = viewer
     port = srv.server_address[1]
     host = f"Host: 127.0.0.1:{port}\r\n"
@@ -321,25 +417,44 @@ def test_malformed_requests_always_get_an_answer(viewer: tuple[ViewerServer, str
         assert status(raw(port, data)) == want, data[:80]
     c = Client(base)
     c.open_page()
-    for body in (b"[]", b"not json", b"[" * 100_000 + b"]" * 100_000, b'{"score": {"a": 1}}', b'{"reviewer": 5}', b"\xff\xfe"):
+    for body in (
+        b"[]",
+        b"not json",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"score": {"a": 1}}',
+        b'{"reviewer": 5}',
+        b"\xff\xfe",
+    ):
         data = body if len(body) < 90_000 else b"[" * 45_000 + b"]" * 45_000
-        code, _, out = c.request("POST", "/api/review", data, {"Content-Type": "application/json", "Origin": base})
+        code, _, out = c.request(
+            "POST", "/api/review", data, {"Content-Type": "application/json", "Origin": base}
+        )
         assert code == 400 and out, body[:20]
     assert c.request("GET", "/api/runs")[0] == 200  # still serving
 
 
-def test_half_sent_request_gets_408_and_idle_connection_is_closed(viewer: tuple[ViewerServer, str]) -> None:
+def test_half_sent_request_gets_408_and_idle_connection_is_closed(
+    viewer: tuple[ViewerServer, str],
+) -> None:
     srv, _ = viewer
     port = srv.server_address[1]
     t = time.monotonic()
-    got = raw(port, f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode(), wait=10)  # headers never finished
+    got = raw(
+        port, f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode(), wait=10
+    )  # headers never finished
     assert status(got) == 408 and time.monotonic() - t < 5
     t = time.monotonic()
-    got = raw(port, f"POST /api/review HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\n"
-                    "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":".encode(), wait=10)  # body never finished
+    got = raw(
+        port,
+        f"POST /api/review HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\n"
+        'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"a":'.encode(),
+        wait=10,
+    )  # body never finished
     assert status(got) == 408 and time.monotonic() - t < 5
     t = time.monotonic()
-    assert raw(port, b"", wait=10) == b""  # an idle connection: closed by the server, no answer needed
+    assert (
+        raw(port, b"", wait=10) == b""
+    )  # an idle connection: closed by the server, no answer needed
     assert 0.8 < time.monotonic() - t < 5
 
 
@@ -386,7 +501,9 @@ window.attack = async () => {
 </script>"""
 
 
-def rebinding_attack(browser: Any, db: Path, fp: str, allow_hosts: tuple[str, ...]) -> dict[str, Any]:
+def rebinding_attack(
+    browser: Any, db: Path, fp: str, allow_hosts: tuple[str, ...]
+) -> dict[str, Any]:
     """DNS rebinding, as a browser lives it: the page of http://evil.test:PORT/ comes from the
     attacker's server; then the same name and port lead to the viewer (here the attacker's server
     stops and the viewer starts on its port; Chromium resolves evil.test to 127.0.0.1 throughout),
@@ -433,21 +550,31 @@ def test_dns_rebinding_page_cannot_read_runs_in_chromium(store_db: Path) -> None
         fp = st.latest_grader_fp("run00")
     with launch_chromium(["--host-resolver-rules=MAP evil.test 127.0.0.1"]) as browser:
         guarded = rebinding_attack(browser, store_db, fp, ())
-        unguarded = rebinding_attack(browser, store_db, fp, ("evil.test",))  # the viewer told to accept that name: the attack's control
+        unguarded = rebinding_attack(
+            browser, store_db, fp, ("evil.test",)
+        )  # the viewer told to accept that name: the attack's control
     assert guarded["page"][0] == 421 and "csrf-token" not in guarded["page"][1]
     assert guarded["runs"][0] == 421 and "run00" not in guarded["runs"][1]
     assert guarded["review"][0] == 421
     # without the Host check the same page reads every run, takes a session and its CSRF token, and posts
-    assert unguarded["page"][0] == 200 and unguarded["runs"][0] == 200 and "run00" in unguarded["runs"][1]
+    assert (
+        unguarded["page"][0] == 200
+        and unguarded["runs"][0] == 200
+        and "run00" in unguarded["runs"][1]
+    )
     assert unguarded["review"][0] == 200
     with Store(store_db) as st:
-        assert st.db.execute("SELECT COUNT(*) FROM reviews WHERE reviewer = 'evil'").fetchone()[0] == 1  # the unguarded one only
+        assert (
+            st.db.execute("SELECT COUNT(*) FROM reviews WHERE reviewer = 'evil'").fetchone()[0] == 1
+        )  # the unguarded one only
 
 
 def test_a_request_trickled_byte_by_byte_is_cut_off(viewer: tuple[ViewerServer, str]) -> None:
     srv, _ = viewer  # idle timeout 1 s: each byte arrives in time, the whole request does not (3 s)
     port = srv.server_address[1]
-    request = f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Slow: {'a' * 100}\r\n\r\n".encode()
+    request = (
+        f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Slow: {'a' * 100}\r\n\r\n".encode()
+    )
     t = time.monotonic()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         sent = 0

@@ -33,14 +33,21 @@ ZH = "这张CT图像显示的主要器官是什么？请用中文回答。"
 @pytest.fixture
 def images() -> list[Path]:
     """Two VQA-RAD radiographs and two SLAKE images, real JPEGs."""
-    return [shared_file(*VQA_RAD, "synpic100132.jpg"), shared_file(*VQA_RAD, "synpic100176.jpg"),
-            shared_file("slake", "imgs", "xmlab1", "source.jpg"), shared_file("slake", "imgs", "xmlab102", "source.jpg")]
+    return [
+        shared_file(*VQA_RAD, "synpic100132.jpg"),
+        shared_file(*VQA_RAD, "synpic100176.jpg"),
+        shared_file("slake", "imgs", "xmlab1", "source.jpg"),
+        shared_file("slake", "imgs", "xmlab102", "source.jpg"),
+    ]
 
 
 def image_part(wire: str, data: bytes, media: str = "image/jpeg") -> dict[str, Any]:
     b64 = base64.b64encode(data).decode("ascii")
     if wire == "openai":
-        return {"type": "image_url", "image_url": {"url": f"data:{media};base64,{b64}", "detail": "auto"}}
+        return {
+            "type": "image_url",
+            "image_url": {"url": f"data:{media};base64,{b64}", "detail": "auto"},
+        }
     return {"type": "image", "source": {"type": "base64", "media_type": media, "data": b64}}
 
 
@@ -48,16 +55,31 @@ def text_part(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
-def post(srv: VisionServer, wire: str, messages: list[dict[str, Any]], system: str | None = None) -> tuple[int, dict[str, Any], dict[str, str]]:
+def post(
+    srv: VisionServer, wire: str, messages: list[dict[str, Any]], system: str | None = None
+) -> tuple[int, dict[str, Any], dict[str, str]]:
     """One chat request on ``wire``, sent with urllib as a client would: (status, JSON reply, headers)."""
     if wire == "openai":
         url, headers = f"{srv.base_url}/chat/completions", {"authorization": "Bearer sk-test"}
-        body: dict[str, Any] = {"model": "gpt-test", "messages": ([{"role": "system", "content": system}] if system else []) + messages}
+        body: dict[str, Any] = {
+            "model": "gpt-test",
+            "messages": ([{"role": "system", "content": system}] if system else []) + messages,
+        }
     else:
-        url, headers = f"{srv.anthropic_url}/v1/messages", {"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"}
-        body = {"model": "claude-test", "max_tokens": 64, "messages": messages, **({"system": system} if system else {})}
+        url, headers = (
+            f"{srv.anthropic_url}/v1/messages",
+            {"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"},
+        )
+        body = {
+            "model": "claude-test",
+            "max_tokens": 64,
+            "messages": messages,
+            **({"system": system} if system else {}),
+        }
     data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-    req = urllib.request.Request(url, data=data, method="POST", headers={"content-type": "application/json", **headers})
+    req = urllib.request.Request(
+        url, data=data, method="POST", headers={"content-type": "application/json", **headers}
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, json.loads(r.read()), dict(r.headers)
@@ -65,7 +87,9 @@ def post(srv: VisionServer, wire: str, messages: list[dict[str, Any]], system: s
         return e.code, json.loads(e.read()), dict(e.headers)
 
 
-def ask(srv: VisionServer, wire: str, *parts: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+def ask(
+    srv: VisionServer, wire: str, *parts: dict[str, Any]
+) -> tuple[int, dict[str, Any], dict[str, str]]:
     return post(srv, wire, [{"role": "user", "content": list(parts)}])
 
 
@@ -84,7 +108,9 @@ def error_message(wire: str, out: dict[str, Any]) -> str:
 
 
 @pytest.mark.parametrize("wire", WIRES)
-def test_the_server_sees_the_real_image_and_answers_in_the_wire_format(wire: str, images: list[Path]) -> None:
+def test_the_server_sees_the_real_image_and_answers_in_the_wire_format(
+    wire: str, images: list[Path]
+) -> None:
     path = images[0] if wire == "openai" else images[2]
     sha = image_file_sha256(path)
     assert sha == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -99,7 +125,11 @@ def test_the_server_sees_the_real_image_and_answers_in_the_wire_format(wire: str
     assert status == 200
     assert reply_text(wire, out) == ("Yes, a fusiform aneurysm.", "stop")
     if wire == "anthropic":
-        assert out["type"] == "message" and out["role"] == "assistant" and out["stop_reason"] == "end_turn"
+        assert (
+            out["type"] == "message"
+            and out["role"] == "assistant"
+            and out["stop_reason"] == "end_turn"
+        )
         assert out["usage"]["input_tokens"] > 0 and out["usage"]["output_tokens"] == 4
     else:
         assert out["object"] == "chat.completion" and out["usage"]["completion_tokens"] == 4
@@ -107,13 +137,24 @@ def test_the_server_sees_the_real_image_and_answers_in_the_wire_format(wire: str
     assert s.wire == wire and s.texts == [Q1] and [im.sha256 for im in s.images] == [sha]
     with Image.open(path) as im:
         assert (s.images[0].width, s.images[0].height, s.images[0].mode) == (*im.size, im.mode)
-    assert s.images[0].media_type == "image/jpeg" and (s.images[0].message, s.images[0].part) == (0, 0)
+    assert s.images[0].media_type == "image/jpeg" and (s.images[0].message, s.images[0].part) == (
+        0,
+        0,
+    )
     st = srv.stats
-    assert (st.requests, st.images, st.image_bytes, st.distinct_images) == (1, 1, path.stat().st_size, {sha})
+    assert (st.requests, st.images, st.image_bytes, st.distinct_images) == (
+        1,
+        1,
+        path.stat().st_size,
+        {sha},
+    )
     assert st.request_images == [[sha]] and st.wires == {wire: 1}
     assert st.problems == [] and st.mismatches == 0
     kept = json.dumps(st.bodies)
-    assert f"<sha256:{sha}>" in kept and base64.b64encode(path.read_bytes()[:300]).decode()[:100] not in kept
+    assert (
+        f"<sha256:{sha}>" in kept
+        and base64.b64encode(path.read_bytes()[:300]).decode()[:100] not in kept
+    )
     assert len(kept) < 2000
 
 
@@ -122,8 +163,17 @@ def test_chinese_text_round_trips(wire: str, images: list[Path]) -> None:
     answer = "肝脏（左叶可见低密度病灶）"
     seen: list[Seen] = []
     with VisionServer(lambda s: seen.append(s) or answer) as srv:
-        status, out, headers = post(srv, wire, [{"role": "user", "content": [image_part(wire, images[2].read_bytes()), text_part(ZH)]}],
-                                    system="你是一名放射科医生。")
+        status, out, headers = post(
+            srv,
+            wire,
+            [
+                {
+                    "role": "user",
+                    "content": [image_part(wire, images[2].read_bytes()), text_part(ZH)],
+                }
+            ],
+            system="你是一名放射科医生。",
+        )
     assert status == 200 and reply_text(wire, out) == (answer, "stop")
     assert "charset=utf-8" in headers["content-type"]
     assert seen[0].texts == ["你是一名放射科医生。", ZH]
@@ -141,7 +191,10 @@ def test_a_truncated_image_is_a_problem(wire: str, images: list[Path]) -> None:
     assert status == 400 and "truncated" in error_message(wire, out)
     assert len(called) == 1, "the rule answers only the complete image"
     (p,) = srv.stats.problems
-    assert p.startswith(f"request 2 ({wire}): message 0 part 0: not a complete image") and "truncated" in p
+    assert (
+        p.startswith(f"request 2 ({wire}): message 0 part 0: not a complete image")
+        and "truncated" in p
+    )
     assert srv.stats.images == 2 and srv.stats.distinct_images == {image_file_sha256(images[1])}
 
 
@@ -152,11 +205,17 @@ def test_a_wrong_media_type_is_a_problem(wire: str, images: list[Path]) -> None:
         assert ask(srv, wire, image_part(wire, data, "image/jpeg"), text_part(Q1))[0] == 200
         assert srv.stats.problems == []
         status, out, _ = ask(srv, wire, image_part(wire, data, "image/png"), text_part(Q1))
-        assert status == 400 and "media type image/png but the data is JPEG" in error_message(wire, out)
+        assert status == 400 and "media type image/png but the data is JPEG" in error_message(
+            wire, out
+        )
         png = io.BytesIO()
         Image.open(images[0]).save(png, "PNG")
-        assert ask(srv, wire, image_part(wire, png.getvalue(), "image/png"), text_part(Q1))[0] == 200
-        assert ask(srv, wire, image_part(wire, png.getvalue(), "image/jpeg"), text_part(Q1))[0] == 400
+        assert (
+            ask(srv, wire, image_part(wire, png.getvalue(), "image/png"), text_part(Q1))[0] == 200
+        )
+        assert (
+            ask(srv, wire, image_part(wire, png.getvalue(), "image/jpeg"), text_part(Q1))[0] == 400
+        )
         assert ask(srv, wire, image_part(wire, data, "image/jpg"), text_part(Q1))[0] == 400
     assert [p.split(": ", 2)[2] for p in srv.stats.problems] == [
         "media type image/png but the data is JPEG (image/jpeg)",
@@ -170,8 +229,12 @@ def test_an_image_part_without_data_is_a_problem(wire: str, images: list[Path]) 
     with VisionServer(lambda s: "ok") as srv:
         assert ask(srv, wire, image_part(wire, images[3].read_bytes()), text_part(Q2))[0] == 200
         status, out, _ = ask(srv, wire, image_part(wire, b""), text_part(Q2))
-    assert status == 400 and error_message(wire, out) == "message 0 part 0: an image part with no data"
-    assert srv.stats.problems == [f"request 2 ({wire}): message 0 part 0: an image part with no data"]
+    assert (
+        status == 400 and error_message(wire, out) == "message 0 part 0: an image part with no data"
+    )
+    assert srv.stats.problems == [
+        f"request 2 ({wire}): message 0 part 0: an image part with no data"
+    ]
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -181,7 +244,9 @@ def test_a_missing_image_is_a_mismatch(wire: str, images: list[Path]) -> None:
         assert (srv.stats.mismatches, srv.stats.problems) == (0, [])
         assert ask(srv, wire, text_part(Q1))[0] == 200
     assert srv.stats.mismatches == 1
-    assert srv.stats.problems == [f"request 2 ({wire}): {Q1!r}: missing image, expected {image_file_sha256(images[0])[:12]} in message 0"]
+    assert srv.stats.problems == [
+        f"request 2 ({wire}): {Q1!r}: missing image, expected {image_file_sha256(images[0])[:12]} in message 0"
+    ]
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -202,13 +267,19 @@ def test_a_swapped_image_is_a_mismatch(wire: str, images: list[Path]) -> None:
 
 
 @pytest.mark.parametrize("wire", WIRES)
-def test_an_image_in_the_wrong_message_or_after_the_text_is_a_mismatch(wire: str, images: list[Path]) -> None:
+def test_an_image_in_the_wrong_message_or_after_the_text_is_a_mismatch(
+    wire: str, images: list[Path]
+) -> None:
     """A few-shot conversation: each example's image must sit in its own user message, before its text."""
     a, b = images[1], images[2]
     expected = {Q1: image_file_sha256(a), Q2: image_file_sha256(b)}
 
     def shots(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{"role": "user", "content": first}, {"role": "assistant", "content": "Yes."}, {"role": "user", "content": second}]
+        return [
+            {"role": "user", "content": first},
+            {"role": "assistant", "content": "Yes."},
+            {"role": "user", "content": second},
+        ]
 
     ia, ib = image_part(wire, a.read_bytes()), image_part(wire, b.read_bytes())
     with VisionServer(lambda s: "ok", expected=expected, image_order="before") as srv:
@@ -228,9 +299,23 @@ def test_an_image_in_the_wrong_message_or_after_the_text_is_a_mismatch(wire: str
 def test_an_extra_image_or_an_unknown_question_is_a_mismatch(wire: str, images: list[Path]) -> None:
     sha = image_file_sha256(images[0])
     with VisionServer(lambda s: "ok", expected={Q1: sha}) as srv:
-        assert ask(srv, wire, image_part(wire, images[0].read_bytes()), text_part("Question: " + Q1 + " Answer yes or no."))[0] == 200
+        assert (
+            ask(
+                srv,
+                wire,
+                image_part(wire, images[0].read_bytes()),
+                text_part("Question: " + Q1 + " Answer yes or no."),
+            )[0]
+            == 200
+        )
         assert (srv.stats.mismatches, srv.stats.problems) == (0, [])
-        ask(srv, wire, image_part(wire, images[0].read_bytes()), image_part(wire, images[3].read_bytes()), text_part(Q1))
+        ask(
+            srv,
+            wire,
+            image_part(wire, images[0].read_bytes()),
+            image_part(wire, images[3].read_bytes()),
+            text_part(Q1),
+        )
         ask(srv, wire, image_part(wire, images[0].read_bytes()), text_part(Q2))
     extra = image_file_sha256(images[3])[:12]
     assert srv.stats.problems == [
@@ -244,6 +329,7 @@ def test_an_extra_image_or_an_unknown_question_is_a_mismatch(wire: str, images: 
 @pytest.mark.parametrize("wire", WIRES)
 def test_a_mismatch_can_be_refused(wire: str, images: list[Path]) -> None:
     """With reject_mismatches the client gets a 400 for a miss, as for a bad image; an expect callable works too."""
+
     def expect(s: Seen) -> str | None:
         return None if len(s.images) == 1 else f"{len(s.images)} images"
 
@@ -260,21 +346,69 @@ def test_malformed_image_parts_are_problems(images: list[Path]) -> None:
     data = images[0].read_bytes()
     b64 = base64.b64encode(data).decode()
     cases = [
-        ("openai", {"type": "image_url", "image_url": {"url": "https://example.org/x.jpg"}}, "not a data URL"),
-        ("openai", {"type": "image_url", "image_url": f"data:image/jpeg;base64,{b64}"}, "without image_url.url"),
-        ("openai", {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{b64}", "detail": "max"}}, "detail"),
-        ("openai", image_part("anthropic", data), "part type 'image' is not one the openai wire takes"),
-        ("anthropic", image_part("openai", data), "part type 'image_url' is not one the anthropic wire takes"),
-        ("anthropic", {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": f"data:image/jpeg;base64,{b64}"}},
-         "source.data is a data URL"),
-        ("anthropic", {"type": "image", "source": {"type": "url", "url": "https://example.org/x.jpg"}}, "source type 'url', not base64"),
+        (
+            "openai",
+            {"type": "image_url", "image_url": {"url": "https://example.org/x.jpg"}},
+            "not a data URL",
+        ),
+        (
+            "openai",
+            {"type": "image_url", "image_url": f"data:image/jpeg;base64,{b64}"},
+            "without image_url.url",
+        ),
+        (
+            "openai",
+            {
+                "type": "image_url",
+                "image_url": {"url": f"data:image/jpeg;base64,{b64}", "detail": "max"},
+            },
+            "detail",
+        ),
+        (
+            "openai",
+            image_part("anthropic", data),
+            "part type 'image' is not one the openai wire takes",
+        ),
+        (
+            "anthropic",
+            image_part("openai", data),
+            "part type 'image_url' is not one the anthropic wire takes",
+        ),
+        (
+            "anthropic",
+            {
+                "type": "image",
+                "source": {
+                    "type": "base64",
+                    "media_type": "image/jpeg",
+                    "data": f"data:image/jpeg;base64,{b64}",
+                },
+            },
+            "source.data is a data URL",
+        ),
+        (
+            "anthropic",
+            {"type": "image", "source": {"type": "url", "url": "https://example.org/x.jpg"}},
+            "source type 'url', not base64",
+        ),
         ("anthropic", image_part("anthropic", b"not an image at all"), "not a complete image"),
-        ("openai", {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,@@@@"}}, "not base64"),
+        (
+            "openai",
+            {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,@@@@"}},
+            "not base64",
+        ),
     ]
     with VisionServer(lambda s: "ok") as srv:
         for wire, part, _ in cases:
             assert ask(srv, wire, part, text_part(Q1))[0] == 400
-        status, _, _ = post(srv, "openai", [{"role": "user", "content": Q1}, {"role": "assistant", "content": [image_part("openai", data)]}])
+        status, _, _ = post(
+            srv,
+            "openai",
+            [
+                {"role": "user", "content": Q1},
+                {"role": "assistant", "content": [image_part("openai", data)]},
+            ],
+        )
     assert status == 400
     assert len(srv.stats.problems) == len(cases) + 1
     for (wire, _, words), problem in zip(cases, srv.stats.problems):
@@ -286,19 +420,30 @@ def test_malformed_image_parts_are_problems(images: list[Path]) -> None:
 def test_faults_and_finish_reasons_come_in_the_wire_format(wire: str, images: list[Path]) -> None:
     replies = iter([Fault("429", retry_after=2), Reply("Liver", "length")])
     with VisionServer(lambda s: next(replies)) as srv:
-        status, out, headers = ask(srv, wire, image_part(wire, images[2].read_bytes()), text_part(Q2))
+        status, out, headers = ask(
+            srv, wire, image_part(wire, images[2].read_bytes()), text_part(Q2)
+        )
         assert status == 429 and headers["retry-after"] == "2"
-        assert out["error"]["type" if wire == "anthropic" else "message"] == ("rate_limit_error" if wire == "anthropic" else "injected 429")
+        assert out["error"]["type" if wire == "anthropic" else "message"] == (
+            "rate_limit_error" if wire == "anthropic" else "injected 429"
+        )
         status, out, _ = ask(srv, wire, image_part(wire, images[2].read_bytes()), text_part(Q2))
-    assert status == 200 and reply_text(wire, out) == ("Liver", "length" if wire == "openai" else "max_tokens")
+    assert status == 200 and reply_text(wire, out) == (
+        "Liver",
+        "length" if wire == "openai" else "max_tokens",
+    )
     assert srv.stats.faults == {"429": 1} and srv.stats.problems == []
 
 
 def test_requests_are_answered_concurrently(images: list[Path]) -> None:
-    with VisionServer(by_image({}, "ok"), latency=0.2) as srv:
-        with ThreadPoolExecutor(4) as pool:
-            futures = [pool.submit(ask, srv, WIRES[k % 2], image_part(WIRES[k % 2], p.read_bytes()), text_part(Q1)) for k, p in enumerate(images)]
-            assert [f.result()[0] for f in futures] == [200] * 4
+    with VisionServer(by_image({}, "ok"), latency=0.2) as srv, ThreadPoolExecutor(4) as pool:
+        futures = [
+            pool.submit(
+                ask, srv, WIRES[k % 2], image_part(WIRES[k % 2], p.read_bytes()), text_part(Q1)
+            )
+            for k, p in enumerate(images)
+        ]
+        assert [f.result()[0] for f in futures] == [200] * 4
     assert srv.stats.max_in_flight > 1
     assert srv.stats.distinct_images == {image_file_sha256(p) for p in images}
     assert srv.stats.wires == {"openai": 2, "anthropic": 2} and srv.stats.problems == []

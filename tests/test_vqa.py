@@ -46,13 +46,25 @@ def test_vqa_rad_test_split_has_the_counts_of_its_source() -> None:
     image, text = msg.content
     assert isinstance(image, ImagePart) and isinstance(text, TextPart)
     raw = (vqa_rad() / "VQA_RAD Image Folder" / "synpic42202.jpg").read_bytes()
-    assert image.sha256 == hashlib.sha256(raw).hexdigest() and image.data == raw  # sent as the file holds it
-    assert text.text == "Is there evidence of an aortic aneurysm?\nAnswer the question using a single word or phrase."
-    assert b.images.bytes_read == sum(p.stat().st_size for p in {vqa_rad() / "VQA_RAD Image Folder" / s.metadata["image"] for s in samples})
+    assert (
+        image.sha256 == hashlib.sha256(raw).hexdigest() and image.data == raw
+    )  # sent as the file holds it
+    assert (
+        text.text
+        == "Is there evidence of an aortic aneurysm?\nAnswer the question using a single word or phrase."
+    )
+    assert b.images.bytes_read == sum(
+        p.stat().st_size
+        for p in {vqa_rad() / "VQA_RAD Image Folder" / s.metadata["image"] for s in samples}
+    )
 
 
-@pytest.mark.parametrize("lang, n, images, closed, yes_no", [("en", 1061, 96, 416, 355), ("zh", 1033, 96, 420, 354)])
-def test_slake_halves_have_the_counts_of_its_source(lang: str, n: int, images: int, closed: int, yes_no: int) -> None:
+@pytest.mark.parametrize(
+    "lang, n, images, closed, yes_no", [("en", 1061, 96, 416, 355), ("zh", 1033, 96, 420, 354)]
+)
+def test_slake_halves_have_the_counts_of_its_source(
+    lang: str, n: int, images: int, closed: int, yes_no: int
+) -> None:
     samples = SLAKE(lang=lang).load(slake())
     assert len(samples) == n
     assert len({s.metadata["image_sha256"] for s in samples}) == images
@@ -65,27 +77,86 @@ def test_an_image_request_key_holds_the_hash_never_the_bytes() -> None:
     data = b"\xff\xd8" + b"x" * 1000
     part = ImagePart(hashlib.sha256(data).hexdigest(), "image/jpeg", data=data, width=10, height=10)
     req = Request("openai", "m", (Message("user", (part, TextPart("q"))),))
-    assert part.sha256 in req.canonical() and "eHh4" not in req.canonical() and "xxx" not in req.canonical()
-    same = Request("openai", "m", (Message("user", (ImagePart(part.sha256, "image/jpeg"), TextPart("q"))),))
+    assert (
+        part.sha256 in req.canonical()
+        and "eHh4" not in req.canonical()
+        and "xxx" not in req.canonical()
+    )
+    same = Request(
+        "openai", "m", (Message("user", (ImagePart(part.sha256, "image/jpeg"), TextPart("q"))),)
+    )
     assert same.key() == req.key()  # the bytes travel beside the key
-    other = Request("openai", "m", (Message("user", (ImagePart("0" * 64, "image/jpeg"), TextPart("q"))),))
+    other = Request(
+        "openai", "m", (Message("user", (ImagePart("0" * 64, "image/jpeg"), TextPart("q"))),)
+    )
     assert other.key() != req.key()
     text_only = Request("openai", "m", (Message("user", "q"),))
     assert '"content":"q"' in text_only.canonical()  # a text message stays a string
 
 
 def test_normalisation_equals_lmms_evals_own_function() -> None:
-    official = load_official("lmms-eval/lmms_eval/tasks/slake/utils.py", [
-        "EN_YES", "EN_NO", "ZH_YES", "ZH_NO", "ZH_PUNCTUATION", "normalize_answer", "_normalize_yes_no", "_normalize_medical_aliases",
-    ])
+    official = load_official(
+        "lmms-eval/lmms_eval/tasks/slake/utils.py",
+        [
+            "EN_YES",
+            "EN_NO",
+            "ZH_YES",
+            "ZH_NO",
+            "ZH_PUNCTUATION",
+            "normalize_answer",
+            "_normalize_yes_no",
+            "_normalize_medical_aliases",
+        ],
+    )
     corpus = [
-        "Yes", "yes.", " YES ", "No", "no!", "nope", "True", "false", "是的", "不是", "没有", "包含", "异常", "正常。",
-        "X-ray", "x ray", "Xray", "X-Ray.", "CT (computed tomography)", "MRI（磁共振）", "Left lung, upper lobe",
-        "T2", "t2-weighted", "nodule", "no nodule", "The answer is yes", "", None, 3, "  Brain   edema ", "肺部，右侧",
-        "Answer: Liver", "liver\n", "「肝脏」", "Right side", "Both", "abnormal", "x  ray", "x-ray film",
+        "Yes",
+        "yes.",
+        " YES ",
+        "No",
+        "no!",
+        "nope",
+        "True",
+        "false",
+        "是的",
+        "不是",
+        "没有",
+        "包含",
+        "异常",
+        "正常。",
+        "X-ray",
+        "x ray",
+        "Xray",
+        "X-Ray.",
+        "CT (computed tomography)",
+        "MRI（磁共振）",
+        "Left lung, upper lobe",
+        "T2",
+        "t2-weighted",
+        "nodule",
+        "no nodule",
+        "The answer is yes",
+        "",
+        None,
+        3,
+        "  Brain   edema ",
+        "肺部，右侧",
+        "Answer: Liver",
+        "liver\n",
+        "「肝脏」",
+        "Right side",
+        "Both",
+        "abnormal",
+        "x  ray",
+        "x-ray film",
     ]
-    differ = [(x, normalize(x), official.normalize_answer(x)) for x in corpus if normalize(x) != official.normalize_answer(x)]
-    print(f"\nnormalisation: {len(corpus) - len(differ)}/{len(corpus)} equal to lmms-eval's normalize_answer")
+    differ = [
+        (x, normalize(x), official.normalize_answer(x))
+        for x in corpus
+        if normalize(x) != official.normalize_answer(x)
+    ]
+    print(
+        f"\nnormalisation: {len(corpus) - len(differ)}/{len(corpus)} equal to lmms-eval's normalize_answer"
+    )
     assert differ == []
 
 
@@ -93,7 +164,10 @@ def test_the_peers_metric_bugs_are_not_reproduced() -> None:
     """MedEvalKit's VQA scoring: 'no' found inside 'nodule' counts a hit; here whole answers are compared."""
     assert normalize("nodule") != normalize("no")
     assert not closed_by_yes_no("nodule") and closed_by_yes_no("No")
-    assert token_recall("left upper lobe", "upper lobe") == 1.0 and token_recall("lobe", "upper lobe") == 0.5
+    assert (
+        token_recall("left upper lobe", "upper lobe") == 1.0
+        and token_recall("lobe", "upper lobe") == 0.5
+    )
 
 
 def script_by_image(answers: dict[str, str]):
@@ -109,7 +183,11 @@ def script_by_image(answers: dict[str, str]):
 
 def expected_figures(samples, right_images: set[str]) -> dict[str, float]:
     def acc(items):
-        return sum(s.metadata["image_sha256"] in right_images and normalize(s.target) != normalize("unsure") for s in items) / len(items)
+        return sum(
+            s.metadata["image_sha256"] in right_images
+            and normalize(s.target) != normalize("unsure")
+            for s in items
+        ) / len(items)
 
     return {
         "overall": acc(samples),
@@ -120,7 +198,9 @@ def expected_figures(samples, right_images: set[str]) -> dict[str, float]:
     }
 
 
-def test_vqa_rad_run_scores_what_an_independent_count_gives_and_stores_each_image_once(tmp_path: Path) -> None:
+def test_vqa_rad_run_scores_what_an_independent_count_gives_and_stores_each_image_once(
+    tmp_path: Path,
+) -> None:
     samples = VQARAD().load(vqa_rad())
     # the model "sees" the images whose hash starts with 0-7 and answers with the first question's answer on each
     first: dict[str, str] = {}
@@ -130,21 +210,44 @@ def test_vqa_rad_run_scores_what_an_independent_count_gives_and_stores_each_imag
     # a question is right when the model's answer for its image is its own answer
     answers = {h: first[h] for h in right}
     db = tmp_path / "s.db"
-    cfg = RunConfig("vqa-rad", "scripted/vision", data=vqa_rad(), options=RunOptions(), provider_options={"script": script_by_image(answers)})
+    cfg = RunConfig(
+        "vqa-rad",
+        "scripted/vision",
+        data=vqa_rad(),
+        options=RunOptions(),
+        provider_options={"script": script_by_image(answers)},
+    )
     with Store(db) as st:
         out = asyncio.run(run(st, cfg))
-    ok = [s for s in samples if s.metadata["image_sha256"] in right and normalize(first[s.metadata["image_sha256"]]) == normalize(s.target)]
+    ok = [
+        s
+        for s in samples
+        if s.metadata["image_sha256"] in right
+        and normalize(first[s.metadata["image_sha256"]]) == normalize(s.target)
+    ]
 
     def acc(items):
         return sum(s in ok for s in items) / len(items)
 
     r = out.result
     assert r.n == 451 and r.score == pytest.approx(acc(samples))
-    assert r.extra["closed_accuracy"] == pytest.approx(acc([s for s in samples if s.metadata["closed"]]))
-    assert r.extra["open_accuracy"] == pytest.approx(acc([s for s in samples if s.metadata["closed"] is False]))
-    assert r.extra["closed_accuracy_yes_no_rule"] == pytest.approx(acc([s for s in samples if s.metadata["closed_yes_no"]]))
-    assert r.extra["open_accuracy_yes_no_rule"] == pytest.approx(acc([s for s in samples if not s.metadata["closed_yes_no"]]))
-    assert (r.extra["n_closed"], r.extra["n_open"], r.extra["n_closed_yes_no_rule"]) == (272, 179, 251)
+    assert r.extra["closed_accuracy"] == pytest.approx(
+        acc([s for s in samples if s.metadata["closed"]])
+    )
+    assert r.extra["open_accuracy"] == pytest.approx(
+        acc([s for s in samples if s.metadata["closed"] is False])
+    )
+    assert r.extra["closed_accuracy_yes_no_rule"] == pytest.approx(
+        acc([s for s in samples if s.metadata["closed_yes_no"]])
+    )
+    assert r.extra["open_accuracy_yes_no_rule"] == pytest.approx(
+        acc([s for s in samples if not s.metadata["closed_yes_no"]])
+    )
+    assert (r.extra["n_closed"], r.extra["n_open"], r.extra["n_closed_yes_no_rule"]) == (
+        272,
+        179,
+        251,
+    )
     images = ImageStore.beside(db)
     files = sorted(p for p in images.root.rglob("*") if p.is_file())
     assert len(files) == 203
@@ -169,14 +272,39 @@ def test_image_preparation_is_part_of_the_run_and_changes_what_is_sent(tmp_path:
         def script(req: Request) -> str:
             seen[kind].update(f"{i.media_type}:{i.sha256}" for m in req.messages for i in m.images)
             return "yes"
+
         return script
 
     with Store(tmp_path / "s.db") as st:
-        kept = asyncio.run(run(st, RunConfig("vqa-rad", "scripted/v", data=vqa_rad(), limit=5, provider_options={"script": spy("keep")})))
-        png = asyncio.run(run(st, RunConfig("vqa-rad", "scripted/v", data=vqa_rad(), limit=5, bench_params={"image_format": "png", "image_max_side": 128},
-                                            provider_options={"script": spy("png")})))
+        kept = asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "vqa-rad",
+                    "scripted/v",
+                    data=vqa_rad(),
+                    limit=5,
+                    provider_options={"script": spy("keep")},
+                ),
+            )
+        )
+        png = asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "vqa-rad",
+                    "scripted/v",
+                    data=vqa_rad(),
+                    limit=5,
+                    bench_params={"image_format": "png", "image_max_side": 128},
+                    provider_options={"script": spy("png")},
+                ),
+            )
+        )
     assert kept.run.id != png.run.id and kept.result.fingerprint != png.result.fingerprint
-    assert all(x.startswith("image/jpeg:") for x in seen["keep"]) and all(x.startswith("image/png:") for x in seen["png"])
+    assert all(x.startswith("image/jpeg:") for x in seen["keep"]) and all(
+        x.startswith("image/png:") for x in seen["png"]
+    )
     assert png.answer_stats.made == 5  # new images, new calls
 
 
@@ -187,31 +315,56 @@ def test_blind_and_blank_probes_measure_whether_the_answer_needs_the_image(tmp_p
         answers.setdefault(s.metadata["image_sha256"], s.target)
     script = script_by_image(answers)
     right = [normalize(answers[s.metadata["image_sha256"]]) == normalize(s.target) for s in samples]
-    cfg = RunConfig("vqa-rad", "scripted/vision", data=vqa_rad(), limit=60, options=RunOptions(), provider_options={"script": script})
+    cfg = RunConfig(
+        "vqa-rad",
+        "scripted/vision",
+        data=vqa_rad(),
+        limit=60,
+        options=RunOptions(),
+        provider_options={"script": script},
+    )
     with Store(tmp_path / "s.db") as st:
         ps = asyncio.run(run_probes(st, cfg, ["blind", "blank"]))
     summary = summarize_set(ps)
     drops = {d.probe: d for d in summary.drops}
     base = sum(right) / len(right)
     assert summary.baseline_accuracy == pytest.approx(base)
-    for probe in ("blind", "blank"):  # without the real image the model answers "unsure": every right answer is lost
+    for probe in (
+        "blind",
+        "blank",
+    ):  # without the real image the model answers "unsure": every right answer is lost
         assert drops[probe].drop == pytest.approx(base)
         assert drops[probe].ci95[0] > 0
-    print(f"\nblind probe on VQA-RAD (60 questions, scripted): accuracy {base:.3f}, blind drop {drops['blind'].drop:.3f} "
-          f"CI {drops['blind'].ci95}, blank drop {drops['blank'].drop:.3f}")
+    print(
+        f"\nblind probe on VQA-RAD (60 questions, scripted): accuracy {base:.3f}, blind drop {drops['blind'].drop:.3f} "
+        f"CI {drops['blind'].ci95}, blank drop {drops['blank'].drop:.3f}"
+    )
 
 
-def test_exam_probes_are_refused_on_image_benchmarks_and_image_probes_on_exams(tmp_path: Path) -> None:
+def test_exam_probes_are_refused_on_image_benchmarks_and_image_probes_on_exams(
+    tmp_path: Path,
+) -> None:
     with Store(tmp_path / "s.db") as st:
         with pytest.raises(ConfigError, match="blind, blank"):
-            asyncio.run(run_probes(st, RunConfig("vqa-rad", "scripted/a", data=vqa_rad(), limit=2), ["permute:1"]))
+            asyncio.run(
+                run_probes(
+                    st, RunConfig("vqa-rad", "scripted/a", data=vqa_rad(), limit=2), ["permute:1"]
+                )
+            )
         with pytest.raises(ConfigError, match="blind, blank"):
             asyncio.run(run_probes(st, RunConfig("demo", "scripted/a"), ["blind"]))
 
 
 def test_a_missing_image_is_a_one_line_error_naming_file_and_record(tmp_path: Path) -> None:
     (tmp_path / "VQA_RAD Image Folder").mkdir()
-    rec = {"qid": 7, "phrase_type": "test_freeform", "image_name": "nope.jpg", "question": "q?", "answer": "yes", "answer_type": "CLOSED"}
+    rec = {
+        "qid": 7,
+        "phrase_type": "test_freeform",
+        "image_name": "nope.jpg",
+        "question": "q?",
+        "answer": "yes",
+        "answer_type": "CLOSED",
+    }
     (tmp_path / "VQA_RAD Dataset Public.json").write_text(json.dumps([rec]), encoding="utf-8")
     with pytest.raises(Exception) as e:
         VQARAD().load(tmp_path)
@@ -262,16 +415,38 @@ def cli(args: list[str], tmp: Path) -> dict:
 
     from tests.conftest import ROOT, offline_env
 
-    env = dict(os.environ) | offline_env() | {"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200", "ANTHROPIC_API_KEY": "test-key"}
-    r = subprocess.run([sys.executable, "-m", "grandrounds", *args, "--store", str(tmp / "s.db"), "--out", str(tmp / "out")],
-                       capture_output=True, text=True, env=env)
+    env = (
+        dict(os.environ)
+        | offline_env()
+        | {"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200", "ANTHROPIC_API_KEY": "test-key"}
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grandrounds",
+            *args,
+            "--store",
+            str(tmp / "s.db"),
+            "--out",
+            str(tmp / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads((tmp / "out" / "results.json").read_text(encoding="utf-8"))["results"][0]
 
 
 def check_figures(result: dict, rows: list[dict], pairs, closed_label) -> None:
-    right = {id(r) for (q, sha), recs in pairs.items() if sha[0] in "01234567" for r in recs
-             if normalize(recs[0]["answer"]) == normalize(r["answer"])}
+    right = {
+        id(r)
+        for (q, sha), recs in pairs.items()
+        if sha[0] in "01234567"
+        for r in recs
+        if normalize(recs[0]["answer"]) == normalize(r["answer"])
+    }
 
     def acc(items):
         return sum(id(r) in right for r in items) / len(items)
@@ -282,28 +457,73 @@ def check_figures(result: dict, rows: list[dict], pairs, closed_label) -> None:
     not_yn = [r for r in rows if normalize(r["answer"]) not in ("yes", "no")]
     ex = result["extra"]
     assert result["n"] == len(rows) and result["score"] == pytest.approx(acc(rows))
-    assert ex["closed_accuracy"] == pytest.approx(acc(closed)) and ex["open_accuracy"] == pytest.approx(acc(open_))
-    assert ex["closed_accuracy_yes_no_rule"] == pytest.approx(acc(yn)) and ex["open_accuracy_yes_no_rule"] == pytest.approx(acc(not_yn))
-    print(f"\n{result['benchmark']}: n {result['n']}, accuracy {result['score']:.4f} (independent {acc(rows):.4f}); "
-          f"closed {ex['closed_accuracy']:.4f} / open {ex['open_accuracy']:.4f} by label ({len(closed)}/{len(open_)}); "
-          f"closed {ex['closed_accuracy_yes_no_rule']:.4f} / open {ex['open_accuracy_yes_no_rule']:.4f} by the yes/no rule ({len(yn)}/{len(not_yn)})")
+    assert ex["closed_accuracy"] == pytest.approx(acc(closed)) and ex[
+        "open_accuracy"
+    ] == pytest.approx(acc(open_))
+    assert ex["closed_accuracy_yes_no_rule"] == pytest.approx(acc(yn)) and ex[
+        "open_accuracy_yes_no_rule"
+    ] == pytest.approx(acc(not_yn))
+    print(
+        f"\n{result['benchmark']}: n {result['n']}, accuracy {result['score']:.4f} (independent {acc(rows):.4f}); "
+        f"closed {ex['closed_accuracy']:.4f} / open {ex['open_accuracy']:.4f} by label ({len(closed)}/{len(open_)}); "
+        f"closed {ex['closed_accuracy_yes_no_rule']:.4f} / open {ex['open_accuracy_yes_no_rule']:.4f} by the yes/no rule ({len(yn)}/{len(not_yn)})"
+    )
 
 
-def test_vqa_rad_through_the_command_sends_every_image_right_and_scores_as_counted(tmp_path: Path) -> None:
+def test_vqa_rad_through_the_command_sends_every_image_right_and_scores_as_counted(
+    tmp_path: Path,
+) -> None:
     from grandrounds.testing.vision import VisionServer
 
     folder = vqa_rad()
-    rows = [r for r in json.loads((folder / "VQA_RAD Dataset Public.json").read_text(encoding="utf-8"))
-            if r["phrase_type"] in ("test_freeform", "test_para")]
-    pairs = independent_pairs(folder, rows, lambda r: folder / "VQA_RAD Image Folder" / r["image_name"])
-    with VisionServer(vision_rule(pairs), expected=expect_own_image(pairs), image_order="before") as srv:
-        result = cli(["run", "vqa-rad", "--model", "openai/vlm", "--base-url", srv.base_url, "--data", str(folder)], tmp_path)
+    rows = [
+        r
+        for r in json.loads((folder / "VQA_RAD Dataset Public.json").read_text(encoding="utf-8"))
+        if r["phrase_type"] in ("test_freeform", "test_para")
+    ]
+    pairs = independent_pairs(
+        folder, rows, lambda r: folder / "VQA_RAD Image Folder" / r["image_name"]
+    )
+    with VisionServer(
+        vision_rule(pairs), expected=expect_own_image(pairs), image_order="before"
+    ) as srv:
+        result = cli(
+            [
+                "run",
+                "vqa-rad",
+                "--model",
+                "openai/vlm",
+                "--base-url",
+                srv.base_url,
+                "--data",
+                str(folder),
+            ],
+            tmp_path,
+        )
         assert srv.stats.problems == [] and srv.stats.mismatches == 0
-        assert srv.stats.requests == 451 and srv.stats.images == 451 and len(srv.stats.distinct_images) == 203
+        assert (
+            srv.stats.requests == 451
+            and srv.stats.images == 451
+            and len(srv.stats.distinct_images) == 203
+        )
         check_figures(result, rows, pairs, lambda r: r["answer_type"].strip() == "CLOSED")
         made = srv.stats.requests
-        again = cli(["run", "vqa-rad", "--model", "openai/vlm", "--base-url", srv.base_url, "--data", str(folder)], tmp_path)
-        assert srv.stats.requests == made and again["score"] == result["score"]  # the warm re-run makes 0 calls
+        again = cli(
+            [
+                "run",
+                "vqa-rad",
+                "--model",
+                "openai/vlm",
+                "--base-url",
+                srv.base_url,
+                "--data",
+                str(folder),
+            ],
+            tmp_path,
+        )
+        assert (
+            srv.stats.requests == made and again["score"] == result["score"]
+        )  # the warm re-run makes 0 calls
 
 
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])
@@ -311,12 +531,26 @@ def test_slake_english_through_the_command_in_each_wire_format(tmp_path: Path, w
     from grandrounds.testing.vision import VisionServer
 
     folder = slake()
-    rows = [r for r in json.loads((folder / "test.json").read_text(encoding="utf-8")) if r["q_lang"] == "en"]
+    rows = [
+        r
+        for r in json.loads((folder / "test.json").read_text(encoding="utf-8"))
+        if r["q_lang"] == "en"
+    ]
     pairs = independent_pairs(folder, rows, lambda r: folder / "imgs" / r["img_name"])
-    with VisionServer(vision_rule(pairs), expected=expect_own_image(pairs), image_order="before") as srv:
-        model = ["--model", "openai/vlm", "--base-url", srv.base_url] if wire == "openai" else ["--model", "anthropic/claude", "--base-url", srv.anthropic_url]
+    with VisionServer(
+        vision_rule(pairs), expected=expect_own_image(pairs), image_order="before"
+    ) as srv:
+        model = (
+            ["--model", "openai/vlm", "--base-url", srv.base_url]
+            if wire == "openai"
+            else ["--model", "anthropic/claude", "--base-url", srv.anthropic_url]
+        )
         result = cli(["run", "slake", *model, "--data", str(folder)], tmp_path)
-        assert srv.stats.problems == [] and srv.stats.mismatches == 0 and srv.stats.wires == {wire: 1061}
+        assert (
+            srv.stats.problems == []
+            and srv.stats.mismatches == 0
+            and srv.stats.wires == {wire: 1061}
+        )
         assert srv.stats.images == 1061 and len(srv.stats.distinct_images) == 96
         check_figures(result, rows, pairs, lambda r: r["answer_type"] == "CLOSED")
 
@@ -328,20 +562,49 @@ def test_aggregate_counts_each_answer_once_over_every_question_of_its_split() ->
     from grandrounds.core.records import Grade, Sample
 
     def sample(i: int, closed: bool, answer: str) -> Sample:
-        return Sample(str(i), "vqa-rad", (), target=answer, metadata={"closed": closed, "closed_yes_no": answer in ("yes", "no"),
-                                                                     "image_organ": "CHEST", "question_type": "PRES", "phrase_type": "test_freeform"})
+        return Sample(
+            str(i),
+            "vqa-rad",
+            (),
+            target=answer,
+            metadata={
+                "closed": closed,
+                "closed_yes_no": answer in ("yes", "no"),
+                "image_organ": "CHEST",
+                "question_type": "PRES",
+                "phrase_type": "test_freeform",
+            },
+        )
 
-    samples = [sample(0, True, "yes"), sample(1, True, "no"), sample(2, True, "left"), sample(3, True, "yes"),
-               sample(4, False, "liver"), sample(5, False, "ct"), sample(6, False, "mri"), sample(7, False, "brain")]
+    samples = [
+        sample(0, True, "yes"),
+        sample(1, True, "no"),
+        sample(2, True, "left"),
+        sample(3, True, "yes"),
+        sample(4, False, "liver"),
+        sample(5, False, "ct"),
+        sample(6, False, "mri"),
+        sample(7, False, "brain"),
+    ]
     right = {0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 0.0}
-    grades = [Grade(str(i), v, details={"token_recall": v, "unreadable": i == 3, "other_value": v}) for i, v in right.items()]
+    grades = [
+        Grade(str(i), v, details={"token_recall": v, "unreadable": i == 3, "other_value": v})
+        for i, v in right.items()
+    ]
     agg = VQARAD().aggregate(samples, grades, RunOptions())
     assert agg.score == pytest.approx(5 / 8)  # each hit once, every question in the denominator
-    assert agg.extra["closed_accuracy"] == pytest.approx(2 / 4)  # the two wrong closed answers stay in
+    assert agg.extra["closed_accuracy"] == pytest.approx(
+        2 / 4
+    )  # the two wrong closed answers stay in
     assert agg.extra["open_accuracy"] == pytest.approx(3 / 4)  # divided once
-    assert agg.extra["closed_accuracy_yes_no_rule"] == pytest.approx(1 / 3) and agg.extra["n_closed_yes_no_rule"] == 3
+    assert (
+        agg.extra["closed_accuracy_yes_no_rule"] == pytest.approx(1 / 3)
+        and agg.extra["n_closed_yes_no_rule"] == 3
+    )
     assert agg.extra["open_accuracy_yes_no_rule"] == pytest.approx(4 / 5)
-    assert agg.extra["open_token_recall"] == pytest.approx(3 / 4) and agg.extra["n_unextracted"] == 1
+    assert (
+        agg.extra["open_token_recall"] == pytest.approx(3 / 4) and agg.extra["n_unextracted"] == 1
+    )
 
 
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])
@@ -368,11 +631,29 @@ def test_images_go_through_the_batch_apis_intact(tmp_path: Path, monkeypatch, wi
 
     with BatchServer(rule) as srv:
         url = srv.openai_url if wire == "openai" else srv.anthropic_url
-        result = cli(["run", "vqa-rad", "--model", f"{wire}/vlm", "--base-url", url, "--data", str(vqa_rad()), "--limit", "24",
-                      "--batch", "answers"], tmp_path)
+        result = cli(
+            [
+                "run",
+                "vqa-rad",
+                "--model",
+                f"{wire}/vlm",
+                "--base-url",
+                url,
+                "--data",
+                str(vqa_rad()),
+                "--limit",
+                "24",
+                "--batch",
+                "answers",
+            ],
+            tmp_path,
+        )
         assert srv.stats.live == 0 and sum(srv.batch_sizes()) == 24
     assert problems == []
-    expect = [normalize(s.target) == ("yes" if s.metadata["image_sha256"][0] in "01234567" else "no") for s in samples]
+    expect = [
+        normalize(s.target) == ("yes" if s.metadata["image_sha256"][0] in "01234567" else "no")
+        for s in samples
+    ]
     assert result["score"] == pytest.approx(sum(expect) / 24)
 
 
@@ -398,7 +679,10 @@ def test_a_gguf_vision_model_gets_its_projector_and_the_images(tmp_path: Path, m
 
         def create_chat_completion(self, messages, **kw):
             seen["messages"].append(messages)
-            return {"choices": [{"message": {"content": "yes"}, "finish_reason": "stop"}], "usage": {}}
+            return {
+                "choices": [{"message": {"content": "yes"}, "finish_reason": "stop"}],
+                "usage": {},
+            }
 
     monkeypatch.setattr(llama_cpp, "Llama", Model)
     monkeypatch.setattr(chat_format, "MTMDChatHandler", Handler)
@@ -407,12 +691,30 @@ def test_a_gguf_vision_model_gets_its_projector_and_the_images(tmp_path: Path, m
     with Store(tmp_path / "s.db") as st:
         with pytest.raises(ConfigError, match="mmproj"):
             asyncio.run(run(st, RunConfig("vqa-rad", f"llamacpp/{gguf}", data=vqa_rad(), limit=3)))
-        out = asyncio.run(run(st, RunConfig("vqa-rad", f"llamacpp/{gguf}", data=vqa_rad(), limit=3, provider_options={"mmproj": str(proj)})))
-    assert seen["handlers"] == [str(proj)] and isinstance(seen["handler"], Handler) and out.answer_stats.made == 3
+        out = asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "vqa-rad",
+                    f"llamacpp/{gguf}",
+                    data=vqa_rad(),
+                    limit=3,
+                    provider_options={"mmproj": str(proj)},
+                ),
+            )
+        )
+    assert (
+        seen["handlers"] == [str(proj)]
+        and isinstance(seen["handler"], Handler)
+        and out.answer_stats.made == 3
+    )
     samples = VQARAD().load(vqa_rad())[:3]
     for msgs, s in zip(seen["messages"], samples):
         image = next(p for p in msgs[-1]["content"] if p["type"] == "image_url")["image_url"]["url"]
-        assert hashlib.sha256(base64.b64decode(image.split(",", 1)[1])).hexdigest() == s.metadata["image_sha256"]
+        assert (
+            hashlib.sha256(base64.b64decode(image.split(",", 1)[1])).hexdigest()
+            == s.metadata["image_sha256"]
+        )
 
 
 def test_a_probe_runs_items_are_stored_as_they_were_asked(tmp_path: Path) -> None:
@@ -420,10 +722,20 @@ def test_a_probe_runs_items_are_stored_as_they_were_asked(tmp_path: Path) -> Non
     key, so the viewer and the report show each run's items as asked; the unprobed key is unchanged."""
     plain, blind = VQARAD(), VQARAD(probe="blind")
     assert plain.dataset_hash(vqa_rad()) != blind.dataset_hash(vqa_rad())
-    cfg = RunConfig("vqa-rad", "scripted/vision", data=vqa_rad(), limit=3, provider_options={"script": lambda req: "yes"})
+    cfg = RunConfig(
+        "vqa-rad",
+        "scripted/vision",
+        data=vqa_rad(),
+        limit=3,
+        provider_options={"script": lambda req: "yes"},
+    )
     with Store(tmp_path / "s.db") as st:
         ps = asyncio.run(run_probes(st, cfg, ["blind"]))
-        (probe, out), = ps.probes
+        ((probe, out),) = ps.probes
         stored = st.sample("vqa-rad", out.run.dataset_sha256, out.samples[0].id)
-    assert probe == "blind" and stored is not None and stored.messages[0].content == out.samples[0].messages[0].content
+    assert (
+        probe == "blind"
+        and stored is not None
+        and stored.messages[0].content == out.samples[0].messages[0].content
+    )
     assert isinstance(stored.messages[0].content, str)  # the question as asked: no image

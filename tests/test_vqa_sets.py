@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from grandrounds.benchmarks.base import RunOptions
-from grandrounds.benchmarks.image_exams import GMAIMMBench, OmniMedVQA, PMCVQA
+from grandrounds.benchmarks.image_exams import PMCVQA, GMAIMMBench, OmniMedVQA
 from grandrounds.benchmarks.medxpertqa_mm import MedXpertQAMM
 from grandrounds.benchmarks.mmmu_health import SUBJECTS, MMMUHealth
 from grandrounds.benchmarks.pathvqa import PathVQA
@@ -31,7 +31,18 @@ from grandrounds.scoring import pathvqa as ours
 from grandrounds.store import Store
 from tests.official import load_official
 
-COLOURS = ["red", "green", "blue", "yellow", "purple", "orange", "black", "white", "cyan", "magenta"]
+COLOURS = [
+    "red",
+    "green",
+    "blue",
+    "yellow",
+    "purple",
+    "orange",
+    "black",
+    "white",
+    "cyan",
+    "magenta",
+]
 
 
 def jpeg(colour: str, size: tuple[int, int] = (24, 16)) -> bytes:
@@ -55,8 +66,14 @@ def images_of(req: Request) -> list[str]:
 
 
 def run_with(tmp: Path, bench: str, data: Path, script, **kw):
-    cfg = RunConfig(bench, "scripted/vision", data=data, options=RunOptions(**kw.pop("options", {})),
-                    provider_options={"script": script}, **kw)
+    cfg = RunConfig(
+        bench,
+        "scripted/vision",
+        data=data,
+        options=RunOptions(**kw.pop("options", {})),
+        provider_options={"script": script},
+        **kw,
+    )
     with Store(tmp / "s.db") as st:
         return asyncio.run(run(st, cfg))
 
@@ -65,9 +82,12 @@ def run_with(tmp: Path, bench: str, data: Path, script, **kw):
 
 
 PATH_QA = [  # (image, question, answer)
-    ("test_0001", "Is this a tumour?", "yes"), ("test_0001", "What is present?", "granuloma"),
-    ("test_0002", "Are there nuclei?", "no"), ("test_0002", "What does this show?", "fatty change of liver"),
-    ("test_0003", "Is fibrosis seen?", "yes"), ("test_0003", "Where is the lesion?", "left ventricle"),
+    ("test_0001", "Is this a tumour?", "yes"),
+    ("test_0001", "What is present?", "granuloma"),
+    ("test_0002", "Are there nuclei?", "no"),
+    ("test_0002", "What does this show?", "fatty change of liver"),
+    ("test_0003", "Is fibrosis seen?", "yes"),
+    ("test_0003", "Where is the lesion?", "left ventricle"),
 ]
 
 
@@ -83,16 +103,33 @@ def write_pvqa(root: Path) -> dict[str, bytes]:
 
 
 #: what the scripted model replies to each question (exact, partial, wrong, one word, empty)
-PATH_REPLIES = {"Is this a tumour?": "Yes", "What is present?": "granuloma", "Are there nuclei?": "yes",
-                "What does this show?": "fatty liver change", "Is fibrosis seen?": "yes", "Where is the lesion?": "ventricle"}
+PATH_REPLIES = {
+    "Is this a tumour?": "Yes",
+    "What is present?": "granuloma",
+    "Are there nuclei?": "yes",
+    "What does this show?": "fatty liver change",
+    "Is fibrosis seen?": "yes",
+    "Where is the lesion?": "ventricle",
+}
 
 
 def test_pathvqa_reads_the_authors_layout_and_scores_as_their_script_does(tmp_path: Path) -> None:
     pics = write_pvqa(tmp_path)
     samples = PathVQA().load(tmp_path / "pvqa")
-    assert len(samples) == 6 and [s.metadata["closed"] for s in samples] == [True, False, True, False, True, False]
+    assert len(samples) == 6 and [s.metadata["closed"] for s in samples] == [
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+    ]
     image, text = samples[0].messages[0].content
-    assert isinstance(image, ImagePart) and image.sha256 == sha(pics["test_0001"]) and isinstance(text, TextPart)
+    assert (
+        isinstance(image, ImagePart)
+        and image.sha256 == sha(pics["test_0001"])
+        and isinstance(text, TextPart)
+    )
     assert text.text.startswith("Is this a tumour?\n")
 
     def script(req: Request) -> str:
@@ -107,8 +144,12 @@ def test_pathvqa_reads_the_authors_layout_and_scores_as_their_script_does(tmp_pa
     official = official_pathvqa()
     opened = [(PATH_REPLIES[q], a) for _, q, a in PATH_QA if a not in ("yes", "no")]
     assert authors["open"]["n"] == 3
-    assert authors["open"]["exact_match"] == pytest.approx(sum(official.calculate_exactmatch(c, a) for c, a in opened) / 3)
-    assert authors["open"]["f1"] == pytest.approx(sum(official.calculate_f1score(c, a) for c, a in opened) / 3)
+    assert authors["open"]["exact_match"] == pytest.approx(
+        sum(official.calculate_exactmatch(c, a) for c, a in opened) / 3
+    )
+    assert authors["open"]["f1"] == pytest.approx(
+        sum(official.calculate_f1score(c, a) for c, a in opened) / 3
+    )
     bleu1 = [float(official.bleu(c, [a], 1, [1.0])) for c, a in opened]
     assert authors["open"]["bleu1"] == pytest.approx(sum(bleu1) / 3)
     # one-word answers have no bigrams: the script divides by zero there; counted 0 and reported
@@ -116,25 +157,48 @@ def test_pathvqa_reads_the_authors_layout_and_scores_as_their_script_does(tmp_pa
 
 
 def official_pathvqa():
-    utils = load_official("pathvqa/Evaluation script/utils.py", ["split_sentence", "modified_precision", "brevity_penalty"])
-    return load_official("pathvqa/Evaluation script/evaluation_script.py",
-                         ["bleu", "calculate_bleu", "calculate_exactmatch", "calculate_f1score"], extra=vars(utils))
+    utils = load_official(
+        "pathvqa/Evaluation script/utils.py",
+        ["split_sentence", "modified_precision", "brevity_penalty"],
+    )
+    return load_official(
+        "pathvqa/Evaluation script/evaluation_script.py",
+        ["bleu", "calculate_bleu", "calculate_exactmatch", "calculate_f1score"],
+        extra=vars(utils),
+    )
 
 
 def test_pathvqa_figures_equal_the_authors_functions_on_a_reply_corpus() -> None:
     official = official_pathvqa()
     corpus = [
-        ("yes", "yes"), ("Yes.", "yes"), ("no", "yes"), ("granuloma", "granuloma"), ("a granuloma", "granuloma"),
-        ("fatty change of the liver", "fatty change of liver"), ("liver liver liver", "liver"), ("X-ray film", "x ray"),
-        ("left ventricle of heart", "left ventricle"), ("ventricle left", "left ventricle"), ("the the the", "the"),
-        ("123", "granuloma"), ("", "yes"), ("  spaced   out  words ", "spaced words"), ("cell's nuclei (many)", "nuclei"),
-        ("metastatic adenocarcinoma in lymph node", "adenocarcinoma metastatic to lymph node"), ("ab ab ab ab", "ab ab"),
-        ("muscle", "smooth muscle cells"), ("smooth muscle cells", "muscle"), ("Hyaline arteriolosclerosis", "hyaline arteriolosclerosis"),
+        ("yes", "yes"),
+        ("Yes.", "yes"),
+        ("no", "yes"),
+        ("granuloma", "granuloma"),
+        ("a granuloma", "granuloma"),
+        ("fatty change of the liver", "fatty change of liver"),
+        ("liver liver liver", "liver"),
+        ("X-ray film", "x ray"),
+        ("left ventricle of heart", "left ventricle"),
+        ("ventricle left", "left ventricle"),
+        ("the the the", "the"),
+        ("123", "granuloma"),
+        ("", "yes"),
+        ("  spaced   out  words ", "spaced words"),
+        ("cell's nuclei (many)", "nuclei"),
+        ("metastatic adenocarcinoma in lymph node", "adenocarcinoma metastatic to lymph node"),
+        ("ab ab ab ab", "ab ab"),
+        ("muscle", "smooth muscle cells"),
+        ("smooth muscle cells", "muscle"),
+        ("Hyaline arteriolosclerosis", "hyaline arteriolosclerosis"),
     ]
     checked = {"em": 0, "f1": 0, "bleu": 0, "undefined": 0}
     for cand, ref in corpus:
         em = official.calculate_exactmatch(cand, ref)
-        assert ours.exact_match(cand, ref) == pytest.approx(0.0 if isinstance(em, str) else em), (cand, ref)
+        assert ours.exact_match(cand, ref) == pytest.approx(0.0 if isinstance(em, str) else em), (
+            cand,
+            ref,
+        )
         f1 = official.calculate_f1score(cand, ref)
         assert ours.f1(cand, ref) == pytest.approx(0.0 if isinstance(f1, str) else f1), (cand, ref)
         checked["em"] += 1
@@ -162,7 +226,11 @@ def test_a_pathvqa_pickle_naming_code_is_refused_never_run(tmp_path: Path) -> No
     (tmp_path / "pvqa" / "qas" / "test" / "test_qa.pkl").write_bytes(pickle.dumps([Evil()]))
     with pytest.raises(DataError) as e:
         PathVQA().load(tmp_path)
-    assert "test_qa.pkl" in str(e.value) and "builtins.print" in str(e.value) and "\n" not in str(e.value)
+    assert (
+        "test_qa.pkl" in str(e.value)
+        and "builtins.print" in str(e.value)
+        and "\n" not in str(e.value)
+    )
 
 
 def test_a_missing_pathvqa_image_names_file_and_record(tmp_path: Path) -> None:
@@ -170,7 +238,9 @@ def test_a_missing_pathvqa_image_names_file_and_record(tmp_path: Path) -> None:
     (tmp_path / "pvqa" / "images" / "test" / "test_0002.jpg").unlink()
     with pytest.raises(DataError) as e:
         PathVQA().load(tmp_path)
-    assert "test_0002.jpg" in str(e.value) and "record 2" in str(e.value) and "\n" not in str(e.value)
+    assert (
+        "test_0002.jpg" in str(e.value) and "record 2" in str(e.value) and "\n" not in str(e.value)
+    )
 
 
 # ---- multiple-choice image exams -------------------------------------------------------------------
@@ -198,22 +268,54 @@ def write_pmc(root: Path, zipped: bool = False) -> dict[str, str]:
             (root / "images").mkdir(exist_ok=True)
             (root / "images" / name).write_bytes(data)
         key = "ABCD"[i % 4]
-        keys[sha(data)] = key if i < 4 else "ABCD"[(i + 1) % 4]  # the model is right on the first four
-        rows.append([name, f"What modality is figure {i}?", "x", *(f" {k}:option {k}{i} " for k in "ABCD"), key])
+        keys[sha(data)] = (
+            key if i < 4 else "ABCD"[(i + 1) % 4]
+        )  # the model is right on the first four
+        rows.append(
+            [
+                name,
+                f"What modality is figure {i}?",
+                "x",
+                *(f" {k}:option {k}{i} " for k in "ABCD"),
+                key,
+            ]
+        )
     with (root / "test_clean.csv").open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["Figure_path", "Question", "Answer", "Choice A", "Choice B", "Choice C", "Choice D", "Answer_label"])
+        w.writerow(
+            [
+                "Figure_path",
+                "Question",
+                "Answer",
+                "Choice A",
+                "Choice B",
+                "Choice C",
+                "Choice D",
+                "Answer_label",
+            ]
+        )
         w.writerows(rows)
     return keys
 
 
 @pytest.mark.parametrize("zipped", [False, True])
-def test_pmc_vqa_reads_the_csv_and_its_figures_and_scores_accuracy(tmp_path: Path, zipped: bool) -> None:
+def test_pmc_vqa_reads_the_csv_and_its_figures_and_scores_accuracy(
+    tmp_path: Path, zipped: bool
+) -> None:
     keys = write_pmc(tmp_path, zipped)
     samples = PMCVQA().load(tmp_path)
-    assert len(samples) == 6 and samples[0].choices == {"A": "option A0", "B": "option B0", "C": "option C0", "D": "option D0"}
+    assert len(samples) == 6 and samples[0].choices == {
+        "A": "option A0",
+        "B": "option B0",
+        "C": "option C0",
+        "D": "option D0",
+    }
     image, text = samples[0].messages[0].content
-    assert isinstance(image, ImagePart) and isinstance(text, TextPart) and "What modality is figure 0?" in text.text
+    assert (
+        isinstance(image, ImagePart)
+        and isinstance(text, TextPart)
+        and "What modality is figure 0?" in text.text
+    )
     out = run_with(tmp_path, "pmc-vqa", tmp_path, letter_by_image(keys))
     assert out.result.n == 6 and out.result.score == pytest.approx(4 / 6)
 
@@ -244,31 +346,57 @@ def write_omni(root: Path) -> dict[str, str]:
     base = root / "OmniMedVQA"
     (base / "QA_information" / "Open-access").mkdir(parents=True)
     keys = {}
-    for ds, modality in (("ACRIMA", "Fundus Photography"), ("Chest CT Scan", "CT(Computed Tomography)")):
+    for ds, modality in (
+        ("ACRIMA", "Fundus Photography"),
+        ("Chest CT Scan", "CT(Computed Tomography)"),
+    ):
         (base / "Images" / ds).mkdir(parents=True)
         recs = []
         for i in range(3):
             data = png(COLOURS[len(keys)])
             (base / "Images" / ds / f"im{i}.png").write_bytes(data)
-            options = {"option_A": "Normal", "option_B": "Glaucoma"} if i == 0 else {
-                "option_A": "a", "option_B": "b", "option_C": "c", "option_D": "d"}
+            options = (
+                {"option_A": "Normal", "option_B": "Glaucoma"}
+                if i == 0
+                else {"option_A": "a", "option_B": "b", "option_C": "c", "option_D": "d"}
+            )
             gt = list(options.values())[i % len(options)]
             keys[sha(data)] = "ABCD"[i % len(options)] if ds == "ACRIMA" else "D"
-            recs.append({"dataset": ds, "question_id": f"{ds}_{i}", "question_type": "Disease Diagnosis", "question": f"What is {i}?",
-                         "gt_answer": gt, "image_path": f"Images/{ds}/im{i}.png", "modality_type": modality, **options})
-        (base / "QA_information" / "Open-access" / f"{ds}.json").write_text(json.dumps(recs), encoding="utf-8")
+            recs.append(
+                {
+                    "dataset": ds,
+                    "question_id": f"{ds}_{i}",
+                    "question_type": "Disease Diagnosis",
+                    "question": f"What is {i}?",
+                    "gt_answer": gt,
+                    "image_path": f"Images/{ds}/im{i}.png",
+                    "modality_type": modality,
+                    **options,
+                }
+            )
+        (base / "QA_information" / "Open-access" / f"{ds}.json").write_text(
+            json.dumps(recs), encoding="utf-8"
+        )
     return keys
 
 
 def test_omnimedvqa_reads_its_folders_and_breaks_down_by_modality(tmp_path: Path) -> None:
     keys = write_omni(tmp_path)
     samples = OmniMedVQA().load(tmp_path)
-    assert len(samples) == 6 and samples[0].choices == {"A": "Normal", "B": "Glaucoma"} and samples[0].target == "A"
+    assert (
+        len(samples) == 6
+        and samples[0].choices == {"A": "Normal", "B": "Glaucoma"}
+        and samples[0].target == "A"
+    )
     out = run_with(tmp_path, "omnimedvqa", tmp_path / "OmniMedVQA", letter_by_image(keys))
     cells = out.result.breakdown["modality"]
     # the model answers D on every CT image: no CT key is D (the first item has only A and B)
-    assert cells["Fundus Photography"].score == 1.0 and cells["CT(Computed Tomography)"].score == 0.0
-    assert out.result.score == pytest.approx(3 / 6) and out.result.extra["n_unextracted"] == 1  # D of A/B is no answer
+    assert (
+        cells["Fundus Photography"].score == 1.0 and cells["CT(Computed Tomography)"].score == 0.0
+    )
+    assert (
+        out.result.score == pytest.approx(3 / 6) and out.result.extra["n_unextracted"] == 1
+    )  # D of A/B is no answer
 
 
 def test_omnimedvqa_answer_not_among_options_names_file_and_record(tmp_path: Path) -> None:
@@ -283,17 +411,44 @@ def test_omnimedvqa_answer_not_among_options_names_file_and_record(tmp_path: Pat
 
 
 def write_gmai(root: Path, answers: bool = True) -> dict[str, str]:
-    header = ["index", "question", "A", "B", "C", "D", "E", *(["answer"] if answers else []), "image",
-              "clinical vqa task", "department", "perceptual granularity"]
+    header = [
+        "index",
+        "question",
+        "A",
+        "B",
+        "C",
+        "D",
+        "E",
+        *(["answer"] if answers else []),
+        "image",
+        "clinical vqa task",
+        "department",
+        "perceptual granularity",
+    ]
     rows, keys = [], {}
     for i in range(5):
         data = jpeg(COLOURS[i % 3])
         key = "ABCDE"[i]
-        cell = base64.b64encode(data).decode() if i < 3 else str(i - 3)  # rows 3 and 4 share rows 0 and 1's images
+        cell = (
+            base64.b64encode(data).decode() if i < 3 else str(i - 3)
+        )  # rows 3 and 4 share rows 0 and 1's images
         keys.setdefault(sha(data), key)
-        rows.append([str(i), f"Which finding {i}?\nChoose one.", "a", "b", "c", "d", "" if i == 0 else "e",
-                     *([key if i else "A"] if answers else []), cell, "Disease Diagnosis" if i % 2 else "Organ Recognition",
-                     "Radiology", "Image Level"])
+        rows.append(
+            [
+                str(i),
+                f"Which finding {i}?\nChoose one.",
+                "a",
+                "b",
+                "c",
+                "d",
+                "" if i == 0 else "e",
+                *([key if i else "A"] if answers else []),
+                cell,
+                "Disease Diagnosis" if i % 2 else "Organ Recognition",
+                "Radiology",
+                "Image Level",
+            ]
+        )
     with (root / "GMAI-MMBench_VAL.tsv").open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f, delimiter="\t")
         w.writerow(header)
@@ -304,12 +459,19 @@ def write_gmai(root: Path, answers: bool = True) -> dict[str, str]:
 def test_gmai_mmbench_reads_the_validation_tsv_with_shared_images(tmp_path: Path) -> None:
     keys = write_gmai(tmp_path)
     samples = GMAIMMBench().load(tmp_path)
-    assert len(samples) == 5 and list(samples[0].choices) == ["A", "B", "C", "D"] and list(samples[1].choices) == list("ABCDE")
+    assert (
+        len(samples) == 5
+        and list(samples[0].choices) == ["A", "B", "C", "D"]
+        and list(samples[1].choices) == list("ABCDE")
+    )
     assert samples[3].metadata["image_sha256"] == samples[0].metadata["image_sha256"]
     out = run_with(tmp_path, "gmai-mmbench", tmp_path, letter_by_image(keys))
     # images of rows 0,1,2 answer A, B, C; rows 3 and 4 share 0 and 1's images and are keyed D, E: wrong
     assert out.result.score == pytest.approx(3 / 5)
-    assert set(out.result.breakdown["clinical_vqa_task"]) == {"Organ Recognition", "Disease Diagnosis"}
+    assert set(out.result.breakdown["clinical_vqa_task"]) == {
+        "Organ Recognition",
+        "Disease Diagnosis",
+    }
 
 
 def test_gmai_mmbench_test_split_is_refused_its_answers_are_withheld(tmp_path: Path) -> None:
@@ -329,13 +491,32 @@ def write_mmmu(root: Path) -> dict[str, bytes]:
         for i in range(2):
             one, two = png(COLOURS[2 * s]), png(COLOURS[2 * s + 1], (30, 10))
             pics[f"{subject}_{i}_1"], pics[f"{subject}_{i}_2"] = one, two
-            rows.append({"id": f"validation_{subject}_{i}", "question": "Compare <image 2> with <image 1>. Which is larger?",
-                         "options": "['<image 1>', 'the second', 'neither']", "answer": "A",
-                         "image_1": {"bytes": one, "path": "1.png"}, "image_2": {"bytes": two, "path": "2.png"},
-                         "img_type": "['Photos']", "topic_difficulty": "Easy", "question_type": "multiple-choice",
-                         "subfield": "Anatomy"})
-        rows.append({**rows[0], "id": f"validation_{subject}_open", "question_type": "open", "options": "[]", "answer": "42"})
-        pq.write_table(pa.Table.from_pylist(rows), root / subject / "validation-00000-of-00001.parquet")
+            rows.append(
+                {
+                    "id": f"validation_{subject}_{i}",
+                    "question": "Compare <image 2> with <image 1>. Which is larger?",
+                    "options": "['<image 1>', 'the second', 'neither']",
+                    "answer": "A",
+                    "image_1": {"bytes": one, "path": "1.png"},
+                    "image_2": {"bytes": two, "path": "2.png"},
+                    "img_type": "['Photos']",
+                    "topic_difficulty": "Easy",
+                    "question_type": "multiple-choice",
+                    "subfield": "Anatomy",
+                }
+            )
+        rows.append(
+            {
+                **rows[0],
+                "id": f"validation_{subject}_open",
+                "question_type": "open",
+                "options": "[]",
+                "answer": "42",
+            }
+        )
+        pq.write_table(
+            pa.Table.from_pylist(rows), root / subject / "validation-00000-of-00001.parquet"
+        )
     return pics
 
 
@@ -348,7 +529,9 @@ def test_mmmu_health_interleaves_images_at_their_markers(tmp_path: Path) -> None
     parts = samples[0].messages[0].content
     kinds = [p.sha256 if isinstance(p, ImagePart) else "text" for p in parts]
     one, two = sha(pics[f"{SUBJECTS[0]}_0_1"]), sha(pics[f"{SUBJECTS[0]}_0_2"])
-    assert kinds[:5] == ["text", two, "text", one, "text"] and one in kinds[5:]  # option A names image 1 again
+    assert (
+        kinds[:5] == ["text", two, "text", one, "text"] and one in kinds[5:]
+    )  # option A names image 1 again
     assert all("<image" not in p.text for p in parts if isinstance(p, TextPart))
 
     sent: list[Request] = []
@@ -357,7 +540,9 @@ def test_mmmu_health_interleaves_images_at_their_markers(tmp_path: Path) -> None
         sent.append(req)
         return "Answer: A"
 
-    out = run_with(tmp_path, "mmmu-health", tmp_path, script, options={"shuffle_options": True, "seed": 1})
+    out = run_with(
+        tmp_path, "mmmu-health", tmp_path, script, options={"shuffle_options": True, "seed": 1}
+    )
     assert out.result.n == 10 and set(out.result.breakdown["subject"]) == set(SUBJECTS)
     pairs = {sha(pics[f"{s}_{i}_2"]): sha(pics[f"{s}_{i}_1"]) for s in SUBJECTS for i in range(2)}
     for req in sent:  # shuffled options still show image 2 then image 1 in the question
@@ -375,10 +560,25 @@ def write_medxpert_mm(root: Path, hf: bool = False) -> dict[str, str]:
         opts = {k: f"choice {k}{i}" for k in "ABCDE"}
         label = "ABCDE"[i]
         keys[sha(jpeg(COLOURS[2 * i]))] = label
-        question = f"A patient {i}. What next?\nAnswer Choices: " + " ".join(f"({k}) {v}" for k, v in opts.items())
-        rec = {"id": f"MM-{i}", "question": question, "images": names, "medical_task": "Diagnosis", "body_system": "Skeletal",
-               "question_type": "Reasoning" if i else "Understanding"}
-        rec |= {"options": opts, "label": label} if hf else {"options": [{"letter": k, "content": v} for k, v in opts.items()], "label": [label]}
+        question = f"A patient {i}. What next?\nAnswer Choices: " + " ".join(
+            f"({k}) {v}" for k, v in opts.items()
+        )
+        rec = {
+            "id": f"MM-{i}",
+            "question": question,
+            "images": names,
+            "medical_task": "Diagnosis",
+            "body_system": "Skeletal",
+            "question_type": "Reasoning" if i else "Understanding",
+        }
+        rec |= (
+            {"options": opts, "label": label}
+            if hf
+            else {
+                "options": [{"letter": k, "content": v} for k, v in opts.items()],
+                "label": [label],
+            }
+        )
         lines.append(json.dumps(rec))
     name = "test.jsonl" if hf else "medxpertqa_mm_input.jsonl"
     (root / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -386,7 +586,9 @@ def write_medxpert_mm(root: Path, hf: bool = False) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("hf", [False, True])
-def test_medxpertqa_mm_sends_the_authors_two_turns_with_text_then_images(tmp_path: Path, hf: bool) -> None:
+def test_medxpertqa_mm_sends_the_authors_two_turns_with_text_then_images(
+    tmp_path: Path, hf: bool
+) -> None:
     keys = write_medxpert_mm(tmp_path, hf)
     samples = MedXpertQAMM().load(tmp_path)
     assert len(samples) == 6 and [len(s.messages[0].images) for s in samples] == [1, 1, 2, 2, 1, 1]
@@ -394,7 +596,9 @@ def test_medxpertqa_mm_sends_the_authors_two_turns_with_text_then_images(tmp_pat
 
     def script(req: Request) -> str:
         sent.append(req)
-        if len(req.messages) == 2 or req.messages[-1].images:  # the reasoning turn (system + user with images)
+        if (
+            len(req.messages) == 2 or req.messages[-1].images
+        ):  # the reasoning turn (system + user with images)
             return "Let me think about the image."
         return f"Therefore the answer is {keys[images_of(req)[0]]}."
 
@@ -402,6 +606,12 @@ def test_medxpertqa_mm_sends_the_authors_two_turns_with_text_then_images(tmp_pat
     assert out.result.n == 3 and out.result.score == 1.0
     first = [r for r in sent if r.messages[-1].images]
     assert len(first) == 3 and all(isinstance(r.messages[-1].content[0], TextPart) for r in first)
-    assert all("Let's think step by step" in r.messages[-1].content[0].text or r.messages[-1].content[0].text.startswith("Q:") for r in first)
+    assert all(
+        "Let's think step by step" in r.messages[-1].content[0].text
+        or r.messages[-1].content[0].text.startswith("Q:")
+        for r in first
+    )
     answer_turns = [r for r in sent if not r.messages[-1].images]
-    assert len(answer_turns) == 3 and all(images_of(r) for r in answer_turns)  # the history re-sends the images
+    assert len(answer_turns) == 3 and all(
+        images_of(r) for r in answer_turns
+    )  # the history re-sends the images

@@ -18,10 +18,11 @@ import io
 import re
 import shutil
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -53,9 +54,33 @@ def answer(req: Request) -> str:
 
 def _runs(db: Path, data: Path) -> None:
     with Store(db) as st:
-        asyncio.run(run(st, RunConfig("vqa-rad", "scripted/a", data=data, limit=N_JPEG, options=RunOptions(), provider_options={"script": answer})))
-        asyncio.run(run(st, RunConfig("vqa-rad", "scripted/a", data=data, limit=N_PNG, options=RunOptions(), provider_options={"script": answer},
-                                      bench_params={"image_format": "png", "image_max_side": 128})))
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "vqa-rad",
+                    "scripted/a",
+                    data=data,
+                    limit=N_JPEG,
+                    options=RunOptions(),
+                    provider_options={"script": answer},
+                ),
+            )
+        )
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "vqa-rad",
+                    "scripted/a",
+                    data=data,
+                    limit=N_PNG,
+                    options=RunOptions(),
+                    provider_options={"script": answer},
+                    bench_params={"image_format": "png", "image_max_side": 128},
+                ),
+            )
+        )
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +96,9 @@ def vqa_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def stored_images(db: Path) -> dict[str, ImagePart]:
     """Every image the store's samples hold, by hash."""
     with Store(db) as st:
-        rows = st.db.execute("SELECT benchmark, dataset_sha256 FROM samples GROUP BY 1, 2").fetchall()
+        rows = st.db.execute(
+            "SELECT benchmark, dataset_sha256 FROM samples GROUP BY 1, 2"
+        ).fetchall()
         samples = [s for b, ds in rows for s in st.samples(b, ds)]
     return {p.sha256: p for s in samples for m in s.messages for p in m.images}
 
@@ -97,7 +124,9 @@ def viewer(vqa_db: Path) -> Iterator[Client]:
 # ---- the image route -----------------------------------------------------------------------
 
 
-def test_the_image_route_serves_each_stored_image_as_its_bytes_and_type(vqa_db: Path, viewer: Client) -> None:
+def test_the_image_route_serves_each_stored_image_as_its_bytes_and_type(
+    vqa_db: Path, viewer: Client
+) -> None:
     images = stored_images(vqa_db)
     types = {p.media_type for p in images.values()}
     assert types == {"image/jpeg", "image/png"} and len(images) >= N_PNG + 2
@@ -105,23 +134,46 @@ def test_the_image_route_serves_each_stored_image_as_its_bytes_and_type(vqa_db: 
     for sha, part in images.items():
         code, headers, body = viewer.request("GET", f"/image/{sha}")
         assert code == 200, body
-        assert headers["Content-Type"] == part.media_type and headers["X-Content-Type-Options"] == "nosniff"
-        assert headers["Content-Length"] == str(len(body)) and "img-src 'self'" in headers["Content-Security-Policy"]
+        assert (
+            headers["Content-Type"] == part.media_type
+            and headers["X-Content-Type-Options"] == "nosniff"
+        )
+        assert (
+            headers["Content-Length"] == str(len(body))
+            and "img-src 'self'" in headers["Content-Security-Policy"]
+        )
         assert hashlib.sha256(body).hexdigest() == sha and body == store.get(sha, part.media_type)
-    raw = (vqa_rad() / "VQA_RAD Image Folder" / "synpic42202.jpg").read_bytes()  # the first question's image, sent as the file holds it
+    raw = (
+        vqa_rad() / "VQA_RAD Image Folder" / "synpic42202.jpg"
+    ).read_bytes()  # the first question's image, sent as the file holds it
     assert viewer.request("GET", f"/image/{hashlib.sha256(raw).hexdigest()}")[2] == raw
 
 
-@pytest.mark.parametrize("name, code", [
-    ("", 400), ("ABC", 400), ("x" * 64, 400), ("../s.db", 400), ("..%2Fs.db", 400), ("%2e%2e/%2e%2e/s.db", 400),
-    ("0" * 63, 400), ("0" * 65, 400), ("0" * 64 + ".jpg", 400), ("0" * 64 + "/x", 400), ("0" * 64, 404), ("f" * 64, 404),
-])
+@pytest.mark.parametrize(
+    "name, code",
+    [
+        ("", 400),
+        ("ABC", 400),
+        ("x" * 64, 400),
+        ("../s.db", 400),
+        ("..%2Fs.db", 400),
+        ("%2e%2e/%2e%2e/s.db", 400),
+        ("0" * 63, 400),
+        ("0" * 65, 400),
+        ("0" * 64 + ".jpg", 400),
+        ("0" * 64 + "/x", 400),
+        ("0" * 64, 404),
+        ("f" * 64, 404),
+    ],
+)
 def test_the_image_route_answers_only_a_stored_hash(viewer: Client, name: str, code: int) -> None:
     got, headers, body = viewer.request("GET", "/image/" + name)
     assert got == code and headers["Content-Type"].startswith("text/plain")
 
 
-def test_an_upper_case_or_traversal_name_of_a_real_image_is_refused(vqa_db: Path, viewer: Client) -> None:
+def test_an_upper_case_or_traversal_name_of_a_real_image_is_refused(
+    vqa_db: Path, viewer: Client
+) -> None:
     sha = next(iter(stored_images(vqa_db)))
     assert viewer.request("GET", f"/image/{sha.upper()}")[0] == 400
     assert viewer.request("GET", f"/image/../{sha[:2]}/{sha}")[0] == 400
@@ -166,10 +218,18 @@ def test_files_that_are_not_shown_are_refused(tmp_path: Path) -> None:
     try:
         code, headers, body = c.request("GET", f"/image/{good}")
         assert (code, headers["Content-Type"], body) == (200, "image/png", png)
-        for name, why in ((as_jpeg, "not image/jpeg"), (renamed, "does not match its hash"), (huge, "larger than"),
-                          (linked, "inside the store's image folder")):
+        for name, why in (
+            (as_jpeg, "not image/jpeg"),
+            (renamed, "does not match its hash"),
+            (huge, "larger than"),
+            (linked, "inside the store's image folder"),
+        ):
             code, headers, body = c.request("GET", f"/image/{name}")
-            assert code == 403 and why in body.decode() and headers["Content-Type"].startswith("text/plain"), (name, body)
+            assert (
+                code == 403
+                and why in body.decode()
+                and headers["Content-Type"].startswith("text/plain")
+            ), (name, body)
         assert c.request("GET", f"/image/{bmp}")[0] == 404
     finally:
         stop(srv)
@@ -184,10 +244,15 @@ def test_beyond_loopback_an_image_needs_the_access_token(vqa_db: Path) -> None:
         code, _, body = c.request("GET", f"/image/{sha}")
         assert code == 403 and hashlib.sha256(body).hexdigest() != sha
         assert c.request("GET", f"/image/{sha}?token=not-the-token")[0] == 403
-        assert Client(c.base, f"evil.test:{c.port}").request("GET", f"/image/{sha}?token={token}")[0] == 421
+        assert (
+            Client(c.base, f"evil.test:{c.port}").request("GET", f"/image/{sha}?token={token}")[0]
+            == 421
+        )
         code, _, body = c.request("GET", f"/image/{sha}?token={token}")
         assert code == 200 and hashlib.sha256(body).hexdigest() == sha
-        code, _, body = c.request("GET", f"/image/{sha}")  # then the cookie, as the page's <img> sends it
+        code, _, body = c.request(
+            "GET", f"/image/{sha}"
+        )  # then the cookie, as the page's <img> sends it
         assert code == 200 and hashlib.sha256(body).hexdigest() == sha
     finally:
         stop(srv)
@@ -202,17 +267,27 @@ def test_the_item_api_names_images_by_hash_never_bytes(vqa_db: Path, viewer: Cli
     code, _, body = viewer.request("GET", f"/api/item/{items[0]['id']}")
     (msg,) = json.loads(body)["sample"]["messages"]
     image, text = msg["content"]
-    assert image["type"] == "image" and re.fullmatch(r"[0-9a-f]{64}", image["sha256"]) and "data" not in image
-    assert text["type"] == "text" and text["text"].startswith("Is there evidence of an aortic aneurysm?")
+    assert (
+        image["type"] == "image"
+        and re.fullmatch(r"[0-9a-f]{64}", image["sha256"])
+        and "data" not in image
+    )
+    assert text["type"] == "text" and text["text"].startswith(
+        "Is there evidence of an aortic aneurysm?"
+    )
     assert len(body) < 20_000  # no bytes in the JSON
 
 
 # ---- the HTML report -----------------------------------------------------------------------
 
-DATA_URI = re.compile(r"<symbol id='im-([0-9a-f]{64})' viewBox='0 0 (\d+) (\d+)'><image href='data:(image/[a-z]+);base64,([A-Za-z0-9+/=]+)'")
+DATA_URI = re.compile(
+    r"<symbol id='im-([0-9a-f]{64})' viewBox='0 0 (\d+) (\d+)'><image href='data:(image/[a-z]+);base64,([A-Za-z0-9+/=]+)'"
+)
 
 
-def test_the_html_report_embeds_each_image_once_and_escapes_text(vqa_db: Path, tmp_path: Path) -> None:
+def test_the_html_report_embeds_each_image_once_and_escapes_text(
+    vqa_db: Path, tmp_path: Path
+) -> None:
     with Store(vqa_db, readonly=True) as st:
         [out] = build_report(st, "html", tmp_path / "r.html")
     page = out.read_text(encoding="utf-8")
@@ -236,7 +311,9 @@ def test_the_html_report_embeds_each_image_once_and_escapes_text(vqa_db: Path, t
     assert "Is there evidence of an aortic aneurysm?" in page
 
 
-def test_past_the_size_cap_a_report_names_the_image_and_the_viewer(vqa_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_past_the_size_cap_a_report_names_the_image_and_the_viewer(
+    vqa_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = (vqa_rad() / "VQA_RAD Image Folder" / "synpic42202.jpg").read_bytes()
     cap = len(f"data:image/jpeg;base64,{base64.b64encode(first).decode()}")
     monkeypatch.setattr(html, "IMAGE_CAP", cap)  # room for the first question's image only
@@ -244,7 +321,9 @@ def test_past_the_size_cap_a_report_names_the_image_and_the_viewer(vqa_db: Path,
         [out] = build_report(st, "html", tmp_path / "capped.html")
     page = out.read_text(encoding="utf-8")
     assert [m[0] for m in DATA_URI.findall(page)] == [hashlib.sha256(first).hexdigest()]
-    assert page.count("image not embedded (report size cap); see the viewer") == N_JPEG + N_PNG - page.count("<use href=")
+    assert page.count(
+        "image not embedded (report size cap); see the viewer"
+    ) == N_JPEG + N_PNG - page.count("<use href=")
     assert page.count("<use href=") >= 1
 
 
@@ -253,7 +332,9 @@ def test_a_report_embeds_no_file_that_is_not_shown(vqa_db: Path, tmp_path: Path)
     shutil.copy(vqa_db, db)
     shutil.copytree(ImageStore.beside(vqa_db).root, ImageStore.beside(db).root)
     sha, part = next((s, p) for s, p in stored_images(db).items() if p.media_type == "image/jpeg")
-    ImageStore.beside(db).path(sha, part.media_type).write_bytes(b"<svg onload='window.__pwned=1'/>")  # changed on disk
+    ImageStore.beside(db).path(sha, part.media_type).write_bytes(
+        b"<svg onload='window.__pwned=1'/>"
+    )  # changed on disk
     with Store(db, readonly=True) as st:
         [out] = build_report(st, "html", tmp_path / "r.html")
     page = out.read_text(encoding="utf-8")
@@ -265,7 +346,9 @@ def test_a_report_embeds_no_file_that_is_not_shown(vqa_db: Path, tmp_path: Path)
 
 
 @pytest.mark.browser
-def test_the_viewer_shows_the_image_beside_the_answer_in_chromium(vqa_db: Path, tmp_path: Path) -> None:
+def test_the_viewer_shows_the_image_beside_the_answer_in_chromium(
+    vqa_db: Path, tmp_path: Path
+) -> None:
     from tests.test_browser import launch_chromium
 
     srv, c = start(vqa_db)
@@ -274,7 +357,9 @@ def test_the_viewer_shows_the_image_beside_the_answer_in_chromium(vqa_db: Path, 
 
         items = json.loads(c.request("GET", "/api/items?benchmark=vqa-rad")[2])["items"]
         first = items[0]
-        part = json.loads(c.request("GET", f"/api/item/{first['id']}")[2])["sample"]["messages"][0]["content"][0]
+        part = json.loads(c.request("GET", f"/api/item/{first['id']}")[2])["sample"]["messages"][0][
+            "content"
+        ][0]
         sha = part["sha256"]
         with launch_chromium() as browser:
             pg = browser.new_page(viewport={"width": 1200, "height": 800})
@@ -284,18 +369,27 @@ def test_the_viewer_shows_the_image_beside_the_answer_in_chromium(vqa_db: Path, 
             img = pg.locator("#figures img.thumb")
             expect(img).to_have_count(1)
             expect(img).to_be_visible()
-            pg.wait_for_function("() => { const i = document.querySelector('#figures img.thumb'); return i.complete && i.naturalWidth > 0; }")
+            pg.wait_for_function(
+                "() => { const i = document.querySelector('#figures img.thumb'); return i.complete && i.naturalWidth > 0; }"
+            )
             natural = img.evaluate("i => [i.naturalWidth, i.naturalHeight]")
             from PIL import Image
 
-            assert natural == list(Image.open(io.BytesIO(ImageStore.beside(vqa_db).get(sha, part["media_type"]))).size)
+            assert natural == list(
+                Image.open(io.BytesIO(ImageStore.beside(vqa_db).get(sha, part["media_type"]))).size
+            )
             box, ans = img.bounding_box(), pg.locator("#answers .answer").first.bounding_box()
             assert box and ans and 0 < box["width"] <= 242  # a thumbnail (240 px and its border)
             assert box["x"] + box["width"] <= ans["x"]  # beside the answer: left of it,
-            assert box["y"] < ans["y"] + ans["height"] and ans["y"] < box["y"] + box["height"]  # at its height
+            assert (
+                box["y"] < ans["y"] + ans["height"] and ans["y"] < box["y"] + box["height"]
+            )  # at its height
             link = pg.locator("#figures a:has(img.thumb)")
             assert link.get_attribute("href") == f"/image/{sha}"
-            assert pg.evaluate("typeof window.__pwned") == "undefined" and pg.locator("img").count() == 1  # the answer's <img> is text
+            assert (
+                pg.evaluate("typeof window.__pwned") == "undefined"
+                and pg.locator("img").count() == 1
+            )  # the answer's <img> is text
             assert XSS in pg.locator("#answers").text_content()
             shot = tmp_path / "vqa-rad-item.png"
             pg.screenshot(path=str(shot), full_page=True)
@@ -304,7 +398,9 @@ def test_the_viewer_shows_the_image_beside_the_answer_in_chromium(vqa_db: Path, 
                 link.click()
             full = popup.value
             full.wait_for_load_state()
-            assert full.url.endswith(f"/image/{sha}") and full.evaluate("document.images.length") == 1
+            assert (
+                full.url.endswith(f"/image/{sha}") and full.evaluate("document.images.length") == 1
+            )
     finally:
         stop(srv)
 

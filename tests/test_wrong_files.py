@@ -15,8 +15,23 @@ from tests.conftest import shared_file
 
 def dry(tmp_path, *args: str) -> tuple[int, str]:
     """``grandrounds run ... --dry-run`` under our protocol (no official file needed); exit code and stderr."""
-    r = CliRunner().invoke(app, ["run", *args, "--model", "scripted/x", "--limit", "3", "--protocol", "grandrounds", "--dry-run",
-                                 "--store", str(tmp_path / "s.db")], env={"COLUMNS": "250"})
+    r = CliRunner().invoke(
+        app,
+        [
+            "run",
+            *args,
+            "--model",
+            "scripted/x",
+            "--limit",
+            "3",
+            "--protocol",
+            "grandrounds",
+            "--dry-run",
+            "--store",
+            str(tmp_path / "s.db"),
+        ],
+        env={"COLUMNS": "250"},
+    )
     return r.exit_code, r.stderr
 
 
@@ -36,7 +51,9 @@ def one_line_error(code: int, err: str) -> str:
 def test_four_option_medbullets_without_the_option(tmp_path):
     data = shared_file("medbullets", "medbullets_op4.csv")
     line = one_line_error(*dry(tmp_path, "medbullets", "--data", str(data)))
-    assert line.startswith(f"error: {data}, line 1: missing columns: ope; this file is CSV with columns link, question, opa, opb, opc, opd")
+    assert line.startswith(
+        f"error: {data}, line 1: missing columns: ope; this file is CSV with columns link, question, opa, opb, opc, opd"
+    )
     assert f"`grandrounds run medbullets --data {data} --param options=4`" in line
     args = suggested(line)
     code, err = dry(tmp_path, *args[1:])
@@ -48,7 +65,9 @@ def test_pubmedqa_without_its_labels_beside_it(tmp_path):
     shutil.copyfile(shared_file("pubmedqa", "ori_pqal.json"), ori)
     line = one_line_error(*dry(tmp_path, "pubmedqa", "--data", str(ori)))
     labels = tmp_path / "test_ground_truth.json"
-    assert line.startswith(f"error: {labels}: not found: the test split's labels must lie beside ori_pqal.json")
+    assert line.startswith(
+        f"error: {labels}: not found: the test split's labels must lie beside ori_pqal.json"
+    )
     assert f"`grandrounds run pubmedqa --data {ori} --param split=all`" in line
     code, err = dry(tmp_path, "pubmedqa", "--data", str(ori), "--param", "split=all")
     assert code == 0, err
@@ -60,15 +79,22 @@ def test_pubmedqa_without_its_labels_beside_it(tmp_path):
 def test_healthbench_file_given_to_medeqbench(tmp_path):
     data = shared_file("healthbench", "healthbench_500.jsonl")
     line = one_line_error(*dry(tmp_path, "medeqbench", "--data", str(data)))
-    assert line.startswith(f"error: {data}, line 1: missing columns: id, question, rubrics; this file is JSON Lines whose records have keys ")
-    assert "prompt_id" in line and "not the CSV this benchmark reads (columns id, question, rubrics)" in line
+    assert line.startswith(
+        f"error: {data}, line 1: missing columns: id, question, rubrics; this file is JSON Lines whose records have keys "
+    )
+    assert (
+        "prompt_id" in line
+        and "not the CSV this benchmark reads (columns id, question, rubrics)" in line
+    )
     assert line.endswith(f"to read it, run `grandrounds run healthbench --data {data}`")
 
 
 def test_workbook_given_to_a_json_lines_benchmark(tmp_path):
     gaps = shared_file("gaps", "GAPS-NSCLC-preview.xlsx")
     line = one_line_error(*dry(tmp_path, "medqa", "--data", str(gaps)))
-    assert line.startswith(f"error: {gaps}: cannot be read as text: this file is an Excel workbook (first row: index, question, ")
+    assert line.startswith(
+        f"error: {gaps}: cannot be read as text: this file is an Excel workbook (first row: index, question, "
+    )
     assert line.endswith(f"to read it, run `grandrounds run gaps --data {gaps}`")
     meds = shared_file("medicationqa", "MedInfo2019-QA-Medications.xlsx")
     line = one_line_error(*dry(tmp_path, "healthbench", "--data", str(meds)))
@@ -76,9 +102,15 @@ def test_workbook_given_to_a_json_lines_benchmark(tmp_path):
 
 
 def test_look_of_each_real_file_and_names_shown_safely(tmp_path):
-    assert command_for(shared_file("medbullets", "medbullets_op5.csv")).endswith("medbullets_op5.csv")
-    assert command_for(shared_file("medqa", "phrases_no_exclude_test.jsonl")).startswith("grandrounds run medqa --data ")
-    assert command_for(shared_file("medeqbench", "med_eq.csv")).startswith("grandrounds run medeqbench --data ")
+    assert command_for(shared_file("medbullets", "medbullets_op5.csv")).endswith(
+        "medbullets_op5.csv"
+    )
+    assert command_for(shared_file("medqa", "phrases_no_exclude_test.jsonl")).startswith(
+        "grandrounds run medqa --data "
+    )
+    assert command_for(shared_file("medeqbench", "med_eq.csv")).startswith(
+        "grandrounds run medeqbench --data "
+    )
     odd = tmp_path / "odd.csv"
     odd.write_text("a\x1b[31m,b\n1,2\n", encoding="utf-8")
     seen = look(odd)

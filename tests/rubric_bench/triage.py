@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions, resolve_file
 from grandrounds.benchmarks.readers.lines import read_jsonl
@@ -26,7 +26,9 @@ class TriageRubric(Benchmark):
                 id=rec["id"],
                 benchmark=self.name,
                 messages=(Message("user", rec["question"]),),
-                rubric=tuple(Criterion(str(i), c["text"], c["points"]) for i, c in enumerate(rec["rubric"])),
+                rubric=tuple(
+                    Criterion(str(i), c["text"], c["points"]) for i, c in enumerate(rec["rubric"])
+                ),
                 metadata={"urgency": rec["urgency"]},
             )
             for _, rec in read_jsonl(path)
@@ -35,8 +37,19 @@ class TriageRubric(Benchmark):
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("rubric", {"template": str(TEMPLATE), "system": ""})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         by_id = {g.sample_id: g for g in grades}
         overall = mean_cell([value_of(by_id.get(s.id)) for s in samples])
-        urgency = group_cells(((s.metadata["urgency"], value_of(by_id.get(s.id))) for s in samples), mean_cell)
-        return Aggregate("rubric_score", overall.score, overall.ci95, overall.n, overall.n_unscored, {"urgency": urgency})
+        urgency = group_cells(
+            ((s.metadata["urgency"], value_of(by_id.get(s.id))) for s in samples), mean_cell
+        )
+        return Aggregate(
+            "rubric_score",
+            overall.score,
+            overall.ci95,
+            overall.n,
+            overall.n_unscored,
+            {"urgency": urgency},
+        )

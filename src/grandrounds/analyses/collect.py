@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Collection, Sequence
+from typing import Any
 
 from grandrounds.analyses.leaderboard import ResultRow, result_coverage
 from grandrounds.analyses.readings import answer_words
@@ -28,7 +29,9 @@ MAX_IMAGE_BYTES = 20 * 1024 * 1024
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
-def result_rows(store: Store, benchmark: str | None = None, run_ids: Collection[str] | None = None) -> list[ResultRow]:
+def result_rows(
+    store: Store, benchmark: str | None = None, run_ids: Collection[str] | None = None
+) -> list[ResultRow]:
     """Every stored Result (of the runs ``run_ids`` only, when given: full ids), newest last, with
     the coverage of its verdicts."""
     runs = {r.id: r for r in store.runs()}
@@ -55,7 +58,10 @@ def result_rows(store: Store, benchmark: str | None = None, run_ids: Collection[
                 n_unscored=int(rj.get("n_unscored", 0)),
                 # the result's own coverage where it records one, so the run's summary, results.json
                 # and the leaderboard agree
-                coverage=_or(result_coverage(rj.get("extra") or {}), lambda: coverage(store, run_id, fp)),
+                coverage=_or(
+                    result_coverage(rj.get("extra") or {}),
+                    lambda run_id=run_id, fp=fp: coverage(store, run_id, fp),
+                ),
                 judge=rj.get("judge"),
                 breakdown=breakdown_from_json(rj.get("breakdown")),
                 fingerprint=with_limit(rj.get("fingerprint") or {}, run),
@@ -105,7 +111,9 @@ def coverage(store: Store, run_id: str, grader_fp: str) -> float | None:
     return (c.n_grades - c.n_unscored) / c.n_grades if c.n_grades else None
 
 
-def values(store: Store, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, float | None]]:
+def values(
+    store: Store, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], dict[str, float | None]]:
     """(run, grader) -> sample id -> per-answer value (None = unscored)."""
     return {(run_id, fp): store.grade_values(run_id, fp) for run_id, fp in keys}
 
@@ -137,7 +145,9 @@ class Section:
     items: list[Item]
 
 
-def drilldown(store: Store, rows: Sequence[ResultRow], max_items: int | None = None) -> list[Section]:
+def drilldown(
+    store: Store, rows: Sequence[ResultRow], max_items: int | None = None
+) -> list[Section]:
     """Samples with each result's answer and grade side by side, per (benchmark, dataset)."""
     runs: dict[str, RunRecord] = {r.id: r for r in store.runs()}
     sections: dict[tuple[str, str], Section] = {}
@@ -155,9 +165,26 @@ def drilldown(store: Store, rows: Sequence[ResultRow], max_items: int | None = N
         for item in sections[key].items:
             _, resp = answers.get(item.sample.id, ("", None))
             grade = grades.get(item.sample.id)
-            episodes = store.episodes(row.run_id, item.sample.id) if grade is not None and "epochs" in grade.details else []
-            read = answer_words(spec, item.sample, grade, resp) if resp is not None and resp.scores else None
-            item.answers.append(Answer(row, resp.text if resp else None, resp.error if resp else "not answered", grade, episodes, read))
+            episodes = (
+                store.episodes(row.run_id, item.sample.id)
+                if grade is not None and "epochs" in grade.details
+                else []
+            )
+            read = (
+                answer_words(spec, item.sample, grade, resp)
+                if resp is not None and resp.scores
+                else None
+            )
+            item.answers.append(
+                Answer(
+                    row,
+                    resp.text if resp else None,
+                    resp.error if resp else "not answered",
+                    grade,
+                    episodes,
+                    read,
+                )
+            )
     return list(sections.values())
 
 
@@ -187,7 +214,9 @@ def sample_rows(sections: Sequence[Section]) -> list[dict[str, Any]]:
                         "extracted": g.extracted if g else None,
                         "n_met": sum(1 for v in g.verdicts if v.status == "met") if g else 0,
                         "n_unmet": sum(1 for v in g.verdicts if v.status == "unmet") if g else 0,
-                        "n_unknown": sum(1 for v in g.verdicts if v.status == "unknown") if g else 0,
+                        "n_unknown": sum(1 for v in g.verdicts if v.status == "unknown")
+                        if g
+                        else 0,
                         "error": (g.error if g else None) or a.error,
                         "question": question_text(item.sample),
                         "answer": a.text,
@@ -209,7 +238,9 @@ def _looks_like(data: bytes, media_type: str) -> bool:
     return media_type != "image/webp" or data[8:12] == b"WEBP"
 
 
-def shown_image(images: ImageStore, sha256: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
+def shown_image(
+    images: ImageStore, sha256: str, max_bytes: int | None = None
+) -> tuple[bytes, str] | None:
     """(bytes, media type) of the stored image named ``sha256``, checked: a name of 64 lower-case
     hex digits (ValueError otherwise), a regular file inside the image folder, at most ``max_bytes``
     (default :data:`MAX_IMAGE_BYTES`), of a shown type (:data:`SHOWN_IMAGE_TYPES`, from its file

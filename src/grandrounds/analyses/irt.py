@@ -38,8 +38,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -95,7 +96,9 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))  # stable for large |z|
 
 
-def fit_2pl(y: np.ndarray, priors: Priors = Priors(), max_iter: int = 500, tol: float = 1e-6) -> Fit2PL:
+def fit_2pl(
+    y: np.ndarray, priors: Priors = Priors(), max_iter: int = 500, tol: float = 1e-6
+) -> Fit2PL:
     """Fit the 2PL model to ``y`` (respondents x items, 1.0 right, 0.0 wrong, NaN missing).
 
     Every item should have both a right and a wrong answer among its observed responses (see
@@ -104,7 +107,9 @@ def fit_2pl(y: np.ndarray, priors: Priors = Priors(), max_iter: int = 500, tol: 
     """
     y = np.asarray(y, dtype=float)
     if y.ndim != 2 or y.shape[0] < 2 or y.shape[1] < 1:
-        raise IrtError(f"a 2PL fit needs a respondents x items matrix with at least 2 respondents and 1 item, got shape {y.shape}")
+        raise IrtError(
+            f"a 2PL fit needs a respondents x items matrix with at least 2 respondents and 1 item, got shape {y.shape}"
+        )
     observed = ~np.isnan(y)
     if not observed.any(axis=1).all():
         raise IrtError("every respondent needs at least one observed response")
@@ -114,7 +119,9 @@ def fit_2pl(y: np.ndarray, priors: Priors = Priors(), max_iter: int = 500, tol: 
     theta, a, b = _start(yy, mask)
     iterations, converged = 0, False
     for _ in range(10):
-        theta, a, b, lp, it, converged = _ascend(theta, a, b, yy, mask, priors, max_iter - iterations, tol)
+        theta, a, b, lp, it, converged = _ascend(
+            theta, a, b, yy, mask, priors, max_iter - iterations, tol
+        )
         iterations += it
         # Given the abilities, an item's posterior over (a, b) can have two modes, one the other's
         # near mirror image (a, b) ~ (-a', -b') when the item separates little. The climb finds
@@ -124,22 +131,47 @@ def fit_2pl(y: np.ndarray, priors: Priors = Priors(), max_iter: int = 500, tol: 
             break
     theta_se, a_se, b_se = _standard_errors(theta, a, b, yy, mask, priors)
     lp = _log_posterior(theta, a, b, yy, mask, priors)
-    return Fit2PL(theta, theta_se, a, a_se, b, b_se, lp, iterations, converged, time.perf_counter() - start, priors)
+    return Fit2PL(
+        theta,
+        theta_se,
+        a,
+        a_se,
+        b,
+        b_se,
+        lp,
+        iterations,
+        converged,
+        time.perf_counter() - start,
+        priors,
+    )
 
 
 def _ascend(
-    theta: np.ndarray, a: np.ndarray, b: np.ndarray, yy: np.ndarray, mask: np.ndarray, priors: Priors, max_iter: int, tol: float
+    theta: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    yy: np.ndarray,
+    mask: np.ndarray,
+    priors: Priors,
+    max_iter: int,
+    tol: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, int, bool]:
     """Climb the joint posterior from (theta, a, b) to where its gradient vanishes."""
     lp = _log_posterior(theta, a, b, yy, mask, priors)
     converged, it = False, 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 (the count of steps is returned)
         diff = theta[:, None] - b[None, :]
         p = _sigmoid(a[None, :] * diff)
         w = mask * p * (1 - p)
         r = mask * (yy - p)
         g_theta = r @ a - theta / priors.theta_sd**2
-        g_item = np.stack([np.sum(r * diff, axis=0) - (a - priors.a_mean) / priors.a_sd**2, -a * r.sum(axis=0) - b / priors.b_sd**2], axis=1)
+        g_item = np.stack(
+            [
+                np.sum(r * diff, axis=0) - (a - priors.a_mean) / priors.a_sd**2,
+                -a * r.sum(axis=0) - b / priors.b_sd**2,
+            ],
+            axis=1,
+        )
         if max(float(np.max(np.abs(g_theta))), float(np.max(np.abs(g_item)))) < tol:
             converged = True
             break
@@ -147,21 +179,33 @@ def _ascend(
         # (expected information, which the priors keep positive definite, so it always climbs);
         # either is halved until the posterior rises.
         moved = None
-        for info in (_information(a, diff, w, r, priors), _information(a, diff, w, np.zeros_like(r), priors)):
+        for info in (
+            _information(a, diff, w, r, priors),
+            _information(a, diff, w, np.zeros_like(r), priors),
+        ):
             got = _solve(*info, g_theta, g_item)
             if got is None or float(got[0] @ g_theta + np.sum(got[1] * g_item)) <= 0:
                 continue
             moved = _climb(theta, a, b, got, lp, yy, mask, priors)
             if moved is not None:
                 break
-        if moved is None:  # no step raises the posterior: as close to the maximum as floating point gets
+        if (
+            moved is None
+        ):  # no step raises the posterior: as close to the maximum as floating point gets
             converged = True
             break
         theta, a, b, lp = moved
     return theta, a, b, lp, it, converged
 
 
-def _item_log_posterior(theta: np.ndarray, a: np.ndarray, b: np.ndarray, yy: np.ndarray, mask: np.ndarray, priors: Priors) -> np.ndarray:
+def _item_log_posterior(
+    theta: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    yy: np.ndarray,
+    mask: np.ndarray,
+    priors: Priors,
+) -> np.ndarray:
     """Each item's part of the log posterior given the abilities."""
     z = a[None, :] * (theta[:, None] - b[None, :])
     ll = np.sum(mask * (yy * z - np.logaddexp(0.0, z)), axis=0)
@@ -169,7 +213,13 @@ def _item_log_posterior(theta: np.ndarray, a: np.ndarray, b: np.ndarray, yy: np.
 
 
 def _better_item_modes(
-    theta: np.ndarray, a: np.ndarray, b: np.ndarray, yy: np.ndarray, mask: np.ndarray, priors: Priors, max_iter: int = 100
+    theta: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    yy: np.ndarray,
+    mask: np.ndarray,
+    priors: Priors,
+    max_iter: int = 100,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Climb every item's posterior given the abilities from the mirror image (-a, -b) of its
     estimate (Newton steps, Fisher scoring where the item's observed information is not positive
@@ -187,15 +237,25 @@ def _better_item_modes(
         p = _sigmoid(aa[None, :] * diff)
         w = ma * p * (1 - p)
         r = ma * (ya - p)
-        g = np.stack([np.sum(r * diff, axis=0) - (aa - priors.a_mean) / priors.a_sd**2, -aa * r.sum(axis=0) - ba / priors.b_sd**2], axis=1)
+        g = np.stack(
+            [
+                np.sum(r * diff, axis=0) - (aa - priors.a_mean) / priors.a_sd**2,
+                -aa * r.sum(axis=0) - ba / priors.b_sd**2,
+            ],
+            axis=1,
+        )
         done = np.max(np.abs(g), axis=1) < 1e-7
         c_obs = _information(aa, diff, w, r, priors)[2]
         c_exp = _information(aa, diff, w, np.zeros_like(r), priors)[2]
         det = c_obs[:, 0, 0] * c_obs[:, 1, 1] - c_obs[:, 0, 1] ** 2
         c = np.where(((det > 0) & (c_obs[:, 0, 0] > 0))[:, None, None], c_obs, c_exp)
-        step = _times(_inverse2(c), g)  # every block is positive definite: the expected one is, under the priors
+        step = _times(
+            _inverse2(c), g
+        )  # every block is positive definite: the expected one is, under the priors
         cur = lp2[active]
-        pending = np.flatnonzero(~done)  # positions in ``active`` still looking for a step that climbs
+        pending = np.flatnonzero(
+            ~done
+        )  # positions in ``active`` still looking for a step that climbs
         t = 1.0
         while len(pending) and t > 1e-10:
             ta, tb = aa[pending] + t * step[pending, 0], ba[pending] + t * step[pending, 1]
@@ -214,7 +274,14 @@ def _better_item_modes(
 
 
 def _climb(
-    theta: np.ndarray, a: np.ndarray, b: np.ndarray, step: tuple[np.ndarray, np.ndarray], lp: float, yy: np.ndarray, mask: np.ndarray, priors: Priors
+    theta: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    step: tuple[np.ndarray, np.ndarray],
+    lp: float,
+    yy: np.ndarray,
+    mask: np.ndarray,
+    priors: Priors,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float] | None:
     """The step, halved until the log posterior rises (None if it never does)."""
     d_theta, d_item = step
@@ -228,15 +295,28 @@ def _climb(
     return None
 
 
-def _log_posterior(theta: np.ndarray, a: np.ndarray, b: np.ndarray, yy: np.ndarray, mask: np.ndarray, priors: Priors) -> float:
+def _log_posterior(
+    theta: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    yy: np.ndarray,
+    mask: np.ndarray,
+    priors: Priors,
+) -> float:
     """Log-likelihood of the observed cells (a Bernoulli with logit z: y z - log(1 + e^z)) plus the
     log prior densities, up to a constant."""
     z = a[None, :] * (theta[:, None] - b[None, :])
     ll = float(np.sum(mask * (yy * z - np.logaddexp(0.0, z))))
-    return ll - 0.5 * (float(np.sum(theta**2)) / priors.theta_sd**2 + float(np.sum((a - priors.a_mean) ** 2)) / priors.a_sd**2 + float(np.sum(b**2)) / priors.b_sd**2)
+    return ll - 0.5 * (
+        float(np.sum(theta**2)) / priors.theta_sd**2
+        + float(np.sum((a - priors.a_mean) ** 2)) / priors.a_sd**2
+        + float(np.sum(b**2)) / priors.b_sd**2
+    )
 
 
-def _solve(d: np.ndarray, bt: np.ndarray, c: np.ndarray, g_theta: np.ndarray, g_item: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def _solve(
+    d: np.ndarray, bt: np.ndarray, c: np.ndarray, g_theta: np.ndarray, g_item: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Solve [[D, B], [B', C]] [x; u] = [g; h] by eliminating the items' 2x2 blocks:
     x = S^-1 (g - B C^-1 h) with S = D - B C^-1 B', then u = C^-1 (h - B' x). None when the
     matrix is not positive definite."""
@@ -263,10 +343,18 @@ def _inverse2(c: np.ndarray) -> np.ndarray | None:
 
 def _times(m: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``v[..., j, :] @ m[j]`` for a stack of 2x2 matrices ``m`` (symmetric, so also m[j] @ v)."""
-    return np.stack([v[..., 0] * m[:, 0, 0] + v[..., 1] * m[:, 1, 0], v[..., 0] * m[:, 0, 1] + v[..., 1] * m[:, 1, 1]], axis=-1)
+    return np.stack(
+        [
+            v[..., 0] * m[:, 0, 0] + v[..., 1] * m[:, 1, 0],
+            v[..., 0] * m[:, 0, 1] + v[..., 1] * m[:, 1, 1],
+        ],
+        axis=-1,
+    )
 
 
-def _schur(d: np.ndarray, bt: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+def _schur(
+    d: np.ndarray, bt: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """C^-1, B C^-1 (n x items x 2), S = D - B C^-1 B' and the inverse of S's Cholesky factor;
     None unless every item block and S are positive definite."""
     cinv = _inverse2(c)
@@ -294,7 +382,14 @@ def _start(yy: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     return theta, np.ones(yy.shape[1]), b
 
 
-def _standard_errors(theta: np.ndarray, a: np.ndarray, b: np.ndarray, yy: np.ndarray, mask: np.ndarray, priors: Priors) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _standard_errors(
+    theta: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    yy: np.ndarray,
+    mask: np.ndarray,
+    priors: Priors,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Standard errors from the inverse of the observed information at the estimate.
 
     The information I = -H is [[D, B], [B', C]] with D diagonal (abilities), C block diagonal
@@ -316,7 +411,9 @@ def _standard_errors(theta: np.ndarray, a: np.ndarray, b: np.ndarray, yy: np.nda
     return out
 
 
-def _information(a: np.ndarray, diff: np.ndarray, w: np.ndarray, r: np.ndarray, priors: Priors) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _information(
+    a: np.ndarray, diff: np.ndarray, w: np.ndarray, r: np.ndarray, priors: Priors
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Minus the Hessian of the log posterior, as (D diagonal, B as n x items x 2, C as items x 2 x 2).
 
     Second derivatives of sum y*z - log(1+e^z), z = a (theta - b), p = sigmoid(z), w = p (1-p),
@@ -332,7 +429,9 @@ def _information(a: np.ndarray, diff: np.ndarray, w: np.ndarray, r: np.ndarray, 
     return d, bt, c
 
 
-def _invert_blocks(d: np.ndarray, bt: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _invert_blocks(
+    d: np.ndarray, bt: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     got = _schur(d, bt, c)
     if got is None:
         return None
@@ -340,7 +439,9 @@ def _invert_blocks(d: np.ndarray, bt: np.ndarray, c: np.ndarray) -> tuple[np.nda
     n, j = bt.shape[:2]
     s_inv = chol_inv.T @ chol_inv
     t = (s_inv @ bc.reshape(n, 2 * j)).reshape(n, j, 2)
-    item_var = np.stack([cinv[:, 0, 0], cinv[:, 1, 1]], axis=1) + np.sum(bc * t, axis=0)  # + diag of C_j^-1 B_j' S^-1 B_j C_j^-1
+    item_var = np.stack([cinv[:, 0, 0], cinv[:, 1, 1]], axis=1) + np.sum(
+        bc * t, axis=0
+    )  # + diag of C_j^-1 B_j' S^-1 B_j C_j^-1
     return np.sqrt(np.diag(s_inv)), np.sqrt(item_var[:, 0]), np.sqrt(item_var[:, 1])
 
 
@@ -401,7 +502,9 @@ def responses_from_values(
     not an item. Respondents with no scored answer at all are left out, and a note says so.
     """
     notes = list(notes)
-    graded = [v for _, vals in values for v in vals.values() if v is not None and v not in (0.0, 1.0)]
+    graded = [
+        v for _, vals in values for v in vals.values() if v is not None and v not in (0.0, 1.0)
+    ]
     if graded and threshold is None:
         n_all = sum(1 for _, vals in values for v in vals.values() if v is not None)
         raise IrtError(
@@ -423,7 +526,9 @@ def responses_from_values(
         for sid, v in vals.items():
             if v is not None:
                 y[i, col[sid]] = float(v >= threshold) if threshold is not None else float(v)
-    return Responses(benchmark, dataset, tuple(r for r, _ in kept), items, y, threshold, tuple(notes))
+    return Responses(
+        benchmark, dataset, tuple(r for r, _ in kept), items, y, threshold, tuple(notes)
+    )
 
 
 @dataclass(frozen=True)
@@ -452,14 +557,24 @@ class ItemFit:
     @property
     def negative_95(self) -> bool:
         """Discrimination below zero with 95% confidence (the upper end of its interval is < 0)."""
-        return self.negative and _finite(self.discrimination_se) and self.discrimination + Z95 * self.discrimination_se < 0  # type: ignore[operator]
+        return (
+            self.negative
+            and _finite(self.discrimination_se)
+            and self.discrimination + Z95 * self.discrimination_se < 0
+        )  # type: ignore[operator]
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "n": self.n, "n_right": self.n_right, "status": self.status,
-            "difficulty": _num(self.difficulty), "difficulty_se": _num(self.difficulty_se),
-            "discrimination": _num(self.discrimination), "discrimination_se": _num(self.discrimination_se),
-            "negative_discrimination": self.negative, "negative_discrimination_95": self.negative_95,
+            "id": self.id,
+            "n": self.n,
+            "n_right": self.n_right,
+            "status": self.status,
+            "difficulty": _num(self.difficulty),
+            "difficulty_se": _num(self.difficulty_se),
+            "discrimination": _num(self.discrimination),
+            "discrimination_se": _num(self.discrimination_se),
+            "negative_discrimination": self.negative,
+            "negative_discrimination_95": self.negative_95,
         }
 
 
@@ -483,8 +598,16 @@ class Ability:
         r = self.respondent
         ci = self.ci95
         return {
-            "label": r.label, "model": r.model, "answer_mode": r.answer_mode, "protocol": r.protocol, "run_id": r.run_id,
-            "grader_fp": r.grader_fp, "n": self.n, "n_right": self.n_right, "ability": _num(self.theta), "se": _num(self.se),
+            "label": r.label,
+            "model": r.model,
+            "answer_mode": r.answer_mode,
+            "protocol": r.protocol,
+            "run_id": r.run_id,
+            "grader_fp": r.grader_fp,
+            "n": self.n,
+            "n_right": self.n_right,
+            "ability": _num(self.theta),
+            "se": _num(self.se),
             "ci95": [_num(ci[0]), _num(ci[1])] if ci else None,
         }
 
@@ -511,21 +634,31 @@ class IrtAnalysis:
     @property
     def negative(self) -> list[ItemFit]:
         """Candidate wrong keys: fitted items with negative discrimination, most negative first."""
-        return sorted((it for it in self.items if it.negative), key=lambda it: it.discrimination or 0.0)
+        return sorted(
+            (it for it in self.items if it.negative), key=lambda it: it.discrimination or 0.0
+        )
 
     def to_json(self) -> dict[str, Any]:
         f = self.fit
         return {
             "benchmark": self.benchmark,
             "dataset": self.dataset,
-            "model": "2PL: P(right) = sigmoid(a_j * (theta_i - b_j)); joint MAP with theta~N(0,%g), a~N(%g,%g), b~N(0,%g)"
-            % (f.priors.theta_sd, f.priors.a_mean, f.priors.a_sd, f.priors.b_sd),
+            "model": f"2PL: P(right) = sigmoid(a_j * (theta_i - b_j)); joint MAP with theta~N(0,{f.priors.theta_sd:g}), a~N({f.priors.a_mean:g},{f.priors.a_sd:g}), b~N(0,{f.priors.b_sd:g})",
             "threshold": self.threshold,
-            "fit": {"iterations": f.iterations, "converged": f.converged, "seconds": round(f.seconds, 4), "log_posterior": _num(f.log_posterior)},
+            "fit": {
+                "iterations": f.iterations,
+                "converged": f.converged,
+                "seconds": round(f.seconds, 4),
+                "log_posterior": _num(f.log_posterior),
+            },
             "counts": {
-                "respondents": len(self.abilities), "items": len(self.items), "fitted": len(self.fitted),
-                "all_right": len(self.by_status("all_right")), "all_wrong": len(self.by_status("all_wrong")),
-                "too_few": len(self.by_status("too_few")), "negative_discrimination": len(self.negative),
+                "respondents": len(self.abilities),
+                "items": len(self.items),
+                "fitted": len(self.fitted),
+                "all_right": len(self.by_status("all_right")),
+                "all_wrong": len(self.by_status("all_wrong")),
+                "too_few": len(self.by_status("too_few")),
+                "negative_discrimination": len(self.negative),
                 "negative_discrimination_95": sum(1 for it in self.items if it.negative_95),
             },
             "respondents": [a.to_json() for a in self.abilities],
@@ -537,7 +670,9 @@ class IrtAnalysis:
         }
 
 
-def analyse(resp: Responses, min_respondents: int = MIN_RESPONDENTS, priors: Priors = Priors()) -> IrtAnalysis:
+def analyse(
+    resp: Responses, min_respondents: int = MIN_RESPONDENTS, priors: Priors = Priors()
+) -> IrtAnalysis:
     """Fit the 2PL model to ``resp`` and classify its items; an :class:`IrtError` says why it cannot."""
     n = len(resp.respondents)
     if n < min_respondents:
@@ -554,33 +689,66 @@ def analyse(resp: Responses, min_respondents: int = MIN_RESPONDENTS, priors: Pri
     rows = observed[:, keep].any(axis=1)
     notes = list(resp.notes)
     if not keep.any():
-        raise IrtError(f"no item of {resp.benchmark} separates the respondents: each was answered right by all or by none of them")
+        raise IrtError(
+            f"no item of {resp.benchmark} separates the respondents: each was answered right by all or by none of them"
+        )
     if rows.sum() < 2:
-        raise IrtError(f"on {resp.benchmark}, fewer than 2 respondents answered an item that someone got right and someone wrong")
+        raise IrtError(
+            f"on {resp.benchmark}, fewer than 2 respondents answered an item that someone got right and someone wrong"
+        )
     for i in np.flatnonzero(~rows):
-        notes.append(f"{resp.respondents[i].label} answered no item that separates the respondents: no ability estimate")
+        notes.append(
+            f"{resp.respondents[i].label} answered no item that separates the respondents: no ability estimate"
+        )
     fit = fit_2pl(y[np.ix_(rows, keep)], priors)
     if not fit.converged:
-        notes.append(f"the optimiser stopped after {fit.iterations} iterations before meeting its tolerance: treat the figures as approximate")
+        notes.append(
+            f"the optimiser stopped after {fit.iterations} iterations before meeting its tolerance: treat the figures as approximate"
+        )
     items = []
     k = 0
     for j, sid in enumerate(resp.items):
         if keep[j]:
-            items.append(ItemFit(sid, int(n_obs[j]), int(n_right[j]), "fitted", float(fit.b[k]), float(fit.b_se[k]), float(fit.a[k]), float(fit.a_se[k])))
+            items.append(
+                ItemFit(
+                    sid,
+                    int(n_obs[j]),
+                    int(n_right[j]),
+                    "fitted",
+                    float(fit.b[k]),
+                    float(fit.b_se[k]),
+                    float(fit.a[k]),
+                    float(fit.a_se[k]),
+                )
+            )
             k += 1
         else:
-            status = "too_few" if n_obs[j] < 2 else ("all_right" if n_right[j] == n_obs[j] else "all_wrong")
+            status = (
+                "too_few"
+                if n_obs[j] < 2
+                else ("all_right" if n_right[j] == n_obs[j] else "all_wrong")
+            )
             items.append(ItemFit(sid, int(n_obs[j]), int(n_right[j]), status))
     abilities = []
     r = 0
     for i, who in enumerate(resp.respondents):
         n_i, right_i = int(observed[i].sum()), int(np.nansum(y[i]))
         if rows[i]:
-            abilities.append(Ability(who, n_i, right_i, float(fit.theta[r]), float(fit.theta_se[r])))
+            abilities.append(
+                Ability(who, n_i, right_i, float(fit.theta[r]), float(fit.theta_se[r]))
+            )
             r += 1
         else:
             abilities.append(Ability(who, n_i, right_i, None, None))
-    return IrtAnalysis(resp.benchmark, resp.dataset, resp.threshold, tuple(abilities), tuple(items), fit, tuple(notes))
+    return IrtAnalysis(
+        resp.benchmark,
+        resp.dataset,
+        resp.threshold,
+        tuple(abilities),
+        tuple(items),
+        fit,
+        tuple(notes),
+    )
 
 
 def _finite(x: float | None) -> bool:
@@ -602,10 +770,14 @@ def respondent_of(run_id: str, grader_fp: str, result: Mapping[str, Any], model:
     from grandrounds.analyses.leaderboard import protocol_label
 
     fp = result.get("fingerprint") or {}
-    return Respondent(model, str(fp.get("answer_mode") or "generate"), protocol_label(fp), run_id, grader_fp)
+    return Respondent(
+        model, str(fp.get("answer_mode") or "generate"), protocol_label(fp), run_id, grader_fp
+    )
 
 
-def collect(store: Store, benchmark: str, threshold: float | None = None, dataset: str | None = None) -> Responses:
+def collect(
+    store: Store, benchmark: str, threshold: float | None = None, dataset: str | None = None
+) -> Responses:
     """The response matrix of ``benchmark`` from the store: per respondent, its latest result.
 
     A benchmark whose results span several datasets (a different ``--data`` file) is fitted on
@@ -614,7 +786,9 @@ def collect(store: Store, benchmark: str, threshold: float | None = None, datase
     benchmark nobody registered or nobody ran, an unknown dataset prefix.
     """
     runs = {r.id: r for r in store.runs()}
-    latest: dict[tuple[str, str], Respondent] = {}  # (dataset, label) -> respondent: the newest result wins
+    latest: dict[
+        tuple[str, str], Respondent
+    ] = {}  # (dataset, label) -> respondent: the newest result wins
     benches: set[str] = set()
     n_probe = 0
     for run_id, fp, rj in store.results():  # oldest first
@@ -631,9 +805,13 @@ def collect(store: Store, benchmark: str, threshold: float | None = None, datase
         who = respondent_of(run_id, fp, rj, rj.get("model") or run.model)
         latest[(run.dataset_sha256, who.label)] = who
     if not benches:
-        raise IrtError(f"the store {store.path} holds no results yet: run a benchmark first (grandrounds run BENCHMARK --model SPEC)")
+        raise IrtError(
+            f"the store {store.path} holds no results yet: run a benchmark first (grandrounds run BENCHMARK --model SPEC)"
+        )
     if not latest and n_probe:
-        raise IrtError(f"{benchmark} has only robustness probe results in the store (perturbed questions); run it unperturbed first")
+        raise IrtError(
+            f"{benchmark} has only robustness probe results in the store (perturbed questions); run it unperturbed first"
+        )
     if not latest:
         raise IrtError(_no_benchmark(benchmark, sorted(benches), str(store.path)))
     by_dataset: dict[str, list[Respondent]] = {}
@@ -643,19 +821,24 @@ def collect(store: Store, benchmark: str, threshold: float | None = None, datase
         chosen = [ds for ds in by_dataset if ds.startswith(dataset)]
         if len(chosen) != 1:
             known = ", ".join(f"{ds[:12]} ({len(w)} respondents)" for ds, w in by_dataset.items())
-            raise IrtError(f"--dataset {dataset!r} matches {len(chosen)} of the datasets {benchmark} has results on: {known}")
+            raise IrtError(
+                f"--dataset {dataset!r} matches {len(chosen)} of the datasets {benchmark} has results on: {known}"
+            )
         ds = chosen[0]
     else:
         ds = max(by_dataset, key=lambda d: (len(by_dataset[d]), d))
     notes = [
         f"{len(w)} respondent(s) on another dataset of {benchmark} ({other[:12]}) are not in this fit (pick it with --dataset {other[:12]})"
-        for other, w in by_dataset.items() if other != ds
+        for other, w in by_dataset.items()
+        if other != ds
     ]
     respondents = sorted(by_dataset[ds], key=lambda r: r.label)
     values = [(r, store.grade_values(r.run_id, r.grader_fp)) for r in respondents]
     order = [s.id for s in store.samples(benchmark, ds)]
     if n_probe:
-        notes.append(f"{n_probe} robustness probe result(s) (perturbed questions) are not in this fit")
+        notes.append(
+            f"{n_probe} robustness probe result(s) (perturbed questions) are not in this fit"
+        )
     if threshold is not None:
         notes.append(f"a value >= {threshold:g} counts as right")
     return responses_from_values(benchmark, ds, values, order, threshold, notes)
@@ -675,7 +858,9 @@ def _no_benchmark(benchmark: str, have: list[str], where: str) -> str:
     return f"no results for {benchmark} in the store ({listed})"
 
 
-def key_evidence(store: Store, analysis: IrtAnalysis, item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def key_evidence(
+    store: Store, analysis: IrtAnalysis, item_ids: Sequence[str]
+) -> dict[str, dict[str, Any]]:
     """For items flagged as candidate wrong keys: the stored key and what the stronger half of the
     respondents answered (see :func:`evidence`), read from the store."""
 
@@ -701,7 +886,9 @@ def evidence(
     judges a candidate wrong key at a glance when strong models agree on another option."""
     from collections import Counter
 
-    ranked = sorted((a for a in analysis.abilities if a.theta is not None), key=lambda a: -(a.theta or 0.0))
+    ranked = sorted(
+        (a for a in analysis.abilities if a.theta is not None), key=lambda a: -(a.theta or 0.0)
+    )
     strong = ranked[: max(1, len(ranked) // 2)]
     out: dict[str, dict[str, Any]] = {}
     for sid in item_ids:
@@ -745,7 +932,9 @@ def responses_from_section(section: Any) -> tuple[Responses, dict[tuple[str, str
             if is_probe({"fingerprint": row.fingerprint}):
                 continue
             rows.setdefault(row.key, row)
-            vals.setdefault(row.key, {})[item.sample.id] = a.grade.value if a.grade is not None else None
+            vals.setdefault(row.key, {})[item.sample.id] = (
+                a.grade.value if a.grade is not None else None
+            )
             if a.grade is not None:
                 graded[(row.run_id, row.grader_fp, item.sample.id)] = a.grade
     best: dict[str, tuple[Respondent, dict[str, float | None]]] = {}

@@ -62,30 +62,34 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 import grandrounds
 from grandrounds.benchmarks.healthbench import BASE_URL
-from grandrounds.sources.healthbench import GRANDROUNDS as HB_GRANDROUNDS, REFERENCE as HB_REFERENCE
 from grandrounds.benchmarks.readers.lines import read_jsonl
-from grandrounds.sources.downloads import RemoteFile, cache_dir, fetch
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import content_hash, file_sha256, to_jsonable
-from grandrounds.sources.protocols import PROTOCOL_NAMES, Protocol
 from grandrounds.core.records import Grade, Message
-from grandrounds.store import AgreementRecord, Store
 from grandrounds.core.textutil import strip_reasoning
+from grandrounds.sources.downloads import RemoteFile, cache_dir, fetch
+from grandrounds.sources.healthbench import GRANDROUNDS as HB_GRANDROUNDS
+from grandrounds.sources.healthbench import REFERENCE as HB_REFERENCE
+from grandrounds.sources.protocols import PROTOCOL_NAMES, Protocol
 from grandrounds.sources.upstream import SIMPLE_EVALS
+from grandrounds.store import AgreementRecord, Store
 
-if TYPE_CHECKING:  # the judging machinery is imported when a validation runs, not when a report shows its figures
+if (
+    TYPE_CHECKING
+):  # the judging machinery is imported when a validation runs, not when a report shows its figures
+    from grandrounds.run.config import JudgeConfig
     from grandrounds.run.executor import CallStats, RetryPolicy
     from grandrounds.run.limits import TokenLimits
     from grandrounds.run.runner import Progress
-    from grandrounds.run.config import JudgeConfig
 
 SUITE = "healthbench-meta"
 #: The public meta-eval file (simple-evals ``INPUT_PATH``); size 136,224,466 bytes (PROTOCOLS.md section 4).
@@ -97,7 +101,12 @@ META_FILE = RemoteFile(
 #: The judge presets: HealthBench's (the meta-eval grades with the same grader and sampler).
 PROTOCOLS: Mapping[str, Protocol] = {"reference": HB_REFERENCE, "grandrounds": HB_GRANDROUNDS}
 #: Benchmarks whose scores are judged with HealthBench's grader prompt, so a measured agreement applies.
-HEALTHBENCH_FAMILY = ("healthbench", "healthbench-hard", "healthbench-consensus", "healthbench-professional")
+HEALTHBENCH_FAMILY = (
+    "healthbench",
+    "healthbench-hard",
+    "healthbench-consensus",
+    "healthbench-professional",
+)
 #: Resamples of the reference's bootstrap (``_compute_stat``) and of ours.
 N_RESAMPLES = 1000
 
@@ -127,7 +136,11 @@ def parse_row(rec: Mapping[str, Any], path: Path, line: int) -> MetaRow:
         raise DataError(path, line, "prompt must be a non-empty list of messages")
     messages = []
     for m in prompt:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get("role"), str)
+            or not isinstance(m.get("content"), str)
+        ):
             raise DataError(path, line, "each prompt message needs string role and content")
         messages.append(Message(m["role"], m["content"]))
     for name in ("completion", "rubric", "category"):
@@ -139,11 +152,23 @@ def parse_row(rec: Mapping[str, Any], path: Path, line: int) -> MetaRow:
     if not isinstance(labels, list) or not labels or not all(isinstance(x, bool) for x in labels):
         raise DataError(path, line, "binary_labels must be a non-empty list of true/false")
     ids = rec.get("anonymized_physician_ids")
-    if not isinstance(ids, list) or not all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in ids):
+    if not isinstance(ids, list) or not all(
+        isinstance(x, (str, int)) and not isinstance(x, bool) for x in ids
+    ):
         raise DataError(path, line, "anonymized_physician_ids must be a list of ids")
     if len(ids) != len(labels):
-        raise DataError(path, line, f"{len(labels)} binary_labels but {len(ids)} anonymized_physician_ids")
-    return MetaRow(line, tuple(messages), rec["completion"], rec["rubric"], rec["category"], tuple(labels), tuple(str(x) for x in ids))
+        raise DataError(
+            path, line, f"{len(labels)} binary_labels but {len(ids)} anonymized_physician_ids"
+        )
+    return MetaRow(
+        line,
+        tuple(messages),
+        rec["completion"],
+        rec["rubric"],
+        rec["category"],
+        tuple(labels),
+        tuple(str(x) for x in ids),
+    )
 
 
 def load_rows(path: Path) -> list[MetaRow]:
@@ -168,7 +193,9 @@ def data_path(data: Path | None) -> Path:
         if data.is_dir():
             data = data / META_FILE.filename
             if not data.exists():
-                raise DataError(data, None, f"file not found (expected {META_FILE.filename} in the directory)")
+                raise DataError(
+                    data, None, f"file not found (expected {META_FILE.filename} in the directory)"
+                )
         return data
     return fetch(META_FILE, cache_dir() / SUITE)
 
@@ -218,7 +245,9 @@ def _figures(counts: Mapping[str, list[int]]) -> dict[str, Stat]:
     return out
 
 
-def rater_metrics(selves: Sequence[bool], others: Sequence[Sequence[bool]], categories: Sequence[str]) -> RaterMetrics:
+def rater_metrics(
+    selves: Sequence[bool], others: Sequence[Sequence[bool]], categories: Sequence[str]
+) -> RaterMetrics:
     """A rater's labels against the other raters' labels of the same rows, overall and per category.
 
     Each (label, other label) pair adds to the rater's precision for the class the rater chose
@@ -232,7 +261,10 @@ def rater_metrics(selves: Sequence[bool], others: Sequence[Sequence[bool]], cate
         scopes = (overall, per.setdefault(cat, {}))
         for other in theirs:
             agree = int(mine == other)
-            for name in ("precision_pos" if mine else "precision_neg", "recall_pos" if other else "recall_neg"):
+            for name in (
+                "precision_pos" if mine else "precision_neg",
+                "recall_pos" if other else "recall_neg",
+            ):
                 for scope in scopes:
                     c = scope.setdefault(name, [0, 0])
                     c[0] += agree
@@ -243,7 +275,9 @@ def rater_metrics(selves: Sequence[bool], others: Sequence[Sequence[bool]], cate
 def judge_metrics(rows: Sequence[MetaRow], verdicts: Sequence[bool | None]) -> RaterMetrics:
     """The judge against every physician label of the rows it labelled (unknown rows left out)."""
     kept = [(r, v) for r, v in zip(rows, verdicts, strict=True) if v is not None]
-    return rater_metrics([v for _, v in kept], [r.labels for r, _ in kept], [r.category for r, _ in kept])
+    return rater_metrics(
+        [v for _, v in kept], [r.labels for r, _ in kept], [r.category for r, _ in kept]
+    )
 
 
 def physician_metrics(rows: Sequence[MetaRow]) -> dict[str, RaterMetrics]:
@@ -263,7 +297,9 @@ def reference_keys(m: RaterMetrics, rater: Rater) -> dict[str, dict[str, float |
     ``{category}: pairwise_...``, each ``{"n": ..., "value": ...}``."""
     out = {f"pairwise_{rater}_{k}": {"n": s.n, "value": s.value} for k, s in m.overall.items()}
     for cat, figs in m.by_category.items():
-        out.update({f"{cat}: pairwise_{rater}_{k}": {"n": s.n, "value": s.value} for k, s in figs.items()})
+        out.update(
+            {f"{cat}: pairwise_{rater}_{k}": {"n": s.n, "value": s.value} for k, s in figs.items()}
+        )
     return out
 
 
@@ -276,20 +312,31 @@ def physician_summary(per: Mapping[str, RaterMetrics]) -> dict[str, Any]:
             for name, s in f.items():
                 if s.value is not None:
                     values.setdefault(name, []).append(s.value)
-        return {k: {"mean": statistics.fmean(v), "median": statistics.median(v), "n_physicians": len(v)} for k, v in values.items()}
+        return {
+            k: {"mean": statistics.fmean(v), "median": statistics.median(v), "n_physicians": len(v)}
+            for k, v in values.items()
+        }
 
     cats = sorted({c for m in per.values() for c in m.by_category})
     return {
         "n_physicians": len(per),
         "overall": summarise([m.overall for m in per.values()]),
-        "by_category": {c: summarise([m.by_category[c] for m in per.values() if c in m.by_category]) for c in cats},
+        "by_category": {
+            c: summarise([m.by_category[c] for m in per.values() if c in m.by_category])
+            for c in cats
+        },
     }
 
 
 # ---- bootstraps ---------------------------------------------------------------------------------
 
 
-def reference_row_stats(rows: Sequence[MetaRow], verdicts: Sequence[bool | None], seed: int = 0, n_resamples: int = N_RESAMPLES) -> dict[str, dict[str, float]]:
+def reference_row_stats(
+    rows: Sequence[MetaRow],
+    verdicts: Sequence[bool | None],
+    seed: int = 0,
+    n_resamples: int = N_RESAMPLES,
+) -> dict[str, dict[str, float]]:
     """simple-evals' per-row metrics aggregated as ``common.aggregate_results`` does with
     ``("mean", "n_samples", "bootstrap_std")``: names in the order it first sees them (each row's
     metrics, then ``score``), each resampled 1,000 times with replacement.
@@ -303,7 +350,11 @@ def reference_row_stats(rows: Sequence[MetaRow], verdicts: Sequence[bool | None]
         if v is None:
             continue
         k = len(row.labels)
-        metrics: dict[str, float] = {"num_physician_labels": k, "percent_physician_pos": sum(row.labels) / k, "model_predicted_positive": v}
+        metrics: dict[str, float] = {
+            "num_physician_labels": k,
+            "percent_physician_pos": sum(row.labels) / k,
+            "model_predicted_positive": v,
+        }
         metrics |= {f"{row.category}: {name}": value for name, value in metrics.items()}
         for name, value in metrics.items():
             name2values.setdefault(name, []).append(value)
@@ -317,7 +368,11 @@ def reference_row_stats(rows: Sequence[MetaRow], verdicts: Sequence[bool | None]
         for start in range(0, n_resamples, block):
             idx = rng.randint(0, arr.size, size=(min(block, n_resamples - start), arr.size))
             means.append(arr[idx].mean(axis=1))
-        out[name] = {"mean": float(np.mean(arr)), "n_samples": len(values), "bootstrap_std": float(np.std(np.concatenate(means)))}
+        out[name] = {
+            "mean": float(np.mean(arr)),
+            "n_samples": len(values),
+            "bootstrap_std": float(np.std(np.concatenate(means))),
+        }
     return out
 
 
@@ -342,7 +397,10 @@ def _balanced_f1(sums: np.ndarray) -> np.ndarray:
 
 
 def judge_interval(
-    rows: Sequence[MetaRow], verdicts: Sequence[bool | None], seed: int = 0, n_resamples: int = N_RESAMPLES
+    rows: Sequence[MetaRow],
+    verdicts: Sequence[bool | None],
+    seed: int = 0,
+    n_resamples: int = N_RESAMPLES,
 ) -> dict[str, Any]:
     """95% percentile interval of the judge's balanced F1, overall and per category (ours).
 
@@ -396,8 +454,15 @@ class MetaPrompts:
 
     def __init__(self, protocol: str) -> None:
         if protocol not in PROTOCOL_NAMES:
-            raise ConfigError(f"unknown --protocol {protocol!r} (protocols: {', '.join(PROTOCOL_NAMES)})")
-        from grandrounds.graders.healthbench_grader import HealthBenchGrader, HealthBenchParams, parse_single, parse_single_reference
+            raise ConfigError(
+                f"unknown --protocol {protocol!r} (protocols: {', '.join(PROTOCOL_NAMES)})"
+            )
+        from grandrounds.graders.healthbench_grader import (
+            HealthBenchGrader,
+            HealthBenchParams,
+            parse_single,
+            parse_single_reference,
+        )
 
         self.protocol = protocol
         self.reference = protocol == "reference"
@@ -415,12 +480,16 @@ class MetaPrompts:
 
         if self.reference:
             convo = render_conversation(row.messages, row.completion)
-            prompt = self.grader.official_template.replace("<<conversation>>", convo).replace("<<rubric_item>>", row.rubric)
+            prompt = self.grader.official_template.replace("<<conversation>>", convo).replace(
+                "<<rubric_item>>", row.rubric
+            )
         else:
             convo = render_conversation(row.messages, strip_reasoning(row.completion))
             prompt = self.grader.template.format(conversation=convo, rubric_item=row.rubric)
         system = self.grader.judge_system
-        return ((Message("system", system),) if system is not None else ()) + (Message("user", prompt),)
+        return ((Message("system", system),) if system is not None else ()) + (
+            Message("user", prompt),
+        )
 
     @property
     def prompt_id(self) -> str:
@@ -463,11 +532,11 @@ class ValidateConfig:
     #: Judge call starts per minute (``--judge-rpm``); None = no limit.
     rpm: int | None = None
     #: Tokens of judge call starts per minute (``--judge-tpm``); None = no limit.
-    tpm: "int | str | TokenLimits | None" = None
+    tpm: int | str | TokenLimits | None = None
     max_reask: int = 2
     seed: int = 0
     #: The executor's retry policy (None: its default).
-    retry: "RetryPolicy | None" = None
+    retry: RetryPolicy | None = None
 
 
 @dataclass
@@ -477,22 +546,24 @@ class Validation:
     rows: list[MetaRow]
     verdicts: list[RowVerdict]
     record: AgreementRecord
-    judge_stats: "CallStats"
-    judge: "JudgeConfig"
+    judge_stats: CallStats
+    judge: JudgeConfig
 
     @property
     def labels(self) -> list[bool | None]:
         return [None if v.status == "unknown" else v.status == "met" for v in self.verdicts]
 
 
-def check_config(cfg: ValidateConfig) -> "tuple[Protocol, JudgeConfig, dict[str, Any]]":
+def check_config(cfg: ValidateConfig) -> tuple[Protocol, JudgeConfig, dict[str, Any]]:
     """The protocol, the judge with its generation parameters settled, and its deviations; before any call."""
-    from grandrounds.run.limits import check_rpm, check_tpm
     from grandrounds.providers.base import check_model
     from grandrounds.run.config import JudgeConfig, resolve_judges
+    from grandrounds.run.limits import check_rpm, check_tpm
 
     if cfg.protocol not in PROTOCOLS:
-        raise ConfigError(f"unknown --protocol {cfg.protocol!r} (protocols: {', '.join(PROTOCOLS)})")
+        raise ConfigError(
+            f"unknown --protocol {cfg.protocol!r} (protocols: {', '.join(PROTOCOLS)})"
+        )
     if cfg.max_reask < 0:
         raise ConfigError(f"--max-reask must be 0 or more, not {cfg.max_reask}")
     check_rpm(cfg.rpm, "--judge-rpm")
@@ -504,25 +575,39 @@ def check_config(cfg: ValidateConfig) -> "tuple[Protocol, JudgeConfig, dict[str,
     else:
         url = cfg.base_url
     check_model(spec, {}, "chat")
-    judges, deviations = resolve_judges(proto, [JudgeConfig(spec, url, json_object=cfg.json_object)], cfg.judge_overrides, cfg.seed)
+    judges, deviations = resolve_judges(
+        proto, [JudgeConfig(spec, url, json_object=cfg.json_object)], cfg.judge_overrides, cfg.seed
+    )
     return proto, judges[0], deviations.get(spec, {})
 
 
-async def validate(store: Store, cfg: ValidateConfig, progress: "Progress | None" = None) -> Validation:
+async def validate(
+    store: Store, cfg: ValidateConfig, progress: Progress | None = None
+) -> Validation:
     """Ask the judge every selected row, compute the agreement figures and store them."""
+    from grandrounds.graders.judging import Ask, ask
     from grandrounds.run.executor import RetryPolicy
     from grandrounds.run.limits import EndpointLimits
-    from grandrounds.graders.judging import Ask, ask
     from grandrounds.run.runner import make_judges, run_pool
 
     proto, judge_cfg, deviations = check_config(cfg)
     prompts = MetaPrompts(cfg.protocol)
-    templates = prompts.grader.template_hashes()  # reads the official template: fails before any call
+    templates = (
+        prompts.grader.template_hashes()
+    )  # reads the official template: fails before any call
     path = data_path(cfg.data)
     rows = select_rows(load_rows(path), cfg.limit)
     dataset = file_sha256(path)
     endpoints = EndpointLimits()
-    execs, (judge,) = make_judges(store, [judge_cfg], cfg.concurrency, cfg.retry or RetryPolicy(), cfg.seed, progress, endpoints)
+    execs, (judge,) = make_judges(
+        store,
+        [judge_cfg],
+        cfg.concurrency,
+        cfg.retry or RetryPolicy(),
+        cfg.seed,
+        progress,
+        endpoints,
+    )
     endpoints.limit_model(execs[0].provider, cfg.rpm, cfg.tpm, "--judge-")
     verdicts: list[RowVerdict | None] = [None] * len(rows)
     if progress:
@@ -536,7 +621,9 @@ async def validate(store: Store, cfg: ValidateConfig, progress: "Progress | None
         if got is not None:
             verdicts[i] = RowVerdict(got[0].status, got[0].explanation, None, len(reply.keys))
         else:
-            verdicts[i] = RowVerdict("unknown", "", reply.error or "judge reply could not be read", len(reply.keys))
+            verdicts[i] = RowVerdict(
+                "unknown", "", reply.error or "judge reply could not be read", len(reply.keys)
+            )
         if progress:
             progress.advance(Grade(f"line {row.line}", 1.0 if got is not None else None))
 
@@ -544,27 +631,42 @@ async def validate(store: Store, cfg: ValidateConfig, progress: "Progress | None
         await one(group[0])
 
     try:
-        await run_pool(store, ([i] for i in range(len(rows))), do_group, max(4, 2 * execs[0].concurrency))
+        await run_pool(
+            store, ([i] for i in range(len(rows))), do_group, max(4, 2 * execs[0].concurrency)
+        )
     finally:
         for e in execs:
             await e.provider.aclose()
     done = [v for v in verdicts if v is not None]
     assert len(done) == len(rows)
-    record = agreement_record(rows, done, judge_cfg, cfg, prompts, dataset, templates, deviations, proto)
+    record = agreement_record(
+        rows, done, judge_cfg, cfg, prompts, dataset, templates, deviations, proto
+    )
     store.put_agreement(record)
     return Validation(rows, done, record, execs[0].stats, judge_cfg)
 
 
 def agreement_record(
-    rows: Sequence[MetaRow], verdicts: Sequence[RowVerdict], judge: "JudgeConfig", cfg: ValidateConfig,
-    prompts: MetaPrompts, dataset: str, templates: Mapping[str, Any], deviations: Mapping[str, Any], proto: Protocol,
+    rows: Sequence[MetaRow],
+    verdicts: Sequence[RowVerdict],
+    judge: JudgeConfig,
+    cfg: ValidateConfig,
+    prompts: MetaPrompts,
+    dataset: str,
+    templates: Mapping[str, Any],
+    deviations: Mapping[str, Any],
+    proto: Protocol,
 ) -> AgreementRecord:
     """Every figure of one validation, as the store keeps it."""
     labels = [None if v.status == "unknown" else v.status == "met" for v in verdicts]
     metrics = agreement_metrics(rows, labels, cfg.seed)
     judge_all = metrics["judge"]["overall"]
     phys = metrics["physicians"]["summary"]["overall"].get("f1_balanced", {})
-    n_failed = sum(1 for v in verdicts if v.status == "unknown" and v.error and v.error.startswith("judge call failed"))
+    n_failed = sum(
+        1
+        for v in verdicts
+        if v.status == "unknown" and v.error and v.error.startswith("judge call failed")
+    )
     summary = {
         "f1_balanced": (judge_all.get("f1_balanced") or {}).get("value"),
         "ci95": metrics["judge_ci95"]["overall"],
@@ -576,17 +678,41 @@ def agreement_record(
         "n_judged": sum(1 for x in labels if x is not None),
         "n_unknown": sum(1 for x in labels if x is None),
         "n_failed": n_failed,
-        "judge_predicted_positive": metrics["reference_stats"].get("model_predicted_positive", {}).get("mean"),
+        "judge_predicted_positive": metrics["reference_stats"]
+        .get("model_predicted_positive", {})
+        .get("mean"),
     }
     params = to_jsonable(judge.params)
-    ident = {"suite": SUITE, "judge": judge.spec, "params": params, "protocol": cfg.protocol, "prompt": prompts.prompt_id,
-             "dataset": dataset, "limit": cfg.limit, "templates": templates}
-    metrics["fingerprint"] = ident | {"deviations": dict(deviations), "protocol_preset": proto.describe(),
-                                      "max_reask": cfg.max_reask, "seed": cfg.seed, "source": f"{SIMPLE_EVALS.repo} healthbench_meta_eval.py @ {SIMPLE_EVALS.commit[:7]}"}
+    ident = {
+        "suite": SUITE,
+        "judge": judge.spec,
+        "params": params,
+        "protocol": cfg.protocol,
+        "prompt": prompts.prompt_id,
+        "dataset": dataset,
+        "limit": cfg.limit,
+        "templates": templates,
+    }
+    metrics["fingerprint"] = ident | {
+        "deviations": dict(deviations),
+        "protocol_preset": proto.describe(),
+        "max_reask": cfg.max_reask,
+        "seed": cfg.seed,
+        "source": f"{SIMPLE_EVALS.repo} healthbench_meta_eval.py @ {SIMPLE_EVALS.commit[:7]}",
+    }
     return AgreementRecord(
-        key=content_hash(ident), suite=SUITE, judge=judge.spec, judge_params=params, protocol=cfg.protocol,
-        prompt=prompts.prompt_id, dataset_sha256=dataset, n_rows=len(rows), summary=summary, metrics=metrics,
-        verdicts=[[r.line, v.status] for r, v in zip(rows, verdicts)], package_version=grandrounds.__version__,
+        key=content_hash(ident),
+        suite=SUITE,
+        judge=judge.spec,
+        judge_params=params,
+        protocol=cfg.protocol,
+        prompt=prompts.prompt_id,
+        dataset_sha256=dataset,
+        n_rows=len(rows),
+        summary=summary,
+        metrics=metrics,
+        verdicts=[[r.line, v.status] for r, v in zip(rows, verdicts)],
+        package_version=grandrounds.__version__,
     )
 
 
@@ -594,15 +720,24 @@ def _stats_json(figs: Mapping[str, Stat]) -> dict[str, dict[str, float | None]]:
     return {k: {"n": s.n, "value": s.value} for k, s in figs.items()}
 
 
-def agreement_metrics(rows: Sequence[MetaRow], labels: Sequence[bool | None], seed: int = 0) -> dict[str, Any]:
+def agreement_metrics(
+    rows: Sequence[MetaRow], labels: Sequence[bool | None], seed: int = 0
+) -> dict[str, Any]:
     """Judge and physician figures, the judge's interval, the reference's row bootstrap, as JSON."""
     judge = judge_metrics(rows, labels)
     per_phys = physician_metrics(rows)
     summary = physician_summary(per_phys)
     mine = (judge.overall.get("f1_balanced") or Stat(0, None)).value
-    theirs = [m.overall["f1_balanced"].value for m in per_phys.values() if "f1_balanced" in m.overall and m.overall["f1_balanced"].value is not None]
+    theirs = [
+        m.overall["f1_balanced"].value
+        for m in per_phys.values()
+        if "f1_balanced" in m.overall and m.overall["f1_balanced"].value is not None
+    ]
     return {
-        "judge": {"overall": _stats_json(judge.overall), "by_category": {c: _stats_json(f) for c, f in judge.by_category.items()}},
+        "judge": {
+            "overall": _stats_json(judge.overall),
+            "by_category": {c: _stats_json(f) for c, f in judge.by_category.items()},
+        },
         "judge_ci95": judge_interval(rows, labels, seed),
         "physicians": {
             "summary": summary,
@@ -641,7 +776,9 @@ def _comparable(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k != "seed"}
 
 
-def agreement_notes(benchmark: str, fingerprint: Mapping[str, Any], agreements: Sequence[AgreementRecord]) -> list[AgreementNote]:
+def agreement_notes(
+    benchmark: str, fingerprint: Mapping[str, Any], agreements: Sequence[AgreementRecord]
+) -> list[AgreementNote]:
     """For a result of a HealthBench-family benchmark, each of its judges' measured agreement.
 
     Exact when the judge model, its generation parameters, the protocol and the prompt family are
@@ -652,26 +789,47 @@ def agreement_notes(benchmark: str, fingerprint: Mapping[str, Any], agreements: 
         return []
     grader = fingerprint.get("grader") or {}
     args = grader.get("args") or {}
-    mine = prompt_id(str(grader.get("name", "healthbench")), str(args.get("protocol", "grandrounds")), str(args.get("mode", "per-criterion")))
+    mine = prompt_id(
+        str(grader.get("name", "healthbench")),
+        str(args.get("protocol", "grandrounds")),
+        str(args.get("mode", "per-criterion")),
+    )
     notes = []
     for j in fingerprint.get("judges") or []:
         model, params = j.get("model"), _comparable(j.get("params") or {})
         same_model = [a for a in agreements if a.judge == model and a.suite == SUITE]
         if not same_model:
             continue
-        ranked = sorted(same_model, key=lambda a: (_comparable(a.judge_params) == params and a.prompt == mine, a.summary.get("n_judged", 0), a.created_at))
+        ranked = sorted(
+            same_model,
+            key=lambda a: (
+                _comparable(a.judge_params) == params and a.prompt == mine,
+                a.summary.get("n_judged", 0),
+                a.created_at,
+            ),
+        )
         best = ranked[-1]
         why = []
         if _comparable(best.judge_params) != params:
             why.append("other generation settings")
         if best.prompt != mine:
             why.append("other judge prompt")
-        notes.append(AgreementNote(model, best.summary.get("f1_balanced"), best.summary.get("physician_f1_balanced_mean"),
-                                   int(best.summary.get("n_judged", 0)), not why, ", ".join(why)))
+        notes.append(
+            AgreementNote(
+                model,
+                best.summary.get("f1_balanced"),
+                best.summary.get("physician_f1_balanced_mean"),
+                int(best.summary.get("n_judged", 0)),
+                not why,
+                ", ".join(why),
+            )
+        )
     return notes
 
 
-def agreement_text(benchmark: str, fingerprint: Mapping[str, Any], agreements: Sequence[AgreementRecord]) -> str:
+def agreement_text(
+    benchmark: str, fingerprint: Mapping[str, Any], agreements: Sequence[AgreementRecord]
+) -> str:
     """The notes of one result as one cell: ``F1 0.709 (MDs 0.652)``, per judge for a panel."""
     notes = agreement_notes(benchmark, fingerprint, agreements)
     if len(notes) == 1:
@@ -686,7 +844,11 @@ def agreement_by_result(store: Store, rows: Sequence[Any]) -> dict[tuple[str, st
     agreements = store.agreements(SUITE) if rows else []
     if not agreements:
         return {}
-    return {r.key: text for r in rows if (text := agreement_text(r.benchmark, r.fingerprint, agreements))}
+    return {
+        r.key: text
+        for r in rows
+        if (text := agreement_text(r.benchmark, r.fingerprint, agreements))
+    }
 
 
 #: What the agreement cell means, printed under a table that shows one.

@@ -15,8 +15,9 @@ columns, the model, the facts that differ between them, and the run id.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from grandrounds.analyses.leaderboard import run_label
 from grandrounds.core.records import Sample
@@ -39,7 +40,11 @@ def question_of(sample: Sample) -> tuple[str, bool]:
     for key in QUESTION_KEYS:
         value = md.get(key)
         if isinstance(value, str) and value.strip():
-            context = [str(md[k]).strip() for k in CONTEXT_KEYS if isinstance(md.get(k), str) and md[k].strip()]
+            context = [
+                str(md[k]).strip()
+                for k in CONTEXT_KEYS
+                if isinstance(md.get(k), str) and md[k].strip()
+            ]
             return " — ".join([value.strip(), *context]), True
     for m in reversed(sample.messages):
         if m.role == "user":
@@ -62,7 +67,10 @@ def strip_shared_lines(texts: Sequence[str]) -> list[str]:
     """
     if len(texts) < 2:
         return list(texts)
-    first, last = min(texts), max(texts)  # the common prefix of all is the common prefix of these two
+    first, last = (
+        min(texts),
+        max(texts),
+    )  # the common prefix of all is the common prefix of these two
     n = 0
     while n < min(len(first), len(last)) and first[n] == last[n]:
         n += 1
@@ -96,15 +104,25 @@ class RunFacts:
         return run_label({"run_id": self.run_id}, with_id=True).split(SEP)[-1]
 
 
-def run_facts(run_id: str, grader_fp: str, run: Any | None, fingerprint: Mapping[str, Any] | None, judge: str | None = None) -> RunFacts:
+def run_facts(
+    run_id: str,
+    grader_fp: str,
+    run: Any | None,
+    fingerprint: Mapping[str, Any] | None,
+    judge: str | None = None,
+) -> RunFacts:
     """The facts of one grading: ``run`` is the stored run record (None if missing), ``fingerprint``
     the grading's (its result's, or the stored grader spec), ``judge`` the result's judge names."""
     fp = fingerprint or {}
     options = dict(getattr(run, "options", None) or {})
     mode = str(options.get("answer_mode") or fp.get("answer_mode") or "generate")
-    mode = {"letter": "next-token", "loglik": "text-loglik"}.get(mode, mode)  # earlier names of two modes
+    mode = {"letter": "next-token", "loglik": "text-loglik"}.get(
+        mode, mode
+    )  # earlier names of two modes
     if not judge:
-        judge = ",".join(str(j.get("model", "?")) for j in fp.get("judges") or () if isinstance(j, Mapping))
+        judge = ",".join(
+            str(j.get("model", "?")) for j in fp.get("judges") or () if isinstance(j, Mapping)
+        )
     model = str(getattr(run, "model", None) or fp.get("model") or "?")
     limit = options.get("limit", fp.get("limit"))
     return RunFacts(
@@ -112,7 +130,13 @@ def run_facts(run_id: str, grader_fp: str, run: Any | None, fingerprint: Mapping
         grader_fp=grader_fp,
         benchmark=str(getattr(run, "benchmark", None) or fp.get("benchmark") or "?"),
         model=model,
-        fingerprint={"model": model, "answer_mode": mode, "protocol": fp.get("protocol"), "limit": limit, "run_id": run_id},
+        fingerprint={
+            "model": model,
+            "answer_mode": mode,
+            "protocol": fp.get("protocol"),
+            "limit": limit,
+            "run_id": run_id,
+        },
         judge=judge or "",
     )
 
@@ -135,5 +159,7 @@ def column_labels(facts: Sequence[RunFacts]) -> list[str]:
     out = []
     for f in facts:
         ident = f.short_id + (f"/{f.grader_fp[:4]}" if gradings[f.run_id] > 1 else "")
-        out.append(SEP.join([f.model, *(p for p in f.parts() if p not in shared[f.benchmark]), ident]))
+        out.append(
+            SEP.join([f.model, *(p for p in f.parts() if p not in shared[f.benchmark]), ident])
+        )
     return out

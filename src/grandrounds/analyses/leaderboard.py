@@ -7,8 +7,9 @@ plain rows these functions take. Every random number comes from an explicit seed
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from grandrounds.core.hashing import canonical_json
 from grandrounds.core.records import Breakdown, Cell
@@ -83,7 +84,9 @@ def result_coverage(extra: Mapping[str, Any]) -> float | None:
     n = extra.get("n_items")
     if not n:
         return None
-    lost = sum(int(extra.get(k) or 0) for k in ("n_answer_failed", "n_unreadable", "n_grader_error"))
+    lost = sum(
+        int(extra.get(k) or 0) for k in ("n_answer_failed", "n_unreadable", "n_grader_error")
+    )
     return (int(n) - lost) / int(n)
 
 
@@ -118,7 +121,9 @@ def engine_label(fingerprint: Mapping[str, Any]) -> str | None:
     return f"{engine['name']} {engine.get('version') or '?'}"
 
 
-def run_label(fingerprint: Mapping[str, Any], judge: str | None = None, *, with_id: bool = True) -> str:
+def run_label(
+    fingerprint: Mapping[str, Any], judge: str | None = None, *, with_id: bool = True
+) -> str:
     """What tells one result apart from another of the same model: engine and its version, answer
     mode, protocol, judge, limit and the run id, e.g. ``llamacpp/smollm2 · next-token · reference ·
     limit 20 · 3f2a9c1e`` or ``vllm/qwen · vllm 0.9.1 · generate · reference · 5be01d2a``."""
@@ -147,14 +152,18 @@ def fingerprint_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return [f for f in COMPARABLE_FIELDS if canonical_json(a.get(f)) != canonical_json(b.get(f))]
 
 
-def latest_comparable_pair(ra: Sequence[ResultRow], rb: Sequence[ResultRow], ignore: tuple[str, ...] = ("limit",)) -> tuple[ResultRow, ResultRow] | None:
+def latest_comparable_pair(
+    ra: Sequence[ResultRow], rb: Sequence[ResultRow], ignore: tuple[str, ...] = ("limit",)
+) -> tuple[ResultRow, ResultRow] | None:
     """Of two models' results (each oldest first), the pair that may be compared (the same
     comparability fields but ``ignore``) made of the newest runs: the pair whose older run is the
     newest, then whose newer run is; None when no run of one matches a run of the other."""
     best: tuple[tuple[int, int], ResultRow, ResultRow] | None = None
     for i, a in enumerate(ra):
         for j, b in enumerate(rb):
-            if a.key == b.key or [f for f in fingerprint_diff(a.fingerprint, b.fingerprint) if f not in ignore]:
+            if a.key == b.key or [
+                f for f in fingerprint_diff(a.fingerprint, b.fingerprint) if f not in ignore
+            ]:
                 continue
             # positions from the end: 0 is a model's latest run
             rank = (max(len(ra) - 1 - i, len(rb) - 1 - j), min(len(ra) - 1 - i, len(rb) - 1 - j))
@@ -216,7 +225,9 @@ class Board:
     entries: tuple[Entry, ...]
 
 
-def leaderboard(rows: Sequence[ResultRow], values: Mapping[tuple[str, str], Values] | None = None, seed: int = 0) -> list[Board]:
+def leaderboard(
+    rows: Sequence[ResultRow], values: Mapping[tuple[str, str], Values] | None = None, seed: int = 0
+) -> list[Board]:
     """Models x benchmarks, ranked within comparable settings, with tie groups and flags.
 
     Results whose comparability fields differ go to separate settings; every entry of a
@@ -268,31 +279,64 @@ def latest_per_model(rows: Sequence[ResultRow]) -> list[ResultRow]:
         hidden = len(model_rows) - 1
         if hidden:
             note = f"latest {'complete ' if complete else ''}of {len(model_rows)} runs of this model in this setting ({hidden} not ranked)"
-            keep = replace(keep, extra=dict(keep.extra) | {"superseded": hidden, "superseded_note": note})
+            keep = replace(
+                keep, extra=dict(keep.extra) | {"superseded": hidden, "superseded_note": note}
+            )
         if engines[model] > 1:
             note = f"served by {engine}" if engine else "not served by an engine"
-            keep = replace(keep, extra=dict(keep.extra) | {"engine_note": f"{note}: ranked apart from this model's runs on other engine versions"})
+            keep = replace(
+                keep,
+                extra=dict(keep.extra)
+                | {
+                    "engine_note": f"{note}: ranked apart from this model's runs on other engine versions"
+                },
+            )
         out.append(keep)
     return out
 
 
-def _rank(rows: list[ResultRow], setting: int, flags: list[str], values: Mapping[tuple[str, str], Values], seed: int) -> list[Entry]:
-    scored = sorted((r for r in rows if r.score is not None), key=lambda r: (-float(r.score or 0), r.model))
+def _rank(
+    rows: list[ResultRow],
+    setting: int,
+    flags: list[str],
+    values: Mapping[tuple[str, str], Values],
+    seed: int,
+) -> list[Entry]:
+    scored = sorted(
+        (r for r in rows if r.score is not None), key=lambda r: (-float(r.score or 0), r.model)
+    )
     out: list[Entry] = []
     group, leader = 0, None
     for rank, r in enumerate(scored, start=1):
-        extra: list[str] = [r.extra[k] for k in ("engine_note", "superseded_note") if r.extra.get(k)]
+        extra: list[str] = [
+            r.extra[k] for k in ("engine_note", "superseded_note") if r.extra.get(k)
+        ]
         if r.status != "complete":
             extra.append(r.status)
         if leader is None or not _tied(leader, r, values, seed, extra):
             group, leader = group + 1, r
         out.append(Entry(r, setting, rank, group, tuple(flags + extra)))
-    out.extend(Entry(r, setting, None, None, tuple(flags + [r.extra[k] for k in ("engine_note",) if r.extra.get(k)] + ["no score"]))
-               for r in rows if r.score is None)
+    out.extend(
+        Entry(
+            r,
+            setting,
+            None,
+            None,
+            tuple(flags + [r.extra[k] for k in ("engine_note",) if r.extra.get(k)] + ["no score"]),
+        )
+        for r in rows
+        if r.score is None
+    )
     return out
 
 
-def _tied(leader: ResultRow, r: ResultRow, values: Mapping[tuple[str, str], Values], seed: int, notes: list[str]) -> bool:
+def _tied(
+    leader: ResultRow,
+    r: ResultRow,
+    values: Mapping[tuple[str, str], Values],
+    seed: int,
+    notes: list[str],
+) -> bool:
     va, vb = values.get(leader.key), values.get(r.key)
     if va is not None and vb is not None:
         cmp = paired_compare(va, vb, seed=seed)
@@ -336,7 +380,9 @@ def breakdown_tables(board: Board) -> list[FamilyTable]:
     for fam in families:
         cells = tuple(e.row.breakdown.get(fam, {}) for e in board.entries)
         keys = tuple(dict.fromkeys(k for c in cells for k in c))
-        metrics = tuple(dict.fromkeys(m for c in cells for cell in c.values() for m in cell.metrics))
+        metrics = tuple(
+            dict.fromkeys(m for c in cells for cell in c.values() for m in cell.metrics)
+        )
         out.append(FamilyTable(fam, keys, metrics, board.entries, cells))
     return out
 
@@ -366,7 +412,11 @@ def agreement(pairs: Sequence[AgreementPair]) -> dict[str, dict[str, AgreementSt
     Cohen's kappa and macro-F1 (reviewer as reference) over criteria both rated met/unmet;
     criteria the judge left unknown are counted apart, never folded into a label.
     """
-    groups: dict[str, dict[str, list[AgreementPair]]] = {"overall": defaultdict(list), "benchmark": defaultdict(list), "dimension": defaultdict(list)}
+    groups: dict[str, dict[str, list[AgreementPair]]] = {
+        "overall": defaultdict(list),
+        "benchmark": defaultdict(list),
+        "dimension": defaultdict(list),
+    }
     for p in pairs:
         groups["overall"]["all"].append(p)
         groups["benchmark"][p.benchmark].append(p)

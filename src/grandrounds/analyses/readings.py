@@ -11,14 +11,20 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from grandrounds.core.records import Grade, Response, Sample
 
 LOGPROB_MODES = ("letter-loglik", "text-loglik", "next-token")
 
 
-def option_scores(spec: Mapping[str, Any] | None, sample: Sample | None, grade: Grade | None, resp: Response | None) -> list[dict[str, Any]] | None:
+def option_scores(
+    spec: Mapping[str, Any] | None,
+    sample: Sample | None,
+    grade: Grade | None,
+    resp: Response | None,
+) -> list[dict[str, Any]] | None:
     """For a multiple-choice answer in a log-prob mode: each option (source order) with the
     log-probability the model gave its continuation, its share of the options' probability,
     and marks for the option chosen (argmax, as the grader read it), lm-eval's length-normalised
@@ -34,7 +40,12 @@ def option_scores(spec: Mapping[str, Any] | None, sample: Sample | None, grade: 
     perm = grade.details.get("permutation")
     shown = shuffle_choices(sample, int(args.get("seed", 0)))[0] if perm else sample
     try:
-        conts = option_continuations(shown.choices, mode, str(args.get("language", "en")), str(args.get("loglik_labels", "letters")))
+        conts = option_continuations(
+            shown.choices,
+            mode,
+            str(args.get("language", "en")),
+            str(args.get("loglik_labels", "letters")),
+        )
     except (KeyError, ValueError):
         return None
     lps = {k: resp.scores.get(c) for k, c in conts.items()}
@@ -44,13 +55,21 @@ def option_scores(spec: Mapping[str, Any] | None, sample: Sample | None, grade: 
     rows = []
     for i, (letter, lp) in enumerate(lps.items()):
         known = lp is not None and math.isfinite(lp)
-        rows.append({
-            "letter": perm[i] if perm else letter,  # the source's letter; the shown one beside it when shuffled
-            "shown": letter, "text": shown.choices[letter], "continuation": conts[letter],
-            "logprob": lp if known else None, "share": math.exp(lp - top) / total if known and total else None,
-            "chosen": letter == grade.extracted, "chosen_norm": letter == grade.details.get("extracted_norm"),
-            "target": letter == grade.details.get("target"),
-        })
+        rows.append(
+            {
+                "letter": perm[i]
+                if perm
+                else letter,  # the source's letter; the shown one beside it when shuffled
+                "shown": letter,
+                "text": shown.choices[letter],
+                "continuation": conts[letter],
+                "logprob": lp if known else None,
+                "share": math.exp(lp - top) / total if known and total else None,
+                "chosen": letter == grade.extracted,
+                "chosen_norm": letter == grade.details.get("extracted_norm"),
+                "target": letter == grade.details.get("target"),
+            }
+        )
     return sorted(rows, key=lambda r: r["letter"])
 
 
@@ -64,13 +83,18 @@ def option_words(options: list[dict[str, Any]]) -> str:
     chosen = next((o for o in options if o["chosen"]), None)
     if chosen is None:
         return "no option could be read (no option has a log-probability)"
-    ranked = sorted((o for o in options if o["share"] is not None and not o["chosen"]), key=lambda o: -o["share"])
+    ranked = sorted(
+        (o for o in options if o["share"] is not None and not o["chosen"]),
+        key=lambda o: -o["share"],
+    )
     words = f"chose {chosen['letter']} ({_pct(chosen['share'])} of the options' probability)"
     if ranked:
         words += f"; next {ranked[0]['letter']} ({_pct(ranked[0]['share'])})"
     key = next((o for o in options if o["target"]), None)
     if key is not None:
-        words += "; the key" if key is chosen else f"; the key is {key['letter']} ({_pct(key['share'])})"
+        words += (
+            "; the key" if key is chosen else f"; the key is {key['letter']} ({_pct(key['share'])})"
+        )
     unscored = [o["letter"] for o in options if o["logprob"] is None]
     if unscored:
         words += f"; no log-probability for {', '.join(unscored)}"
@@ -95,7 +119,11 @@ def target_words(target: Any) -> str:
             kind = target.get("kind")
             if kind:
                 said.append(f"{'an' if str(kind)[:1] in 'aeiou' else 'a'} {kind}")
-            if lo not in (None, "") and hi not in (None, "") and not _value(lo) == _value(hi) == truth:
+            if (
+                lo not in (None, "")
+                and hi not in (None, "")
+                and not _value(lo) == _value(hi) == truth
+            ):
                 said.append(f"accepted from {_value(lo)} to {_value(hi)}")
             return f"{truth} ({'; '.join(said)})" if said else truth
         return "; ".join(f"{k}: {target_words(v)}" for k, v in target.items() if v is not None)
@@ -104,7 +132,12 @@ def target_words(target: Any) -> str:
     return _value(target)
 
 
-def answer_words(spec: Mapping[str, Any] | None, sample: Sample | None, grade: Grade | None, resp: Response | None) -> str | None:
+def answer_words(
+    spec: Mapping[str, Any] | None,
+    sample: Sample | None,
+    grade: Grade | None,
+    resp: Response | None,
+) -> str | None:
     """What was read from an answer, in words, where its text does not show it: a log-probability
     answer's choice; None for an answer whose text is shown."""
     options = option_scores(spec, sample, grade, resp)

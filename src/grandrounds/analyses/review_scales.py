@@ -14,13 +14,19 @@ way it arrives (the viewer, the Python API), so both accept and refuse the same 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from grandrounds.core.records import Grade, Sample
 from grandrounds.store import ReviewInput, Store
 
 
-def score_range(grader: Any | None, sample: Sample | None, grade: Grade | None, observed: Iterable[float | None] = ()) -> tuple[float, float]:
+def score_range(
+    grader: Any | None,
+    sample: Sample | None,
+    grade: Grade | None,
+    observed: Iterable[float | None] = (),
+) -> tuple[float, float]:
     """(lowest, highest) value a whole-answer review may give this answer."""
     values = [0.0, 1.0] + [float(v) for v in observed if v is not None and math.isfinite(v)]
     if grader is not None and sample is not None and grade is not None and sample.rubric:
@@ -62,4 +68,6 @@ def review_scale(store: Store, review: ReviewInput) -> tuple[float, float]:
         grader = grader_from_fingerprint(spec) if spec is not None else None
     except Exception:  # noqa: BLE001 - a grader that cannot be rebuilt leaves the observed values to decide
         grader = None
-    return score_range(grader, sample, grade, store.grade_values(review.run_id, review.grader_fp).values())
+    return score_range(
+        grader, sample, grade, store.grade_values(review.run_id, review.grader_fp).values()
+    )

@@ -9,13 +9,14 @@ criterion reviews change a value is the grader's rule (``Grader.rescore``), not 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from grandrounds.analyses.leaderboard import AgreementPair
+from grandrounds.analyses.review_scales import check_score, review_scale
 from grandrounds.core.records import Grade, Sample
 from grandrounds.store import QueueEntry, QueueRow, ReviewInput, ReviewRow, Store
-from grandrounds.analyses.review_scales import check_score, review_scale
 
 if TYPE_CHECKING:
     from grandrounds.graders import Grader
@@ -55,7 +56,9 @@ def add_review(store: Store, r: ReviewInput) -> int:
         raise ReviewError("a review needs a reason")
     grade = store.grade(r.run_id, r.grader_fp, r.sample_id)
     if grade is None:
-        raise ReviewError(f"no grade for run {r.run_id!r}, grader {r.grader_fp[:12]!r}, sample {r.sample_id!r}")
+        raise ReviewError(
+            f"no grade for run {r.run_id!r}, grader {r.grader_fp[:12]!r}, sample {r.sample_id!r}"
+        )
     if r.criterion_id:
         if r.verdict not in REVIEW_VERDICTS or r.score is not None:
             raise ReviewError("a criterion review needs verdict 'met' or 'unmet' (and no score)")
@@ -70,7 +73,9 @@ def add_review(store: Store, r: ReviewInput) -> int:
     return store.put_review(replace(r, reviewer=reviewer, reason=reason))
 
 
-def reviews_for(store: Store, run_id: str | None = None, sample_id: str | None = None) -> list[ReviewRow]:
+def reviews_for(
+    store: Store, run_id: str | None = None, sample_id: str | None = None
+) -> list[ReviewRow]:
     """Reviews (oldest first), optionally for one run and/or sample."""
     return store.reviews(run_id=run_id, sample_id=sample_id)
 
@@ -83,7 +88,14 @@ def latest(reviews: Iterable[ReviewRow]) -> dict[tuple[str, str, str, str], Revi
     return out
 
 
-def reviewed_value(store: Store, grader_fp: str, sample: Sample | None, grade: Grade | None, reviews: Sequence[ReviewRow], graders: dict[str, Grader | None] | None = None) -> float | None:
+def reviewed_value(
+    store: Store,
+    grader_fp: str,
+    sample: Sample | None,
+    grade: Grade | None,
+    reviews: Sequence[ReviewRow],
+    graders: dict[str, Grader | None] | None = None,
+) -> float | None:
     """One answer's value with the newest of its ``reviews`` applied.
 
     A whole-answer score review replaces the value. Criterion reviews replace the judge's
@@ -102,8 +114,12 @@ def reviewed_value(store: Store, grader_fp: str, sample: Sample | None, grade: G
     grader = _grader(store, grader_fp, graders if graders is not None else {})
     if grader is None:
         return grade.value
-    statuses = {v.criterion_id: v.status for v in grade.verdicts} | {c: str(r["verdict"]) for c, r in newest.items()}
-    return grader.rescore(sample, grade, {c: s for c, s in statuses.items() if s in REVIEW_VERDICTS})
+    statuses = {v.criterion_id: v.status for v in grade.verdicts} | {
+        c: str(r["verdict"]) for c, r in newest.items()
+    }
+    return grader.rescore(
+        sample, grade, {c: s for c, s in statuses.items() if s in REVIEW_VERDICTS}
+    )
 
 
 def _grader(store: Store, grader_fp: str, cache: dict[str, Grader | None]) -> Grader | None:
@@ -116,7 +132,9 @@ def _grader(store: Store, grader_fp: str, cache: dict[str, Grader | None]) -> Gr
     return cache[grader_fp]
 
 
-def reviewed_values(store: Store, run_id: str, grader_fp: str, benchmark: str, dataset: str) -> dict[str, float | None]:
+def reviewed_values(
+    store: Store, run_id: str, grader_fp: str, benchmark: str, dataset: str
+) -> dict[str, float | None]:
     """Per-answer values of a (run, grader) with the newest reviews applied (see
     :func:`reviewed_value`); the judge-only values in the store are untouched."""
     vals = store.grade_values(run_id, grader_fp)
@@ -127,7 +145,9 @@ def reviewed_values(store: Store, run_id: str, grader_fp: str, benchmark: str, d
     for sid, revs in by_sample.items():
         grade = store.grade(run_id, grader_fp, sid)
         if grade is not None:
-            vals[sid] = reviewed_value(store, grader_fp, store.sample(benchmark, dataset, sid), grade, revs, graders)
+            vals[sid] = reviewed_value(
+                store, grader_fp, store.sample(benchmark, dataset, sid), grade, revs, graders
+            )
     return vals
 
 
@@ -143,7 +163,9 @@ def agreement_pairs(store: Store) -> list[AgreementPair]:
         judge = next((v.status for v in grade.verdicts if v.criterion_id == cid), "unknown")
         sample = store.sample(run.benchmark, run.dataset_sha256, sid)
         crit = next((c for c in sample.rubric if c.id == cid), None) if sample else None
-        pairs.append(AgreementPair(run.benchmark, crit.tags if crit else (), judge, str(r["verdict"])))
+        pairs.append(
+            AgreementPair(run.benchmark, crit.tags if crit else (), judge, str(r["verdict"]))
+        )
     return pairs
 
 
@@ -153,7 +175,9 @@ def _draw(seed: int, *parts: str) -> float:
     return int(h[:12], 16) / float(1 << 48)
 
 
-def queue_reasons(grade: Grade, share: float, seed: int, run_id: str, fp: str) -> list[tuple[str, str]]:
+def queue_reasons(
+    grade: Grade, share: float, seed: int, run_id: str, fp: str
+) -> list[tuple[str, str]]:
     """(criterion id, reason) to queue from one grade: unknown, panel disagreement, random share."""
     out = []
     for v in grade.verdicts:
@@ -164,7 +188,11 @@ def queue_reasons(grade: Grade, share: float, seed: int, run_id: str, fp: str) -
             out.append((v.criterion_id, "judges disagree"))
         elif _draw(seed, run_id, fp, grade.sample_id, v.criterion_id) < share:
             out.append((v.criterion_id, f"random {share:g}"))
-    if not grade.verdicts and grade.value is not None and _draw(seed, run_id, fp, grade.sample_id, "") < share:
+    if (
+        not grade.verdicts
+        and grade.value is not None
+        and _draw(seed, run_id, fp, grade.sample_id, "") < share
+    ):
         out.append(("", f"random {share:g}"))
     return out
 

@@ -44,24 +44,25 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from grandrounds.benchmarks.probes import KINDS, Probe, Rewrites, probe_dataset_hash
 from grandrounds.benchmarks.vqa import IMAGE_PROBES
 from grandrounds.core.errors import ConfigError
-from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.core.hashing import canonical_json, to_jsonable
 from grandrounds.core.records import GenParams, Grade, Message, Purpose, Request, Sample
+from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.scoring.stats import wilson_ci
 
 if TYPE_CHECKING:
+    from grandrounds.analyses.collect import Section
     from grandrounds.analyses.leaderboard import ResultRow
+    from grandrounds.run.config import RunConfig
     from grandrounds.run.executor import CallStats
     from grandrounds.run.limits import EndpointLimits, TokenLimits
-    from grandrounds.analyses.collect import Section
     from grandrounds.run.runner import Progress, RunOutcome
-    from grandrounds.run.config import RunConfig
     from grandrounds.store import Store
 
 ATTACK_PURPOSE = cast(Purpose, "attack")
@@ -100,7 +101,7 @@ class Attacker:
     #: the candidate's own model there, the lower of this and ``--rpm`` holds, for both.
     rpm: int | None = None
     #: Tokens of call starts per minute of the attacker's model at its endpoint (``--attacker-tpm``); shared as ``rpm``.
-    tpm: "int | str | TokenLimits | None" = None
+    tpm: int | str | TokenLimits | None = None
 
 
 def attack_messages(sample: Sample) -> tuple[Message, ...]:
@@ -131,9 +132,13 @@ def read_rewrite(reply: str | None, sample: Sample) -> tuple[str | None, str]:
 
 
 async def rewrite_questions(
-    store: "Store", samples: Sequence[Sample], attacker: Attacker, seed: int = 0, progress: "Progress | None" = None,
-    endpoints: "EndpointLimits | None" = None,
-) -> tuple[Rewrites, "CallStats"]:
+    store: Store,
+    samples: Sequence[Sample],
+    attacker: Attacker,
+    seed: int = 0,
+    progress: Progress | None = None,
+    endpoints: EndpointLimits | None = None,
+) -> tuple[Rewrites, CallStats]:
     """Ask the attacker to rewrite each item's question, through the cached executor.
 
     An unreadable rewrite is asked again (``attempt`` 1, 2, ...) up to ``attacker.max_reask``
@@ -142,16 +147,18 @@ async def rewrite_questions(
     server takes its slots with the candidate's calls, and, when it is the candidate's own model
     there, its ``--rpm`` and its ``--tpm`` too (vendors limit each model apart).
     """
-    from grandrounds.run.executor import Executor
-    from grandrounds.run.limits import EndpointLimits
     from grandrounds.providers.base import check_model
     from grandrounds.run.config import make_provider
+    from grandrounds.run.executor import Executor
+    from grandrounds.run.limits import EndpointLimits
 
     options = check_model(attacker.spec, attacker.options, "chat")
     provider = make_provider(attacker.spec, attacker.base_url, **options)
     endpoints = endpoints or EndpointLimits()
     endpoints.limit_model(provider, attacker.rpm, attacker.tpm, "--attacker-")
-    executor = Executor(store, provider, attacker.concurrency, seed=seed, observer=progress, endpoints=endpoints)
+    executor = Executor(
+        store, provider, attacker.concurrency, seed=seed, observer=progress, endpoints=endpoints
+    )
     params = GenParams(temperature=attacker.temperature, max_tokens=attacker.max_tokens, seed=seed)
     if progress:
         progress.start(len(samples), f"attacker · {provider.spec}")
@@ -161,8 +168,15 @@ async def rewrite_questions(
         text: str | None = None
         problem = ""
         for attempt in range(attacker.max_reask + 1):
-            req = Request(provider=provider.spec.provider, model=provider.spec.model, messages=messages, params=params,
-                          purpose=ATTACK_PURPOSE, base_url=provider.request_base_url(), attempt=attempt)
+            req = Request(
+                provider=provider.spec.provider,
+                model=provider.spec.model,
+                messages=messages,
+                params=params,
+                purpose=ATTACK_PURPOSE,
+                base_url=provider.request_base_url(),
+                attempt=attempt,
+            )
             resp = await executor(req)
             if not resp.ok:
                 text, problem = None, f"attacker call failed: {resp.error}"
@@ -186,7 +200,9 @@ async def rewrite_questions(
 # ---- running a probe set --------------------------------------------------------------------
 
 
-def expand_probes(names: Sequence[str], seeds: int = 3, distractors: int = 2, attacker: bool = False) -> list[str]:
+def expand_probes(
+    names: Sequence[str], seeds: int = 3, distractors: int = 2, attacker: bool = False
+) -> list[str]:
     """The probe runs a command line asks for: ``permute`` -> permute:1..SEEDS, ``distractors`` ->
     distractors:N:0, explicit forms kept; ``rewrite`` stays a placeholder until the attacker has
     written; ``--attacker`` alone implies ``rewrite``."""
@@ -200,10 +216,14 @@ def expand_probes(names: Sequence[str], seeds: int = 3, distractors: int = 2, at
             out.append(Probe.parse(f"distractors:{distractors}").text)
         elif name == "rewrite":
             if not attacker:
-                raise ConfigError("--probe rewrite needs --attacker PROVIDER/MODEL (the model that rewrites the questions)")
+                raise ConfigError(
+                    "--probe rewrite needs --attacker PROVIDER/MODEL (the model that rewrites the questions)"
+                )
             out.append("rewrite")
         elif name.startswith("rewrite:"):
-            raise ConfigError("--probe rewrite takes no arguments: the attacker is named with --attacker")
+            raise ConfigError(
+                "--probe rewrite takes no arguments: the attacker is named with --attacker"
+            )
         elif name in IMAGE_PROBES:
             out.append(name)
         else:
@@ -211,7 +231,9 @@ def expand_probes(names: Sequence[str], seeds: int = 3, distractors: int = 2, at
     if attacker and "rewrite" not in out:
         out.append("rewrite")
     if not out:
-        raise ConfigError("no probe: pass --probe permute, nota, distractors or rewrite (exams), blind or blank (image benchmarks)")
+        raise ConfigError(
+            "no probe: pass --probe permute, nota, distractors or rewrite (exams), blind or blank (image benchmarks)"
+        )
     return list(dict.fromkeys(out))
 
 
@@ -219,22 +241,22 @@ def expand_probes(names: Sequence[str], seeds: int = 3, distractors: int = 2, at
 class ProbeSet:
     """The unperturbed run, each probe's run, and the attacker's rewrites and calls."""
 
-    baseline: "RunOutcome"
-    probes: list[tuple[str, "RunOutcome"]]
+    baseline: RunOutcome
+    probes: list[tuple[str, RunOutcome]]
     rewrites: Rewrites | None = None
-    attacker_stats: "CallStats | None" = None
+    attacker_stats: CallStats | None = None
 
 
-def with_probe(cfg: "RunConfig", probe: str) -> "RunConfig":
+def with_probe(cfg: RunConfig, probe: str) -> RunConfig:
     return replace(cfg, bench_params={**cfg.bench_params, "probe": probe})
 
 
-def preflight(cfg: "RunConfig", probes: Sequence[str]) -> None:
+def preflight(cfg: RunConfig, probes: Sequence[str]) -> None:
     """Refuse, before any call, a benchmark that is not an exam and a probe its prompts cannot show
     (simple-evals' prompt has room for four options; lm-eval's letters are fixed by its task)."""
     from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-    from grandrounds.sources.data import resolve
     from grandrounds.run.config import build_benchmark, check_run
+    from grandrounds.sources.data import resolve
 
     if "probe" in cfg.bench_params:
         raise ConfigError("name probes with --probe, not --param probe")
@@ -243,14 +265,20 @@ def preflight(cfg: "RunConfig", probes: Sequence[str]) -> None:
     image_probes = [p for p in probes if p in IMAGE_PROBES]
     if image_probes or bench.has_images:
         if not bench.has_images or len(image_probes) < len(probes):
-            raise ConfigError(f"--probe {', '.join(IMAGE_PROBES)} are for benchmarks asked with images, and only they are: "
-                              f"{bench.name} takes {'them' if bench.has_images else 'permute, nota, distractors, rewrite'}")
+            raise ConfigError(
+                f"--probe {', '.join(IMAGE_PROBES)} are for benchmarks asked with images, and only they are: "
+                f"{bench.name} takes {'them' if bench.has_images else 'permute, nota, distractors, rewrite'}"
+            )
         for p in probes:
             check_run(with_probe(cfg, p))
         return
     if not isinstance(bench, MultipleChoiceBenchmark):
-        raise ConfigError(f"{bench.name} is not a multiple-choice exam: robustness probes change options and keys")
-    fixed = [p for p in probes if p != "rewrite"]  # a rewrite keeps options and key: the unperturbed prompts hold
+        raise ConfigError(
+            f"{bench.name} is not a multiple-choice exam: robustness probes change options and keys"
+        )
+    fixed = [
+        p for p in probes if p != "rewrite"
+    ]  # a rewrite keeps options and key: the unperturbed prompts hold
     for p in fixed:
         check_run(with_probe(cfg, p))
     samples = bench.load(resolve(bench, checked.data)) if fixed else []
@@ -261,7 +289,11 @@ def preflight(cfg: "RunConfig", probes: Sequence[str]) -> None:
 
 
 async def run_probes(
-    store: "Store", cfg: "RunConfig", probes: Sequence[str], attacker: Attacker | None = None, progress: "Progress | None" = None
+    store: Store,
+    cfg: RunConfig,
+    probes: Sequence[str],
+    attacker: Attacker | None = None,
+    progress: Progress | None = None,
 ) -> ProbeSet:
     """Run the unperturbed benchmark and each probe (calls already stored are not made again).
 
@@ -269,8 +301,8 @@ async def run_probes(
     same connection slots; an attacker that is the candidate's own model there also takes the
     same request rate (the lowest of ``--rpm`` and ``--attacker-rpm``) and the same token rate
     (the lowest of ``--tpm`` and ``--attacker-tpm``)."""
-    from grandrounds.run.limits import EndpointLimits, check_rpm, check_tpm
     from grandrounds.providers.base import check_model
+    from grandrounds.run.limits import EndpointLimits, check_rpm, check_tpm
     from grandrounds.run.runner import run
 
     probes = [p if p == "rewrite" or p in IMAGE_PROBES else Probe.parse(p).text for p in probes]
@@ -286,7 +318,9 @@ async def run_probes(
     out = ProbeSet(baseline, [])
     for p in probes:
         if p == "rewrite" and attacker is not None:
-            out.rewrites, out.attacker_stats = await rewrite_questions(store, baseline.samples, attacker, cfg.options.seed, progress, endpoints)
+            out.rewrites, out.attacker_stats = await rewrite_questions(
+                store, baseline.samples, attacker, cfg.options.seed, progress, endpoints
+            )
             if not out.rewrites.questions:
                 continue  # nothing to ask: the summary shows the attacker's failures
             p = out.rewrites.save().text
@@ -328,7 +362,9 @@ class Drop:
     n_items: int  # items the probe produced
     n_paired: int
     n_left_out: int  # items in both runs with a failed or unscored answer on either side
-    n_not_applicable: int  # unperturbed items the probe left out (NOTA on a multi-answer item, a failed rewrite)
+    n_not_applicable: (
+        int  # unperturbed items the probe left out (NOTA on a multi-answer item, a failed rewrite)
+    )
     baseline: float | None
     probed: float | None
     drop: float | None  # baseline - probe
@@ -405,8 +441,20 @@ def paired_drop(base: ProbeRun, probe: ProbeRun, seed: int = 0, n_resamples: int
     bv, pv = base.values(), probe.values()
     common = bv.keys() & pv.keys()
     c = paired_compare(bv, pv, seed=seed, n_resamples=n_resamples)
-    return Drop(probe.probe, probe.run_id, probe.dataset, len(pv), c.n, len(common) - c.n, len(bv.keys() - pv.keys()),
-                c.mean_a, c.mean_b, c.diff, c.ci95, c.mcnemar)
+    return Drop(
+        probe.probe,
+        probe.run_id,
+        probe.dataset,
+        len(pv),
+        c.n,
+        len(common) - c.n,
+        len(bv.keys() - pv.keys()),
+        c.mean_a,
+        c.mean_b,
+        c.diff,
+        c.ci95,
+        c.mcnemar,
+    )
 
 
 def mean_of(runs: Sequence[ProbeRun], label: str) -> ProbeRun:
@@ -440,7 +488,9 @@ def consistency(runs: Sequence[ProbeRun]) -> Consistency:
             continue
         n += 1
         agree += len(set(picks)) == 1
-    return Consistency(len(runs), n, agree, agree / n if n else None, wilson_ci(agree, n), len(ids) - n)
+    return Consistency(
+        len(runs), n, agree, agree / n if n else None, wilson_ci(agree, n), len(ids) - n
+    )
 
 
 def position_bias(runs: Sequence[ProbeRun]) -> PositionBias:
@@ -451,7 +501,13 @@ def position_bias(runs: Sequence[ProbeRun]) -> PositionBias:
         for sample, grade in r.items.values():
             picked = grade.extracted if grade is not None and grade.value is not None else None
             key = str(sample.target)
-            if sample.metadata.get("multi") or len(key) != 1 or not picked or len(picked) != 1 or picked not in sample.choices:
+            if (
+                sample.metadata.get("multi")
+                or len(key) != 1
+                or not picked
+                or len(picked) != 1
+                or picked not in sample.choices
+            ):
                 left_out += 1
                 continue
             answers.append((sample, picked))
@@ -465,12 +521,24 @@ def position_bias(runs: Sequence[ProbeRun]) -> PositionBias:
         chosen = sum(1 for _, p in here if p == k)
         attracted = sum(1 for p in elsewhere if p == k)
         right = sum(1 for p in keyed if p == k)
-        positions.append(Position(
-            k, n, n_keyed / n if n else None, chosen / n if n else None, (chosen - n_keyed) / n if n else None,
-            n_else, attracted / n_else if n_else else None, wilson_ci(attracted, n_else),
-            n_keyed, right / n_keyed if n_keyed else None, wilson_ci(right, n_keyed),
-        ))
-    return PositionBias(tuple(r.probe or "unperturbed" for r in runs), len(answers), left_out, tuple(positions))
+        positions.append(
+            Position(
+                k,
+                n,
+                n_keyed / n if n else None,
+                chosen / n if n else None,
+                (chosen - n_keyed) / n if n else None,
+                n_else,
+                attracted / n_else if n_else else None,
+                wilson_ci(attracted, n_else),
+                n_keyed,
+                right / n_keyed if n_keyed else None,
+                wilson_ci(right, n_keyed),
+            )
+        )
+    return PositionBias(
+        tuple(r.probe or "unperturbed" for r in runs), len(answers), left_out, tuple(positions)
+    )
 
 
 def rewrites_shown(base: ProbeRun, probe: ProbeRun) -> list[Rewrite]:
@@ -478,32 +546,64 @@ def rewrites_shown(base: ProbeRun, probe: ProbeRun) -> list[Rewrite]:
     out = []
     for sid, (sample, grade) in probe.items.items():
         info = sample.metadata.get("probe") or {}
-        out.append(Rewrite(sid, str(info.get("original_question", "")), str(sample.metadata.get("question", "")),
-                           bv.get(sid), grade.value if grade is not None else None))
+        out.append(
+            Rewrite(
+                sid,
+                str(info.get("original_question", "")),
+                str(sample.metadata.get("question", "")),
+                bv.get(sid),
+                grade.value if grade is not None else None,
+            )
+        )
     return out
 
 
 def summarize(
-    base: ProbeRun, probes: Sequence[ProbeRun], *, benchmark: str, model: str, label: str = "",
-    seed: int = 0, n_resamples: int = 2000, attacker_failures: Mapping[str, str] | None = None, complete: bool = True,
+    base: ProbeRun,
+    probes: Sequence[ProbeRun],
+    *,
+    benchmark: str,
+    model: str,
+    label: str = "",
+    seed: int = 0,
+    n_resamples: int = 2000,
+    attacker_failures: Mapping[str, str] | None = None,
+    complete: bool = True,
 ) -> Summary:
     """Every figure of a probe set: drops (each probe, and the mean over permutations), consistency
     and position bias over the unperturbed order and the permutations, the rewrites shown."""
     drops = [paired_drop(base, p, seed, n_resamples) for p in probes]
     perms = [p for p in probes if p.kind == "permute"]
     if len(perms) > 1:
-        drops.append(paired_drop(base, mean_of(perms, f"permute (mean of {len(perms)})"), seed, n_resamples))
+        drops.append(
+            paired_drop(base, mean_of(perms, f"permute (mean of {len(perms)})"), seed, n_resamples)
+        )
     bv = [v for v in base.values().values() if v is not None]
     rewrites = [r for p in probes if p.kind == "rewrite" for r in rewrites_shown(base, p)]
     return Summary(
-        benchmark, model, label or model, base.run_id, sum(bv) / len(bv) if bv else None, len(bv), tuple(drops),
-        consistency([base, *perms]) if perms else None, position_bias([base, *perms]), tuple(rewrites),
-        dict(attacker_failures or {}), complete, seed,
+        benchmark,
+        model,
+        label or model,
+        base.run_id,
+        sum(bv) / len(bv) if bv else None,
+        len(bv),
+        tuple(drops),
+        consistency([base, *perms]) if perms else None,
+        position_bias([base, *perms]),
+        tuple(rewrites),
+        dict(attacker_failures or {}),
+        complete,
+        seed,
     )
 
 
-def outcome_run(probe: str, outcome: "RunOutcome") -> ProbeRun:
-    return ProbeRun(probe, outcome.run.id, {s.id: (s, g) for s, g in zip(outcome.samples, outcome.grades)}, outcome.run.dataset_sha256)
+def outcome_run(probe: str, outcome: RunOutcome) -> ProbeRun:
+    return ProbeRun(
+        probe,
+        outcome.run.id,
+        {s.id: (s, g) for s, g in zip(outcome.samples, outcome.grades)},
+        outcome.run.dataset_sha256,
+    )
 
 
 def summarize_set(ps: ProbeSet, seed: int = 0, n_resamples: int = 2000) -> Summary:
@@ -511,8 +611,13 @@ def summarize_set(ps: ProbeSet, seed: int = 0, n_resamples: int = 2000) -> Summa
 
     r = ps.baseline.result
     return summarize(
-        outcome_run("", ps.baseline), [outcome_run(p, o) for p, o in ps.probes], benchmark=r.benchmark, model=r.model,
-        label=run_label(r.fingerprint, with_id=False), seed=seed, n_resamples=n_resamples,
+        outcome_run("", ps.baseline),
+        [outcome_run(p, o) for p, o in ps.probes],
+        benchmark=r.benchmark,
+        model=r.model,
+        label=run_label(r.fingerprint, with_id=False),
+        seed=seed,
+        n_resamples=n_resamples,
         attacker_failures=ps.rewrites.failures if ps.rewrites else None,
     )
 
@@ -530,7 +635,7 @@ def spec_args(spec: str) -> tuple[str, dict[str, Any]]:
     return name, args if isinstance(args, dict) else {}
 
 
-def _setting(row: "ResultRow") -> tuple[str, str | None]:
+def _setting(row: ResultRow) -> tuple[str, str | None]:
     """What a probe run shares with its unperturbed run (everything but the probe and its items), and its probe."""
     from grandrounds.analyses.leaderboard import COMPARABLE_FIELDS
 
@@ -538,10 +643,14 @@ def _setting(row: "ResultRow") -> tuple[str, str | None]:
     name, args = spec_args(str(fp.get("benchmark", row.benchmark)))
     probe = args.pop("probe", None)
     same = {f: fp.get(f) for f in COMPARABLE_FIELDS if f not in ("benchmark", "dataset_sha256")}
-    return canonical_json({"benchmark": [name, args], "model": row.model, "gen": fp.get("gen_params"), **same}), probe
+    return canonical_json(
+        {"benchmark": [name, args], "model": row.model, "gen": fp.get("gen_params"), **same}
+    ), probe
 
 
-def stored_groups(rows: Sequence["ResultRow"]) -> list[tuple["ResultRow", list[tuple[str, "ResultRow"]]]]:
+def stored_groups(
+    rows: Sequence[ResultRow],
+) -> list[tuple[ResultRow, list[tuple[str, ResultRow]]]]:
     """Each unperturbed result with the probe results that pair with it (newest result per run)."""
     latest = {r.run_id: r for r in rows}
     bases: dict[str, list[ResultRow]] = {}
@@ -554,14 +663,24 @@ def stored_groups(rows: Sequence["ResultRow"]) -> list[tuple["ResultRow", list[t
             probes.append((key, str(probe), r))
     groups: dict[str, tuple[ResultRow, list[tuple[str, ResultRow]]]] = {}
     for key, probe, r in probes:
-        found = [b for b in bases.get(key, []) if probe_dataset_hash(str(b.fingerprint.get("dataset_sha256")), probe) == r.fingerprint.get("dataset_sha256")]
+        found = [
+            b
+            for b in bases.get(key, [])
+            if probe_dataset_hash(str(b.fingerprint.get("dataset_sha256")), probe)
+            == r.fingerprint.get("dataset_sha256")
+        ]
         if found:
             base = found[-1]
             groups.setdefault(base.run_id, (base, []))[1].append((probe, r))
     return list(groups.values())
 
 
-def report_summaries(rows: Sequence["ResultRow"], sections: Sequence["Section"], seed: int = 0, n_resamples: int = 2000) -> list[Summary]:
+def report_summaries(
+    rows: Sequence[ResultRow],
+    sections: Sequence[Section],
+    seed: int = 0,
+    n_resamples: int = 2000,
+) -> list[Summary]:
     """The summaries of every probe set among ``rows``, from the report's drill-down ``sections``."""
     from grandrounds.analyses.leaderboard import run_label
 
@@ -578,12 +697,26 @@ def report_summaries(rows: Sequence["ResultRow"], sections: Sequence["Section"],
 
     summaries = []
     for base, probes in stored_groups(rows):
-        got = [(p, r, *items(r)) for p, r in [("", base), *sorted(probes, key=lambda pr: _order(pr[0]))]]
-        runs = [ProbeRun(p, r.run_id, its, str(r.fingerprint.get("dataset_sha256", ""))) for p, r, its, _ in got]
-        summaries.append(summarize(
-            runs[0], runs[1:], benchmark=base.benchmark, model=base.model, label=run_label(base.fingerprint, with_id=False),
-            seed=seed, n_resamples=n_resamples, complete=all(ok for *_, ok in got),
-        ))
+        got = [
+            (p, r, *items(r))
+            for p, r in [("", base), *sorted(probes, key=lambda pr: _order(pr[0]))]
+        ]
+        runs = [
+            ProbeRun(p, r.run_id, its, str(r.fingerprint.get("dataset_sha256", "")))
+            for p, r, its, _ in got
+        ]
+        summaries.append(
+            summarize(
+                runs[0],
+                runs[1:],
+                benchmark=base.benchmark,
+                model=base.model,
+                label=run_label(base.fingerprint, with_id=False),
+                seed=seed,
+                n_resamples=n_resamples,
+                complete=all(ok for *_, ok in got),
+            )
+        )
     return summaries
 
 

@@ -23,9 +23,10 @@ correctly; a case the moderator's reply could not settle is unscored and counted
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.agent_envs.agentclinic import AgentClinicEnvironment, Case
 from grandrounds.benchmarks.agents import AgentBenchmark, Environment
@@ -51,14 +52,41 @@ class CaseSet:
 
 
 DATASETS: dict[str, CaseSet] = {
-    "medqa": CaseSet(RemoteFile(f"{_RAW}/agentclinic_medqa.jsonl", "agentclinic_medqa.jsonl",
-                                "d91038a2984f21bb1d43edd88c7958d090ef42ba80f5be487b22b903bf3a35ea"), 107, "osce"),
-    "medqa_extended": CaseSet(RemoteFile(f"{_RAW}/agentclinic_medqa_extended.jsonl", "agentclinic_medqa_extended.jsonl",
-                                         "54a024eb2705c6c55d1988766adf4ab02ea7bbe2a28f843107b740032200f232"), 214, "osce"),
-    "nejm_extended": CaseSet(RemoteFile(f"{_RAW}/agentclinic_nejm_extended.jsonl", "agentclinic_nejm_extended.jsonl",
-                                        "d945305ee17ee1456053fbfe2e9d9c5e8b27d14538bf48ab8ace7306dc437b85"), 120, "nejm"),
+    "medqa": CaseSet(
+        RemoteFile(
+            f"{_RAW}/agentclinic_medqa.jsonl",
+            "agentclinic_medqa.jsonl",
+            "d91038a2984f21bb1d43edd88c7958d090ef42ba80f5be487b22b903bf3a35ea",
+        ),
+        107,
+        "osce",
+    ),
+    "medqa_extended": CaseSet(
+        RemoteFile(
+            f"{_RAW}/agentclinic_medqa_extended.jsonl",
+            "agentclinic_medqa_extended.jsonl",
+            "54a024eb2705c6c55d1988766adf4ab02ea7bbe2a28f843107b740032200f232",
+        ),
+        214,
+        "osce",
+    ),
+    "nejm_extended": CaseSet(
+        RemoteFile(
+            f"{_RAW}/agentclinic_nejm_extended.jsonl",
+            "agentclinic_nejm_extended.jsonl",
+            "d945305ee17ee1456053fbfe2e9d9c5e8b27d14538bf48ab8ace7306dc437b85",
+        ),
+        120,
+        "nejm",
+    ),
 }
-OSCE_FIELDS = ("Objective_for_Doctor", "Patient_Actor", "Physical_Examination_Findings", "Test_Results", "Correct_Diagnosis")
+OSCE_FIELDS = (
+    "Objective_for_Doctor",
+    "Patient_Actor",
+    "Physical_Examination_Findings",
+    "Test_Results",
+    "Correct_Diagnosis",
+)
 NEJM_FIELDS = ("question", "patient_info", "physical_exams", "answers")
 
 
@@ -70,17 +98,25 @@ def osce_case(path: Path, where: str, rec: dict[str, Any]) -> tuple[Case, str]:
         raise DataError(path, where, "expected an object under 'OSCE_Examination'")
     missing = [f for f in OSCE_FIELDS if f not in osce]
     if missing:
-        raise DataError(path, where, f"OSCE_Examination has no {', '.join(repr(m) for m in missing)}")
+        raise DataError(
+            path, where, f"OSCE_Examination has no {', '.join(repr(m) for m in missing)}"
+        )
     for name in ("Objective_for_Doctor", "Correct_Diagnosis"):
         if not isinstance(osce[name], str) or not osce[name].strip():
             raise DataError(path, where, f"OSCE_Examination.{name} must be a non-empty string")
     exams = osce["Physical_Examination_Findings"]
     if not isinstance(exams, dict):
-        raise DataError(path, where, f"OSCE_Examination.Physical_Examination_Findings must be an object, not {type(exams).__name__}")
+        raise DataError(
+            path,
+            where,
+            f"OSCE_Examination.Physical_Examination_Findings must be an object, not {type(exams).__name__}",
+        )
     exams = dict(exams)
     exams["tests"] = osce["Test_Results"]
     # the official prompts format these objects with "{}".format: Python's str() of the parsed JSON
-    return Case(osce["Objective_for_Doctor"], str(osce["Patient_Actor"]), str(exams)), osce["Correct_Diagnosis"]
+    return Case(osce["Objective_for_Doctor"], str(osce["Patient_Actor"]), str(exams)), osce[
+        "Correct_Diagnosis"
+    ]
 
 
 def nejm_case(path: Path, where: str, rec: dict[str, Any]) -> tuple[Case, str]:
@@ -92,21 +128,29 @@ def nejm_case(path: Path, where: str, rec: dict[str, Any]) -> tuple[Case, str]:
         if not isinstance(rec[name], str) or not rec[name].strip():
             raise DataError(path, where, f"{name!r} must be a non-empty string")
     answers = rec["answers"]
-    if not isinstance(answers, list) or not all(isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers):
+    if not isinstance(answers, list) or not all(
+        isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers
+    ):
         raise DataError(path, where, "'answers' must be a list of objects with a 'text'")
     correct = [a["text"] for a in answers if a.get("correct") is True]
     if len(correct) != 1:
-        raise DataError(path, where, f"expected exactly one answer with \"correct\": true, found {len(correct)}")
-    return Case(official.nejm_presentation(), rec["patient_info"], rec["physical_exams"]), correct[0]
+        raise DataError(
+            path, where, f'expected exactly one answer with "correct": true, found {len(correct)}'
+        )
+    return Case(official.nejm_presentation(), rec["patient_info"], rec["physical_exams"]), correct[
+        0
+    ]
 
 
 class AgentClinic(AgentBenchmark):
     """AgentClinic-MedQA (107), MedQA-Extended (214) or NEJM-Extended (120, text only): diagnostic accuracy."""
 
     name = "agentclinic"
-    description = ("AgentClinic: the model is the doctor, a --simulator model plays patient and measurement reader, "
-                   "a --judge moderator checks the diagnosis; medqa (107 cases), medqa_extended (214), nejm_extended "
-                   "(120, text only; the 15 image NEJM cases are left out: their images are remote). Licence MIT")
+    description = (
+        "AgentClinic: the model is the doctor, a --simulator model plays patient and measurement reader, "
+        "a --judge moderator checks the diagnosis; medqa (107 cases), medqa_extended (214), nejm_extended "
+        "(120, text only; the 15 image NEJM cases are left out: their images are remote). Licence MIT"
+    )
     action_protocols: ClassVar[tuple[str, ...]] = ("text",)
     default_max_steps: ClassVar[int] = 20  # main's --total_inferences
     needs_simulator: ClassVar[bool] = True
@@ -128,16 +172,26 @@ class AgentClinic(AgentBenchmark):
         read = osce_case if self.cases.layout == "osce" else nejm_case
         for index, (no, rec) in enumerate(iter_jsonl(path)):
             case, diagnosis = read(path, f"line {no}", rec)
-            meta: dict[str, Any] = {"case": index, "dataset": self.param("dataset"), "objective": case.objective,
-                                    "patient": case.patient, "exam": case.exam}
+            meta: dict[str, Any] = {
+                "case": index,
+                "dataset": self.param("dataset"),
+                "objective": case.objective,
+                "patient": case.patient,
+                "exam": case.exam,
+            }
             if isinstance(rec.get("type"), list):
                 meta["category"] = " + ".join(str(t) for t in rec["type"])
-            yield Sample(id=str(index), benchmark=self.name, messages=(), target=diagnosis, metadata=meta)
+            yield Sample(
+                id=str(index), benchmark=self.name, messages=(), target=diagnosis, metadata=meta
+            )
 
     def environment(self, sample: Sample, options: RunOptions) -> Environment:
         m = sample.metadata
-        return AgentClinicEnvironment(Case(m["objective"], m["patient"], m["exam"]), int(self.param("max_steps")),
-                                      official.OFFICIAL_GENERATION.params(seed=options.seed))
+        return AgentClinicEnvironment(
+            Case(m["objective"], m["patient"], m["exam"]),
+            int(self.param("max_steps")),
+            official.OFFICIAL_GENERATION.params(seed=options.seed),
+        )
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("agentclinic", {"protocol": options.protocol})
@@ -145,18 +199,35 @@ class AgentClinic(AgentBenchmark):
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
         t = official.texts()
         names = ("doctor_base", "doctor_presentation", "doctor_user", "final_question")
-        return {"doctor": text_hash("\x1f".join(t[n].text for n in names))[:16], "source": official.AGENTCLINIC_PY.describe()}
+        return {
+            "doctor": text_hash("\x1f".join(t[n].text for n in names))[:16],
+            "source": official.AGENTCLINIC_PY.describe(),
+        }
 
     def simulator_templates(self) -> dict[str, Any]:
         return official.simulator_fingerprint()
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         agg = super().aggregate(samples, grades, options)
-        return Aggregate(agg.metric, agg.score, agg.ci95, agg.n, agg.n_unscored, agg.breakdown,
-                         {**agg.extra, "dataset": self.param("dataset")})
+        return Aggregate(
+            agg.metric,
+            agg.score,
+            agg.ci95,
+            agg.n,
+            agg.n_unscored,
+            agg.breakdown,
+            {**agg.extra, "dataset": self.param("dataset")},
+        )
 
 
 AgentClinic.parameters = (
-    Param("dataset", str, "medqa", "case file: medqa (107 cases), medqa_extended (214), nejm_extended (120, text only)",
-          tuple(DATASETS)),
+    Param(
+        "dataset",
+        str,
+        "medqa",
+        "case file: medqa (107 cases), medqa_extended (214), nejm_extended (120, text only)",
+        tuple(DATASETS),
+    ),
 ) + AgentClinic.agent_parameters()

@@ -33,9 +33,10 @@ C(c, k) / C(n, k) per task, averaged; Yao et al. 2024, arXiv:2406.12045).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import comb
-from typing import Any, Awaitable, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
 from grandrounds.core.params import Param
@@ -43,7 +44,14 @@ from grandrounds.core.records import Cell, GenParams, Grade, Message, Response, 
 from grandrounds.scoring.cells import mean_cell
 
 #: How an episode ended (see the module's docstring).
-EPISODE_STATUSES = ("finished", "step_limit", "invalid_action", "context_limit", "environment_error", "answer_failed")
+EPISODE_STATUSES = (
+    "finished",
+    "step_limit",
+    "invalid_action",
+    "context_limit",
+    "environment_error",
+    "answer_failed",
+)
 #: Episode statuses that are failures of the candidate (value 0); the others that did not finish are unknowns.
 FAILED_EPISODE = frozenset({"step_limit", "invalid_action", "context_limit"})
 
@@ -118,12 +126,41 @@ class AgentBenchmark(Benchmark):
     def agent_parameters(cls) -> tuple[Param, ...]:
         """The parameters every agent benchmark declares (added to its own)."""
         return (
-            Param("actions", str, cls.action_protocols[0], "action protocol: native tool calls or text actions read by the benchmark's parser",
-                  choices=cls.action_protocols),
-            Param("max_steps", int, cls.default_max_steps, "the candidate's replies per episode (the benchmark's own budget by default)", minimum=1),
-            Param("epochs", int, 1, "episodes per sample; the result reports pass^k beside the mean", minimum=1),
-            Param("max_tokens_per_episode", int, 0, "stop an episode past this many candidate tokens (0: no limit)", minimum=0),
-            Param("max_seconds_per_episode", float, 0.0, "stop an episode past this many seconds of calls (0: no limit)", minimum=0.0),
+            Param(
+                "actions",
+                str,
+                cls.action_protocols[0],
+                "action protocol: native tool calls or text actions read by the benchmark's parser",
+                choices=cls.action_protocols,
+            ),
+            Param(
+                "max_steps",
+                int,
+                cls.default_max_steps,
+                "the candidate's replies per episode (the benchmark's own budget by default)",
+                minimum=1,
+            ),
+            Param(
+                "epochs",
+                int,
+                1,
+                "episodes per sample; the result reports pass^k beside the mean",
+                minimum=1,
+            ),
+            Param(
+                "max_tokens_per_episode",
+                int,
+                0,
+                "stop an episode past this many candidate tokens (0: no limit)",
+                minimum=0,
+            ),
+            Param(
+                "max_seconds_per_episode",
+                float,
+                0.0,
+                "stop an episode past this many seconds of calls (0: no limit)",
+                minimum=0.0,
+            ),
         )
 
     @abstractmethod
@@ -133,14 +170,19 @@ class AgentBenchmark(Benchmark):
     def answer_params(self, options: RunOptions) -> GenParams:
         """Generation settings of the candidate's calls (the protocol's, unless the user set them)."""
         g = self.protocol(options).answer
-        return GenParams(temperature=g.temperature if g.temperature is not None else 0.0, max_tokens=g.max_tokens or 1024)
+        return GenParams(
+            temperature=g.temperature if g.temperature is not None else 0.0,
+            max_tokens=g.max_tokens or 1024,
+        )
 
     def simulator_templates(self) -> dict[str, Any]:
         """Hashes of the simulators' prompts (in the run's identity, so runs with other patients differ)."""
         return {}
 
     # ---- results ------------------------------------------------------------------------
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Success rate (mean over samples of each sample's share of successful epochs), pass^k,
         episode statuses, and a breakdown by the samples' ``category`` where they have one."""
         values = [g.value if g.status == "scored" else None for g in grades]
@@ -156,9 +198,16 @@ class AgentBenchmark(Benchmark):
             if cat is not None:
                 cats.setdefault(str(cat), []).append(v)
         if cats:
-            breakdown["category"] = {k: mean_cell(v, seed=options.seed) for k, v in sorted(cats.items())}
-        extra = {"episodes": statuses, "pass_k": pass_hat_k(grades), "epochs": int(self.param("epochs")),
-                 "actions": self.param("actions"), "max_steps": int(self.param("max_steps"))}
+            breakdown["category"] = {
+                k: mean_cell(v, seed=options.seed) for k, v in sorted(cats.items())
+            }
+        extra = {
+            "episodes": statuses,
+            "pass_k": pass_hat_k(grades),
+            "epochs": int(self.param("epochs")),
+            "actions": self.param("actions"),
+            "max_steps": int(self.param("max_steps")),
+        }
         return Aggregate.of("success_rate", overall, breakdown, extra)
 
 
@@ -176,7 +225,10 @@ def pass_hat_k(grades: Sequence[Grade]) -> dict[str, float | None]:
     if not per_task:
         return {}
     kmax = min(n for n, _ in per_task)
-    return {str(k): sum(comb(c, k) / comb(n, k) for n, c in per_task) / len(per_task) for k in range(1, kmax + 1)}
+    return {
+        str(k): sum(comb(c, k) / comb(n, k) for n, c in per_task) / len(per_task)
+        for k in range(1, kmax + 1)
+    }
 
 
 def epoch_value(status: str, success: bool | None) -> float | None:

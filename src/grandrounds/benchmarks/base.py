@@ -7,18 +7,33 @@ languages, prompt styles) are constructor parameters recorded in its spec, not c
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Mapping, Sequence, get_args
+from typing import Any, ClassVar, get_args
 
 from grandrounds.benchmarks.readers.decoding import read_text, require_file  # noqa: F401  (re-exported: benchmarks import them from here)
-from grandrounds.sources.downloads import RemoteFile
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import file_sha256
-from grandrounds.sources.protocols import DEFAULT_PROTOCOL, Protocol, same_as_ours
-from grandrounds.core.params import Param, check_values, declared_value, did_you_mean, without_defaults
-from grandrounds.core.records import AnswerMode, Breakdown, Cell, Grade, Message, RequestKind, Sample
+from grandrounds.core.params import (
+    Param,
+    check_values,
+    declared_value,
+    did_you_mean,
+    without_defaults,
+)
+from grandrounds.core.records import (
+    AnswerMode,
+    Breakdown,
+    Cell,
+    Grade,
+    Message,
+    RequestKind,
+    Sample,
+)
 from grandrounds.core.registry import Spec
+from grandrounds.sources.downloads import RemoteFile
+from grandrounds.sources.protocols import DEFAULT_PROTOCOL, Protocol, same_as_ours
 
 #: The request kind each answer mode sends: what a provider must serve for it.
 ANSWER_KINDS: Mapping[AnswerMode, RequestKind] = {
@@ -56,9 +71,13 @@ class Aggregate:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, metric: str, overall: Cell, breakdown: Breakdown, extra: Mapping[str, Any]) -> "Aggregate":
+    def of(
+        cls, metric: str, overall: Cell, breakdown: Breakdown, extra: Mapping[str, Any]
+    ) -> Aggregate:
         """The headline from the overall cell (score, CI, n, unscored), with its breakdown and extras."""
-        return cls(metric, overall.score, overall.ci95, overall.n, overall.n_unscored, breakdown, extra)
+        return cls(
+            metric, overall.score, overall.ci95, overall.n, overall.n_unscored, breakdown, extra
+        )
 
 
 @dataclass(frozen=True)
@@ -109,7 +128,9 @@ class Benchmark(ABC):
     #: checks and stores the images it finds, and refuses a provider that cannot send them then.
     images_in_data: ClassVar[bool] = False
     #: The protocol presets (``--protocol``), keyed by name: ``reference`` and ``grandrounds``.
-    protocols: ClassVar[Mapping[str, Protocol]] = same_as_ours("benchmark-specific", "benchmark-specific")
+    protocols: ClassVar[Mapping[str, Protocol]] = same_as_ours(
+        "benchmark-specific", "benchmark-specific"
+    )
 
     def __init__(self, **params: Any) -> None:
         """Check ``params`` against :attr:`parameters` and keep those not at their default."""
@@ -122,7 +143,9 @@ class Benchmark(ABC):
 
     def scoring(self, options: RunOptions, name: str) -> Any:
         """The value of declared scoring option ``name`` in ``options``: as given, else its default."""
-        return declared_value(self.scoring_options, options.extra, name, f"{self.name} scoring option")
+        return declared_value(
+            self.scoring_options, options.extra, name, f"{self.name} scoring option"
+        )
 
     def spec(self) -> Spec:
         return Spec(self.name, dict(self.params))
@@ -138,23 +161,36 @@ class Benchmark(ABC):
         self._check_answer_mode(options.answer_mode)
         if options.protocol not in self.protocols:
             hint = did_you_mean(options.protocol, tuple(self.protocols))
-            raise ConfigError(f"{self.name}: unknown --protocol {options.protocol!r}{hint} (protocols: {', '.join(self.protocols)})")
+            raise ConfigError(
+                f"{self.name}: unknown --protocol {options.protocol!r}{hint} (protocols: {', '.join(self.protocols)})"
+            )
         scoring = check_values(self.scoring_options, options.extra, self.name, "--scoring")
         return replace(
             options,
-            shuffle_options=self._unused_off("--shuffle-options", options.shuffle_options, False, self.shuffles_options),
+            shuffle_options=self._unused_off(
+                "--shuffle-options", options.shuffle_options, False, self.shuffles_options
+            ),
             judge_mode=self._judge_mode(options.judge_mode),
             judge_runs=self._judge_runs(options.judge_runs),
-            max_reask=self._unused_off("--max-reask", options.max_reask, DEFAULT_MAX_REASK, self.needs_judge or self.takes_judge),
+            max_reask=self._unused_off(
+                "--max-reask",
+                options.max_reask,
+                DEFAULT_MAX_REASK,
+                self.needs_judge or self.takes_judge,
+            ),
             extra=without_defaults(self.scoring_options, scoring),
         )
 
     def _check_answer_mode(self, mode: str) -> None:
         if mode not in get_args(AnswerMode):
             known = get_args(AnswerMode)
-            raise ConfigError(f"unknown --answer-mode {mode!r}{did_you_mean(mode, known)} (answer modes: {', '.join(known)})")
+            raise ConfigError(
+                f"unknown --answer-mode {mode!r}{did_you_mean(mode, known)} (answer modes: {', '.join(known)})"
+            )
         if mode not in self.answer_modes:
-            raise ConfigError(f"{self.name} supports --answer-mode {', '.join(self.answer_modes)}, not {mode!r}")
+            raise ConfigError(
+                f"{self.name} supports --answer-mode {', '.join(self.answer_modes)}, not {mode!r}"
+            )
 
     def _unused_off(self, flag: str, value: Any, neutral: Any, used: bool) -> Any:
         """``value`` when the benchmark uses ``flag``; else ``neutral``, refusing any other value."""
@@ -172,14 +208,18 @@ class Benchmark(ABC):
             return self.judge_modes[0]
         if mode not in self.judge_modes:
             hint = did_you_mean(mode, self.judge_modes)
-            raise ConfigError(f"{self.name}: unknown --judge-mode {mode!r}{hint} (judge modes: {', '.join(self.judge_modes)})")
+            raise ConfigError(
+                f"{self.name}: unknown --judge-mode {mode!r}{hint} (judge modes: {', '.join(self.judge_modes)})"
+            )
         return mode
 
     def _judge_runs(self, runs: int | None) -> int | None:
         if not self.takes_judge_runs:
             return self._unused_off("--judge-runs", runs, None, False)
         if runs is not None and (not isinstance(runs, int) or isinstance(runs, bool) or runs < 1):
-            raise ConfigError(f"{self.name}: --judge-runs must be a whole number of at least 1, not {runs!r}")
+            raise ConfigError(
+                f"{self.name}: --judge-runs must be a whole number of at least 1, not {runs!r}"
+            )
         return runs
 
     def protocol(self, options: RunOptions) -> Protocol:
@@ -223,14 +263,20 @@ class Benchmark(ABC):
         from grandrounds.core.hashing import content_hash
 
         files = [require_file(f) for f in self.data_files(root)]
-        digest = file_sha256(files[0]) if len(files) == 1 else content_hash({p.name: file_sha256(p) for p in files})
+        digest = (
+            file_sha256(files[0])
+            if len(files) == 1
+            else content_hash({p.name: file_sha256(p) for p in files})
+        )
         encoding = DATA_ENCODING.get()
         if encoding:
             return content_hash({"dataset": digest, "encoding": codecs.lookup(encoding).name})
         return digest
 
     # ---- prompting --------------------------------------------------------------------
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         """Messages for ``sample``. ``history`` holds earlier turns of its group with the model's answers."""
         msgs: list[Message] = []
         for prev, answer in history:
@@ -244,12 +290,16 @@ class Benchmark(ABC):
     def grader_spec(self, options: RunOptions) -> Spec:
         """The spec of the benchmark's grader for these options (a name in ``registry.GRADERS``)."""
 
-    def grader(self, options: RunOptions, judged: bool = False) -> "Any":
+    def grader(self, options: RunOptions, judged: bool = False) -> Any:
         """The benchmark's grader, built from :meth:`grader_spec`; with ``judged`` (judges given) on a
         benchmark that takes an optional judge, from :meth:`judged_grader_spec`."""
         from grandrounds.graders.base import build
 
-        return build(self.judged_grader_spec(options) if judged and self.takes_judge else self.grader_spec(options))
+        return build(
+            self.judged_grader_spec(options)
+            if judged and self.takes_judge
+            else self.grader_spec(options)
+        )
 
     def judged_grader_spec(self, options: RunOptions) -> Spec:
         """The grader's spec when the optional judge is given (benchmarks with ``takes_judge`` override it)."""
@@ -260,13 +310,17 @@ class Benchmark(ABC):
         ``prompt_templates``); official ones as their upstream file's fingerprint."""
         return {}
 
-    def write_submission(self, samples: Sequence[Sample], answers: Mapping[str, str], path: Path) -> dict[str, Any]:
+    def write_submission(
+        self, samples: Sequence[Sample], answers: Mapping[str, str], path: Path
+    ) -> dict[str, Any]:
         """Write the answers in the benchmark's own submission format, for platforms that score
         server-side. Benchmarks without one refuse."""
         raise ConfigError(f"{self.name} has no submission format (its scores are computed here)")
 
     @abstractmethod
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Headline score, CI and breakdown from per-sample grades, the authors' way."""
 
     def summarize(self, sample: Sample, grade: Grade, options: RunOptions) -> Any:
@@ -295,7 +349,10 @@ def slim_grade(grade: Grade) -> Grade:
         return grade
     return replace(
         grade,
-        verdicts=tuple(replace(v, explanation="", votes=tuple(_slim_vote(x) for x in v.votes)) for v in grade.verdicts),
+        verdicts=tuple(
+            replace(v, explanation="", votes=tuple(_slim_vote(x) for x in v.votes))
+            for v in grade.verdicts
+        ),
         votes=tuple(_slim_vote(x) for x in grade.votes),
     )
 

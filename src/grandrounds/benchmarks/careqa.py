@@ -21,8 +21,9 @@ and year. The open-ended set (``CareQA_en_open.json``) is ``careqa-open`` (:mod:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import cached
@@ -35,9 +36,15 @@ from grandrounds.core.errors import DataError
 from grandrounds.core.records import Sample
 from grandrounds.sources.upstream import python_fstring
 
-ENV = MEDMARKS.file("environments/careqa/careqa.py", "c14a6bf56a4ecb1ba63ba17a8e74145e70fb55a7a158a8744bec51dadc2ddbd9")
-FILE = RemoteFile("https://huggingface.co/datasets/HPAI-BSC/CareQA/resolve/743ea64415b8a195eb3954bdaa19c222a96370ec/CareQA_en.json",
-                  "CareQA_en.json", None)
+ENV = MEDMARKS.file(
+    "environments/careqa/careqa.py",
+    "c14a6bf56a4ecb1ba63ba17a8e74145e70fb55a7a158a8744bec51dadc2ddbd9",
+)
+FILE = RemoteFile(
+    "https://huggingface.co/datasets/HPAI-BSC/CareQA/resolve/743ea64415b8a195eb3954bdaa19c222a96370ec/CareQA_en.json",
+    "CareQA_en.json",
+    None,
+)
 FIELDS = ("question", "op1", "op2", "op3", "op4", "cop")
 
 
@@ -77,15 +84,23 @@ class CareQAMC(MedmarksExam):
                 raise DataError(path, where, f"'cop' must be 1, 2, 3 or 4, got {rec['cop']!r}")
             sid = seen.add(str(rec.get("unique_id") or where.split()[-1]), where)
             choices = {letter: str(rec[f"op{i}"]) for i, letter in enumerate("ABCD", 1)}
-            yield self.make_sample(sid, str(rec["question"]), choices, "ABCD"[int(cop) - 1],
-                                   category=str(rec.get("category") or "(none)"), year=str(rec.get("year") or "(none)"),
-                                   exam_id=str(rec.get("exam_id", "")))
+            yield self.make_sample(
+                sid,
+                str(rec["question"]),
+                choices,
+                "ABCD"[int(cop) - 1],
+                category=str(rec.get("category") or "(none)"),
+                year=str(rec.get("year") or "(none)"),
+                exam_id=str(rec.get("exam_id", "")),
+            )
         if not len(seen):
             raise DataError(path, None, "no questions in the file")
 
     def reference_prompt(self, sample: Sample) -> str:
         """Medmarks careqa ``_build_mcq_prompt``: its f-string and its option line, read from the pinned file."""
-        template = cached(python_fstring, ENV, within="_build_mcq_prompt", fields=("question", "formatted_opts"))
+        template = cached(
+            python_fstring, ENV, within="_build_mcq_prompt", fields=("question", "formatted_opts")
+        )
         line = cached(python_fstring, ENV, within="_build_mcq_prompt", fields=("k", "v"))
         options = "\n".join(line.render(k=k, v=v) for k, v in sample.choices.items())
         return template.render(question=sample.metadata["question"], formatted_opts=options)

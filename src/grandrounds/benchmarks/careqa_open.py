@@ -23,10 +23,18 @@ Breakdowns: category and year (when the file has them).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, resolve_file
+from grandrounds.benchmarks.base import (
+    Aggregate,
+    Benchmark,
+    Prompt,
+    RemoteFile,
+    RunOptions,
+    resolve_file,
+)
 from grandrounds.benchmarks.careqa import iter_json_records
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.core.errors import DataError
@@ -35,8 +43,11 @@ from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import group_cells, mean_cell
 from grandrounds.sources.careqa_open import ENV, OUR_JUDGE, PROTOCOLS, candidate_system
 
-FILE = RemoteFile("https://huggingface.co/datasets/HPAI-BSC/CareQA/resolve/65aab87cd014f3fb34f0adba34821c1429802849/CareQA_en_open.json",
-                  "CareQA_en_open.json", None)
+FILE = RemoteFile(
+    "https://huggingface.co/datasets/HPAI-BSC/CareQA/resolve/65aab87cd014f3fb34f0adba34821c1429802849/CareQA_en_open.json",
+    "CareQA_en_open.json",
+    None,
+)
 
 
 def _text(rec: dict, key: str) -> str:
@@ -68,20 +79,34 @@ class CareQAOpen(Benchmark):
             question = _text(rec, "question").strip()
             if not question:
                 raise DataError(path, where, "missing or empty 'question'")
-            key = "answer_explanation" if "answer_explanation" in rec else "answer"  # Medmarks' _map
+            key = (
+                "answer_explanation" if "answer_explanation" in rec else "answer"
+            )  # Medmarks' _map
             if key not in rec:
                 raise DataError(path, where, "missing 'answer'")
             sid = seen.add(str(rec.get("unique_id") or where.split()[-1]), where)
             yield Sample(
-                id=sid, benchmark=self.name, messages=(Message("user", question),), target=_text(rec, key).strip(),
-                metadata={"question": question, "answer": _text(rec, "answer"), "category": _text(rec, "category") or "(none)",
-                          "year": _text(rec, "year") or "(none)", "exam_id": _text(rec, "exam_id")},
+                id=sid,
+                benchmark=self.name,
+                messages=(Message("user", question),),
+                target=_text(rec, key).strip(),
+                metadata={
+                    "question": question,
+                    "answer": _text(rec, "answer"),
+                    "category": _text(rec, "category") or "(none)",
+                    "year": _text(rec, "year") or "(none)",
+                    "exam_id": _text(rec, "exam_id"),
+                },
             )
         if not len(seen):
             raise DataError(path, None, "no questions in the file")
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
-        if options.protocol == "reference":  # Medmarks' SingleTurnEnv(system_prompt=final_system_prompt)
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
+        if (
+            options.protocol == "reference"
+        ):  # Medmarks' SingleTurnEnv(system_prompt=final_system_prompt)
             return Prompt((Message("system", candidate_system()), *sample.messages))
         return Prompt(sample.messages)
 
@@ -93,31 +118,53 @@ class CareQAOpen(Benchmark):
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("careqa-open", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        return judged_aggregate(samples, grades, options, ("category", "year"),
-                                "(correct + details + no addition + no critical error) / 4 (Medmarks' careqa open reward)")
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
+        return judged_aggregate(
+            samples,
+            grades,
+            options,
+            ("category", "year"),
+            "(correct + details + no addition + no critical error) / 4 (Medmarks' careqa open reward)",
+        )
 
 
-def judged_aggregate(samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions, families: Sequence[str],
-                     scale: str) -> Aggregate:
+def judged_aggregate(
+    samples: Sequence[Sample],
+    grades: Sequence[Grade],
+    options: RunOptions,
+    families: Sequence[str],
+    scale: str,
+) -> Aggregate:
     """The headline of a benchmark judged against reference answers: the mean over answers with a known
     verdict, coverage and unknowns, Medmarks' literal figure beside it, and breakdowns by ``families``."""
     by_id = {g.sample_id: g for g in grades}
     pairs = [(s, by_id[s.id]) for s in samples if s.id in by_id]
     overall = mean_cell([g.value for _, g in pairs])
     votes = [v for _, g in pairs for v in g.votes]
-    literal = [g.details.get("medmarks_value") for _, g in pairs if g.status not in ("answer_failed", "grader_error")]
+    literal = [
+        g.details.get("medmarks_value")
+        for _, g in pairs
+        if g.status not in ("answer_failed", "grader_error")
+    ]
     literal = [v for v in literal if v is not None]
     extra: dict[str, Any] = {
         "protocol": options.protocol,
         "coverage": sum(1 for v in votes if v.status != "unknown") / len(votes) if votes else None,
-        "judge_coverage": {"answers_scored": overall.n, "answers": len(pairs),
-                           "votes_known": sum(1 for v in votes if v.status != "unknown"), "votes": len(votes)},
+        "judge_coverage": {
+            "answers_scored": overall.n,
+            "answers": len(pairs),
+            "votes_known": sum(1 for v in votes if v.status != "unknown"),
+            "votes": len(votes),
+        },
         "n_unknown": sum(1 for _, g in pairs if g.status == "unreadable"),
         "n_failed": sum(1 for _, g in pairs if g.status == "answer_failed"),
         "n_no_reference": sum(1 for _, g in pairs if g.status == "grader_error"),
         "medmarks_literal": sum(literal) / len(literal) if literal else None,
         "scale": scale,
     }
-    breakdown = {f: group_cells(((s.metadata[f], g.value) for s, g in pairs), mean_cell) for f in families}
+    breakdown = {
+        f: group_cells(((s.metadata[f], g.value) for s, g in pairs), mean_cell) for f in families
+    }
     return Aggregate.of("judge_score", overall, breakdown, extra)

@@ -29,21 +29,37 @@ Protocols:
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Prompt, RemoteFile, RunOptions
-from grandrounds.benchmarks.cmmlu import chosen_subjects, find_split_file, read_exam_csv, subjects_param
+from grandrounds.benchmarks.cmmlu import (
+    chosen_subjects,
+    find_split_file,
+    read_exam_csv,
+    subjects_param,
+)
 from grandrounds.benchmarks.mcq import (
-    LmEvalTask, MultipleChoiceBenchmark, accuracy_by, cached, jinja_doc_to_text, lm_eval_file, macro_average,
+    LmEvalTask,
+    MultipleChoiceBenchmark,
+    accuracy_by,
+    cached,
+    jinja_doc_to_text,
+    lm_eval_file,
+    macro_average,
 )
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import Grade, Message, Sample
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import (
-    UpstreamFile, python_appended_strings, python_assigned_strings, python_message_contents, yaml_value,
+    UpstreamFile,
+    python_appended_strings,
+    python_assigned_strings,
+    python_message_contents,
+    yaml_value,
 )
 
 SUBJECTS: dict[str, str] = {
@@ -54,26 +70,45 @@ SUBJECTS: dict[str, str] = {
 }
 ZIP = RemoteFile(
     "https://raw.githubusercontent.com/hiyouga/LLaMA-Factory/465ee8119aa489a41bee0b01b3c105a2f3dd137f/evaluation/ceval/ceval.zip",
-    "ceval.zip", "68786deeea68ff089c56563ee48fab8160da857b77b913437bb504d681fd8e20",
+    "ceval.zip",
+    "68786deeea68ff089c56563ee48fab8160da857b77b913437bb504d681fd8e20",
 )
 _CEVAL = ("hkust-nlp/ceval", "cba65ae93bcf189149ced9f66ae0c958201faed9")
-CHATGPT = UpstreamFile("ceval", *_CEVAL, "code/evaluator_series/evaluators/chatgpt.py",
-                       "8d60eb1a3a8d7a138c537eff1d0233e113f392ba20bd504445fe1d768817c0bd")
-EVAL = UpstreamFile("ceval", *_CEVAL, "code/evaluator_series/eval.py",
-                    "f4f162af7d6d06d339da09dcaec92e540978b7c744ac8be94821ddec83143a11")
-CEVAL_TASK = LmEvalTask("ceval-valid (default template)", lm_eval_file(
-    "lm_eval/tasks/ceval/_default_ceval_yaml", "7b47db17de7063d13d771cd6004c1cda11bd5069c088bc020c1301c191a340ea"))
+CHATGPT = UpstreamFile(
+    "ceval",
+    *_CEVAL,
+    "code/evaluator_series/evaluators/chatgpt.py",
+    "8d60eb1a3a8d7a138c537eff1d0233e113f392ba20bd504445fe1d768817c0bd",
+)
+EVAL = UpstreamFile(
+    "ceval",
+    *_CEVAL,
+    "code/evaluator_series/eval.py",
+    "f4f162af7d6d06d339da09dcaec92e540978b7c744ac8be94821ddec83143a11",
+)
+CEVAL_TASK = LmEvalTask(
+    "ceval-valid (default template)",
+    lm_eval_file(
+        "lm_eval/tasks/ceval/_default_ceval_yaml",
+        "7b47db17de7063d13d771cd6004c1cda11bd5069c088bc020c1301c191a340ea",
+    ),
+)
 
-_PROMPTS = {"generate": "C-Eval evaluators/chatgpt.py (system message, header, question, 答案：)",
-            "letter-loglik": "lm-eval ceval _default_ceval_yaml doc_to_text / doc_to_choice (zero-shot, no description)",
-            "text-loglik": "ours", "next-token": "ours"}
+_PROMPTS = {
+    "generate": "C-Eval evaluators/chatgpt.py (system message, header, question, 答案：)",
+    "letter-loglik": "lm-eval ceval _default_ceval_yaml doc_to_text / doc_to_choice (zero-shot, no description)",
+    "text-loglik": "ours",
+    "next-token": "ours",
+}
 REFERENCE = Protocol(
     "reference",
-    answer=Generation(temperature=0.0, max_tokens=1024),  # chatgpt.py: temperature=0.; no max_tokens (1,024, ours)
+    answer=Generation(
+        temperature=0.0, max_tokens=1024
+    ),  # chatgpt.py: temperature=0.; no max_tokens (1,024, ours)
     extraction="generate: chatgpt.py extract_ans, last match (zero-shot) or exact_match of the reply (few-shot); log-prob: argmax",
     aggregation="accuracy over every question (failed or unreadable = wrong); per-subject accuracy and their mean beside it",
     source=f"{_CEVAL[0]}@{_CEVAL[1][:7]} code/evaluator_series (eval.py, evaluators/chatgpt.py); "
-           f"EleutherAI/lm-evaluation-harness@{CEVAL_TASK.yaml.commit[:7]} ceval-valid",
+    f"EleutherAI/lm-evaluation-harness@{CEVAL_TASK.yaml.commit[:7]} ceval-valid",
     settings={"prompt": _PROMPTS},
 )
 GRANDROUNDS = ours(
@@ -99,12 +134,18 @@ class CEvalMedical(MultipleChoiceBenchmark):
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {
         "generate": "reference: C-Eval's ChatGPT prompt and reading, failed calls wrong; grandrounds: our prompt and "
-                    "tolerant reading, failed calls excluded (the other figure re-reads these same replies)",
+        "tolerant reading, failed calls excluded (the other figure re-reads these same replies)",
         "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
     }
     parameters: ClassVar[tuple[Param, ...]] = (
         subjects_param(tuple(SUBJECTS)),
-        Param("shots", int, 0, "dev examples before each question (eval.py: 0, or 5 with --few_shot)", (0, 1, 2, 3, 4, 5)),
+        Param(
+            "shots",
+            int,
+            0,
+            "dev examples before each question (eval.py: 0, or 5 with --few_shot)",
+            (0, 1, 2, 3, 4, 5),
+        ),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -123,14 +164,22 @@ class CEvalMedical(MultipleChoiceBenchmark):
             return [root]
         if (root / ZIP.filename).exists():
             return [root / ZIP.filename]
-        names = [("val", f"{s}_val.csv") for s in self.subjects] + [("dev", f"{s}_dev.csv") for s in self.subjects if self.shots]
+        names = [("val", f"{s}_val.csv") for s in self.subjects] + [
+            ("dev", f"{s}_dev.csv") for s in self.subjects if self.shots
+        ]
         return [find_split_file(root, split, name) for split, name in names]
 
     def records(self, root: Path) -> Iterator[Sample]:
         if not root.exists():
             raise DataError(root, None, "file or directory not found")
         first = self.data_files(root)[0]
-        base = _unzipped(first) if first.suffix.lower() == ".zip" else root if root.is_dir() else root.parent.parent
+        base = (
+            _unzipped(first)
+            if first.suffix.lower() == ".zip"
+            else root
+            if root.is_dir()
+            else root.parent.parent
+        )
         for subject in self.subjects:
             if root.is_file() and root.suffix.lower() != ".zip":  # one subject's val CSV
                 if root.name != f"{subject}_val.csv":
@@ -140,20 +189,36 @@ class CEvalMedical(MultipleChoiceBenchmark):
                 path = find_split_file(base, "val", f"{subject}_val.csv")
             shots = self._shots(base, subject)
             for no, row in read_exam_csv(path, "question", "answer"):
-                yield self.make_sample(f"{subject}-{row.get('id') or no}", row["question"], {k: row[k] for k in "ABCD"},
-                                       row["answer"].strip(), subject=subject, subject_zh=SUBJECTS[subject], shots=shots)
+                yield self.make_sample(
+                    f"{subject}-{row.get('id') or no}",
+                    row["question"],
+                    {k: row[k] for k in "ABCD"},
+                    row["answer"].strip(),
+                    subject=subject,
+                    subject_zh=SUBJECTS[subject],
+                    shots=shots,
+                )
 
     def _shots(self, base: Path, subject: str) -> list[dict[str, str]]:
         if not self.shots:
             return []
         dev = find_split_file(base, "dev", f"{subject}_dev.csv")
-        rows = [r for _, r in read_exam_csv(dev, "question", "answer", ("explanation",))][: self.shots]
+        rows = [r for _, r in read_exam_csv(dev, "question", "answer", ("explanation",))][
+            : self.shots
+        ]
         if len(rows) < self.shots:
-            raise DataError(dev, None, f"{len(rows)} dev questions, --param shots asks for {self.shots}")
-        return [{"question": r["question"], **{k: r[k] for k in "ABCD"}, "answer": r["answer"].strip()} for r in rows]
+            raise DataError(
+                dev, None, f"{len(rows)} dev questions, --param shots asks for {self.shots}"
+            )
+        return [
+            {"question": r["question"], **{k: r[k] for k in "ABCD"}, "answer": r["answer"].strip()}
+            for r in rows
+        ]
 
     # ---- prompts -----------------------------------------------------------------------
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         """The exam layer's prompt; the reference generated answer is chatgpt.py's conversation."""
         if options.protocol != "reference" or self.effective_mode(sample, options) != "generate":
             return super().prompt(sample, options, history)
@@ -168,20 +233,32 @@ class CEvalMedical(MultipleChoiceBenchmark):
         doc = {"question": sample.metadata["question"], **sample.choices}
         return jinja_doc_to_text(str(cached(yaml_value, CEVAL_TASK.yaml, "doc_to_text")), doc)
 
-    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
-        return {"macro_accuracy": macro_average(accuracy_by(pairs, "subject", values)), "headline": "micro"}
+    def extra_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
+        return {
+            "macro_accuracy": macro_average(accuracy_by(pairs, "subject", values)),
+            "headline": "micro",
+        }
 
     def summarize(self, sample: Sample, grade: Grade, options: RunOptions) -> Any:
         """The default summary without the dev examples repeated on every question."""
         kept, graded = super().summarize(sample, grade, options)
-        return replace(kept, metadata={k: v for k, v in kept.metadata.items() if k != "shots"}), graded
+        return replace(
+            kept, metadata={k: v for k, v in kept.metadata.items() if k != "shots"}
+        ), graded
 
 
 def _question(row: dict[str, str]) -> str:
     """ChatGPT_Evaluator.format_example without the answer: the question, each option as its
     appended f-string, then the appended answer cue (both read from chatgpt.py)."""
     option, cue = cached(python_appended_strings, CHATGPT, "example", within="format_example")
-    text = row["question"] + "".join(option.render({"choice": k, "line[f'{choice}']": row[k]}) for k in "ABCD")
+    text = row["question"] + "".join(
+        option.render({"choice": k, "line[f'{choice}']": row[k]}) for k in "ABCD"
+    )
     return text + cue.render()
 
 
@@ -195,15 +272,31 @@ def reference_messages(sample: Sample) -> tuple[Message, ...]:
     shots = sample.metadata.get("shots") or []
     if not shots:
         system = cached(python_message_contents, CHATGPT, within="eval_subject")[0][1]
-        header = cached(python_assigned_strings, CHATGPT, "full_prompt[-1]['content']", within="eval_subject")[0]
-        return (Message("system", system.render(subject_name=subject)),
-                Message("user", header.render({"subject_name": subject, "full_prompt[-1]['content']": question})))
+        header = cached(
+            python_assigned_strings, CHATGPT, "full_prompt[-1]['content']", within="eval_subject"
+        )[0]
+        return (
+            Message("system", system.render(subject_name=subject)),
+            Message(
+                "user",
+                header.render({"subject_name": subject, "full_prompt[-1]['content']": question}),
+            ),
+        )
     system = cached(python_message_contents, CHATGPT, within="generate_few_shot_prompt")[0][1]
-    header = cached(python_assigned_strings, CHATGPT, "tmp[0]['content']", within="generate_few_shot_prompt")[0]
+    header = cached(
+        python_assigned_strings, CHATGPT, "tmp[0]['content']", within="generate_few_shot_prompt"
+    )[0]
     turns: list[Message] = [Message("system", system.render(subject=subject))]
     for i, shot in enumerate(shots):
         example = _question(shot)
-        turns.append(Message("user", header.render({"subject": subject, "tmp[0]['content']": example}) if i == 0 else example))
+        turns.append(
+            Message(
+                "user",
+                header.render({"subject": subject, "tmp[0]['content']": example})
+                if i == 0
+                else example,
+            )
+        )
         turns.append(Message("assistant", shot["answer"]))
     return (*turns, Message("user", question))
 
@@ -221,7 +314,12 @@ def _unzipped(path: Path) -> Path:
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
                 parts = Path(info.filename).parts
-                if len(parts) >= 2 and parts[-2] in ("val", "dev") and parts[-1].endswith(".csv") and ".." not in parts:
+                if (
+                    len(parts) >= 2
+                    and parts[-2] in ("val", "dev")
+                    and parts[-1].endswith(".csv")
+                    and ".." not in parts
+                ):
                     out = target / parts[-2] / parts[-1]
                     out.parent.mkdir(parents=True, exist_ok=True)
                     out.write_bytes(zf.read(info))

@@ -35,18 +35,19 @@ from __future__ import annotations
 
 import json
 import zipfile
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, RemoteFile, RunOptions
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, cached, macro_average
-from grandrounds.graders.mcq_grader import CMB_UTILS, LETTERS
 from grandrounds.benchmarks.readers.json_docs import iter_json_array, stream_json
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
-from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.core.records import AnswerMode, Cell, Grade, Sample
+from grandrounds.graders.mcq_grader import CMB_UTILS, LETTERS
+from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import CMB, UpstreamFile, python_returned_string
 
 REPO, COMMIT = CMB.repo, CMB.commit
@@ -55,9 +56,19 @@ QUESTION_FILE = "CMB-test-choice-question-merge.json"
 ZIP_FILE = "CMB.zip"
 MULTI = "多项选择题"
 CMB_WORKER = UpstreamFile(
-    "cmb", REPO, COMMIT, "workers/base.py", "3da24a0dd4fb88045902abe656280f1ee5fd350f56c8dc30095449bb0d31100e"
+    "cmb",
+    REPO,
+    COMMIT,
+    "workers/base.py",
+    "3da24a0dd4fb88045902abe656280f1ee5fd350f56c8dc30095449bb0d31100e",
 )
-CMB_SCORE = UpstreamFile("cmb", REPO, COMMIT, "score.py", "8ec5a4d998f1fce8f5dae93eff829387ad05d4a2d6e042c1869088cd404c91cf")
+CMB_SCORE = UpstreamFile(
+    "cmb",
+    REPO,
+    COMMIT,
+    "score.py",
+    "8ec5a4d998f1fce8f5dae93eff829387ad05d4a2d6e042c1869088cd404c91cf",
+)
 
 _REFERENCE = Protocol(
     "reference",
@@ -66,7 +77,13 @@ _REFERENCE = Protocol(
     extraction="src/utils.py match_choice (first letter kept for a single answer); exact match with the key string",
     aggregation="score.py: accuracy per exam_class (no answer = wrong), mean of classes per exam_type; headline: mean over exam_types",
     source=f"{REPO}@{COMMIT[:7]} workers/base.py, src/utils.py, score.py",
-    settings={"prompt": {"generate": "CMB workers/base.py query_prompt_2 (answer-only, zero-shot)", "text-loglik": "ours", "next-token": "ours"}},
+    settings={
+        "prompt": {
+            "generate": "CMB workers/base.py query_prompt_2 (answer-only, zero-shot)",
+            "text-loglik": "ours",
+            "next-token": "ours",
+        }
+    },
 )
 _OURS = replace(
     ours(
@@ -89,7 +106,11 @@ def _questions_from(path: Path) -> tuple[Path, Iterator[tuple[int, Any]]]:
         return path, iter_json_array(path, _NO_QUESTIONS)
     try:
         with zipfile.ZipFile(path) as zf:
-            names = [n for n in zf.namelist() if n.endswith(f"CMB-test/{QUESTION_FILE}") or n == QUESTION_FILE]
+            names = [
+                n
+                for n in zf.namelist()
+                if n.endswith(f"CMB-test/{QUESTION_FILE}") or n == QUESTION_FILE
+            ]
     except zipfile.BadZipFile as e:
         raise DataError(path, None, f"not a readable zip ({e})") from None
     if not names:
@@ -107,7 +128,9 @@ def _zipped_questions(path: Path, name: str, inner: Path) -> Iterator[tuple[int,
                 try:
                     return json.loads(zf.read(name).decode("utf-8-sig"))
                 except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                    raise DataError(inner, getattr(e, "lineno", None), f"invalid JSON ({e})") from None
+                    raise DataError(
+                        inner, getattr(e, "lineno", None), f"invalid JSON ({e})"
+                    ) from None
 
             yield from stream_json(lambda: zf.open(name), whole, inner, list, _NO_QUESTIONS)
     except zipfile.BadZipFile as e:
@@ -123,7 +146,7 @@ class _AnswerKey:
     already answered (the caller's), which makes an id found twice in the key an error.
     """
 
-    def __init__(self, path: Path, matched: "IdSet") -> None:
+    def __init__(self, path: Path, matched: IdSet) -> None:
         self.path = path
         self.entries = iter_json_array(path, _NO_ANSWERS)
         self.pending: dict[str, dict[str, Any]] = {}
@@ -139,7 +162,12 @@ class _AnswerKey:
             self.read_any = True
             if not isinstance(rec, dict) or "id" not in rec:
                 raise DataError(self.path, f"record #{i}", "not an object with an 'id'")
-            require_fields(self.path, f"id {rec['id']}", rec, ("answer", "question_type", "exam_type", "exam_class"))
+            require_fields(
+                self.path,
+                f"id {rec['id']}",
+                rec,
+                ("answer", "question_type", "exam_type", "exam_class"),
+            )
             kid = str(rec["id"])
             if kid == sid:
                 return rec
@@ -155,7 +183,9 @@ class CMB(MultipleChoiceBenchmark):
     """CMB-Exam test questions joined with the public answer key."""
 
     name: ClassVar[str] = "cmb"
-    description: ClassVar[str] = "CMB-Exam test, 11,200 Chinese medical exam questions; accuracy (official macro in extra)"
+    description: ClassVar[str] = (
+        "CMB-Exam test, 11,200 Chinese medical exam questions; accuracy (official macro in extra)"
+    )
     language: ClassVar[str] = "zh"
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (
         RemoteFile(
@@ -197,7 +227,9 @@ class CMB(MultipleChoiceBenchmark):
         for name in (QUESTION_FILE, ZIP_FILE):
             if (root / name).exists():
                 return [key, root / name]
-        raise DataError(root, None, f"no questions: expected {QUESTION_FILE} or {ZIP_FILE} beside {KEY_FILE}")
+        raise DataError(
+            root, None, f"no questions: expected {QUESTION_FILE} or {ZIP_FILE} beside {KEY_FILE}"
+        )
 
     def records(self, root: Path) -> Iterator[Sample]:
         key_path, q_file = self.data_files(root)
@@ -215,32 +247,59 @@ class CMB(MultipleChoiceBenchmark):
             raise DataError(q_path, None, _NO_QUESTIONS)
         answers.get(None)  # every question read: the rest of the key is checked too
 
-    def _sample(self, q_path: Path, key_path: Path, sid: str, q: dict[str, Any], key: dict[str, Any] | None) -> Sample:
+    def _sample(
+        self, q_path: Path, key_path: Path, sid: str, q: dict[str, Any], key: dict[str, Any] | None
+    ) -> Sample:
         if key is None:
-            raise DataError(key_path, f"id {sid}", f"question has no entry in the answer key {key_path.name}")
+            raise DataError(
+                key_path, f"id {sid}", f"question has no entry in the answer key {key_path.name}"
+            )
         options = q["option"]
         if not isinstance(options, dict):
             raise DataError(q_path, f"id {sid}", "field 'option' must map letters to texts")
         letters = sorted(k for k, v in options.items() if isinstance(v, str) and v.strip())
-        letters = list(LETTERS[: LETTERS.index(letters[-1]) + 1]) if letters else []  # keep inner blanks, drop trailing
+        letters = (
+            list(LETTERS[: LETTERS.index(letters[-1]) + 1]) if letters else []
+        )  # keep inner blanks, drop trailing
         if len(letters) < 2 or any(k not in options for k in letters):
-            raise DataError(q_path, f"id {sid}", f"options must be lettered A.. consecutively, got {sorted(options)}")
+            raise DataError(
+                q_path,
+                f"id {sid}",
+                f"options must be lettered A.. consecutively, got {sorted(options)}",
+            )
         target = "".join(sorted(set(str(key["answer"]).strip())))
         if not target or any(ch not in letters for ch in target):
-            raise DataError(key_path, f"id {sid}", f"answer {key['answer']!r} is not among options {''.join(letters)}")
-        meta = {k: key[k] for k in ("exam_type", "exam_class", "exam_subject", "question_type") if k in key}
+            raise DataError(
+                key_path,
+                f"id {sid}",
+                f"answer {key['answer']!r} is not among options {''.join(letters)}",
+            )
+        meta = {
+            k: key[k]
+            for k in ("exam_type", "exam_class", "exam_subject", "question_type")
+            if k in key
+        }
         meta["key"] = str(key["answer"])  # as written: score.py compares this string exactly
         choices = {k: str(options[k] or "") for k in letters}
-        return self.make_sample(sid, q["question"], choices, target, multi=key["question_type"] == MULTI, **meta)
+        return self.make_sample(
+            sid, q["question"], choices, target, multi=key["question_type"] == MULTI, **meta
+        )
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """The protocol's headline; each exam_type in the breakdown also carries score.py's class macro."""
         agg = super().aggregate(samples, grades, options)
         macro = agg.extra.get("accuracy_per_category", {})
-        types = {t: replace(c, metrics={**c.metrics, "official_macro": macro.get(t)}) for t, c in agg.breakdown.get("exam_type", {}).items()}
+        types = {
+            t: replace(c, metrics={**c.metrics, "official_macro": macro.get(t)})
+            for t, c in agg.breakdown.get("exam_type", {}).items()
+        }
         return replace(agg, breakdown={**agg.breakdown, "exam_type": types})
 
-    def headline_cell(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any], options: RunOptions) -> Cell:
+    def headline_cell(
+        self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any], options: RunOptions
+    ) -> Cell:
         """Micro accuracy (grandrounds), or the mean over exam types of score.py's per-type figures
         (reference; no CI is given for that mean of means)."""
         cell = super().headline_cell(pairs, values, options)
@@ -248,13 +307,26 @@ class CMB(MultipleChoiceBenchmark):
             return cell
         return replace(cell, score=_official(pairs, values)["macro_over_exam_types"], ci95=None)
 
-    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+    def extra_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
         """Official score.py figures: per-class accuracy and its per-exam-type macro average."""
-        headline = "mean over exam types of accuracy_per_category" if options.protocol == "reference" else "micro accuracy"
-        return _official(pairs, values) | {"headline": f"{headline}; accuracy_per_category is score.py's per-exam_type mean of class accuracies"}
+        headline = (
+            "mean over exam types of accuracy_per_category"
+            if options.protocol == "reference"
+            else "micro accuracy"
+        )
+        return _official(pairs, values) | {
+            "headline": f"{headline}; accuracy_per_category is score.py's per-exam_type mean of class accuracies"
+        }
 
 
-def _official(pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None]) -> dict[str, Any]:
+def _official(
+    pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None]
+) -> dict[str, Any]:
     """score.py's accuracy_per_subcategory (exam_type -> exam_class -> accuracy) and
     accuracy_per_category (exam_type -> mean over its classes), and the mean over exam types."""
     per_class: dict[str, dict[str, float | None]] = {}

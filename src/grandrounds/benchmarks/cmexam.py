@@ -27,8 +27,9 @@ Breakdowns: the five annotations.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar, Iterator
+from typing import ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
@@ -40,30 +41,53 @@ from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, UpstreamRepo, read_text
 
 CMEXAM = UpstreamRepo("cmexam", "williamliujl/CMExam", "fadb22c89beb1b7115dc36460ba792eb96b7b972")
-PROMPTS = CMEXAM.file("src/preprocess/prompt_templates.py", "58f0e67aff650a62a109d6f2437f29c7f1d09de92f3dd675e8577523613777a0")
-EVALUATE = CMEXAM.file("src/evaluation/evaluate_lora_result.py", "1a4d90188b0d457006b11b58a94fb33db0327ed656bd8f9854f19dc8a63c03c2")
-FILE = RemoteFile(f"https://raw.githubusercontent.com/{CMEXAM.repo}/{CMEXAM.commit}/data/test_with_annotations.csv",
-                  "test_with_annotations.csv", None)
-ANNOTATIONS = {"Disease Group": "disease_group", "Area of Competency": "competency", "Clinical Department": "department",
-               "Medical Discipline": "discipline", "Difficulty level": "difficulty"}
+PROMPTS = CMEXAM.file(
+    "src/preprocess/prompt_templates.py",
+    "58f0e67aff650a62a109d6f2437f29c7f1d09de92f3dd675e8577523613777a0",
+)
+EVALUATE = CMEXAM.file(
+    "src/evaluation/evaluate_lora_result.py",
+    "1a4d90188b0d457006b11b58a94fb33db0327ed656bd8f9854f19dc8a63c03c2",
+)
+FILE = RemoteFile(
+    f"https://raw.githubusercontent.com/{CMEXAM.repo}/{CMEXAM.commit}/data/test_with_annotations.csv",
+    "test_with_annotations.csv",
+    None,
+)
+ANNOTATIONS = {
+    "Disease Group": "disease_group",
+    "Area of Competency": "competency",
+    "Clinical Department": "department",
+    "Medical Discipline": "discipline",
+    "Difficulty level": "difficulty",
+}
 COLUMNS = ("Question", "Options", "Answer", *ANNOTATIONS)
 
-_NEUTRAL_ZH = ("请回答下面的选择题，正确选项可能有一个或多个，请选出全部正确选项。最后一行请写成“答案：X”，"
-               "X 为所选选项的字母（多个则连写，如 AB；可选 {letters}）。\n\n{question}\n\n{options}")
-_PROMPTS = {"generate": "CMExam src/preprocess/prompt_templates.py template 1 (read at run time)",
-            "text-loglik": "ours", "next-token": "ours", "letter-loglik": "not offered (no lm-eval task)"}
+_NEUTRAL_ZH = (
+    "请回答下面的选择题，正确选项可能有一个或多个，请选出全部正确选项。最后一行请写成“答案：X”，"
+    "X 为所选选项的字母（多个则连写，如 AB；可选 {letters}）。\n\n{question}\n\n{options}"
+)
+_PROMPTS = {
+    "generate": "CMExam src/preprocess/prompt_templates.py template 1 (read at run time)",
+    "text-loglik": "ours",
+    "next-token": "ours",
+    "letter-loglik": "not offered (no lm-eval task)",
+}
 REFERENCE = Protocol(
     "reference",
     answer=OUR_ANSWER,  # the per-question code fixes no sampling settings: greedy, 1,024 tokens (ours)
     extraction="generate: evaluate_lora_result.py parse_options (letter or first word of an option anywhere in the reply); "
-               "exact match of the letters with the key; log-prob modes: argmax",
+    "exact match of the letters with the key; log-prob modes: argmax",
     aggregation="accuracy over every question: a failed or unreadable answer counts wrong",
     source=f"{CMEXAM.repo}@{CMEXAM.commit[:7]} src/preprocess/prompt_templates.py, src/evaluation/evaluate_lora_result.py",
     settings={"prompt": _PROMPTS},
 )
-GRANDROUNDS = ours(REFERENCE, extraction="generate: our tolerant reading, several letters read as a set; log-prob modes: argmax",
-                   aggregation="accuracy over scored questions: failed calls excluded and counted",
-                   settings={"prompt": {**_PROMPTS, "generate": "ours (does not say how many answers)"}})
+GRANDROUNDS = ours(
+    REFERENCE,
+    extraction="generate: our tolerant reading, several letters read as a set; log-prob modes: argmax",
+    aggregation="accuracy over scored questions: failed calls excluded and counted",
+    settings={"prompt": {**_PROMPTS, "generate": "ours (does not say how many answers)"}},
+)
 
 
 def first_template(f: UpstreamFile) -> str:
@@ -71,9 +95,15 @@ def first_template(f: UpstreamFile) -> str:
     for node in ast.parse(read_text(f)).body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             t = node.targets[0]
-            if (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == "template"
-                    and isinstance(t.slice, ast.Constant) and t.slice.value == "prompt"
-                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            if (
+                isinstance(t, ast.Subscript)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "template"
+                and isinstance(t.slice, ast.Constant)
+                and t.slice.value == "prompt"
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
                 return node.value.value
     raise DataError(f.url, None, "no template['prompt'] string in the upstream file")
 
@@ -85,8 +115,12 @@ def parse_options(path: Path, line: int, cell: str) -> dict[str, str]:
         if not raw.strip():
             continue
         parts = raw.strip().split(None, 1)
-        if len(parts) != 2 or parts[0] != LETTERS[len(choices): len(choices) + 1]:
-            raise DataError(path, line, f"option line {raw!r} is not 'X text' with the next letter {LETTERS[len(choices)]}")
+        if len(parts) != 2 or parts[0] != LETTERS[len(choices) : len(choices) + 1]:
+            raise DataError(
+                path,
+                line,
+                f"option line {raw!r} is not 'X text' with the next letter {LETTERS[len(choices)]}",
+            )
         choices[parts[0]] = parts[1]
     if len(choices) < 2:
         raise DataError(path, line, "fewer than two options")
@@ -111,7 +145,7 @@ class CMExam(MultipleChoiceBenchmark):
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {
         "generate": "reference: the authors' template and parse_options (any option letter or first word in the reply), "
-                    "failed calls wrong; grandrounds: our prompt and reading, failed calls excluded",
+        "failed calls wrong; grandrounds: our prompt and reading, failed calls excluded",
         "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
     }
 
@@ -131,11 +165,23 @@ class CMExam(MultipleChoiceBenchmark):
                 raise DataError(path, no, "empty 'Question'")
             choices = parse_options(path, no, row["Options"])
             if any(ch not in choices for ch in answer) or len(set(answer)) != len(answer):
-                raise DataError(path, no, f"Answer {answer!r} is not a set of the option letters {''.join(choices)}")
+                raise DataError(
+                    path,
+                    no,
+                    f"Answer {answer!r} is not a set of the option letters {''.join(choices)}",
+                )
             meta = {key: _label(row[col]) for col, key in ANNOTATIONS.items()}
             n += 1
-            yield self.make_sample(str(n - 1), row["Question"], choices, "".join(sorted(answer)), multi=len(answer) > 1,
-                                   key=answer, line=no, **meta)
+            yield self.make_sample(
+                str(n - 1),
+                row["Question"],
+                choices,
+                "".join(sorted(answer)),
+                multi=len(answer) > 1,
+                key=answer,
+                line=no,
+                **meta,
+            )
         if not n:
             raise DataError(path, None, "no questions with an answer in the file")
 

@@ -28,20 +28,33 @@ Protocols:
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions
 from grandrounds.benchmarks.mcq import (
-    LmEvalTask, MultipleChoiceBenchmark, accuracy_by, cached, jinja_doc_to_text, lm_eval_file, macro_average,
+    LmEvalTask,
+    MultipleChoiceBenchmark,
+    accuracy_by,
+    cached,
+    jinja_doc_to_text,
+    lm_eval_file,
+    macro_average,
 )
 from grandrounds.benchmarks.readers.lines import iter_csv
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import Cell, Grade, Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile, python_appended_strings, python_assigned_strings, python_string, yaml_value
+from grandrounds.sources.upstream import (
+    UpstreamFile,
+    python_appended_strings,
+    python_assigned_strings,
+    python_string,
+    yaml_value,
+)
 
 REPO = "haonan-li/CMMLU"
 COMMIT = "d6e7b716d8ac694f38969a6c0407437d1fded799"
@@ -57,23 +70,49 @@ SUBJECTS: dict[str, str] = {
 }
 _SHA = {
     ("test", "anatomy"): "b0488d7a394473ba9f3d6ba92a4a88f9c5b7738bc812b8aaea057218c9cf909c",
-    ("test", "clinical_knowledge"): "f203dff6c9ae45611ba380f2a60453c2d1440303e9d3304c8cb42c1886edd49c",
-    ("test", "college_medicine"): "aa24898b813f7c9567e8ed4cda70ddc79082630bb6bc00939018d65b1de70988",
+    (
+        "test",
+        "clinical_knowledge",
+    ): "f203dff6c9ae45611ba380f2a60453c2d1440303e9d3304c8cb42c1886edd49c",
+    (
+        "test",
+        "college_medicine",
+    ): "aa24898b813f7c9567e8ed4cda70ddc79082630bb6bc00939018d65b1de70988",
     ("test", "genetics"): "54988038f3ac9e07a337411d393315429e92ae97b76fab24ebcda0c0c65ecc78",
     ("test", "nutrition"): "7e407acf9be29fcad7e73796bfec196af3c3c16d48f44eb82332a887eb097941",
-    ("test", "traditional_chinese_medicine"): "dfbb4f311649576bb20e165cfdff0d1d5633d64e156eaa5bb57373d491418b16",
+    (
+        "test",
+        "traditional_chinese_medicine",
+    ): "dfbb4f311649576bb20e165cfdff0d1d5633d64e156eaa5bb57373d491418b16",
     ("test", "virology"): "ac411d3d869e86bce60b8aab78e568fb74f607da2ac188ce11dcf55eb018b7ba",
     ("dev", "anatomy"): "5e2d407357f3ad71d267d615ebdf0dba2ff720548cf504f87026c8e15990d82e",
-    ("dev", "clinical_knowledge"): "7197883c51ee9f42fd89372d6dcae809adcdef37e89718640fb1356abfeca540",
+    (
+        "dev",
+        "clinical_knowledge",
+    ): "7197883c51ee9f42fd89372d6dcae809adcdef37e89718640fb1356abfeca540",
     ("dev", "college_medicine"): "9f54c3fc7e9fab4e1583afb6be85f21e9b8b83a2bcbaff336df68e2d4296ee04",
     ("dev", "genetics"): "cca416a0efc91c77af33cb0e9674853e1ff31b2573d09f94b1b9b36e1bbae2b9",
     ("dev", "nutrition"): "8b318b013c5e17074c7efdf11d67a2f7fd55f1ae457bf77c48d110f6e4ee3f6e",
-    ("dev", "traditional_chinese_medicine"): "345875ca92e284db9a55cb697fdccce270efdd588d7f60d9276a125ea6ed366d",
+    (
+        "dev",
+        "traditional_chinese_medicine",
+    ): "345875ca92e284db9a55cb697fdccce270efdd588d7f60d9276a125ea6ed366d",
     ("dev", "virology"): "049ffecfb092b2a6d3299e67737c3a0c468a2e21968adaabb29771e4d2f3197c",
 }
-MP_UTILS = UpstreamFile("cmmlu", REPO, COMMIT, "src/mp_utils.py", "8aa1fb28989c84770b1fc69cc9436645fc316d6f32b78db48a2b3f7f30d79faa")
-CMMLU_TASK = LmEvalTask("cmmlu (default template)", lm_eval_file(
-    "lm_eval/tasks/cmmlu/_default_template_yaml", "6560a228576d111fc6a0204646db05dec8a2010327f85b7b02ebadd3e8ba90c5"))
+MP_UTILS = UpstreamFile(
+    "cmmlu",
+    REPO,
+    COMMIT,
+    "src/mp_utils.py",
+    "8aa1fb28989c84770b1fc69cc9436645fc316d6f32b78db48a2b3f7f30d79faa",
+)
+CMMLU_TASK = LmEvalTask(
+    "cmmlu (default template)",
+    lm_eval_file(
+        "lm_eval/tasks/cmmlu/_default_template_yaml",
+        "6560a228576d111fc6a0204646db05dec8a2010327f85b7b02ebadd3e8ba90c5",
+    ),
+)
 
 
 def remote(split: str, subject: str) -> RemoteFile:
@@ -91,7 +130,9 @@ def find_split_file(root: Path, split: str, name: str) -> Path:
     return root / split / name
 
 
-def read_exam_csv(path: Path, question: str, answer: str, extra: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, str]]]:
+def read_exam_csv(
+    path: Path, question: str, answer: str, extra: tuple[str, ...] = ()
+) -> Iterator[tuple[int, dict[str, str]]]:
     """(line, row) for each row of a four-option exam CSV (question, A-D, answer columns): every
     field non-empty but the options' (a blank option is kept), the answer one of A-D."""
     if not path.exists():
@@ -111,14 +152,22 @@ def read_exam_csv(path: Path, question: str, answer: str, extra: tuple[str, ...]
 
 
 def subjects_param(all_subjects: Sequence[str]) -> Param:
-    return Param("subjects", list[str], tuple(all_subjects), "subjects to ask (default all)", tuple(all_subjects))
+    return Param(
+        "subjects",
+        list[str],
+        tuple(all_subjects),
+        "subjects to ask (default all)",
+        tuple(all_subjects),
+    )
 
 
 def chosen_subjects(bench: Any, all_subjects: Sequence[str], name: str = "subjects") -> list[str]:
     """The subjects (``--param name``) asked, in the benchmark's order; only a strict subset stays in the spec."""
     chosen = [s for s in all_subjects if s in bench.param(name)]
     if not chosen:
-        raise ConfigError(f"{bench.name}: --param {name} is empty; choose from {', '.join(all_subjects)}")
+        raise ConfigError(
+            f"{bench.name}: --param {name} is empty; choose from {', '.join(all_subjects)}"
+        )
     bench.params.pop(name, None)
     if chosen != list(all_subjects):
         bench.params[name] = chosen
@@ -129,14 +178,25 @@ def macro_headline(pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any])
     """The unweighted mean of per-subject accuracies (no CI for a mean of means)."""
     groups = accuracy_by(pairs, "subject", values)
     n = sum(c.n for c in groups.values())
-    return Cell(score=macro_average(groups), n=n, n_unscored=sum(c.n_unscored for c in groups.values()))
+    return Cell(
+        score=macro_average(groups), n=n, n_unscored=sum(c.n_unscored for c in groups.values())
+    )
 
 
-SHOTS = Param("shots", int, 0, "dev examples before each question (the authors' 0- or 5-shot)", (0, 1, 2, 3, 4, 5))
+SHOTS = Param(
+    "shots",
+    int,
+    0,
+    "dev examples before each question (the authors' 0- or 5-shot)",
+    (0, 1, 2, 3, 4, 5),
+)
 
-_PROMPTS = {"generate": "CMMLU src/mp_utils.py gen_prompt + format_example (answer-only)",
-            "letter-loglik": "lm-eval cmmlu _default_template_yaml doc_to_text / doc_to_choice (zero-shot, no description)",
-            "text-loglik": "ours", "next-token": "ours"}
+_PROMPTS = {
+    "generate": "CMMLU src/mp_utils.py gen_prompt + format_example (answer-only)",
+    "letter-loglik": "lm-eval cmmlu _default_template_yaml doc_to_text / doc_to_choice (zero-shot, no description)",
+    "text-loglik": "ours",
+    "next-token": "ours",
+}
 REFERENCE = Protocol(
     "reference",
     answer=OUR_ANSWER,  # the pinned file fixes no sampling settings: greedy, 1,024 tokens (ours)
@@ -162,14 +222,16 @@ class CMMLUMedical(MultipleChoiceBenchmark):
         "Licence CC BY-NC-SA 4.0: non-commercial use only"
     )
     language: ClassVar[str] = "zh"
-    remote_files: ClassVar[tuple[RemoteFile, ...]] = tuple(remote(sp, s) for sp in ("test", "dev") for s in SUBJECTS)
+    remote_files: ClassVar[tuple[RemoteFile, ...]] = tuple(
+        remote(sp, s) for sp in ("test", "dev") for s in SUBJECTS
+    )
     category_fields: ClassVar[tuple[str, ...]] = ("subject",)
     lm_eval = CMMLU_TASK
     reference_reading = "cmmlu"
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {
         "generate": "reference: the authors' prompt and extract_choice, failed calls wrong, mean over subjects; "
-                    "grandrounds: our prompt and reading, failed calls excluded, micro accuracy",
+        "grandrounds: our prompt and reading, failed calls excluded, micro accuracy",
         "logprob": "same prompt and argmax; reference: failed answers wrong, mean over subjects; grandrounds: excluded, micro",
     }
     parameters: ClassVar[tuple[Param, ...]] = (subjects_param(tuple(SUBJECTS)), SHOTS)
@@ -178,8 +240,12 @@ class CMMLUMedical(MultipleChoiceBenchmark):
         super().__init__(**params)
         self.subjects = chosen_subjects(self, tuple(SUBJECTS))
         self.shots: int = self.param("shots")
-        self.remote_files = tuple(remote(sp, s) for sp in ("test", "dev") for s in self.subjects  # type: ignore[misc]
-                                  if sp == "test" or self.shots)
+        self.remote_files = tuple(
+            remote(sp, s)
+            for sp in ("test", "dev")
+            for s in self.subjects  # type: ignore[misc]
+            if sp == "test" or self.shots
+        )
 
     def upstream_files(self) -> tuple[UpstreamFile, ...]:
         return (MP_UTILS, CMMLU_TASK.yaml)
@@ -187,21 +253,41 @@ class CMMLUMedical(MultipleChoiceBenchmark):
     def data_files(self, root: Path) -> list[Path]:
         if root.is_file():
             return [root]
-        return [find_split_file(root, sp, f"{s}.csv") for sp in ("test", "dev") for s in self.subjects if sp == "test" or self.shots]
+        return [
+            find_split_file(root, sp, f"{s}.csv")
+            for sp in ("test", "dev")
+            for s in self.subjects
+            if sp == "test" or self.shots
+        ]
 
     def records(self, root: Path) -> Iterator[Sample]:
         if not root.exists():
             raise DataError(root, None, "file or directory not found")
-        tests = [root] if root.is_file() else [find_split_file(root, "test", f"{s}.csv") for s in self.subjects]
+        tests = (
+            [root]
+            if root.is_file()
+            else [find_split_file(root, "test", f"{s}.csv") for s in self.subjects]
+        )
         for path in tests:
             subject = path.stem.removeprefix("test_")
             if subject not in SUBJECTS:
-                raise DataError(path, None, f"not a CMMLU medical subject file (expected one of {', '.join(SUBJECTS)})")
+                raise DataError(
+                    path,
+                    None,
+                    f"not a CMMLU medical subject file (expected one of {', '.join(SUBJECTS)})",
+                )
             shots = self._shots(root, path, subject)
-            for i, (no, row) in enumerate(read_exam_csv(path, "Question", "Answer")):
+            for i, (_no, row) in enumerate(read_exam_csv(path, "Question", "Answer")):
                 choices = {k: row[k] for k in "ABCD"}
-                yield self.make_sample(f"{subject}-{i}", row["Question"], choices, row["Answer"].strip(),
-                                       subject=subject, subject_zh=SUBJECTS[subject], shots=shots)
+                yield self.make_sample(
+                    f"{subject}-{i}",
+                    row["Question"],
+                    choices,
+                    row["Answer"].strip(),
+                    subject=subject,
+                    subject_zh=SUBJECTS[subject],
+                    shots=shots,
+                )
 
     def _shots(self, root: Path, test: Path, subject: str) -> list[dict[str, str]]:
         """The subject's first ``shots`` dev rows (question, options, answer), as the prompt shows them."""
@@ -211,12 +297,19 @@ class CMMLUMedical(MultipleChoiceBenchmark):
         dev = find_split_file(base, "dev", f"{subject}.csv")
         rows = [r for _, r in read_exam_csv(dev, "Question", "Answer")][: self.shots]
         if len(rows) < self.shots:
-            raise DataError(dev, None, f"{len(rows)} dev questions, --param shots asks for {self.shots}")
-        return [{"question": r["Question"], **{k: r[k] for k in "ABCD"}, "answer": r["Answer"].strip()} for r in rows]
+            raise DataError(
+                dev, None, f"{len(rows)} dev questions, --param shots asks for {self.shots}"
+            )
+        return [
+            {"question": r["Question"], **{k: r[k] for k in "ABCD"}, "answer": r["Answer"].strip()}
+            for r in rows
+        ]
 
     def reference_prompt(self, sample: Sample) -> str:
         """mp_utils.gen_prompt (answer-only header, the dev examples) + format_example of the question."""
-        header = cached(python_assigned_strings, MP_UTILS, "prompt", within="gen_prompt")[1]  # [0] is the CoT header
+        header = cached(python_assigned_strings, MP_UTILS, "prompt", within="gen_prompt")[
+            1
+        ]  # [0] is the CoT header
         text = header.render({"name_en2zh[subject]": SUBJECTS[sample.metadata["subject"]]})
         for shot in sample.metadata.get("shots") or ():
             text += _format_example(shot["question"], {k: shot[k] for k in "ABCD"}, shot["answer"])
@@ -226,29 +319,45 @@ class CMMLUMedical(MultipleChoiceBenchmark):
         doc = {"Question": sample.metadata["question"], **sample.choices}
         return jinja_doc_to_text(str(cached(yaml_value, CMMLU_TASK.yaml, "doc_to_text")), doc)
 
-    def headline_cell(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any], options: RunOptions) -> Cell:
+    def headline_cell(
+        self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any], options: RunOptions
+    ) -> Cell:
         if options.protocol != "reference":
             return super().headline_cell(pairs, values, options)
         return macro_headline(pairs, values)
 
-    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+    def extra_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
         micro = super().headline_cell(pairs, values, options).score
-        return {"macro_accuracy": macro_average(accuracy_by(pairs, "subject", values)), "micro_accuracy": micro,
-                "headline": "mean over subjects" if options.protocol == "reference" else "micro"}
+        return {
+            "macro_accuracy": macro_average(accuracy_by(pairs, "subject", values)),
+            "micro_accuracy": micro,
+            "headline": "mean over subjects" if options.protocol == "reference" else "micro",
+        }
 
     def summarize(self, sample: Sample, grade: Grade, options: RunOptions) -> Any:
         """The default summary without the dev examples repeated on every question."""
         kept, graded = super().summarize(sample, grade, options)
-        return replace(kept, metadata={k: v for k, v in kept.metadata.items() if k != "shots"}), graded
+        return replace(
+            kept, metadata={k: v for k, v in kept.metadata.items() if k != "shots"}
+        ), graded
 
 
 def _format_example(question: str, choices: Mapping[str, str], answer: str | None) -> str:
     """mp_utils.format_example without chain of thought: ``prompt_start`` + question, each option as the
     appended ``"\\n{}. {}".format(...)``, the answer cue, and with ``answer`` its appended line."""
     start = cached(python_string, MP_UTILS, "prompt_start", within="format_example")
-    option, _cot, cue, with_answer = cached(python_appended_strings, MP_UTILS, "prompt", within="format_example")
+    option, _cot, cue, with_answer = cached(
+        python_appended_strings, MP_UTILS, "prompt", within="format_example"
+    )
     text = start.render() + question
-    text += "".join(option.render({"choices[j]": k, "df.iloc[idx, j + 1]": v}) for k, v in choices.items())
+    text += "".join(
+        option.render({"choices[j]": k, "df.iloc[idx, j + 1]": v}) for k, v in choices.items()
+    )
     text += cue.render()
     if answer is not None:
         text += with_answer.render({"df.iloc[idx, k + 1]": answer})

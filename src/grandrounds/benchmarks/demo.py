@@ -23,7 +23,9 @@ class DemoExam(MultipleChoiceBenchmark):
     """Twelve 4-option questions; accuracy by topic."""
 
     name: ClassVar[str] = "demo"
-    description: ClassVar[str] = "Bundled 12-question general-medicine demo exam (no download); accuracy"
+    description: ClassVar[str] = (
+        "Bundled 12-question general-medicine demo exam (no download); accuracy"
+    )
     category_fields: ClassVar[tuple[str, ...]] = ("meta_info",)
     lm_eval = MEDQA_TASK
     protocols = exam_protocols(MEDQA_TASK)

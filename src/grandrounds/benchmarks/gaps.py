@@ -47,23 +47,30 @@ Where the reference differs from the official code (tests/test_gaps_reference.py
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, require_file
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
-from grandrounds.core.registry import Spec
 from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import group_cells, mean_cell, value_of
 from grandrounds.scoring.gaps import LEVEL_POINTS, STRATEGIES, level_points
 from grandrounds.sources.gaps import COMMIT, DIFFERS, PROTOCOLS
 
 _BASE = f"https://raw.githubusercontent.com/AQ-MedAI/MedicalAiBenchEval/{COMMIT}/data/input"
-NSCLC = RemoteFile(f"{_BASE}/GAPS-NSCLC-preview.xlsx", "GAPS-NSCLC-preview.xlsx",
-                   "6ec15542ab9229c5165033a0e9f8220cbac7fa30d0c5259c4d308912e95f92d0")
-COMMUNITY = RemoteFile(f"{_BASE}/community_contributions.xlsx", "community_contributions.xlsx",
-                       "7bf8540f0049d7527f69a693f281abb6c747071cca5633767b10f3c42b7e1ca4")
+NSCLC = RemoteFile(
+    f"{_BASE}/GAPS-NSCLC-preview.xlsx",
+    "GAPS-NSCLC-preview.xlsx",
+    "6ec15542ab9229c5165033a0e9f8220cbac7fa30d0c5259c4d308912e95f92d0",
+)
+COMMUNITY = RemoteFile(
+    f"{_BASE}/community_contributions.xlsx",
+    "community_contributions.xlsx",
+    "7bf8540f0049d7527f69a693f281abb6c747071cca5633767b10f3c42b7e1ca4",
+)
 SUBSETS = {"nsclc": (NSCLC,), "community": (COMMUNITY,), "all": (NSCLC, COMMUNITY)}
 EXCEL_CELL_LIMIT = 32767
 META_COLUMNS = ("分类", "specialty", "difficulty", "source")
@@ -114,13 +121,23 @@ def parse_rubric(cell: Any, path: Path, where: str) -> tuple[list[dict[str, Any]
         items, note = json.loads(text), {}
     except json.JSONDecodeError as e:
         if text.endswith("]"):  # complete but malformed: not a truncation, do not guess
-            raise DataError(path, where, f"rubric is not valid JSON: {e.msg} at char {e.pos}") from None
+            raise DataError(
+                path, where, f"rubric is not valid JSON: {e.msg} at char {e.pos}"
+            ) from None
         fixed = repair_truncated_list(text)
         if fixed is None:
-            raise DataError(path, where, f"rubric JSON is cut off ({len(cell)} chars) and no complete item remains") from None
+            raise DataError(
+                path,
+                where,
+                f"rubric JSON is cut off ({len(cell)} chars) and no complete item remains",
+            ) from None
         items, dropped = fixed
-        note = {"rubric_repaired": True, "rubric_chars": len(cell), "rubric_chars_dropped": dropped,
-                "rubric_at_excel_limit": len(cell) >= EXCEL_CELL_LIMIT}
+        note = {
+            "rubric_repaired": True,
+            "rubric_chars": len(cell),
+            "rubric_chars_dropped": dropped,
+            "rubric_at_excel_limit": len(cell) >= EXCEL_CELL_LIMIT,
+        }
     if not isinstance(items, list) or not items:
         raise DataError(path, where, "rubric must be a non-empty JSON list")
     return items, note
@@ -137,11 +154,19 @@ def to_criteria(items: list[Any], path: Path, where: str) -> tuple[Criterion, ..
             raise DataError(path, f"{where}, rubric item {k + 1}", f"duplicate rubric id {cid}")
         seen.add(cid)
         level = str(it.get("level") or "").strip().upper() or "unknown"
-        kind = str(it.get("type") or "").strip().lower() or ("negative" if level.startswith("S") else "positive")
+        kind = str(it.get("type") or "").strip().lower() or (
+            "negative" if level.startswith("S") else "positive"
+        )
         if kind not in ("positive", "negative"):
-            raise DataError(path, f"{where}, rubric id {cid}", f"type must be positive or negative, got {kind!r}")
+            raise DataError(
+                path,
+                f"{where}, rubric id {cid}",
+                f"type must be positive or negative, got {kind!r}",
+            )
         text = str(it["claim"]).strip()  # the judge sees the claim only, as in judge_engine.py
-        tags = (f"level:{level}", f"type:{kind}") + (() if level in LEVEL_POINTS else ("points:none",))
+        tags = (f"level:{level}", f"type:{kind}") + (
+            () if level in LEVEL_POINTS else ("points:none",)
+        )
         out.append(Criterion(id=cid, text=text, points=float(level_points(level)), tags=tags))
     return tuple(out)
 
@@ -156,12 +181,30 @@ class GAPS(Benchmark):
     remote_files = (NSCLC, COMMUNITY)
     protocols = PROTOCOLS
     parameters = (
-        Param("subset", str, "nsclc", "which workbook(s) a data directory is read from", tuple(SUBSETS)),
+        Param(
+            "subset",
+            str,
+            "nsclc",
+            "which workbook(s) a data directory is read from",
+            tuple(SUBSETS),
+        ),
         Param("rubric_column", str, "rubrics", "the sheet column holding the rubric JSON"),
     )
     scoring_options = (
-        Param("gaps_min_valid", int, 2, "valid judge votes a point needs, else review_needed", minimum=1),
-        Param("gaps_irrelevant", str, None, "also deduct for irrelevant content, votes combined this way", STRATEGIES),
+        Param(
+            "gaps_min_valid",
+            int,
+            2,
+            "valid judge votes a point needs, else review_needed",
+            minimum=1,
+        ),
+        Param(
+            "gaps_irrelevant",
+            str,
+            None,
+            "also deduct for irrelevant content, votes combined this way",
+            STRATEGIES,
+        ),
     )
 
     def data_files(self, root: Path) -> list[Path]:
@@ -198,11 +241,15 @@ class GAPS(Benchmark):
         except SharedStringsError as e:  # a cell over the limit in a part read on opening
             raise DataError(path, None, f"{e.member}: {e.problem}") from None
         except Exception as e:  # openpyxl raises several unrelated types for a bad file
-            raise DataError(path, None, f"cannot open as xlsx: {' '.join(str(e).split())}") from None
+            raise DataError(
+                path, None, f"cannot open as xlsx: {' '.join(str(e).split())}"
+            ) from None
 
         try:
             for ws in book.workbook.worksheets:
-                rows = sheet_rows(path, ws)  # a failure at a row (cell over the limit, damage) is a DataError naming it
+                rows = sheet_rows(
+                    path, ws
+                )  # a failure at a row (cell over the limit, damage) is a DataError naming it
                 header = [str(h).strip() if h is not None else "" for h in next(rows, ())]
                 if "question" in header and rubric_col in header:
                     yield from self._rows(path, ws.title, header, rows, rubric_col)
@@ -211,8 +258,12 @@ class GAPS(Benchmark):
             book.close()  # table, spill file and archive; also when the caller stops early
         raise DataError(path, None, f"no sheet has the columns 'question' and {rubric_col!r}")
 
-    def _rows(self, path: Path, sheet: str, header: list[str], rows: Any, rubric_col: str) -> Iterator[Sample]:
-        prefix = "community" if path.name == COMMUNITY.filename or sheet == "社区贡献数据" else "nsclc"
+    def _rows(
+        self, path: Path, sheet: str, header: list[str], rows: Any, rubric_col: str
+    ) -> Iterator[Sample]:
+        prefix = (
+            "community" if path.name == COMMUNITY.filename or sheet == "社区贡献数据" else "nsclc"
+        )
         answer_cols = [h for h in header if h.endswith("_answer")]
         for r, values in enumerate(rows, start=2):
             rec = dict(zip(header, values))
@@ -225,25 +276,45 @@ class GAPS(Benchmark):
                 raise DataError(path, where, "empty question")
             items, note = parse_rubric(rec.get(rubric_col), path, where)
             rubric = to_criteria(items, path, where)
-            descs = {str(it.get("id", k + 1)): str(it["desc"]) for k, it in enumerate(items) if it.get("desc")}
+            descs = {
+                str(it.get("id", k + 1)): str(it["desc"])
+                for k, it in enumerate(items)
+                if it.get("desc")
+            }
             qid = str(rec.get("index") or r - 1).strip()
             meta = {k: rec[k] for k in META_COLUMNS if rec.get(k) is not None}
-            meta.update(note, sheet=sheet, row=r, language="zh", subset=prefix,
-                        category=str(rec.get("分类") or rec.get("specialty") or ""),
-                        reference_answers={c: rec[c] for c in answer_cols if rec.get(c)},
-                        **({"rubric_desc": descs} if descs else {}),
-                        **({"question_cell": cell} if cell != question else {}))  # as the official judge sees it
-            yield Sample(id=f"{prefix}/{qid}", benchmark=self.name, messages=(Message("user", question),),
-                         rubric=rubric, metadata=meta)
+            meta.update(
+                note,
+                sheet=sheet,
+                row=r,
+                language="zh",
+                subset=prefix,
+                category=str(rec.get("分类") or rec.get("specialty") or ""),
+                reference_answers={c: rec[c] for c in answer_cols if rec.get(c)},
+                **({"rubric_desc": descs} if descs else {}),
+                **({"question_cell": cell} if cell != question else {}),
+            )  # as the official judge sees it
+            yield Sample(
+                id=f"{prefix}/{qid}",
+                benchmark=self.name,
+                messages=(Message("user", question),),
+                rubric=rubric,
+                metadata=meta,
+            )
 
     def grader_spec(self, options: RunOptions) -> Spec:
-        return Spec("gaps", {
-            "min_valid": int(self.scoring(options, "gaps_min_valid")),
-            "irrelevant": self.scoring(options, "gaps_irrelevant"),
-            "protocol": options.protocol,
-        })
+        return Spec(
+            "gaps",
+            {
+                "min_valid": int(self.scoring(options, "gaps_min_valid")),
+                "irrelevant": self.scoring(options, "gaps_irrelevant"),
+                "protocol": options.protocol,
+            },
+        )
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Mean question score by the run's protocol, with its CI; the other protocol's beside it.
 
         reference: the mean of calculate_scores' ``normalized`` over every question, an answer
@@ -259,7 +330,11 @@ class GAPS(Benchmark):
         summary = _summary(gs, proto)
         extra = {
             "protocol": proto,
-            "other_protocol": {"protocol": _other(proto), "score": summary["other_score"], "differs": DIFFERS},
+            "other_protocol": {
+                "protocol": _other(proto),
+                "score": summary["other_score"],
+                "differs": DIFFERS,
+            },
             **summary,
             "min_valid": int(self.scoring(options, "gaps_min_valid")),
         }
@@ -267,7 +342,12 @@ class GAPS(Benchmark):
         return Aggregate.of(
             f"GAPS score (0-1; {label})",
             overall,
-            {"category": group_cells(((s.metadata.get("category") or "?", g) for s, g in rows), lambda g: _cell(g, proto))},
+            {
+                "category": group_cells(
+                    ((s.metadata.get("category") or "?", g) for s, g in rows),
+                    lambda g: _cell(g, proto),
+                )
+            },
             extra,
         )
 
@@ -280,7 +360,9 @@ def _other(protocol: str) -> str:
     return "grandrounds" if protocol == "reference" else "reference"
 
 
-def _score_cell(values: Sequence[float | None], protocol: str, metrics: dict[str, Any] | None = None) -> Cell:
+def _score_cell(
+    values: Sequence[float | None], protocol: str, metrics: dict[str, Any] | None = None
+) -> Cell:
     """Mean question score by ``protocol``: reference counts a missing value as 0 (inside ``n``), grandrounds leaves it out."""
     if protocol != "reference":
         return mean_cell(values, metrics)
@@ -291,7 +373,9 @@ def _score_cell(values: Sequence[float | None], protocol: str, metrics: dict[str
 def _cell(grades: Sequence[Grade | None], protocol: str) -> Cell:
     """The score of some answers by ``protocol`` (CI from ``mean_ci``) with :data:`CELL_METRICS`."""
     summary = _summary(grades, protocol)
-    return _score_cell([value_of(g) for g in grades], protocol, {k: summary[k] for k in CELL_METRICS})
+    return _score_cell(
+        [value_of(g) for g in grades], protocol, {k: summary[k] for k in CELL_METRICS}
+    )
 
 
 def _summary(grades: Sequence[Grade | None], protocol: str) -> dict[str, Any]:

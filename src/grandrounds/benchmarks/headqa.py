@@ -30,12 +30,19 @@ our reading of the number, failed calls excluded from accuracy.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, RemoteFile, RunOptions
-from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, jinja_doc_to_text, lm_eval_file
+from grandrounds.benchmarks.mcq import (
+    LmEvalTask,
+    MultipleChoiceBenchmark,
+    cached,
+    jinja_doc_to_text,
+    lm_eval_file,
+)
 from grandrounds.benchmarks.readers.json_docs import read_json
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
@@ -51,21 +58,40 @@ COMMIT = "08b40747bf96ac40724210f9a2bae21b1332bc3a"
 _BASE = f"https://raw.githubusercontent.com/{REPO}/{COMMIT}/data"
 #: The published file of each language, and the folder it sits in (the archives' layout).
 FILES: dict[str, RemoteFile] = {
-    "es": RemoteFile(f"{_BASE}/HEAD/test_HEAD.json", "test_HEAD.json",
-                     "5d6e0779bf7456b9c686d5830947bd17cdad9476ee8c7d555ce2a31f38ca51ea"),
-    "en": RemoteFile(f"{_BASE}/HEAD_EN/test_HEAD_EN.json", "test_HEAD_EN.json",
-                     "41f9f178b5d363ecd665f56ecca42deff7834c66f491617cc2687bbcfccd03b7"),
+    "es": RemoteFile(
+        f"{_BASE}/HEAD/test_HEAD.json",
+        "test_HEAD.json",
+        "5d6e0779bf7456b9c686d5830947bd17cdad9476ee8c7d555ce2a31f38ca51ea",
+    ),
+    "en": RemoteFile(
+        f"{_BASE}/HEAD_EN/test_HEAD_EN.json",
+        "test_HEAD_EN.json",
+        "41f9f178b5d363ecd665f56ecca42deff7834c66f491617cc2687bbcfccd03b7",
+    ),
 }
 FOLDERS = {"es": "HEAD", "en": "HEAD_EN"}
 
 MEDMARKS_HEADQA = UpstreamFile(
-    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92",
-    "environments/head_qa/head_qa.py", "53235d55da33ed069cd7c064d207a71d664ec1a32fa78a566236b288e670c34f",
+    "medmarks-envs",
+    "tmabraham/med-lm-envs",
+    "7ee045209857f85e909670bcab4a5b7260eafe92",
+    "environments/head_qa/head_qa.py",
+    "53235d55da33ed069cd7c064d207a71d664ec1a32fa78a566236b288e670c34f",
 )
-HEADQA_EN = LmEvalTask("headqa_en", lm_eval_file(
-    "lm_eval/tasks/headqa/headqa_en.yaml", "abad869bf4a9c32fa00e300dd1bd8f3517af4363e8e8582f131315397be23cde"))
-HEADQA_ES = LmEvalTask("headqa_es", lm_eval_file(
-    "lm_eval/tasks/headqa/headqa_es.yaml", "48a2057a9450fea5fd7ae1c05a193483cb26dce6037da7a2dae414a467cf5aef"))
+HEADQA_EN = LmEvalTask(
+    "headqa_en",
+    lm_eval_file(
+        "lm_eval/tasks/headqa/headqa_en.yaml",
+        "abad869bf4a9c32fa00e300dd1bd8f3517af4363e8e8582f131315397be23cde",
+    ),
+)
+HEADQA_ES = LmEvalTask(
+    "headqa_es",
+    lm_eval_file(
+        "lm_eval/tasks/headqa/headqa_es.yaml",
+        "48a2057a9450fea5fd7ae1c05a193483cb26dce6037da7a2dae414a467cf5aef",
+    ),
+)
 
 #: Our generate prompt (numbered options, as the exam numbers them), per language.
 NUMBERED: dict[str, str] = {
@@ -89,15 +115,18 @@ _SPANISH = {
 _PROMPTS = {
     "generate": "Medmarks head_qa zero_shot_prompt (options numbered by aid; no system prompt)",
     "letter-loglik": "lm-eval headqa_en / headqa_es doc_to_text, the answer texts as choices",
-    "text-loglik": "ours", "next-token": "ours",
+    "text-loglik": "ours",
+    "next-token": "ours",
 }
 REFERENCE = Protocol(
     "reference",
     answer=OUR_ANSWER,  # Medmarks' environment fixes no sampling settings: greedy, 1,024 tokens (ours)
     extraction="generate: the option's number, our reading (verifiers' XML parser is not pinned); log-prob modes: argmax",
     aggregation="accuracy over every question (failed or unreadable = wrong); exam POINTS (+3/-1/0, blank = 0) beside it",
-    source=(f"{MEDMARKS_HEADQA.repo}@{MEDMARKS_HEADQA.commit[:7]} {MEDMARKS_HEADQA.path} (peer prompt); "
-            f"EleutherAI/lm-evaluation-harness@{HEADQA_EN.yaml.commit[:7]} headqa_en/headqa_es; points: Vilares & Gómez-Rodríguez 2019"),
+    source=(
+        f"{MEDMARKS_HEADQA.repo}@{MEDMARKS_HEADQA.commit[:7]} {MEDMARKS_HEADQA.path} (peer prompt); "
+        f"EleutherAI/lm-evaluation-harness@{HEADQA_EN.yaml.commit[:7]} headqa_en/headqa_es; points: Vilares & Gómez-Rodríguez 2019"
+    ),
     settings={"prompt": _PROMPTS},
 )
 GRANDROUNDS = ours(
@@ -123,12 +152,24 @@ class HeadQA(MultipleChoiceBenchmark):
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {
         "generate": "reference: Medmarks' prompt and wording; grandrounds: ours in the question's language; both greedy, "
-                    "both read the option number; reference counts a failed call wrong, grandrounds leaves it out",
+        "both read the option number; reference counts a failed call wrong, grandrounds leaves it out",
         "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
     }
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("language", str, "en", "en: the English machine translation (test_HEAD_EN.json); es: the Spanish original", ("en", "es")),
-        Param("images", str, "keep", "keep: ask the 67 questions that refer to an image as text; skip: leave them out", ("keep", "skip")),
+        Param(
+            "language",
+            str,
+            "en",
+            "en: the English machine translation (test_HEAD_EN.json); es: the Spanish original",
+            ("en", "es"),
+        ),
+        Param(
+            "images",
+            str,
+            "keep",
+            "keep: ask the 67 questions that refer to an image as text; skip: leave them out",
+            ("keep", "skip"),
+        ),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -139,7 +180,10 @@ class HeadQA(MultipleChoiceBenchmark):
         self.file = FILES[self.lang]
         self.remote_files = (self.file,)  # type: ignore[misc]
         self.lm_eval = HEADQA_EN if self.lang == "en" else HEADQA_ES  # type: ignore[misc]
-        self.template_overrides = {"generate_numbered": NUMBERED[self.lang], **(_SPANISH if self.lang == "es" else {})}  # type: ignore[misc]
+        self.template_overrides = {
+            "generate_numbered": NUMBERED[self.lang],
+            **(_SPANISH if self.lang == "es" else {}),
+        }  # type: ignore[misc]
 
     def upstream_files(self) -> tuple[UpstreamFile, ...]:
         return (MEDMARKS_HEADQA, HEADQA_EN.yaml) + ((HEADQA_ES.yaml,) if self.lang == "es" else ())
@@ -157,7 +201,11 @@ class HeadQA(MultipleChoiceBenchmark):
             raise DataError(root, None, "file or directory not found")
         path = self.data_files(root)[0]
         if not path.exists():
-            raise DataError(path, None, f"file not found (expected {self.file.filename} in {root} or {root / FOLDERS[self.lang]})")
+            raise DataError(
+                path,
+                None,
+                f"file not found (expected {self.file.filename} in {root} or {root / FOLDERS[self.lang]})",
+            )
         doc = read_json(path)
         if not isinstance(doc, dict) or not isinstance(doc.get("exams"), dict) or not doc["exams"]:
             raise DataError(path, None, "expected a JSON object with a non-empty 'exams' object")
@@ -184,18 +232,33 @@ class HeadQA(MultipleChoiceBenchmark):
             raise DataError(path, where, "field 'answers' must be a list of 2 to 10 answers")
         aids = [a.get("aid") if isinstance(a, dict) else None for a in answers]
         if aids != list(range(1, len(answers) + 1)):
-            raise DataError(path, where, f"answer ids must be 1..{len(answers)} in order, got {aids}")
+            raise DataError(
+                path, where, f"answer ids must be 1..{len(answers)} in order, got {aids}"
+            )
         if not all(isinstance(a.get("atext"), str) and a["atext"].strip() for a in answers):
             raise DataError(path, where, "an answer has an empty 'atext'")
         ra = str(q["ra"]).strip()
-        if not ra.isdigit() or not 1 <= int(ra) <= len(answers):  # ra is a string, aid an int (SOURCE.md quirk)
-            raise DataError(path, where, f"right answer 'ra' {q['ra']!r} is not one of the answer ids 1..{len(answers)}")
+        if not ra.isdigit() or not 1 <= int(ra) <= len(
+            answers
+        ):  # ra is a string, aid an int (SOURCE.md quirk)
+            raise DataError(
+                path,
+                where,
+                f"right answer 'ra' {q['ra']!r} is not one of the answer ids 1..{len(answers)}",
+            )
         choices = {LETTERS[k]: a["atext"] for k, a in enumerate(answers)}
         image = q.get("image") or ""
         return self.make_sample(
-            f"{exam_key}-{q['qid']}", q["qtext"], choices, LETTERS[int(ra) - 1],
-            exam=exam_key, category=str(exam["category"]), year=str(exam["year"]), qid=str(q["qid"]),
-            image="yes" if str(image).strip() else "no", image_path=str(image),
+            f"{exam_key}-{q['qid']}",
+            q["qtext"],
+            choices,
+            LETTERS[int(ra) - 1],
+            exam=exam_key,
+            category=str(exam["category"]),
+            year=str(exam["year"]),
+            qid=str(q["qid"]),
+            image="yes" if str(image).strip() else "no",
+            image_path=str(image),
         )
 
     # ---- prompts -----------------------------------------------------------------------
@@ -205,42 +268,81 @@ class HeadQA(MultipleChoiceBenchmark):
             return super()._render(metadata, choices, mode)
         options = "\n".join(f"{i}. {text}" for i, text in enumerate(choices.values(), 1))
         numbers = "/".join(str(i) for i in range(1, len(choices) + 1))
-        return self.templates["generate_numbered"].format(question=metadata["question"], options=options, numbers=numbers)
+        return self.templates["generate_numbered"].format(
+            question=metadata["question"], options=options, numbers=numbers
+        )
 
     def reference_prompt(self, sample: Sample) -> str:
         """Medmarks' ``zero_shot_prompt`` (read from head_qa.py): the question stripped, then one line per
         option, ``{aid}. {atext.strip()}`` (the line's f-string read from the file), joined by newlines."""
         template = cached(python_string, MEDMARKS_HEADQA, "prompt", within="zero_shot_prompt")
-        line = cached(python_fstring, MEDMARKS_HEADQA, within="zero_shot_prompt", fields=("a['aid']", "a['atext'].strip()"))
-        options = "\n".join(line.render({"a['aid']": i, "a['atext'].strip()": text.strip()})
-                            for i, text in enumerate(sample.choices.values(), 1))
-        return template.render(question_text=sample.metadata["question"].strip(), options_text=options)
+        line = cached(
+            python_fstring,
+            MEDMARKS_HEADQA,
+            within="zero_shot_prompt",
+            fields=("a['aid']", "a['atext'].strip()"),
+        )
+        options = "\n".join(
+            line.render({"a['aid']": i, "a['atext'].strip()": text.strip()})
+            for i, text in enumerate(sample.choices.values(), 1)
+        )
+        return template.render(
+            question_text=sample.metadata["question"].strip(), options_text=options
+        )
 
     def lm_eval_context(self, sample: Sample) -> str:
         """lm-eval headqa's ``doc_to_text`` (headqa_en.yaml; headqa_es.yaml includes it) over ``qtext``."""
         if self.lang == "es" and cached(yaml_value, HEADQA_ES.yaml, "include") != "headqa_en.yaml":
-            raise DataError(HEADQA_ES.yaml.url, None, "headqa_es.yaml no longer includes headqa_en.yaml")
-        return jinja_doc_to_text(str(cached(yaml_value, HEADQA_EN.yaml, "doc_to_text")), {"qtext": sample.metadata["question"]})
+            raise DataError(
+                HEADQA_ES.yaml.url, None, "headqa_es.yaml no longer includes headqa_en.yaml"
+            )
+        return jinja_doc_to_text(
+            str(cached(yaml_value, HEADQA_EN.yaml, "doc_to_text")),
+            {"qtext": sample.metadata["question"]},
+        )
 
     def letter_loglik_request(self, sample: Sample) -> tuple[str, tuple[str, ...]]:
         """lm-eval headqa's request: the context, then each answer text (``doc_to_choice``: the
         ``atext`` of every answer, in order) after the target delimiter."""
-        conts = option_continuations(sample.choices, "letter-loglik", self.language, self.loglik_labels)
+        conts = option_continuations(
+            sample.choices, "letter-loglik", self.language, self.loglik_labels
+        )
         return self.lm_eval_context(sample), tuple(conts.values())
 
     # ---- aggregation -------------------------------------------------------------------
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Accuracy (the exam layer's), and each exam's POINTS in its breakdown cell."""
         agg = super().aggregate(samples, grades, options)
         per_exam = agg.extra["points_per_exam"]
-        exams = {k: replace(c, metrics={**c.metrics, "points": per_exam.get(k), "max_points": 3 * (c.n + c.n_unscored)})
-                 for k, c in agg.breakdown.get("exam", {}).items()}
+        exams = {
+            k: replace(
+                c,
+                metrics={
+                    **c.metrics,
+                    "points": per_exam.get(k),
+                    "max_points": 3 * (c.n + c.n_unscored),
+                },
+            )
+            for k, c in agg.breakdown.get("exam", {}).items()
+        }
         return replace(agg, breakdown={**agg.breakdown, "exam": exams})
 
-    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+    def extra_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
         return _points(pairs, values)
 
-    def other_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+    def other_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
         return {"points": _points(pairs, values)["points"]}
 
 
@@ -251,7 +353,9 @@ def _outcome(grade: Grade, value: float | None) -> bool | None:
     return value == 1.0
 
 
-def _points(pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None]) -> dict[str, Any]:
+def _points(
+    pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None]
+) -> dict[str, Any]:
     """Exam POINTS: per exam, their total and mean, and how many questions were left blank."""
     by_exam: dict[str, list[bool | None]] = {}
     for (s, g), v in zip(pairs, values):
@@ -263,4 +367,3 @@ def _points(pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None
         "mean_points_per_exam": sum(per_exam.values()) / len(per_exam) if per_exam else None,
         "n_blank": sum(o is None for v in by_exam.values() for o in v),
     }
-

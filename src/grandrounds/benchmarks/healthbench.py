@@ -44,9 +44,10 @@ Where the reference differs from the official code (checked in tests/test_health
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -54,8 +55,8 @@ from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, check_points
 from grandrounds.core.errors import ConfigError, DataError
-from grandrounds.core.registry import Spec
 from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.scoring.healthbench import (
     ClippedStat,
     aggregate_metrics,
@@ -68,6 +69,8 @@ from grandrounds.sources.healthbench import BATCHED_IS_OURS, JUDGE_MODES, PROTOC
 BASE_URL = "https://openaipublic.blob.core.windows.net/simple-evals/healthbench/"
 #: Tag families reported in the breakdown, in display order (example tags first).
 FAMILIES = ("theme", "physician_agreed_category", "axis", "level", "cluster")
+
+
 def _remote(filename: str, sha256: str | None) -> RemoteFile:
     return RemoteFile(url=BASE_URL + filename, filename=filename, sha256=sha256)
 
@@ -90,7 +93,11 @@ def parse_record(rec: Any, path: Path, line: int, benchmark: str) -> Sample:
         raise DataError(path, line, f"{pid}: prompt must be a non-empty list of messages")
     messages = []
     for m in prompt:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get("role"), str)
+            or not isinstance(m.get("content"), str)
+        ):
             raise DataError(path, line, f"{pid}: each prompt message needs string role and content")
         messages.append(Message(m["role"], m["content"]))
     rubrics = rec.get("rubrics")
@@ -99,10 +106,24 @@ def parse_record(rec: Any, path: Path, line: int, benchmark: str) -> Sample:
     rubric = []
     for i, r in enumerate(rubrics):
         pts = r.get("points") if isinstance(r, dict) else None
-        if not isinstance(r, dict) or not isinstance(r.get("criterion"), str) or isinstance(pts, bool) or not isinstance(pts, (int, float)):
-            raise DataError(path, line, f"{pid}: rubric item {i} needs a string criterion and numeric points")
+        if (
+            not isinstance(r, dict)
+            or not isinstance(r.get("criterion"), str)
+            or isinstance(pts, bool)
+            or not isinstance(pts, (int, float))
+        ):
+            raise DataError(
+                path, line, f"{pid}: rubric item {i} needs a string criterion and numeric points"
+            )
         # points keep their JSON type: the official prompt shows str(points) ("[5]" vs "[5.0]")
-        rubric.append(Criterion(str(i), r["criterion"], pts, tuple(_str_list(r.get("tags", []), path, line, f"{pid}: rubric item {i} tags"))))
+        rubric.append(
+            Criterion(
+                str(i),
+                r["criterion"],
+                pts,
+                tuple(_str_list(r.get("tags", []), path, line, f"{pid}: rubric item {i} tags")),
+            )
+        )
     check_points(path, line, f"{pid}: ", (c.points for c in rubric))
     if not any(c.points > 0 for c in rubric):
         raise DataError(path, line, f"{pid}: rubric has no positive points, so no score is defined")
@@ -125,7 +146,10 @@ class HealthBench(Benchmark):
     description = "OpenAI HealthBench: rubric-graded health conversations (LLM judge)"
     language = "en"
     remote_files = (
-        _remote("2025-05-07-06-14-12_oss_eval.jsonl", "e99dd3c6372c10d6fcc5e385c5fae69d0dd40392dae56836ef9493ae324ecd2f"),
+        _remote(
+            "2025-05-07-06-14-12_oss_eval.jsonl",
+            "e99dd3c6372c10d6fcc5e385c5fae69d0dd40392dae56836ef9493ae324ecd2f",
+        ),
     )
     needs_judge = True
     judge_modes = JUDGE_MODES
@@ -148,14 +172,18 @@ class HealthBench(Benchmark):
             seen.add(sample.id, n, f"duplicate prompt_id {sample.id}")
             yield sample
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         return Prompt(sample.messages)
 
     def grader_spec(self, options: RunOptions) -> Spec:
         mode = JUDGE_MODES[0] if options.judge_mode == "default" else options.judge_mode
         return Spec("healthbench", {"mode": mode, "protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Clipped mean over scored examples and per-tag metrics, the chosen protocol's way.
 
         ``reference``: an example counts only with every criterion judged; statistics as
@@ -165,11 +193,17 @@ class HealthBench(Benchmark):
         """
         by_id = {s.id: s for s in samples}
         pairs = ((by_id[g.sample_id], g) for g in grades if g.sample_id in by_id)
-        return self.aggregate_summaries([self.summarize(s, g, options) for s, g in pairs], options, n_grades=len(grades))
+        return self.aggregate_summaries(
+            [self.summarize(s, g, options) for s, g in pairs], options, n_grades=len(grades)
+        )
 
-    def summarize(self, sample: Sample, grade: Grade, options: RunOptions) -> "ExampleSummary":
+    def summarize(self, sample: Sample, grade: Grade, options: RunOptions) -> ExampleSummary:
         """The numbers the aggregate uses of one graded conversation (its metrics, or its tags when unscored)."""
-        metrics = None if grade.value is None else _example_metrics(sample, grade, options.protocol == "reference")
+        metrics = (
+            None
+            if grade.value is None
+            else _example_metrics(sample, grade, options.protocol == "reference")
+        )
         other = grade.details.get("other_value")
         return ExampleSummary(
             metrics=metrics,
@@ -181,7 +215,9 @@ class HealthBench(Benchmark):
             tags=frozenset(_tags(sample)) if metrics is None else frozenset(),
         )
 
-    def aggregate_summaries(self, summaries: Sequence[Any], options: RunOptions, n_grades: int | None = None) -> Aggregate:
+    def aggregate_summaries(
+        self, summaries: Sequence[Any], options: RunOptions, n_grades: int | None = None
+    ) -> Aggregate:
         """The aggregate from each conversation's :class:`ExampleSummary`, in sample order."""
         reference = options.protocol == "reference"
         per_example: list[Mapping[str, float]] = []
@@ -237,7 +273,12 @@ class ExampleSummary:
 
 
 def judged_extra(
-    options: RunOptions, known: int, total: int, n_unknown: int, unscored_unknown: int, others: Sequence[float],
+    options: RunOptions,
+    known: int,
+    total: int,
+    n_unknown: int,
+    unscored_unknown: int,
+    others: Sequence[float],
     differs: Mapping[str, str],
 ) -> dict[str, Any]:
     """What a rubric-judged headline shows beside it: the verdicts' coverage, the unknown verdicts and
@@ -275,7 +316,9 @@ def _example_metrics(sample: Sample, grade: Grade, reference: bool) -> Mapping[s
     status = {v.criterion_id: v.status for v in grade.verdicts}
     if any(status.get(c.id) not in ("met", "unmet") for c in sample.rubric):
         return None
-    return reference_example_metrics(sample.rubric, [status[c.id] == "met" for c in sample.rubric], tags)
+    return reference_example_metrics(
+        sample.rubric, [status[c.id] == "met" for c in sample.rubric], tags
+    )
 
 
 def _tags(sample: Sample) -> set[str]:
@@ -283,7 +326,9 @@ def _tags(sample: Sample) -> set[str]:
     return set(sample.metadata.get("example_tags", ())) | {t for c in sample.rubric for t in c.tags}
 
 
-def _tag_breakdown(stats: Mapping[str, ClippedStat], unscored: Mapping[str, int]) -> dict[str, dict[str, Cell]]:
+def _tag_breakdown(
+    stats: Mapping[str, ClippedStat], unscored: Mapping[str, int]
+) -> dict[str, dict[str, Cell]]:
     """``family:value`` tag metrics as families of cells: :data:`FAMILIES` first, empty ones left out.
 
     A cell's score is the clipped mean with its bootstrap CI (``bootstrap_std`` in metrics);

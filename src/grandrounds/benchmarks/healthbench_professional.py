@@ -51,8 +51,9 @@ Where the reference differs (checked in tests/test_healthbench_professional.py):
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,12 @@ from grandrounds.benchmarks.readers.records import IdSet, check_points
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
 from grandrounds.core.registry import Spec
-from grandrounds.scoring.healthbench import ClippedStat, aggregate_metrics, clipped_stat, reference_aggregate
+from grandrounds.scoring.healthbench import (
+    ClippedStat,
+    aggregate_metrics,
+    clipped_stat,
+    reference_aggregate,
+)
 from grandrounds.sources.downloads import RemoteFile
 from grandrounds.sources.healthbench import JUDGE_MODES
 from grandrounds.sources.healthbench_professional import PRO_REPOSITORY, PROTOCOLS, length_settings
@@ -79,11 +85,21 @@ DATA_FILE = "healthbench_professional_eval.jsonl"
 def _messages(conv: Any, path: Path, line: int, tid: str) -> tuple[Message, ...]:
     msgs = conv.get("messages") if isinstance(conv, dict) else conv
     if not isinstance(msgs, list) or not msgs:
-        raise DataError(path, line, f"{tid}: conversation must be a non-empty list of messages (or an object with one under messages)")
+        raise DataError(
+            path,
+            line,
+            f"{tid}: conversation must be a non-empty list of messages (or an object with one under messages)",
+        )
     out = []
     for m in msgs:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise DataError(path, line, f"{tid}: each conversation message needs string role and content")
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get("role"), str)
+            or not isinstance(m.get("content"), str)
+        ):
+            raise DataError(
+                path, line, f"{tid}: each conversation message needs string role and content"
+            )
         out.append(Message(m["role"], m["content"]))
     return tuple(out)
 
@@ -102,9 +118,20 @@ def parse_task(rec: Mapping[str, Any], path: Path, line: int, benchmark: str) ->
     rubric = []
     for i, it in enumerate(items):
         pts = it.get("points") if isinstance(it, dict) else None
-        if not isinstance(it, dict) or not isinstance(it.get("criterion_text"), str) or isinstance(pts, bool) or not isinstance(pts, (int, float)):
-            raise DataError(path, line, f"{tid}: rubric item {i} needs a string criterion_text and numeric points")
-        rubric.append(Criterion(str(i), it["criterion_text"], pts))  # points as loaded: the prompt shows str(points)
+        if (
+            not isinstance(it, dict)
+            or not isinstance(it.get("criterion_text"), str)
+            or isinstance(pts, bool)
+            or not isinstance(pts, (int, float))
+        ):
+            raise DataError(
+                path,
+                line,
+                f"{tid}: rubric item {i} needs a string criterion_text and numeric points",
+            )
+        rubric.append(
+            Criterion(str(i), it["criterion_text"], pts)
+        )  # points as loaded: the prompt shows str(points)
     check_points(path, line, f"{tid}: ", (c.points for c in rubric))
     if not any(c.points > 0 for c in rubric):
         raise DataError(path, line, f"{tid}: rubric has no positive points, so no score is defined")
@@ -132,7 +159,11 @@ class HealthBenchProfessional(HealthBench):
     name = "healthbench-professional"
     description = "OpenAI HealthBench Professional: clinician chat tasks, length-adjusted rubric score (LLM judge)"
     remote_files = (
-        RemoteFile(url=f"https://raw.githubusercontent.com/{PRO_REPOSITORY[1]}/{PRO_REPOSITORY[2]}/data/assets/{DATA_FILE}", filename=DATA_FILE, sha256=None),
+        RemoteFile(
+            url=f"https://raw.githubusercontent.com/{PRO_REPOSITORY[1]}/{PRO_REPOSITORY[2]}/data/assets/{DATA_FILE}",
+            filename=DATA_FILE,
+            sha256=None,
+        ),
     )
     judge_modes = JUDGE_MODES
     protocols = PROTOCOLS
@@ -153,7 +184,9 @@ class HealthBenchProfessional(HealthBench):
         mode = JUDGE_MODES[0] if options.judge_mode == "default" else options.judge_mode
         return Spec("healthbench-professional", {"mode": mode, "protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """The length-adjusted clipped mean (headline), the unadjusted one, and the four breakdowns.
 
         Per example, the metrics in the reference's order (``overall_score``,
@@ -185,12 +218,16 @@ class HealthBenchProfessional(HealthBench):
                 continue
             overall = float(g.details["overall_score"])
             metrics = {"overall_score": overall, "overall_score_length_adjusted": g.value}
-            metrics.update({tag: overall for tag in tags})
+            metrics.update(dict.fromkeys(tags, overall))
             per_example.append(metrics)
             for tag in tags:
                 adjusted_by_tag.setdefault(tag, []).append(g.value)
             chars.append(int(g.details.get("response_chars", 0)))
-        stats = reference_aggregate(per_example, seed=options.seed) if reference else aggregate_metrics(per_example, seed=options.seed)
+        stats = (
+            reference_aggregate(per_example, seed=options.seed)
+            if reference
+            else aggregate_metrics(per_example, seed=options.seed)
+        )
         head = stats.get("overall_score_length_adjusted")
         plain = stats.get("overall_score")
         center, penalty = length_settings()
@@ -221,7 +258,12 @@ OTHER_DIFFERS = {
 }
 
 
-def _breakdown(stats: Mapping[str, ClippedStat], adjusted: Mapping[str, Sequence[float]], unscored: Mapping[str, int], seed: int) -> dict[str, dict[str, Cell]]:
+def _breakdown(
+    stats: Mapping[str, ClippedStat],
+    adjusted: Mapping[str, Sequence[float]],
+    unscored: Mapping[str, int],
+    seed: int,
+) -> dict[str, dict[str, Cell]]:
     """Per family (use case, type, difficulty, specialty): the length-adjusted clipped mean per value,
     with the reference's unadjusted tag metric beside it."""
     out: dict[str, dict[str, Cell]] = {f: {} for f in FAMILIES}
@@ -236,7 +278,10 @@ def _breakdown(stats: Mapping[str, ClippedStat], adjusted: Mapping[str, Sequence
             metrics["unadjusted"] = plain.score
             metrics["unadjusted_bootstrap_std"] = plain.std
         out.setdefault(family, {})[value] = Cell(
-            score=adj.score if adj else None, n=adj.n if adj else 0, n_unscored=unscored.get(tag, 0),
-            ci95=adj.ci95 if adj else None, metrics=metrics,
+            score=adj.score if adj else None,
+            n=adj.n if adj else 0,
+            n_unscored=unscored.get(tag, 0),
+            ci95=adj.ci95 if adj else None,
+            metrics=metrics,
         )
     return {f: cells for f, cells in out.items() if cells}

@@ -25,12 +25,19 @@ import hashlib
 import json
 import re
 import zipfile
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
-from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params, images_dataset_hash, prepare
+from grandrounds.benchmarks.images import (
+    ImageLoader,
+    ImagePrep,
+    image_params,
+    images_dataset_hash,
+    prepare,
+)
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
 from grandrounds.benchmarks.readers.decoding import read_text
 from grandrounds.benchmarks.readers.lines import iter_csv
@@ -45,12 +52,23 @@ from grandrounds.sources.protocols import OUR_ANSWER, Protocol
 
 def image_exam_protocols(peer: str) -> dict[str, Protocol]:
     """Both presets send our prompt and read our way; they differ in what a failed call counts."""
-    prompt = {"generate": "ours (images, then the question and lettered options; no official prompt to read)"}
-    ref = Protocol("reference", answer=OUR_ANSWER,
-                   extraction="our reading of the option letter (choice_extract.py); no official reading published",
-                   aggregation="accuracy over every item: a failed or unreadable answer counts wrong",
-                   source=f"ours (no official prompt for chat models; named peer: {peer})", settings={"prompt": prompt})
-    ours = replace(ref, name="grandrounds", aggregation="accuracy over answered items: failed calls excluded and counted", source="ours")
+    prompt = {
+        "generate": "ours (images, then the question and lettered options; no official prompt to read)"
+    }
+    ref = Protocol(
+        "reference",
+        answer=OUR_ANSWER,
+        extraction="our reading of the option letter (choice_extract.py); no official reading published",
+        aggregation="accuracy over every item: a failed or unreadable answer counts wrong",
+        source=f"ours (no official prompt for chat models; named peer: {peer})",
+        settings={"prompt": prompt},
+    )
+    ours = replace(
+        ref,
+        name="grandrounds",
+        aggregation="accuracy over answered items: failed calls excluded and counted",
+        source="ours",
+    )
     return {"reference": ref, "grandrounds": ours}
 
 
@@ -60,8 +78,10 @@ class ImageExam(MultipleChoiceBenchmark):
     has_images: ClassVar[bool] = True
     answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate",)
     reference_reading = "ours"
-    protocol_differences = {"generate": "same prompt and reading; reference counts failed calls wrong, grandrounds leaves them out",
-                            "logprob": "not offered"}
+    protocol_differences = {
+        "generate": "same prompt and reading; reference counts failed calls wrong, grandrounds leaves them out",
+        "logprob": "not offered",
+    }
     parameters: ClassVar[tuple[Param, ...]] = image_params()
 
     def __init__(self, **params: Any) -> None:
@@ -84,8 +104,14 @@ class ImageExam(MultipleChoiceBenchmark):
         if hit is None:
             self.images.bytes_read += len(raw)
             data, media, w, h = prepare(raw, self.prep, where, record)
-            hit = self._from_bytes[key] = ImagePart(hashlib.sha256(data).hexdigest(), media, detail=self.prep.image_detail,
-                                                    data=data, width=w, height=h)
+            hit = self._from_bytes[key] = ImagePart(
+                hashlib.sha256(data).hexdigest(),
+                media,
+                detail=self.prep.image_detail,
+                data=data,
+                width=w,
+                height=h,
+            )
         return hit
 
     def shown_images(self, images: Sequence[ImagePart]) -> tuple[ImagePart, ...]:
@@ -96,11 +122,22 @@ class ImageExam(MultipleChoiceBenchmark):
             return tuple(self.images.blank(i.width or 1, i.height or 1) for i in images)
         return tuple(images)
 
-    def exam_sample(self, sid: str, question: str, choices: Mapping[str, str], target: str,
-                    images: Sequence[ImagePart], **meta: Any) -> Sample:
+    def exam_sample(
+        self,
+        sid: str,
+        question: str,
+        choices: Mapping[str, str],
+        target: str,
+        images: Sequence[ImagePart],
+        **meta: Any,
+    ) -> Sample:
         """A multiple-choice item with its images (as the probe shows them); their hashes kept in metadata."""
         shown = self.shown_images(images)
-        meta = {**meta, "image_sha256": [i.sha256 for i in images], **({"probe": self.image_probe} if self.image_probe else {})}
+        meta = {
+            **meta,
+            "image_sha256": [i.sha256 for i in images],
+            **({"probe": self.image_probe} if self.image_probe else {}),
+        }
         return self.make_sample(sid, question, choices, target, images=shown, **meta)
 
     def reference_prompt(self, sample: Sample) -> str:
@@ -109,13 +146,17 @@ class ImageExam(MultipleChoiceBenchmark):
 
     def dataset_hash(self, root: Path) -> str:
         """The data files' hash with that of every image the items show (an image changed is another dataset)."""
-        return images_dataset_hash(super().dataset_hash(root), self.load(root), self.prep, probe=self.image_probe)
+        return images_dataset_hash(
+            super().dataset_hash(root), self.load(root), self.prep, probe=self.image_probe
+        )
 
 
 def check_options(path: Path, where: object, options: Mapping[str, str], key: str) -> None:
     """Options lettered A.. in order, each non-empty, the key one of them."""
     if len(options) < 2 or "".join(options) != LETTERS[: len(options)]:
-        raise DataError(path, where, f"options must be lettered A.. in order (got {''.join(options)!r})")
+        raise DataError(
+            path, where, f"options must be lettered A.. in order (got {''.join(options)!r})"
+        )
     if not all(isinstance(v, str) and v.strip() for v in options.values()):
         raise DataError(path, where, "an option text is empty")
     if key not in options:
@@ -141,9 +182,25 @@ class PMCVQA(ImageExam):
     name = "pmc-vqa"
     description = "PMC-VQA (images), 4-option questions on PubMed Central figures; test_clean split 2,000 (--data); accuracy"
     protocols = image_exam_protocols("evalscope pmc_vqa adapter @ fde259d")
-    parameters = (Param("split", str, "test_clean", "test_clean (2,000, the authors' cleaned set) | test", choices=("test_clean", "test")),
-                  *image_params())
-    COLUMNS = ("Figure_path", "Question", "Choice A", "Choice B", "Choice C", "Choice D", "Answer_label")
+    parameters = (
+        Param(
+            "split",
+            str,
+            "test_clean",
+            "test_clean (2,000, the authors' cleaned set) | test",
+            choices=("test_clean", "test"),
+        ),
+        *image_params(),
+    )
+    COLUMNS = (
+        "Figure_path",
+        "Question",
+        "Choice A",
+        "Choice B",
+        "Choice C",
+        "Choice D",
+        "Answer_label",
+    )
 
     def data_files(self, root: Path) -> list[Path]:
         path = root if root.is_file() else root / f"{self.param('split')}.csv"
@@ -157,12 +214,22 @@ class PMCVQA(ImageExam):
             seen = IdSet(path)
             for line, row in iter_csv(path, self.COLUMNS):
                 where = f"line {line} ({row['Figure_path']})"
-                options = {k: _PMC_PREFIX.sub("", str(row[f"Choice {k}"] or ""), count=1).strip() for k in "ABCD"}
+                options = {
+                    k: _PMC_PREFIX.sub("", str(row[f"Choice {k}"] or ""), count=1).strip()
+                    for k in "ABCD"
+                }
                 key = str(row["Answer_label"] or "").strip()
                 check_options(path, where, options, key)
                 name = str(row["Figure_path"] or "").strip()
                 sid = seen.add(f"{self.param('split')}-{line}", where)
-                yield self.exam_sample(sid, str(row["Question"]).strip(), options, key, [figure(name, where)], figure_path=name)
+                yield self.exam_sample(
+                    sid,
+                    str(row["Question"]).strip(),
+                    options,
+                    key,
+                    [figure(name, where)],
+                    figure_path=name,
+                )
         if not len(seen):
             raise DataError(path, None, "no questions")
 
@@ -178,6 +245,7 @@ class PMCVQA(ImageExam):
         except (zipfile.BadZipFile, OSError) as e:
             raise DataError(zipped, None, f"not a readable zip archive ({e})") from None
         with opened as archive:
+
             def figure(name: str, where: object) -> ImagePart:
                 try:
                     raw = archive.read(f"images/{name}")
@@ -206,16 +274,32 @@ class OmniMedVQA(ImageExam):
     name = "omnimedvqa"
     description = "OmniMedVQA (images), 2-4 option questions over 12 modalities, open-access part (--data); accuracy by modality"
     protocols = image_exam_protocols("MedEvalKit OmniMedVQA")
-    parameters = (Param("access", str, "open", "open (Open-access, public) | all (with Restricted-access)", choices=("open", "all")),
-                  *image_params())
+    parameters = (
+        Param(
+            "access",
+            str,
+            "open",
+            "open (Open-access, public) | all (with Restricted-access)",
+            choices=("open", "all"),
+        ),
+        *image_params(),
+    )
     category_fields = ("modality", "question_type", "dataset")
 
     def data_files(self, root: Path) -> list[Path]:
         base = root / "OmniMedVQA" if (root / "OmniMedVQA" / "QA_information").is_dir() else root
-        parts = ("Open-access",) if self.param("access") == "open" else ("Open-access", "Restricted-access")
+        parts = (
+            ("Open-access",)
+            if self.param("access") == "open"
+            else ("Open-access", "Restricted-access")
+        )
         files = sorted(f for part in parts for f in (base / "QA_information" / part).glob("*.json"))
         if not files:
-            raise DataError(base / "QA_information" / parts[0], None, "no question files (<dataset>.json) under it")
+            raise DataError(
+                base / "QA_information" / parts[0],
+                None,
+                "no question files (<dataset>.json) under it",
+            )
         return files
 
     def records(self, root: Path) -> Iterator[Sample]:
@@ -233,22 +317,35 @@ class OmniMedVQA(ImageExam):
             raise DataError(root, None, "no questions")
 
     def _item(self, path: Path, i: int, rec: Any, seen: IdSet) -> Sample:
-        where = f"record {i} (question_id {rec.get('question_id') if isinstance(rec, dict) else '?'})"
+        where = (
+            f"record {i} (question_id {rec.get('question_id') if isinstance(rec, dict) else '?'})"
+        )
         if not isinstance(rec, dict):
             raise DataError(path, where, "not a JSON object")
         for field in ("question_id", "question", "gt_answer", "image_path", "option_A", "option_B"):
             if rec.get(field) in (None, ""):
                 raise DataError(path, where, f"missing field {field!r}")
-        options = {k: str(rec[f"option_{k}"]) for k in "ABCD" if rec.get(f"option_{k}") not in (None, "")}
-        key = next((k for k, v in options.items() if v.strip() == str(rec["gt_answer"]).strip()), "")
+        options = {
+            k: str(rec[f"option_{k}"]) for k in "ABCD" if rec.get(f"option_{k}") not in (None, "")
+        }
+        key = next(
+            (k for k, v in options.items() if v.strip() == str(rec["gt_answer"]).strip()), ""
+        )
         if not key:
             raise DataError(path, where, f"gt_answer {rec['gt_answer']!r} is none of the options")
         check_options(path, where, options, key)
         sid = seen.add(f"{path.stem}/{rec['question_id']}", where)
         image = self.images.part(path.parents[2] / str(rec["image_path"]), where)
-        return self.exam_sample(sid, str(rec["question"]).strip(), options, key, [image],
-                                modality=rec.get("modality_type") or rec.get("modality"), question_type=rec.get("question_type"),
-                                dataset=rec.get("dataset") or path.stem)
+        return self.exam_sample(
+            sid,
+            str(rec["question"]).strip(),
+            options,
+            key,
+            [image],
+            modality=rec.get("modality_type") or rec.get("modality"),
+            question_type=rec.get("question_type"),
+            dataset=rec.get("dataset") or path.stem,
+        )
 
 
 # ---- GMAI-MMBench --------------------------------------------------------------------------------
@@ -275,13 +372,19 @@ class GMAIMMBench(ImageExam):
     description = "GMAI-MMBench (images), validation split, options A-E, by clinical task / department / granularity (--data); accuracy"
     protocols = image_exam_protocols("VLMEvalKit GMAIMMBenchDataset (exact matching)")
     category_fields = ("clinical_vqa_task", "department", "perceptual_granularity", "modality")
-    LABELS = {"clinical vqa task": "clinical_vqa_task", "department": "department",
-              "perceptual granularity": "perceptual_granularity", "modality": "modality"}
+    LABELS = {
+        "clinical vqa task": "clinical_vqa_task",
+        "department": "department",
+        "perceptual granularity": "perceptual_granularity",
+        "modality": "modality",
+    }
 
     def data_files(self, root: Path) -> list[Path]:
         path = root if root.is_file() else root / "GMAI-MMBench_VAL.tsv"
         if not path.is_file():
-            raise DataError(path, None, f"file not found (expected GMAI-MMBench_VAL.tsv under {root})")
+            raise DataError(
+                path, None, f"file not found (expected GMAI-MMBench_VAL.tsv under {root})"
+            )
         return [path]
 
     def records(self, root: Path) -> Iterator[Sample]:
@@ -290,13 +393,19 @@ class GMAIMMBench(ImageExam):
         seen = IdSet(path)
         for line, row in _tsv_rows(path):
             where = f"line {line} (index {row.get('index')})"
-            options = {k: str(row[k]).strip() for k in LETTERS[:10] if str(row.get(k) or "").strip() not in ("", "nan")}
+            options = {
+                k: str(row[k]).strip()
+                for k in LETTERS[:10]
+                if str(row.get(k) or "").strip() not in ("", "nan")
+            }
             key = str(row.get("answer") or "").strip()
             check_options(path, where, options, key)
             cell = str(row.get("image") or "").strip()
             if len(cell) < _REF_CELL:
                 if cell not in shared:
-                    raise DataError(path, where, f"image cell {cell!r} names no earlier row's image")
+                    raise DataError(
+                        path, where, f"image cell {cell!r} names no earlier row's image"
+                    )
                 image = shared[cell]
             else:
                 try:
@@ -305,8 +414,14 @@ class GMAIMMBench(ImageExam):
                     raise DataError(path, where, "image cell is not base64") from None
                 image = shared[str(row["index"]).strip()] = self.image_from_bytes(raw, path, where)
             sid = seen.add(str(row["index"]).strip(), where)
-            labels = {ours: row[theirs] for theirs, ours in self.LABELS.items() if row.get(theirs) not in (None, "")}
-            yield self.exam_sample(sid, str(row["question"]).strip(), options, key, [image], **labels)
+            labels = {
+                ours: row[theirs]
+                for theirs, ours in self.LABELS.items()
+                if row.get(theirs) not in (None, "")
+            }
+            yield self.exam_sample(
+                sid, str(row["question"]).strip(), options, key, [image], **labels
+            )
         if not len(seen):
             raise DataError(path, None, "no questions")
 
@@ -321,8 +436,12 @@ def _tsv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
             header = next(reader, None) or []
             missing = [c for c in ("index", "question", "A", "B", "image") if c not in header]
             if "answer" not in header:
-                raise DataError(path, 1, "no 'answer' column: the test split's answers are withheld by GMAI-MMBench's authors; "
-                                         "use GMAI-MMBench_VAL.tsv")
+                raise DataError(
+                    path,
+                    1,
+                    "no 'answer' column: the test split's answers are withheld by GMAI-MMBench's authors; "
+                    "use GMAI-MMBench_VAL.tsv",
+                )
             if missing:
                 raise DataError(path, 1, f"missing columns: {', '.join(missing)}")
             while True:

@@ -22,37 +22,58 @@ there is no lm-eval log-likelihood request and no ``letter-loglik`` mode. Breakd
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile
 from grandrounds.benchmarks.cmmlu import chosen_subjects
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached, jinja_doc_to_text, lm_eval_file
+from grandrounds.benchmarks.mcq import (
+    MultipleChoiceBenchmark,
+    cached,
+    jinja_doc_to_text,
+    lm_eval_file,
+)
 from grandrounds.benchmarks.metamedqa import iter_parquet_rows
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Sample
-from grandrounds.sources.protocols import Protocol, Generation, ours
+from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, yaml_value
 
 EXAMS = ("doctor", "nurse", "pharm", "dentist")
-TEMPLATE = lm_eval_file("lm_eval/tasks/kormedmcqa/_template_yaml", "9216773c10b1164d0328b70d0793bba7b4d6b8264d691672d1c544b042bfbf63")
-UTILS = lm_eval_file("lm_eval/tasks/kormedmcqa/utils.py", "127634ecbc81b5b95579d24dc9cbe3d11025a2eba294ce04e710d8b8793f233e")
+TEMPLATE = lm_eval_file(
+    "lm_eval/tasks/kormedmcqa/_template_yaml",
+    "9216773c10b1164d0328b70d0793bba7b4d6b8264d691672d1c544b042bfbf63",
+)
+UTILS = lm_eval_file(
+    "lm_eval/tasks/kormedmcqa/utils.py",
+    "127634ecbc81b5b95579d24dc9cbe3d11025a2eba294ce04e710d8b8793f233e",
+)
 COLUMNS = ("question", "A", "B", "C", "D", "E", "answer")
 
-_PROMPTS = {"generate": "lm-eval kormedmcqa _template_yaml doc_to_text (zero-shot)", "text-loglik": "ours", "next-token": "ours",
-            "letter-loglik": "not offered (the lm-eval task generates)"}
+_PROMPTS = {
+    "generate": "lm-eval kormedmcqa _template_yaml doc_to_text (zero-shot)",
+    "text-loglik": "ours",
+    "next-token": "ours",
+    "letter-loglik": "not offered (the lm-eval task generates)",
+}
 REFERENCE = Protocol(
     "reference",
-    answer=Generation(temperature=0.0, max_tokens=1024),  # _template_yaml generation_kwargs: do_sample false, max_gen_toks 1024
+    answer=Generation(
+        temperature=0.0, max_tokens=1024
+    ),  # _template_yaml generation_kwargs: do_sample false, max_gen_toks 1024
     extraction="generate: cut at the task's until strings, then utils.ExtractChoiceFilter (Appendix B cascade); log-prob modes: argmax",
     aggregation="exact_match over every question (failed or unreadable = wrong); group weighted by size (micro)",
     source=f"{TEMPLATE.repo}@{TEMPLATE.commit[:7]} lm_eval/tasks/kormedmcqa (_template_yaml, utils.py)",
     settings={"prompt": _PROMPTS},
 )
-GRANDROUNDS = ours(REFERENCE, extraction="generate: our tolerant reading (choice_extract.py); log-prob modes: argmax",
-                   aggregation="accuracy over scored questions: failed calls excluded and counted",
-                   settings={"prompt": {**_PROMPTS, "generate": "ours"}})
+GRANDROUNDS = ours(
+    REFERENCE,
+    extraction="generate: our tolerant reading (choice_extract.py); log-prob modes: argmax",
+    aggregation="accuracy over scored questions: failed calls excluded and counted",
+    settings={"prompt": {**_PROMPTS, "generate": "ours"}},
+)
 
 
 def exam_files(root: Path, exams: list[str]) -> list[tuple[str, Path]]:
@@ -60,7 +81,11 @@ def exam_files(root: Path, exams: list[str]) -> list[tuple[str, Path]]:
     if root.is_file():
         exam = root.parent.name
         if exam not in EXAMS:
-            raise DataError(root, None, f"cannot tell the exam: the file's folder must be one of {', '.join(EXAMS)}")
+            raise DataError(
+                root,
+                None,
+                f"cannot tell the exam: the file's folder must be one of {', '.join(EXAMS)}",
+            )
         return [(exam, root)]
     if not root.exists():
         raise DataError(root, None, "file or directory not found")
@@ -68,7 +93,11 @@ def exam_files(root: Path, exams: list[str]) -> list[tuple[str, Path]]:
     for exam in exams:
         found = sorted((root / exam).glob("test-*.parquet"))
         if not found:
-            raise DataError(root / exam, None, "no test-*.parquet file (the dataset's layout: <exam>/test-*.parquet)")
+            raise DataError(
+                root / exam,
+                None,
+                "no test-*.parquet file (the dataset's layout: <exam>/test-*.parquet)",
+            )
         out.extend((exam, p) for p in found)
     return out
 
@@ -90,10 +119,12 @@ class KorMedMCQA(MultipleChoiceBenchmark):
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {
         "generate": "reference: lm-eval's prompt, reply cut at its stop strings and read by its filter, failed calls wrong; "
-                    "grandrounds: our prompt and reading, failed calls excluded",
+        "grandrounds: our prompt and reading, failed calls excluded",
         "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
     }
-    parameters: ClassVar[tuple[Param, ...]] = (Param("exams", list[str], EXAMS, "exams to ask (default all)", EXAMS),)
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param("exams", list[str], EXAMS, "exams to ask (default all)", EXAMS),
+    )
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -117,9 +148,17 @@ class KorMedMCQA(MultipleChoiceBenchmark):
                 if isinstance(answer, bool) or answer not in (1, 2, 3, 4, 5):
                     raise DataError(path, where, f"'answer' must be 1-5, got {answer!r}")
                 n += 1
-                yield self.make_sample(f"{exam}-{no - 1}", row["question"], {k: row[k] for k in "ABCDE"}, "ABCDE"[answer - 1],
-                                       exam=exam, year=str(row.get("year", "(none)")), subject=str(row.get("subject") or ""),
-                                       period=row.get("period"), q_number=row.get("q_number"))
+                yield self.make_sample(
+                    f"{exam}-{no - 1}",
+                    row["question"],
+                    {k: row[k] for k in "ABCDE"},
+                    "ABCDE"[answer - 1],
+                    exam=exam,
+                    year=str(row.get("year", "(none)")),
+                    subject=str(row.get("subject") or ""),
+                    period=row.get("period"),
+                    q_number=row.get("q_number"),
+                )
             if not n:
                 raise DataError(path, None, "no questions in the file")
 

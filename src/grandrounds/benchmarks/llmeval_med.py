@@ -35,20 +35,27 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.readers.json_docs import read_json
 from grandrounds.benchmarks.readers.json_object_arrays import JsonArray, iter_json_object_arrays
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
-from grandrounds.core.registry import Spec
 from grandrounds.core.records import Cell, Grade, Message, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import accuracy_cell, value_of
 from grandrounds.scoring.stats import mean_ci, wilson_ci
-from grandrounds.sources.llmeval_med import CATEGORY_CODES, COMMIT, DEFAULT_JUDGE_RUNS, PROTOCOLS, USABLE_THRESHOLD
+from grandrounds.sources.llmeval_med import (
+    CATEGORY_CODES,
+    COMMIT,
+    DEFAULT_JUDGE_RUNS,
+    PROTOCOLS,
+    USABLE_THRESHOLD,
+)
 
 #: One line on what the two protocols do differently, shown beside the other protocol's figure.
 DIFFERS = "prompts, sampling, score parse ([0] valid, no re-ask) and whether answers with no valid score count as unusable"
@@ -59,7 +66,9 @@ TOP_LEVEL = "top level must be an object keyed by category"
 
 def _check_category(path: Path, category: str, is_list: bool) -> None:
     if category not in CATEGORY_CODES:
-        raise DataError(path, category, f"unknown category (expected one of {', '.join(CATEGORY_CODES)})")
+        raise DataError(
+            path, category, f"unknown category (expected one of {', '.join(CATEGORY_CODES)})"
+        )
     if not is_list:
         raise DataError(path, category, "category value must be a list of turns")
 
@@ -76,12 +85,22 @@ class LLMEvalMed(Benchmark):
     """LLMEval-Med. ``--judge-runs`` when given, else the param ``judge_runs`` (default 3)."""
 
     name = "llmeval-med"
-    description = "LLMEval-Med: 667 Chinese clinical turns, 5 categories, 1-5 judge score, usability rate"
+    description = (
+        "LLMEval-Med: 667 Chinese clinical turns, 5 categories, 1-5 judge score, usability rate"
+    )
     language = "zh"
     needs_judge = True
     takes_judge_runs = True
     protocols = PROTOCOLS
-    parameters = (Param("judge_runs", int, DEFAULT_JUDGE_RUNS, "judge runs averaged per answer (--judge-runs overrides)", minimum=1),)
+    parameters = (
+        Param(
+            "judge_runs",
+            int,
+            DEFAULT_JUDGE_RUNS,
+            "judge runs averaged per answer (--judge-runs overrides)",
+            minimum=1,
+        ),
+    )
     remote_files = (
         RemoteFile(
             url=f"https://raw.githubusercontent.com/llmeval/LLMEval-Med/{COMMIT}/dataset/dataset.json",
@@ -120,7 +139,11 @@ class LLMEvalMed(Benchmark):
         for category, turns in iter_json_object_arrays(path, TOP_LEVEL):
             _check_category(path, category, isinstance(turns, JsonArray))
             if category in categories:
-                raise DataError(path, category, "category written twice (a JSON reader would keep only its last list)")
+                raise DataError(
+                    path,
+                    category,
+                    "category written twice (a JSON reader would keep only its last list)",
+                )
             categories.add(category)
             seen: dict[str, int] = {}
             for i, rec in turns:
@@ -136,7 +159,11 @@ class LLMEvalMed(Benchmark):
         if problem is None:
             raise DataError(path, where, "missing 'problem'")
         if not isinstance(group_code, int) or not isinstance(rnd, int) or rnd < 1:
-            raise DataError(path, where, f"groupCode/round must be integers, round >= 1 (got {group_code!r}, {rnd!r})")
+            raise DataError(
+                path,
+                where,
+                f"groupCode/round must be integers, round >= 1 (got {group_code!r}, {rnd!r})",
+            )
         group = f"{category}/{group_code}"
         # Turns of a dialogue are stored in round order; anything else would give the model a
         # wrong history, so it is an error rather than a silent reorder. (In the release a
@@ -182,11 +209,24 @@ class LLMEvalMed(Benchmark):
     def summarize(self, sample: Sample, grade: Grade, options: RunOptions) -> tuple[Sample, Grade]:
         """What :meth:`aggregate` reads of one graded turn, kept while a run goes on: its id and
         category, the grade's value and status and the judge-score details (no texts, no votes)."""
-        kept = {k: grade.details[k] for k in ("other_value", "mean_score", "run_scores") if k in grade.details}
-        return (Sample(id=sample.id, benchmark=sample.benchmark, messages=(), metadata={"category": sample.metadata["category"]}),
-                Grade(grade.sample_id, grade.value, details=kept, status=grade.status))
+        kept = {
+            k: grade.details[k]
+            for k in ("other_value", "mean_score", "run_scores")
+            if k in grade.details
+        }
+        return (
+            Sample(
+                id=sample.id,
+                benchmark=sample.benchmark,
+                messages=(),
+                metadata={"category": sample.metadata["category"]},
+            ),
+            Grade(grade.sample_id, grade.value, details=kept, status=grade.status),
+        )
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Usability rate (%) overall (OP) and per category by the run's protocol; the other protocol's beside it.
 
         reference (Aggregate.py ``aggregate``): 100 x usable / every question, OP pooling the
@@ -205,13 +245,22 @@ class LLMEvalMed(Benchmark):
         overall = _cell(everything, proto)
         extra = {
             "protocol": proto,
-            "other_protocol": {"protocol": other, "score": overall.metrics["other_rate"], "differs": DIFFERS},
+            "other_protocol": {
+                "protocol": other,
+                "score": overall.metrics["other_rate"],
+                "differs": DIFFERS,
+            },
             "mean_score": overall.metrics["mean_score"],
             "mean_score_ci95": mean_ci(_mean_scores(everything)),
             "n_no_valid_score": overall.metrics["n_no_valid_score"],
             "judge_runs": self.judge_runs(options),
             "threshold": USABLE_THRESHOLD,
-            "note": "score in percent" + ("; answers with no valid judge score count as unusable" if proto == "reference" else ""),
+            "note": "score in percent"
+            + (
+                "; answers with no valid judge score count as unusable"
+                if proto == "reference"
+                else ""
+            ),
         }
         return Aggregate.of(
             "usability rate (%, OP)",
@@ -225,7 +274,9 @@ def _other(protocol: str) -> str:
     return "grandrounds" if protocol == "reference" else "reference"
 
 
-def _rate_cell(values: Sequence[float | None], protocol: str, metrics: Mapping[str, float | None] | None = None) -> Cell:
+def _rate_cell(
+    values: Sequence[float | None], protocol: str, metrics: Mapping[str, float | None] | None = None
+) -> Cell:
     """Usability rate (%) of 1.0/0.0/None values by ``protocol``'s convention, with a Wilson CI.
 
     reference: usable / all (None = unusable, Aggregate.py); grandrounds: usable / scored.
@@ -252,11 +303,17 @@ def _cell(grades: Sequence[Grade | None], protocol: str) -> Cell:
     metrics = {
         "other_rate": _rate_cell(others, _other(protocol)).score,
         "mean_score": sum(means) / len(means) if means else None,
-        "n_no_valid_score": sum(1 for g in grades if g is not None and g.value is None and "run_scores" in g.details),
+        "n_no_valid_score": sum(
+            1 for g in grades if g is not None and g.value is None and "run_scores" in g.details
+        ),
     }
     return _rate_cell(values, protocol, metrics)
 
 
 def _mean_scores(grades: Sequence[Grade | None]) -> list[float]:
     """The mean judge score of each answer that has one (by the run's protocol)."""
-    return [float(g.details["mean_score"]) for g in grades if g is not None and g.value is not None and g.details.get("mean_score") is not None]
+    return [
+        float(g.details["mean_score"])
+        for g in grades
+        if g is not None and g.value is not None and g.details.get("mean_score") is not None
+    ]

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import ast
 import random
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
@@ -44,11 +45,23 @@ from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Generation, Protocol, ours
-from grandrounds.sources.upstream import TextRef, UpstreamFile, python_fstring, python_string, read_text
+from grandrounds.sources.upstream import (
+    TextRef,
+    UpstreamFile,
+    python_fstring,
+    python_string,
+    read_text,
+)
 
-ENV = MEDMARKS.file("environments/longhealth/longhealth.py", "50e5dd1d1d63bb9e2a55ef50600c8543b7fab50228326477a83dc85890b18187")
-FILE = RemoteFile(f"https://raw.githubusercontent.com/{MEDMARKS.repo}/{MEDMARKS.commit}/environments/longhealth/benchmark_v5.json",
-                  "benchmark_v5.json", None)
+ENV = MEDMARKS.file(
+    "environments/longhealth/longhealth.py",
+    "50e5dd1d1d63bb9e2a55ef50600c8543b7fab50228326477a83dc85890b18187",
+)
+FILE = RemoteFile(
+    f"https://raw.githubusercontent.com/{MEDMARKS.repo}/{MEDMARKS.commit}/environments/longhealth/benchmark_v5.json",
+    "benchmark_v5.json",
+    None,
+)
 LETTERS = "ABCDE"
 #: Medmarks' rough characters-per-token rule (_simple_truncate_documents: tokens_per_char=0.25) and its
 #: "only cut a document if more than 500 characters remain" threshold.
@@ -57,25 +70,37 @@ TOKENS_PER_CHAR, MIN_CUT = 0.25, 500
 #: context a negation item fills, one document per 1,000 tokens (max_context_tokens * 0.25 / 1000).
 DISTRACTORS, NEGATION_SHARE = 10, 0.25
 
-_PROMPTS = {"generate": f"Medmarks {ENV.path} _build_longhealth_prompt (read at run time)", "text-loglik": "ours",
-            "next-token": "ours", "letter-loglik": "not offered (no lm-eval task)"}
+_PROMPTS = {
+    "generate": f"Medmarks {ENV.path} _build_longhealth_prompt (read at run time)",
+    "text-loglik": "ours",
+    "next-token": "ours",
+    "letter-loglik": "not offered (no lm-eval task)",
+}
 REFERENCE = Protocol(
     "reference",
-    answer=Generation(temperature=0.0, max_tokens=1024, system=TextRef(ENV, "LONGHEALTH_SYSTEM_PROMPT")),
+    answer=Generation(
+        temperature=0.0, max_tokens=1024, system=TextRef(ENV, "LONGHEALTH_SYSTEM_PROMPT")
+    ),
     extraction="generate: ours (Medmarks' multiple_choice_accuracy is not in the pinned file); log-prob modes: argmax",
     aggregation="accuracy over every item: a failed or unreadable answer counts wrong (Medmarks' mean reward)",
     source=f"{MEDMARKS.repo}@{MEDMARKS.commit[:7]} {ENV.path}",
     settings={"prompt": _PROMPTS, "system": "LONGHEALTH_SYSTEM_PROMPT"},
 )
-GRANDROUNDS = ours(REFERENCE, answer=OUR_ANSWER, extraction="generate: our tolerant reading (choice_extract.py); log-prob modes: argmax",
-                   aggregation="accuracy over scored items: failed calls excluded and counted",
-                   settings={"prompt": {**_PROMPTS, "generate": "ours"}, "system": "none"})
+GRANDROUNDS = ours(
+    REFERENCE,
+    answer=OUR_ANSWER,
+    extraction="generate: our tolerant reading (choice_extract.py); log-prob modes: argmax",
+    aggregation="accuracy over scored items: failed calls excluded and counted",
+    settings={"prompt": {**_PROMPTS, "generate": "ours"}, "system": "none"},
+)
 
 #: Our prompt's wording (grandrounds): the documents, then the question the exam layer renders.
 OUR_DOCUMENTS = "The following are clinical documents of one or more patients.\n\n{documents}\n\nQuestion: {question}"
 
 
-def select_documents(answer_docs: Sequence[str], other_docs: Sequence[str], max_tokens: int) -> list[str]:
+def select_documents(
+    answer_docs: Sequence[str], other_docs: Sequence[str], max_tokens: int
+) -> list[str]:
     """Medmarks' ``_simple_truncate_documents``: answer documents first (the one that overflows is cut to
     the room left when more than 500 characters remain, and nothing follows it), then whole other
     documents while they fit (the first that does not stops the list), within max_tokens / 0.25 characters."""
@@ -106,7 +131,9 @@ def _answer_ids(q: Mapping[str, Any]) -> list[str]:
     return list((q.get("answer_location") or {}).keys())
 
 
-def task1_items(pid: str, patient: Mapping[str, Any], rng: random.Random | None, max_tokens: int) -> Iterator[dict]:
+def task1_items(
+    pid: str, patient: Mapping[str, Any], rng: random.Random | None, max_tokens: int
+) -> Iterator[dict]:
     """Medmarks' ``_prepare_task1_data`` for one patient: the answer documents and the patient's other
     documents (shuffled), selected, then shuffled together; items whose selection is empty are skipped."""
     texts = patient["texts"]
@@ -124,7 +151,9 @@ def task1_items(pid: str, patient: Mapping[str, Any], rng: random.Random | None,
         yield {"question": q, "docs": docs, "task": "task1", "target": None}
 
 
-def task2_items(pid: str, bench: Mapping[str, Any], rng: random.Random, max_tokens: int, shuffle: bool = True) -> Iterator[dict]:
+def task2_items(
+    pid: str, bench: Mapping[str, Any], rng: random.Random, max_tokens: int, shuffle: bool = True
+) -> Iterator[dict]:
     """Medmarks' ``_prepare_task2_data`` for one patient: per question a negation item (only other
     patients' documents; the answer is F) and an identification item (answer documents + others)."""
     others = [t for p, data in bench.items() if p != pid for t in data["texts"].values()]
@@ -138,7 +167,9 @@ def task2_items(pid: str, bench: Mapping[str, Any], rng: random.Random, max_toke
         if not neg:
             continue
         yield {"question": q, "docs": neg, "task": "task2_negation", "target": "F"}
-        ident = select_documents(answer_docs, rng.sample(others, min(DISTRACTORS, len(others))), max_tokens)
+        ident = select_documents(
+            answer_docs, rng.sample(others, min(DISTRACTORS, len(others))), max_tokens
+        )
         if not ident:
             continue
         if shuffle and len(ident) > 1:
@@ -150,7 +181,7 @@ def function_default(f: UpstreamFile, within: str, arg: str) -> Any:
     """The literal default of parameter ``arg`` of function ``within`` in ``f`` (e.g. the document separator)."""
     for node in ast.walk(ast.parse(read_text(f), filename=f.path)):
         if isinstance(node, ast.FunctionDef) and node.name == within:
-            args = node.args.args[len(node.args.args) - len(node.args.defaults):]
+            args = node.args.args[len(node.args.args) - len(node.args.defaults) :]
             for a, d in zip(args, node.args.defaults):
                 if a.arg == arg:
                     return ast.literal_eval(d)
@@ -158,17 +189,31 @@ def function_default(f: UpstreamFile, within: str, arg: str) -> Any:
 
 
 def check_patient(path: Path, pid: str, patient: Any) -> None:
-    if not isinstance(patient, dict) or not isinstance(patient.get("texts"), dict) or not isinstance(patient.get("questions"), list):
-        raise DataError(path, f"patient {pid}", "expected an object with 'texts' (an object) and 'questions' (a list)")
+    if (
+        not isinstance(patient, dict)
+        or not isinstance(patient.get("texts"), dict)
+        or not isinstance(patient.get("questions"), list)
+    ):
+        raise DataError(
+            path,
+            f"patient {pid}",
+            "expected an object with 'texts' (an object) and 'questions' (a list)",
+        )
     for n, q in enumerate(patient["questions"], 1):
         where = f"patient {pid} question {q.get('No', n) if isinstance(q, dict) else n}"
         if not isinstance(q, dict):
             raise DataError(path, where, "not a JSON object")
-        missing = [k for k in ("question", "correct", *(f"answer_{L.lower()}" for L in LETTERS)) if q.get(k) is None]
+        missing = [
+            k
+            for k in ("question", "correct", *(f"answer_{L.lower()}" for L in LETTERS))
+            if q.get(k) is None
+        ]
         if missing:
             raise DataError(path, where, f"missing {', '.join(missing)}")
         if str(q["correct"]) not in _options(q).values():
-            raise DataError(path, where, f"'correct' {str(q['correct'])[:60]!r} is none of the options")
+            raise DataError(
+                path, where, f"'correct' {str(q['correct'])[:60]!r} is none of the options"
+            )
         if not isinstance(q.get("answer_location") or {}, dict):
             raise DataError(path, where, "'answer_location' is not an object")
 
@@ -183,10 +228,28 @@ class LongHealth(MultipleChoiceBenchmark):
         "seeded; accuracy by task and patient. Licence Apache-2.0"
     )
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("task", str, "task1", "task1 (extraction), task2 (negation + identification) or all", ("task1", "task2", "all")),
-        Param("max_context_tokens", int, 16000, "document budget in tokens (characters = tokens / 0.25, Medmarks' rule)", minimum=1),
+        Param(
+            "task",
+            str,
+            "task1",
+            "task1 (extraction), task2 (negation + identification) or all",
+            ("task1", "task2", "all"),
+        ),
+        Param(
+            "max_context_tokens",
+            int,
+            16000,
+            "document budget in tokens (characters = tokens / 0.25, Medmarks' rule)",
+            minimum=1,
+        ),
         Param("shuffle_docs", bool, True, "shuffle the documents' order (Medmarks' default)"),
-        Param("doc_seed", int, 2718, "seed of each patient's document draws (Medmarks' configs: 2718)", minimum=0),
+        Param(
+            "doc_seed",
+            int,
+            2718,
+            "seed of each patient's document draws (Medmarks' configs: 2718)",
+            minimum=0,
+        ),
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (FILE,)
     answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate", "text-loglik", "next-token")
@@ -205,7 +268,11 @@ class LongHealth(MultipleChoiceBenchmark):
             raise DataError(path, None, "expected a JSON object of patients")
         for pid, patient in bench.items():
             check_patient(path, pid, patient)
-        task, budget, seed = self.param("task"), self.param("max_context_tokens"), self.param("doc_seed")
+        task, budget, seed = (
+            self.param("task"),
+            self.param("max_context_tokens"),
+            self.param("doc_seed"),
+        )
         items: list[tuple[str, dict]] = []
         if task in ("task1", "all"):
             for pid, patient in bench.items():
@@ -213,28 +280,53 @@ class LongHealth(MultipleChoiceBenchmark):
                 items.extend((pid, it) for it in task1_items(pid, patient, rng, budget))
         if task in ("task2", "all"):
             for pid in bench:
-                rng = random.Random(f"{seed}::{pid}")  # task2 draws its distractors at random even unshuffled
-                items.extend((pid, it) for it in task2_items(pid, bench, rng, budget, self.param("shuffle_docs")))
+                rng = random.Random(
+                    f"{seed}::{pid}"
+                )  # task2 draws its distractors at random even unshuffled
+                items.extend(
+                    (pid, it)
+                    for it in task2_items(pid, bench, rng, budget, self.param("shuffle_docs"))
+                )
         return [self._sample(pid, it) for pid, it in items]
 
     def _sample(self, pid: str, item: dict) -> Sample:
         q = item["question"]
         options = _options(q)
         if item["task"] != "task1":
-            options["F"] = cached(python_string, ENV, "cannot_answer_text", within="_maybe_shuffle_options").text
+            options["F"] = cached(
+                python_string, ENV, "cannot_answer_text", within="_maybe_shuffle_options"
+            ).text
         target = item["target"] or next(L for L, t in options.items() if t == str(q["correct"]))
         sid = f"{pid}-{q.get('No', '')}-{item['task']}"
         documents = "\n\n".join(item["docs"])
-        return self.make_sample(sid, OUR_DOCUMENTS.format(documents=documents, question=q["question"]), options, target,
-                                question_text=str(q["question"]), documents=item["docs"], task=item["task"], patient=pid)
+        return self.make_sample(
+            sid,
+            OUR_DOCUMENTS.format(documents=documents, question=q["question"]),
+            options,
+            target,
+            question_text=str(q["question"]),
+            documents=item["docs"],
+            task=item["task"],
+            patient=pid,
+        )
 
     def reference_prompt(self, sample: Sample) -> str:
         """Medmarks' ``_build_longhealth_prompt``: its f-strings and separator, read from the pinned file."""
         within = "_build_longhealth_prompt"
-        template = cached(python_fstring, ENV, within=within, fields=("documents_joined", "question_text", "options_text"))
+        template = cached(
+            python_fstring,
+            ENV,
+            within=within,
+            fields=("documents_joined", "question_text", "options_text"),
+        )
         joiner = cached(python_fstring, ENV, within=within, fields=("separator",))
         line = cached(python_fstring, ENV, within=within, fields=("k.upper()", "v"))
         separator = cached(function_default, ENV, within, "separator")
-        options = "\n".join(line.render({"k.upper()": k.upper(), "v": v}) for k, v in sample.choices.items())
-        return template.render(documents_joined=joiner.render(separator=separator).join(sample.metadata["documents"]),
-                               question_text=sample.metadata["question_text"], options_text=options)
+        options = "\n".join(
+            line.render({"k.upper()": k.upper(), "v": v}) for k, v in sample.choices.items()
+        )
+        return template.render(
+            documents_joined=joiner.render(separator=separator).join(sample.metadata["documents"]),
+            question_text=sample.metadata["question_text"],
+            options_text=options,
+        )

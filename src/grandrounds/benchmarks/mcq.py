@@ -21,12 +21,17 @@ Prompts per answer mode (``generate`` | ``letter-loglik`` | ``text-loglik`` | ``
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RunOptions
 from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.hashing import text_hash
+from grandrounds.core.params import Param, coerce
+from grandrounds.core.records import AnswerMode, Cell, Grade, ImagePart, Message, Sample, TextPart
+from grandrounds.core.registry import Spec
 from grandrounds.graders.mcq_grader import (
     LM_EVAL_TARGET_DELIMITER,
     MODES,
@@ -37,17 +42,19 @@ from grandrounds.graders.mcq_grader import (
     option_continuations,
     shuffle_choices,
 )
-from grandrounds.core.hashing import text_hash
-from grandrounds.core.params import Param, coerce
-from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.core.records import AnswerMode, Cell, Grade, ImagePart, Message, Sample, TextPart
-from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import accuracy_cell, group_cells
+from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import SIMPLE_EVALS, UpstreamFile, python_string, yaml_value
 
 __all__ = [
-    "LmEvalTask", "MultipleChoiceBenchmark", "TEMPLATES", "accuracy_by", "exam_protocols", "macro_average",
-    "protocol_values", "render_options",
+    "LmEvalTask",
+    "MultipleChoiceBenchmark",
+    "TEMPLATES",
+    "accuracy_by",
+    "exam_protocols",
+    "macro_average",
+    "protocol_values",
+    "render_options",
 ]
 
 #: Our prompt wording per (mode, language), the ``grandrounds`` protocol's (and the reference one's
@@ -148,7 +155,9 @@ def exam_protocols(task: LmEvalTask | None) -> dict[str, Protocol]:
         settings={
             "prompt": {
                 "generate": "simple-evals common.py QUERY_TEMPLATE_MULTICHOICE",
-                "letter-loglik": f"lm-eval {task.name} doc_to_text / doc_to_choice" if task else "not offered",
+                "letter-loglik": f"lm-eval {task.name} doc_to_text / doc_to_choice"
+                if task
+                else "not offered",
                 "text-loglik": "ours",
                 "next-token": "ours",
             }
@@ -160,15 +169,23 @@ def exam_protocols(task: LmEvalTask | None) -> dict[str, Protocol]:
         aggregation="accuracy over scored items: failed calls and unreadable log-prob replies excluded and counted",
     )
     prompts = {**reference.settings["prompt"], "generate": "ours"}
-    return {"reference": reference, "grandrounds": replace(grandrounds, settings={"prompt": prompts})}
+    return {
+        "reference": reference,
+        "grandrounds": replace(grandrounds, settings={"prompt": prompts}),
+    }
 
 
 #: ``--param probe=...``, taken by every exam: a robustness probe applied to each item after loading
 #: (:mod:`grandrounds.benchmarks.probes`), so it is part of the spec, run id and fingerprint, and the probed
 #: items are stored under their own dataset key. Handled by the base class rather than declared in
 #: each benchmark's ``parameters``.
-PROBE = Param("probe", str, "", "robustness probe applied to every item after loading: permute:SEED, nota, distractors:N:SEED "
-              "or rewrite:ATTACKER:ID (see `grandrounds robustness`)")
+PROBE = Param(
+    "probe",
+    str,
+    "",
+    "robustness probe applied to every item after loading: permute:SEED, nota, distractors:N:SEED "
+    "or rewrite:ATTACKER:ID (see `grandrounds robustness`)",
+)
 
 
 class MultipleChoiceBenchmark(Benchmark):
@@ -203,7 +220,9 @@ class MultipleChoiceBenchmark(Benchmark):
         super().__init__(**params)
         self.probe: Any = None  # a grandrounds.benchmarks.probes.Probe
         if text:
-            from grandrounds.benchmarks.probes import Probe  # imported only when a probe is asked for
+            from grandrounds.benchmarks.probes import (
+                Probe,
+            )  # imported only when a probe is asked for
 
             self.probe = probe = Probe.parse(text)
             self.params[PROBE.name] = probe.text
@@ -241,8 +260,14 @@ class MultipleChoiceBenchmark(Benchmark):
 
     # ---- samples ---------------------------------------------------------------------
     def make_sample(
-        self, sid: str, question: str, choices: Mapping[str, str], target: str, multi: bool = False,
-        images: Sequence[ImagePart] = (), **meta: Any
+        self,
+        sid: str,
+        question: str,
+        choices: Mapping[str, str],
+        target: str,
+        multi: bool = False,
+        images: Sequence[ImagePart] = (),
+        **meta: Any,
     ) -> Sample:
         """Build a multiple-choice sample; ``messages`` hold our generate-mode prompt, with the item's
         ``images`` as parts where it has any (placed by :meth:`image_parts`; text-only items keep a string)."""
@@ -273,7 +298,9 @@ class MultipleChoiceBenchmark(Benchmark):
         ours_ = {name: text_hash(text)[:16] for name, text in self.templates.items()}
         return ours_ | {f"{f.folder}/{f.path}": f.sha256 for f in self.upstream_files()}
 
-    def image_parts(self, text: str, images: tuple[ImagePart, ...]) -> tuple[ImagePart | TextPart, ...]:
+    def image_parts(
+        self, text: str, images: tuple[ImagePart, ...]
+    ) -> tuple[ImagePart | TextPart, ...]:
         """The parts of a user message of ``text`` and an item's images (default: the images, then the text)."""
         return (*images, TextPart(text))
 
@@ -313,7 +340,9 @@ class MultipleChoiceBenchmark(Benchmark):
     # ---- letter-loglik: lm-evaluation-harness's request ---------------------------------
     def lm_eval_context(self, sample: Sample) -> str:
         """The context lm-eval's ``doc_to_text`` builds for ``sample`` (each benchmark with a task)."""
-        raise ConfigError(f"{self.name} has no lm-evaluation-harness task, so no letter-loglik mode")
+        raise ConfigError(
+            f"{self.name} has no lm-evaluation-harness task, so no letter-loglik mode"
+        )
 
     def letter_loglik_request(self, sample: Sample) -> tuple[str, tuple[str, ...]]:
         """(context, continuations) lm-evaluation-harness sends for ``sample``: zero-shot, no
@@ -323,7 +352,9 @@ class MultipleChoiceBenchmark(Benchmark):
         For scripts comparing with lm-eval itself, e.g. ``MedQA().letter_loglik_request(sample)``.
         """
         if self.lm_eval is None:
-            raise ConfigError(f"{self.name} has no lm-evaluation-harness task, so no letter-loglik mode")
+            raise ConfigError(
+                f"{self.name} has no lm-evaluation-harness task, so no letter-loglik mode"
+            )
         labels = choice_labels(sample.choices, "letter-loglik", self.loglik_labels)
         wanted = self.lm_eval.choices()
         if sorted(labels.values()) != sorted(wanted):
@@ -331,20 +362,26 @@ class MultipleChoiceBenchmark(Benchmark):
                 f"{self.name} item {sample.id}: options {sorted(labels.values())} differ from lm-eval {self.lm_eval.name}'s "
                 f"doc_to_choice {wanted}"
             )
-        conts = option_continuations(sample.choices, "letter-loglik", self.language, self.loglik_labels)
+        conts = option_continuations(
+            sample.choices, "letter-loglik", self.language, self.loglik_labels
+        )
         assert all(c == LM_EVAL_TARGET_DELIMITER + labels[k] for k, c in conts.items())
         return self.lm_eval_context(sample), tuple(conts.values())
 
     # ---- prompting -------------------------------------------------------------------
     def check_options(self, options: RunOptions) -> RunOptions:
         """Options checked as every benchmark's, after mapping an earlier answer-mode name to its current one."""
-        return super().check_options(replace(options, answer_mode=canonical_mode(options.answer_mode)))  # type: ignore[arg-type]
+        return super().check_options(
+            replace(options, answer_mode=canonical_mode(options.answer_mode))
+        )  # type: ignore[arg-type]
 
     def effective_mode(self, sample: Sample, options: RunOptions) -> str:
         """The answer mode used for ``sample``: multiple-answer items are always generated."""
         mode = canonical_mode(options.answer_mode)
         if mode not in self.answer_modes:
-            raise ConfigError(f"{self.name}: answer mode {mode!r} not supported (use {', '.join(self.answer_modes)})")
+            raise ConfigError(
+                f"{self.name}: answer mode {mode!r} not supported (use {', '.join(self.answer_modes)})"
+            )
         return effective_mode(sample, mode)
 
     def prepare(self, sample: Sample, options: RunOptions) -> tuple[Sample, str | None]:
@@ -352,32 +389,52 @@ class MultipleChoiceBenchmark(Benchmark):
         if not options.shuffle_options:
             return sample, None
         shown, perm = shuffle_choices(sample, options.seed)
-        return replace(shown, messages=(self.user_message(sample, self.render(shown, "generate")),)), perm
+        return replace(
+            shown, messages=(self.user_message(sample, self.render(shown, "generate")),)
+        ), perm
 
     def continuations(self, sample: Sample, mode: str) -> dict[str, str]:
         """Option letter -> the continuation scored for it in ``mode`` (a log-prob mode)."""
         return option_continuations(sample.choices, mode, self.language, self.loglik_labels)
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         shown, _ = self.prepare(sample, options)
         mode = self.effective_mode(sample, options)
         if mode == "generate":
-            return Prompt((self.user_message(shown, self.generate_prompt(shown, options.protocol)),))
+            return Prompt(
+                (self.user_message(shown, self.generate_prompt(shown, options.protocol)),)
+            )
         if mode == "letter-loglik":
             context, conts = self.letter_loglik_request(shown)
             return Prompt((Message("user", context),), kind="loglikelihood", continuations=conts)
         msgs = (self.user_message(shown, self.render(shown, mode)),)
-        conts = tuple(dict.fromkeys(self.continuations(shown, mode).values()))  # duplicates scored once
-        return Prompt(msgs, kind="next_token" if mode == "next-token" else "loglikelihood", continuations=conts)
+        conts = tuple(
+            dict.fromkeys(self.continuations(shown, mode).values())
+        )  # duplicates scored once
+        return Prompt(
+            msgs,
+            kind="next_token" if mode == "next-token" else "loglikelihood",
+            continuations=conts,
+        )
 
     def grader_spec(self, options: RunOptions) -> Spec:
-        args = {"answer_mode": canonical_mode(options.answer_mode), "shuffle_options": options.shuffle_options,
-                "seed": options.seed, "language": self.language, "protocol": options.protocol,
-                "reference_reading": self.reference_reading, "loglik_labels": self.loglik_labels}
+        args = {
+            "answer_mode": canonical_mode(options.answer_mode),
+            "shuffle_options": options.shuffle_options,
+            "seed": options.seed,
+            "language": self.language,
+            "protocol": options.protocol,
+            "reference_reading": self.reference_reading,
+            "loglik_labels": self.loglik_labels,
+        }
         return Spec("mcq", args)
 
     # ---- aggregation -----------------------------------------------------------------
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Accuracy with a Wilson 95% CI, per-category accuracy, unextracted answers counted, and the
         other protocol's figure beside it.
 
@@ -393,10 +450,15 @@ class MultipleChoiceBenchmark(Benchmark):
         overall = self.headline_cell(pairs, mine, options)
         scored = [(s, g) for (s, g), v in zip(pairs, mine) if v is not None]
         extra: dict[str, Any] = {
-            "average": "micro (accuracy over " + ("every item)" if proto == "reference" else "all scored items)"),
+            "average": "micro (accuracy over "
+            + ("every item)" if proto == "reference" else "all scored items)"),
             "answer_mode": mode,
             "protocol": proto,
-            "n_unextracted": sum(1 for (_, g), v in zip(pairs, mine) if v is not None and g.details.get("unextracted")),
+            "n_unextracted": sum(
+                1
+                for (_, g), v in zip(pairs, mine)
+                if v is not None and g.details.get("unextracted")
+            ),
             "n_correct": sum(1 for v in mine if v == 1.0),
         }
         if proto == "reference":
@@ -406,7 +468,9 @@ class MultipleChoiceBenchmark(Benchmark):
         norm = [g.details["acc_norm"] for _, g in scored if "acc_norm" in g.details]
         if norm:
             extra["acc_norm"] = sum(norm) / len(norm)
-        forced = sum(1 for _, g in scored if canonical_mode(g.details.get("answer_mode", mode)) != mode)
+        forced = sum(
+            1 for _, g in scored if canonical_mode(g.details.get("answer_mode", mode)) != mode
+        )
         if forced:
             extra["n_generated_multi_answer"] = forced
         extra.update(self.extra_metrics(pairs, mine, options))
@@ -415,22 +479,36 @@ class MultipleChoiceBenchmark(Benchmark):
         other_options = replace(options, protocol=other)
         extra["other_protocol"] = {
             "protocol": other,
-            "score": None if _UNKNOWN in others else self.headline_cell(pairs, others, other_options).score,
+            "score": None
+            if _UNKNOWN in others
+            else self.headline_cell(pairs, others, other_options).score,
             "differs": self.protocol_differences[kind],
             **({} if _UNKNOWN in others else self.other_metrics(pairs, others, other_options)),
         }
         breakdown = {f: accuracy_by(pairs, f, mine) for f in self.category_fields}
         return Aggregate.of("accuracy", overall, breakdown, extra)
 
-    def headline_cell(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any], options: RunOptions) -> Cell:
+    def headline_cell(
+        self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any], options: RunOptions
+    ) -> Cell:
         """The headline under ``options.protocol`` from the items' values under it (default: accuracy)."""
         return accuracy_cell(values)
 
-    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+    def extra_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
         """Benchmark-specific figures beside accuracy (macro averages, F1). None by default."""
         return {}
 
-    def other_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+    def other_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
         """Figures shown with the other protocol's headline (``options`` name that protocol). None by default."""
         return {}
 
@@ -465,11 +543,17 @@ def pair_grades(samples: Sequence[Sample], grades: Sequence[Grade]) -> list[tupl
     return [(by_id[g.sample_id], g) for g in grades]
 
 
-def accuracy_by(pairs: Sequence[tuple[Sample, Grade]], field: str, values: Sequence[float | None] | None = None) -> dict[str, Cell]:
+def accuracy_by(
+    pairs: Sequence[tuple[Sample, Grade]], field: str, values: Sequence[float | None] | None = None
+) -> dict[str, Cell]:
     """One breakdown family: an accuracy cell per value of a metadata field, in first-seen order
     (of ``values`` when given, aligned with ``pairs``; else the grades' own values)."""
     vals = values if values is not None else [g.value for _, g in pairs]
-    return group_cells(((str(s.metadata.get(field)), v) for (s, _), v in zip(pairs, vals)), accuracy_cell, sort=False)
+    return group_cells(
+        ((str(s.metadata.get(field)), v) for (s, _), v in zip(pairs, vals)),
+        accuracy_cell,
+        sort=False,
+    )
 
 
 def macro_average(groups: Mapping[str, Cell]) -> float | None:
@@ -489,7 +573,9 @@ def _jinja(template: str) -> Any:
     from jinja2 import StrictUndefined
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    return ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True).from_string(template)
+    return ImmutableSandboxedEnvironment(
+        undefined=StrictUndefined, keep_trailing_newline=True
+    ).from_string(template)
 
 
 class OurPromptExam(MultipleChoiceBenchmark):

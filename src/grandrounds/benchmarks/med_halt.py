@@ -21,10 +21,18 @@ text was chosen, there is no keyed letter for log-likelihood modes. Breakdown by
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, resolve_file
+from grandrounds.benchmarks.base import (
+    Aggregate,
+    Benchmark,
+    Prompt,
+    RemoteFile,
+    RunOptions,
+    resolve_file,
+)
 from grandrounds.benchmarks.readers.lines import iter_csv
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.core.errors import DataError
@@ -33,18 +41,30 @@ from grandrounds.core.records import Grade, Message, Sample
 from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import accuracy_cell, group_cells
 from grandrounds.sources.medhalt import (
-    CORRECT_SCORE, EVAL_FULL, INCORRECT_SCORE, MEDHALT, PROMPTS, PROTOCOLS, SCORE_DIVISOR, SHOTS, item_text, prompt_head,
+    CORRECT_SCORE,
+    EVAL_FULL,
+    INCORRECT_SCORE,
+    MEDHALT,
+    PROMPTS,
+    PROTOCOLS,
+    SCORE_DIVISOR,
+    SHOTS,
+    item_text,
+    prompt_head,
 )
 
-CSV = RemoteFile(f"https://raw.githubusercontent.com/{MEDHALT.repo}/{MEDHALT.commit}/medhalt/datasets/reasoning_fake.csv",
-                 "reasoning_fake.csv", "dda54bf6dd053854af5878acd44ed3ff8ae57dcfa8b202c3164cf853ad0faefe")
+CSV = RemoteFile(
+    f"https://raw.githubusercontent.com/{MEDHALT.repo}/{MEDHALT.commit}/medhalt/datasets/reasoning_fake.csv",
+    "reasoning_fake.csv",
+    "dda54bf6dd053854af5878acd44ed3ff8ae57dcfa8b202c3164cf853ad0faefe",
+)
 COLUMNS = ("id", "subject_name", "dataset", "year", "question", "options")
 
 #: Our prompt (the grandrounds protocol).
 TEMPLATE = (
     "Answer the following medical multiple-choice question. Some questions are nonsensical or about things "
     "that do not exist; if so, or if you do not know, choose the option that says so rather than guess.\n\n"
-    "{question}\n\n{options}\n\nEnd your reply with one line \"Answer: N\", where N is the number of your option."
+    '{question}\n\n{options}\n\nEnd your reply with one line "Answer: N", where N is the number of your option.'
 )
 
 
@@ -59,8 +79,19 @@ class MedHALT(Benchmark):
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (CSV,)
     protocols = PROTOCOLS
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("shots_seed", int, 0, "seed drawing the reference prompt's two examples (the authors draw them unseeded)"),
-        Param("prompt_version", str, "v0", "the authors' prompt version (prompts.json; their runs use v0)", ("v0", "v1", "v2")),
+        Param(
+            "shots_seed",
+            int,
+            0,
+            "seed drawing the reference prompt's two examples (the authors draw them unseeded)",
+        ),
+        Param(
+            "prompt_version",
+            str,
+            "v0",
+            "the authors' prompt version (prompts.json; their runs use v0)",
+            ("v0", "v1", "v2"),
+        ),
     )
 
     def load(self, root: Path) -> list[Sample]:
@@ -76,34 +107,58 @@ class MedHALT(Benchmark):
             try:
                 options = ast.literal_eval(cells["options"])
             except (ValueError, SyntaxError):
-                raise DataError(path, line, f"options {cells['options'][:60]!r} are not a Python dict literal") from None
-            if not isinstance(options, dict) or not options or not all(isinstance(v, str) for v in options.values()):
+                raise DataError(
+                    path, line, f"options {cells['options'][:60]!r} are not a Python dict literal"
+                ) from None
+            if (
+                not isinstance(options, dict)
+                or not options
+                or not all(isinstance(v, str) for v in options.values())
+            ):
                 raise DataError(path, line, "options are not a non-empty dict of option texts")
             options = {str(k): v for k, v in options.items()}
             sid = seen.add(cells["id"].strip(), line)
             body = "\n".join(f"{k}. {v}" for k, v in options.items())
-            yield Sample(id=sid, benchmark=self.name, choices=options,
-                         messages=(Message("user", TEMPLATE.format(question=cells["question"], options=body)),),
-                         metadata={"question": cells["question"], "dataset": cells["dataset"] or "(none)",
-                                   "subject": cells["subject_name"], "year": cells["year"]})
+            yield Sample(
+                id=sid,
+                benchmark=self.name,
+                choices=options,
+                messages=(
+                    Message("user", TEMPLATE.format(question=cells["question"], options=body)),
+                ),
+                metadata={
+                    "question": cells["question"],
+                    "dataset": cells["dataset"] or "(none)",
+                    "subject": cells["subject_name"],
+                    "year": cells["year"],
+                },
+            )
         if not len(seen):
             raise DataError(path, None, "no questions in the file")
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         if options.protocol != "reference":
             return Prompt(sample.messages)
         head = prompt_head(self.param("prompt_version"), self.param("shots_seed"))
-        return Prompt((Message("user", head + item_text(sample.metadata["question"], dict(sample.choices))),))
+        return Prompt(
+            (Message("user", head + item_text(sample.metadata["question"], dict(sample.choices))),)
+        )
 
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
         from grandrounds.core.hashing import text_hash
 
-        return {"ours": text_hash(TEMPLATE)[:16]} | {f"{f.folder}/{f.path}": f.sha256 for f in (PROMPTS, SHOTS, EVAL_FULL)}
+        return {"ours": text_hash(TEMPLATE)[:16]} | {
+            f"{f.folder}/{f.path}": f.sha256 for f in (PROMPTS, SHOTS, EVAL_FULL)
+        }
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("med-halt", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         by_id = {g.sample_id: g for g in grades}
         pairs = [(s, by_id[s.id]) for s in samples if s.id in by_id]
         values = [g.value for _, g in pairs]
@@ -111,16 +166,24 @@ class MedHALT(Benchmark):
         others = [g.details.get("other_value") for _, g in pairs if g.status != "answer_failed"]
         other_known = [v for v in others if v is not None]
         extra: dict[str, Any] = {
-            "protocol": options.protocol, "n_right": right, "n_wrong": wrong,
+            "protocol": options.protocol,
+            "n_right": right,
+            "n_wrong": wrong,
             "official_score": (right * CORRECT_SCORE + wrong * INCORRECT_SCORE) / SCORE_DIVISOR,
             "n_unreadable": sum(1 for _, g in pairs if g.status == "unreadable"),
             "n_failed": sum(1 for _, g in pairs if g.status == "answer_failed"),
             "partial": "reasoning_fake (FQT) only; Med-HALT's FCT, NOTA and IR tests are not included",
-            "other_protocol": {"protocol": "grandrounds" if options.protocol == "reference" else "reference",
-                               "score": sum(other_known) / len(other_known) if other_known else None,
-                               "n_unknown": len(others) - len(other_known),
-                               "differs": "reference: the authors' few-shot prompt and refusal terms on 'cop'; "
-                                          "grandrounds: our prompt, the chosen option number"},
+            "other_protocol": {
+                "protocol": "grandrounds" if options.protocol == "reference" else "reference",
+                "score": sum(other_known) / len(other_known) if other_known else None,
+                "n_unknown": len(others) - len(other_known),
+                "differs": "reference: the authors' few-shot prompt and refusal terms on 'cop'; "
+                "grandrounds: our prompt, the chosen option number",
+            },
         }
-        breakdown = {"dataset": group_cells(((s.metadata["dataset"], g.value) for s, g in pairs), accuracy_cell)}
+        breakdown = {
+            "dataset": group_cells(
+                ((s.metadata["dataset"], g.value) for s, g in pairs), accuracy_cell
+            )
+        }
         return Aggregate.of("accuracy", accuracy_cell(values), breakdown, extra)

@@ -28,7 +28,11 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from grandrounds.benchmarks.agent_envs.medagentbench import MedAgentBenchEnvironment, NativeTool, Replies
+from grandrounds.benchmarks.agent_envs.medagentbench import (
+    MedAgentBenchEnvironment,
+    NativeTool,
+    Replies,
+)
 from grandrounds.benchmarks.agents import AgentBenchmark, Environment
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, read_text, resolve_file
 from grandrounds.core.errors import ConfigError, DataError
@@ -41,11 +45,24 @@ from grandrounds.sources.upstream import UpstreamFile, python_message_contents, 
 
 _COMMIT = "99260117137b09f04837a8c18d18a1107efa55ae"
 _RAW = f"https://raw.githubusercontent.com/5amp12/ClineraMedAgent/{_COMMIT}/data/medagentbench"
-TASKS = RemoteFile(f"{_RAW}/test_data_v2.json", "test_data_v2.json", "b6e89b2ef82f1bef27c5778a644a8a66c7b25738bbd6a48d03ab3e5182df6ca8")
-FUNCS = RemoteFile(f"{_RAW}/funcs_v1.json", "funcs_v1.json", "c977266db5eca75182c0d12cac1962b33ae6b5a54b9029ceb104e1a93b4c38c1")
+TASKS = RemoteFile(
+    f"{_RAW}/test_data_v2.json",
+    "test_data_v2.json",
+    "b6e89b2ef82f1bef27c5778a644a8a66c7b25738bbd6a48d03ab3e5182df6ca8",
+)
+FUNCS = RemoteFile(
+    f"{_RAW}/funcs_v1.json",
+    "funcs_v1.json",
+    "c977266db5eca75182c0d12cac1962b33ae6b5a54b9029ceb104e1a93b4c38c1",
+)
 #: The official task module: the prompt (``MedAgentBench_prompt``) and the loop's reply texts (``start_sample``).
-TASK_PY = UpstreamFile("medagentbench", "5amp12/ClineraMedAgent", _COMMIT, "src/server/tasks/medagentbench/__init__.py",
-                       "d31253d5ea40c033d64e1b43599b4a258de55c3512aab79f66c623a488116668")
+TASK_PY = UpstreamFile(
+    "medagentbench",
+    "5amp12/ClineraMedAgent",
+    _COMMIT,
+    "src/server/tasks/medagentbench/__init__.py",
+    "d31253d5ea40c033d64e1b43599b4a258de55c3512aab79f66c623a488116668",
+)
 DEFAULT_FHIR_BASE = "http://localhost:8080/fhir/"
 _ID = re.compile(r"task(10|[1-9])_\d+")
 _FUNC_NAME = re.compile(r"(GET|POST) \{api_base\}/([A-Za-z]+)")
@@ -57,15 +74,28 @@ NATIVE_PROMPT = (
     "When you have the answers to every question and have done every requested task, call `finish` with the "
     "answers as a JSON list (an empty list where nothing is asked but an action).\n\nContext: {context}\nQuestion: {question}"
 )
-FINISH_TOOL = ToolSpec("finish", "End the task: the answers to every question, as a list (empty where only an action was asked).",
-                       {"type": "object", "properties": {"answers": {"type": "array", "items": {"type": ["number", "string"]},
-                                                                     "description": "e.g. [\"S6534835\"] or [4.2] or []"}},
-                        "required": ["answers"]})
+FINISH_TOOL = ToolSpec(
+    "finish",
+    "End the task: the answers to every question, as a list (empty where only an action was asked).",
+    {
+        "type": "object",
+        "properties": {
+            "answers": {
+                "type": "array",
+                "items": {"type": ["number", "string"]},
+                "description": 'e.g. ["S6534835"] or [4.2] or []',
+            }
+        },
+        "required": ["answers"],
+    },
+)
 
 REFERENCE = Protocol(
-    "reference", extraction="the official reply parsing: GET / POST / FINISH(...), anything else ends the episode as an invalid action",
+    "reference",
+    extraction="the official reply parsing: GET / POST / FINISH(...), anything else ends the episode as an invalid action",
     aggregation="success rate over all tasks; step limit and invalid actions count as failures; checks of the public re-implementation",
-    source=TASK_PY.url, settings={"max_round": 8},
+    source=TASK_PY.url,
+    settings={"max_round": 8},
 )
 
 
@@ -73,8 +103,10 @@ class MedAgentBench(AgentBenchmark):
     """MedAgentBench v1's 300 tasks as episodes against a FHIR server; success rate, by category."""
 
     name = "medagentbench"
-    description = ("MedAgentBench v1: 300 clinical tasks (10 categories) done through a FHIR record server, "
-                   "POSTs recorded and checked, never sent (agent; --param fhir_base=URL)")
+    description = (
+        "MedAgentBench v1: 300 clinical tasks (10 categories) done through a FHIR record server, "
+        "POSTs recorded and checked, never sent (agent; --param fhir_base=URL)"
+    )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (TASKS, FUNCS)
     action_protocols: ClassVar[tuple[str, ...]] = ("text", "native")
     default_max_steps: ClassVar[int] = 8
@@ -85,15 +117,25 @@ class MedAgentBench(AgentBenchmark):
         super().__init__(**params)
         base = str(self.param("fhir_base"))
         if not re.match(r"https?://[^/\s]+/", base) or not base.endswith("/"):
-            raise ConfigError(f"medagentbench: --param fhir_base must be an http(s) URL ending in '/', not {base!r}")
+            raise ConfigError(
+                f"medagentbench: --param fhir_base must be an http(s) URL ending in '/', not {base!r}"
+            )
         self._funcs: list[dict[str, Any]] | None = None
 
     # ---- data ---------------------------------------------------------------------------
     def load(self, root: Path) -> list[Sample]:
         if not root.is_dir():
-            raise DataError(root, None, "medagentbench reads a folder holding test_data_v2.json and funcs_v1.json (--data DIR)")
+            raise DataError(
+                root,
+                None,
+                "medagentbench reads a folder holding test_data_v2.json and funcs_v1.json (--data DIR)",
+            )
         self._funcs = read_funcs(resolve_file(root, FUNCS.filename))
-        return [self._sample(path, i, rec) for path in [resolve_file(root, TASKS.filename)] for i, rec in enumerate(_json_array(path))]
+        return [
+            self._sample(path, i, rec)
+            for path in [resolve_file(root, TASKS.filename)]
+            for i, rec in enumerate(_json_array(path))
+        ]
 
     def _sample(self, path: Path, index: int, rec: Any) -> Sample:
         where = f"record {index + 1}"
@@ -112,37 +154,68 @@ class MedAgentBench(AgentBenchmark):
             raise DataError(path, where, "a task1 row needs 'sol', a non-empty list")
         if category != "task1" and not (isinstance(rec.get("eval_MRN"), str) and rec["eval_MRN"]):
             raise DataError(path, where, "'eval_MRN' must be a non-empty string")
-        meta = {"category": category, "context": rec["context"], "instruction": rec["instruction"],
-                "eval_MRN": rec.get("eval_MRN"), "sol": rec.get("sol")}
-        return Sample(id=tid, benchmark=self.name, messages=(Message("user", rec["instruction"]),), target=json.dumps(rec.get("sol")) if rec.get("sol") else None,
-                      metadata=meta)
+        meta = {
+            "category": category,
+            "context": rec["context"],
+            "instruction": rec["instruction"],
+            "eval_MRN": rec.get("eval_MRN"),
+            "sol": rec.get("sol"),
+        }
+        return Sample(
+            id=tid,
+            benchmark=self.name,
+            messages=(Message("user", rec["instruction"]),),
+            target=json.dumps(rec.get("sol")) if rec.get("sol") else None,
+            metadata=meta,
+        )
 
     # ---- episodes -----------------------------------------------------------------------
     def environment(self, sample: Sample, options: RunOptions) -> Environment:
         if self._funcs is None:
-            raise ConfigError("medagentbench: the tasks were not loaded (its functions come with them)")
+            raise ConfigError(
+                "medagentbench: the tasks were not loaded (its functions come with them)"
+            )
         base, meta = str(self.param("fhir_base")), sample.metadata
         native = self.param("actions") == "native"
         if native:
             prompt = NATIVE_PROMPT.format(context=meta["context"], question=meta["instruction"])
         else:  # the official prompt, filled as the official loop fills it
-            prompt = official_prompt().format(api_base=base, functions=json.dumps(self._funcs), context=meta["context"], question=meta["instruction"])
+            prompt = official_prompt().format(
+                api_base=base,
+                functions=json.dumps(self._funcs),
+                context=meta["context"],
+                question=meta["instruction"],
+            )
         tools = native_tools(self._funcs) if native else None
-        return MedAgentBenchEnvironment(meta, [Message("user", prompt)], base, official_replies(), tools, float(self.param("timeout")))
+        return MedAgentBenchEnvironment(
+            meta,
+            [Message("user", prompt)],
+            base,
+            official_replies(),
+            tools,
+            float(self.param("timeout")),
+        )
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("medagentbench", {})
 
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"prompt": python_string(TASK_PY, "MedAgentBench_prompt").fingerprint(),
-                               "replies": TASK_PY.describe() | {"within": "start_sample"}}
+        out: dict[str, Any] = {
+            "prompt": python_string(TASK_PY, "MedAgentBench_prompt").fingerprint(),
+            "replies": TASK_PY.describe() | {"within": "start_sample"},
+        }
         if self.param("actions") == "native":
             out["native_prompt"] = content_hash([NATIVE_PROMPT, FINISH_TOOL])[:16]
         return out
 
 
 MedAgentBench.parameters = (
-    Param("fhir_base", str, DEFAULT_FHIR_BASE, "the FHIR server's base URL, ending in '/' (the authors' Docker image jyxsu6/medagentbench serves http://localhost:8080/fhir/)"),
+    Param(
+        "fhir_base",
+        str,
+        DEFAULT_FHIR_BASE,
+        "the FHIR server's base URL, ending in '/' (the authors' Docker image jyxsu6/medagentbench serves http://localhost:8080/fhir/)",
+    ),
     Param("timeout", float, 60.0, "seconds a request to the FHIR server may take", minimum=1.0),
 ) + MedAgentBench.agent_parameters()
 
@@ -161,9 +234,18 @@ def read_funcs(path: Path) -> list[dict[str, Any]]:
     """``funcs_v1.json``: a list of ``{name: "GET|POST {api_base}/Resource", description, parameters}``."""
     funcs = _json_array(path)
     for i, f in enumerate(funcs):
-        if not (isinstance(f, dict) and isinstance(f.get("name"), str) and _FUNC_NAME.fullmatch(f["name"])
-                and isinstance(f.get("description"), str) and isinstance(f.get("parameters"), dict)):
-            raise DataError(path, f"function {i + 1}", "expected {name: 'GET|POST {api_base}/Resource', description, parameters (an object)}")
+        if not (
+            isinstance(f, dict)
+            and isinstance(f.get("name"), str)
+            and _FUNC_NAME.fullmatch(f["name"])
+            and isinstance(f.get("description"), str)
+            and isinstance(f.get("parameters"), dict)
+        ):
+            raise DataError(
+                path,
+                f"function {i + 1}",
+                "expected {name: 'GET|POST {api_base}/Resource', description, parameters (an object)}",
+            )
     return funcs
 
 
@@ -195,12 +277,24 @@ def official_replies() -> Replies:
     def one(test: Any, what: str) -> Any:
         found = [t for t in texts if test(t)]
         if len(found) != 1:
-            raise DataError(TASK_PY.url, None, f"start_sample should hold exactly one {what} message, found {len(found)}")
+            raise DataError(
+                TASK_PY.url,
+                None,
+                f"start_sample should hold exactly one {what} message, found {len(found)}",
+            )
         return found[0]
 
     get_ok = one(lambda t: t.fields == ("get_res['data']",), "GET response")
     get_error = one(lambda t: t.fields == ("get_res['error']",), "GET error")
-    post_ok = one(lambda t: not t.fields and t.text.startswith("POST request accepted"), "POST accepted").text
-    post_invalid = one(lambda t: not t.fields and t.text.startswith("Invalid POST"), "invalid POST").text
-    return Replies(lambda data: get_ok.render({"get_res['data']": data}), lambda err: get_error.render({"get_res['error']": err}),
-                   post_ok, post_invalid)
+    post_ok = one(
+        lambda t: not t.fields and t.text.startswith("POST request accepted"), "POST accepted"
+    ).text
+    post_invalid = one(
+        lambda t: not t.fields and t.text.startswith("Invalid POST"), "invalid POST"
+    ).text
+    return Replies(
+        lambda data: get_ok.render({"get_res['data']": data}),
+        lambda err: get_error.render({"get_res['error']": err}),
+        post_ok,
+        post_invalid,
+    )

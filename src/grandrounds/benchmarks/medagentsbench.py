@@ -31,8 +31,9 @@ exists, so no ``letter-loglik`` mode.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Prompt, RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.cmmlu import chosen_subjects
@@ -62,17 +63,26 @@ SOURCES: dict[str, str] = {
     "medxpertqa-r": "0100818865c1cbfb3e22effb740e1c447057e00b4e2282a0e1e52dd974e06cf1",
     "medxpertqa-u": "4d73686a46b2a5dfe908a8d32d409608d00af43dc59ee463271626c4a9ec867e",
 }
-COT = UpstreamFile("medagentsbench", "gersteinlab/medagents-benchmark", "f5e50b69be8ef617a6de613cc8035929448e2b3b",
-                   "baselines/MedPrompt/cot.py", "a9376813bf15d8aacf2474bc2bda7a9df6bd25a6b712aac24521690d33465fa5")
+COT = UpstreamFile(
+    "medagentsbench",
+    "gersteinlab/medagents-benchmark",
+    "f5e50b69be8ef617a6de613cc8035929448e2b3b",
+    "baselines/MedPrompt/cot.py",
+    "a9376813bf15d8aacf2474bc2bda7a9df6bd25a6b712aac24521690d33465fa5",
+)
 
-_PROMPTS = {"generate": "MedAgentsBench baselines/MedPrompt/cot.py run_cot (chat-model branch: system + user)",
-            "text-loglik": "ours", "next-token": "ours", "letter-loglik": "not offered (no lm-evaluation-harness task)"}
+_PROMPTS = {
+    "generate": "MedAgentsBench baselines/MedPrompt/cot.py run_cot (chat-model branch: system + user)",
+    "text-loglik": "ours",
+    "next-token": "ours",
+    "letter-loglik": "not offered (no lm-evaluation-harness task)",
+}
 REFERENCE = Protocol(
     "reference",
     # cot.py: temperature=0.0 (and seed=42); max_tokens 4096 as its Claude branch (the OpenAI branch sets none)
     answer=Generation(temperature=0.0, max_tokens=4096),
     extraction="generate: our deterministic reading; the authors' gpt-4o-mini JSON-schema extraction call is not reproduced; "
-               "log-prob modes: argmax",
+    "log-prob modes: argmax",
     aggregation="accuracy over every question (failed or unreadable = wrong), per source as the paper reports",
     source=f"{COT.repo}@{COT.commit[:7]} {COT.path}",
     settings={"prompt": _PROMPTS},
@@ -93,7 +103,7 @@ class _MedAgentsExam(MultipleChoiceBenchmark):
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {
         "generate": "reference: the authors' CoT prompt, temperature 0, 4,096 tokens, failed calls wrong; grandrounds: our "
-                    "prompt, 1,024 tokens, failed calls excluded; both read by ours (the authors' LLM extractor is not run)",
+        "prompt, 1,024 tokens, failed calls excluded; both read by ours (the authors' LLM extractor is not run)",
         "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
     }
 
@@ -107,28 +117,46 @@ class _MedAgentsExam(MultipleChoiceBenchmark):
             require_fields(path, no, rec, ("realidx", "question", "options", "answer_idx"))
             options = rec["options"]
             if not isinstance(options, dict) or not 2 <= len(options) <= len(LETTERS):
-                raise DataError(path, no, "field 'options' must map 2 to 10 letters to option texts")
+                raise DataError(
+                    path, no, "field 'options' must map 2 to 10 letters to option texts"
+                )
             letters = "".join(sorted(options))
-            if letters != LETTERS[: len(options)] or not all(isinstance(v, str) and v.strip() for v in options.values()):
-                raise DataError(path, no, f"options must be non-empty texts under letters A.. (got {letters!r})")
+            if letters != LETTERS[: len(options)] or not all(
+                isinstance(v, str) and v.strip() for v in options.values()
+            ):
+                raise DataError(
+                    path, no, f"options must be non-empty texts under letters A.. (got {letters!r})"
+                )
             key = str(rec["answer_idx"]).strip()
             if key not in options:
                 raise DataError(path, no, f"answer_idx {key!r} is not one of the options {letters}")
             if "answer" in rec and rec["answer"] != options[key]:
                 raise DataError(path, no, f"answer text disagrees with option {key}")
             sid = seen.add(f"{source}-{rec['realidx']}", no)
-            yield self.make_sample(sid, rec["question"], {k: options[k] for k in letters}, key, **self.meta(source, rec, path, no))
+            yield self.make_sample(
+                sid,
+                rec["question"],
+                {k: options[k] for k in letters},
+                key,
+                **self.meta(source, rec, path, no),
+            )
 
     def meta(self, source: str, rec: dict[str, Any], path: Path, no: int) -> dict[str, Any]:
         return {"source": source, "realidx": rec["realidx"]}
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         """The exam layer's prompt; the reference generated answer is cot.py's system and user messages."""
         if options.protocol != "reference" or self.effective_mode(sample, options) != "generate":
             return super().prompt(sample, options, history)
         shown, _ = self.prepare(sample, options)
-        system = cached(python_message_contents, COT, within="run_cot")[1][1]  # [0] is the o1/Claude branch's user message
-        return Prompt((Message("system", system.render()), Message("user", self.reference_prompt(shown))))
+        system = cached(python_message_contents, COT, within="run_cot")[1][
+            1
+        ]  # [0] is the o1/Claude branch's user message
+        return Prompt(
+            (Message("system", system.render()), Message("user", self.reference_prompt(shown)))
+        )
 
     def reference_prompt(self, sample: Sample) -> str:
         """cot.py's user message for chat models: the question, and ``options_text`` as ``run`` builds it
@@ -143,19 +171,28 @@ class MedAgentsBench(_MedAgentsExam):
     """MedAgentsBench test_hard: 894 questions from 10 sources."""
 
     name: ClassVar[str] = "medagentsbench"
-    description: ClassVar[str] = "MedAgentsBench hard subset, 894 questions from 10 medical QA sources (3-10 options); accuracy by source"
+    description: ClassVar[str] = (
+        "MedAgentsBench hard subset, 894 questions from 10 medical QA sources (3-10 options); accuracy by source"
+    )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = tuple(
-        RemoteFile(f"{_BASE}/{s}/test_hard.jsonl", f"{s}_test_hard.jsonl", sha) for s, sha in SOURCES.items()
+        RemoteFile(f"{_BASE}/{s}/test_hard.jsonl", f"{s}_test_hard.jsonl", sha)
+        for s, sha in SOURCES.items()
     )
     category_fields: ClassVar[tuple[str, ...]] = ("source",)
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("sources", list[str], tuple(SOURCES), "sources to ask (default all ten)", tuple(SOURCES)),
+        Param(
+            "sources", list[str], tuple(SOURCES), "sources to ask (default all ten)", tuple(SOURCES)
+        ),
     )
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.sources = chosen_subjects(self, tuple(SOURCES), "sources")
-        self.remote_files = tuple(rf for rf in type(self).remote_files if rf.filename.removesuffix("_test_hard.jsonl") in self.sources)  # type: ignore[misc]
+        self.remote_files = tuple(
+            rf
+            for rf in type(self).remote_files
+            if rf.filename.removesuffix("_test_hard.jsonl") in self.sources
+        )  # type: ignore[misc]
 
     def data_files(self, root: Path) -> list[Path]:
         if root.is_file():
@@ -166,21 +203,37 @@ class MedAgentsBench(_MedAgentsExam):
         if not root.exists():
             raise DataError(root, None, "file or directory not found")
         if root.is_file():
-            yield from self.read_file(root, root.parent.name if root.parent.name in SOURCES else root.stem)
+            yield from self.read_file(
+                root, root.parent.name if root.parent.name in SOURCES else root.stem
+            )
             return
         for source in self.sources:
             path = _source_file(root, source)
             if not path.exists():
-                raise DataError(path, None, f"file not found (expected {source}/test_hard.jsonl under {root})")
+                raise DataError(
+                    path, None, f"file not found (expected {source}/test_hard.jsonl under {root})"
+                )
             yield from self.read_file(path, source)
 
-    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
-        return {"macro_accuracy": macro_average(accuracy_by(pairs, "source", values)), "headline": "micro"}
+    def extra_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
+        return {
+            "macro_accuracy": macro_average(accuracy_by(pairs, "source", values)),
+            "headline": "micro",
+        }
 
 
 def _source_file(root: Path, source: str) -> Path:
     """A source's file: the cache's ``<source>_test_hard.jsonl``, else ``[data/]<source>/test_hard.jsonl``."""
-    for path in (root / f"{source}_test_hard.jsonl", root / source / "test_hard.jsonl", root / "data" / source / "test_hard.jsonl"):
+    for path in (
+        root / f"{source}_test_hard.jsonl",
+        root / source / "test_hard.jsonl",
+        root / "data" / source / "test_hard.jsonl",
+    ):
         if path.exists():
             return path
     return root / source / "test_hard.jsonl"
@@ -195,7 +248,11 @@ class MedExQA(_MedAgentsExam):
         "(NOT the official 940-question test split; no explanations); accuracy by specialty"
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (
-        RemoteFile(f"{_BASE}/medexqa/test.jsonl", "test.jsonl", "443d5274ed17a656e4554f05caf821ea3838d1dd844511734088dc8c377b2a5c"),
+        RemoteFile(
+            f"{_BASE}/medexqa/test.jsonl",
+            "test.jsonl",
+            "443d5274ed17a656e4554f05caf821ea3838d1dd844511734088dc8c377b2a5c",
+        ),
     )
     category_fields: ClassVar[tuple[str, ...]] = ("specialty",)
 
@@ -209,7 +266,15 @@ class MedExQA(_MedAgentsExam):
             raise DataError(path, no, f"realidx {idx!r} is not <number>_<specialty>")
         return {"specialty": specialty, "realidx": idx}
 
-    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+    def extra_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
         """The official MedExQA figure: the unweighted mean over the specialties (evaluate_pipe_MedExQA.py)."""
-        return {"macro_accuracy": macro_average(accuracy_by(pairs, "specialty", values)), "headline": "micro",
-                "note": "MedAgentsBench's repackaging of MedExQA, not the official test split"}
+        return {
+            "macro_accuracy": macro_average(accuracy_by(pairs, "specialty", values)),
+            "headline": "micro",
+            "note": "MedAgentsBench's repackaging of MedExQA, not the official test split",
+        }

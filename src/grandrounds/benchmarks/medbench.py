@@ -10,10 +10,10 @@ lines with ``answer`` filled. When a file does carry answers, MCQ letters are sc
 from __future__ import annotations
 
 import json
-
 from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
 from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params
@@ -22,18 +22,32 @@ from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import Cell, Grade, ImagePart, Message, Sample, TextPart
 from grandrounds.core.registry import Spec
-from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
 from grandrounds.core.textutil import strip_reasoning
+from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
 
 SYSTEM = "you are a helpful assistant."  # the system message of yy-hh/LlmMedEval's MedBench runner
 
 #: MedBench v4's Agent track: its 14 task sets (``other.source`` without the ``_V4`` suffix), as the
 #: platform hands them out in ``Agent_test_data/`` (the copy in yy-hh/LlmMedEval @ 7e76269). They are
 #: prompts that describe a tool, a plan or a conversation; the answer is text, scored by the platform.
-AGENT_TASKS = frozenset({
-    "MedCOT", "MedCallAPI", "MedCollab", "MedDBOps", "MedDecomp", "MedDefend", "MedIntentID", "MedLongConv", "MedLongQA",
-    "MedPathPlan", "MedReflect", "MedRetAPI", "MedRoleAdapt", "MedShield",
-})
+AGENT_TASKS = frozenset(
+    {
+        "MedCOT",
+        "MedCallAPI",
+        "MedCollab",
+        "MedDBOps",
+        "MedDecomp",
+        "MedDefend",
+        "MedIntentID",
+        "MedLongConv",
+        "MedLongQA",
+        "MedPathPlan",
+        "MedReflect",
+        "MedRetAPI",
+        "MedRoleAdapt",
+        "MedShield",
+    }
+)
 TRACKS = ("all", "llm", "agent", "vlm")
 
 
@@ -42,6 +56,7 @@ def track_of(source: str, has_images: bool) -> str:
     if has_images:
         return "vlm"
     return "agent" if source.removesuffix("_V4") in AGENT_TASKS else "llm"
+
 
 class MedBench(Benchmark):
     """MedBench question files (a file or a directory of ``*.jsonl``)."""
@@ -53,15 +68,28 @@ class MedBench(Benchmark):
     parameters = (
         *image_params(),
         # the MedBench runner (yy-hh/LlmMedEval main.py pdf_to_images): max_pages=5, zoom 2.0
-        Param("pdf_pages", int, 5, "pages of a PDF named in img_path that are rendered and sent", minimum=1),
+        Param(
+            "pdf_pages",
+            int,
+            5,
+            "pages of a PDF named in img_path that are rendered and sent",
+            minimum=1,
+        ),
         Param("pdf_scale", float, 2.0, "PDF pages rendered at this many times 72 dpi", minimum=0.1),
-        Param("track", str, "all", "MedBench v4 track to run: llm, agent (the 14 Agent task sets, 420 rows), vlm (rows with images), or all",
-              choices=TRACKS),
+        Param(
+            "track",
+            str,
+            "all",
+            "MedBench v4 track to run: llm, agent (the 14 Agent task sets, 420 rows), vlm (rows with images), or all",
+            choices=TRACKS,
+        ),
     )
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self.images = ImageLoader(ImagePrep.from_params({p.name: self.param(p.name) for p in image_params()}))
+        self.images = ImageLoader(
+            ImagePrep.from_params({p.name: self.param(p.name) for p in image_params()})
+        )
 
     def _images(self, path: Path, lineno: int, img_path: Any) -> list[ImagePart]:
         """Every image ``img_path`` names (a path, or a list of paths or of lists), relative to the
@@ -76,14 +104,22 @@ class MedBench(Benchmark):
             elif isinstance(item, list):
                 stack[:0] = item
             elif item not in (None, "", []):
-                raise DataError(path, lineno, f"img_path holds a {type(item).__name__}; expected paths (strings) or lists of them")
+                raise DataError(
+                    path,
+                    lineno,
+                    f"img_path holds a {type(item).__name__}; expected paths (strings) or lists of them",
+                )
         out: list[ImagePart] = []
         for name in names:
             file = (path.parent / name).resolve()
             if not file.is_file():
                 raise DataError(path, lineno, f"image {name!r} not found (looked for {file})")
             if file.suffix.lower() == ".pdf":
-                out.extend(self.images.pdf_pages(file, f"line {lineno}", self.param("pdf_pages"), self.param("pdf_scale")))
+                out.extend(
+                    self.images.pdf_pages(
+                        file, f"line {lineno}", self.param("pdf_pages"), self.param("pdf_scale")
+                    )
+                )
             else:
                 out.append(self.images.part(file, f"line {lineno}"))
         return out
@@ -116,29 +152,45 @@ class MedBench(Benchmark):
                 raise DataError(path, lineno, "each line needs 'other': {'id', 'source'}")
             answer = rec.get("answer", "")
             if not isinstance(answer, str):
-                raise DataError(path, lineno, f"'answer' must be a string, got {type(answer).__name__}")
+                raise DataError(
+                    path, lineno, f"'answer' must be a string, got {type(answer).__name__}"
+                )
             question = rec["question"]
             if isinstance(rec.get("options"), (list, dict)) and rec["options"]:
                 question += "\n" + _options_text(rec["options"])
             images = self._images(path, lineno, rec.get("img_path"))
-            content: Any = (TextPart(question), *images) if images else question  # the runner's order: text, then images
+            content: Any = (
+                (TextPart(question), *images) if images else question
+            )  # the runner's order: text, then images
             yield Sample(
                 id=f"{other['source']}/{other['id']}/{row}",
                 benchmark=self.name,
                 messages=(Message("system", SYSTEM), Message("user", content)),
                 target=answer.strip() or None,
-                metadata={"source": str(other["source"]), "question_id": other["id"], "file": path.name,
-                          "row": row, "record": rec, "language": "zh", "has_images": bool(images), "n_images": len(images),
-                          "track": track_of(str(other["source"]), bool(images))},
+                metadata={
+                    "source": str(other["source"]),
+                    "question_id": other["id"],
+                    "file": path.name,
+                    "row": row,
+                    "record": rec,
+                    "language": "zh",
+                    "has_images": bool(images),
+                    "n_images": len(images),
+                    "track": track_of(str(other["source"]), bool(images)),
+                },
             )
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("medbench", {})
 
-    def write_submission(self, samples: Sequence[Sample], answers: Mapping[str, str], path: Path) -> dict[str, Any]:
+    def write_submission(
+        self, samples: Sequence[Sample], answers: Mapping[str, str], path: Path
+    ) -> dict[str, Any]:
         return write_submission(samples, answers, path)
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Local accuracy where answers exist; withheld rows are unscored and counted.
 
         Breakdown family ``source`` (the task set, e.g. MedExam_V4); each cell counts its withheld rows.
@@ -149,15 +201,24 @@ class MedBench(Benchmark):
         return Aggregate.of(
             "accuracy",
             overall,
-            {"source": group_cells(((s.metadata["source"], (s, g)) for s, g in rows), _cell),
-             "track": group_cells(((s.metadata.get("track", "llm"), (s, g)) for s, g in rows), _cell)},
-            {"n_withheld": overall.metrics["n_withheld"], "note": "official MedBench scores are computed by the platform from the submission file"},
+            {
+                "source": group_cells(((s.metadata["source"], (s, g)) for s, g in rows), _cell),
+                "track": group_cells(
+                    ((s.metadata.get("track", "llm"), (s, g)) for s, g in rows), _cell
+                ),
+            },
+            {
+                "n_withheld": overall.metrics["n_withheld"],
+                "note": "official MedBench scores are computed by the platform from the submission file",
+            },
         )
 
 
 def _cell(rows: Sequence[tuple[Sample, Grade | None]]) -> Cell:
     """Accuracy of some rows, with how many of them had their answer withheld (those are unscored)."""
-    return accuracy_cell([value_of(g) for _, g in rows], {"n_withheld": sum(1 for s, _ in rows if s.target is None)})
+    return accuracy_cell(
+        [value_of(g) for _, g in rows], {"n_withheld": sum(1 for s, _ in rows if s.target is None)}
+    )
 
 
 def _options_text(options: Any) -> str:
@@ -167,7 +228,9 @@ def _options_text(options: Any) -> str:
     return "\n".join(f"{chr(65 + i)}. {v}" for i, v in enumerate(options))
 
 
-def write_submission(samples: Sequence[Sample], answers: Mapping[str, str], path: Path) -> dict[str, Any]:
+def write_submission(
+    samples: Sequence[Sample], answers: Mapping[str, str], path: Path
+) -> dict[str, Any]:
     """Write the platform's submission: each sample's original line with ``answer`` filled.
 
     ``answers`` maps sample id -> the model's reply (reasoning traces are stripped, as the
@@ -187,4 +250,8 @@ def write_submission(samples: Sequence[Sample], answers: Mapping[str, str], path
         by_file[target].append(json.dumps(rec, ensure_ascii=False))
     for target, lines in by_file.items():
         target.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return {"files": sorted(str(p) for p in by_file), "n_written": len(samples) - len(missing), "missing": missing}
+    return {
+        "files": sorted(str(p) for p in by_file),
+        "n_written": len(samples) - len(missing),
+        "missing": missing,
+    }

@@ -38,8 +38,9 @@ calls are left out of the denominator and counted. There is no lm-evaluation-har
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
@@ -48,31 +49,41 @@ from grandrounds.benchmarks.readers.lines import iter_csv
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
-from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 from grandrounds.core.records import AnswerMode, Sample
+from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 
 REPO = "HanjieChen/ChallengeClinicalQA"
 COMMIT = "ef3c9da03fc17f46fbd95ce860e0a55c51ed3606"
 _BASE = f"https://raw.githubusercontent.com/{REPO}/{COMMIT}/medbullets"
 #: The published file of each variant, by its number of options.
 FILES: dict[int, RemoteFile] = {
-    4: RemoteFile(f"{_BASE}/medbullets_op4.csv", "medbullets_op4.csv",
-                  "f35c24c7940fd3fd28594a4081e66bded3718cd98b4491d0f307d34ceb945893"),
-    5: RemoteFile(f"{_BASE}/medbullets_op5.csv", "medbullets_op5.csv",
-                  "7da4b1397418b4bd15074066ea6a377ac44a599794a959cd8ebc76937ea597e6"),
+    4: RemoteFile(
+        f"{_BASE}/medbullets_op4.csv",
+        "medbullets_op4.csv",
+        "f35c24c7940fd3fd28594a4081e66bded3718cd98b4491d0f307d34ceb945893",
+    ),
+    5: RemoteFile(
+        f"{_BASE}/medbullets_op5.csv",
+        "medbullets_op5.csv",
+        "7da4b1397418b4bd15074066ea6a377ac44a599794a959cd8ebc76937ea597e6",
+    ),
 }
 _OPTION_COLUMNS = {"A": "opa", "B": "opb", "C": "opc", "D": "opd", "E": "ope"}
 
-_PROMPTS = {"generate": "ours (no official prompt is pinned)", "text-loglik": "ours", "next-token": "ours",
-            "letter-loglik": "not offered (no lm-evaluation-harness task)"}
+_PROMPTS = {
+    "generate": "ours (no official prompt is pinned)",
+    "text-loglik": "ours",
+    "next-token": "ours",
+    "letter-loglik": "not offered (no lm-evaluation-harness task)",
+}
 REFERENCE = Protocol(
     "reference",
     answer=OUR_ANSWER,  # temperature 0 as MedHELM's multiple-choice adapter; 1,024 tokens of room
     extraction="generate: ours (no official reading is pinned); log-prob modes: argmax",
     aggregation="accuracy over every question: a failed or unreadable answer counts wrong "
-                "(MedHELM's exact match over all instances; the authors' accuracy over the file)",
+    "(MedHELM's exact match over all instances; the authors' accuracy over the file)",
     source="convention of MedHELM (crfm-helm, medbullets) and Chen et al. 2024 (arXiv 2402.18060); "
-           "their prompt texts are not pinned here, so ours is sent",
+    "their prompt texts are not pinned here, so ours is sent",
     settings={"prompt": _PROMPTS},
 )
 GRANDROUNDS = ours(
@@ -96,7 +107,9 @@ def question_id(link: str) -> str:
     return link
 
 
-def read_rows(path: Path, columns: tuple[str, ...], refused: dict[str, str] | None = None) -> Iterator[tuple[int, dict[str, str]]]:
+def read_rows(
+    path: Path, columns: tuple[str, ...], refused: dict[str, str] | None = None
+) -> Iterator[tuple[int, dict[str, str]]]:
     """(first line of the row, row) for each CSV row under its header, read as asked for
     (:func:`~grandrounds.benchmarks.readers.lines.iter_csv`: a missing column or malformed quoting is a
     DataError naming the line). A column in ``refused`` (name -> why) or a row with too few or too
@@ -108,9 +121,15 @@ def read_rows(path: Path, columns: tuple[str, ...], refused: dict[str, str] | No
             raise DataError(path, 1, f"unexpected column {col!r}: {why}")
     for start, row in reader:
         if None in row:
-            raise DataError(path, start, f"{len(header) + len(row[None])} cells, the header has {len(header)}")
+            raise DataError(
+                path, start, f"{len(header) + len(row[None])} cells, the header has {len(header)}"
+            )
         if any(v is None for v in row.values()):
-            raise DataError(path, start, f"{sum(v is not None for v in row.values())} cells, the header has {len(header)}")
+            raise DataError(
+                path,
+                start,
+                f"{sum(v is not None for v in row.values())} cells, the header has {len(header)}",
+            )
         yield start, row
 
 
@@ -128,12 +147,17 @@ class MedBullets(MultipleChoiceBenchmark):
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {
         "generate": "same prompt, reading and temperature; reference counts a failed call wrong (every question "
-                    "in the denominator), grandrounds leaves it out and counts it",
+        "in the denominator), grandrounds leaves it out and counts it",
         "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
     }
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("options", int, 5, "5: medbullets_op5.csv, options A-E (as MedHELM runs it); 4: medbullets_op4.csv, A-D",
-              (4, 5)),
+        Param(
+            "options",
+            int,
+            5,
+            "5: medbullets_op5.csv, options A-E (as MedHELM runs it); 4: medbullets_op4.csv, A-D",
+            (4, 5),
+        ),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -154,7 +178,11 @@ class MedBullets(MultipleChoiceBenchmark):
         path = resolve_file(root, self.file.filename)
         option_cols = tuple(_OPTION_COLUMNS[k] for k in self.letters)
         columns = ("link", "question", *option_cols, "answer_idx", "answer", "explanation")
-        refused = {"ope": "a fifth option (the op5 file); pass --param options=5"} if self.n_options == 4 else {}
+        refused = (
+            {"ope": "a fifth option (the op5 file); pass --param options=5"}
+            if self.n_options == 4
+            else {}
+        )
         seen = IdSet(path)
         for no, row in read_rows(path, columns, refused):
             sample = self._sample(path, no, row)
@@ -168,12 +196,26 @@ class MedBullets(MultipleChoiceBenchmark):
             if not row[col].strip():
                 raise DataError(path, no, f"empty {col!r}")
         key = row["answer_idx"].strip()
-        if len(key) != 1 or key not in self.letters:  # one letter: "AB" is a substring, not an option
-            raise DataError(path, no, f"answer_idx {row['answer_idx']!r} is not one of the options {', '.join(self.letters)}")
+        if (
+            len(key) != 1 or key not in self.letters
+        ):  # one letter: "AB" is a substring, not an option
+            raise DataError(
+                path,
+                no,
+                f"answer_idx {row['answer_idx']!r} is not one of the options {', '.join(self.letters)}",
+            )
         choices = {k: row[_OPTION_COLUMNS[k]] for k in self.letters}
         if row["answer"].strip() != choices[key].strip():
-            raise DataError(path, no, f"answer text {row['answer'][:60]!r} is not option {key} ({choices[key][:60]!r})")
+            raise DataError(
+                path,
+                no,
+                f"answer text {row['answer'][:60]!r} is not option {key} ({choices[key][:60]!r})",
+            )
         return self.make_sample(
-            question_id(row["link"]), row["question"], choices, key,
-            link=row["link"].strip(), explanation=row["explanation"],
+            question_id(row["link"]),
+            row["question"],
+            choices,
+            key,
+            link=row["link"].strip(),
+            explanation=row["explanation"],
         )

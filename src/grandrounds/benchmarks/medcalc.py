@@ -64,25 +64,36 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, resolve_file
+from grandrounds.benchmarks.base import (
+    Aggregate,
+    Benchmark,
+    Prompt,
+    RemoteFile,
+    RunOptions,
+    resolve_file,
+)
 from grandrounds.benchmarks.readers.lines import iter_csv
 from grandrounds.core.errors import DataError
-from grandrounds.graders.medcalc_extract import parse_ground_truth
 from grandrounds.core.hashing import file_sha256, text_hash
 from grandrounds.core.params import Param
-from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.core.records import Cell, Grade, Message, Sample
 from grandrounds.core.registry import Spec
+from grandrounds.graders.medcalc_extract import parse_ground_truth
 from grandrounds.scoring import medcalc as mc
 from grandrounds.scoring.cells import accuracy_cell, group_cells
+from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import TextRef, UpstreamFile, UpstreamText
 
 COMMIT = "5523b7785c004912e76ca4db19efbd7367b23c40"
-VERIFIED_REPO, VERIFIED_COMMIT = "nikhilk7153/MedCalc-Bench-Verified", "2df697418a5c5b2ddf2e4dee548eebcc023487fb"
+VERIFIED_REPO, VERIFIED_COMMIT = (
+    "nikhilk7153/MedCalc-Bench-Verified",
+    "2df697418a5c5b2ddf2e4dee548eebcc023487fb",
+)
 
 
 @dataclass(frozen=True)
@@ -102,25 +113,50 @@ class DatasetVersion:
 VERSIONS: dict[str, DatasetVersion] = {
     "v1.0": DatasetVersion(
         "v1.0",
-        RemoteFile(f"https://raw.githubusercontent.com/ncbi-nlp/MedCalc-Bench/{COMMIT}/dataset/test_data.csv",
-                   "test_data.csv", "c2d23097f8bdb7ae4a77dbf4a5a767335df7303998d7c7664a73a29fd8e2b31a"),
-        1047, f"ncbi-nlp/MedCalc-Bench@{COMMIT[:7]}",
+        RemoteFile(
+            f"https://raw.githubusercontent.com/ncbi-nlp/MedCalc-Bench/{COMMIT}/dataset/test_data.csv",
+            "test_data.csv",
+            "c2d23097f8bdb7ae4a77dbf4a5a767335df7303998d7c7664a73a29fd8e2b31a",
+        ),
+        1047,
+        f"ncbi-nlp/MedCalc-Bench@{COMMIT[:7]}",
     ),
     "v1.2": DatasetVersion(
         "v1.2",
-        RemoteFile("https://raw.githubusercontent.com/ncbi-nlp/MedCalc-Bench/main/datasets/test_data.csv",
-                   "test_data-v1.2.csv", None),  # checksum recorded at the first download
-        1100, "ncbi-nlp/MedCalc-Bench@main",
+        RemoteFile(
+            "https://raw.githubusercontent.com/ncbi-nlp/MedCalc-Bench/main/datasets/test_data.csv",
+            "test_data-v1.2.csv",
+            None,
+        ),  # checksum recorded at the first download
+        1100,
+        "ncbi-nlp/MedCalc-Bench@main",
     ),
     "verified": DatasetVersion(
         "verified",
-        RemoteFile(f"https://raw.githubusercontent.com/{VERIFIED_REPO}/{VERIFIED_COMMIT}/datasets/test_data.csv",
-                   "test_data-verified.csv", None),  # checksum recorded at the first download
-        1100, f"{VERIFIED_REPO}@{VERIFIED_COMMIT[:7]}",
+        RemoteFile(
+            f"https://raw.githubusercontent.com/{VERIFIED_REPO}/{VERIFIED_COMMIT}/datasets/test_data.csv",
+            "test_data-verified.csv",
+            None,
+        ),  # checksum recorded at the first download
+        1100,
+        f"{VERIFIED_REPO}@{VERIFIED_COMMIT[:7]}",
     ),
 }
-COLUMNS = ("Row Number", "Calculator ID", "Calculator Name", "Category", "Output Type", "Note ID", "Note Type",
-           "Patient Note", "Question", "Relevant Entities", "Ground Truth Answer", "Lower Limit", "Upper Limit")
+COLUMNS = (
+    "Row Number",
+    "Calculator ID",
+    "Calculator Name",
+    "Category",
+    "Output Type",
+    "Note ID",
+    "Note Type",
+    "Patient Note",
+    "Question",
+    "Relevant Entities",
+    "Ground Truth Answer",
+    "Lower Limit",
+    "Upper Limit",
+)
 SYSTEM = (
     "You are a helpful assistant for calculating a score for a given patient note. Think step by step, "
     'then give the value asked for. Reply with only a JSON object {"step_by_step_thinking": "...", "answer": "..."}.'
@@ -134,12 +170,27 @@ FORMAT_HINT = {
 
 # The official scoring code at a pinned commit (../shared/reference/SOURCES.tsv, folder medcalc-bench).
 _REPO, _CODE_COMMIT = "ncbi-nlp/MedCalc-Bench", "20b10f9d66a8c3b0356ae3138533f5ec91666b6a"
-RUN_PY = UpstreamFile("medcalc-bench", _REPO, _CODE_COMMIT, "evaluation/run.py",
-                      "edc1725bceb993340a0ff7474173530e3988b356590d3fb8c97f04d83eedc9ac")
-EVALUATE_PY = UpstreamFile("medcalc-bench", _REPO, _CODE_COMMIT, "evaluation/evaluate.py",
-                           "e165e10cb1db77f7a1d97c6f386524547ce90d77ce56ae4d95f7544ad9320a1a")
-LLM_INFERENCE_PY = UpstreamFile("medcalc-bench", _REPO, _CODE_COMMIT, "evaluation/llm_inference.py",
-                                "a0f2c705218486664f3a15d47d24becb1323631896378432854726f0c018f271")
+RUN_PY = UpstreamFile(
+    "medcalc-bench",
+    _REPO,
+    _CODE_COMMIT,
+    "evaluation/run.py",
+    "edc1725bceb993340a0ff7474173530e3988b356590d3fb8c97f04d83eedc9ac",
+)
+EVALUATE_PY = UpstreamFile(
+    "medcalc-bench",
+    _REPO,
+    _CODE_COMMIT,
+    "evaluation/evaluate.py",
+    "e165e10cb1db77f7a1d97c6f386524547ce90d77ce56ae4d95f7544ad9320a1a",
+)
+LLM_INFERENCE_PY = UpstreamFile(
+    "medcalc-bench",
+    _REPO,
+    _CODE_COMMIT,
+    "evaluation/llm_inference.py",
+    "a0f2c705218486664f3a15d47d24becb1323631896378432854726f0c018f271",
+)
 #: run.py zero_shot(note, question): the system message and the user message (an f-string of note and question).
 OFFICIAL_SYSTEM = TextRef(RUN_PY, "system_msg", within="zero_shot")
 OFFICIAL_USER = TextRef(RUN_PY, "user_temp", within="zero_shot")
@@ -149,7 +200,7 @@ REFERENCE = Protocol(
     # llm_inference.py generate(): do_sample=False, temperature=0.0, max_length = prompt + 4096 (open models)
     answer=Generation(temperature=0.0, max_tokens=4096, system=OFFICIAL_SYSTEM),
     extraction="run.py extract_answer on the reply with whitespace collapsed (llm_inference.py answer): the last "
-               "'answer\": ...}' field, the calculator's special cases; evaluate.py check_correctness",
+    "'answer\": ...}' field, the calculator's special cases; evaluate.py check_correctness",
     aggregation="accuracy over answered rows; unreadable answers wrong and counted; failed calls unscored",
     source=f"https://github.com/{_REPO}/tree/{_CODE_COMMIT}/evaluation",
     settings={
@@ -162,14 +213,14 @@ REFERENCE = Protocol(
 GRANDROUNDS = ours(
     REFERENCE,
     extraction="last JSON answer field read tolerantly (raw newlines, unescaped quotes), else an answer line; "
-               "unit numbers ignored, '%' kept as percent, bare lists unreadable; same tolerance rules",
+    "unit numbers ignored, '%' kept as percent, bare lists unreadable; same tolerance rules",
     aggregation="accuracy over answered rows; unreadable answers wrong and counted; failed calls unscored",
 )
 _DIFFERS = {
     "reference": "grandrounds reads JSON with raw newlines or unescaped quotes, ignores unit numbers, keeps '%' as percent, "
-                 "reads no bare list, and asks with its own prompt",
+    "reads no bare list, and asks with its own prompt",
     "grandrounds": "the official reading: the last 'answer\":...}' match only, '%' divided by 100, a list counted, "
-                   "the last number even inside a unit",
+    "the last number even inside a unit",
 }
 
 
@@ -182,8 +233,14 @@ class MedCalcBench(Benchmark):
     #: The default version's file; an instance keeps its own version's.
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (VERSIONS["v1.0"].file,)
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("version", str, "v1.0", "dataset version: v1.0 (1,047 rows, pinned), v1.2 or verified (1,100 rows; "
-              "checksum recorded at first download)", tuple(VERSIONS)),
+        Param(
+            "version",
+            str,
+            "v1.0",
+            "dataset version: v1.0 (1,047 rows, pinned), v1.2 or verified (1,100 rows; "
+            "checksum recorded at first download)",
+            tuple(VERSIONS),
+        ),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -210,8 +267,12 @@ class MedCalcBench(Benchmark):
         path = self.data_file(root)
         v10 = VERSIONS["v1.0"].file.sha256
         if self.version.name != "v1.0" and file_sha256(path) == v10:
-            raise DataError(path, None, f"this is the v1.0 file (sha256 {str(v10)[:12]}...), not {self.version.name}; "
-                                        "drop --param version or pass that version's file")
+            raise DataError(
+                path,
+                None,
+                f"this is the v1.0 file (sha256 {str(v10)[:12]}...), not {self.version.name}; "
+                "drop --param version or pass that version's file",
+            )
         for _, row in iter_csv(path, COLUMNS):
             yield self._row(path, row)
 
@@ -220,23 +281,31 @@ class MedCalcBench(Benchmark):
         try:
             calc_id = int(row["Calculator ID"])
         except ValueError:
-            raise DataError(path, where, f"Calculator ID {row['Calculator ID']!r} is not an integer") from None
+            raise DataError(
+                path, where, f"Calculator ID {row['Calculator ID']!r} is not an integer"
+            ) from None
         kind = mc.kind_of(calc_id, row["Output Type"].strip())
         if kind is None:
             raise DataError(path, where, f"unknown Output Type {row['Output Type']!r}")
         try:
             entities = ast.literal_eval(row["Relevant Entities"])  # a Python dict literal, not JSON
         except (ValueError, SyntaxError) as e:
-            raise DataError(path, where, f"Relevant Entities is not a Python literal: {e}") from None
+            raise DataError(
+                path, where, f"Relevant Entities is not a Python literal: {e}"
+            ) from None
         truth = parse_ground_truth(row["Ground Truth Answer"], kind)
         lower = upper = None
         if kind == "decimal":
             try:
                 lower, upper = float(row["Lower Limit"]), float(row["Upper Limit"])
             except ValueError:
-                raise DataError(path, where, "Lower/Upper Limit must be numbers for a decimal calculator") from None
+                raise DataError(
+                    path, where, "Lower/Upper Limit must be numbers for a decimal calculator"
+                ) from None
         if truth is None:
-            raise DataError(path, where, f"Ground Truth Answer {row['Ground Truth Answer']!r} is not a {kind}")
+            raise DataError(
+                path, where, f"Ground Truth Answer {row['Ground Truth Answer']!r} is not a {kind}"
+            )
         user = (
             f"Here is the patient note:\n{row['Patient Note']}\n\nHere is the task:\n{row['Question']}\n\n"
             f"{FORMAT_HINT[kind]}"
@@ -245,8 +314,14 @@ class MedCalcBench(Benchmark):
             id=row["Row Number"],
             benchmark=self.name,
             messages=(Message("system", SYSTEM), Message("user", user)),
-            target={"kind": kind, "truth": row["Ground Truth Answer"], "lower": lower, "upper": upper,
-                    "lower_text": row["Lower Limit"], "upper_text": row["Upper Limit"]},
+            target={
+                "kind": kind,
+                "truth": row["Ground Truth Answer"],
+                "lower": lower,
+                "upper": upper,
+                "lower_text": row["Lower Limit"],
+                "upper_text": row["Upper Limit"],
+            },
             metadata={
                 "note": row["Patient Note"],
                 "question": row["Question"],
@@ -261,12 +336,16 @@ class MedCalcBench(Benchmark):
             },
         )
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         """Under ``reference`` the official user message (the runner puts the official system message
         before it, from the protocol); under ``grandrounds`` the sample's own messages."""
         if options.protocol != "reference":
             return super().prompt(sample, options, history)
-        user = _loaded(OFFICIAL_USER).render({"note": sample.metadata["note"], "question": sample.metadata["question"]})
+        user = _loaded(OFFICIAL_USER).render(
+            {"note": sample.metadata["note"], "question": sample.metadata["question"]}
+        )
         return Prompt((Message("user", user),))
 
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
@@ -283,7 +362,9 @@ class MedCalcBench(Benchmark):
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("medcalc", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Accuracy (Wilson CI) overall and in two breakdown families; unextractable answers counted.
 
         Families: ``category`` (the file's Category: lab, risk, ...) and ``kind`` (the comparison
@@ -293,7 +374,10 @@ class MedCalcBench(Benchmark):
         """
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
-        mine, other = options.protocol, "grandrounds" if options.protocol == "reference" else "reference"
+        mine, other = (
+            options.protocol,
+            "grandrounds" if options.protocol == "reference" else "reference",
+        )
 
         def cell(items: Sequence[Grade | None], protocol: str = mine) -> Cell:
             return _cell([_item(g, protocol) for g in items])
@@ -309,8 +393,12 @@ class MedCalcBench(Benchmark):
             {
                 "n_unextractable": overall.metrics["n_unextractable"],
                 "version": self.version.label(),
-                "other_protocol": {"protocol": other, "score": other_cell.score, "differs": _DIFFERS[mine],
-                                   "n_unextractable": other_cell.metrics["n_unextractable"]},
+                "other_protocol": {
+                    "protocol": other,
+                    "score": other_cell.score,
+                    "differs": _DIFFERS[mine],
+                    "n_unextractable": other_cell.metrics["n_unextractable"],
+                },
             },
         )
 

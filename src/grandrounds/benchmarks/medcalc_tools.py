@@ -28,8 +28,10 @@ class MedCalcTools(AgentBenchmark, MedCalcBench):
     """MedCalc-Bench rows as tool-using episodes; success = the final answer within tolerance."""
 
     name = "medcalc-bench-tools"
-    description = ("MedCalc-Bench with tools: a calculator and a sandboxed Python as native tool calls, "
-                   "the final answer scored by MedCalc-Bench's rules (agent; same versions as medcalc-bench)")
+    description = (
+        "MedCalc-Bench with tools: a calculator and a sandboxed Python as native tool calls, "
+        "the final answer scored by MedCalc-Bench's rules (agent; same versions as medcalc-bench)"
+    )
     action_protocols: ClassVar[tuple[str, ...]] = ("native",)
     default_max_steps: ClassVar[int] = 10
     parameters: ClassVar[tuple[Param, ...]] = ()
@@ -45,7 +47,9 @@ class MedCalcTools(AgentBenchmark, MedCalcBench):
         from grandrounds.benchmarks.agent_envs.medcalc_tools import CALCULATOR, PYTHON
         from grandrounds.core.hashing import content_hash
 
-        return MedCalcBench.template_hashes(self, options) | {"tools": content_hash([CALCULATOR, PYTHON])[:16]}
+        return MedCalcBench.template_hashes(self, options) | {
+            "tools": content_hash([CALCULATOR, PYTHON])[:16]
+        }
 
 
 MedCalcTools.parameters = MedCalcBench.parameters + MedCalcTools.agent_parameters()

@@ -24,8 +24,9 @@ unreadable judge reply is unknown, never 0 (Medmarks' unknown-as-0 figure beside
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions
 from grandrounds.benchmarks.careqa_open import judged_aggregate
@@ -39,7 +40,9 @@ from grandrounds.core.registry import Spec
 from grandrounds.sources.meddialog import ENVIRONMENT, JUDGE_PROMPTS, OUR_JUDGE, PROTOCOLS
 
 SUBSETS = ("healthcaremagic", "icliniq")
-BUNDLE = "https://worksheets.codalab.org/rest/bundles/0x82f0c47f6d3e4462ae9ef8ea39eebe64/contents/blob"
+BUNDLE = (
+    "https://worksheets.codalab.org/rest/bundles/0x82f0c47f6d3e4462ae9ef8ea39eebe64/contents/blob"
+)
 FILES = tuple(RemoteFile(f"{BUNDLE}/{s}/test.json", f"{s}-test.json", None) for s in SUBSETS)
 #: Our task instruction (grandrounds): the conversation follows it in the user message.
 OUR_TASK = "Summarise the patient's question in this patient-doctor conversation in one sentence.\n\n{conversation}"
@@ -50,7 +53,11 @@ def subset_files(root: Path, subsets: Sequence[str]) -> list[tuple[str, Path]]:
     if root.is_file():
         subset = root.parent.name
         if subset not in SUBSETS:
-            raise DataError(root, None, f"cannot tell the subset: the file's folder must be one of {', '.join(SUBSETS)}")
+            raise DataError(
+                root,
+                None,
+                f"cannot tell the subset: the file's folder must be one of {', '.join(SUBSETS)}",
+            )
         return [(subset, root)]
     if not root.exists():
         raise DataError(root, None, "file or directory not found")
@@ -58,7 +65,9 @@ def subset_files(root: Path, subsets: Sequence[str]) -> list[tuple[str, Path]]:
     for s in subsets:
         found = [p for p in (root / s / "test.json", root / f"{s}-test.json") if p.exists()]
         if not found:
-            raise DataError(root / s / "test.json", None, "file not found (the layout: <subset>/test.json)")
+            raise DataError(
+                root / s / "test.json", None, "file not found (the layout: <subset>/test.json)"
+            )
         out.append((s, found[0]))
     return out
 
@@ -72,7 +81,9 @@ class MedDialog(Benchmark):
         "conversations judged against the reference (accuracy, completeness, clarity 1-5, Medmarks' judge). "
         "A repackaging of web consultations; no licence stated"
     )
-    parameters: ClassVar[tuple[Param, ...]] = (Param("subsets", list[str], SUBSETS, "subsets to ask (default both)", SUBSETS),)
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param("subsets", list[str], SUBSETS, "subsets to ask (default both)", SUBSETS),
+    )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = FILES
     needs_judge: ClassVar[bool] = True
     protocols = PROTOCOLS
@@ -111,15 +122,26 @@ class MedDialog(Benchmark):
                         raise DataError(path, where, f"missing or empty {key!r}")
                 raw_id = rec.get("id", rec.get("index", i))
                 sid = seen.add(f"{subset}-{raw_id}", where)
-                yield Sample(id=sid, benchmark=self.name, messages=(Message("user", rec["src"]),), target=rec["tgt"],
-                             metadata={"conversation": rec["src"], "subset": subset})
+                yield Sample(
+                    id=sid,
+                    benchmark=self.name,
+                    messages=(Message("user", rec["src"]),),
+                    target=rec["tgt"],
+                    metadata={"conversation": rec["src"], "subset": subset},
+                )
             if not len(seen):
                 raise DataError(path, None, "no conversations in the file")
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
-        if options.protocol == "reference":  # the system prompt (PROMPT) comes from the preset; the conversation as is
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
+        if (
+            options.protocol == "reference"
+        ):  # the system prompt (PROMPT) comes from the preset; the conversation as is
             return Prompt(sample.messages)
-        return Prompt((Message("user", OUR_TASK.format(conversation=sample.metadata["conversation"])),))
+        return Prompt(
+            (Message("user", OUR_TASK.format(conversation=sample.metadata["conversation"])),)
+        )
 
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
         from grandrounds.core.hashing import text_hash
@@ -130,5 +152,13 @@ class MedDialog(Benchmark):
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("meddialog", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
-        return judged_aggregate(samples, grades, options, ("subset",), "mean of the three 1-5 scores / 5 (Medmarks reward)")
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
+        return judged_aggregate(
+            samples,
+            grades,
+            options,
+            ("subset",),
+            "mean of the three 1-5 scores / 5 (Medmarks reward)",
+        )

@@ -47,32 +47,44 @@ carries the other protocol's figure in ``extra["other_protocol"]``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
 from grandrounds.benchmarks.readers.lines import iter_csv
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
-from grandrounds.sources.protocols import Protocol, ours
 from grandrounds.core.records import Cell, Grade, Message, Sample
 from grandrounds.core.registry import Spec
 from grandrounds.scoring import medec as sc
 from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
 from grandrounds.scoring.stats import wilson_ci
+from grandrounds.sources.protocols import Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile
 
 COMMIT = "70268d24e3ce0cd6d0e099ff7bfd4966f2bbcc28"
 _BASE = f"https://raw.githubusercontent.com/abachaa/MEDEC/{COMMIT}/MEDEC-MS"
-TEST = RemoteFile(f"{_BASE}/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
-                  "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
-                  "f35e2c3c1e4d98ca900394c4fcff14c2a84752e48ddc83698401da6a360c707e")
-VALIDATION = RemoteFile(f"{_BASE}/MEDEC-MS-ValidationSet-with-GroundTruth-and-ErrorType.csv",
-                        "MEDEC-MS-ValidationSet-with-GroundTruth-and-ErrorType.csv",
-                        "7571aec311e2fb88d9084082af2323aa579d102e1d5e1a06faf930fe4fd3977d")
+TEST = RemoteFile(
+    f"{_BASE}/MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
+    "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv",
+    "f35e2c3c1e4d98ca900394c4fcff14c2a84752e48ddc83698401da6a360c707e",
+)
+VALIDATION = RemoteFile(
+    f"{_BASE}/MEDEC-MS-ValidationSet-with-GroundTruth-and-ErrorType.csv",
+    "MEDEC-MS-ValidationSet-with-GroundTruth-and-ErrorType.csv",
+    "7571aec311e2fb88d9084082af2323aa579d102e1d5e1a06faf930fe4fd3977d",
+)
 SPLITS = {"test": (TEST,), "validation": (VALIDATION,), "both": (TEST, VALIDATION)}
-COLUMNS = ("Text ID", "Sentences", "Error Flag", "Error Type", "Error Sentence ID", "Corrected Sentence")
+COLUMNS = (
+    "Text ID",
+    "Sentences",
+    "Error Flag",
+    "Error Type",
+    "Error Sentence ID",
+    "Corrected Sentence",
+)
 INSTRUCTIONS = (
     "The following is a clinical text about a patient, one sentence per line, each line starting with its "
     "sentence ID. You are a skilled physician reviewing it. The text is either correct or contains exactly one "
@@ -82,18 +94,25 @@ INSTRUCTIONS = (
 )
 
 #: The shared task's scorer: the reference protocol's metrics are its metrics (not read at run time: it holds no prompt).
-SCORER = UpstreamFile("medec", "abachaa/MEDIQA-CORR-2024", "4b87cb01c34d22bdef2423206305b2bedb1fe893",
-                      "evaluation/mediqa-corr-2024-eval-script-2-all-metrics.py",
-                      "0fe35f884fdbf8347b4e7f412bb027069df19b6fa1a967f6d549349b72c7914b")
+SCORER = UpstreamFile(
+    "medec",
+    "abachaa/MEDIQA-CORR-2024",
+    "4b87cb01c34d22bdef2423206305b2bedb1fe893",
+    "evaluation/mediqa-corr-2024-eval-script-2-all-metrics.py",
+    "0fe35f884fdbf8347b4e7f412bb027069df19b6fa1a967f6d549349b72c7914b",
+)
 _REFERENCE = Protocol(
     "reference",
     extraction="the reply as a submission line '<text id> <flag> <sentence id> <correction>' (JSON written as one), "
-               "read as the official parse_run_submission_file reads it; fields compared as strings",
+    "read as the official parse_run_submission_file reads it; fields compared as strings",
     aggregation="official: flag and sentence-id accuracy over all texts (missing = wrong); R1FC/R2FC/RLFC with the "
-                "rouge package (case-sensitive); BERTScore, BLEURT and AggregateC not computed",
+    "rouge package (case-sensitive); BERTScore, BLEURT and AggregateC not computed",
     source=SCORER.url,
-    settings={"scorer": SCORER.describe(), "rouge": "rouge 1.0.1, Rouge().get_scores",
-              "prompt": "ours: MEDEC publishes no prompt or generation settings"},
+    settings={
+        "scorer": SCORER.describe(),
+        "rouge": "rouge 1.0.1, Rouge().get_scores",
+        "prompt": "ours: MEDEC publishes no prompt or generation settings",
+    },
 )
 PROTOCOLS = {
     "reference": _REFERENCE,
@@ -101,20 +120,20 @@ PROTOCOLS = {
         _REFERENCE,
         extraction="JSON or submission line, tolerant: full-width folded, any-case NA, quotes and line breaks dropped",
         aggregation="flag and sentence-id accuracy over answered texts (failed calls excluded); R1FC/R2FC/RLFC with "
-                    "rouge_score (lower-cased, punctuation dropped)",
+        "rouge_score (lower-cased, punctuation dropped)",
     ),
 }
 #: One line on what the other protocol does differently, keyed by the protocol a result used.
 _DIFFERS = {
     "reference": "grandrounds reads replies tolerantly, scores corrections with rouge_score (lower-cased) and "
-                 "excludes failed calls",
+    "excludes failed calls",
     "grandrounds": "reference reads the official submission line, scores corrections with the case-sensitive rouge "
-                   "package and counts failed calls wrong",
+    "package and counts failed calls wrong",
 }
 
 
 def _int(raw: str, path: Path, where: str, column: str) -> int:
-    """"1", "1.0" (as pandas writes it) -> 1; anything else is a DataError."""
+    """ "1", "1.0" (as pandas writes it) -> 1; anything else is a DataError."""
     try:
         f = float(raw)
     except ValueError:
@@ -130,7 +149,15 @@ class MEDEC(Benchmark):
     name = "medec"
     description = "MEDEC-MS: detect and correct one medical error in clinical notes (597 test, 574 validation)"
     remote_files = (TEST, VALIDATION)
-    parameters = (Param("split", str, "test", "which MEDEC-MS file(s) a data directory is read from", tuple(SPLITS)),)
+    parameters = (
+        Param(
+            "split",
+            str,
+            "test",
+            "which MEDEC-MS file(s) a data directory is read from",
+            tuple(SPLITS),
+        ),
+    )
     protocols = PROTOCOLS
 
     def data_files(self, root: Path) -> list[Path]:
@@ -148,7 +175,13 @@ class MEDEC(Benchmark):
     def _iter_file(self, path: Path) -> Iterator[Sample]:
         """The file's texts one at a time; ``line`` in an error is the line the row starts on."""
         reader = iter_csv(path, COLUMNS)
-        split = "validation" if "Validation" in path.name else "test" if "Test" in path.name else "unknown"
+        split = (
+            "validation"
+            if "Validation" in path.name
+            else "test"
+            if "Test" in path.name
+            else "unknown"
+        )
         for line, row in reader:
             if all(not (v or "").strip() for v in row.values()):
                 continue  # the test file's trailing empty rows
@@ -164,23 +197,36 @@ class MEDEC(Benchmark):
         raw = row["Corrected Sentence"] or ""
         corrected = " ".join(raw.split()) or sc.NA
         if flag not in (0, 1) or (flag == 1) != (sid >= 0) or (flag == 1 and corrected == sc.NA):
-            raise DataError(path, where, f"inconsistent ground truth: flag {flag}, sentence {sid}, correction {corrected!r}")
+            raise DataError(
+                path,
+                where,
+                f"inconsistent ground truth: flag {flag}, sentence {sid}, correction {corrected!r}",
+            )
         sentences = "\n".join(ln.strip() for ln in row["Sentences"].splitlines() if ln.strip())
         return Sample(
             id=tid,
             benchmark=self.name,
             messages=(Message("user", f"{INSTRUCTIONS}\n\nText ID: {tid}\n\n{sentences}"),),
             # corrected_raw: the cell as the official parse_reference_file reads it (pandas' NA spellings -> "NA")
-            target={"flag": flag, "sentence_id": sid, "corrected": corrected if flag else sc.NA,
-                    "corrected_raw": sc.NA if raw in sc.PANDAS_NA else raw},
-            metadata={"split": split, "error_type": (row["Error Type"] or "").strip() or "NA",
-                      "error_sentence": row.get("Error Sentence", "")},
+            target={
+                "flag": flag,
+                "sentence_id": sid,
+                "corrected": corrected if flag else sc.NA,
+                "corrected_raw": sc.NA if raw in sc.PANDAS_NA else raw,
+            },
+            metadata={
+                "split": split,
+                "error_type": (row["Error Type"] or "").strip() or "NA",
+                "error_sentence": row.get("Error Sentence", ""),
+            },
         )
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("medec", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Error-flag accuracy (Wilson CI) with sentence accuracy and R1FC/R2FC/RLFC beside it, overall and per cell.
 
         Under ``reference`` every text is in the denominator: ``n`` is every text and ``n_unscored``
@@ -197,13 +243,22 @@ class MEDEC(Benchmark):
         theirs = _figures([g for _, g in rows], other, own=False)
         extra = figs | {
             "error_sentence_ci95": wilson_ci(figs["n_sentence_correct"], figs["n"]),
-            "rouge": "rouge 1.0.1 (the official scorer's)" if mine == "reference" else "rouge_score (lower-cased)",
-            **dict.fromkeys(sc.NOT_COMPUTED), "not_computed": sc.NOT_COMPUTED_WHY,
-            "other_protocol": {"protocol": other, "score": None if theirs is None else theirs["error_flag_accuracy"],
-                               "r1fc": None if theirs is None else theirs["r1fc"], "differs": _DIFFERS[mine]},
+            "rouge": "rouge 1.0.1 (the official scorer's)"
+            if mine == "reference"
+            else "rouge_score (lower-cased)",
+            **dict.fromkeys(sc.NOT_COMPUTED),
+            "not_computed": sc.NOT_COMPUTED_WHY,
+            "other_protocol": {
+                "protocol": other,
+                "score": None if theirs is None else theirs["error_flag_accuracy"],
+                "r1fc": None if theirs is None else theirs["r1fc"],
+                "differs": _DIFFERS[mine],
+            },
         }
-        cells = {fam: group_cells(((s.metadata[fam], g) for s, g in rows), lambda gs: _cell(gs, mine))
-                 for fam in ("error_type", "split")}
+        cells = {
+            fam: group_cells(((s.metadata[fam], g) for s, g in rows), lambda gs: _cell(gs, mine))
+            for fam in ("error_type", "split")
+        }
         return Aggregate.of("error_flag_accuracy", _cell([g for _, g in rows], mine), cells, extra)
 
 
@@ -211,7 +266,9 @@ class MEDEC(Benchmark):
 CELL_METRICS = ("error_sentence_accuracy", "r1fc", "n_unparseable", "n_no_answer")
 
 
-def _figures(grades: Sequence[Grade | None], protocol: str, own: bool = True) -> dict[str, Any] | None:
+def _figures(
+    grades: Sequence[Grade | None], protocol: str, own: bool = True
+) -> dict[str, Any] | None:
     """``protocol``'s figures over these texts, from each grade's own details or its ``other`` ones.
 
     A grade without a value (failed call, grading error) or no grade is a text without an answer.

@@ -60,16 +60,17 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions
 from grandrounds.benchmarks.readers.lines import iter_csv
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
-from grandrounds.core.registry import Spec
 from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
+from grandrounds.core.registry import Spec
 from grandrounds.scoring.medeq import (
     DIMENSIONS,
     QuestionScore,
@@ -163,11 +164,19 @@ def parse_rubric(text: str, path: Path, row: str) -> tuple[list[Criterion], dict
             continue
         m = _ITEM.match(s)
         if not m:
-            raise DataError(path, f"row id {row}", f"rubric line is not 'N、【dimension】text{{+w}}': {s[:60]!r}")
+            raise DataError(
+                path,
+                f"row id {row}",
+                f"rubric line is not 'N、【dimension】text{{+w}}': {s[:60]!r}",
+            )
         number, raw_dim, rest = m.groups()
         weights = _WEIGHT.findall(rest)
         if len(weights) != 1:
-            raise DataError(path, f"row id {row}", f"item {number} needs exactly one {{+w}} weight, found {len(weights)}")
+            raise DataError(
+                path,
+                f"row id {row}",
+                f"item {number} needs exactly one {{+w}} weight, found {len(weights)}",
+            )
         sign, digits = weights[0]
         weight = int(digits)
         if weight == 0:
@@ -176,7 +185,9 @@ def parse_rubric(text: str, path: Path, row: str) -> tuple[list[Criterion], dict
         key = re.sub(r"\s+", "", raw_dim)
         dim = DIMENSION_ALIASES.get(key)
         if dim is None:
-            raise DataError(path, f"row id {row}", f"item {number}: unknown dimension spelling {raw_dim!r}")
+            raise DataError(
+                path, f"row id {row}", f"item {number}: unknown dimension spelling {raw_dim!r}"
+            )
         cid = f"{section}_{int(number)}"
         if cid in spellings:
             raise DataError(path, f"row id {row}", f"duplicate item {cid}")
@@ -193,15 +204,33 @@ class MedEQBench(Benchmark):
 
     name = "medeqbench"
     protocols = PROTOCOLS
-    description = "MedEQBench (AQ-MedAI): medical emotional-intelligence rubrics, Chinese (LLM judge)"
+    description = (
+        "MedEQBench (AQ-MedAI): medical emotional-intelligence rubrics, Chinese (LLM judge)"
+    )
     language = "zh"
     remote_files = (
-        RemoteFile(REPO + "med_eq.csv", "med_eq.csv", "9c563a4ba88aa114e67452d4be51b4bb29690592cf08e3210851c25e4b814dfa"),
-        RemoteFile(REPO + "examples.csv", "examples.csv", "804715450cd03af9e2be6166814d39dbeea5f4be4f2386b4d1f39c6039484a0d"),
+        RemoteFile(
+            REPO + "med_eq.csv",
+            "med_eq.csv",
+            "9c563a4ba88aa114e67452d4be51b4bb29690592cf08e3210851c25e4b814dfa",
+        ),
+        RemoteFile(
+            REPO + "examples.csv",
+            "examples.csv",
+            "804715450cd03af9e2be6166814d39dbeea5f4be4f2386b4d1f39c6039484a0d",
+        ),
     )
     needs_judge = True
 
-    parameters = (Param("subset", str, "med_eq", "med_eq: the 413 questions; examples: the 5-row sample file", SUBSETS),)
+    parameters = (
+        Param(
+            "subset",
+            str,
+            "med_eq",
+            "med_eq: the 413 questions; examples: the 5-row sample file",
+            SUBSETS,
+        ),
+    )
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -232,16 +261,28 @@ class MedEQBench(Benchmark):
     def _sample(self, path: Path, where: str, row: str, rec: Mapping[str, Any]) -> Sample:
         rubric, spellings = parse_rubric(rec["rubrics"], path, row)
         meta = {
-            "rubric_text": rec["rubrics"],  # the cell as the judge sees it (the reference passes it unchanged)
+            "rubric_text": rec[
+                "rubrics"
+            ],  # the cell as the judge sees it (the reference passes it unchanged)
             "dimension_spellings": spellings,
-            "reference_items": reference_item_table(rec["rubrics"], {c.id for c in rubric}, path, where),
+            "reference_items": reference_item_table(
+                rec["rubrics"], {c.id for c in rubric}, path, where
+            ),
         }
-        return Sample(row, self.name, (Message("user", rec["question"].strip()),), rubric=tuple(rubric), metadata=meta)
+        return Sample(
+            row,
+            self.name,
+            (Message("user", rec["question"].strip()),),
+            rubric=tuple(rubric),
+            metadata=meta,
+        )
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("medeq", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """Mean question score (0-100) with a seeded bootstrap CI; per-dimension means for a radar chart.
 
         ``reference``: every answer whose judge was asked counts (a failed judge call or a reply
@@ -262,22 +303,41 @@ class MedEQBench(Benchmark):
         extra: dict[str, Any] = {
             "protocol": options.protocol,
             "coverage": known / total if total else None,
-            "n_unknown_verdicts": sum(1 for g in grades for v in g.verdicts if v.status == "unknown"),
+            "n_unknown_verdicts": sum(
+                1 for g in grades for v in g.verdicts if v.status == "unknown"
+            ),
         }
         if options.protocol == "reference":
             score, values = reference_final(ref_scores), ref_scores
             breakdown = _reference_dimensions(rows, refs)
-            extra["n_counted_zero"] = sum(1 for (_, g), r in zip(rows, refs) if r is not None and g.value is None)
-            extra["other_protocol"] = {"protocol": "grandrounds", "score": nanmean([_our_value(s, g) for s, g in rows]), "differs": DIFFERS}
+            extra["n_counted_zero"] = sum(
+                1 for (_, g), r in zip(rows, refs) if r is not None and g.value is None
+            )
+            extra["other_protocol"] = {
+                "protocol": "grandrounds",
+                "score": nanmean([_our_value(s, g) for s, g in rows]),
+                "differs": DIFFERS,
+            }
         else:
-            mine = [question_score(s.rubric, g.verdicts) if g.value is not None else None for s, g in rows]
+            mine = [
+                question_score(s.rubric, g.verdicts) if g.value is not None else None
+                for s, g in rows
+            ]
             questions = [q for q in mine if q is not None and q.score is not None]
             score, values = final_scores(questions)[0], [q.score for q in questions]
             breakdown = _our_dimensions(rows, mine, questions)
-            extra["other_protocol"] = {"protocol": "reference", "score": reference_final(ref_scores), "differs": DIFFERS}
+            extra["other_protocol"] = {
+                "protocol": "reference",
+                "score": reference_final(ref_scores),
+                "differs": DIFFERS,
+            }
         boot = bootstrap(values, seed=options.seed) if values else None
         extra["bootstrap_std"] = boot[0] if boot else None
-        label = "failed or unreadable judge replies count 0" if options.protocol == "reference" else "unknown items left out"
+        label = (
+            "failed or unreadable judge replies count 0"
+            if options.protocol == "reference"
+            else "unknown items left out"
+        )
         return Aggregate(
             metric=f"mean question score (0-100; {label})",
             score=score,
@@ -298,10 +358,18 @@ def reference_item_table(cell: str, ids: set[str], path: Path, where: str) -> di
     out: dict[str, list[Any]] = {}
     for key, (weight, spelling) in items.items():
         if key not in ids:  # the grader reads the official count of an item through its verdict
-            raise DataError(path, where, f"the official parser reads an item {key!r} that is not one of this row's items")
+            raise DataError(
+                path,
+                where,
+                f"the official parser reads an item {key!r} that is not one of this row's items",
+            )
         dim = reference_dimension(spelling)
         if dim is None:
-            raise DataError(path, where, f"item {key}: no reference dimension tabulated for the spelling {spelling!r}")
+            raise DataError(
+                path,
+                where,
+                f"item {key}: no reference dimension tabulated for the spelling {spelling!r}",
+            )
         out[key] = [weight, dim]
     return out
 
@@ -329,12 +397,16 @@ def _our_value(sample: Sample, g: Grade) -> float | None:
     return question_score(sample.rubric, g.verdicts).score if _asked(g) else None
 
 
-def _reference_dimensions(rows: Sequence[tuple[Sample, Grade]], refs: Sequence[ReferenceQuestion | None]) -> dict[str, Cell]:
+def _reference_dimensions(
+    rows: Sequence[tuple[Sample, Grade]], refs: Sequence[ReferenceQuestion | None]
+) -> dict[str, Cell]:
     means = reference_tag_means([r.tags for r in refs if r is not None])
     unscored: Counter[str] = Counter()
     for (s, _), r in zip(rows, refs):
         if r is None:
-            unscored.update({t for k, (w, t) in sample_items(s).items() if k.startswith("加分项") and w > 0})
+            unscored.update(
+                {t for k, (w, t) in sample_items(s).items() if k.startswith("加分项") and w > 0}
+            )
     return {
         d: Cell(
             score=None if math.isnan(m) else m,
@@ -345,9 +417,16 @@ def _reference_dimensions(rows: Sequence[tuple[Sample, Grade]], refs: Sequence[R
     }
 
 
-def _our_dimensions(rows: Sequence[tuple[Sample, Grade]], mine: Sequence[QuestionScore | None], questions: Sequence[QuestionScore]) -> dict[str, Cell]:
+def _our_dimensions(
+    rows: Sequence[tuple[Sample, Grade]],
+    mine: Sequence[QuestionScore | None],
+    questions: Sequence[QuestionScore],
+) -> dict[str, Cell]:
     unscored: Counter[str] = Counter()
     for (s, _), q in zip(rows, mine):
         if q is None or q.score is None:
             unscored.update({c.tags[0] for c in s.rubric if c.points > 0 and c.tags})
-    return {d: Cell(score=v, n=n, n_unscored=unscored[d]) for d, (v, n) in final_scores(questions)[1].items()}
+    return {
+        d: Cell(score=v, n=n, n_unscored=unscored[d])
+        for d, (v, n) in final_scores(questions)[1].items()
+    }

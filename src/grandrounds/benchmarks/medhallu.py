@@ -21,8 +21,9 @@ temperature 0 and a tolerant reading; the same metric. Failed calls are dropped 
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions
 from grandrounds.core.errors import ConfigError, DataError
@@ -30,18 +31,35 @@ from grandrounds.core.params import Param
 from grandrounds.core.records import Cell, Grade, Message, Sample
 from grandrounds.core.registry import Spec
 from grandrounds.scoring.medhallu import detection_metrics
-from grandrounds.sources.protocols import Generation, OUR_ANSWER, Protocol, ours
+from grandrounds.sources.protocols import OUR_ANSWER, Generation, Protocol, ours
 from grandrounds.sources.upstream import TextRef, UpstreamRepo, python_string
 
 REPO = "askerlee/MedHallu"
 COMMIT = "d05d4bafb2f54f17212be626da35bb0721565d55"
 ARROW = RemoteFile(
     f"https://raw.githubusercontent.com/{REPO}/{COMMIT}/Detection/MedHallu_pqa_labeled/train/data-00000-of-00001.arrow",
-    "data-00000-of-00001.arrow", "f5725cf91f540abf5c4ec06f42cba165f90b6a57df2d3141c17f5d633fb526e6")
-MEDMARKS = UpstreamRepo("medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92")
-PROMPTS = MEDMARKS.file("environments/medhallu/medhallu/prompts.py", "46a22312f1a3c7f77c183898ad9502585bf60d2bf39f3cec74cebe34591400f5")
-POSTPROCESS = MEDMARKS.file("environments/medhallu/postprocess.py", "4b7e7fcffa6b6f60a2594f695efdb3a5926b2996d7990a02c20d0adb2f4213e8")
-COLUMNS = ("Question", "Knowledge", "Ground Truth", "Difficulty Level", "Hallucinated Answer", "Category of Hallucination")
+    "data-00000-of-00001.arrow",
+    "f5725cf91f540abf5c4ec06f42cba165f90b6a57df2d3141c17f5d633fb526e6",
+)
+MEDMARKS = UpstreamRepo(
+    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
+)
+PROMPTS = MEDMARKS.file(
+    "environments/medhallu/medhallu/prompts.py",
+    "46a22312f1a3c7f77c183898ad9502585bf60d2bf39f3cec74cebe34591400f5",
+)
+POSTPROCESS = MEDMARKS.file(
+    "environments/medhallu/postprocess.py",
+    "4b7e7fcffa6b6f60a2594f695efdb3a5926b2996d7990a02c20d0adb2f4213e8",
+)
+COLUMNS = (
+    "Question",
+    "Knowledge",
+    "Ground Truth",
+    "Difficulty Level",
+    "Hallucinated Answer",
+    "Category of Hallucination",
+)
 
 #: Our prompt (the grandrounds protocol).
 TEMPLATE = (
@@ -59,10 +77,16 @@ REFERENCE = Protocol(
     extraction="verifiers extract_boxed_answer (first \\boxed{}, else the whole reply), kept only when exactly 0, 1 or 2",
     aggregation="F1 (positive: hallucinated) over 0/1 verdicts; 'not sure' (2), unreadable and failed answers dropped and counted",
     source=f"{PROMPTS.repo}@{PROMPTS.commit[:7]} environments/medhallu (prompts.py, postprocess.py); paper arXiv 2502.14302",
-    settings={"prompt": "prompts.py system_prompt + create_prompt_no_knowledge / create_prompt_with_knowledge"},
+    settings={
+        "prompt": "prompts.py system_prompt + create_prompt_no_knowledge / create_prompt_with_knowledge"
+    },
 )
-GRANDROUNDS = ours(REFERENCE, answer=OUR_ANSWER, extraction="last \\boxed{0|1|2} or 'Judgement: X' line, tolerant",
-                   settings={"prompt": "ours"})
+GRANDROUNDS = ours(
+    REFERENCE,
+    answer=OUR_ANSWER,
+    extraction="last \\boxed{0|1|2} or 'Judgement: X' line, tolerant",
+    settings={"prompt": "ours"},
+)
 
 
 def read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -71,7 +95,9 @@ def read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         import pyarrow as pa
         import pyarrow.ipc as ipc
     except ImportError:
-        raise ConfigError("medhallu reads an Arrow file: install pyarrow (pip install 'grandrounds[reports]')") from None
+        raise ConfigError(
+            "medhallu reads an Arrow file: install pyarrow (pip install 'grandrounds[reports]')"
+        ) from None
     try:
         reader = ipc.open_stream(pa.OSFile(str(path), "rb"))
         missing = [c for c in COLUMNS if c not in reader.schema.names]
@@ -97,7 +123,12 @@ class MedHallu(Benchmark):
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (ARROW,)
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("knowledge", bool, False, "show the row's PubMed passages (Medmarks use_knowledge; off by default there)"),
+        Param(
+            "knowledge",
+            bool,
+            False,
+            "show the row's PubMed passages (Medmarks use_knowledge; off by default there)",
+        ),
     )
 
     def data_files(self, root: Path) -> list[Path]:
@@ -106,7 +137,9 @@ class MedHallu(Benchmark):
         for sub in ("", "train", "MedHallu_pqa_labeled/train"):
             if (root / sub / ARROW.filename).is_file():
                 return [root / sub / ARROW.filename]
-        raise DataError(root / ARROW.filename, None, f"file not found in directory {root} (nor in train/)")
+        raise DataError(
+            root / ARROW.filename, None, f"file not found in directory {root} (nor in train/)"
+        )
 
     def load(self, root: Path) -> list[Sample]:
         return list(self.iter_samples(root))
@@ -127,70 +160,128 @@ class MedHallu(Benchmark):
         knowledge = row.get("Knowledge")
         if not isinstance(knowledge, list) or not all(isinstance(k, str) for k in knowledge):
             raise DataError(path, f"row {no}", "'Knowledge' is not a list of strings")
-        meta = {"question": row["Question"], "knowledge": knowledge, "difficulty": row["Difficulty Level"].strip(),
-                "category": (row.get("Category of Hallucination") or "").strip(), "row": no}
+        meta = {
+            "question": row["Question"],
+            "knowledge": knowledge,
+            "difficulty": row["Difficulty Level"].strip(),
+            "category": (row.get("Category of Hallucination") or "").strip(),
+            "row": no,
+        }
         return [
-            Sample(id=f"{no}/{kind}", benchmark=self.name, target=label, metadata={**meta, "answer": row[col], "kind": kind},
-                   messages=(Message("user", self.our_prompt({**meta, "answer": row[col]})),))
-            for kind, col, label in (("truth", "Ground Truth", "0"), ("hallucinated", "Hallucinated Answer", "1"))
+            Sample(
+                id=f"{no}/{kind}",
+                benchmark=self.name,
+                target=label,
+                metadata={**meta, "answer": row[col], "kind": kind},
+                messages=(Message("user", self.our_prompt({**meta, "answer": row[col]})),),
+            )
+            for kind, col, label in (
+                ("truth", "Ground Truth", "0"),
+                ("hallucinated", "Hallucinated Answer", "1"),
+            )
         ]
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         m, with_knowledge = sample.metadata, self.param("knowledge")
         if options.protocol == "reference":
-            within = "create_prompt_with_knowledge" if with_knowledge else "create_prompt_no_knowledge"
-            values = {"question": m["question"], "option1": m["answer"], "knowledge": str(m["knowledge"])}
-            text = python_string(PROMPTS, "prompt", within=within).render(values)  # Knowledge as the list's str(), as there
+            within = (
+                "create_prompt_with_knowledge" if with_knowledge else "create_prompt_no_knowledge"
+            )
+            values = {
+                "question": m["question"],
+                "option1": m["answer"],
+                "knowledge": str(m["knowledge"]),
+            }
+            text = python_string(PROMPTS, "prompt", within=within).render(
+                values
+            )  # Knowledge as the list's str(), as there
         else:
             text = self.our_prompt(m)
         return Prompt((Message("user", text),))
 
     def our_prompt(self, m: Any) -> str:
-        passages = "Knowledge:\n" + "\n".join(m["knowledge"]) + "\n\n" if self.param("knowledge") else ""
+        passages = (
+            "Knowledge:\n" + "\n".join(m["knowledge"]) + "\n\n" if self.param("knowledge") else ""
+        )
         return TEMPLATE.format(knowledge=passages, question=m["question"], answer=m["answer"])
 
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
         from grandrounds.core.hashing import text_hash
 
-        return {"ours": text_hash(TEMPLATE)[:16], f"{PROMPTS.folder}/{PROMPTS.path}": PROMPTS.sha256}
+        return {
+            "ours": text_hash(TEMPLATE)[:16],
+            f"{PROMPTS.folder}/{PROMPTS.path}": PROMPTS.sha256,
+        }
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("medhallu", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         by_id = {g.sample_id: g for g in grades}
         pairs = [(s, by_id[s.id]) for s in samples if s.id in by_id]
         other_name = "grandrounds" if options.protocol == "reference" else "reference"
         mine = [(s.target, g.details.get("prediction")) for s, g in pairs]
         other = [(s.target, g.details.get("other_prediction")) for s, g in pairs]
         figures = detection_metrics([t for t, _ in mine], [p for _, p in mine])
-        overall = Cell(figures["f1"], figures["kept"], figures["total"] - figures["kept"], f1_ci(mine),
-                       {k: figures[k] for k in ("precision", "recall", "accuracy")})
+        overall = Cell(
+            figures["f1"],
+            figures["kept"],
+            figures["total"] - figures["kept"],
+            f1_ci(mine),
+            {k: figures[k] for k in ("precision", "recall", "accuracy")},
+        )
         breakdown = {
-            "difficulty": {d: _cell([m for m, (s, _) in zip(mine, pairs) if s.metadata["difficulty"] == d])
-                           for d in ("easy", "medium", "hard") if any(s.metadata["difficulty"] == d for s, _ in pairs)},
-            "answer": {k: _cell([m for m, (s, _) in zip(mine, pairs) if s.metadata["kind"] == k]) for k in ("truth", "hallucinated")},
+            "difficulty": {
+                d: _cell([m for m, (s, _) in zip(mine, pairs) if s.metadata["difficulty"] == d])
+                for d in ("easy", "medium", "hard")
+                if any(s.metadata["difficulty"] == d for s, _ in pairs)
+            },
+            "answer": {
+                k: _cell([m for m, (s, _) in zip(mine, pairs) if s.metadata["kind"] == k])
+                for k in ("truth", "hallucinated")
+            },
         }
         reward = [1.0 if p == t else 0.01 if p == "2" else 0.0 for t, p in mine]
         extra: dict[str, Any] = {
             **figures,
             "n_failed": sum(1 for _, g in pairs if g.status == "answer_failed"),
-            "abstention_rate": figures["dropped_unsure"] / figures["total"] if figures["total"] else None,
+            "abstention_rate": figures["dropped_unsure"] / figures["total"]
+            if figures["total"]
+            else None,
             "medmarks_reward_mean": sum(reward) / len(reward) if reward else None,
-            "other_protocol": {"protocol": other_name, "score": detection_metrics([t for t, _ in other], [p for _, p in other])["f1"],
-                               "differs": "reference: Medmarks' prompt and boxed reading; grandrounds: our prompt, "
-                                          "temperature 0, tolerant reading (the other figure re-reads these same replies)"},
+            "other_protocol": {
+                "protocol": other_name,
+                "score": detection_metrics([t for t, _ in other], [p for _, p in other])["f1"],
+                "differs": "reference: Medmarks' prompt and boxed reading; grandrounds: our prompt, "
+                "temperature 0, tolerant reading (the other figure re-reads these same replies)",
+            },
         }
         return Aggregate.of("f1", overall, breakdown, extra)
 
 
 def _cell(items: Sequence[tuple[str, str | None]]) -> Cell:
     f = detection_metrics([t for t, _ in items], [p for _, p in items])
-    return Cell(f["f1"], f["kept"], f["total"] - f["kept"], f1_ci(items),
-                {"precision": f["precision"], "recall": f["recall"], "accuracy": f["accuracy"], "not_sure": f["dropped_unsure"]})
+    return Cell(
+        f["f1"],
+        f["kept"],
+        f["total"] - f["kept"],
+        f1_ci(items),
+        {
+            "precision": f["precision"],
+            "recall": f["recall"],
+            "accuracy": f["accuracy"],
+            "not_sure": f["dropped_unsure"],
+        },
+    )
 
 
-def f1_ci(items: Sequence[tuple[str, str | None]], n_resamples: int = 1000, seed: int = 0) -> tuple[float, float] | None:
+def f1_ci(
+    items: Sequence[tuple[str, str | None]], n_resamples: int = 1000, seed: int = 0
+) -> tuple[float, float] | None:
     """95% percentile interval of F1 over items resampled with replacement (the kept items; seeded)."""
     import numpy as np
 

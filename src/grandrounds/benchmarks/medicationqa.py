@@ -16,21 +16,38 @@ come from ``--judge`` (Medmarks' default is gpt-4o-mini). An unreadable judge re
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, resolve_file
+from grandrounds.benchmarks.base import (
+    Aggregate,
+    Benchmark,
+    Prompt,
+    RemoteFile,
+    RunOptions,
+    resolve_file,
+)
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import Grade, Message, Sample
 from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import group_cells, mean_cell
-from grandrounds.sources.medicationqa import ENVIRONMENT, JUDGE_PROMPTS, OUR_JUDGE, PROTOCOLS, candidate_system
+from grandrounds.sources.medicationqa import (
+    ENVIRONMENT,
+    JUDGE_PROMPTS,
+    OUR_JUDGE,
+    PROTOCOLS,
+    candidate_system,
+)
 
 REPO = "abachaa/Medication_QA_MedInfo2019"
 COMMIT = "8756adc5f4bb99f6bcff690a13921337d9f9bb7e"
-XLSX = RemoteFile(f"https://raw.githubusercontent.com/{REPO}/{COMMIT}/MedInfo2019-QA-Medications.xlsx",
-                  "MedInfo2019-QA-Medications.xlsx", "4f13d0e3b195bd6a5d72a1872f9118cb5f69fd02c370001695330cfc9e3b5832")
+XLSX = RemoteFile(
+    f"https://raw.githubusercontent.com/{REPO}/{COMMIT}/MedInfo2019-QA-Medications.xlsx",
+    "MedInfo2019-QA-Medications.xlsx",
+    "4f13d0e3b195bd6a5d72a1872f9118cb5f69fd02c370001695330cfc9e3b5832",
+)
 HEADER = ("Question", "Focus (Drug)", "Question Type", "Answer", "Section Title", "URL")
 
 
@@ -61,7 +78,11 @@ class MedicationQA(Benchmark):
             rows = sheet_rows(path, book.workbook.worksheets[0])
             header = tuple(next(rows, ()) or ())
             if header[: len(HEADER)] != HEADER:
-                raise DataError(path, 1, f"expected the columns {', '.join(HEADER)}, found {', '.join(map(str, header))}")
+                raise DataError(
+                    path,
+                    1,
+                    f"expected the columns {', '.join(HEADER)}, found {', '.join(map(str, header))}",
+                )
             seen = IdSet(path)
             for no, row in enumerate(rows, start=2):
                 cells = {k: "" if v is None else str(v) for k, v in zip(HEADER, row)}
@@ -71,16 +92,26 @@ class MedicationQA(Benchmark):
                     raise DataError(path, f"row {no}", "empty 'Question'")
                 sid = seen.add(str(no - 1), f"row {no}")
                 yield Sample(
-                    id=sid, benchmark=self.name, messages=(Message("user", cells["Question"].strip()),),
-                    target="" if cells["Answer"].strip().lower() in ("", "n/a") else cells["Answer"].strip(),
-                    metadata={"question": cells["Question"].strip(), "focus": cells["Focus (Drug)"].strip(),
-                              "question_type": cells["Question Type"].strip() or "(none)",
-                              "section": cells["Section Title"].strip(), "url": cells["URL"].strip()},
+                    id=sid,
+                    benchmark=self.name,
+                    messages=(Message("user", cells["Question"].strip()),),
+                    target=""
+                    if cells["Answer"].strip().lower() in ("", "n/a")
+                    else cells["Answer"].strip(),
+                    metadata={
+                        "question": cells["Question"].strip(),
+                        "focus": cells["Focus (Drug)"].strip(),
+                        "question_type": cells["Question Type"].strip() or "(none)",
+                        "section": cells["Section Title"].strip(),
+                        "url": cells["URL"].strip(),
+                    },
                 )
         if not len(seen):
             raise DataError(path, None, "no questions in the workbook")
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         if options.protocol == "reference":  # Medmarks' SingleTurnEnv(system_prompt=...)
             return Prompt((Message("system", candidate_system()), *sample.messages))
         return Prompt(sample.messages)
@@ -88,30 +119,50 @@ class MedicationQA(Benchmark):
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
         from grandrounds.core.hashing import text_hash
 
-        return {"ours": text_hash(OUR_JUDGE)[:16]} | {f"{f.folder}/{f.path}": f.sha256 for f in (JUDGE_PROMPTS, ENVIRONMENT)}
+        return {"ours": text_hash(OUR_JUDGE)[:16]} | {
+            f"{f.folder}/{f.path}": f.sha256 for f in (JUDGE_PROMPTS, ENVIRONMENT)
+        }
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("medicationqa", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         by_id = {g.sample_id: g for g in grades}
         pairs = [(s, by_id[s.id]) for s in samples if s.id in by_id]
         values = [g.value for _, g in pairs]
         overall = mean_cell(values)
         votes = [v for _, g in pairs for v in g.votes]
-        medmarks = [g.details.get("medmarks_value") for _, g in pairs if g.status != "answer_failed" and s_has_ref(g)]
+        medmarks = [
+            g.details.get("medmarks_value")
+            for _, g in pairs
+            if g.status != "answer_failed" and s_has_ref(g)
+        ]
         extra: dict[str, Any] = {
             "protocol": options.protocol,
-            "coverage": sum(1 for v in votes if v.status != "unknown") / len(votes) if votes else None,
-            "judge_coverage": {"answers_scored": overall.n, "answers": len(pairs),
-                               "votes_known": sum(1 for v in votes if v.status != "unknown"), "votes": len(votes)},
+            "coverage": sum(1 for v in votes if v.status != "unknown") / len(votes)
+            if votes
+            else None,
+            "judge_coverage": {
+                "answers_scored": overall.n,
+                "answers": len(pairs),
+                "votes_known": sum(1 for v in votes if v.status != "unknown"),
+                "votes": len(votes),
+            },
             "n_unknown": sum(1 for _, g in pairs if g.status == "unreadable"),
             "n_failed": sum(1 for _, g in pairs if g.status == "answer_failed"),
             "n_no_reference": sum(1 for _, g in pairs if g.status == "grader_error"),
-            "medmarks_unknown_as_zero": sum(v or 0.0 for v in medmarks) / len(medmarks) if medmarks else None,
+            "medmarks_unknown_as_zero": sum(v or 0.0 for v in medmarks) / len(medmarks)
+            if medmarks
+            else None,
             "scale": "mean of the three 1-5 scores / 5 (Medmarks reward)",
         }
-        breakdown = {"question_type": group_cells(((s.metadata["question_type"], g.value) for s, g in pairs), mean_cell)}
+        breakdown = {
+            "question_type": group_cells(
+                ((s.metadata["question_type"], g.value) for s, g in pairs), mean_cell
+            )
+        }
         return Aggregate.of("judge_score", overall, breakdown, extra)
 
 

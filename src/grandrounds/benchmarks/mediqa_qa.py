@@ -29,8 +29,9 @@ questions whose first-named answer is it; ``extra`` adds ``top1_is_system_rank_1
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.readers.lines import iter_csv
@@ -44,10 +45,16 @@ from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 REPO = "abachaa/MEDIQA2019"
 COMMIT = "ae5d3826d6c841923b9db831159fef0f1b893593"
 _BASE = f"https://raw.githubusercontent.com/{REPO}/{COMMIT}"
-XML = RemoteFile(f"{_BASE}/MEDIQA_Task3_QA/MEDIQA2019-Task3-QA-TestSet-wLabels.xml", "MEDIQA2019-Task3-QA-TestSet-wLabels.xml",
-                 "df9bca894d252279f200ee78e85d871b57a94b224d75467b7fa38a4a0952cc1d")
-GOLD = RemoteFile(f"{_BASE}/Eval_Scripts/data/QA_testSet_ground_truth_round_2.txt", "QA_testSet_ground_truth_round_2.txt",
-                  "5dc594ebd6e5ce680c0c250e6bcb6819f1531b1bfa6c5a3a39df96ece2779f3e")
+XML = RemoteFile(
+    f"{_BASE}/MEDIQA_Task3_QA/MEDIQA2019-Task3-QA-TestSet-wLabels.xml",
+    "MEDIQA2019-Task3-QA-TestSet-wLabels.xml",
+    "df9bca894d252279f200ee78e85d871b57a94b224d75467b7fa38a4a0952cc1d",
+)
+GOLD = RemoteFile(
+    f"{_BASE}/Eval_Scripts/data/QA_testSet_ground_truth_round_2.txt",
+    "QA_testSet_ground_truth_round_2.txt",
+    "5dc594ebd6e5ce680c0c250e6bcb6819f1531b1bfa6c5a3a39df96ece2779f3e",
+)
 EVALUATOR = f"{REPO}@{COMMIT[:7]} Eval_Scripts/mediqa2019_evaluator_allTasks_final.py (MediqaEvaluator._evaluate_task_3)"
 
 #: Our prompt (no official one exists for language models).
@@ -65,12 +72,18 @@ REFERENCE = Protocol(
     answer=OUR_ANSWER,
     extraction="ours (no official reading for language models): the last 'Correct:' line; unreadable replies counted",
     aggregation="the official evaluator's accuracy (headline), Spearman's rho, MRR and precision over every gold row; "
-                "a failed or unreadable reply is a question missing from the submission",
+    "a failed or unreadable reply is a question missing from the submission",
     source=f"{EVALUATOR}; prompt ours (none published for language models)",
-    settings={"prompt": "ours", "reference_answer": "ReferenceRank 1 (MedHELM; the gold file's first row)"},
+    settings={
+        "prompt": "ours",
+        "reference_answer": "ReferenceRank 1 (MedHELM; the gold file's first row)",
+    },
 )
-GRANDROUNDS = ours(REFERENCE, aggregation="the same four figures over the questions with a readable reply; the others counted",
-                   settings=REFERENCE.settings)
+GRANDROUNDS = ours(
+    REFERENCE,
+    aggregation="the same four figures over the questions with a readable reply; the others counted",
+    settings=REFERENCE.settings,
+)
 
 
 def render_answers(answers: Sequence[dict[str, str]]) -> str:
@@ -89,7 +102,10 @@ class MediqaQA(Benchmark):
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
 
     def data_files(self, root: Path) -> list[Path]:
-        return [resolve_file(root, XML.filename), resolve_file(root.parent if root.is_file() else root, GOLD.filename)]
+        return [
+            resolve_file(root, XML.filename),
+            resolve_file(root.parent if root.is_file() else root, GOLD.filename),
+        ]
 
     def load(self, root: Path) -> list[Sample]:
         return list(self.iter_samples(root))
@@ -112,62 +128,116 @@ class MediqaQA(Benchmark):
             yield sample
         extra = sorted(set(gold) - seen)
         if extra:
-            raise DataError(gold_path, None, f"gold rows for questions not in the XML: {', '.join(extra[:5])}")
+            raise DataError(
+                gold_path, None, f"gold rows for questions not in the XML: {', '.join(extra[:5])}"
+            )
 
-    def _sample(self, xml_path: Path, gold_path: Path, q: ET.Element, gold: dict[str, list[tuple[str, str]]]) -> Sample:
+    def _sample(
+        self, xml_path: Path, gold_path: Path, q: ET.Element, gold: dict[str, list[tuple[str, str]]]
+    ) -> Sample:
         qid = (q.get("QID") or "").strip()
         text = (q.findtext("QuestionText") or "").strip()
         answers = [_answer(xml_path, qid, a) for a in q.iter("Answer")]
         if not qid or not text or not answers:
-            raise DataError(xml_path, None, f"question {qid or '?'}: needs a QID, a QuestionText and answers")
+            raise DataError(
+                xml_path, None, f"question {qid or '?'}: needs a QID, a QuestionText and answers"
+            )
         rows = gold.get(qid)
         ids = [a["id"] for a in answers]
         if rows is None or sorted(a for a, _ in rows) != sorted(ids):
-            raise DataError(gold_path, None, f"question {qid}: gold answers {sorted(a for a, _ in rows or [])} "
-                                             f"differ from the XML's {sorted(ids)}")
+            raise DataError(
+                gold_path,
+                None,
+                f"question {qid}: gold answers {sorted(a for a, _ in rows or [])} "
+                f"differ from the XML's {sorted(ids)}",
+            )
         for a in answers:
             want = "1" if a["score"] >= 3 else "0"
             if dict(rows)[a["id"]] != want:
-                raise DataError(gold_path, None, f"answer {a['id']}: gold label {dict(rows)[a['id']]}, ReferenceScore {a['score']}")
+                raise DataError(
+                    gold_path,
+                    None,
+                    f"answer {a['id']}: gold label {dict(rows)[a['id']]}, ReferenceScore {a['score']}",
+                )
         first_ref = min(answers, key=lambda a: a["reference_rank"])["id"]
         prompt = TEMPLATE.format(question=text, answers=render_answers(answers))
         return Sample(
-            id=qid, benchmark=self.name, messages=(Message("user", prompt),),
-            target={"gold": [list(r) for r in rows], "reference_rank_1": first_ref, "system_rank_1": ids[0]},
-            metadata={"question": text, "answer_ids": ids, "n_answers": len(ids),
-                      "reference_scores": [a["score"] for a in answers]},
+            id=qid,
+            benchmark=self.name,
+            messages=(Message("user", prompt),),
+            target={
+                "gold": [list(r) for r in rows],
+                "reference_rank_1": first_ref,
+                "system_rank_1": ids[0],
+            },
+            metadata={
+                "question": text,
+                "answer_ids": ids,
+                "n_answers": len(ids),
+                "reference_scores": [a["score"] for a in answers],
+            },
         )
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("mediqa-qa", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         by_id = {g.sample_id: g for g in grades}
         figures = {p: self.figures(samples, by_id, p) for p in ("reference", "grandrounds")}
-        mine, other_name = figures[options.protocol], "grandrounds" if options.protocol == "reference" else "reference"
+        mine, other_name = (
+            figures[options.protocol],
+            "grandrounds" if options.protocol == "reference" else "reference",
+        )
         read = [s for s in samples if _rows(by_id.get(s.id)) is not None]
-        top = {rule: _share(read, by_id, key) for rule, key in
-               (("top1_is_reference_rank_1", "reference_rank_1"), ("top1_is_system_rank_1", "system_rank_1"))}
-        overall = Cell(score=mine["accuracy"], n=mine["n_questions"], n_unscored=len(samples) - mine["n_questions"],
-                       ci95=wilson_ci(mine["n_matched_rows"], mine["n_gold_rows"]),
-                       metrics={k: mine[k] for k in ("spearman", "mrr", "precision")})
+        top = {
+            rule: _share(read, by_id, key)
+            for rule, key in (
+                ("top1_is_reference_rank_1", "reference_rank_1"),
+                ("top1_is_system_rank_1", "system_rank_1"),
+            )
+        }
+        overall = Cell(
+            score=mine["accuracy"],
+            n=mine["n_questions"],
+            n_unscored=len(samples) - mine["n_questions"],
+            ci95=wilson_ci(mine["n_matched_rows"], mine["n_gold_rows"]),
+            metrics={k: mine[k] for k in ("spearman", "mrr", "precision")},
+        )
         extra: dict[str, Any] = {
             **{k: v for k, v in mine.items() if k != "accuracy"},
-            "n_unreadable": sum(1 for s in samples if (g := by_id.get(s.id)) and g.status == "unreadable"),
-            "n_failed": sum(1 for s in samples if (g := by_id.get(s.id)) and g.status == "answer_failed"),
+            "n_unreadable": sum(
+                1 for s in samples if (g := by_id.get(s.id)) and g.status == "unreadable"
+            ),
+            "n_failed": sum(
+                1 for s in samples if (g := by_id.get(s.id)) and g.status == "answer_failed"
+            ),
             "reference_answer_rule": "ReferenceRank 1 (MedHELM medi_qa; the gold file's first row)",
             "top1_is_reference_rank_1": top["top1_is_reference_rank_1"],
             "top1_is_system_rank_1": top["top1_is_system_rank_1"],
-            "top1_rules_of_other_peers": {"lm-eval mediqa_qa2019": "AnswerList[0] (SystemRank 1): top1_is_system_rank_1"},
+            "top1_rules_of_other_peers": {
+                "lm-eval mediqa_qa2019": "AnswerList[0] (SystemRank 1): top1_is_system_rank_1"
+            },
             "ci95_note": "Wilson interval over gold rows (answers of one question are not independent)",
-            "other_protocol": {"protocol": other_name, "score": figures[other_name]["accuracy"],
-                               **{k: figures[other_name][k] for k in ("spearman", "mrr", "precision")},
-                               "differs": "reference scores unreadable or failed questions as missing from the "
-                                          "submission; grandrounds leaves them out"},
+            "other_protocol": {
+                "protocol": other_name,
+                "score": figures[other_name]["accuracy"],
+                **{k: figures[other_name][k] for k in ("spearman", "mrr", "precision")},
+                "differs": "reference scores unreadable or failed questions as missing from the "
+                "submission; grandrounds leaves them out",
+            },
         }
-        return Aggregate.of("accuracy", overall, {"n_answers": self._by_size(samples, by_id, options.protocol)}, extra)
+        return Aggregate.of(
+            "accuracy",
+            overall,
+            {"n_answers": self._by_size(samples, by_id, options.protocol)},
+            extra,
+        )
 
-    def figures(self, samples: Sequence[Sample], by_id: dict[str, Grade], protocol: str) -> dict[str, Any]:
+    def figures(
+        self, samples: Sequence[Sample], by_id: dict[str, Grade], protocol: str
+    ) -> dict[str, Any]:
         """The official metrics of the run's submission under ``protocol``."""
         gold, sub = [], []
         for s in samples:
@@ -178,7 +248,9 @@ class MediqaQA(Benchmark):
             sub.extend((s.id, a, lab) for a, lab in rows or [])
         return official_metrics(gold, sub)
 
-    def _by_size(self, samples: Sequence[Sample], by_id: dict[str, Grade], protocol: str) -> dict[str, Cell]:
+    def _by_size(
+        self, samples: Sequence[Sample], by_id: dict[str, Grade], protocol: str
+    ) -> dict[str, Cell]:
         groups: dict[str, list[Sample]] = {}
         for s in samples:
             n = s.metadata["n_answers"]
@@ -187,8 +259,13 @@ class MediqaQA(Benchmark):
         for key in ("2-5", "6-8", "9-11"):
             if key in groups:
                 f = self.figures(groups[key], by_id, protocol)
-                out[key] = Cell(f["accuracy"], f["n_questions"], len(groups[key]) - f["n_questions"],
-                                wilson_ci(f["n_matched_rows"], f["n_gold_rows"]), {k: f[k] for k in ("spearman", "mrr", "precision")})
+                out[key] = Cell(
+                    f["accuracy"],
+                    f["n_questions"],
+                    len(groups[key]) - f["n_questions"],
+                    wilson_ci(f["n_matched_rows"], f["n_gold_rows"]),
+                    {k: f[k] for k in ("spearman", "mrr", "precision")},
+                )
         return out
 
 
@@ -199,8 +276,13 @@ def _rows(grade: Grade | None) -> list[tuple[str, str]] | None:
 
 
 def _share(samples: Sequence[Sample], by_id: dict[str, Grade], key: str) -> float | None:
-    hits = [(rows := _rows(by_id.get(s.id))) is not None and bool(rows) and rows[0][1] == "1" and rows[0][0] == s.target[key]
-            for s in samples]
+    hits = [
+        (rows := _rows(by_id.get(s.id))) is not None
+        and bool(rows)
+        and rows[0][1] == "1"
+        and rows[0][0] == s.target[key]
+        for s in samples
+    ]
     return sum(hits) / len(hits) if hits else None
 
 
@@ -209,10 +291,18 @@ def _answer(path: Path, qid: str, a: ET.Element) -> dict[str, Any]:
     try:
         score, rank = int(a.get("ReferenceScore") or ""), int(a.get("ReferenceRank") or "")
     except ValueError:
-        raise DataError(path, None, f"question {qid}, answer {aid or '?'}: ReferenceScore/ReferenceRank not whole numbers") from None
+        raise DataError(
+            path,
+            None,
+            f"question {qid}, answer {aid or '?'}: ReferenceScore/ReferenceRank not whole numbers",
+        ) from None
     text = a.findtext("AnswerText") or ""
     if not aid or not text.strip() or not 1 <= score <= 4:
-        raise DataError(path, None, f"question {qid}, answer {aid or '?'}: needs an AID, an AnswerText and a ReferenceScore 1-4")
+        raise DataError(
+            path,
+            None,
+            f"question {qid}, answer {aid or '?'}: needs an AID, an AnswerText and a ReferenceScore 1-4",
+        )
     return {"id": aid, "text": text, "score": score, "reference_rank": rank}
 
 
@@ -222,7 +312,11 @@ def read_gold(path: Path) -> dict[str, list[tuple[str, str]]]:
     for line, row in iter_csv(path, ("question_id", "answer_id", "label")):
         q, a, lab = (row.get(k) for k in ("question_id", "answer_id", "label"))
         if not q or not a or lab not in ("0", "1"):
-            raise DataError(path, line, f"expected question_id,answer_id,label (0 or 1), got {q!r},{a!r},{lab!r}")
+            raise DataError(
+                path,
+                line,
+                f"expected question_id,answer_id,label (0 or 1), got {q!r},{a!r},{lab!r}",
+            )
         out.setdefault(q.strip(), []).append((a.strip(), lab))
     if not out:
         raise DataError(path, None, "no gold rows")

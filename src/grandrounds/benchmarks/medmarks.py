@@ -11,42 +11,53 @@ our way under both protocols (``reference_reading = "ours"``), and each protocol
 
 from __future__ import annotations
 
-from typing import ClassVar, Mapping
+from collections.abc import Mapping
+from typing import ClassVar
 
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
 from grandrounds.core.records import AnswerMode
-
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, UpstreamRepo
 
 #: tmabraham/med-lm-envs at the commit every Medmarks environment is read from (as SOURCES.tsv's medmarks-envs).
-MEDMARKS = UpstreamRepo("medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92")
+MEDMARKS = UpstreamRepo(
+    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
+)
 
 DIFFERENCES = {
     "generate": "reference: Medmarks' prompt, failed calls counted wrong; grandrounds: our prompt, failed calls excluded "
-                "and counted; both read the reply our way (Medmarks' parser is not in the pinned file)",
+    "and counted; both read the reply our way (Medmarks' parser is not in the pinned file)",
     "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
 }
 
 
-def medmarks_protocols(env_path: str, prompt: str, extra_prompts: Mapping[str, str] | None = None) -> dict[str, Protocol]:
+def medmarks_protocols(
+    env_path: str, prompt: str, extra_prompts: Mapping[str, str] | None = None
+) -> dict[str, Protocol]:
     """``reference`` (Medmarks' user prompt ``prompt`` read from ``env_path``, greedy, our reading, accuracy
     over every item) and ``grandrounds`` (our prompt and reading, failed calls excluded)."""
-    prompts = {"generate": f"Medmarks {env_path} {prompt} (read at run time; no system prompt)",
-               "text-loglik": "ours", "next-token": "ours", "letter-loglik": "not offered (no lm-eval task)",
-               **(extra_prompts or {})}
+    prompts = {
+        "generate": f"Medmarks {env_path} {prompt} (read at run time; no system prompt)",
+        "text-loglik": "ours",
+        "next-token": "ours",
+        "letter-loglik": "not offered (no lm-eval task)",
+        **(extra_prompts or {}),
+    }
     reference = Protocol(
         "reference",
         answer=OUR_ANSWER,  # Medmarks fixes no sampling settings in the environment: greedy, 1,024 tokens (ours)
         extraction="generate: ours (Medmarks' boxed/XML parser and multiple_choice_accuracy are not in the pinned "
-                   "environment file); log-prob modes: argmax",
+        "environment file); log-prob modes: argmax",
         aggregation="accuracy over every item: a failed or unreadable answer counts wrong (Medmarks' mean reward)",
         source=f"{MEDMARKS.repo}@{MEDMARKS.commit[:7]} {env_path}",
         settings={"prompt": prompts},
     )
-    grandrounds = ours(reference, extraction="generate: our tolerant reading (choice_extract.py); log-prob modes: argmax",
-                       aggregation="accuracy over scored items: failed calls excluded and counted",
-                       settings={"prompt": {**prompts, "generate": "ours"}})
+    grandrounds = ours(
+        reference,
+        extraction="generate: our tolerant reading (choice_extract.py); log-prob modes: argmax",
+        aggregation="accuracy over scored items: failed calls excluded and counted",
+        settings={"prompt": {**prompts, "generate": "ours"}},
+    )
     return {"reference": reference, "grandrounds": grandrounds}
 
 

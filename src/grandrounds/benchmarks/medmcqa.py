@@ -13,14 +13,21 @@ openlifescienceai/medmcqa's validation split (0-based ``cop``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar, Iterator
+from typing import ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
-from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
+from grandrounds.benchmarks.mcq import (
+    LmEvalTask,
+    MultipleChoiceBenchmark,
+    cached,
+    exam_protocols,
+    lm_eval_file,
+)
+from grandrounds.benchmarks.medqa import MIRAGE
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
-from grandrounds.benchmarks.medqa import MIRAGE
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import Sample
 from grandrounds.sources.upstream import python_appended_strings, python_string
@@ -29,8 +36,14 @@ _OPTION_FIELDS = {"A": "opa", "B": "opb", "C": "opc", "D": "opd"}
 
 MEDMCQA_TASK = LmEvalTask(
     "medmcqa",
-    lm_eval_file("lm_eval/tasks/medmcqa/medmcqa.yaml", "fea85b5734521916178078ac5e1f7d250e235a69dc0e53e4f1b06c0e7273a319"),
-    lm_eval_file("lm_eval/tasks/medmcqa/utils_medmcqa.py", "b9cbe33d51b95624b9317cab8ffb917b32c178aaa100fd9ce4aac0a9c467479b"),
+    lm_eval_file(
+        "lm_eval/tasks/medmcqa/medmcqa.yaml",
+        "fea85b5734521916178078ac5e1f7d250e235a69dc0e53e4f1b06c0e7273a319",
+    ),
+    lm_eval_file(
+        "lm_eval/tasks/medmcqa/utils_medmcqa.py",
+        "b9cbe33d51b95624b9317cab8ffb917b32c178aaa100fd9ce4aac0a9c467479b",
+    ),
 )
 
 
@@ -43,9 +56,15 @@ def medmcqa_context(sample: Sample) -> str:
     head = cached(python_string, hooks, "prompt", within="doc_to_text")
     appended = cached(python_appended_strings, hooks, "prompt", within="doc_to_text")
     if len(appended) != 2:
-        raise DataError(hooks.url, None, f"doc_to_text appends {len(appended)} strings to prompt, expected an option line and a closing one")
+        raise DataError(
+            hooks.url,
+            None,
+            f"doc_to_text appends {len(appended)} strings to prompt, expected an option line and a closing one",
+        )
     line, tail = appended
-    options = "".join(line.render({"choice.upper()": k.upper(), "option": v}) for k, v in sample.choices.items())
+    options = "".join(
+        line.render({"choice.upper()": k.upper(), "option": v}) for k, v in sample.choices.items()
+    )
     return head.render({"doc['question']": sample.metadata["question"]}) + options + tail.render()
 
 
@@ -53,7 +72,9 @@ class MedMCQA(MultipleChoiceBenchmark):
     """MedMCQA dev set (the test split's labels are hidden)."""
 
     name: ClassVar[str] = "medmcqa"
-    description: ClassVar[str] = "MedMCQA dev split, 4,183 Indian medical entrance questions; accuracy"
+    description: ClassVar[str] = (
+        "MedMCQA dev split, 4,183 Indian medical entrance questions; accuracy"
+    )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (
         RemoteFile(
             f"{MIRAGE}/medmcqa/data/dev.json",

@@ -14,24 +14,37 @@ answer follows openai/simple-evals (its multiple-choice prompt, sampler defaults
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar, Iterator
+from typing import ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
-from grandrounds.benchmarks.mcq import LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
-from grandrounds.graders.mcq_grader import LETTERS
+from grandrounds.benchmarks.mcq import (
+    LmEvalTask,
+    MultipleChoiceBenchmark,
+    cached,
+    exam_protocols,
+    lm_eval_file,
+)
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import require_fields
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import Sample
+from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.upstream import python_fstring, python_returned_string
 
 MIRAGE = "https://raw.githubusercontent.com/Teddy-XiongGZ/MIRAGE/392943af99cd94cafd50a0de2e7fca24bbf65494/rawdata"
 
 MEDQA_TASK = LmEvalTask(
     "medqa_4options",
-    lm_eval_file("lm_eval/tasks/medqa/medqa.yaml", "33943df2e79f6d96a2685e14680a2e479aa4c6f2fc44afa0ef0ae59c57c7c302"),
-    lm_eval_file("lm_eval/tasks/medqa/preprocess_medqa.py", "06adc6ef5bda3259fe547355e6b064ca57c674b502fac749d0a0ccc8fee91787"),
+    lm_eval_file(
+        "lm_eval/tasks/medqa/medqa.yaml",
+        "33943df2e79f6d96a2685e14680a2e479aa4c6f2fc44afa0ef0ae59c57c7c302",
+    ),
+    lm_eval_file(
+        "lm_eval/tasks/medqa/preprocess_medqa.py",
+        "06adc6ef5bda3259fe547355e6b064ca57c674b502fac749d0a0ccc8fee91787",
+    ),
 )
 
 
@@ -42,7 +55,9 @@ def medqa_context(sample: Sample) -> str:
     assert hooks is not None
     line = cached(python_fstring, hooks, within="doc_to_text", fields=("k", "v"))
     answers = "".join(line.render(k=k, v=v) for k, v in sample.choices.items())
-    return cached(python_returned_string, hooks, "doc_to_text").render({"doc['sent1']": sample.metadata["question"], "answers": answers})
+    return cached(python_returned_string, hooks, "doc_to_text").render(
+        {"doc['sent1']": sample.metadata["question"], "answers": answers}
+    )
 
 
 def load_medqa_format(bench: MultipleChoiceBenchmark, path: Path) -> list[Sample]:
@@ -58,15 +73,23 @@ def iter_medqa_format(bench: MultipleChoiceBenchmark, path: Path) -> Iterator[Sa
         if not isinstance(options, dict) or len(options) < 2:
             raise DataError(path, no, "field 'options' must map letters to option texts")
         letters = "".join(sorted(options))
-        if letters != LETTERS[: len(options)] or not all(isinstance(v, str) and v.strip() for v in options.values()):
-            raise DataError(path, no, f"options must be non-empty texts under letters A.. (got {letters!r})")
+        if letters != LETTERS[: len(options)] or not all(
+            isinstance(v, str) and v.strip() for v in options.values()
+        ):
+            raise DataError(
+                path, no, f"options must be non-empty texts under letters A.. (got {letters!r})"
+            )
         key = str(rec["answer_idx"]).strip()
         if key not in options:
             raise DataError(path, no, f"answer_idx {key!r} is not one of the options {letters}")
         if "answer" in rec and rec["answer"] != options[key]:
             raise DataError(path, no, f"answer text disagrees with answer_idx {key!r}")
         yield bench.make_sample(
-            str(index), rec["question"], {k: options[k] for k in letters}, key, meta_info=rec.get("meta_info", "")
+            str(index),
+            rec["question"],
+            {k: options[k] for k in letters},
+            key,
+            meta_info=rec.get("meta_info", ""),
         )
 
 

@@ -20,8 +20,9 @@ and counted). Accuracy is broken down by ``meta_info`` (Step 1 / Step 2&3).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar, Iterator
+from typing import ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import OurPromptExam
@@ -29,26 +30,36 @@ from grandrounds.benchmarks.medqa import iter_medqa_format
 from grandrounds.core.records import Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 
-_PROMPTS = {"generate": "ours (no official prompt for five options)", "text-loglik": "ours", "next-token": "ours",
-            "letter-loglik": "not offered (lm-eval defines the four-option task only)"}
+_PROMPTS = {
+    "generate": "ours (no official prompt for five options)",
+    "text-loglik": "ours",
+    "next-token": "ours",
+    "letter-loglik": "not offered (lm-eval defines the four-option task only)",
+}
 REFERENCE = Protocol(
     "reference",
     answer=OUR_ANSWER,
     extraction="generate: ours (no official reading); log-prob modes: argmax",
     aggregation="accuracy over every question: a failed or unreadable answer counts wrong (Jin et al.'s accuracy; "
-                "lighteval's exact match over all items)",
+    "lighteval's exact match over all items)",
     source="convention of lighteval med_qa, MedReason and MedAgentsBench (zero-shot letter, accuracy); their prompts are not pinned here",
     settings={"prompt": _PROMPTS},
 )
-GRANDROUNDS = ours(REFERENCE, extraction=REFERENCE.extraction,
-                   aggregation="accuracy over scored questions: failed calls excluded and counted", settings={"prompt": _PROMPTS})
+GRANDROUNDS = ours(
+    REFERENCE,
+    extraction=REFERENCE.extraction,
+    aggregation="accuracy over scored questions: failed calls excluded and counted",
+    settings={"prompt": _PROMPTS},
+)
 
 
 class MedQA5(OurPromptExam):
     """MedQA-USMLE five-option test set; accuracy by step."""
 
     name: ClassVar[str] = "medqa-usmle-5opt"
-    description: ClassVar[str] = "MedQA-USMLE (US) test split with its original five options, 1,273 questions; accuracy by step"
+    description: ClassVar[str] = (
+        "MedQA-USMLE (US) test split with its original five options, 1,273 questions; accuracy by step"
+    )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (
         RemoteFile(
             "https://raw.githubusercontent.com/carlwharris/cog-bias-med-LLMs/bee2807d6de1fa7a86588fb13b17de8c9c13556d"

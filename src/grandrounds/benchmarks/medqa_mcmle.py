@@ -20,8 +20,9 @@ protocols; ``grandrounds`` differs in aggregation only (failed calls excluded an
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import OurPromptExam
@@ -32,19 +33,28 @@ from grandrounds.core.records import Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol
 
 SOURCE = "medqa-mcmle"
-_PROMPTS = {"generate": "ours (Chinese; no peer prompt is pinned)", "text-loglik": "ours", "next-token": "ours",
-            "letter-loglik": "not offered (no lm-evaluation-harness task)"}
+_PROMPTS = {
+    "generate": "ours (Chinese; no peer prompt is pinned)",
+    "text-loglik": "ours",
+    "next-token": "ours",
+    "letter-loglik": "not offered (no lm-evaluation-harness task)",
+}
 REFERENCE = Protocol(
     "reference",
     answer=OUR_ANSWER,
     extraction="generate: ours (no peer reading is pinned); log-prob modes: argmax",
     aggregation="accuracy over every question: a failed or unreadable answer counts wrong",
     source="convention of Apollo/XMedBench, OpenCompass MedQA (Mainland) and MedEvalKit MedQA_MCMLE (letter accuracy); "
-           "their prompts are not pinned here",
+    "their prompts are not pinned here",
     settings={"prompt": _PROMPTS},
 )
-GRANDROUNDS = Protocol("grandrounds", answer=OUR_ANSWER, extraction=REFERENCE.extraction, aggregation=_OURS.aggregation,
-                       settings={"prompt": _PROMPTS})
+GRANDROUNDS = Protocol(
+    "grandrounds",
+    answer=OUR_ANSWER,
+    extraction=REFERENCE.extraction,
+    aggregation=_OURS.aggregation,
+    settings={"prompt": _PROMPTS},
+)
 _LINE = re.compile(r"\(([A-J])\) (.*)")
 
 
@@ -56,7 +66,11 @@ def parse_options(path: Path, where: Any, text: Any) -> dict[str, str]:
     for line in text.split("\n"):
         m = _LINE.fullmatch(line)
         if not m or m.group(1) != "ABCDEFGHIJ"[len(out)]:
-            raise DataError(path, where, f"option line {line[:40]!r} is not '(X) text.' with letters A.. in order")
+            raise DataError(
+                path,
+                where,
+                f"option line {line[:40]!r} is not '(X) text.' with letters A.. in order",
+            )
         body = m.group(2)[:-1] if m.group(2).endswith(".") else m.group(2)
         if not body.strip():
             raise DataError(path, where, f"option {m.group(1)} is empty")
@@ -97,8 +111,19 @@ class MedQAMCMLE(OurPromptExam):
             choices = parse_options(path, where, rec["options"])
             key = rec["answer"].strip().strip("()")
             if key not in choices:
-                raise DataError(path, where, f"answer {rec['answer']!r} is not one of the options {''.join(choices)}")
-            yield self.make_sample(f"mcmle-{n}", rec["question"], choices, key, source=SOURCE, repackaged_by="Apollo/XMedBench")
+                raise DataError(
+                    path,
+                    where,
+                    f"answer {rec['answer']!r} is not one of the options {''.join(choices)}",
+                )
+            yield self.make_sample(
+                f"mcmle-{n}",
+                rec["question"],
+                choices,
+                key,
+                source=SOURCE,
+                repackaged_by="Apollo/XMedBench",
+            )
             n += 1
         if not n:
             raise DataError(path, None, f"no item with source {SOURCE!r}")

@@ -19,8 +19,9 @@ prompt and reading under both protocols, said so; ``grandrounds`` differs in agg
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar, Iterator
+from typing import ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import OurPromptExam
@@ -29,8 +30,12 @@ from grandrounds.core.records import Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 
 FILENAME = "test.jsonl"
-_PROMPTS = {"generate": "ours (Chinese; no official or peer prompt)", "text-loglik": "ours", "next-token": "ours",
-            "letter-loglik": "not offered (no lm-eval task)"}
+_PROMPTS = {
+    "generate": "ours (Chinese; no official or peer prompt)",
+    "text-loglik": "ours",
+    "next-token": "ours",
+    "letter-loglik": "not offered (no lm-eval task)",
+}
 REFERENCE = Protocol(
     "reference",
     answer=OUR_ANSWER,
@@ -39,8 +44,12 @@ REFERENCE = Protocol(
     source="convention only (zero-shot letter, accuracy, Jin et al. 2021); no official or pinned peer prompt for this split",
     settings={"prompt": _PROMPTS},
 )
-GRANDROUNDS = ours(REFERENCE, extraction=REFERENCE.extraction,
-                   aggregation="accuracy over scored questions: failed calls excluded and counted", settings={"prompt": _PROMPTS})
+GRANDROUNDS = ours(
+    REFERENCE,
+    extraction=REFERENCE.extraction,
+    aggregation="accuracy over scored questions: failed calls excluded and counted",
+    settings={"prompt": _PROMPTS},
+)
 
 
 class MedQATaiwan(OurPromptExam):

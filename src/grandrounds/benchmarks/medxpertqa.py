@@ -43,12 +43,18 @@ question is sent as written, as the authors send it, and the key is the file's l
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, Prompt, RemoteFile, RunOptions
-from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, pair_grades, protocol_values
+from grandrounds.benchmarks.mcq import (
+    MultipleChoiceBenchmark,
+    accuracy_by,
+    pair_grades,
+    protocol_values,
+)
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
@@ -56,7 +62,14 @@ from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Grade, Message, Sample
 from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.scoring.cells import accuracy_cell
-from grandrounds.sources.medxpertqa import MAIN, MEDXPERTQA, PROMPT_TEMPLATES, UTILS, system_ref, template
+from grandrounds.sources.medxpertqa import (
+    MAIN,
+    MEDXPERTQA,
+    PROMPT_TEMPLATES,
+    UTILS,
+    system_ref,
+    template,
+)
 from grandrounds.sources.protocols import Generation, Protocol
 from grandrounds.sources.upstream import UpstreamFile
 
@@ -66,34 +79,70 @@ _OFFICIAL = f"https://raw.githubusercontent.com/{MEDXPERTQA.repo}/{MEDXPERTQA.co
 #: its repository and in ../shared/data).
 FILES: dict[str, tuple[tuple[str | None, RemoteFile, tuple[str, ...]], ...]] = {
     "full": (
-        ("Reasoning", RemoteFile(f"{_MAB}/medxpertqa-r/test.jsonl", "medxpertqa-r.jsonl",
-                                 "9b87b291f5eba0a192c46b3b9acc5f7e2f9f85f1b7d57e9389a75d46d510d6a2"),
-         ("medxpertqa-r/test.jsonl", "data/medxpertqa-r/test.jsonl", "medagentsbench/medxpertqa-r/test.jsonl")),
-        ("Understanding", RemoteFile(f"{_MAB}/medxpertqa-u/test.jsonl", "medxpertqa-u.jsonl",
-                                     "968974f3d1df977b93dd61ee6749709e5bf17ffd088f8b54973bd65fa168ec76"),
-         ("medxpertqa-u/test.jsonl", "data/medxpertqa-u/test.jsonl", "medagentsbench/medxpertqa-u/test.jsonl")),
+        (
+            "Reasoning",
+            RemoteFile(
+                f"{_MAB}/medxpertqa-r/test.jsonl",
+                "medxpertqa-r.jsonl",
+                "9b87b291f5eba0a192c46b3b9acc5f7e2f9f85f1b7d57e9389a75d46d510d6a2",
+            ),
+            (
+                "medxpertqa-r/test.jsonl",
+                "data/medxpertqa-r/test.jsonl",
+                "medagentsbench/medxpertqa-r/test.jsonl",
+            ),
+        ),
+        (
+            "Understanding",
+            RemoteFile(
+                f"{_MAB}/medxpertqa-u/test.jsonl",
+                "medxpertqa-u.jsonl",
+                "968974f3d1df977b93dd61ee6749709e5bf17ffd088f8b54973bd65fa168ec76",
+            ),
+            (
+                "medxpertqa-u/test.jsonl",
+                "data/medxpertqa-u/test.jsonl",
+                "medagentsbench/medxpertqa-u/test.jsonl",
+            ),
+        ),
     ),
     "sampled": (
-        (None, RemoteFile(f"{_OFFICIAL}/medxpertqa_sampled/input/medxpertqa_sampled_text_input.jsonl",
-                          "medxpertqa_sampled_text_input.jsonl",
-                          "f8dc8c041501352c3788296f7916cebc1cb01463374696c24efb60d37a7ddbf9"),
-         ("eval/data/medxpertqa_sampled/input/medxpertqa_sampled_text_input.jsonl", "official-sampled/medxpertqa_sampled_text_input.jsonl")),
+        (
+            None,
+            RemoteFile(
+                f"{_OFFICIAL}/medxpertqa_sampled/input/medxpertqa_sampled_text_input.jsonl",
+                "medxpertqa_sampled_text_input.jsonl",
+                "f8dc8c041501352c3788296f7916cebc1cb01463374696c24efb60d37a7ddbf9",
+            ),
+            (
+                "eval/data/medxpertqa_sampled/input/medxpertqa_sampled_text_input.jsonl",
+                "official-sampled/medxpertqa_sampled_text_input.jsonl",
+            ),
+        ),
     ),
     "official": (
-        (None, RemoteFile(f"{_OFFICIAL}/medxpertqa/input/medxpertqa_text_input.jsonl", "medxpertqa_text_input.jsonl"),
-         ("eval/data/medxpertqa/input/medxpertqa_text_input.jsonl",)),
+        (
+            None,
+            RemoteFile(
+                f"{_OFFICIAL}/medxpertqa/input/medxpertqa_text_input.jsonl",
+                "medxpertqa_text_input.jsonl",
+            ),
+            ("eval/data/medxpertqa/input/medxpertqa_text_input.jsonl",),
+        ),
     ),
 }
 _KINDS = {"Reasoning", "Understanding"}
 REASONING, ANSWER = "reasoning", "answer"
 
-_PROMPTS = {"generate": "MedXpertQA eval/config/prompt_templates.py zero-shot CoT (two turns, eval/main.py zero_shot_cot)"}
+_PROMPTS = {
+    "generate": "MedXpertQA eval/config/prompt_templates.py zero-shot CoT (two turns, eval/main.py zero_shot_cot)"
+}
 REFERENCE = Protocol(
     "reference",
     # eval/model/api_agent.py: temperature 0 (main.py's default), max_tokens 2048, seed 0
     answer=Generation(temperature=0.0, max_tokens=2048, system=system_ref()),
     extraction="eval/utils.py answer_cleansing (zero_shot) on the answer turn: text after the trigger or ' answer is ', "
-               "first standalone option letter; set_correctness",
+    "first standalone option letter; set_correctness",
     aggregation="accuracy over every question (a failed or unreadable answer counts wrong), by Reasoning/Understanding as eval.ipynb",
     source=f"{MEDXPERTQA.repo}@{MEDXPERTQA.commit[:7]} eval/main.py, eval/utils.py, eval/config/prompt_templates.py",
     settings={"prompt": _PROMPTS, "turns": 2},
@@ -127,12 +176,18 @@ class MedXpertQA(MultipleChoiceBenchmark):
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {
         "generate": "same prompts, turns and temperature; reference reads the answer turn as answer_cleansing does and "
-                    "counts failed calls wrong, grandrounds reads it our way and excludes them (the same replies read twice)",
+        "counts failed calls wrong, grandrounds reads it our way and excludes them (the same replies read twice)",
         "logprob": "not offered",
     }
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("subset", str, "full", "full: 2,450 (MedAgentsBench's copy, pinned); sampled: the authors' 244; "
-              "official: the authors' full file (no pinned sha256)", tuple(FILES)),
+        Param(
+            "subset",
+            str,
+            "full",
+            "full: 2,450 (MedAgentsBench's copy, pinned); sampled: the authors' 244; "
+            "official: the authors' full file (no pinned sha256)",
+            tuple(FILES),
+        ),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -149,7 +204,11 @@ class MedXpertQA(MultipleChoiceBenchmark):
         for _, rf, places in self.files:
             found = next((root / p for p in (rf.filename, *places) if (root / p).is_file()), None)
             if found is None:
-                raise DataError(root / rf.filename, None, f"file not found (expected {rf.filename} or {places[0]} under {root})")
+                raise DataError(
+                    root / rf.filename,
+                    None,
+                    f"file not found (expected {rf.filename} or {places[0]} under {root})",
+                )
             out.append(found)
         return out
 
@@ -166,7 +225,9 @@ class MedXpertQA(MultipleChoiceBenchmark):
         if not len(seen):
             raise DataError(root, None, "no questions")
 
-    def _question(self, path: Path, no: int, rec: dict[str, Any], kind: str | None) -> tuple[str, str, dict[str, str], str, dict[str, Any]]:
+    def _question(
+        self, path: Path, no: int, rec: dict[str, Any], kind: str | None
+    ) -> tuple[str, str, dict[str, str], str, dict[str, Any]]:
         """(id, question text, options, key, metadata) of one record of either layout."""
         if "realidx" in rec:  # MedAgentsBench's copy
             require_fields(path, no, rec, ("realidx", "question", "options", "answer_idx"))
@@ -176,17 +237,29 @@ class MedXpertQA(MultipleChoiceBenchmark):
         else:  # the authors' layout
             require_fields(path, no, rec, ("id", "question", "options", "label", "question_type"))
             opts, label = rec["options"], rec["label"]
-            if not isinstance(opts, list) or not all(isinstance(o, dict) and {"letter", "content"} <= o.keys() for o in opts):
+            if not isinstance(opts, list) or not all(
+                isinstance(o, dict) and {"letter", "content"} <= o.keys() for o in opts
+            ):
                 raise DataError(path, no, "field 'options' must be a list of {letter, content}")
             if not isinstance(label, list) or len(label) != 1:
-                raise DataError(path, no, f"field 'label' must hold exactly one letter (got {label!r})")
+                raise DataError(
+                    path, no, f"field 'label' must hold exactly one letter (got {label!r})"
+                )
             options, key, sid = {o["letter"]: o["content"] for o in opts}, label[0], rec["id"]
             kind = rec["question_type"]
             meta = {f: rec[f] for f in ("medical_task", "body_system") if rec.get(f)}
         if not isinstance(sid, str) or not sid.strip():
             raise DataError(path, no, f"id {sid!r} is not a non-empty string")
-        if not isinstance(options, dict) or "".join(options) != LETTERS[: len(options)] or len(options) < 2:
-            raise DataError(path, no, f"options must be lettered A.. in order (got {''.join(map(str, options))!r})")
+        if (
+            not isinstance(options, dict)
+            or "".join(options) != LETTERS[: len(options)]
+            or len(options) < 2
+        ):
+            raise DataError(
+                path,
+                no,
+                f"options must be lettered A.. in order (got {''.join(map(str, options))!r})",
+            )
         if not all(isinstance(v, str) and v.strip() for v in options.values()):
             raise DataError(path, no, "an option text is empty")
         if not isinstance(key, str) or key not in options:
@@ -197,10 +270,18 @@ class MedXpertQA(MultipleChoiceBenchmark):
             raise DataError(path, no, "empty question")
         return sid, rec["question"], options, key, {"question_type": kind, **meta}
 
-    def _turns(self, sid: str, question: str, options: dict[str, str], key: str, meta: dict[str, Any]) -> Iterator[Sample]:
+    def _turns(
+        self, sid: str, question: str, options: dict[str, str], key: str, meta: dict[str, Any]
+    ) -> Iterator[Sample]:
         for turn, stage in enumerate((REASONING, ANSWER)):
-            sample = self.make_sample(f"{sid}:{REASONING}" if stage == REASONING else sid, question, options, key,
-                                      stage=stage, **meta)
+            sample = self.make_sample(
+                f"{sid}:{REASONING}" if stage == REASONING else sid,
+                question,
+                options,
+                key,
+                stage=stage,
+                **meta,
+            )
             yield replace(sample, group=sid, turn=turn)
 
     # ---- prompts ------------------------------------------------------------------------
@@ -213,7 +294,9 @@ class MedXpertQA(MultipleChoiceBenchmark):
 
     def first_turn(self, sample: Sample) -> str:
         """eval/main.py zero_shot_cot, stage 1: the CoT prompt with the stripped question."""
-        return template("zero_shot_cot_prompt").text.format(question=self.shown_question(sample).strip())
+        return template("zero_shot_cot_prompt").text.format(
+            question=self.shown_question(sample).strip()
+        )
 
     def trigger(self, sample: Sample) -> str:
         """Stage 2: the trigger with the first and last option letters (chr(65) .. chr(65 + n - 1))."""
@@ -226,27 +309,44 @@ class MedXpertQA(MultipleChoiceBenchmark):
     def generate_prompt(self, sample: Sample, protocol: str) -> str:
         return self.first_turn(sample)
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         self.effective_mode(sample, options)  # generate only
         shown, _ = self.prepare(sample, options)
         if sample.metadata["stage"] == REASONING:
             return Prompt((self.user_message(shown, self.first_turn(shown)),))
         if len(history) != 1:
-            raise DataError(sample.id, None, "the answer turn needs the reasoning turn's reply (asked in one conversation)")
-        (prev, reasoning), = history
+            raise DataError(
+                sample.id,
+                None,
+                "the answer turn needs the reasoning turn's reply (asked in one conversation)",
+            )
+        ((prev, reasoning),) = history
         first, _ = self.prepare(prev, options)
-        return Prompt((self.user_message(first, self.first_turn(first)), Message("assistant", reasoning.strip()),
-                       Message("user", self.trigger(shown))))
+        return Prompt(
+            (
+                self.user_message(first, self.first_turn(first)),
+                Message("assistant", reasoning.strip()),
+                Message("user", self.trigger(shown)),
+            )
+        )
 
     def upstream_files(self) -> tuple[UpstreamFile, ...]:
         return (PROMPT_TEMPLATES, MAIN, UTILS)
 
     # ---- aggregation --------------------------------------------------------------------
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """The exam layer's accuracy over answer turns, broken down by kind (and by task and body
         system where the file labels them), with the reasoning turns' accuracy beside it."""
-        answer = [(s, g) for s, g in pair_grades(samples, grades) if s.metadata.get("stage") != REASONING]
-        reasoning = [(s, g) for s, g in pair_grades(samples, grades) if s.metadata.get("stage") == REASONING]
+        answer = [
+            (s, g) for s, g in pair_grades(samples, grades) if s.metadata.get("stage") != REASONING
+        ]
+        reasoning = [
+            (s, g) for s, g in pair_grades(samples, grades) if s.metadata.get("stage") == REASONING
+        ]
         agg = super().aggregate([s for s, _ in answer], [g for _, g in answer], options)
         mine = protocol_values(answer, options.protocol)
         breakdown = {"question_type": accuracy_by(answer, "question_type", mine)}
@@ -254,7 +354,9 @@ class MedXpertQA(MultipleChoiceBenchmark):
             if any(field in s.metadata for s, _ in answer):
                 breakdown[field] = accuracy_by(answer, field, mine)
         extra = dict(agg.extra)
-        extra["reasoning_turn_accuracy"] = accuracy_cell(protocol_values(reasoning, options.protocol)).score if reasoning else None
+        extra["reasoning_turn_accuracy"] = (
+            accuracy_cell(protocol_values(reasoning, options.protocol)).score if reasoning else None
+        )
         extra["turns"] = "two per question (reasoning, then the answer trigger); n counts questions"
         return Aggregate(agg.metric, agg.score, agg.ci95, agg.n, agg.n_unscored, breakdown, extra)
 
@@ -262,4 +364,10 @@ class MedXpertQA(MultipleChoiceBenchmark):
 def _kind_from_name(path: Path) -> str | None:
     """Reasoning or Understanding from a MedAgentsBench file's folder name (medxpertqa-r / -u), else None."""
     text = str(path).lower()
-    return "Reasoning" if "medxpertqa-r" in text else "Understanding" if "medxpertqa-u" in text else None
+    return (
+        "Reasoning"
+        if "medxpertqa-r" in text
+        else "Understanding"
+        if "medxpertqa-u" in text
+        else None
+    )

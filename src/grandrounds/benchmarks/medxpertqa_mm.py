@@ -24,13 +24,14 @@ or our reading (``grandrounds``). Accuracy by kind, task and body system, as for
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params, images_dataset_hash
-from grandrounds.benchmarks.medxpertqa import ANSWER, REASONING, MedXpertQA
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
+from grandrounds.benchmarks.medxpertqa import ANSWER, REASONING, MedXpertQA
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
@@ -40,8 +41,16 @@ from grandrounds.graders.mcq_grader import LETTERS
 
 #: subset -> the file names it may have (the evaluation repository's, then the Hugging Face dataset's).
 FILES = {
-    "full": ("medxpertqa_mm_input.jsonl", "eval/data/medxpertqa/input/medxpertqa_mm_input.jsonl", "MM/test.jsonl", "test.jsonl"),
-    "sampled": ("medxpertqa_sampled_mm_input.jsonl", "eval/data/medxpertqa_sampled/input/medxpertqa_sampled_mm_input.jsonl"),
+    "full": (
+        "medxpertqa_mm_input.jsonl",
+        "eval/data/medxpertqa/input/medxpertqa_mm_input.jsonl",
+        "MM/test.jsonl",
+        "test.jsonl",
+    ),
+    "sampled": (
+        "medxpertqa_sampled_mm_input.jsonl",
+        "eval/data/medxpertqa_sampled/input/medxpertqa_sampled_mm_input.jsonl",
+    ),
 }
 
 
@@ -49,12 +58,20 @@ class MedXpertQAMM(MedXpertQA):
     """MedXpertQA MM: the authors' two-turn prompts with the question's images after the first prompt's text."""
 
     name: ClassVar[str] = "medxpertqa-mm"
-    description: ClassVar[str] = ("MedXpertQA MM (images), 2,000 expert questions, options A-E, Reasoning/Understanding (--data; "
-                                  "--param subset=sampled); the authors' two-turn zero-shot CoT; accuracy")
+    description: ClassVar[str] = (
+        "MedXpertQA MM (images), 2,000 expert questions, options A-E, Reasoning/Understanding (--data; "
+        "--param subset=sampled); the authors' two-turn zero-shot CoT; accuracy"
+    )
     has_images: ClassVar[bool] = True
     remote_files = ()
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("subset", str, "full", "full: the 2,000 MM questions; sampled: the authors' sample", tuple(FILES)),
+        Param(
+            "subset",
+            str,
+            "full",
+            "full: the 2,000 MM questions; sampled: the authors' sample",
+            tuple(FILES),
+        ),
         *image_params(),
     )
 
@@ -69,7 +86,11 @@ class MedXpertQAMM(MedXpertQA):
             return [root]
         found = next((root / p for p in FILES[self.subset] if (root / p).is_file()), None)
         if found is None:
-            raise DataError(root / FILES[self.subset][0], None, f"file not found (expected one of {', '.join(FILES[self.subset])} under {root})")
+            raise DataError(
+                root / FILES[self.subset][0],
+                None,
+                f"file not found (expected one of {', '.join(FILES[self.subset])} under {root})",
+            )
         return [found]
 
     def records(self, root: Path) -> Iterator[Sample]:
@@ -82,30 +103,61 @@ class MedXpertQAMM(MedXpertQA):
             seen.add(sid, f"{path.name}:{no}")
             images = [self._image(path, no, name) for name in rec["images"]]
             for turn, stage in enumerate((REASONING, ANSWER)):
-                sample = self.make_sample(f"{sid}:{REASONING}" if stage == REASONING else sid, rec["question"], options, key,
-                                          images=images, stage=stage, image_sha256=[i.sha256 for i in images], **meta)
+                sample = self.make_sample(
+                    f"{sid}:{REASONING}" if stage == REASONING else sid,
+                    rec["question"],
+                    options,
+                    key,
+                    images=images,
+                    stage=stage,
+                    image_sha256=[i.sha256 for i in images],
+                    **meta,
+                )
                 yield replace(sample, group=sid, turn=turn)
         if not len(seen):
             raise DataError(path, None, "no questions")
 
-    def _fields(self, path: Path, no: int, rec: dict[str, Any]) -> tuple[str, dict[str, str], str, dict[str, Any]]:
-        require_fields(path, no, rec, ("id", "question", "options", "label", "images", "question_type"))
+    def _fields(
+        self, path: Path, no: int, rec: dict[str, Any]
+    ) -> tuple[str, dict[str, str], str, dict[str, Any]]:
+        require_fields(
+            path, no, rec, ("id", "question", "options", "label", "images", "question_type")
+        )
         opts, label = rec["options"], rec["label"]
-        if isinstance(opts, list) and all(isinstance(o, dict) and {"letter", "content"} <= o.keys() for o in opts):
+        if isinstance(opts, list) and all(
+            isinstance(o, dict) and {"letter", "content"} <= o.keys() for o in opts
+        ):
             opts = {o["letter"]: o["content"] for o in opts}
         if isinstance(label, list) and len(label) == 1:
             label = label[0]
         if not isinstance(opts, dict) or len(opts) < 2 or "".join(opts) != LETTERS[: len(opts)]:
-            raise DataError(path, no, "options must be lettered A.. in order ({letter, content} list or letter -> text)")
+            raise DataError(
+                path,
+                no,
+                "options must be lettered A.. in order ({letter, content} list or letter -> text)",
+            )
         if not all(isinstance(v, str) and v.strip() for v in opts.values()):
             raise DataError(path, no, "an option text is empty")
         if not isinstance(label, str) or label not in opts:
-            raise DataError(path, no, f"label {rec['label']!r} is not one of the options {''.join(opts)}")
+            raise DataError(
+                path, no, f"label {rec['label']!r} is not one of the options {''.join(opts)}"
+            )
         if rec["question_type"] not in ("Reasoning", "Understanding"):
-            raise DataError(path, no, f"question type {rec['question_type']!r} is not Reasoning or Understanding")
-        if not isinstance(rec["images"], list) or not rec["images"] or not all(isinstance(n, str) and n for n in rec["images"]):
+            raise DataError(
+                path,
+                no,
+                f"question type {rec['question_type']!r} is not Reasoning or Understanding",
+            )
+        if (
+            not isinstance(rec["images"], list)
+            or not rec["images"]
+            or not all(isinstance(n, str) and n for n in rec["images"])
+        ):
             raise DataError(path, no, "field 'images' must be a non-empty list of file names")
-        meta = {"question_type": rec["question_type"], **{f: rec[f] for f in ("medical_task", "body_system") if rec.get(f)}}
+        meta = {
+            "question_type": rec["question_type"],
+            **{f: rec[f] for f in ("medical_task", "body_system") if rec.get(f)},
+        }
         return str(rec["id"]), opts, label, meta
 
     def _image(self, path: Path, no: int, name: str) -> ImagePart:
@@ -113,9 +165,13 @@ class MedXpertQAMM(MedXpertQA):
         for folder in (path.parent / "images", path.parent.parent / "images", path.parent):
             if (folder / name).is_file():
                 return self.images.part(folder / name, f"record {no} ({name})")
-        return self.images.part(path.parent / "images" / name, f"record {no} ({name})")  # the DataError naming both
+        return self.images.part(
+            path.parent / "images" / name, f"record {no} ({name})"
+        )  # the DataError naming both
 
-    def image_parts(self, text: str, images: tuple[ImagePart, ...]) -> tuple[ImagePart | TextPart, ...]:
+    def image_parts(
+        self, text: str, images: tuple[ImagePart, ...]
+    ) -> tuple[ImagePart | TextPart, ...]:
         """eval/main.py: the text part first, then each image appended in the record's order."""
         return (TextPart(text), *images)
 

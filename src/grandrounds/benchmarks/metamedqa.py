@@ -23,8 +23,9 @@ reading, failed calls excluded. Breakdown by ``kind``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import cached
@@ -34,9 +35,16 @@ from grandrounds.core.records import Sample
 from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.upstream import python_fstring
 
-ENV = MEDMARKS.file("environments/metamedqa/metamedqa.py", "fc9e47e46df8b33c1a6d73bad942284b4f642172dcb28d39d834c2c07545d9e3")
-FILE = RemoteFile("https://huggingface.co/datasets/maximegmd/MetaMedQA/resolve/29a264deec301d57823fdb2558b085f01e6b71f5"
-                  "/data/test-00000-of-00001.parquet", "test-00000-of-00001.parquet", None)
+ENV = MEDMARKS.file(
+    "environments/metamedqa/metamedqa.py",
+    "fc9e47e46df8b33c1a6d73bad942284b4f642172dcb28d39d834c2c07545d9e3",
+)
+FILE = RemoteFile(
+    "https://huggingface.co/datasets/maximegmd/MetaMedQA/resolve/29a264deec301d57823fdb2558b085f01e6b71f5"
+    "/data/test-00000-of-00001.parquet",
+    "test-00000-of-00001.parquet",
+    None,
+)
 COLUMNS = ("question", "options", "answer", "answer_idx", "kind")
 
 
@@ -46,7 +54,9 @@ def iter_parquet_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[in
     try:
         import pyarrow.parquet as pq  # imported only when a Parquet file is read
     except ImportError:
-        raise ConfigError(f"{path}: reading Parquet needs pyarrow (pip install 'grandrounds[reports]')") from None
+        raise ConfigError(
+            f"{path}: reading Parquet needs pyarrow (pip install 'grandrounds[reports]')"
+        ) from None
 
     try:
         pf = pq.ParquetFile(path)
@@ -67,7 +77,11 @@ def kept_options(path: Path, where: str, options: Any) -> dict[str, str]:
         raise DataError(path, where, "'options' is not a struct of letters")
     kept = {k: str(v) for k, v in options.items() if v is not None and str(v).strip()}
     if len(kept) < 2 or "".join(kept) != LETTERS[: len(kept)]:
-        raise DataError(path, where, f"options must be at least two non-empty texts under A.. in order, got {''.join(kept)!r}")
+        raise DataError(
+            path,
+            where,
+            f"options must be at least two non-empty texts under A.. in order, got {''.join(kept)!r}",
+        )
     return kept
 
 
@@ -94,18 +108,35 @@ class MetaMedQA(MedmarksExam):
             choices = kept_options(path, where, row["options"])
             key = str(row.get("answer_idx") or "").strip()
             if key not in choices:
-                raise DataError(path, where, f"answer_idx {row.get('answer_idx')!r} is not one of the options {''.join(choices)}")
+                raise DataError(
+                    path,
+                    where,
+                    f"answer_idx {row.get('answer_idx')!r} is not one of the options {''.join(choices)}",
+                )
             matches = str(row.get("answer") or "").strip().lower() == choices[key].strip().lower()
             n += 1
-            yield self.make_sample(str(no - 1), row["question"], choices, key, kind=str(row.get("kind") or "(none)"),
-                                   meta_info=str(row.get("meta_info") or ""), answer_text_matches=matches)
+            yield self.make_sample(
+                str(no - 1),
+                row["question"],
+                choices,
+                key,
+                kind=str(row.get("kind") or "(none)"),
+                meta_info=str(row.get("meta_info") or ""),
+                answer_text_matches=matches,
+            )
         if not n:
             raise DataError(path, None, "no questions in the file")
 
     def reference_prompt(self, sample: Sample) -> str:
         """Medmarks metamedqa ``_build_prompt`` read from the pinned file: its option line and its
         prompt f-string; the letters line is the options' letters sorted and joined by ", " as there."""
-        template = cached(python_fstring, ENV, within="_build_prompt", fields=("question", "opts", "letters"))
+        template = cached(
+            python_fstring, ENV, within="_build_prompt", fields=("question", "opts", "letters")
+        )
         line = cached(python_fstring, ENV, within="_build_prompt", fields=("k", "v"))
         opts = "\n".join(line.render(k=k, v=v) for k, v in sample.choices.items())
-        return template.render(question=sample.metadata["question"], opts=opts, letters=", ".join(sorted(sample.choices)))
+        return template.render(
+            question=sample.metadata["question"],
+            opts=opts,
+            letters=", ".join(sorted(sample.choices)),
+        )

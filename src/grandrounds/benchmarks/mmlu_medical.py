@@ -16,8 +16,9 @@ pinned reference files, so the context here is ``doc_to_text`` alone and lacks t
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions
 from grandrounds.benchmarks.mcq import (
@@ -57,7 +58,10 @@ _SHA = {
 
 MMLU_TASK = LmEvalTask(
     "mmlu (default template)",
-    lm_eval_file("lm_eval/tasks/mmlu/default/_default_template_yaml", "a0997593bf94f52cc87eb1f9b621f52613a6c60f1fb48775b0926104fd385122"),
+    lm_eval_file(
+        "lm_eval/tasks/mmlu/default/_default_template_yaml",
+        "a0997593bf94f52cc87eb1f9b621f52613a6c60f1fb48775b0926104fd385122",
+    ),
 )
 
 
@@ -75,23 +79,36 @@ class MMLUMedical(MultipleChoiceBenchmark):
     """
 
     name: ClassVar[str] = "mmlu-medical"
-    description: ClassVar[str] = "MMLU medical subjects (6), test split, 1,089 questions; micro accuracy"
+    description: ClassVar[str] = (
+        "MMLU medical subjects (6), test split, 1,089 questions; micro accuracy"
+    )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = tuple(
-        RemoteFile(f"{MIRAGE}/mmlu/data/test/{s}_test.csv", f"{s}_test.csv", _SHA[s]) for s in SUBJECTS
+        RemoteFile(f"{MIRAGE}/mmlu/data/test/{s}_test.csv", f"{s}_test.csv", _SHA[s])
+        for s in SUBJECTS
     )
     category_fields: ClassVar[tuple[str, ...]] = ("subject",)
     lm_eval = MMLU_TASK
     protocols = exam_protocols(MMLU_TASK)
 
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("subjects", list[str], SUBJECTS, "subjects to ask, e.g. anatomy,medical_genetics (default all six)", SUBJECTS),
+        Param(
+            "subjects",
+            list[str],
+            SUBJECTS,
+            "subjects to ask, e.g. anatomy,medical_genetics (default all six)",
+            SUBJECTS,
+        ),
     )
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self.subjects = [s for s in SUBJECTS if s in self.param("subjects")]  # the file order, whatever was typed
+        self.subjects = [
+            s for s in SUBJECTS if s in self.param("subjects")
+        ]  # the file order, whatever was typed
         if not self.subjects:
-            raise ConfigError(f"mmlu-medical: --param subjects is empty; choose from {', '.join(SUBJECTS)}")
+            raise ConfigError(
+                f"mmlu-medical: --param subjects is empty; choose from {', '.join(SUBJECTS)}"
+            )
         self.params.pop("subjects", None)
         if self.subjects != list(SUBJECTS):
             self.params["subjects"] = self.subjects
@@ -110,7 +127,11 @@ class MMLUMedical(MultipleChoiceBenchmark):
             subject = path.stem.removesuffix("_test")
             for i, (no, row) in enumerate(read_subject_csv(path)):
                 if len(row) != 6:
-                    raise DataError(path, no, f"expected 6 columns (question, A, B, C, D, answer), got {len(row)}")
+                    raise DataError(
+                        path,
+                        no,
+                        f"expected 6 columns (question, A, B, C, D, answer), got {len(row)}",
+                    )
                 if not row[0].strip():
                     raise DataError(path, no, "empty question")
                 answer = row[5].strip().upper()
@@ -124,6 +145,14 @@ class MMLUMedical(MultipleChoiceBenchmark):
         doc = {"question": sample.metadata["question"], "choices": list(sample.choices.values())}
         return jinja_doc_to_text(str(cached(yaml_value, MMLU_TASK.yaml, "doc_to_text")), doc)
 
-    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+    def extra_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
         """The macro average: unweighted mean of per-subject accuracies."""
-        return {"macro_accuracy": macro_average(accuracy_by(pairs, "subject", values)), "headline": "micro"}
+        return {
+            "macro_accuracy": macro_average(accuracy_by(pairs, "subject", values)),
+            "headline": "micro",
+        }

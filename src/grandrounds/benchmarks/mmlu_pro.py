@@ -40,9 +40,10 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Prompt, RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
@@ -57,16 +58,32 @@ from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, python_appended_strings, python_string
 
-MMLU_PRO_API = UpstreamFile("mmlu-pro", "TIGER-AI-Lab/MMLU-Pro", "f418b116db00b065c2aea046518d8fcf74d39872",
-                            "evaluate_from_api.py", "6e00c0d57ed307b9e707b712ea796fbd2286c6d21889cd63bb58090fa72c5a99")
-M_ARC_API = UpstreamFile("m-arc", "dbernardo05/medARC-QA", "4e64daab5c884b0754f8cbd42fc8f22d05436369",
-                         "evaluate_from_api.py", "c2849456729e8fc4872b20d73a45f6952d446928888087185d5bfaded58d6d70")
-_PROMPTS = {"generate": "evaluate_from_api.py single_request: header + validation CoT examples + format_example",
-            "text-loglik": "ours", "next-token": "ours", "letter-loglik": "not offered (lm-eval's mmlu_pro generates)"}
+MMLU_PRO_API = UpstreamFile(
+    "mmlu-pro",
+    "TIGER-AI-Lab/MMLU-Pro",
+    "f418b116db00b065c2aea046518d8fcf74d39872",
+    "evaluate_from_api.py",
+    "6e00c0d57ed307b9e707b712ea796fbd2286c6d21889cd63bb58090fa72c5a99",
+)
+M_ARC_API = UpstreamFile(
+    "m-arc",
+    "dbernardo05/medARC-QA",
+    "4e64daab5c884b0754f8cbd42fc8f22d05436369",
+    "evaluate_from_api.py",
+    "c2849456729e8fc4872b20d73a45f6952d446928888087185d5bfaded58d6d70",
+)
+_PROMPTS = {
+    "generate": "evaluate_from_api.py single_request: header + validation CoT examples + format_example",
+    "text-loglik": "ours",
+    "next-token": "ours",
+    "letter-loglik": "not offered (lm-eval's mmlu_pro generates)",
+}
 _OURS_PROMPTS = {**_PROMPTS, "generate": "ours (zero-shot)"}
 
 
-def _protocols(source: UpstreamFile, max_tokens: int, reading: str, jitter: bool) -> dict[str, Protocol]:
+def _protocols(
+    source: UpstreamFile, max_tokens: int, reading: str, jitter: bool
+) -> dict[str, Protocol]:
     reference = Protocol(
         "reference",
         answer=Generation(temperature=0.0, max_tokens=max_tokens, top_p=1.0),
@@ -75,9 +92,12 @@ def _protocols(source: UpstreamFile, max_tokens: int, reading: str, jitter: bool
         source=f"{source.repo}@{source.commit[:7]} {source.path}",
         settings={"prompt": _PROMPTS, "age_jitter": jitter},
     )
-    grandrounds = ours(reference, extraction="our tolerant reading (choice_extract.py); no letter: wrong, counted",
-                       aggregation="accuracy over answered questions: failed calls excluded and counted",
-                       settings={"prompt": _OURS_PROMPTS, "age_jitter": False})
+    grandrounds = ours(
+        reference,
+        extraction="our tolerant reading (choice_extract.py); no letter: wrong, counted",
+        aggregation="accuracy over answered questions: failed calls excluded and counted",
+        settings={"prompt": _OURS_PROMPTS, "age_jitter": False},
+    )
     return {"reference": reference, "grandrounds": grandrounds}
 
 
@@ -96,7 +116,11 @@ def read_fewshot(path: Path, category: str) -> list[dict[str, Any]]:
     as ``preprocess`` does), from JSON Lines or a JSON array."""
     text = read_text(path)
     try:
-        rows = json.loads(text) if text.lstrip().startswith("[") else [rec for _, rec in iter_jsonl(path)]
+        rows = (
+            json.loads(text)
+            if text.lstrip().startswith("[")
+            else [rec for _, rec in iter_jsonl(path)]
+        )
     except json.JSONDecodeError as e:
         raise DataError(path, e.lineno, f"invalid JSON ({e.msg})") from None
     out = []
@@ -123,13 +147,23 @@ class _MMLUProFormat(MultipleChoiceBenchmark):
     jitter: ClassVar[bool] = False
     protocol_differences = {
         "generate": "reference: the script's few-shot prompt, temperature 0, its reading (a random option scored when "
-                    "none is read), failed calls wrong; grandrounds: our zero-shot prompt, tolerant reading, failed calls excluded",
+        "none is read), failed calls wrong; grandrounds: our zero-shot prompt, tolerant reading, failed calls excluded",
         "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
     }
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("shots", int, 5, "validation examples in the reference prompt (MMLU-Pro's script: all 5 of the category; 0: none)",
-              (0, 1, 2, 3, 4, 5)),
-        Param("fewshot", str, "", "MMLU-Pro's validation split (HF TIGER-Lab/MMLU-Pro) as JSON Lines or a JSON array"),
+        Param(
+            "shots",
+            int,
+            5,
+            "validation examples in the reference prompt (MMLU-Pro's script: all 5 of the category; 0: none)",
+            (0, 1, 2, 3, 4, 5),
+        ),
+        Param(
+            "fewshot",
+            str,
+            "",
+            "MMLU-Pro's validation split (HF TIGER-Lab/MMLU-Pro) as JSON Lines or a JSON array",
+        ),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -156,24 +190,47 @@ class _MMLUProFormat(MultipleChoiceBenchmark):
     def format_example(self, question: str, options: Sequence[str], cot_content: str = "") -> str:
         """evaluate_from_api.py format_example, its text pieces read from the pinned file."""
         first = cached(python_string, self.official, "example", within="format_example")
-        line, _, answer = cached(python_appended_strings, self.official, "example", within="format_example")
+        line, _, answer = cached(
+            python_appended_strings, self.official, "example", within="format_example"
+        )
         if cot_content == "":
-            cot_content = cached(python_string, self.official, "cot_content", within="format_example").text
+            cot_content = cached(
+                python_string, self.official, "cot_content", within="format_example"
+            ).text
         if cot_content.startswith("A: "):
             cot_content = cot_content[3:]
         text = first.render(question=question)
-        text += "".join(line.render({"choice_map[i]": LETTERS[i], "opt": opt}) for i, opt in enumerate(options))
+        text += "".join(
+            line.render({"choice_map[i]": LETTERS[i], "opt": opt}) for i, opt in enumerate(options)
+        )
         return text + answer.render(cot_content=cot_content)
 
     def reference_prompt(self, sample: Sample) -> str:
-        header = cached(python_string, self.official, "prompt", within="single_request").render(category=sample.metadata["category"])
-        shots = "".join(self.format_example(e["question"], e["options"], e["cot_content"]) for e in self.examples())
-        return header + shots + self.format_example(sample.metadata["question"], list(sample.choices.values()))
+        header = cached(python_string, self.official, "prompt", within="single_request").render(
+            category=sample.metadata["category"]
+        )
+        shots = "".join(
+            self.format_example(e["question"], e["options"], e["cot_content"])
+            for e in self.examples()
+        )
+        return (
+            header
+            + shots
+            + self.format_example(sample.metadata["question"], list(sample.choices.values()))
+        )
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         if self.jitter and options.protocol == "reference" and options.answer_mode == "generate":
             rng = random.Random(f"{options.seed}:{sample.id}")
-            sample = replace(sample, metadata={**sample.metadata, "question": jitter_ages(sample.metadata["question"], rng)})
+            sample = replace(
+                sample,
+                metadata={
+                    **sample.metadata,
+                    "question": jitter_ages(sample.metadata["question"], rng),
+                },
+            )
         return super().prompt(sample, options, history)
 
 
@@ -189,28 +246,46 @@ class MMLUProHealth(_MMLUProFormat):
         "TIGER-Lab's 5-shot CoT prompt and reading; accuracy by source subject"
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (
-        RemoteFile(f"{_MAB}/mmlu-pro/test.jsonl", "test.jsonl", "e19a1083726cc7d0026e4b0350d5af28c1798020885770b957f38a8fb268193d"),
+        RemoteFile(
+            f"{_MAB}/mmlu-pro/test.jsonl",
+            "test.jsonl",
+            "e19a1083726cc7d0026e4b0350d5af28c1798020885770b957f38a8fb268193d",
+        ),
     )
     reference_reading = "mmlu-pro"
     official = MMLU_PRO_API
-    protocols = _protocols(MMLU_PRO_API, 4000, "answer is (X), else Answer: X, else the last standalone letter", False)
+    protocols = _protocols(
+        MMLU_PRO_API, 4000, "answer is (X), else Answer: X, else the last standalone letter", False
+    )
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, self.remote_files[0].filename)
         seen = IdSet(path)
         for no, rec in iter_jsonl(path):
-            require_fields(path, no, rec, ("realidx", "question", "options", "answer_idx", "category", "src"))
+            require_fields(
+                path, no, rec, ("realidx", "question", "options", "answer_idx", "category", "src")
+            )
             options, key = rec["options"], rec["answer_idx"]
-            if not isinstance(options, dict) or len(options) < 2 or "".join(options) != LETTERS[: len(options)]:
-                raise DataError(path, no, "field 'options' must map letters A.. in order to option texts")
+            if (
+                not isinstance(options, dict)
+                or len(options) < 2
+                or "".join(options) != LETTERS[: len(options)]
+            ):
+                raise DataError(
+                    path, no, "field 'options' must map letters A.. in order to option texts"
+                )
             if any(not isinstance(v, str) or not v.strip() or v == "N/A" for v in options.values()):
                 raise DataError(path, no, "an option text is empty or N/A")
             if key not in options:
-                raise DataError(path, no, f"answer_idx {key!r} is not one of the options {''.join(options)}")
+                raise DataError(
+                    path, no, f"answer_idx {key!r} is not one of the options {''.join(options)}"
+                )
             if "answer" in rec and rec["answer"] != options[key]:
                 raise DataError(path, no, f"answer text disagrees with answer_idx {key!r}")
             sid = seen.add(str(rec["realidx"]), no)
-            yield self.make_sample(sid, rec["question"], options, key, category=rec["category"], src=rec["src"])
+            yield self.make_sample(
+                sid, rec["question"], options, key, category=rec["category"], src=rec["src"]
+            )
         if not len(seen):
             raise DataError(path, None, "no questions in the file")
 
@@ -240,7 +315,11 @@ class MARC(_MMLUProFormat):
         "5-shot CoT with age jitter; accuracy by source"
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (
-        RemoteFile(f"{_MARC}/test_medARCv1.csv", "test_medARCv1.csv", "73885009ac6709bbc3596ca2968826ee1c92e5f799fbe9bb0d59f6cf59ca4867"),
+        RemoteFile(
+            f"{_MARC}/test_medARCv1.csv",
+            "test_medARCv1.csv",
+            "73885009ac6709bbc3596ca2968826ee1c92e5f799fbe9bb0d59f6cf59ca4867",
+        ),
     )
     reference_reading = "m-arc"
     official = M_ARC_API
@@ -249,7 +328,15 @@ class MARC(_MMLUProFormat):
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, self.remote_files[0].filename)
-        columns = ("question_id", "question", "options", "answer", "answer_index", "category", "src")
+        columns = (
+            "question_id",
+            "question",
+            "options",
+            "answer",
+            "answer_index",
+            "category",
+            "src",
+        )
         seen = IdSet(path)
         for no, row in read_rows(path, columns):
             opts = parse_options(path, no, row["options"])
@@ -258,11 +345,16 @@ class MARC(_MMLUProFormat):
             choices = dict(zip(LETTERS, opts))
             key = row["answer"].strip()
             if key not in choices or row["answer_index"].strip() != str(LETTERS.index(key)):
-                raise DataError(path, no, f"answer {row['answer']!r} and answer_index {row['answer_index']!r} disagree or name no option")
+                raise DataError(
+                    path,
+                    no,
+                    f"answer {row['answer']!r} and answer_index {row['answer_index']!r} disagree or name no option",
+                )
             if not row["question"].strip():
                 raise DataError(path, no, "empty question")
             sid = seen.add(row["question_id"].strip(), no)
-            yield self.make_sample(sid, row["question"], choices, key, category=row["category"], src=row["src"])
+            yield self.make_sample(
+                sid, row["question"], choices, key, category=row["category"], src=row["src"]
+            )
         if not len(seen):
             raise DataError(path, None, "no questions in the file")
-

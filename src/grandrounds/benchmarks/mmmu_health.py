@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, RunOptions
 from grandrounds.benchmarks.image_exams import ImageExam, check_options, image_exam_protocols
@@ -32,7 +33,13 @@ from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.records import Grade, ImagePart, Message, Sample, TextPart
 from grandrounds.graders.mcq_grader import LETTERS
 
-SUBJECTS = ("Basic_Medical_Science", "Clinical_Medicine", "Diagnostics_and_Laboratory_Medicine", "Pharmacy", "Public_Health")
+SUBJECTS = (
+    "Basic_Medical_Science",
+    "Clinical_Medicine",
+    "Diagnostics_and_Laboratory_Medicine",
+    "Pharmacy",
+    "Public_Health",
+)
 MARKER = re.compile(r"<image (\d+)>")
 MAX_IMAGES = 7
 
@@ -41,11 +48,15 @@ def read_parquet_rows(path: Path) -> list[dict[str, Any]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ConfigError("reading MMMU's parquet files needs pyarrow: pip install 'grandrounds[reports]'") from None
+        raise ConfigError(
+            "reading MMMU's parquet files needs pyarrow: pip install 'grandrounds[reports]'"
+        ) from None
     try:
         return pq.read_table(path).to_pylist()
     except (OSError, ValueError) as e:
-        raise DataError(path, None, f"not a readable parquet file ({type(e).__name__}: {e})") from None
+        raise DataError(
+            path, None, f"not a readable parquet file ({type(e).__name__}: {e})"
+        ) from None
 
 
 class MMMUHealth(ImageExam):
@@ -61,7 +72,11 @@ class MMMUHealth(ImageExam):
         files = [root / s / f"{self.split}-00000-of-00001.parquet" for s in SUBJECTS]
         missing = [f for f in files if not f.is_file()]
         if missing:
-            raise DataError(missing[0], None, f"file not found (expected <Subject>/{self.split}-00000-of-00001.parquet for each of {', '.join(SUBJECTS)})")
+            raise DataError(
+                missing[0],
+                None,
+                f"file not found (expected <Subject>/{self.split}-00000-of-00001.parquet for each of {', '.join(SUBJECTS)})",
+            )
         return files
 
     def records(self, root: Path) -> Iterator[Sample]:
@@ -91,12 +106,22 @@ class MMMUHealth(ImageExam):
         key = str(row["answer"]).strip()
         check_options(path, where, options, key)
         images = self._images(path, where, row)
-        named = {int(n) for text in (str(row["question"]), *options.values()) for n in MARKER.findall(text)}
+        named = {
+            int(n)
+            for text in (str(row["question"]), *options.values())
+            for n in MARKER.findall(text)
+        }
         if not named <= set(range(1, len(images) + 1)):
-            raise DataError(path, where, f"a marker names an image the row lacks (markers {sorted(named)}, images 1..{len(images)})")
+            raise DataError(
+                path,
+                where,
+                f"a marker names an image the row lacks (markers {sorted(named)}, images 1..{len(images)})",
+            )
         sid = seen.add(str(row["id"]), where)
         meta = {k: row.get(k) for k in ("subfield", "img_type", "topic_difficulty")}
-        return self.exam_sample(sid, str(row["question"]), options, key, images, subject=subject, **meta)
+        return self.exam_sample(
+            sid, str(row["question"]), options, key, images, subject=subject, **meta
+        )
 
     def _images(self, path: Path, where: str, row: dict[str, Any]) -> list[ImagePart]:
         """image_1 .. image_k, numbered without gaps."""
@@ -112,11 +137,15 @@ class MMMUHealth(ImageExam):
         return out
 
     # ---- interleaving ------------------------------------------------------------------------
-    def image_parts(self, text: str, images: tuple[ImagePart, ...]) -> tuple[ImagePart | TextPart, ...]:
+    def image_parts(
+        self, text: str, images: tuple[ImagePart, ...]
+    ) -> tuple[ImagePart | TextPart, ...]:
         """Each ``<image N>`` marker replaced by image N, in text order; images no marker names go first."""
         pieces = MARKER.split(text)
         named = {int(n) for n in pieces[1::2]}
-        parts: list[ImagePart | TextPart] = [img for n, img in enumerate(images, 1) if n not in named]
+        parts: list[ImagePart | TextPart] = [
+            img for n, img in enumerate(images, 1) if n not in named
+        ]
         for k, piece in enumerate(pieces):
             if k % 2:
                 n = int(piece)
@@ -131,12 +160,29 @@ class MMMUHealth(ImageExam):
         order = sample.metadata.get("shown_sha256") or ()
         return self._user(text, tuple(held[h] for h in order if h in held))
 
-    def exam_sample(self, sid: str, question: str, choices: Any, target: str, images: Sequence[ImagePart], **meta: Any) -> Sample:
+    def exam_sample(
+        self,
+        sid: str,
+        question: str,
+        choices: Any,
+        target: str,
+        images: Sequence[ImagePart],
+        **meta: Any,
+    ) -> Sample:
         shown = self.shown_images(images)
-        return super().exam_sample(sid, question, choices, target, images, shown_sha256=[i.sha256 for i in shown], **meta)
+        return super().exam_sample(
+            sid, question, choices, target, images, shown_sha256=[i.sha256 for i in shown], **meta
+        )
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         agg = super().aggregate(samples, grades, options)
-        extra = {**agg.extra, "asked": "multiple-choice items only; open questions left out",
-                 "n_open_left_out": getattr(self, "n_open_left_out", None)}
-        return Aggregate(agg.metric, agg.score, agg.ci95, agg.n, agg.n_unscored, agg.breakdown, extra)
+        extra = {
+            **agg.extra,
+            "asked": "multiple-choice items only; open questions left out",
+            "n_open_left_out": getattr(self, "n_open_left_out", None),
+        }
+        return Aggregate(
+            agg.metric, agg.score, agg.ci95, agg.n, agg.n_unscored, agg.breakdown, extra
+        )

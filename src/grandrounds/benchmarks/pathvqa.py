@@ -24,8 +24,9 @@ yes/no accuracy, and over open questions their exact match, F1 and BLEU-1..3
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, RunOptions
 from grandrounds.benchmarks.images import image_params
@@ -45,7 +46,9 @@ class _PlainUnpickler(pickle.Unpickler):
     """Builds lists, dicts, strings and numbers only: any class or function named is refused."""
 
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"the file names {module}.{name}; only plain lists, dicts and strings are read")
+        raise pickle.UnpicklingError(
+            f"the file names {module}.{name}; only plain lists, dicts and strings are read"
+        )
 
 
 def read_pickle(path: Path) -> Any:
@@ -62,13 +65,20 @@ class PathVQA(VQABenchmark):
     """PathVQA: pathology VQA with images, yes/no and open questions; the authors' figures beside."""
 
     name = "pathvqa"
-    description = ("PathVQA pathology VQA (images), test split of the authors' pvqa release (--data); "
-                   "normalised exact match, yes/no + open; the authors' script's BLEU / F1 / exact match beside")
+    description = (
+        "PathVQA pathology VQA (images), test split of the authors' pvqa release (--data); "
+        "normalised exact match, yes/no + open; the authors' script's BLEU / F1 / exact match beside"
+    )
     question_file = "test_qa.pkl"
     #: its grader (the short-answer reading with the authors' script's figures) asks no judge
     takes_judge: ClassVar[bool] = False
-    parameters = (Param("split", str, "test", "test | val | train: which file of qas/ is asked", choices=SPLITS),
-                  *image_params(), PROBE)
+    parameters = (
+        Param(
+            "split", str, "test", "test | val | train: which file of qas/ is asked", choices=SPLITS
+        ),
+        *image_params(),
+        PROBE,
+    )
     families: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def data_files(self, root: Path) -> list[Path]:
@@ -79,7 +89,9 @@ class PathVQA(VQABenchmark):
             path = base / "qas" / split / f"{split}_qa.pkl"
             if path.is_file():
                 return [path]
-        raise DataError(root, None, f"no qas/{split}/{split}_qa.pkl under it (the authors' pvqa layout)")
+        raise DataError(
+            root, None, f"no qas/{split}/{split}_qa.pkl under it (the authors' pvqa layout)"
+        )
 
     def load(self, root: Path) -> list[Sample]:
         path = self.data_files(root)[0]
@@ -95,13 +107,29 @@ class PathVQA(VQABenchmark):
                 raise DataError(path, where, "not a record (a dict)")
             for field in ("image", "question", "answer"):
                 if not isinstance(r.get(field), str) or not r[field].strip():
-                    raise DataError(path, where, f"field {field!r} missing or not a non-empty string")
+                    raise DataError(
+                        path, where, f"field {field!r} missing or not a non-empty string"
+                    )
             where = f"record {i} (image {r['image']})"
-            name = r["image"] if r["image"].lower().endswith((".jpg", ".jpeg", ".png")) else f"{r['image']}.jpg"
+            name = (
+                r["image"]
+                if r["image"].lower().endswith((".jpg", ".jpeg", ".png"))
+                else f"{r['image']}.jpg"
+            )
             answer = r["answer"].strip()
             closed = closed_by_yes_no(answer)
-            out.append(self.ask(f"{split}-{i:05d}", r["question"], images / name, answer, where, closed=closed,
-                                closed_yes_no=closed, answer_type="yes/no" if closed else "open"))
+            out.append(
+                self.ask(
+                    f"{split}-{i:05d}",
+                    r["question"],
+                    images / name,
+                    answer,
+                    where,
+                    closed=closed,
+                    closed_yes_no=closed,
+                    answer_type="yes/no" if closed else "open",
+                )
+            )
         if not out:
             raise DataError(path, None, "no questions")
         return out
@@ -109,14 +137,35 @@ class PathVQA(VQABenchmark):
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("pathvqa", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         """The short-answer family's figures, and the authors' script's: yes/no accuracy, and the
         open questions' mean exact match, F1 and BLEU-1..3 over the answers obtained."""
         agg = super().aggregate(samples, grades, options)
         by_id = {g.sample_id: g for g in grades}
         closed = [by_id.get(s.id) for s in samples if s.metadata["closed"]]
         opened = [by_id[s.id] for s in samples if not s.metadata["closed"] and s.id in by_id]
-        figures = mean_figures([g.details["authors_script"] for g in opened if g.value is not None and "authors_script" in g.details])
-        authors = {"yes_no_accuracy": accuracy_cell([g.value if g is not None else None for g in closed]).score,
-                   "open": figures, "source": "UCSD-AI4H/PathVQA@dd51804 Evaluation script/ (BLEU-k: n=k, equal weights)"}
-        return Aggregate(agg.metric, agg.score, agg.ci95, agg.n, agg.n_unscored, agg.breakdown, {**agg.extra, "authors_script": authors})
+        figures = mean_figures(
+            [
+                g.details["authors_script"]
+                for g in opened
+                if g.value is not None and "authors_script" in g.details
+            ]
+        )
+        authors = {
+            "yes_no_accuracy": accuracy_cell(
+                [g.value if g is not None else None for g in closed]
+            ).score,
+            "open": figures,
+            "source": "UCSD-AI4H/PathVQA@dd51804 Evaluation script/ (BLEU-k: n=k, equal weights)",
+        }
+        return Aggregate(
+            agg.metric,
+            agg.score,
+            agg.ci95,
+            agg.n,
+            agg.n_unscored,
+            agg.breakdown,
+            {**agg.extra, "authors_script": authors},
+        )

@@ -14,9 +14,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import canonical_json, content_hash
@@ -28,7 +29,10 @@ KINDS = ("permute", "nota", "distractors", "rewrite")
 #: "None of the above" in the benchmark's language.
 NOTA_TEXT = {"en": "None of the above", "zh": "以上都不是"}
 #: Options that speak about the other options; NOTA would make such an item ambiguous, and none is drawn as a distractor.
-ABOUT_OTHERS = re.compile(r"\b(none|all|both|neither)\s+of\s+(the\s+)?(above|these|them|the\s+options)\b|以上", re.IGNORECASE)
+ABOUT_OTHERS = re.compile(
+    r"\b(none|all|both|neither)\s+of\s+(the\s+)?(above|these|them|the\s+options)\b|以上",
+    re.IGNORECASE,
+)
 #: What the attacker's calls are stored as (neither an answer nor a judge's vote).
 _DIGEST = re.compile(r"[0-9a-f]{16}")
 
@@ -66,7 +70,7 @@ class Probe:
         return self.kind
 
     @classmethod
-    def parse(cls, text: str) -> "Probe":
+    def parse(cls, text: str) -> Probe:
         """``permute[:SEED]`` (seed 1), ``nota``, ``distractors[:N[:SEED]]`` (2 and 0), ``rewrite:ATTACKER:ID``."""
         kind, _, rest = str(text).strip().partition(":")
         bad = ConfigError(
@@ -92,7 +96,7 @@ class Probe:
                 return cls("rewrite", attacker=attacker, digest=digest)
         raise bad
 
-    def apply(self, bench: "Exam", samples: Sequence[Sample]) -> list[Sample]:
+    def apply(self, bench: Exam, samples: Sequence[Sample]) -> list[Sample]:
         """The probed items, in source order, with their prompt messages rebuilt; items the probe
         does not apply to are left out (the statistics count them)."""
         if self.kind == "permute":
@@ -105,7 +109,9 @@ class Probe:
             out = [with_distractors(s, pool, self.count, self.seed) for s in samples]
         else:
             questions = load_rewrites(self)
-            out = [rewritten(s, questions[s.id], self.attacker) for s in samples if s.id in questions]
+            out = [
+                rewritten(s, questions[s.id], self.attacker) for s in samples if s.id in questions
+            ]
         return [replace(s, messages=(Message("user", bench.render(s, "generate")),)) for s in out]
 
 
@@ -136,10 +142,16 @@ def with_nota(sample: Sample, nota: str) -> Sample | None:
     """The item with its correct option's text replaced by ``nota`` (the key letter is unchanged),
     or None where that would not leave exactly one right answer."""
     key = str(sample.target)
-    if sample.metadata.get("multi") or key not in sample.choices or any(about_others(t) for t in sample.choices.values()):
+    if (
+        sample.metadata.get("multi")
+        or key not in sample.choices
+        or any(about_others(t) for t in sample.choices.values())
+    ):
         return None
     choices = {**sample.choices, key: nota}
-    return replace(sample, choices=choices, metadata=_meta(sample, name="nota", replaced=sample.choices[key]))
+    return replace(
+        sample, choices=choices, metadata=_meta(sample, name="nota", replaced=sample.choices[key])
+    )
 
 
 def _norm(text: str) -> str:
@@ -165,7 +177,9 @@ def with_distractors(sample: Sample, pool: Sequence[str], count: int, seed: int)
     """The item with ``count`` options appended, drawn from ``pool`` by (seed, item id)."""
     n = len(sample.choices)
     if n + count > len(LETTERS):
-        raise ConfigError(f"distractors:{count}: item {sample.id} has {n} options; at most {len(LETTERS)} ({LETTERS[0]}-{LETTERS[-1]})")
+        raise ConfigError(
+            f"distractors:{count}: item {sample.id} has {n} options; at most {len(LETTERS)} ({LETTERS[0]}-{LETTERS[-1]})"
+        )
     taken = {_norm(t) for t in sample.choices.values()}
     added: list[str] = []
     for i in range(64 * count):
@@ -183,15 +197,22 @@ def with_distractors(sample: Sample, pool: Sequence[str], count: int, seed: int)
                 taken.add(_norm(text))
                 added.append(text)
     if len(added) < count:
-        raise ConfigError(f"distractors:{count}: the other items offer only {len(added)} option texts for item {sample.id}")
+        raise ConfigError(
+            f"distractors:{count}: the other items offer only {len(added)} option texts for item {sample.id}"
+        )
     new = dict(zip(LETTERS[n : n + count], added))
-    return replace(sample, choices={**sample.choices, **new}, metadata=_meta(sample, name="distractors", seed=seed, added=new))
+    return replace(
+        sample,
+        choices={**sample.choices, **new},
+        metadata=_meta(sample, name="distractors", seed=seed, added=new),
+    )
 
 
 def rewritten(sample: Sample, question: str, attacker: str) -> Sample:
-    meta = _meta(sample, name="rewrite", attacker=attacker, original_question=sample.metadata["question"])
+    meta = _meta(
+        sample, name="rewrite", attacker=attacker, original_question=sample.metadata["question"]
+    )
     return replace(sample, metadata={**meta, "question": question})
-
 
 
 # ---- attacker rewrites, as the probe reads them ------------------------------------------
@@ -215,7 +236,10 @@ class Rewrites:
         path = rewrites_path(probe)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(canonical_json({"attacker": self.attacker, "questions": dict(self.questions)}), encoding="utf-8")
+        tmp.write_text(
+            canonical_json({"attacker": self.attacker, "questions": dict(self.questions)}),
+            encoding="utf-8",
+        )
         tmp.replace(path)
         return probe
 
@@ -228,11 +252,17 @@ def load_rewrites(probe: Probe) -> dict[str, str]:
     """The questions a rewrite probe names, checked against its id."""
     path = rewrites_path(probe)
     if not path.exists():
-        raise DataError(path, None, f"file not found: the questions rewritten by {probe.attacker}; "
-                        "`grandrounds robustness BENCHMARK --attacker ...` writes it again from the stored attacker calls")
+        raise DataError(
+            path,
+            None,
+            f"file not found: the questions rewritten by {probe.attacker}; "
+            "`grandrounds robustness BENCHMARK --attacker ...` writes it again from the stored attacker calls",
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        rewrites = Rewrites(str(data["attacker"]), {str(k): str(v) for k, v in data["questions"].items()})
+        rewrites = Rewrites(
+            str(data["attacker"]), {str(k): str(v) for k, v in data["questions"].items()}
+        )
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise DataError(path, None, f"not a rewrites file ({type(e).__name__}: {e})") from None
     if rewrites.digest != probe.digest or rewrites.attacker != probe.attacker:

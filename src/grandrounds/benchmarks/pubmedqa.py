@@ -29,19 +29,27 @@ test PMIDs are spread over it), so ``ori_pqal.json`` is read whole for it (1,000
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
-
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.mcq import LM_EVAL_COMMIT, LM_EVAL_REPO, LmEvalTask, MultipleChoiceBenchmark, cached, exam_protocols, lm_eval_file
+from grandrounds.benchmarks.mcq import (
+    LM_EVAL_COMMIT,
+    LM_EVAL_REPO,
+    LmEvalTask,
+    MultipleChoiceBenchmark,
+    cached,
+    exam_protocols,
+    lm_eval_file,
+)
 from grandrounds.benchmarks.readers.json_docs import iter_json_object, read_json
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.params import Param
-from grandrounds.sources.protocols import OUR_ANSWER
 from grandrounds.core.records import Grade, Sample
+from grandrounds.sources.protocols import OUR_ANSWER
 from grandrounds.sources.upstream import python_returned_string
 
 PUBMEDQA_COMMIT = "1cbae8e92f72f20c8d3747cbb3bf5bc53554d997"
@@ -51,8 +59,14 @@ CHOICES = {"A": "yes", "B": "no", "C": "maybe"}
 
 PUBMEDQA_TASK = LmEvalTask(
     "pubmedqa",
-    lm_eval_file("lm_eval/tasks/pubmedqa/pubmedqa.yaml", "a22eff48be7807a869ca9fa8739d1861c5f62b78f44b357d56cb017c6a83af6e"),
-    lm_eval_file("lm_eval/tasks/pubmedqa/preprocess_pubmedqa.py", "43528eee61666d94ae9ac3d58bcd3a0c38182a8898f996f536be9de1d3655740"),
+    lm_eval_file(
+        "lm_eval/tasks/pubmedqa/pubmedqa.yaml",
+        "a22eff48be7807a869ca9fa8739d1861c5f62b78f44b357d56cb017c6a83af6e",
+    ),
+    lm_eval_file(
+        "lm_eval/tasks/pubmedqa/preprocess_pubmedqa.py",
+        "43528eee61666d94ae9ac3d58bcd3a0c38182a8898f996f536be9de1d3655740",
+    ),
 )
 
 
@@ -80,7 +94,9 @@ def _protocols() -> dict:
         extraction="generate: ours (PubMedQA publishes no prompt or reading for language models); log-prob modes: argmax",
         aggregation="evaluation.py: accuracy and sklearn macro-F1 over every test PMID; a failed or unread answer is the prediction ''",
         source=f"pubmedqa/pubmedqa@{PUBMEDQA_COMMIT[:7]} evaluation.py; {LM_EVAL_REPO}@{LM_EVAL_COMMIT[:7]} pubmedqa (letter-loglik)",
-        settings={"prompt": {**base["reference"].settings["prompt"], "generate": "ours (none published)"}},
+        settings={
+            "prompt": {**base["reference"].settings["prompt"], "generate": "ours (none published)"}
+        },
     )
     ours_ = replace(
         base["grandrounds"],
@@ -90,7 +106,9 @@ def _protocols() -> dict:
     return {"reference": ref, "grandrounds": ours_}
 
 
-def macro_f1_fixed(truth: Sequence[str], pred: Sequence[str | None], labels: Sequence[str] = LABELS) -> float | None:
+def macro_f1_fixed(
+    truth: Sequence[str], pred: Sequence[str | None], labels: Sequence[str] = LABELS
+) -> float | None:
     """Mean over ``labels`` of per-label F1 (2tp / (2tp + fp + fn), 0 when undefined).
 
     Like sklearn ``f1_score(average="macro", labels=labels)``: an unreadable prediction (None)
@@ -112,10 +130,14 @@ class PubMedQA(MultipleChoiceBenchmark):
     drops the abstract (MIRAGE's PubMedQA* setting)."""
 
     name: ClassVar[str] = "pubmedqa"
-    description: ClassVar[str] = "PubMedQA PQA-L yes/no/maybe, 500-item test split; accuracy and macro-F1"
+    description: ClassVar[str] = (
+        "PubMedQA PQA-L yes/no/maybe, 500-item test split; accuracy and macro-F1"
+    )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (
         RemoteFile(
-            f"{REPO}/ori_pqal.json", "ori_pqal.json", "8b3276be8942ebbd77f3ddcda12c1749bf0e490045a736fd8438ee40cf37a41d"
+            f"{REPO}/ori_pqal.json",
+            "ori_pqal.json",
+            "8b3276be8942ebbd77f3ddcda12c1749bf0e490045a736fd8438ee40cf37a41d",
         ),
         RemoteFile(
             f"{REPO}/test_ground_truth.json",
@@ -140,8 +162,19 @@ class PubMedQA(MultipleChoiceBenchmark):
     }
 
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("split", str, "test", "test: the 500 official test PMIDs; all: the 1,000 labelled ones", ("test", "all")),
-        Param("contexts", bool, True, "give the abstract's contexts (false: MIRAGE's PubMedQA* setting)"),
+        Param(
+            "split",
+            str,
+            "test",
+            "test: the 500 official test PMIDs; all: the 1,000 labelled ones",
+            ("test", "all"),
+        ),
+        Param(
+            "contexts",
+            bool,
+            True,
+            "give the abstract's contexts (false: MIRAGE's PubMedQA* setting)",
+        ),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -154,9 +187,13 @@ class PubMedQA(MultipleChoiceBenchmark):
         ori = resolve_file(root, "ori_pqal.json")
         labels = ori.parent / "test_ground_truth.json"
         if self.split == "test" and not labels.exists():
-            raise DataError(labels, None, f"not found: the test split's labels must lie beside {ori.name} "
-                            f"(test_ground_truth.json, published with it in the PubMedQA repository: {REPO}/test_ground_truth.json); "
-                            f"put it there, or read all 1,000 labelled items with `grandrounds run pubmedqa --data {ori} --param split=all`")
+            raise DataError(
+                labels,
+                None,
+                f"not found: the test split's labels must lie beside {ori.name} "
+                f"(test_ground_truth.json, published with it in the PubMedQA repository: {REPO}/test_ground_truth.json); "
+                f"put it there, or read all 1,000 labelled items with `grandrounds run pubmedqa --data {ori} --param split=all`",
+            )
         return [ori] if self.split == "all" else [ori, labels]
 
     def records(self, root: Path) -> Iterator[Sample]:
@@ -198,13 +235,22 @@ class PubMedQA(MultipleChoiceBenchmark):
             question = "Context: " + "\n".join(contexts) + "\n\nQuestion: " + question
         target = next(k for k, v in CHOICES.items() if v == label)
         return self.make_sample(
-            pmid, question, CHOICES, target, label=label, year=rec.get("YEAR"), contexts=contexts, pubmed_question=rec["QUESTION"]
+            pmid,
+            question,
+            CHOICES,
+            target,
+            label=label,
+            year=rec.get("YEAR"),
+            contexts=contexts,
+            pubmed_question=rec["QUESTION"],
         )
 
     def check_options(self, options: RunOptions) -> RunOptions:
         checked = super().check_options(options)
         if checked.answer_mode == "letter-loglik" and not self.contexts:
-            raise ConfigError("pubmedqa: letter-loglik is lm-eval's pubmedqa task, which gives the abstract; drop contexts=false")
+            raise ConfigError(
+                "pubmedqa: letter-loglik is lm-eval's pubmedqa task, which gives the abstract; drop contexts=false"
+            )
         return checked
 
     def reference_prompt(self, sample: Sample) -> str:
@@ -217,9 +263,16 @@ class PubMedQA(MultipleChoiceBenchmark):
         hooks = PUBMEDQA_TASK.hooks
         assert hooks is not None
         contexts = sample.metadata["contexts"]
-        return cached(python_returned_string, hooks, "doc_to_text").render({"ctxs": "\n".join(contexts), "doc['QUESTION']": sample.metadata["pubmed_question"]})
+        return cached(python_returned_string, hooks, "doc_to_text").render(
+            {"ctxs": "\n".join(contexts), "doc['QUESTION']": sample.metadata["pubmed_question"]}
+        )
 
-    def extra_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+    def extra_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
         """Macro-F1 over the labels (evaluation.py's under reference, over yes/no/maybe under grandrounds),
         from each answer's chosen option."""
         reference = options.protocol == "reference"
@@ -227,13 +280,22 @@ class PubMedQA(MultipleChoiceBenchmark):
         for (s, g), v in zip(pairs, values):
             if v is None:
                 continue  # grandrounds: an answer not obtained is left out
-            label = s.choices.get(g.details.get("extracted_original") or "")  # both protocols read replies alike
+            label = s.choices.get(
+                g.details.get("extracted_original") or ""
+            )  # both protocols read replies alike
             truth.append(s.metadata["label"])
             pred.append(label if label is not None else ("" if reference else None))
-        out: dict[str, Any] = {"macro_f1": official_macro_f1(truth, pred) if reference else macro_f1_fixed(truth, pred)}
+        out: dict[str, Any] = {
+            "macro_f1": official_macro_f1(truth, pred) if reference else macro_f1_fixed(truth, pred)
+        }
         if self.split == "test" and len(pairs) != 500:
             out["note"] = f"official evaluation needs all 500 test PMIDs; {len(pairs)} graded"
         return out
 
-    def other_metrics(self, pairs: Sequence[tuple[Sample, Grade]], values: Sequence[float | None], options: RunOptions) -> dict[str, Any]:
+    def other_metrics(
+        self,
+        pairs: Sequence[tuple[Sample, Grade]],
+        values: Sequence[float | None],
+        options: RunOptions,
+    ) -> dict[str, Any]:
         return {"macro_f1": self.extra_metrics(pairs, values, options)["macro_f1"]}

@@ -22,10 +22,19 @@ Breakdowns: by source collection, and by the panel's modal rating.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions, read_text, resolve_file
+from grandrounds.benchmarks.base import (
+    Aggregate,
+    Benchmark,
+    Prompt,
+    RemoteFile,
+    RunOptions,
+    read_text,
+    resolve_file,
+)
 from grandrounds.benchmarks.readers.lines import iter_csv
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.core.errors import DataError
@@ -49,7 +58,9 @@ _SHA = {
     "example_+1.md": "b0bf3110cf95948b6facc8f3b6226605ae9963743ef25aef23296423d9148b77",
     "example_+2.md": "5eba547200f40d82b954657076f0ae7d27a1d67fff13259f298d40ea10153369",
 }
-FILES = {name: RemoteFile(f"{_BASE}/{name.replace('+', '%2B')}", name, sha) for name, sha in _SHA.items()}
+FILES = {
+    name: RemoteFile(f"{_BASE}/{name.replace('+', '%2B')}", name, sha) for name, sha in _SHA.items()
+}
 EXAMPLE_ORDER = ("-2", "-1", "0", "+1", "+2")
 PANEL_COLUMNS = ("-2", "-1", "0", "1", "2")
 #: The clause Medmarks removes from the guideline when reasoning is off (generate_prompt_template).
@@ -71,11 +82,16 @@ REFERENCE = Protocol(
     extraction="Medmarks SCTParser: five characters after the first 'Rating: ', signed digits joined; unreadable scores 0",
     aggregation="mean panel credit (chosen rating's panel score / the panel's maximum) over every item",
     source=f"{REPO}@{COMMIT[:7]} environments/sctpublic (Medmarks, adapted from SCT-Bench/sctpublic)",
-    settings={"prompt": "guideline.md [+ examples] + testcase.md, as generate_prompt_template builds it"},
+    settings={
+        "prompt": "guideline.md [+ examples] + testcase.md, as generate_prompt_template builds it"
+    },
 )
-GRANDROUNDS = ours(REFERENCE, extraction="the last 'Rating:' line, tolerant; unreadable replies unscored and counted",
-                   aggregation="mean panel credit over readable replies; unreadable and failed ones counted",
-                   settings={"prompt": "ours"})
+GRANDROUNDS = ours(
+    REFERENCE,
+    extraction="the last 'Rating:' line, tolerant; unreadable replies unscored and counted",
+    aggregation="mean panel credit over readable replies; unreadable and failed ones counted",
+    settings={"prompt": "ours"},
+)
 
 
 def build_template(folder: Path, reason: bool, few_shot: bool) -> str:
@@ -85,14 +101,19 @@ def build_template(folder: Path, reason: bool, few_shot: bool) -> str:
         guideline = guideline.replace(REASON_CLAUSE, "")
     prompt = guideline
     if few_shot:
-        prompt += EXAMPLES_HEADING + "".join(read_text(resolve_file(folder, f"example_{r}.md"), "utf-8") for r in EXAMPLE_ORDER)
+        prompt += EXAMPLES_HEADING + "".join(
+            read_text(resolve_file(folder, f"example_{r}.md"), "utf-8") for r in EXAMPLE_ORDER
+        )
     return prompt + read_text(resolve_file(folder, "testcase.md"), "utf-8")
 
 
 def fill(template: str, scenario: str, hypothesis: str, info: str) -> str:
     """The template's placeholders replaced in Medmarks' order (parse_prompt)."""
-    return (template.replace("{{ scenario }}", scenario).replace("{{ hypothesis }}", hypothesis)
-            .replace("{{ additional information }}", info))
+    return (
+        template.replace("{{ scenario }}", scenario)
+        .replace("{{ hypothesis }}", hypothesis)
+        .replace("{{ additional information }}", info)
+    )
 
 
 class SCTPublic(Benchmark):
@@ -106,7 +127,12 @@ class SCTPublic(Benchmark):
     remote_files: ClassVar[tuple[RemoteFile, ...]] = tuple(FILES.values())
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("reason", bool, False, "ask for a brief explanation with the rating (Medmarks reason=True)"),
+        Param(
+            "reason",
+            bool,
+            False,
+            "ask for a brief explanation with the rating (Medmarks reason=True)",
+        ),
         Param("few_shot", bool, False, "add the five worked examples (Medmarks few_shot=True)"),
     )
 
@@ -121,7 +147,14 @@ class SCTPublic(Benchmark):
         path, folder = self.data_files(root)[0], (root.parent if root.is_file() else root)
         template = build_template(folder, self.param("reason"), self.param("few_shot"))
         seen = IdSet(path)
-        columns = ("question_id", "sct_stem", "question", "additional_info", *PANEL_COLUMNS, "source")
+        columns = (
+            "question_id",
+            "sct_stem",
+            "question",
+            "additional_info",
+            *PANEL_COLUMNS,
+            "source",
+        )
         for line, row in iter_csv(path, columns):
             sample = self._sample(path, line, row, template)
             seen.add(sample.id, line)
@@ -130,46 +163,77 @@ class SCTPublic(Benchmark):
             raise DataError(path, None, "no items in the file")
 
     def _sample(self, path: Path, line: int, row: dict[str, Any], template: str) -> Sample:
-        texts = {k: row.get(k) or "" for k in ("question_id", "sct_stem", "question", "additional_info", "source")}
+        texts = {
+            k: row.get(k) or ""
+            for k in ("question_id", "sct_stem", "question", "additional_info", "source")
+        }
         missing = [k for k, v in texts.items() if not v.strip()]
         if missing:
             raise DataError(path, line, f"empty {', '.join(missing)}")
         try:
             panel = [float(row[c]) for c in PANEL_COLUMNS]
         except (TypeError, ValueError):
-            raise DataError(path, line, f"panel scores {[row.get(c) for c in PANEL_COLUMNS]} are not numbers") from None
+            raise DataError(
+                path, line, f"panel scores {[row.get(c) for c in PANEL_COLUMNS]} are not numbers"
+            ) from None
         if max(panel) <= 0 or min(panel) < 0:
-            raise DataError(path, line, f"panel scores {panel} need a positive maximum and no negative score")
+            raise DataError(
+                path, line, f"panel scores {panel} need a positive maximum and no negative score"
+            )
         prompt = fill(template, texts["sct_stem"], texts["question"], texts["additional_info"])
         modal = modal_rating(panel)
         return Sample(
-            id=texts["question_id"].strip(), benchmark=self.name, messages=(Message("user", prompt),),
+            id=texts["question_id"].strip(),
+            benchmark=self.name,
+            messages=(Message("user", prompt),),
             target={"panel": panel, "modal": modal},
-            metadata={"scenario": texts["sct_stem"], "hypothesis": texts["question"], "info": texts["additional_info"],
-                      "source": texts["source"], "modal_rating": f"{modal:+d}" if modal else "0"},
+            metadata={
+                "scenario": texts["sct_stem"],
+                "hypothesis": texts["question"],
+                "info": texts["additional_info"],
+                "source": texts["source"],
+                "modal_rating": f"{modal:+d}" if modal else "0",
+            },
         )
 
-    def prompt(self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()) -> Prompt:
+    def prompt(
+        self, sample: Sample, options: RunOptions, history: Sequence[tuple[Sample, str]] = ()
+    ) -> Prompt:
         if options.protocol == "reference":
             return Prompt(sample.messages)
         m = sample.metadata
-        return Prompt((Message("user", TEMPLATE.format(scenario=m["scenario"], hypothesis=m["hypothesis"], info=m["info"])),))
+        return Prompt(
+            (
+                Message(
+                    "user",
+                    TEMPLATE.format(
+                        scenario=m["scenario"], hypothesis=m["hypothesis"], info=m["info"]
+                    ),
+                ),
+            )
+        )
 
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
         from grandrounds.core.hashing import text_hash
 
-        return {"ours": text_hash(TEMPLATE)[:16]} | {f"{REPO}/{n}": sha for n, sha in _SHA.items() if n.endswith(".md")}
+        return {"ours": text_hash(TEMPLATE)[:16]} | {
+            f"{REPO}/{n}": sha for n, sha in _SHA.items() if n.endswith(".md")
+        }
 
     def grader_spec(self, options: RunOptions) -> Spec:
         return Spec("sct", {"protocol": options.protocol})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         by_id = {g.sample_id: g for g in grades}
         pairs = [(s, by_id.get(s.id)) for s in samples if s.id in by_id]
         ref = options.protocol == "reference"
 
         def value(g: Grade, mine: bool) -> float | None:
-            if g.value is None and g.status != "unreadable":  # a failed call: wrong under reference, as Medmarks' empty reply
+            if (
+                g.value is None and g.status != "unreadable"
+            ):  # a failed call: wrong under reference, as Medmarks' empty reply
                 return 0.0 if ref == mine else None
             return g.value if mine else g.details.get("other_value")
 
@@ -177,8 +241,12 @@ class SCTPublic(Benchmark):
         other = [value(g, False) for _, g in pairs]
         overall = mean_cell(mine)
         breakdown = {
-            "source": group_cells(((s.metadata["source"], v) for (s, _), v in zip(pairs, mine)), mean_cell),
-            "modal_rating": group_cells(((s.metadata["modal_rating"], v) for (s, _), v in zip(pairs, mine)), mean_cell),
+            "source": group_cells(
+                ((s.metadata["source"], v) for (s, _), v in zip(pairs, mine)), mean_cell
+            ),
+            "modal_rating": group_cells(
+                ((s.metadata["modal_rating"], v) for (s, _), v in zip(pairs, mine)), mean_cell
+            ),
         }
         scored_other = [v for v in other if v is not None]
         extra: dict[str, Any] = {
@@ -186,10 +254,12 @@ class SCTPublic(Benchmark):
             "n_unextracted": sum(1 for _, g in pairs if g.details.get("unextracted")),
             "n_failed": sum(1 for _, g in pairs if g.status == "answer_failed"),
             "modal_agreement": _modal_share(pairs),
-            "other_protocol": {"protocol": "grandrounds" if ref else "reference",
-                               "score": sum(scored_other) / len(scored_other) if scored_other else None,
-                               "differs": "reference: Medmarks' prompt and reading, unreadable replies score 0; "
-                                          "grandrounds: our prompt's reading, unreadable replies excluded"},
+            "other_protocol": {
+                "protocol": "grandrounds" if ref else "reference",
+                "score": sum(scored_other) / len(scored_other) if scored_other else None,
+                "differs": "reference: Medmarks' prompt and reading, unreadable replies score 0; "
+                "grandrounds: our prompt's reading, unreadable replies excluded",
+            },
         }
         return Aggregate.of("panel_score", overall, breakdown, extra)
 
@@ -197,4 +267,8 @@ class SCTPublic(Benchmark):
 def _modal_share(pairs: Sequence[tuple[Sample, Grade]]) -> float | None:
     """Share of readable replies that chose the panel's modal rating (Medmarks' displayed ``answer``)."""
     read = [(s, g) for s, g in pairs if g.details.get("rating") is not None]
-    return sum(1 for s, g in read if g.details["rating"] == s.target["modal"]) / len(read) if read else None
+    return (
+        sum(1 for s, g in read if g.details["rating"] == s.target["modal"]) / len(read)
+        if read
+        else None
+    )

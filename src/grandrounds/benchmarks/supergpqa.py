@@ -23,8 +23,9 @@ Breakdowns: field, subfield, difficulty.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar, Iterator
+from typing import ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import cached
@@ -36,11 +37,25 @@ from grandrounds.core.records import Sample
 from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.upstream import python_fstring, python_string
 
-ENV = MEDMARKS.file("environments/supergpqa_medicine/supergpqa_medicine.py",
-                    "7a47ea6ce291dd03dce3071e170937e40e763a639b2a2b63b7b9c7ca87aae6b1")
-FILE = RemoteFile("https://huggingface.co/datasets/m-a-p/SuperGPQA/resolve/05eef0be7d48bb605979bc70f9b95b1a9d417073/SuperGPQA-all.jsonl",
-                  "SuperGPQA-all.jsonl", "bbb7a0ba29a013301f913f02add57641de28bc6b0ceb64d0c6f8b5440910de9e")
-FIELDS = ("uuid", "question", "options", "answer_letter", "discipline", "field", "subfield", "difficulty")
+ENV = MEDMARKS.file(
+    "environments/supergpqa_medicine/supergpqa_medicine.py",
+    "7a47ea6ce291dd03dce3071e170937e40e763a639b2a2b63b7b9c7ca87aae6b1",
+)
+FILE = RemoteFile(
+    "https://huggingface.co/datasets/m-a-p/SuperGPQA/resolve/05eef0be7d48bb605979bc70f9b95b1a9d417073/SuperGPQA-all.jsonl",
+    "SuperGPQA-all.jsonl",
+    "bbb7a0ba29a013301f913f02add57641de28bc6b0ceb64d0c6f8b5440910de9e",
+)
+FIELDS = (
+    "uuid",
+    "question",
+    "options",
+    "answer_letter",
+    "discipline",
+    "field",
+    "subfield",
+    "difficulty",
+)
 DISCIPLINE = "Medicine"
 
 
@@ -72,17 +87,31 @@ class SuperGPQAMedicine(MedmarksExam):
             choices = {LETTERS[i]: o for i, o in enumerate(options)}
             key = str(rec["answer_letter"]).strip().upper()
             if key not in choices:
-                raise DataError(path, no, f"answer_letter {rec['answer_letter']!r} is not one of the options {''.join(choices)}")
+                raise DataError(
+                    path,
+                    no,
+                    f"answer_letter {rec['answer_letter']!r} is not one of the options {''.join(choices)}",
+                )
             sid = seen.add(str(rec["uuid"]), f"line {no}")
-            yield self.make_sample(sid, rec["question"], choices, key, field=str(rec["field"]), subfield=str(rec["subfield"]),
-                                   difficulty=str(rec["difficulty"]), is_calculation=bool(rec.get("is_calculation")))
+            yield self.make_sample(
+                sid,
+                rec["question"],
+                choices,
+                key,
+                field=str(rec["field"]),
+                subfield=str(rec["subfield"]),
+                difficulty=str(rec["difficulty"]),
+                is_calculation=bool(rec.get("is_calculation")),
+            )
         if not len(seen):
             raise DataError(path, None, f"no question of the discipline {DISCIPLINE!r} in the file")
 
     def reference_prompt(self, sample: Sample) -> str:
         """Medmarks' zero-shot template, ``.format``-ed with ``_build_question``'s text (read from the pinned file)."""
         template = cached(python_string, ENV, "ZERO_SHOT_PROMPT_TEMPLATE").text
-        question = cached(python_fstring, ENV, within="_build_question", fields=("question", "opts"))
+        question = cached(
+            python_fstring, ENV, within="_build_question", fields=("question", "opts")
+        )
         line = cached(python_fstring, ENV, within="_build_question", fields=("k", "v"))
         opts = "\n".join(line.render(k=k, v=v) for k, v in sample.choices.items())
         return template.format(question.render(question=sample.metadata["question"], opts=opts))

@@ -43,8 +43,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params, images_dataset_hash
@@ -61,22 +62,31 @@ from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, yaml_value
 
 _LMMS = ("lmms-eval", "EvolvingLMMs-Lab/lmms-eval", "75571cfe0fa36ca5ec2e6aa2bb268f9d38295af3")
-LMMS_SLAKE_TEMPLATE = UpstreamFile(*_LMMS, "lmms_eval/tasks/slake/_default_template_yaml",
-                                   "d32b7b0ef7aab997efd11748cfa91134389b4dd161fbabb97b802600448fd9ba")
-LMMS_SLAKE_UTILS = UpstreamFile(*_LMMS, "lmms_eval/tasks/slake/utils.py",
-                                "0dd8976d5befb15c23ee9bd6957df0095a384288677e464685289ed9bca8afa2")
+LMMS_SLAKE_TEMPLATE = UpstreamFile(
+    *_LMMS,
+    "lmms_eval/tasks/slake/_default_template_yaml",
+    "d32b7b0ef7aab997efd11748cfa91134389b4dd161fbabb97b802600448fd9ba",
+)
+LMMS_SLAKE_UTILS = UpstreamFile(
+    *_LMMS,
+    "lmms_eval/tasks/slake/utils.py",
+    "0dd8976d5befb15c23ee9bd6957df0095a384288677e464685289ed9bca8afa2",
+)
 
 REFERENCE = Protocol(
     "reference",
     # _default_template_yaml generation_kwargs: max_new_tokens 32, temperature 0, do_sample false
     answer=Generation(temperature=0.0, max_tokens=32),
     extraction="lmms-eval slake_process_results: the whole reply normalised (lower-case, parentheses and punctuation "
-               "dropped, x ray -> xray, yes/no synonyms in English and Chinese) and compared with the normalised answer",
+    "dropped, x ray -> xray, yes/no synonyms in English and Chinese) and compared with the normalised answer",
     aggregation="accuracy over every question (mean of exact matches); closed/open by the dataset's answer_type; "
-                "failed calls unscored and counted",
+    "failed calls unscored and counted",
     source=LMMS_SLAKE_TEMPLATE.url,
-    settings={"prompt": "question.strip() + post_prompt (lmms_eval_specific_kwargs.default)", "image": "before the text",
-              "files": [f.describe() for f in (LMMS_SLAKE_TEMPLATE, LMMS_SLAKE_UTILS)]},
+    settings={
+        "prompt": "question.strip() + post_prompt (lmms_eval_specific_kwargs.default)",
+        "image": "before the text",
+        "files": [f.describe() for f in (LMMS_SLAKE_TEMPLATE, LMMS_SLAKE_UTILS)],
+    },
 )
 GRANDROUNDS = ours(
     REFERENCE,
@@ -97,8 +107,14 @@ def post_prompt() -> str:
 
 #: ``--param probe`` of image benchmarks (``grandrounds robustness --probe blind|blank``): does the answer need the image?
 IMAGE_PROBES = ("blind", "blank")
-PROBE = Param("probe", str, "", "blind (each question without its image) | blank (with a blank white image of the same size): "
-              "robustness probes, see `grandrounds robustness`", choices=("", *IMAGE_PROBES))
+PROBE = Param(
+    "probe",
+    str,
+    "",
+    "blind (each question without its image) | blank (with a blank white image of the same size): "
+    "robustness probes, see `grandrounds robustness`",
+    choices=("", *IMAGE_PROBES),
+)
 
 
 class VQABenchmark(Benchmark):
@@ -129,20 +145,35 @@ class VQABenchmark(Benchmark):
             raise DataError(path, None, "expected a JSON array of question records")
         return rows
 
-    def ask(self, sid: str, question: str, image: Path, answer: str, record: object, **meta: Any) -> Sample:
+    def ask(
+        self, sid: str, question: str, image: Path, answer: str, record: object, **meta: Any
+    ) -> Sample:
         """The sample: one user message, the image then the question and the protocol's instruction.
         Under a probe, the same question with no image (``blind``) or a blank one (``blank``)."""
         part = self.images.part(image, record)
         text = question.strip() + post_prompt()
-        meta |= {"question": question, "image": image.name if image.name != "source.jpg" else f"{image.parent.name}/{image.name}",
-                 "image_sha256": part.sha256}
+        meta |= {
+            "question": question,
+            "image": image.name
+            if image.name != "source.jpg"
+            else f"{image.parent.name}/{image.name}",
+            "image_sha256": part.sha256,
+        }
         probe = self.param("probe")
         if probe == "blind":
-            return Sample(sid, self.name, (Message("user", text),), target=answer, metadata=meta | {"probe": probe})
+            return Sample(
+                sid,
+                self.name,
+                (Message("user", text),),
+                target=answer,
+                metadata=meta | {"probe": probe},
+            )
         if probe == "blank":
             part = self.images.blank(part.width, part.height)
             meta |= {"probe": probe}
-        return Sample(sid, self.name, (Message("user", (part, TextPart(text))),), target=answer, metadata=meta)
+        return Sample(
+            sid, self.name, (Message("user", (part, TextPart(text))),), target=answer, metadata=meta
+        )
 
     def data_files(self, root: Path) -> list[Path]:
         return [resolve_file(root, self.question_file)]
@@ -151,7 +182,12 @@ class VQABenchmark(Benchmark):
         """The question file's hash with that of every image it names (an image changed is another
         dataset), and the probe where one is set (without one, the key is what it always was)."""
         probe = self.param("probe")  # a probe's items are another item set: stored and shown apart
-        return images_dataset_hash(file_sha256(self.data_files(root)[0]), self.load(root), self.prep, **({"probe": probe} if probe else {}))
+        return images_dataset_hash(
+            file_sha256(self.data_files(root)[0]),
+            self.load(root),
+            self.prep,
+            **({"probe": probe} if probe else {}),
+        )
 
     # ---- prompting and grading -----------------------------------------------------------
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
@@ -163,7 +199,9 @@ class VQABenchmark(Benchmark):
     def judged_grader_spec(self, options: RunOptions) -> Spec:
         return Spec("vqa", {"protocol": options.protocol, "judge_open": True})
 
-    def aggregate(self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions) -> Aggregate:
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
         by_id = {g.sample_id: g for g in grades}
         rows = [(s, by_id.get(s.id)) for s in samples]
         other = "grandrounds" if options.protocol == "reference" else "reference"
@@ -172,44 +210,77 @@ class VQABenchmark(Benchmark):
             return _cell(items, mine=True)
 
         overall = cell([g for _, g in rows])
-        label = {"closed": [g for s, g in rows if s.metadata["closed"]], "open": [g for s, g in rows if s.metadata["closed"] is False]}
-        yes_no = {"closed": [g for s, g in rows if s.metadata["closed_yes_no"]], "open": [g for s, g in rows if not s.metadata["closed_yes_no"]]}
+        label = {
+            "closed": [g for s, g in rows if s.metadata["closed"]],
+            "open": [g for s, g in rows if s.metadata["closed"] is False],
+        }
+        yes_no = {
+            "closed": [g for s, g in rows if s.metadata["closed_yes_no"]],
+            "open": [g for s, g in rows if not s.metadata["closed_yes_no"]],
+        }
         open_recall = mean_cell([_recall(g) for g in label["open"]])
         breakdown = {
             "answer_type": {k: cell(v) for k, v in label.items()},
             "yes_no_rule": {k: cell(v) for k, v in yes_no.items()},
-            **{fam: group_cells(((str(s.metadata.get(key) or "unknown"), g) for s, g in rows), cell) for fam, key in self.families},
+            **{
+                fam: group_cells(
+                    ((str(s.metadata.get(key) or "unknown"), g) for s, g in rows), cell
+                )
+                for fam, key in self.families
+            },
         }
         other_cell = _cell([g for _, g in rows], mine=False)
-        judged_cell, judged = open_judged(label["open"]) if any(g is not None and "open_judge" in g.details for _, g in rows) else (None, {})
-        if judged_cell is not None:  # a judge was given: its figures apart, every other one unchanged
+        judged_cell, judged = (
+            open_judged(label["open"])
+            if any(g is not None and "open_judge" in g.details for _, g in rows)
+            else (None, {})
+        )
+        if (
+            judged_cell is not None
+        ):  # a judge was given: its figures apart, every other one unchanged
             breakdown["open_judged"] = {"open": judged_cell}
-        return Aggregate.of("accuracy (normalised exact match)", overall, breakdown, {
-            "closed_accuracy": breakdown["answer_type"]["closed"].score, "open_accuracy": breakdown["answer_type"]["open"].score,
-            "n_closed": len(label["closed"]), "n_open": len(label["open"]),
-            "closed_accuracy_yes_no_rule": breakdown["yes_no_rule"]["closed"].score,
-            "open_accuracy_yes_no_rule": breakdown["yes_no_rule"]["open"].score,
-            "n_closed_yes_no_rule": len(yes_no["closed"]), "n_open_yes_no_rule": len(yes_no["open"]),
-            "open_token_recall": open_recall.score,
-            "n_unextracted": overall.metrics["n_unextracted"],
-            "split": "closed/open by the dataset's answer_type label (yes/no rule beside it)",
-            "other_protocol": {"protocol": other, "score": other_cell.score, "differs": _DIFFERS},
-            **judged,
-        })
+        return Aggregate.of(
+            "accuracy (normalised exact match)",
+            overall,
+            breakdown,
+            {
+                "closed_accuracy": breakdown["answer_type"]["closed"].score,
+                "open_accuracy": breakdown["answer_type"]["open"].score,
+                "n_closed": len(label["closed"]),
+                "n_open": len(label["open"]),
+                "closed_accuracy_yes_no_rule": breakdown["yes_no_rule"]["closed"].score,
+                "open_accuracy_yes_no_rule": breakdown["yes_no_rule"]["open"].score,
+                "n_closed_yes_no_rule": len(yes_no["closed"]),
+                "n_open_yes_no_rule": len(yes_no["open"]),
+                "open_token_recall": open_recall.score,
+                "n_unextracted": overall.metrics["n_unextracted"],
+                "split": "closed/open by the dataset's answer_type label (yes/no rule beside it)",
+                "other_protocol": {
+                    "protocol": other,
+                    "score": other_cell.score,
+                    "differs": _DIFFERS,
+                },
+                **judged,
+            },
+        )
 
 
 def open_judged(grades: Sequence[Grade | None]) -> tuple[Cell | None, dict[str, Any]]:
     """The judge's figures over the open questions: accuracy over known verdicts (unknown ones
     unscored and counted; answers not obtained are not judged), coverage, counts."""
-    asked = [g for g in grades if g is not None and g.value is not None and "open_judge" in g.details]
+    asked = [
+        g for g in grades if g is not None and g.value is not None and "open_judge" in g.details
+    ]
     verdicts = [{"same": 1.0, "different": 0.0}.get(g.details["open_judge"]) for g in asked]
     unknown = sum(v is None for v in verdicts)
     cell = accuracy_cell(verdicts, {"n_unknown": unknown})
     return cell, {
-        "open_judged_accuracy": cell.score, "open_judged_coverage": (len(asked) - unknown) / len(asked) if asked else None,
-        "n_open_judged": len(asked), "n_open_judge_unknown": unknown,
+        "open_judged_accuracy": cell.score,
+        "open_judged_coverage": (len(asked) - unknown) / len(asked) if asked else None,
+        "n_open_judged": len(asked),
+        "n_open_judge_unknown": unknown,
         "open_judged": "the judge's verdict (same meaning as the reference) on each open answer, by the dataset's label; "
-                       "majority of known votes; unknown verdicts excluded and counted; never mixed into exact match",
+        "majority of known votes; unknown verdicts excluded and counted; never mixed into exact match",
     }
 
 
@@ -241,7 +312,9 @@ def _public_image(root: Path, folder: str, name: str, url: str, where: object) -
     try:
         return fetch(RemoteFile(url, path.name, None), path.parent)
     except Exception as e:  # noqa: BLE001  (any download failure names the image)
-        raise DataError(path, where, f"image not found locally and not downloadable ({e})") from None
+        raise DataError(
+            path, where, f"image not found locally and not downloadable ({e})"
+        ) from None
 
 
 VQA_RAD_REPO = "https://raw.githubusercontent.com/Saranga99/vqa-radiology/726ef8d1f9da5220fccf5ae272ef5fa81ab33db1/data/osfstorage"
@@ -252,14 +325,34 @@ class VQARAD(VQABenchmark):
 
     name = "vqa-rad"
     description = "VQA-RAD radiology VQA (images), test split 451 questions; normalised exact match, closed/open"
-    remote_files = (RemoteFile(f"{VQA_RAD_REPO}/VQA_RAD%20Dataset%20Public.json", "VQA_RAD Dataset Public.json",
-                               "948b7156059b864cf72344fb10669233526b175c243e5a046d20d4201d297a95"),)
+    remote_files = (
+        RemoteFile(
+            f"{VQA_RAD_REPO}/VQA_RAD%20Dataset%20Public.json",
+            "VQA_RAD Dataset Public.json",
+            "948b7156059b864cf72344fb10669233526b175c243e5a046d20d4201d297a95",
+        ),
+    )
     question_file = "VQA_RAD Dataset Public.json"
-    parameters = (Param("split", str, "test", "test (test_freeform + test_para) | train (freeform + para) | all", choices=("test", "train", "all")),
-                  *image_params(), PROBE)
-    families = (("organ", "image_organ"), ("question_type", "question_type"), ("phrase_type", "phrase_type"))
+    parameters = (
+        Param(
+            "split",
+            str,
+            "test",
+            "test (test_freeform + test_para) | train (freeform + para) | all",
+            choices=("test", "train", "all"),
+        ),
+        *image_params(),
+        PROBE,
+    )
+    families = (
+        ("organ", "image_organ"),
+        ("question_type", "question_type"),
+        ("phrase_type", "phrase_type"),
+    )
     SPLITS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "test": ("test_freeform", "test_para"), "train": ("freeform", "para"), "all": ("test_freeform", "test_para", "freeform", "para"),
+        "test": ("test_freeform", "test_para"),
+        "train": ("freeform", "para"),
+        "all": ("test_freeform", "test_para", "freeform", "para"),
     }
 
     def load(self, root: Path) -> list[Sample]:
@@ -275,14 +368,29 @@ class VQARAD(VQABenchmark):
                 if field not in r:
                     raise DataError(path, where, f"missing field {field!r}")
             name = str(r["image_name"])
-            image = _public_image(folder, "VQA_RAD Image Folder", name, f"{VQA_RAD_REPO}/VQA_RAD%20Image%20Folder/{name}", where)
+            image = _public_image(
+                folder,
+                "VQA_RAD Image Folder",
+                name,
+                f"{VQA_RAD_REPO}/VQA_RAD%20Image%20Folder/{name}",
+                where,
+            )
             answer = str(r["answer"]).strip()
-            out.append(self.ask(
-                str(r["qid"]), str(r["question"]), image, answer, where,
-                closed=closed_by_label(r["answer_type"]), closed_yes_no=closed_by_yes_no(answer),
-                answer_type=str(r["answer_type"]).strip(), image_organ=r.get("image_organ"),
-                question_type=str(r.get("question_type") or "").strip(), phrase_type=r["phrase_type"],
-            ))
+            out.append(
+                self.ask(
+                    str(r["qid"]),
+                    str(r["question"]),
+                    image,
+                    answer,
+                    where,
+                    closed=closed_by_label(r["answer_type"]),
+                    closed_yes_no=closed_by_yes_no(answer),
+                    answer_type=str(r["answer_type"]).strip(),
+                    image_organ=r.get("image_organ"),
+                    question_type=str(r.get("question_type") or "").strip(),
+                    phrase_type=r["phrase_type"],
+                )
+            )
         return out
 
 
@@ -295,11 +403,31 @@ class SLAKE(VQABenchmark):
 
     name = "slake"
     description = "SLAKE radiology VQA (images), test split; --param lang=en (1,061, default) | zh (1,033) | all; exact match"
-    remote_files = (RemoteFile(SLAKE_QUESTIONS, "test.json", "6be8f7b4c5a46cdbc713a5210a25b6ed5aa1fd1574c83cefb4f998131f17c2c3"),)
+    remote_files = (
+        RemoteFile(
+            SLAKE_QUESTIONS,
+            "test.json",
+            "6be8f7b4c5a46cdbc713a5210a25b6ed5aa1fd1574c83cefb4f998131f17c2c3",
+        ),
+    )
     question_file = "test.json"
-    parameters = (Param("lang", str, "en", "en | zh | all: which half of the bilingual test file", choices=("en", "zh", "all")),
-                  *image_params(), PROBE)
-    families = (("modality", "modality"), ("content_type", "content_type"), ("location", "location"), ("language", "lang"))
+    parameters = (
+        Param(
+            "lang",
+            str,
+            "en",
+            "en | zh | all: which half of the bilingual test file",
+            choices=("en", "zh", "all"),
+        ),
+        *image_params(),
+        PROBE,
+    )
+    families = (
+        ("modality", "modality"),
+        ("content_type", "content_type"),
+        ("location", "location"),
+        ("language", "lang"),
+    )
 
     def load(self, root: Path) -> list[Sample]:
         path = self.data_files(root)[0]
@@ -317,10 +445,21 @@ class SLAKE(VQABenchmark):
             name = str(r["img_name"])
             image = _public_image(path.parent, "imgs", name, f"{SLAKE_IMAGES}/{name}", where)
             answer = str(r["answer"]).strip()
-            out.append(self.ask(
-                str(r["qid"]), str(r["question"]), image, answer, where,
-                closed=closed_by_label(r["answer_type"]), closed_yes_no=closed_by_yes_no(answer),
-                answer_type=str(r["answer_type"]).strip(), lang=r["q_lang"], modality=r.get("modality"),
-                content_type=r.get("content_type"), location=r.get("location"), base_type=r.get("base_type"),
-            ))
+            out.append(
+                self.ask(
+                    str(r["qid"]),
+                    str(r["question"]),
+                    image,
+                    answer,
+                    where,
+                    closed=closed_by_label(r["answer_type"]),
+                    closed_yes_no=closed_by_yes_no(answer),
+                    answer_type=str(r["answer_type"]).strip(),
+                    lang=r["q_lang"],
+                    modality=r.get("modality"),
+                    content_type=r.get("content_type"),
+                    location=r.get("location"),
+                    base_type=r.get("base_type"),
+                )
+            )
         return out

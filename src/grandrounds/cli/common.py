@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any
 
 import typer
 
@@ -42,7 +43,9 @@ class _Group(_PlainFlags, typer.core.TyperGroup):
 console = SafeConsole()
 err_console = SafeConsole(stderr=True)
 
-INTERRUPTED = "interrupted: everything finished so far is stored; run the same command again to resume\n"
+INTERRUPTED = (
+    "interrupted: everything finished so far is stored; run the same command again to resume\n"
+)
 #: Exit codes of a command stopped by Ctrl-C (SIGINT) and by SIGTERM: 128 + the signal's number, as a shell reports them.
 INTERRUPTED_EXIT, TERMINATED_EXIT = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
@@ -80,22 +83,32 @@ def interrupted(progress: Any = None) -> typer.Exit:
     if progress is not None and getattr(progress, "total", 0):
         kept = f" ({progress.done:,} of {progress.total:,} items of the last run started)"
     if _Stop.signal == signal.SIGTERM:
-        sys.stderr.write(f"terminated (SIGTERM): everything finished so far is stored{kept}; run the same command again to resume\n")
+        sys.stderr.write(
+            f"terminated (SIGTERM): everything finished so far is stored{kept}; run the same command again to resume\n"
+        )
         return typer.Exit(TERMINATED_EXIT)
     sys.stderr.write(INTERRUPTED.replace("is stored;", f"is stored{kept};"))
     return typer.Exit(INTERRUPTED_EXIT)
-StoreOpt = typer.Option(None, "--store", help="SQLite store (default $GRANDROUNDS_STORE or ./grandrounds.db)")
+
+
+StoreOpt = typer.Option(
+    None, "--store", help="SQLite store (default $GRANDROUNDS_STORE or ./grandrounds.db)"
+)
 #: Ranges of the numeric flags: seeds as NumPy's RandomState takes them (and every provider's API),
 #: temperatures as the OpenAI API accepts them.
 SEED_MAX = 2**32 - 1
 TEMPERATURE_MAX = 2.0
-JUDGE_RPM_HELP = ("judge calls started per minute of each judge model at its endpoint, retries included; a judge that is the "
-                  "candidate's own model at the same endpoint takes the lower of --rpm and --judge-rpm")
-JUDGE_TPM_HELP = ("tokens of judge calls started per minute of each judge model at its endpoint, as --tpm counts them (N, or input=N,output=N); "
-                  "a judge that is the candidate's own model at the same endpoint takes the lower of --tpm and --judge-tpm, limit by limit")
+JUDGE_RPM_HELP = (
+    "judge calls started per minute of each judge model at its endpoint, retries included; a judge that is the "
+    "candidate's own model at the same endpoint takes the lower of --rpm and --judge-rpm"
+)
+JUDGE_TPM_HELP = (
+    "tokens of judge calls started per minute of each judge model at its endpoint, as --tpm counts them (N, or input=N,output=N); "
+    "a judge that is the candidate's own model at the same endpoint takes the lower of --tpm and --judge-tpm, limit by limit"
+)
 
 
-def _encoding_option(value: Optional[str]) -> Optional[str]:
+def _encoding_option(value: str | None) -> str | None:
     """``--encoding``: a text codec Python knows, checked before anything is read."""
     from grandrounds.benchmarks.readers.decoding import check_encoding
 
@@ -108,15 +121,19 @@ def _encoding_option(value: Optional[str]) -> Optional[str]:
 
 
 #: ``--encoding``, for every command that reads data files (use with ``readers.data_encoding``).
-EncodingOpt = typer.Option(None, "--encoding", callback=_encoding_option,
-                           help="text encoding of the data files, e.g. cp1252, gb18030 (default: UTF-8, or GB18030 when the text is confidently Chinese)")
+EncodingOpt = typer.Option(
+    None,
+    "--encoding",
+    callback=_encoding_option,
+    help="text encoding of the data files, e.g. cp1252, gb18030 (default: UTF-8, or GB18030 when the text is confidently Chinese)",
+)
 
 
-def store_path(path: Optional[Path]) -> Path:
+def store_path(path: Path | None) -> Path:
     return path or Path(os.environ.get("GRANDROUNDS_STORE", "grandrounds.db"))
 
 
-def existing_store_path(path: Optional[Path]) -> Path:
+def existing_store_path(path: Path | None) -> Path:
     """The store a read command reads; a missing one is a one-line error (never silently created empty)."""
     p = store_path(path)
     if not p.exists():
@@ -174,7 +191,9 @@ def lost_share(extra: Mapping[str, Any]) -> float | None:
     n = int(extra.get("n_items") or 0)
     if n <= 0:
         return None
-    lost = sum(int(extra.get(k) or 0) for k in ("n_answer_failed", "n_unreadable", "n_grader_error"))
+    lost = sum(
+        int(extra.get(k) or 0) for k in ("n_answer_failed", "n_unreadable", "n_grader_error")
+    )
     return lost / n
 
 
@@ -185,17 +204,26 @@ NOTHING_SCORED = 3
 def any_failed(outcome: Any) -> bool:
     """Whether any answer or judge call of the run failed (as opposed to a benchmark that scores
     nothing here by design, such as MedBench without its answer key)."""
-    return bool(outcome.answer_stats.failed or any(s.failed for s in outcome.judge_stats)
-                or bool(outcome.counts.get("answer_failed") or outcome.counts.get("grader_error")))
+    return bool(
+        outcome.answer_stats.failed
+        or any(s.failed for s in outcome.judge_stats)
+        or bool(outcome.counts.get("answer_failed") or outcome.counts.get("grader_error"))
+    )
 
 
-def call_summary(answers: Any, judges: Sequence[tuple[str, Any]], simulators: Sequence[tuple[str, Any]] = ()) -> list[str]:
+def call_summary(
+    answers: Any, judges: Sequence[tuple[str, Any]], simulators: Sequence[tuple[str, Any]] = ()
+) -> list[str]:
     """One line per executor (answers, then each judge, then an agent benchmark's simulator): calls
     made, from the store, failed, retried, and the commonest failure reasons with their counts; for a batched one a second line: its
     batches (submitted, picked up, how they ended) and the calls retried in a new batch, by cause."""
     lines = []
     executors = [("answers", answers)] if answers is not None else []
-    for label, s in [*executors, *((f"judge {name}", st) for name, st in judges), *((f"simulator {name}", st) for name, st in simulators)]:
+    for label, s in [
+        *executors,
+        *((f"judge {name}", st) for name, st in judges),
+        *((f"simulator {name}", st) for name, st in simulators),
+    ]:
         line = f"{label}: {s.made} calls made, {s.cached} from the store, {s.failed} failed, {s.retries} retries"
         if getattr(s, "shrunk", 0):
             line += f", {s.shrunk} shrunk to fit the context (max tokens lowered to what the server's context leaves)"
@@ -204,7 +232,9 @@ def call_summary(answers: Any, judges: Sequence[tuple[str, Any]], simulators: Se
             top = sorted(s.errors.items(), key=lambda kv: -kv[1])[:3]
             line += "; failures: " + ", ".join(f"{why} x{n}" for why, n in top)
         lines.append(line)
-        if callable(batch_line := getattr(s, "batch_line", None)):  # a batched role: its batches and calls retried
+        if callable(
+            batch_line := getattr(s, "batch_line", None)
+        ):  # a batched role: its batches and calls retried
             lines.append(f"{label} {batch_line()}")
     return lines
 
@@ -219,8 +249,10 @@ def concurrency_note(s: Any) -> str:
     if getattr(s, "backoffs", 0):
         note += f"; fewer calls at once after timeouts or 429/503 ({s.backoffs}x, down to {s.smallest_window})"
     if getattr(s, "queued", 0):
-        note += (f"; {s.queued} timed out waiting in the server's queue (it serves {s.queued_slots} at a time, "
-                 f"up to {s.queued_most} were sent at once: lower --concurrency to {s.queued_slots})")
+        note += (
+            f"; {s.queued} timed out waiting in the server's queue (it serves {s.queued_slots} at a time, "
+            f"up to {s.queued_most} were sent at once: lower --concurrency to {s.queued_slots})"
+        )
     if getattr(s, "final", 0):
         note += f"; {s.final} failed as before (the prompt alone is over the model's context: not asked again)"
     return note
@@ -232,7 +264,9 @@ def stored_run(st: Any, run_id: str) -> Any:
     if run_rec is None and len(run_id) >= 6:  # a prefix, as `runs` and the leaderboard show them
         found = [r for r in st.runs() if r.id.startswith(run_id)]
         if len(found) > 1:
-            raise ConfigError(f"run id prefix {run_id!r} matches {len(found)} runs in {st.path}: give more characters")
+            raise ConfigError(
+                f"run id prefix {run_id!r} matches {len(found)} runs in {st.path}: give more characters"
+            )
         run_rec = found[0] if found else None
     if run_rec is None:
         raise ConfigError(f"no run {run_id!r} in {st.path} (see `grandrounds runs`)")

@@ -6,7 +6,8 @@ question, the protocol and what deviated from it), so the text stays true if eit
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 #: The model the demo runs (``grandrounds demo``).
 DEMO_MODEL = "llamacpp/smollm2"
@@ -22,9 +23,14 @@ PROTOCOL_MEANING = {
 }
 #: The three commands to try after the demo, each with what it shows.
 NEXT_COMMANDS = (
-    ("grandrounds view", "every question, the answer read from each reply and why it scored so (a page on 127.0.0.1)"),
-    ("grandrounds run medqa --model openai/MODEL --base-url http://127.0.0.1:8080/v1 --limit 20",
-     "a real benchmark against your own OpenAI-compatible server"),
+    (
+        "grandrounds view",
+        "every question, the answer read from each reply and why it scored so (a page on 127.0.0.1)",
+    ),
+    (
+        "grandrounds run medqa --model openai/MODEL --base-url http://127.0.0.1:8080/v1 --limit 20",
+        "a real benchmark against your own OpenAI-compatible server",
+    ),
     ("grandrounds list", "every benchmark, its language and the options it takes"),
 )
 
@@ -39,7 +45,9 @@ def _options_phrase(option_counts: Sequence[int]) -> str:
     return f"{low} options" if low == high else f"{low} to {high} options"
 
 
-def _against_chance(score: float | None, ci95: Sequence[float] | None, chance: float, n: int) -> str:
+def _against_chance(
+    score: float | None, ci95: Sequence[float] | None, chance: float, n: int
+) -> str:
     if score is None:
         return "no score (nothing could be scored)"
     if not ci95:
@@ -58,7 +66,11 @@ def _changes(fields: Any) -> list[str]:
     """``field preset -> used`` for each deviating generation field."""
     if not isinstance(fields, Mapping):
         return []
-    return [f"{k} {v.get('preset')} -> {v.get('used')}" for k, v in sorted(fields.items()) if isinstance(v, Mapping)]
+    return [
+        f"{k} {v.get('preset')} -> {v.get('used')}"
+        for k, v in sorted(fields.items())
+        if isinstance(v, Mapping)
+    ]
 
 
 def _deviations(fingerprint: Mapping[str, Any]) -> str:
@@ -72,7 +84,10 @@ def _deviations(fingerprint: Mapping[str, Any]) -> str:
     judges = changed.get("judges")
     for judge, fields in sorted(judges.items()) if isinstance(judges, Mapping) else ():
         parts += [f"judge {judge} {c}" for c in _changes(fields)]
-    return "; the * marks a setting changed from the preset by a flag (recorded in the fingerprint): " + ", ".join(parts)
+    return (
+        "; the * marks a setting changed from the preset by a flag (recorded in the fingerprint): "
+        + ", ".join(parts)
+    )
 
 
 def demo_notes(results: Sequence[Any], option_counts: Sequence[int]) -> list[str]:
@@ -81,9 +96,11 @@ def demo_notes(results: Sequence[Any], option_counts: Sequence[int]) -> list[str
     from grandrounds.analyses.leaderboard import protocol_label
 
     chance = chance_level(option_counts)
-    lines = ["What these numbers mean",
-             f"  {results[0].metric if results else 'accuracy'}: the share of the {len(option_counts)} questions answered right. "
-             f"Each question has {_options_phrase(option_counts)}, so guessing scores {chance:.2f} on average (chance level)."]
+    lines = [
+        "What these numbers mean",
+        f"  {results[0].metric if results else 'accuracy'}: the share of the {len(option_counts)} questions answered right. "
+        f"Each question has {_options_phrase(option_counts)}, so guessing scores {chance:.2f} on average (chance level).",
+    ]
     for r in results:
         mode = str(r.fingerprint.get("answer_mode") or "")
         lines.append(f"  {mode}: {_against_chance(r.score, r.ci95, chance, r.n)}.")
@@ -92,9 +109,13 @@ def demo_notes(results: Sequence[Any], option_counts: Sequence[int]) -> list[str
     protocols = {protocol_label(r.fingerprint): r.fingerprint for r in results}
     for label, fingerprint in protocols.items():
         name = label.rstrip("*")
-        lines.append(f"  protocol {label}: {PROTOCOL_MEANING.get(name, name)}{_deviations(fingerprint)}.")
+        lines.append(
+            f"  protocol {label}: {PROTOCOL_MEANING.get(name, name)}{_deviations(fingerprint)}."
+        )
     if results and all(r.model == DEMO_MODEL for r in results):
-        lines.append(f"  {DEMO_MODEL} (SmolLM2-135M-Instruct) is tiny: scores near chance are expected; the demo shows the machinery.")
+        lines.append(
+            f"  {DEMO_MODEL} (SmolLM2-135M-Instruct) is tiny: scores near chance are expected; the demo shows the machinery."
+        )
     lines.append("Next, try")
     width = max(len(cmd) for cmd, _ in NEXT_COMMANDS)
     lines += [f"  {cmd:<{width}}  # {why}" for cmd, why in NEXT_COMMANDS]

@@ -16,11 +16,12 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import typer
 
@@ -33,25 +34,49 @@ from grandrounds.sources import downloads, mirrors, upstream
 from grandrounds.sources.downloads import RemoteFile
 from grandrounds.sources.upstream import TextRef, UpstreamFile, UpstreamText
 
-MirrorOpt = typer.Option(None, "--mirror", help=f"base URL of a mirror laid out as <mirror>/<host>/<path> (else ${mirrors.MIRROR_ENV})")
-GithubMirrorOpt = typer.Option(None, "--github-mirror", help=f"replaces {mirrors.GITHUB_RAW} in every URL (else ${mirrors.GITHUB_MIRROR_ENV})")
-HfEndpointOpt = typer.Option(None, "--hf-endpoint", help=f"replaces {mirrors.HUGGING_FACE} (else ${mirrors.HF_ENDPOINT_ENV})")
-BundleOpt = typer.Option(None, "--bundle", help=f"read data and official files from this bundle, downloading nothing (else ${mirrors.BUNDLE_ENV})")
+MirrorOpt = typer.Option(
+    None,
+    "--mirror",
+    help=f"base URL of a mirror laid out as <mirror>/<host>/<path> (else ${mirrors.MIRROR_ENV})",
+)
+GithubMirrorOpt = typer.Option(
+    None,
+    "--github-mirror",
+    help=f"replaces {mirrors.GITHUB_RAW} in every URL (else ${mirrors.GITHUB_MIRROR_ENV})",
+)
+HfEndpointOpt = typer.Option(
+    None, "--hf-endpoint", help=f"replaces {mirrors.HUGGING_FACE} (else ${mirrors.HF_ENDPOINT_ENV})"
+)
+BundleOpt = typer.Option(
+    None,
+    "--bundle",
+    help=f"read data and official files from this bundle, downloading nothing (else ${mirrors.BUNDLE_ENV})",
+)
 
 
-def use_sources(mirror: Optional[str] = None, github_mirror: Optional[str] = None, hf_endpoint: Optional[str] = None,
-                bundle: Optional[Path] = None) -> None:
+def use_sources(
+    mirror: str | None = None,
+    github_mirror: str | None = None,
+    hf_endpoint: str | None = None,
+    bundle: Path | None = None,
+) -> None:
     """Use this command's mirror and bundle options over the environment's (for this command only:
     the options of an earlier command run in the same process are dropped)."""
     values: dict[str, str] = {}
-    for env, value in ((mirrors.MIRROR_ENV, mirror), (mirrors.GITHUB_MIRROR_ENV, github_mirror), (mirrors.HF_ENDPOINT_ENV, hf_endpoint)):
+    for env, value in (
+        (mirrors.MIRROR_ENV, mirror),
+        (mirrors.GITHUB_MIRROR_ENV, github_mirror),
+        (mirrors.HF_ENDPOINT_ENV, hf_endpoint),
+    ):
         if value:
             if not value.startswith(("http://", "https://")):
                 raise ConfigError(f"mirror {value!r}: expected an http:// or https:// base URL")
             values[env] = value
     if bundle is not None:
         if not (bundle / mirrors.MANIFEST).is_file():
-            raise ConfigError(f"--bundle {bundle}: no {mirrors.MANIFEST} there; write one with `grandrounds bundle --out {bundle} BENCHMARK`")
+            raise ConfigError(
+                f"--bundle {bundle}: no {mirrors.MANIFEST} there; write one with `grandrounds bundle --out {bundle} BENCHMARK`"
+            )
         values[mirrors.BUNDLE_ENV] = str(bundle)
     mirrors.set_overrides(values)
 
@@ -97,7 +122,13 @@ def _sources_imported(module: ModuleType) -> set[str]:
             names.update(f"{node.module}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
-    return {n for n in names if n.startswith("grandrounds.sources.") and n.count(".") == 2 and importlib.util.find_spec(n) is not None}
+    return {
+        n
+        for n in names
+        if n.startswith("grandrounds.sources.")
+        and n.count(".") == 2
+        and importlib.util.find_spec(n) is not None
+    }
 
 
 def upstream_files_of(bench: Any) -> list[UpstreamFile]:
@@ -171,10 +202,26 @@ def _cached(rf: RemoteFile, dest: Path) -> bool:
 def fetch_data(bench: Any) -> list[Item]:
     """``bench``'s public data in the cache (downloading what is missing), one item per file."""
     if callable(getattr(bench, "default_path", None)):
-        return [Item(bench.name, "data", "(packaged with grandrounds)", Path(bench.default_path()), "package", "local")]
+        return [
+            Item(
+                bench.name,
+                "data",
+                "(packaged with grandrounds)",
+                Path(bench.default_path()),
+                "package",
+                "local",
+            )
+        ]
     files = data_files_of(bench)
     if not files:
-        return [Item(bench.name, "data", "-", status="skipped: no public download; pass --data PATH when running")]
+        return [
+            Item(
+                bench.name,
+                "data",
+                "-",
+                status="skipped: no public download; pass --data PATH when running",
+            )
+        ]
     out = []
     root = downloads.cache_dir() / bench.name
     for rf in files:
@@ -194,14 +241,22 @@ def fetch_official(bench: Any) -> list[Item]:
     cache, or downloaded into it)."""
     out = []
     for f in upstream_files_of(bench):
-        item = Item(bench.name, "official", f"{f.folder}/{f.path}", source=mirrors.mirrored(f.url), bundle_rel=upstream.bundle_path(f))
+        item = Item(
+            bench.name,
+            "official",
+            f"{f.folder}/{f.path}",
+            source=mirrors.mirrored(f.url),
+            bundle_rel=upstream.bundle_path(f),
+        )
         local = upstream.reference_root()
         cached = downloads.cache_dir() / upstream.bundle_path(f)
         try:
             if local is not None and (local / f.folder / f.path).is_file():
                 item.source, item.status = str(local / f.folder / f.path), "local"
             else:
-                item.status = "cached" if cached.is_file() and file_sha256(cached) == f.sha256 else "fetched"
+                item.status = (
+                    "cached" if cached.is_file() and file_sha256(cached) == f.sha256 else "fetched"
+                )
             item.path = upstream.local_path(f)
         except GrandroundsError as e:
             item.status = f"failed: {e}"
@@ -213,10 +268,16 @@ def _print_items(items: Iterable[Item], title: str) -> None:
     for it in items:
         if it.ok and it.path is not None and it.path.is_file():
             size = it.path.stat().st_size
-            console.print(f"{it.benchmark} {it.kind} {it.name}: {it.status}, {size:,} bytes, "
-                          f"sha256 {file_sha256(it.path)}, from {it.source}", soft_wrap=True, highlight=False)
+            console.print(
+                f"{it.benchmark} {it.kind} {it.name}: {it.status}, {size:,} bytes, "
+                f"sha256 {file_sha256(it.path)}, from {it.source}",
+                soft_wrap=True,
+                highlight=False,
+            )
         else:
-            console.print(f"{it.benchmark} {it.kind} {it.name}: {it.status}", soft_wrap=True, highlight=False)
+            console.print(
+                f"{it.benchmark} {it.kind} {it.name}: {it.status}", soft_wrap=True, highlight=False
+            )
     err_console.print(title, style="dim")
 
 
@@ -227,9 +288,9 @@ def _bench(name: str) -> Any:
 def fetch_command(
     benchmarks: list[str] = typer.Argument(None, help="benchmark names (see `grandrounds list`)"),
     every: bool = typer.Option(False, "--all", help="every registered benchmark"),
-    mirror: Optional[str] = MirrorOpt,
-    github_mirror: Optional[str] = GithubMirrorOpt,
-    hf_endpoint: Optional[str] = HfEndpointOpt,
+    mirror: str | None = MirrorOpt,
+    github_mirror: str | None = GithubMirrorOpt,
+    hf_endpoint: str | None = HfEndpointOpt,
 ) -> None:
     """Fill the download cache ahead of time: each benchmark's public data and the official files its
     reference protocol reads, each checked against its pinned sha256; says what was fetched, from where."""
@@ -242,7 +303,9 @@ def fetch_command(
             items += fetch_data(bench) + fetch_official(bench)
     _print_items(items, f"cache: {downloads.cache_dir()}")
     if any(it.status.startswith("failed") for it in items):
-        err_console.print(f"some files could not be fetched; {mirrors.WAYS_OUT}", soft_wrap=True, style="red")
+        err_console.print(
+            f"some files could not be fetched; {mirrors.WAYS_OUT}", soft_wrap=True, style="red"
+        )
         raise typer.Exit(1)
 
 
@@ -267,7 +330,9 @@ def _copy(src: Path, out: Path, rel: str, source: str, files: dict[str, Any]) ->
 def _bundle_local(name: str, given: Path, out: Path, manifest: dict[str, Any]) -> Item:
     """A local data file (or folder) given with ``--data NAME=PATH``, copied into the bundle."""
     if not given.exists():
-        return Item(name, "data", str(given), status=f"failed: {given}: file or directory not found")
+        return Item(
+            name, "data", str(given), status=f"failed: {given}: file or directory not found"
+        )
     base = f"data/{name}/local/{given.name}"
     sources = [given] if given.is_file() else sorted(p for p in given.rglob("*") if p.is_file())
     for src in sources:
@@ -277,7 +342,9 @@ def _bundle_local(name: str, given: Path, out: Path, manifest: dict[str, Any]) -
     return Item(name, "data", given.name, out / base, str(given), "local")
 
 
-def bundle_one(name: str, out: Path, local: dict[str, Path], manifest: dict[str, Any]) -> list[Item]:
+def bundle_one(
+    name: str, out: Path, local: dict[str, Path], manifest: dict[str, Any]
+) -> list[Item]:
     """Everything ``name`` needs, copied into the bundle ``out`` and listed in ``manifest``."""
     bench = _bench(name)
     if name in local:
@@ -320,12 +387,18 @@ def _load_manifest(out: Path) -> dict[str, Any]:
 
 def bundle_command(
     benchmarks: list[str] = typer.Argument(None, help="benchmark names (see `grandrounds list`)"),
-    out: Path = typer.Option(..., "--out", help="the bundle folder (created; an existing bundle is added to)"),
+    out: Path = typer.Option(
+        ..., "--out", help="the bundle folder (created; an existing bundle is added to)"
+    ),
     every: bool = typer.Option(False, "--all", help="every registered benchmark"),
-    data: list[str] = typer.Option([], "--data", help="BENCHMARK=PATH: bundle this local file or folder as the benchmark's data"),
-    mirror: Optional[str] = MirrorOpt,
-    github_mirror: Optional[str] = GithubMirrorOpt,
-    hf_endpoint: Optional[str] = HfEndpointOpt,
+    data: list[str] = typer.Option(
+        [],
+        "--data",
+        help="BENCHMARK=PATH: bundle this local file or folder as the benchmark's data",
+    ),
+    mirror: str | None = MirrorOpt,
+    github_mirror: str | None = GithubMirrorOpt,
+    hf_endpoint: str | None = HfEndpointOpt,
 ) -> None:
     """Write everything the benchmarks need (data, official files, manifest.json with their sha256) to
     OUT, to carry to a machine with no network and run there with GRANDROUNDS_BUNDLE=OUT or --bundle OUT."""
@@ -340,14 +413,25 @@ def bundle_command(
             items += bundle_one(name, out, local, manifest)
         manifest["benchmarks"] = sorted(set(manifest["benchmarks"]) | set(names))
         manifest["grandrounds"] = __version__
-        manifest["written_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        manifest["written_at"] = datetime.now(UTC).isoformat(timespec="seconds")
         tmp = out / (mirrors.MANIFEST + ".part")
         tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         tmp.replace(out / mirrors.MANIFEST)
-    _print_items(items, f"bundle: {out} ({len(manifest['files'])} files); run there with {mirrors.BUNDLE_ENV}={out} or --bundle {out}")
+    _print_items(
+        items,
+        f"bundle: {out} ({len(manifest['files'])} files); run there with {mirrors.BUNDLE_ENV}={out} or --bundle {out}",
+    )
     named = set(benchmarks or [])
-    if any(it.status.startswith("failed") or (it.status.startswith("skipped") and it.benchmark in named) for it in items):
-        err_console.print(f"the bundle lacks some files (see above); {mirrors.WAYS_OUT}", soft_wrap=True, style="red")
+    if any(
+        it.status.startswith("failed")
+        or (it.status.startswith("skipped") and it.benchmark in named)
+        for it in items
+    ):
+        err_console.print(
+            f"the bundle lacks some files (see above); {mirrors.WAYS_OUT}",
+            soft_wrap=True,
+            style="red",
+        )
         raise typer.Exit(1)
 
 

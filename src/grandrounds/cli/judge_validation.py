@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 import typer
 from rich.table import Table
 
+from grandrounds.cli.flags import TPM_METAVAR, tpm_option
 from grandrounds.core import eventloop
 from grandrounds.core.display import SafeConsole, fmt, fmt_ci
 from grandrounds.core.files import write_text
-from grandrounds.cli.flags import TPM_METAVAR, tpm_option
 
 console = SafeConsole()
 err_console = SafeConsole(stderr=True)
 
-StorePath = Callable[[Optional[Path]], Path]
+StorePath = Callable[[Path | None], Path]
 #: Validation suites ``validate-judge`` knows.
 SUITES = ("healthbench-meta",)
 #: Bounds of the numeric flags, as ``run`` declares them (OpenAI's temperature range; NumPy's seeds).
@@ -29,28 +30,79 @@ NOTHING_JUDGED = 3
 
 def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
     def validate_judge(
-        suite: str = typer.Argument(..., help="validation set: healthbench-meta (HealthBench's physician-labelled meta-evaluation)"),
-        judge: Optional[str] = typer.Option(None, "--judge", help="judge PROVIDER/MODEL[@BASE_URL] (default: the protocol's judge)"),
-        judge_base_url: str = typer.Option("", "--judge-base-url", help="OpenAI-compatible base URL of the judge (else @URL in --judge, or $OPENAI_BASE_URL)"),
-        data: Optional[Path] = typer.Option(None, "--data", help="local copy of the meta-eval JSONL (default: download and cache the public file)"),
-        limit: Optional[int] = typer.Option(None, "--limit", min=1, help="N rows, the ones simple-evals' num_examples=N picks (random.Random(0).sample)"),
-        protocol: str = typer.Option("reference", "--protocol", help="reference (the official grader prompt and settings) | grandrounds"),
-        judge_temperature: Optional[float] = typer.Option(None, "--judge-temperature", min=0.0, max=TEMPERATURE_MAX, help="default: the protocol's"),
-        judge_max_tokens: Optional[int] = typer.Option(None, "--judge-max-tokens", min=1, help="default: the protocol's"),
-        judge_json: bool = typer.Option(False, "--judge-json", help="ask the judge for a JSON object"),
-        judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight"),
-        judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help="judge calls started per minute, retries included (vendor rate limits; default: no limit)"),
-        judge_tpm: Optional[str] = typer.Option(None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help="tokens of judge calls started per minute, retries included: N counts prompt + max tokens (corrected to reported usage); input=N,output=N sets separate limits, as Anthropic's (default: no limit)"),
-        max_reask: int = typer.Option(2, "--max-reask", min=0, help="re-asks of an unreadable judge reply"),
-        seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="seed of the bootstraps and of the judge's calls"),
-        out: Optional[Path] = typer.Option(None, "--out", help="write every figure as JSON to this file"),
-        store: Optional[Path] = StoreOpt,
+        suite: str = typer.Argument(
+            ...,
+            help="validation set: healthbench-meta (HealthBench's physician-labelled meta-evaluation)",
+        ),
+        judge: str | None = typer.Option(
+            None, "--judge", help="judge PROVIDER/MODEL[@BASE_URL] (default: the protocol's judge)"
+        ),
+        judge_base_url: str = typer.Option(
+            "",
+            "--judge-base-url",
+            help="OpenAI-compatible base URL of the judge (else @URL in --judge, or $OPENAI_BASE_URL)",
+        ),
+        data: Path | None = typer.Option(
+            None,
+            "--data",
+            help="local copy of the meta-eval JSONL (default: download and cache the public file)",
+        ),
+        limit: int | None = typer.Option(
+            None,
+            "--limit",
+            min=1,
+            help="N rows, the ones simple-evals' num_examples=N picks (random.Random(0).sample)",
+        ),
+        protocol: str = typer.Option(
+            "reference",
+            "--protocol",
+            help="reference (the official grader prompt and settings) | grandrounds",
+        ),
+        judge_temperature: float | None = typer.Option(
+            None,
+            "--judge-temperature",
+            min=0.0,
+            max=TEMPERATURE_MAX,
+            help="default: the protocol's",
+        ),
+        judge_max_tokens: int | None = typer.Option(
+            None, "--judge-max-tokens", min=1, help="default: the protocol's"
+        ),
+        judge_json: bool = typer.Option(
+            False, "--judge-json", help="ask the judge for a JSON object"
+        ),
+        judge_concurrency: int | None = typer.Option(
+            None, "--judge-concurrency", min=1, help="judge calls in flight"
+        ),
+        judge_rpm: int | None = typer.Option(
+            None,
+            "--judge-rpm",
+            min=1,
+            help="judge calls started per minute, retries included (vendor rate limits; default: no limit)",
+        ),
+        judge_tpm: str | None = typer.Option(
+            None,
+            "--judge-tpm",
+            callback=tpm_option,
+            metavar=TPM_METAVAR,
+            help="tokens of judge calls started per minute, retries included: N counts prompt + max tokens (corrected to reported usage); input=N,output=N sets separate limits, as Anthropic's (default: no limit)",
+        ),
+        max_reask: int = typer.Option(
+            2, "--max-reask", min=0, help="re-asks of an unreadable judge reply"
+        ),
+        seed: int = typer.Option(
+            0, "--seed", min=0, max=SEED_MAX, help="seed of the bootstraps and of the judge's calls"
+        ),
+        out: Path | None = typer.Option(
+            None, "--out", help="write every figure as JSON to this file"
+        ),
+        store: Path | None = StoreOpt,
     ) -> None:
         """Measure a judge's agreement with physicians: pairwise precision, recall and balanced F1 of the
         judge and of the physicians, overall and per category (HealthBench meta-evaluation)."""
+        from grandrounds.analyses.judge_validation import ValidateConfig, validate
         from grandrounds.cli.common import call_summary, interrupted, store_path, user_errors
         from grandrounds.core.errors import ConfigError
-        from grandrounds.analyses.judge_validation import ValidateConfig, validate
         from grandrounds.run.progress import RichProgress
         from grandrounds.store import Store
 
@@ -58,9 +110,18 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
             if suite not in SUITES:
                 raise ConfigError(f"unknown validation set {suite!r} (known: {', '.join(SUITES)})")
             cfg = ValidateConfig(
-                judge=judge, base_url=judge_base_url, protocol=protocol, data=data, limit=limit,
+                judge=judge,
+                base_url=judge_base_url,
+                protocol=protocol,
+                data=data,
+                limit=limit,
                 judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
-                json_object=judge_json, concurrency=judge_concurrency, rpm=judge_rpm, tpm=judge_tpm, max_reask=max_reask, seed=seed,
+                json_object=judge_json,
+                concurrency=judge_concurrency,
+                rpm=judge_rpm,
+                tpm=judge_tpm,
+                max_reask=max_reask,
+                seed=seed,
             )
             try:
                 with Store(store_path(store)) as st, RichProgress(err_console) as prog:
@@ -71,17 +132,27 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
         for line in call_summary(None, [(outcome.judge.spec, outcome.judge_stats)]):
             err_console.print(f"  {line}", style="dim")
         if out:
-            doc = {"judge": outcome.record.judge, "protocol": outcome.record.protocol, "summary": outcome.record.summary,
-                   "metrics": outcome.record.metrics, "verdicts": outcome.record.verdicts}
+            doc = {
+                "judge": outcome.record.judge,
+                "protocol": outcome.record.protocol,
+                "summary": outcome.record.summary,
+                "metrics": outcome.record.metrics,
+                "verdicts": outcome.record.verdicts,
+            }
             write_text(out, json.dumps(doc, indent=1, ensure_ascii=False))
             err_console.print(f"wrote {out}")
         s = outcome.record.summary
         if s["n_unknown"]:
-            err_console.print(f"{s['n_unknown']} of {s['n_rows']} rows have no judge label ({s['n_failed']} failed calls, "
-                              f"{s['n_unknown'] - s['n_failed']} unreadable replies): left out of the judge's figures; "
-                              "re-running the same command retries failed calls", style="yellow")
+            err_console.print(
+                f"{s['n_unknown']} of {s['n_rows']} rows have no judge label ({s['n_failed']} failed calls, "
+                f"{s['n_unknown'] - s['n_failed']} unreadable replies): left out of the judge's figures; "
+                "re-running the same command retries failed calls",
+                style="yellow",
+            )
         if s["n_judged"] == 0 and s["n_failed"]:
-            err_console.print("no row could be judged: the judge's calls failed (see above)", style="red")
+            err_console.print(
+                "no row could be judged: the judge's calls failed (see above)", style="red"
+            )
             raise typer.Exit(NOTHING_JUDGED)
 
     return validate_judge
@@ -98,7 +169,11 @@ def print_agreement(summary: Mapping[str, Any], metrics: Mapping[str, Any], judg
         for cls in ("pos", "neg", "balanced"):
             name = f"{metric}_{cls}"
             label = f"{'F1' if metric == 'f1' else metric} {cls}"
-            t.add_row(label, fmt((mine.get(name) or {}).get("value")), fmt((theirs.get(name) or {}).get("mean")))
+            t.add_row(
+                label,
+                fmt((mine.get(name) or {}).get("value")),
+                fmt((theirs.get(name) or {}).get("mean")),
+            )
     t.add_row("F1 balanced 95% CI", fmt_ci(metrics["judge_ci95"]["overall"]), "")
     console.print(t)
     c = Table(title="balanced F1 by category")
@@ -109,15 +184,25 @@ def print_agreement(summary: Mapping[str, Any], metrics: Mapping[str, Any], judg
     for cat in sorted(set(cats) | set(phys["by_category"])):
         figs = cats.get(cat, {})
         pairs = sum((figs.get(k) or {}).get("n", 0) for k in ("precision_pos", "precision_neg"))
-        c.add_row(cat, fmt((figs.get("f1_balanced") or {}).get("value")), fmt_ci(metrics["judge_ci95"]["by_category"].get(cat)),
-                  fmt((phys["by_category"].get(cat, {}).get("f1_balanced") or {}).get("mean")), str(int(pairs)))
+        c.add_row(
+            cat,
+            fmt((figs.get("f1_balanced") or {}).get("value")),
+            fmt_ci(metrics["judge_ci95"]["by_category"].get(cat)),
+            fmt((phys["by_category"].get(cat, {}).get("f1_balanced") or {}).get("mean")),
+            str(int(pairs)),
+        )
     console.print(c)
     below, n_phys = summary.get("physicians_below_judge"), summary.get("n_physicians_compared")
-    standing = f"; the judge's balanced F1 is above {below} of {n_phys} physicians'" if below is not None and n_phys else ""
+    standing = (
+        f"; the judge's balanced F1 is above {below} of {n_phys} physicians'"
+        if below is not None and n_phys
+        else ""
+    )
     console.print(
         f"rows {summary['n_rows']}: judged {summary['n_judged']}, unknown {summary['n_unknown']} "
         f"(failed calls {summary['n_failed']}); judge said met on {fmt(summary.get('judge_predicted_positive'))} of judged rows{standing}",
-        markup=False, highlight=False,
+        markup=False,
+        highlight=False,
     )
 
 

@@ -4,24 +4,44 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import typer
 from rich.table import Table
 
-from grandrounds.core import eventloop
+from grandrounds.cli import contamination, fetch, irt, judge_validation, reports, robustness
 from grandrounds.cli.common import (
-    JUDGE_RPM_HELP, JUDGE_TPM_HELP, MAX_LOST_SHARE, NOTHING_SCORED, SEED_MAX, TEMPERATURE_MAX, EncodingOpt, StoreOpt,
-    _Command, _Group, handle_sigterm, interrupted, lost_share,
-    any_failed, call_summary, console, err_console, existing_store_path, judge_configs, parse_params, store_path, stored_run,
+    JUDGE_RPM_HELP,
+    JUDGE_TPM_HELP,
+    MAX_LOST_SHARE,
+    NOTHING_SCORED,
+    SEED_MAX,
+    TEMPERATURE_MAX,
+    EncodingOpt,
+    StoreOpt,
+    _Command,
+    _Group,
+    any_failed,
+    call_summary,
+    console,
+    err_console,
+    existing_store_path,
+    handle_sigterm,
+    interrupted,
+    judge_configs,
+    lost_share,
+    parse_params,
+    store_path,
+    stored_run,
     user_errors,
 )
+from grandrounds.cli.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
+from grandrounds.core import eventloop
 from grandrounds.core.display import episode_summary, safe_text, styled
 from grandrounds.core.errors import GrandroundsError
-from grandrounds.cli import contamination, fetch, irt, judge_validation, reports, robustness
-from grandrounds.cli.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode
 from grandrounds.core.registry import BENCHMARKS, PROVIDERS, UnknownComponent
@@ -29,7 +49,14 @@ from grandrounds.core.registry import BENCHMARKS, PROVIDERS, UnknownComponent
 if TYPE_CHECKING:
     from grandrounds.benchmarks.base import Benchmark
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Group, help="Evaluate LLMs on medical benchmarks, every answer shown.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    cls=_Group,
+    help="Evaluate LLMs on medical benchmarks, every answer shown.",
+)
+
+
 def bench_options(cls: type[Benchmark]) -> str:
     """The options a benchmark class declares, as flags (what ``run`` accepts for it)."""
     parts = []
@@ -73,9 +100,15 @@ def benchmark_kind(cls: type[Benchmark]) -> str:
 
 @app.command("list")
 def list_cmd(
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="also list every option's type, default and meaning"),
-    kind: Optional[str] = typer.Option(None, "--kind", help=f"only benchmarks of this kind: {' | '.join(KINDS)}"),
-    lang: Optional[str] = typer.Option(None, "--lang", help="only benchmarks in this language, e.g. en, zh, es"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="also list every option's type, default and meaning"
+    ),
+    kind: str | None = typer.Option(
+        None, "--kind", help=f"only benchmarks of this kind: {' | '.join(KINDS)}"
+    ),
+    lang: str | None = typer.Option(
+        None, "--lang", help="only benchmarks in this language, e.g. en, zh, es"
+    ),
 ) -> None:
     """Show the benchmarks (grouped by kind, filtered with --kind and --lang) and providers, with the options each accepts."""
     if kind is not None and kind not in KINDS:
@@ -84,7 +117,14 @@ def list_cmd(
     for name in BENCHMARKS.names():
         try:
             cls = BENCHMARKS.get(name)
-            row = (name, cls.language, ", ".join(cls.answer_modes), "yes" if cls.needs_judge else "optional" if cls.takes_judge else "", bench_options(cls), cls.description)
+            row = (
+                name,
+                cls.language,
+                ", ".join(cls.answer_modes),
+                "yes" if cls.needs_judge else "optional" if cls.takes_judge else "",
+                bench_options(cls),
+                cls.description,
+            )
             if lang is None or cls.language == lang:
                 groups[benchmark_kind(cls)].append(row)
         except Exception as e:  # a broken plugin should not hide the rest
@@ -129,61 +169,181 @@ def _list_declared() -> None:
             print_declared(f"{name} --model-opt", PROVIDERS.get(name).model_options)
 
 
-FLAGGED_HELP = ("answers that address the grader (a verdict of their own, the judge's markers, words to the grader): "
-                "keep (default) | exclude (unscored) | score-zero; counted in every result")
+FLAGGED_HELP = (
+    "answers that address the grader (a verdict of their own, the judge's markers, words to the grader): "
+    "keep (default) | exclude (unscored) | score-zero; counted in every result"
+)
 
 
 @app.command()
 def run(
     benchmark: str = typer.Argument(..., help="benchmark name (see `grandrounds list`)"),
     model: str = typer.Option("llamacpp/smollm2", "--model", "-m", help="PROVIDER/MODEL"),
-    data: Optional[Path] = typer.Option(None, "--data", help="local file or directory in the original format"),
-    encoding: Optional[str] = EncodingOpt,
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="first N samples in source order"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write results.json and samples.jsonl here"),
-    store: Optional[Path] = StoreOpt,
-    base_url: str = typer.Option("", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, help="answer calls in flight per endpoint"),
-    judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
-    rpm: Optional[int] = typer.Option(None, "--rpm", min=1, help=RPM_HELP),
-    judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
-    tpm: Optional[str] = typer.Option(None, "--tpm", callback=tpm_option, metavar=TPM_METAVAR, help=TPM_HELP),
-    judge_tpm: Optional[str] = typer.Option(None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent, answers and judges (HTTP providers; default 120)"),
-    answer_mode: str = typer.Option("generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))),
-    shuffle_options: bool = typer.Option(False, "--shuffle-options", help="permute options (recorded)"),
-    seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="seed of option shuffling, bootstrap CIs and the seed sent with each call"),
-    protocol: str = typer.Option("reference", "--protocol", help="reference (the official setup, default) | grandrounds (our refinements)"),
-    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, max=TEMPERATURE_MAX, help="candidate temperature (default: the protocol's; a change is recorded as a deviation)"),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=1, help="candidate max tokens (default: the protocol's)"),
-    judge: list[str] = typer.Option([], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel (default: the protocol's judge, where it names one)"),
-    judge_base_url: str = typer.Option("", "--judge-base-url", help="base URL for judges given without @BASE_URL (else $OPENAI_BASE_URL)"),
-    judge_temperature: Optional[float] = typer.Option(None, "--judge-temperature", min=0.0, max=TEMPERATURE_MAX, help="judge temperature (default: the protocol's)"),
-    judge_max_tokens: Optional[int] = typer.Option(None, "--judge-max-tokens", min=1, help="judge max tokens (default: the protocol's)"),
-    judge_json: bool = typer.Option(False, "--judge-json", help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)"),
-    judge_mode: str = typer.Option("default", "--judge-mode", help="for benchmarks with judge modes, e.g. per-criterion | batched (HealthBench)"),
-    judge_runs: Optional[int] = typer.Option(None, "--judge-runs", min=1, help="judge runs per answer where the protocol averages runs (default: the benchmark's)"),
-    max_reask: int = typer.Option(2, "--max-reask", min=0, help="re-asks of an unparseable judge reply"),
-    param: list[str] = typer.Option([], "--param", help="benchmark parameter KEY=VALUE, e.g. subjects=anatomy,college_medicine (see `grandrounds list`)"),
-    scoring: list[str] = typer.Option([], "--scoring", help="scoring option KEY=VALUE recorded in the fingerprint (see `grandrounds list`)"),
+    data: Path | None = typer.Option(
+        None, "--data", help="local file or directory in the original format"
+    ),
+    encoding: str | None = EncodingOpt,
+    limit: int | None = typer.Option(
+        None, "--limit", min=1, help="first N samples in source order"
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="write results.json and samples.jsonl here"
+    ),
+    store: Path | None = StoreOpt,
+    base_url: str = typer.Option(
+        "", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"
+    ),
+    concurrency: int | None = typer.Option(
+        None, "--concurrency", min=1, help="answer calls in flight per endpoint"
+    ),
+    judge_concurrency: int | None = typer.Option(
+        None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"
+    ),
+    rpm: int | None = typer.Option(None, "--rpm", min=1, help=RPM_HELP),
+    judge_rpm: int | None = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
+    tpm: str | None = typer.Option(
+        None, "--tpm", callback=tpm_option, metavar=TPM_METAVAR, help=TPM_HELP
+    ),
+    judge_tpm: str | None = typer.Option(
+        None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP
+    ),
+    timeout: float | None = typer.Option(
+        None,
+        "--timeout",
+        min=0.001,
+        help="seconds a call may take once sent, answers and judges (HTTP providers; default 120)",
+    ),
+    answer_mode: str = typer.Option(
+        "generate", "--answer-mode", help=" | ".join(get_args(AnswerMode))
+    ),
+    shuffle_options: bool = typer.Option(
+        False, "--shuffle-options", help="permute options (recorded)"
+    ),
+    seed: int = typer.Option(
+        0,
+        "--seed",
+        min=0,
+        max=SEED_MAX,
+        help="seed of option shuffling, bootstrap CIs and the seed sent with each call",
+    ),
+    protocol: str = typer.Option(
+        "reference",
+        "--protocol",
+        help="reference (the official setup, default) | grandrounds (our refinements)",
+    ),
+    temperature: float | None = typer.Option(
+        None,
+        "--temperature",
+        min=0.0,
+        max=TEMPERATURE_MAX,
+        help="candidate temperature (default: the protocol's; a change is recorded as a deviation)",
+    ),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", min=1, help="candidate max tokens (default: the protocol's)"
+    ),
+    judge: list[str] = typer.Option(
+        [],
+        "--judge",
+        help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel (default: the protocol's judge, where it names one)",
+    ),
+    judge_base_url: str = typer.Option(
+        "",
+        "--judge-base-url",
+        help="base URL for judges given without @BASE_URL (else $OPENAI_BASE_URL)",
+    ),
+    judge_temperature: float | None = typer.Option(
+        None,
+        "--judge-temperature",
+        min=0.0,
+        max=TEMPERATURE_MAX,
+        help="judge temperature (default: the protocol's)",
+    ),
+    judge_max_tokens: int | None = typer.Option(
+        None, "--judge-max-tokens", min=1, help="judge max tokens (default: the protocol's)"
+    ),
+    judge_json: bool = typer.Option(
+        False,
+        "--judge-json",
+        help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)",
+    ),
+    judge_mode: str = typer.Option(
+        "default",
+        "--judge-mode",
+        help="for benchmarks with judge modes, e.g. per-criterion | batched (HealthBench)",
+    ),
+    judge_runs: int | None = typer.Option(
+        None,
+        "--judge-runs",
+        min=1,
+        help="judge runs per answer where the protocol averages runs (default: the benchmark's)",
+    ),
+    max_reask: int = typer.Option(
+        2, "--max-reask", min=0, help="re-asks of an unparseable judge reply"
+    ),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        help="benchmark parameter KEY=VALUE, e.g. subjects=anatomy,college_medicine (see `grandrounds list`)",
+    ),
+    scoring: list[str] = typer.Option(
+        [],
+        "--scoring",
+        help="scoring option KEY=VALUE recorded in the fingerprint (see `grandrounds list`)",
+    ),
     flagged: str = typer.Option("keep", "--flagged", help=FLAGGED_HELP),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads, for providers that take a threads option"),
-    model_opt: list[str] = typer.Option([], "--model-opt", help="provider option KEY=VALUE, e.g. max_response_mb=16 (see `grandrounds list`)"),
-    engine_arg: list[str] = typer.Option([], "--engine-arg", help="argument passed as typed to a vllm/ or sglang/ engine, e.g. --engine-arg=--max-model-len=8192; repeatable"),
-    batch: Optional[str] = typer.Option(None, "--batch", help="answers | judges | both: send those calls through the provider's batch API (openai/, anthropic/; half price, results within 24 h; re-running the same command picks submitted batches up)"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the calls, tokens and cost the run would make (less what the store holds) and exit; no call is made"),
-    prices: Optional[Path] = typer.Option(None, "--prices", help="price table (TOML, as data/prices.toml) read over the packaged one (else $GRANDROUNDS_PRICES)"),
-    max_rubric_items: int = typer.Option(10_000, "--max-rubric-items", min=1, help="rubric items one sample may have (each is a judge call per judge); a sample with more is refused, one with over 1,000 is noted"),
-    simulator: str = typer.Option("", "--simulator", help="agent benchmarks: PROVIDER/MODEL[@BASE_URL] that plays the simulated patient (AgentClinic)"),
-    epochs: Optional[int] = typer.Option(None, "--epochs", min=1, help="agent benchmarks: episodes per sample; the result reports pass^k beside the mean (= --param epochs=K)"),
-    bundle: Optional[Path] = fetch.BundleOpt,
-    mirror: Optional[str] = fetch.MirrorOpt,
-    github_mirror: Optional[str] = fetch.GithubMirrorOpt,
+    threads: int | None = typer.Option(
+        None, "--threads", min=1, help="CPU threads, for providers that take a threads option"
+    ),
+    model_opt: list[str] = typer.Option(
+        [],
+        "--model-opt",
+        help="provider option KEY=VALUE, e.g. max_response_mb=16 (see `grandrounds list`)",
+    ),
+    engine_arg: list[str] = typer.Option(
+        [],
+        "--engine-arg",
+        help="argument passed as typed to a vllm/ or sglang/ engine, e.g. --engine-arg=--max-model-len=8192; repeatable",
+    ),
+    batch: str | None = typer.Option(
+        None,
+        "--batch",
+        help="answers | judges | both: send those calls through the provider's batch API (openai/, anthropic/; half price, results within 24 h; re-running the same command picks submitted batches up)",
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="print the calls, tokens and cost the run would make (less what the store holds) and exit; no call is made",
+    ),
+    prices: Path | None = typer.Option(
+        None,
+        "--prices",
+        help="price table (TOML, as data/prices.toml) read over the packaged one (else $GRANDROUNDS_PRICES)",
+    ),
+    max_rubric_items: int = typer.Option(
+        10_000,
+        "--max-rubric-items",
+        min=1,
+        help="rubric items one sample may have (each is a judge call per judge); a sample with more is refused, one with over 1,000 is noted",
+    ),
+    simulator: str = typer.Option(
+        "",
+        "--simulator",
+        help="agent benchmarks: PROVIDER/MODEL[@BASE_URL] that plays the simulated patient (AgentClinic)",
+    ),
+    epochs: int | None = typer.Option(
+        None,
+        "--epochs",
+        min=1,
+        help="agent benchmarks: episodes per sample; the result reports pass^k beside the mean (= --param epochs=K)",
+    ),
+    bundle: Path | None = fetch.BundleOpt,
+    mirror: str | None = fetch.MirrorOpt,
+    github_mirror: str | None = fetch.GithubMirrorOpt,
 ) -> None:
     """Run BENCHMARK against a model and print the result."""
-    from grandrounds.run.batches.settings import BatchSettings
     from grandrounds.benchmarks.base import RunOptions
     from grandrounds.benchmarks.readers.decoding import data_encoding
+    from grandrounds.run.batches.settings import BatchSettings
     from grandrounds.run.config import RunConfig
 
     with user_errors():
@@ -219,7 +379,8 @@ def run(
             limit=limit,
             batch=BatchSettings.parse(batch),
             flagged=flagged,
-            provider_options=parse_params(model_opt, "--model-opt") | ({"threads": threads} if threads is not None else {})
+            provider_options=parse_params(model_opt, "--model-opt")
+            | ({"threads": threads} if threads is not None else {})
             | engine_options(parse_params(model_opt, "--model-opt"), engine_arg),
         )
         with data_encoding(encoding):
@@ -230,17 +391,25 @@ def run(
                 try:
                     dry_run_command(cfg, store_path(store), prices, out, console)
                 except DownloadError as e:
-                    raise DownloadError(e.path, e.where, e.problem + "; a dry run needs the file too: it counts the tokens of "
-                                        "the exact prompts the run would send, which are built from it") from None
+                    raise DownloadError(
+                        e.path,
+                        e.where,
+                        e.problem + "; a dry run needs the file too: it counts the tokens of "
+                        "the exact prompts the run would send, which are built from it",
+                    ) from None
                 return
             _execute([cfg], store_path(store), out, prices)
 
 
 @app.command()
 def demo(
-    store: Optional[Path] = StoreOpt,
-    out: Optional[Path] = typer.Option(None, "--out", help="write results.json and samples.jsonl here"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads for the local model"),
+    store: Path | None = StoreOpt,
+    out: Path | None = typer.Option(
+        None, "--out", help="write results.json and samples.jsonl here"
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", min=1, help="CPU threads for the local model"
+    ),
 ) -> None:
     """The bundled example exam on the default local model (no key, no network), scored two ways:
     next-token log-probabilities and generated answers, under our protocol with short replies
@@ -251,8 +420,13 @@ def demo(
     popts = {"threads": threads} if threads is not None else {}
     modes: tuple[AnswerMode, ...] = ("next-token", "generate")
     cfgs = [
-        RunConfig("demo", "llamacpp/smollm2", options=RunOptions(answer_mode=mode, protocol="grandrounds"),
-                  gen_overrides={"max_tokens": 64}, provider_options=popts)
+        RunConfig(
+            "demo",
+            "llamacpp/smollm2",
+            options=RunOptions(answer_mode=mode, protocol="grandrounds"),
+            gen_overrides={"max_tokens": 64},
+            provider_options=popts,
+        )
         for mode in modes
     ]
     with user_errors():
@@ -270,13 +444,19 @@ def engine_options(model_opts: dict[str, str], engine_args: list[str]) -> dict[s
 
     if not engine_args:
         return {}
-    return {"engine_args": " ".join(x for x in (model_opts.get("engine_args", ""), shlex.join(engine_args)) if x)}
+    return {
+        "engine_args": " ".join(
+            x for x in (model_opts.get("engine_args", ""), shlex.join(engine_args)) if x
+        )
+    }
 
 
-def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Optional[Path] = None) -> list[Any]:
+def _execute(
+    cfgs: list[Any], store_file: Path, out: Path | None, prices: Path | None = None
+) -> list[Any]:
+    from grandrounds.run.costs import load_prices, usage_line, with_usage
     from grandrounds.run.outputs import stored_lines, write_outputs
     from grandrounds.run.progress import RichProgress
-    from grandrounds.run.costs import load_prices, usage_line, with_usage
     from grandrounds.run.runner import run as run_async
     from grandrounds.store import Store
 
@@ -287,14 +467,22 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
         with Store(store_file) as st, RichProgress(err_console) as prog:
             for cfg in cfgs:
                 outcome = eventloop.run(run_async(st, cfg, prog))
-                outcome.result = with_usage(st, outcome.run.id, outcome.result, *outcome.usage, table, cfg.batch)
+                outcome.result = with_usage(
+                    st, outcome.run.id, outcome.result, *outcome.usage, table, cfg.batch
+                )
                 outcomes.append(outcome)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: leaving the block flushed what was answered before it
+    except (
+        KeyboardInterrupt
+    ):  # Ctrl-C or SIGTERM: leaving the block flushed what was answered before it
         raise interrupted(prog) from None
     print_results([o.result for o in outcomes])
     for o in outcomes:
         err_console.print(f"{o.result.benchmark} · {o.result.model}: run {o.run.id}", style="dim")
-        for line in call_summary(o.answer_stats, [(j, st) for j, st in zip(o.judge_names, o.judge_stats)], [o.simulator] if o.simulator else ()):
+        for line in call_summary(
+            o.answer_stats,
+            [(j, st) for j, st in zip(o.judge_names, o.judge_stats)],
+            [o.simulator] if o.simulator else (),
+        ):
             err_console.print(f"  {line}", style="dim")
         if usage_line(o.result.extra):
             err_console.print(f"  {usage_line(o.result.extra)}", style="dim")
@@ -316,20 +504,38 @@ def _execute(cfgs: list[Any], store_file: Path, out: Optional[Path], prices: Opt
 
             write_outputs(out, [o.result for o in outcomes], lines())
         err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
-    empty = [o for o in outcomes if sum(o.counts.values()) and not o.counts.get("scored") and any_failed(o)]
+    empty = [
+        o
+        for o in outcomes
+        if sum(o.counts.values()) and not o.counts.get("scored") and any_failed(o)
+    ]
     if any(any_failed(o) for o in outcomes) and not empty:
-        err_console.print("some calls failed: re-running the same command retries every failed call "
-                          "(answers and judge calls; what succeeded comes from the store)", style="yellow")
+        err_console.print(
+            "some calls failed: re-running the same command retries every failed call "
+            "(answers and judge calls; what succeeded comes from the store)",
+            style="yellow",
+        )
     if empty:
-        err_console.print(f"nothing could be scored in {len(empty)} run(s): see the failures above; "
-                          "re-running the same command retries every failed call", style="red")
+        err_console.print(
+            f"nothing could be scored in {len(empty)} run(s): see the failures above; "
+            "re-running the same command retries every failed call",
+            style="red",
+        )
         raise typer.Exit(NOTHING_SCORED)
-    mostly = [(o, share) for o in outcomes if (share := lost_share(o.result.extra)) is not None and share > MAX_LOST_SHARE
-              and (any_failed(o) or o.result.extra.get("n_unreadable"))]  # not answers withheld by design (MedBench)
+    mostly = [
+        (o, share)
+        for o in outcomes
+        if (share := lost_share(o.result.extra)) is not None
+        and share > MAX_LOST_SHARE
+        and (any_failed(o) or o.result.extra.get("n_unreadable"))
+    ]  # not answers withheld by design (MedBench)
     for o, share in mostly:
-        err_console.print(f"{o.result.benchmark} · {o.result.model}: {share:.0%} of the answers have no score "
-                          f"(failed calls, unreadable answers, grader errors; more than {MAX_LOST_SHARE:.0%}): the headline "
-                          "stands on the rest only; re-running the same command retries what failed", style="red")
+        err_console.print(
+            f"{o.result.benchmark} · {o.result.model}: {share:.0%} of the answers have no score "
+            f"(failed calls, unreadable answers, grader errors; more than {MAX_LOST_SHARE:.0%}): the headline "
+            "stands on the rest only; re-running the same command retries what failed",
+            style="red",
+        )
     if mostly:
         raise typer.Exit(NOTHING_SCORED)
     return outcomes
@@ -341,7 +547,11 @@ def flagged_count(result: Any) -> str:
     if n is None:
         return ""
     mode = result.fingerprint.get("flagged", "keep")
-    return str(n) if not n else f"{n} ({'kept' if mode == 'keep' else 'excluded' if mode == 'exclude' else 'scored 0'})"
+    return (
+        str(n)
+        if not n
+        else f"{n} ({'kept' if mode == 'keep' else 'excluded' if mode == 'exclude' else 'scored 0'})"
+    )
 
 
 def print_results(results: list[Any]) -> None:
@@ -354,20 +564,54 @@ def print_results(results: list[Any]) -> None:
     for r in results:
         truncated = r.extra.get("n_truncated")
         cov = result_coverage(r.extra)
-        failed = sum(int(r.extra.get(k) or 0) for k in ("n_answer_failed", "n_grader_error", "n_judge_failed"))
-        rows.append({
-            "benchmark": r.benchmark, "model": f"{r.model} ({r.fingerprint.get('answer_mode', '')})",
-            "protocol": protocol_label(r.fingerprint), "judge": r.judge or "", "metric": r.metric,
-            "score": "n/a" if r.score is None else f"{r.score:.3f}", "95% CI": fmt_ci(r.ci95), "n": str(r.n),
-            "unscored": str(r.n_unscored), "coverage": "" if cov is None else f"{cov:.3f}",
-            "unread": "" if unread_count(r.extra) is None else str(unread_count(r.extra)), "unknown": str(r.extra.get("n_unknown_verdicts", "")),
-            "failed": str(failed), "truncated": "" if truncated is None else str(truncated),
-            "flagged": flagged_count(r),
-        })
-    optional = {"judge": lambda row: row["judge"], "unknown": lambda row: row["unknown"] not in ("", "0")}
-    cols = [c for c in ("benchmark", "model", "protocol", "judge", "metric", "score", "95% CI", "n", "unscored", "coverage",
-                        "unread", "unknown", "failed", "truncated", "flagged")
-            if c not in optional or any(optional[c](row) for row in rows)]
+        failed = sum(
+            int(r.extra.get(k) or 0)
+            for k in ("n_answer_failed", "n_grader_error", "n_judge_failed")
+        )
+        rows.append(
+            {
+                "benchmark": r.benchmark,
+                "model": f"{r.model} ({r.fingerprint.get('answer_mode', '')})",
+                "protocol": protocol_label(r.fingerprint),
+                "judge": r.judge or "",
+                "metric": r.metric,
+                "score": "n/a" if r.score is None else f"{r.score:.3f}",
+                "95% CI": fmt_ci(r.ci95),
+                "n": str(r.n),
+                "unscored": str(r.n_unscored),
+                "coverage": "" if cov is None else f"{cov:.3f}",
+                "unread": "" if unread_count(r.extra) is None else str(unread_count(r.extra)),
+                "unknown": str(r.extra.get("n_unknown_verdicts", "")),
+                "failed": str(failed),
+                "truncated": "" if truncated is None else str(truncated),
+                "flagged": flagged_count(r),
+            }
+        )
+    optional = {
+        "judge": lambda row: row["judge"],
+        "unknown": lambda row: row["unknown"] not in ("", "0"),
+    }
+    cols = [
+        c
+        for c in (
+            "benchmark",
+            "model",
+            "protocol",
+            "judge",
+            "metric",
+            "score",
+            "95% CI",
+            "n",
+            "unscored",
+            "coverage",
+            "unread",
+            "unknown",
+            "failed",
+            "truncated",
+            "flagged",
+        )
+        if c not in optional or any(optional[c](row) for row in rows)
+    ]
     needed = sum(max(len(c), *(len(row[c]) for row in rows)) + 3 for c in cols) if rows else 0
     if needed <= console.width:
         t = Table(title="Results")
@@ -381,9 +625,19 @@ def print_results(results: list[Any]) -> None:
     console.print("Results", style="bold")
     for row in rows:
         judge = f" · judge {row['judge']}" if row["judge"] else ""
-        console.print(f"{row['benchmark']} · {row['model']} · protocol {row['protocol']}{judge}", soft_wrap=True)
-        counts = "  ".join(f"{c} {row[c]}" for c in ("coverage", "unread", "unknown", "failed", "truncated", "flagged") if c in cols and row[c])
-        console.print(f"  {row['metric']} {row['score']}  95% CI {row['95% CI']}  n {row['n']}  unscored {row['unscored']}  {counts}", soft_wrap=True)
+        console.print(
+            f"{row['benchmark']} · {row['model']} · protocol {row['protocol']}{judge}",
+            soft_wrap=True,
+        )
+        counts = "  ".join(
+            f"{c} {row[c]}"
+            for c in ("coverage", "unread", "unknown", "failed", "truncated", "flagged")
+            if c in cols and row[c]
+        )
+        console.print(
+            f"  {row['metric']} {row['score']}  95% CI {row['95% CI']}  n {row['n']}  unscored {row['unscored']}  {counts}",
+            soft_wrap=True,
+        )
     _protections_off(results)
 
 
@@ -394,63 +648,139 @@ def served_changed(result: Any) -> str:
     if not isinstance(served, dict) or len(served) < 2:
         return ""
     seen = ", ".join(f"{v}: {n}" for v, n in served.items())
-    return (f"{result.benchmark} · {result.model}: the server's system_fingerprint changed within this run: {seen} "
-            "— the model behind the name may have changed")
+    return (
+        f"{result.benchmark} · {result.model}: the server's system_fingerprint changed within this run: {seen} "
+        "— the model behind the name may have changed"
+    )
 
 
 def _protections_off(results: list[Any]) -> None:
     """Say where a judge saw the answer unmarked (the official prompt under ``reference``)."""
     for r in results:
         if served_changed(r):
-            console.print(safe_text(f"warning: {served_changed(r)}"), style="yellow", soft_wrap=True, markup=False)
+            console.print(
+                safe_text(f"warning: {served_changed(r)}"),
+                style="yellow",
+                soft_wrap=True,
+                markup=False,
+            )
     off = sorted({r.benchmark for r in results if r.extra.get("answer_markers") == "off"})
     if off:
-        console.print(safe_text(f"note: {', '.join(off)}: the judge saw the answer as the official prompt shows it, with no markers "
-                                "around it (answer markers are off under --protocol reference)"), style="dim", soft_wrap=True, markup=False)
+        console.print(
+            safe_text(
+                f"note: {', '.join(off)}: the judge saw the answer as the official prompt shows it, with no markers "
+                "around it (answer markers are off under --protocol reference)"
+            ),
+            style="dim",
+            soft_wrap=True,
+            markup=False,
+        )
 
 
 @app.command()
 def regrade(
-    run_id: str = typer.Option(..., "--run", help="run id (printed by `run`; see `grandrounds runs`)"),
-    judge: list[str] = typer.Option([], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel"),
-    judge_base_url: str = typer.Option("", "--judge-base-url", help="base URL for judges given without @BASE_URL (else $OPENAI_BASE_URL)"),
-    judge_temperature: Optional[float] = typer.Option(None, "--judge-temperature", min=0.0, max=TEMPERATURE_MAX, help="judge temperature (default: the run's protocol's)"),
-    judge_max_tokens: Optional[int] = typer.Option(None, "--judge-max-tokens", min=1, help="default: the run's protocol's"),
-    judge_json: bool = typer.Option(False, "--judge-json", help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)"),
-    judge_mode: Optional[str] = typer.Option(None, "--judge-mode", help="default: as in the run's last grading"),
-    judge_runs: Optional[int] = typer.Option(None, "--judge-runs", min=1, help="judge runs per answer (default: as in the run's last grading)"),
-    max_reask: int = typer.Option(2, "--max-reask", min=0, help="re-asks of an unparseable judge reply"),
-    only_unknown: bool = typer.Option(False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"),
+    run_id: str = typer.Option(
+        ..., "--run", help="run id (printed by `run`; see `grandrounds runs`)"
+    ),
+    judge: list[str] = typer.Option(
+        [], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel"
+    ),
+    judge_base_url: str = typer.Option(
+        "",
+        "--judge-base-url",
+        help="base URL for judges given without @BASE_URL (else $OPENAI_BASE_URL)",
+    ),
+    judge_temperature: float | None = typer.Option(
+        None,
+        "--judge-temperature",
+        min=0.0,
+        max=TEMPERATURE_MAX,
+        help="judge temperature (default: the run's protocol's)",
+    ),
+    judge_max_tokens: int | None = typer.Option(
+        None, "--judge-max-tokens", min=1, help="default: the run's protocol's"
+    ),
+    judge_json: bool = typer.Option(
+        False,
+        "--judge-json",
+        help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)",
+    ),
+    judge_mode: str | None = typer.Option(
+        None, "--judge-mode", help="default: as in the run's last grading"
+    ),
+    judge_runs: int | None = typer.Option(
+        None,
+        "--judge-runs",
+        min=1,
+        help="judge runs per answer (default: as in the run's last grading)",
+    ),
+    max_reask: int = typer.Option(
+        2, "--max-reask", min=0, help="re-asks of an unparseable judge reply"
+    ),
+    only_unknown: bool = typer.Option(
+        False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"
+    ),
     flagged: str = typer.Option("keep", "--flagged", help=FLAGGED_HELP),
-    judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"),
-    judge_rpm: Optional[int] = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
-    judge_tpm: Optional[str] = typer.Option(None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="seconds a call may take once sent, judges (HTTP providers; default 120)"),
-    seed: int = typer.Option(0, "--seed", min=0, max=SEED_MAX, help="seed of the judges' calls and of bootstrap CIs"),
-    batch: bool = typer.Option(False, "--batch", help="send the judge calls through the judge's batch API (openai/, anthropic/; half price, results within 24 h)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write results.json and samples.jsonl here"),
-    store: Optional[Path] = StoreOpt,
+    judge_concurrency: int | None = typer.Option(
+        None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"
+    ),
+    judge_rpm: int | None = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
+    judge_tpm: str | None = typer.Option(
+        None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP
+    ),
+    timeout: float | None = typer.Option(
+        None,
+        "--timeout",
+        min=0.001,
+        help="seconds a call may take once sent, judges (HTTP providers; default 120)",
+    ),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=SEED_MAX, help="seed of the judges' calls and of bootstrap CIs"
+    ),
+    batch: bool = typer.Option(
+        False,
+        "--batch",
+        help="send the judge calls through the judge's batch API (openai/, anthropic/; half price, results within 24 h)",
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="write results.json and samples.jsonl here"
+    ),
+    store: Path | None = StoreOpt,
 ) -> None:
     """Re-judge stored answers with another judge or template, without generating again."""
     from grandrounds.run.batches.settings import BatchSettings
     from grandrounds.run.outputs import regraded_lines, write_outputs
     from grandrounds.run.progress import RichProgress
-    from grandrounds.run.regrade import RegradeRequest, regrade as regrade_async
+    from grandrounds.run.regrade import RegradeRequest
+    from grandrounds.run.regrade import regrade as regrade_async
     from grandrounds.store import Store
 
     with user_errors(), Store(existing_store_path(store)) as st:
         run_rec = stored_run(st, run_id)
         judges = judge_configs(judge, judge_base_url, judge_json)
         req = RegradeRequest(
-            run_rec, judges, judge_mode, judge_runs, max_reask, seed, only_unknown, judge_concurrency, timeout,
+            run_rec,
+            judges,
+            judge_mode,
+            judge_runs,
+            max_reask,
+            seed,
+            only_unknown,
+            judge_concurrency,
+            timeout,
             judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
-            batch=BatchSettings.parse("judges" if batch else None), rpm=judge_rpm, tpm=judge_tpm, flagged=flagged,
+            batch=BatchSettings.parse("judges" if batch else None),
+            rpm=judge_rpm,
+            tpm=judge_tpm,
+            flagged=flagged,
         )
         with RichProgress(err_console) as prog:
             outcome = eventloop.run(regrade_async(st, req, progress=prog))
         from grandrounds.run.costs import load_prices, usage_line, with_usage
 
-        outcome.result = with_usage(st, run_rec.id, outcome.result, *outcome.usage, load_prices(), req.batch)
+        outcome.result = with_usage(
+            st, run_rec.id, outcome.result, *outcome.usage, load_prices(), req.batch
+        )
     print_results([outcome.result])
     for line in call_summary(None, list(zip([j.spec for j in judges], outcome.judge_stats))):
         err_console.print(f"  {line}", style="dim")
@@ -465,7 +795,7 @@ def regrade(
 
 
 @app.command()
-def runs(store: Optional[Path] = StoreOpt) -> None:
+def runs(store: Path | None = StoreOpt) -> None:
     """List the runs in the store."""
     from grandrounds.store import Store
 
@@ -477,13 +807,32 @@ def runs(store: Optional[Path] = StoreOpt) -> None:
         err_console.print(f"no runs in {path}")
         return
     t = Table(title=f"Runs in {path}")
-    for col in ("run", "benchmark", "model", "mode", "protocol", "judge", "limit", "dataset", "status", "created"):
+    for col in (
+        "run",
+        "benchmark",
+        "model",
+        "mode",
+        "protocol",
+        "judge",
+        "limit",
+        "dataset",
+        "status",
+        "created",
+    ):
         t.add_column(col)
     for r, state in stored:
         limit = r.options.get("limit")
         t.add_row(
-            r.id, r.benchmark_spec, r.model, r.options.get("answer_mode", ""), str(r.options.get("protocol") or "grandrounds"),
-            judges[r.id], "" if limit is None else str(limit), r.dataset_sha256[:12], state.describe(), r.created_at[:19].replace("T", " "),
+            r.id,
+            r.benchmark_spec,
+            r.model,
+            r.options.get("answer_mode", ""),
+            str(r.options.get("protocol") or "grandrounds"),
+            judges[r.id],
+            "" if limit is None else str(limit),
+            r.dataset_sha256[:12],
+            state.describe(),
+            r.created_at[:19].replace("T", " "),
         )
     console.print(t)
 
@@ -497,8 +846,10 @@ def _judges_of(st: Any, grader_fp: str | None) -> str:
 @app.command()
 def submission(
     run_id: str = typer.Option(..., "--run", help="run id (see `grandrounds runs`)"),
-    out: Path = typer.Option(..., "--out", help="file, or directory for one file per question file"),
-    store: Optional[Path] = StoreOpt,
+    out: Path = typer.Option(
+        ..., "--out", help="file, or directory for one file per question file"
+    ),
+    store: Path | None = StoreOpt,
 ) -> None:
     """Write a run's stored answers in its benchmark's submission format (MedBench's platform)."""
     from grandrounds.run.config import build_benchmark
@@ -508,9 +859,15 @@ def submission(
         run_rec = stored_run(st, run_id)
         bench = build_benchmark(run_rec.benchmark, dict(run_rec.options.get("bench_params") or {}))
         samples = st.samples(run_rec.benchmark, run_rec.dataset_sha256)
-        texts = {sid: resp.text for sid, (_, resp) in st.answers(run_rec.id).items() if resp is not None and resp.ok and resp.text is not None}
+        texts = {
+            sid: resp.text
+            for sid, (_, resp) in st.answers(run_rec.id).items()
+            if resp is not None and resp.ok and resp.text is not None
+        }
     report = bench.write_submission(samples, texts, out)
-    err_console.print(f"wrote {report['n_written']} answers to {', '.join(report['files'])}; {len(report['missing'])} without an answer")
+    err_console.print(
+        f"wrote {report['n_written']} answers to {', '.join(report['files'])}; {len(report['missing'])} without an answer"
+    )
 
 
 # The command groups that live in their own modules, after run's: reports and the viewer, judge
@@ -537,7 +894,9 @@ def main() -> None:
     try:
         app()
     except (GrandroundsError, UnknownComponent) as e:
-        sys.stderr.write(f"error: {safe_text(e)}\n")  # plain: no wrapping, no markup in file names, no escape sequence of the data
+        sys.stderr.write(
+            f"error: {safe_text(e)}\n"
+        )  # plain: no wrapping, no markup in file names, no escape sequence of the data
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(interrupted().exit_code)
@@ -561,7 +920,11 @@ def entry() -> None:
         code: Any = 0
     except SystemExit as e:
         code = e.code
-    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+    if any(
+        t.is_alive() and not t.daemon
+        for t in threading.enumerate()
+        if t is not threading.main_thread()
+    ):
         sys.exit(code)
     if code is None:
         code = 0

@@ -4,7 +4,8 @@ text from outside (servers, data files, model answers) is shown on a terminal.""
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.segment import Segment
@@ -80,7 +81,11 @@ class SafeConsole(Console):
         """Lines of text printed where the output is not a terminal (a log file, a pipe) are kept
         whole, neither broken nor cut at the 80 columns Rich assumes there: the file's reader
         wraps them. Tables are still laid out to the console's width."""
-        if kwargs.get("soft_wrap") is None and not self.is_terminal and all(isinstance(o, (str, Text)) for o in objects):
+        if (
+            kwargs.get("soft_wrap") is None
+            and not self.is_terminal
+            and all(isinstance(o, (str, Text)) for o in objects)
+        ):
             kwargs["soft_wrap"] = True
         super().print(*objects, **kwargs)
 
@@ -98,7 +103,10 @@ def episode_summary(extra: Any, sep: str = ", ") -> str:
     statuses = extra.get("episodes") if isinstance(extra, Mapping) else None
     if not isinstance(statuses, Mapping) or not statuses:
         return ""
-    text = "episodes: " + sep.join(f"{str(k).replace('_', ' ')} {int(n)}" for k, n in sorted(statuses.items(), key=lambda kv: -int(kv[1])))
+    text = "episodes: " + sep.join(
+        f"{str(k).replace('_', ' ')} {int(n)}"
+        for k, n in sorted(statuses.items(), key=lambda kv: -int(kv[1]))
+    )
     passk = extra.get("pass_k") or {}
     if isinstance(passk, Mapping) and len(passk) > 1:
         text += "; " + sep.join(f"pass^{k} {fmt(v)}" for k, v in passk.items() if v is not None)

@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Coroutine, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from grandrounds.core.errors import ConfigError
 
@@ -48,7 +49,9 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         import uvloop
     except ImportError:
         if choice == "uvloop":
-            raise ConfigError(f"${ENV}=uvloop but uvloop is not installed (pip install uvloop; not available on Windows)") from None
+            raise ConfigError(
+                f"${ENV}=uvloop but uvloop is not installed (pip install uvloop; not available on Windows)"
+            ) from None
         return None
     return uvloop.new_event_loop
 
@@ -80,7 +83,10 @@ def _run_interruptible(runner: asyncio.Runner, coro: Coroutine[Any, Any, T]) -> 
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         return runner.run(coro)
     loop = runner.get_loop()
     state: dict[str, Any] = {"task": None, "stops": 0}

@@ -14,9 +14,10 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 from grandrounds.core.errors import ConfigError
 
@@ -41,8 +42,10 @@ def output_dir(directory: Path, create: bool = True) -> Path:
         raise ConfigError(f"output directory {directory} is not a directory")
     if _foreign(link) or _foreign(target):
         owner = link.st_uid if _foreign(link) else target.st_uid
-        raise ConfigError(f"output directory {directory} belongs to another user (uid {owner}): "
-                          "refusing to write there; choose a directory of your own")
+        raise ConfigError(
+            f"output directory {directory} belongs to another user (uid {owner}): "
+            "refusing to write there; choose a directory of your own"
+        )
     return directory
 
 
@@ -69,7 +72,9 @@ class Staged:
         self._pending.append((Path(tmp), final))
         try:
             if hasattr(os, "fchmod"):
-                os.fchmod(fd, 0o666 & ~_umask())  # as an ordinary new file would be, not mkstemp's 0600
+                os.fchmod(
+                    fd, 0o666 & ~_umask()
+                )  # as an ordinary new file would be, not mkstemp's 0600
             if "b" in mode:
                 return os.fdopen(fd, mode)
             return os.fdopen(fd, mode, encoding="utf-8", newline="")
@@ -99,7 +104,9 @@ def staged() -> Iterator[Staged]:
     except OSError as e:  # a full disk, a quota, a file size limit: one line, and nothing replaced
         names = ", ".join(str(final) for _, final in files._pending) or "the output"
         files.discard()
-        raise ConfigError(f"could not write {names}: {e.strerror or e}; no file was replaced (earlier ones are as they were)") from None
+        raise ConfigError(
+            f"could not write {names}: {e.strerror or e}; no file was replaced (earlier ones are as they were)"
+        ) from None
     except BaseException:
         files.discard()
         raise

@@ -6,11 +6,11 @@ import dataclasses
 import functools
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
-
 
 _SCALARS = (str, int, bool, type(None))
 _EXACT_SCALARS = frozenset(_SCALARS)
@@ -49,7 +49,7 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _field_names(cls: type) -> tuple[str, ...] | None:
     """A dataclass's fields as JSON writes them: every field but those marked
     ``metadata={"json": False}`` (bytes that travel beside a record, never in its key)."""
@@ -58,7 +58,7 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
     return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("json", True))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _omitted_when_empty(cls: type) -> frozenset[str]:
     """Fields marked ``metadata={"omit_empty": True}``: left out of JSON while empty (falsy), so
     records written before such a field existed keep their text and their keys."""
@@ -102,7 +102,9 @@ class _NotExact(Exception):
 
 #: Sorted keys; dataclasses go through :func:`_orjson_default` (orjson's own dataclass path would
 #: also write attributes cached in an instance's ``__dict__``).
-_ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+_ORJSON_OPTIONS = (
+    orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+)
 
 
 def _orjson_text(obj: Any) -> str | None:

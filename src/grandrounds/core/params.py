@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import GenericAlias
-from typing import Any, Mapping, Sequence, Union
+from typing import Any
 
 from grandrounds.core.errors import ConfigError
 
 #: int, float, bool, str, ``list[str]``, or a class a value must be an instance of (e.g. Callable).
-ParamType = Union[type, GenericAlias]
+ParamType = type | GenericAlias
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -48,9 +48,15 @@ class Param:
     def describe(self) -> str:
         """``name: type = default (a|b) - help`` for listings."""
         allowed = f" ({'|'.join(map(str, self.choices))})" if self.choices else ""
-        everything = isinstance(self.default, (list, tuple)) and list(self.default) == list(self.choices or ())
-        default = "" if self.default is None else " = all" if everything else f" = {_show(self.default)}"
-        return f"{self.name}: {self.type_name()}{default}{allowed}" + (f" - {self.help}" if self.help else "")
+        everything = isinstance(self.default, (list, tuple)) and list(self.default) == list(
+            self.choices or ()
+        )
+        default = (
+            "" if self.default is None else " = all" if everything else f" = {_show(self.default)}"
+        )
+        return f"{self.name}: {self.type_name()}{default}{allowed}" + (
+            f" - {self.help}" if self.help else ""
+        )
 
 
 def did_you_mean(word: str, candidates: Sequence[str]) -> str:
@@ -59,7 +65,9 @@ def did_you_mean(word: str, candidates: Sequence[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-def check_values(declared: Sequence[Param], given: Mapping[str, Any], owner: str, flag: str) -> dict[str, Any]:
+def check_values(
+    declared: Sequence[Param], given: Mapping[str, Any], owner: str, flag: str
+) -> dict[str, Any]:
     """The ``given`` values coerced to their declared types; unknown keys and bad values are refused.
 
     ``owner`` names who takes the options (``pubmedqa``, ``provider openai``) and ``flag`` how a
@@ -75,7 +83,9 @@ def check_values(declared: Sequence[Param], given: Mapping[str, Any], owner: str
     return out
 
 
-def declared_value(declared: Sequence[Param], given: Mapping[str, Any], name: str, what: str) -> Any:
+def declared_value(
+    declared: Sequence[Param], given: Mapping[str, Any], name: str, what: str
+) -> Any:
     """The value of declared option ``name``: as ``given``, else its declared default."""
     if name in given:
         return given[name]
@@ -128,7 +138,11 @@ def _check_range(param: Param, value: Any, where: str) -> None:
     if param.choices is not None:
         for item in items:
             if item not in param.choices:
-                hint = did_you_mean(item, [str(c) for c in param.choices]) if isinstance(item, str) else ""
+                hint = (
+                    did_you_mean(item, [str(c) for c in param.choices])
+                    if isinstance(item, str)
+                    else ""
+                )
                 raise _bad(where, item, f"one of {', '.join(map(str, param.choices))}", hint)
     if param.minimum is not None and value < param.minimum:
         raise _bad(where, value, f"at least {_show(param.minimum)}")
@@ -210,4 +224,6 @@ def _unknown(key: str, declared: Sequence[Param], owner: str, flag: str) -> Conf
     names = [p.name for p in declared]
     if not names:
         return ConfigError(f"{owner}: unknown {flag} {key!r} (it accepts none)")
-    return ConfigError(f"{owner}: unknown {flag} {key!r}{did_you_mean(key, names)} (accepted: {', '.join(names)})")
+    return ConfigError(
+        f"{owner}: unknown {flag} {key!r}{did_you_mean(key, names)} (accepted: {', '.join(names)})"
+    )

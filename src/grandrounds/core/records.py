@@ -7,8 +7,9 @@ turns into plain JSON with :func:`grandrounds.core.hashing.to_jsonable` and back
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from grandrounds.core.hashing import canonical_json, dataclass_dict, text_hash
 
@@ -17,7 +18,9 @@ RequestKind = Literal["chat", "next_token", "loglikelihood"]
 VerdictStatus = Literal["met", "unmet", "unknown"]
 #: Why a grade has the value it has. Only ``scored`` grades carry a value; the others are counted
 #: and shown as unscored, each for its own reason, and never parsed back out of a message.
-GradeStatus = Literal["scored", "answer_failed", "unreadable", "grader_error", "not_asked", "flagged"]
+GradeStatus = Literal[
+    "scored", "answer_failed", "unreadable", "grader_error", "not_asked", "flagged"
+]
 #: Grades the runner redoes on the next run: the answer or the grader may succeed this time.
 REDO_STATUSES: frozenset[str] = frozenset({"answer_failed", "grader_error", "not_asked"})
 #: Answer modes of exam benchmarks: extract a letter from generated text (``generate``); rank the
@@ -368,16 +371,26 @@ class Result:
 def part_from_json(d: Mapping[str, Any]) -> Part:
     kind = d.get("type")
     if kind == "image":
-        return ImagePart(sha256=str(d["sha256"]), media_type=str(d["media_type"]), detail=str(d.get("detail") or ""))
+        return ImagePart(
+            sha256=str(d["sha256"]),
+            media_type=str(d["media_type"]),
+            detail=str(d.get("detail") or ""),
+        )
     if kind == "tool_call":
         return ToolCallPart(id=str(d["id"]), name=str(d["name"]), arguments=str(d["arguments"]))
     if kind == "tool_result":
-        return ToolResultPart(call_id=str(d["call_id"]), content=str(d["content"]), name=str(d.get("name") or ""))
+        return ToolResultPart(
+            call_id=str(d["call_id"]), content=str(d["content"]), name=str(d.get("name") or "")
+        )
     return TextPart(text=str(d["text"]))
 
 
 def tool_spec_from_json(d: Mapping[str, Any]) -> ToolSpec:
-    return ToolSpec(name=str(d["name"]), description=str(d.get("description") or ""), parameters=dict(d.get("parameters") or {}))
+    return ToolSpec(
+        name=str(d["name"]),
+        description=str(d.get("description") or ""),
+        parameters=dict(d.get("parameters") or {}),
+    )
 
 
 def message_from_json(d: Mapping[str, Any]) -> Message:
@@ -388,7 +401,9 @@ def message_from_json(d: Mapping[str, Any]) -> Message:
 
 
 def criterion_from_json(d: Mapping[str, Any]) -> Criterion:
-    return Criterion(id=str(d["id"]), text=d["text"], points=d["points"], tags=tuple(d.get("tags", ())))
+    return Criterion(
+        id=str(d["id"]), text=d["text"], points=d["points"], tags=tuple(d.get("tags", ()))
+    )
 
 
 def sample_from_json(d: Mapping[str, Any]) -> Sample:
@@ -479,7 +494,11 @@ def breakdown_from_json(d: Any) -> dict[str, dict[str, Cell]]:
     for family, cells in d.items():
         if not isinstance(cells, Mapping):
             continue
-        fam = {str(k): cell_from_json(c) for k, c in cells.items() if isinstance(c, Mapping) and "n" in c and "score" in c}
+        fam = {
+            str(k): cell_from_json(c)
+            for k, c in cells.items()
+            if isinstance(c, Mapping) and "n" in c and "score" in c
+        }
         if fam:
             out[str(family)] = fam
     return out
@@ -505,7 +524,9 @@ def result_from_json(d: Mapping[str, Any]) -> Result:
 
 def judge_call_failed(grade: Grade) -> bool:
     """A judge call behind this grade failed (the vote is unknown with the call's error kept)."""
-    return any(v.error for v in grade.votes) or any(v.error for verdict in grade.verdicts for v in verdict.votes)
+    return any(v.error for v in grade.votes) or any(
+        v.error for verdict in grade.verdicts for v in verdict.votes
+    )
 
 
 def needs_redo(grade: Grade) -> bool:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 
 from grandrounds.core.hashing import canonical_json
 
@@ -81,13 +82,17 @@ class Registry(Generic[T]):
         if name in self._loaded:
             return self._loaded[name]
         path = self._paths.get(name)
-        if path is None:  # built-ins win over plugins of the same name, so only other names need the scan (about 0.06 s)
+        if (
+            path is None
+        ):  # built-ins win over plugins of the same name, so only other names need the scan (about 0.06 s)
             self._scan_plugins()
             path = self._paths.get(name)
         if path is None:
             close = difflib.get_close_matches(name, self.names(), n=3, cutoff=0.5)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise UnknownComponent(f"unknown {self.kind} {name!r}{hint} (known: {', '.join(self.names())})")
+            raise UnknownComponent(
+                f"unknown {self.kind} {name!r}{hint} (known: {', '.join(self.names())})"
+            )
         module_name, _, attr = path.partition(":")
         cls = getattr(importlib.import_module(module_name), attr)
         self._loaded[name] = cls

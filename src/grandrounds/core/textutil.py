@@ -55,13 +55,13 @@ def strip_leading_reasoning(text: str) -> str:
         close = re.search(r"</seed:think>" if m.group(1) else r"</think>", s, re.I)
         if close is None:
             return ""
-        s = s[close.end():].lstrip()
+        s = s[close.end() :].lstrip()
     if "</think>" in s.lower() and not s.startswith(("{", "[", "`")):
-        s = s[s.lower().index("</think>") + len("</think>"):].lstrip()
+        s = s[s.lower().index("</think>") + len("</think>") :].lstrip()
     if s.startswith("analysis") and "assistantfinal" in s:
         s = s.split("assistantfinal", 1)[1].lstrip()
     if s.lower().startswith("<answer>") and (end := s.lower().find("</answer>")) >= 0:
-        s = s[len("<answer>"):end]
+        s = s[len("<answer>") : end]
     return s.strip()
 
 

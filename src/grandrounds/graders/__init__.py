@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from grandrounds.graders.base import Grader, build, spec_from_json
 from grandrounds.core.registry import GRADERS, Spec
+from grandrounds.graders.base import Grader, build, spec_from_json
 
 __all__ = ["Grader", "build", "grader_from_fingerprint", "spec_from_json", "stored_spec"]
 

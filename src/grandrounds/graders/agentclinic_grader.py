@@ -16,8 +16,9 @@ A panel decides by majority (a tie is unknown).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from grandrounds.core.hashing import text_hash
 from grandrounds.core.records import Grade, Message, Response, Sample
@@ -55,36 +56,87 @@ class AgentClinicGrader(Grader):
 
     def template_hashes(self) -> dict[str, Any]:
         t = official.texts()
-        return {"moderator": text_hash(t["moderator_system"].text + "\x1f" + t["moderator_user"].text)[:16]}
+        return {
+            "moderator": text_hash(t["moderator_system"].text + "\x1f" + t["moderator_user"].text)[
+                :16
+            ]
+        }
 
     def parse(self, text: str, pending: Sequence[str]) -> dict[str, Reading]:
         said = official.moderator_reading(text, self.params.protocol)
         if said is None:
             return {}
-        return {pending[0]: Reading("met" if said else "unmet", official.official_reply(text).strip(), 1.0 if said else 0.0)}
+        return {
+            pending[0]: Reading(
+                "met" if said else "unmet",
+                official.official_reply(text).strip(),
+                1.0 if said else 0.0,
+            )
+        }
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         correct = str(sample.target or "")
         if not correct.strip():
-            return unscored(sample, "grader_error", "no correct diagnosis in the file for this case", protocol=self.params.protocol)
+            return unscored(
+                sample,
+                "grader_error",
+                "no correct diagnosis in the file for this case",
+                protocol=self.params.protocol,
+            )
         reply = response.text or ""
         system, user = official.moderator_prompts(reply, correct)
         msgs = (Message("system", system), Message("user", user))
-        (verdict,) = await judge_criteria([CHECK], lambda _j, _ids: [Ask((CHECK,), lambda _p: msgs, self.parse)], ctx)
+        (verdict,) = await judge_criteria(
+            [CHECK], lambda _j, _ids: [Ask((CHECK,), lambda _p: msgs, self.parse)], ctx
+        )
         detail = f"{stated_diagnosis(reply)} vs {correct}"
         details = {
             "protocol": self.params.protocol,
-            "official_correct": [official.official_correct(v.raw) if v.raw else None for v in verdict.votes],
-            "checks": [{"name": CHECK, "passed": None if verdict.status == "unknown" else verdict.status == "met", "detail": detail}],
+            "official_correct": [
+                official.official_correct(v.raw) if v.raw else None for v in verdict.votes
+            ],
+            "checks": [
+                {
+                    "name": CHECK,
+                    "passed": None if verdict.status == "unknown" else verdict.status == "met",
+                    "detail": detail,
+                }
+            ],
         }
         keys = judge_keys((verdict,))
         if verdict.status == "unknown":
             failed = [v.error for v in verdict.votes if v.error]
-            if failed and len(failed) == len(verdict.votes):  # no moderator answered: asked again on the next run
-                return Grade(sample.id, None, details=details, error=failed[0], judge_keys=keys, status="grader_error", verdicts=(verdict,))
-            details["unread"] = next((v.explanation for v in verdict.votes if v.explanation), "the moderator said neither yes nor no")
-            return Grade(sample.id, None, extracted=verdict.raw, details=details, judge_keys=keys, status="unreadable",
-                         verdicts=(verdict,))
+            if failed and len(failed) == len(
+                verdict.votes
+            ):  # no moderator answered: asked again on the next run
+                return Grade(
+                    sample.id,
+                    None,
+                    details=details,
+                    error=failed[0],
+                    judge_keys=keys,
+                    status="grader_error",
+                    verdicts=(verdict,),
+                )
+            details["unread"] = next(
+                (v.explanation for v in verdict.votes if v.explanation),
+                "the moderator said neither yes nor no",
+            )
+            return Grade(
+                sample.id,
+                None,
+                extracted=verdict.raw,
+                details=details,
+                judge_keys=keys,
+                status="unreadable",
+                verdicts=(verdict,),
+            )
         # extracted: the moderator's reply, as the episode's transcript shows it beside the checks
-        return Grade(sample.id, 1.0 if verdict.status == "met" else 0.0, extracted=verdict.raw, details=details,
-                     judge_keys=keys, verdicts=(verdict,))
+        return Grade(
+            sample.id,
+            1.0 if verdict.status == "met" else 0.0,
+            extracted=verdict.raw,
+            details=details,
+            judge_keys=keys,
+            verdicts=(verdict,),
+        )

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Protocol, Sequence
+from typing import Any, ClassVar, Protocol
 
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.hashing import text_hash
@@ -108,13 +109,19 @@ def build(spec: Spec) -> Grader:
     fields = {f.name for f in dataclasses.fields(cls.Params)}
     unknown = sorted(set(spec.args) - fields)
     if unknown:
-        raise ConfigError(f"grader {spec.name!r} has no parameter {', '.join(unknown)} (accepted: {', '.join(sorted(fields)) or 'none'})")
+        raise ConfigError(
+            f"grader {spec.name!r} has no parameter {', '.join(unknown)} (accepted: {', '.join(sorted(fields)) or 'none'})"
+        )
     args = dict(spec.args)
     for f in dataclasses.fields(cls.Params):
         # numbers and flags are checked as the CLI checks them (an int where an int is due, never a
         # bool); text and optional values are checked by the Params themselves (choices, non-empty)
         if f.name in args and isinstance(f.default, (bool, int, float)):
-            args[f.name] = coerce(Param(f.name, type(f.default), f.default), args[f.name], f"grader {spec.name!r}: {f.name}")
+            args[f.name] = coerce(
+                Param(f.name, type(f.default), f.default),
+                args[f.name],
+                f"grader {spec.name!r}: {f.name}",
+            )
     try:
         params = cls.Params(**args)
         return cls(params)
@@ -127,7 +134,9 @@ def spec_from_json(d: Mapping[str, Any]) -> Spec:
     if not isinstance(d, Mapping) or "name" not in d:
         raise ConfigError(f"not a grader spec: {d!r}")
     args = dict(d.get("args") or {})
-    return Spec(str(d["name"]), {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()})
+    return Spec(
+        str(d["name"]), {k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
+    )
 
 
 def load_templates(*names: str) -> dict[str, str]:

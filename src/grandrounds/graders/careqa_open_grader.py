@@ -13,13 +13,21 @@ the answer is unscored (``unreadable``). ``details["medmarks_value"]`` is Medmar
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from grandrounds.core.records import Grade, Message, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
 from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, delimit_answer, judge_keys, panel
+from grandrounds.graders.judging import (
+    ANSWER_MARKERS,
+    Ask,
+    Reading,
+    delimit_answer,
+    judge_keys,
+    panel,
+)
 from grandrounds.sources.careqa_open import ENV, OUR_JUDGE, TAGS, answer_section, parser_tags
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.sources.upstream import python_string
@@ -97,30 +105,69 @@ class CareQAOpenGrader(Grader):
         question = sample.metadata["question"]
         if self.params.protocol == "reference":
             template = python_string(ENV, "JUDGE_TEMPLATE").text
-            return template.format(question=question, answer=sample.target, response=answer_section(answer))
-        return OUR_JUDGE.format(question=question, answer=sample.target, response=delimit_answer(strip_reasoning(answer), question))
+            return template.format(
+                question=question, answer=sample.target, response=answer_section(answer)
+            )
+        return OUR_JUDGE.format(
+            question=question,
+            answer=sample.target,
+            response=delimit_answer(strip_reasoning(answer), question),
+        )
 
     def parse(self, text: str, pending: Sequence[str]) -> dict[str, Reading]:
         got = verdicts(text, self.params.protocol)
         if got is None:
             return {}
-        return {pending[0]: Reading("met", ", ".join(f"{t} {str(v).lower()}" for t, v in got.items()), combine(got))}
+        return {
+            pending[0]: Reading(
+                "met", ", ".join(f"{t} {str(v).lower()}" for t, v in got.items()), combine(got)
+            )
+        }
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         if not sample.target:
-            return unscored(sample, "grader_error", "no reference answer in the file for this question", protocol=self.params.protocol)
+            return unscored(
+                sample,
+                "grader_error",
+                "no reference answer in the file for this question",
+                protocol=self.params.protocol,
+            )
         msgs = (Message("user", self.judge_prompt(sample, response.text or "")),)
         prev = ctx.previous if ctx.only_unknown else None
         previous = {"answer": prev.votes} if prev is not None and prev.votes else None
-        votes = (await panel(["answer"], lambda _j, _ids: [Ask(("answer",), lambda _p: msgs, self.parse)], ctx, previous))["answer"]
+        votes = (
+            await panel(
+                ["answer"],
+                lambda _j, _ids: [Ask(("answer",), lambda _p: msgs, self.parse)],
+                ctx,
+                previous,
+            )
+        )["answer"]
         known = [v.score for v in votes if v.status != "unknown" and v.score is not None]
         # Medmarks' literal figure (reference only: it needs its parser's tag list from the pinned file)
-        literal = [medmarks_literal(v.raw or "", parser_tags()) for v in votes] if self.params.protocol == "reference" else []
-        details = {"protocol": self.params.protocol, "coverage": {"known": len(known), "total": len(votes)},
-                   "n_unknown": len(votes) - len(known), "judge_values": [v.score for v in votes],
-                   "medmarks_value": sum(literal) / len(literal) if literal else None}
+        literal = (
+            [medmarks_literal(v.raw or "", parser_tags()) for v in votes]
+            if self.params.protocol == "reference"
+            else []
+        )
+        details = {
+            "protocol": self.params.protocol,
+            "coverage": {"known": len(known), "total": len(votes)},
+            "n_unknown": len(votes) - len(known),
+            "judge_values": [v.score for v in votes],
+            "medmarks_value": sum(literal) / len(literal) if literal else None,
+        }
         keys = judge_keys((), votes)
         if not known:
-            return Grade(sample.id, None, details=details, error="no judge gave a readable verdict", judge_keys=keys,
-                         status="unreadable", votes=tuple(votes))
-        return Grade(sample.id, sum(known) / len(known), details=details, judge_keys=keys, votes=tuple(votes))
+            return Grade(
+                sample.id,
+                None,
+                details=details,
+                error="no judge gave a readable verdict",
+                judge_keys=keys,
+                status="unreadable",
+                votes=tuple(votes),
+            )
+        return Grade(
+            sample.id, sum(known) / len(known), details=details, judge_keys=keys, votes=tuple(votes)
+        )

@@ -31,7 +31,7 @@ The official readings, for the ``reference`` protocol, are reimplemented here fr
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from grandrounds.core.textutil import normalize_width, strip_reasoning
 
@@ -97,7 +97,10 @@ def _option_after_cue(rest: str, choices: Mapping[str, str]) -> tuple[str, bool]
     """An option quoted after a cue: (letter, True) for the whole line, (letter, False) for its first
     sentence or clause; None if no option's text is there."""
     line = rest.split("\n", 1)[0]
-    clauses = (re.split(r"[.。;；!！?？](?:\s|$)|[。；！？]", line, maxsplit=1)[0], re.split(r"[,，]", line, 1)[0])
+    clauses = (
+        re.split(r"[.。;；!！?？](?:\s|$)|[。；！？]", line, maxsplit=1)[0],
+        re.split(r"[,，]", line, maxsplit=1)[0],
+    )
     for cand, whole in ((line, True), *((c, False) for c in clauses)):
         hit = _match_option_text(cand, choices)
         if hit:
@@ -137,7 +140,9 @@ def _ends_statement(after: str, letter: str, choices: Mapping[str, str]) -> bool
     return text is not None and _clean(tail.lstrip(" .:(-–—")) == _clean(normalize_width(text))
 
 
-def _cue_readings(body: str, letters: Sequence[str], choices: Mapping[str, str], multi: bool) -> list[tuple[int, str]]:
+def _cue_readings(
+    body: str, letters: Sequence[str], choices: Mapping[str, str], multi: bool
+) -> list[tuple[int, str]]:
     """(precedence level, choice) for every answer cue in ``body`` that names a valid choice, in order:
     2 a stated answer, 1 a cue opening a statement with prose after the choice, 0 a cue inside a sentence."""
     out = []
@@ -156,7 +161,10 @@ def _cue_readings(body: str, letters: Sequence[str], choices: Mapping[str, str],
 
 
 def extract_choice(
-    text: str | None, letters: Sequence[str], choices: Mapping[str, str] | None = None, multi: bool = False
+    text: str | None,
+    letters: Sequence[str],
+    choices: Mapping[str, str] | None = None,
+    multi: bool = False,
 ) -> str | None:
     """The option letter(s) a reply chooses (sorted, e.g. "B" or "ACD"), or None if it cannot tell.
 
@@ -179,7 +187,9 @@ def extract_choice(
     only = _only_choice(bare) or _only_choice(lines[0])
     if only:
         return _finish(_letters_in(only), letters, multi)
-    leads = {m.group(1).upper() for ln in lines for m in [_LEAD.match(ln) or _LEAD_LOWER.match(ln)] if m}
+    leads = {
+        m.group(1).upper() for ln in lines for m in [_LEAD.match(ln) or _LEAD_LOWER.match(ln)] if m
+    }
     first = _LEAD.match(lines[0]) or _LEAD_LOWER.match(lines[0])
     if first and len(leads) == 1:
         return _finish([first.group(1).upper()], letters, multi)
@@ -221,7 +231,21 @@ def mcq_letters(text: str | None) -> str | None:
 
 # simple-evals common.normalize_response: markdown bold and LaTeX wrappers removed, in this order
 # (each fragment replaced by nothing, one after the other, as the official chain of str.replace does).
-_SIMPLE_EVALS_REMOVED = ("**", "$\\boxed{", "}$", "\\$", "$\\text{", "$", "\\mathrm{", "\\{", "\\text", "\\(", "\\mathbf{", "{", "\\boxed")
+_SIMPLE_EVALS_REMOVED = (
+    "**",
+    "$\\boxed{",
+    "}$",
+    "\\$",
+    "$\\text{",
+    "$",
+    "\\mathrm{",
+    "\\{",
+    "\\text",
+    "\\(",
+    "\\mathbf{",
+    "{",
+    "\\boxed",
+)
 # simple-evals common.normalize_extracted_answer: option letters of other scripts -> A-D.
 _SIMPLE_EVALS_LETTERS = dict(zip("أبجدঅবডঢＡＢＣＤ", "ABCD" * 3))
 
@@ -247,7 +271,10 @@ def simple_evals_letter(text: str | None, patterns: Sequence[re.Pattern[str]]) -
     for pattern in patterns:
         m = pattern.search(body)
         if m:
-            return "".join(" " + _SIMPLE_EVALS_LETTERS[c] if c in _SIMPLE_EVALS_LETTERS else c for c in m.group(1)).strip()
+            return "".join(
+                " " + _SIMPLE_EVALS_LETTERS[c] if c in _SIMPLE_EVALS_LETTERS else c
+                for c in m.group(1)
+            ).strip()
     return None
 
 

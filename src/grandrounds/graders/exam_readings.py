@@ -11,10 +11,15 @@ read nothing from; None: such a reply is wrong).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
-from grandrounds.graders.readings_aj import m_arc_guess, m_arc_letter, medxpertqa_letter, mmlu_pro_letter
+from grandrounds.graders.readings_aj import (
+    m_arc_guess,
+    m_arc_letter,
+    medxpertqa_letter,
+    mmlu_pro_letter,
+)
 from grandrounds.graders.readings_cn import ceval_choice, cmmlu_choice, numbered_choice
 from grandrounds.graders.readings_peers import cmexam_choice, kormedmcqa_choice
 
@@ -45,16 +50,28 @@ EXAM_READINGS: dict[str, ExamReading] = {
         "TsinghuaC3I/MedXpertQA@f21247d eval/utils.py answer_cleansing (zero_shot), set_correctness",
     ),
     # CMMLU, C-Eval, HEAD-QA (graders/readings_cn.py)
-    "cmmlu": ExamReading(lambda text, choices: cmmlu_choice(text),
-                         "haonan-li/CMMLU@d6e7b71 src/mp_utils.py extract_choice (its random fallback: unextracted)"),
-    "ceval": ExamReading(lambda text, choices: ceval_choice(text),
-                         "hkust-nlp/ceval@cba65ae evaluators/chatgpt.py extract_ans, last match (zero-shot)"),
-    "ceval-fewshot": ExamReading(lambda text, choices: ceval_choice(text, few_shot=True),
-                                 "hkust-nlp/ceval@cba65ae evaluators/chatgpt.py exact_match (few-shot)"),
-    "numbered": ExamReading(numbered_choice, "ours: the option's number (HEAD-QA aid)", numbered=True),
+    "cmmlu": ExamReading(
+        lambda text, choices: cmmlu_choice(text),
+        "haonan-li/CMMLU@d6e7b71 src/mp_utils.py extract_choice (its random fallback: unextracted)",
+    ),
+    "ceval": ExamReading(
+        lambda text, choices: ceval_choice(text),
+        "hkust-nlp/ceval@cba65ae evaluators/chatgpt.py extract_ans, last match (zero-shot)",
+    ),
+    "ceval-fewshot": ExamReading(
+        lambda text, choices: ceval_choice(text, few_shot=True),
+        "hkust-nlp/ceval@cba65ae evaluators/chatgpt.py exact_match (few-shot)",
+    ),
+    "numbered": ExamReading(
+        numbered_choice, "ours: the option's number (HEAD-QA aid)", numbered=True
+    ),
     # KorMedMCQA, CMExam (graders/readings_peers.py)
-    "kormedmcqa": ExamReading(lambda text, choices: kormedmcqa_choice(text),
-                              "EleutherAI/lm-evaluation-harness@4e7e0d4 kormedmcqa utils.ExtractChoiceFilter after until"),
-    "cmexam": ExamReading(lambda text, choices: cmexam_choice(text, choices),
-                          "williamliujl/CMExam@fadb22c src/evaluation/evaluate_lora_result.py parse_options"),
+    "kormedmcqa": ExamReading(
+        lambda text, choices: kormedmcqa_choice(text),
+        "EleutherAI/lm-evaluation-harness@4e7e0d4 kormedmcqa utils.ExtractChoiceFilter after until",
+    ),
+    "cmexam": ExamReading(
+        lambda text, choices: cmexam_choice(text, choices),
+        "williamliujl/CMExam@fadb22c src/evaluation/evaluate_lora_result.py parse_options",
+    ),
 }

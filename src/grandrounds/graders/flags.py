@@ -27,10 +27,29 @@ FLAG_MODES = ("keep", "exclude", "score-zero")
 
 #: Keys of a judge's verdict object, in the forms judges are asked for (HealthBench, GAPS, CareQA,
 #: MedicationQA, LLMEval-Med and our own templates).
-VERDICT_KEYS = frozenset({
-    "criteria_met", "met", "score", "scores", "grade", "verdict", "rating", "judgement", "judgment", "passed",
-    "correct", "accuracy", "completeness", "safety", "评分", "得分", "分数", "判断", "结论",
-})
+VERDICT_KEYS = frozenset(
+    {
+        "criteria_met",
+        "met",
+        "score",
+        "scores",
+        "grade",
+        "verdict",
+        "rating",
+        "judgement",
+        "judgment",
+        "passed",
+        "correct",
+        "accuracy",
+        "completeness",
+        "safety",
+        "评分",
+        "得分",
+        "分数",
+        "判断",
+        "结论",
+    }
+)
 
 #: The judge prompts' own markers: the answer's boundary, our section titles, MedEQBench's verdict
 #: lines, the VQA judge's tags.
@@ -106,5 +125,10 @@ def apply_flagged(grade: Grade, flags: tuple[str, ...], mode: str) -> Grade:
     if mode == "exclude":
         why = f"answer flagged ({', '.join(flags)}): excluded by --flagged exclude"
         return replace(grade, value=None, details=details, error=why, status="flagged")  # type: ignore[arg-type]
-    verdicts = tuple(Verdict(v.criterion_id, "unmet", "answer flagged: scored zero by --flagged score-zero", v.votes) for v in grade.verdicts)
+    verdicts = tuple(
+        Verdict(
+            v.criterion_id, "unmet", "answer flagged: scored zero by --flagged score-zero", v.votes
+        )
+        for v in grade.verdicts
+    )
     return replace(grade, value=0.0, details=details, verdicts=verdicts)

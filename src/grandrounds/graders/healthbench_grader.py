@@ -23,19 +23,32 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-from grandrounds.sources.healthbench import BATCHED_IS_OURS, GRADER_TEMPLATE, JUDGE_MODES, PROTOCOLS
 from grandrounds.core.errors import ConfigError
+from grandrounds.core.records import Criterion, Grade, Message, Response, Sample, Verdict
+from grandrounds.core.textutil import strip_reasoning
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import as_bool, explanation_text, parse_criteria_met, top_values
-from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, delimit_answer, judge_criteria, judge_keys, majority
+from grandrounds.graders.judging import (
+    ANSWER_MARKERS,
+    Ask,
+    Reading,
+    delimit_answer,
+    judge_criteria,
+    judge_keys,
+    majority,
+)
+from grandrounds.scoring.healthbench import (
+    known_example_metrics,
+    known_rubric_score,
+    reference_rubric_score,
+)
+from grandrounds.sources.healthbench import BATCHED_IS_OURS, GRADER_TEMPLATE, JUDGE_MODES, PROTOCOLS
 from grandrounds.sources.protocols import check_protocol, system_text
-from grandrounds.core.records import Criterion, Grade, Message, Response, Sample, Verdict
-from grandrounds.scoring.healthbench import known_example_metrics, known_rubric_score, reference_rubric_score
-from grandrounds.core.textutil import strip_reasoning
 
 MODES = JUDGE_MODES
 
@@ -123,10 +136,16 @@ def parse_batched(text: str, pending: Sequence[str]) -> dict[str, Reading]:
     wanted = set(pending)
     readings: list[dict[str, Reading]] = []
     for value in top_values(text):
-        if isinstance(value, dict) and len(value) == 1 and isinstance(next(iter(value.values())), list):
+        if (
+            isinstance(value, dict)
+            and len(value) == 1
+            and isinstance(next(iter(value.values())), list)
+        ):
             value = next(iter(value.values()))  # {"verdicts": [...]}
         pairs: list[tuple[Any, Any]] = []
-        if isinstance(value, dict) and "criteria_met" in value:  # one bare verdict: only for one item
+        if (
+            isinstance(value, dict) and "criteria_met" in value
+        ):  # one bare verdict: only for one item
             pairs = [(pending[0], value)] if len(pending) == 1 else []
         elif isinstance(value, dict):
             pairs = list(value.items())
@@ -136,19 +155,27 @@ def parse_batched(text: str, pending: Sequence[str]) -> dict[str, Reading]:
                 pairs = [(item["id"], item) for item in keyed]
             elif len(value) == len(pending):  # in prompt order
                 pairs = list(zip(pending, value))
-        found = {_cid(k): r for k, v in pairs if _cid(k) in wanted and (r := _reading(v)) is not None}
+        found = {
+            _cid(k): r for k, v in pairs if _cid(k) in wanted and (r := _reading(v)) is not None
+        }
         if found:
             readings.append(found)
     # one verdict set, or nothing: a second one may be the graded answer's own (quoted by the judge)
     return readings[0] if len(readings) == 1 else {}
 
 
-def _single(read: Callable[[str | None], tuple[bool | None, str]]) -> Callable[[str, Sequence[str]], dict[str, Reading]]:
+def _single(
+    read: Callable[[str | None], tuple[bool | None, str]],
+) -> Callable[[str, Sequence[str]], dict[str, Reading]]:
     """A per-criterion parser: the one pending criterion, if ``read`` finds its boolean."""
 
     def parse(text: str, pending: Sequence[str]) -> dict[str, Reading]:
         met, expl = read(text)
-        return {pending[0]: Reading("met" if met else "unmet", expl)} if met is not None and pending else {}
+        return (
+            {pending[0]: Reading("met" if met else "unmet", expl)}
+            if met is not None and pending
+            else {}
+        )
 
     return parse
 
@@ -164,7 +191,9 @@ class HealthBenchParams:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ConfigError(f"unknown HealthBench judge mode {self.mode!r} (choose {', '.join(MODES)})")
+            raise ConfigError(
+                f"unknown HealthBench judge mode {self.mode!r} (choose {', '.join(MODES)})"
+            )
         check_protocol(self.protocol)
         if self.protocol == "reference" and self.mode == "batched":
             raise ConfigError(f"healthbench: {BATCHED_IS_OURS}")
@@ -212,30 +241,50 @@ class HealthBenchGrader(Grader):
 
     def reference_prompt(self, convo: str, crit: Criterion) -> str:
         """The official grader prompt: two ``str.replace`` calls, in healthbench_eval.py's order."""
-        return self.official_template.replace("<<conversation>>", convo).replace("<<rubric_item>>", reference_item(crit))
+        return self.official_template.replace("<<conversation>>", convo).replace(
+            "<<rubric_item>>", reference_item(crit)
+        )
 
     def _messages(self, prompt: str) -> tuple[Message, ...]:
         system = self.judge_system
-        return ((Message("system", system),) if system is not None else ()) + (Message("user", prompt),)
+        return ((Message("system", system),) if system is not None else ()) + (
+            Message("user", prompt),
+        )
 
     def _asks(self, sample: Sample, answer: str, ids: Sequence[str]) -> list[Ask]:
         by_id = {c.id: c for c in sample.rubric}
         if self.reference:
             convo = self.conversation(sample, answer)
             return [
-                Ask((cid,), lambda _p, c=by_id[cid]: self._messages(self.reference_prompt(convo, c)), parse_single_reference)
+                Ask(
+                    (cid,),
+                    lambda _p, c=by_id[cid]: self._messages(self.reference_prompt(convo, c)),
+                    parse_single_reference,
+                )
                 for cid in ids
             ]
         if self.mode == "per-criterion":
             return [
-                Ask((cid,), lambda _p, c=by_id[cid]: self._messages(self.template.format(
-                    conversation=self.conversation(sample, answer, render_item(c)), rubric_item=render_item(c))), parse_single)
+                Ask(
+                    (cid,),
+                    lambda _p, c=by_id[cid]: self._messages(
+                        self.template.format(
+                            conversation=self.conversation(sample, answer, render_item(c)),
+                            rubric_item=render_item(c),
+                        )
+                    ),
+                    parse_single,
+                )
                 for cid in ids
             ]
 
         def build(pending: Sequence[str]) -> tuple[Message, ...]:
             items = "\n".join(f"- id {cid}: {render_item(by_id[cid])}" for cid in pending)
-            return self._messages(self.template.format(conversation=self.conversation(sample, answer, items), rubric_items=items))
+            return self._messages(
+                self.template.format(
+                    conversation=self.conversation(sample, answer, items), rubric_items=items
+                )
+            )
 
         return [Ask(tuple(ids), build, parse_batched)]
 
@@ -251,12 +300,16 @@ class HealthBenchGrader(Grader):
         if self.reference:  # simple-evals passes the reply's content on unchanged
             return render_conversation(with_system(sample.messages, self.answer_system), answer)
         shown = strip_reasoning(answer)
-        return render_conversation(with_system(sample.messages, self.answer_system), delimit_answer(shown, asked))
+        return render_conversation(
+            with_system(sample.messages, self.answer_system), delimit_answer(shown, asked)
+        )
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         answer = response.text or ""
         ids = [c.id for c in sample.rubric]
-        verdicts = await judge_criteria(ids, lambda _j, pending: self._asks(sample, answer, pending), ctx)
+        verdicts = await judge_criteria(
+            ids, lambda _j, pending: self._asks(sample, answer, pending), ctx
+        )
         example_tags = tuple(sample.metadata.get("example_tags", ()))
         ks = known_example_metrics(sample.rubric, verdicts, example_tags)
         status = {v.criterion_id: v.status for v in verdicts}
@@ -267,7 +320,9 @@ class HealthBenchGrader(Grader):
             "protocol": self.params.protocol,
             "coverage": {"known": ks.known, "total": ks.total},
             "n_unknown": n_unknown,
-            "tag_scores": {k: v for k, v in ks.metrics.items() if k != "overall_score"} if value is not None else {},
+            "tag_scores": {k: v for k, v in ks.metrics.items() if k != "overall_score"}
+            if value is not None
+            else {},
             "other_value": self.other_value(sample, verdicts),
         }
         keys = judge_keys(verdicts)

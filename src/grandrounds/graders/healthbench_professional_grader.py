@@ -4,16 +4,21 @@ describes the protocol)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
 from grandrounds.graders.base import GradeContext
 from grandrounds.graders.healthbench_grader import HealthBenchGrader
 from grandrounds.scoring.healthbench import length_adjusted
-from grandrounds.sources.healthbench_professional import PRO_GRADER_TEMPLATE, PROTOCOLS, length_settings
+from grandrounds.sources.healthbench_professional import (
+    PRO_GRADER_TEMPLATE,
+    PROTOCOLS,
+    length_settings,
+)
 
 
 class ProfessionalGrader(HealthBenchGrader):
@@ -45,13 +50,18 @@ class ProfessionalGrader(HealthBenchGrader):
         grade = await super().grade(sample, response, ctx)
         center, penalty = length_settings()
         text = response.text or ""  # simple-evals grades a missing reply as ""
-        mine, other = self.counted_text(text, self.reference), self.counted_text(text, not self.reference)
+        mine, other = (
+            self.counted_text(text, self.reference),
+            self.counted_text(text, not self.reference),
+        )
         other_value = grade.details.get("other_value")
         details = dict(grade.details) | {
             "overall_score": grade.value,
             "response_chars": len(mine),
             "other_response_chars": len(other),
-            "other_value_length_adjusted": None if other_value is None else length_adjusted(other_value, other, center, penalty),
+            "other_value_length_adjusted": None
+            if other_value is None
+            else length_adjusted(other_value, other, center, penalty),
             "length_adjustment": {"center": center, "penalty_per_500_chars": penalty},
         }
         value = None if grade.value is None else length_adjusted(grade.value, mine, center, penalty)

@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from grandrounds.core.errors import ConfigError
-from grandrounds.graders.base import GradeContext, Judge
 from grandrounds.core.records import Message, Verdict, VerdictStatus, Vote
-
+from grandrounds.graders.base import GradeContext, Judge
 
 #: Recorded in the template hashes of a grading whose judges see the answer between markers
 #: (:func:`delimit_answer`); the version names the wording and the marker form.
@@ -42,7 +42,10 @@ def answer_boundary(answer: str, *context: str) -> str:
     folded = answer.casefold()
     n = 0
     while True:
-        tag = "ANSWER-" + hashlib.sha256(f"{n}\x1e{seed}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        tag = (
+            "ANSWER-"
+            + hashlib.sha256(f"{n}\x1e{seed}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        )
         if tag.casefold() not in folded:
             return tag
         n += 1
@@ -123,7 +126,14 @@ async def ask(judge: Judge, a: Ask, first_attempt: int, max_reask: int) -> Reply
         keys.append(resp.key)
         attempt += 1
         if not resp.ok or resp.text is None:
-            return Reply(read, raw, attempt, tuple(keys), f"judge call failed: {resp.error or 'no text'}", truncated)
+            return Reply(
+                read,
+                raw,
+                attempt,
+                tuple(keys),
+                f"judge call failed: {resp.error or 'no text'}",
+                truncated,
+            )
         raw = resp.text
         truncated = truncated or resp.truncated
         for item, value in a.parse(resp.text, pending).items():
@@ -133,7 +143,9 @@ async def ask(judge: Judge, a: Ask, first_attempt: int, max_reask: int) -> Reply
     return Reply(read, raw, attempt, tuple(keys), None, truncated)
 
 
-def votes_of(judge: str, a: Ask, reply: Reply, prior: Mapping[str, Vote], run: int = 0) -> dict[str, Vote]:
+def votes_of(
+    judge: str, a: Ask, reply: Reply, prior: Mapping[str, Vote], run: int = 0
+) -> dict[str, Vote]:
     """One vote per id of ``a`` from ``reply``; unread ids are unknown, with the reason kept.
 
     ``attempts`` counts every prompt sent for the vote, earlier gradings included.
@@ -146,12 +158,27 @@ def votes_of(judge: str, a: Ask, reply: Reply, prior: Mapping[str, Vote], run: i
         if item in reply.read:
             value, raw = reply.read[item]
             if not isinstance(value, Reading):
-                raise TypeError(f"a judge vote needs a Reading, the parser gave {type(value).__name__}")
-            out[item] = Vote(judge, value.status, value.score, value.explanation, raw, attempts, keys, None, run, reply.truncated)
+                raise TypeError(
+                    f"a judge vote needs a Reading, the parser gave {type(value).__name__}"
+                )
+            out[item] = Vote(
+                judge,
+                value.status,
+                value.score,
+                value.explanation,
+                raw,
+                attempts,
+                keys,
+                None,
+                run,
+                reply.truncated,
+            )
         else:
             why = reply.error or "judge reply could not be read"
             raw = "" if reply.error else reply.raw
-            out[item] = Vote(judge, "unknown", None, why, raw, attempts, keys, reply.error, run, reply.truncated)
+            out[item] = Vote(
+                judge, "unknown", None, why, raw, attempts, keys, reply.error, run, reply.truncated
+            )
     return out
 
 
@@ -200,10 +227,14 @@ async def panel(
         asks = make_asks(j, pending)
         olds = [{i: p for i in a.ids if (p := prior(j, i)) is not None} for a in asks]
         starts = [
-            a.first_attempt if a.first_attempt is not None else max((v.attempts for v in old.values()), default=0)
+            a.first_attempt
+            if a.first_attempt is not None
+            else max((v.attempts for v in old.values()), default=0)
             for a, old in zip(asks, olds)
         ]
-        replies = await asyncio.gather(*(ask(judge, a, s, ctx.max_reask) for a, s in zip(asks, starts)))
+        replies = await asyncio.gather(
+            *(ask(judge, a, s, ctx.max_reask) for a, s in zip(asks, starts))
+        )
         got: dict[str, Vote] = {}
         for a, reply, old in zip(asks, replies, olds):
             got.update(votes_of(judge.name, a, reply, old))
@@ -215,12 +246,16 @@ async def panel(
         row = []
         for j, judge in enumerate(ctx.judges):
             vote = fresh[j].get(item) or prior(j, item)
-            row.append(vote if vote is not None else Vote(judge.name, "unknown", explanation="not asked"))
+            row.append(
+                vote if vote is not None else Vote(judge.name, "unknown", explanation="not asked")
+            )
         out[item] = tuple(row)
     return out
 
 
-def decide(item: str, votes: Sequence[Vote], rule: Callable[[Sequence[str]], str] = majority) -> Verdict:
+def decide(
+    item: str, votes: Sequence[Vote], rule: Callable[[Sequence[str]], str] = majority
+) -> Verdict:
     """A verdict from votes by ``rule``; the explanation is the first deciding vote's."""
     status = rule([v.status for v in votes])
     if status not in ("met", "unmet"):

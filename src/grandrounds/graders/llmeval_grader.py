@@ -25,23 +25,45 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from grandrounds.core.errors import ConfigError
-from grandrounds.graders.base import GradeContext, Grader, load_templates
-from grandrounds.graders.judge_json import explanation_text, extract_json_object
-from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, delimit_answer, judge_keys, panel
-from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Grade, Message, Response, Sample, Vote
 from grandrounds.core.textutil import normalize_width, strip_leading_reasoning, strip_reasoning
-from grandrounds.sources.llmeval_med import CATEGORY_CODES, EVALUATE, SYSTEM_PROMPT, USABLE_THRESHOLD
+from grandrounds.graders.base import GradeContext, Grader, load_templates
+from grandrounds.graders.judge_json import explanation_text, extract_json_object
+from grandrounds.graders.judging import (
+    ANSWER_MARKERS,
+    Ask,
+    Reading,
+    delimit_answer,
+    judge_keys,
+    panel,
+)
+from grandrounds.sources.llmeval_med import (
+    CATEGORY_CODES,
+    EVALUATE,
+    SYSTEM_PROMPT,
+    USABLE_THRESHOLD,
+)
+from grandrounds.sources.protocols import check_protocol
 from grandrounds.sources.upstream import UpstreamText, python_string
 
-__all__ = ["CATEGORY_CODES", "LLMEvalGrader", "LLMEvalParams", "official_score", "parse_score", "usability"]
+__all__ = [
+    "CATEGORY_CODES",
+    "LLMEvalGrader",
+    "LLMEvalParams",
+    "official_score",
+    "parse_score",
+    "usability",
+]
 
 EMPTY = "（无）"  # ours: shown for a missing reference answer or checklist
-OFFICIAL_MISSING = "nan"  # Evaluate.py formats a NaN/absent sanswer or checklist into its f-string as "nan"
+OFFICIAL_MISSING = (
+    "nan"  # Evaluate.py formats a NaN/absent sanswer or checklist into its f-string as "nan"
+)
 
 # grandrounds: re.search(r'\[(\d+)\]') after NFKC (full-width ［］ and digits folded), 【】 tolerated.
 _SCORE = re.compile(r"[\[【]\s*(\d+)\s*[\]】]")
@@ -55,7 +77,9 @@ def parse_score(text: str | None) -> int | None:
     judge quotes may hold a score of its own)."""
     if not text:
         return None
-    scores = {int(m.group(1)) for m in _SCORE.finditer(normalize_width(strip_leading_reasoning(text)))}
+    scores = {
+        int(m.group(1)) for m in _SCORE.finditer(normalize_width(strip_leading_reasoning(text)))
+    }
     if len(scores) != 1:
         return None
     n = scores.pop()
@@ -104,7 +128,12 @@ def read_official(text: str, pending: Sequence[str]) -> dict[str, Reading]:
     """reference: every reply is read once, as Evaluate.py does; no valid score is an unknown run (no re-ask)."""
     score = official_score(text)
     if score is None:
-        return {pending[0]: Reading("unknown", "no score in [0, 5] as [digits] in the reply (Evaluate.py/Aggregate.py: invalid)")}
+        return {
+            pending[0]: Reading(
+                "unknown",
+                "no score in [0, 5] as [digits] in the reply (Evaluate.py/Aggregate.py: invalid)",
+            )
+        }
     status = "met" if score >= USABLE_THRESHOLD else "unmet"
     return {pending[0]: Reading(status, _basis(text), score)}  # type: ignore[arg-type]
 
@@ -132,15 +161,24 @@ def official_messages(template: UpstreamText, sample: Sample, answer: str) -> tu
     return (Message("system", SYSTEM_PROMPT), Message("user", template.render(values)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def official_templates() -> dict[str, UpstreamText]:
     """Category code -> Evaluate.py's prompt for it (``prompt_<category key>`` in ``getresponse``)."""
-    return {code: python_string(EVALUATE, f"prompt_{key}", within="getresponse") for key, code in CATEGORY_CODES.items()}
+    return {
+        code: python_string(EVALUATE, f"prompt_{key}", within="getresponse")
+        for key, code in CATEGORY_CODES.items()
+    }
 
 
 #: How each protocol reads a reply, and the answer text the judge is shown.
-READERS: Mapping[str, Callable[[str, Sequence[str]], dict[str, Reading]]] = {"reference": read_official, "grandrounds": read_ours}
-SCORES: Mapping[str, Callable[[str | None], float | int | None]] = {"reference": official_score, "grandrounds": parse_score}
+READERS: Mapping[str, Callable[[str, Sequence[str]], dict[str, Reading]]] = {
+    "reference": read_official,
+    "grandrounds": read_ours,
+}
+SCORES: Mapping[str, Callable[[str | None], float | int | None]] = {
+    "reference": official_score,
+    "grandrounds": parse_score,
+}
 
 
 @dataclass(frozen=True)
@@ -161,7 +199,13 @@ class LLMEvalGrader(Grader):
     Params = LLMEvalParams
     judged = True  # every run is a judge call
 
-    def __init__(self, params: LLMEvalParams | None = None, *, runs: int | None = None, protocol: str | None = None) -> None:
+    def __init__(
+        self,
+        params: LLMEvalParams | None = None,
+        *,
+        runs: int | None = None,
+        protocol: str | None = None,
+    ) -> None:
         if params is None:
             params = LLMEvalParams(runs if runs is not None else 3, protocol or "reference")
         super().__init__(params)
@@ -169,7 +213,11 @@ class LLMEvalGrader(Grader):
         self.protocol = self.params.protocol
         names = [c.lower() for c in CATEGORY_CODES.values()]
         # Our templates for the grandrounds protocol; the official prompts are read when first used.
-        self.templates = {} if self.protocol == "reference" else dict(zip(names, load_templates(*(f"llmeval_{n}" for n in names)).values()))
+        self.templates = (
+            {}
+            if self.protocol == "reference"
+            else dict(zip(names, load_templates(*(f"llmeval_{n}" for n in names)).values()))
+        )
 
     def template_hashes(self) -> dict[str, Any]:
         if self.protocol == "reference":
@@ -197,7 +245,11 @@ class LLMEvalGrader(Grader):
         run_ids = [f"run{r}" for r in range(self.runs)]
         stride = ctx.max_reask + 1
         prev = ctx.previous if ctx.only_unknown else None
-        next_attempt = [int(prev.details.get("next_attempt", self.runs * stride))] if prev else [self.runs * stride]
+        next_attempt = (
+            [int(prev.details.get("next_attempt", self.runs * stride))]
+            if prev
+            else [self.runs * stride]
+        )
 
         def make_asks(_j: int, pending: Sequence[str]) -> list[Ask]:
             asks = []
@@ -209,8 +261,15 @@ class LLMEvalGrader(Grader):
                 asks.append(Ask((rid,), lambda _p: msgs, read, first))
             return asks
 
-        votes = await panel(run_ids, make_asks, ctx, _previous_runs(prev, len(ctx.judges), self.runs))
-        ordered = [replace(v, run=r) for j in range(len(ctx.judges)) for r, rid in enumerate(run_ids) for v in [votes[rid][j]]]
+        votes = await panel(
+            run_ids, make_asks, ctx, _previous_runs(prev, len(ctx.judges), self.runs)
+        )
+        ordered = [
+            replace(v, run=r)
+            for j in range(len(ctx.judges))
+            for r, rid in enumerate(run_ids)
+            for v in [votes[rid][j]]
+        ]
         scores = [v.score if v.status != "unknown" else None for v in ordered]
         other = "grandrounds" if self.protocol == "reference" else "reference"
         other_scores = [_as_float(SCORES[other](v.raw)) if v.raw else None for v in ordered]
@@ -230,7 +289,15 @@ class LLMEvalGrader(Grader):
         value = None if usable is None else float(usable)
         status = "scored" if value is not None else "unreadable"
         error = None if value is not None else "no valid judge score in any run"
-        return Grade(sample.id, value, details=details, error=error, judge_keys=judge_keys((), ordered), status=status, votes=tuple(ordered))
+        return Grade(
+            sample.id,
+            value,
+            details=details,
+            error=error,
+            judge_keys=judge_keys((), ordered),
+            status=status,
+            votes=tuple(ordered),
+        )
 
 
 def _as_float(x: float | int | None) -> float | None:
@@ -241,4 +308,6 @@ def _previous_runs(prev: Grade | None, n_judges: int, runs: int) -> dict[str, tu
     """Stored run votes (judge-major order) as run id -> votes in panel order."""
     if prev is None or len(prev.votes) != n_judges * runs:
         return {}
-    return {f"run{r}": tuple(prev.votes[j * runs + r] for j in range(n_judges)) for r in range(runs)}
+    return {
+        f"run{r}": tuple(prev.votes[j * runs + r] for j in range(n_judges)) for r in range(runs)
+    }

@@ -31,15 +31,16 @@ import functools
 import hashlib
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.hashing import text_hash
+from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.graders.choice_extract import cmb_letters, extract_choice, simple_evals_letter
 from grandrounds.graders.exam_readings import EXAM_READINGS
-from grandrounds.core.hashing import text_hash
-from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.sources.upstream import CMB, SIMPLE_EVALS, python_value
 
 LETTERS = "ABCDEFGHIJ"
@@ -47,15 +48,24 @@ MODES = ("generate", "letter-loglik", "text-loglik", "next-token")
 #: Earlier names of the answer modes, still accepted (stored runs, scripts, the CLI demo).
 MODE_ALIASES = {"letter": "next-token", "loglik": "text-loglik"}
 #: How a benchmark's official code reads a generated reply under the reference protocol.
-REFERENCE_READINGS = ("simple-evals", "cmb", "ours", *EXAM_READINGS)  # EXAM_READINGS: graders/exam_readings.py
+REFERENCE_READINGS = (
+    "simple-evals",
+    "cmb",
+    "ours",
+    *EXAM_READINGS,
+)  # EXAM_READINGS: graders/exam_readings.py
 #: lm-evaluation-harness puts this between context and choice (TaskConfig's default
 #: ``target_delimiter``; none of the pinned task files sets another).
 LM_EVAL_TARGET_DELIMITER = " "
 
 #: openai/simple-evals common.py: the multiple-choice prompt and the answer regexes (read at run time).
-SIMPLE_EVALS_COMMON = SIMPLE_EVALS.file("common.py", "84616c52821a30ae3f55f153a763153fd833cb41b547b09f547b46e6337f8f35")
+SIMPLE_EVALS_COMMON = SIMPLE_EVALS.file(
+    "common.py", "84616c52821a30ae3f55f153a763153fd833cb41b547b09f547b46e6337f8f35"
+)
 #: The CMB files whose reading cmb_letters reimplements (recorded in the fingerprint).
-CMB_UTILS = CMB.file("src/utils.py", "72a5bae70502ae930e022759b5b7aa1348f6c93df0aef53977434cc5e5ac68b6")
+CMB_UTILS = CMB.file(
+    "src/utils.py", "72a5bae70502ae930e022759b5b7aa1348f6c93df0aef53977434cc5e5ac68b6"
+)
 
 
 def canonical_mode(mode: str) -> str:
@@ -69,8 +79,16 @@ def simple_evals_patterns() -> tuple[re.Pattern[str], ...]:
     of MULTILINGUAL_ANSWER_REGEXES, in list order, read out of common.py at the pinned commit."""
     template = python_value(SIMPLE_EVALS_COMMON, "MULTILINGUAL_ANSWER_PATTERN_TEMPLATE")
     cues = python_value(SIMPLE_EVALS_COMMON, "MULTILINGUAL_ANSWER_REGEXES")
-    if not isinstance(template, str) or not isinstance(cues, list) or not all(isinstance(c, str) for c in cues):
-        raise DataError(SIMPLE_EVALS_COMMON.url, None, "the answer regexes are not a template string and a list of strings")
+    if (
+        not isinstance(template, str)
+        or not isinstance(cues, list)
+        or not all(isinstance(c, str) for c in cues)
+    ):
+        raise DataError(
+            SIMPLE_EVALS_COMMON.url,
+            None,
+            "the answer regexes are not a template string and a list of strings",
+        )
     return tuple(re.compile(template.format(cue)) for cue in cues)
 
 
@@ -98,7 +116,9 @@ def shuffle_choices(sample: Sample, seed: int) -> tuple[Sample, str]:
     original C, displayed B is original A, and so on.
     """
     orig = list(sample.choices)
-    order = permutation(sample.group or sample.id, len(orig), seed)  # the turns of one dialogue show one order
+    order = permutation(
+        sample.group or sample.id, len(orig), seed
+    )  # the turns of one dialogue show one order
     perm = "".join(orig[i] for i in order)
     shown = LETTERS[: len(orig)]
     choices = {shown[k]: sample.choices[orig[i]] for k, i in enumerate(order)}
@@ -129,7 +149,9 @@ def choice_labels(choices: Mapping[str, str], mode: str, labels: str = "letters"
     return {k: k for k in choices}
 
 
-def option_continuations(choices: Mapping[str, str], mode: str, language: str, labels: str = "letters") -> dict[str, str]:
+def option_continuations(
+    choices: Mapping[str, str], mode: str, language: str, labels: str = "letters"
+) -> dict[str, str]:
     """Option letter -> the continuation scored for it: the bare letter (``next-token``); the choice
     after lm-eval's target delimiter (``letter-loglik``); the option text after a space
     (``text-loglik``; no space for Chinese, which is written without one)."""
@@ -137,12 +159,16 @@ def option_continuations(choices: Mapping[str, str], mode: str, language: str, l
     if mode == "next-token":
         return {k: k for k in choices}
     if mode == "letter-loglik":
-        return {k: LM_EVAL_TARGET_DELIMITER + v for k, v in choice_labels(choices, mode, labels).items()}
+        return {
+            k: LM_EVAL_TARGET_DELIMITER + v for k, v in choice_labels(choices, mode, labels).items()
+        }
     sep = "" if language.startswith("zh") else " "
     return {k: f"{sep}{v}" for k, v in choices.items()}
 
 
-def argmax_option(conts: Mapping[str, str], scores: Mapping[str, float], lengths: Mapping[str, int] | None = None) -> str:
+def argmax_option(
+    conts: Mapping[str, str], scores: Mapping[str, float], lengths: Mapping[str, int] | None = None
+) -> str:
     """The letter whose continuation scores highest; ties go to the earlier letter (np.argmax).
 
     With ``lengths`` (letter -> length in characters) the score is divided by it first (lm-eval's
@@ -176,7 +202,9 @@ class MCQParams:
         if self.protocol not in ("reference", "grandrounds"):
             raise ConfigError(f"protocol {self.protocol!r} is not reference or grandrounds")
         if self.reference_reading not in REFERENCE_READINGS:
-            raise ConfigError(f"reference_reading {self.reference_reading!r} is not one of {', '.join(REFERENCE_READINGS)}")
+            raise ConfigError(
+                f"reference_reading {self.reference_reading!r} is not one of {', '.join(REFERENCE_READINGS)}"
+            )
         if self.loglik_labels not in ("letters", "texts"):
             raise ConfigError(f"loglik_labels {self.loglik_labels!r} is not letters or texts")
 
@@ -212,18 +240,28 @@ class MCQGrader(Grader):
             pats = self._simple_evals_patterns()
             if pats is None:
                 return {}  # the reference reading is unavailable offline; grandrounds grades without it
-            return {"simple-evals/common.py#MULTILINGUAL_ANSWER_REGEXES": text_hash("\n".join(x.pattern for x in pats))[:16]}
+            return {
+                "simple-evals/common.py#MULTILINGUAL_ANSWER_REGEXES": text_hash(
+                    "\n".join(x.pattern for x in pats)
+                )[:16]
+            }
         if p.reference_reading == "cmb":
             return {"cmb/src/utils.py#match_choice": CMB_UTILS.sha256[:16]}
         if p.reference_reading in EXAM_READINGS:
-            return {f"exam_readings#{p.reference_reading}": EXAM_READINGS[p.reference_reading].source}
+            return {
+                f"exam_readings#{p.reference_reading}": EXAM_READINGS[p.reference_reading].source
+            }
         return {}
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         p: MCQParams = self.params
         shown, perm = shuffle_choices(sample, p.seed) if p.shuffle_options else (sample, None)
         mode = effective_mode(sample, p.answer_mode)
-        details: dict[str, Any] = {"answer_mode": mode, "target": shown.target, "protocol": p.protocol}
+        details: dict[str, Any] = {
+            "answer_mode": mode,
+            "target": shown.target,
+            "protocol": p.protocol,
+        }
         if perm:
             details["permutation"] = perm
         if mode == "generate":
@@ -232,13 +270,21 @@ class MCQGrader(Grader):
         else:
             conts = option_continuations(shown.choices, mode, p.language, p.loglik_labels)
             if not any(c in response.scores for c in conts.values()):
-                return unscored(sample, "unreadable", f"no log-probabilities for the options in a {mode} response", **details)
+                return unscored(
+                    sample,
+                    "unreadable",
+                    f"no log-probabilities for the options in a {mode} response",
+                    **details,
+                )
             picked = argmax_option(conts, response.scores)
             value = 1.0 if picked == shown.target else 0.0
             details["other_value"] = value  # read the same way under both protocols
             if mode != "next-token":
                 # lm-eval acc_norm: argmax of loglikelihood / len(choice), the choice without its delimiter
-                lengths = {k: len(v) for k, v in choice_labels(shown.choices, mode, p.loglik_labels).items()}
+                lengths = {
+                    k: len(v)
+                    for k, v in choice_labels(shown.choices, mode, p.loglik_labels).items()
+                }
                 norm = argmax_option(conts, response.scores, lengths)
                 details["extracted_norm"] = norm
                 details["acc_norm"] = 1.0 if norm == shown.target else 0.0
@@ -247,7 +293,9 @@ class MCQGrader(Grader):
         details["extracted_original"] = to_original(picked or None, perm)
         return Grade(sample_id=sample.id, value=value, extracted=picked or None, details=details)
 
-    def _read_both(self, shown: Sample, perm: str | None, text: str | None) -> tuple[tuple[str | None, float], tuple[str | None, float | None]]:
+    def _read_both(
+        self, shown: Sample, perm: str | None, text: str | None
+    ) -> tuple[tuple[str | None, float], tuple[str | None, float | None]]:
         """((choice, value) under this grader's protocol, (choice, value) under the other one)."""
         p: MCQParams = self.params
         multi = bool(shown.metadata.get("multi"))
@@ -255,9 +303,13 @@ class MCQGrader(Grader):
         ours = (mine, 1.0 if mine == shown.target else 0.0)
         official: tuple[str | None, float | None]
         if p.reference_reading == "simple-evals":
-            pats = self._simple_evals_patterns()  # None offline: the reference figure is left unknown, not guessed
+            pats = (
+                self._simple_evals_patterns()
+            )  # None offline: the reference figure is left unknown, not guessed
             got = simple_evals_letter(text, pats) if pats is not None else None
-            official = (got, 1.0 if got == shown.target else 0.0) if pats is not None else (None, None)
+            official = (
+                (got, 1.0 if got == shown.target else 0.0) if pats is not None else (None, None)
+            )
         elif p.reference_reading == "cmb":
             # score.py compares the answer key string as written ("EB") with model_answer, letters in
             # the order the reply wrote them
@@ -268,9 +320,18 @@ class MCQGrader(Grader):
             reading = EXAM_READINGS[p.reference_reading]
             got = reading.read(text, shown.choices)
             official = (got, 1.0 if got == shown.target else 0.0)
-            if got is None and reading.guess is not None:  # the official scorer draws an option for it
-                official = (None, 1.0 if list(shown.choices)[reading.guess(len(shown.choices))] == shown.target else 0.0)
-            if reading.numbered:  # options shown by number under both protocols: ours reads the number too
+            if (
+                got is None and reading.guess is not None
+            ):  # the official scorer draws an option for it
+                official = (
+                    None,
+                    1.0
+                    if list(shown.choices)[reading.guess(len(shown.choices))] == shown.target
+                    else 0.0,
+                )
+            if (
+                reading.numbered
+            ):  # options shown by number under both protocols: ours reads the number too
                 ours = official
         else:
             official = ours

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from grandrounds.core.errors import DataError
-from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
+from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.sources.medhalt import refusal_terms
 from grandrounds.sources.protocols import check_protocol
 
@@ -45,7 +45,7 @@ def read_cop(text: str) -> str | None:
     while start != -1:
         end = text.find("}", start)
         while end != -1:
-            value = _literal(text[start:end + 1])
+            value = _literal(text[start : end + 1])
             if isinstance(value, dict) and "cop" in value:
                 return str(value["cop"])
             end = text.find("}", end + 1)
@@ -85,12 +85,32 @@ class MedHALTGrader(Grader):
             terms = None  # the official list is not at hand: the reference value is unknown
         ref = None if cop is None or terms is None else float(any(t in cop.lower() for t in terms))
         choice = our_choice(text, dict(options))
-        mine_value = None if choice is None else float(any(r in options[choice].lower() for r in OUR_REFUSALS))
+        mine_value = (
+            None
+            if choice is None
+            else float(any(r in options[choice].lower() for r in OUR_REFUSALS))
+        )
         values = {"reference": ref, "grandrounds": mine_value}
-        mine, other = self.params.protocol, "grandrounds" if self.params.protocol == "reference" else "reference"
+        mine, other = (
+            self.params.protocol,
+            "grandrounds" if self.params.protocol == "reference" else "reference",
+        )
         extracted = cop if mine == "reference" else choice
-        details = {"protocol": mine, "cop": cop, "choice": choice, "other_value": values[other], "unextracted": extracted is None}
+        details = {
+            "protocol": mine,
+            "cop": cop,
+            "choice": choice,
+            "other_value": values[other],
+            "unextracted": extracted is None,
+        }
         if values[mine] is None:
-            return Grade(sample.id, None, details=details, status="unreadable",
-                         error="no 'cop' field in the reply" if mine == "reference" else "no 'Answer:' option number")
+            return Grade(
+                sample.id,
+                None,
+                details=details,
+                status="unreadable",
+                error="no 'cop' field in the reply"
+                if mine == "reference"
+                else "no 'Answer:' option number",
+            )
         return Grade(sample.id, values[mine], extracted=extracted, details=details)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.choice_extract import mcq_letters
 from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
+from grandrounds.graders.base import GradeContext, Grader, unscored
+from grandrounds.graders.choice_extract import mcq_letters
 
 WITHHELD = "answer withheld"
 
@@ -24,6 +24,16 @@ class MedBenchGrader(Grader):
         gold = mcq_letters(sample.target)
         if gold is not None and len(sample.target.strip()) <= 20:
             pred = mcq_letters(response.text)
-            return Grade(sample.id, float(pred == gold), extracted=pred, details={"kind": "mcq", "gold": gold})
+            return Grade(
+                sample.id,
+                float(pred == gold),
+                extracted=pred,
+                details={"kind": "mcq", "gold": gold},
+            )
         text = strip_reasoning(response.text or "").strip()
-        return Grade(sample.id, float(text == sample.target.strip()), extracted=text[:200], details={"kind": "exact"})
+        return Grade(
+            sample.id,
+            float(text == sample.target.strip()),
+            extracted=text[:200],
+            details={"kind": "exact"},
+        )

@@ -42,12 +42,14 @@ import json
 import math
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from grandrounds.core.textutil import strip_reasoning
 from grandrounds.scoring.medcalc import (
     DATE_CALCULATORS,
     DECIMAL_CALCULATORS,
@@ -57,14 +59,18 @@ from grandrounds.scoring.medcalc import (
     Kind,
     py_number,
 )
-from grandrounds.core.textutil import strip_reasoning
 
 # ---- reference: the official reading ----------------------------------------------------------
 
 NOT_FOUND = "Not Found"
 #: What extract_answer reads as no value: the answer placeholders of the official prompts.
-PLACEHOLDERS = frozenset({"str(short_and_direct_answer_of_the_question)", "str(value which is the answer to the question)",
-                          "X.XX"})
+PLACEHOLDERS = frozenset(
+    {
+        "str(short_and_direct_answer_of_the_question)",
+        "str(value which is the answer to the question)",
+        "X.XX",
+    }
+)
 NA = "N/A"
 _WHITESPACE = re.compile(r"\s+")
 _FIELD = re.compile(r'[Aa]nswer":\s*(.*?)\}')
@@ -76,9 +82,21 @@ _EXPRESSION = re.compile(r"str\((.*)\)")
 _EGFR_UNIT = re.compile(r"(-?\d+(?:\.\d+)?)\s*mL/min/1.73")  # "." is any character there too
 _PERCENT_OFFICIAL = re.compile(r"(-?\d+(?:\.\d+)?)%")
 #: run.py's text substitutions before it evaluates a ``str(...)`` answer, in its order.
-_EXPRESSION_EDITS = (("^", "**"), ("is odd", "% 2 == 1"), ("is even", "% 2 == 0"), ("sqrt", "math.sqrt"), (".math", ""),
-                     ("weight", ""), ("height", ""), ("mg/dl", ""), ("g/dl", ""), ("mmol/L", ""), ("kg", ""), ("g", ""),
-                     ("mEq/L", ""))
+_EXPRESSION_EDITS = (
+    ("^", "**"),
+    ("is odd", "% 2 == 1"),
+    ("is even", "% 2 == 0"),
+    ("sqrt", "math.sqrt"),
+    (".math", ""),
+    ("weight", ""),
+    ("height", ""),
+    ("mg/dl", ""),
+    ("g/dl", ""),
+    ("mmol/L", ""),
+    ("kg", ""),
+    ("g", ""),
+    ("mEq/L", ""),
+)
 
 
 @dataclass(frozen=True)
@@ -118,7 +136,9 @@ def _official_value(field: str, cid: int) -> str:
         return f"{int(m.group(1)):02}/{int(m.group(2)):02}/{m.group(3)}" if m else NA
     if cid in GESTATIONAL_CALCULATORS:
         if OFFICIAL_WEEKS_DAYS.search(field) is None:
-            raise LookupError("no (weeks, days) pair in the answer field (the official call raises)")
+            raise LookupError(
+                "no (weeks, days) pair in the answer field (the official call raises)"
+            )
         flat = field.replace("[", "(").replace("]", ")").replace("'", "").replace('"', "")
         m = OFFICIAL_WEEKS_DAYS.search(flat)
         return f"({m.group(1)}, {m.group(3)})" if m else NA
@@ -159,7 +179,11 @@ def official_expression(expression: str) -> Any:
         expression = expression.replace(old, new)
     expression = expression.split("#")[0]
     opened, closed = expression.count("("), expression.count(")")
-    expression = expression + ")" * (opened - closed) if opened > closed else "(" * (closed - opened) + expression
+    expression = (
+        expression + ")" * (opened - closed)
+        if opened > closed
+        else "(" * (closed - opened) + expression
+    )
     try:
         return _evaluate(ast.parse(expression.lstrip(" \t"), mode="eval").body)
     except Exception:  # noqa: BLE001  (whatever fails there is "N/A", as the official try/except has it)
@@ -178,20 +202,72 @@ def evaluate_arithmetic(expression: str) -> Any:
     return value
 
 
-_FUNCTIONS: dict[str, Any] = {"min": min, "pow": pow, "round": round, "abs": abs, "int": int, "float": float}
-_MODULES: dict[str, Any] = {"math": math, "np": np, "numpy": np}
-_NUMPY = frozenset({"sqrt", "exp", "log", "log10", "log2", "power", "abs", "absolute", "round", "around", "floor", "ceil",
-                    "minimum", "maximum", "min", "max", "pi", "e", "square", "cbrt", "float64", "trunc"})
-_MATH_REFUSED = frozenset({"factorial", "comb", "perm", "prod"})  # unbounded work on large arguments
-_UNARY: dict[type, Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Not: operator.not_,
-                                            ast.Invert: operator.invert}
-_BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.LShift: operator.lshift,
-    ast.RShift: operator.rshift, ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor,
+_FUNCTIONS: dict[str, Any] = {
+    "min": min,
+    "pow": pow,
+    "round": round,
+    "abs": abs,
+    "int": int,
+    "float": float,
 }
-_COMPARE: dict[type, Callable[[Any, Any], Any]] = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
-                                                    ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
+_MODULES: dict[str, Any] = {"math": math, "np": np, "numpy": np}
+_NUMPY = frozenset(
+    {
+        "sqrt",
+        "exp",
+        "log",
+        "log10",
+        "log2",
+        "power",
+        "abs",
+        "absolute",
+        "round",
+        "around",
+        "floor",
+        "ceil",
+        "minimum",
+        "maximum",
+        "min",
+        "max",
+        "pi",
+        "e",
+        "square",
+        "cbrt",
+        "float64",
+        "trunc",
+    }
+)
+_MATH_REFUSED = frozenset(
+    {"factorial", "comb", "perm", "prod"}
+)  # unbounded work on large arguments
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+    ast.Not: operator.not_,
+    ast.Invert: operator.invert,
+}
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+}
+_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 _NUMBER_TYPES = (int, float, complex, np.number, np.bool_)
 
 
@@ -247,7 +323,7 @@ def _evaluate(node: ast.expr) -> Any:
 
 
 def _number(value: Any) -> Any:
-    if isinstance(value, bool) or isinstance(value, _NUMBER_TYPES):
+    if isinstance(value, (bool, _NUMBER_TYPES)):
         return value
     raise ValueError(f"arithmetic on {type(value).__name__} is not evaluated")
 
@@ -270,7 +346,9 @@ def _check_size(op: type, left: Any, right: Any) -> None:
 _FOLD = {c: c - 0xFEE0 for c in range(0xFF01, 0xFF5F)} | {0x3000: 0x20, 0x2212: 0x2D}
 _QUOTES = {0x201C: 0x22, 0x201D: 0x22}
 _CONTROL = re.compile(r"[\x00-\x1f]")
-_ANSWER_PAIR = re.compile(r'"answer"\s*:\s*(?:"((?:[^"\\]|\\.)*)"|(str\([^}]*\)|[^,}\]\s][^,}\]]*))', re.I)
+_ANSWER_PAIR = re.compile(
+    r'"answer"\s*:\s*(?:"((?:[^"\\]|\\.)*)"|(str\([^}]*\)|[^,}\]\s][^,}\]]*))', re.I
+)
 _ANSWER_LINE = re.compile(r"\banswer\s*(?:is\s*[:：]?|[:：])\s*(.+)", re.I)
 _UNIT_NUMBERS = re.compile(
     r"(?:/|\bper)\s*1\.73\s*m(?:²|\^?2)?"  # "/1.73 m²", "per 1.73m2"
@@ -284,17 +362,30 @@ _BARE_LIST = re.compile(rf"[\[(]?\s*{_NUM}(?:\s*(?:,|;|\band\b)\s*{_NUM})+\s*[\]
 _ASIDE = re.compile(r"\([^()]*\)|\[[^\[\]]*\]")
 _OUT_OF = re.compile(rf"({_NUM})\s+out\s+of\b", re.I)
 _STR_CALL = re.compile(r"str\((.*)\)", re.S)
-_MONTHS = {m: i for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1)}
-_MONTH = (r"(january|february|march|april|may|june|july|august|september|october|november|december"
-          r"|jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)\.?")
-_DATES: tuple[tuple[re.Pattern[str], tuple[int, int, int]], ...] = (  # pattern, group of (year, month, day)
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1
+    )
+}
+_MONTH = (
+    r"(january|february|march|april|may|june|july|august|september|october|november|december"
+    r"|jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)\.?"
+)
+_DATES: tuple[
+    tuple[re.Pattern[str], tuple[int, int, int]], ...
+] = (  # pattern, group of (year, month, day)
     (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), (1, 2, 3)),
     (re.compile(r"\b(\d{1,2})[/.-](\d{1,2})[/.-](\d{4})\b"), (3, 1, 2)),
     (re.compile(rf"\b{_MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I), (3, 1, 2)),
-    (re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH},?\s+(\d{{4}})\b", re.I), (3, 2, 1)),
+    (
+        re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH},?\s+(\d{{4}})\b", re.I),
+        (3, 2, 1),
+    ),
 )
 _WEEKS_DAYS = re.compile(
-    r"""(\d+)\s*(?:weeks?|wks?|w)?["']?(?:\s*,|\s+and|\s*\+|\s)\s*["']?(\d+)\s*(?:days?|d)?\b""", re.I
+    r"""(\d+)\s*(?:weeks?|wks?|w)?["']?(?:\s*,|\s+and|\s*\+|\s)\s*["']?(\d+)\s*(?:days?|d)?\b""",
+    re.I,
 )
 _WEEKS_ONLY = re.compile(r"(\d+)\s*(?:weeks?|wks?)\b", re.I)
 _DAYS_ONLY = re.compile(r"(\d+)\s*days?\b", re.I)

@@ -10,11 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from grandrounds.graders.base import GradeContext, Grader
-from grandrounds.graders.medcalc_extract import answer_text, official_reading, parse_ground_truth, parse_value
-from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Grade, Response, Sample
+from grandrounds.graders.base import GradeContext, Grader
+from grandrounds.graders.medcalc_extract import (
+    answer_text,
+    official_reading,
+    parse_ground_truth,
+    parse_value,
+)
 from grandrounds.scoring.medcalc import is_correct, official_correct
+from grandrounds.sources.protocols import check_protocol
 
 
 @dataclass(frozen=True)
@@ -46,13 +51,24 @@ class MedCalcGrader(Grader):
         kind = t["kind"]
         text = answer_text(reply)
         value = parse_value(text, kind)
-        ours_ok = is_correct(value, kind, parse_ground_truth(t["truth"], kind), t["lower"], t["upper"])
+        ours_ok = is_correct(
+            value, kind, parse_ground_truth(t["truth"], kind), t["lower"], t["upper"]
+        )
         shown = value.strftime("%m/%d/%Y") if kind == "date" and value is not None else value
         readings: dict[str, dict[str, Any]] = {
-            "reference": {"value": float(ref_ok), "extracted": official.answer, "unextractable": official.unextractable,
-                          "field": official.field, "error": official.error},
-            "grandrounds": {"value": float(ours_ok), "extracted": None if value is None else str(shown),
-                            "unextractable": value is None, "answer_text": text},
+            "reference": {
+                "value": float(ref_ok),
+                "extracted": official.answer,
+                "unextractable": official.unextractable,
+                "field": official.field,
+                "error": official.error,
+            },
+            "grandrounds": {
+                "value": float(ours_ok),
+                "extracted": None if value is None else str(shown),
+                "unextractable": value is None,
+                "answer_text": text,
+            },
         }
         mine = readings[self.params.protocol]
         other = readings["grandrounds" if self.params.protocol == "reference" else "reference"]
@@ -61,7 +77,12 @@ class MedCalcGrader(Grader):
             mine["value"],
             extracted=mine["extracted"],
             details={
-                "protocol": self.params.protocol, "kind": kind, "truth": t["truth"], "unextractable": mine["unextractable"],
-                "other_value": other["value"], "other_unextractable": other["unextractable"], **readings,
+                "protocol": self.params.protocol,
+                "kind": kind,
+                "truth": t["truth"],
+                "unextractable": mine["unextractable"],
+                "other_value": other["value"],
+                "other_unextractable": other["unextractable"],
+                **readings,
             },
         )

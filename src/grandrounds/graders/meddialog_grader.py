@@ -39,5 +39,11 @@ class MedDialogGrader(MedicationQAGrader):
         if self.params.protocol == "reference":
             template = python_string(JUDGE_PROMPTS, "JUDGE_TEMPLATE").text
             output = python_string(JUDGE_PROMPTS, "JUDGE_OUTPUT_JSON").text
-            return template.format(conversation=conversation, response=answer, gold_response=gold, output_format=output)
-        return OUR_JUDGE.format(conversation=conversation, response=delimit_answer(strip_reasoning(answer), conversation), gold=gold)
+            return template.format(
+                conversation=conversation, response=answer, gold_response=gold, output_format=output
+            )
+        return OUR_JUDGE.format(
+            conversation=conversation,
+            response=delimit_answer(strip_reasoning(answer), conversation),
+            gold=gold,
+        )

@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from grandrounds.core.textutil import normalize_width, strip_reasoning
 from grandrounds.graders.judge_json import as_bool, extract_json_object
 from grandrounds.scoring.medec import NA
-from grandrounds.core.textutil import normalize_width, strip_reasoning
 
 # Submission line: "<text_id> <flag> <sentence_id> <corrected sentence>" (tolerant form, ours).
 _LINE = re.compile(r"^\s*([a-z0-9\-]+)\s+([01])\s+(-?\d+)\s+(.+?)\s*$", re.I | re.M)
@@ -158,6 +158,12 @@ def submission_text(reply: str | None, text_id: str) -> str:
     if flag is None or (flag and sid is None):
         return ""
     value = obj.get("corrected")
-    text = value if isinstance(value, str) else "" if value is None else json.dumps(value, ensure_ascii=False)
+    text = (
+        value
+        if isinstance(value, str)
+        else ""
+        if value is None
+        else json.dumps(value, ensure_ascii=False)
+    )
     corrected = " ".join(text.split()) if flag else NA
     return f"{text_id} {int(flag)} {-1 if sid is None else sid} {corrected or NA}"

@@ -6,11 +6,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.graders.medec_extract import parse_prediction, read_submission, submission_text
-from grandrounds.sources.protocols import check_protocol
-from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.scoring import medec as sc
+from grandrounds.sources.protocols import check_protocol
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,10 @@ class MEDECGrader(Grader):
     Params = MEDECParams
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        readings = {"reference": reference_reading(sample, response.text), "grandrounds": grandrounds_reading(sample, response.text)}
+        readings = {
+            "reference": reference_reading(sample, response.text),
+            "grandrounds": grandrounds_reading(sample, response.text),
+        }
         own = readings[self.params.protocol]
         other = next(v for k, v in readings.items() if k != self.params.protocol)
         details = own | {"other": other, "other_value": float(other["flag_correct"])}
@@ -56,8 +59,14 @@ def reference_reading(sample: Sample, reply: str | None) -> dict[str, Any]:
     return {
         "flag_correct": entry.flag == str(t["flag"]),
         "sentence_correct": entry.sentence_id == str(t["sentence_id"]),
-        **sc.correction_scores(t.get("corrected_raw", t["corrected"]), entry.corrected, official=True),
-        "predicted": {"flag": entry.flag, "sentence_id": entry.sentence_id, "corrected": entry.corrected},
+        **sc.correction_scores(
+            t.get("corrected_raw", t["corrected"]), entry.corrected, official=True
+        ),
+        "predicted": {
+            "flag": entry.flag,
+            "sentence_id": entry.sentence_id,
+            "corrected": entry.corrected,
+        },
     }
 
 
@@ -71,5 +80,9 @@ def grandrounds_reading(sample: Sample, reply: str | None) -> dict[str, Any]:
         "flag_correct": pred.flag == t["flag"],
         "sentence_correct": pred.sentence_id == t["sentence_id"],
         **sc.correction_scores(t["corrected"], pred.corrected, official=False),
-        "predicted": {"flag": pred.flag, "sentence_id": pred.sentence_id, "corrected": pred.corrected},
+        "predicted": {
+            "flag": pred.flag,
+            "sentence_id": pred.sentence_id,
+            "corrected": pred.corrected,
+        },
     }

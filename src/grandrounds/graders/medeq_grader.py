@@ -24,15 +24,24 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
-from grandrounds.graders.base import GradeContext, Grader, load_templates
-from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, delimit_answer, judge_criteria, judge_keys, majority
-from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Grade, Message, Response, Sample, Verdict
-from grandrounds.scoring.medeq import question_score, reference_question, sample_items
 from grandrounds.core.textutil import normalize_width, strip_leading_reasoning, strip_reasoning
+from grandrounds.graders.base import GradeContext, Grader, load_templates
+from grandrounds.graders.judging import (
+    ANSWER_MARKERS,
+    Ask,
+    Reading,
+    delimit_answer,
+    judge_criteria,
+    judge_keys,
+    majority,
+)
+from grandrounds.scoring.medeq import question_score, reference_question, sample_items
+from grandrounds.sources.protocols import check_protocol
 from grandrounds.sources.upstream import UpstreamText
 
 TEMPLATE_NAME = "medeq_judge"
@@ -65,7 +74,11 @@ def parse_medeq_reply(text: str) -> dict[str, tuple[bool, str]]:
 
 def _read_ours(text: str, pending: Sequence[str]) -> dict[str, Reading]:
     found = parse_medeq_reply(text)
-    return {cid: Reading("met" if found[cid][0] else "unmet", found[cid][1]) for cid in pending if cid in found}
+    return {
+        cid: Reading("met" if found[cid][0] else "unmet", found[cid][1])
+        for cid in pending
+        if cid in found
+    }
 
 
 # ---- reading a reply: the reference's ------------------------------------------------------------
@@ -90,7 +103,10 @@ def reference_lines(text: str) -> list[tuple[str, int, str]]:
     The key is spelt as the official code builds it (``加分项_`` + the digits as written), so
     ``加分项_０１`` is a key no rubric item has.
     """
-    return [(f"{kind}_{number}", int(value), reason.strip()) for kind, number, value, reason in _OFFICIAL_LINE.findall(text)]
+    return [
+        (f"{kind}_{number}", int(value), reason.strip())
+        for kind, number, value, reason in _OFFICIAL_LINE.findall(text)
+    ]
 
 
 def reference_counts(text: str) -> dict[str, int]:
@@ -115,9 +131,14 @@ def _read_reference(text: str, pending: Sequence[str]) -> dict[str, Reading]:
     out: dict[str, Reading] = {}
     for cid in pending:
         if cid in counts:
-            out[cid] = Reading("met" if counts[cid] > 0 else "unmet", reasons[cid], float(counts[cid]))
+            out[cid] = Reading(
+                "met" if counts[cid] > 0 else "unmet", reasons[cid], float(counts[cid])
+            )
         else:
-            out[cid] = Reading("unknown", "no line the official parser reads for this item (counted 0 by the reference)")
+            out[cid] = Reading(
+                "unknown",
+                "no line the official parser reads for this item (counted 0 by the reference)",
+            )
     return out
 
 
@@ -126,7 +147,9 @@ def _read_reference(text: str, pending: Sequence[str]) -> dict[str, Reading]:
 Items = Mapping[str, tuple[float, str]]
 
 
-def official_counts(verdicts: Sequence[Verdict], items: Items, statuses: Mapping[str, str] | None = None) -> tuple[dict[str, float], bool]:
+def official_counts(
+    verdicts: Sequence[Verdict], items: Items, statuses: Mapping[str, str] | None = None
+) -> tuple[dict[str, float], bool]:
     """(official counted value per item that has a line, whether any item has one), from the replies behind the votes.
 
     Each vote is re-read from its raw reply by the official parser; a panel's value is the mean
@@ -168,7 +191,11 @@ def tolerant_verdicts(verdicts: Sequence[Verdict]) -> list[Verdict]:
             if vote.raw not in cache:
                 cache[vote.raw] = parse_medeq_reply(vote.raw)
             got = cache[vote.raw]
-            statuses.append(("met" if got[v.criterion_id][0] else "unmet") if v.criterion_id in got else "unknown")
+            statuses.append(
+                ("met" if got[v.criterion_id][0] else "unmet")
+                if v.criterion_id in got
+                else "unknown"
+            )
         out.append(Verdict(v.criterion_id, majority(statuses)))
     return out
 
@@ -213,7 +240,10 @@ class MedEQParams:
         check_protocol(self.protocol)
 
 
-READERS: Mapping[str, Callable[[str, Sequence[str]], dict[str, Reading]]] = {"reference": _read_reference, "grandrounds": _read_ours}
+READERS: Mapping[str, Callable[[str, Sequence[str]], dict[str, Reading]]] = {
+    "reference": _read_reference,
+    "grandrounds": _read_ours,
+}
 
 
 class MedEQGrader(Grader):
@@ -236,11 +266,17 @@ class MedEQGrader(Grader):
     def prompt(self, sample: Sample, answer: str) -> str:
         """The judge prompt of this protocol for ``sample`` and the candidate's reply."""
         question = "\n".join(m.text for m in sample.messages if m.role == "user")
-        if self.protocol == "reference":  # Health_EQBench.py: evaluate_prompt.format(question=, answer=, rubric=)
+        if (
+            self.protocol == "reference"
+        ):  # Health_EQBench.py: evaluate_prompt.format(question=, answer=, rubric=)
             # the prediction as OpenCompass's OpenAI wrapper stores it: the reply's content, stripped
-            return official_template().text.format(question=question, answer=answer.strip(), rubric=rubric_text(sample))
+            return official_template().text.format(
+                question=question, answer=answer.strip(), rubric=rubric_text(sample)
+            )
         shown = delimit_answer(strip_reasoning(answer), question)
-        return self.templates[TEMPLATE_NAME].format(question=question, answer=shown, rubric=rubric_text(sample))
+        return self.templates[TEMPLATE_NAME].format(
+            question=question, answer=shown, rubric=rubric_text(sample)
+        )
 
     def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:
         """The whole rubric in one call per judge."""
@@ -250,7 +286,9 @@ class MedEQGrader(Grader):
         messages = (Message("user", self.prompt(sample, response.text or "")),)
         ids = [c.id for c in sample.rubric]
         read = READERS[self.protocol]
-        verdicts = await judge_criteria(ids, lambda _j, pending: [Ask(tuple(pending), lambda _p: messages, read)], ctx)
+        verdicts = await judge_criteria(
+            ids, lambda _j, pending: [Ask(tuple(pending), lambda _p: messages, read)], ctx
+        )
         return self.grade_of(sample, verdicts)
 
     def grade_of(self, sample: Sample, verdicts: Sequence[Verdict]) -> Grade:
@@ -258,7 +296,10 @@ class MedEQGrader(Grader):
         items = sample_items(sample)
         counts, any_line = official_counts(verdicts, items)
         ref = reference_question(items, counts) if any_line else None
-        ours = question_score(sample.rubric, verdicts if self.protocol == "grandrounds" else tolerant_verdicts(verdicts))
+        ours = question_score(
+            sample.rubric,
+            verdicts if self.protocol == "grandrounds" else tolerant_verdicts(verdicts),
+        )
         known = sum(1 for v in verdicts if v.status in ("met", "unmet"))
         details: dict[str, Any] = {
             "protocol": self.protocol,
@@ -268,14 +309,41 @@ class MedEQGrader(Grader):
         }
         keys = judge_keys(verdicts)
         if self.protocol == "reference":
-            details |= {"dimension_scores": _present(ref.tags) if ref else {}, "other_value": ours.score}
+            details |= {
+                "dimension_scores": _present(ref.tags) if ref else {},
+                "other_value": ours.score,
+            }
             if ref is None:
-                why = next((vote.error for v in verdicts for vote in v.votes if vote.error), None) or "no line the official parser reads"
-                return Grade(sample.id, None, None, tuple(verdicts), details, f"{why}; the official evaluator counts this answer 0", keys, "unreadable")
+                why = (
+                    next((vote.error for v in verdicts for vote in v.votes if vote.error), None)
+                    or "no line the official parser reads"
+                )
+                return Grade(
+                    sample.id,
+                    None,
+                    None,
+                    tuple(verdicts),
+                    details,
+                    f"{why}; the official evaluator counts this answer 0",
+                    keys,
+                    "unreadable",
+                )
             return Grade(sample.id, ref.score, None, tuple(verdicts), details, None, keys)
-        details |= {"dimension_scores": dict(ours.dimensions), "other_value": ref.score if ref else None}
+        details |= {
+            "dimension_scores": dict(ours.dimensions),
+            "other_value": ref.score if ref else None,
+        }
         if ours.score is None:
-            return Grade(sample.id, None, None, tuple(verdicts), details, "no positive item has a known verdict", keys, "unreadable")
+            return Grade(
+                sample.id,
+                None,
+                None,
+                tuple(verdicts),
+                details,
+                "no positive item has a known verdict",
+                keys,
+                "unreadable",
+            )
         return Grade(sample.id, ours.score, None, tuple(verdicts), details, None, keys)
 
     def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
@@ -284,5 +352,7 @@ class MedEQGrader(Grader):
             items = sample_items(sample)
             counts, any_line = official_counts(grade.verdicts, items, statuses)
             return reference_question(items, counts).score if any_line else None
-        verdicts = [replace(v, status=statuses.get(v.criterion_id, v.status)) for v in grade.verdicts]  # type: ignore[arg-type]
+        verdicts = [
+            replace(v, status=statuses.get(v.criterion_id, v.status)) for v in grade.verdicts
+        ]  # type: ignore[arg-type]
         return question_score(sample.rubric, verdicts).score

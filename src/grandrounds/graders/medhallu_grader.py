@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grandrounds.graders.base import GradeContext, Grader
-from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
+from grandrounds.graders.base import GradeContext, Grader
+from grandrounds.sources.protocols import check_protocol
 
 _BOXED_OURS = re.compile(r"\\boxed\s*\{\s*([012])\s*\}")
 _LINE_OURS = re.compile(r"(?:judg(?:e)?ment|answer)[\s*_]*[:：][\s*_]*([012])\b", re.IGNORECASE)
@@ -45,7 +45,7 @@ def first_boxed(text: str) -> str:
     while i < len(text) and depth:
         depth += {"{": 1, "}": -1}.get(text[i], 0)
         i += 1
-    return text[start + len("\\boxed{"): i - 1] if depth == 0 else text
+    return text[start + len("\\boxed{") : i - 1] if depth == 0 else text
 
 
 def reference_prediction(text: str) -> str | None:
@@ -72,11 +72,25 @@ class MedHalluGrader(Grader):
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         text = response.text or ""
         preds = {"reference": reference_prediction(text), "grandrounds": our_prediction(text)}
-        mine, other = self.params.protocol, "grandrounds" if self.params.protocol == "reference" else "reference"
+        mine, other = (
+            self.params.protocol,
+            "grandrounds" if self.params.protocol == "reference" else "reference",
+        )
         pred = preds[mine]
-        details = {"protocol": mine, "prediction": pred, "other_prediction": preds[other],
-                   "abstained": pred == "2", "unextracted": pred is None}
+        details = {
+            "protocol": mine,
+            "prediction": pred,
+            "other_prediction": preds[other],
+            "abstained": pred == "2",
+            "unextracted": pred is None,
+        }
         if pred is None:
-            return Grade(sample.id, None, details=details, error="no verdict 0, 1 or 2 in the reply", status="unreadable")
+            return Grade(
+                sample.id,
+                None,
+                details=details,
+                error="no verdict 0, 1 or 2 in the reply",
+                status="unreadable",
+            )
         value = None if pred == "2" else float(pred == sample.target)
         return Grade(sample.id, value, extracted=pred, details=details)

@@ -13,14 +13,22 @@ judges with a known vote of Medmarks' ``_compute_normalized_reward`` (the three 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.judge_json import json_values
-from grandrounds.graders.judging import ANSWER_MARKERS, Ask, Reading, delimit_answer, judge_keys, panel
 from grandrounds.core.records import Grade, Message, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
+from grandrounds.graders.base import GradeContext, Grader, unscored
+from grandrounds.graders.judge_json import json_values
+from grandrounds.graders.judging import (
+    ANSWER_MARKERS,
+    Ask,
+    Reading,
+    delimit_answer,
+    judge_keys,
+    panel,
+)
 from grandrounds.sources.medicationqa import DIMENSIONS, JUDGE_PROMPTS, OUR_JUDGE
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.sources.upstream import python_string
@@ -52,7 +60,12 @@ def dimension_scores(text: str) -> dict[str, float] | None:
     """The three scores of the first JSON object in ``text`` that has all of them, else None."""
     for value in json_values(text):
         if isinstance(value, Mapping):
-            got = {d: _number(value.get(d, {}).get("score")) if isinstance(value.get(d), Mapping) else None for d in DIMENSIONS}
+            got = {
+                d: _number(value.get(d, {}).get("score"))
+                if isinstance(value.get(d), Mapping)
+                else None
+                for d in DIMENSIONS
+            }
             if all(v is not None for v in got.values()):
                 return got  # type: ignore[return-value]
     return None
@@ -68,7 +81,11 @@ def parse(text: str, pending: Sequence[str]) -> dict[str, Reading]:
     scores = dimension_scores(text)
     if scores is None:
         return {}
-    return {pending[0]: Reading("met", ", ".join(f"{d} {scores[d]:g}" for d in DIMENSIONS), normalized(scores))}
+    return {
+        pending[0]: Reading(
+            "met", ", ".join(f"{d} {scores[d]:g}" for d in DIMENSIONS), normalized(scores)
+        )
+    }
 
 
 class MedicationQAGrader(Grader):
@@ -90,21 +107,54 @@ class MedicationQAGrader(Grader):
         if self.params.protocol == "reference":
             template = python_string(JUDGE_PROMPTS, "JUDGE_TEMPLATE").text
             output = python_string(JUDGE_PROMPTS, "JUDGE_OUTPUT_JSON").text
-            return template.format(question=question, response=answer, gold_response=gold, output_format=output)
-        return OUR_JUDGE.format(question=question, response=delimit_answer(strip_reasoning(answer), question), gold=gold)
+            return template.format(
+                question=question, response=answer, gold_response=gold, output_format=output
+            )
+        return OUR_JUDGE.format(
+            question=question, response=delimit_answer(strip_reasoning(answer), question), gold=gold
+        )
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         if not sample.target:
-            return unscored(sample, "grader_error", "no reference answer in the file for this question", protocol=self.params.protocol)
+            return unscored(
+                sample,
+                "grader_error",
+                "no reference answer in the file for this question",
+                protocol=self.params.protocol,
+            )
         msgs = (Message("user", self.judge_prompt(sample, response.text or "")),)
         prev = ctx.previous if ctx.only_unknown else None
         previous = {"answer": prev.votes} if prev is not None and prev.votes else None
-        votes = (await panel(["answer"], lambda _j, _ids: [Ask(("answer",), lambda _p: msgs, parse)], ctx, previous))["answer"]
+        votes = (
+            await panel(
+                ["answer"],
+                lambda _j, _ids: [Ask(("answer",), lambda _p: msgs, parse)],
+                ctx,
+                previous,
+            )
+        )["answer"]
         known = [v.score for v in votes if v.status != "unknown" and v.score is not None]
-        details = {"protocol": self.params.protocol, "coverage": {"known": len(known), "total": len(votes)},
-                   "n_unknown": len(votes) - len(known), "judge_values": [v.score for v in votes],
-                   "medmarks_value": sum(v.score or 0.0 for v in votes) / len(votes) if votes else None}
+        details = {
+            "protocol": self.params.protocol,
+            "coverage": {"known": len(known), "total": len(votes)},
+            "n_unknown": len(votes) - len(known),
+            "judge_values": [v.score for v in votes],
+            "medmarks_value": sum(v.score or 0.0 for v in votes) / len(votes) if votes else None,
+        }
         if not known:
-            return Grade(sample.id, None, details=details, error="no judge gave a readable verdict",
-                         judge_keys=judge_keys((), votes), status="unreadable", votes=tuple(votes))
-        return Grade(sample.id, sum(known) / len(known), details=details, judge_keys=judge_keys((), votes), votes=tuple(votes))
+            return Grade(
+                sample.id,
+                None,
+                details=details,
+                error="no judge gave a readable verdict",
+                judge_keys=judge_keys((), votes),
+                status="unreadable",
+                votes=tuple(votes),
+            )
+        return Grade(
+            sample.id,
+            sum(known) / len(known),
+            details=details,
+            judge_keys=judge_keys((), votes),
+            votes=tuple(votes),
+        )

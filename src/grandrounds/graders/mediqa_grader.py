@@ -16,12 +16,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
+from grandrounds.graders.base import GradeContext, Grader, unscored
+from grandrounds.sources.protocols import check_protocol
 
-_LINE = re.compile(r"^[\s*_#>-]*correct(?:\s+answers?)?[\s*_]*[:：][\s*_]*(.*?)[\s*_.]*$", re.IGNORECASE | re.MULTILINE)
+_LINE = re.compile(
+    r"^[\s*_#>-]*correct(?:\s+answers?)?[\s*_]*[:：][\s*_]*(.*?)[\s*_.]*$",
+    re.IGNORECASE | re.MULTILINE,
+)
 _NONE = re.compile(r"^(?:none|no(?:ne)? (?:of (?:them|the answers))?|-|\[\])$", re.IGNORECASE)
 
 
@@ -42,7 +45,9 @@ def read_choice(text: str, n: int) -> list[int] | None:
     body = lines[-1].strip()
     if _NONE.match(body):
         return []
-    parts = [p for p in re.split(r"[\s,;、]+|\band\b", body.replace("[", " ").replace("]", " ")) if p]
+    parts = [
+        p for p in re.split(r"[\s,;、]+|\band\b", body.replace("[", " ").replace("]", " ")) if p
+    ]
     numbers: list[int] = []
     for p in parts:
         p = p.lstrip("#").rstrip(".)")
@@ -70,10 +75,19 @@ class MediqaGrader(Grader):
         answer_ids = list(sample.metadata["answer_ids"])
         chosen = read_choice(response.text or "", len(answer_ids))
         if chosen is None:
-            return unscored(sample, "unreadable", f"no 'Correct:' line naming answers 1-{len(answer_ids)}",
-                            protocol=self.params.protocol, unextracted=True)
+            return unscored(
+                sample,
+                "unreadable",
+                f"no 'Correct:' line naming answers 1-{len(answer_ids)}",
+                protocol=self.params.protocol,
+                unextracted=True,
+            )
         rows = submission_rows(answer_ids, chosen)
-        labels = {a: lab for a, lab in gold}
+        labels = dict(gold)
         right = sum(1 for a, lab in rows if labels.get(a) == lab)
-        return Grade(sample.id, right / len(rows), extracted=",".join(str(i) for i in chosen) or "none",
-                     details={"protocol": self.params.protocol, "rows": [list(r) for r in rows]})
+        return Grade(
+            sample.id,
+            right / len(rows),
+            extracted=",".join(str(i) for i in chosen) or "none",
+            details={"protocol": self.params.protocol, "rows": [list(r) for r in rows]},
+        )

@@ -21,4 +21,7 @@ class PathVQAGrader(VQAGrader):
         grade = await super().grade(sample, response, ctx)
         reply = response.text or ""
         read = reply if self.params.protocol == "reference" else our_reading(reply)
-        return replace(grade, details={**grade.details, "authors_script": authors_figures(read, str(sample.target))})
+        return replace(
+            grade,
+            details={**grade.details, "authors_script": authors_figures(read, str(sample.target))},
+        )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from grandrounds.sources.medxpertqa import template
 
@@ -74,7 +74,9 @@ def m_arc_letter(text: str | None, letters: Sequence[str] = _TEN) -> str | None:
 _MXQ_REMOVED = ("I understand", "A through J", "A through E", "A through D")
 
 
-def medxpertqa_letter(text: str | None, letters: Sequence[str] = _TEN, trigger: str | None = None) -> str | None:
+def medxpertqa_letter(
+    text: str | None, letters: Sequence[str] = _TEN, trigger: str | None = None
+) -> str | None:
     """MedXpertQA's zero-shot reading of the reply to its answer trigger: the text after the trigger
     (after " answer is " when the trigger is absent; the whole reply when neither is there), stripped,
     the phrases of :data:`_MXQ_REMOVED` removed, then the first option letter standing as a word."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Mapping
+from collections.abc import Mapping
 
 from grandrounds.core.textutil import normalize_width, strip_reasoning
 
@@ -81,12 +81,23 @@ def cmmlu_choice(text: str | None) -> str | None:
 
 # C-Eval ChatGPT_Evaluator.extract_ans: patterns in order; the first with any match gives the list.
 _CEVAL_CUES = (
-    r"^选([A-D])", r"^选项([A-D])",
-    r"答案是\s?选?项?\s?([A-D])", r"答案为\s?选?项?\s?([A-D])", r"答案应为\s?选?项?\s?([A-D])",
-    r"答案选\s?选?项?\s?([A-D])", r"答案是:\s?选?项?\s?([A-D])", r"答案应该是:\s?选?项?\s?([A-D])",
-    r"正确的一项是\s?([A-D])", r"答案为:\s?选?项?\s?([A-D])", r"答案应为:\s?选?项?\s?([A-D])",
-    r"答案:\s?选?项?\s?([A-D])", r"答案是：\s?选?项?\s?([A-D])", r"答案应该是：\s?选?项?\s?([A-D])",
-    r"答案为：\s?选?项?\s?([A-D])", r"答案应为：\s?选?项?\s?([A-D])", r"答案：\s?选?项?\s?([A-D])",
+    r"^选([A-D])",
+    r"^选项([A-D])",
+    r"答案是\s?选?项?\s?([A-D])",
+    r"答案为\s?选?项?\s?([A-D])",
+    r"答案应为\s?选?项?\s?([A-D])",
+    r"答案选\s?选?项?\s?([A-D])",
+    r"答案是:\s?选?项?\s?([A-D])",
+    r"答案应该是:\s?选?项?\s?([A-D])",
+    r"正确的一项是\s?([A-D])",
+    r"答案为:\s?选?项?\s?([A-D])",
+    r"答案应为:\s?选?项?\s?([A-D])",
+    r"答案:\s?选?项?\s?([A-D])",
+    r"答案是：\s?选?项?\s?([A-D])",
+    r"答案应该是：\s?选?项?\s?([A-D])",
+    r"答案为：\s?选?项?\s?([A-D])",
+    r"答案应为：\s?选?项?\s?([A-D])",
+    r"答案：\s?选?项?\s?([A-D])",
 )
 
 

@@ -17,7 +17,7 @@ published sources; pure. Named in :data:`grandrounds.graders.exam_readings.EXAM_
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 __all__ = ["KORMEDMCQA_STOPS", "cmexam_choice", "kormedmcqa_choice"]
 
@@ -25,12 +25,15 @@ __all__ = ["KORMEDMCQA_STOPS", "cmexam_choice", "kormedmcqa_choice"]
 KORMEDMCQA_STOPS = ("Q:", "</s>", "<|im_end|>", ".", "\n\n")
 
 # kormedmcqa utils.py CHOICE_PATTERNS (the paper's Appendix B cascade), in order.
-_KORMED_PATTERNS = tuple(re.compile(p, re.IGNORECASE) for p in (
-    r"정답[:\s]*([ABCDE])",
-    r"정답은\s*([ABCDE])\s*입니다",
-    r"\b([ABCDE])\.",
-    r"\b([ABCDE])\b",
-))
+_KORMED_PATTERNS = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"정답[:\s]*([ABCDE])",
+        r"정답은\s*([ABCDE])\s*입니다",
+        r"\b([ABCDE])\.",
+        r"\b([ABCDE])\b",
+    )
+)
 
 
 def cut_at_stops(text: str, stops: tuple[str, ...] = KORMEDMCQA_STOPS) -> str:
@@ -59,7 +62,9 @@ def cmexam_choice(text: str | None, choices: Mapping[str, str]) -> str | None:
     picked = []
     for letter, option in choices.items():
         words = option.split()
-        first = words[0] if words else option  # the option line "X text" split on whitespace: its second word
+        first = (
+            words[0] if words else option
+        )  # the option line "X text" split on whitespace: its second word
         if letter in result or first in result:
             picked.append(letter)
     return "".join(picked) or None

@@ -9,17 +9,23 @@ possible positive points, over the criteria with a known verdict (simple-evals' 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from grandrounds.core.errors import ConfigError
+from grandrounds.core.records import Criterion, Grade, Message, Response, Sample
+from grandrounds.core.textutil import strip_reasoning
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.healthbench_grader import parse_single, render_conversation, render_item
-from grandrounds.graders.judging import ANSWER_MARKERS, Ask, delimit_answer, judge_criteria, judge_keys
-from grandrounds.core.records import Criterion, Grade, Message, Response, Sample
+from grandrounds.graders.judging import (
+    ANSWER_MARKERS,
+    Ask,
+    delimit_answer,
+    judge_criteria,
+    judge_keys,
+)
 from grandrounds.scoring.healthbench import known_rubric_score
-from grandrounds.core.textutil import strip_reasoning
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,9 @@ def _load(template: str) -> tuple[str, str]:
     try:
         return template, load_templates(template)[template]
     except FileNotFoundError:
-        raise ConfigError(f"rubric grader: no template {template!r} (a packaged template name, or a path to a .txt file)") from None
+        raise ConfigError(
+            f"rubric grader: no template {template!r} (a packaged template name, or a path to a .txt file)"
+        ) from None
 
 
 class RubricGrader(Grader):
@@ -75,16 +83,33 @@ class RubricGrader(Grader):
             return self.template.format(conversation=convo, criterion=render_item(c))
 
         def asks(_judge: int, ids: Sequence[str]) -> list[Ask]:
-            return [Ask((cid,), lambda _p, c=by_id[cid]: self._messages(prompt(c)), parse_single) for cid in ids]
+            return [
+                Ask((cid,), lambda _p, c=by_id[cid]: self._messages(prompt(c)), parse_single)
+                for cid in ids
+            ]
 
         verdicts = await judge_criteria(list(by_id), asks, ctx)
         value = self.rescore(sample, Grade(sample.id, None, verdicts=verdicts), {})
         known = sum(1 for v in verdicts if v.status != "unknown")
-        details = {"coverage": {"known": known, "total": len(verdicts)}, "n_unknown": len(verdicts) - known}
+        details = {
+            "coverage": {"known": known, "total": len(verdicts)},
+            "n_unknown": len(verdicts) - known,
+        }
         if value is None:
-            return Grade(sample.id, None, None, verdicts, details, "no criterion with positive points has a known verdict", judge_keys(verdicts), "unreadable")
+            return Grade(
+                sample.id,
+                None,
+                None,
+                verdicts,
+                details,
+                "no criterion with positive points has a known verdict",
+                judge_keys(verdicts),
+                "unreadable",
+            )
         return Grade(sample.id, value, None, verdicts, details, None, judge_keys(verdicts))
 
     def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
         """Met positive points over possible positive points, over criteria with a known verdict."""
-        return known_rubric_score(sample.rubric, {v.criterion_id: v.status for v in grade.verdicts} | dict(statuses))
+        return known_rubric_score(
+            sample.rubric, {v.criterion_id: v.status for v in grade.verdicts} | dict(statuses)
+        )

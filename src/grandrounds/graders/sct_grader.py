@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from grandrounds.graders.base import GradeContext, Grader
-from grandrounds.sources.protocols import check_protocol
 from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
+from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.scoring.sct import panel_score
+from grandrounds.sources.protocols import check_protocol
 
 _OFFICIAL = re.compile(r"\+2|\+1|0|-1|-2")
 _OURS = re.compile(r"rating[\s*_]*[:：][\s*_]*([+\-−–]?)\s*([0-2])(?![0-9.])", re.IGNORECASE)
@@ -67,13 +67,37 @@ class SCTGrader(Grader):
         panel = sample.target["panel"]
         ratings = {"reference": reference_rating(text), "grandrounds": our_rating(text)}
         values = {
-            "reference": 0.0 if ratings["reference"] is None else panel_score(panel, ratings["reference"]),
-            "grandrounds": None if ratings["grandrounds"] is None else panel_score(panel, ratings["grandrounds"]),
+            "reference": 0.0
+            if ratings["reference"] is None
+            else panel_score(panel, ratings["reference"]),
+            "grandrounds": None
+            if ratings["grandrounds"] is None
+            else panel_score(panel, ratings["grandrounds"]),
         }
-        mine, other = self.params.protocol, "grandrounds" if self.params.protocol == "reference" else "reference"
+        mine, other = (
+            self.params.protocol,
+            "grandrounds" if self.params.protocol == "reference" else "reference",
+        )
         rating = ratings[mine]
-        details = {"protocol": mine, "rating": rating, "unextracted": rating is None, "other_value": values[other],
-                   "other_rating": ratings[other], "modal": sample.target["modal"]}
+        details = {
+            "protocol": mine,
+            "rating": rating,
+            "unextracted": rating is None,
+            "other_value": values[other],
+            "other_rating": ratings[other],
+            "modal": sample.target["modal"],
+        }
         if values[mine] is None:
-            return Grade(sample.id, None, details=details, error="no 'Rating:' with -2..+2 in the reply", status="unreadable")
-        return Grade(sample.id, values[mine], extracted=None if rating is None else f"{rating:+d}" if rating else "0", details=details)
+            return Grade(
+                sample.id,
+                None,
+                details=details,
+                error="no 'Rating:' with -2..+2 in the reply",
+                status="unreadable",
+            )
+        return Grade(
+            sample.id,
+            values[mine],
+            extracted=None if rating is None else f"{rating:+d}" if rating else "0",
+            details=details,
+        )

@@ -21,8 +21,9 @@ not asked) and never changes the grade's value: exact match stays the grade.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from grandrounds.core.hashing import text_hash
 from grandrounds.core.records import Grade, Message, Response, Sample
@@ -32,9 +33,18 @@ from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.graders.judging import Ask, Reading, judge_keys, majority, panel
 from grandrounds.scoring.vqa import normalize, token_recall
 from grandrounds.sources.protocols import check_protocol
-from grandrounds.sources.vqa import MEDEVALKIT_UTILS, OUR_OPEN_JUDGE, VERDICT_WORDS, compare_prompt, our_prompt, reference_prompt
+from grandrounds.sources.vqa import (
+    MEDEVALKIT_UTILS,
+    OUR_OPEN_JUDGE,
+    VERDICT_WORDS,
+    compare_prompt,
+    our_prompt,
+    reference_prompt,
+)
 
-_ANSWER_LINE = re.compile(r"^\s*(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_ANSWER_LINE = re.compile(
+    r"^\s*(?:final\s+)?answer\s*[:：]\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE
+)
 _JUDGE_TAG = re.compile(r"<judge>(.*?)</judge>", re.IGNORECASE | re.DOTALL)
 #: What the judge's verdict on an open answer is called in ``details["open_judge"]``.
 _VERDICT = {"met": "same", "unmet": "different"}
@@ -81,14 +91,21 @@ class VQAGrader(Grader):
     def spec(self) -> Spec:
         """(name, params); ``judge_open`` only when set, so a grading without a judge keeps its spec and fingerprint."""
         spec = super().spec()
-        return spec if self.params.judge_open else Spec(spec.name, {k: v for k, v in spec.args.items() if k != "judge_open"})
+        return (
+            spec
+            if self.params.judge_open
+            else Spec(spec.name, {k: v for k, v in spec.args.items() if k != "judge_open"})
+        )
 
     def template_hashes(self) -> dict[str, Any]:
         if not self.params.judge_open:
             return {}
         if self.params.protocol == "reference":
-            return {"open_judge": text_hash(compare_prompt().text)[:16], "open_judge_source": f"{MEDEVALKIT_UTILS.repo}@"
-                    f"{MEDEVALKIT_UTILS.commit[:7]} {MEDEVALKIT_UTILS.path} get_compare_messages"}
+            return {
+                "open_judge": text_hash(compare_prompt().text)[:16],
+                "open_judge_source": f"{MEDEVALKIT_UTILS.repo}@"
+                f"{MEDEVALKIT_UTILS.commit[:7]} {MEDEVALKIT_UTILS.path} get_compare_messages",
+            }
         # our prompt shows the answer between fixed tags that are removed from the answer itself
         return {"open_judge": text_hash(OUR_OPEN_JUDGE)[:16], "answer_markers": "fixed tags"}
 
@@ -132,19 +149,39 @@ class VQAGrader(Grader):
             },
         )
 
-    async def judge_open(self, sample: Sample, answer: str, graded: Grade, ctx: GradeContext) -> Grade:
+    async def judge_open(
+        self, sample: Sample, answer: str, graded: Grade, ctx: GradeContext
+    ) -> Grade:
         """``graded`` with the panel's verdict on ``answer`` (votes, call keys and ``details["open_judge"]``)."""
         msgs = (Message("user", self.judge_prompt(sample, answer)),)
         protocol = self.params.protocol
 
         def parse(text: str, pending: Sequence[str]) -> dict[str, Reading]:
             same = read_verdict(text, protocol)
-            return {} if same is None else {pending[0]: Reading("met" if same else "unmet", "same meaning" if same else "different")}
+            return (
+                {}
+                if same is None
+                else {
+                    pending[0]: Reading(
+                        "met" if same else "unmet", "same meaning" if same else "different"
+                    )
+                }
+            )
 
         prev = ctx.previous if ctx.only_unknown else None
         previous = {"open": prev.votes} if prev is not None and prev.votes else None
-        votes = (await panel(["open"], lambda _j, _ids: [Ask(("open",), lambda _p: msgs, parse)], ctx, previous))["open"]
+        votes = (
+            await panel(
+                ["open"], lambda _j, _ids: [Ask(("open",), lambda _p: msgs, parse)], ctx, previous
+            )
+        )["open"]
         known = sum(1 for v in votes if v.status != "unknown")
         verdict = _VERDICT.get(majority([v.status for v in votes]), "unknown")
-        details = {**graded.details, "open_judge": verdict, "open_judge_votes": {"known": known, "total": len(votes)}}
-        return replace(graded, details=details, votes=tuple(votes), judge_keys=judge_keys((), votes))
+        details = {
+            **graded.details,
+            "open_judge": verdict,
+            "open_judge_votes": {"known": known, "total": len(votes)},
+        }
+        return replace(
+            graded, details=details, votes=tuple(votes), judge_keys=judge_keys((), votes)
+        )

@@ -46,12 +46,27 @@ from urllib.parse import unquote
 
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.params import Param
-from grandrounds.providers.base import account_label, CREDENTIALS_REQUIRED, ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
-from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
-from grandrounds.providers.openai_compat import context_message, context_overflow
 from grandrounds.core.records import Request, Response, Usage
+from grandrounds.providers.base import (
+    CREDENTIALS_REQUIRED,
+    ModelSpec,
+    Provider,
+    ProviderError,
+    account_label,
+    error_reason,
+    redact,
+    split_userinfo,
+)
+from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
 from grandrounds.providers.images import ANTHROPIC_LIMITS, anthropic_content
-from grandrounds.providers.tools import anthropic_tool_choice, anthropic_tool_messages, anthropic_tools, read_anthropic_tool_calls, uses_tools
+from grandrounds.providers.openai_compat import context_message, context_overflow
+from grandrounds.providers.tools import (
+    anthropic_tool_choice,
+    anthropic_tool_messages,
+    anthropic_tools,
+    read_anthropic_tool_calls,
+    uses_tools,
+)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 #: The API version this module speaks (Anthropic's versioning page: the only version of the Messages API).
@@ -61,7 +76,9 @@ API_VERSION = "2023-06-01"
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "model_context_window_exceeded": "length"}
 
 #: "input length and `max_tokens` exceed context limit: 197202 + 21333 > 200000, decrease ..."
-_INPUT_PLUS_MAX = re.compile(r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)", re.IGNORECASE)
+_INPUT_PLUS_MAX = re.compile(
+    r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)", re.IGNORECASE
+)
 
 
 def anthropic_base(url: str) -> str:
@@ -77,8 +94,13 @@ def message_body(model: str, request: Request) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": p.max_tokens,
-        "messages": anthropic_tool_messages(request.messages) if uses_tools(request)
-        else [{"role": m.role, "content": anthropic_content(m)} for m in request.messages if m.role != "system"],
+        "messages": anthropic_tool_messages(request.messages)
+        if uses_tools(request)
+        else [
+            {"role": m.role, "content": anthropic_content(m)}
+            for m in request.messages
+            if m.role != "system"
+        ],
         "temperature": p.temperature,
     }
     if uses_tools(request):
@@ -105,42 +127,66 @@ def read_message(out: Any, key: str, latency: float = 0.0) -> Response:
         if isinstance(block, dict) and block.get("type") == "text":
             text = block.get("text")
             if not isinstance(text, str):
-                raise ProviderError("malformed response body: a text block without text", retryable=True)
+                raise ProviderError(
+                    "malformed response body: a text block without text", retryable=True
+                )
             parts.append(text)
     reason = out.get("stop_reason")
     finish = _FINISH.get(reason, reason) if isinstance(reason, str) else None
     calls = read_anthropic_tool_calls(out["content"])
-    return Response(key=key, text="".join(parts), usage=_usage(out.get("usage")), latency=latency, finish_reason=finish, tool_calls=calls)
+    return Response(
+        key=key,
+        text="".join(parts),
+        usage=_usage(out.get("usage")),
+        latency=latency,
+        finish_reason=finish,
+        tool_calls=calls,
+    )
 
 
 def _usage(u: Any) -> Usage:
     if not isinstance(u, dict):
         return Usage()
     try:
-        prompt = sum(int(u.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+        prompt = sum(
+            int(u.get(k) or 0)
+            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
         return Usage(prompt, int(u.get("output_tokens") or 0))
     except (TypeError, ValueError):
         return Usage()
 
 
-def error_from_body(status: int, parsed: Any, reason: str, max_tokens: Any, retry_after: float | None = None) -> ProviderError:
+def error_from_body(
+    status: int, parsed: Any, reason: str, max_tokens: Any, retry_after: float | None = None
+) -> ProviderError:
     """An Anthropic error (HTTP status and body, live or in a batch result) as a classified ProviderError."""
     overflow = _overflow(reason, parsed)
     if overflow is not None:
         limit, prompt = overflow
         return ProviderError(
-            context_message(limit, prompt, max_tokens), retryable=False, kind="context_length", context_limit=limit, prompt_tokens=prompt
+            context_message(limit, prompt, max_tokens),
+            retryable=False,
+            kind="context_length",
+            context_limit=limit,
+            prompt_tokens=prompt,
         )
     err = parsed.get("error") if isinstance(parsed, dict) else None
     kind = err.get("type") if isinstance(err, dict) else None
-    retryable = status >= 500 or status in (408, 409, 429) or kind in ("overloaded_error", "rate_limit_error", "api_error")
+    retryable = (
+        status >= 500
+        or status in (408, 409, 429)
+        or kind in ("overloaded_error", "rate_limit_error", "api_error")
+    )
     label = {429: "429 rate limited", 529: "529 overloaded"}.get(status, f"HTTP {status}")
     typed = f" ({kind})" if isinstance(kind, str) and kind and kind not in reason else ""
     # 429 and 529 (or their error types) say the server is full: congestion for the adaptive window
     congestion = "rate_limited" if status == 429 or kind == "rate_limit_error" else None
     if status == 529 or kind == "overloaded_error":
         congestion = "overloaded"
-    return ProviderError(f"{label}{typed}: {reason}", retryable=retryable, retry_after=retry_after, kind=congestion)
+    return ProviderError(
+        f"{label}{typed}: {reason}", retryable=retryable, retry_after=retry_after, kind=congestion
+    )
 
 
 def _overflow(reason: str, parsed: Any) -> tuple[int | None, int | None] | None:
@@ -158,11 +204,20 @@ class AnthropicProvider(Provider):
     sees_images = True
     supports_tools = True
     model_options = (
-        Param("timeout", float, 120.0, "seconds a call may take, from sending it to the last byte of the reply (then retried)", minimum=0.001),
+        Param(
+            "timeout",
+            float,
+            120.0,
+            "seconds a call may take, from sending it to the last byte of the reply (then retried)",
+            minimum=0.001,
+        ),
         Param("api_key_env", str, "ANTHROPIC_API_KEY", "environment variable holding the API key"),
         Param(
-            "max_response_mb", float, DEFAULT_MAX_RESPONSE_BYTES / 2**20,
-            "largest reply accepted, in MB; a larger one fails the call (not retried)", minimum=0.001,
+            "max_response_mb",
+            float,
+            DEFAULT_MAX_RESPONSE_BYTES / 2**20,
+            "largest reply accepted, in MB; a larger one fails the call (not retried)",
+            minimum=0.001,
         ),
     )
     example = "anthropic/claude-sonnet-4-5 (Messages API; --base-url for a proxy or gateway)"
@@ -176,7 +231,9 @@ class AnthropicProvider(Provider):
         max_response_mb: float = DEFAULT_MAX_RESPONSE_BYTES / 2**20,
         **options: Any,
     ) -> None:
-        base = anthropic_base(spec.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL)
+        base = anthropic_base(
+            spec.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+        )
         url, user, password = split_userinfo(base)
         super().__init__(ModelSpec(spec.provider, spec.model, url), **options)
         self.account = account_label(api_key_env, "ANTHROPIC_API_KEY", user)
@@ -186,9 +243,13 @@ class AnthropicProvider(Provider):
         if key:
             headers["x-api-key"] = key
         elif url == DEFAULT_BASE_URL and CREDENTIALS_REQUIRED.get():
-            raise ConfigError(f"provider {spec.provider}: set {api_key_env} to the Anthropic API key (it is read from the environment only)")
+            raise ConfigError(
+                f"provider {spec.provider}: set {api_key_env} to the Anthropic API key (it is read from the environment only)"
+            )
         if user is not None or password is not None:
-            token = base64.b64encode(f"{unquote(user or '')}:{unquote(password or '')}".encode("utf-8")).decode("ascii")
+            token = base64.b64encode(
+                f"{unquote(user or '')}:{unquote(password or '')}".encode()
+            ).decode("ascii")
             headers["Authorization"] = f"Basic {token}"
             secrets += [token, unquote(password or ""), password or ""]
         self._secrets = tuple(s for s in secrets if s)
@@ -205,7 +266,9 @@ class AnthropicProvider(Provider):
     def client(self, timeout: float, cls: type[HttpClient] = HttpClient) -> HttpClient:
         """Another client (of class ``cls``) to this endpoint with the same credentials and reply
         cap: Message Batches uses one with a longer deadline. Its connection pool is the provider's."""
-        return cls(self.spec.base_url, self._headers, timeout, self.max_response_bytes, self._secrets)
+        return cls(
+            self.spec.base_url, self._headers, timeout, self.max_response_bytes, self._secrets
+        )
 
     def image_limits(self) -> Any:
         return ANTHROPIC_LIMITS
@@ -222,7 +285,9 @@ class AnthropicProvider(Provider):
         try:
             out = json.loads(reply.body)
         except ValueError:
-            raise ProviderError(f"malformed response body: not JSON: {self.snippet(reply.body)}", retryable=True) from None
+            raise ProviderError(
+                f"malformed response body: not JSON: {self.snippet(reply.body)}", retryable=True
+            ) from None
         return read_message(out, request.key(), time.perf_counter() - start)
 
     def snippet(self, body: bytes | str, limit: int = 200) -> str:
@@ -239,7 +304,10 @@ class AnthropicProvider(Provider):
             parsed = None
         if reply.status < 400:
             where = self.snippet(reply.headers.get("Location", "?"))
-            return ProviderError(f"HTTP {reply.status}: the endpoint redirects to {where}; use that as --base-url", retryable=False)
+            return ProviderError(
+                f"HTTP {reply.status}: the endpoint redirects to {where}; use that as --base-url",
+                retryable=False,
+            )
         reason = self.snippet(error_reason(parsed), 500) or self.snippet(reply.body)
         return error_from_body(reply.status, parsed, reason, max_tokens, _retry_after(reply))
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Iterator, Mapping
+from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 from grandrounds.core.errors import ConfigError
@@ -66,10 +67,12 @@ class ModelSpec:
         return f"ModelSpec(provider={self.provider!r}, model={self.model!r}, base_url={public_url(self.base_url)!r})"
 
     @classmethod
-    def parse(cls, text: str, base_url: str = "") -> "ModelSpec":
+    def parse(cls, text: str, base_url: str = "") -> ModelSpec:
         provider, sep, model = text.partition("/")
         if not sep or not provider or not model:
-            raise ConfigError(f"model spec {text!r} must look like PROVIDER/MODEL, e.g. openai/gpt-4o or llamacpp/smollm2")
+            raise ConfigError(
+                f"model spec {text!r} must look like PROVIDER/MODEL, e.g. openai/gpt-4o or llamacpp/smollm2"
+            )
         return cls(provider, model, base_url)
 
     def __str__(self) -> str:
@@ -79,7 +82,9 @@ class ModelSpec:
 #: Whether a provider being made must find its credentials (an API key) now. A dry run makes
 #: providers only to build and count their requests, so one that would refuse to start without
 #: a key is made all the same there (:func:`without_credentials`); a real run still refuses.
-CREDENTIALS_REQUIRED: ContextVar[bool] = ContextVar("grandrounds_credentials_required", default=True)
+CREDENTIALS_REQUIRED: ContextVar[bool] = ContextVar(
+    "grandrounds_credentials_required", default=True
+)
 
 
 @contextmanager
@@ -169,7 +174,9 @@ def split_endpoint(spec_text: str, base_url: str = "") -> tuple[str, str]:
     return spec_text, base_url
 
 
-def check_model(model: str, options: Mapping[str, Any], kind: RequestKind = "chat") -> dict[str, Any]:
+def check_model(
+    model: str, options: Mapping[str, Any], kind: RequestKind = "chat"
+) -> dict[str, Any]:
     """``options`` coerced for the provider of ``model``, which must serve ``kind`` requests.
 
     Called before a run loads data or makes a call: an undeclared or ill-typed option, or a
@@ -180,7 +187,9 @@ def check_model(model: str, options: Mapping[str, Any], kind: RequestKind = "cha
     cls = PROVIDERS.get(spec.provider)
     if kind not in cls.request_kinds:
         served = ", ".join(sorted(cls.request_kinds))
-        raise ConfigError(f"provider {spec.provider} cannot serve {kind} requests (it serves {served}): use another --answer-mode or model")
+        raise ConfigError(
+            f"provider {spec.provider} cannot serve {kind} requests (it serves {served}): use another --answer-mode or model"
+        )
     return check_values(cls.model_options, options, f"provider {spec.provider}", "option")
 
 
@@ -212,7 +221,11 @@ def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
     if parts.username is None and parts.password is None:
         return url, None, None
     host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)), parts.username, parts.password
+    return (
+        urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment)),
+        parts.username,
+        parts.password,
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -243,7 +256,9 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, REDACTED)
-    return _SECRET_SHAPES.sub(lambda m: f"{m['scheme']}{m['sep']}{REDACTED}" if m["scheme"] else REDACTED, text)
+    return _SECRET_SHAPES.sub(
+        lambda m: f"{m['scheme']}{m['sep']}{REDACTED}" if m["scheme"] else REDACTED, text
+    )
 
 
 def account_label(api_key_env: str, default_env: str, user: str | None) -> str:
@@ -254,4 +269,4 @@ def account_label(api_key_env: str, default_env: str, user: str | None) -> str:
         return ""
     import hashlib
 
-    return hashlib.sha256(f"{api_key_env}|{user or ''}".encode("utf-8")).hexdigest()[:12]
+    return hashlib.sha256(f"{api_key_env}|{user or ''}".encode()).hexdigest()[:12]

@@ -57,10 +57,10 @@ import aiohttp
 
 from grandrounds.core.errors import ConfigError, GrandroundsError
 from grandrounds.core.params import Param
+from grandrounds.core.records import Request, Response
 from grandrounds.providers.base import ModelSpec, ProviderError
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES
 from grandrounds.providers.openai_compat import OpenAIProvider
-from grandrounds.core.records import Request, Response
 
 #: Output lines of the engine shown in an error.
 TAIL_LINES = 15
@@ -87,11 +87,17 @@ def engine_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment an engine (and its version query) runs in: ours without any variable whose
     name ends in ``_API_KEY``, ``_TOKEN`` or ``_KEY`` or holds ``SECRET`` or ``PASSWORD`` (but
     :data:`KEPT_TOKENS`), plus ``extra``."""
+
     def secret(name: str) -> bool:
         upper = name.upper()
         if upper in KEPT_TOKENS:
             return False
-        return upper.endswith(("_API_KEY", "_TOKEN", "_KEY")) or "SECRET" in upper or "PASSWORD" in upper
+        return (
+            upper.endswith(("_API_KEY", "_TOKEN", "_KEY"))
+            or "SECRET" in upper
+            or "PASSWORD" in upper
+        )
+
     env = {k: v for k, v in os.environ.items() if not secret(k)}
     return env | (extra or {})
 
@@ -119,7 +125,11 @@ def _listener_inodes(port: int) -> set[int] | None:
         for line in lines:
             fields = line.split()
             # sl local_address rem_address st ... inode: state 0A is LISTEN, the port is hex after ":"
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
                 found.add(int(fields[9]))
     return found if read_any else None
 
@@ -136,7 +146,9 @@ def _group_sockets(pgid: int) -> set[int] | None:
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
                 stat = f.read()
-            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:  # fields after the name: state ppid pgrp
+            if (
+                int(stat.rsplit(")", 1)[1].split()[2]) != pgid
+            ):  # fields after the name: state ppid pgrp
                 continue
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
@@ -190,18 +202,29 @@ def engine_version(engine: str, executable: list[str], query: list[str]) -> str:
         return _VERSIONS[key]
     cmd = [*executable, *query]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, env=engine_env())
+        done = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+            env=engine_env(),
+        )
     except FileNotFoundError:
         raise ConfigError(
             f"{engine}: executable {executable[0]!r} not found: install {engine} where it can use the GPUs, "
             f"or name it with --model-opt executable=PATH"
         ) from None
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise ConfigError(f"{engine}: could not ask {shlex.join(cmd)} for its version ({e})") from None
+        raise ConfigError(
+            f"{engine}: could not ask {shlex.join(cmd)} for its version ({e})"
+        ) from None
     lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     if done.returncode != 0 or not lines:
         why = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        raise ConfigError(f"{engine}: {shlex.join(cmd)} {_exit_text(done.returncode)} without a version: {why}")
+        raise ConfigError(
+            f"{engine}: {shlex.join(cmd)} {_exit_text(done.returncode)} without a version: {why}"
+        )
     _VERSIONS[key] = lines[-1].split()[-1]
     return _VERSIONS[key]
 
@@ -216,7 +239,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
-_LIVE: "weakref.WeakSet[EngineServer]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[EngineServer] = weakref.WeakSet()
 
 
 @atexit.register
@@ -229,21 +252,42 @@ def _kill_live() -> None:
 class EngineServer:
     """One engine process, shared by the providers that start it with the same command."""
 
-    def __init__(self, engine: str, argv: list[str], host: str, port: int, ready_timeout: float, stop_timeout: float, log: str, version: str, model: str,
-                 api_key: str = "", key_env: str = "") -> None:
+    def __init__(
+        self,
+        engine: str,
+        argv: list[str],
+        host: str,
+        port: int,
+        ready_timeout: float,
+        stop_timeout: float,
+        log: str,
+        version: str,
+        model: str,
+        api_key: str = "",
+        key_env: str = "",
+    ) -> None:
         self.engine, self.argv, self.host, self.port = engine, argv, host, port
         #: the key the engine requires of every call, fresh for this server (``key_env``: the
         #: variable it is passed in, else it is in ``argv``)
         self.api_key, self.key_env = api_key or token_hex(32), key_env
-        self.ready_timeout, self.stop_timeout, self.version, self.model = ready_timeout, stop_timeout, version, model
+        self.ready_timeout, self.stop_timeout, self.version, self.model = (
+            ready_timeout,
+            stop_timeout,
+            version,
+            model,
+        )
         #: the arguments typed for the engine (``--engine-arg``), of which the output-affecting ones identify the model
         self.extra: list[str] = []
         self.log_path = Path(log) if log else None
         self._own_log = not log
         self.proc: asyncio.subprocess.Process | None = None
         self.users = 0
-        self._locks: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = weakref.WeakKeyDictionary()
-        self._failures: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EngineError]" = weakref.WeakKeyDictionary()
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._failures: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EngineError] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @property
     def failed(self) -> EngineError | None:
@@ -276,7 +320,11 @@ class EngineServer:
         self._own_log = False  # named in an error: kept for the user to read
         lines = _tail(self.log_path)
         head = f"\n  last output of {self.engine} ({self.log_path}):"
-        return head + "".join(f"\n    {line}" for line in lines) if lines else f"\n  no output in {self.log_path}"
+        return (
+            head + "".join(f"\n    {line}" for line in lines)
+            if lines
+            else f"\n  no output in {self.log_path}"
+        )
 
     async def acquire(self) -> None:
         """Start the server unless it runs, and wait until it is ready; count one more user."""
@@ -308,8 +356,12 @@ class EngineServer:
         try:
             log = open(self.log_path, "ab")
         except OSError as e:
-            raise ConfigError(f"{self.engine}: cannot write its log {self.log_path} ({e.strerror or e})") from None
-        if _listening(self.host, self.port):  # before the engine exists, nothing may answer at its address
+            raise ConfigError(
+                f"{self.engine}: cannot write its log {self.log_path} ({e.strerror or e})"
+            ) from None
+        if _listening(
+            self.host, self.port
+        ):  # before the engine exists, nothing may answer at its address
             log.close()
             raise EngineError(
                 f"{self.name()}: something already listens on {self.host}:{self.port} before the engine was started; "
@@ -318,12 +370,18 @@ class EngineServer:
             )
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                *self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
                 env=engine_env({self.key_env: self.api_key} if self.key_env else None),
             )
         except OSError as e:
-            raise EngineError(f"{self.engine}: could not start {shlex.join(self.argv)}: {e.strerror or e}") from None
+            raise EngineError(
+                f"{self.engine}: could not start {shlex.join(self.argv)}: {e.strerror or e}"
+            ) from None
         finally:
             log.close()
         _LIVE.add(self)
@@ -337,17 +395,21 @@ class EngineServer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ready_timeout
         probe = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(timeout=probe, headers={"Authorization": f"Bearer {self.api_key}"}) as session:
+        async with aiohttp.ClientSession(
+            timeout=probe, headers={"Authorization": f"Bearer {self.api_key}"}
+        ) as session:
             while True:
                 if self.proc is not None and self.proc.returncode is not None:
-                    raise EngineError(f"{self.name()} {_exit_text(self.proc.returncode)} before it was ready{self.output()}")
+                    raise EngineError(
+                        f"{self.name()} {_exit_text(self.proc.returncode)} before it was ready{self.output()}"
+                    )
                 self._check_listener()
                 try:
                     async with session.get(self.url + "/v1/models") as resp:
                         if resp.status == 200:
                             self._check_listener()  # the listener that answered is still only the engine's
                             break
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                except (TimeoutError, aiohttp.ClientError, OSError):
                     pass
                 if loop.time() >= deadline:
                     raise EngineError(
@@ -373,7 +435,7 @@ class EngineServer:
         try:
             async with session.get(self.url + "/version") as resp:
                 body = await resp.json(content_type=None) if resp.status == 200 else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError):
+        except (TimeoutError, aiohttp.ClientError, ValueError, OSError):
             return
         served = body.get("version") if isinstance(body, dict) else None
         if isinstance(served, str) and served and served != self.version:
@@ -386,7 +448,11 @@ class EngineServer:
         """The error of a server that exited during the run (every later caller gets it too)."""
         if self.failed is not None:
             return self.failed
-        code = self.proc.returncode if self.proc is not None and self.proc.returncode is not None else 0
+        code = (
+            self.proc.returncode
+            if self.proc is not None and self.proc.returncode is not None
+            else 0
+        )
         self.failed = EngineError(
             f"{self.name()} {_exit_text(code)} during the run; the answers so far are stored: "
             f"run the same command again to resume{self.output()}"
@@ -401,7 +467,7 @@ class EngineServer:
         if proc.returncode is None:
             try:
                 await asyncio.wait_for(asyncio.shield(proc.wait()), wait)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return False
         return True
 
@@ -422,14 +488,18 @@ class EngineServer:
             self._signal_group(signal.SIGTERM)
             try:
                 await asyncio.wait_for(asyncio.shield(proc.wait()), self.stop_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._signal_group(signal.SIGKILL)
                 await proc.wait()
             self._signal_group(signal.SIGKILL)  # workers left behind by a leader that exited
         finally:
             self.proc = None
             _LIVE.discard(self)
-            if self._own_log and self.log_path is not None and proc.returncode in (0, -signal.SIGTERM, -signal.SIGKILL):
+            if (
+                self._own_log
+                and self.log_path is not None
+                and proc.returncode in (0, -signal.SIGTERM, -signal.SIGKILL)
+            ):
                 self.log_path.unlink(missing_ok=True)  # a clean stop: nothing to show
                 self.log_path = None
 
@@ -454,17 +524,57 @@ _SERVERS: dict[tuple[Any, ...], EngineServer] = {}
 #: precision, the context, the tokenizer and chat template, adapters, speculative decoding, the
 #: parsers that shape replies, the engine's own seed and generation defaults. They are part of
 #: the model's identity; arguments that only place, size, log or tune the server are not.
-OUTPUT_ARGS = frozenset({
-    "--dtype", "--quantization", "-q", "--max-model-len", "--context-length", "--kv-cache-dtype", "--calculate-kv-scales",
-    "--tokenizer", "--tokenizer-path", "--tokenizer-mode", "--revision", "--code-revision", "--tokenizer-revision",
-    "--trust-remote-code", "--chat-template", "--chat-template-content-format", "--load-format", "--model-impl",
-    "--seed", "--random-seed", "--rope-scaling", "--rope-theta", "--hf-overrides", "--json-model-override-args",
-    "--generation-config", "--override-generation-config", "--enable-lora", "--lora-modules", "--lora-paths", "--max-lora-rank",
-    "--speculative-config", "--speculative-model", "--num-speculative-tokens", "--speculative-algorithm",
-    "--speculative-draft-model-path", "--mm-processor-kwargs", "--reasoning-parser", "--enable-reasoning",
-    "--tool-call-parser", "--guided-decoding-backend", "--grammar-backend", "--logits-processor-pattern", "--task",
-    "--config-format", "--served-model-path", "--model", "--model-path",
-})
+OUTPUT_ARGS = frozenset(
+    {
+        "--dtype",
+        "--quantization",
+        "-q",
+        "--max-model-len",
+        "--context-length",
+        "--kv-cache-dtype",
+        "--calculate-kv-scales",
+        "--tokenizer",
+        "--tokenizer-path",
+        "--tokenizer-mode",
+        "--revision",
+        "--code-revision",
+        "--tokenizer-revision",
+        "--trust-remote-code",
+        "--chat-template",
+        "--chat-template-content-format",
+        "--load-format",
+        "--model-impl",
+        "--seed",
+        "--random-seed",
+        "--rope-scaling",
+        "--rope-theta",
+        "--hf-overrides",
+        "--json-model-override-args",
+        "--generation-config",
+        "--override-generation-config",
+        "--enable-lora",
+        "--lora-modules",
+        "--lora-paths",
+        "--max-lora-rank",
+        "--speculative-config",
+        "--speculative-model",
+        "--num-speculative-tokens",
+        "--speculative-algorithm",
+        "--speculative-draft-model-path",
+        "--mm-processor-kwargs",
+        "--reasoning-parser",
+        "--enable-reasoning",
+        "--tool-call-parser",
+        "--guided-decoding-backend",
+        "--grammar-backend",
+        "--logits-processor-pattern",
+        "--task",
+        "--config-format",
+        "--served-model-path",
+        "--model",
+        "--model-path",
+    }
+)
 
 
 def output_args(argv: list[str]) -> str:
@@ -502,19 +612,72 @@ class EngineProvider(OpenAIProvider):
     @classmethod
     def options(cls, executable: str) -> tuple[Param, ...]:
         return (
-            Param("executable", str, executable, "the engine's command (a path, or a command line such as 'python3 -m ...')"),
-            Param("tensor_parallel_size", int, 1, "GPUs each replica's layers are split over", minimum=1),
-            Param("pipeline_parallel_size", int, 1, "pipeline stages (vLLM across nodes: one per node, with the Ray backend)", minimum=1),
+            Param(
+                "executable",
+                str,
+                executable,
+                "the engine's command (a path, or a command line such as 'python3 -m ...')",
+            ),
+            Param(
+                "tensor_parallel_size",
+                int,
+                1,
+                "GPUs each replica's layers are split over",
+                minimum=1,
+            ),
+            Param(
+                "pipeline_parallel_size",
+                int,
+                1,
+                "pipeline stages (vLLM across nodes: one per node, with the Ray backend)",
+                minimum=1,
+            ),
             Param("data_parallel_size", int, 1, "model replicas serving in parallel", minimum=1),
-            Param("engine_args", str, "", "further arguments passed to the engine as typed (shell quoting); --engine-arg adds to them"),
+            Param(
+                "engine_args",
+                str,
+                "",
+                "further arguments passed to the engine as typed (shell quoting); --engine-arg adds to them",
+            ),
             Param("host", str, "127.0.0.1", "address the server listens on"),
             Param("port", int, 0, "port the server listens on (0: a free port)", minimum=0),
-            Param("ready_timeout", float, 1800.0, "seconds to wait for the server to answer GET /v1/models", minimum=0.1),
-            Param("stop_timeout", float, 30.0, "seconds between SIGTERM and SIGKILL when stopping the server", minimum=0.0),
-            Param("log", str, "", "file the server's output is appended to (default: a temporary file, kept when something fails)"),
-            Param("version", str, "", "engine version to record (default: asked of the executable)"),
-            Param("timeout", float, 600.0, "seconds a call may take, from sending it to the last byte of the reply (then retried)", minimum=0.001),
-            Param("max_response_mb", float, DEFAULT_MAX_RESPONSE_BYTES / 2**20, "largest reply accepted, in MB", minimum=0.001),
+            Param(
+                "ready_timeout",
+                float,
+                1800.0,
+                "seconds to wait for the server to answer GET /v1/models",
+                minimum=0.1,
+            ),
+            Param(
+                "stop_timeout",
+                float,
+                30.0,
+                "seconds between SIGTERM and SIGKILL when stopping the server",
+                minimum=0.0,
+            ),
+            Param(
+                "log",
+                str,
+                "",
+                "file the server's output is appended to (default: a temporary file, kept when something fails)",
+            ),
+            Param(
+                "version", str, "", "engine version to record (default: asked of the executable)"
+            ),
+            Param(
+                "timeout",
+                float,
+                600.0,
+                "seconds a call may take, from sending it to the last byte of the reply (then retried)",
+                minimum=0.001,
+            ),
+            Param(
+                "max_response_mb",
+                float,
+                DEFAULT_MAX_RESPONSE_BYTES / 2**20,
+                "largest reply accepted, in MB",
+                minimum=0.001,
+            ),
         )
 
     def __init__(
@@ -536,26 +699,62 @@ class EngineProvider(OpenAIProvider):
         **options: Any,
     ) -> None:
         if spec.base_url:
-            raise ConfigError(f"{spec.provider}/ starts its own server: drop --base-url (or use openai/{spec.model} with it for a server already running)")
+            raise ConfigError(
+                f"{spec.provider}/ starts its own server: drop --base-url (or use openai/{spec.model} with it for a server already running)"
+            )
         try:
             exe = shlex.split(executable if executable is not None else self.default_executable)
             extra = shlex.split(engine_args)
         except ValueError as e:
-            raise ConfigError(f"{spec.provider}: cannot split executable/engine_args as a command line ({e})") from None
+            raise ConfigError(
+                f"{spec.provider}: cannot split executable/engine_args as a command line ({e})"
+            ) from None
         if not exe:
             raise ConfigError(f"{spec.provider}: executable is empty")
         version = version or engine_version(self.engine, exe, self.version_query)
         sizes = (tensor_parallel_size, pipeline_parallel_size, data_parallel_size)
-        key = (self.engine, tuple(exe), spec.model, sizes, tuple(extra), host, port, ready_timeout, stop_timeout, log, version)
+        key = (
+            self.engine,
+            tuple(exe),
+            spec.model,
+            sizes,
+            tuple(extra),
+            host,
+            port,
+            ready_timeout,
+            stop_timeout,
+            log,
+            version,
+        )
         if any(a == "--api-key" or a.startswith("--api-key=") for a in extra):
-            raise ConfigError(f"{spec.provider}: drop --api-key from the engine arguments: each run passes the engine a fresh key of its own")
+            raise ConfigError(
+                f"{spec.provider}: drop --api-key from the engine arguments: each run passes the engine a fresh key of its own"
+            )
         server = _SERVERS.get(key)
         if server is None:
             port = port or _free_port(host)
-            api_key = token_hex(32)  # hex: never starts with "-", which an engine's argparse would take for an option
-            argv = [*exe, *self.command(spec.model, host, port, *sizes), *self.key_args(api_key), *extra]
-            server = _SERVERS[key] = EngineServer(self.engine, argv, host, port, ready_timeout, stop_timeout, log, version, spec.model,
-                                                  api_key=api_key, key_env=self.key_env)
+            api_key = token_hex(
+                32
+            )  # hex: never starts with "-", which an engine's argparse would take for an option
+            argv = [
+                *exe,
+                *self.command(spec.model, host, port, *sizes),
+                *self.key_args(api_key),
+                *extra,
+            ]
+            server = _SERVERS[key] = EngineServer(
+                self.engine,
+                argv,
+                host,
+                port,
+                ready_timeout,
+                stop_timeout,
+                log,
+                version,
+                spec.model,
+                api_key=api_key,
+                key_env=self.key_env,
+            )
             server.extra = list(extra)
         self.server = server
         #: This provider's hold on the server: started by its first call, shared by the calls in flight.
@@ -564,8 +763,11 @@ class EngineProvider(OpenAIProvider):
         # The engine requires the server's own fresh key of every call (no key of the environment
         # is sent to it); it is redacted from every message like any key.
         super().__init__(
-            ModelSpec(spec.provider, spec.model, server.url + "/v1"), timeout=timeout, api_key_env="GRANDROUNDS_ENGINE_API_KEY",
-            max_response_mb=max_response_mb, **options,
+            ModelSpec(spec.provider, spec.model, server.url + "/v1"),
+            timeout=timeout,
+            api_key_env="GRANDROUNDS_ENGINE_API_KEY",
+            max_response_mb=max_response_mb,
+            **options,
         )
         self._http.headers["Authorization"] = f"Bearer {server.api_key}"
         self._http.secrets = self._secrets = (*self._http.secrets, server.api_key)
@@ -597,7 +799,9 @@ class EngineProvider(OpenAIProvider):
     async def _started(self) -> None:
         """The server started (at the first call or look) and checked, and still running."""
         if self._closed:  # a call still on its way when the run ended: never start the server again
-            raise self.server.failed or EngineError(f"{self.server.name()} was stopped: the run has ended")
+            raise self.server.failed or EngineError(
+                f"{self.server.name()} was stopped: the run has ended"
+            )
         if self._hold is None:
             self._hold = asyncio.ensure_future(self.server.acquire())
         await asyncio.shield(self._hold)  # one start for all the calls that arrive while it loads
@@ -644,12 +848,20 @@ class VLLMProvider(EngineProvider):
     default_executable = "vllm"
     version_query = ["--version"]
     model_options = EngineProvider.options("vllm")
-    example = "vllm/Qwen/Qwen2.5-7B-Instruct (starts `vllm serve`; --model-opt tensor_parallel_size=N)"
+    example = (
+        "vllm/Qwen/Qwen2.5-7B-Instruct (starts `vllm serve`; --model-opt tensor_parallel_size=N)"
+    )
 
     def command(self, model: str, host: str, port: int, tp: int, pp: int, dp: int) -> list[str]:
         argv = ["serve", model, "--host", host, "--port", str(port)]
-        for flag, n in (("--tensor-parallel-size", tp), ("--pipeline-parallel-size", pp), ("--data-parallel-size", dp)):
-            if n != 1:  # left out at 1 (the default), so engine versions without the flag still start
+        for flag, n in (
+            ("--tensor-parallel-size", tp),
+            ("--pipeline-parallel-size", pp),
+            ("--data-parallel-size", dp),
+        ):
+            if (
+                n != 1
+            ):  # left out at 1 (the default), so engine versions without the flag still start
                 argv += [flag, str(n)]
         return argv
 
@@ -664,7 +876,16 @@ class SGLangProvider(EngineProvider):
     example = "sglang/Qwen/Qwen2.5-7B-Instruct (starts sglang.launch_server with executable=PYTHON; --model-opt tensor_parallel_size=N)"
 
     def command(self, model: str, host: str, port: int, tp: int, pp: int, dp: int) -> list[str]:
-        argv = ["-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", str(port)]
+        argv = [
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
         for flag, n in (("--tp", tp), ("--pp-size", pp), ("--dp", dp)):
             if n != 1:
                 argv += [flag, str(n)]

@@ -29,8 +29,9 @@ import json
 import ssl
 import urllib.request
 import weakref
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
@@ -70,7 +71,9 @@ class _Pool:
 
 #: Open sessions: event loop -> endpoint origin -> pool. A session belongs to the loop it was
 #: made in; entries go when their last client closes.
-_POOLS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Pool]]" = weakref.WeakKeyDictionary()
+_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Pool]] = (
+    weakref.WeakKeyDictionary()
+)
 _SSL: ssl.SSLContext | None = None
 
 
@@ -102,12 +105,18 @@ def env_proxy(url: str) -> tuple[str | None, dict[str, str] | None, tuple[str, .
         proxy = "http://" + proxy
     plain, user, password = split_userinfo(proxy)
     if urlsplit(plain).scheme not in ("http", "https"):
-        raise ConfigError(f"proxy {plain} for {parts.scheme} URLs: only http:// and https:// proxies are supported")
+        raise ConfigError(
+            f"proxy {plain} for {parts.scheme} URLs: only http:// and https:// proxies are supported"
+        )
     if user is None:
         return plain, None, ()
-    pair = f"{unquote(user)}:{unquote(password or '')}".encode("utf-8")
+    pair = f"{unquote(user)}:{unquote(password or '')}".encode()
     token = base64.b64encode(pair).decode("ascii")
-    return plain, {"Proxy-Authorization": f"Basic {token}"}, (token, password or "", unquote(password or ""))
+    return (
+        plain,
+        {"Proxy-Authorization": f"Basic {token}"},
+        (token, password or "", unquote(password or "")),
+    )
 
 
 def _new_session(https: bool) -> aiohttp.ClientSession:
@@ -119,7 +128,9 @@ def _new_session(https: bool) -> aiohttp.ClientSession:
     )
     return aiohttp.ClientSession(
         connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None),  # the deadline is HttpClient's, around the whole call
+        timeout=aiohttp.ClientTimeout(
+            total=None
+        ),  # the deadline is HttpClient's, around the whole call
         cookie_jar=aiohttp.DummyCookieJar(),
         headers={"User-Agent": f"grandrounds/{grandrounds.__version__}"},
         max_line_size=MAX_HEADER_BYTES,
@@ -190,7 +201,9 @@ class HttpClient:
         try:
             data = orjson.dumps(body)  # UTF-8, about ten times faster than json.dumps(...).encode()
         except TypeError:
-            data = json.dumps(body, ensure_ascii=False).encode("utf-8")  # a value orjson does not know
+            data = json.dumps(body, ensure_ascii=False).encode(
+                "utf-8"
+            )  # a value orjson does not know
         session = self._session()
         try:
             async with asyncio.timeout(self.timeout):
@@ -203,11 +216,17 @@ class HttpClient:
                     # (it never saw the request, so sending it again cannot double it): once more.
                     return await self._exchange(session, self.base_url + path, data)
         except TimeoutError:
-            raise ProviderError(f"timeout: no complete reply within {self.timeout:g} s", retryable=True, kind="timeout") from None
+            raise ProviderError(
+                f"timeout: no complete reply within {self.timeout:g} s",
+                retryable=True,
+                kind="timeout",
+            ) from None
         except aiohttp.ClientError as err:
             raise self._failure(err) from None
         except OSError as err:  # a socket error aiohttp did not wrap
-            raise ProviderError(self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True) from None
+            raise ProviderError(
+                self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True
+            ) from None
 
     async def get(self, url: str, timeout: float) -> HttpReply:
         """GET ``url`` (on this client's endpoint, e.g. a server's ``/props``) within ``timeout``
@@ -216,19 +235,32 @@ class HttpClient:
         try:
             async with asyncio.timeout(timeout):
                 async with session.get(
-                    url, headers=self.headers, allow_redirects=False, proxy=self._proxy, proxy_headers=self._proxy_headers
+                    url,
+                    headers=self.headers,
+                    allow_redirects=False,
+                    proxy=self._proxy,
+                    proxy_headers=self._proxy_headers,
                 ) as resp:
                     return HttpReply(resp.status, resp.headers, await self._read(resp))
         except TimeoutError:
-            raise ProviderError(f"timeout: no complete reply within {timeout:g} s", retryable=True, kind="timeout") from None
+            raise ProviderError(
+                f"timeout: no complete reply within {timeout:g} s", retryable=True, kind="timeout"
+            ) from None
         except aiohttp.ClientError as err:
             raise self._failure(err) from None
         except OSError as err:
-            raise ProviderError(self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True) from None
+            raise ProviderError(
+                self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True
+            ) from None
 
     async def _exchange(self, session: aiohttp.ClientSession, url: str, data: bytes) -> HttpReply:
         async with session.post(
-            url, data=data, headers=self.headers, allow_redirects=False, proxy=self._proxy, proxy_headers=self._proxy_headers
+            url,
+            data=data,
+            headers=self.headers,
+            allow_redirects=False,
+            proxy=self._proxy,
+            proxy_headers=self._proxy_headers,
         ) as resp:
             return HttpReply(resp.status, resp.headers, await self._read(resp))
 
@@ -253,7 +285,9 @@ class HttpClient:
     def _too_large(self, why: str) -> ProviderError:
         mb = self.max_response_bytes / 1024 / 1024
         return ProviderError(
-            f"response too large: over {mb:g} MB, raise max_response_mb to accept more ({why})", retryable=False, kind="too_large"
+            f"response too large: over {mb:g} MB, raise max_response_mb to accept more ({why})",
+            retryable=False,
+            kind="too_large",
         )
 
     def _redact(self, text: str) -> str:
@@ -262,26 +296,45 @@ class HttpClient:
     def _failure(self, err: aiohttp.ClientError) -> ProviderError:
         """One transport failure as a one-line ProviderError."""
         if isinstance(err, aiohttp.ClientConnectorCertificateError):
-            return ProviderError(self._redact(f"TLS certificate rejected: {err.certificate_error}"), retryable=False)
+            return ProviderError(
+                self._redact(f"TLS certificate rejected: {err.certificate_error}"), retryable=False
+            )
         if isinstance(err, aiohttp.ClientConnectorError):
             return ProviderError(self._redact(f"connection error: {err}"), retryable=True)
         if isinstance(err, aiohttp.ServerDisconnectedError):
-            return ProviderError("connection error: the server closed the connection without a reply", retryable=True)
+            return ProviderError(
+                "connection error: the server closed the connection without a reply", retryable=True
+            )
         if isinstance(err, aiohttp.ClientPayloadError):
-            return ProviderError(self._redact(f"connection error: the reply was cut off ({_first_line(err)})"), retryable=True)
-        if isinstance(err, aiohttp.ClientResponseError):  # the status line or headers could not be parsed
+            return ProviderError(
+                self._redact(f"connection error: the reply was cut off ({_first_line(err)})"),
+                retryable=True,
+            )
+        if isinstance(
+            err, aiohttp.ClientResponseError
+        ):  # the status line or headers could not be parsed
             why = _first_line(err.message) or type(err).__name__
             if "Too many headers" in why:
-                return ProviderError(f"response too large: over {MAX_HEADERS} header fields", retryable=False, kind="too_large")
+                return ProviderError(
+                    f"response too large: over {MAX_HEADERS} header fields",
+                    retryable=False,
+                    kind="too_large",
+                )
             if "Got more than" in why or "too long" in why.lower():
                 return ProviderError(
-                    self._redact(f"response too large: a header over {MAX_HEADER_BYTES // 1024} KiB ({why[:60]}…)"),
-                    retryable=False, kind="too_large",
+                    self._redact(
+                        f"response too large: a header over {MAX_HEADER_BYTES // 1024} KiB ({why[:60]}…)"
+                    ),
+                    retryable=False,
+                    kind="too_large",
                 )
             return ProviderError(self._redact(f"malformed response: {why}"), retryable=True)
         if isinstance(err, aiohttp.InvalidURL):
             return ProviderError(self._redact(f"invalid URL: {err}"), retryable=False)
-        return ProviderError(self._redact(f"connection error: {type(err).__name__}: {_first_line(err)}"), retryable=True)
+        return ProviderError(
+            self._redact(f"connection error: {type(err).__name__}: {_first_line(err)}"),
+            retryable=True,
+        )
 
 
 def _unsent(err: aiohttp.ClientOSError) -> bool:

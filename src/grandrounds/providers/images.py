@@ -20,8 +20,9 @@ from __future__ import annotations
 import base64
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.records import ImagePart, Message, Sample, TextPart
@@ -41,7 +42,9 @@ def encoded(part: ImagePart) -> str:
             _ENCODED.move_to_end(part.sha256)
             return hit
     if part.data is None:
-        raise ProviderError(f"image {part.sha256[:12]}: its bytes were not loaded with the sample", retryable=False)
+        raise ProviderError(
+            f"image {part.sha256[:12]}: its bytes were not loaded with the sample", retryable=False
+        )
     text = base64.b64encode(part.data).decode("ascii")
     with _LOCK:
         _ENCODED[part.sha256] = text
@@ -79,7 +82,12 @@ def anthropic_content(message: Message) -> Any:
         if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
         else:
-            out.append({"type": "image", "source": {"type": "base64", "media_type": p.media_type, "data": encoded(p)}})
+            out.append(
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": p.media_type, "data": encoded(p)},
+                }
+            )
     return out
 
 
@@ -102,23 +110,37 @@ class ImageLimits:
             size = len(img.data) if img.data is not None else 0
             total += size
             if self.media_types is not None and img.media_type not in self.media_types:
-                raise ConfigError(f"{where}: {self.source} takes {', '.join(sorted(self.media_types))}; "
-                                  "re-encode with --param image_format=png or jpeg")
+                raise ConfigError(
+                    f"{where}: {self.source} takes {', '.join(sorted(self.media_types))}; "
+                    "re-encode with --param image_format=png or jpeg"
+                )
             if self.max_side is not None and max(img.width, img.height) > self.max_side:
-                raise ConfigError(f"{where}: larger than {self.max_side} px a side ({self.source}); "
-                                  f"shrink it with --param image_max_side={self.max_side}")
+                raise ConfigError(
+                    f"{where}: larger than {self.max_side} px a side ({self.source}); "
+                    f"shrink it with --param image_max_side={self.max_side}"
+                )
             if self.max_image_bytes is not None and size > self.max_image_bytes:
-                raise ConfigError(f"{where}: {size:,} bytes, over {self.source}'s {self.max_image_bytes:,} an image; "
-                                  "re-encode or shrink it (--param image_format=jpeg, image_max_side=N)")
+                raise ConfigError(
+                    f"{where}: {size:,} bytes, over {self.source}'s {self.max_image_bytes:,} an image; "
+                    "re-encode or shrink it (--param image_format=jpeg, image_max_side=N)"
+                )
         if self.max_request_bytes is not None and total * 4 // 3 > self.max_request_bytes:
-            raise ConfigError(f"sample {sample.id}: its images make a request over {self.source}'s {self.max_request_bytes:,} bytes")
+            raise ConfigError(
+                f"sample {sample.id}: its images make a request over {self.source}'s {self.max_request_bytes:,} bytes"
+            )
 
 
 ANTHROPIC_LIMITS = ImageLimits(
     media_types=frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"}),
-    max_side=8000, max_image_bytes=5 * 1024 * 1024, max_request_bytes=32 * 1024 * 1024, source="Anthropic's API",
+    max_side=8000,
+    max_image_bytes=5 * 1024 * 1024,
+    max_request_bytes=32 * 1024 * 1024,
+    source="Anthropic's API",
 )
 
 
 def openai_limits(max_image_mb: float) -> ImageLimits:
-    return ImageLimits(max_image_bytes=int(max_image_mb * 1024 * 1024), source="the server (--model-opt max_image_mb)")
+    return ImageLimits(
+        max_image_bytes=int(max_image_mb * 1024 * 1024),
+        source="the server (--model-opt max_image_mb)",
+    )

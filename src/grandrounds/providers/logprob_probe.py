@@ -25,8 +25,9 @@ that fails the probe is refused before any call is made, with what failed and wh
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 from grandrounds.core.errors import ConfigError
 
@@ -68,15 +69,25 @@ def _echo(out: dict[str, Any], prompt: str) -> Echo:
         values = [None if x is None else float(x) for x in lp["token_logprobs"]]
         offsets = [int(o) for o in lp["text_offset"]]
     except (KeyError, IndexError, TypeError, ValueError):
-        raise NoEcho(str(_refuse("it returned no echoed log-probabilities (choices[0].logprobs with tokens, token_logprobs, text_offset)"))) from None
+        raise NoEcho(
+            str(
+                _refuse(
+                    "it returned no echoed log-probabilities (choices[0].logprobs with tokens, token_logprobs, text_offset)"
+                )
+            )
+        ) from None
     if not (len(tokens) == len(values) == len(offsets)):
-        raise _refuse(f"its echo lists {len(tokens)} tokens, {len(values)} log-probabilities and {len(offsets)} offsets")
+        raise _refuse(
+            f"its echo lists {len(tokens)} tokens, {len(values)} log-probabilities and {len(offsets)} offsets"
+        )
     return Echo(tokens, values, offsets, len(prompt))
 
 
 def _refuse(why: str) -> ConfigError:
-    return ConfigError(f"the server's log-probabilities failed the check made before a log-probability run: {why}. "
-                       f"Its scores would be wrong, so none are made; instead {ALTERNATIVES}")
+    return ConfigError(
+        f"the server's log-probabilities failed the check made before a log-probability run: {why}. "
+        f"Its scores would be wrong, so none are made; instead {ALTERNATIVES}"
+    )
 
 
 def check_spelling(echo: Echo, prompt: str, what: str) -> None:
@@ -85,15 +96,21 @@ def check_spelling(echo: Echo, prompt: str, what: str) -> None:
     for token, off in zip(echo.tokens, echo.offsets):
         if off >= len(prompt):
             break
-        if off != at or prompt[off:off + len(token)] != token:
-            raise _refuse(f"the echo of {what} does not spell the prompt: token {token!r} at offset {off}, where "
-                          f"{prompt[at:at + max(1, len(token))]!r} at offset {at} was due (a token dropped or shifted)")
+        if off != at or prompt[off : off + len(token)] != token:
+            raise _refuse(
+                f"the echo of {what} does not spell the prompt: token {token!r} at offset {off}, where "
+                f"{prompt[at : at + max(1, len(token))]!r} at offset {at} was due (a token dropped or shifted)"
+            )
         at += len(token)
     if at != len(prompt):
-        raise _refuse(f"the echo of {what} covers {at} of its {len(prompt)} characters (a token left out)")
+        raise _refuse(
+            f"the echo of {what} covers {at} of its {len(prompt)} characters (a token left out)"
+        )
     generated = len(echo.tokens) - echo.prompt_tokens
     if generated > 1:
-        raise _refuse(f"it generated {generated} tokens after {what} when asked for at most 1 (max_tokens not honoured)")
+        raise _refuse(
+            f"it generated {generated} tokens after {what} when asked for at most 1 (max_tokens not honoured)"
+        )
 
 
 def _close(a: float | None, b: float | None) -> bool:
@@ -106,24 +123,34 @@ def compare(alone: Echo, joined: Echo, context: str) -> None:
     """The two questions of the module's docstring, on two echoes already spelt right."""
     n = alone.prompt_tokens
     if len(alone.tokens) <= n or alone.logprobs[n] is None:
-        raise _refuse("it gave no generated token with a log-probability after the probe's context (max_tokens 1)")
+        raise _refuse(
+            "it gave no generated token with a log-probability after the probe's context (max_tokens 1)"
+        )
     shared = min(n, joined.prompt_tokens)
     for i in range(shared):
         if alone.tokens[i] != joined.tokens[i]:
             break  # the tokenisation of the two prompts parts here; what came before is compared
         if not _close(alone.logprobs[i], joined.logprobs[i]):
-            raise _refuse(f"the same prefix gets two log-probabilities for token {i} ({alone.tokens[i]!r}): "
-                          f"{alone.logprobs[i]} alone, {joined.logprobs[i]} with one more token")
+            raise _refuse(
+                f"the same prefix gets two log-probabilities for token {i} ({alone.tokens[i]!r}): "
+                f"{alone.logprobs[i]} alone, {joined.logprobs[i]} with one more token"
+            )
     at = [i for i, off in enumerate(joined.offsets) if off == len(context)]
     if not at or joined.tokens[at[0]] != alone.tokens[n]:
-        raise _refuse(f"the echo does not hold the generated token {alone.tokens[n]!r} where it was appended")
+        raise _refuse(
+            f"the echo does not hold the generated token {alone.tokens[n]!r} where it was appended"
+        )
     echoed, generated = joined.logprobs[at[0]], alone.logprobs[n]
     if not _close(echoed, generated):
-        raise _refuse(f"the token {alone.tokens[n]!r} after the same context has log-probability {generated} as the next token "
-                      f"but {echoed} in the echo (an echo shifted by one token)")
+        raise _refuse(
+            f"the token {alone.tokens[n]!r} after the same context has log-probability {generated} as the next token "
+            f"but {echoed} in the echo (an echo shifted by one token)"
+        )
 
 
-async def probe(post: Post, model: str, context: str = PROBE_CONTEXT, *, echo_needed: bool = True) -> bool:
+async def probe(
+    post: Post, model: str, context: str = PROBE_CONTEXT, *, echo_needed: bool = True
+) -> bool:
     """Ask the server the probe's two questions through ``post`` (path, body -> JSON): True if it
     passes, else a :class:`ConfigError` naming what failed and what works instead. Where the run
     does not score by echo (``next-token`` reads the chat endpoint's top log-probabilities) and the

@@ -28,12 +28,26 @@ import orjson
 
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.params import Param
-from grandrounds.providers.base import account_label, ModelSpec, Provider, ProviderError, error_reason, redact, split_userinfo
+from grandrounds.core.records import Request, Response, ToolCallPart, Usage
+from grandrounds.providers.base import (
+    ModelSpec,
+    Provider,
+    ProviderError,
+    account_label,
+    error_reason,
+    redact,
+    split_userinfo,
+)
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
 from grandrounds.providers.images import openai_messages
 from grandrounds.providers.logprob_probe import probe, prompt_sum
-from grandrounds.providers.tools import openai_tool_choice, openai_tool_messages, openai_tools, read_openai_tool_calls, uses_tools
-from grandrounds.core.records import Request, Response, ToolCallPart, Usage
+from grandrounds.providers.tools import (
+    openai_tool_choice,
+    openai_tool_messages,
+    openai_tools,
+    read_openai_tool_calls,
+    uses_tools,
+)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -43,13 +57,28 @@ class OpenAIProvider(Provider):
 
     request_kinds = frozenset({"chat", "next_token", "loglikelihood"})
     model_options = (
-        Param("timeout", float, 120.0, "seconds a call may take, from sending it to the last byte of the reply (then retried)", minimum=0.001),
+        Param(
+            "timeout",
+            float,
+            120.0,
+            "seconds a call may take, from sending it to the last byte of the reply (then retried)",
+            minimum=0.001,
+        ),
         Param("api_key_env", str, "OPENAI_API_KEY", "environment variable holding the API key"),
         Param(
-            "max_response_mb", float, DEFAULT_MAX_RESPONSE_BYTES / 2**20,
-            "largest reply accepted, in MB; a larger one fails the call (not retried)", minimum=0.001,
+            "max_response_mb",
+            float,
+            DEFAULT_MAX_RESPONSE_BYTES / 2**20,
+            "largest reply accepted, in MB; a larger one fails the call (not retried)",
+            minimum=0.001,
         ),
-        Param("max_image_mb", float, 20.0, "largest image the server takes, in MB (checked before any call)", minimum=0.001),
+        Param(
+            "max_image_mb",
+            float,
+            20.0,
+            "largest image the server takes, in MB (checked before any call)",
+            minimum=0.001,
+        ),
     )
     example = "openai/gpt-4o (any OpenAI-compatible server with --base-url)"
     #: Calls in flight when --concurrency is not given: as many as vllm/ and sglang/ keep, which
@@ -84,7 +113,9 @@ class OpenAIProvider(Provider):
         else:
             auth = f"Bearer {key}"
         try:
-            self._http = HttpClient(url, {"Authorization": auth}, timeout, int(max_response_mb * 2**20), secrets)
+            self._http = HttpClient(
+                url, {"Authorization": auth}, timeout, int(max_response_mb * 2**20), secrets
+            )
         except ValueError as e:
             raise ConfigError(f"provider {spec.provider}: {e}") from None
         self._secrets = self._http.secrets  # the key, the URL's password, the proxy's
@@ -111,20 +142,34 @@ class OpenAIProvider(Provider):
             if request.kind == "chat":
                 text, usage, finish, calls, served = await self._chat(request)
                 return Response(
-                    key=request.key(), text=text, usage=usage, latency=time.perf_counter() - start, finish_reason=finish, tool_calls=calls,
+                    key=request.key(),
+                    text=text,
+                    usage=usage,
+                    latency=time.perf_counter() - start,
+                    finish_reason=finish,
+                    tool_calls=calls,
                     system_fingerprint=served,
                 )
             if request.kind == "next_token":
                 scores, usage = await self._next_token(request)
             else:
                 scores, usage = await self._loglikelihood(request)
-            return Response(key=request.key(), scores=scores, usage=usage, latency=time.perf_counter() - start)
+            return Response(
+                key=request.key(), scores=scores, usage=usage, latency=time.perf_counter() - start
+            )
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
-            raise ProviderError(f"malformed response body: {type(err).__name__}: {self._snippet(str(err))}", retryable=True) from None
+            raise ProviderError(
+                f"malformed response body: {type(err).__name__}: {self._snippet(str(err))}",
+                retryable=True,
+            ) from None
 
     def _gen_kwargs(self, request: Request) -> dict[str, Any]:
         p = request.params
-        kw: dict[str, Any] = {"model": self.spec.model, "temperature": p.temperature, "max_tokens": p.max_tokens}
+        kw: dict[str, Any] = {
+            "model": self.spec.model,
+            "temperature": p.temperature,
+            "max_tokens": p.max_tokens,
+        }
         if p.top_p is not None:
             kw["top_p"] = p.top_p
         if p.seed is not None:
@@ -158,7 +203,11 @@ class OpenAIProvider(Provider):
         kind = reply.content_type
         if kind in ("text/html", "application/xhtml+xml", "text/event-stream"):
             what = "an event stream" if kind == "text/event-stream" else "an HTML page"
-            hint = "" if kind == "text/event-stream" else " (is --base-url the API's URL, usually ending in /v1?)"
+            hint = (
+                ""
+                if kind == "text/event-stream"
+                else " (is --base-url the API's URL, usually ending in /v1?)"
+            )
             return ProviderError(
                 f"malformed response body: HTTP {reply.status} with {what} instead of JSON{hint}: {self._snippet(reply.body)}",
                 retryable=False,
@@ -182,20 +231,32 @@ class OpenAIProvider(Provider):
         reason = self._snippet(error_reason(parsed), 500) or self._snippet(reply.body)
         if status < 400:
             where = self._snippet(reply.headers.get("Location", "?"))
-            return ProviderError(f"HTTP {status}: the endpoint redirects to {where}; use that as --base-url", retryable=False)
+            return ProviderError(
+                f"HTTP {status}: the endpoint redirects to {where}; use that as --base-url",
+                retryable=False,
+            )
         overflow = context_overflow(reason, parsed)
         if overflow is not None:
             limit, prompt = overflow
             return ProviderError(
                 context_message(limit, prompt, sent.get("max_tokens")),
-                retryable=False, kind="context_length", context_limit=limit, prompt_tokens=prompt,
+                retryable=False,
+                kind="context_length",
+                context_limit=limit,
+                prompt_tokens=prompt,
             )
         retryable = status >= 500 or status in (408, 409, 429)
         label = "429 rate limited" if status == 429 else f"HTTP {status}"
-        kind = {429: "rate_limited", 503: "overloaded"}.get(status)  # the server is full: fewer calls at once
-        return ProviderError(f"{label}: {reason}", retryable=retryable, retry_after=_retry_after(reply), kind=kind)
+        kind = {429: "rate_limited", 503: "overloaded"}.get(
+            status
+        )  # the server is full: fewer calls at once
+        return ProviderError(
+            f"{label}: {reason}", retryable=retryable, retry_after=_retry_after(reply), kind=kind
+        )
 
-    async def _chat(self, request: Request) -> tuple[str, Usage, str | None, tuple[ToolCallPart, ...], str | None]:
+    async def _chat(
+        self, request: Request
+    ) -> tuple[str, Usage, str | None, tuple[ToolCallPart, ...], str | None]:
         body: dict[str, Any]
         if uses_tools(request):
             body = {"messages": openai_tool_messages(request.messages), **self._gen_kwargs(request)}
@@ -208,31 +269,50 @@ class OpenAIProvider(Provider):
         out = await self._post("/chat/completions", body)
         try:
             message = out["choices"][0]["message"]
-            text = message["content"] if "content" in message else None
+            text = message.get("content", None)
         except (KeyError, IndexError, TypeError):
-            raise ProviderError("malformed response body: no choices[0].message.content", retryable=True) from None
+            raise ProviderError(
+                "malformed response body: no choices[0].message.content", retryable=True
+            ) from None
         calls = read_openai_tool_calls(message) if request.tools else ()
         if text is None and calls:
             text = ""  # a reply that only calls tools
         if not isinstance(text, str):
             what = "null" if text is None else f"a {type(text).__name__}, not text"
-            raise ProviderError(f"malformed response body: message content is {what}", retryable=True)
+            raise ProviderError(
+                f"malformed response body: message content is {what}", retryable=True
+            )
         finish = out["choices"][0].get("finish_reason")
-        return text, _usage(out), finish if isinstance(finish, str) else None, calls, served_by(out, self.spec.model)
+        return (
+            text,
+            _usage(out),
+            finish if isinstance(finish, str) else None,
+            calls,
+            served_by(out, self.spec.model),
+        )
 
     async def _next_token(self, request: Request) -> tuple[dict[str, float], Usage]:
         """Log-prob of each continuation as the first generated token (top_logprobs=20)."""
         msgs = openai_messages(request.messages)
-        kw = self._gen_kwargs(request) | {"max_tokens": 1, "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
+        kw = self._gen_kwargs(request) | {
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": True,
+            "top_logprobs": 20,
+        }
         out = await self._post("/chat/completions", {"messages": msgs, **kw})
         try:
             content = (out["choices"][0].get("logprobs") or {}).get("content")
         except (KeyError, IndexError, TypeError, AttributeError):
             raise ProviderError("malformed response body: no choices", retryable=True) from None
         if not content:
-            raise ProviderError("endpoint returned no logprobs for next-token scoring", retryable=False)
+            raise ProviderError(
+                "endpoint returned no logprobs for next-token scoring", retryable=False
+            )
         top: dict[str, float] = {}
-        for t in content[0].get("top_logprobs", []):  # " B" and "B" are one option: keep the likelier spelling
+        for t in content[0].get(
+            "top_logprobs", []
+        ):  # " B" and "B" are one option: keep the likelier spelling
             token, lp = str(t["token"]).strip(), float(t["logprob"])
             top[token] = max(lp, top.get(token, -math.inf))
         scores = {c: top[c.strip()] for c in request.continuations if c.strip() in top}
@@ -247,13 +327,22 @@ class OpenAIProvider(Provider):
             # the generated token is not summed (providers.logprob_probe)
             out = await self._post(
                 "/completions",
-                {"model": self.spec.model, "prompt": context + cont, "max_tokens": 1, "echo": True, "logprobs": 1, "temperature": 0.0},
+                {
+                    "model": self.spec.model,
+                    "prompt": context + cont,
+                    "max_tokens": 1,
+                    "echo": True,
+                    "logprobs": 1,
+                    "temperature": 0.0,
+                },
             )
             try:
                 lp = out["choices"][0]["logprobs"]
                 pairs = list(zip(lp["token_logprobs"], lp["text_offset"]))
             except (KeyError, IndexError, TypeError):
-                raise ProviderError("endpoint returned no echo logprobs for log-likelihood scoring", retryable=False) from None
+                raise ProviderError(
+                    "endpoint returned no echo logprobs for log-likelihood scoring", retryable=False
+                ) from None
             scores[cont] = prompt_sum(pairs, len(context), len(context) + len(cont))
         return scores, Usage()
 
@@ -368,7 +457,9 @@ def context_overflow(reason: str, body: Any) -> tuple[int | None, int | None] | 
     if not _OVERFLOW.search(reason) and not _OVERFLOW.search(code):
         return None
     limit, prompt = _first_int(_LIMIT, reason), _first_int(_PROMPT, reason)
-    if limit is None and isinstance(fields.get("n_ctx"), int):  # llama.cpp's server gives both beside the message
+    if limit is None and isinstance(
+        fields.get("n_ctx"), int
+    ):  # llama.cpp's server gives both beside the message
         limit = fields["n_ctx"]
     if prompt is None and isinstance(fields.get("n_prompt_tokens"), int):
         prompt = fields["n_prompt_tokens"]

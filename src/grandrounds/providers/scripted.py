@@ -7,17 +7,26 @@ from collections.abc import Callable
 from typing import Any
 
 from grandrounds.core.params import Param
-from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.core.records import Request, Response, ToolCallPart, Usage
+from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 
-Script = Callable[[Request], "str | tuple[str, str] | dict[str, float] | list[ToolCallPart] | Exception"]
+Script = Callable[
+    [Request], "str | tuple[str, str] | dict[str, float] | list[ToolCallPart] | Exception"
+]
 
 
 class ScriptedProvider(Provider):
     """``scripted/NAME``: ``script(request)`` returns text, (text, finish reason), option scores, or an exception to raise."""
 
     request_kinds = frozenset({"chat", "next_token", "loglikelihood"})
-    model_options = (Param("script", Callable, None, "Python function request -> reply (tests; default: always \"A\")"),)
+    model_options = (
+        Param(
+            "script",
+            Callable,
+            None,
+            'Python function request -> reply (tests; default: always "A")',
+        ),
+    )
     example = "scripted/NAME (tests)"
     default_concurrency = 64
     sees_images = True
@@ -45,6 +54,18 @@ class ScriptedProvider(Provider):
         if isinstance(out, dict):
             return Response(key=request.key(), scores=out, latency=latency)
         if isinstance(out, list):  # native tool calls
-            return Response(key=request.key(), text="", latency=latency, finish_reason="tool_calls", tool_calls=tuple(out))
+            return Response(
+                key=request.key(),
+                text="",
+                latency=latency,
+                finish_reason="tool_calls",
+                tool_calls=tuple(out),
+            )
         text, finish = out if isinstance(out, tuple) else (out, "stop")
-        return Response(key=request.key(), text=text, usage=Usage(0, len(text.split())), latency=latency, finish_reason=finish)
+        return Response(
+            key=request.key(),
+            text=text,
+            usage=Usage(0, len(text.split())),
+            latency=latency,
+            finish_reason=finish,
+        )

@@ -36,12 +36,25 @@ LLAMA_CPP_PYTHON_TITLE = "llama.cpp Python API"
 
 #: Hosts of hosted APIs whose limits are high and published (calls are limited by rate, not by a
 #: queue in front of one model): their calls start at the provider's default without slow start.
-HOSTED_APIS = frozenset({
-    "api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com", "openrouter.ai",
-    "api.together.xyz", "api.groq.com", "api.mistral.ai", "api.deepseek.com", "api.fireworks.ai",
-    "api.x.ai", "dashscope.aliyuncs.com", "dashscope-intl.aliyuncs.com", "open.bigmodel.cn",
-    "api.moonshot.cn", "api.siliconflow.cn",
-})
+HOSTED_APIS = frozenset(
+    {
+        "api.openai.com",
+        "api.anthropic.com",
+        "generativelanguage.googleapis.com",
+        "openrouter.ai",
+        "api.together.xyz",
+        "api.groq.com",
+        "api.mistral.ai",
+        "api.deepseek.com",
+        "api.fireworks.ai",
+        "api.x.ai",
+        "dashscope.aliyuncs.com",
+        "dashscope-intl.aliyuncs.com",
+        "open.bigmodel.cn",
+        "api.moonshot.cn",
+        "api.siliconflow.cn",
+    }
+)
 #: Host suffixes of hosted APIs served under per-account names (Azure OpenAI).
 HOSTED_SUFFIXES = (".openai.azure.com",)
 

@@ -14,7 +14,8 @@ tool parts is sent exactly as before tools existed.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from grandrounds.core.records import Message, Request, ToolCallPart, ToolSpec
 from grandrounds.providers.base import ProviderError
@@ -36,12 +37,26 @@ def _plain(message: Message) -> Message:
 
 # ---- OpenAI-compatible ------------------------------------------------------------------------
 def openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    return [{"type": "function", "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}} for t in tools]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.parameters),
+            },
+        }
+        for t in tools
+    ]
 
 
 def openai_tool_choice(choice: str) -> Any:
     """``auto`` / ``required`` / ``none`` as given; any other value names one tool."""
-    return choice if choice in ("auto", "required", "none") else {"type": "function", "function": {"name": choice}}
+    return (
+        choice
+        if choice in ("auto", "required", "none")
+        else {"type": "function", "function": {"name": choice}}
+    )
 
 
 def openai_tool_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -49,13 +64,21 @@ def openai_tool_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for m in messages:
         if m.tool_results:
-            out.extend({"role": "tool", "tool_call_id": r.call_id, "content": r.content} for r in m.tool_results)
+            out.extend(
+                {"role": "tool", "tool_call_id": r.call_id, "content": r.content}
+                for r in m.tool_results
+            )
             continue
         wire: dict[str, Any] = {"role": m.role, "content": openai_content(_plain(m))}
         if m.tool_calls:
             wire["content"] = m.text or None
             wire["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in m.tool_calls
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in m.tool_calls
             ]
         out.append(wire)
     return out
@@ -72,16 +95,31 @@ def read_openai_tool_calls(message: Any) -> tuple[ToolCallPart, ...]:
     for i, c in enumerate(calls):
         fn = c.get("function") if isinstance(c, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise ProviderError(f"malformed response body: tool call {i} has no function name", retryable=True)
+            raise ProviderError(
+                f"malformed response body: tool call {i} has no function name", retryable=True
+            )
         args = fn.get("arguments")
-        text = args if isinstance(args, str) else json.dumps(args if args is not None else {}, ensure_ascii=False)
-        out.append(ToolCallPart(id=str(c.get("id") or f"call_{i}"), name=fn["name"], arguments=text))
+        text = (
+            args
+            if isinstance(args, str)
+            else json.dumps(args if args is not None else {}, ensure_ascii=False)
+        )
+        out.append(
+            ToolCallPart(id=str(c.get("id") or f"call_{i}"), name=fn["name"], arguments=text)
+        )
     return tuple(out)
 
 
 # ---- Anthropic ------------------------------------------------------------------------------
 def anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    return [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters) or {"type": "object"}} for t in tools]
+    return [
+        {
+            "name": t.name,
+            "description": t.description,
+            "input_schema": dict(t.parameters) or {"type": "object"},
+        }
+        for t in tools
+    ]
 
 
 def anthropic_tool_choice(choice: str) -> dict[str, Any] | None:
@@ -111,12 +149,18 @@ def anthropic_tool_messages(messages: Sequence[Message]) -> list[dict[str, Any]]
         if m.role == "system":
             continue
         if m.tool_results:
-            blocks = [{"type": "tool_result", "tool_use_id": r.call_id, "content": r.content} for r in m.tool_results]
+            blocks = [
+                {"type": "tool_result", "tool_use_id": r.call_id, "content": r.content}
+                for r in m.tool_results
+            ]
             out.append({"role": "user", "content": blocks})
             continue
         if m.tool_calls:
             text = [{"type": "text", "text": m.text}] if m.text else []
-            uses = [{"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)} for c in m.tool_calls]
+            uses = [
+                {"type": "tool_use", "id": c.id, "name": c.name, "input": _tool_input(c.arguments)}
+                for c in m.tool_calls
+            ]
             out.append({"role": "assistant", "content": text + uses})
             continue
         out.append({"role": m.role, "content": anthropic_content(m)})
@@ -130,7 +174,13 @@ def read_anthropic_tool_calls(content: Sequence[Any]) -> tuple[ToolCallPart, ...
         if isinstance(block, dict) and block.get("type") == "tool_use":
             name = block.get("name")
             if not isinstance(name, str):
-                raise ProviderError("malformed response body: a tool_use block without a name", retryable=True)
-            args = json.dumps(block.get("input") if block.get("input") is not None else {}, ensure_ascii=False, sort_keys=True)
+                raise ProviderError(
+                    "malformed response body: a tool_use block without a name", retryable=True
+                )
+            args = json.dumps(
+                block.get("input") if block.get("input") is not None else {},
+                ensure_ascii=False,
+                sort_keys=True,
+            )
             out.append(ToolCallPart(id=str(block.get("id") or ""), name=name, arguments=args))
     return tuple(out)

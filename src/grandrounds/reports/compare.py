@@ -5,10 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from grandrounds.analyses.leaderboard import (
-    COMPARABLE_FIELDS, Comparison, ResultRow, engine_label, fingerprint_diff, latest_comparable_pair, paired_compare, protocol_label,
-)
 from grandrounds.analyses.collect import result_rows, values
+from grandrounds.analyses.leaderboard import (
+    COMPARABLE_FIELDS,
+    Comparison,
+    ResultRow,
+    engine_label,
+    fingerprint_diff,
+    latest_comparable_pair,
+    paired_compare,
+    protocol_label,
+)
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.hashing import canonical_json
 from grandrounds.store import Store
@@ -28,7 +35,11 @@ class ModelComparison:
 
     def verdict(self) -> str:
         if self.not_comparable:
-            return "not comparable: differs in " + ", ".join(self.not_comparable) + "; no run of one matches a run of the other (candidates below)"
+            return (
+                "not comparable: differs in "
+                + ", ".join(self.not_comparable)
+                + "; no run of one matches a run of the other (candidates below)"
+            )
         c = self.result
         if c is None or c.diff is None:
             return "no common scored samples"
@@ -47,7 +58,16 @@ class ModelComparison:
         if c is None or c.diff is None or c.ci95 is None:
             return [self.benchmark, str(c.n if c else 0), "", "", "", "", "", self.verdict()]
         mc = f"{c.mcnemar[0]}/{c.mcnemar[1]}/p={c.mcnemar[2]:.3g}" if c.mcnemar else "n/a (not 0/1)"
-        return [self.benchmark, str(c.n), f"{c.mean_a:.4f}", f"{c.mean_b:.4f}", f"{c.diff:+.4f}", f"[{c.ci95[0]:+.4f}, {c.ci95[1]:+.4f}]", mc, self.verdict()]
+        return [
+            self.benchmark,
+            str(c.n),
+            f"{c.mean_a:.4f}",
+            f"{c.mean_b:.4f}",
+            f"{c.diff:+.4f}",
+            f"[{c.ci95[0]:+.4f}, {c.ci95[1]:+.4f}]",
+            mc,
+            self.verdict(),
+        ]
 
 
 def _matches(row: ResultRow, query: str) -> bool:
@@ -58,7 +78,14 @@ def _matches(row: ResultRow, query: str) -> bool:
     return len(query) >= 6 and row.run_id.startswith(query)
 
 
-def compare_models(store: Store, model_a: str, model_b: str, benchmark: str | None = None, seed: int = 0, n_resamples: int = 2000) -> list[ModelComparison]:
+def compare_models(
+    store: Store,
+    model_a: str,
+    model_b: str,
+    benchmark: str | None = None,
+    seed: int = 0,
+    n_resamples: int = 2000,
+) -> list[ModelComparison]:
     """A vs B on every benchmark (or one) where both have a result; newest result per model.
 
     Results whose comparability fields differ (judge, template, dataset...) are reported as
@@ -84,13 +111,25 @@ def compare_models(store: Store, model_a: str, model_b: str, benchmark: str | No
         if diff:
             pair = latest_comparable_pair(ra, rb)
             if pair is None:
-                out.append(ModelComparison(bench, a, b, None, tuple(diff), candidates=tuple(ra + rb)))
+                out.append(
+                    ModelComparison(bench, a, b, None, tuple(diff), candidates=tuple(ra + rb))
+                )
                 continue
-            note = (f"the latest runs ({a.run_id[:8]}, {b.run_id[:8]}) differ in {', '.join(diff)}; "
-                    f"compared the latest runs that match: {pair[0].run_id[:8]} and {pair[1].run_id[:8]}")
+            note = (
+                f"the latest runs ({a.run_id[:8]}, {b.run_id[:8]}) differ in {', '.join(diff)}; "
+                f"compared the latest runs that match: {pair[0].run_id[:8]} and {pair[1].run_id[:8]}"
+            )
             a, b = pair
         vals = values(store, [a.key, b.key])
-        out.append(ModelComparison(bench, a, b, paired_compare(vals[a.key], vals[b.key], seed=seed, n_resamples=n_resamples), note=note))
+        out.append(
+            ModelComparison(
+                bench,
+                a,
+                b,
+                paired_compare(vals[a.key], vals[b.key], seed=seed, n_resamples=n_resamples),
+                note=note,
+            )
+        )
     return out
 
 
@@ -113,7 +152,15 @@ def candidate_lines(c: ModelComparison) -> list[str]:
     values of the settings in which the candidates differ (nested settings by their dotted name,
     the protocol by its label as the leaderboard shows it)."""
     rows = c.candidates
-    flats = [{k: v for f in COMPARABLE_FIELDS if f != "protocol" for k, v in _flat(r.fingerprint.get(f), f).items()} for r in rows]
+    flats = [
+        {
+            k: v
+            for f in COMPARABLE_FIELDS
+            if f != "protocol"
+            for k, v in _flat(r.fingerprint.get(f), f).items()
+        }
+        for r in rows
+    ]
     keys = sorted({k for fl in flats for k in fl})
     differing = [k for k in keys if len({fl.get(k) for fl in flats}) > 1]
     protocols = {protocol_label(r.fingerprint) for r in rows}

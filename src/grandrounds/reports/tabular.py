@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import IO, Any
 
 from grandrounds.analyses.leaderboard import Board, breakdown_tables
 from grandrounds.core.display import safe_text
@@ -64,11 +65,27 @@ def board_rows(boards: Sequence[Board]) -> list[dict[str, Any]]:
 def _usage_columns(extra: dict[str, Any]) -> dict[str, Any]:
     """Tokens and cost of the calls behind a result (None where the result records no usage)."""
     usage = extra.get("usage") if isinstance(extra.get("usage"), dict) else {}
-    return {"prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"), "cost_usd": usage.get("cost_usd")}
+    return {
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "cost_usd": usage.get("cost_usd"),
+    }
 
 
 #: Columns of a breakdown row before the named metrics (which follow, one column each).
-BREAKDOWN_COLUMNS = ("benchmark", "family", "key", "setting", "model", "judge", "score", "ci95_low", "ci95_high", "n", "n_unscored")
+BREAKDOWN_COLUMNS = (
+    "benchmark",
+    "family",
+    "key",
+    "setting",
+    "model",
+    "judge",
+    "score",
+    "ci95_low",
+    "ci95_high",
+    "n",
+    "n_unscored",
+)
 
 
 def breakdown_rows(boards: Sequence[Board]) -> list[dict[str, Any]]:
@@ -77,15 +94,28 @@ def breakdown_rows(boards: Sequence[Board]) -> list[dict[str, Any]]:
     Every row has the same columns, a metric its cell lacks being None, as csv and parquet need;
     a metric named like a fixed column is written as ``metric_<name>``.
     """
-    cells = [(b, fam.family, key, e, c) for b in boards for fam in breakdown_tables(b) for key, e, c in fam.rows()]
+    cells = [
+        (b, fam.family, key, e, c)
+        for b in boards
+        for fam in breakdown_tables(b)
+        for key, e, c in fam.rows()
+    ]
     names = list(dict.fromkeys(m for *_, c in cells for m in c.metrics))
     columns = {m: f"metric_{m}" if m in BREAKDOWN_COLUMNS else m for m in names}
     out = []
     for b, family, key, e, c in cells:
         row: dict[str, Any] = {
-            "benchmark": b.benchmark, "family": family, "key": key, "setting": e.setting, "model": e.row.model,
-            "judge": e.row.judge or "", "score": c.score, "ci95_low": c.ci95[0] if c.ci95 else None,
-            "ci95_high": c.ci95[1] if c.ci95 else None, "n": c.n, "n_unscored": c.n_unscored,
+            "benchmark": b.benchmark,
+            "family": family,
+            "key": key,
+            "setting": e.setting,
+            "model": e.row.model,
+            "judge": e.row.judge or "",
+            "score": c.score,
+            "ci95_low": c.ci95[0] if c.ci95 else None,
+            "ci95_high": c.ci95[1] if c.ci95 else None,
+            "n": c.n,
+            "n_unscored": c.n_unscored,
         }
         row.update({col: c.metrics.get(m) for m, col in columns.items()})
         out.append(row | {"run_id": e.row.run_id, "grader_fp": e.row.grader_fp})
@@ -93,7 +123,20 @@ def breakdown_rows(boards: Sequence[Board]) -> list[dict[str, Any]]:
 
 
 #: Columns of a contamination probe row (:func:`grandrounds.analyses.contamination.probe_rows`).
-PROBE_COLUMNS = ("benchmark", "model", "probe", "unit", "n_items", "n_paired", "n_failed", "original", "control", "difference", "ci95_low", "ci95_high")
+PROBE_COLUMNS = (
+    "benchmark",
+    "model",
+    "probe",
+    "unit",
+    "n_items",
+    "n_paired",
+    "n_failed",
+    "original",
+    "control",
+    "difference",
+    "ci95_low",
+    "ci95_high",
+)
 
 
 def side_path(path: Path, table: str = "samples") -> Path:
@@ -101,8 +144,14 @@ def side_path(path: Path, table: str = "samples") -> Path:
     return path.with_name(f"{path.stem}.{table}{path.suffix}")
 
 
-def write(fmt: str, path: Path, board: list[dict[str, Any]], samples: list[dict[str, Any]],
-          breakdowns: Sequence[dict[str, Any]] = (), contamination: Sequence[dict[str, Any]] = ()) -> list[Path]:
+def write(
+    fmt: str,
+    path: Path,
+    board: list[dict[str, Any]],
+    samples: list[dict[str, Any]],
+    breakdowns: Sequence[dict[str, Any]] = (),
+    contamination: Sequence[dict[str, Any]] = (),
+) -> list[Path]:
     """Write ``fmt`` to ``path`` (and side files where the format holds one table); returns paths.
 
     Every file is written under a temporary name and renamed into place once all are complete
@@ -116,22 +165,75 @@ def write(fmt: str, path: Path, board: list[dict[str, Any]], samples: list[dict[
     with staged() as files:
         if fmt == "json":
             with files.open(path) as f:
-                f.write(json.dumps({"leaderboard": board, **tables, **probes}, ensure_ascii=False, indent=1))
+                f.write(
+                    json.dumps(
+                        {"leaderboard": board, **tables, **probes}, ensure_ascii=False, indent=1
+                    )
+                )
             return [path]
         if fmt == "md":
-            bd_cols = [c for c in (breakdowns[0] if breakdowns else BREAKDOWN_COLUMNS) if c not in ("run_id", "grader_fp")]
+            bd_cols = [
+                c
+                for c in (breakdowns[0] if breakdowns else BREAKDOWN_COLUMNS)
+                if c not in ("run_id", "grader_fp")
+            ]
             with files.open(path) as f:
-                f.write(_md(board, ["benchmark", "setting", "rank", "tied", "model", "score", "ci95_low", "ci95_high", "n", "n_unscored", "coverage", "n_truncated", "prompt_tokens", "completion_tokens", "cost_usd", "protocol", "flags"])
-                        + "\n\n" + _md(samples, ["benchmark", "sample_id", "model", "judge", "value", "n_unknown", "error", "answer"])
-                        + "\n\n" + _md(tables["breakdowns"], bd_cols)
-                        + ("\n\n## Contamination probes (not scores)\n\n" + _md(probes["contamination"], list(PROBE_COLUMNS)) if probes else ""))
+                f.write(
+                    _md(
+                        board,
+                        [
+                            "benchmark",
+                            "setting",
+                            "rank",
+                            "tied",
+                            "model",
+                            "score",
+                            "ci95_low",
+                            "ci95_high",
+                            "n",
+                            "n_unscored",
+                            "coverage",
+                            "n_truncated",
+                            "prompt_tokens",
+                            "completion_tokens",
+                            "cost_usd",
+                            "protocol",
+                            "flags",
+                        ],
+                    )
+                    + "\n\n"
+                    + _md(
+                        samples,
+                        [
+                            "benchmark",
+                            "sample_id",
+                            "model",
+                            "judge",
+                            "value",
+                            "n_unknown",
+                            "error",
+                            "answer",
+                        ],
+                    )
+                    + "\n\n"
+                    + _md(tables["breakdowns"], bd_cols)
+                    + (
+                        "\n\n## Contamination probes (not scores)\n\n"
+                        + _md(probes["contamination"], list(PROBE_COLUMNS))
+                        if probes
+                        else ""
+                    )
+                )
             return [path]
         if fmt == "xlsx":
             with files.open(path, "wb") as f:
                 _xlsx(f, {"leaderboard": board, **tables, **probes})
             return [path]
         writer, mode = (_csv, "w") if fmt == "csv" else (_parquet, "wb")
-        for target, rows in ((path, board), *((side_path(path, name), t) for name, t in tables.items())):
+        for target, rows in (
+            (path, board),
+            *((side_path(path, name), t) for name, t in tables.items()),
+        ):
             with files.open(target, mode) as f:
                 writer(f, rows)
     return [path, *(side_path(path, name) for name in tables)]
@@ -149,7 +251,9 @@ def csv_cell(v: Any) -> Any:
     like any other and is neutralised too."""
     if v is None or isinstance(v, (bool, int, float)):
         return v
-    text = safe_text(v)  # control characters shown escaped: no escape sequence reaches a terminal that shows the file
+    text = safe_text(
+        v
+    )  # control characters shown escaped: no escape sequence reaches a terminal that shows the file
     if text.startswith(FORMULA_LEADS) or text.lstrip(" \t\r\n").startswith(FORMULA_LEADS):
         return "'" + text
     return text
@@ -168,7 +272,9 @@ def md_cell(v: Any) -> str:
         return ""
     if isinstance(v, float):
         return f"{v:.4f}"
-    text = safe_text(" ".join(str(v).replace("\r\n", "\n").splitlines()) if isinstance(v, str) else str(v))
+    text = safe_text(
+        " ".join(str(v).replace("\r\n", "\n").splitlines()) if isinstance(v, str) else str(v)
+    )
     return "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in text)
 
 

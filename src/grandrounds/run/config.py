@@ -7,21 +7,23 @@ provider and judge panel a configuration names (:func:`build_benchmark`, :func:`
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.core.errors import ConfigError
-from grandrounds.run.batches.executor import BatchSettings
-from grandrounds.run.executor import RetryPolicy
-from grandrounds.run.limits import TokenLimits, check_rpm, check_tpm
+from grandrounds.core.records import GenParams
+from grandrounds.core.registry import BENCHMARKS, PROVIDERS
 from grandrounds.graders.base import Grader
 from grandrounds.graders.flags import check_mode as check_flag_mode
 from grandrounds.providers.base import ModelSpec, Provider, check_model, split_endpoint
-from grandrounds.sources.protocols import Protocol as Preset, resolve_generation
-from grandrounds.core.records import GenParams
-from grandrounds.core.registry import BENCHMARKS, PROVIDERS
+from grandrounds.run.batches.executor import BatchSettings
+from grandrounds.run.executor import RetryPolicy
+from grandrounds.run.limits import TokenLimits, check_rpm, check_tpm
+from grandrounds.sources.protocols import Protocol as Preset
+from grandrounds.sources.protocols import resolve_generation
 
 
 @dataclass(frozen=True)
@@ -63,9 +65,9 @@ class RunConfig:
     #: Call starts per minute of each judge's model at its endpoint (``--judge-rpm``); the candidate's own model there takes the lower.
     judge_rpm: int | None = None
     #: Tokens of call starts per minute on the candidate's endpoint (``--tpm``); not part of run id or fingerprint.
-    tpm: "int | str | TokenLimits | None" = None
+    tpm: int | str | TokenLimits | None = None
     #: Tokens of call starts per minute of each judge's model at its endpoint (``--judge-tpm``); the candidate's own model there takes the lower.
-    judge_tpm: "int | str | TokenLimits | None" = None
+    judge_tpm: int | str | TokenLimits | None = None
     #: Seconds a call may take once sent (for providers with a ``timeout`` option: answers and judges).
     timeout: float | None = None
     limit: int | None = None
@@ -101,20 +103,36 @@ def check_run(cfg: RunConfig) -> RunConfig:
     bench = BENCHMARKS.get(cfg.benchmark)(**cfg.bench_params)
     options = bench.check_options(cfg.options)
     check_sees_images(bench, cfg.model, cfg.provider_options)
-    provider_options = check_model(cfg.model, timeout_option(cfg.model, cfg.timeout) | dict(cfg.provider_options), bench.request_kind(options))
+    provider_options = check_model(
+        cfg.model,
+        timeout_option(cfg.model, cfg.timeout) | dict(cfg.provider_options),
+        bench.request_kind(options),
+    )
     proto = bench.protocol(options)
     gen, deviations = resolve_generation(proto.answer, cfg.gen, cfg.gen_overrides, options.seed)
     judge_specs = cfg.judges
     if not judge_specs and bench.needs_judge and proto.judge_models:
-        judge_specs = tuple(JudgeConfig(*split_endpoint(m)) for m in proto.judge_models)  # the judge(s) the official protocol names
+        judge_specs = tuple(
+            JudgeConfig(*split_endpoint(m)) for m in proto.judge_models
+        )  # the judge(s) the official protocol names
     judge_specs = with_timeout(judge_specs, cfg.timeout)
     judges, judge_deviations = resolve_judges(proto, judge_specs, cfg.judge_overrides, options.seed)
     info = protocol_record(proto, deviations, judge_deviations)
     check_agent(bench, cfg, provider_options)
-    sim_options = timeout_option(cfg.simulator, cfg.timeout) | dict(cfg.simulator_options) if cfg.simulator else {}
+    sim_options = (
+        timeout_option(cfg.simulator, cfg.timeout) | dict(cfg.simulator_options)
+        if cfg.simulator
+        else {}
+    )
     return replace(
-        cfg, bench_params=dict(bench.params), options=options, provider_options=provider_options,
-        gen=gen, judges=judges, protocol=info, simulator_options=sim_options,
+        cfg,
+        bench_params=dict(bench.params),
+        options=options,
+        provider_options=provider_options,
+        gen=gen,
+        judges=judges,
+        protocol=info,
+        simulator_options=sim_options,
     )
 
 
@@ -126,28 +144,42 @@ def check_agent(bench: Benchmark, cfg: RunConfig, provider_options: Mapping[str,
     episodic = getattr(bench, "episodic", False)
     if not episodic:
         if cfg.simulator:
-            raise ConfigError(f"{bench.name} has no simulated participants: --simulator is not used")
+            raise ConfigError(
+                f"{bench.name} has no simulated participants: --simulator is not used"
+            )
         return
     spec = ModelSpec.parse(split_endpoint(cfg.model)[0])
     if bench.param("actions") == "native" and not PROVIDERS.get(spec.provider).supports_tools:
-        raise ConfigError(f"{cfg.model} cannot send tools, and --param actions=native asks for native tool calls "
-                          f"(use openai/, anthropic/, vllm/ or sglang/, or --param actions=text)")
+        raise ConfigError(
+            f"{cfg.model} cannot send tools, and --param actions=native asks for native tool calls "
+            f"(use openai/, anthropic/, vllm/ or sglang/, or --param actions=text)"
+        )
     if getattr(bench, "needs_simulator", False) and not cfg.simulator:
-        raise ConfigError(f"{bench.name}'s patient is played by a model: pass --simulator PROVIDER/MODEL")
+        raise ConfigError(
+            f"{bench.name}'s patient is played by a model: pass --simulator PROVIDER/MODEL"
+        )
     if not getattr(bench, "needs_simulator", False) and cfg.simulator:
         raise ConfigError(f"{bench.name} has no simulated participants: --simulator is not used")
     if cfg.batch is not None:
-        raise ConfigError(f"{bench.name} is an agent benchmark: its steps are asked one after another, not through --batch")
+        raise ConfigError(
+            f"{bench.name} is an agent benchmark: its steps are asked one after another, not through --batch"
+        )
     if cfg.simulator:
-        check_model(cfg.simulator, timeout_option(cfg.simulator, cfg.timeout) | dict(cfg.simulator_options), "chat")
+        check_model(
+            cfg.simulator,
+            timeout_option(cfg.simulator, cfg.timeout) | dict(cfg.simulator_options),
+            "chat",
+        )
 
 
 def check_sees_images(bench: Benchmark, spec_text: str, options: Mapping[str, Any]) -> None:
     """A benchmark asked with images refuses, before anything is loaded, a provider that cannot send them."""
     spec = ModelSpec.parse(split_endpoint(spec_text)[0])
     if bench.has_images and not PROVIDERS.get(spec.provider).sees_images_with(options):
-        raise ConfigError(f"{spec_text} cannot send images, and {bench.name} asks every question with its image "
-                          "(use openai/, anthropic/, vllm/ or sglang/ with a vision model, or llamacpp/ with --model-opt mmproj=PATH)")
+        raise ConfigError(
+            f"{spec_text} cannot send images, and {bench.name} asks every question with its image "
+            "(use openai/, anthropic/, vllm/ or sglang/ with a vision model, or llamacpp/ with --model-opt mmproj=PATH)"
+        )
 
 
 def timeout_option(spec_text: str, timeout: float | None) -> dict[str, Any]:
@@ -161,7 +193,9 @@ def timeout_option(spec_text: str, timeout: float | None) -> dict[str, Any]:
 
 def with_timeout(judges: Sequence[JudgeConfig], timeout: float | None) -> tuple[JudgeConfig, ...]:
     """Judges whose provider takes a timeout get the run's ``--timeout``."""
-    return tuple(replace(j, options=timeout_option(j.spec, timeout) | dict(j.options)) for j in judges)
+    return tuple(
+        replace(j, options=timeout_option(j.spec, timeout) | dict(j.options)) for j in judges
+    )
 
 
 def resolve_judges(
@@ -175,8 +209,10 @@ def resolve_judges(
     for j in judges:
         who = (j.spec, j.base_url)
         if who in seen:
-            raise ConfigError(f"--judge {j.spec}{'@' + j.base_url if j.base_url else ''} is named twice: a panel needs "
-                              "distinct judges (one judge twice would be counted as two votes)")
+            raise ConfigError(
+                f"--judge {j.spec}{'@' + j.base_url if j.base_url else ''} is named twice: a panel needs "
+                "distinct judges (one judge twice would be counted as two votes)"
+            )
         seen.add(who)
         params, dev = resolve_generation(proto.judge, j.params, overrides, seed)
         if j.json_object and not params.json_object:
@@ -188,9 +224,15 @@ def resolve_judges(
     return tuple(out), deviations
 
 
-def protocol_record(proto: Preset, answer_deviations: Mapping[str, Any], judge_deviations: Mapping[str, Any]) -> dict[str, Any]:
+def protocol_record(
+    proto: Preset, answer_deviations: Mapping[str, Any], judge_deviations: Mapping[str, Any]
+) -> dict[str, Any]:
     """What a fingerprint records of the protocol: the preset's settings and every deviation from them."""
-    deviations = {k: v for k, v in (("answer", dict(answer_deviations)), ("judges", dict(judge_deviations))) if v}
+    deviations = {
+        k: v
+        for k, v in (("answer", dict(answer_deviations)), ("judges", dict(judge_deviations)))
+        if v
+    }
     return proto.describe() | {"deviations": deviations}
 
 
@@ -209,9 +251,10 @@ def check_judges(bench: Benchmark, grader: Grader, judges: Sequence[JudgeConfig]
         raise ConfigError(f"{bench.name} is not graded by an LLM judge: --judge is not used")
     if len(judges) < grader.min_judges:
         if not judges:
-            raise ConfigError(f"{bench.name} is graded by an LLM judge: pass --judge PROVIDER/MODEL")
+            raise ConfigError(
+                f"{bench.name} is graded by an LLM judge: pass --judge PROVIDER/MODEL"
+            )
         raise ConfigError(
             f"{bench.name} needs at least {grader.min_judges} judges to decide a vote, got {len(judges)} "
             "(repeat --judge for a panel)"
         )
-

@@ -20,11 +20,12 @@ import os
 import re
 import threading
 import tomllib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.hashing import canonical_json
@@ -87,8 +88,15 @@ def _read_toml(path: Path | str, text: str) -> dict[str, Any]:
 
 
 def _number(path: Path | str, where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ConfigError(f"prices file {path}: {where} must be a number of at least 0, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ConfigError(
+            f"prices file {path}: {where} must be a number of at least 0, got {value!r}"
+        )
     return float(value)
 
 
@@ -97,28 +105,43 @@ def _merge(table: PriceTable, raw: Mapping[str, Any], path: Path | str, origin: 
     known = {"as_of", "batch_discount", "local", "models"}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"prices file {path}: unknown key {unknown[0]!r} (expected: {', '.join(sorted(known))})")
+        raise ConfigError(
+            f"prices file {path}: unknown key {unknown[0]!r} (expected: {', '.join(sorted(known))})"
+        )
     models = dict(table.models)
     entries = raw.get("models", {})
     if not isinstance(entries, dict):
-        raise ConfigError(f"prices file {path}: [models] must be a table of \"provider/model\" = {{ input = ..., output = ... }}")
+        raise ConfigError(
+            f'prices file {path}: [models] must be a table of "provider/model" = {{ input = ..., output = ... }}'
+        )
     for name, entry in entries.items():
         if "/" not in name:
-            raise ConfigError(f"prices file {path}: model {name!r} must be written provider/model, e.g. \"openai/{name}\"")
+            raise ConfigError(
+                f'prices file {path}: model {name!r} must be written provider/model, e.g. "openai/{name}"'
+            )
         if not isinstance(entry, dict) or set(entry) != {"input", "output"}:
-            raise ConfigError(f"prices file {path}: models.{name!r} must have exactly input and output (USD per million tokens)")
-        models[name] = (_number(path, f"models.{name!r}.input", entry["input"]), _number(path, f"models.{name!r}.output", entry["output"]))
+            raise ConfigError(
+                f"prices file {path}: models.{name!r} must have exactly input and output (USD per million tokens)"
+            )
+        models[name] = (
+            _number(path, f"models.{name!r}.input", entry["input"]),
+            _number(path, f"models.{name!r}.output", entry["output"]),
+        )
     discounts = dict(table.batch_discount)
     for provider, share in (raw.get("batch_discount") or {}).items():
         share = _number(path, f"batch_discount.{provider}", share)
         if share > 1:
-            raise ConfigError(f"prices file {path}: batch_discount.{provider} is a share between 0 and 1, got {share}")
+            raise ConfigError(
+                f"prices file {path}: batch_discount.{provider} is a share between 0 and 1, got {share}"
+            )
         discounts[provider] = share
     local = table.local
     if "local" in raw:
         providers = (raw["local"] or {}).get("providers")
         if not isinstance(providers, list) or not all(isinstance(p, str) for p in providers):
-            raise ConfigError(f"prices file {path}: local.providers must be a list of provider names")
+            raise ConfigError(
+                f"prices file {path}: local.providers must be a list of provider names"
+            )
         local = frozenset(providers)
     as_of = raw.get("as_of", table.as_of)
     return PriceTable(models, discounts, local, str(as_of), origin)
@@ -127,7 +150,12 @@ def _merge(table: PriceTable, raw: Mapping[str, Any], path: Path | str, origin: 
 @lru_cache(maxsize=1)
 def _packaged() -> PriceTable:
     text = (files("grandrounds") / "data" / "prices.toml").read_text(encoding="utf-8")
-    return _merge(PriceTable({}), _read_toml("(packaged) prices.toml", text), "(packaged) prices.toml", "packaged price table")
+    return _merge(
+        PriceTable({}),
+        _read_toml("(packaged) prices.toml", text),
+        "(packaged) prices.toml",
+        "packaged price table",
+    )
 
 
 def load_prices(path: Path | str | None = None) -> PriceTable:
@@ -153,7 +181,9 @@ PER_REPLY = 3
 #: How long tiktoken may take to fetch an encoding file before counting falls back to the estimate.
 FETCH_SECONDS = 10.0
 ESTIMATE_LABEL = "estimated: ~4 characters per token (1 per CJK character)"
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+_CJK = re.compile(
+    r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
+)
 
 
 def estimate_tokens(text: str) -> int:
@@ -174,7 +204,15 @@ class TokenCounter:
         return self._count(text)
 
     def messages(self, messages: Sequence[Message]) -> int:
-        return sum(PER_MESSAGE + self._count(m.text) + sum(image_tokens(i.width, i.height) for i in m.images) for m in messages) + PER_REPLY
+        return (
+            sum(
+                PER_MESSAGE
+                + self._count(m.text)
+                + sum(image_tokens(i.width, i.height) for i in m.images)
+                for m in messages
+            )
+            + PER_REPLY
+        )
 
 
 def image_tokens(width: int, height: int) -> int:
@@ -232,15 +270,23 @@ def token_counter(spec: str) -> TokenCounter:
     try:
         import tiktoken
     except ImportError:
-        return TokenCounter(f"{ESTIMATE_LABEL}; install tiktoken to count OpenAI tokens exactly", False)
+        return TokenCounter(
+            f"{ESTIMATE_LABEL}; install tiktoken to count OpenAI tokens exactly", False
+        )
     try:
         name = tiktoken.encoding_name_for_model(model)
-    except KeyError:  # a model tiktoken does not know (a local model behind an OpenAI-compatible server)
+    except (
+        KeyError
+    ):  # a model tiktoken does not know (a local model behind an OpenAI-compatible server)
         return TokenCounter(ESTIMATE_LABEL, False)
     enc, why = _encoding(name)
     if enc is None:
-        return TokenCounter(f"{ESTIMATE_LABEL}; tiktoken's {name} file could not be fetched ({why})", False)
-    return TokenCounter(f"tiktoken {name}", True, lambda text: len(enc.encode(text, disallowed_special=())))
+        return TokenCounter(
+            f"{ESTIMATE_LABEL}; tiktoken's {name} file could not be fetched ({why})", False
+        )
+    return TokenCounter(
+        f"tiktoken {name}", True, lambda text: len(enc.encode(text, disallowed_special=()))
+    )
 
 
 # ---- what a run cost ----------------------------------------------------------------------------
@@ -259,17 +305,26 @@ class Tally:
 
     def block(self, prices: PriceTable, batch: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "model": self.model, "calls": self.calls, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "calls_without_usage": self.no_usage,
+            "model": self.model,
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "calls_without_usage": self.no_usage,
         }
         price = prices.price(self.model)
         if price is not None:
-            out["cost_usd"] = round(price.cost(self.prompt_tokens, self.completion_tokens, batch), 6)
+            out["cost_usd"] = round(
+                price.cost(self.prompt_tokens, self.completion_tokens, batch), 6
+            )
             if batch and price.batch_discount:
                 out["batch"] = True
         else:
             out["cost_usd"] = None
-            out["cost_note"] = "local model: no per-token price" if prices.is_local(self.model) else "no price for this model in the price table"
+            out["cost_note"] = (
+                "local model: no per-token price"
+                if prices.is_local(self.model)
+                else "no price for this model in the price table"
+            )
         return out
 
 
@@ -281,8 +336,13 @@ def judge_of(judge: str | None, judges: Sequence[str]) -> str:
 
 
 def run_usage(
-    model: str, answers: Any, judge_calls: Sequence[Any], judges: Sequence[str],
-    prices: PriceTable | None = None, batch: Any = None, simulator: tuple[str, Any] | None = None,
+    model: str,
+    answers: Any,
+    judge_calls: Sequence[Any],
+    judges: Sequence[str],
+    prices: PriceTable | None = None,
+    batch: Any = None,
+    simulator: tuple[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``usage`` block of one result: calls, tokens and cost of its answers and of each judge.
 
@@ -304,13 +364,19 @@ def run_usage(
     def tally(name: str, counted: Any) -> Tally:
         if counted is None:
             return Tally(name)
-        return Tally(name, counted.calls, counted.prompt_tokens, counted.completion_tokens, counted.no_usage)
+        return Tally(
+            name, counted.calls, counted.prompt_tokens, counted.completion_tokens, counted.no_usage
+        )
 
     by_judge = {j: Tally(j) for j in judges}
     for counted in judge_calls:
         by_judge[counted.who] = tally(counted.who, counted)
-    batched = {role: bool(batch is not None and batch.covers(role)) for role in ("answers", "judges")}
-    parts = [tally(model, answers).block(prices, batched["answers"])] + [t.block(prices, batched["judges"]) for t in by_judge.values()]
+    batched = {
+        role: bool(batch is not None and batch.covers(role)) for role in ("answers", "judges")
+    }
+    parts = [tally(model, answers).block(prices, batched["answers"])] + [
+        t.block(prices, batched["judges"]) for t in by_judge.values()
+    ]
     sims = []
     if simulator is not None:
         sims = [tally(simulator[0], simulator[1]).block(prices)]
@@ -335,7 +401,9 @@ def fmt_usd(value: float | None) -> str:
         return "n/a"
     if value == 0:
         return "$0"
-    return f"${value:,.2f}" if value >= 1 else f"${value:.4f}" if value >= 0.0001 else f"${value:.2g}"
+    return (
+        f"${value:,.2f}" if value >= 1 else f"${value:.4f}" if value >= 0.0001 else f"${value:.2g}"
+    )
 
 
 def usage_cells(extra: Mapping[str, Any]) -> tuple[str, str]:
@@ -347,23 +415,36 @@ def usage_cells(extra: Mapping[str, Any]) -> tuple[str, str]:
     usage = extra.get("usage")
     if not isinstance(usage, Mapping):
         return "", ""
-    tokens = f"{int(usage.get('prompt_tokens') or 0):,}+{int(usage.get('completion_tokens') or 0):,}"
+    tokens = (
+        f"{int(usage.get('prompt_tokens') or 0):,}+{int(usage.get('completion_tokens') or 0):,}"
+    )
     cost = usage.get("cost_usd")
     parts = usage_parts(usage)
     if cost is None:
-        local = all(str(p.get("cost_note", "")).startswith("local") for p in parts if p.get("calls"))
+        local = all(
+            str(p.get("cost_note", "")).startswith("local") for p in parts if p.get("calls")
+        )
         return tokens, "local" if local and any(p.get("calls") for p in parts) else "n/a"
     return tokens, fmt_usd(cost) + ("" if usage.get("cost_complete", True) else "+")
 
 
 def usage_parts(usage: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The blocks of a ``usage`` block, one per model and role: answers, judges, simulators."""
-    return [usage.get("answers") or {}, *(usage.get("judges") or []), *(usage.get("simulators") or [])]
+    return [
+        usage.get("answers") or {},
+        *(usage.get("judges") or []),
+        *(usage.get("simulators") or []),
+    ]
 
 
 def with_usage(
-    store: Any, run_id: str, result: Result, answers: Any, judge_calls: Sequence[Any],
-    prices: PriceTable | None = None, batch: Any = None,
+    store: Any,
+    run_id: str,
+    result: Result,
+    answers: Any,
+    judge_calls: Sequence[Any],
+    prices: PriceTable | None = None,
+    batch: Any = None,
 ) -> Result:
     """``result`` with its ``usage`` block in ``extra``, stored in place of the result the run stored.
 
@@ -375,12 +456,18 @@ def with_usage(
     """
     judges = [j.strip() for j in (result.judge or "").split(",") if j.strip()]
     sim = (result.fingerprint or {}).get("simulator")
-    simulator = (str(sim.get("model")), store.simulator_usage(run_id)) if isinstance(sim, Mapping) and sim.get("model") else None
+    simulator = (
+        (str(sim.get("model")), store.simulator_usage(run_id))
+        if isinstance(sim, Mapping) and sim.get("model")
+        else None
+    )
     usage = run_usage(result.model, answers, judge_calls, judges, prices, batch, simulator)
     new = replace(result, extra=dict(result.extra) | {"usage": usage})
     fp = store.latest_grader_fp(run_id)
     stored = store.result(run_id, fp) if fp is not None else None
-    if stored is not None and canonical_json(stored.get("fingerprint")) == canonical_json(result.fingerprint):
+    if stored is not None and canonical_json(stored.get("fingerprint")) == canonical_json(
+        result.fingerprint
+    ):
         store.put_result(run_id, fp, new)
     return new
 
@@ -393,5 +480,9 @@ def usage_line(extra: Mapping[str, Any]) -> str:
     _, cost = usage_cells(extra)
     missing = sum(int(p.get("calls_without_usage") or 0) for p in usage_parts(usage))
     note = f" ({missing} calls reported no usage)" if missing else ""
-    priced = f" at the {usage.get('prices')}" if cost not in ("local", "n/a") and usage.get("prices") else ""
+    priced = (
+        f" at the {usage.get('prices')}"
+        if cost not in ("local", "n/a") and usage.get("prices")
+        else ""
+    )
     return f"tokens: {int(usage.get('prompt_tokens') or 0):,} in, {int(usage.get('completion_tokens') or 0):,} out{note}; cost {cost}{priced}"

@@ -11,13 +11,29 @@ See :mod:`grandrounds.benchmarks.agents` for statuses, action protocols and epoc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from grandrounds.benchmarks.agents import (
-    AgentBenchmark, Environment, EnvironmentFailure, Reaction, details_of, epoch_value,
+    AgentBenchmark,
+    Environment,
+    EnvironmentFailure,
+    Reaction,
+    details_of,
+    epoch_value,
 )
-from grandrounds.core.records import GenParams, Grade, Message, Part, Request, Response, Sample, TextPart, ToolCallPart
+from grandrounds.core.records import (
+    GenParams,
+    Grade,
+    Message,
+    Part,
+    Request,
+    Response,
+    Sample,
+    TextPart,
+    ToolCallPart,
+)
 from grandrounds.graders.base import GradeContext, unscored
 from grandrounds.providers.base import Provider
 from grandrounds.run.executor import Executor
@@ -63,11 +79,18 @@ class EpisodeRunner:
                 req = self._request(messages, env, epoch)
                 key = req.key()
                 resp = await self.answers(req)
-                step = {"step": index, "key": key, "reply": resp.text, "tool_calls": _calls_json(resp.tool_calls)}
+                step = {
+                    "step": index,
+                    "key": key,
+                    "reply": resp.text,
+                    "tool_calls": _calls_json(resp.tool_calls),
+                }
                 if not resp.ok:
                     step["error"] = resp.error
                     steps.append(step)
-                    status = "context_limit" if _is_context_overflow(resp.error) else "answer_failed"
+                    status = (
+                        "context_limit" if _is_context_overflow(resp.error) else "answer_failed"
+                    )
                     break
                 messages.append(reply_message(resp))
                 reaction = await env.react(resp, self._simulate(epoch, sim_keys))
@@ -76,7 +99,9 @@ class EpisodeRunner:
                     step["simulator_keys"] = list(sim_keys)
                 steps.append(step)
                 self.store.put_episode(self.run_id, sample.id, epoch, "running", steps)
-                if reaction.conversation is not None:  # the environment asks the agent afresh (AgentClinic)
+                if (
+                    reaction.conversation is not None
+                ):  # the environment asks the agent afresh (AgentClinic)
                     messages = list(reaction.conversation)
                 else:
                     messages.extend(reaction.messages)
@@ -88,8 +113,14 @@ class EpisodeRunner:
             else:
                 status, final = _at_step_limit(env.on_step_limit(), steps)
         except EnvironmentFailure as e:
-            if step is not None and not any(st is step for st in steps):  # the reply the environment failed on stays in the transcript
-                steps.append(step | {"error": f"environment: {e}"} | ({"simulator_keys": list(sim_keys)} if sim_keys else {}))
+            if step is not None and not any(
+                st is step for st in steps
+            ):  # the reply the environment failed on stays in the transcript
+                steps.append(
+                    step
+                    | {"error": f"environment: {e}"}
+                    | ({"simulator_keys": list(sim_keys)} if sim_keys else {})
+                )
             else:
                 steps.append({"step": len(steps), "error": f"environment: {e}"})
             status = "environment_error"
@@ -101,9 +132,15 @@ class EpisodeRunner:
     def _request(self, messages: Sequence[Message], env: Environment, epoch: int) -> Request:
         native = self.bench.param("actions") == "native" and bool(env.tools)
         return Request(
-            provider=self.provider.spec.provider, model=self.provider.spec.model, messages=tuple(messages), params=self.gen,
-            purpose="answer", base_url=self.provider.request_base_url(), attempt=epoch,
-            tools=env.tools if native else (), tool_choice="auto" if native else "",
+            provider=self.provider.spec.provider,
+            model=self.provider.spec.model,
+            messages=tuple(messages),
+            params=self.gen,
+            purpose="answer",
+            base_url=self.provider.request_base_url(),
+            attempt=epoch,
+            tools=env.tools if native else (),
+            tool_choice="auto" if native else "",
         )
 
     def _simulate(self, epoch: int, keys: list[str]) -> Any:
@@ -113,10 +150,17 @@ class EpisodeRunner:
 
         async def simulate(role: str, messages: Sequence[Message], params: GenParams) -> Response:
             if sim is None:
-                raise EnvironmentFailure(f"the {role} is a simulator model: pass --simulator PROVIDER/MODEL")
+                raise EnvironmentFailure(
+                    f"the {role} is a simulator model: pass --simulator PROVIDER/MODEL"
+                )
             req = Request(
-                provider=sim.provider.spec.provider, model=sim.provider.spec.model, messages=tuple(messages), params=params,
-                purpose="simulate", base_url=sim.provider.request_base_url(), attempt=epoch,
+                provider=sim.provider.spec.provider,
+                model=sim.provider.spec.model,
+                messages=tuple(messages),
+                params=params,
+                purpose="simulate",
+                base_url=sim.provider.request_base_url(),
+                attempt=epoch,
             )
             keys.append(req.key())
             resp = await sim(req)
@@ -126,32 +170,50 @@ class EpisodeRunner:
 
         return simulate
 
-    async def episodes(self, sample: Sample, grader: Any, ctx: GradeContext) -> tuple[Response, Grade]:
+    async def episodes(
+        self, sample: Sample, grader: Any, ctx: GradeContext
+    ) -> tuple[Response, Grade]:
         """Every epoch of ``sample`` played and graded; the sample's grade combines them."""
         epochs: list[dict[str, Any]] = []
         last = Response(key="", error="no episode")
         judge_keys: list[str] = []
         for epoch in range(int(self.bench.param("epochs"))):
-            episode = await self.play(sample, epoch, self.bench.environment(sample, ctx_options(ctx)))
+            episode = await self.play(
+                sample, epoch, self.bench.environment(sample, ctx_options(ctx))
+            )
             last = Response(key=episode["key"], text=episode["final"] or "")
             grade = await self._grade(sample, episode, grader, ctx)
             judge_keys.extend(grade.judge_keys if grade else ())
-            epochs.append({
-                "epoch": epoch, "status": episode["status"], "success": _success(grade, episode["status"]),
-                "value": epoch_value(episode["status"], _success(grade, episode["status"])),
-                "final": episode["final"], "checks": _checks(grade),
-                "judge": grade.extracted if grade else None, "error": grade.error if grade else None,
-            })
+            epochs.append(
+                {
+                    "epoch": epoch,
+                    "status": episode["status"],
+                    "success": _success(grade, episode["status"]),
+                    "value": epoch_value(episode["status"], _success(grade, episode["status"])),
+                    "final": episode["final"],
+                    "checks": _checks(grade),
+                    "judge": grade.extracted if grade else None,
+                    "error": grade.error if grade else None,
+                }
+            )
         # the judge calls behind each epoch's grade, linked to the sample's grade (their tokens and costs count)
         return last, replace(combine(sample, epochs), judge_keys=tuple(dict.fromkeys(judge_keys)))
 
-    async def _grade(self, sample: Sample, episode: dict[str, Any], grader: Any, ctx: GradeContext) -> Grade | None:
+    async def _grade(
+        self, sample: Sample, episode: dict[str, Any], grader: Any, ctx: GradeContext
+    ) -> Grade | None:
         """The grader's say on a finished episode (None for one that did not finish)."""
         if episode["status"] != "finished":
             return None
         try:
-            return await grader.grade(sample, Response(key=episode["key"], text=episode["final"] or ""), replace(ctx, episode=episode))
-        except Exception as e:  # a grader bug on one episode is counted and shown, not fatal to the run
+            return await grader.grade(
+                sample,
+                Response(key=episode["key"], text=episode["final"] or ""),
+                replace(ctx, episode=episode),
+            )
+        except (
+            Exception
+        ) as e:  # a grader bug on one episode is counted and shown, not fatal to the run
             return unscored(sample, "grader_error", f"grading failed: {type(e).__name__}: {e}")
 
 
@@ -164,7 +226,13 @@ def _checks(grade: Grade | None) -> list[dict[str, Any]]:
         return list(named)
     if grade.status != "scored":
         return [{"name": "answer read", "passed": False, "detail": grade.error or grade.status}]
-    return [{"name": "answer correct", "passed": bool(grade.value and grade.value >= 1.0), "detail": f"read {grade.extracted!r}"}]
+    return [
+        {
+            "name": "answer correct",
+            "passed": bool(grade.value and grade.value >= 1.0),
+            "detail": f"read {grade.extracted!r}",
+        }
+    ]
 
 
 def ctx_options(ctx: GradeContext) -> Any:
@@ -185,13 +253,17 @@ def combine(sample: Sample, epochs: Sequence[dict[str, Any]]) -> Grade:
     details = details_of(epochs)
     for e in epochs:
         if e["value"] is None:
-            why = {"answer_failed": "answer_failed", "environment_error": "grader_error"}.get(e["status"])
+            why = {"answer_failed": "answer_failed", "environment_error": "grader_error"}.get(
+                e["status"]
+            )
             if why is None:  # finished, but the grader could not say
                 why = "unreadable" if e.get("error") is None else "grader_error"
             reason = e.get("error") or f"episode {e['epoch']}: {e['status']}"
             return replace(unscored(sample, why, reason), details=details)  # type: ignore[arg-type]
     value = sum(e["value"] for e in epochs) / len(epochs)
-    return Grade(sample_id=sample.id, value=value, extracted=epochs[-1].get("final"), details=details)
+    return Grade(
+        sample_id=sample.id, value=value, extracted=epochs[-1].get("final"), details=details
+    )
 
 
 class _Budget:
@@ -205,10 +277,14 @@ class _Budget:
     def spent(self, resp: Response) -> bool:
         self.tokens += resp.usage.prompt_tokens + resp.usage.completion_tokens
         self.seconds += resp.latency
-        return bool(self.max_tokens and self.tokens > self.max_tokens) or bool(self.max_seconds and self.seconds > self.max_seconds)
+        return bool(self.max_tokens and self.tokens > self.max_tokens) or bool(
+            self.max_seconds and self.seconds > self.max_seconds
+        )
 
 
-def _at_step_limit(reaction: Reaction | None, steps: list[dict[str, Any]]) -> tuple[str, str | None]:
+def _at_step_limit(
+    reaction: Reaction | None, steps: list[dict[str, Any]]
+) -> tuple[str, str | None]:
     if reaction is None:
         return "step_limit", None
     if reaction.events:

@@ -36,9 +36,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from grandrounds.run.costs import TokenCounter, token_counter
-from grandrounds.providers.base import Provider, ProviderError
 from grandrounds.core.records import Request, Response
+from grandrounds.providers.base import Provider, ProviderError
+from grandrounds.run.costs import TokenCounter, token_counter
 from grandrounds.run.limits import AdaptiveSlots, EndpointLimits, Sending, request_tokens
 from grandrounds.run.per_turn import FinalFailures, LeaseQueue, StoreLookups
 from grandrounds.store import Store
@@ -62,7 +62,11 @@ CONTEXT_MARGIN = 16
 #: The finish reason stored with a failure that asking again cannot mend: the prompt alone is over the context.
 FINAL_OVERFLOW = FinalFailures.final
 #: The flag that sets a request's max_tokens, by its purpose (named when a request is over the token rate).
-MAX_TOKENS_FLAG = {"answer": "--max-tokens", "judge": "--judge-max-tokens", "attack": "--attacker-max-tokens"}
+MAX_TOKENS_FLAG = {
+    "answer": "--max-tokens",
+    "judge": "--judge-max-tokens",
+    "attack": "--attacker-max-tokens",
+}
 
 
 class CallObserver(Protocol):
@@ -97,7 +101,15 @@ class CallStats:
 class StoreFirst:
     """What every executor does before a new call: the store first, then an identical request in flight."""
 
-    def __init__(self, store: Store, provider: Provider, concurrency: int, retry: RetryPolicy, seed: int, observer: CallObserver | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        provider: Provider,
+        concurrency: int,
+        retry: RetryPolicy,
+        seed: int,
+        observer: CallObserver | None,
+    ) -> None:
         self.store = store
         self.provider = provider
         self.concurrency = concurrency
@@ -111,7 +123,10 @@ class StoreFirst:
         """The outcome for ``key`` without a new call: stored (counted as from the store), or that of the
         identical request already in flight; None when it has to be asked."""
         # Both look-ups are asked in the same turn, so each is one query for all the turn's keys.
-        stored_f, final_f = StoreLookups.of(self.store).ask(key), FinalFailures.of(self.store).ask(key)
+        stored_f, final_f = (
+            StoreLookups.of(self.store).ask(key),
+            FinalFailures.of(self.store).ask(key),
+        )
         stored, final = await asyncio.gather(stored_f, final_f)
         if stored is not None:
             self.stats.cached += 1
@@ -138,7 +153,9 @@ class Executor(StoreFirst):
         observer: CallObserver | None = None,
         endpoints: EndpointLimits | None = None,
     ) -> None:
-        super().__init__(store, provider, concurrency or provider.default_concurrency, retry, seed, observer)
+        super().__init__(
+            store, provider, concurrency or provider.default_concurrency, retry, seed, observer
+        )
         self.limit = asyncio.Semaphore(self.concurrency)
         self.endpoints = endpoints or EndpointLimits()
         #: An explicit --concurrency wins: a fixed semaphore shared per endpoint, held for the whole
@@ -146,9 +163,13 @@ class Executor(StoreFirst):
         #: after timeouts holds back the retries too). Either way the window counts this executor's
         #: requests at the server.
         self.adaptive = concurrency is None
-        self.window: AdaptiveSlots = self.endpoints.adaptive(provider.endpoint, self.concurrency if self.adaptive else 0)
-        self.endpoint_limit: "asyncio.Semaphore | contextlib.nullcontext[None]" = (
-            contextlib.nullcontext() if self.adaptive else self.endpoints.slot(provider.endpoint, self.concurrency)
+        self.window: AdaptiveSlots = self.endpoints.adaptive(
+            provider.endpoint, self.concurrency if self.adaptive else 0
+        )
+        self.endpoint_limit: asyncio.Semaphore | contextlib.nullcontext[None] = (
+            contextlib.nullcontext()
+            if self.adaptive
+            else self.endpoints.slot(provider.endpoint, self.concurrency)
         )
         #: Seconds between looks at the store while another process holds a call's lease.
         self.lease_poll = 0.2
@@ -207,8 +228,13 @@ class Executor(StoreFirst):
                             break
                         except ProviderError as again:
                             err = again
-                    if getattr(err, "queued", None) is not None and requeued < self.retry.max_attempts:
-                        requeued += 1  # it waited in the server's queue: not one of the model's attempts
+                    if (
+                        getattr(err, "queued", None) is not None
+                        and requeued < self.retry.max_attempts
+                    ):
+                        requeued += (
+                            1  # it waited in the server's queue: not one of the model's attempts
+                        )
                         retries += 1
                         await asyncio.sleep(self.retry.delay(0, self.rng, None))
                         continue
@@ -235,7 +261,9 @@ class Executor(StoreFirst):
         stats; a local or unknown server that reports none slow-starts (:func:`slots.slow_start`)."""
         from grandrounds.providers.slots import slow_start
 
-        await self.window.probe(self.provider.server_slots, slow_start=slow_start(self.provider.spec.base_url))
+        await self.window.probe(
+            self.provider.server_slots, slow_start=slow_start(self.provider.spec.base_url)
+        )
         if self.window.slots is not None and not self.stats.server_slots:
             self.stats.server_slots = f"{self.window.slots} ({self.window.source})"
 
@@ -297,7 +325,9 @@ class Executor(StoreFirst):
     async def _token_counter(self) -> TokenCounter:
         """The model's token counter (tiktoken may fetch its file once: that runs in a thread)."""
         if self._counter is None:
-            self._counter = asyncio.ensure_future(asyncio.to_thread(token_counter, str(self.provider.spec)))
+            self._counter = asyncio.ensure_future(
+                asyncio.to_thread(token_counter, str(self.provider.spec))
+            )
         return await asyncio.shield(self._counter)
 
     @staticmethod
@@ -321,8 +351,14 @@ class Executor(StoreFirst):
     def _failure(cls, request: Request, key: str, err: ProviderError, attempt: int) -> Response:
         """The failed response stored for ``request``; one that no setting of max_tokens can mend
         carries :data:`FINAL_OVERFLOW` as its finish reason, so later runs do not ask it again."""
-        final = getattr(err, "kind", None) == "context_length" and prompt_over_context(request.kind, err)
-        return Response(key=key, error=cls._why(request, err, attempt), finish_reason=FINAL_OVERFLOW if final else None)
+        final = getattr(err, "kind", None) == "context_length" and prompt_over_context(
+            request.kind, err
+        )
+        return Response(
+            key=key,
+            error=cls._why(request, err, attempt),
+            finish_reason=FINAL_OVERFLOW if final else None,
+        )
 
     @staticmethod
     def _why(request: Request, err: ProviderError, attempt: int) -> str:
@@ -332,14 +368,18 @@ class Executor(StoreFirst):
         queued = getattr(err, "queued", None)
         if queued is not None:
             slots, most = queued
-            return (f"timed out waiting in the server's queue: it serves {slots} at a time; lower --concurrency to {slots}\n"
-                    f"{err}; {most} calls were at the server, and a call's wait in its queue counts toward the timeout")
+            return (
+                f"timed out waiting in the server's queue: it serves {slots} at a time; lower --concurrency to {slots}\n"
+                f"{err}; {most} calls were at the server, and a call's wait in its queue counts toward the timeout"
+            )
         if err.retryable is False:
             return str(err)
         crowd = getattr(err, "at_server", 1)
         if getattr(err, "kind", None) == "timeout" and crowd > 1:
-            return (f"{err} (gave up after {attempt + 1} attempts)\n{crowd} calls were at the server at once: a server that "
-                    "answers fewer at a time keeps the rest waiting, and the wait counts toward the timeout (try --concurrency 1)")
+            return (
+                f"{err} (gave up after {attempt + 1} attempts)\n{crowd} calls were at the server at once: a server that "
+                "answers fewer at a time keeps the rest waiting, and the wait counts toward the timeout (try --concurrency 1)"
+            )
         return f"{err} (gave up after {attempt + 1} attempts)"
 
     def _count(self, response: Response, retries: int) -> None:
@@ -371,8 +411,10 @@ def overflow_advice(kind: str, purpose: str, err: ProviderError) -> str:
     if prompt_over_context(kind, err):
         limit, prompt = getattr(err, "context_limit", None), getattr(err, "prompt_tokens", None)
         size = f" ({prompt} tokens, context {limit})" if prompt and limit else ""
-        return (f"the prompt alone is over the model's context{size}, so no max tokens can fit it: "
-                "serve the model with a larger context (not asked again with the same model and options)")
+        return (
+            f"the prompt alone is over the model's context{size}, so no max tokens can fit it: "
+            "serve the model with a larger context (not asked again with the same model and options)"
+        )
     return f"lower {MAX_TOKENS_FLAG.get(purpose, '--max-tokens')} or serve the model with a larger context"
 
 

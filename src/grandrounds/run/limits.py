@@ -18,14 +18,13 @@ import math
 import re
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
-from grandrounds.run.costs import TokenCounter
 from grandrounds.core.errors import ConfigError
-from grandrounds.providers.base import Provider
 from grandrounds.core.records import Request, Usage
-
+from grandrounds.providers.base import Provider
+from grandrounds.run.costs import TokenCounter
 
 #: Seconds of the window a requests-per-minute limit counts call starts in.
 RATE_WINDOW = 60.0
@@ -87,7 +86,9 @@ class RateLimit:
 def check_rpm(rpm: object, flag: str = "--rpm") -> None:
     """A requests-per-minute limit is a whole number, at least 1 (None: no limit)."""
     if rpm is not None and (isinstance(rpm, bool) or not isinstance(rpm, int) or rpm < 1):
-        raise ConfigError(f"{flag} {rpm!r}: expected a whole number of requests per minute, at least 1")
+        raise ConfigError(
+            f"{flag} {rpm!r}: expected a whole number of requests per minute, at least 1"
+        )
 
 
 #: What a token limit counts of a request: its prompt and output together (OpenAI's one limit per
@@ -111,8 +112,10 @@ class TokenLimits:
         return ",".join(str(n) if kind == "total" else f"{kind}={n}" for kind, n in self.items())
 
 
-_TPM_FORMS = ("expected tokens per minute as N (prompt + output), or input=N and/or output=N for separate limits "
-              "(Anthropic's), comma-separated, each a whole number at least 1")
+_TPM_FORMS = (
+    "expected tokens per minute as N (prompt + output), or input=N and/or output=N for separate limits "
+    "(Anthropic's), comma-separated, each a whole number at least 1"
+)
 
 
 def token_limits(tpm: object, flag: str = "--tpm") -> TokenLimits | None:
@@ -135,7 +138,9 @@ def tpm_problem(tpm: object) -> str | None:
 def _parse_tpm(tpm: object) -> tuple[TokenLimits | None, str | None]:
     whole = "expected a whole number of tokens per minute, at least 1"
     if isinstance(tpm, TokenLimits):
-        ok = tpm.items() and all(not isinstance(n, bool) and isinstance(n, int) and n >= 1 for _, n in tpm.items())
+        ok = tpm.items() and all(
+            not isinstance(n, bool) and isinstance(n, int) and n >= 1 for _, n in tpm.items()
+        )
         return (tpm, None) if ok else (None, _TPM_FORMS)
     if not isinstance(tpm, str):
         if isinstance(tpm, bool) or not isinstance(tpm, int) or tpm < 1:
@@ -174,7 +179,9 @@ def request_tokens(counter: TokenCounter, request: Request) -> tuple[int, int]:
     if request.kind == "loglikelihood":
         context = counter.text("\n\n".join(m.text for m in request.messages))
         return sum(context + counter.text(c) for c in request.continuations), 0
-    return counter.messages(request.messages), 1 if request.kind == "next_token" else request.params.max_tokens
+    return counter.messages(
+        request.messages
+    ), 1 if request.kind == "next_token" else request.params.max_tokens
 
 
 @dataclass(eq=False)
@@ -219,7 +226,9 @@ class _Ledger:
             self.prompt -= gone.prompt
             self.output -= gone.output
 
-    def ready_at(self, prompt: int, output: int, now: float, limits: dict[str, tuple[int, str]], per: float) -> float:
+    def ready_at(
+        self, prompt: int, output: int, now: float, limits: dict[str, tuple[int, str]], per: float
+    ) -> float:
         """The earliest time from ``now`` at which ``prompt`` and ``output`` more fit under every one
         of ``limits`` in the window, as the reservations stand (each leaves the window ``per``
         after its start)."""
@@ -298,7 +307,9 @@ class TokenRate:
     hold for the same moment.
     """
 
-    def __init__(self, endpoint: str, limit: int | TokenLimits, per: float, flag: str = "--tpm") -> None:
+    def __init__(
+        self, endpoint: str, limit: int | TokenLimits, per: float, flag: str = "--tpm"
+    ) -> None:
         self.endpoint = endpoint
         self.per = per
         #: Per kind of limit, (tokens per window, the flag that set it: the lowest asked for wins).
@@ -345,16 +356,24 @@ class TokenRate:
                 continue
             over = f"over {limit_text(kind, limit, flag)}"
             if kind == "total":
-                return (f"{over}: a request larger than a minute allows was not sent; raise {flag} or lower {max_tokens_flag}\n"
-                        f"estimated {prompt + most:,} tokens (prompt {prompt:,} + max_tokens {most:,})")
+                return (
+                    f"{over}: a request larger than a minute allows was not sent; raise {flag} or lower {max_tokens_flag}\n"
+                    f"estimated {prompt + most:,} tokens (prompt {prompt:,} + max_tokens {most:,})"
+                )
             if kind == "input":
-                return (f"{over}: a prompt larger than a minute allows was not sent; raise {flag}'s input limit\n"
-                        f"the prompt is an estimated {prompt:,} tokens")
-            return (f"{over}: max_tokens larger than a minute allows, so the request was not sent; "
-                    f"raise {flag}'s output limit or lower {max_tokens_flag}\nmax_tokens {most:,}")
+                return (
+                    f"{over}: a prompt larger than a minute allows was not sent; raise {flag}'s input limit\n"
+                    f"the prompt is an estimated {prompt:,} tokens"
+                )
+            return (
+                f"{over}: max_tokens larger than a minute allows, so the request was not sent; "
+                f"raise {flag}'s output limit or lower {max_tokens_flag}\nmax_tokens {most:,}"
+            )
         return None
 
-    async def reserve(self, prompt: int, output: int = 0, rate: RateLimit | None = None) -> Reserved:
+    async def reserve(
+        self, prompt: int, output: int = 0, rate: RateLimit | None = None
+    ) -> Reserved:
         """Wait until ``prompt`` and ``output`` tokens fit (and, with ``rate``, for the start time it
         gives), then record them."""
         async with self._queue():
@@ -364,7 +383,9 @@ class TokenRate:
                 at = ledger.ready_at(prompt, output, now, self.limits, self.per)
                 if at <= now:
                     if rate is not None and not paced:
-                        await rate.wait()  # no one else reserves meanwhile: the tokens still fit after it
+                        await (
+                            rate.wait()
+                        )  # no one else reserves meanwhile: the tokens still fit after it
                         paced = True
                         continue
                     held = Reserved(now, prompt, output)
@@ -484,14 +505,18 @@ class AdaptiveSlots:
         self.threshold = float(self.ceiling)
         self.window = float(min(SLOW_START, self.ceiling))
 
-    async def probe(self, ask: Callable[[], Awaitable[tuple[int, str] | None]], slow_start: bool = False) -> None:
+    async def probe(
+        self, ask: Callable[[], Awaitable[tuple[int, str] | None]], slow_start: bool = False
+    ) -> None:
         """Ask the server once (the first caller asks; the others wait for its answer); where it
         reports no slots and ``slow_start`` (a local or unknown server), start slow."""
         if self._probe is None:
             self._probe = asyncio.ensure_future(self._ask(ask, slow_start))
         await asyncio.shield(self._probe)
 
-    async def _ask(self, ask: Callable[[], Awaitable[tuple[int, str] | None]], slow_start: bool) -> None:
+    async def _ask(
+        self, ask: Callable[[], Awaitable[tuple[int, str] | None]], slow_start: bool
+    ) -> None:
         found = await ask()
         if found is not None:
             self.reported(*found)
@@ -553,7 +578,9 @@ class AdaptiveSlots:
         top = self.slots if self.slots is not None else self.ceiling
         if self.threshold is not None and self.window < self.threshold:
             self.round += 1
-            if self.round >= self.room:  # a window's worth came back: the next round sends twice as many
+            if (
+                self.round >= self.room
+            ):  # a window's worth came back: the next round sends twice as many
                 self.round = 0
                 self.window = min(self.threshold, self.window * 2)
                 self._wake()
@@ -624,7 +651,9 @@ class EndpointLimits:
     def tokens(self, endpoint: str) -> TokenRate | None:
         return self._tokens.get(endpoint)
 
-    def limit_model(self, provider: Provider, rpm: int | None, tpm: object, prefix: str = "--") -> None:
+    def limit_model(
+        self, provider: Provider, rpm: int | None, tpm: object, prefix: str = "--"
+    ) -> None:
         """The request and token rates asked for ``provider``'s model at its endpoint
         (:attr:`Provider.rate_key`), set by the flags ``{prefix}rpm`` and ``{prefix}tpm``."""
         self.limit_rate(provider.rate_key, rpm, f"{prefix}rpm")

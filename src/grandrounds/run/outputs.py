@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 import orjson
 
@@ -33,13 +34,17 @@ def result_json(result: Result) -> dict[str, Any]:
     }
 
 
-def sample_line(result: Result, sample: Sample, prompt: Any, response: Response | None, grade: Grade) -> dict[str, Any]:
+def sample_line(
+    result: Result, sample: Sample, prompt: Any, response: Response | None, grade: Grade
+) -> dict[str, Any]:
     return {
         "benchmark": result.benchmark,
         "model": result.model,
         "sample_id": sample.id,
         "prompt": to_jsonable(prompt),
-        "response": None if response is None else (response.text if response.text is not None else to_jsonable(response.scores) or None),
+        "response": None
+        if response is None
+        else (response.text if response.text is not None else to_jsonable(response.scores) or None),
         "error": None if response is None else response.error,
         "extracted": grade.extracted,
         "target": to_jsonable(sample.target),
@@ -61,24 +66,32 @@ def verdict_raw(verdict: Mapping[str, Any]) -> str:
     return "\n---\n".join(str(v["raw"]) for v in votes if v.get("raw"))
 
 
-def graded_line(result: Result, sample: Sample, response: Response, grade: Mapping[str, Any]) -> dict[str, Any]:
+def graded_line(
+    result: Result, sample: Sample, response: Response, grade: Mapping[str, Any]
+) -> dict[str, Any]:
     """:func:`sample_line` of a grade as stored (its JSON object, which is the grade's
     ``to_jsonable``): the same line without making the grade into records and back, which is most
     of what writing the outputs of a judged run costs."""
     return _graded_line(result, sample.id, to_jsonable(sample.target), response, grade)
 
 
-def _graded_line(result: Result, sample_id: str, target: Any, response: Response, grade: Mapping[str, Any]) -> dict[str, Any]:
+def _graded_line(
+    result: Result, sample_id: str, target: Any, response: Response, grade: Mapping[str, Any]
+) -> dict[str, Any]:
     """:func:`graded_line` of a sample known by its id and its target as JSON values."""
     value = grade.get("value")
-    if isinstance(value, float) and not math.isfinite(value):  # an older version stored one: no score
+    if isinstance(value, float) and not math.isfinite(
+        value
+    ):  # an older version stored one: no score
         value = None
     return {
         "benchmark": result.benchmark,
         "model": result.model,
         "sample_id": sample_id,
         "prompt": None,
-        "response": response.text if response.text is not None else to_jsonable(response.scores) or None,
+        "response": response.text
+        if response.text is not None
+        else to_jsonable(response.scores) or None,
         "error": response.error,
         "extracted": grade.get("extracted"),
         "target": target,
@@ -91,7 +104,9 @@ def _graded_line(result: Result, sample_id: str, target: Any, response: Response
     }
 
 
-def chunk_lines(store: Store, result: Result, run_id: str, grader_fp: str, part: list[tuple[str, Any]]) -> Iterator[dict[str, Any]]:
+def chunk_lines(
+    store: Store, result: Result, run_id: str, grader_fp: str, part: list[tuple[str, Any]]
+) -> Iterator[dict[str, Any]]:
     """The ``samples.jsonl`` lines of one chunk of a run's samples, each given as (sample id, its
     target as JSON values), in that order: their grades under ``grader_fp``, answers and prompts
     fetched by id in a few queries."""
@@ -103,11 +118,20 @@ def chunk_lines(store: Store, result: Result, run_id: str, grader_fp: str, part:
         doc = grades[sid]
         key, resp = answers.get(sid) or ("", None)
         if resp is None:  # never answered: its grade says why (as RunOutcome.read_back)
-            resp = Response(key="" if doc.get("status") == "not_asked" else key, error=doc.get("error") or "not answered")
+            resp = Response(
+                key="" if doc.get("status") == "not_asked" else key,
+                error=doc.get("error") or "not answered",
+            )
         if "status" in doc:
             line = _graded_line(result, sid, target, resp, doc)
         else:  # a grade an older version stored: read as records, which fill in its status
-            line = sample_line(result, Sample(sid, result.benchmark, (), target=target), None, resp, grade_from_json(doc))
+            line = sample_line(
+                result,
+                Sample(sid, result.benchmark, (), target=target),
+                None,
+                resp,
+                grade_from_json(doc),
+            )
         prompt = prompts.get(sid)
         line["prompt"] = None if prompt is None else prompt.get("messages")
         yield line
@@ -127,7 +151,13 @@ def stored_lines(outcome: Any, store: Store) -> Iterator[dict[str, Any]]:
         return
     rows = store.iter_sample_targets(s.bench.name, s.dataset, s.n)
     while part := list(islice(rows, outcome.READ_CHUNK)):
-        yield from chunk_lines(store, outcome.result, outcome.run.id, outcome.fp_key, [(sid, _json_value(text)) for _, sid, text, _ in part])
+        yield from chunk_lines(
+            store,
+            outcome.result,
+            outcome.run.id,
+            outcome.fp_key,
+            [(sid, _json_value(text)) for _, sid, text, _ in part],
+        )
 
 
 def _stored_targets(store: Store, benchmark: str, dataset: str, n: int) -> bool:
@@ -197,7 +227,9 @@ def write_outputs(out: Path, results: Iterable[Result], lines: Iterable[dict[str
     ``lines`` is written as it is iterated, so a generator is never held whole."""
     output_dir(out)
     with staged() as files:
-        text = json.dumps({"results": [result_json(r) for r in results]}, ensure_ascii=False, indent=2)
+        text = json.dumps(
+            {"results": [result_json(r) for r in results]}, ensure_ascii=False, indent=2
+        )
         with files.open(out / "samples.jsonl") as f:
             for line in lines:
                 f.write(json_line(line))

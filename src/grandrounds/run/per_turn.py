@@ -14,7 +14,6 @@ from grandrounds.core.records import Response
 from grandrounds.store import Store
 from grandrounds.store.leases import LeaseState
 
-
 T = TypeVar("T")
 
 
@@ -62,7 +61,7 @@ class PerTurn(Generic[T]):
 
 
 #: Per class, the instance of each open store.
-_PER_TURN: "dict[type, weakref.WeakKeyDictionary[Store, PerTurn[Any]]]" = {}
+_PER_TURN: dict[type, weakref.WeakKeyDictionary[Store, PerTurn[Any]]] = {}
 
 
 class LeaseQueue(PerTurn[LeaseState]):
@@ -76,13 +75,19 @@ class LeaseQueue(PerTurn[LeaseState]):
     """
 
     def _answer(self, waiting: dict[str, asyncio.Future[LeaseState]]) -> None:
-        taken = self.store.acquire_leases_soon(list(waiting))  # on the store's writer thread, under write-behind
+        taken = self.store.acquire_leases_soon(
+            list(waiting)
+        )  # on the store's writer thread, under write-behind
         if taken.done():
             self._settle(waiting, taken)
         else:
             asyncio.wrap_future(taken).add_done_callback(lambda _: self._settle(waiting, taken))
 
-    def _settle(self, waiting: dict[str, asyncio.Future[LeaseState]], taken: "concurrent.futures.Future[dict[str, LeaseState]]") -> None:
+    def _settle(
+        self,
+        waiting: dict[str, asyncio.Future[LeaseState]],
+        taken: concurrent.futures.Future[dict[str, LeaseState]],
+    ) -> None:
         err = taken.exception()
         if err is not None:  # e.g. the store is locked by another process past its timeout
             self._fail(waiting, err)
@@ -117,7 +122,6 @@ class StoreLookups(PerTurn["Response | None"]):
                 fut.set_result(found.get(key))
 
 
-
 class FinalFailures(PerTurn["Response | None"]):
     """The stored failures that asking again cannot mend (their finish reason is ``final``), looked
     up for the keys asked during one turn of the event loop in one query, beside :class:`StoreLookups`."""
@@ -134,4 +138,8 @@ class FinalFailures(PerTurn["Response | None"]):
         for key, fut in waiting.items():
             hit = found.get(key)
             if not fut.done():
-                fut.set_result(hit if hit is not None and not hit.ok and hit.finish_reason == self.final else None)
+                fut.set_result(
+                    hit
+                    if hit is not None and not hit.ok and hit.finish_reason == self.final
+                    else None
+                )

@@ -35,18 +35,26 @@ without sending it).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from grandrounds.core import eventloop
-from grandrounds.run.costs import PriceTable, TokenCounter, fmt_usd, load_prices, token_counter
-from grandrounds.run.limits import KIND_WORDS, EndpointLimits, TokenRate, counted_by_kind, limit_text, request_tokens
-from grandrounds.graders.base import GradeContext, Grader
 from grandrounds.core.hashing import content_hash
-from grandrounds.providers.base import Provider, split_endpoint, without_credentials
 from grandrounds.core.records import Request, Response, Sample, needs_redo
+from grandrounds.graders.base import GradeContext, Grader
+from grandrounds.providers.base import Provider, split_endpoint, without_credentials
 from grandrounds.run.config import RunConfig, check_run, make_provider
+from grandrounds.run.costs import PriceTable, TokenCounter, fmt_usd, load_prices, token_counter
+from grandrounds.run.limits import (
+    KIND_WORDS,
+    EndpointLimits,
+    TokenRate,
+    counted_by_kind,
+    limit_text,
+    request_tokens,
+)
 from grandrounds.run.runner import RunJudge, Setup, _ask, prepare
 from grandrounds.store import RunRecord, Store
 
@@ -133,7 +141,11 @@ class Plan:
 
     def cost(self, line: Line) -> float | None:
         price = self.prices.price(line.model)
-        return None if price is None else price.cost(line.prompt_tokens, line.output_tokens, line.batch)
+        return (
+            None
+            if price is None
+            else price.cost(line.prompt_tokens, line.output_tokens, line.batch)
+        )
 
     def cost_text(self, line: Line) -> str:
         cost = self.cost(line)
@@ -155,7 +167,9 @@ class Plan:
         out = []
         for key, rate in self.tpm.items():
             lines = [line for line in self.lines if line.rate_key == key]
-            counted = counted_by_kind(sum(line.prompt_tokens for line in lines), sum(line.output_tokens for line in lines))
+            counted = counted_by_kind(
+                sum(line.prompt_tokens for line in lines), sum(line.output_tokens for line in lines)
+            )
             for kind, (limit, flag) in rate.limits.items():
                 out.append((key, kind, limit, flag, counted[kind], counted[kind] / limit))
         return out
@@ -173,22 +187,47 @@ class Plan:
     def as_json(self) -> dict[str, Any]:
         total, complete, bound = self.total_cost()
         return {
-            "benchmark": self.benchmark, "model": self.model, "run_id": self.run_id, "n_samples": self.n_samples,
-            "n_graded_stored": self.n_graded, "calls_to_make": self.to_make,
+            "benchmark": self.benchmark,
+            "model": self.model,
+            "run_id": self.run_id,
+            "n_samples": self.n_samples,
+            "n_graded_stored": self.n_graded,
+            "calls_to_make": self.to_make,
             "lines": [
                 {
-                    "role": line.role, "model": line.model, "stored": line.stored, "to_make": line.to_make,
-                    "exact": line.exact, "planned": line.planned, "unknown_samples": line.unknown,
-                    "prompt_tokens": line.prompt_tokens, "output_tokens": line.output_tokens,
+                    "role": line.role,
+                    "model": line.model,
+                    "stored": line.stored,
+                    "to_make": line.to_make,
+                    "exact": line.exact,
+                    "planned": line.planned,
+                    "unknown_samples": line.unknown,
+                    "prompt_tokens": line.prompt_tokens,
+                    "output_tokens": line.output_tokens,
                     "output_tokens_from": "observed" if line.output_observed else "max_tokens",
-                    "tokens_counted_by": self.counters[line.model].label, "cost_usd": self.cost(line), "batch": line.batch,
+                    "tokens_counted_by": self.counters[line.model].label,
+                    "cost_usd": self.cost(line),
+                    "batch": line.batch,
                 }
                 for line in self.lines
             ],
-            "cost_usd": total, "cost_complete": complete, "cost_is_upper_bound": bound,
-            "prices": self.prices.describe(), "notes": self.notes,
-            "tpm": [{"endpoint": self._endpoint_of(key), "limits": key, "counts": k, "limit": n, "flag": f, "tokens": t, "least_minutes": m}
-                    for key, k, n, f, t, m in self.tpm_times()],
+            "cost_usd": total,
+            "cost_complete": complete,
+            "cost_is_upper_bound": bound,
+            "prices": self.prices.describe(),
+            "notes": self.notes,
+            "tpm": [
+                {
+                    "endpoint": self._endpoint_of(key),
+                    "limits": key,
+                    "counts": k,
+                    "limit": n,
+                    "flag": f,
+                    "tokens": t,
+                    "least_minutes": m,
+                }
+                for key, k, n, f, t, m in self.tpm_times()
+            ],
             "least_minutes_under_tpm": self.least_minutes(),
         }
 
@@ -200,8 +239,22 @@ class _DryExecutor:
     ``calls`` asked, ``new`` distinct ones (a request asked twice is made once in the run), and
     the prompt tokens and max tokens of the distinct ones."""
 
-    def __init__(self, store: Store | None, provider: Provider, line: Line, counter: TokenCounter, count: bool, seen: set[str]) -> None:
-        self.store, self.provider, self.line, self.counter, self.count = store, provider, line, counter, count
+    def __init__(
+        self,
+        store: Store | None,
+        provider: Provider,
+        line: Line,
+        counter: TokenCounter,
+        count: bool,
+        seen: set[str],
+    ) -> None:
+        self.store, self.provider, self.line, self.counter, self.count = (
+            store,
+            provider,
+            line,
+            counter,
+            count,
+        )
         self.seen = seen
         self.calls = 0
         self.new = 0
@@ -274,17 +327,31 @@ async def _plan(store: Store | None, cfg: RunConfig, prices: PriceTable) -> Plan
             await p.aclose()
 
 
-async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: Sequence[Provider], prices: PriceTable) -> Plan:
+async def _walk(
+    store: Store | None,
+    cfg: RunConfig,
+    s: Setup,
+    judge_providers: Sequence[Provider],
+    prices: PriceTable,
+) -> Plan:
     model = split_endpoint(cfg.model)[0]
     counters = {model: token_counter(model)}
     batch = getattr(cfg, "batch", None)
-    answers = Line("answers", model, batch=bool(batch and batch.covers("answers")), endpoint=s.provider.endpoint, rate_key=s.provider.rate_key)
+    answers = Line(
+        "answers",
+        model,
+        batch=bool(batch and batch.covers("answers")),
+        endpoint=s.provider.endpoint,
+        rate_key=s.provider.rate_key,
+    )
     lines = [answers]
     seen: set[str] = set()
     probed: set[str] = set()  # requests built around placeholder answers: never equal to real ones
     exact_answers = _DryExecutor(store, s.provider, answers, counters[model], True, seen)
     probe_answers = _DryExecutor(None, s.provider, answers, counters[model], False, probed)
-    exact_judges, probe_judges = _dry_judges(store, cfg, judge_providers, counters, lines, seen, probed)
+    exact_judges, probe_judges = _dry_judges(
+        store, cfg, judge_providers, counters, lines, seen, probed
+    )
     exact_ctx = GradeContext(judges=tuple(exact_judges), max_reask=cfg.options.max_reask)
     probe_ctx = GradeContext(judges=tuple(probe_judges), max_reask=0)
     grades = _stored_grades(store, s)
@@ -315,25 +382,48 @@ async def _walk(store: Store | None, cfg: RunConfig, s: Setup, judge_providers: 
                 answer_id = resp.key
                 if probe_answers.new > before:
                     answers.planned += 1
-                    answers.awaiting_answer += len(earlier)  # earlier answers, added once their length is estimated
+                    answers.awaiting_answer += len(
+                        earlier
+                    )  # earlier answers, added once their length is estimated
             if judged:
-                await _plan_judges(s.grader, sample, answer_id, lines[1:], probe_judges, probe_ctx, notes)
+                await _plan_judges(
+                    s.grader, sample, answer_id, lines[1:], probe_judges, probe_ctx, notes
+                )
     answers.prompt_tokens += probe_answers.prompt_tokens
     answers.output_bound += probe_answers.output_bound
     _add_answer_lengths(lines, probe_judges)
     if later_turns:
-        notes.append(f"{later_turns} later turns of conversations follow an answer not yet stored: planned, their prompts "
-                     "measured without the earlier answers' text and that text's expected length added")
+        notes.append(
+            f"{later_turns} later turns of conversations follow an answer not yet stored: planned, their prompts "
+            "measured without the earlier answers' text and that text's expected length added"
+        )
     notes = _fold_sample_notes(notes)
     _common_notes(s, cfg, lines, notes)
     tpm = _token_rates(cfg, lines)
     _over_tpm_notes(lines, tpm, notes)
-    return Plan(s.bench.name, model, s.run.id, s.n, n_graded, lines, counters, prices, cfg.options.max_reask, notes, tpm)
+    return Plan(
+        s.bench.name,
+        model,
+        s.run.id,
+        s.n,
+        n_graded,
+        lines,
+        counters,
+        prices,
+        cfg.options.max_reask,
+        notes,
+        tpm,
+    )
 
 
 def _dry_judges(
-    store: Store | None, cfg: RunConfig, judge_providers: Sequence[Provider], counters: dict[str, TokenCounter],
-    lines: list[Line], seen: set[str], probed: set[str],
+    store: Store | None,
+    cfg: RunConfig,
+    judge_providers: Sequence[Provider],
+    counters: dict[str, TokenCounter],
+    lines: list[Line],
+    seen: set[str],
+    probed: set[str],
 ) -> tuple[list[RunJudge], list[RunJudge]]:
     """A line per judge (appended to ``lines``) and two stand-ins for each judge of the run: one that
     answers from the store and counts the rest (``seen``), one that measures the requests made
@@ -342,10 +432,20 @@ def _dry_judges(
     exact_judges, probe_judges = [], []
     for j, provider in zip(cfg.judges, judge_providers):
         counters.setdefault(j.spec, token_counter(j.spec))
-        line = Line("judge", j.spec, batch=bool(batch and batch.covers("judges")), endpoint=provider.endpoint, rate_key=provider.rate_key)
+        line = Line(
+            "judge",
+            j.spec,
+            batch=bool(batch and batch.covers("judges")),
+            endpoint=provider.endpoint,
+            rate_key=provider.rate_key,
+        )
         lines.append(line)
-        exact_judges.append(RunJudge(_DryExecutor(store, provider, line, counters[j.spec], True, seen), j))  # type: ignore[arg-type]
-        probe_judges.append(RunJudge(_DryExecutor(None, provider, line, counters[j.spec], False, probed), j))  # type: ignore[arg-type]
+        exact_judges.append(
+            RunJudge(_DryExecutor(store, provider, line, counters[j.spec], True, seen), j)
+        )  # type: ignore[arg-type]
+        probe_judges.append(
+            RunJudge(_DryExecutor(None, provider, line, counters[j.spec], False, probed), j)
+        )  # type: ignore[arg-type]
     return exact_judges, probe_judges
 
 
@@ -353,7 +453,11 @@ def _fold_sample_notes(notes: list[str]) -> list[str]:
     """``notes`` with those about single samples cut to the first three and a count of the rest."""
     per_sample = [n for n in notes if n.startswith("sample ")]
     if len(per_sample) > 3:  # a grader failing on every sample: say so once, not per sample
-        notes = [n for n in notes if not n.startswith("sample ")] + per_sample[:3] + [f"... and {len(per_sample) - 3} more samples like these"]
+        notes = (
+            [n for n in notes if not n.startswith("sample ")]
+            + per_sample[:3]
+            + [f"... and {len(per_sample) - 3} more samples like these"]
+        )
     return notes
 
 
@@ -365,11 +469,16 @@ def _over_tpm_notes(lines: Sequence[Line], tpm: dict[str, TokenRate], notes: lis
             continue
         what = "answer" if line.role == "answers" else "judge"
         for kind, (limit, flag) in tpm[line.rate_key].limits.items():
-            largest, counted = {"total": (line.largest, "tokens (prompt + max_tokens)"), "input": (line.largest_prompt, "prompt tokens"),
-                                "output": (line.largest_output, "max_tokens")}[kind]
+            largest, counted = {
+                "total": (line.largest, "tokens (prompt + max_tokens)"),
+                "input": (line.largest_prompt, "prompt tokens"),
+                "output": (line.largest_output, "max_tokens"),
+            }[kind]
             if largest > limit:
-                notes.append(f"the largest {what} request of {line.model}, about {largest:,} {counted}, is over "
-                             f"{limit_text(kind, limit, flag)}: the run refuses such requests without sending them")
+                notes.append(
+                    f"the largest {what} request of {line.model}, about {largest:,} {counted}, is over "
+                    f"{limit_text(kind, limit, flag)}: the run refuses such requests without sending them"
+                )
 
 
 def _token_rates(cfg: RunConfig, lines: Sequence[Line]) -> dict[str, TokenRate]:
@@ -382,7 +491,9 @@ def _token_rates(cfg: RunConfig, lines: Sequence[Line]) -> dict[str, TokenRate]:
             limits.limit_tokens(line.rate_key, cfg.tpm, "--tpm")
         else:
             limits.limit_tokens(line.rate_key, cfg.judge_tpm, "--judge-tpm")
-    return {line.rate_key: rate for line in lines if (rate := limits.tokens(line.rate_key)) is not None}
+    return {
+        line.rate_key: rate for line in lines if (rate := limits.tokens(line.rate_key)) is not None
+    }
 
 
 def fmt_minutes(minutes: float) -> str:
@@ -403,15 +514,25 @@ def _stored_grades(store: Store | None, s: Setup) -> set[str]:
     return {sid for sid, g in store.grades(s.run.id, fp_key).items() if not needs_redo(g)}
 
 
-async def _grade(grader: Grader, sample: Sample, resp: Response, ctx: GradeContext, notes: list[str]) -> None:
+async def _grade(
+    grader: Grader, sample: Sample, resp: Response, ctx: GradeContext, notes: list[str]
+) -> None:
     try:
         await grader.grade(sample, resp, ctx)
     except Exception as e:  # the run would store a grader_error grade for it: no further judge call
-        notes.append(f"sample {sample.id}: the grader fails on its stored answer ({type(e).__name__}: {e})")
+        notes.append(
+            f"sample {sample.id}: the grader fails on its stored answer ({type(e).__name__}: {e})"
+        )
 
 
 async def _plan_judges(
-    grader: Grader, sample: Sample, answer_id: str, lines: Sequence[Line], probes: Sequence[RunJudge], ctx: GradeContext, notes: list[str],
+    grader: Grader,
+    sample: Sample,
+    answer_id: str,
+    lines: Sequence[Line],
+    probes: Sequence[RunJudge],
+    ctx: GradeContext,
+    notes: list[str],
 ) -> None:
     """Count the judge calls of an answer not yet known and measure their prompts.
 
@@ -425,15 +546,22 @@ async def _plan_judges(
     try:
         await grader.grade(sample, Response(key="dry-run", text=f"(answer {answer_id[:16]})"), ctx)
     except Exception as e:
-        notes.append(f"sample {sample.id}: its judge prompts could not be measured ({type(e).__name__}: {e})")
+        notes.append(
+            f"sample {sample.id}: its judge prompts could not be measured ({type(e).__name__}: {e})"
+        )
     asked = [p.executor.calls - b[0] for p, b in zip(probes, before)]  # type: ignore[attr-defined]
     made = [p.executor.new - b[1] for p, b in zip(probes, before)]  # type: ignore[attr-defined]
     if planned is None:
         for line in lines:
             line.unknown += 1
         return
-    if sum(asked) != planned:  # the plan and the measured prompts disagree: the plan counts, split evenly
-        made = [planned // len(lines) + (1 if i < planned % len(lines) else 0) for i in range(len(lines))]
+    if (
+        sum(asked) != planned
+    ):  # the plan and the measured prompts disagree: the plan counts, split evenly
+        made = [
+            planned // len(lines) + (1 if i < planned % len(lines) else 0)
+            for i in range(len(lines))
+        ]
     for line, n in zip(lines, made):
         line.planned += n
         line.awaiting_answer += n
@@ -443,8 +571,11 @@ def _add_answer_lengths(lines: Sequence[Line], probes: Sequence[RunJudge]) -> No
     """Judge prompts measured without the answer get the answer's expected length; the probes'
     prompt and output measures are scaled to the planned calls."""
     answers = lines[0]
-    per_answer = (sum(answers.observed) / len(answers.observed)) if answers.observed else (
-        answers.output_bound / answers.to_make if answers.to_make else 0)
+    per_answer = (
+        (sum(answers.observed) / len(answers.observed))
+        if answers.observed
+        else (answers.output_bound / answers.to_make if answers.to_make else 0)
+    )
     for line, probe in zip(lines[1:], probes):
         ex = probe.executor  # type: ignore[attr-defined]
         if line.planned and ex.new:
@@ -458,16 +589,29 @@ def _common_notes(s: Setup, cfg: RunConfig, lines: Sequence[Line], notes: list[s
     notes.extend(s.notes)
     if getattr(s.bench, "episodic", False):
         steps, epochs = int(s.bench.param("max_steps")), int(s.bench.param("epochs"))
-        sim = " and as many simulator calls (--simulator)" if getattr(s.bench, "needs_simulator", False) else ""
-        notes.insert(0, f"agent benchmark: each sample is {epochs} episode(s) of up to {steps} candidate calls{sim}, at most "
-                        f"{s.n * steps * epochs:,} candidate calls in all; only each episode's first call is counted above "
-                        "(later steps depend on the replies)")
+        sim = (
+            " and as many simulator calls (--simulator)"
+            if getattr(s.bench, "needs_simulator", False)
+            else ""
+        )
+        notes.insert(
+            0,
+            f"agent benchmark: each sample is {epochs} episode(s) of up to {steps} candidate calls{sim}, at most "
+            f"{s.n * steps * epochs:,} candidate calls in all; only each episode's first call is counted above "
+            "(later steps depend on the replies)",
+        )
     if any(line.planned for line in lines[1:]):
-        notes.insert(0, "judge calls of answers not yet stored are planned from the grader (first asks); "
-                        "their prompts include the answer's expected length")
+        notes.insert(
+            0,
+            "judge calls of answers not yet stored are planned from the grader (first asks); "
+            "their prompts include the answer's expected length",
+        )
     if s.grader.judged and cfg.judges:
-        notes.append(f"not counted: re-asks of judge replies that cannot be read (at most {cfg.options.max_reask} per ask, "
-                     "--max-reask), and calls that depend on a reply" + (" (GAPS passage grading)" if getattr(s.grader.params, "irrelevant", None) else ""))
+        notes.append(
+            f"not counted: re-asks of judge replies that cannot be read (at most {cfg.options.max_reask} per ask, "
+            "--max-reask), and calls that depend on a reply"
+            + (" (GAPS passage grading)" if getattr(s.grader.params, "irrelevant", None) else "")
+        )
     notes.append("a call is one request; retries of failed requests are not counted")
 
 
@@ -480,44 +624,75 @@ def render(p: Plan, console: Any) -> None:
     def say(text: str) -> None:
         console.print(text, markup=False, highlight=False, soft_wrap=False)
 
-    say(f"dry run, no call made: {p.benchmark} · {p.model} · {p.n_samples:,} samples · run {p.run_id}")
+    say(
+        f"dry run, no call made: {p.benchmark} · {p.model} · {p.n_samples:,} samples · run {p.run_id}"
+    )
     for line in p.lines:
-        out = f"{line.output_tokens:,}" if line.output_observed or not line.to_make else f"≤ {line.output_tokens:,}"
-        say(f"{'answers' if line.role == 'answers' else 'judge'} {line.model}: {line.to_make:,} calls to make "
-            f"({line.counted()}), {line.stored:,} in the store")
-        say(f"  prompt tokens {line.prompt_tokens:,} · output tokens {out} · cost {p.cost_text(line)}")
+        out = (
+            f"{line.output_tokens:,}"
+            if line.output_observed or not line.to_make
+            else f"≤ {line.output_tokens:,}"
+        )
+        say(
+            f"{'answers' if line.role == 'answers' else 'judge'} {line.model}: {line.to_make:,} calls to make "
+            f"({line.counted()}), {line.stored:,} in the store"
+        )
+        say(
+            f"  prompt tokens {line.prompt_tokens:,} · output tokens {out} · cost {p.cost_text(line)}"
+        )
     total, complete, bound = p.total_cost()
     judges = sum(line.to_make for line in p.lines[1:])
-    cost = "n/a" if total is None else ("≤ " if bound else "") + fmt_usd(total) + ("" if complete else " (priced models only)")
-    say(f"calls to make: {p.to_make} (answers {p.lines[0].to_make}, judges {judges}); "
-        f"in the store: {sum(line.stored for line in p.lines)}; cost: {cost}")
+    cost = (
+        "n/a"
+        if total is None
+        else ("≤ " if bound else "")
+        + fmt_usd(total)
+        + ("" if complete else " (priced models only)")
+    )
+    say(
+        f"calls to make: {p.to_make} (answers {p.lines[0].to_make}, judges {judges}); "
+        f"in the store: {sum(line.stored for line in p.lines)}; cost: {cost}"
+    )
     if p.n_graded:
         say(f"{p.n_graded:,} of {p.n_samples:,} samples are graded in the store already (no call)")
     least = p.least_minutes()
     if least is not None:
         times = p.tpm_times()
-        parts = [f"{tokens:,} estimated {KIND_WORDS[kind]} at {limit_text(kind, limit, flag)}" + (f" on {key}: {fmt_minutes(m)}" if len(times) > 1 else "")
-                 for key, kind, limit, flag, tokens, m in times]
-        if any(not line.output_observed for line in p.lines if line.to_make and line.rate_key in p.tpm):
+        parts = [
+            f"{tokens:,} estimated {KIND_WORDS[kind]} at {limit_text(kind, limit, flag)}"
+            + (f" on {key}: {fmt_minutes(m)}" if len(times) > 1 else "")
+            for key, kind, limit, flag, tokens, m in times
+        ]
+        if any(
+            not line.output_observed for line in p.lines if line.to_make and line.rate_key in p.tpm
+        ):
             parts.append("output counted at max_tokens: a pilot run gives a closer figure")
         say(f"least time under the token rate: {fmt_minutes(least)} ({'; '.join(parts)})")
     for model, counter in p.counters.items():
         say(f"tokens of {model}: {counter.label}")
     out_lines = [line for line in p.lines if line.to_make]
     if any(not line.output_observed for line in out_lines):
-        say("output tokens: at most max_tokens per call for lines with no call stored yet, so costs are upper bounds; "
-            "after a pilot run (--limit 20) the stored calls' mean length is used")
+        say(
+            "output tokens: at most max_tokens per call for lines with no call stored yet, so costs are upper bounds; "
+            "after a pilot run (--limit 20) the stored calls' mean length is used"
+        )
     for line in out_lines:
         price = p.prices.price(line.model)
         if price is not None:
-            batch = f", through the batch API at {1 - price.batch_discount:g}x" if line.batch else ""
-            say(f"price of {line.model}: ${price.input:g} in / ${price.output:g} out per million tokens{batch}")
+            batch = (
+                f", through the batch API at {1 - price.batch_discount:g}x" if line.batch else ""
+            )
+            say(
+                f"price of {line.model}: ${price.input:g} in / ${price.output:g} out per million tokens{batch}"
+            )
     say(f"prices: {p.prices.describe()}; override with --prices FILE or $GRANDROUNDS_PRICES")
     for note in p.notes:
         say(f"note: {note}")
 
 
-def dry_run(cfg: RunConfig, store_file: Path, prices: Path | None, out: Path | None, console: Any) -> Plan:
+def dry_run(
+    cfg: RunConfig, store_file: Path, prices: Path | None, out: Path | None, console: Any
+) -> Plan:
     """``grandrounds run --dry-run``: print the plan (and write ``plan.json`` to ``out``); the store
     is only read (a missing one is an empty one) and no call is made."""
     table = load_prices(prices)
@@ -531,6 +706,8 @@ def dry_run(cfg: RunConfig, store_file: Path, prices: Path | None, out: Path | N
         from grandrounds.core.files import output_dir, write_text
 
         output_dir(out)
-        write_text(out / "plan.json", json.dumps(p.as_json(), ensure_ascii=False, indent=2))  # atomic; a planted link is not written through
+        write_text(
+            out / "plan.json", json.dumps(p.as_json(), ensure_ascii=False, indent=2)
+        )  # atomic; a planted link is not written through
         console.print(f"wrote {out / 'plan.json'}", markup=False, highlight=False)
     return p

@@ -28,7 +28,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.text import Text
 
 from grandrounds.core.display import SafeConsole, styled
@@ -93,7 +101,7 @@ class RichProgress:
         self._owed = 0  # items advanced since the bar was last updated
         self._drawn = -DRAW_EVERY
 
-    def __enter__(self) -> "RichProgress":
+    def __enter__(self) -> RichProgress:
         # The bar is shown from the first task on: a command that fails before it has anything
         # to count (bad data, a bad option) prints its error alone, not after an empty bar line.
         self._entered = True
@@ -116,7 +124,9 @@ class RichProgress:
         if self._entered and not self._started:
             if self.plain:
                 self._stop_ticker.clear()
-                self._ticker = threading.Thread(target=self._tick, name="grandrounds-progress", daemon=True)
+                self._ticker = threading.Thread(
+                    target=self._tick, name="grandrounds-progress", daemon=True
+                )
                 self._ticker.start()
             else:
                 self.bar.start()
@@ -126,7 +136,9 @@ class RichProgress:
         self.draw()  # the previous task's last counts
         self._reset()
         self.total, self.label = total, label
-        self.task = self.bar.add_task(label, total=total, rate=0.0, failed=0, retries=0, unscored=0, eta="-")
+        self.task = self.bar.add_task(
+            label, total=total, rate=0.0, failed=0, retries=0, unscored=0, eta="-"
+        )
 
     def _tick(self) -> None:
         """A progress line every ``log_every`` seconds until the block ends."""
@@ -143,7 +155,9 @@ class RichProgress:
         parts = [
             f"{self.label}: {self.done:,}/{self.total:,}{share}",
             f"{self.calls / max(1e-6, elapsed):.1f} calls/s",
-            f"failed {self.failed}", f"retries {self.retries}", f"unscored {self.unscored}",
+            f"failed {self.failed}",
+            f"retries {self.retries}",
+            f"unscored {self.unscored}",
             f"elapsed {timedelta(seconds=round(elapsed))}",
             f"ETA {'-' if left is None else timedelta(seconds=round(left))}",
         ]
@@ -177,7 +191,15 @@ class RichProgress:
         rate = self.calls / max(1e-6, time.perf_counter() - self.t0)
         left = self.eta()
         eta = "-" if left is None else str(timedelta(seconds=round(left)))
-        self.bar.update(self.task, advance=advance, rate=rate, failed=self.failed, retries=self.retries, unscored=self.unscored, eta=eta)
+        self.bar.update(
+            self.task,
+            advance=advance,
+            rate=rate,
+            failed=self.failed,
+            retries=self.retries,
+            unscored=self.unscored,
+            eta=eta,
+        )
 
     def advance(self, grade: Grade, fresh: bool = True) -> None:
         """One item done; ``fresh`` False for a grade read back from the store (no work done)."""
@@ -197,7 +219,7 @@ class RichProgress:
         self.done += n
         self._update(n, force=True)
 
-    def on_batch(self, event: "BatchEvent") -> None:
+    def on_batch(self, event: BatchEvent) -> None:
         """A batch was submitted, picked up, changed state or counts, or closed."""
         key = (event.provider, event.batch_id)
         if event.closed:
@@ -205,7 +227,11 @@ class RichProgress:
             self.batches_closed += 1
             self.closed_size += event.size
             # a collected batch's every request has an outcome; one left unreachable, what was last seen
-            self.closed_back += event.size if event.what.startswith("collected") else (last[2] if last else event.back)
+            self.closed_back += (
+                event.size
+                if event.what.startswith("collected")
+                else (last[2] if last else event.back)
+            )
         else:
             self.batches[key] = (event.state or event.what, event.size, event.back)
         if self.task is not None:
@@ -213,7 +239,9 @@ class RichProgress:
                 self.bar.columns = (*self.bar.columns, BatchColumn())
             self.bar.update(self.task, batches=self.batch_text())
         if event.milestone:
-            self.console.print(styled(event.line(), "dim"))  # batch ids and states are the server's text: never markup
+            self.console.print(
+                styled(event.line(), "dim")
+            )  # batch ids and states are the server's text: never markup
             if event.summary:
                 self.console.print(styled(f"  {event.summary}", "dim"))
 
@@ -222,7 +250,10 @@ class RichProgress:
         watched, "batches: 3 closed · 1,000/1,000 calls back"."""
         states = Counter(state for state, _, _ in self.batches.values())
         if states:
-            shown = ", ".join(f"{n} {state}" for state, n in sorted(states.items(), key=lambda kv: (-kv[1], kv[0])))
+            shown = ", ".join(
+                f"{n} {state}"
+                for state, n in sorted(states.items(), key=lambda kv: (-kv[1], kv[0]))
+            )
         else:
             shown = f"{self.batches_closed} closed"
         total = self.closed_size + sum(size for _, size, _ in self.batches.values())

@@ -13,28 +13,54 @@ from __future__ import annotations
 import asyncio
 import codecs
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from itertools import islice
-from typing import Any, Awaitable, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from pathlib import Path
+from typing import Any, Protocol
 
 import grandrounds
 from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.benchmarks.readers.decoding import DATA_ENCODING
+from grandrounds.core.hashing import canonical_json, content_hash, to_jsonable
+from grandrounds.core.records import (
+    GenParams,
+    Grade,
+    Message,
+    Request,
+    Response,
+    Result,
+    Sample,
+    judge_call_failed,
+    needs_redo,
+    result_from_json,
+)
+from grandrounds.graders.base import GradeContext, Grader, unscored
+from grandrounds.graders.flags import answer_flags, apply_flagged
+from grandrounds.providers.base import Provider
 from grandrounds.run.batches.executor import BatchSettings, executor_for, pool_width
-from grandrounds.run.config import JudgeConfig, RunConfig, build_benchmark, check_judges, check_run, make_provider, protocol_record
+from grandrounds.run.config import (
+    JudgeConfig,
+    RunConfig,
+    build_benchmark,
+    check_judges,
+    check_run,
+    make_provider,
+    protocol_record,
+)
 from grandrounds.run.costs import judge_of
 from grandrounds.run.episodes import EpisodeRunner
 from grandrounds.run.executor import Executor, RetryPolicy
 from grandrounds.run.limits import EndpointLimits
-from grandrounds.run.samples import DataWatch, consecutive_groups, group_samples, read_samples, store_images
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.flags import answer_flags, apply_flagged
-from grandrounds.core.hashing import canonical_json, content_hash, to_jsonable
-from grandrounds.providers.base import Provider
+from grandrounds.run.samples import (
+    DataWatch,
+    consecutive_groups,
+    group_samples,
+    read_samples,
+    store_images,
+)
 from grandrounds.sources.protocols import system_text
-from grandrounds.core.records import GenParams, Grade, Message, Request, Response, Result, Sample, judge_call_failed, needs_redo, result_from_json
 from grandrounds.store import RunRecord, Store
 from grandrounds.store.rows import CallUsage
 
@@ -60,7 +86,10 @@ class RunJudge:
             provider=p.spec.provider,
             model=p.spec.model,
             messages=tuple(messages),
-            params=self.config.params or GenParams(temperature=0.0, max_tokens=2048, seed=0, json_object=self.config.json_object),
+            params=self.config.params
+            or GenParams(
+                temperature=0.0, max_tokens=2048, seed=0, json_object=self.config.json_object
+            ),
             purpose="judge",
             base_url=p.request_base_url(),
             attempt=attempt,
@@ -69,8 +98,13 @@ class RunJudge:
 
 
 def grader_fingerprint(
-    bench: Benchmark, grader: Grader, options: RunOptions, judges: Sequence[JudgeConfig], dataset: str,
-    protocol: Mapping[str, Any] | None = None, flagged: str = "keep",
+    bench: Benchmark,
+    grader: Grader,
+    options: RunOptions,
+    judges: Sequence[JudgeConfig],
+    dataset: str,
+    protocol: Mapping[str, Any] | None = None,
+    flagged: str = "keep",
 ) -> dict[str, Any]:
     """What decides a grade besides the answer: shown on every result, hashed into its key.
 
@@ -86,7 +120,9 @@ def grader_fingerprint(
         "scoring": to_jsonable(options.extra),
         "benchmark": str(bench.spec()),
         "dataset_sha256": dataset,
-        "protocol": dict(protocol) if protocol else protocol_record(bench.protocol(options), {}, {}),
+        "protocol": dict(protocol)
+        if protocol
+        else protocol_record(bench.protocol(options), {}, {}),
     }
 
 
@@ -138,8 +174,16 @@ class RunOutcome(ReadBack):
     READ_CHUNK = 250
 
     def __init__(
-        self, setup: "Setup", store: Store, fp_key: str, result: Result, answer_stats: Any, judge_stats: list[Any],
-        judge_names: list[str], counts: Mapping[str, int], usage: tuple[Any, list[Any]] | None = None,
+        self,
+        setup: Setup,
+        store: Store,
+        fp_key: str,
+        result: Result,
+        answer_stats: Any,
+        judge_stats: list[Any],
+        judge_names: list[str],
+        counts: Mapping[str, int],
+        usage: tuple[Any, list[Any]] | None = None,
         simulator: tuple[str, Any] | None = None,
     ) -> None:
         self.setup, self.store, self.fp_key = setup, store, fp_key
@@ -156,7 +200,9 @@ class RunOutcome(ReadBack):
         self.simulator = simulator
         self._responses: dict[str, Response] | None = None
 
-    def read_back(self, store: Store | None = None) -> Iterator[list[tuple[Sample, Response, Grade]]]:
+    def read_back(
+        self, store: Store | None = None
+    ) -> Iterator[list[tuple[Sample, Response, Grade]]]:
         """The run's samples, each with its answer's response (as :attr:`responses` gives it) and
         its grade, in the run's order, :attr:`READ_CHUNK` samples at a time: the samples read again
         as the run read them, their grades and answers fetched by id from ``store`` (else the run's
@@ -167,13 +213,22 @@ class RunOutcome(ReadBack):
                 ids = [smp.id for smp in part]
                 grades = st.grades_for(self.run.id, self.fp_key, ids)
                 answers = st.answers_for(self.run.id, ids)
-                yield [(smp, self._response(answers.get(smp.id), grades[smp.id]), grades[smp.id]) for smp in part]
+                yield [
+                    (smp, self._response(answers.get(smp.id), grades[smp.id]), grades[smp.id])
+                    for smp in part
+                ]
 
     @staticmethod
     def _response(answer: tuple[str, Response | None] | None, grade: Grade) -> Response:
         """The stored response of an answer; for one never stored, a failed response with the grade's reason."""
         key, resp = answer or ("", None)
-        return resp if resp is not None else Response(key="" if grade.status == "not_asked" else key, error=grade.error or "not answered")
+        return (
+            resp
+            if resp is not None
+            else Response(
+                key="" if grade.status == "not_asked" else key, error=grade.error or "not answered"
+            )
+        )
 
     def _read_all(self) -> None:
         samples: list[Sample] = []
@@ -197,7 +252,9 @@ class RunOutcome(ReadBack):
     def __repr__(self) -> str:
         # Short on purpose: asyncio.run reprs its main task (and so this result) when it restores
         # the SIGINT handler on Python 3.11.
-        return f"RunOutcome(run={self.run.id!r}, samples={self.setup.n}, score={self.result.score!r})"
+        return (
+            f"RunOutcome(run={self.run.id!r}, samples={self.setup.n}, score={self.result.score!r})"
+        )
 
 
 class Grading:
@@ -208,12 +265,28 @@ class Grading:
     that ``reuse`` accepts is kept without grading again.
     """
 
-    def __init__(self, store: Store, run_id: str, fp_key: str, grader: Grader, progress: Progress | None, flagged: str = "keep") -> None:
-        self.store, self.run_id, self.fp_key, self.grader, self.progress = store, run_id, fp_key, grader, progress
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        fp_key: str,
+        grader: Grader,
+        progress: Progress | None,
+        flagged: str = "keep",
+    ) -> None:
+        self.store, self.run_id, self.fp_key, self.grader, self.progress = (
+            store,
+            run_id,
+            fp_key,
+            grader,
+            progress,
+        )
         #: What an answer that addresses the grader counts for (``--flagged``, :mod:`grandrounds.graders.flags`).
         self.flagged = flagged
 
-    async def grade(self, sample: Sample, resp: Response, ctx: GradeContext, stored: Grade | None = None) -> tuple[Grade, bool]:
+    async def grade(
+        self, sample: Sample, resp: Response, ctx: GradeContext, stored: Grade | None = None
+    ) -> tuple[Grade, bool]:
         """The grade of one answer and whether it is new (to be stored); every answer is checked
         for words to the grader (:func:`~grandrounds.graders.flags.answer_flags`)."""
         if not resp.ok:
@@ -222,8 +295,12 @@ class Grading:
             return stored, False
         try:
             grade = await self.grader.grade(sample, resp, ctx)
-        except Exception as e:  # a grader bug on one answer is counted and shown, not fatal to the run
-            return unscored(sample, "grader_error", f"grading failed: {type(e).__name__}: {e}"), True
+        except (
+            Exception
+        ) as e:  # a grader bug on one answer is counted and shown, not fatal to the run
+            return unscored(
+                sample, "grader_error", f"grading failed: {type(e).__name__}: {e}"
+            ), True
         return apply_flagged(grade, answer_flags(resp.text), self.flagged), True
 
     def record(self, grade: Grade, fresh: bool) -> None:
@@ -241,7 +318,9 @@ def failed_answer(sample: Sample, resp: Response) -> Grade:
     return unscored(sample, "answer_failed", f"answer failed: {resp.error}")
 
 
-async def run_pool(store: Store, groups: Iterable[Any], do_group: Callable[[Any], Awaitable[None]], workers: int) -> None:
+async def run_pool(
+    store: Store, groups: Iterable[Any], do_group: Callable[[Any], Awaitable[None]], workers: int
+) -> None:
     """Run ``do_group`` over ``groups`` with a bounded pool of workers and write-behind commits.
 
     A pool, not one task per sample: prompts are built just before they are sent, the first
@@ -322,23 +401,55 @@ def prepare(store: Store, cfg: RunConfig) -> Setup:
     grader = bench.grader(cfg.options, judged=bool(cfg.judges))
     check_judges(bench, grader, cfg.judges)
     root = resolve(bench, cfg.data)
-    watch = DataWatch(bench.data_files(root))  # before hashing: a rewrite while hashing or checking is seen
+    watch = DataWatch(
+        bench.data_files(root)
+    )  # before hashing: a rewrite while hashing or checking is seen
     dataset = bench.dataset_hash(root)
     notes: list[str] = []
     n, kept = read_samples(store, bench, root, cfg.limit, dataset, cfg.max_rubric_items, notes)
     watch.check()
     provider = make_provider(cfg.model, cfg.base_url, **cfg.provider_options)
-    if bench.has_images or bench.images_in_data:  # every image checked against what the provider takes, and kept beside the store, before any call
-        store_images(store, kept if kept is not None else islice(bench.iter_samples(root), cfg.limit), provider)
-    fp = grader_fingerprint(bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol, cfg.flagged)  # reads the official templates: fails before the run is recorded
-    system = system_text(bench.protocol(cfg.options).answer)  # read before the run is recorded, like the templates
+    if (
+        bench.has_images or bench.images_in_data
+    ):  # every image checked against what the provider takes, and kept beside the store, before any call
+        store_images(
+            store,
+            kept if kept is not None else islice(bench.iter_samples(root), cfg.limit),
+            provider,
+        )
+    fp = grader_fingerprint(
+        bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol, cfg.flagged
+    )  # reads the official templates: fails before the run is recorded
+    system = system_text(
+        bench.protocol(cfg.options).answer
+    )  # read before the run is recorded, like the templates
     run_rec = store.ensure_run(_run_record(bench, cfg, provider, dataset, root))
-    return Setup(bench, root, cfg.limit, n, kept, dataset, provider, grader, fp, run_rec, system, watch, notes)
+    return Setup(
+        bench,
+        root,
+        cfg.limit,
+        n,
+        kept,
+        dataset,
+        provider,
+        grader,
+        fp,
+        run_rec,
+        system,
+        watch,
+        notes,
+    )
 
 
 def make_judges(
-    store: Store, configs: Sequence[JudgeConfig], concurrency: int | None, retry: RetryPolicy, seed: int, progress: Progress | None,
-    endpoints: EndpointLimits | None = None, batch: BatchSettings | None = None,
+    store: Store,
+    configs: Sequence[JudgeConfig],
+    concurrency: int | None,
+    retry: RetryPolicy,
+    seed: int,
+    progress: Progress | None,
+    endpoints: EndpointLimits | None = None,
+    batch: BatchSettings | None = None,
 ) -> tuple[list[Executor], tuple[RunJudge, ...]]:
     """One cached executor per judge, and the judge callables graders are handed.
 
@@ -347,16 +458,34 @@ def make_judges(
     """
     endpoints = endpoints or EndpointLimits()
     make = executor_for(batch, "judges")
-    execs = [make(store, make_provider(j.spec, j.base_url, **j.options), concurrency, retry, seed, progress, endpoints) for j in configs]
+    execs = [
+        make(
+            store,
+            make_provider(j.spec, j.base_url, **j.options),
+            concurrency,
+            retry,
+            seed,
+            progress,
+            endpoints,
+        )
+        for j in configs
+    ]
     return execs, tuple(RunJudge(e, j) for e, j in zip(execs, configs))
 
 
-async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, endpoints: EndpointLimits | None = None) -> RunOutcome:
+async def run(
+    store: Store,
+    cfg: RunConfig,
+    progress: Progress | None = None,
+    endpoints: EndpointLimits | None = None,
+) -> RunOutcome:
     """Answer, grade and aggregate ``cfg.benchmark`` with ``cfg.model``; resumable from the store.
 
     ``endpoints``: connection and rate limits shared with other work of one command (the
     robustness probes and their attacker); by default the run's own."""
-    cfg = check_run(cfg)  # --param, --scoring, run and model options: declared, typed, used, before anything is loaded
+    cfg = check_run(
+        cfg
+    )  # --param, --scoring, run and model options: declared, typed, used, before anything is loaded
     s = prepare(store, cfg)
     await check_logprobs(s, cfg.options)
     fp_key = content_hash(s.fingerprint)
@@ -371,7 +500,10 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
     sim_stats = None
     if episodes is not None and episodes.simulator is not None:
         judge_execs = [*judge_execs, episodes.simulator]  # closed with the judges
-        sim_stats = (str(episodes.simulator.provider.spec), episodes.simulator.stats)  # its own line in the call summary
+        sim_stats = (
+            str(episodes.simulator.provider.spec),
+            episodes.simulator.stats,
+        )  # its own line in the call summary
     grading = Grading(store, s.run.id, fp_key, s.grader, progress, cfg.flagged)
     collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])
     if progress:
@@ -385,23 +517,43 @@ async def run(store: Store, cfg: RunConfig, progress: Progress | None = None, en
             progress.stored(s.n, tally["n"] - tally["status"].get("scored", 0))
         await _close(s.provider, judge_execs)
         return RunOutcome(
-            s, store, fp_key, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges], tally["status"],
-            collected.usage(s.run.id, fp_key), sim_stats,
+            s,
+            store,
+            fp_key,
+            result,
+            answers.stats,
+            [e.stats for e in judge_execs],
+            [j.spec for j in cfg.judges],
+            tally["status"],
+            collected.usage(s.run.id, fp_key),
+            sim_stats,
         )
 
     # The samples this grading graded before (one query, not one per sample: on a first run none).
     graded = set(store.grade_values(s.run.id, fp_key))
-    ask = AskGroup(store, s, cfg, fp_key, answers, ctx, grading, collected, graded, stored_samples, episodes)
+    ask = AskGroup(
+        store, s, cfg, fp_key, answers, ctx, grading, collected, graded, stored_samples, episodes
+    )
     try:
         await run_pool(store, s.groups(), ask, pool_width(answers, judge_execs))
     finally:
         await _close(s.provider, judge_execs)
-    result = make_result(s.bench, cfg.options, collected, s.run, s.fingerprint, [j.spec for j in cfg.judges])
+    result = make_result(
+        s.bench, cfg.options, collected, s.run, s.fingerprint, [j.spec for j in cfg.judges]
+    )
     store.put_result(s.run.id, fp_key, result)
     store.settle(s.run.id, fp_key, collected.tally() | {"version": grandrounds.__version__})
     usage = collected.usage(s.run.id, fp_key)
     return RunOutcome(
-        s, store, fp_key, result, answers.stats, [e.stats for e in judge_execs], [j.spec for j in cfg.judges], collected.status, usage,
+        s,
+        store,
+        fp_key,
+        result,
+        answers.stats,
+        [e.stats for e in judge_execs],
+        [j.spec for j in cfg.judges],
+        collected.status,
+        usage,
         sim_stats,
     )
 
@@ -421,7 +573,12 @@ async def check_logprobs(s: Setup, options: RunOptions) -> None:
 
 
 def episode_runner(
-    store: Store, s: Setup, cfg: RunConfig, answers: Executor, progress: Progress | None, endpoints: EndpointLimits,
+    store: Store,
+    s: Setup,
+    cfg: RunConfig,
+    answers: Executor,
+    progress: Progress | None,
+    endpoints: EndpointLimits,
 ) -> EpisodeRunner | None:
     """The episode runner of an agent benchmark (with its simulator's executor), None for others."""
     if not getattr(s.bench, "episodic", False):
@@ -429,18 +586,35 @@ def episode_runner(
     simulator = None
     if cfg.simulator and getattr(s.bench, "needs_simulator", False):
         provider = make_provider(cfg.simulator, **cfg.simulator_options)
-        simulator = executor_for(None, "answers")(store, provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints)
+        simulator = executor_for(None, "answers")(
+            store, provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints
+        )
     gen = cfg.gen or s.bench.answer_params(cfg.options)  # type: ignore[attr-defined]
     return EpisodeRunner(store, s.run.id, s.bench, s.provider, answers, gen, simulator)  # type: ignore[arg-type]
 
 
 def _executors(
-    store: Store, cfg: RunConfig, provider: Provider, progress: Progress | None, endpoints: EndpointLimits,
+    store: Store,
+    cfg: RunConfig,
+    provider: Provider,
+    progress: Progress | None,
+    endpoints: EndpointLimits,
 ) -> tuple[Executor, list[Executor], tuple[RunJudge, ...]]:
     """The run's executors under ``endpoints``: the answers', each judge's (with the judge callables
     graders are handed), and the request and token rates of their models set there."""
-    answers = executor_for(cfg.batch, "answers")(store, provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints)
-    judge_execs, judges = make_judges(store, cfg.judges, cfg.judge_concurrency, cfg.retry, cfg.options.seed, progress, endpoints, cfg.batch)
+    answers = executor_for(cfg.batch, "answers")(
+        store, provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints
+    )
+    judge_execs, judges = make_judges(
+        store,
+        cfg.judges,
+        cfg.judge_concurrency,
+        cfg.retry,
+        cfg.options.seed,
+        progress,
+        endpoints,
+        cfg.batch,
+    )
     endpoints.limit_model(provider, cfg.rpm, cfg.tpm)
     for e in judge_execs:
         endpoints.limit_model(e.provider, cfg.judge_rpm, cfg.judge_tpm, "--judge-")
@@ -481,8 +655,12 @@ class AskGroup:
         history: list[tuple[Sample, str]] = []
         failed: str | None = None
         for position, sample in group:
-            stored = store.grade(s.run.id, self.fp_key, sample.id) if sample.id in self.graded else None
-            if stored is not None and needs_redo(stored):  # failed answers and calls are asked again
+            stored = (
+                store.grade(s.run.id, self.fp_key, sample.id) if sample.id in self.graded else None
+            )
+            if stored is not None and needs_redo(
+                stored
+            ):  # failed answers and calls are asked again
                 stored = None
             if stored is not None and len(group) == 1:
                 # Graded before under this very run and grading, so its answer is stored and
@@ -491,19 +669,26 @@ class AskGroup:
                 grading.record(stored, False)
                 collected.add(position, sample, stored)
                 continue
-            if self.episodes is not None:  # an agent benchmark: the sample's episodes, played and graded
+            if (
+                self.episodes is not None
+            ):  # an agent benchmark: the sample's episodes, played and graded
                 resp, grade = await self.episodes.episodes(sample, s.grader, self.ctx)
                 link, fresh = ((resp.key, {"episodes": True}) if resp.key else None), True
             else:
                 if failed is not None:
-                    resp, link = Response(key="", error=f"not asked: earlier turn failed ({failed})"), None
+                    resp, link = (
+                        Response(key="", error=f"not asked: earlier turn failed ({failed})"),
+                        None,
+                    )
                 else:
                     resp, link = await _ask(s, self.cfg, self.answers, sample, history)
                     if resp.ok:
                         history.append((sample, resp.text or ""))
                     else:
                         failed = resp.error
-                grade, fresh = await grading.grade(sample, resp, self.ctx, stored if resp.ok else None)
+                grade, fresh = await grading.grade(
+                    sample, resp, self.ctx, stored if resp.ok else None
+                )
             with store.batch():  # the sample, the answer's link and its grade land together
                 if sample.id not in self.stored_samples:
                     store.put_sample(s.bench.name, s.dataset, position, sample)
@@ -513,7 +698,9 @@ class AskGroup:
                 collected.add(position, sample, grade)
 
 
-def settled_result(store: Store, s: Setup, options: RunOptions, fp_key: str) -> tuple[Result, dict[str, Any]] | None:
+def settled_result(
+    store: Store, s: Setup, options: RunOptions, fp_key: str
+) -> tuple[Result, dict[str, Any]] | None:
     """The stored result of this run under this grading, with its tally, where a re-run would
     only read it back: the grading settled (its result stored, no grade written since), every
     sample of the run graded, none that a re-run redoes (a failed answer, grader or judge call),
@@ -522,7 +709,12 @@ def settled_result(store: Store, s: Setup, options: RunOptions, fp_key: str) -> 
     would carry; the judges are in the grading's part of it).
     None otherwise: the run goes sample by sample."""
     tally = store.settled(s.run.id, fp_key)
-    if tally is None or tally.get("redo") != 0 or tally.get("n") != s.n or tally.get("version") != grandrounds.__version__:
+    if (
+        tally is None
+        or tally.get("redo") != 0
+        or tally.get("n") != s.n
+        or tally.get("version") != grandrounds.__version__
+    ):
         return None  # (the run's record keeps the version that first made it: a later one aggregates anew)
     stored = store.result(s.run.id, fp_key)
     if stored is None:
@@ -535,12 +727,22 @@ def settled_result(store: Store, s: Setup, options: RunOptions, fp_key: str) -> 
     return replace(result, extra={k: v for k, v in result.extra.items() if k != "usage"}), tally
 
 
-async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, history: Sequence[tuple[Sample, str]]) -> tuple[Response, tuple[str, Any]]:
+async def _ask(
+    s: Setup,
+    cfg: RunConfig,
+    answers: Executor,
+    sample: Sample,
+    history: Sequence[tuple[Sample, str]],
+) -> tuple[Response, tuple[str, Any]]:
     """Ask the model for one sample; returns the response and the (request key, prompt) link to store."""
     prompt = s.bench.prompt(sample, cfg.options, history)
     messages = prompt.messages
     system = s.system
-    if system is not None and prompt.kind == "chat" and (not messages or messages[0].role != "system"):
+    if (
+        system is not None
+        and prompt.kind == "chat"
+        and (not messages or messages[0].role != "system")
+    ):
         messages = (Message("system", system), *messages)  # the protocol's system message
     req = Request(
         provider=s.provider.spec.provider,
@@ -556,7 +758,9 @@ async def _ask(s: Setup, cfg: RunConfig, answers: Executor, sample: Sample, hist
     return resp, (req.key(), prompt)
 
 
-def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: str, root: Path) -> RunRecord:
+def _run_record(
+    bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: str, root: Path
+) -> RunRecord:
     options = to_jsonable(replace(cfg.options, judge_mode="", judge_runs=None, max_reask=0))
     ident = {
         "benchmark": str(bench.spec()),
@@ -569,7 +773,9 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
     }
     # ``--encoding`` changes the text read from the same bytes: it names a run of its own, but only
     # when given, so the ids of runs that never set it stay what they were.
-    encoding = {"encoding": codecs.lookup(name).name} if (name := DATA_ENCODING.get()) else {}  # cp1252 = CP1252 = windows-1252
+    encoding = (
+        {"encoding": codecs.lookup(name).name} if (name := DATA_ENCODING.get()) else {}
+    )  # cp1252 = CP1252 = windows-1252
     ident |= encoding
     # An agent benchmark's simulated patient is part of what the candidate met: a run with another
     # simulator model (or other simulator prompts) is another run. Only where one is used.
@@ -582,7 +788,11 @@ def _run_record(bench: Benchmark, cfg: RunConfig, provider: Provider, dataset: s
         benchmark=bench.name,
         benchmark_spec=str(bench.spec()),
         model=str(provider.spec),
-        options=options | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit} | encoding | simulator | engine_record(provider),
+        options=options
+        | {"bench_params": to_jsonable(bench.params), "limit": cfg.limit}
+        | encoding
+        | simulator
+        | engine_record(provider),
         dataset_sha256=dataset,
         package_version=grandrounds.__version__,
         gen_params=to_jsonable(cfg.gen or GenParams()),
@@ -595,7 +805,13 @@ def simulator_identity(bench: Benchmark, cfg: RunConfig) -> dict[str, Any]:
     if not cfg.simulator or not getattr(bench, "needs_simulator", False):
         return {}
     sim = make_provider(cfg.simulator, **cfg.simulator_options)
-    return {"simulator": {"model": str(sim.spec), "base_url": sim.request_base_url(), "prompts": bench.simulator_templates()}}
+    return {
+        "simulator": {
+            "model": str(sim.spec),
+            "base_url": sim.request_base_url(),
+            "prompts": bench.simulator_templates(),
+        }
+    }
 
 
 class Collected:
@@ -603,8 +819,21 @@ class Collected:
     (:meth:`Benchmark.summarize`, small) and counts beside the headline. The calls behind the
     result are counted by the store (the answers a run links, the judge calls each grade names)."""
 
-    def __init__(self, store: Store, run_id: str, bench: Benchmark, options: RunOptions, judges: Sequence[str]) -> None:
-        self.store, self.run_id, self.bench, self.options, self.judges = store, run_id, bench, options, list(judges)
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        bench: Benchmark,
+        options: RunOptions,
+        judges: Sequence[str],
+    ) -> None:
+        self.store, self.run_id, self.bench, self.options, self.judges = (
+            store,
+            run_id,
+            bench,
+            options,
+            list(judges),
+        )
         self.summaries: dict[int, Any] = {}
         self.status: Counter[str] = Counter()
         self.judge_failed = 0
@@ -618,10 +847,16 @@ class Collected:
         self.flagged += bool(grade.details.get("flags"))
         self.redo += needs_redo(grade)
         self.judge_failed += judge_call_failed(grade)
-        self.truncated_votes += sum(1 for v in (*grade.votes, *(v for verdict in grade.verdicts for v in verdict.votes)) if v.truncated)
+        self.truncated_votes += sum(
+            1
+            for v in (*grade.votes, *(v for verdict in grade.verdicts for v in verdict.votes))
+            if v.truncated
+        )
 
     def aggregate(self) -> Any:
-        return self.bench.aggregate_summaries([self.summaries[i] for i in sorted(self.summaries)], self.options)
+        return self.bench.aggregate_summaries(
+            [self.summaries[i] for i in sorted(self.summaries)], self.options
+        )
 
     def counts(self) -> dict[str, int]:
         """Truncated replies, then what kept answers from a score, beside every headline: answers
@@ -651,11 +886,23 @@ class Collected:
         for u in self.store.judge_usage(run_id, grader_fp):
             who = judge_of(u.who, self.judges)
             was = by_judge.get(who)
-            by_judge[who] = u if was is None else CallUsage(
-                who, was.calls + u.calls, was.prompt_tokens + u.prompt_tokens, was.completion_tokens + u.completion_tokens, was.no_usage + u.no_usage,
+            by_judge[who] = (
+                u
+                if was is None
+                else CallUsage(
+                    who,
+                    was.calls + u.calls,
+                    was.prompt_tokens + u.prompt_tokens,
+                    was.completion_tokens + u.completion_tokens,
+                    was.no_usage + u.no_usage,
+                )
             )
-        answers = self.store.episode_usage(run_id) if getattr(self.bench, "episodic", False) else None  # every step of every episode
-        return answers or self.store.answer_usage(run_id), [replace(u, who=w) for w, u in by_judge.items()]
+        answers = (
+            self.store.episode_usage(run_id) if getattr(self.bench, "episodic", False) else None
+        )  # every step of every episode
+        return answers or self.store.answer_usage(run_id), [
+            replace(u, who=w) for w, u in by_judge.items()
+        ]
 
 
 def make_result(
@@ -693,17 +940,27 @@ def make_result(
     )
 
 
-def result_fingerprint(bench: Benchmark, options: RunOptions, run_rec: RunRecord, grader_fp: Mapping[str, Any]) -> dict[str, Any]:
+def result_fingerprint(
+    bench: Benchmark, options: RunOptions, run_rec: RunRecord, grader_fp: Mapping[str, Any]
+) -> dict[str, Any]:
     """What a result was made from: the grading's fingerprint, the model, its generation and
     answer settings, the templates, the seed and the package version."""
-    return dict(grader_fp) | {
-        "model": run_rec.model,
-        "gen_params": run_rec.gen_params,
-        "prompt_templates": bench.template_hashes(options),
-        "answer_mode": options.answer_mode,
-        "shuffle_options": options.shuffle_options,
-        "seed": options.seed,
-        "package_version": run_rec.package_version,
-        "run_id": run_rec.id,
-        "limit": run_rec.options.get("limit"),
-    } | {k: run_rec.options[k] for k in ("engine", "encoding", "simulator") if run_rec.options.get(k)}  # vLLM/SGLang name and version; --encoding, --simulator when given
+    return (
+        dict(grader_fp)
+        | {
+            "model": run_rec.model,
+            "gen_params": run_rec.gen_params,
+            "prompt_templates": bench.template_hashes(options),
+            "answer_mode": options.answer_mode,
+            "shuffle_options": options.shuffle_options,
+            "seed": options.seed,
+            "package_version": run_rec.package_version,
+            "run_id": run_rec.id,
+            "limit": run_rec.options.get("limit"),
+        }
+        | {
+            k: run_rec.options[k]
+            for k in ("engine", "encoding", "simulator")
+            if run_rec.options.get(k)
+        }
+    )  # vLLM/SGLang name and version; --encoding, --simulator when given

@@ -7,9 +7,10 @@ as the run goes; and grouped so that each dialogue's turns go to one worker, in 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import grandrounds
 from grandrounds.benchmarks.base import Benchmark
@@ -18,7 +19,6 @@ from grandrounds.core.errors import DataError
 from grandrounds.core.hashing import content_hash
 from grandrounds.core.records import Sample
 from grandrounds.store import Store
-
 
 #: A streaming benchmark's run holds the samples its check pass read when there are at most this
 #: many, instead of reading and parsing the file a second time as it asks (HealthBench's 500
@@ -38,15 +38,27 @@ def check_rubric_size(smp: Sample, root: Path, max_items: int, notes: list[str])
     one over :data:`RUBRIC_WARN` is noted once, so a plan of 100,000 judge calls is never silent."""
     n = len(smp.rubric)
     if n > max_items:
-        raise DataError(root, f"sample {smp.id!r}", f"{n:,} rubric items, so {n:,} judge calls per judge for this one answer "
-                        f"(more than {max_items:,}); pass --max-rubric-items {n} to run it anyway")
+        raise DataError(
+            root,
+            f"sample {smp.id!r}",
+            f"{n:,} rubric items, so {n:,} judge calls per judge for this one answer "
+            f"(more than {max_items:,}); pass --max-rubric-items {n} to run it anyway",
+        )
     if n > RUBRIC_WARN and not any(note.startswith("large rubrics") for note in notes):
-        notes.append(f"large rubrics: sample {smp.id!r} has {n:,} rubric items ({n:,} judge calls per judge for that one "
-                     f"answer; over {RUBRIC_WARN:,}); the limit is {max_items:,} (--max-rubric-items)")
+        notes.append(
+            f"large rubrics: sample {smp.id!r} has {n:,} rubric items ({n:,} judge calls per judge for that one "
+            f"answer; over {RUBRIC_WARN:,}); the limit is {max_items:,} (--max-rubric-items)"
+        )
 
 
 def read_samples(
-    store: Store, bench: Benchmark, root: Path, limit: int | None, dataset: str, max_rubric: int = RUBRIC_MAX, notes: list[str] | None = None,
+    store: Store,
+    bench: Benchmark,
+    root: Path,
+    limit: int | None,
+    dataset: str,
+    max_rubric: int = RUBRIC_MAX,
+    notes: list[str] | None = None,
 ) -> tuple[int, list[Sample] | None]:
     """Read and check every record the run will ask (bad data fails here, before any call): how
     many there are, and the samples themselves, unless the benchmark reads records one at a time
@@ -66,10 +78,16 @@ def read_samples(
     """
     streams = type(bench).iter_samples is not Benchmark.iter_samples
     notes = notes if notes is not None else []
-    check = content_hash({
-        "benchmark": str(bench.spec()), "dataset": dataset, "limit": limit,
-        "encoding": DATA_ENCODING.get(), "version": grandrounds.__version__,
-    } | ({"max_rubric": max_rubric} if max_rubric != RUBRIC_MAX else {}))
+    check = content_hash(
+        {
+            "benchmark": str(bench.spec()),
+            "dataset": dataset,
+            "limit": limit,
+            "encoding": DATA_ENCODING.get(),
+            "version": grandrounds.__version__,
+        }
+        | ({"max_rubric": max_rubric} if max_rubric != RUBRIC_MAX else {})
+    )
     if streams:
         known = store.checked_data(check)
         if known is not None:
@@ -79,7 +97,9 @@ def read_samples(
     apart = False  # a dialogue's turns are not together: the run must hold every sample
     over: set[str] = set()  # dialogues whose turns have all gone by
     current: str | None = None
-    for smp in islice(bench.iter_samples(root), limit):  # --limit counts samples (turns): it may cut a dialogue
+    for smp in islice(
+        bench.iter_samples(root), limit
+    ):  # --limit counts samples (turns): it may cut a dialogue
         if smp.group != current:
             if current is not None:
                 over.add(current)
@@ -124,10 +144,13 @@ class DataWatch:
         """A DataError naming the first file that is not as it was hashed (and the sample read last)."""
         for path, stamp in self.stamps.items():
             if self._stamp(path) != stamp:
-                raise DataError(path, None if sample_id is None else f"sample {sample_id!r}",
-                                "the file changed while the run was reading it (its size, modification time or inode differ from when "
-                                "its hash was taken): stopped before storing answers to the new text under the old file's hash; "
-                                "what was answered before is stored. Run again once the file is no longer being written")
+                raise DataError(
+                    path,
+                    None if sample_id is None else f"sample {sample_id!r}",
+                    "the file changed while the run was reading it (its size, modification time or inode differ from when "
+                    "its hash was taken): stopped before storing answers to the new text under the old file's hash; "
+                    "what was answered before is stored. Run again once the file is no longer being written",
+                )
 
     def watch(self, samples: Iterable[Sample]) -> Iterator[Sample]:
         """``samples``, each handed on only after :meth:`check`."""
@@ -154,7 +177,9 @@ def group_samples(samples: Sequence[Sample]) -> list[list[Sample]]:
     return out
 
 
-def consecutive_groups(samples: Iterable[Sample], root: Path | str = "") -> Iterator[list[tuple[int, Sample]]]:
+def consecutive_groups(
+    samples: Iterable[Sample], root: Path | str = ""
+) -> Iterator[list[tuple[int, Sample]]]:
     """:func:`group_samples` over a stream whose dialogues come together, each sample with its
     position in the stream: a sample without a group alone, the consecutive turns of one group
     together, ordered by turn. Holds one dialogue at a time, and the ids of those already over.
@@ -178,7 +203,11 @@ def consecutive_groups(samples: Iterable[Sample], root: Path | str = "") -> Iter
         elif smp.group in over:
             from grandrounds.core.errors import DataError
 
-            raise DataError(root, f"sample {smp.id!r}", f"dialogue {smp.group!r} starts again after another began (the data changed during the run?)")
+            raise DataError(
+                root,
+                f"sample {smp.id!r}",
+                f"dialogue {smp.group!r} starts again after another began (the data changed during the run?)",
+            )
         else:
             turns = [(position, smp)]
     if turns:
@@ -193,14 +222,18 @@ def store_images(store: Store, samples: Iterable[Sample], provider: Any) -> int:
     from grandrounds.store.images import ImageStore
 
     limits = provider.image_limits()
-    path = getattr(store, "path", None)  # a dry run's store writes nothing: the images are only checked
+    path = getattr(
+        store, "path", None
+    )  # a dry run's store writes nothing: the images are only checked
     images = ImageStore.beside(path) if path is not None else None
     seen: set[str] = set()
     written = 0
     for s in samples:
         if limits is None and any(m.images for m in s.messages):
-            raise ConfigError(f"{provider.spec} cannot send images, and sample {s.id} is asked with one "
-                              "(use openai/, anthropic/, vllm/ or sglang/ with a vision model)")
+            raise ConfigError(
+                f"{provider.spec} cannot send images, and sample {s.id} is asked with one "
+                "(use openai/, anthropic/, vllm/ or sglang/ with a vision model)"
+            )
         if limits is not None:
             limits.check(s)
         for m in s.messages:

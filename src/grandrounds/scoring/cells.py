@@ -9,7 +9,8 @@ withheld keys, missing grades), and the CI is Wilson for 0/1 values, ``mean_ci``
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from grandrounds.core.records import Cell, Grade
 from grandrounds.scoring.stats import mean_ci, wilson_ci
@@ -25,7 +26,9 @@ def value_of(grade: Grade | None) -> float | None:
     return None if grade is None else grade.value
 
 
-def accuracy_cell(values: Sequence[float | None], metrics: Metrics | None = None, scale: float = 1.0) -> Cell:
+def accuracy_cell(
+    values: Sequence[float | None], metrics: Metrics | None = None, scale: float = 1.0
+) -> Cell:
     """Share of 1.0 among the scored 0/1 values, with a Wilson 95% CI; None values are unscored.
 
     ``scale`` multiplies score and CI (100 for percentages); the score is computed as
@@ -44,7 +47,9 @@ def accuracy_cell(values: Sequence[float | None], metrics: Metrics | None = None
     )
 
 
-def mean_cell(values: Sequence[float | None], metrics: Metrics | None = None, seed: int = 0) -> Cell:
+def mean_cell(
+    values: Sequence[float | None], metrics: Metrics | None = None, seed: int = 0
+) -> Cell:
     """Mean of the scored values with :func:`grandrounds.scoring.stats.mean_ci`; None values are unscored."""
     scored = [v for v in values if v is not None]
     return Cell(
@@ -56,7 +61,9 @@ def mean_cell(values: Sequence[float | None], metrics: Metrics | None = None, se
     )
 
 
-def group_cells(rows: Iterable[tuple[str, T]], cell: Callable[[list[T]], Cell], sort: bool = True) -> dict[str, Cell]:
+def group_cells(
+    rows: Iterable[tuple[str, T]], cell: Callable[[list[T]], Cell], sort: bool = True
+) -> dict[str, Cell]:
     """One family of a breakdown: rows grouped by key, then ``cell`` made of each group.
 
     Keys are sorted unless ``sort`` is False (then first-seen order, e.g. an exam's own order).

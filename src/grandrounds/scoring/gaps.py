@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 LEVEL_POINTS: dict[str, int] = {"A1": 5, "A2": 3, "A3": 1, "S1": -1, "S2": -2, "S3": -3, "S4": -4}
 MET, UNMET, UNKNOWN, REVIEW = "met", "unmet", "unknown", "review_needed"
@@ -75,7 +76,9 @@ def score_question(items: Sequence[tuple[float, str]], penalty: float = 0.0) -> 
     known_max = sum(p for p, _ in known if p > 0)
     earned_ours = sum(p for p, d in known if d == MET)
     scoring = [p for p, _ in items if p != 0]
-    coverage = sum(1 for p, d in items if p != 0 and d != REVIEW) / len(scoring) if scoring else None
+    coverage = (
+        sum(1 for p, d in items if p != 0 and d != REVIEW) / len(scoring) if scoring else None
+    )
     return QuestionScore(
         # calculate_scores: normalized = max(final_total_score, 0) / max_possible if max_possible > 0 else 0
         reference=_normalize(earned_ref - penalty, max_points) or 0.0,

@@ -4,7 +4,7 @@ stated in ../shared/data/head-qa/SOURCE.md from the paper and aghie/head-qa eval
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 RIGHT, WRONG, BLANK = 3, -1, 0
 

@@ -20,8 +20,8 @@ verdict known this is exactly the reference. Coverage (known / total) is reporte
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -69,7 +69,7 @@ def reference_example_metrics(
     if overall is None:
         raise ValueError("rubric has no positive points")
     metrics: dict[str, float] = {"overall_score": overall}
-    metrics.update({tag: overall for tag in example_tags})
+    metrics.update(dict.fromkeys(example_tags, overall))
     by_tag: dict[str, list[int]] = defaultdict(list)
     for i, crit in enumerate(rubric):
         for tag in crit.tags:
@@ -109,7 +109,9 @@ def known_example_metrics(
     overall = rubric_score([c.points for c in known], met)
     if overall is None:
         return KnownScore(None, {}, len(known), len(rubric))
-    return KnownScore(overall, reference_example_metrics(known, met, example_tags), len(known), len(rubric))
+    return KnownScore(
+        overall, reference_example_metrics(known, met, example_tags), len(known), len(rubric)
+    )
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,9 @@ class ClippedStat:
     n: int
 
 
-def clipped_stat(values: Sequence[float], seed: int = 0, n_resamples: int = 1000) -> ClippedStat | None:
+def clipped_stat(
+    values: Sequence[float], seed: int = 0, n_resamples: int = 1000
+) -> ClippedStat | None:
     """clip(mean, 0, 1) with a seeded bootstrap (simple-evals ``_compute_clipped_stats``)."""
     if not len(values):
         return None
@@ -132,7 +136,9 @@ def clipped_stat(values: Sequence[float], seed: int = 0, n_resamples: int = 1000
     return ClippedStat(clipped_mean(np.asarray(values, dtype=float)), std, ci, len(values))
 
 
-def aggregate_metrics(per_example: Sequence[Mapping[str, float]], seed: int = 0) -> dict[str, ClippedStat]:
+def aggregate_metrics(
+    per_example: Sequence[Mapping[str, float]], seed: int = 0
+) -> dict[str, ClippedStat]:
     """Every metric name seen in any example -> its clipped statistic over the examples having it."""
     values: dict[str, list[float]] = defaultdict(list)
     for metrics in per_example:
@@ -146,7 +152,9 @@ def aggregate_metrics(per_example: Sequence[Mapping[str, float]], seed: int = 0)
     return out
 
 
-def reference_aggregate(per_example: Sequence[Mapping[str, float]], seed: int = 0, n_resamples: int = 1000) -> dict[str, ClippedStat]:
+def reference_aggregate(
+    per_example: Sequence[Mapping[str, float]], seed: int = 0, n_resamples: int = 1000
+) -> dict[str, ClippedStat]:
     """Every metric as simple-evals' ``_aggregate_get_clipped_mean`` computes it, plus ``score``.
 
     Metrics are collected in the official order (each example's metrics, then its overall score
@@ -166,13 +174,22 @@ def reference_aggregate(per_example: Sequence[Mapping[str, float]], seed: int = 
         arr = np.asarray(vals, dtype=float)
         # RandomState.choice(a, n) with replacement draws randint(0, len(a), n): one draw of shape
         # (n_resamples, n) is the same stream as n_resamples draws in a row, row means as np.mean.
-        means = np.clip(arr[rng.randint(0, arr.size, size=(n_resamples, arr.size))].mean(axis=1), 0, 1)
+        means = np.clip(
+            arr[rng.randint(0, arr.size, size=(n_resamples, arr.size))].mean(axis=1), 0, 1
+        )
         lo, hi = np.percentile(means, [2.5, 97.5])
-        out[name] = ClippedStat(float(np.clip(np.mean(vals), 0, 1)), float(np.std(means)), (float(lo), float(hi)), len(vals))
+        out[name] = ClippedStat(
+            float(np.clip(np.mean(vals), 0, 1)),
+            float(np.std(means)),
+            (float(lo), float(hi)),
+            len(vals),
+        )
     return out
 
 
-def length_adjusted(score: float, response_text: str, center: float, penalty_per_500_chars: float) -> float:
+def length_adjusted(
+    score: float, response_text: str, center: float, penalty_per_500_chars: float
+) -> float:
     """``calculate_length_adjusted_score`` (healthbench_eval.py @ 0f3b62d): the score moved by
     ``penalty`` per 500 characters the response is longer (or shorter) than ``center``; not clipped."""
     return score - penalty_per_500_chars * ((len(response_text) - center) / 500.0)

@@ -23,15 +23,57 @@ DATE_CALCULATORS = (13, 68)
 GESTATIONAL_CALCULATORS = (69,)
 # The calculator ids evaluate.py and run.py compare as integers and as decimals (69 is also in
 # their integer list, but the gestational branch comes first there and here).
-INTEGER_CALCULATORS = frozenset({4, 15, 16, 17, 18, 20, 21, 25, 27, 28, 29, 32, 33, 36, 43, 45, 48, 51, 69})
-DECIMAL_CALCULATORS = frozenset({2, 3, 5, 6, 7, 8, 9, 10, 11, 19, 22, 23, 24, 26, 30, 31, 38, 39, 40, 44, 46, 49,
-                                 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 66, 67})
+INTEGER_CALCULATORS = frozenset(
+    {4, 15, 16, 17, 18, 20, 21, 25, 27, 28, 29, 32, 33, 36, 43, 45, 48, 51, 69}
+)
+DECIMAL_CALCULATORS = frozenset(
+    {
+        2,
+        3,
+        5,
+        6,
+        7,
+        8,
+        9,
+        10,
+        11,
+        19,
+        22,
+        23,
+        24,
+        26,
+        30,
+        31,
+        38,
+        39,
+        40,
+        44,
+        46,
+        49,
+        56,
+        57,
+        58,
+        59,
+        60,
+        61,
+        62,
+        63,
+        64,
+        65,
+        66,
+        67,
+    }
+)
 #: A (weeks, days) pair as the official scripts find it: two digit runs, each optionally quoted and
 #: followed by "week(s)"/"day(s)", with an optional comma between (so "25" reads as (2, 5) there).
-OFFICIAL_WEEKS_DAYS = re.compile(r"""\(?["']?(\d+)\s*(weeks?)?["']?,?\s*["']?(\d+)\s*(days?)?["']?\s*\)?""")
+OFFICIAL_WEEKS_DAYS = re.compile(
+    r"""\(?["']?(\d+)\s*(weeks?)?["']?,?\s*["']?(\d+)\s*(days?)?["']?\s*\)?"""
+)
 
 _PY_INT = re.compile(r"-?(?:0+|[1-9][0-9]*)", re.ASCII)
-_PY_FLOAT = re.compile(r"-?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?", re.ASCII)
+_PY_FLOAT = re.compile(
+    r"-?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?", re.ASCII
+)
 
 
 def kind_of(calculator_id: int, output_type: str) -> Kind | None:
@@ -62,7 +104,9 @@ def py_number(text: str) -> int | float:
     raise ValueError(f"{text!r} is not a Python number literal")
 
 
-def official_correct(answer: str | None, truth: str, calculator_id: int, lower: str, upper: str) -> bool:
+def official_correct(
+    answer: str | None, truth: str, calculator_id: int, lower: str, upper: str
+) -> bool:
     """check_correctness (evaluate.py) on the official extraction's answer string; None (the
     extraction failed) and every case where the official call raises are wrong."""
     if answer is None:
@@ -90,7 +134,9 @@ def _date(text: str) -> Any:
     return datetime.strptime(text, "%m/%d/%Y").date()
 
 
-def is_correct(value: Any, kind: Kind, truth: Any, lower: float | None = None, upper: float | None = None) -> bool:
+def is_correct(
+    value: Any, kind: Kind, truth: Any, lower: float | None = None, upper: float | None = None
+) -> bool:
     """check_correctness on values our extraction parsed (value None -> wrong)."""
     if value is None:
         return False

@@ -23,16 +23,40 @@ the texts that were answered.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 NA = "NA"
 #: Spellings pandas' ``read_csv`` reads as missing by default (the official reference parser turns them into NA).
-PANDAS_NA = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
-                       "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+PANDAS_NA = frozenset(
+    {
+        "",
+        "#N/A",
+        "#N/A N/A",
+        "#NA",
+        "-1.#IND",
+        "-1.#QNAN",
+        "-NaN",
+        "-nan",
+        "1.#IND",
+        "1.#QNAN",
+        "<NA>",
+        "N/A",
+        "NA",
+        "NULL",
+        "NaN",
+        "None",
+        "n/a",
+        "nan",
+        "null",
+    }
+)
 NOT_COMPUTED = ("bertc", "bleurtc", "aggregate_c")
-NOT_COMPUTED_WHY = ("BERTScore (microsoft/deberta-xlarge-mnli), BLEURT-20 and AggregateC need model checkpoints "
-                    "grandrounds does not download or run; not computed")
+NOT_COMPUTED_WHY = (
+    "BERTScore (microsoft/deberta-xlarge-mnli), BLEURT-20 and AggregateC need model checkpoints "
+    "grandrounds does not download or run; not computed"
+)
 
 
 @lru_cache(maxsize=1)
@@ -85,19 +109,36 @@ def correction_scores(reference: str, candidate: str, official: bool) -> dict[st
         return {"correction_score": fixed, "r2_score": fixed, "rl_score": fixed, "in_rouge": False}
     if not official:
         s = _rouge_score().score(reference, candidate)
-        return {"correction_score": float(s["rouge1"].fmeasure), "r2_score": float(s["rouge2"].fmeasure),
-                "rl_score": float(s["rougeL"].fmeasure), "in_rouge": True}
+        return {
+            "correction_score": float(s["rouge1"].fmeasure),
+            "r2_score": float(s["rouge2"].fmeasure),
+            "rl_score": float(s["rougeL"].fmeasure),
+            "in_rouge": True,
+        }
     try:
         r1, r2, rl = official_rouge(reference, candidate)
     except ValueError as e:
-        return {"correction_score": 0.0, "r2_score": 0.0, "rl_score": 0.0, "in_rouge": True, "rouge_error": str(e)}
+        return {
+            "correction_score": 0.0,
+            "r2_score": 0.0,
+            "rl_score": 0.0,
+            "in_rouge": True,
+            "rouge_error": str(e),
+        }
     return {"correction_score": r1, "r2_score": r2, "rl_score": rl, "in_rouge": True}
 
 
 def missing_item() -> dict[str, Any]:
     """A text with no readable prediction: wrong on every metric, outside the ROUGE pairs."""
-    return {"flag_correct": False, "sentence_correct": False, "correction_score": 0.0, "r2_score": 0.0,
-            "rl_score": 0.0, "in_rouge": False, "unparseable": True}
+    return {
+        "flag_correct": False,
+        "sentence_correct": False,
+        "correction_score": 0.0,
+        "r2_score": 0.0,
+        "rl_score": 0.0,
+        "in_rouge": False,
+        "unparseable": True,
+    }
 
 
 def figures(items: Sequence[Mapping[str, Any] | None], count_missing: bool) -> dict[str, Any]:

@@ -20,8 +20,8 @@ every verdict known and no line repeated the numbers are the reference's (:func:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -56,7 +56,9 @@ def _dimension(crit: Criterion) -> str:
     return crit.tags[0] if crit.tags else ""
 
 
-def score_items(rubric: Sequence[Criterion], hits: Mapping[str, bool]) -> tuple[float | None, dict[str, float | None]]:
+def score_items(
+    rubric: Sequence[Criterion], hits: Mapping[str, bool]
+) -> tuple[float | None, dict[str, float | None]]:
     """Score the items listed in ``hits`` (criterion id -> met); items not in ``hits`` are ignored.
 
     Returns (question score or None when no positive weight, {dimension: percentage or None}).
@@ -64,8 +66,8 @@ def score_items(rubric: Sequence[Criterion], hits: Mapping[str, bool]) -> tuple[
     items = [c for c in rubric if c.id in hits]
     possible = sum(c.points for c in items if c.points > 0)
     achieved = sum(c.points for c in items if hits[c.id])
-    dim_possible: dict[str, float] = {d: 0.0 for d in DIMENSIONS}
-    dim_achieved: dict[str, float] = {d: 0.0 for d in DIMENSIONS}
+    dim_possible: dict[str, float] = dict.fromkeys(DIMENSIONS, 0.0)
+    dim_achieved: dict[str, float] = dict.fromkeys(DIMENSIONS, 0.0)
     for c in items:
         dim = _dimension(c)
         dim_possible.setdefault(dim, 0.0)
@@ -74,7 +76,9 @@ def score_items(rubric: Sequence[Criterion], hits: Mapping[str, bool]) -> tuple[
             dim_possible[dim] += c.points
         if hits[c.id]:
             dim_achieved[dim] += c.points
-    dims = {d: (round(100 * dim_achieved[d] / p, 2) if p > 0 else None) for d, p in dim_possible.items()}
+    dims = {
+        d: (round(100 * dim_achieved[d] / p, 2) if p > 0 else None) for d, p in dim_possible.items()
+    }
     score = round(100 * achieved / possible, 2) if possible > 0 else None
     return score, dims
 
@@ -93,7 +97,9 @@ def nanmean(values: Sequence[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
-def final_scores(questions: Sequence[QuestionScore]) -> tuple[float | None, dict[str, tuple[float | None, int]]]:
+def final_scores(
+    questions: Sequence[QuestionScore],
+) -> tuple[float | None, dict[str, tuple[float | None, int]]]:
     """(mean of scored question scores, {dimension: (nanmean rounded to 2, n questions having it)})."""
     scored = [q for q in questions if q.score is not None]
     final = nanmean([q.score for q in scored])
@@ -145,7 +151,9 @@ def reference_items(text: str) -> dict[str, tuple[int, str]]:
         elif number > marker:
             key = f"减分项_{label}"
         elif key is None:  # the reference fails here (its key variable is not yet bound)
-            raise ValueError(f"line {number}: a weighted 减分项 line before any item, which the reference parser cannot read")
+            raise ValueError(
+                f"line {number}: a weighted 减分项 line before any item, which the reference parser cannot read"
+            )
         try:
             tag = line[line.index("【") + 1 : line.index("】")].replace(" ", "")
         except ValueError:
@@ -175,7 +183,9 @@ class ReferenceQuestion:
     tags: Mapping[str, float]
 
 
-def reference_question(items: Mapping[str, tuple[float, str]], counts: Mapping[str, float]) -> ReferenceQuestion:
+def reference_question(
+    items: Mapping[str, tuple[float, str]], counts: Mapping[str, float]
+) -> ReferenceQuestion:
     """utils.py ``calc_score_percent_one_query``: ``items`` key -> (weight, dimension), ``counts`` key -> summed 0/1 lines.
 
     Counts for keys that are not items are ignored; the possible total is over 加分项 keys only;
@@ -197,7 +207,10 @@ def reference_question(items: Mapping[str, tuple[float, str]], counts: Mapping[s
             achieved += count * weight
             tag_achieved[tag] = tag_achieved.get(tag, 0) + count * weight
     total = (achieved / possible * 100) if possible else 0
-    tags = {t: (round((tag_achieved.get(t, 0) / m) * 100, 2) if m > 0 else math.nan) for t, m in tag_possible.items()}
+    tags = {
+        t: (round((tag_achieved.get(t, 0) / m) * 100, 2) if m > 0 else math.nan)
+        for t, m in tag_possible.items()
+    }
     return ReferenceQuestion(float(round(total, 2)), tags)
 
 
@@ -215,5 +228,7 @@ def reference_tag_means(questions: Sequence[Mapping[str, float]]) -> dict[str, f
     out: dict[str, float] = {}
     for tag in DIMENSIONS:
         vals = [q.get(tag, math.nan) for q in questions]
-        out[tag] = float(round(np.nanmean(vals), 2)) if any(not math.isnan(v) for v in vals) else math.nan
+        out[tag] = (
+            float(round(np.nanmean(vals), 2)) if any(not math.isnan(v) for v in vals) else math.nan
+        )
     return out

@@ -9,7 +9,7 @@ recall and F1 (scikit-learn's, ``pos_label="1"``, ``zero_division=0``) over the 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def detection_metrics(gold: Sequence[str], pred: Sequence[str | None]) -> dict[str, float | int]:

@@ -23,7 +23,7 @@ rho); here those figures are None.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 Row = tuple[str, str, str]  # (question_id, answer_id, label) as the evaluator's strings
 
@@ -38,12 +38,16 @@ def spearman_of_ids(submitted: Sequence[str], gold: Sequence[str]) -> float | No
     n = len(submitted)
     if n < 2 or sorted(submitted) != sorted(gold) or len(set(submitted)) != n:
         return None
-    rank = {aid: i for i, aid in enumerate(sorted(submitted))}  # the same for both lists: the same ids
+    rank = {
+        aid: i for i, aid in enumerate(sorted(submitted))
+    }  # the same for both lists: the same ids
     d2 = sum((rank[a] - rank[b]) ** 2 for a, b in zip(submitted, gold))
     return 1.0 - 6.0 * d2 / (n * (n * n - 1))  # no ties: Spearman's rho (Spearman 1904)
 
 
-def official_metrics(gold: Sequence[Row], submission: Sequence[Row]) -> dict[str, float | int | None]:
+def official_metrics(
+    gold: Sequence[Row], submission: Sequence[Row]
+) -> dict[str, float | int | None]:
     """accuracy, spearman, mrr, precision and the counts behind them, for ``submission`` against ``gold``."""
     seen: set[tuple[str, str]] = set()
     rows: list[Row] = []

@@ -40,7 +40,7 @@ BLEU_ORDERS = (1, 2, 3)
 def ngrams(text: str, n: int) -> Counter[str]:
     """The n-grams of ``text`` after the script's word rule, counted."""
     words = _NOT_LETTER.sub("", text).lower().strip().split()
-    return Counter(" ".join(words[i:i + n]) for i in range(len(words) - n + 1))
+    return Counter(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
 
 
 def exact_match(candidate: str, reference: str) -> float:
@@ -81,8 +81,11 @@ def bleu(candidate: str, reference: str, k: int) -> float | None:
 
 def authors_figures(candidate: str, reference: str) -> dict[str, Any]:
     """One answer's figures under the authors' script: exact match, F1, BLEU-1..3 (None: undefined)."""
-    return {"exact_match": exact_match(candidate, reference), "f1": f1(candidate, reference),
-            **{f"bleu{k}": bleu(candidate, reference, k) for k in BLEU_ORDERS}}
+    return {
+        "exact_match": exact_match(candidate, reference),
+        "f1": f1(candidate, reference),
+        **{f"bleu{k}": bleu(candidate, reference, k) for k in BLEU_ORDERS},
+    }
 
 
 def mean_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ the division treats both alike.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 RATINGS = (-2, -1, 0, 1, 2)
 
@@ -18,7 +18,9 @@ RATINGS = (-2, -1, 0, 1, 2)
 def panel_score(panel: Sequence[float], rating: int) -> float:
     """The credit of ``rating`` (-2..+2) given the panel's five scores (for -2..+2, in that order)."""
     if len(panel) != 5 or rating not in RATINGS:
-        raise ValueError(f"need five panel scores and a rating in -2..+2, got {list(panel)} and {rating!r}")
+        raise ValueError(
+            f"need five panel scores and a rating in -2..+2, got {list(panel)} and {rating!r}"
+        )
     top = max(panel)
     if top <= 0:
         raise ValueError(f"a panel with no positive score: {list(panel)}")

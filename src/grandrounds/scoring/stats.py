@@ -8,7 +8,8 @@ exam runs need only the Wilson interval, and starting a run should not pay for n
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,7 +30,7 @@ def wilson_ci(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
 
 def bootstrap(
     values: Sequence[float],
-    stat: "Callable[[np.ndarray], float] | None" = None,
+    stat: Callable[[np.ndarray], float] | None = None,
     n_resamples: int = 1000,
     seed: int = 0,
 ) -> tuple[float, tuple[float, float]] | None:
@@ -59,7 +60,7 @@ def bootstrap(
     return float(np.std(stats)), (float(lo), float(hi))
 
 
-def clipped_mean(arr: "np.ndarray") -> float:
+def clipped_mean(arr: np.ndarray) -> float:
     """HealthBench's aggregate: the mean clipped to [0, 1] (simple-evals healthbench_eval.py)."""
     import numpy as np
 
@@ -114,7 +115,9 @@ def cohen_kappa(x: Sequence[object], y: Sequence[object]) -> float | None:
     labels = sorted(set(x) | set(y), key=str)
     n = len(x)
     po = sum(1 for a, b in zip(x, y) if a == b) / n
-    pe = sum((sum(1 for a in x if a == lab) / n) * (sum(1 for b in y if b == lab) / n) for lab in labels)
+    pe = sum(
+        (sum(1 for a in x if a == lab) / n) * (sum(1 for b in y if b == lab) / n) for lab in labels
+    )
     if pe == 1.0:
         return 1.0 if po == 1.0 else 0.0
     return (po - pe) / (1 - pe)

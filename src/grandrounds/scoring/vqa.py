@@ -31,12 +31,16 @@ import re
 import string
 
 #: Chinese punctuation made spaces by the normalisation (full-width forms and CJK marks).
-ZH_PUNCTUATION = "！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～、，。；：《》？【】（）"
+ZH_PUNCTUATION = (
+    "！？｡。＂＃＄％＆＇（）＊＋，－／：；＜＝＞＠［＼］＾＿｀｛｜｝～、，。；：《》？【】（）"
+)
 EN_YES = frozenset({"yes", "yeah", "yep", "true"})
 EN_NO = frozenset({"no", "nope", "false"})
 ZH_YES = frozenset({"是", "是的", "有", "包含", "可以", "能", "会", "正常"})
-ZH_NO = frozenset({"否", "不是", "没有", "无", "不包含", "不能", "不会", "不可以", "不正常", "异常"})
-_PUNCT = str.maketrans({c: " " for c in string.punctuation + ZH_PUNCTUATION})
+ZH_NO = frozenset(
+    {"否", "不是", "没有", "无", "不包含", "不能", "不会", "不可以", "不正常", "异常"}
+)
+_PUNCT = str.maketrans(dict.fromkeys(string.punctuation + ZH_PUNCTUATION, " "))
 _PAREN = re.compile(r"\([^)]*\)")
 _ZH_PAREN = re.compile(r"（[^）]*）")
 _SPACE = re.compile(r"\s+")

@@ -30,12 +30,22 @@ from grandrounds.core.hashing import text_hash
 from grandrounds.core.textutil import strip_leading_reasoning
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import (
-    UpstreamText, UpstreamFile, python_appended_strings, python_call_argument, python_returned_string, python_string,
+    UpstreamFile,
+    UpstreamText,
+    python_appended_strings,
+    python_call_argument,
+    python_returned_string,
+    python_string,
 )
 
 REPO, COMMIT = "SamuelSchmidgall/AgentClinic", "b6570edefb940857a7c334350656b29f9d984f24"
-AGENTCLINIC_PY = UpstreamFile("agentclinic", REPO, COMMIT, "agentclinic.py",
-                              "ee9cfb3020c7addf717ba8eb3510ba81b2b4b53071cba67d0663ad6c7c6ddbd3")
+AGENTCLINIC_PY = UpstreamFile(
+    "agentclinic",
+    REPO,
+    COMMIT,
+    "agentclinic.py",
+    "ee9cfb3020c7addf717ba8eb3510ba81b2b4b53071cba67d0663ad6c7c6ddbd3",
+)
 #: query_model's gpt4 path (agentclinic.py): temperature 0.05, max_tokens 200, for every agent.
 OFFICIAL_GENERATION = Generation(temperature=0.05, max_tokens=200)
 #: The words the official loop looks for in the doctor's reply (``main``: ``in doctor_dialogue``).
@@ -50,11 +60,14 @@ REFERENCE = Protocol(
     judge=OFFICIAL_GENERATION,
     judge_model="openai/gpt-4-turbo-preview",  # query_model's "gpt4" (the default --moderator_llm)
     extraction="the doctor's reply holding 'DIAGNOSIS READY' ends the case; compare_results: the moderator's "
-               "reply, whitespace collapsed and lower-cased, 'yes' is correct, 'no' wrong, anything else re-asked, then unknown",
+    "reply, whitespace collapsed and lower-cased, 'yes' is correct, 'no' wrong, anything else re-asked, then unknown",
     aggregation="accuracy over cases; a case with no diagnosis within the inference budget is wrong",
     source=f"https://github.com/{REPO}/blob/{COMMIT}/agentclinic.py",
-    settings={"files": [AGENTCLINIC_PY.describe()], "replies": "whitespace runs collapsed to one space (query_model)",
-              "simulators": "patient and measurement reader: temperature 0.05, max_tokens 200"},
+    settings={
+        "files": [AGENTCLINIC_PY.describe()],
+        "replies": "whitespace runs collapsed to one space (query_model)",
+        "simulators": "patient and measurement reader: temperature 0.05, max_tokens 200",
+    },
 )
 GRANDROUNDS = ours(
     REFERENCE,
@@ -70,18 +83,24 @@ def texts(source: UpstreamFile = AGENTCLINIC_PY) -> dict[str, UpstreamText]:
     call = functools.partial(python_call_argument, source, "query_model")
     return {
         "doctor_base": python_string(source, "base", within="DoctorAgent.system_prompt"),
-        "doctor_presentation": python_string(source, "presentation", within="DoctorAgent.system_prompt"),
+        "doctor_presentation": python_string(
+            source, "presentation", within="DoctorAgent.system_prompt"
+        ),
         "doctor_user": call(1, within="DoctorAgent.inference_doctor"),
         "final_question": python_appended_strings(source, "pi_dialogue", within="main")[0],
         "patient_base": python_string(source, "base", within="PatientAgent.system_prompt"),
         "patient_symptoms": python_string(source, "symptoms", within="PatientAgent.system_prompt"),
         "patient_user": call(1, within="PatientAgent.inference_patient"),
         "measurement_base": python_string(source, "base", within="MeasurementAgent.system_prompt"),
-        "measurement_presentation": python_string(source, "presentation", within="MeasurementAgent.system_prompt"),
+        "measurement_presentation": python_string(
+            source, "presentation", within="MeasurementAgent.system_prompt"
+        ),
         "measurement_user": call(1, within="MeasurementAgent.inference_measurement"),
         "moderator_user": call(1, within="compare_results"),
         "moderator_system": call(2, within="compare_results"),
-        "nejm_presentation": python_returned_string(source, "ScenarioNEJMExtended.examiner_information"),
+        "nejm_presentation": python_returned_string(
+            source, "ScenarioNEJMExtended.examiner_information"
+        ),
     }
 
 
@@ -93,8 +112,9 @@ def doctor_system(max_inferences: int, asked: int, presentation: str) -> str:
     (img_field,) = [f for f in base.fields if f not in ("self.MAX_INFS", "self.infs")]
     if "self.img_request" not in img_field:
         raise ValueError(f"unexpected placeholder {img_field!r} in {base.name}")
-    return base.render({"self.MAX_INFS": max_inferences, "self.infs": asked, img_field: ""}) + \
-        t["doctor_presentation"].render({"self.presentation": presentation})
+    return base.render({"self.MAX_INFS": max_inferences, "self.infs": asked, img_field: ""}) + t[
+        "doctor_presentation"
+    ].render({"self.presentation": presentation})
 
 
 def nejm_presentation() -> str:
@@ -123,7 +143,9 @@ def patient_user(history: str, question: str) -> str:
 
 def measurement_system(information: str) -> str:
     t = texts()
-    return t["measurement_base"].render() + t["measurement_presentation"].render({"self.information": information})
+    return t["measurement_base"].render() + t["measurement_presentation"].render(
+        {"self.information": information}
+    )
 
 
 def measurement_user(history: str, question: str) -> str:
@@ -156,7 +178,9 @@ def moderator_reading(reply: str, protocol: str) -> bool | None:
     """
     text = official_reply(reply).lower()
     if protocol == "grandrounds":
-        text = re.sub(r"^[\s\"'*`]+|[\s\"'*`.!]+$", "", official_reply(strip_leading_reasoning(reply)).lower())
+        text = re.sub(
+            r"^[\s\"'*`]+|[\s\"'*`.!]+$", "", official_reply(strip_leading_reasoning(reply)).lower()
+        )
     return True if text == "yes" else False if text == "no" else None
 
 
@@ -170,6 +194,9 @@ def simulator_fingerprint() -> dict[str, Any]:
     return {
         "patient": digest("patient_base", "patient_symptoms", "patient_user"),
         "measurement": digest("measurement_base", "measurement_presentation", "measurement_user"),
-        "generation": {"temperature": OFFICIAL_GENERATION.temperature, "max_tokens": OFFICIAL_GENERATION.max_tokens},
+        "generation": {
+            "temperature": OFFICIAL_GENERATION.temperature,
+            "max_tokens": OFFICIAL_GENERATION.max_tokens,
+        },
         "source": AGENTCLINIC_PY.describe(),
     }

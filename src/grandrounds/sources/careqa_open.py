@@ -21,12 +21,22 @@ from grandrounds.core.errors import DataError
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamRepo, read_text
 
-MEDMARKS = UpstreamRepo("medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92")
+MEDMARKS = UpstreamRepo(
+    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
+)
 #: environments/careqa/careqa.py: JUDGE_TEMPLATE, the open mode's default system prompt, the judge's XMLParser tags.
-ENV = MEDMARKS.file("environments/careqa/careqa.py", "c14a6bf56a4ecb1ba63ba17a8e74145e70fb55a7a158a8744bec51dadc2ddbd9")
+ENV = MEDMARKS.file(
+    "environments/careqa/careqa.py",
+    "c14a6bf56a4ecb1ba63ba17a8e74145e70fb55a7a158a8744bec51dadc2ddbd9",
+)
 OPEN_LOADER = "_load_open_ended_environment"
 #: The four verdicts, and whether a "true" counts against the answer (Medmarks' ``invert=True``).
-TAGS = {"semantically_correct": False, "matches_details": False, "substantive_addition": True, "critical_error": True}
+TAGS = {
+    "semantically_correct": False,
+    "matches_details": False,
+    "substantive_addition": True,
+    "critical_error": True,
+}
 
 #: Our judge prompt (the grandrounds protocol): the same four verdicts, asked our way.
 OUR_JUDGE = (
@@ -59,12 +69,17 @@ def _open_loader() -> ast.FunctionDef:
 def candidate_system() -> str:
     """The open mode's default system prompt: the string after ``or`` in ``final_system_prompt = system_prompt or (...)``."""
     for node in ast.walk(_open_loader()):
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "final_system_prompt" for t in node.targets)
-                and isinstance(node.value, ast.BoolOp)):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "final_system_prompt" for t in node.targets)
+            and isinstance(node.value, ast.BoolOp)
+        ):
             last = node.value.values[-1]
             if isinstance(last, ast.Constant) and isinstance(last.value, str):
                 return last.value
-    raise DataError(ENV.url, None, f"no default system prompt in {OPEN_LOADER!r} in the upstream file")
+    raise DataError(
+        ENV.url, None, f"no default system prompt in {OPEN_LOADER!r} in the upstream file"
+    )
 
 
 def parser_tags() -> tuple[str, ...]:
@@ -73,8 +88,14 @@ def parser_tags() -> tuple[str, ...]:
         if isinstance(node, ast.Call):
             for kw in node.keywords:
                 if kw.arg == "fields" and isinstance(kw.value, (ast.List, ast.Tuple)):
-                    return tuple(e.value for e in kw.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
-    raise DataError(ENV.url, None, f"no XMLParser(fields=...) in {OPEN_LOADER!r} in the upstream file")
+                    return tuple(
+                        e.value
+                        for e in kw.value.elts
+                        if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                    )
+    raise DataError(
+        ENV.url, None, f"no XMLParser(fields=...) in {OPEN_LOADER!r} in the upstream file"
+    )
 
 
 def answer_section(text: str) -> str:
@@ -90,19 +111,30 @@ REFERENCE = Protocol(
     "reference",
     # Medmarks fixes no candidate sampling (its runner's): greedy, 1,024 tokens (ours); system prompt read at run time.
     answer=Generation(temperature=0.0, max_tokens=1024),
-    judge=Generation(temperature=0.0, max_tokens=2048),  # its judge sampling helper is not in the pinned file: ours
+    judge=Generation(
+        temperature=0.0, max_tokens=2048
+    ),  # its judge sampling helper is not in the pinned file: ours
     judge_model="openai/gpt-4o-mini",  # load_environment(judge_model="gpt-4o-mini")
     extraction="judge reply: the four XML verdict tags, each true when its text holds 'true' and not 'false' "
-               "(Medmarks' parse_rubric_scores); a reply missing a tag -> re-asked (--max-reask), then unknown",
+    "(Medmarks' parse_rubric_scores); a reply missing a tag -> re-asked (--max-reask), then unknown",
     aggregation="answer = (correct + details + (1 - addition) + (1 - critical error)) / 4, averaged over judges; "
-                "benchmark = mean over answers with a known verdict; Medmarks' literal figure (its parser's tag list, "
-                "unknown = 0) beside it",
+    "benchmark = mean over answers with a known verdict; Medmarks' literal figure (its parser's tag list, "
+    "unknown = 0) beside it",
     source=f"{ENV.repo}@{ENV.commit[:7]} {ENV.path} (mode open)",
-    settings={"judge_prompt": "JUDGE_TEMPLATE", "system": f"{OPEN_LOADER} default system prompt",
-              "reference_answer": "answer_explanation when the record has it, else answer (Medmarks' _map)"},
+    settings={
+        "judge_prompt": "JUDGE_TEMPLATE",
+        "system": f"{OPEN_LOADER} default system prompt",
+        "reference_answer": "answer_explanation when the record has it, else answer (Medmarks' _map)",
+    },
 )
-GRANDROUNDS = ours(REFERENCE, extraction="our judge prompt; each tag read as true/false/yes/no (anything else: re-asked, "
-                                         "then unknown)",
-                   settings={"judge_prompt": "ours", "system": "none",
-                             "reference_answer": "answer_explanation when the record has it, else answer"})
+GRANDROUNDS = ours(
+    REFERENCE,
+    extraction="our judge prompt; each tag read as true/false/yes/no (anything else: re-asked, "
+    "then unknown)",
+    settings={
+        "judge_prompt": "ours",
+        "system": "none",
+        "reference_answer": "answer_explanation when the record has it, else answer",
+    },
+)
 PROTOCOLS = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.sources.downloads import RemoteFile, cache_dir, fetch
@@ -46,11 +47,17 @@ def _from_bundle(bench: HasData, bundle: Path) -> Path:
     given = bundled_data(bundle, bench.name)
     if given is not None and given != f"data/{bench.name}":
         if not given.startswith(f"data/{bench.name}/") or ".." in given.split("/"):
-            raise DataError(bundle / "manifest.json", bench.name, f"data path {given!r} lies outside data/{bench.name}/")
+            raise DataError(
+                bundle / "manifest.json",
+                bench.name,
+                f"data path {given!r} lies outside data/{bench.name}/",
+            )
         return bundled_file(bundle, given)
     if not bench.remote_files:
-        raise ConfigError(f"benchmark {bench.name!r} has no data in the bundle {bundle}; pass --data PATH, or write the "
-                          f"bundle with `grandrounds bundle --data {bench.name}=PATH`")
+        raise ConfigError(
+            f"benchmark {bench.name!r} has no data in the bundle {bundle}; pass --data PATH, or write the "
+            f"bundle with `grandrounds bundle --data {bench.name}=PATH`"
+        )
     for rf in bench.remote_files:
         bundled_file(bundle, f"data/{bench.name}/{rf.filename}", rf.sha256)
     return bundle / "data" / bench.name

@@ -17,7 +17,7 @@ import tempfile
 import urllib.request
 import warnings
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +70,12 @@ def fetch(rf: RemoteFile, dest_dir: Path, timeout: float = 60.0) -> Path:
     elif dest.exists() and file_sha256(dest) == rf.sha256:
         return dest
     if bundle_root() is not None:  # a bundled run reads what the bundle holds and never downloads
-        raise DownloadError(rf.url, None, f"not in the bundle {bundle_root()} ({BUNDLE_ENV}), and a bundled run downloads nothing; "
-                        "write a bundle that holds it with `grandrounds bundle --out DIR BENCHMARK`")
+        raise DownloadError(
+            rf.url,
+            None,
+            f"not in the bundle {bundle_root()} ({BUNDLE_ENV}), and a bundled run downloads nothing; "
+            "write a bundle that holds it with `grandrounds bundle --out DIR BENCHMARK`",
+        )
     source = mirrored(rf.url)
     shown = rf.url if source == rf.url else f"{rf.url} (from {source})"
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -86,14 +90,24 @@ def fetch(rf: RemoteFile, dest_dir: Path, timeout: float = 60.0) -> Path:
                 out.write(block)
                 written += len(block)
         if expected is not None and expected.isdigit() and written != int(expected):
-            raise DownloadError(shown, None, f"download interrupted: {written} of {expected} bytes; pass --data PATH to use a local copy")
+            raise DownloadError(
+                shown,
+                None,
+                f"download interrupted: {written} of {expected} bytes; pass --data PATH to use a local copy",
+            )
         tmp.chmod(0o644)
         got = file_sha256(tmp)
         if rf.sha256 is not None and got != rf.sha256:
-            raise DownloadError(shown, None, f"checksum mismatch: expected sha256 {rf.sha256}, got {got}")
+            raise DownloadError(
+                shown, None, f"checksum mismatch: expected sha256 {rf.sha256}, got {got}"
+            )
         tmp.replace(dest)
     except (OSError, http.client.HTTPException, ValueError) as e:
-        raise DownloadError(shown, None, f"download failed ({type(e).__name__}: {e}); pass --data PATH to use a local copy; {WAYS_OUT}") from None
+        raise DownloadError(
+            shown,
+            None,
+            f"download failed ({type(e).__name__}: {e}); pass --data PATH to use a local copy; {WAYS_OUT}",
+        ) from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -116,9 +130,17 @@ def recorded(dest: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise DataError(path, None, f"unreadable download record ({e}); delete it to record the current file anew") from None
+        raise DataError(
+            path,
+            None,
+            f"unreadable download record ({e}); delete it to record the current file anew",
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("sha256"), str):
-        raise DataError(path, None, "download record without a sha256; delete it to record the current file anew")
+        raise DataError(
+            path,
+            None,
+            "download record without a sha256; delete it to record the current file anew",
+        )
     return data
 
 
@@ -129,8 +151,12 @@ def check_recorded(rf: RemoteFile, dest: Path, sha256: str | None = None) -> str
     got = sha256 or file_sha256(dest)
     record = recorded(dest)
     if record is None or record.get("url") != rf.url:
-        entry = {"url": rf.url, "sha256": got, "bytes": dest.stat().st_size,
-                 "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        entry = {
+            "url": rf.url,
+            "sha256": got,
+            "bytes": dest.stat().st_size,
+            "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
         record_path(dest).write_text(json.dumps(entry, indent=1) + "\n", encoding="utf-8")
     elif record["sha256"] != got:
         warnings.warn(

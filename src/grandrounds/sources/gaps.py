@@ -11,12 +11,34 @@ from grandrounds.sources.upstream import UpstreamFile
 COMMIT = "85e91cf8bfe4926a5b778250836a10f3166ef868"
 _REPO = "AQ-MedAI/MedicalAiBenchEval"
 #: The official files (SOURCES.tsv): judge prompts, parse and vote; scoring; points and panel.
-JUDGE_ENGINE = UpstreamFile("gaps", _REPO, COMMIT, "judge_engine.py", "08f09bdd168c00b2bc149bf23465e8adf23e5bea2678cb98906bcca7dbcdac00")
-CALCULATOR = UpstreamFile("gaps", _REPO, COMMIT, "clinical_scoring_calculator.py", "d75029533bc5449f7c609194c84eec7dc0d2606940e879dab561825c3b0b1dba")
-CONFIG = UpstreamFile("gaps", _REPO, COMMIT, "config.yaml", "ca5d2eca1567cd67fdaf78beb10938e1a76ffe07acf70829f6d262cf95853e9c")
+JUDGE_ENGINE = UpstreamFile(
+    "gaps",
+    _REPO,
+    COMMIT,
+    "judge_engine.py",
+    "08f09bdd168c00b2bc149bf23465e8adf23e5bea2678cb98906bcca7dbcdac00",
+)
+CALCULATOR = UpstreamFile(
+    "gaps",
+    _REPO,
+    COMMIT,
+    "clinical_scoring_calculator.py",
+    "d75029533bc5449f7c609194c84eec7dc0d2606940e879dab561825c3b0b1dba",
+)
+CONFIG = UpstreamFile(
+    "gaps",
+    _REPO,
+    COMMIT,
+    "config.yaml",
+    "ca5d2eca1567cd67fdaf78beb10938e1a76ffe07acf70829f6d262cf95853e9c",
+)
 #: config.yaml ``models.judge_models`` (m1..m3) as config_model.yaml names them (read at commit
 #: 9b0e4d2, the only version available; config.yaml there is byte-identical to 85e91cf's).
-JUDGE_PANEL = ("openai/Kimi-K2-Instruct", "openai/Qwen3-235B-A22B-Instruct-2507", "openai/DeepSeek-V3.1")
+JUDGE_PANEL = (
+    "openai/Kimi-K2-Instruct",
+    "openai/Qwen3-235B-A22B-Instruct-2507",
+    "openai/DeepSeek-V3.1",
+)
 
 REFERENCE = Protocol(
     "reference",
@@ -29,7 +51,10 @@ REFERENCE = Protocol(
     settings={
         "judge_prompts": "judge_engine.py build_prompt_positive / build_prompt_negative, read from the pinned file",
         "judge_panel": list(JUDGE_PANEL),
-        "judge_extra_body": {"m1": {"enable_sec_check": False}, "m2": {"top_k": 20, "min_p": 0, "enable_sec_check": False}},
+        "judge_extra_body": {
+            "m1": {"enable_sec_check": False},
+            "m2": {"top_k": 20, "min_p": 0, "enable_sec_check": False},
+        },
         "candidate": "none published (answers come with the sheet); ours",
         "points": dict(LEVEL_POINTS),
         "files": [f.describe() for f in (JUDGE_ENGINE, CALCULATOR, CONFIG)],

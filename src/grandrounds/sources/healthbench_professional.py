@@ -7,14 +7,25 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from grandrounds.sources.healthbench import API_SYSTEM_MESSAGE, GRANDROUNDS as HB_GRANDROUNDS
+from grandrounds.sources.healthbench import API_SYSTEM_MESSAGE
+from grandrounds.sources.healthbench import GRANDROUNDS as HB_GRANDROUNDS
 from grandrounds.sources.protocols import Generation, Protocol
 from grandrounds.sources.upstream import TextRef, UpstreamFile, python_value
 
 #: (folder in the reference tree, repository, commit)
-PRO_REPOSITORY = ("healthbench-professional", "medicalsphere/HealthBench", "0f3b62dc841fde6ba376b5ff1eb6c26fe87a5e65")
-PRO_EVAL = UpstreamFile(*PRO_REPOSITORY, "healthbench/healthbench_eval.py", "114d9a790a2bc5063080f4a32682b1ffecade61577c3aa3e48841f3f0b699dec")
-PRO_README = UpstreamFile(*PRO_REPOSITORY, "README.md", "7da9f291791c71559cc8bb19b1c046675501563c497c1e66dd405f507ec68c9e")
+PRO_REPOSITORY = (
+    "healthbench-professional",
+    "medicalsphere/HealthBench",
+    "0f3b62dc841fde6ba376b5ff1eb6c26fe87a5e65",
+)
+PRO_EVAL = UpstreamFile(
+    *PRO_REPOSITORY,
+    "healthbench/healthbench_eval.py",
+    "114d9a790a2bc5063080f4a32682b1ffecade61577c3aa3e48841f3f0b699dec",
+)
+PRO_README = UpstreamFile(
+    *PRO_REPOSITORY, "README.md", "7da9f291791c71559cc8bb19b1c046675501563c497c1e66dd405f507ec68c9e"
+)
 #: The reference's grader prompt, with ``<<conversation>>`` and ``<<rubric_item>>`` to replace.
 PRO_GRADER_TEMPLATE = TextRef(PRO_EVAL, "GRADER_TEMPLATE")
 #: The grader model and reasoning effort README.md names for healthbench_professional.
@@ -34,10 +45,14 @@ REFERENCE = Protocol(
     aggregation="example = met points / positive points, length-adjusted: - 0.0147 x (chars - 2000) / 500 (unclipped); "
     "metric = clip(mean, 0, 1), bootstrap std of 1000 resamples; an example with an unknown criterion is unscored",
     source=PRO_EVAL.url,
-    settings={"judge_modes": ["per-criterion"], "grader_prompt": "GRADER_TEMPLATE (healthbench/healthbench_eval.py)",
-              "judge_api": "responses", "judge_reasoning_effort": JUDGE_REASONING_EFFORT,
-              "judge_limits": "none sent by the reference (temperature and max tokens here are ours)",
-              "length_adjustment": "PROFESSIONAL_LENGTH_ADJUSTMENT_CENTER, PROFESSIONAL_LENGTH_ADJUSTMENT_PENALTY_PER_500_CHARS"},
+    settings={
+        "judge_modes": ["per-criterion"],
+        "grader_prompt": "GRADER_TEMPLATE (healthbench/healthbench_eval.py)",
+        "judge_api": "responses",
+        "judge_reasoning_effort": JUDGE_REASONING_EFFORT,
+        "judge_limits": "none sent by the reference (temperature and max tokens here are ours)",
+        "length_adjustment": "PROFESSIONAL_LENGTH_ADJUSTMENT_CENTER, PROFESSIONAL_LENGTH_ADJUSTMENT_PENALTY_PER_500_CHARS",
+    },
 )
 GRANDROUNDS = replace(
     HB_GRANDROUNDS,
@@ -53,6 +68,7 @@ def length_settings() -> tuple[float, float]:
     center = python_value(PRO_EVAL, "PROFESSIONAL_LENGTH_ADJUSTMENT_CENTER")
     penalty = python_value(PRO_EVAL, "PROFESSIONAL_LENGTH_ADJUSTMENT_PENALTY_PER_500_CHARS")
     return float(center), float(penalty)
+
 
 #: The presets by name, as ``Benchmark.protocols`` holds them.
 PROTOCOLS = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}

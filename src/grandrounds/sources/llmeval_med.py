@@ -4,7 +4,7 @@ and the two presets (``reference``, ``grandrounds``)."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile
@@ -12,9 +12,27 @@ from grandrounds.sources.upstream import UpstreamFile
 COMMIT = "508516fafd288c896691442d657b4af619609535"
 _REPO = "llmeval/LLMEval-Med"
 #: The official scripts (SOURCES.tsv): judge prompts and score parse, aggregation, answering.
-EVALUATE = UpstreamFile("llmeval-med", _REPO, COMMIT, "evaluate/Evaluate.py", "3d5a3165940a5476ec56ef2989d570a3edec21414f23d5677f005bc3890002c9")
-AGGREGATE = UpstreamFile("llmeval-med", _REPO, COMMIT, "evaluate/Aggregate.py", "5a139fb5aac164ee8368b0e9c6b1753b848fde64deb04d87d13cf4e1bec69ead")
-ANSWER = UpstreamFile("llmeval-med", _REPO, COMMIT, "evaluate/Answer.py", "68ff385b61ad7a5f0e94a4f5dbde6264d5abdc7ccbf4c04b1c5f8241f0f54a7c")
+EVALUATE = UpstreamFile(
+    "llmeval-med",
+    _REPO,
+    COMMIT,
+    "evaluate/Evaluate.py",
+    "3d5a3165940a5476ec56ef2989d570a3edec21414f23d5677f005bc3890002c9",
+)
+AGGREGATE = UpstreamFile(
+    "llmeval-med",
+    _REPO,
+    COMMIT,
+    "evaluate/Aggregate.py",
+    "5a139fb5aac164ee8368b0e9c6b1753b848fde64deb04d87d13cf4e1bec69ead",
+)
+ANSWER = UpstreamFile(
+    "llmeval-med",
+    _REPO,
+    COMMIT,
+    "evaluate/Answer.py",
+    "68ff385b61ad7a5f0e94a4f5dbde6264d5abdc7ccbf4c04b1c5f8241f0f54a7c",
+)
 DEFAULT_JUDGE_RUNS = 3  # the paper averages three judge runs
 
 #: Category key in dataset.json -> short code (paper Table 2; Aggregate.py CATEGORY_CODES).
@@ -26,7 +44,9 @@ CATEGORY_CODES: Mapping[str, str] = {
     "医疗文本生成": "MTG",
 }
 USABLE_THRESHOLD = 4.0  # Aggregate.py USABILITY_THRESHOLD
-SYSTEM_PROMPT = "You are a helpful assistant."  # Answer.py getresponse / Evaluate.py getresponse system message
+SYSTEM_PROMPT = (
+    "You are a helpful assistant."  # Answer.py getresponse / Evaluate.py getresponse system message
+)
 
 REFERENCE = Protocol(
     "reference",

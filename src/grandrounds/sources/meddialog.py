@@ -7,13 +7,19 @@ from __future__ import annotations
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import TextRef, UpstreamRepo
 
-MEDMARKS = UpstreamRepo("medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92")
+MEDMARKS = UpstreamRepo(
+    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
+)
 #: The environment: the candidate's system prompt (``PROMPT``), the data's BASE_URL, the reward arithmetic.
-ENVIRONMENT = MEDMARKS.file("environments/med_dialog/med_dialog/med_dialog.py",
-                            "45ad854910ce0e96882080a8f065183ecc95c37e99cffb452769613193c52c4d")
+ENVIRONMENT = MEDMARKS.file(
+    "environments/med_dialog/med_dialog/med_dialog.py",
+    "45ad854910ce0e96882080a8f065183ecc95c37e99cffb452769613193c52c4d",
+)
 #: JUDGE_TEMPLATE (``.format(conversation=, response=, gold_response=, output_format=)``) and JUDGE_OUTPUT_JSON.
-JUDGE_PROMPTS = MEDMARKS.file("environments/med_dialog/med_dialog/judge_prompts.py",
-                              "a105c77147a39e479a2b0e593243cf13a5f5c31e6ca3b386f0a2316103369506")
+JUDGE_PROMPTS = MEDMARKS.file(
+    "environments/med_dialog/med_dialog/judge_prompts.py",
+    "a105c77147a39e479a2b0e593243cf13a5f5c31e6ca3b386f0a2316103369506",
+)
 
 #: Our judge prompt (the grandrounds protocol).
 OUR_JUDGE = (
@@ -31,15 +37,20 @@ REFERENCE = Protocol(
     "reference",
     # SingleTurnEnv(system_prompt=PROMPT): the conversation is the user message; sampling is its runner's (none pinned): ours
     answer=Generation(temperature=0.0, max_tokens=1024, system=TextRef(ENVIRONMENT, "PROMPT")),
-    judge=Generation(temperature=0.0, max_tokens=2048),  # its judge sampling helper is not in the pinned files: ours
+    judge=Generation(
+        temperature=0.0, max_tokens=2048
+    ),  # its judge sampling helper is not in the pinned files: ours
     judge_model="openai/gpt-4o-mini",  # load_environment(judge_model="gpt-4o-mini")
     extraction="judge reply read as a JSON object with accuracy/completeness/clarity scores; unreadable -> re-asked "
-               "(--max-reask), then unknown (Medmarks scores it 0: reported beside, never folded in)",
+    "(--max-reask), then unknown (Medmarks scores it 0: reported beside, never folded in)",
     aggregation="answer = mean over the three dimensions of clamp(score, 0, 5) / 5 (_compute_normalized_reward), "
-                "averaged over judges; benchmark = mean over answers with a known verdict; coverage and unknowns reported",
+    "averaged over judges; benchmark = mean over answers with a known verdict; coverage and unknowns reported",
     source=f"{ENVIRONMENT.repo}@{ENVIRONMENT.commit[:7]} environments/med_dialog (med_dialog.py, judge_prompts.py)",
     settings={"judge_prompt": "JUDGE_TEMPLATE + JUDGE_OUTPUT_JSON", "system": "PROMPT"},
 )
-GRANDROUNDS = ours(REFERENCE, extraction="tolerant JSON reading (fences, prose, 'score' as text); unreadable -> re-asked, then unknown",
-                   settings={"judge_prompt": "ours", "system": "none"})
+GRANDROUNDS = ours(
+    REFERENCE,
+    extraction="tolerant JSON reading (fences, prose, 'score' as text); unreadable -> re-asked, then unknown",
+    settings={"judge_prompt": "ours", "system": "none"},
+)
 PROTOCOLS = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}

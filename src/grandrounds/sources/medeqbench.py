@@ -14,9 +14,27 @@ REPOSITORY = "AQ-MedAI/MedEQBench"
 
 #: The official files (SOURCES.tsv): the judge prompt and evaluator; the line parser, arithmetic
 #: and judge call; the run configuration (candidate model and settings).
-EVALUATOR = UpstreamFile("medeqbench", REPOSITORY, COMMIT, "Health_EQBench/Health_EQBench.py", "b85ec70eb4f6c0654b7577bb9788259240b48e014ab55ec2eb44ecda462478b2")
-UTILS = UpstreamFile("medeqbench", REPOSITORY, COMMIT, "Health_EQBench/utils.py", "7d1d9a095f936b183be5e75d1a7b33103c136ac75a38051fc6771bd9b8de6192")
-CONFIG = UpstreamFile("medeqbench", REPOSITORY, COMMIT, "configs/examples_config.py", "b22a5e1e4882265026626ff09fb2702948e1875b99615f37d31e5d116078ce67")
+EVALUATOR = UpstreamFile(
+    "medeqbench",
+    REPOSITORY,
+    COMMIT,
+    "Health_EQBench/Health_EQBench.py",
+    "b85ec70eb4f6c0654b7577bb9788259240b48e014ab55ec2eb44ecda462478b2",
+)
+UTILS = UpstreamFile(
+    "medeqbench",
+    REPOSITORY,
+    COMMIT,
+    "Health_EQBench/utils.py",
+    "7d1d9a095f936b183be5e75d1a7b33103c136ac75a38051fc6771bd9b8de6192",
+)
+CONFIG = UpstreamFile(
+    "medeqbench",
+    REPOSITORY,
+    COMMIT,
+    "configs/examples_config.py",
+    "b22a5e1e4882265026626ff09fb2702948e1875b99615f37d31e5d116078ce67",
+)
 #: The official judge prompt (a module-level constant of Health_EQBench.py, filled by str.format).
 EVALUATE_PROMPT = TextRef(EVALUATOR, "evaluate_prompt")
 
@@ -40,11 +58,17 @@ REFERENCE = Protocol(
         "files": [f.describe() for f in (CONFIG, EVALUATOR, UTILS)],
     },
 )
-GRANDROUNDS = replace(ours(
-    REFERENCE,
-    extraction="tolerant line reader (full-width punctuation and digits, missing Reason, quoted 0/1, reasoning removed); first line per item; missing items re-asked, then unknown",
-    aggregation="question score over items with a known verdict; answers with no known positive item unscored; mean over scored answers",
-), settings={"judge_prompt": "templates/medeq_judge.txt", "answer_to_judge": "reasoning traces removed"})
+GRANDROUNDS = replace(
+    ours(
+        REFERENCE,
+        extraction="tolerant line reader (full-width punctuation and digits, missing Reason, quoted 0/1, reasoning removed); first line per item; missing items re-asked, then unknown",
+        aggregation="question score over items with a known verdict; answers with no known positive item unscored; mean over scored answers",
+    ),
+    settings={
+        "judge_prompt": "templates/medeq_judge.txt",
+        "answer_to_judge": "reasoning traces removed",
+    },
+)
 
 #: The presets by name, as ``Benchmark.protocols`` holds them.
 PROTOCOLS = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}

@@ -10,13 +10,19 @@ from grandrounds.core.errors import DataError
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamRepo, read_text
 
-MEDMARKS = UpstreamRepo("medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92")
+MEDMARKS = UpstreamRepo(
+    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
+)
 #: JUDGE_TEMPLATE (``.format(question=, response=, gold_response=, output_format=)``) and JUDGE_OUTPUT_JSON.
-JUDGE_PROMPTS = MEDMARKS.file("environments/medicationqa/medicationqa/judge_prompts.py",
-                              "3d61155eaa15eade7b4edcea98830be21f748a065fae53e5ee9969356d8b1c36")
+JUDGE_PROMPTS = MEDMARKS.file(
+    "environments/medicationqa/medicationqa/judge_prompts.py",
+    "3d61155eaa15eade7b4edcea98830be21f748a065fae53e5ee9969356d8b1c36",
+)
 #: The environment: its candidate system prompt (``SingleTurnEnv(system_prompt=...)``) and default judge.
-ENVIRONMENT = MEDMARKS.file("environments/medicationqa/medicationqa/medicationqa.py",
-                            "efa44b7737c1361574fba99a887beae3ce478379f640ad2d363b575de39bc8d5")
+ENVIRONMENT = MEDMARKS.file(
+    "environments/medicationqa/medicationqa/medicationqa.py",
+    "efa44b7737c1361574fba99a887beae3ce478379f640ad2d363b575de39bc8d5",
+)
 #: The dimensions the judge scores 1-5 (JUDGE_DIMENSIONS there; the keys its JSON carries).
 DIMENSIONS = ("accuracy", "completeness", "clarity")
 
@@ -41,9 +47,15 @@ def call_keyword_string(within: str, keyword: str) -> str:
             for call in ast.walk(node):
                 if isinstance(call, ast.Call):
                     for kw in call.keywords:
-                        if kw.arg == keyword and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                        if (
+                            kw.arg == keyword
+                            and isinstance(kw.value, ast.Constant)
+                            and isinstance(kw.value.value, str)
+                        ):
                             return kw.value.value
-    raise DataError(ENVIRONMENT.url, None, f"no string passed as {keyword}= in {within!r} in the upstream file")
+    raise DataError(
+        ENVIRONMENT.url, None, f"no string passed as {keyword}= in {within!r} in the upstream file"
+    )
 
 
 def candidate_system() -> str:
@@ -58,12 +70,18 @@ REFERENCE = Protocol(
     judge=Generation(temperature=0.0, max_tokens=2048),
     judge_model="openai/gpt-4o-mini",
     extraction="judge reply read as a JSON object with accuracy/completeness/clarity scores; unreadable -> re-asked "
-               "(--max-reask), then unknown (Medmarks scores it 0: reported beside, never folded in)",
+    "(--max-reask), then unknown (Medmarks scores it 0: reported beside, never folded in)",
     aggregation="answer = mean over the three dimensions of clamp(score, 0, 5) / 5, averaged over the judges; "
-                "benchmark = mean over answers with a known verdict; coverage and unknowns reported",
+    "benchmark = mean over answers with a known verdict; coverage and unknowns reported",
     source=f"{ENVIRONMENT.repo}@{ENVIRONMENT.commit[:7]} environments/medicationqa (judge_prompts.py, medicationqa.py)",
-    settings={"judge_prompt": "JUDGE_TEMPLATE + JUDGE_OUTPUT_JSON", "system": "the environment's system_prompt"},
+    settings={
+        "judge_prompt": "JUDGE_TEMPLATE + JUDGE_OUTPUT_JSON",
+        "system": "the environment's system_prompt",
+    },
 )
-GRANDROUNDS = ours(REFERENCE, extraction="tolerant JSON reading (fences, prose, 'score' as text); unreadable -> re-asked, then unknown",
-                   settings={"judge_prompt": "ours", "system": "none"})
+GRANDROUNDS = ours(
+    REFERENCE,
+    extraction="tolerant JSON reading (fences, prose, 'score' as text); unreadable -> re-asked, then unknown",
+    settings={"judge_prompt": "ours", "system": "none"},
+)
 PROTOCOLS = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}

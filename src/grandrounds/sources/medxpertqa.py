@@ -18,12 +18,21 @@ from dataclasses import dataclass
 from grandrounds.core.errors import DataError
 from grandrounds.sources.upstream import TextRef, UpstreamRepo, UpstreamText, read_text
 
-MEDXPERTQA = UpstreamRepo("medxpertqa", "TsinghuaC3I/MedXpertQA", "f21247d3ccf3b14826ff2aa7fa06e1a46d64058c")
-PROMPT_TEMPLATES = MEDXPERTQA.file("eval/config/prompt_templates.py", "206848d7b2fe7e5a908971f6c92b7b4e19072ea1862b32a65b7c303445d6da6e")
+MEDXPERTQA = UpstreamRepo(
+    "medxpertqa", "TsinghuaC3I/MedXpertQA", "f21247d3ccf3b14826ff2aa7fa06e1a46d64058c"
+)
+PROMPT_TEMPLATES = MEDXPERTQA.file(
+    "eval/config/prompt_templates.py",
+    "206848d7b2fe7e5a908971f6c92b7b4e19072ea1862b32a65b7c303445d6da6e",
+)
 #: answer_cleansing and set_correctness, whose rule graders/readings_aj.py reimplements.
-UTILS = MEDXPERTQA.file("eval/utils.py", "4b333621ffd33e1f53ffeb82c259c069adccdfe5794558a77cda4228a39ea322")
+UTILS = MEDXPERTQA.file(
+    "eval/utils.py", "4b333621ffd33e1f53ffeb82c259c069adccdfe5794558a77cda4228a39ea322"
+)
 #: zero_shot_cot: the two turns and how the trigger is filled in.
-MAIN = MEDXPERTQA.file("eval/main.py", "bae2de6dcf11bc8c107f90ff28f2c01751f2812e031aaf019a6c654e951ba06a")
+MAIN = MEDXPERTQA.file(
+    "eval/main.py", "bae2de6dcf11bc8c107f90ff28f2c01751f2812e031aaf019a6c654e951ba06a"
+)
 #: The dataset name whose branch is taken (the text sets use it and "medxpertqa_sampled" alike).
 DATASET = "medxpertqa"
 
@@ -42,15 +51,27 @@ def _branch(node: ast.If) -> list[ast.stmt]:
 @functools.lru_cache(maxsize=4)
 def _templates() -> dict[str, str]:
     tree = ast.parse(read_text(PROMPT_TEMPLATES), filename=PROMPT_TEMPLATES.path)
-    func = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "load_templates"), None)
+    func = next(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef) and n.name == "load_templates"
+        ),
+        None,
+    )
     if func is None:
-        raise DataError(PROMPT_TEMPLATES.url, None, "no function 'load_templates' in the upstream file")
+        raise DataError(
+            PROMPT_TEMPLATES.url, None, "no function 'load_templates' in the upstream file"
+        )
     out: dict[str, str] = {}
     for stmt in func.body:
         for node in _branch(stmt) if isinstance(stmt, ast.If) else [stmt]:
             if (
-                isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Attribute)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
             ):
                 out[node.targets[0].attr] = node.value.value
     return out
@@ -60,7 +81,11 @@ def template(name: str) -> UpstreamText:
     """The attribute ``name`` of MedXpertQA's templates (e.g. ``zero_shot_cot_prompt``), as text."""
     values = _templates()
     if name not in values:
-        raise DataError(PROMPT_TEMPLATES.url, None, f"no string assigned to self.{name} for {DATASET} in load_templates")
+        raise DataError(
+            PROMPT_TEMPLATES.url,
+            None,
+            f"no string assigned to self.{name} for {DATASET} in load_templates",
+        )
     return UpstreamText(PROMPT_TEMPLATES, f"load_templates({DATASET!r}).{name}", (values[name],))
 
 

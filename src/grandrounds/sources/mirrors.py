@@ -70,7 +70,7 @@ def mirrored(url: str) -> str:
     for origin, env in ((GITHUB_RAW, GITHUB_MIRROR_ENV), (HUGGING_FACE, HF_ENDPOINT_ENV)):
         base = _env(env)
         if base and (url == origin or url.startswith(origin + "/")):
-            return base + url[len(origin):]
+            return base + url[len(origin) :]
     generic = _env(MIRROR_ENV)
     parts = urlsplit(url)
     if generic and parts.scheme in ("http", "https") and parts.netloc:
@@ -132,7 +132,11 @@ def manifest(root: Path) -> dict[str, Any]:
             return _manifests[root]
     path = root / MANIFEST
     if not path.is_file():
-        raise DataError(path, None, f"no bundle manifest here: {BUNDLE_ENV} must name a folder written by `grandrounds bundle --out DIR`")
+        raise DataError(
+            path,
+            None,
+            f"no bundle manifest here: {BUNDLE_ENV} must name a folder written by `grandrounds bundle --out DIR`",
+        )
     data = read_manifest(path, "write the bundle again")
     with _bundle_guard:
         _manifests[root] = data
@@ -148,10 +152,18 @@ def bundled_file(root: Path, rel: str, pinned: str | None = None) -> Path:
     entry = manifest(root)["files"].get(rel)
     path = root / rel
     if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
-        raise DataError(path, None, f"not in the bundle {root} (its manifest does not list {rel}); "
-                        "write a bundle that holds it with `grandrounds bundle --out DIR BENCHMARK`")
+        raise DataError(
+            path,
+            None,
+            f"not in the bundle {root} (its manifest does not list {rel}); "
+            "write a bundle that holds it with `grandrounds bundle --out DIR BENCHMARK`",
+        )
     if not path.is_file():
-        raise DataError(path, None, f"listed in {root / MANIFEST} but missing; copy the whole bundle folder again")
+        raise DataError(
+            path,
+            None,
+            f"listed in {root / MANIFEST} but missing; copy the whole bundle folder again",
+        )
     stat = path.stat()
     key = (path, stat.st_size, stat.st_mtime_ns)
     with _bundle_guard:
@@ -161,7 +173,11 @@ def bundled_file(root: Path, rel: str, pinned: str | None = None) -> Path:
         with _bundle_guard:
             _verified[key] = got
     if got != entry["sha256"]:
-        raise DataError(path, None, f"does not match the bundle manifest (sha256 {got}, manifest {entry['sha256']}); copy the bundle again")
+        raise DataError(
+            path,
+            None,
+            f"does not match the bundle manifest (sha256 {got}, manifest {entry['sha256']}); copy the bundle again",
+        )
     if pinned is not None and got != pinned:
         raise DataError(path, None, f"does not match its pinned sha256 {pinned} (got {got})")
     return path
@@ -170,4 +186,8 @@ def bundled_file(root: Path, rel: str, pinned: str | None = None) -> Path:
 def bundled_data(root: Path, benchmark: str) -> str | None:
     """The path (relative to the bundle) the manifest gives for ``benchmark``'s data, or None."""
     entry = manifest(root).get("data", {}).get(benchmark)
-    return entry.get("path") if isinstance(entry, dict) and isinstance(entry.get("path"), str) else None
+    return (
+        entry.get("path")
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str)
+        else None
+    )

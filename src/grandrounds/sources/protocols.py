@@ -17,8 +17,9 @@ against each other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any
 
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.records import GenParams
@@ -44,10 +45,16 @@ class Generation:
     top_p: float | None = None
     #: System message sent before the benchmark's own messages (None: none is sent); upstream text
     #: (read from the official file at run time) or our own string.
-    system: "str | TextRef | None" = None
+    system: str | TextRef | None = None
 
     def params(self, seed: int | None = 0, **kw: Any) -> GenParams:
-        return GenParams(temperature=self.temperature, max_tokens=self.max_tokens, top_p=self.top_p, seed=seed, **kw)
+        return GenParams(
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            top_p=self.top_p,
+            seed=seed,
+            **kw,
+        )
 
 
 #: Our defaults: deterministic answers, room for reasoning, deterministic judges.
@@ -71,6 +78,7 @@ class Protocol:
         if self.judge_model is None:
             return ()
         return (self.judge_model,) if isinstance(self.judge_model, str) else tuple(self.judge_model)
+
     #: How answers are read (one line, shown in the fingerprint and the README's table).
     extraction: str = ""
     #: How item values become the headline (one line).
@@ -115,13 +123,23 @@ def system_text(g: Generation) -> str | None:
 
 def ours(reference: Protocol, **changes: Any) -> Protocol:
     """The ``grandrounds`` preset beside ``reference``: our generation settings unless ``changes`` say otherwise."""
-    base = {"answer": OUR_ANSWER, "judge": OUR_JUDGE, "judge_model": reference.judge_model, "source": "ours", "settings": {}}
+    base = {
+        "answer": OUR_ANSWER,
+        "judge": OUR_JUDGE,
+        "judge_model": reference.judge_model,
+        "source": "ours",
+        "settings": {},
+    }
     return replace(reference, name="grandrounds", **(base | changes))
 
 
-def same_as_ours(extraction: str, aggregation: str, note: str = "the benchmark publishes no protocol") -> dict[str, Protocol]:
+def same_as_ours(
+    extraction: str, aggregation: str, note: str = "the benchmark publishes no protocol"
+) -> dict[str, Protocol]:
     """Presets for a benchmark whose authors publish no prompt or settings: both are ours, and say so."""
-    ref = Protocol("reference", extraction=extraction, aggregation=aggregation, source=f"ours ({note})")
+    ref = Protocol(
+        "reference", extraction=extraction, aggregation=aggregation, source=f"ours ({note})"
+    )
     return {"reference": ref, "grandrounds": replace(ref, name="grandrounds", source="ours")}
 
 
@@ -129,7 +147,9 @@ def same_as_ours(extraction: str, aggregation: str, note: str = "the benchmark p
 OVERRIDABLE = ("temperature", "max_tokens", "top_p")
 
 
-def resolve_generation(preset: Generation, given: GenParams | None, overrides: Mapping[str, Any], seed: int | None) -> tuple[GenParams, dict[str, Any]]:
+def resolve_generation(
+    preset: Generation, given: GenParams | None, overrides: Mapping[str, Any], seed: int | None
+) -> tuple[GenParams, dict[str, Any]]:
     """The generation parameters a role runs with, and what deviates from the preset.
 
     ``given`` (a complete GenParams from a caller) wins over the preset; otherwise the preset
@@ -140,8 +160,12 @@ def resolve_generation(preset: Generation, given: GenParams | None, overrides: M
     if given is not None:
         used = given
     else:
-        used = replace(base, **{k: v for k, v in overrides.items() if v is not None and k in OVERRIDABLE})
+        used = replace(
+            base, **{k: v for k, v in overrides.items() if v is not None and k in OVERRIDABLE}
+        )
     deviations = {
-        k: {"preset": getattr(base, k), "used": getattr(used, k)} for k in OVERRIDABLE if getattr(base, k) != getattr(used, k)
+        k: {"preset": getattr(base, k), "used": getattr(used, k)}
+        for k in OVERRIDABLE
+        if getattr(base, k) != getattr(used, k)
     }
     return used, deviations

@@ -24,14 +24,15 @@ import functools
 import os
 import threading
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from grandrounds.sources.downloads import RemoteFile, cache_dir, fetch
-from grandrounds.sources.mirrors import bundle_root, bundled_file
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import file_sha256, text_hash
+from grandrounds.sources.downloads import RemoteFile, cache_dir, fetch
+from grandrounds.sources.mirrors import bundle_root, bundled_file
 
 #: Environment variable naming a local reference folder (``<folder>/<path>`` layout).
 REFERENCE_ENV = "GRANDROUNDS_REFERENCE"
@@ -73,7 +74,9 @@ class UpstreamRepo:
 
 #: openai/simple-evals at the commit every simple-evals file is read from (HealthBench's grader
 #: and sampler, the multiple-choice prompt and answer regexes); as in ../shared/reference/SOURCES.tsv.
-SIMPLE_EVALS = UpstreamRepo("simple-evals", "openai/simple-evals", "ee3b0318d8d1d9d72755a4120879be65f7c07e9e")
+SIMPLE_EVALS = UpstreamRepo(
+    "simple-evals", "openai/simple-evals", "ee3b0318d8d1d9d72755a4120879be65f7c07e9e"
+)
 #: FreedomIntelligence/CMB at the commit its prompt, answer matching and scoring are read from.
 CMB = UpstreamRepo("cmb", "FreedomIntelligence/CMB", "6c8ece46097dae736c6805dd3b831e1a38c08971")
 
@@ -91,7 +94,11 @@ def local_path(f: UpstreamFile) -> Path:
         if candidate.is_file():
             got = file_sha256(candidate)
             if got != f.sha256:
-                raise DataError(candidate, None, f"does not match the pinned upstream file {f.url} (sha256 {got}, expected {f.sha256})")
+                raise DataError(
+                    candidate,
+                    None,
+                    f"does not match the pinned upstream file {f.url} (sha256 {got}, expected {f.sha256})",
+                )
             return candidate
     bundle = bundle_root()
     if bundle is not None:  # a bundle is read as it is: never a download
@@ -102,15 +109,27 @@ def local_path(f: UpstreamFile) -> Path:
         failed = _failed.get(f.url)
         if failed is not None:
             cached = dest / remote.filename
-            if cached.is_file() and file_sha256(cached) == f.sha256:  # put there since (another process)
+            if (
+                cached.is_file() and file_sha256(cached) == f.sha256
+            ):  # put there since (another process)
                 return cached
-            raise type(failed)(failed.path, failed.where, failed.problem + " (failed earlier in this process; not tried again)")
+            raise type(failed)(
+                failed.path,
+                failed.where,
+                failed.problem + " (failed earlier in this process; not tried again)",
+            )
         try:
             return fetch(remote, dest)
         except DataError as e:
-            hint = (f"; or set {REFERENCE_ENV} to a folder holding {f.folder}/{f.path}; "
-                    "or run with --protocol grandrounds, which needs no official file")
-            err = type(e)(e.path, e.where, e.problem.replace("; pass --data PATH to use a local copy", "") + hint)
+            hint = (
+                f"; or set {REFERENCE_ENV} to a folder holding {f.folder}/{f.path}; "
+                "or run with --protocol grandrounds, which needs no official file"
+            )
+            err = type(e)(
+                e.path,
+                e.where,
+                e.problem.replace("; pass --data PATH to use a local copy", "") + hint,
+            )
             _failed[f.url] = err
             raise err from None
 
@@ -165,7 +184,7 @@ class UpstreamText:
 
     source: UpstreamFile
     name: str
-    parts: tuple[str | "Field", ...]
+    parts: tuple[str | Field, ...]
 
     @property
     def text(self) -> str:
@@ -181,7 +200,9 @@ class UpstreamText:
         vals = {**(values or {}), **kw}
         missing = [f for f in self.fields if f not in vals]
         if missing:
-            raise ConfigError(f"template {self.name} from {self.source.url} needs values for {', '.join(missing)}")
+            raise ConfigError(
+                f"template {self.name} from {self.source.url} needs values for {', '.join(missing)}"
+            )
         return "".join(p if isinstance(p, str) else str(vals[p.expr]) for p in self.parts)
 
     def fingerprint(self) -> dict[str, str]:
@@ -209,7 +230,9 @@ class TextRef:
         return python_string(self.source, self.name, within=self.within)
 
     def describe(self) -> dict[str, str]:
-        return self.source.describe() | {"name": self.name if self.within is None else f"{self.within}.{self.name}"}
+        return self.source.describe() | {
+            "name": self.name if self.within is None else f"{self.within}.{self.name}"
+        }
 
 
 def python_string(f: UpstreamFile, name: str, *, within: str | None = None) -> UpstreamText:
@@ -234,26 +257,43 @@ def python_string(f: UpstreamFile, name: str, *, within: str | None = None) -> U
             targets, value = [node.target], node.value
         for t in targets:
             if isinstance(t, ast.Name) and t.id == name and value is not None:
-                return UpstreamText(f, name if within is None else f"{within}.{name}", tuple(_merge(_string_parts(f, value))))
+                return UpstreamText(
+                    f,
+                    name if within is None else f"{within}.{name}",
+                    tuple(_merge(_string_parts(f, value))),
+                )
     where = f" in {within}" if within else ""
     raise DataError(f.url, None, f"no string assigned to {name!r}{where} in the upstream file")
 
 
-def python_dict_string(f: UpstreamFile, dict_name: str, key: str, *, within: str | None = None) -> UpstreamText:
+def python_dict_string(
+    f: UpstreamFile, dict_name: str, key: str, *, within: str | None = None
+) -> UpstreamText:
     """The string under ``key`` of the dict literal assigned to ``dict_name`` (``{"key": "..."}``)."""
     tree = _parse(f)
     nodes = list(ast.walk(tree))
     if within is not None:
-        scope = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == within), None)
+        scope = next(
+            (
+                n
+                for n in nodes
+                if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == within
+            ),
+            None,
+        )
         if scope is None:
             raise DataError(f.url, None, f"no function or class {within!r} in the upstream file")
         nodes = list(ast.walk(scope))
     for node in nodes:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == dict_name for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == dict_name for t in node.targets
+        ):
             if isinstance(node.value, ast.Dict):
                 for k, v in zip(node.value.keys, node.value.values):
                     if isinstance(k, ast.Constant) and k.value == key:
-                        return UpstreamText(f, f"{dict_name}[{key!r}]", tuple(_merge(_string_parts(f, v))))
+                        return UpstreamText(
+                            f, f"{dict_name}[{key!r}]", tuple(_merge(_string_parts(f, v)))
+                        )
     raise DataError(f.url, None, f"no entry {key!r} in a dict {dict_name!r} in the upstream file")
 
 
@@ -263,14 +303,18 @@ def python_returned_string(f: UpstreamFile, within: str) -> UpstreamText:
     For templates built by a function instead of assigned to a name; accepts the same string forms
     as :func:`python_string`.
     """
-    func = _function(f, _parse(f), within)  # a dotted name for a method: ScenarioNEJM.examiner_information
+    func = _function(
+        f, _parse(f), within
+    )  # a dotted name for a method: ScenarioNEJM.examiner_information
     for node in _walk_statements(func.body):
         if isinstance(node, ast.Return) and node.value is not None:
             try:
                 return UpstreamText(f, f"{within}()", tuple(_merge(_string_parts(f, node.value))))
             except DataError:
                 continue  # a return of something else (a call, a variable): look further
-    raise DataError(f.url, None, f"function {within!r} returns no string literal in the upstream file")
+    raise DataError(
+        f.url, None, f"function {within!r} returns no string literal in the upstream file"
+    )
 
 
 def yaml_value(f: UpstreamFile, key: str) -> Any:
@@ -283,7 +327,9 @@ def yaml_value(f: UpstreamFile, key: str) -> Any:
     class _Loader(yaml.SafeLoader):
         pass
 
-    _Loader.add_constructor("!function", lambda loader, node: {"!function": loader.construct_scalar(node)})
+    _Loader.add_constructor(
+        "!function", lambda loader, node: {"!function": loader.construct_scalar(node)}
+    )
     data = yaml.load(_source(f), Loader=_Loader)  # noqa: S506  (SafeLoader subclass)
     if not isinstance(data, dict) or key not in data:
         raise DataError(f.url, None, f"no key {key!r} in the upstream YAML file")
@@ -296,10 +342,13 @@ def _walk_statements(body: list[ast.stmt]):
         yield node
         for attr in ("body", "orelse", "finalbody", "handlers"):
             inner = getattr(node, attr, None)
-            if isinstance(inner, list) and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                yield from _walk_statements([n for n in inner if isinstance(n, ast.stmt)] + [
-                    s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body
-                ])
+            if isinstance(inner, list) and not isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            ):
+                yield from _walk_statements(
+                    [n for n in inner if isinstance(n, ast.stmt)]
+                    + [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body]
+                )
 
 
 def _string_parts(f: UpstreamFile, node: ast.expr) -> list[str | Field]:
@@ -312,16 +361,28 @@ def _string_parts(f: UpstreamFile, node: ast.expr) -> list[str | Field]:
                 out.append(str(v.value))
             elif isinstance(v, ast.FormattedValue):
                 if v.conversion != -1 or v.format_spec is not None:
-                    raise DataError(f.url, getattr(v, "lineno", None), "f-string placeholder with a conversion or format spec is not supported")
+                    raise DataError(
+                        f.url,
+                        getattr(v, "lineno", None),
+                        "f-string placeholder with a conversion or format spec is not supported",
+                    )
                 out.append(Field(ast.unparse(v.value)))
         return out
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         # '"Question: " + doc["question"] + "\\n"': a non-literal operand is a placeholder named by its
         # source, as in an f-string; the chain must hold at least one literal to be a template
         operands = _add_operands(node)
-        out = [p for o in operands for p in (_string_parts(f, o) if _is_template(o) else [Field(ast.unparse(o))])]
+        out = [
+            p
+            for o in operands
+            for p in (_string_parts(f, o) if _is_template(o) else [Field(ast.unparse(o))])
+        ]
         if not any(isinstance(p, str) for p in out):
-            raise DataError(f.url, getattr(node, "lineno", None), "expected a string literal, found a sum of expressions")
+            raise DataError(
+                f.url,
+                getattr(node, "lineno", None),
+                "expected a string literal, found a sum of expressions",
+            )
         return out
     if (
         isinstance(node, ast.Call)
@@ -345,7 +406,11 @@ def _string_parts(f: UpstreamFile, node: ast.expr) -> list[str | Field]:
         if parts and isinstance(parts[-1], str) and node.func.attr in ("strip", "rstrip"):
             parts[-1] = parts[-1].rstrip()
         return parts
-    raise DataError(f.url, getattr(node, "lineno", None), f"expected a string literal, found {type(node).__name__}")
+    raise DataError(
+        f.url,
+        getattr(node, "lineno", None),
+        f"expected a string literal, found {type(node).__name__}",
+    )
 
 
 def _merge(parts: list[str | Field]) -> list[str | Field]:
@@ -372,7 +437,9 @@ def _is_template(node: ast.expr) -> bool:
     if isinstance(node, ast.JoinedStr):
         return True
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        return node.func.attr in ("strip", "lstrip", "rstrip", "format") and _is_template(node.func.value)
+        return node.func.attr in ("strip", "lstrip", "rstrip", "format") and _is_template(
+            node.func.value
+        )
     return False
 
 
@@ -383,7 +450,9 @@ def _format_parts(f: UpstreamFile, call: ast.Call) -> list[str | Field]:
 
     literal = _merge(_string_parts(f, call.func.value))  # type: ignore[attr-defined]
     if len(literal) != 1 or not isinstance(literal[0], str):
-        raise DataError(f.url, call.lineno, ".format() on a template with placeholders is not supported")
+        raise DataError(
+            f.url, call.lineno, ".format() on a template with placeholders is not supported"
+        )
     args = [ast.unparse(a) for a in call.args]
     kwargs = {k.arg: ast.unparse(k.value) for k in call.keywords}
     out: list[str | Field] = []
@@ -393,13 +462,17 @@ def _format_parts(f: UpstreamFile, call: ast.Call) -> list[str | Field]:
         if name is None:
             continue
         if spec or conv:
-            raise DataError(f.url, call.lineno, "format field with a conversion or format spec is not supported")
+            raise DataError(
+                f.url, call.lineno, "format field with a conversion or format spec is not supported"
+            )
         if name == "":
             name, auto = str(auto), auto + 1
         try:
             out.append(Field(args[int(name)] if name.isdigit() else kwargs[name]))
         except (IndexError, KeyError):
-            raise DataError(f.url, call.lineno, f"format field {{{name}}} has no argument") from None
+            raise DataError(
+                f.url, call.lineno, f"format field {{{name}}} has no argument"
+            ) from None
     return out
 
 
@@ -410,14 +483,26 @@ def _named(tree: ast.AST, name: str, kinds: tuple[type, ...]) -> Any:
     node: Any = tree
     parts = name.split(".")
     for i, part in enumerate(parts):
-        scope, want = node, kinds if i == len(parts) - 1 else (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-        node = next((n for n in ast.walk(scope) if n is not scope and isinstance(n, want) and n.name == part), None)
+        scope, want = (
+            node,
+            kinds if i == len(parts) - 1 else (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef),
+        )
+        node = next(
+            (
+                n
+                for n in ast.walk(scope)
+                if n is not scope and isinstance(n, want) and n.name == part
+            ),
+            None,
+        )
         if node is None:
             return None
     return node
 
 
-def _function(f: UpstreamFile, tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef:
+def _function(
+    f: UpstreamFile, tree: ast.Module, name: str
+) -> ast.FunctionDef | ast.AsyncFunctionDef:
     func = _named(tree, name, (ast.FunctionDef, ast.AsyncFunctionDef))
     if func is None:
         raise DataError(f.url, None, f"no function {name!r} in the upstream file")
@@ -434,12 +519,18 @@ def python_appended_strings(f: UpstreamFile, name: str, *, within: str) -> list[
     out = [
         UpstreamText(f, f"{within}.{name}+={i}", tuple(_merge(_string_parts(f, node.value))))
         for i, node in enumerate(
-            n for n in _walk_statements(func.body)
-            if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) and n.target.id == name
+            n
+            for n in _walk_statements(func.body)
+            if isinstance(n, ast.AugAssign)
+            and isinstance(n.op, ast.Add)
+            and isinstance(n.target, ast.Name)
+            and n.target.id == name
         )
     ]
     if not out:
-        raise DataError(f.url, None, f"nothing is appended to {name!r} in {within!r} in the upstream file")
+        raise DataError(
+            f.url, None, f"nothing is appended to {name!r} in {within!r} in the upstream file"
+        )
     return out
 
 
@@ -452,7 +543,11 @@ def python_fstring(f: UpstreamFile, *, within: str, fields: tuple[str, ...]) -> 
             text = UpstreamText(f, f"{within}:f-string", tuple(_merge(_string_parts(f, node))))
             if text.fields == fields:
                 return text
-    raise DataError(f.url, None, f"no f-string with placeholders {', '.join(fields)} in {within!r} in the upstream file")
+    raise DataError(
+        f.url,
+        None,
+        f"no f-string with placeholders {', '.join(fields)} in {within!r} in the upstream file",
+    )
 
 
 def python_call_argument(f: UpstreamFile, call: str, index: int, *, within: str) -> UpstreamText:
@@ -462,8 +557,14 @@ def python_call_argument(f: UpstreamFile, call: str, index: int, *, within: str)
     func = _function(f, _parse(f), within)
     for node in ast.walk(func):
         if isinstance(node, ast.Call) and ast.unparse(node.func) == call and len(node.args) > index:
-            return UpstreamText(f, f"{within}:{call}[{index}]", tuple(_merge(_string_parts(f, node.args[index]))))
-    raise DataError(f.url, None, f"no call of {call!r} with an argument {index} in {within!r} in the upstream file")
+            return UpstreamText(
+                f, f"{within}:{call}[{index}]", tuple(_merge(_string_parts(f, node.args[index])))
+            )
+    raise DataError(
+        f.url,
+        None,
+        f"no call of {call!r} with an argument {index} in {within!r} in the upstream file",
+    )
 
 
 def python_value(f: UpstreamFile, name: str) -> Any:
@@ -471,7 +572,9 @@ def python_value(f: UpstreamFile, name: str) -> Any:
     read with ``ast.literal_eval`` (never executed); e.g. a list of regular expressions."""
     tree = _parse(f)
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
             try:
                 return ast.literal_eval(node.value)
             except ValueError:
@@ -497,7 +600,9 @@ def python_assigned_strings(f: UpstreamFile, target: str, *, within: str) -> lis
                 continue
             out.append(UpstreamText(f, f"{within}.{target}={len(out)}", tuple(parts)))
     if not out:
-        raise DataError(f.url, None, f"no string assigned to {target!r} in {within!r} in the upstream file")
+        raise DataError(
+            f.url, None, f"no string assigned to {target!r} in {within!r} in the upstream file"
+        )
     return out
 
 
@@ -509,10 +614,21 @@ def python_message_contents(f: UpstreamFile, *, within: str) -> list[tuple[str, 
     for node in ast.walk(func):
         if not isinstance(node, ast.Dict):
             continue
-        entries = {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        entries = {
+            k.value: v
+            for k, v in zip(node.keys, node.values)
+            if isinstance(k, ast.Constant) and isinstance(k.value, str)
+        }
         role, content = entries.get("role"), entries.get("content")
-        if isinstance(role, ast.Constant) and isinstance(role.value, str) and content is not None and _is_template(content):
-            text = UpstreamText(f, f"{within}:{role.value}#{len(found)}", tuple(_merge(_string_parts(f, content))))
+        if (
+            isinstance(role, ast.Constant)
+            and isinstance(role.value, str)
+            and content is not None
+            and _is_template(content)
+        ):
+            text = UpstreamText(
+                f, f"{within}:{role.value}#{len(found)}", tuple(_merge(_string_parts(f, content)))
+            )
             found.append((node.lineno, node.col_offset, role.value, text))
     if not found:
         raise DataError(f.url, None, f"no chat message literal in {within!r} in the upstream file")

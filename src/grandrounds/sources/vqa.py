@@ -25,13 +25,20 @@ import functools
 from grandrounds.core.errors import DataError
 from grandrounds.sources.upstream import UpstreamRepo, UpstreamText, python_string
 
-MEDEVALKIT = UpstreamRepo("medevalkit", "alibaba-damo-academy/MedEvalKit", "9b12e3b34232a8779cc1275417bf4f72f03d28e0")
+MEDEVALKIT = UpstreamRepo(
+    "medevalkit", "alibaba-damo-academy/MedEvalKit", "9b12e3b34232a8779cc1275417bf4f72f03d28e0"
+)
 #: ``get_compare_messages(question, response, answer)``: the f-string ``prompt`` it sends as one user message.
-MEDEVALKIT_UTILS = MEDEVALKIT.file("utils/utils.py", "bdc5b0550a92e9e8986d279660c525832a3bcad9a2470973848ed679d90c5a1f")
+MEDEVALKIT_UTILS = MEDEVALKIT.file(
+    "utils/utils.py", "bdc5b0550a92e9e8986d279660c525832a3bcad9a2470973848ed679d90c5a1f"
+)
 #: The placeholders of MedEvalKit's compare prompt, in its order.
 COMPARE_FIELDS = ("question", "answer", "response")
 #: How each protocol's judge reply is read: the text inside the last ``<judge>`` tag -> same meaning or not.
-VERDICT_WORDS = {"reference": {"0": True, "1": False}, "grandrounds": {"same": True, "different": False}}
+VERDICT_WORDS = {
+    "reference": {"0": True, "1": False},
+    "grandrounds": {"same": True, "different": False},
+}
 
 #: The candidate answer's markers in our prompt (removed from the answer itself before it is placed).
 ANSWER_OPEN, ANSWER_CLOSE = "<candidate_answer>", "</candidate_answer>"
@@ -56,7 +63,11 @@ def compare_prompt() -> UpstreamText:
     """MedEvalKit's compare prompt, read from the pinned file (placeholders ``question``, ``answer``, ``response``)."""
     text = python_string(MEDEVALKIT_UTILS, "prompt", within="get_compare_messages")
     if text.fields != COMPARE_FIELDS:
-        raise DataError(MEDEVALKIT_UTILS.url, None, f"get_compare_messages' prompt has placeholders {text.fields}, expected {COMPARE_FIELDS}")
+        raise DataError(
+            MEDEVALKIT_UTILS.url,
+            None,
+            f"get_compare_messages' prompt has placeholders {text.fields}, expected {COMPARE_FIELDS}",
+        )
     return text
 
 
@@ -69,4 +80,6 @@ def our_prompt(question: str, reference: str, answer: str) -> str:
 
 def reference_prompt(question: str, reference: str, answer: str) -> str:
     """MedEvalKit's prompt as its VQA scorers fill it: reference and response lower-cased and stripped."""
-    return compare_prompt().render(question=question, answer=reference.lower().strip(), response=answer.lower().strip())
+    return compare_prompt().render(
+        question=question, answer=reference.lower().strip(), response=answer.lower().strip()
+    )

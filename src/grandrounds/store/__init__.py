@@ -51,7 +51,9 @@ __all__ = [
 ]
 
 
-class Store(LeaseTables, RunTables, GradeTables, ReviewTables, AgreementTables, BatchTables, EpisodeTables):
+class Store(
+    LeaseTables, RunTables, GradeTables, ReviewTables, AgreementTables, BatchTables, EpisodeTables
+):
     """A handle on one store file. Pass it explicitly; there is no global store."""
 
     def change_stamp(self) -> str:

@@ -57,17 +57,31 @@ class AgreementTables(StoreBase):
             self.db.execute(
                 f"INSERT OR REPLACE INTO judge_agreement ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    rec.key, rec.suite, rec.judge, canonical_json(rec.judge_params), rec.protocol, rec.prompt,
-                    rec.dataset_sha256, rec.n_rows, canonical_json(rec.summary), canonical_json(rec.metrics),
-                    canonical_json(rec.verdicts), rec.package_version, now(),
+                    rec.key,
+                    rec.suite,
+                    rec.judge,
+                    canonical_json(rec.judge_params),
+                    rec.protocol,
+                    rec.prompt,
+                    rec.dataset_sha256,
+                    rec.n_rows,
+                    canonical_json(rec.summary),
+                    canonical_json(rec.metrics),
+                    canonical_json(rec.verdicts),
+                    rec.package_version,
+                    now(),
                 ),
             )
 
-    def agreements(self, suite: str | None = None, judge: str | None = None, *, full: bool = False) -> list[AgreementRecord]:
+    def agreements(
+        self, suite: str | None = None, judge: str | None = None, *, full: bool = False
+    ) -> list[AgreementRecord]:
         """Stored agreements, oldest first, narrowed to a suite and/or judge; ``full`` also reads
         the metrics and per-row verdicts (large), otherwise only the summary."""
         used = {k: v for k, v in (("suite", suite), ("judge", judge)) if v}
-        return self._agreements(" AND ".join(f"{k} = ?" for k in used) or "1=1", tuple(used.values()), full)
+        return self._agreements(
+            " AND ".join(f"{k} = ?" for k in used) or "1=1", tuple(used.values()), full
+        )
 
     def agreement(self, key: str) -> AgreementRecord | None:
         """One stored agreement in full, by its key."""
@@ -76,16 +90,30 @@ class AgreementTables(StoreBase):
     def _agreements(self, where: str, args: tuple[Any, ...], full: bool) -> list[AgreementRecord]:
         cols = _COLUMNS if full else _COLUMNS.replace("metrics_json, verdicts_json", "'{}', '[]'")
         try:
-            rows = self.db.execute(f"SELECT {cols} FROM judge_agreement WHERE {where} ORDER BY created_at, key", args).fetchall()
-        except sqlite3.OperationalError as e:  # a store opened read-only before migration 4 was applied to it
+            rows = self.db.execute(
+                f"SELECT {cols} FROM judge_agreement WHERE {where} ORDER BY created_at, key", args
+            ).fetchall()
+        except (
+            sqlite3.OperationalError
+        ) as e:  # a store opened read-only before migration 4 was applied to it
             if "no such table" in str(e):
                 return []
             raise
         return [
             AgreementRecord(
-                key=r[0], suite=r[1], judge=r[2], judge_params=json.loads(r[3]), protocol=r[4], prompt=r[5],
-                dataset_sha256=r[6], n_rows=int(r[7]), summary=json.loads(r[8]), metrics=json.loads(r[9]),
-                verdicts=json.loads(r[10]), package_version=r[11], created_at=r[12],
+                key=r[0],
+                suite=r[1],
+                judge=r[2],
+                judge_params=json.loads(r[3]),
+                protocol=r[4],
+                prompt=r[5],
+                dataset_sha256=r[6],
+                n_rows=int(r[7]),
+                summary=json.loads(r[8]),
+                metrics=json.loads(r[9]),
+                verdicts=json.loads(r[10]),
+                package_version=r[11],
+                created_at=r[12],
             )
             for r in rows
         ]

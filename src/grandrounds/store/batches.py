@@ -13,8 +13,9 @@ only after the results it brought are committed.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from grandrounds.store.connection import StoreBase, now
 
@@ -49,7 +50,9 @@ class BatchTables(StoreBase):
     """Reads and writes of ``batches`` and ``batch_requests``. Every write is committed at once,
     outside any write-behind buffer: a batch id must be on disk before the run waits on it."""
 
-    def add_batch(self, provider: str, endpoint: str, batch_id: str, state: str, items: Iterable[BatchItem]) -> StoredBatch:
+    def add_batch(
+        self, provider: str, endpoint: str, batch_id: str, state: str, items: Iterable[BatchItem]
+    ) -> StoredBatch:
         """Record a batch the provider accepted, with its requests; returns the stored row."""
         items = list(items)
         t = now()
@@ -61,27 +64,40 @@ class BatchTables(StoreBase):
             )
             row = int(cur.lastrowid or 0)
             self.db.executemany(
-                "INSERT INTO batch_requests VALUES (?,?,?,?)", [(row, i.key, i.attempt, i.request_json) for i in items]
+                "INSERT INTO batch_requests VALUES (?,?,?,?)",
+                [(row, i.key, i.attempt, i.request_json) for i in items],
             )
-        return StoredBatch(row, provider, endpoint, batch_id, state, tuple(keys), {}, "", t, t, None)
+        return StoredBatch(
+            row, provider, endpoint, batch_id, state, tuple(keys), {}, "", t, t, None
+        )
 
     def open_batches(self, provider: str, endpoint: str) -> list[StoredBatch]:
         """Batches at this endpoint whose results are not yet collected, oldest first."""
         rows = self.db.execute(
-            "SELECT * FROM batches WHERE provider = ? AND endpoint = ? AND collected_at IS NULL ORDER BY id", (provider, endpoint)
+            "SELECT * FROM batches WHERE provider = ? AND endpoint = ? AND collected_at IS NULL ORDER BY id",
+            (provider, endpoint),
         ).fetchall()
         return [_batch(r) for r in rows]
 
     def batch_attempts(self, row: int) -> dict[str, int]:
         """key -> attempt number for the requests of an open batch."""
-        return {r[0]: int(r[1]) for r in self.db.execute("SELECT key, attempt FROM batch_requests WHERE batch = ?", (row,))}
+        return {
+            r[0]: int(r[1])
+            for r in self.db.execute(
+                "SELECT key, attempt FROM batch_requests WHERE batch = ?", (row,)
+            )
+        }
 
     def batch_request_json(self, row: int, key: str) -> str | None:
         """The stored request of one key of an open batch (None once the batch is collected)."""
-        got = self.db.execute("SELECT request_json FROM batch_requests WHERE batch = ? AND key = ?", (row, key)).fetchone()
+        got = self.db.execute(
+            "SELECT request_json FROM batch_requests WHERE batch = ? AND key = ?", (row, key)
+        ).fetchone()
         return got[0] if got else None
 
-    def update_batch(self, row: int, state: str, counts: Mapping[str, Any], detail: str = "") -> None:
+    def update_batch(
+        self, row: int, state: str, counts: Mapping[str, Any], detail: str = ""
+    ) -> None:
         """The state and counts the provider last reported."""
         with self._atomic():
             self.db.execute(
@@ -89,7 +105,9 @@ class BatchTables(StoreBase):
                 (state, json.dumps(dict(counts), sort_keys=True), detail, now(), row),
             )
 
-    def close_batch(self, row: int, state: str, counts: Mapping[str, Any], detail: str = "") -> None:
+    def close_batch(
+        self, row: int, state: str, counts: Mapping[str, Any], detail: str = ""
+    ) -> None:
         """Mark a batch collected: first every buffered call is committed (its results among them),
         then the batch is closed and its request rows dropped, in one transaction."""
         self.flush()
@@ -106,7 +124,9 @@ class BatchTables(StoreBase):
         if provider is None:
             rows = self.db.execute("SELECT * FROM batches ORDER BY id").fetchall()
         else:
-            rows = self.db.execute("SELECT * FROM batches WHERE provider = ? ORDER BY id", (provider,)).fetchall()
+            rows = self.db.execute(
+                "SELECT * FROM batches WHERE provider = ? ORDER BY id", (provider,)
+            ).fetchall()
         return [_batch(r) for r in rows]
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
+
 
 @contextmanager
 def transaction(db: sqlite3.Connection) -> Iterator[None]:
@@ -70,10 +72,15 @@ def commit_groups(db: sqlite3.Connection, groups: Groups) -> None:
                 if len(chunk) == 1:
                     db.execute(sql, chunk[0])
                 else:
-                    db.execute(head + ",".join([row] * len(chunk)) + tail, [v for params in chunk for v in params])
+                    db.execute(
+                        head + ",".join([row] * len(chunk)) + tail,
+                        [v for params in chunk for v in params],
+                    )
 
 
-def group_writes(rows: list[tuple[str, tuple[Any, ...]]], last: dict[str, list[tuple[Any, ...]]]) -> Groups:
+def group_writes(
+    rows: list[tuple[str, tuple[Any, ...]]], last: dict[str, list[tuple[Any, ...]]]
+) -> Groups:
     """One executemany per run of the same statement, in the order written: a grade's judge calls
     are deleted and written again when the grade is replaced, so statements must not be
     reordered across one another. Writes that commute with all others come after them, one

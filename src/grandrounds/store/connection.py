@@ -13,12 +13,13 @@ import os
 import sqlite3
 import time
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Iterator, NamedTuple, Self
+from typing import Any, NamedTuple, Self
 
 from grandrounds.core.errors import StoreError
 from grandrounds.core.records import Response
@@ -54,7 +55,7 @@ def now() -> str:
 class _Handed(NamedTuple):
     """A flush handed to the writer: what it commits, kept until it is known to have landed."""
 
-    done: "Future[None]"
+    done: Future[None]
     rows: list[tuple[str, tuple[Any, ...]]]
     last: dict[str, list[tuple[Any, ...]]]
     calls: dict[str, Response]
@@ -86,12 +87,16 @@ class StoreBase:
             if self.path.is_dir():
                 raise StoreError(self.path, "is a directory, not a store file (pass --store FILE)")
             if readonly and not self.path.exists():
-                raise StoreError(self.path, "no store here: nothing has been run with it yet (pass --store PATH)")
+                raise StoreError(
+                    self.path, "no store here: nothing has been run with it yet (pass --store PATH)"
+                )
             if not readonly:
                 try:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                 except OSError as e:
-                    raise StoreError(self.path, f"cannot create its folder ({e.strerror or e})") from None
+                    raise StoreError(
+                        self.path, f"cannot create its folder ({e.strerror or e})"
+                    ) from None
         self.db = connect(self.path, str(path), readonly)
         self._pending: list[tuple[str, tuple[Any, ...]]] = []
         #: Buffered writes that commute with every other (a lease's release): statement -> parameters.
@@ -129,7 +134,10 @@ class StoreBase:
         except StoreError:
             raise
         except sqlite3.DatabaseError as e:
-            raise (store_error(self.path, e) or StoreError(self.path, f"cannot be opened as a store ({e})")) from None
+            raise (
+                store_error(self.path, e)
+                or StoreError(self.path, f"cannot be opened as a store ({e})")
+            ) from None
 
     def _setup_connection(self, db: sqlite3.Connection) -> None:
         """The settings of every connection that writes to the store (its own, and the writer's
@@ -140,11 +148,16 @@ class StoreBase:
 
     def _schema_version(self) -> int:
         """The newest migration the file has had (0 for a new, empty file); refuses what is not ours."""
-        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables = {
+            r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
         if "schema_migrations" not in tables:
             if tables:
                 shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
-                raise StoreError(self.path, f"an SQLite database but not a grandrounds store (its tables: {shown}); pass another --store")
+                raise StoreError(
+                    self.path,
+                    f"an SQLite database but not a grandrounds store (its tables: {shown}); pass another --store",
+                )
             if self.readonly:
                 raise StoreError(self.path, "an empty store: nothing has been run with it yet")
             return 0
@@ -172,7 +185,12 @@ class StoreBase:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -270,7 +288,11 @@ class StoreBase:
         (an in-memory or read-only store, or a second connection that cannot be opened)."""
         if self.readonly or str(self.path) == ":memory:":
             return None
-        return Writer.start(str(self.path), self._setup_connection, self._checkpoints.wake if self._checkpoints else None)
+        return Writer.start(
+            str(self.path),
+            self._setup_connection,
+            self._checkpoints.wake if self._checkpoints else None,
+        )
 
     def _stop_writer(self) -> None:
         writer, self._writer = self._writer, None
@@ -299,7 +321,12 @@ class StoreBase:
         if self._checkpoints is not None:
             self._checkpoints.wake.set()
 
-    def _restore(self, rows: list[tuple[str, tuple[Any, ...]]], last: dict[str, list[tuple[Any, ...]]], count: int) -> None:
+    def _restore(
+        self,
+        rows: list[tuple[str, tuple[Any, ...]]],
+        last: dict[str, list[tuple[Any, ...]]],
+        count: int,
+    ) -> None:
         """Put rows whose flush failed back ahead of those buffered since."""
         self._pending = rows + self._pending
         self._buffered += count
@@ -313,7 +340,12 @@ class StoreBase:
             return
         if len(self._handed) >= _MAX_HANDED:  # the writer is behind: wait rather than hold more
             self._settle(wait=True, upto=1)
-        rows, last, calls, count = self._pending, self._pending_last, self._new_calls, self._buffered
+        rows, last, calls, count = (
+            self._pending,
+            self._pending_last,
+            self._new_calls,
+            self._buffered,
+        )
         self._pending, self._pending_last, self._new_calls, self._buffered = [], {}, {}, 0
         groups = group_writes(rows, last)
         done = self._writer.submit(lambda db: commit_groups(db, groups), flush=True)
@@ -349,7 +381,11 @@ class StoreBase:
     def flush_if_due(self) -> None:
         """Flush when write-behind is on and the oldest buffered row is ``max_age`` seconds old
         (handed to the writer, where there is one: the caller does not wait for it to land)."""
-        if self._behind and self._buffered and time.monotonic() - self._pending_since >= self._behind[1]:
+        if (
+            self._behind
+            and self._buffered
+            and time.monotonic() - self._pending_since >= self._behind[1]
+        ):
             self._flush_soon()
         elif self._writer is not None:
             self._settle(wait=False)
@@ -361,7 +397,13 @@ class StoreBase:
             self._hand_off()
             self._settle(wait=False)
 
-    def _write(self, sql: str, params: tuple[Any, ...], call: Response | None = None, commutes: bool = False) -> None:
+    def _write(
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        call: Response | None = None,
+        commutes: bool = False,
+    ) -> None:
         """Run one write now, or buffer it under write-behind (a successful ``call`` stays readable).
 
         ``commutes``: the write's outcome does not depend on its order among the other buffered
@@ -385,14 +427,18 @@ class StoreBase:
     # ---- schema -------------------------------------------------------------------------
     def _migrate(self) -> None:
         """Apply the numbered migrations this file has not had yet, each in its own transaction."""
-        self.db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)"
+        )
         done = {r[0] for r in self.db.execute("SELECT version FROM schema_migrations")}
         for version, sql in MIGRATIONS:
             if version in done:
                 continue
             with self._transaction():
                 # Another process opening the same new store may have applied it meanwhile.
-                if self.db.execute("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)).fetchone():
+                if self.db.execute(
+                    "SELECT 1 FROM schema_migrations WHERE version = ?", (version,)
+                ).fetchone():
                     continue
                 for stmt in sql.split(";"):
                     if stmt.strip():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import orjson
 
@@ -14,7 +15,6 @@ from grandrounds.core.records import Grade, grade_from_json, judge_calls
 from grandrounds.store.connection import StoreBase, now
 from grandrounds.store.rows import CallUsage, RunState, StoredGrade, VerdictCounts
 from grandrounds.store.runs import in_chunks
-
 
 _DROP_CALLS = "DELETE FROM grade_calls WHERE run_id = ? AND grader_fp = ? AND sample_id = ?"
 _ADD_CALL = "INSERT OR IGNORE INTO grade_calls VALUES (?,?,?,?,?)"
@@ -27,11 +27,15 @@ class GradeTables(StoreBase):
     # ---- graders ------------------------------------------------------------------------
     def put_grader(self, fingerprint: str, spec: dict[str, Any]) -> None:
         """Remember what a grader fingerprint stands for (kept if already there)."""
-        self.db.execute("INSERT OR IGNORE INTO graders VALUES (?, ?)", (fingerprint, canonical_json(spec)))
+        self.db.execute(
+            "INSERT OR IGNORE INTO graders VALUES (?, ?)", (fingerprint, canonical_json(spec))
+        )
 
     def grader_spec(self, fingerprint: str) -> dict[str, Any] | None:
         """The fingerprint dict stored under ``fingerprint``, or None."""
-        row = self.db.execute("SELECT spec_json FROM graders WHERE fingerprint = ?", (fingerprint,)).fetchone()
+        row = self.db.execute(
+            "SELECT spec_json FROM graders WHERE fingerprint = ?", (fingerprint,)
+        ).fetchone()
         return json.loads(row[0]) if row else None
 
     # ---- grades -------------------------------------------------------------------------
@@ -40,7 +44,15 @@ class GradeTables(StoreBase):
         n_unknown = sum(1 for v in grade.verdicts if v.status == "unknown")
         self._write(
             "INSERT OR REPLACE INTO grades VALUES (?,?,?,?,?,?,?)",
-            (run_id, grader_fp, grade.sample_id, grade.value, n_unknown, canonical_json(grade), now()),
+            (
+                run_id,
+                grader_fp,
+                grade.sample_id,
+                grade.value,
+                n_unknown,
+                canonical_json(grade),
+                now(),
+            ),
         )
         # The judge calls behind it, in place of those of the grade it replaces.
         self._write(_DROP_CALLS, (run_id, grader_fp, grade.sample_id))
@@ -61,36 +73,60 @@ class GradeTables(StoreBase):
             "JOIN calls c INDEXED BY calls_usage ON c.key = t.key GROUP BY t.judge"
         )
         rows = self.db.execute(q, (run_id, grader_fp))
-        return [CallUsage(judge, n, int(p or 0), int(c or 0), int(nu or 0)) for judge, n, p, c, nu in rows]
+        return [
+            CallUsage(judge, n, int(p or 0), int(c or 0), int(nu or 0))
+            for judge, n, p, c, nu in rows
+        ]
 
     def grades(self, run_id: str, grader_fp: str) -> dict[str, Grade]:
         """sample_id -> grade, for every answer of a run graded by one grader."""
-        return {g.grade.sample_id: g.grade for g in self._stored_grades("WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp))}
+        return {
+            g.grade.sample_id: g.grade
+            for g in self._stored_grades("WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp))
+        }
 
-    def grades_for(self, run_id: str, grader_fp: str, sample_ids: Sequence[str]) -> dict[str, Grade]:
+    def grades_for(
+        self, run_id: str, grader_fp: str, sample_ids: Sequence[str]
+    ) -> dict[str, Grade]:
         """:meth:`grades` of ``sample_ids`` only (those graded), read a slice at a time."""
         out: dict[str, Grade] = {}
         for part, marks in in_chunks(sample_ids):
-            got = self._stored_grades(f"WHERE run_id = ? AND grader_fp = ? AND sample_id IN ({marks})", (run_id, grader_fp, *part))
+            got = self._stored_grades(
+                f"WHERE run_id = ? AND grader_fp = ? AND sample_id IN ({marks})",
+                (run_id, grader_fp, *part),
+            )
             out.update((g.grade.sample_id, g.grade) for g in got)
         return out
 
-    def grade_docs_for(self, run_id: str, grader_fp: str, sample_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def grade_docs_for(
+        self, run_id: str, grader_fp: str, sample_ids: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
         """sample_id -> the stored grade as the JSON object it was stored as, not made into records
         (for writing it out again as it is), for those of ``sample_ids`` that were graded."""
         out: dict[str, dict[str, Any]] = {}
         for part, marks in in_chunks(sample_ids):
             q = f"SELECT sample_id, grade_json FROM grades WHERE run_id = ? AND grader_fp = ? AND sample_id IN ({marks})"
-            out.update((sid, _json_object(gj)) for sid, gj in self.db.execute(q, (run_id, grader_fp, *part)))
+            out.update(
+                (sid, _json_object(gj))
+                for sid, gj in self.db.execute(q, (run_id, grader_fp, *part))
+            )
         return out
 
     def has_grades(self, run_id: str, grader_fp: str) -> bool:
         """Whether any answer of ``run_id`` is graded by ``grader_fp``."""
-        return self.db.execute("SELECT 1 FROM grades WHERE run_id = ? AND grader_fp = ? LIMIT 1", (run_id, grader_fp)).fetchone() is not None
+        return (
+            self.db.execute(
+                "SELECT 1 FROM grades WHERE run_id = ? AND grader_fp = ? LIMIT 1",
+                (run_id, grader_fp),
+            ).fetchone()
+            is not None
+        )
 
     def grade(self, run_id: str, grader_fp: str, sample_id: str) -> Grade | None:
         """The grade of one answer, or None when it was not graded by this grader."""
-        got = self._stored_grades("WHERE run_id = ? AND grader_fp = ? AND sample_id = ?", (run_id, grader_fp, sample_id))
+        got = self._stored_grades(
+            "WHERE run_id = ? AND grader_fp = ? AND sample_id = ?", (run_id, grader_fp, sample_id)
+        )
         return next((g.grade for g in got), None)
 
     def iter_grades(self) -> Iterator[StoredGrade]:
@@ -100,17 +136,26 @@ class GradeTables(StoreBase):
 
     def _stored_grades(self, where: str, args: tuple[Any, ...]) -> Iterator[StoredGrade]:
         """The one query behind every full-grade read (``where`` filters)."""
-        for run_id, fp, gj in self.db.execute(f"SELECT run_id, grader_fp, grade_json FROM grades {where}", args):
+        for run_id, fp, gj in self.db.execute(
+            f"SELECT run_id, grader_fp, grade_json FROM grades {where}", args
+        ):
             grade = grade_from_json(json.loads(gj))
-            if isinstance(grade.value, float) and not math.isfinite(grade.value):  # an older version stored it: no score
+            if isinstance(grade.value, float) and not math.isfinite(
+                grade.value
+            ):  # an older version stored it: no score
                 grade = dataclasses.replace(grade, value=None)
             yield StoredGrade(run_id, fp, grade)
 
     def grade_values(self, run_id: str, grader_fp: str) -> dict[str, float | None]:
         """sample_id -> per-answer value (None = unscored), without parsing the grades."""
-        rows = self.db.execute("SELECT sample_id, value FROM grades WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp))
+        rows = self.db.execute(
+            "SELECT sample_id, value FROM grades WHERE run_id = ? AND grader_fp = ?",
+            (run_id, grader_fp),
+        )
         # a non-finite value (an older version stored one) is no score: unscored, never a number
-        return {sid: value if value is None or math.isfinite(value) else None for sid, value in rows}
+        return {
+            sid: value if value is None or math.isfinite(value) else None for sid, value in rows
+        }
 
     def verdict_counts(self, run_id: str, grader_fp: str) -> VerdictCounts:
         """How many grades, criterion verdicts, unknown verdicts and unscored answers a (run,
@@ -131,19 +176,27 @@ class GradeTables(StoreBase):
         with ``tally`` (what its grades hold: :class:`runner.Collected` counts them). Any grade
         written under the same run and grader afterwards forgets it (:meth:`put_grade`)."""
         self.flush()  # grades still buffered land first, so they cannot unsettle what follows them
-        self.db.execute("INSERT OR REPLACE INTO settled VALUES (?,?,?,?)", (run_id, grader_fp, canonical_json(tally), now()))
+        self.db.execute(
+            "INSERT OR REPLACE INTO settled VALUES (?,?,?,?)",
+            (run_id, grader_fp, canonical_json(tally), now()),
+        )
 
     def settled(self, run_id: str, grader_fp: str) -> dict[str, Any] | None:
         """The tally :meth:`settle` stored for a grading, or None (never settled, or a grade
         written since)."""
         self.flush()
-        row = self.db.execute("SELECT tally_json FROM settled WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp)).fetchone()
+        row = self.db.execute(
+            "SELECT tally_json FROM settled WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp)
+        ).fetchone()
         return json.loads(row[0]) if row else None
 
     # ---- results ------------------------------------------------------------------------
     def put_result(self, run_id: str, grader_fp: str, result: Any) -> None:
         """Store (or replace) the result of a run under one grader."""
-        self.db.execute("INSERT OR REPLACE INTO results VALUES (?,?,?,?)", (run_id, grader_fp, canonical_json(result), now()))
+        self.db.execute(
+            "INSERT OR REPLACE INTO results VALUES (?,?,?,?)",
+            (run_id, grader_fp, canonical_json(result), now()),
+        )
 
     def results(self) -> Iterator[tuple[str, str, dict[str, Any]]]:
         """(run id, grader fingerprint, result as a dict) for every result, oldest first."""
@@ -151,15 +204,30 @@ class GradeTables(StoreBase):
 
     def result(self, run_id: str, grader_fp: str) -> dict[str, Any] | None:
         """The result of a run under one grader, as a dict, or None."""
-        return next((rj for _, _, rj in self._results("WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp))), None)
+        return next(
+            (
+                rj
+                for _, _, rj in self._results(
+                    "WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp)
+                )
+            ),
+            None,
+        )
 
-    def _results(self, where: str, args: tuple[Any, ...]) -> Iterator[tuple[str, str, dict[str, Any]]]:
-        for run_id, fp, rj in self.db.execute(f"SELECT run_id, grader_fp, result_json FROM results {where} ORDER BY created_at", args):
+    def _results(
+        self, where: str, args: tuple[Any, ...]
+    ) -> Iterator[tuple[str, str, dict[str, Any]]]:
+        for run_id, fp, rj in self.db.execute(
+            f"SELECT run_id, grader_fp, result_json FROM results {where} ORDER BY created_at", args
+        ):
             yield run_id, fp, json.loads(rj)
 
     def latest_grader_fp(self, run_id: str) -> str | None:
         """The grader fingerprint of the newest result of ``run_id`` (None if never graded)."""
-        row = self.db.execute("SELECT grader_fp FROM results WHERE run_id = ? ORDER BY created_at DESC LIMIT 1", (run_id,)).fetchone()
+        row = self.db.execute(
+            "SELECT grader_fp FROM results WHERE run_id = ? ORDER BY created_at DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
         return row[0] if row else None
 
     def run_state(self, run_id: str, grader_fp: str | None = None) -> RunState:
@@ -167,17 +235,21 @@ class GradeTables(StoreBase):
         ``grader_fp`` (counted in SQL, no grade parsed)."""
         if grader_fp is not None:
             newest = self.db.execute(
-                "SELECT grader_fp, MAX(created_at) FROM grades WHERE run_id = ? AND grader_fp = ?", (run_id, grader_fp)
+                "SELECT grader_fp, MAX(created_at) FROM grades WHERE run_id = ? AND grader_fp = ?",
+                (run_id, grader_fp),
             ).fetchone()
             newest = newest if newest and newest[0] is not None else None
         else:
             newest = self.db.execute(
-                "SELECT grader_fp, MAX(created_at) FROM grades WHERE run_id = ? GROUP BY grader_fp ORDER BY 2 DESC LIMIT 1", (run_id,)
+                "SELECT grader_fp, MAX(created_at) FROM grades WHERE run_id = ? GROUP BY grader_fp ORDER BY 2 DESC LIMIT 1",
+                (run_id,),
             ).fetchone()
         fp = grader_fp or (newest[0] if newest else self.latest_grader_fp(run_id))
         if fp is None:
             return RunState("interrupted", None, 0, 0, 0, 0)
-        done = self.db.execute("SELECT created_at FROM results WHERE run_id = ? AND grader_fp = ?", (run_id, fp)).fetchone()
+        done = self.db.execute(
+            "SELECT created_at FROM results WHERE run_id = ? AND grader_fp = ?", (run_id, fp)
+        ).fetchone()
         n, failed, errors, judge = self.db.execute(
             "SELECT COUNT(*), "
             # json_valid first: a grade an older version wrote with NaN or Infinity in it is not
@@ -185,7 +257,7 @@ class GradeTables(StoreBase):
             "SUM(CASE WHEN json_valid(grade_json) THEN json_extract(grade_json, '$.status') END IN ('answer_failed', 'not_asked')), "
             "SUM(CASE WHEN json_valid(grade_json) THEN json_extract(grade_json, '$.status') END = 'grader_error'), "
             # a failed judge call leaves its error on the vote (graders.judging)
-            "SUM(instr(grade_json, '\"error\":\"judge call failed') > 0) "
+            'SUM(instr(grade_json, \'"error":"judge call failed\') > 0) '
             "FROM grades WHERE run_id = ? AND grader_fp = ?",
             (run_id, fp),
         ).fetchone()

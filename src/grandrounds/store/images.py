@@ -31,7 +31,7 @@ class ImageStore:
         self.root = root
 
     @classmethod
-    def beside(cls, store_path: Path | str) -> "ImageStore":
+    def beside(cls, store_path: Path | str) -> ImageStore:
         p = Path(store_path)
         return cls(p.with_name(p.name + ".images"))
 

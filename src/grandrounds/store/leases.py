@@ -16,9 +16,10 @@ import secrets
 import socket
 import sqlite3
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from contextlib import nullcontext
-from typing import Literal, Sequence
+from typing import Literal
 
 from grandrounds.store.commits import transaction
 from grandrounds.store.connection import StoreBase
@@ -47,7 +48,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _take_leases(db: sqlite3.Connection, keys: list[str], owner: str, ttl: float) -> dict[str, LeaseState]:
+def _take_leases(
+    db: sqlite3.Connection, keys: list[str], owner: str, ttl: float
+) -> dict[str, LeaseState]:
     """The leases on ``keys`` for ``owner``, in the transaction open on ``db`` or one of its own
     (see :meth:`LeaseTables.acquire_leases`)."""
     t = time.time()
@@ -56,7 +59,9 @@ def _take_leases(db: sqlite3.Connection, keys: list[str], owner: str, ttl: float
         for i in range(0, len(keys), _CHUNK):
             chunk = keys[i : i + _CHUNK]
             marks = ",".join("?" * len(chunk))
-            for (key,) in db.execute(f"SELECT key FROM calls WHERE key IN ({marks}) AND error IS NULL", chunk):
+            for (key,) in db.execute(
+                f"SELECT key FROM calls WHERE key IN ({marks}) AND error IS NULL", chunk
+            ):
                 states[key] = "stored"
             todo = [k for k in chunk if k not in states]
             if not todo:
@@ -72,18 +77,27 @@ def _take_leases(db: sqlite3.Connection, keys: list[str], owner: str, ttl: float
     return states
 
 
-def _held_or_taken(db: sqlite3.Connection, key: str, owner: str, t: float, ttl: float) -> LeaseState:
+def _held_or_taken(
+    db: sqlite3.Connection, key: str, owner: str, t: float, ttl: float
+) -> LeaseState:
     """A lease row already there: this handle's own, a live holder's, or taken over from a
     holder that died or ran out of time (only if nobody else took it meanwhile)."""
     row = db.execute("SELECT owner, expires_at FROM leases WHERE key = ?", (key,)).fetchone()
-    if row is None:  # released since the insert was tried (not within one transaction; kept for safety)
-        db.execute("INSERT INTO leases (key, owner, expires_at) VALUES (?, ?, ?)", (key, owner, t + ttl))
+    if (
+        row is None
+    ):  # released since the insert was tried (not within one transaction; kept for safety)
+        db.execute(
+            "INSERT INTO leases (key, owner, expires_at) VALUES (?, ?, ?)", (key, owner, t + ttl)
+        )
         return "ours"
     if row[0] == owner:
         return "ours"
     if row[1] > t and LeaseTables._holder_alive(row[0]):
         return "held"
-    cur = db.execute("UPDATE leases SET owner = ?, expires_at = ? WHERE key = ? AND owner = ?", (owner, t + ttl, key, row[0]))
+    cur = db.execute(
+        "UPDATE leases SET owner = ?, expires_at = ? WHERE key = ? AND owner = ?",
+        (owner, t + ttl, key, row[0]),
+    )
     return "ours" if cur.rowcount == 1 else "held"
 
 
@@ -119,7 +133,9 @@ class LeaseTables(StoreBase):
         """
         return self.acquire_leases_soon(keys, ttl).result()
 
-    def acquire_leases_soon(self, keys: Sequence[str], ttl: float = LEASE_TTL) -> "Future[dict[str, LeaseState]]":
+    def acquire_leases_soon(
+        self, keys: Sequence[str], ttl: float = LEASE_TTL
+    ) -> Future[dict[str, LeaseState]]:
         """:meth:`acquire_leases` as a future: under write-behind the transaction runs on the
         store's writer thread (the caller's thread goes on meanwhile), else at once."""
         if self.readonly:
@@ -141,7 +157,11 @@ class LeaseTables(StoreBase):
         so both land in one transaction (after the flush's other writes: no other buffered write
         touches ``leases``)."""
         if not self.readonly:
-            self._write("DELETE FROM leases WHERE key = ? AND owner = ?", (key, self.lease_owner), commutes=True)
+            self._write(
+                "DELETE FROM leases WHERE key = ? AND owner = ?",
+                (key, self.lease_owner),
+                commutes=True,
+            )
 
     def release_all_leases(self) -> None:
         """Drop every lease this handle still holds (an interrupted call's)."""

@@ -75,7 +75,15 @@ class RunState(NamedTuple):
         """``complete``, ``interrupted`` or ``with failures (2 answers, 5 judge)``."""
         if self.status != "with failures":
             return self.status
-        parts = [f"{n} {what}" for n, what in ((self.failed_answers, "answers"), (self.grader_errors, "grader"), (self.judge_failed, "judge")) if n]
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.failed_answers, "answers"),
+                (self.grader_errors, "grader"),
+                (self.judge_failed, "judge"),
+            )
+            if n
+        ]
         return f"with failures ({', '.join(parts)})"
 
 
@@ -154,15 +162,18 @@ def row_to_response(row: sqlite3.Row, cached: bool) -> Response:
         cached=cached,
         finish_reason=row["finish_reason"],
         tool_calls=_tool_calls(row),
-        system_fingerprint=row["system_fingerprint"] if "system_fingerprint" in row.keys() else None,
+        system_fingerprint=row.get("system_fingerprint", None),
     )
 
 
 def _tool_calls(row: sqlite3.Row) -> tuple[ToolCallPart, ...]:
-    raw = row["tool_calls_json"] if "tool_calls_json" in row.keys() else None
+    raw = row.get("tool_calls_json", None)
     if not raw:
         return ()
-    return tuple(ToolCallPart(id=str(c["id"]), name=str(c["name"]), arguments=str(c["arguments"])) for c in json.loads(raw))
+    return tuple(
+        ToolCallPart(id=str(c["id"]), name=str(c["name"]), arguments=str(c["arguments"]))
+        for c in json.loads(raw)
+    )
 
 
 def row_to_run(row: sqlite3.Row) -> RunRecord:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from grandrounds.core.hashing import canonical_json
 from grandrounds.core.records import TRUNCATED_REASONS, Request, Response, Sample, sample_from_json
 from grandrounds.store.connection import StoreBase, now
-from grandrounds.store.rows import AnswerText, CallUsage, RunRecord, StoredSample, row_to_response, row_to_run
+from grandrounds.store.rows import (
+    AnswerText,
+    CallUsage,
+    RunRecord,
+    StoredSample,
+    row_to_response,
+    row_to_run,
+)
 
 _SAMPLE_INSERT = "INSERT OR IGNORE INTO samples VALUES (?,?,?,?,?)"
 #: Successful calls whose server reported no token usage (their tokens are not in the sums).
@@ -50,7 +58,9 @@ class RunTables(StoreBase):
         cond = " AND error IS NULL" if successes_only else ""
         out: dict[str, Response] = {}
         for part, marks in in_chunks(keys):
-            for row in self.db.execute(f"SELECT * FROM calls WHERE key IN ({marks}){cond}", part).fetchall():
+            for row in self.db.execute(
+                f"SELECT * FROM calls WHERE key IN ({marks}){cond}", part
+            ).fetchall():
                 out[row["key"]] = row_to_response(row, cached=True)
         return out
 
@@ -72,11 +82,22 @@ class RunTables(StoreBase):
             attempts,
             now(),
             response.finish_reason,
-            json.dumps([{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls]) if response.tool_calls else None,
+            json.dumps(
+                [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments}
+                    for c in response.tool_calls
+                ]
+            )
+            if response.tool_calls
+            else None,
             response.system_fingerprint,
         )
         if response.ok:
-            self._write("INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values, response)
+            self._write(
+                "INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                values,
+                response,
+            )
         else:
             self._write(
                 "INSERT INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET "
@@ -154,7 +175,13 @@ class RunTables(StoreBase):
     def put_samples(self, benchmark: str, dataset_sha256: str, samples: Sequence[Sample]) -> None:
         """Store a dataset's samples in source order, in one transaction (existing ones are kept)."""
         with self._atomic():
-            self.db.executemany(_SAMPLE_INSERT, [(benchmark, dataset_sha256, s.id, i, canonical_json(s)) for i, s in enumerate(samples)])
+            self.db.executemany(
+                _SAMPLE_INSERT,
+                [
+                    (benchmark, dataset_sha256, s.id, i, canonical_json(s))
+                    for i, s in enumerate(samples)
+                ],
+            )
 
     def checked_data(self, key: str) -> int | None:
         """The sample count of a data file read and found good before (:func:`grandrounds.run.samples.read_samples`), or None."""
@@ -166,32 +193,52 @@ class RunTables(StoreBase):
 
     def put_sample(self, benchmark: str, dataset_sha256: str, index: int, sample: Sample) -> None:
         """Store one sample (kept if already there); buffered like answers under write-behind."""
-        self._write(_SAMPLE_INSERT, (benchmark, dataset_sha256, sample.id, index, canonical_json(sample)))
+        self._write(
+            _SAMPLE_INSERT, (benchmark, dataset_sha256, sample.id, index, canonical_json(sample))
+        )
 
     def sample_ids(self, benchmark: str, dataset_sha256: str) -> set[str]:
         """Ids of the stored samples of one dataset."""
-        rows = self.db.execute("SELECT sample_id FROM samples WHERE benchmark = ? AND dataset_sha256 = ?", (benchmark, dataset_sha256))
+        rows = self.db.execute(
+            "SELECT sample_id FROM samples WHERE benchmark = ? AND dataset_sha256 = ?",
+            (benchmark, dataset_sha256),
+        )
         return {r[0] for r in rows}
 
     def samples(self, benchmark: str, dataset_sha256: str) -> list[Sample]:
         """One dataset's samples in source order."""
-        return [s.sample for s in self._stored_samples("WHERE benchmark = ? AND dataset_sha256 = ?", (benchmark, dataset_sha256))]
+        return [
+            s.sample
+            for s in self._stored_samples(
+                "WHERE benchmark = ? AND dataset_sha256 = ?", (benchmark, dataset_sha256)
+            )
+        ]
 
     def sample(self, benchmark: str, dataset_sha256: str, sample_id: str) -> Sample | None:
         """One sample of one dataset, or None when it is not stored."""
-        got = self._stored_samples("WHERE benchmark = ? AND dataset_sha256 = ? AND sample_id = ?", (benchmark, dataset_sha256, sample_id))
+        got = self._stored_samples(
+            "WHERE benchmark = ? AND dataset_sha256 = ? AND sample_id = ?",
+            (benchmark, dataset_sha256, sample_id),
+        )
         return next((s.sample for s in got), None)
 
-    def samples_by_id(self, benchmark: str, dataset_sha256: str, sample_ids: Sequence[str]) -> dict[str, Sample]:
+    def samples_by_id(
+        self, benchmark: str, dataset_sha256: str, sample_ids: Sequence[str]
+    ) -> dict[str, Sample]:
         """sample id -> sample, for those of ``sample_ids`` stored for one dataset (read by key, a
         slice at a time, so a caller reading a run in chunks holds one chunk)."""
         out: dict[str, Sample] = {}
         for part, marks in in_chunks(sample_ids):
-            got = self._stored_samples(f"WHERE benchmark = ? AND dataset_sha256 = ? AND sample_id IN ({marks})", (benchmark, dataset_sha256, *part))
+            got = self._stored_samples(
+                f"WHERE benchmark = ? AND dataset_sha256 = ? AND sample_id IN ({marks})",
+                (benchmark, dataset_sha256, *part),
+            )
             out.update((s.sample.id, s.sample) for s in got)
         return out
 
-    def run_sample_ids(self, run_id: str, benchmark: str, dataset_sha256: str, grader_fp: str | None) -> list[str]:
+    def run_sample_ids(
+        self, run_id: str, benchmark: str, dataset_sha256: str, grader_fp: str | None
+    ) -> list[str]:
         """The ids, in source order, of the dataset's stored samples that belong to run ``run_id``:
         those it answered, and those graded under ``grader_fp`` without an answer (a later turn of
         a dialogue whose first turn failed). Ids only: the samples are read by :meth:`samples_by_id`."""
@@ -201,9 +248,13 @@ class RunTables(StoreBase):
             "EXISTS (SELECT 1 FROM grades g WHERE g.run_id = ? AND g.grader_fp = ? AND g.sample_id = s.sample_id)"
             ") ORDER BY s.idx, s.sample_id"
         )
-        return [r[0] for r in self.db.execute(q, (benchmark, dataset_sha256, run_id, run_id, grader_fp))]
+        return [
+            r[0] for r in self.db.execute(q, (benchmark, dataset_sha256, run_id, run_id, grader_fp))
+        ]
 
-    def iter_sample_targets(self, benchmark: str, dataset_sha256: str, stop: int) -> Iterator[tuple[int, str, str | None, str | None]]:
+    def iter_sample_targets(
+        self, benchmark: str, dataset_sha256: str, stop: int
+    ) -> Iterator[tuple[int, str, str | None, str | None]]:
         """(source position, sample id, its target as JSON text, None) of one dataset's stored
         samples at positions ``0`` to ``stop`` (excluded), in source order, the rest of each sample
         left unread; (position, id, None, the sample's whole JSON) for one SQLite cannot read as
@@ -230,7 +281,10 @@ class RunTables(StoreBase):
     # ---- answers ------------------------------------------------------------------------
     def put_answer(self, run_id: str, sample_id: str, request_key: str, prompt: Any) -> None:
         """Record which call answered ``sample_id`` in ``run_id``, with the prompt that was sent."""
-        self._write("INSERT OR REPLACE INTO answers VALUES (?,?,?,?)", (run_id, sample_id, request_key, canonical_json(prompt)))
+        self._write(
+            "INSERT OR REPLACE INTO answers VALUES (?,?,?,?)",
+            (run_id, sample_id, request_key, canonical_json(prompt)),
+        )
 
     def answers(self, run_id: str) -> dict[str, tuple[str, Response | None]]:
         """sample_id -> (request key, stored response or None when never answered)."""
@@ -238,13 +292,19 @@ class RunTables(StoreBase):
 
     def answer(self, run_id: str, sample_id: str) -> tuple[str, Response | None] | None:
         """(request key, stored response or None) of one sample of a run; None when it has no answer row."""
-        return self._answers("WHERE run_id = ? AND sample_id = ?", (run_id, sample_id)).get(sample_id)
+        return self._answers("WHERE run_id = ? AND sample_id = ?", (run_id, sample_id)).get(
+            sample_id
+        )
 
-    def answers_for(self, run_id: str, sample_ids: Sequence[str]) -> dict[str, tuple[str, Response | None]]:
+    def answers_for(
+        self, run_id: str, sample_ids: Sequence[str]
+    ) -> dict[str, tuple[str, Response | None]]:
         """:meth:`answers` of ``sample_ids`` only (those with an answer row), read a slice at a time."""
         out: dict[str, tuple[str, Response | None]] = {}
         for part, marks in in_chunks(sample_ids):
-            out.update(self._answers(f"WHERE run_id = ? AND sample_id IN ({marks})", (run_id, *part)))
+            out.update(
+                self._answers(f"WHERE run_id = ? AND sample_id IN ({marks})", (run_id, *part))
+            )
         return out
 
     def _answers(self, where: str, args: tuple[Any, ...]) -> dict[str, tuple[str, Response | None]]:
@@ -254,14 +314,19 @@ class RunTables(StoreBase):
 
     def answer_prompts(self, run_id: str) -> dict[str, Any]:
         """sample_id -> the prompt sent for it in ``run_id`` (as stored with the answer, parsed)."""
-        rows = self.db.execute("SELECT sample_id, prompt_json FROM answers WHERE run_id = ?", (run_id,))
+        rows = self.db.execute(
+            "SELECT sample_id, prompt_json FROM answers WHERE run_id = ?", (run_id,)
+        )
         return {sid: json.loads(pj) for sid, pj in rows}
 
     def answer_prompts_for(self, run_id: str, sample_ids: Sequence[str]) -> dict[str, Any]:
         """:meth:`answer_prompts` of ``sample_ids`` only, read a slice at a time."""
         out: dict[str, Any] = {}
         for part, marks in in_chunks(sample_ids):
-            rows = self.db.execute(f"SELECT sample_id, prompt_json FROM answers WHERE run_id = ? AND sample_id IN ({marks})", (run_id, *part))
+            rows = self.db.execute(
+                f"SELECT sample_id, prompt_json FROM answers WHERE run_id = ? AND sample_id IN ({marks})",
+                (run_id, *part),
+            )
             out.update((sid, json.loads(pj)) for sid, pj in rows)
         return out
 

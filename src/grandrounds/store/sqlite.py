@@ -13,18 +13,39 @@ from grandrounds.core.errors import StoreError
 #: SQLite failures a user can act on, by a phrase of SQLite's message -> what to say (the store file
 #: is named before it). Others (constraint violations, SQL errors) are bugs and keep their traceback.
 _SQLITE_PROBLEMS = (
-    ("database or disk is full", "the disk is full (SQLite: database or disk is full); everything committed "
-     "before is kept: free some space and run the same command again to resume"),
-    ("attempt to write a readonly database", "the store is read-only here (SQLite: attempt to write a readonly "
-     "database); this command needs to write to it"),
-    ("disk i/o error", "disk I/O error (SQLite: disk I/O error); check the disk, then run the command again"),
-    ("file is not a database", "not an SQLite database (SQLite: file is not a database): not a grandrounds store, or damaged"),
-    ("database disk image is malformed", "the store file is damaged (SQLite: database disk image is malformed); "
-     "restore it from a copy, or pass another --store"),
-    ("database is locked", "the store is locked by another process (SQLite: database is locked, waited 30 s); "
-     "try again when it finishes"),
-    ("unable to open database file", "cannot open the store file (SQLite: unable to open database file); check "
-     "the path and its permissions"),
+    (
+        "database or disk is full",
+        "the disk is full (SQLite: database or disk is full); everything committed "
+        "before is kept: free some space and run the same command again to resume",
+    ),
+    (
+        "attempt to write a readonly database",
+        "the store is read-only here (SQLite: attempt to write a readonly "
+        "database); this command needs to write to it",
+    ),
+    (
+        "disk i/o error",
+        "disk I/O error (SQLite: disk I/O error); check the disk, then run the command again",
+    ),
+    (
+        "file is not a database",
+        "not an SQLite database (SQLite: file is not a database): not a grandrounds store, or damaged",
+    ),
+    (
+        "database disk image is malformed",
+        "the store file is damaged (SQLite: database disk image is malformed); "
+        "restore it from a copy, or pass another --store",
+    ),
+    (
+        "database is locked",
+        "the store is locked by another process (SQLite: database is locked, waited 30 s); "
+        "try again when it finishes",
+    ),
+    (
+        "unable to open database file",
+        "cannot open the store file (SQLite: unable to open database file); check "
+        "the path and its permissions",
+    ),
 )
 
 
@@ -109,10 +130,14 @@ def connect(path: Path, name: str, readonly: bool) -> sqlite3.Connection:
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:
     uri = path.resolve().as_uri()
-    db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, timeout=30, factory=StoreConnection)
+    db = sqlite3.connect(
+        f"{uri}?mode=ro", uri=True, isolation_level=None, timeout=30, factory=StoreConnection
+    )
     db.store_path = str(path)  # type: ignore[attr-defined]
     try:
-        sqlite3.Connection.execute(db, "SELECT COUNT(*) FROM sqlite_master").fetchone()  # SQLite's own error
+        sqlite3.Connection.execute(
+            db, "SELECT COUNT(*) FROM sqlite_master"
+        ).fetchone()  # SQLite's own error
         return db
     except sqlite3.OperationalError as e:
         db.close()
@@ -121,7 +146,13 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     # A WAL store in a folder nobody may write to: SQLite cannot create its shared-memory index
     # there. Nothing can write the store either, so reading it as immutable is safe; a clean
     # close leaves no -wal file whose content this would miss.
-    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None, timeout=30, factory=StoreConnection)
+    return sqlite3.connect(
+        f"{uri}?mode=ro&immutable=1",
+        uri=True,
+        isolation_level=None,
+        timeout=30,
+        factory=StoreConnection,
+    )
 
 
 #: SQLite's own execute, raising sqlite3 errors untranslated (the WAL switch tells "locked" apart).
@@ -149,4 +180,3 @@ def wal_journal(db: sqlite3.Connection) -> None:
                 raise _translated(getattr(db, "store_path", ""), e) from None
         time.sleep(pause)
         pause = min(pause * 2, 0.5)
-

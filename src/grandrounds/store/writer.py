@@ -6,8 +6,9 @@ from __future__ import annotations
 import queue
 import sqlite3
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any
 
 from grandrounds.store.sqlite import StoreConnection
 
@@ -27,7 +28,9 @@ class Checkpointer:
         self.path = path
         self.wake = threading.Event()
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="grandrounds-checkpoint", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="grandrounds-checkpoint", daemon=True
+        )
 
     def start(self) -> None:
         """Start the thread (the store has turned its automatic checkpoint off)."""
@@ -73,17 +76,23 @@ class Writer:
     buffer (:meth:`StoreBase._settle`), so rows never land out of order.
     """
 
-    def __init__(self, path: str, setup: Callable[[sqlite3.Connection], None], landed: threading.Event | None) -> None:
+    def __init__(
+        self, path: str, setup: Callable[[sqlite3.Connection], None], landed: threading.Event | None
+    ) -> None:
         self.path, self.setup = path, setup
         #: Set after each flush that landed (the checkpoint thread's cue).
         self.landed = landed
-        self.jobs: "queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Future[Any], bool] | None]" = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[
+            tuple[Callable[[sqlite3.Connection], Any], Future[Any], bool] | None
+        ] = queue.SimpleQueue()
         self.broken = False
         self._ready: Future[None] = Future()
         self._thread = threading.Thread(target=self._run, name="grandrounds-writer", daemon=True)
 
     @classmethod
-    def start(cls, path: str, setup: Callable[[sqlite3.Connection], None], landed: threading.Event | None) -> "Writer | None":
+    def start(
+        cls, path: str, setup: Callable[[sqlite3.Connection], None], landed: threading.Event | None
+    ) -> Writer | None:
         """A running writer on a connection of its own to ``path``, set up by ``setup``; None when
         that connection cannot be opened (write-behind then commits on the store's own)."""
         writer = cls(path, setup, landed)
@@ -93,7 +102,7 @@ class Writer:
             return None
         return writer
 
-    def submit(self, job: Callable[[sqlite3.Connection], Any], flush: bool = False) -> "Future[Any]":
+    def submit(self, job: Callable[[sqlite3.Connection], Any], flush: bool = False) -> Future[Any]:
         done: Future[Any] = Future()
         self.jobs.put((job, done, flush))
         return done
@@ -104,7 +113,9 @@ class Writer:
 
     def _run(self) -> None:
         try:
-            db = sqlite3.connect(self.path, isolation_level=None, timeout=30, factory=StoreConnection)
+            db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=30, factory=StoreConnection
+            )
             db.store_path = self.path  # type: ignore[attr-defined]
             self.setup(db)
         except BaseException as e:

@@ -13,11 +13,12 @@ import contextvars
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 #: The connection a request came on (each connection is served in its own task, so its own context).
-_READER: "contextvars.ContextVar[asyncio.StreamReader]" = contextvars.ContextVar("loopback_reader")
+_READER: contextvars.ContextVar[asyncio.StreamReader] = contextvars.ContextVar("loopback_reader")
 
 #: rule(body) -> reply text for chat, a Reply (text with its finish reason), or a Fault to inject.
 Rule = Callable[[dict[str, Any]], "str | Reply | Raw | Fault"]
@@ -83,7 +84,12 @@ class LoopbackServer:
     """``with LoopbackServer(rule, latency=0.05) as srv: srv.base_url`` -> ``http://127.0.0.1:PORT/v1``."""
 
     def __init__(
-        self, rule: Rule, latency: float = 0.0, keep_bodies: bool = False, serial: bool = False, props: dict[str, Any] | None = None,
+        self,
+        rule: Rule,
+        latency: float = 0.0,
+        keep_bodies: bool = False,
+        serial: bool = False,
+        props: dict[str, Any] | None = None,
     ) -> None:
         self.rule = rule
         #: What ``GET /props`` answers (llama.cpp's server reports its slots there); None: 404, as other servers.
@@ -107,7 +113,7 @@ class LoopbackServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def __enter__(self) -> "LoopbackServer":
+    def __enter__(self) -> LoopbackServer:
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
@@ -139,7 +145,10 @@ class LoopbackServer:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)
+                }
                 body_bytes = await reader.readexactly(int(headers.get("content-length", "0")))
                 _READER.set(reader)
                 if "authorization" in headers:
@@ -152,8 +161,12 @@ class LoopbackServer:
         finally:
             writer.close()
 
-    async def _respond(self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter) -> bool:
-        if method == "GET":  # answered at once, beside the requests in line (as llama.cpp answers /props)
+    async def _respond(
+        self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter
+    ) -> bool:
+        if (
+            method == "GET"
+        ):  # answered at once, beside the requests in line (as llama.cpp answers /props)
             with self._lock:
                 self.gets[path] = self.gets.get(path, 0) + 1
             if path == "/props" and self.props is not None:
@@ -174,7 +187,9 @@ class LoopbackServer:
                         self.stats.waiting -= 1
                         queued = False
                     reader = _READER.get(None)
-                    if reader is not None and reader.at_eof():  # the client gave up while this request waited
+                    if (
+                        reader is not None and reader.at_eof()
+                    ):  # the client gave up while this request waited
                         self.stats.abandoned += 1
                         return False
                     return await self._respond_now(method, path, raw, writer)
@@ -183,7 +198,9 @@ class LoopbackServer:
                     self.stats.waiting -= 1
         return await self._respond_now(method, path, raw, writer)
 
-    async def _respond_now(self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter) -> bool:
+    async def _respond_now(
+        self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter
+    ) -> bool:
         self.stats.in_flight += 1
         self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
         try:
@@ -191,7 +208,9 @@ class LoopbackServer:
         finally:
             self.stats.in_flight -= 1
 
-    async def _answer(self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter) -> bool:
+    async def _answer(
+        self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter
+    ) -> bool:
         body = json.loads(raw or b"{}")
         with self._lock:
             self.stats.requests += 1
@@ -202,7 +221,9 @@ class LoopbackServer:
         except Exception as e:  # a broken rule is a test bug: answer 400 so the client fails fast
             with self._lock:
                 self.stats.rule_errors.append(repr(e))
-            self._write(writer, 400, json.dumps({"error": {"message": f"rule failed: {e!r}"}}).encode())
+            self._write(
+                writer, 400, json.dumps({"error": {"message": f"rule failed: {e!r}"}}).encode()
+            )
             return True
         if self.latency:
             await asyncio.sleep(self.latency)
@@ -219,16 +240,29 @@ class LoopbackServer:
                 return True
             status = {"429": 429, "400": 400}.get(out.kind, 500)
             extra = {"retry-after": f"{out.retry_after:g}"} if out.kind == "429" else {}
-            error = out.body if out.body is not None else {"error": {"message": f"injected {out.kind}"}}
+            error = (
+                out.body if out.body is not None else {"error": {"message": f"injected {out.kind}"}}
+            )
             self._write(writer, status, json.dumps(error).encode(), extra)
             return True
         text, finish = (out.text, out.finish_reason) if isinstance(out, Reply) else (out, "stop")
-        payload = _chat_payload(body, text, finish) if path.endswith("/chat/completions") else _completion_payload(body, text)
+        payload = (
+            _chat_payload(body, text, finish)
+            if path.endswith("/chat/completions")
+            else _completion_payload(body, text)
+        )
         if isinstance(out, Reply) and out.tool_calls and path.endswith("/chat/completions"):
             message = payload["choices"][0]["message"]
             message["content"] = text or None
             message["tool_calls"] = [
-                {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+                {
+                    "id": f"call_{i}",
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "arguments": args if isinstance(args, str) else json.dumps(args),
+                    },
+                }
                 for i, (name, args) in enumerate(out.tool_calls)
             ]
             payload["choices"][0]["finish_reason"] = "tool_calls"
@@ -240,8 +274,19 @@ class LoopbackServer:
         return True
 
     @staticmethod
-    def _write(writer: asyncio.StreamWriter, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error"}[status]
+    def _write(
+        writer: asyncio.StreamWriter,
+        status: int,
+        data: bytes,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        reason = {
+            200: "OK",
+            400: "Bad Request",
+            404: "Not Found",
+            429: "Too Many Requests",
+            500: "Internal Server Error",
+        }[status]
         hdr = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n"
         for k, v in (headers or {}).items():
             hdr += f"{k}: {v}\r\n"
@@ -250,21 +295,32 @@ class LoopbackServer:
 
 def _chat_payload(body: dict[str, Any], text: str, finish: str = "stop") -> dict[str, Any]:
     prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "finish_reason": finish,
+    }
     if body.get("logprobs"):
         # The rule's text is the preferred next token; other letters get lower log-probs.
         letters = ["A", "B", "C", "D", "E"]
         tops = [{"token": text, "logprob": -0.1, "bytes": None}] + [
-            {"token": x, "logprob": -3.0 - i, "bytes": None} for i, x in enumerate(t for t in letters if t != text)
+            {"token": x, "logprob": -3.0 - i, "bytes": None}
+            for i, x in enumerate(t for t in letters if t != text)
         ]
-        choice["logprobs"] = {"content": [{"token": text, "logprob": -0.1, "bytes": None, "top_logprobs": tops}]}
+        choice["logprobs"] = {
+            "content": [{"token": text, "logprob": -0.1, "bytes": None, "top_logprobs": tops}]
+        }
     return {
         "id": "chatcmpl-loopback",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model", "loopback"),
         "choices": [choice],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()), "total_tokens": prompt_tokens + len(text.split())},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(text.split()),
+            "total_tokens": prompt_tokens + len(text.split()),
+        },
     }
 
 

@@ -27,15 +27,21 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
 from grandrounds.testing import Fault, Reply, Rule, _chat_payload
 
 #: Fault kind -> (HTTP status, Anthropic error type).
-_FAULTS = {"429": (429, "rate_limit_error"), "500": (500, "api_error"), "529": (529, "overloaded_error"), "400": (400, "invalid_request_error")}
+_FAULTS = {
+    "429": (429, "rate_limit_error"),
+    "500": (500, "api_error"),
+    "529": (529, "overloaded_error"),
+    "400": (400, "invalid_request_error"),
+}
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,7 @@ class BatchServer:
     def anthropic_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "BatchServer":
+    def __enter__(self) -> BatchServer:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
@@ -153,8 +159,13 @@ class BatchServer:
         with self._lock:
             for b in self._batches.values():
                 if not b.ended:
-                    b.plan = Plan(polls=b.polls + 1, end=b.plan.end, processed=b.plan.processed, detail=b.plan.detail,
-                                  progress=b.plan.progress)
+                    b.plan = Plan(
+                        polls=b.polls + 1,
+                        end=b.plan.end,
+                        processed=b.plan.processed,
+                        detail=b.plan.detail,
+                        progress=b.plan.progress,
+                    )
 
     def forget_all(self) -> None:
         """Every batch is gone: looks at it and its results answer 404."""
@@ -196,7 +207,9 @@ class BatchServer:
     def _answer(self, body: dict[str, Any]) -> Reply | Fault:
         try:
             out = self.rule(body)
-        except Exception as e:  # a broken rule is a test bug: an invalid-request error, visible in stats
+        except (
+            Exception
+        ) as e:  # a broken rule is a test bug: an invalid-request error, visible in stats
             with self._lock:
                 self.stats.rule_errors.append(repr(e))
             return Fault("400", body={"error": {"message": f"rule failed: {e!r}"}})
@@ -204,23 +217,37 @@ class BatchServer:
 
     @staticmethod
     def _message(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
-        stop = {"stop": "end_turn", "length": "max_tokens"}.get(reply.finish_reason, reply.finish_reason)
-        words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", [])) + len(str(body.get("system", "")).split())
+        stop = {"stop": "end_turn", "length": "max_tokens"}.get(
+            reply.finish_reason, reply.finish_reason
+        )
+        words = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", [])) + len(
+            str(body.get("system", "")).split()
+        )
         return {
-            "id": "msg_loopback", "type": "message", "role": "assistant", "model": body.get("model", "loopback"),
-            "content": [{"type": "text", "text": reply.text}], "stop_reason": stop, "stop_sequence": None,
+            "id": "msg_loopback",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "loopback"),
+            "content": [{"type": "text", "text": reply.text}],
+            "stop_reason": stop,
+            "stop_sequence": None,
             "usage": {"input_tokens": words, "output_tokens": len(reply.text.split())},
         }
 
     @staticmethod
     def _openai_error(fault: Fault) -> tuple[int, dict[str, Any]]:
         status = _FAULTS.get(fault.kind, (500, "api_error"))[0]
-        return status, fault.body if fault.body is not None else {"error": {"message": f"injected {fault.kind}", "type": "server_error"}}
+        return status, fault.body if fault.body is not None else {
+            "error": {"message": f"injected {fault.kind}", "type": "server_error"}
+        }
 
     @staticmethod
     def _anthropic_error(fault: Fault) -> tuple[int, dict[str, Any]]:
         status, etype = _FAULTS.get(fault.kind, (500, "api_error"))
-        return status, fault.body if fault.body is not None else {"type": "error", "error": {"type": etype, "message": f"injected {fault.kind}"}}
+        return status, fault.body if fault.body is not None else {
+            "type": "error",
+            "error": {"type": etype, "message": f"injected {fault.kind}"},
+        }
 
     # ---- live endpoints --------------------------------------------------------------------
     async def _live_body(self, request: web.Request) -> dict[str, Any]:
@@ -236,7 +263,11 @@ class BatchServer:
         out = self._answer(body)
         if isinstance(out, Fault):
             status, err = self._openai_error(out)
-            return web.json_response(err, status=status, headers={"retry-after": f"{out.retry_after:g}"} if out.kind == "429" else None)
+            return web.json_response(
+                err,
+                status=status,
+                headers={"retry-after": f"{out.retry_after:g}"} if out.kind == "429" else None,
+            )
         return web.json_response(_chat_payload(body, out.text, out.finish_reason))
 
     async def _live_messages(self, request: web.Request) -> web.Response:
@@ -244,7 +275,9 @@ class BatchServer:
         out = self._answer(body)
         if isinstance(out, Fault):
             status, err = self._anthropic_error(out)
-            headers = {"retry-after": f"{out.retry_after:g}"} if out.kind in ("429", "529") else None
+            headers = (
+                {"retry-after": f"{out.retry_after:g}"} if out.kind in ("429", "529") else None
+            )
             return web.json_response(err, status=status, headers=headers)
         return web.json_response(self._message(body, out))
 
@@ -254,7 +287,13 @@ class BatchServer:
             status = self.create_faults.pop(0) if self.create_faults else None
         if status is None:
             return None
-        err = {"type": "error", "error": {"type": "api_error" if status >= 500 else "invalid_request_error", "message": f"injected {status}"}}
+        err = {
+            "type": "error",
+            "error": {
+                "type": "api_error" if status >= 500 else "invalid_request_error",
+                "message": f"injected {status}",
+            },
+        }
         return web.json_response(err, status=status, headers={"retry-after": "0"})
 
     def _lost(self, created: dict[str, Any]) -> web.Response:
@@ -263,22 +302,37 @@ class BatchServer:
             lost = self.lost_creates > 0
             self.lost_creates -= lost
         if lost:
-            return web.json_response({"error": {"message": "bad gateway (injected: the batch was created)"}}, status=502)
+            return web.json_response(
+                {"error": {"message": "bad gateway (injected: the batch was created)"}}, status=502
+            )
         return web.json_response(created)
 
-    def _listed(self, request: web.Request, wire: str, after_key: str, show: Callable[[_Batch], dict[str, Any]]) -> web.Response:
+    def _listed(
+        self,
+        request: web.Request,
+        wire: str,
+        after_key: str,
+        show: Callable[[_Batch], dict[str, Any]],
+    ) -> web.Response:
         """One page of a wire's batches, newest first, after the id ``after_key`` names."""
         with self._lock:
             batches = [b for b in reversed(list(self._batches.values())) if b.wire == wire]
         after = request.query.get(after_key)
         if after:
             ids = [b.id for b in batches]
-            batches = batches[ids.index(after) + 1:] if after in ids else []
+            batches = batches[ids.index(after) + 1 :] if after in ids else []
         limit = int(request.query.get("limit", "20"))
         page = batches[:limit]
         data = [show(b) for b in page]
-        return web.json_response({"object": "list", "data": data, "has_more": len(batches) > limit,
-                                  "first_id": page[0].id if page else None, "last_id": page[-1].id if page else None})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "has_more": len(batches) > limit,
+                "first_id": page[0].id if page else None,
+                "last_id": page[-1].id if page else None,
+            }
+        )
 
     async def _openai_list(self, request: web.Request) -> web.Response:
         return self._listed(request, "openai", "after", self._openai_object)
@@ -291,7 +345,14 @@ class BatchServer:
         prefix = "batch_" if wire == "openai" else "msgbatch_"
         with self._lock:
             number = len(self.stats.submissions) + 1
-            batch = _Batch(wire, f"{prefix}{n:04d}", custom_ids, bodies, self.plan(number, list(custom_ids)), int(time.time()))
+            batch = _Batch(
+                wire,
+                f"{prefix}{n:04d}",
+                custom_ids,
+                bodies,
+                self.plan(number, list(custom_ids)),
+                int(time.time()),
+            )
             self._batches[batch.id] = batch
             self.stats.submissions.append(Submission(wire, batch.id, list(custom_ids), bodies))
             self.stats.submitted.update(custom_ids)
@@ -326,14 +387,37 @@ class BatchServer:
                 out = self._answer(body)
                 if isinstance(out, Fault):
                     status, err = self._openai_error(out)
-                    bad.append({"id": f"batch_req_{i}", "custom_id": cid, "response": {"status_code": status, "body": err}, "error": None})
+                    bad.append(
+                        {
+                            "id": f"batch_req_{i}",
+                            "custom_id": cid,
+                            "response": {"status_code": status, "body": err},
+                            "error": None,
+                        }
+                    )
                 else:
                     payload = _chat_payload(body, out.text, out.finish_reason)
-                    ok.append({"id": f"batch_req_{i}", "custom_id": cid, "response": {"status_code": 200, "body": payload}, "error": None})
+                    ok.append(
+                        {
+                            "id": f"batch_req_{i}",
+                            "custom_id": cid,
+                            "response": {"status_code": 200, "body": payload},
+                            "error": None,
+                        }
+                    )
             elif batch.plan.end in ("expired", "cancelled"):
                 code = "batch_expired" if batch.plan.end == "expired" else "batch_cancelled"
-                bad.append({"id": f"batch_req_{i}", "custom_id": cid, "response": None,
-                            "error": {"code": code, "message": f"request not executed: the batch was {batch.plan.end}"}})
+                bad.append(
+                    {
+                        "id": f"batch_req_{i}",
+                        "custom_id": cid,
+                        "response": None,
+                        "error": {
+                            "code": code,
+                            "message": f"request not executed: the batch was {batch.plan.end}",
+                        },
+                    }
+                )
         batch.succeeded = len(ok)
         if ok:
             batch.output = self._store_file(ok)
@@ -349,12 +433,27 @@ class BatchServer:
                     _, err = self._anthropic_error(out)
                     lines.append({"custom_id": cid, "result": {"type": "errored", "error": err}})
                 else:
-                    lines.append({"custom_id": cid, "result": {"type": "succeeded", "message": self._message(body, out)}})
+                    lines.append(
+                        {
+                            "custom_id": cid,
+                            "result": {"type": "succeeded", "message": self._message(body, out)},
+                        }
+                    )
             elif batch.plan.end == "failed":
-                err = {"type": "error", "error": {"type": "invalid_request_error", "message": batch.plan.detail}}
+                err = {
+                    "type": "error",
+                    "error": {"type": "invalid_request_error", "message": batch.plan.detail},
+                }
                 lines.append({"custom_id": cid, "result": {"type": "errored", "error": err}})
             else:
-                lines.append({"custom_id": cid, "result": {"type": "canceled" if batch.plan.end == "cancelled" else "expired"}})
+                lines.append(
+                    {
+                        "custom_id": cid,
+                        "result": {
+                            "type": "canceled" if batch.plan.end == "cancelled" else "expired"
+                        },
+                    }
+                )
         batch.results = "\n".join(json.dumps(x) for x in lines) + "\n"
 
     def _store_file(self, lines: list[dict[str, Any]]) -> str:
@@ -366,44 +465,84 @@ class BatchServer:
     async def _upload(self, request: web.Request) -> web.Response:
         form = await request.post()
         if form.get("purpose") != "batch" or not hasattr(form.get("file"), "file"):
-            return web.json_response({"error": {"message": "purpose=batch and a file are required"}}, status=400)
+            return web.json_response(
+                {"error": {"message": "purpose=batch and a file are required"}}, status=400
+            )
         data = form["file"].file.read()  # type: ignore[union-attr]
         file_id = f"file-{next(self._ids):04d}"
         with self._lock:
             self._files[file_id] = data
             self.stats.uploads += 1
-        return web.json_response({"id": file_id, "object": "file", "purpose": "batch", "bytes": len(data)})
+        return web.json_response(
+            {"id": file_id, "object": "file", "purpose": "batch", "bytes": len(data)}
+        )
 
     async def _openai_create(self, request: web.Request) -> web.Response:
         body = await request.json()
         if (fault := self._create_fault()) is not None:
             return fault
         data = self._files.get(body.get("input_file_id", ""))
-        if data is None or body.get("endpoint") != "/v1/chat/completions" or body.get("completion_window") != "24h":
-            return web.json_response({"error": {"message": "input_file_id, endpoint and completion_window=24h are required"}}, status=400)
+        if (
+            data is None
+            or body.get("endpoint") != "/v1/chat/completions"
+            or body.get("completion_window") != "24h"
+        ):
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "input_file_id, endpoint and completion_window=24h are required"
+                    }
+                },
+                status=400,
+            )
         lines = [json.loads(x) for x in data.decode().splitlines() if x.strip()]
         if any(x.get("method") != "POST" or x.get("url") != "/v1/chat/completions" for x in lines):
-            return web.json_response({"error": {"message": "every line must POST /v1/chat/completions"}}, status=400)
+            return web.json_response(
+                {"error": {"message": "every line must POST /v1/chat/completions"}}, status=400
+            )
         if len({x["custom_id"] for x in lines}) != len(lines):
             return web.json_response({"error": {"message": "duplicate custom_id"}}, status=400)
-        batch = self._new_batch("openai", [x["custom_id"] for x in lines], [x["body"] for x in lines])
-        batch.metadata, batch.input_file_id = dict(body.get("metadata") or {}), body["input_file_id"]
+        batch = self._new_batch(
+            "openai", [x["custom_id"] for x in lines], [x["body"] for x in lines]
+        )
+        batch.metadata, batch.input_file_id = (
+            dict(body.get("metadata") or {}),
+            body["input_file_id"],
+        )
         return self._lost(self._openai_object(batch, "validating"))
 
     def _openai_object(self, batch: _Batch, status: str | None = None) -> dict[str, Any]:
         n = len(batch.custom_ids)
         if status is None:
-            finalizing = batch.plan.finalizing and batch.polls >= batch.plan.polls - batch.plan.finalizing
-            status = batch.plan.end if batch.ended else "finalizing" if finalizing else "in_progress"
+            finalizing = (
+                batch.plan.finalizing and batch.polls >= batch.plan.polls - batch.plan.finalizing
+            )
+            status = (
+                batch.plan.end if batch.ended else "finalizing" if finalizing else "in_progress"
+            )
         done = batch.succeeded if batch.ended else batch.plan.shown(batch.polls, n)
         out: dict[str, Any] = {
-            "id": batch.id, "object": "batch", "endpoint": "/v1/chat/completions", "status": status,
-            "completion_window": "24h", "created_at": batch.created, "input_file_id": batch.input_file_id, "metadata": batch.metadata,
-            "output_file_id": batch.output, "error_file_id": batch.errors,
-            "request_counts": {"total": n, "completed": done, "failed": n - batch.succeeded if batch.ended else 0},
+            "id": batch.id,
+            "object": "batch",
+            "endpoint": "/v1/chat/completions",
+            "status": status,
+            "completion_window": "24h",
+            "created_at": batch.created,
+            "input_file_id": batch.input_file_id,
+            "metadata": batch.metadata,
+            "output_file_id": batch.output,
+            "error_file_id": batch.errors,
+            "request_counts": {
+                "total": n,
+                "completed": done,
+                "failed": n - batch.succeeded if batch.ended else 0,
+            },
         }
         if status == "failed":
-            out["errors"] = {"object": "list", "data": [{"code": "invalid_request", "message": batch.plan.detail, "line": 1}]}
+            out["errors"] = {
+                "object": "list",
+                "data": [{"code": "invalid_request", "message": batch.plan.detail, "line": 1}],
+            }
         return out
 
     async def _openai_status(self, request: web.Request) -> web.Response:
@@ -435,18 +574,45 @@ class BatchServer:
         if (fault := self._create_fault()) is not None:
             return fault
         reqs = body.get("requests")
-        if not isinstance(reqs, list) or not reqs or any(not isinstance(r, dict) or "custom_id" not in r or "params" not in r for r in reqs):
-            return web.json_response({"type": "error", "error": {"type": "invalid_request_error", "message": "requests: [{custom_id, params}]"}}, status=400)
+        if (
+            not isinstance(reqs, list)
+            or not reqs
+            or any(
+                not isinstance(r, dict) or "custom_id" not in r or "params" not in r for r in reqs
+            )
+        ):
+            return web.json_response(
+                {
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": "requests: [{custom_id, params}]",
+                    },
+                },
+                status=400,
+            )
         ids = [r["custom_id"] for r in reqs]
         if len(set(ids)) != len(ids) or any(len(i) > 64 for i in ids):
-            return web.json_response({"type": "error", "error": {"type": "invalid_request_error", "message": "custom_id"}}, status=400)
+            return web.json_response(
+                {
+                    "type": "error",
+                    "error": {"type": "invalid_request_error", "message": "custom_id"},
+                },
+                status=400,
+            )
         batch = self._new_batch("anthropic", ids, [r["params"] for r in reqs])
         return self._lost(self._anthropic_object(batch))
 
     def _anthropic_object(self, batch: _Batch) -> dict[str, Any]:
         n = len(batch.custom_ids)
         shown = batch.plan.shown(batch.polls, n)
-        counts = {"processing": n - shown, "succeeded": shown, "errored": 0, "canceled": 0, "expired": 0}
+        counts = {
+            "processing": n - shown,
+            "succeeded": shown,
+            "errored": 0,
+            "canceled": 0,
+            "expired": 0,
+        }
         if batch.ended and batch.results is not None:
             counts["succeeded"] = 0
             counts["processing"] = 0
@@ -454,22 +620,36 @@ class BatchServer:
                 kind = json.loads(line)["result"]["type"]
                 counts[kind] = counts.get(kind, 0) + 1
         return {
-            "id": batch.id, "type": "message_batch", "processing_status": "ended" if batch.ended else "in_progress",
-            "request_counts": counts, "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(batch.created)),
-            "results_url": f"{self.anthropic_url}/v1/messages/batches/{batch.id}/results" if batch.ended else None,
+            "id": batch.id,
+            "type": "message_batch",
+            "processing_status": "ended" if batch.ended else "in_progress",
+            "request_counts": counts,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(batch.created)),
+            "results_url": f"{self.anthropic_url}/v1/messages/batches/{batch.id}/results"
+            if batch.ended
+            else None,
         }
 
     async def _anthropic_status(self, request: web.Request) -> web.Response:
         batch = self._batches.get(request.match_info["id"])
         if batch is None or batch.wire != "anthropic":
-            return web.json_response({"type": "error", "error": {"type": "not_found_error", "message": "no such batch"}}, status=404)
+            return web.json_response(
+                {"type": "error", "error": {"type": "not_found_error", "message": "no such batch"}},
+                status=404,
+            )
         self._look(batch)
         return web.json_response(self._anthropic_object(batch))
 
     async def _anthropic_results(self, request: web.Request) -> web.Response:
         batch = self._batches.get(request.match_info["id"])
         if batch is None or batch.results is None:
-            return web.json_response({"type": "error", "error": {"type": "not_found_error", "message": "no results yet"}}, status=404)
+            return web.json_response(
+                {
+                    "type": "error",
+                    "error": {"type": "not_found_error", "message": "no results yet"},
+                },
+                status=404,
+            )
         with self._lock:
             self.stats.downloads += 1
         return web.Response(body=batch.results.encode(), content_type="application/binary")

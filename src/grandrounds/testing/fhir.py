@@ -19,17 +19,44 @@ import json
 import random
 import re
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable, Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 #: The tasks' "now" (every MedAgentBench context states it).
-NOW = datetime(2023, 11, 13, 10, 15, tzinfo=timezone.utc)
+NOW = datetime(2023, 11, 13, 10, 15, tzinfo=UTC)
 LAB_UNITS = {"MG": "mg/dL", "GLU": "mg/dL", "K": "mmol/L", "A1C": "%"}
-_GIVEN = ("Alma", "Bruno", "Cora", "Dmitri", "Edda", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kaia", "Lior", "Mina", "Nils")
-_FAMILY = ("Arkwright", "Bellweather", "Corrigan", "Dunmore", "Eastwick", "Fairholm", "Gantley", "Hollis", "Ivers", "Jessop")
+_GIVEN = (
+    "Alma",
+    "Bruno",
+    "Cora",
+    "Dmitri",
+    "Edda",
+    "Farid",
+    "Greta",
+    "Hugo",
+    "Ines",
+    "Jonas",
+    "Kaia",
+    "Lior",
+    "Mina",
+    "Nils",
+)
+_FAMILY = (
+    "Arkwright",
+    "Bellweather",
+    "Corrigan",
+    "Dunmore",
+    "Eastwick",
+    "Fairholm",
+    "Gantley",
+    "Hollis",
+    "Ivers",
+    "Jessop",
+)
 _TASK1 = re.compile(r"name (?P<given>\S+) (?P<family>.+?) and DOB of (?P<dob>\d{4}-\d{2}-\d{2})")
 
 
@@ -44,9 +71,16 @@ class FhirData:
 
     def labs(self, mrn: str, code: str) -> list[tuple[datetime, float, str]]:
         """(time, value, the effectiveDateTime as written) of the patient's ``code`` labs, oldest first."""
-        out = [(datetime.fromisoformat(o["effectiveDateTime"]), o["valueQuantity"]["value"], o["effectiveDateTime"])
-               for o in self.resources.get("Observation", ())
-               if o["subject"]["reference"] == f"Patient/{mrn}" and any(c["code"] == code for c in o["code"].get("coding", []))]
+        out = [
+            (
+                datetime.fromisoformat(o["effectiveDateTime"]),
+                o["valueQuantity"]["value"],
+                o["effectiveDateTime"],
+            )
+            for o in self.resources.get("Observation", ())
+            if o["subject"]["reference"] == f"Patient/{mrn}"
+            and any(c["code"] == code for c in o["code"].get("coding", []))
+        ]
         return sorted(out)
 
     def patient(self, mrn: str) -> dict[str, Any] | None:
@@ -54,7 +88,9 @@ class FhirData:
 
 
 def _rng(mrn: str, what: str) -> random.Random:
-    return random.Random(int.from_bytes(hashlib.sha256(f"{mrn}:{what}".encode()).digest()[:8], "big"))
+    return random.Random(
+        int.from_bytes(hashlib.sha256(f"{mrn}:{what}".encode()).digest()[:8], "big")
+    )
 
 
 def _when(hours_ago: float) -> str:
@@ -67,7 +103,11 @@ def synthetic_records(tasks: Iterable[Mapping[str, Any]]) -> FhirData:
     named: dict[str, tuple[str, str, str]] = {}
     absent: set[tuple[str, str, str]] = set()
     for t in tasks:
-        m = _TASK1.search(str(t.get("instruction", ""))) if str(t.get("id", "")).startswith("task1_") else None
+        m = (
+            _TASK1.search(str(t.get("instruction", "")))
+            if str(t.get("id", "")).startswith("task1_")
+            else None
+        )
         if m:
             who = (m["given"], m["family"], m["dob"])
             sol = t.get("sol") or []
@@ -84,28 +124,81 @@ def synthetic_records(tasks: Iterable[Mapping[str, Any]]) -> FhirData:
     return data
 
 
-def _patient(data: FhirData, mrn: str, who: tuple[str, str, str] | None, absent: set[tuple[str, str, str]]) -> None:
+def _patient(
+    data: FhirData, mrn: str, who: tuple[str, str, str] | None, absent: set[tuple[str, str, str]]
+) -> None:
     r = _rng(mrn, "patient")
-    given, family, dob = who or (r.choice(_GIVEN), r.choice(_FAMILY), f"{r.randint(1930, 2004)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}")
-    if who is None and (given, family, dob) in absent:  # never the person a task says does not exist
+    given, family, dob = who or (
+        r.choice(_GIVEN),
+        r.choice(_FAMILY),
+        f"{r.randint(1930, 2004)}-{r.randint(1, 12):02d}-{r.randint(1, 28):02d}",
+    )
+    if (
+        who is None and (given, family, dob) in absent
+    ):  # never the person a task says does not exist
         dob = f"{int(dob[:4]) + 1}{dob[4:]}"
-    data.add({
-        "resourceType": "Patient", "id": mrn, "meta": {"versionId": "1"},
-        "identifier": [{"use": "usual", "type": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/v2-0203", "code": "MR"}]},
-                        "system": "urn:grandrounds:synthetic-mrn", "value": mrn}],
-        "active": True, "name": [{"use": "official", "family": family, "given": [given]}],
-        "gender": r.choice(("female", "male")), "birthDate": dob,
-    })
+    data.add(
+        {
+            "resourceType": "Patient",
+            "id": mrn,
+            "meta": {"versionId": "1"},
+            "identifier": [
+                {
+                    "use": "usual",
+                    "type": {
+                        "coding": [
+                            {
+                                "system": "http://terminology.hl7.org/CodeSystem/v2-0203",
+                                "code": "MR",
+                            }
+                        ]
+                    },
+                    "system": "urn:grandrounds:synthetic-mrn",
+                    "value": mrn,
+                }
+            ],
+            "active": True,
+            "name": [{"use": "official", "family": family, "given": [given]}],
+            "gender": r.choice(("female", "male")),
+            "birthDate": dob,
+        }
+    )
 
 
 def _lab(data: FhirData, mrn: str, code: str, n: int, hours_ago: float, value: float) -> None:
-    data.add({
-        "resourceType": "Observation", "id": f"{mrn}-{code}-{n}", "status": "final",
-        "category": [{"coding": [{"system": "http://terminology.hl7.org/CodeSystem/observation-category", "code": "laboratory", "display": "Laboratory"}]}],
-        "code": {"coding": [{"system": "urn:grandrounds:synthetic-lab", "code": code, "display": code}], "text": code},
-        "subject": {"reference": f"Patient/{mrn}"}, "effectiveDateTime": _when(hours_ago), "issued": _when(hours_ago - 0.5),
-        "valueQuantity": {"value": value, "unit": LAB_UNITS[code], "system": "http://unitsofmeasure.org", "code": LAB_UNITS[code]},
-    })
+    data.add(
+        {
+            "resourceType": "Observation",
+            "id": f"{mrn}-{code}-{n}",
+            "status": "final",
+            "category": [
+                {
+                    "coding": [
+                        {
+                            "system": "http://terminology.hl7.org/CodeSystem/observation-category",
+                            "code": "laboratory",
+                            "display": "Laboratory",
+                        }
+                    ]
+                }
+            ],
+            "code": {
+                "coding": [
+                    {"system": "urn:grandrounds:synthetic-lab", "code": code, "display": code}
+                ],
+                "text": code,
+            },
+            "subject": {"reference": f"Patient/{mrn}"},
+            "effectiveDateTime": _when(hours_ago),
+            "issued": _when(hours_ago - 0.5),
+            "valueQuantity": {
+                "value": value,
+                "unit": LAB_UNITS[code],
+                "system": "http://unitsofmeasure.org",
+                "code": LAB_UNITS[code],
+            },
+        }
+    )
 
 
 def _labs(data: FhirData, mrn: str) -> None:
@@ -127,26 +220,78 @@ def _labs(data: FhirData, mrn: str) -> None:
     a1c = r.choice(("none", "recent", "old"))
     if a1c != "none":
         _lab(data, mrn, "A1C", 0, 24 * r.uniform(800, 1500), round(r.uniform(5.0, 9.9), 1))
-        _lab(data, mrn, "A1C", 1, 24 * (r.uniform(20, 300) if a1c == "recent" else r.uniform(380, 700)), round(r.uniform(5.0, 9.9), 1))
+        _lab(
+            data,
+            mrn,
+            "A1C",
+            1,
+            24 * (r.uniform(20, 300) if a1c == "recent" else r.uniform(380, 700)),
+            round(r.uniform(5.0, 9.9), 1),
+        )
 
 
 def _others(data: FhirData, mrn: str) -> None:
     r = _rng(mrn, "others")
     subject = {"reference": f"Patient/{mrn}"}
-    data.add({
-        "resourceType": "Observation", "id": f"{mrn}-BP-0", "status": "final", "subject": subject,
-        "category": [{"coding": [{"system": "http://hl7.org/fhir/observation-category", "code": "vital-signs", "display": "Vital Signs"}]}],
-        "code": {"text": "BP"}, "effectiveDateTime": _when(r.uniform(24, 500)), "valueString": f"{r.randint(100, 160)}/{r.randint(60, 95)} mmHg",
-    })
-    data.add({"resourceType": "Condition", "id": f"{mrn}-cond", "subject": subject, "recordedDate": _when(24 * r.uniform(30, 900)),
-              "category": [{"coding": [{"code": "problem-list-item"}]}], "code": {"text": r.choice(("hypertension", "type 2 diabetes", "asthma"))}})
-    data.add({"resourceType": "MedicationRequest", "id": f"{mrn}-med", "subject": subject, "status": "active", "intent": "order",
-              "authoredOn": _when(24 * r.uniform(5, 300)), "medicationCodeableConcept": {"text": r.choice(("lisinopril 10 mg", "metformin 500 mg"))}})
-    data.add({"resourceType": "Procedure", "id": f"{mrn}-proc", "subject": subject, "status": "completed",
-              "performedDateTime": _when(24 * r.uniform(5, 900)), "code": {"text": r.choice(("colonoscopy", "knee arthroscopy"))}})
+    data.add(
+        {
+            "resourceType": "Observation",
+            "id": f"{mrn}-BP-0",
+            "status": "final",
+            "subject": subject,
+            "category": [
+                {
+                    "coding": [
+                        {
+                            "system": "http://hl7.org/fhir/observation-category",
+                            "code": "vital-signs",
+                            "display": "Vital Signs",
+                        }
+                    ]
+                }
+            ],
+            "code": {"text": "BP"},
+            "effectiveDateTime": _when(r.uniform(24, 500)),
+            "valueString": f"{r.randint(100, 160)}/{r.randint(60, 95)} mmHg",
+        }
+    )
+    data.add(
+        {
+            "resourceType": "Condition",
+            "id": f"{mrn}-cond",
+            "subject": subject,
+            "recordedDate": _when(24 * r.uniform(30, 900)),
+            "category": [{"coding": [{"code": "problem-list-item"}]}],
+            "code": {"text": r.choice(("hypertension", "type 2 diabetes", "asthma"))},
+        }
+    )
+    data.add(
+        {
+            "resourceType": "MedicationRequest",
+            "id": f"{mrn}-med",
+            "subject": subject,
+            "status": "active",
+            "intent": "order",
+            "authoredOn": _when(24 * r.uniform(5, 300)),
+            "medicationCodeableConcept": {
+                "text": r.choice(("lisinopril 10 mg", "metformin 500 mg"))
+            },
+        }
+    )
+    data.add(
+        {
+            "resourceType": "Procedure",
+            "id": f"{mrn}-proc",
+            "subject": subject,
+            "status": "completed",
+            "performedDateTime": _when(24 * r.uniform(5, 900)),
+            "code": {"text": r.choice(("colonoscopy", "knee arthroscopy"))},
+        }
+    )
 
 
 # ---- searching -------------------------------------------------------------------------
+
 
 def _time_of(resource: Mapping[str, Any]) -> datetime | None:
     for key in ("effectiveDateTime", "authoredOn", "performedDateTime", "recordedDate"):
@@ -159,10 +304,10 @@ def _parse_time(text: str) -> tuple[datetime, datetime]:
     """The instant range a FHIR date or dateTime search value covers (a date: its whole day, UTC)."""
     text = text.strip().replace(" ", "+")  # an unescaped '+' in a query arrives as a space
     if len(text) == 10:
-        day = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+        day = datetime.fromisoformat(text).replace(tzinfo=UTC)
         return day, day + timedelta(days=1) - timedelta(microseconds=1)
     t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    t = t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    t = t if t.tzinfo else t.replace(tzinfo=UTC)
     return t, t
 
 
@@ -171,13 +316,21 @@ def _date_matches(when: datetime | None, value: str) -> bool:
     start, end = _parse_time(value[2:] if value[:2] == prefix else value)
     if when is None:
         return False
-    return {"ge": when >= start, "gt": when > end, "le": when <= end, "lt": when < start,
-            "eq": start <= when <= end, "ne": not start <= when <= end}[prefix]
+    return {
+        "ge": when >= start,
+        "gt": when > end,
+        "le": when <= end,
+        "lt": when < start,
+        "eq": start <= when <= end,
+        "ne": not start <= when <= end,
+    }[prefix]
 
 
 def _codes(resource: Mapping[str, Any], key: str) -> set[str]:
     out: set[str] = set()
-    for concept in resource.get(key, []) if isinstance(resource.get(key), list) else [resource.get(key) or {}]:
+    for concept in (
+        resource.get(key, []) if isinstance(resource.get(key), list) else [resource.get(key) or {}]
+    ):
         for c in concept.get("coding", []):
             out |= {str(c.get("code")), f"{c.get('system')}|{c.get('code')}"}
         if concept.get("text"):
@@ -195,15 +348,24 @@ def _matches(resource: Mapping[str, Any], name: str, value: str) -> bool:
     if name == "date":
         return _date_matches(_time_of(resource), value)
     if name == "identifier":
-        return any(value in (i.get("value"), f"{i.get('system')}|{i.get('value')}") for i in resource.get("identifier", []))
+        return any(
+            value in (i.get("value"), f"{i.get('system')}|{i.get('value')}")
+            for i in resource.get("identifier", [])
+        )
     if name in ("family", "given", "name"):
         names = resource.get("name", [])
-        words = [n.get("family", "") for n in names] if name == "family" else [g for n in names for g in n.get("given", [])]
+        words = (
+            [n.get("family", "") for n in names]
+            if name == "family"
+            else [g for n in names for g in n.get("given", [])]
+        )
         if name == "name":
             words += [n.get("family", "") for n in names]
         return any(w.lower().startswith(value.lower()) for w in words if w)
     if name == "birthdate":
-        return _date_matches(_parse_time(resource["birthDate"])[0] if resource.get("birthDate") else None, value)
+        return _date_matches(
+            _parse_time(resource["birthDate"])[0] if resource.get("birthDate") else None, value
+        )
     if name in ("gender", "status", "intent"):
         return resource.get(name) == value
     if name == "_id":
@@ -213,13 +375,31 @@ def _matches(resource: Mapping[str, Any], name: str, value: str) -> bool:
 
 def search(data: FhirData, resource_type: str, query: str, base: str) -> dict[str, Any]:
     """The ``searchset`` Bundle of ``resource_type`` resources matching ``query`` (a URL's query string)."""
-    params = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if not k.startswith("_") or k == "_id"]
-    hits = [r for r in data.resources.get(resource_type, []) if all(_matches(r, k, v) for k, v in params)]
+    params = [
+        (k, v)
+        for k, v in parse_qsl(query, keep_blank_values=True)
+        if not k.startswith("_") or k == "_id"
+    ]
+    hits = [
+        r
+        for r in data.resources.get(resource_type, [])
+        if all(_matches(r, k, v) for k, v in params)
+    ]
     return {
-        "resourceType": "Bundle", "id": hashlib.sha256(f"{resource_type}?{query}".encode()).hexdigest()[:16],
-        "meta": {"lastUpdated": NOW.isoformat()}, "type": "searchset", "total": len(hits),
+        "resourceType": "Bundle",
+        "id": hashlib.sha256(f"{resource_type}?{query}".encode()).hexdigest()[:16],
+        "meta": {"lastUpdated": NOW.isoformat()},
+        "type": "searchset",
+        "total": len(hits),
         "link": [{"relation": "self", "url": f"{base}{resource_type}?{query}"}],
-        "entry": [{"fullUrl": f"{base}{resource_type}/{r['id']}", "resource": r, "search": {"mode": "match"}} for r in hits],
+        "entry": [
+            {
+                "fullUrl": f"{base}{resource_type}/{r['id']}",
+                "resource": r,
+                "search": {"mode": "match"},
+            }
+            for r in hits
+        ],
     }
 
 
@@ -242,7 +422,7 @@ class FhirServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/fhir/"
 
-    def __enter__(self) -> "FhirServer":
+    def __enter__(self) -> FhirServer:
         self._thread.start()
         return self
 
@@ -267,7 +447,12 @@ class FhirServer:
         parts = urlsplit(path)
         resource = parts.path.removeprefix("/fhir/").strip("/")
         if resource == "metadata":
-            return 200, {"resourceType": "CapabilityStatement", "status": "active", "fhirVersion": "4.0.1", "kind": "instance"}
+            return 200, {
+                "resourceType": "CapabilityStatement",
+                "status": "active",
+                "fhirVersion": "4.0.1",
+                "kind": "instance",
+            }
         if resource not in self.data.resources:
             return 404, _outcome(f"unknown resource type {resource!r}")
         try:
@@ -300,8 +485,13 @@ class FhirServer:
 
 
 class _Server(ThreadingHTTPServer):
-    request_queue_size = 1024  # a run opens many connections at once (socketserver's default backlog is 5)
+    request_queue_size = (
+        1024  # a run opens many connections at once (socketserver's default backlog is 5)
+    )
 
 
 def _outcome(text: str) -> dict[str, Any]:
-    return {"resourceType": "OperationOutcome", "issue": [{"severity": "error", "code": "processing", "diagnostics": text}]}
+    return {
+        "resourceType": "OperationOutcome",
+        "issue": [{"severity": "error", "code": "processing", "diagnostics": text}],
+    }

@@ -29,10 +29,11 @@ import hashlib
 import io
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 from PIL import Image
 
@@ -43,7 +44,12 @@ SUPPORTED = ("image/jpeg", "image/png", "image/gif", "image/webp")
 #: Prompt tokens an image counts for in the usage the server reports (words count one each).
 IMAGE_TOKENS = 85
 #: Fault kind -> (HTTP status, Anthropic error type), as in testing/batch.py.
-_FAULTS = {"429": (429, "rate_limit_error"), "500": (500, "api_error"), "529": (529, "overloaded_error"), "400": (400, "invalid_request_error")}
+_FAULTS = {
+    "429": (429, "rate_limit_error"),
+    "500": (500, "api_error"),
+    "529": (529, "overloaded_error"),
+    "400": (400, "invalid_request_error"),
+}
 _PATHS = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
 _DATA_URL = re.compile(r"data:([^;,]*)((?:;[^;,]*)*),(.*)", re.DOTALL)
 #: The image part's type on each wire.
@@ -154,11 +160,13 @@ class VisionServer(LoopbackServer):
     def anthropic_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "VisionServer":
+    def __enter__(self) -> VisionServer:
         super().__enter__()
         return self
 
-    async def _answer(self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter) -> bool:
+    async def _answer(
+        self, method: str, path: str, raw: bytes, writer: asyncio.StreamWriter
+    ) -> bool:
         wire = _PATHS.get(path.split("?", 1)[0])
         with self._lock:
             self.stats.requests += 1
@@ -167,8 +175,18 @@ class VisionServer(LoopbackServer):
                 self.stats.wires[wire] = self.stats.wires.get(wire, 0) + 1
         body = _json_object(raw)
         if wire is None or method != "POST" or body is None:
-            what = f"{method} {path}" if wire is None or method != "POST" else "a body that is not a JSON object"
-            return self._reject(writer, wire or "openai", n, [f"{what}: not a chat request"], 404 if wire is None else 400)
+            what = (
+                f"{method} {path}"
+                if wire is None or method != "POST"
+                else "a body that is not a JSON object"
+            )
+            return self._reject(
+                writer,
+                wire or "openai",
+                n,
+                [f"{what}: not a chat request"],
+                404 if wire is None else 400,
+            )
         reading = await asyncio.to_thread(read_request, body, wire)
         self._count(reading)
         if reading.problems:
@@ -192,7 +210,11 @@ class VisionServer(LoopbackServer):
         if isinstance(out, Fault):
             return self._fault(writer, wire, out)
         reply = out if isinstance(out, Reply) else Reply(out)
-        payload = _openai_reply(body, seen, reply) if wire == "openai" else _anthropic_reply(body, seen, reply)
+        payload = (
+            _openai_reply(body, seen, reply)
+            if wire == "openai"
+            else _anthropic_reply(body, seen, reply)
+        )
         self._write(writer, 200, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
         return True
 
@@ -212,8 +234,15 @@ class VisionServer(LoopbackServer):
             return [problem] if problem else []
         return expectation_problems(seen, self.expected, self.image_order)
 
-    def _reject(self, writer: asyncio.StreamWriter, wire: str, n: int, problems: list[str], status: int = 400,
-                record: bool = True) -> bool:
+    def _reject(
+        self,
+        writer: asyncio.StreamWriter,
+        wire: str,
+        n: int,
+        problems: list[str],
+        status: int = 400,
+        record: bool = True,
+    ) -> bool:
         if record:
             with self._lock:
                 self.stats.problems.extend(f"request {n} ({wire}): {p}" for p in problems)
@@ -222,7 +251,14 @@ class VisionServer(LoopbackServer):
             kind = "not_found_error" if status == 404 else "invalid_request_error"
             err: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
         else:
-            err = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": "invalid_image"}}
+            err = {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "invalid_image",
+                }
+            }
         self._write(writer, status, json.dumps(err, ensure_ascii=False).encode("utf-8"))
         return True
 
@@ -232,7 +268,13 @@ class VisionServer(LoopbackServer):
         if out.kind == "drop":
             return False
         if out.kind == "malformed":
-            self._write(writer, 200, b'{"id": "x", "choices": [{"mess' if wire == "openai" else b'{"id": "x", "type": "message", "content": [{"ty')
+            self._write(
+                writer,
+                200,
+                b'{"id": "x", "choices": [{"mess'
+                if wire == "openai"
+                else b'{"id": "x", "type": "message", "content": [{"ty',
+            )
             return True
         status, etype = _FAULTS.get(out.kind, (500, "api_error"))
         if out.body is not None:
@@ -246,7 +288,12 @@ class VisionServer(LoopbackServer):
         return True
 
     @staticmethod
-    def _write(writer: asyncio.StreamWriter, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
+    def _write(
+        writer: asyncio.StreamWriter,
+        status: int,
+        data: bytes,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         try:
             reason = HTTPStatus(status).phrase
         except ValueError:  # 529, Anthropic's "overloaded"
@@ -303,7 +350,11 @@ def _read_system(r: _Reading, system: Any) -> None:
         r.problems.append("system is neither a string nor a list of text blocks")
         return
     for j, block in enumerate(system):
-        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        ):
             r.texts.append(block["text"])
             r.text_places.append((-1, j))
         else:
@@ -321,7 +372,9 @@ def _read_part(r: _Reading, wire: str, i: int, j: int, role: Any, part: Any, kep
             r.problems.append(f"{where}: a text part without text")
         return
     if kind != _IMAGE_PART[wire]:
-        r.problems.append(f"{where}: part type {kind!r} is not one the {wire} wire takes (text, {_IMAGE_PART[wire]})")
+        r.problems.append(
+            f"{where}: part type {kind!r} is not one the {wire} wire takes (text, {_IMAGE_PART[wire]})"
+        )
         return
     r.parts += 1
     if role != "user":
@@ -385,7 +438,9 @@ def _decode(data: str | None, declared: str) -> tuple[bytes, str | None]:
         return b"", f"data is not base64 ({e})"
 
 
-def _open_image(data: bytes, declared: str, sha: str, i: int, j: int) -> tuple[SeenImage | None, str]:
+def _open_image(
+    data: bytes, declared: str, sha: str, i: int, j: int
+) -> tuple[SeenImage | None, str]:
     """The image opened to its last pixel (and a PNG's chunks checked to the end), or why it can't be."""
     try:
         with Image.open(io.BytesIO(data)) as im:
@@ -394,7 +449,10 @@ def _open_image(data: bytes, declared: str, sha: str, i: int, j: int) -> tuple[S
             im.load()
             fmt, size, mode = im.format or "", im.size, im.mode
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, ... for a bad file
-        return None, f"not a complete image: {type(e).__name__}: {e} ({len(data)} bytes, declared {declared})"
+        return (
+            None,
+            f"not a complete image: {type(e).__name__}: {e} ({len(data)} bytes, declared {declared})",
+        )
     actual = Image.MIME.get(fmt, f"image/{fmt.lower()}")
     if actual != declared:
         return None, f"media type {declared} but the data is {fmt} ({actual})"
@@ -404,7 +462,11 @@ def _open_image(data: bytes, declared: str, sha: str, i: int, j: int) -> tuple[S
 def _replace_data(kept: Any, wire: str, declared: str, mark: str) -> None:
     if not isinstance(kept, dict):
         return
-    if wire == "openai" and isinstance(kept.get("image_url"), dict) and isinstance(kept["image_url"].get("url"), str):
+    if (
+        wire == "openai"
+        and isinstance(kept.get("image_url"), dict)
+        and isinstance(kept["image_url"].get("url"), str)
+    ):
         if kept["image_url"]["url"].startswith("data:"):
             kept["image_url"]["url"] = f"data:{declared};base64,{mark}"
     elif wire == "anthropic" and isinstance(kept.get("source"), dict) and "data" in kept["source"]:
@@ -432,7 +494,9 @@ def expectation_problems(seen: Seen, expected: Mapping[str, str], order: str = "
             elsewhere = [im.message for im in seen.images if im.sha256 == want]
             got = ", ".join(seen.images[k].sha256[:12] for k in here)
             if elsewhere:
-                out.append(f"{q}: its image {want[:12]} is in message {elsewhere[0]}, not with the question in message {mi}")
+                out.append(
+                    f"{q}: its image {want[:12]} is in message {elsewhere[0]}, not with the question in message {mi}"
+                )
             elif here:
                 out.append(f"{q}: wrong image {got}, expected {want[:12]}")
             else:
@@ -442,7 +506,9 @@ def expectation_problems(seen: Seen, expected: Mapping[str, str], order: str = "
         claimed.add(match)
         part = seen.images[match].part
         if (order == "before" and part > pj) or (order == "after" and part < pj):
-            out.append(f"{q}: the image is part {part}, the text part {pj} (expected the image {order} the text)")
+            out.append(
+                f"{q}: the image is part {part}, the text part {pj} (expected the image {order} the text)"
+            )
     for k, im in enumerate(seen.images):
         if k not in claimed:
             out.append(f"extra image {im.sha256[:12]} in message {im.message} part {im.part}")
@@ -464,14 +530,25 @@ def _prompt_tokens(seen: Seen) -> int:
 def _openai_reply(body: dict[str, Any], seen: Seen, reply: Reply) -> dict[str, Any]:
     payload = _chat_payload(body, reply.text, reply.finish_reason)
     prompt, completion = _prompt_tokens(seen), len(reply.text.split())
-    payload["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    payload["usage"] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
     return payload
 
 
 def _anthropic_reply(body: dict[str, Any], seen: Seen, reply: Reply) -> dict[str, Any]:
-    stop = {"stop": "end_turn", "length": "max_tokens"}.get(reply.finish_reason, reply.finish_reason)
+    stop = {"stop": "end_turn", "length": "max_tokens"}.get(
+        reply.finish_reason, reply.finish_reason
+    )
     return {
-        "id": "msg_vision", "type": "message", "role": "assistant", "model": body.get("model", "vision"),
-        "content": [{"type": "text", "text": reply.text}], "stop_reason": stop, "stop_sequence": None,
+        "id": "msg_vision",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "vision"),
+        "content": [{"type": "text", "text": reply.text}],
+        "stop_reason": stop,
+        "stop_sequence": None,
         "usage": {"input_tokens": _prompt_tokens(seen), "output_tokens": len(reply.text.split())},
     }

@@ -44,14 +44,25 @@ def api_get(state: ViewerState, path: str, qs: dict[str, list[str]]) -> tuple[in
             return 200, queries.runs(state.store())
         if path == "/api/items":
             f = queries.Filters(
-                benchmark=_arg(qs, "benchmark"), model=_arg(qs, "model"), run=_arg(qs, "run"), col=_arg(qs, "col"),
-                dimension=_arg(qs, "dimension"), verdict=_arg(qs, "verdict"),
-                disagree=_flag(qs, "disagree"), unknown=_flag(qs, "unknown"), queued=_flag(qs, "queued"), flagged=_flag(qs, "flagged"),
+                benchmark=_arg(qs, "benchmark"),
+                model=_arg(qs, "model"),
+                run=_arg(qs, "run"),
+                col=_arg(qs, "col"),
+                dimension=_arg(qs, "dimension"),
+                verdict=_arg(qs, "verdict"),
+                disagree=_flag(qs, "disagree"),
+                unknown=_flag(qs, "unknown"),
+                queued=_flag(qs, "queued"),
+                flagged=_flag(qs, "flagged"),
                 q=_arg(qs, "q"),
             )
-            return 200, queries.list_items(con, f, _int(qs, "page", 1, 1, 10**6), _int(qs, "per_page", 50, 1, queries.PAGE_MAX))
+            return 200, queries.list_items(
+                con, f, _int(qs, "page", 1, 1, 10**6), _int(qs, "per_page", 50, 1, queries.PAGE_MAX)
+            )
         if path == "/api/item":  # by benchmark, dataset and sample id: the stable form of a link
-            iid = queries.item_id(con, _arg(qs, "b") or "", _arg(qs, "d") or "", _arg(qs, "s") or "")
+            iid = queries.item_id(
+                con, _arg(qs, "b") or "", _arg(qs, "d") or "", _arg(qs, "s") or ""
+            )
             got = queries.item(con, state.store(), iid) if iid is not None else None
             return (200, got) if got else (404, {"error": "no such item"})
         if path.startswith("/api/item/"):
@@ -99,9 +110,14 @@ def review_from_json(body: bytes) -> tuple[ReviewInput, Any]:
     if verdict is not None and not isinstance(verdict, str):
         raise ValueError("verdict must be text")
     review = ReviewInput(
-        run_id=_text_field(d, "run_id"), grader_fp=_text_field(d, "grader_fp"), sample_id=_text_field(d, "sample_id"),
-        reviewer=_text_field(d, "reviewer"), reason=_text_field(d, "reason"), criterion_id=_text_field(d, "criterion_id"),
-        verdict=verdict or None, score=_score(d.get("score")),
+        run_id=_text_field(d, "run_id"),
+        grader_fp=_text_field(d, "grader_fp"),
+        sample_id=_text_field(d, "sample_id"),
+        reviewer=_text_field(d, "reviewer"),
+        reason=_text_field(d, "reason"),
+        criterion_id=_text_field(d, "criterion_id"),
+        verdict=verdict or None,
+        score=_score(d.get("score")),
     )
     return review, d.get("csrf")
 

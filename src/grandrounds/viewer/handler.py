@@ -41,7 +41,9 @@ class RequestHandler(BaseHTTPRequestHandler):
         return ctx
 
     def setup(self) -> None:
-        self.timeout = self.ctx.idle_timeout  # socket timeout: an idle or half-sent request is dropped (408 when begun)
+        self.timeout = (
+            self.ctx.idle_timeout
+        )  # socket timeout: an idle or half-sent request is dropped (408 when begun)
         super().setup()
 
     def log_message(self, fmt: str, *args: Any) -> None:  # quiet by default
@@ -110,7 +112,9 @@ class RequestHandler(BaseHTTPRequestHandler):
         super().send_response(code, message)
 
     # ---- responses --------------------------------------------------------------------
-    def _send(self, code: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, code: int, body: bytes, ctype: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -128,10 +132,17 @@ class RequestHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _json(self, obj: Any, code: int = 200) -> None:
-        self._send(code, json.dumps(finite(obj), ensure_ascii=False).encode("utf-8"), "application/json; charset=utf-8")
+        self._send(
+            code,
+            json.dumps(finite(obj), ensure_ascii=False).encode("utf-8"),
+            "application/json; charset=utf-8",
+        )
 
     def _text(self, code: int, message: str, headers: dict[str, str] | None = None) -> None:
         self._send(code, (message + "\n").encode("utf-8"), "text/plain; charset=utf-8", headers)
 
     def _set_cookie(self, name: str, value: str) -> None:
-        self.cookies = [*getattr(self, "cookies", []), f"{name}={value}; Path=/; HttpOnly; SameSite=Strict"]
+        self.cookies = [
+            *getattr(self, "cookies", []),
+            f"{name}={value}; Path=/; HttpOnly; SameSite=Strict",
+        ]

@@ -23,8 +23,13 @@ class ViewerServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
-                 max_threads: int = 16, slot_wait: float = 2.0) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        max_threads: int = 16,
+        slot_wait: float = 2.0,
+    ) -> None:
         self.slots = threading.BoundedSemaphore(max_threads)
         self.slot_wait = slot_wait
         self.context: ViewerContext | None = None
@@ -62,7 +67,9 @@ class ViewerServer(ThreadingHTTPServer):
             self._busy(request)
             return
         try:
-            threading.Thread(target=self._handle, args=(request, client_address), daemon=True).start()
+            threading.Thread(
+                target=self._handle, args=(request, client_address), daemon=True
+            ).start()
         except BaseException:
             self.slots.release()
             self.shutdown_request(request)
@@ -80,7 +87,9 @@ class ViewerServer(ThreadingHTTPServer):
         try:
             request.settimeout(0.2)
             request.sendall(head.encode("ascii") + body)
-            request.recv(65536)  # read what the client sent, so closing does not reset the connection before it reads the 503
+            request.recv(
+                65536
+            )  # read what the client sent, so closing does not reset the connection before it reads the 503
         except OSError:
             pass
         self.shutdown_request(request)

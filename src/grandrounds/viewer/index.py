@@ -15,8 +15,8 @@ import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grandrounds.store import Store
 from grandrounds.analyses.labels import question_of, run_facts, strip_shared_lines
+from grandrounds.store import Store
 
 #: Bumped when the index's tables change, so an index built by older code is rebuilt.
 INDEX_VERSION = 4
@@ -44,7 +44,9 @@ def index_path(store_path: Path) -> Path:
     return store_path.with_name(store_path.name + ".viewer-index")
 
 
-def connect_readonly(path: Path, like_bytes: int = 512, cache_kib: int = 16_000) -> sqlite3.Connection:
+def connect_readonly(
+    path: Path, like_bytes: int = 512, cache_kib: int = 16_000
+) -> sqlite3.Connection:
     """A read-only connection to the index for serving queries: a page cache of ``cache_kib``
     and SQLite's limits on LIKE patterns and statement length lowered to what the viewer's
     queries need (a longer pattern is an error, not a slow scan)."""
@@ -85,8 +87,14 @@ def build(path: Path, store: Store) -> None:
     answers = _add_answers(con, store, items)
     _add_columns(con, store, answers.columns)
     for iid, question in items.questions.items():
-        con.execute("UPDATE items SET disagree = ?, n_unknown = ? WHERE id = ?", (int(answers.disagree(iid)), answers.unknown.get(iid, 0), iid))
-        con.execute("INSERT INTO fts(rowid, question, answers) VALUES (?,?,?)", (iid, question, "\n".join(answers.texts.get(iid, ()))))
+        con.execute(
+            "UPDATE items SET disagree = ?, n_unknown = ? WHERE id = ?",
+            (int(answers.disagree(iid)), answers.unknown.get(iid, 0), iid),
+        )
+        con.execute(
+            "INSERT INTO fts(rowid, question, answers) VALUES (?,?,?)",
+            (iid, question, "\n".join(answers.texts.get(iid, ()))),
+        )
     con.execute("INSERT INTO meta VALUES ('stamp', ?)", (built_from,))
     con.execute("COMMIT")
     con.close()
@@ -108,7 +116,9 @@ def _add_items(con: sqlite3.Connection, store: Store) -> _Items:
     itself, the lines every sample of the dataset opens with are left out. The searchable text
     is the question and the options."""
     out = _Items()
-    group: list[tuple[int, str, str]] = []  # (item id, question, options) of the current dataset's prompt-only questions
+    group: list[
+        tuple[int, str, str]
+    ] = []  # (item id, question, options) of the current dataset's prompt-only questions
     current: tuple[str, str] | None = None
     for bench, ds, idx, s in store.iter_samples():  # ordered by benchmark, dataset, index
         if (bench, ds) != current:
@@ -119,9 +129,15 @@ def _add_items(con: sqlite3.Connection, store: Store) -> _Items:
         q, own = question_of(s)
         options = "\n".join(f"{k}. {v}" for k, v in (s.choices or {}).items())
         dims = {str(t) for c in s.rubric for t in c.tags}
-        dims |= {f"{k}:{v}" for k, v in (s.metadata or {}).items() if k in DIM_METADATA and isinstance(v, (str, int))}
+        dims |= {
+            f"{k}:{v}"
+            for k, v in (s.metadata or {}).items()
+            if k in DIM_METADATA and isinstance(v, (str, int))
+        }
         con.executemany("INSERT INTO dims VALUES (?, ?)", [(iid, d) for d in sorted(dims)])
-        con.execute("INSERT INTO items VALUES (?,?,?,?,?,?,0,0)", (iid, bench, ds, s.id, idx, q[:300]))
+        con.execute(
+            "INSERT INTO items VALUES (?,?,?,?,?,?,0,0)", (iid, bench, ds, s.id, idx, q[:300])
+        )
         if own:
             out.questions[iid] = q + ("\n" + options if options else "")
         else:
@@ -130,7 +146,9 @@ def _add_items(con: sqlite3.Connection, store: Store) -> _Items:
     return out
 
 
-def _flush_questions(con: sqlite3.Connection, out: _Items, group: list[tuple[int, str, str]]) -> None:
+def _flush_questions(
+    con: sqlite3.Connection, out: _Items, group: list[tuple[int, str, str]]
+) -> None:
     """Store one dataset's prompt-only questions without the lines all of them open with."""
     stripped = strip_shared_lines([q for _, q, _ in group])
     for (iid, q, options), shown in zip(group, stripped):
@@ -147,7 +165,9 @@ class _Answers:
     values: dict[int, set[float]] = field(default_factory=dict)
     unknown: dict[int, int] = field(default_factory=dict)
     texts: dict[int, list[str]] = field(default_factory=dict)
-    columns: dict[tuple[str, str], str] = field(default_factory=dict)  # (run id, grader fp) -> column key
+    columns: dict[tuple[str, str], str] = field(
+        default_factory=dict
+    )  # (run id, grader fp) -> column key
 
     def disagree(self, iid: int) -> bool:
         """Some criterion both met and unmet across answers, or (no verdicts) different values."""
@@ -178,8 +198,20 @@ def _add_answers(con: sqlite3.Connection, store: Store, items: _Items) -> _Answe
             out.values.setdefault(iid, set()).add(round(g.value, 6))
         out.unknown[iid] = out.unknown.get(iid, 0) + counts["unknown"] + (g.value is None)
         col = out.columns.setdefault((run_id, fp), column_key(run_id, fp))
-        row = (iid, run_id, fp, run.model, col, g.value, counts["met"], counts["unmet"], counts["unknown"], int(split), int((run_id, fp, g.sample_id) in queued),
-               int(bool(g.details.get("flags"))))  # the answer addresses the grader (graders.flags)
+        row = (
+            iid,
+            run_id,
+            fp,
+            run.model,
+            col,
+            g.value,
+            counts["met"],
+            counts["unmet"],
+            counts["unknown"],
+            int(split),
+            int((run_id, fp, g.sample_id) in queued),
+            int(bool(g.details.get("flags"))),
+        )  # the answer addresses the grader (graders.flags)
         con.execute("INSERT INTO answers VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", row)
         out.texts.setdefault(iid, []).append(text_of.get((run_id, g.sample_id), ""))
     return out
@@ -190,7 +222,9 @@ def column_key(run_id: str, grader_fp: str) -> str:
     return f"{run_id}/{grader_fp[:12]}"
 
 
-def _add_columns(con: sqlite3.Connection, store: Store, columns: dict[tuple[str, str], str]) -> None:
+def _add_columns(
+    con: sqlite3.Connection, store: Store, columns: dict[tuple[str, str], str]
+) -> None:
     """One row per grading with answers: its run, grader and the facts its label is made of."""
     runs = {r.id: r for r in store.runs()}
     results = {(run_id, fp): res for run_id, fp, res in store.results()}
@@ -198,4 +232,7 @@ def _add_columns(con: sqlite3.Connection, store: Store, columns: dict[tuple[str,
         res = results.get((run_id, fp))
         fingerprint = (res or {}).get("fingerprint") or store.grader_spec(fp) or {}
         facts = run_facts(run_id, fp, runs.get(run_id), fingerprint, (res or {}).get("judge"))
-        con.execute("INSERT INTO columns VALUES (?,?,?,?,?,?)", (col, run_id, fp, facts.benchmark, facts.model, json.dumps(asdict(facts))))
+        con.execute(
+            "INSERT INTO columns VALUES (?,?,?,?,?,?)",
+            (col, run_id, fp, facts.benchmark, facts.model, json.dumps(asdict(facts))),
+        )

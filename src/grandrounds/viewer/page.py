@@ -10,10 +10,13 @@ review.
 
 from grandrounds.core.display import BASE_CSS
 
-PAGE_HTML = """<!doctype html>
+PAGE_HTML = (
+    """<!doctype html>
 <html><head><meta charset="utf-8"><meta name="csrf-token" content="__CSRF__"><title>grandrounds viewer</title>
 <style>
-""" + BASE_CSS + """
+"""
+    + BASE_CSS
+    + """
 nav a{margin-right:1em}th{position:sticky;top:0}.ans{max-height:22em}
 .filters label{margin-right:.8em}.review{font-size:12px;color:#345}.msg{color:#176b2c}.err{color:#a11}
 form.rv input[type=text]{width:8em}
@@ -29,6 +32,7 @@ figure.fig{margin:0 0 .6em}img.thumb{display:block;max-width:240px;height:auto;b
 <div id="status" class="small"></div><main id="main"></main>
 <script src="/app.js"></script></body></html>
 """
+)
 
 
 def page_html(csrf: str) -> str:
@@ -36,6 +40,7 @@ def page_html(csrf: str) -> str:
     if not csrf.replace("-", "").replace("_", "").isalnum():
         raise ValueError("a CSRF token is URL-safe text")
     return PAGE_HTML.replace("__CSRF__", csrf)
+
 
 APP_JS = r"""
 'use strict';

@@ -18,7 +18,7 @@ inserts untrusted text with ``textContent`` only. API answers past the query tim
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import parse_qs, urlsplit
 
 from grandrounds.analyses.collect import ImageRefused
@@ -55,14 +55,18 @@ class ViewerHandler(RequestHandler):
     def _host_ok(self) -> bool:
         """True when the Host header names this viewer (one header only); else answers 421."""
         policy = self.ctx.policy
-        if len(self.headers.get_all("Host") or ()) > 1 or not policy.allows(self.headers.get("Host")):
+        if len(self.headers.get_all("Host") or ()) > 1 or not policy.allows(
+            self.headers.get("Host")
+        ):
             self._text(421, f"misdirected request: this viewer answers only {policy.example()}")
             return False
         return True
 
     def _target(self) -> tuple[str, Query] | None:
         """(path, query) of a plain-path target with few enough parameters; else answers 400."""
-        if not self.path.startswith("/") or self.path.startswith("//"):  # no absolute-form target naming another host
+        if not self.path.startswith("/") or self.path.startswith(
+            "//"
+        ):  # no absolute-form target naming another host
             self._text(400, "bad request target")
             return None
         url = urlsplit(self.path)
@@ -87,7 +91,10 @@ class ViewerHandler(RequestHandler):
             return True
         if guard.token_ok(cookie(self.headers.get("Cookie"), guard.token_cookie)):
             return True
-        self._text(403, "this viewer needs its access token: open the address `grandrounds view` printed (with ?token=...)")
+        self._text(
+            403,
+            "this viewer needs its access token: open the address `grandrounds view` printed (with ?token=...)",
+        )
         return False
 
     # ---- GET ----------------------------------------------------------------------------
@@ -98,7 +105,7 @@ class ViewerHandler(RequestHandler):
         if page is not None:
             return page(self)
         if path.startswith(IMAGES):
-            return self._image(path[len(IMAGES):])
+            return self._image(path[len(IMAGES) :])
         self._api(path, qs)
 
     def _page(self) -> None:
@@ -153,13 +160,22 @@ class ViewerHandler(RequestHandler):
         try:
             review, token = review_from_json(body)
         except (ValueError, RecursionError) as e:
-            return self._json({"error": f"malformed review: {e}" if not isinstance(e, RecursionError) else "malformed review: nested too deeply"}, 400)
+            return self._json(
+                {
+                    "error": f"malformed review: {e}"
+                    if not isinstance(e, RecursionError)
+                    else "malformed review: nested too deeply"
+                },
+                400,
+            )
         guard = self.ctx.guard
         if not guard.csrf_ok(cookie(self.headers.get("Cookie"), guard.session_cookie), token):
             return self._json({"error": "missing or wrong CSRF token: reload the page"}, 403)
         store = self.ctx.state.store()
         try:
-            rid = add_review(store, review)  # checks a whole-answer score against the benchmark's scale
+            rid = add_review(
+                store, review
+            )  # checks a whole-answer score against the benchmark's scale
         except (ReviewError, ValueError, TypeError) as e:
             return self._json({"error": str(e)}, 400)
         self._json({"id": rid})
@@ -194,5 +210,8 @@ class ViewerHandler(RequestHandler):
 
     # ---- the routing tables -------------------------------------------------------------
     METHODS: dict[str, Callable[[ViewerHandler, str, Query], None]] = {"GET": _get, "POST": _post}
-    GET_PAGES: dict[str, Callable[[ViewerHandler], None]] = {**dict.fromkeys(PAGES, _page), "/app.js": _app_js}
+    GET_PAGES: dict[str, Callable[[ViewerHandler], None]] = {
+        **dict.fromkeys(PAGES, _page),
+        "/app.js": _app_js,
+    }
     POST_ROUTES: dict[str, Callable[[ViewerHandler, str], None]] = {"/api/review": _review}

@@ -22,9 +22,9 @@ import hmac
 import ipaddress
 import secrets
 import socket
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
-from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -94,14 +94,22 @@ class HostPolicy:
         if is_loopback(bind_host):
             names |= set(LOOPBACK_NAMES)
         if any_ip:
-            names |= set(LOOPBACK_NAMES) | {n.lower() for n in (socket.gethostname(), socket.getfqdn()) if n}
+            names |= set(LOOPBACK_NAMES) | {
+                n.lower() for n in (socket.gethostname(), socket.getfqdn()) if n
+            }
         else:
             names.add(host_literal(bind_host))
         return cls(port, frozenset(names), any_ip)
 
     def example(self) -> str:
         """One address this policy accepts, for messages."""
-        name = "127.0.0.1" if "127.0.0.1" in self.names else sorted(self.names)[0] if self.names else "<this machine's address>"
+        name = (
+            "127.0.0.1"
+            if "127.0.0.1" in self.names
+            else sorted(self.names)[0]
+            if self.names
+            else "<this machine's address>"
+        )
         return f"http://{name}:{self.port}/"
 
     def allows(self, header: str | None) -> bool:
@@ -130,7 +138,11 @@ def cookie(header: str | None, name: str) -> str | None:
 
 def same(a: str | None, b: str | None) -> bool:
     """Constant-time equality of two secrets (False when either is missing)."""
-    return a is not None and b is not None and hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+    return (
+        a is not None
+        and b is not None
+        and hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+    )
 
 
 @dataclass

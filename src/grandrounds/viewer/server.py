@@ -11,8 +11,8 @@ from __future__ import annotations
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from grandrounds.viewer.httpd import ViewerServer, ViewerServer6
 from grandrounds.viewer.routes import ViewerHandler
@@ -20,8 +20,18 @@ from grandrounds.viewer.security import Guard, HostPolicy, host_literal, is_loop
 from grandrounds.viewer.state import ViewerContext, ViewerState
 
 
-def make_server(store_path: Path, host: str = "127.0.0.1", port: int = 8765, *, token: str | None = None, require_token: bool | None = None,
-                allow_hosts: tuple[str, ...] = (), max_threads: int = 16, idle_timeout: float = 10.0, slot_wait: float = 2.0) -> ViewerServer:
+def make_server(
+    store_path: Path,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    token: str | None = None,
+    require_token: bool | None = None,
+    allow_hosts: tuple[str, ...] = (),
+    max_threads: int = 16,
+    idle_timeout: float = 10.0,
+    slot_wait: float = 2.0,
+) -> ViewerServer:
     """A ready server (port 0 picks a free one); call ``serve_forever`` on it.
 
     Beyond loopback an access token is required (``require_token`` forces it either way); one
@@ -47,14 +57,24 @@ def viewer_url(srv: ViewerServer, host: str) -> str:
     return f"http://{shown}:{srv.server_address[1]}/" + (f"?token={token}" if token else "")
 
 
-def serve(store_path: Path, host: str = "127.0.0.1", port: int = 8765, log: Callable[[str], None] = print, allow_hosts: tuple[str, ...] = ()) -> None:
+def serve(
+    store_path: Path,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    log: Callable[[str], None] = print,
+    allow_hosts: tuple[str, ...] = (),
+) -> None:
     """Build the index, then serve the viewer until Ctrl-C."""
     t = time.perf_counter()
     srv = make_server(store_path, host, port, allow_hosts=allow_hosts)
     if not is_loopback(host):
-        log(f"warning: the viewer listens on {host}, beyond this machine, over plain HTTP; anyone with the token in the address "
-            "below can read every run and add reviews. Use the default --host 127.0.0.1 unless you need this.")
-    log(f"index ready in {time.perf_counter() - t:.1f} s; viewer on {viewer_url(srv, host)} (Ctrl-C to stop)")
+        log(
+            f"warning: the viewer listens on {host}, beyond this machine, over plain HTTP; anyone with the token in the address "
+            "below can read every run and add reviews. Use the default --host 127.0.0.1 unless you need this."
+        )
+    log(
+        f"index ready in {time.perf_counter() - t:.1f} s; viewer on {viewer_url(srv, host)} (Ctrl-C to stop)"
+    )
     if host in ("0.0.0.0", "::", ""):
         log(f"from other machines: {viewer_url(srv, socket.gethostname())}")
     try:

@@ -47,7 +47,9 @@ class ViewerState:
         if c is None or getattr(self.local, "gen", -1) != self.generation:
             if c is not None:
                 c.close()
-            c = index.connect_readonly(self.index_path, like_bytes=8 * queries.MAX_TERM_CHARS)  # 4 bytes a character, escapes
+            c = index.connect_readonly(
+                self.index_path, like_bytes=8 * queries.MAX_TERM_CHARS
+            )  # 4 bytes a character, escapes
             self.local.con, self.local.gen = c, self.generation
         return c
 

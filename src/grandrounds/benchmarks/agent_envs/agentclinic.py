@@ -59,7 +59,10 @@ class AgentClinicEnvironment(Environment):
 
     def _doctor_messages(self) -> list[Message]:
         system = official.doctor_system(self.max_inferences, self.asked, self.case.objective)
-        return [Message("system", system), Message("user", official.doctor_user(self.doctor_hist, self._doctor_input()))]
+        return [
+            Message("system", system),
+            Message("user", official.doctor_user(self.doctor_hist, self._doctor_input())),
+        ]
 
     def start(self) -> list[Message]:
         return self._doctor_messages()
@@ -71,17 +74,25 @@ class AgentClinicEnvironment(Environment):
         self.asked += 1
         if official.DIAGNOSIS_READY in said:
             return Reaction(done=True, status="finished", final=said)
-        if self.asked >= self.max_inferences:  # the budget is spent: no reply of a simulator is read again
+        if (
+            self.asked >= self.max_inferences
+        ):  # the budget is spent: no reply of a simulator is read again
             return Reaction()
         if official.REQUEST_TEST in said:
             role = "measurement"
-            messages = [Message("system", official.measurement_system(self.case.exam)),
-                        Message("user", official.measurement_user(self.measurement_hist, said))]
+            messages = [
+                Message("system", official.measurement_system(self.case.exam)),
+                Message("user", official.measurement_user(self.measurement_hist, said)),
+            ]
         else:
             role = "patient"
-            messages = [Message("system", official.patient_system(self.case.patient)),
-                        Message("user", official.patient_user(self.patient_hist, said))]
-        answer = official.official_reply((await simulate(role, messages, self.simulator)).text or "")
+            messages = [
+                Message("system", official.patient_system(self.case.patient)),
+                Message("user", official.patient_user(self.patient_hist, said)),
+            ]
+        answer = official.official_reply(
+            (await simulate(role, messages, self.simulator)).text or ""
+        )
         self.counts[role] += 1
         if role == "measurement":
             self.measurement_hist += said + SEP + answer + SEP
@@ -90,7 +101,13 @@ class AgentClinicEnvironment(Environment):
             self.patient_hist += said + SEP + answer + SEP
             self.measurement_hist += answer + SEP  # meas_agent.add_hist
         self.last_reply = answer
-        return Reaction(events=[{"actor": role, "text": answer}], conversation=self._doctor_messages())
+        return Reaction(
+            events=[{"actor": role, "text": answer}], conversation=self._doctor_messages()
+        )
 
     def state(self) -> dict[str, Any]:
-        return {"inferences": self.asked, "patient_replies": self.counts["patient"], "measurements": self.counts["measurement"]}
+        return {
+            "inferences": self.asked,
+            "patient_replies": self.counts["patient"],
+            "measurements": self.counts["measurement"],
+        }

@@ -25,10 +25,10 @@ need (:func:`grandrounds.graders.medagentbench_grader.reference_query`) and keep
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import aiohttp
@@ -68,14 +68,25 @@ def official_action(reply: str) -> str:
 
 
 def _clip(text: str) -> str:
-    return text if len(text) <= EVENT_CHARS else text[:EVENT_CHARS] + f"\n[... {len(text) - EVENT_CHARS} more characters]"
+    return (
+        text
+        if len(text) <= EVENT_CHARS
+        else text[:EVENT_CHARS] + f"\n[... {len(text) - EVENT_CHARS} more characters]"
+    )
 
 
 class MedAgentBenchEnvironment(Environment):
     """One task's episode against the record server at ``base`` (``.../fhir/``)."""
 
-    def __init__(self, case: Mapping[str, Any], opening: list[Message], base: str, replies: Replies,
-                 native: Mapping[str, NativeTool] | None = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        case: Mapping[str, Any],
+        opening: list[Message],
+        base: str,
+        replies: Replies,
+        native: Mapping[str, NativeTool] | None = None,
+        timeout: float = 60.0,
+    ) -> None:
         self.case = dict(case)
         self.opening = opening
         self.base = base
@@ -107,23 +118,51 @@ class MedAgentBenchEnvironment(Environment):
             try:
                 payload = json.loads("\n".join(r.split("\n")[1:]))
             except (ValueError, RecursionError):
-                return Reaction(messages=[Message("user", self.replies.post_invalid)],
-                                events=[{"actor": "environment", "method": "POST", "text": self.replies.post_invalid}])
+                return Reaction(
+                    messages=[Message("user", self.replies.post_invalid)],
+                    events=[
+                        {
+                            "actor": "environment",
+                            "method": "POST",
+                            "text": self.replies.post_invalid,
+                        }
+                    ],
+                )
             counted = self._record_post(raw)
-            return Reaction(messages=[Message("user", self.replies.post_ok)], events=[
-                {"actor": "environment", "method": "POST", "url": r.split("\n")[0][4:].strip(), "payload": payload,
-                 "counted": counted, "text": "recorded, not sent: " + self.replies.post_ok}])
+            return Reaction(
+                messages=[Message("user", self.replies.post_ok)],
+                events=[
+                    {
+                        "actor": "environment",
+                        "method": "POST",
+                        "url": r.split("\n")[0][4:].strip(),
+                        "payload": payload,
+                        "counted": counted,
+                        "text": "recorded, not sent: " + self.replies.post_ok,
+                    }
+                ],
+            )
         if r.startswith("FINISH("):
-            return await self._finish(r[len("FINISH("):-1])
-        return Reaction(done=True, status="invalid_action",
-                        events=[{"actor": "environment", "text": "invalid action: the reply is not GET, POST or FINISH(...)"}])
+            return await self._finish(r[len("FINISH(") : -1])
+        return Reaction(
+            done=True,
+            status="invalid_action",
+            events=[
+                {
+                    "actor": "environment",
+                    "text": "invalid action: the reply is not GET, POST or FINISH(...)",
+                }
+            ],
+        )
 
     def _record_post(self, raw: str) -> bool:
         """Keep an accepted POST as the re-implementation's ``extract_posts`` reads it from the reply
         as written (first line's URL, the other lines' JSON); False where that reading fails."""
         lines = raw.split("\n")
         try:
-            self.posts.append({"url": lines[0][4:].strip(), "payload": json.loads("\n".join(lines[1:]))})
+            self.posts.append(
+                {"url": lines[0][4:].strip(), "payload": json.loads("\n".join(lines[1:]))}
+            )
         except (ValueError, RecursionError):
             return False
         return True
@@ -131,14 +170,26 @@ class MedAgentBenchEnvironment(Environment):
     async def _finish(self, final: str) -> Reaction:
         self.final = final
         await self._fetch_reference()
-        return Reaction(done=True, status="finished", final=final, events=[{"actor": "environment", "text": f"FINISH({final})"}])
+        return Reaction(
+            done=True,
+            status="finished",
+            final=final,
+            events=[{"actor": "environment", "text": f"FINISH({final})"}],
+        )
 
     async def _react_native(self, reply: Response) -> Reaction:
-        if "POST" in (reply.text or "") or any(self.native.get(c.name, _NONE).method == "POST" for c in reply.tool_calls):
+        if "POST" in (reply.text or "") or any(
+            self.native.get(c.name, _NONE).method == "POST" for c in reply.tool_calls
+        ):
             self.post_replies += 1
         if not reply.tool_calls:
-            return Reaction(done=True, status="invalid_action",
-                            events=[{"actor": "environment", "text": "invalid action: the reply calls no tool"}])
+            return Reaction(
+                done=True,
+                status="invalid_action",
+                events=[
+                    {"actor": "environment", "text": "invalid action: the reply calls no tool"}
+                ],
+            )
         results, events = [], []
         for call in reply.tool_calls:
             tool = self.native.get(call.name)
@@ -147,19 +198,40 @@ class MedAgentBenchEnvironment(Environment):
                 if not isinstance(args, dict):
                     raise ValueError("not an object")
             except ValueError:
-                text, event = "error: the arguments must be one JSON object", {"actor": "environment", "tool": call.name, "error": "bad arguments"}
+                text, event = (
+                    "error: the arguments must be one JSON object",
+                    {"actor": "environment", "tool": call.name, "error": "bad arguments"},
+                )
             else:
                 if tool is None:
-                    text, event = f"error: no tool named {call.name!r}", {"actor": "environment", "tool": call.name, "error": "unknown tool"}
+                    text, event = (
+                        f"error: no tool named {call.name!r}",
+                        {"actor": "environment", "tool": call.name, "error": "unknown tool"},
+                    )
                 elif tool.method == "FINISH":
-                    return await self._finish(json.dumps(args.get("answers"), ensure_ascii=False) if "answers" in args else "")
+                    return await self._finish(
+                        json.dumps(args.get("answers"), ensure_ascii=False)
+                        if "answers" in args
+                        else ""
+                    )
                 elif tool.method == "GET":
-                    text, event = await self._get(f"{self.base}{tool.resource}?{urlencode(args, doseq=True)}&_format=json")
+                    text, event = await self._get(
+                        f"{self.base}{tool.resource}?{urlencode(args, doseq=True)}&_format=json"
+                    )
                 else:
                     url = f"{self.base}{tool.resource}"
                     self.posts.append({"url": url, "payload": args})
-                    text, event = self.replies.post_ok, {"actor": "environment", "method": "POST", "url": url, "payload": args,
-                                                         "counted": True, "text": "recorded, not sent: " + self.replies.post_ok}
+                    text, event = (
+                        self.replies.post_ok,
+                        {
+                            "actor": "environment",
+                            "method": "POST",
+                            "url": url,
+                            "payload": args,
+                            "counted": True,
+                            "text": "recorded, not sent: " + self.replies.post_ok,
+                        },
+                    )
             results.append(ToolResultPart(call.id, text, call.name))
             events.append({**event, "call_id": call.id})
         return Reaction(messages=[Message("tool", tuple(results))], events=events)
@@ -168,18 +240,39 @@ class MedAgentBenchEnvironment(Environment):
     def _allowed(self, url: str) -> bool:
         """Only the configured server, under its base path (no way out with '..')."""
         got, base = urlsplit(url), urlsplit(self.base)
-        return (got.scheme, got.netloc) == (base.scheme, base.netloc) and got.path.startswith(base.path) and ".." not in got.path.split("/")
+        return (
+            (got.scheme, got.netloc) == (base.scheme, base.netloc)
+            and got.path.startswith(base.path)
+            and ".." not in got.path.split("/")
+        )
 
     async def _get(self, url: str) -> tuple[str, dict[str, Any]]:
         """The official text for a GET of ``url`` and the transcript's event."""
         self.gets.append(url)
         if not self._allowed(url):
             error = f"refused: {url!r} is not on the FHIR server {self.base}"
-            return self.replies.get_error(error), {"actor": "fhir", "method": "GET", "url": url, "error": error}
+            return self.replies.get_error(error), {
+                "actor": "fhir",
+                "method": "GET",
+                "url": url,
+                "error": error,
+            }
         status, data, error = await self._fetch(url)
         if error is not None:
-            return self.replies.get_error(error), {"actor": "fhir", "method": "GET", "url": url, "status": status, "error": error}
-        return self.replies.get_ok(data), {"actor": "fhir", "method": "GET", "url": url, "status": status, "text": _clip(data)}
+            return self.replies.get_error(error), {
+                "actor": "fhir",
+                "method": "GET",
+                "url": url,
+                "status": status,
+                "error": error,
+            }
+        return self.replies.get_ok(data), {
+            "actor": "fhir",
+            "method": "GET",
+            "url": url,
+            "status": status,
+            "text": _clip(data),
+        }
 
     async def _fetch(self, url: str) -> tuple[int, str, str | None]:
         """(status, data as the official loop shows it, error text or None); a server that cannot be
@@ -193,16 +286,24 @@ class MedAgentBenchEnvironment(Environment):
                     return resp.status, "", f"the response is over {MAX_RESPONSE_BYTES} bytes"
                 if resp.status >= 400:
                     kind = "Client" if resp.status < 500 else "Server"
-                    return resp.status, "", f"{resp.status} {kind} Error: {resp.reason} for url: {url}"
+                    return (
+                        resp.status,
+                        "",
+                        f"{resp.status} {kind} Error: {resp.reason} for url: {url}",
+                    )
                 text = body.decode(resp.charset or "utf-8", errors="replace")
-                if resp.headers.get("Content-Type") == "application/json":  # the official loop shows it parsed
+                if (
+                    resp.headers.get("Content-Type") == "application/json"
+                ):  # the official loop shows it parsed
                     try:
                         return resp.status, str(json.loads(text)), None
                     except ValueError:
                         return resp.status, text, None
                 return resp.status, text, None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            raise EnvironmentFailure(f"the FHIR server {self.base} cannot be reached: {type(e).__name__}: {e}") from None
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise EnvironmentFailure(
+                f"the FHIR server {self.base} cannot be reached: {type(e).__name__}: {e}"
+            ) from None
 
     async def _fetch_reference(self) -> None:
         """What the checks need from the server, fetched once the agent has finished."""
@@ -212,16 +313,25 @@ class MedAgentBenchEnvironment(Environment):
         url = f"{self.base}{query}&_format=json"
         status, data, error = await self._fetch(url)
         if error is not None:
-            raise EnvironmentFailure(f"the FHIR server could not answer the check's search {url}: {error}")
+            raise EnvironmentFailure(
+                f"the FHIR server could not answer the check's search {url}: {error}"
+            )
         try:
             bundle = json.loads(data)
             self.reference = reference_facts(str(self.case["category"]), bundle)
         except (ValueError, TypeError, AttributeError) as e:
-            raise EnvironmentFailure(f"the FHIR server's answer to {url} is not a FHIR Bundle: {e}") from None
+            raise EnvironmentFailure(
+                f"the FHIR server's answer to {url} is not a FHIR Bundle: {e}"
+            ) from None
 
     def state(self) -> dict[str, Any]:
-        out = {"fhir_base": self.base, "posts": list(self.posts), "gets": list(self.gets), "post_replies": self.post_replies,
-               "final": self.final}
+        out = {
+            "fhir_base": self.base,
+            "posts": list(self.posts),
+            "gets": list(self.gets),
+            "post_replies": self.post_replies,
+            "final": self.final,
+        }
         if self.reference is not None:
             out["reference"] = self.reference
         return out

@@ -17,21 +17,32 @@ import asyncio
 import json
 from typing import Any
 
-from grandrounds.benchmarks.agents import Environment, Reaction, Simulate
 from grandrounds.benchmarks.agent_envs.sandbox import Limits, run_python
+from grandrounds.benchmarks.agents import Environment, Reaction, Simulate
 from grandrounds.core.records import Message, Response, ToolResultPart, ToolSpec
 from grandrounds.graders.medcalc_extract import evaluate_arithmetic
 
 CALCULATOR = ToolSpec(
-    "calculator", "Evaluate one arithmetic expression and return its value. Supports + - * / // % **, parentheses, "
+    "calculator",
+    "Evaluate one arithmetic expression and return its value. Supports + - * / // % **, parentheses, "
     "comparisons, math.* functions (math.log, math.exp, math.sqrt...), min, max-free pow, round, abs, int, float.",
-    {"type": "object", "properties": {"expression": {"type": "string", "description": "e.g. (140 - 65) * 72 / (72 * 1.2)"}},
-     "required": ["expression"]},
+    {
+        "type": "object",
+        "properties": {
+            "expression": {"type": "string", "description": "e.g. (140 - 65) * 72 / (72 * 1.2)"}
+        },
+        "required": ["expression"],
+    },
 )
 PYTHON = ToolSpec(
-    "python", "Run a short Python 3 program (standard library only, no network, no files outside a temporary folder, "
+    "python",
+    "Run a short Python 3 program (standard library only, no network, no files outside a temporary folder, "
     "10 seconds) and return what it prints. Use print() to see values.",
-    {"type": "object", "properties": {"code": {"type": "string", "description": "the program"}}, "required": ["code"]},
+    {
+        "type": "object",
+        "properties": {"code": {"type": "string", "description": "the program"}},
+        "required": ["code"],
+    },
 )
 
 
@@ -57,7 +68,9 @@ class MedCalcToolsEnvironment(Environment):
             self.calls += 1
             text, extra = await self._run(call.name, call.arguments)
             results.append(ToolResultPart(call.id, text, call.name))
-            events.append({"actor": "tool", "tool": call.name, "call_id": call.id, "text": text, **extra})
+            events.append(
+                {"actor": "tool", "tool": call.name, "call_id": call.id, "text": text, **extra}
+            )
         return Reaction(messages=[Message("tool", tuple(results))], events=events)
 
     async def _run(self, name: str, arguments: str) -> tuple[str, dict[str, Any]]:
@@ -75,8 +88,14 @@ class MedCalcToolsEnvironment(Environment):
         if name == "python":
             outcome = await asyncio.to_thread(run_python, str(args.get("code", "")), self.limits)
             self.refused.extend(outcome.refused)
-            return outcome.text(), {"refused": outcome.refused, "exit_code": outcome.exit_code, "timed_out": outcome.timed_out}
-        return f"error: no tool named {name!r} (tools: calculator, python)", {"error": "unknown tool"}
+            return outcome.text(), {
+                "refused": outcome.refused,
+                "exit_code": outcome.exit_code,
+                "timed_out": outcome.timed_out,
+            }
+        return f"error: no tool named {name!r} (tools: calculator, python)", {
+            "error": "unknown tool"
+        }
 
     def state(self) -> dict[str, Any]:
         return {"tool_calls": self.calls, "sandbox_refused": list(self.refused)}

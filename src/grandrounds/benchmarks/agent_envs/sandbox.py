@@ -62,7 +62,9 @@ class Outcome:
     def text(self) -> str:
         """The tool result the model sees: output, errors, and why it stopped where it did."""
         parts = [self.stdout.rstrip("\n")] if self.stdout.strip() else []
-        err = "\n".join(line for line in self.stderr.splitlines() if not line.startswith("SANDBOX-REFUSED"))
+        err = "\n".join(
+            line for line in self.stderr.splitlines() if not line.startswith("SANDBOX-REFUSED")
+        )
         if err.strip():
             parts.append(f"[stderr]\n{err.strip()}")
         if self.timed_out:
@@ -80,7 +82,9 @@ def _libc_unshare(flags: int) -> bool:
     return libc.unshare(flags) == 0
 
 
-def _limit_child(limits: Limits) -> None:  # pragma: no cover - runs in the child between fork and exec
+def _limit_child(
+    limits: Limits,
+) -> None:  # pragma: no cover - runs in the child between fork and exec
     os.setsid()
     _libc_unshare(_CLONE_NEWUSER | _CLONE_NEWNET)
     mem = limits.memory_mb * 2**20
@@ -88,9 +92,13 @@ def _limit_child(limits: Limits) -> None:  # pragma: no cover - runs in the chil
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
     except (ValueError, OSError):
         pass
-    for what, value in ((resource.RLIMIT_AS, mem),
-                        (resource.RLIMIT_FSIZE, limits.file_mb * 2**20), (resource.RLIMIT_NOFILE, 64),
-                        (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, 0)):
+    for what, value in (
+        (resource.RLIMIT_AS, mem),
+        (resource.RLIMIT_FSIZE, limits.file_mb * 2**20),
+        (resource.RLIMIT_NOFILE, 64),
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NPROC, 0),
+    ):
         try:
             resource.setrlimit(what, (value, value))
         except (ValueError, OSError):
@@ -100,10 +108,19 @@ def _limit_child(limits: Limits) -> None:  # pragma: no cover - runs in the chil
 def isolation() -> dict[str, bool]:
     """Which layers hold on this machine (a child is started to find out about namespaces)."""
     probe = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", "print(1)"], preexec_fn=lambda: _exit_unless(_libc_unshare(_CLONE_NEWUSER | _CLONE_NEWNET)),
-        capture_output=True, env={}, timeout=30, check=False,
+        [sys.executable, "-I", "-S", "-c", "print(1)"],
+        preexec_fn=lambda: _exit_unless(_libc_unshare(_CLONE_NEWUSER | _CLONE_NEWNET)),
+        capture_output=True,
+        env={},
+        timeout=30,
+        check=False,
     )
-    return {"audit_hook": True, "rlimits": True, "network_namespace": probe.returncode == 0, "no_new_processes": os.getuid() != 0}
+    return {
+        "audit_hook": True,
+        "rlimits": True,
+        "network_namespace": probe.returncode == 0,
+        "no_new_processes": os.getuid() != 0,
+    }
 
 
 def _exit_unless(ok: bool) -> None:  # pragma: no cover - runs in the child
@@ -116,8 +133,13 @@ def run_python(code: str, limits: Limits = Limits()) -> Outcome:
     folder = tempfile.mkdtemp(prefix="grandrounds-sandbox-")
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-s", "-S", "-B", "-P", str(CHILD)], cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env={"PYTHONHASHSEED": "0", "LANG": "C.UTF-8"}, preexec_fn=lambda: _limit_child(limits),
+            [sys.executable, "-s", "-S", "-B", "-P", str(CHILD)],
+            cwd=folder,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={"PYTHONHASHSEED": "0", "LANG": "C.UTF-8"},
+            preexec_fn=lambda: _limit_child(limits),
         )
         timed_out = False
         try:
@@ -127,7 +149,11 @@ def run_python(code: str, limits: Limits = Limits()) -> Outcome:
             _kill_group(proc)
             out, err = proc.communicate()
         stdout, stderr = _cut(out, limits.output_chars), _cut(err, limits.output_chars)
-        refused = [line.split(" ", 1)[1] for line in stderr.splitlines() if line.startswith("SANDBOX-REFUSED ")]
+        refused = [
+            line.split(" ", 1)[1]
+            for line in stderr.splitlines()
+            if line.startswith("SANDBOX-REFUSED ")
+        ]
         if proc.returncode is not None and -proc.returncode in (signal.SIGXCPU, signal.SIGKILL):
             timed_out = True
         return Outcome(stdout, stderr, proc.returncode, timed_out, refused)
@@ -144,4 +170,8 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 def _cut(data: bytes, limit: int) -> str:
     text = data.decode("utf-8", "replace")
-    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+    return (
+        text
+        if len(text) <= limit
+        else text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+    )

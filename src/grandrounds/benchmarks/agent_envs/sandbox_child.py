@@ -12,16 +12,74 @@ import os
 import sys
 
 _HERE = os.path.realpath(os.getcwd())
-_STDLIB = tuple(os.path.realpath(p) for p in {os.path.dirname(os.__file__), sys.base_prefix, sys.prefix})
+_STDLIB = tuple(
+    os.path.realpath(p) for p in {os.path.dirname(os.__file__), sys.base_prefix, sys.prefix}
+)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-_NO_PROCESS = frozenset({"os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "os.fork", "os.forkpty",
-                         "os.kill", "os.killpg", "pty.spawn", "os.startfile", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata",
-                         "ctypes.call_function", "os.putenv", "os.unsetenv", "sys.setprofile", "sys.settrace", "os.chroot"})
+_NO_PROCESS = frozenset(
+    {
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "subprocess.Popen",
+        "os.fork",
+        "os.forkpty",
+        "os.kill",
+        "os.killpg",
+        "pty.spawn",
+        "os.startfile",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "ctypes.cdata",
+        "ctypes.call_function",
+        "os.putenv",
+        "os.unsetenv",
+        "sys.setprofile",
+        "sys.settrace",
+        "os.chroot",
+    }
+)
 _NO_NETWORK = ("socket.", "ssl.")
-_NO_IMPORT = frozenset({"_ctypes", "ctypes", "_posixsubprocess", "_socket", "socket", "ssl", "_ssl", "mmap", "resource",
-                        "fcntl", "termios", "pty", "_multiprocessing", "multiprocessing", "signal", "_signal", "faulthandler"})
-_PATH_CHANGES = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.chmod", "os.chown",
-                           "os.truncate", "os.utime", "shutil.rmtree", "shutil.copyfile", "shutil.move", "os.chdir"})
+_NO_IMPORT = frozenset(
+    {
+        "_ctypes",
+        "ctypes",
+        "_posixsubprocess",
+        "_socket",
+        "socket",
+        "ssl",
+        "_ssl",
+        "mmap",
+        "resource",
+        "fcntl",
+        "termios",
+        "pty",
+        "_multiprocessing",
+        "multiprocessing",
+        "signal",
+        "_signal",
+        "faulthandler",
+    }
+)
+_PATH_CHANGES = frozenset(
+    {
+        "os.remove",
+        "os.rename",
+        "os.rmdir",
+        "os.mkdir",
+        "os.symlink",
+        "os.link",
+        "os.chmod",
+        "os.chown",
+        "os.truncate",
+        "os.utime",
+        "shutil.rmtree",
+        "shutil.copyfile",
+        "shutil.move",
+        "os.chdir",
+    }
+)
 
 
 def _inside(path, roots):
@@ -41,7 +99,9 @@ def _open_allowed(args):
     path, mode, flags = (list(args) + [None, None, None])[:3]
     if isinstance(path, int):
         return True  # an already open descriptor
-    writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & _WRITE_FLAGS)
+    writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+        isinstance(flags, int) and flags & _WRITE_FLAGS
+    )
     if writing:
         return _inside(path, (_HERE,))
     return _inside(path, (_HERE, *_STDLIB))
@@ -54,7 +114,9 @@ def _hook(event, args):
         _refuse(event, repr(args)[:200])
     elif event == "import" and args and str(args[0]).split(".")[0] in _NO_IMPORT:
         _refuse(event, str(args[0]))
-    elif event in _PATH_CHANGES and not all(_inside(a, (_HERE,)) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))):
+    elif event in _PATH_CHANGES and not all(
+        _inside(a, (_HERE,)) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))
+    ):
         _refuse(event, repr(args)[:200])
 
 
@@ -78,7 +140,7 @@ def _print_error(error):
     lines = []
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == "<model code>":
-            lines.append(f'  line {tb.tb_lineno}, in {tb.tb_frame.f_code.co_name}')
+            lines.append(f"  line {tb.tb_lineno}, in {tb.tb_frame.f_code.co_name}")
         tb = tb.tb_next
     sys.stderr.write("Traceback (most recent call last):\n" + "".join(x + "\n" for x in lines))
     sys.stderr.write(f"{type(error).__name__}: {error}\n")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Iterator
 
 from grandrounds.core.errors import ConfigError, DataError
 
@@ -37,7 +37,9 @@ def check_encoding(name: str) -> str:
         b"a".decode(name, "ignore")  # not b"": an empty decode never looks the codec up
     except LookupError as e:
         why = str(e).split(";")[0]  # not Python's advice on codecs.decode()
-        raise ConfigError(f"--encoding {name!r}: {why} (e.g. utf-8, gb18030, cp1252, latin-1, utf-16)") from None
+        raise ConfigError(
+            f"--encoding {name!r}: {why} (e.g. utf-8, gb18030, cp1252, latin-1, utf-16)"
+        ) from None
     return name
 
 
@@ -97,7 +99,11 @@ def decode(raw: bytes, path: Path, encoding: str | None = None) -> str:
             text = raw.decode(encoding)
         except UnicodeDecodeError as e:
             line = raw[: e.start].count(b"\n") + 1
-            raise DataError(path, line, f"cannot decode as {encoding} (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+            raise DataError(
+                path,
+                line,
+                f"cannot decode as {encoding} (byte 0x{raw[e.start]:02x} at offset {e.start})",
+            ) from None
         return text[1:] if text.startswith("\ufeff") else text
     try:
         return raw.decode("utf-8-sig")
@@ -106,17 +112,24 @@ def decode(raw: bytes, path: Path, encoding: str | None = None) -> str:
     if raw.startswith(b"PK\x03\x04"):  # a workbook or archive given where text is read
         from grandrounds.benchmarks.readers.sniff import wrong_file
 
-        raise DataError(path, None, f"cannot be read as text: {wrong_file(path, 'the text file (JSON Lines, JSON or CSV) this benchmark reads')}")
+        raise DataError(
+            path,
+            None,
+            f"cannot be read as text: {wrong_file(path, 'the text file (JSON Lines, JSON or CSV) this benchmark reads')}",
+        )
     line = raw[: bad.start].count(b"\n") + 1
     where = f"cannot decode as UTF-8 (byte 0x{raw[bad.start]:02x} at offset {bad.start})"
     try:
         text = raw.decode("gb18030")
     except UnicodeDecodeError:
-        raise DataError(path, line, f"{where} or GB18030; pass --encoding NAME (e.g. --encoding cp1252)") from None
+        raise DataError(
+            path, line, f"{where} or GB18030; pass --encoding NAME (e.g. --encoding cp1252)"
+        ) from None
     doubt = gb18030_doubt(text)
     if doubt > GB18030_DOUBT_LIMIT:
         raise DataError(
-            path, line,
+            path,
+            line,
             f"{where}, and GB18030 would be a guess ({doubt:.0%} of its non-ASCII characters look like misread "
             "Windows-1252/Latin-1 text); pass --encoding NAME (e.g. --encoding cp1252, or --encoding gb18030 to read it as Chinese)",
         )
@@ -164,9 +177,15 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
                 except UnicodeDecodeError as e:
                     at = offset + e.start
                     line = no + chunk[: e.start].count(b"\n")
-                    raise DataError(path, line, f"cannot decode as {encoding} (byte 0x{chunk[e.start]:02x} at offset {at})") from None
+                    raise DataError(
+                        path,
+                        line,
+                        f"cannot decode as {encoding} (byte 0x{chunk[e.start]:02x} at offset {at})",
+                    ) from None
                 if offset == 0 and text.startswith("\ufeff"):
-                    text = text[1:]  # a BOM the named codec keeps (utf-8): not part of the first record
+                    text = text[
+                        1:
+                    ]  # a BOM the named codec keeps (utf-8): not part of the first record
                 offset += len(chunk)
                 *lines, tail = text.split("\n")
                 if lines:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import codecs
 import json
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from grandrounds.benchmarks.readers.decoding import DATA_ENCODING, is_utf8, read_text, require_file
 from grandrounds.core.errors import DataError
@@ -18,9 +19,15 @@ def parse_json(text: str, path: Path | str, where: int | str | None) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise DataError(path, where if where is not None else e.lineno, f"invalid JSON ({e.msg} at column {e.colno})") from None
+        raise DataError(
+            path,
+            where if where is not None else e.lineno,
+            f"invalid JSON ({e.msg} at column {e.colno})",
+        ) from None
     except RecursionError:
-        raise DataError(path, where, "JSON nested too deeply to read (over about 1,000 levels)") from None
+        raise DataError(
+            path, where, "JSON nested too deeply to read (over about 1,000 levels)"
+        ) from None
     except ValueError as e:  # e.g. an integer of more than 4,300 digits
         raise DataError(path, where, f"invalid JSON ({e})") from None
 
@@ -70,11 +77,18 @@ def _iter_json_file(path: Path, kind: type, expected: str) -> Iterator[Any]:
     encoding = DATA_ENCODING.get()
     if encoding is None and not is_utf8(path):
         return _items_of(read_json(path), kind, path, expected, 0)
-    return stream_json(lambda: open(path, "rb"), lambda: read_json(path), path, kind, expected, encoding)
+    return stream_json(
+        lambda: open(path, "rb"), lambda: read_json(path), path, kind, expected, encoding
+    )
 
 
 def stream_json(
-    source: Callable[[], Any], whole: Callable[[], Any], path: Path | str, kind: type, expected: str, encoding: str | None = None
+    source: Callable[[], Any],
+    whole: Callable[[], Any],
+    path: Path | str,
+    kind: type,
+    expected: str,
+    encoding: str | None = None,
 ) -> Iterator[Any]:
     """The items of a JSON document's top-level array (``kind`` list: (index, item)) or object
     (``kind`` dict: (key, value)), parsed as they are asked for.
@@ -97,8 +111,11 @@ def stream_json(
             except ValueError:  # not in the encoding: whole() names the byte
                 head = b""
             if head.lstrip().startswith(b"[" if kind is list else b"{"):
-                items = (ijson.items(stream, "item", use_float=True, buf_size=JSON_READ) if kind is list
-                         else ijson.kvitems(stream, "", use_float=True, buf_size=JSON_READ))
+                items = (
+                    ijson.items(stream, "item", use_float=True, buf_size=JSON_READ)
+                    if kind is list
+                    else ijson.kvitems(stream, "", use_float=True, buf_size=JSON_READ)
+                )
                 while True:
                     try:
                         item = next(items)
@@ -215,7 +232,7 @@ class _SurrogateWatch:
                     self.found = True
                     break
         self._held = buf[limit:]
-        self._given = buf[max(0, limit - self.BEHIND):limit]
+        self._given = buf[max(0, limit - self.BEHIND) : limit]
         return buf[start:limit]
 
     @staticmethod
@@ -223,7 +240,11 @@ class _SurrogateWatch:
         # ``buf`` holds the 7 bytes before ``at`` unless the document starts closer, so at < 7 is its start.
         if buf[at + 3] in b"89abAB":  # a high half: a low one right after it
             return (at == 0 or buf[at - 1] != _BACKSLASH) and _LOW.match(buf, at + 6) is not None
-        return at >= 6 and _HIGH.match(buf, at - 6) is not None and (at < 7 or buf[at - 7] != _BACKSLASH)
+        return (
+            at >= 6
+            and _HIGH.match(buf, at - 6) is not None
+            and (at < 7 or buf[at - 7] != _BACKSLASH)
+        )
 
 
 def _items_of(data: Any, kind: type, path: Path | str, expected: str, skip: int) -> Iterator[Any]:

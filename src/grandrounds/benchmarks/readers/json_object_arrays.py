@@ -5,8 +5,9 @@ from __future__ import annotations
 import codecs
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from grandrounds.benchmarks.readers.decoding import CHUNK, DATA_ENCODING, is_utf8, require_file
 from grandrounds.benchmarks.readers.json_docs import read_json
@@ -57,7 +58,7 @@ class _JsonText:
         if not self.started and text:
             self.started = True
             text = text.removeprefix("\ufeff")  # a BOM a named codec keeps (utf-8)
-        self.text = self.text[self.pos:] + text
+        self.text = self.text[self.pos :] + text
         self.pos = 0
         return True
 
@@ -84,7 +85,10 @@ class _JsonText:
         while True:
             try:
                 value, end = _DECODE(self.text, self.pos)
-            except (ValueError, RecursionError):  # cut by the end of the text read so far, or invalid
+            except (
+                ValueError,
+                RecursionError,
+            ):  # cut by the end of the text read so far, or invalid
                 if self.more():
                     continue
                 raise _Refused from None
@@ -93,8 +97,10 @@ class _JsonText:
                 self.pos = after
                 return value
             cut = after == len(self.text) or (
-                isinstance(value, (int, float)) and not isinstance(value, bool)
-                and _NUMBER_TAIL.fullmatch(self.text, end) is not None)
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and _NUMBER_TAIL.fullmatch(self.text, end) is not None
+            )
             if not (cut and self.more()):
                 raise _Refused
 
@@ -103,14 +109,14 @@ class JsonArray:
     """The items of one array of a document :func:`iter_json_object_arrays` reads, as (index, item),
     read as they are asked for (before the reader's next member)."""
 
-    def __init__(self, owner: "_ObjectArrays | None", items: list[Any] | None = None) -> None:
+    def __init__(self, owner: _ObjectArrays | None, items: list[Any] | None = None) -> None:
         self._owner = owner
         self._n = 0
         self._done = False
         #: The items from a whole-file read (given, or taken over from the incremental read).
         self._rest: Iterator[Any] | None = None if items is None else iter(items)
 
-    def __iter__(self) -> "JsonArray":
+    def __iter__(self) -> JsonArray:
         return self
 
     def __next__(self) -> tuple[int, Any]:
@@ -216,7 +222,7 @@ class _ObjectArrays:
         return iter(value[skip:] if isinstance(value, list) else [])
 
     def _whole_members(self) -> Iterator[tuple[str, Any]]:
-        for key, value in list(self._whole().items())[self.given:]:
+        for key, value in list(self._whole().items())[self.given :]:
             self.given += 1
             yield key, JsonArray(None, value) if isinstance(value, list) else value
 

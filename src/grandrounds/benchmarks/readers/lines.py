@@ -5,8 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from grandrounds.benchmarks.readers.decoding import iter_lines, read_text, require_file
 from grandrounds.benchmarks.readers.json_docs import parse_json
@@ -67,7 +68,9 @@ class _Rows(csv.DictReader):  # type: ignore[type-arg]
 
 def _csv_problem(e: csv.Error) -> str:
     if "field limit" in str(e):
-        return f"a cell is longer than the CSV reader's limit of {csv.field_size_limit():,} characters"
+        return (
+            f"a cell is longer than the CSV reader's limit of {csv.field_size_limit():,} characters"
+        )
     return f"malformed CSV ({e})"
 
 
@@ -149,7 +152,9 @@ class CsvRecords:
         columns = tuple(columns)
         missing = [c for c in columns if c not in (header or [])]
         if missing:
-            raise DataError(path, 1, f"missing columns: {', '.join(missing)}{csv_hint(path, columns)}")
+            raise DataError(
+                path, 1, f"missing columns: {', '.join(missing)}{csv_hint(path, columns)}"
+            )
 
     def __iter__(self) -> Iterator[tuple[int, dict[Any, Any]]]:
         return self
@@ -168,8 +173,8 @@ class CsvRecords:
                 break
         record: dict[Any, Any] = dict(zip(names, row))
         if len(row) > len(names):
-            record[None] = row[len(names):]
-        for name in names[len(row):]:
+            record[None] = row[len(names) :]
+        for name in names[len(row) :]:
             record[name] = None
         return start, record
 

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from grandrounds.core.errors import DataError
 
 
 def require_fields(
-    path: Path, where: int | str, record: Mapping[str, Any], fields: Iterable[str], nonempty: bool = True
+    path: Path,
+    where: int | str,
+    record: Mapping[str, Any],
+    fields: Iterable[str],
+    nonempty: bool = True,
 ) -> None:
     """DataError naming the record if any of ``fields`` is missing (or empty/null when ``nonempty``)."""
     for f in fields:
@@ -60,10 +65,18 @@ def check_points(path: Path, where: int | str, label: str, points: Iterable[Any]
         except OverflowError:  # an integer beyond any float
             value = math.inf
         if not math.isfinite(value):
-            raise DataError(path, where, f"{label}rubric item {i} has points {p!r}: points must be finite numbers")
+            raise DataError(
+                path,
+                where,
+                f"{label}rubric item {i} has points {p!r}: points must be finite numbers",
+            )
         if value > 0:
             pos += value
         else:
             neg += value
     if not (math.isfinite(pos) and math.isfinite(neg)):
-        raise DataError(path, where, f"{label}rubric points are too large: their sum overflows to infinity, so no score is defined")
+        raise DataError(
+            path,
+            where,
+            f"{label}rubric points are too large: their sum overflows to infinity, so no score is defined",
+        )

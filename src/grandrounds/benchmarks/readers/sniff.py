@@ -29,9 +29,13 @@ class Look:
 
     def describe(self) -> str:
         # names come from the file: shown on one line, control characters escaped, each cut at 60 characters
-        shown = ", ".join(safe_text(n).replace("\n", " ")[:60] for n in self.names[:8]) + (", ..." if len(self.names) > 8 else "")
+        shown = ", ".join(safe_text(n).replace("\n", " ")[:60] for n in self.names[:8]) + (
+            ", ..." if len(self.names) > 8 else ""
+        )
         return {
-            "xlsx": f"an Excel workbook (first row: {shown})" if self.names else "an Excel workbook",
+            "xlsx": f"an Excel workbook (first row: {shown})"
+            if self.names
+            else "an Excel workbook",
             "zip": "a zip archive",
             "jsonl": f"JSON Lines whose records have keys {shown}",
             "json": f"a JSON document (keys {shown})" if self.names else "a JSON document",
@@ -65,7 +69,9 @@ def look(path: Path) -> Look:
         import csv
 
         try:
-            header = next(csv.reader([first], delimiter="\t" if "\t" in first and "," not in first else ","))
+            header = next(
+                csv.reader([first], delimiter="\t" if "\t" in first and "," not in first else ",")
+            )
         except csv.Error:
             return Look("text")
         return Look("csv", tuple(h.strip() for h in header))
@@ -94,14 +100,33 @@ def _workbook(path: Path) -> Look:
 
 #: Formats of the benchmarks' own files: (kind, names every such file has, the command that reads one).
 KNOWN: tuple[tuple[str, frozenset[str], str], ...] = (
-    ("jsonl", frozenset({"prompt", "rubrics", "prompt_id"}), "grandrounds run healthbench --data {path}"),
+    (
+        "jsonl",
+        frozenset({"prompt", "rubrics", "prompt_id"}),
+        "grandrounds run healthbench --data {path}",
+    ),
     ("csv", frozenset({"id", "question", "rubrics"}), "grandrounds run medeqbench --data {path}"),
-    ("csv", frozenset({"question", "opa", "opb", "opc", "opd", "ope", "answer_idx", "explanation"}), "grandrounds run medbullets --data {path}"),
-    ("csv", frozenset({"question", "opa", "opb", "opc", "opd", "answer_idx", "explanation"}),
-     "grandrounds run medbullets --data {path} --param options=4"),
-    ("jsonl", frozenset({"question", "options", "answer_idx"}), "grandrounds run medqa --data {path}"),
+    (
+        "csv",
+        frozenset({"question", "opa", "opb", "opc", "opd", "ope", "answer_idx", "explanation"}),
+        "grandrounds run medbullets --data {path}",
+    ),
+    (
+        "csv",
+        frozenset({"question", "opa", "opb", "opc", "opd", "answer_idx", "explanation"}),
+        "grandrounds run medbullets --data {path} --param options=4",
+    ),
+    (
+        "jsonl",
+        frozenset({"question", "options", "answer_idx"}),
+        "grandrounds run medqa --data {path}",
+    ),
     ("xlsx", frozenset({"question", "rubrics"}), "grandrounds run gaps --data {path}"),
-    ("xlsx", frozenset({"Question", "Answer", "Focus (Drug)"}), "grandrounds run medicationqa --data {path}"),
+    (
+        "xlsx",
+        frozenset({"Question", "Answer", "Focus (Drug)"}),
+        "grandrounds run medicationqa --data {path}",
+    ),
 )
 
 
@@ -109,7 +134,11 @@ def command_for(path: Path, seen: Look | None = None) -> str | None:
     """The command that reads ``path``, where its look matches a benchmark's own format (the most
     specific match: the format naming the most of its names)."""
     seen = seen or look(path)
-    matches = [(len(names), cmd) for kind, names, cmd in KNOWN if kind == seen.kind and names <= set(seen.names)]
+    matches = [
+        (len(names), cmd)
+        for kind, names, cmd in KNOWN
+        if kind == seen.kind and names <= set(seen.names)
+    ]
     if not matches:
         return None
     return max(matches)[1].format(path=path)

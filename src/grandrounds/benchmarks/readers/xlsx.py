@@ -36,13 +36,21 @@ import os
 import tempfile
 import xml.parsers.expat
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, Iterator, overload
+from typing import IO, Any, overload
 
 from grandrounds.core.errors import DataError
 
-__all__ = ["CellTooLargeError", "SharedStrings", "SharedStringsError", "Xlsx", "cell_limit", "open_xlsx", "sheet_rows"]
+__all__ = [
+    "CellTooLargeError",
+    "SharedStrings",
+    "SharedStringsError",
+    "Xlsx",
+    "cell_limit",
+    "open_xlsx",
+    "sheet_rows",
+]
 
 
 class SharedStringsError(ValueError):
@@ -84,7 +92,11 @@ class _CappedPart:
         self._broken = False
         p = self._expat = xml.parsers.expat.ParserCreate(namespace_separator="}")
         p.buffer_text = True
-        p.StartElementHandler, p.EndElementHandler, p.CharacterDataHandler = self._start, self._end, self._text
+        p.StartElementHandler, p.EndElementHandler, p.CharacterDataHandler = (
+            self._start,
+            self._end,
+            self._text,
+        )
 
     def _start(self, name: str, _attrs: Any) -> None:
         self._run = 0
@@ -104,8 +116,11 @@ class _CappedPart:
             self._cell += len(data)
         if self._run > self._limit or self._cell > self._limit:
             what = "a cell" if self._depth else "a run of text"
-            raise CellTooLargeError(self._filename, self._member,
-                                    f"{what} is longer than the limit of {self._limit:,} characters (the CSV cell limit)")
+            raise CellTooLargeError(
+                self._filename,
+                self._member,
+                f"{what} is longer than the limit of {self._limit:,} characters (the CSV cell limit)",
+            )
 
     def read(self, n: int = -1) -> bytes:
         data = self._raw.read(PART_CHUNK if n is None or n < 0 or n > PART_CHUNK else n)
@@ -122,7 +137,7 @@ class _CappedPart:
     def close(self) -> None:
         self._raw.close()
 
-    def __enter__(self) -> "_CappedPart":
+    def __enter__(self) -> _CappedPart:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -158,10 +173,18 @@ def sheet_rows(path: Path, ws: Any) -> Iterator[tuple[Any, ...]]:
         except StopIteration:
             return
         except SharedStringsError as e:
-            raise DataError(path, f"sheet {ws.title!r} row {r}", f"{e.member}: {e.problem}") from None
-        except Exception as e:  # zipfile.BadZipFile, zlib.error, XML ParseError, EOFError, openpyxl's own
+            raise DataError(
+                path, f"sheet {ws.title!r} row {r}", f"{e.member}: {e.problem}"
+            ) from None
+        except (
+            Exception
+        ) as e:  # zipfile.BadZipFile, zlib.error, XML ParseError, EOFError, openpyxl's own
             why = " ".join(str(e).split())[:300] or "no detail"
-            raise DataError(path, f"sheet {ws.title!r} row {r}", f"damaged worksheet ({type(e).__name__}: {why})") from None
+            raise DataError(
+                path,
+                f"sheet {ws.title!r} row {r}",
+                f"damaged worksheet ({type(e).__name__}: {why})",
+            ) from None
         yield values
 
 
@@ -175,7 +198,9 @@ class SharedStrings(Sequence[str]):
     def __init__(self, archive: Any, member: str, filename: str) -> None:
         from openpyxl.cell.text import Text
         from openpyxl.xml.constants import SHEET_MAIN_NS
-        from openpyxl.xml.functions import iterparse  # defusedxml's when installed, as openpyxl reads
+        from openpyxl.xml.functions import (
+            iterparse,
+        )  # defusedxml's when installed, as openpyxl reads
 
         self._iterparse, self._from_tree = iterparse, Text.from_tree
 
@@ -215,8 +240,10 @@ class SharedStrings(Sequence[str]):
             return self._read(i)
         last = self._parse_until(i)
         if i >= self.parsed:
-            raise self._error(f"a cell refers to shared string {i}, but the table has only {self.parsed} "
-                              f"entries" + (f" (0..{self.parsed - 1})" if self.parsed else ""))
+            raise self._error(
+                f"a cell refers to shared string {i}, but the table has only {self.parsed} "
+                f"entries" + (f" (0..{self.parsed - 1})" if self.parsed else "")
+            )
         return last if last is not None else self._read(i)
 
     def __iter__(self) -> Iterator[str]:
@@ -268,7 +295,9 @@ class SharedStrings(Sequence[str]):
         return None
 
     def _error(self, problem: str, too_large: bool = False) -> SharedStringsError:
-        return (CellTooLargeError if too_large else SharedStringsError)(self._filename, self._member, problem)
+        return (CellTooLargeError if too_large else SharedStringsError)(
+            self._filename, self._member, problem
+        )
 
     def _append(self, text: str) -> None:
         if self._spill is None:
@@ -329,7 +358,7 @@ class Xlsx:
             workbook.close = close  # the workbook's own close() releases the table too
         self.close = close
 
-    def __enter__(self) -> "Xlsx":
+    def __enter__(self) -> Xlsx:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -349,7 +378,9 @@ def _expected_internals() -> bool:
     reader = getattr(excel, "ExcelReader", None)
     if reader is None or not isinstance(getattr(excel, "SHARED_STRINGS", None), str):
         return False
-    if not all(callable(getattr(reader, m, None)) for m in ("read", "read_manifest", "read_strings")):
+    if not all(
+        callable(getattr(reader, m, None)) for m in ("read", "read_manifest", "read_strings")
+    ):
         return False
     if not isinstance(getattr(Text, "content", None), property) or not hasattr(Text, "from_tree"):
         return False
@@ -370,7 +401,9 @@ def _lazy_reader_class() -> type:
         def read_strings(self) -> None:
             part = self.package.find(SHARED_STRINGS)
             if part is not None:
-                self.shared_strings = SharedStrings(self.archive, part.PartName[1:], str(self.archive.filename))
+                self.shared_strings = SharedStrings(
+                    self.archive, part.PartName[1:], str(self.archive.filename)
+                )
 
     return _LazyReader
 
@@ -401,11 +434,15 @@ def open_xlsx(path: str | os.PathLike[str]) -> Xlsx:
     if not _expected_internals():
         return Xlsx(openpyxl.load_workbook(filename, read_only=True, data_only=True), None, False)
     reader = _lazy_reader_class()(filename, read_only=True, data_only=True)
-    reader.archive = _CappedArchive(reader.archive, cell_limit())  # every XML part read with the cell limit
+    reader.archive = _CappedArchive(
+        reader.archive, cell_limit()
+    )  # every XML part read with the cell limit
     strings = None
     try:
         reader.read()
-        strings = reader.shared_strings if isinstance(reader.shared_strings, SharedStrings) else None
+        strings = (
+            reader.shared_strings if isinstance(reader.shared_strings, SharedStrings) else None
+        )
         wb = reader.wb
         sheets = [ws for ws in getattr(wb, "_sheets", []) if isinstance(ws, ReadOnlyWorksheet)]
         wired = all(getattr(ws, "_shared_strings", None) is reader.shared_strings for ws in sheets)
@@ -424,4 +461,3 @@ def open_xlsx(path: str | os.PathLike[str]) -> Xlsx:
         reader.archive.close()
         return Xlsx(openpyxl.load_workbook(filename, read_only=True, data_only=True), None, False)
     return Xlsx(wb, strings, True)
-

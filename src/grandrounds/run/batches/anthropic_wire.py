@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime
 from secrets import token_hex
-from typing import Any, AsyncIterator, cast
+from typing import Any, cast
 
 from grandrounds.core.records import Request, Response
-from grandrounds.providers.anthropic import AnthropicProvider, error_from_body, message_body, read_message
+from grandrounds.providers.anthropic import (
+    AnthropicProvider,
+    error_from_body,
+    message_body,
+    read_message,
+)
 from grandrounds.providers.base import Provider, ProviderError, error_reason, redact
 from grandrounds.run.batches.http import BatchHttp
 from grandrounds.run.batches.settings import BatchSettings
@@ -30,9 +36,16 @@ FIND_SKEW = 300
 
 #: Anthropic error types -> the HTTP status a live call would have had.
 _ANTHROPIC_STATUS = {
-    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
-    "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
-    "timeout_error": 504, "overloaded_error": 529,
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
 }
 
 
@@ -63,7 +76,9 @@ class AnthropicWire(Wire):
         # The requests are already JSON: joined into the body as they are, not parsed again.
         data = b'{"requests":[' + b",".join(lines) + b"]}"
         attempt.sent = True
-        return self._remote(await self._call(lambda http: http.post_bytes("/v1/messages/batches", data)))
+        return self._remote(
+            await self._call(lambda http: http.post_bytes("/v1/messages/batches", data))
+        )
 
     async def find(self, attempt: Submission, size: int) -> Remote | None:
         """The one batch (of the newest 100) created since shortly before the first try, unknown to
@@ -74,18 +89,25 @@ class AnthropicWire(Wire):
             if not isinstance(b, dict) or b.get("id") in attempt.known:
                 continue
             counts = b.get("request_counts") if isinstance(b.get("request_counts"), dict) else {}
-            total = sum(v for v in counts.values() if isinstance(v, int) and not isinstance(v, bool))
+            total = sum(
+                v for v in counts.values() if isinstance(v, int) and not isinstance(v, bool)
+            )
             if total == size and _created(b.get("created_at")) >= attempt.started - FIND_SKEW:
                 fits.append(b)
         return self._remote(fits[0]) if len(fits) == 1 else None
 
     async def status(self, batch_id: str) -> Remote:
-        return self._remote(await self._call(lambda http: http.get(f"/v1/messages/batches/{batch_id}")))
+        return self._remote(
+            await self._call(lambda http: http.get(f"/v1/messages/batches/{batch_id}"))
+        )
 
     def _remote(self, out: dict[str, Any]) -> Remote:
         batch_id, state = out.get("id"), out.get("processing_status")
         if not isinstance(batch_id, str) or not isinstance(state, str):
-            raise ProviderError("malformed response body: a message batch without id or processing_status", retryable=True)
+            raise ProviderError(
+                "malformed response body: a message batch without id or processing_status",
+                retryable=True,
+            )
         counts = out.get("request_counts") if isinstance(out.get("request_counts"), dict) else {}
         return Remote(batch_id, state, state == "ended", counts, "", (out.get("results_url"),))
 
@@ -126,13 +148,16 @@ class AnthropicWire(Wire):
             inner = parsed.get("error") if isinstance(parsed, dict) else None
             etype = inner.get("type") if isinstance(inner, dict) else None
             status = _ANTHROPIC_STATUS.get(str(etype), 500)
-            reason = " ".join(redact(error_reason(parsed) or str(etype or "error"), self.secrets).split())[:500]
+            reason = " ".join(
+                redact(error_reason(parsed) or str(etype or "error"), self.secrets).split()
+            )[:500]
             return key, error_from_body(status, parsed, reason, None)
         if kind in ("canceled", "expired"):
             cause = "batch_cancelled" if kind == "canceled" else "batch_expired"
-            return key, ProviderError(f"batch request {kind} before it was processed", retryable=True, kind=cause)
+            return key, ProviderError(
+                f"batch request {kind} before it was processed", retryable=True, kind=cause
+            )
         return key, ProviderError(f"batch result of unknown type {kind!r}", retryable=True)
-
 
 
 def _created(value: Any) -> float:

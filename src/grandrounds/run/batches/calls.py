@@ -38,13 +38,21 @@ class MarkedRequest:
         return self.key_text
 
     @classmethod
-    def of(cls, key: str, request_json: str) -> "MarkedRequest":
+    def of(cls, key: str, request_json: str) -> MarkedRequest:
         data = json.loads(request_json)
-        return cls(str(data.get("provider", "")), str(data.get("model", "")), str(data.get("purpose", "answer")), request_json, key)
+        return cls(
+            str(data.get("provider", "")),
+            str(data.get("model", "")),
+            str(data.get("purpose", "answer")),
+            request_json,
+            key,
+        )
 
     @classmethod
-    def from_request(cls, request: Request) -> "MarkedRequest":
-        return cls(request.provider, request.model, request.purpose, marked_request(request), request.key())
+    def from_request(cls, request: Request) -> MarkedRequest:
+        return cls(
+            request.provider, request.model, request.purpose, marked_request(request), request.key()
+        )
 
 
 def context_reason(err: ProviderError, request_json: str, max_tokens: int | None = None) -> str:
@@ -53,5 +61,7 @@ def context_reason(err: ProviderError, request_json: str, max_tokens: int | None
     params = json.loads(request_json)
     if max_tokens is None:
         max_tokens = (params.get("params") or {}).get("max_tokens")
-    advice = overflow_advice(str(params.get("kind", "chat")), str(params.get("purpose", "answer")), err)
+    advice = overflow_advice(
+        str(params.get("kind", "chat")), str(params.get("purpose", "answer")), err
+    )
     return f"{context_message(err.context_limit, err.prompt_tokens, max_tokens)}: {advice}"

@@ -4,15 +4,20 @@ progress display) and the counts kept for the summaries (:class:`BatchStats` per
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from grandrounds.run.executor import CallStats
 
 #: How a batch ended, as counted in summaries (Anthropic's ``ended`` is told apart by its request counts).
 OUTCOMES = ("completed", "expired", "cancelled", "failed")
 #: Why a request was sent again in a new batch -> the words of the summary.
-RESENT = {"batch_expired": "after an expiry", "batch_cancelled": "after a cancellation", "error": "after a failed line"}
+RESENT = {
+    "batch_expired": "after an expiry",
+    "batch_cancelled": "after a cancellation",
+    "error": "after a failed line",
+}
 
 
 @dataclass
@@ -43,9 +48,13 @@ class BatchStats(CallStats):
         still = self.batches + self.resumed_batches - sum(self.ended.values())
         if still > 0:
             ended.append(f"{still} still open")
-        resent = ", ".join(f"{self.resent.get(cause, 0)} {words}" for cause, words in RESENT.items())
-        return (f"batches: {self.batches} submitted, {self.resumed_batches} picked up from an earlier run; "
-                f"ended: {', '.join(ended)}; calls retried: {resent}")
+        resent = ", ".join(
+            f"{self.resent.get(cause, 0)} {words}" for cause, words in RESENT.items()
+        )
+        return (
+            f"batches: {self.batches} submitted, {self.resumed_batches} picked up from an earlier run; "
+            f"ended: {', '.join(ended)}; calls retried: {resent}"
+        )
 
 
 @dataclass
@@ -66,11 +75,23 @@ class HubStats:
     ended: dict[str, int] = field(default_factory=dict)
 
     def line(self, where: str) -> str:
-        ended = ", ".join(f"{n} {state}" for state, n in sorted(self.ended.items())) or "none ended yet"
-        resumed = f", {self.resumed_batches} picked up from an earlier run" if self.resumed_batches else ""
-        lost = f", {self.found_again} of them found again after a lost reply (not created twice)" if self.found_again else ""
-        return (f"batches at {where}: {self.batches} submitted ({self.requests} requests, largest {self.largest}){lost}{resumed}; "
-                f"{ended}; {self.polls} polls")
+        ended = (
+            ", ".join(f"{n} {state}" for state, n in sorted(self.ended.items())) or "none ended yet"
+        )
+        resumed = (
+            f", {self.resumed_batches} picked up from an earlier run"
+            if self.resumed_batches
+            else ""
+        )
+        lost = (
+            f", {self.found_again} of them found again after a lost reply (not created twice)"
+            if self.found_again
+            else ""
+        )
+        return (
+            f"batches at {where}: {self.batches} submitted ({self.requests} requests, largest {self.largest}){lost}{resumed}; "
+            f"{ended}; {self.polls} polls"
+        )
 
 
 @dataclass(frozen=True)
@@ -105,6 +126,10 @@ class BatchEvent:
         return self.closed or self.what == "submitted" or self.what.startswith("resumed")
 
     def line(self) -> str:
-        counts = ", ".join(f"{k} {v}" for k, v in self.counts.items() if isinstance(v, int)) if self.counts else ""
+        counts = (
+            ", ".join(f"{k} {v}" for k, v in self.counts.items() if isinstance(v, int))
+            if self.counts
+            else ""
+        )
         tail = f" ({counts})" if counts else ""
         return f"batch {self.provider} {self.batch_id}: {self.what}, {self.size} requests{tail}"

@@ -65,7 +65,8 @@ and :mod:`~grandrounds.run.batches.anthropic_wire`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.records import Request, Response
@@ -132,19 +133,31 @@ class BatchExecutor(StoreFirst):
         observer: CallObserver | None = None,
         endpoints: EndpointLimits | None = None,
     ) -> None:
-        super().__init__(store, provider, concurrency or settings.concurrency, retry, seed, observer)
+        super().__init__(
+            store, provider, concurrency or settings.concurrency, retry, seed, observer
+        )
         self.settings = settings
         self.stats = BatchStats()
         self.wire = wire_for(provider, settings)  # a provider without a batch API is refused here
         # Log-probability requests are asked live, counted in the same stats.
-        self.live = Executor(store, provider, concurrency or provider.default_concurrency, retry, seed, observer, endpoints)
+        self.live = Executor(
+            store,
+            provider,
+            concurrency or provider.default_concurrency,
+            retry,
+            seed,
+            observer,
+            endpoints,
+        )
         self.live.stats = self.stats
         self._hub: BatchHub | None = None
 
     @property
-    def hub(self) -> "BatchHub":
+    def hub(self) -> BatchHub:
         if self._hub is None:
-            self._hub = hub_for(self.store, self.wire, self.settings, self.retry, self.observer, self.rng)
+            self._hub = hub_for(
+                self.store, self.wire, self.settings, self.retry, self.observer, self.rng
+            )
         return self._hub
 
     async def __call__(self, request: Request) -> Response:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
 
 import aiohttp
 
@@ -38,19 +39,33 @@ class BatchHttp(HttpClient):
             out["Content-Type"] = content_type
         return out
 
-    async def _send(self, method: str, where: str, data: Any = None, content_type: str | None = None) -> HttpReply:
+    async def _send(
+        self, method: str, where: str, data: Any = None, content_type: str | None = None
+    ) -> HttpReply:
         session = self._session()
         try:
             async with asyncio.timeout(self.timeout):
-                async with session.request(method, self._url(where), data=data, headers=self._headers_for(content_type),
-                                           allow_redirects=False, **self._via()) as resp:
+                async with session.request(
+                    method,
+                    self._url(where),
+                    data=data,
+                    headers=self._headers_for(content_type),
+                    allow_redirects=False,
+                    **self._via(),
+                ) as resp:
                     return HttpReply(resp.status, resp.headers, await self._read(resp))
         except TimeoutError:
-            raise ProviderError(f"timeout: no complete reply within {self.timeout:g} s", retryable=True, kind="timeout") from None
+            raise ProviderError(
+                f"timeout: no complete reply within {self.timeout:g} s",
+                retryable=True,
+                kind="timeout",
+            ) from None
         except aiohttp.ClientError as err:
             raise self._failure(err) from None
         except OSError as err:
-            raise ProviderError(self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True) from None
+            raise ProviderError(
+                self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True
+            ) from None
 
     async def get(self, where: str) -> HttpReply:
         return await self._send("GET", where)
@@ -59,7 +74,9 @@ class BatchHttp(HttpClient):
         """POST a body that is already JSON."""
         return await self._send("POST", where, data, "application/json")
 
-    async def post_file(self, where: str, fields: Mapping[str, str], filename: str, data: bytes) -> HttpReply:
+    async def post_file(
+        self, where: str, fields: Mapping[str, str], filename: str, data: bytes
+    ) -> HttpReply:
         """POST a multipart form: ``fields`` and one file."""
         form = aiohttp.FormData()
         for name, value in fields.items():
@@ -73,9 +90,16 @@ class BatchHttp(HttpClient):
         session = self._session()
         cap = self.max_response_bytes
         try:
-            async with session.get(self._url(where), headers=self._headers_for(None), allow_redirects=False, **self._via()) as resp:
+            async with session.get(
+                self._url(where),
+                headers=self._headers_for(None),
+                allow_redirects=False,
+                **self._via(),
+            ) as resp:
                 if resp.status >= 300:
-                    raise status_failure(HttpReply(resp.status, resp.headers, await self._read(resp)), self.secrets)
+                    raise status_failure(
+                        HttpReply(resp.status, resp.headers, await self._read(resp)), self.secrets
+                    )
                 parts: list[bytes] = []  # the line being read, in pieces (no quadratic re-joining)
                 size = 0
                 while True:
@@ -101,16 +125,25 @@ class BatchHttp(HttpClient):
                 if tail.strip():
                     yield tail
         except TimeoutError:
-            raise ProviderError(f"timeout: no data for {self.timeout:g} s while reading results", retryable=True, kind="timeout") from None
+            raise ProviderError(
+                f"timeout: no data for {self.timeout:g} s while reading results",
+                retryable=True,
+                kind="timeout",
+            ) from None
         except aiohttp.ClientError as err:
             raise self._failure(err) from None
         except OSError as err:
-            raise ProviderError(self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True) from None
+            raise ProviderError(
+                self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True
+            ) from None
 
 
 def _line_too_large(cap: int) -> ProviderError:
-    return ProviderError(f"response too large: a result line over {cap / 2**20:g} MB (raise max_response_mb to accept more)",
-                         retryable=False, kind="too_large")
+    return ProviderError(
+        f"response too large: a result line over {cap / 2**20:g} MB (raise max_response_mb to accept more)",
+        retryable=False,
+        kind="too_large",
+    )
 
 
 def status_failure(reply: HttpReply, secrets: Iterable[str]) -> ProviderError:

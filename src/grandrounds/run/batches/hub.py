@@ -10,9 +10,10 @@ import json
 import random
 import time
 import weakref
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from secrets import token_hex
-from typing import Any, Iterable, Mapping, Protocol, cast
+from typing import Any, Protocol, cast
 
 from grandrounds.core.records import Request, Response
 from grandrounds.providers.base import Provider, ProviderError
@@ -20,7 +21,13 @@ from grandrounds.run.batches.calls import MarkedRequest, context_reason, marked_
 from grandrounds.run.batches.events import RESENT, BatchEvent, BatchStats, HubStats
 from grandrounds.run.batches.settings import BatchSettings
 from grandrounds.run.batches.wire import Remote, Submission, Wire
-from grandrounds.run.executor import FINAL_OVERFLOW, CallObserver, Executor, RetryPolicy, prompt_over_context
+from grandrounds.run.executor import (
+    FINAL_OVERFLOW,
+    CallObserver,
+    Executor,
+    RetryPolicy,
+    prompt_over_context,
+)
 from grandrounds.store import Store
 from grandrounds.store.batches import BatchItem, StoredBatch
 
@@ -78,10 +85,19 @@ class _Open:
         return True
 
 
-_HUBS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, str, str], BatchHub]]" = weakref.WeakKeyDictionary()
+_HUBS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[int, str, str], BatchHub]
+] = weakref.WeakKeyDictionary()
 
 
-def hub_for(store: Store, wire: "Wire", settings: BatchSettings, retry: RetryPolicy, observer: CallObserver | None, rng: random.Random) -> "BatchHub":
+def hub_for(
+    store: Store,
+    wire: Wire,
+    settings: BatchSettings,
+    retry: RetryPolicy,
+    observer: CallObserver | None,
+    rng: random.Random,
+) -> BatchHub:
     """The hub of ``wire``'s endpoint on ``store`` in this event loop (shared by the answers' and
     the judges' executors, so a batch is watched once)."""
     loop = asyncio.get_running_loop()
@@ -96,9 +112,23 @@ def hub_for(store: Store, wire: "Wire", settings: BatchSettings, retry: RetryPol
 class BatchHub:
     """Collects, submits, watches and collects the batches of one endpoint (see :mod:`grandrounds.run.batches.executor`)."""
 
-    def __init__(self, store: Store, wire: "Wire", settings: BatchSettings, retry: RetryPolicy,
-                 observer: CallObserver | None, rng: random.Random) -> None:
-        self.store, self.wire, self.settings, self.retry, self.observer, self.rng = store, wire, settings, retry, observer, rng
+    def __init__(
+        self,
+        store: Store,
+        wire: Wire,
+        settings: BatchSettings,
+        retry: RetryPolicy,
+        observer: CallObserver | None,
+        rng: random.Random,
+    ) -> None:
+        self.store, self.wire, self.settings, self.retry, self.observer, self.rng = (
+            store,
+            wire,
+            settings,
+            retry,
+            observer,
+            rng,
+        )
         self.stats = HubStats()
         self.waiting: dict[str, _Waiter] = {}
         self.open: dict[int, _Open] = {}
@@ -134,7 +164,9 @@ class BatchHub:
         if len(q) >= self.settings.max_requests:
             self._flush(model)
         elif model not in self._timers:
-            self._timers[model] = asyncio.get_running_loop().call_later(self.settings.window, self._flush, model)
+            self._timers[model] = asyncio.get_running_loop().call_later(
+                self.settings.window, self._flush, model
+            )
 
     def _flush(self, model: str) -> None:
         timer = self._timers.pop(model, None)
@@ -163,7 +195,14 @@ class BatchHub:
                     w.owner.stats.resumed += 1
                     self.open[self.in_batch[key]].join(w.owner)
                     continue
-                lines.append((key, self.wire.line(key, self.wire.body(w.owner.provider, w.fitted or w.request))))
+                lines.append(
+                    (
+                        key,
+                        self.wire.line(
+                            key, self.wire.body(w.owner.provider, w.fitted or w.request)
+                        ),
+                    )
+                )
             for chunk in _chunks(lines, self.settings.max_requests, self.settings.max_bytes):
                 await self._submit_one(chunk)
             self._watch()
@@ -172,7 +211,11 @@ class BatchHub:
 
     async def _submit_one(self, lines: list[tuple[str, bytes]]) -> None:
         # one submission across its tries: a try after a lost reply looks for the batch it may have created
-        tries = Submission(token_hex(16), time.time(), frozenset(b.batch_id for b in self.store.batches(self.wire.name)))
+        tries = Submission(
+            token_hex(16),
+            time.time(),
+            frozenset(b.batch_id for b in self.store.batches(self.wire.name)),
+        )
         for attempt in range(self.retry.max_attempts):
             try:
                 remote = await self.wire.submit([line for _, line in lines], tries)
@@ -195,7 +238,9 @@ class BatchHub:
                     w.retries += 1  # counted in the executor's stats when the call resolves
             w.owner.stats.submitted += 1
             items.append(BatchItem(key, w.attempt, marked_request(w.request)))
-        stored = self.store.add_batch(self.wire.name, self.wire.endpoint, remote.batch_id, remote.state, items)
+        stored = self.store.add_batch(
+            self.wire.name, self.wire.endpoint, remote.batch_id, remote.state, items
+        )
         self.stats.batches += 1
         self.stats.found_again += tries.found
         self.stats.requests += len(items)
@@ -206,7 +251,16 @@ class BatchHub:
             owner = self.waiting[key].owner
             if batch.join(owner):
                 owner.stats.batches += 1
-        self._event(BatchEvent(self.wire.name, remote.batch_id, "submitted", len(items), remote.counts, state=remote.state))
+        self._event(
+            BatchEvent(
+                self.wire.name,
+                remote.batch_id,
+                "submitted",
+                len(items),
+                remote.counts,
+                state=remote.state,
+            )
+        )
 
     # -- watching ---------------------------------------------------------------------------
     def _adopt(self, batches: Iterable[StoredBatch], resumed: bool) -> None:
@@ -217,9 +271,24 @@ class BatchHub:
             if resumed:
                 self.open[b.row].resumed = True
                 self.stats.resumed_batches += 1
-                self._event(BatchEvent(self.wire.name, b.batch_id, f"resumed ({b.state})", len(b.keys), b.counts, state=b.state))
+                self._event(
+                    BatchEvent(
+                        self.wire.name,
+                        b.batch_id,
+                        f"resumed ({b.state})",
+                        len(b.keys),
+                        b.counts,
+                        state=b.state,
+                    )
+                )
 
-    def _track(self, stored: StoredBatch, attempts: dict[str, int], state: str, counts: Mapping[str, Any] | None = None) -> None:
+    def _track(
+        self,
+        stored: StoredBatch,
+        attempts: dict[str, int],
+        state: str,
+        counts: Mapping[str, Any] | None = None,
+    ) -> None:
         self.open[stored.row] = _Open(stored, attempts, state, dict(counts or {}))
         for key in stored.keys:
             self.in_batch[key] = stored.row
@@ -242,14 +311,25 @@ class BatchHub:
         try:
             remote = await self.wire.status(b.stored.batch_id)
         except ProviderError as err:
-            self._poll_failed(b, f"could not look at batch {b.stored.batch_id}: {err}", err.retryable)
+            self._poll_failed(
+                b, f"could not look at batch {b.stored.batch_id}: {err}", err.retryable
+            )
             return
         self.stats.polls += 1
         b.failures = 0
         if remote.state != b.state or dict(remote.counts) != dict(b.counts):
             b.state, b.counts = remote.state, dict(remote.counts)
             self.store.update_batch(b.stored.row, remote.state, remote.counts, remote.detail)
-            self._event(BatchEvent(self.wire.name, b.stored.batch_id, remote.state, len(b.stored.keys), remote.counts, state=remote.state))
+            self._event(
+                BatchEvent(
+                    self.wire.name,
+                    b.stored.batch_id,
+                    remote.state,
+                    len(b.stored.keys),
+                    remote.counts,
+                    state=remote.state,
+                )
+            )
         if remote.done:
             await self._collect(b, remote)
 
@@ -264,19 +344,35 @@ class BatchHub:
         for key in b.stored.keys:
             self.in_batch.pop(key, None)
             if key in self.waiting and key not in b.landed:
-                self._final(key, b, f"{reason}; the batch stays recorded: run the same command again to pick it up")
+                self._final(
+                    key,
+                    b,
+                    f"{reason}; the batch stays recorded: run the same command again to pick it up",
+                )
         for owner in b.owners:
             owner.stats.ended["not reachable"] = owner.stats.ended.get("not reachable", 0) + 1
-        self._event(BatchEvent(self.wire.name, b.stored.batch_id, "not reachable", len(b.stored.keys), b.counts, state=b.state, closed=True))
+        self._event(
+            BatchEvent(
+                self.wire.name,
+                b.stored.batch_id,
+                "not reachable",
+                len(b.stored.keys),
+                b.counts,
+                state=b.state,
+                closed=True,
+            )
+        )
 
-    async def _collect(self, b: _Open, remote: "Remote") -> None:
+    async def _collect(self, b: _Open, remote: Remote) -> None:
         try:
             async for key, outcome in self.wire.results(remote):
                 if key in b.attempts and key not in b.landed:
                     b.landed.add(key)
                     self._land(b, key, outcome)
         except ProviderError as err:
-            self._poll_failed(b, f"could not read the results of batch {b.stored.batch_id}: {err}", err.retryable)
+            self._poll_failed(
+                b, f"could not read the results of batch {b.stored.batch_id}: {err}", err.retryable
+            )
             return
         outcome = self.wire.outcome(remote)
         missing = f"batch {remote.state}{': ' + remote.detail if remote.detail else ''} before this request was answered"
@@ -293,10 +389,20 @@ class BatchHub:
         self.stats.ended[outcome] = self.stats.ended.get(outcome, 0) + 1
         for owner in b.owners:
             owner.stats.ended[outcome] = owner.stats.ended.get(outcome, 0) + 1
-        self._event(BatchEvent(self.wire.name, b.stored.batch_id, f"collected ({remote.state})", len(b.stored.keys), remote.counts,
-                               summary=self.stats.line(self.wire.endpoint), state=remote.state, closed=True))
+        self._event(
+            BatchEvent(
+                self.wire.name,
+                b.stored.batch_id,
+                f"collected ({remote.state})",
+                len(b.stored.keys),
+                remote.counts,
+                summary=self.stats.line(self.wire.endpoint),
+                state=remote.state,
+                closed=True,
+            )
+        )
 
-    def _land(self, b: _Open, key: str, outcome: "Response | ProviderError") -> None:
+    def _land(self, b: _Open, key: str, outcome: Response | ProviderError) -> None:
         """One result of a batch: stored and resolved, or queued for the next batch."""
         attempt = b.attempts[key]
         if isinstance(outcome, Response):
@@ -309,10 +415,16 @@ class BatchHub:
             return
         waiter = self.waiting.get(key)
         carrier = self.in_batch.get(key)
-        if carrier is not None and carrier != b.stored.row and (outcome.retryable or outcome.kind == "context_length"):
+        if (
+            carrier is not None
+            and carrier != b.stored.row
+            and (outcome.retryable or outcome.kind == "context_length")
+        ):
             return  # a newer open batch carries it already
         if waiter is not None and waiter.fitted is None and outcome.kind == "context_length":
-            fitted = Executor._fit_context(waiter.request, outcome)  # the live executor's rule, once per call
+            fitted = Executor._fit_context(
+                waiter.request, outcome
+            )  # the live executor's rule, once per call
             if fitted is not None:
                 waiter.fitted, waiter.refit = fitted, True
                 waiter.owner.stats.shrunk += 1
@@ -331,14 +443,18 @@ class BatchHub:
             stored = self._request_of(b, key)
             sent = waiter.fitted if waiter is not None else None
             request_json = stored.json_text if stored is not None else "{}"
-            reason = context_reason(outcome, request_json, sent.params.max_tokens if sent is not None else None)
+            reason = context_reason(
+                outcome, request_json, sent.params.max_tokens if sent is not None else None
+            )
             if prompt_over_context(str(json.loads(request_json).get("kind", "chat")), outcome):
-                final = FINAL_OVERFLOW  # asking again cannot help: later runs take it from the store
+                final = (
+                    FINAL_OVERFLOW  # asking again cannot help: later runs take it from the store
+                )
         if outcome.retryable:
             reason += f" (gave up after {attempt} attempts)"
         self._final(key, b, reason, final)
 
-    def _request_of(self, b: "_Open | None", key: str) -> "MarkedRequest | None":
+    def _request_of(self, b: _Open | None, key: str) -> MarkedRequest | None:
         """What is stored as the call's request: the waiting request, else the one kept with the batch."""
         waiter = self.waiting.get(key)
         if waiter is not None:
@@ -346,13 +462,19 @@ class BatchHub:
         text = self.store.batch_request_json(b.stored.row, key) if b is not None else None
         return MarkedRequest.of(key, text) if text is not None else None
 
-    def _final(self, key: str, b: "_Open | None", reason: str, finish_reason: str | None = None) -> None:
+    def _final(
+        self, key: str, b: _Open | None, reason: str, finish_reason: str | None = None
+    ) -> None:
         """A failed call: stored like a live failure (retried by the next run unless ``finish_reason``
         marks it final), and resolved."""
         response = Response(key=key, error=reason, finish_reason=finish_reason)
         stored = self._request_of(b, key)
         if stored is not None:
-            self.store.put_call(cast(Request, stored), response, attempts=b.attempts.get(key, 1) if b is not None else 1)
+            self.store.put_call(
+                cast(Request, stored),
+                response,
+                attempts=b.attempts.get(key, 1) if b is not None else 1,
+            )
         waiter = self.waiting.get(key)
         if waiter is not None:
             self._resolve(key, response)
@@ -379,12 +501,16 @@ class BatchHub:
         if console is not None:
             from grandrounds.core.display import styled
 
-            console.print(styled(event.line(), "dim"))  # the server's text: never markup, no escape sequence
+            console.print(
+                styled(event.line(), "dim")
+            )  # the server's text: never markup, no escape sequence
             if event.summary:
                 console.print(styled(f"  {event.summary}", "dim"))
 
 
-def _chunks(lines: list[tuple[str, bytes]], max_requests: int, max_bytes: int) -> Iterable[list[tuple[str, bytes]]]:
+def _chunks(
+    lines: list[tuple[str, bytes]], max_requests: int, max_bytes: int
+) -> Iterable[list[tuple[str, bytes]]]:
     chunk: list[tuple[str, bytes]] = []
     size = 0
     for key, line in lines:

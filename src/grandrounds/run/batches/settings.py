@@ -43,14 +43,17 @@ class BatchSettings:
         return self.answers if role == "answers" else self.judges
 
     @classmethod
-    def parse(cls, what: str | None, **overrides: Any) -> "BatchSettings | None":
+    def parse(cls, what: str | None, **overrides: Any) -> BatchSettings | None:
         """``answers`` | ``judges`` | ``both`` (None or "" = no batching) -> settings."""
         if not what:
             return None
         if what not in ("answers", "judges", "both"):
             raise ConfigError(f"--batch {what!r}: expected answers, judges or both")
         env: dict[str, Any] = {}
-        for name, var in (("window", "GRANDROUNDS_BATCH_WINDOW"), ("poll_interval", "GRANDROUNDS_BATCH_POLL")):
+        for name, var in (
+            ("window", "GRANDROUNDS_BATCH_WINDOW"),
+            ("poll_interval", "GRANDROUNDS_BATCH_POLL"),
+        ):
             raw = os.environ.get(var)
             if raw:
                 try:
@@ -59,4 +62,8 @@ class BatchSettings:
                     raise ConfigError(f"${var}={raw!r}: expected a number of seconds") from None
                 if env[name] <= 0:
                     raise ConfigError(f"${var}={raw!r}: expected a positive number of seconds")
-        return cls(answers=what in ("answers", "both"), judges=what in ("judges", "both"), **(env | overrides))
+        return cls(
+            answers=what in ("answers", "both"),
+            judges=what in ("judges", "both"),
+            **(env | overrides),
+        )

@@ -4,8 +4,9 @@ implementations are :mod:`grandrounds.run.batches.openai_wire` and :mod:`grandro
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any
 
 from grandrounds.core.records import Request, Response
 from grandrounds.providers.base import Provider, ProviderError
@@ -79,20 +80,20 @@ class Wire:
     def line(self, key: str, body: dict[str, Any]) -> bytes:
         raise NotImplementedError
 
-    async def submit(self, lines: list[bytes], attempt: "Submission | None" = None) -> Remote:
+    async def submit(self, lines: list[bytes], attempt: Submission | None = None) -> Remote:
         """Create a batch of ``lines``. ``attempt`` is kept across the tries of one submission:
         from the second on, the batch a lost reply may have created is looked for first
         (:meth:`find`) and returned instead of creating another."""
         raise NotImplementedError
 
-    async def find(self, attempt: "Submission", size: int) -> Remote | None:
+    async def find(self, attempt: Submission, size: int) -> Remote | None:
         """The batch an earlier try of ``attempt`` created though its reply was lost, or None."""
         return None
 
     async def status(self, batch_id: str) -> Remote:
         raise NotImplementedError
 
-    def results(self, remote: Remote) -> AsyncIterator[tuple[str, "Response | ProviderError"]]:
+    def results(self, remote: Remote) -> AsyncIterator[tuple[str, Response | ProviderError]]:
         raise NotImplementedError
 
     def outcome(self, remote: Remote) -> str:
