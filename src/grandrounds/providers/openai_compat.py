@@ -269,7 +269,7 @@ class OpenAIProvider(Provider):
         out = await self._post("/chat/completions", body)
         try:
             message = out["choices"][0]["message"]
-            text = message.get("content", None)
+            text = message["content"] if "content" in message else None  # noqa: SIM401
         except (KeyError, IndexError, TypeError):
             raise ProviderError(
                 "malformed response body: no choices[0].message.content", retryable=True

@@ -162,12 +162,15 @@ def row_to_response(row: sqlite3.Row, cached: bool) -> Response:
         cached=cached,
         finish_reason=row["finish_reason"],
         tool_calls=_tool_calls(row),
-        system_fingerprint=row.get("system_fingerprint", None),
+        system_fingerprint=row["system_fingerprint"]
+        if "system_fingerprint" in row.keys()  # noqa: SIM118 (a sqlite3.Row: `in row` reads values)
+        else None,
     )
 
 
 def _tool_calls(row: sqlite3.Row) -> tuple[ToolCallPart, ...]:
-    raw = row.get("tool_calls_json", None)
+    # a sqlite3.Row has no .get, and `in row` reads its values, not its column names
+    raw = row["tool_calls_json"] if "tool_calls_json" in row.keys() else None  # noqa: SIM118, SIM401
     if not raw:
         return ()
     return tuple(
