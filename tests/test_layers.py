@@ -149,7 +149,8 @@ def test_the_checks_catch_what_they_are_for() -> None:
 
 
 def body_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    """A function's length from its first statement (after the docstring) to its end: the
+    """A function's length in statements after its docstring: the lines on which a statement
+    starts, so the formatter's wrapping of one long call over several lines counts once, and the
     signature, however many options a command declares, is a declaration, not code."""
     body = (
         fn.body[1:]
@@ -158,14 +159,14 @@ def body_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
         and isinstance(getattr(fn.body[0], "value", None), ast.Constant)
         else fn.body
     )
-    return (fn.end_lineno or fn.lineno) - body[0].lineno + 1
+    return len({s.lineno for b in body for s in ast.walk(b) if isinstance(s, ast.stmt)})
 
 
-def test_no_function_over_60_lines() -> None:
+def test_no_function_over_55_statements() -> None:
     long = []
     for name, path in sorted(module_files().items()):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and body_lines(node) > 60:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and body_lines(node) > 55:
                 long.append(f"{name}.{node.name}: {body_lines(node)}")
     assert long == []
 
