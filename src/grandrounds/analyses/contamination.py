@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from grandrounds.analyses.labels import question_of
 from grandrounds.core.errors import ConfigError
-from grandrounds.core.records import GenParams, Message, Request, Result, Sample
+from grandrounds.core.records import GenParams, Message, Request, RequestKind, Result, Sample
 from grandrounds.scoring.stats import paired_bootstrap
 
 if TYPE_CHECKING:
@@ -256,7 +256,7 @@ def _request(
     executor: Executor,
     messages: tuple[Message, ...],
     params: GenParams,
-    kind: str = "chat",
+    kind: RequestKind = "chat",
     continuations: tuple[str, ...] = (),
 ) -> Request:
     p = executor.provider
@@ -265,7 +265,7 @@ def _request(
         model=p.spec.model,
         messages=messages,
         params=params,
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         continuations=continuations,
         base_url=p.request_base_url(),
     )

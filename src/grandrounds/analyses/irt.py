@@ -40,7 +40,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -249,9 +249,11 @@ def _better_item_modes(
         c_exp = _information(aa, diff, w, np.zeros_like(r), priors)[2]
         det = c_obs[:, 0, 0] * c_obs[:, 1, 1] - c_obs[:, 0, 1] ** 2
         c = np.where(((det > 0) & (c_obs[:, 0, 0] > 0))[:, None, None], c_obs, c_exp)
-        step = _times(
-            _inverse2(c), g
+        inverse = _inverse2(c)
+        assert (
+            inverse is not None
         )  # every block is positive definite: the expected one is, under the priors
+        step = _times(inverse, g)
         cur = lp2[active]
         pending = np.flatnonzero(
             ~done
@@ -557,11 +559,8 @@ class ItemFit:
     @property
     def negative_95(self) -> bool:
         """Discrimination below zero with 95% confidence (the upper end of its interval is < 0)."""
-        return (
-            self.negative
-            and _finite(self.discrimination_se)
-            and self.discrimination + Z95 * self.discrimination_se < 0
-        )  # type: ignore[operator]
+        d, se = self.discrimination, self.discrimination_se
+        return d is not None and d < 0 and _finite(se) and d + Z95 * se < 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -592,7 +591,7 @@ class Ability:
     def ci95(self) -> tuple[float, float] | None:
         if self.theta is None or not _finite(self.se):
             return None
-        return (self.theta - Z95 * self.se, self.theta + Z95 * self.se)  # type: ignore[operator]
+        return (self.theta - Z95 * self.se, self.theta + Z95 * self.se)
 
     def to_json(self) -> dict[str, Any]:
         r = self.respondent
@@ -730,14 +729,14 @@ def analyse(
             )
             items.append(ItemFit(sid, int(n_obs[j]), int(n_right[j]), status))
     abilities = []
-    r = 0
+    at = 0  # the respondent's row in the fit
     for i, who in enumerate(resp.respondents):
         n_i, right_i = int(observed[i].sum()), int(np.nansum(y[i]))
         if rows[i]:
             abilities.append(
-                Ability(who, n_i, right_i, float(fit.theta[r]), float(fit.theta_se[r]))
+                Ability(who, n_i, right_i, float(fit.theta[at]), float(fit.theta_se[at]))
             )
-            r += 1
+            at += 1
         else:
             abilities.append(Ability(who, n_i, right_i, None, None))
     return IrtAnalysis(
@@ -751,7 +750,7 @@ def analyse(
     )
 
 
-def _finite(x: float | None) -> bool:
+def _finite(x: float | None) -> TypeGuard[float]:
     return x is not None and math.isfinite(x)
 
 

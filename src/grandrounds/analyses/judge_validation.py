@@ -615,7 +615,7 @@ async def validate(
 
     async def one(i: int) -> None:
         row = rows[i]
-        a = Ask(("0",), lambda _p, r=row: prompts.messages(r), prompts.parse)
+        a = Ask(("0",), lambda _p: prompts.messages(row), prompts.parse)
         reply = await ask(judge, a, 0, cfg.max_reask)
         got = reply.read.get("0")
         if got is not None:

@@ -195,8 +195,8 @@ def paired_compare(a: Values, b: Values, seed: int = 0, n_resamples: int = 2000)
     ids = sorted(sid for sid in a.keys() & b.keys() if a[sid] is not None and b[sid] is not None)
     if not ids:
         return Comparison(0, None, None, None, None, True, None, seed)
-    xa = [float(a[s]) for s in ids]  # type: ignore[arg-type]
-    xb = [float(b[s]) for s in ids]  # type: ignore[arg-type]
+    xa = [float(v) for s in ids if (v := a[s]) is not None]  # (none is: ids has both known)
+    xb = [float(v) for s in ids if (v := b[s]) is not None]
     diff, ci = paired_bootstrap(xa, xb, n_resamples=n_resamples, seed=seed)
     exact = all(v in (0.0, 1.0) for v in xa + xb)
     mc = mcnemar_exact([v == 1.0 for v in xa], [v == 1.0 for v in xb]) if exact else None

@@ -57,14 +57,13 @@ def option_scores(
         known = lp is not None and math.isfinite(lp)
         rows.append(
             {
-                "letter": perm[i]
-                if perm
-                else letter,  # the source's letter; the shown one beside it when shuffled
+                # the source's letter; the shown one beside it when shuffled
+                "letter": perm[i] if perm else letter,
                 "shown": letter,
                 "text": shown.choices[letter],
                 "continuation": conts[letter],
                 "logprob": lp if known else None,
-                "share": math.exp(lp - top) / total if known and total else None,
+                "share": math.exp(lp - top) / total if lp is not None and known and total else None,
                 "chosen": letter == grade.extracted,
                 "chosen_norm": letter == grade.details.get("extracted_norm"),
                 "target": letter == grade.details.get("target"),

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from grandrounds.run.runner import Progress, RunOutcome
     from grandrounds.store import Store
 
-ATTACK_PURPOSE = cast(Purpose, "attack")
+ATTACK_PURPOSE: Purpose = "attack"
 
 
 # ---- attacker rewrites ----------------------------------------------------------------------

@@ -114,13 +114,11 @@ class AgentBenchmark(Benchmark):
     """A benchmark whose samples are episodes (see the module's docstring)."""
 
     #: The runner asks these through :mod:`grandrounds.run.episodes`, not as one request.
-    episodic: ClassVar[bool] = True
+    episodic = True
     #: The action protocols offered, the first being the reference's.
     action_protocols: ClassVar[tuple[str, ...]] = ("text",)
     #: The step budget of the benchmark's own loop.
     default_max_steps: ClassVar[int] = 10
-    #: True where the environment asks a simulator model (``--simulator``): AgentClinic's patient.
-    needs_simulator: ClassVar[bool] = False
 
     @classmethod
     def agent_parameters(cls) -> tuple[Param, ...]:
@@ -174,10 +172,6 @@ class AgentBenchmark(Benchmark):
             temperature=g.temperature if g.temperature is not None else 0.0,
             max_tokens=g.max_tokens or 1024,
         )
-
-    def simulator_templates(self) -> dict[str, Any]:
-        """Hashes of the simulators' prompts (in the run's identity, so runs with other patients differ)."""
-        return {}
 
     # ---- results ------------------------------------------------------------------------
     def aggregate(

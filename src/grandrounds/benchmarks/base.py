@@ -127,6 +127,10 @@ class Benchmark(ABC):
     #: True where some questions may carry images, as their file says (MedBench's VLM rows): a run
     #: checks and stores the images it finds, and refuses a provider that cannot send them then.
     images_in_data: ClassVar[bool] = False
+    #: True where samples are episodes an agent plays (:class:`~grandrounds.benchmarks.agents.AgentBenchmark`).
+    episodic: ClassVar[bool] = False
+    #: True where the environment asks a simulator model (``--simulator``): AgentClinic's patient.
+    needs_simulator: ClassVar[bool] = False
     #: The protocol presets (``--protocol``), keyed by name: ``reference`` and ``grandrounds``.
     protocols: ClassVar[Mapping[str, Protocol]] = same_as_ours(
         "benchmark-specific", "benchmark-specific"
@@ -149,6 +153,10 @@ class Benchmark(ABC):
 
     def spec(self) -> Spec:
         return Spec(self.name, dict(self.params))
+
+    def simulator_templates(self) -> dict[str, Any]:
+        """Hashes of the simulators' prompts, where :attr:`needs_simulator` (in the run's identity)."""
+        return {}
 
     # ---- run options ------------------------------------------------------------------
     def check_options(self, options: RunOptions) -> RunOptions:

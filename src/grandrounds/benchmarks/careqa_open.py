@@ -143,12 +143,12 @@ def judged_aggregate(
     pairs = [(s, by_id[s.id]) for s in samples if s.id in by_id]
     overall = mean_cell([g.value for _, g in pairs])
     votes = [v for _, g in pairs for v in g.votes]
-    literal = [
+    read = [
         g.details.get("medmarks_value")
         for _, g in pairs
         if g.status not in ("answer_failed", "grader_error")
     ]
-    literal = [v for v in literal if v is not None]
+    literal = [v for v in read if v is not None]
     extra: dict[str, Any] = {
         "protocol": options.protocol,
         "coverage": sum(1 for v in votes if v.status != "unknown") / len(votes) if votes else None,

@@ -152,7 +152,7 @@ class CEvalMedical(MultipleChoiceBenchmark):
         super().__init__(**params)
         self.subjects = chosen_subjects(self, tuple(SUBJECTS))
         self.shots: int = self.param("shots")
-        self.reference_reading = "ceval-fewshot" if self.shots else "ceval"  # type: ignore[misc]
+        self.reference_reading = "ceval-fewshot" if self.shots else "ceval"  # type: ignore[misc]  # per --param shots
 
     def upstream_files(self) -> tuple[UpstreamFile, ...]:
         return (CHATGPT, EVAL, CEVAL_TASK.yaml)

@@ -47,10 +47,11 @@ from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import AnswerMode, Cell, Grade, Sample
 from grandrounds.graders.mcq_grader import CMB_UTILS, LETTERS
+from grandrounds.sources import upstream
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import CMB, UpstreamFile, python_returned_string
+from grandrounds.sources.upstream import UpstreamFile, python_returned_string
 
-REPO, COMMIT = CMB.repo, CMB.commit
+REPO, COMMIT = upstream.CMB.repo, upstream.CMB.commit
 KEY_FILE = "CMB-test-choice-answer.json"
 QUESTION_FILE = "CMB-test-choice-question-merge.json"
 ZIP_FILE = "CMB.zip"
@@ -274,7 +275,7 @@ class CMB(MultipleChoiceBenchmark):
                 f"id {sid}",
                 f"answer {key['answer']!r} is not among options {''.join(letters)}",
             )
-        meta = {
+        meta: dict[str, Any] = {
             k: key[k]
             for k in ("exam_type", "exam_class", "exam_subject", "question_type")
             if k in key

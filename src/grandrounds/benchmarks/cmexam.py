@@ -29,7 +29,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
@@ -170,7 +170,7 @@ class CMExam(MultipleChoiceBenchmark):
                     no,
                     f"Answer {answer!r} is not a set of the option letters {''.join(choices)}",
                 )
-            meta = {key: _label(row[col]) for col, key in ANNOTATIONS.items()}
+            meta: dict[str, Any] = {key: _label(row[col]) for col, key in ANNOTATIONS.items()}
             n += 1
             yield self.make_sample(
                 str(n - 1),

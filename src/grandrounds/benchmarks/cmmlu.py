@@ -240,10 +240,10 @@ class CMMLUMedical(MultipleChoiceBenchmark):
         super().__init__(**params)
         self.subjects = chosen_subjects(self, tuple(SUBJECTS))
         self.shots: int = self.param("shots")
-        self.remote_files = tuple(
+        self.remote_files = tuple(  # type: ignore[misc]  # a class's files, narrowed to those the parameters choose
             remote(sp, s)
             for sp in ("test", "dev")
-            for s in self.subjects  # type: ignore[misc]
+            for s in self.subjects
             if sp == "test" or self.shots
         )
 

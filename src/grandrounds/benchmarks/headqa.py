@@ -175,15 +175,15 @@ class HeadQA(MultipleChoiceBenchmark):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.lang: str = self.param("language")
-        self.language = self.lang  # type: ignore[misc]
+        self.language = self.lang  # type: ignore[misc]  # a class attribute, set by --param language
         self.skip_images = self.param("images") == "skip"
         self.file = FILES[self.lang]
-        self.remote_files = (self.file,)  # type: ignore[misc]
-        self.lm_eval = HEADQA_EN if self.lang == "en" else HEADQA_ES  # type: ignore[misc]
+        self.remote_files = (self.file,)  # type: ignore[misc]  # a class's files, narrowed to those the parameters choose
+        self.lm_eval = HEADQA_EN if self.lang == "en" else HEADQA_ES  # type: ignore[misc]  # as language
         self.template_overrides = {
             "generate_numbered": NUMBERED[self.lang],
             **(_SPANISH if self.lang == "es" else {}),
-        }  # type: ignore[misc]
+        }
 
     def upstream_files(self) -> tuple[UpstreamFile, ...]:
         return (MEDMARKS_HEADQA, HEADQA_EN.yaml) + ((HEADQA_ES.yaml,) if self.lang == "es" else ())

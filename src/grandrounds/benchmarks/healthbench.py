@@ -75,7 +75,7 @@ def _remote(filename: str, sha256: str | None) -> RemoteFile:
     return RemoteFile(url=BASE_URL + filename, filename=filename, sha256=sha256)
 
 
-def _str_list(value: Any, path: Path, where: str, field: str) -> list[str]:
+def _str_list(value: Any, path: Path, where: int, field: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
         raise DataError(path, where, f"{field} must be a list of strings")
     return value

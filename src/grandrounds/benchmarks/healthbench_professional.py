@@ -178,7 +178,11 @@ class HealthBenchProfessional(HealthBench):
 
     # Its aggregate reads the grades' length-adjusted details: the default summaries, not HealthBench's.
     summarize = Benchmark.summarize
-    aggregate_summaries = Benchmark.aggregate_summaries
+
+    def aggregate_summaries(
+        self, summaries: Sequence[Any], options: RunOptions, n_grades: int | None = None
+    ) -> Aggregate:
+        return Benchmark.aggregate_summaries(self, summaries, options)
 
     def grader_spec(self, options: RunOptions) -> Spec:
         mode = JUDGE_MODES[0] if options.judge_mode == "default" else options.judge_mode

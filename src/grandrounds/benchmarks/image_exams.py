@@ -85,7 +85,8 @@ class ImageExam(MultipleChoiceBenchmark):
     parameters: ClassVar[tuple[Param, ...]] = image_params()
 
     def __init__(self, **params: Any) -> None:
-        image_probe = params.get("probe") if params.get("probe") in IMAGE_PROBES else ""
+        probe = params.get("probe")
+        image_probe = probe if isinstance(probe, str) and probe in IMAGE_PROBES else ""
         if image_probe:
             params = {k: v for k, v in params.items() if k != "probe"}
         super().__init__(**params)
@@ -97,7 +98,7 @@ class ImageExam(MultipleChoiceBenchmark):
         self._from_bytes: dict[str, ImagePart] = {}
 
     # ---- images -------------------------------------------------------------------------
-    def image_from_bytes(self, raw: bytes, where: Path, record: object) -> ImagePart:
+    def image_from_bytes(self, raw: bytes, where: Path, record: str | int | None) -> ImagePart:
         """An image held inside a data file (base64 in a TSV, bytes in a parquet cell), prepared once per content."""
         key = hashlib.sha256(raw).hexdigest()
         hit = self._from_bytes.get(key)
@@ -151,7 +152,9 @@ class ImageExam(MultipleChoiceBenchmark):
         )
 
 
-def check_options(path: Path, where: object, options: Mapping[str, str], key: str) -> None:
+def check_options(
+    path: Path, where: str | int | None, options: Mapping[str, str], key: str
+) -> None:
     """Options lettered A.. in order, each non-empty, the key one of them."""
     if len(options) < 2 or "".join(options) != LETTERS[: len(options)]:
         raise DataError(
@@ -246,7 +249,7 @@ class PMCVQA(ImageExam):
             raise DataError(zipped, None, f"not a readable zip archive ({e})") from None
         with opened as archive:
 
-            def figure(name: str, where: object) -> ImagePart:
+            def figure(name: str, where: str | int | None) -> ImagePart:
                 try:
                     raw = archive.read(f"images/{name}")
                 except KeyError:

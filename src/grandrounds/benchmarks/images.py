@@ -124,13 +124,13 @@ def _scale(size: tuple[int, int], prep: ImagePrep) -> float:
 
 
 def prepare(
-    raw: bytes, prep: ImagePrep, where: Path, record: object
+    raw: bytes, prep: ImagePrep, where: Path, record: str | int | None
 ) -> tuple[bytes, str, int, int]:
     """(bytes to send, media type, width, height) of one image file's bytes, as ``prep`` says."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
-        img = Image.open(io.BytesIO(raw))
+        img: Image.Image = Image.open(io.BytesIO(raw))
         img.load()
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
         raise DataError(where, record, f"not a readable image ({type(e).__name__}: {e})") from None
@@ -187,7 +187,7 @@ class ImageLoader:
         #: bytes read from disk, counted once per file (what ``bench/`` reports per image)
         self.bytes_read = 0
 
-    def part(self, path: Path, record: object) -> ImagePart:
+    def part(self, path: Path, record: str | int | None) -> ImagePart:
         """The prepared image of ``path`` (a DataError naming the record when it is missing or unreadable)."""
         hit = self._parts.get(path)
         if hit is not None:
@@ -232,7 +232,7 @@ class ImageLoader:
         return hit
 
     def pdf_pages(
-        self, path: Path, record: object, max_pages: int, scale: float
+        self, path: Path, record: str | int | None, max_pages: int, scale: float
     ) -> list[ImagePart]:
         """The first ``max_pages`` pages of a PDF rendered to PNG at ``scale`` x 72 dpi (PDFium),
         then prepared like any image; each page once per run."""

@@ -89,7 +89,7 @@ def exam_files(root: Path, exams: list[str]) -> list[tuple[str, Path]]:
         return [(exam, root)]
     if not root.exists():
         raise DataError(root, None, "file or directory not found")
-    out = []
+    out: list[tuple[str, Path]] = []
     for exam in exams:
         found = sorted((root / exam).glob("test-*.parquet"))
         if not found:

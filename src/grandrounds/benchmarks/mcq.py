@@ -24,7 +24,7 @@ import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RunOptions
 from grandrounds.core.errors import ConfigError, DataError
@@ -191,12 +191,12 @@ PROBE = Param(
 class MultipleChoiceBenchmark(Benchmark):
     """Base for exam benchmarks: prompts for four answer modes, shuffling, grading, accuracy."""
 
-    answer_modes: ClassVar[tuple[AnswerMode, ...]] = MODES  # type: ignore[assignment]
+    answer_modes: ClassVar[tuple[AnswerMode, ...]] = MODES
     shuffles_options: ClassVar[bool] = True
     #: metadata keys to break accuracy down by, e.g. ("subject",).
     category_fields: ClassVar[tuple[str, ...]] = ()
     #: wording overrides (same keys as TEMPLATES) for our prompts.
-    template_overrides: ClassVar[Mapping[str, str]] = {}
+    template_overrides: Mapping[str, str] = {}
     #: The lm-evaluation-harness task letter-loglik follows (None: the mode is not offered).
     lm_eval: ClassVar[LmEvalTask | None] = None
     #: How the official code reads a generated reply: "simple-evals", "cmb", or "ours" (none published).
@@ -231,7 +231,7 @@ class MultipleChoiceBenchmark(Benchmark):
             def load(root: Path) -> list[Sample]:
                 return probe.apply(self, unprobed(root))
 
-            self.load = load  # type: ignore[method-assign]
+            self.load = load  # type: ignore[method-assign]  # this instance loads probed items
 
     def records(self, root: Path) -> Iterator[Sample]:
         """The exam's items one at a time, in file order, as the file holds them (no probe).
@@ -371,9 +371,8 @@ class MultipleChoiceBenchmark(Benchmark):
     # ---- prompting -------------------------------------------------------------------
     def check_options(self, options: RunOptions) -> RunOptions:
         """Options checked as every benchmark's, after mapping an earlier answer-mode name to its current one."""
-        return super().check_options(
-            replace(options, answer_mode=canonical_mode(options.answer_mode))
-        )  # type: ignore[arg-type]
+        mode = cast(AnswerMode, canonical_mode(options.answer_mode))  # a name among AnswerMode's
+        return super().check_options(replace(options, answer_mode=mode))
 
     def effective_mode(self, sample: Sample, options: RunOptions) -> str:
         """The answer mode used for ``sample``: multiple-answer items are always generated."""

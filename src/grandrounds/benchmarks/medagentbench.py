@@ -143,7 +143,7 @@ class MedAgentBench(AgentBenchmark):
             raise DataError(path, where, f"a task must be a JSON object, not {type(rec).__name__}")
         tid = rec.get("id")
         m = _ID.fullmatch(tid) if isinstance(tid, str) else None
-        if m is None:
+        if m is None or not isinstance(tid, str):
             raise DataError(path, where, f"'id' must be task<1-10>_<n>, not {tid!r}")
         where = f"record {index + 1} ({tid})"
         for key in ("instruction", "context"):
@@ -254,6 +254,7 @@ def native_tools(funcs: list[dict[str, Any]]) -> dict[str, NativeTool]:
     official names hold spaces and braces, which tool names may not), and ``finish``."""
     out: dict[str, NativeTool] = {}
     for f in funcs:
+        # the reader refused any name the pattern does not match
         method, resource = _FUNC_NAME.fullmatch(f["name"]).groups()  # type: ignore[union-attr]
         snake = re.sub(r"(?<!^)([A-Z])", r"_\1", resource).lower()
         name = f"{method.lower()}_{snake}"

@@ -188,11 +188,11 @@ class MedAgentsBench(_MedAgentsExam):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.sources = chosen_subjects(self, tuple(SOURCES), "sources")
-        self.remote_files = tuple(
+        self.remote_files = tuple(  # type: ignore[misc]  # a class's files, narrowed to those the parameters choose
             rf
             for rf in type(self).remote_files
             if rf.filename.removesuffix("_test_hard.jsonl") in self.sources
-        )  # type: ignore[misc]
+        )
 
     def data_files(self, root: Path) -> list[Path]:
         if root.is_file():

@@ -103,7 +103,7 @@ def full_question_strings(f: UpstreamFile) -> list[str]:
                 ),
                 key=lambda n: (n.lineno, n.col_offset),
             )
-            found = [n.value for n in order]
+            found = [str(n.value) for n in order]  # str constants (filtered above)
             if len(found) == 4:
                 return found
     raise DataError(f.url, None, "no full_question expression of four strings in the upstream file")
@@ -137,9 +137,9 @@ class MedConceptsQA(MedmarksExam):
         super().__init__(**params)
         self.subset: str = self.param("subset")
         self.shots: int = self.param("shots")
-        self.remote_files = (remote(self.subset, "test"),) + (
+        self.remote_files = (remote(self.subset, "test"),) + (  # type: ignore[misc]  # a class's files, narrowed to those the parameters choose
             (remote(self.subset, "dev"),) if self.shots else ()
-        )  # type: ignore[misc]
+        )
 
     def data_files(self, root: Path) -> list[Path]:
         if not root.is_dir():

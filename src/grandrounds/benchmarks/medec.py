@@ -240,6 +240,7 @@ class MEDEC(Benchmark):
         mine = options.protocol
         other = next(p for p in PROTOCOLS if p != mine)
         figs = _figures([g for _, g in rows], mine)
+        assert figs is not None  # a grade's own figures are always in its details
         theirs = _figures([g for _, g in rows], other, own=False)
         extra = figs | {
             "error_sentence_ci95": wilson_ci(figs["n_sentence_correct"], figs["n"]),

@@ -324,7 +324,8 @@ class MedEQBench(Benchmark):
                 for s, g in rows
             ]
             questions = [q for q in mine if q is not None and q.score is not None]
-            score, values = final_scores(questions)[0], [q.score for q in questions]
+            score = final_scores(questions)[0]
+            values = [q.score for q in questions if q.score is not None]
             breakdown = _our_dimensions(rows, mine, questions)
             extra["other_protocol"] = {
                 "protocol": "reference",

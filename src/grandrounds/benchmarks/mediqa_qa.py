@@ -239,7 +239,8 @@ class MediqaQA(Benchmark):
         self, samples: Sequence[Sample], by_id: dict[str, Grade], protocol: str
     ) -> dict[str, Any]:
         """The official metrics of the run's submission under ``protocol``."""
-        gold, sub = [], []
+        gold: list[tuple[str, str, str]] = []
+        sub: list[tuple[str, str, str]] = []
         for s in samples:
             rows = _rows(by_id.get(s.id))
             if rows is None and protocol == "grandrounds":
@@ -255,7 +256,7 @@ class MediqaQA(Benchmark):
         for s in samples:
             n = s.metadata["n_answers"]
             groups.setdefault("2-5" if n <= 5 else "6-8" if n <= 8 else "9-11", []).append(s)
-        out = {}
+        out: dict[str, Cell] = {}
         for key in ("2-5", "6-8", "9-11"):
             if key in groups:
                 f = self.figures(groups[key], by_id, protocol)
@@ -272,7 +273,7 @@ class MediqaQA(Benchmark):
 def _rows(grade: Grade | None) -> list[tuple[str, str]] | None:
     if grade is None or grade.value is None:
         return None
-    return [tuple(r) for r in grade.details.get("rows", [])]  # type: ignore[misc]
+    return [(a, lab) for a, lab in grade.details.get("rows", [])]  # stored as [answer id, label]
 
 
 def _share(samples: Sequence[Sample], by_id: dict[str, Grade], key: str) -> float | None:

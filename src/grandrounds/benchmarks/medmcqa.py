@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import (
@@ -100,7 +100,7 @@ class MedMCQA(MultipleChoiceBenchmark):
             if not isinstance(cop, int) or isinstance(cop, bool) or not 1 <= cop <= 4:
                 raise DataError(path, no, f"cop must be 1..4 (1-based), got {rec['cop']!r}")
             choices = {k: str(rec[f]) for k, f in _OPTION_FIELDS.items()}
-            meta = {
+            meta: dict[str, Any] = {
                 "subject": rec.get("subject_name") or "",
                 "topic": rec.get("topic_name"),
                 "choice_type": rec.get("choice_type") or "",

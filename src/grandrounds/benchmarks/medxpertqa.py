@@ -194,7 +194,7 @@ class MedXpertQA(MultipleChoiceBenchmark):
         super().__init__(**params)
         self.subset: str = self.param("subset")
         self.files = FILES[self.subset]
-        self.remote_files = tuple(rf for _, rf, _ in self.files)  # type: ignore[misc]
+        self.remote_files = tuple(rf for _, rf, _ in self.files)  # type: ignore[misc]  # a class's files, narrowed to those the parameters choose
 
     # ---- data ---------------------------------------------------------------------------
     def data_files(self, root: Path) -> list[Path]:

@@ -41,7 +41,8 @@ class Exam(Protocol):
     """What a probe needs of the exam it probes (a :class:`~grandrounds.benchmarks.mcq.MultipleChoiceBenchmark`):
     its language, for "None of the above", and how it words an item."""
 
-    language: str
+    @property
+    def language(self) -> str: ...
 
     def render(self, sample: Sample, mode: str) -> str: ...
 

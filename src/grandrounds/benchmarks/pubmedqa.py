@@ -280,13 +280,14 @@ class PubMedQA(MultipleChoiceBenchmark):
         for (s, g), v in zip(pairs, values):
             if v is None:
                 continue  # grandrounds: an answer not obtained is left out
-            label = s.choices.get(
-                g.details.get("extracted_original") or ""
-            )  # both protocols read replies alike
+            # both protocols read replies alike
+            label = s.choices.get(g.details.get("extracted_original") or "")
             truth.append(s.metadata["label"])
             pred.append(label if label is not None else ("" if reference else None))
         out: dict[str, Any] = {
-            "macro_f1": official_macro_f1(truth, pred) if reference else macro_f1_fixed(truth, pred)
+            "macro_f1": official_macro_f1(truth, [p if p is not None else "" for p in pred])
+            if reference  # (where no prediction is None)
+            else macro_f1_fixed(truth, pred)
         }
         if self.split == "test" and len(pairs) != 500:
             out["note"] = f"official evaluation needs all 500 test PMIDs; {len(pairs)} graded"

@@ -227,13 +227,12 @@ class SCTPublic(Benchmark):
         self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
     ) -> Aggregate:
         by_id = {g.sample_id: g for g in grades}
-        pairs = [(s, by_id.get(s.id)) for s in samples if s.id in by_id]
+        pairs = [(s, by_id[s.id]) for s in samples if s.id in by_id]
         ref = options.protocol == "reference"
 
         def value(g: Grade, mine: bool) -> float | None:
-            if (
-                g.value is None and g.status != "unreadable"
-            ):  # a failed call: wrong under reference, as Medmarks' empty reply
+            if g.value is None and g.status != "unreadable":
+                # a failed call: wrong under reference, as Medmarks' empty reply
                 return 0.0 if ref == mine else None
             return g.value if mine else g.details.get("other_value")
 

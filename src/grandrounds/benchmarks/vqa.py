@@ -146,7 +146,13 @@ class VQABenchmark(Benchmark):
         return rows
 
     def ask(
-        self, sid: str, question: str, image: Path, answer: str, record: object, **meta: Any
+        self,
+        sid: str,
+        question: str,
+        image: Path,
+        answer: str,
+        record: str | int | None,
+        **meta: Any,
     ) -> Sample:
         """The sample: one user message, the image then the question and the protocol's instruction.
         Under a probe, the same question with no image (``blind``) or a blank one (``blank``)."""
@@ -303,7 +309,7 @@ def _cell(items: Sequence[Grade | None], mine: bool) -> Cell:
     return accuracy_cell(values, {"n_unextracted": unread})
 
 
-def _public_image(root: Path, folder: str, name: str, url: str, where: object) -> Path:
+def _public_image(root: Path, folder: str, name: str, url: str, where: str | int | None) -> Path:
     """``root/folder/name``; where ``root`` is the download cache and the image is not there yet,
     fetched from its public copy (checksum recorded at the first download)."""
     path = root / folder / name

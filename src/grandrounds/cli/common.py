@@ -23,6 +23,7 @@ class _PlainFlags:
     included), which reads as if the flag took a value. An empty metavar leaves that column blank."""
 
     def get_params(self, ctx: Any) -> list[Any]:
+        # typer's command class is untyped (Any) to mypy, so the super() call reads as untyped
         params = super().get_params(ctx)  # type: ignore[misc]
         for p in params:
             if getattr(p, "is_flag", False) and p.metavar is None:
@@ -80,7 +81,7 @@ def interrupted(progress: Any = None) -> typer.Exit:
     """Say that the command was stopped, what it kept and how to resume; the exit to raise: 130
     after Ctrl-C, 143 after SIGTERM. ``progress``: the run's progress, whose counts are told."""
     kept = ""
-    if progress is not None and getattr(progress, "total", 0):
+    if progress is not None and getattr(progress, "total", None):
         kept = f" ({progress.done:,} of {progress.total:,} items of the last run started)"
     if _Stop.signal == signal.SIGTERM:
         sys.stderr.write(

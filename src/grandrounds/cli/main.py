@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from grandrounds.cli import contamination, fetch, irt, judge_validation, reports, robustness
 from grandrounds.cli.common import (
@@ -113,7 +114,8 @@ def list_cmd(
     """Show the benchmarks (grouped by kind, filtered with --kind and --lang) and providers, with the options each accepts."""
     if kind is not None and kind not in KINDS:
         raise typer.BadParameter(f"{kind!r}: one of {', '.join(KINDS)}", param_hint="--kind")
-    groups: dict[str, list[tuple[str, ...]]] = {k: [] for k in KINDS}
+    groups: dict[str, list[tuple[str | Text, ...]]] = {k: [] for k in KINDS}
+    row: tuple[str | Text, ...]
     for name in BENCHMARKS.names():
         try:
             cls = BENCHMARKS.get(name)
@@ -467,6 +469,7 @@ def _execute(
         with Store(store_file) as st, RichProgress(err_console) as prog:
             for cfg in cfgs:
                 outcome = eventloop.run(run_async(st, cfg, prog))
+                assert outcome.usage is not None  # a finished run has counted its calls
                 outcome.result = with_usage(
                     st, outcome.run.id, outcome.result, *outcome.usage, table, cfg.batch
                 )
@@ -778,6 +781,7 @@ def regrade(
             outcome = eventloop.run(regrade_async(st, req, progress=prog))
         from grandrounds.run.costs import load_prices, usage_line, with_usage
 
+        assert outcome.usage is not None  # a finished grading has counted its calls
         outcome.result = with_usage(
             st, run_rec.id, outcome.result, *outcome.usage, load_prices(), req.batch
         )

@@ -228,6 +228,7 @@ def robustness(
             bench_params=cli.parse_params(param),
             data=data,
             base_url=base_url,
+            # answer_mode is the typed text, checked against AnswerMode by the runner
             options=RunOptions(answer_mode=answer_mode, protocol=protocol, seed=seed),  # type: ignore[arg-type]
             gen_overrides={"temperature": temperature, "max_tokens": max_tokens},
             concurrency=concurrency,

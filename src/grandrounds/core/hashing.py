@@ -22,7 +22,7 @@ def to_jsonable(obj: Any) -> Any:
     Exact built-in types are dispatched on ``type(obj)`` first: this runs for every cache key
     and every stored record, so it is on the runner's hot path.
     """
-    t = type(obj)
+    t: type = type(obj)
     if t in _EXACT_SCALARS:
         return obj
     if t is float:
@@ -68,7 +68,7 @@ def _omitted_when_empty(cls: type) -> frozenset[str]:
 def dataclass_dict(obj: Any) -> dict[str, Any] | None:
     """A dataclass instance's fields as a dict (what canonical JSON writes for it), None for
     anything else."""
-    t = type(obj)
+    t: type = type(obj)
     names = _field_names(t)
     if names is None:
         return None
@@ -175,9 +175,9 @@ def _orjson_default(obj: Any) -> Any:
         _check_floats(items)
         return items
     if isinstance(obj, Mapping):
-        items = dict(obj)
-        _check_floats(items)
-        return items
+        pairs = dict(obj)
+        _check_floats(pairs)
+        return pairs
     raise _NotExact
 
 

@@ -422,7 +422,7 @@ def sample_from_json(d: Mapping[str, Any]) -> Sample:
 
 def vote_from_json(d: Any) -> Vote:
     if isinstance(d, str):  # stores written before votes were typed kept only the status
-        return Vote(judge="", status=d)  # type: ignore[arg-type]
+        return Vote(judge="", status=d)  # type: ignore[arg-type]  # a stored status, as written
     score = d.get("score")
     return Vote(
         judge=str(d.get("judge", "")),

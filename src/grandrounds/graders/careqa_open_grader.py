@@ -67,7 +67,9 @@ def verdicts(text: str, protocol: str) -> dict[str, bool] | None:
     if protocol == "reference":
         return {t: medmarks_true(v) for t, v in raw.items()}
     got = {t: strict_bool(v) for t, v in raw.items()}
-    return None if any(v is None for v in got.values()) else got  # type: ignore[return-value]
+    if any(v is None for v in got.values()):
+        return None
+    return {t: v for t, v in got.items() if v is not None}
 
 
 def combine(v: dict[str, bool]) -> float:

@@ -150,8 +150,8 @@ def _cue_readings(
         rest = body[m.end() :]
         tok = _TOKEN.match(rest)
         got = _finish(_letters_in(tok.group(0)), letters, multi) if tok else None
-        if got:
-            ends = _ends_statement(rest[tok.end() :], got, choices)  # type: ignore[union-attr]
+        if got and tok:  # (a reading needs a token)
+            ends = _ends_statement(rest[tok.end() :], got, choices)
         elif not multi and (hit := _option_after_cue(rest, choices)):
             got, ends = hit
         else:

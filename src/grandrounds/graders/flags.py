@@ -124,7 +124,7 @@ def apply_flagged(grade: Grade, flags: tuple[str, ...], mode: str) -> Grade:
     details["judged_value"] = grade.value
     if mode == "exclude":
         why = f"answer flagged ({', '.join(flags)}): excluded by --flagged exclude"
-        return replace(grade, value=None, details=details, error=why, status="flagged")  # type: ignore[arg-type]
+        return replace(grade, value=None, details=details, error=why, status="flagged")
     verdicts = tuple(
         Verdict(
             v.criterion_id, "unmet", "answer flagged: scored zero by --flagged score-zero", v.votes

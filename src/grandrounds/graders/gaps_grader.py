@@ -45,6 +45,7 @@ from grandrounds.graders.judging import (
     Reading,
     ask,
     delimit_answer,
+    fixed,
     judge_criteria,
     judge_keys,
 )
@@ -89,7 +90,7 @@ def _read_met(text: str, pending: Sequence[str]) -> dict[str, Reading]:
         {pending[0]: Reading(scoring.MET if met else scoring.UNMET, expl)}
         if met is not None
         else {}
-    )  # type: ignore[arg-type]
+    )
 
 
 def _read_official(text: str, pending: Sequence[str]) -> dict[str, Reading]:
@@ -100,7 +101,7 @@ def _read_official(text: str, pending: Sequence[str]) -> dict[str, Reading]:
                 "unknown", "no ```json block with a boolean criteria_met (judge_engine: Unknown)"
             )
         }
-    return {pending[0]: Reading(scoring.MET if met else scoring.UNMET, expl)}  # type: ignore[arg-type]
+    return {pending[0]: Reading(scoring.MET if met else scoring.UNMET, expl)}
 
 
 #: How each protocol reads one reply: the engine's reader, and (met, explanation) for re-reading stored replies.
@@ -224,8 +225,7 @@ class GAPSGrader(Grader):
         by_id = {c.id: c for c in sample.rubric}
         read = READERS[self.protocol]
         return [
-            Ask((cid,), lambda _p, m=self.judge_prompt(sample, by_id[cid], answer): m, read)
-            for cid in ids
+            Ask((cid,), fixed(self.judge_prompt(sample, by_id[cid], answer)), read) for cid in ids
         ]
 
     def _value(self, qs: scoring.QuestionScore, protocol: str) -> float | None:
@@ -339,9 +339,7 @@ class GAPSGrader(Grader):
             text = self.templates["irrelevant_grade"].format(
                 question=question, answer=answer, passage=passage
             )
-            level_ask = Ask(
-                ("level",), lambda _p, m=(Message("user", text),): m, partial(_one, parse_level)
-            )
+            level_ask = Ask(("level",), fixed((Message("user", text),)), partial(_one, parse_level))
             graded = await asyncio.gather(
                 *(ask(j, level_ask, 0, ctx.max_reask) for j in ctx.judges)
             )

@@ -255,19 +255,21 @@ class HealthBenchGrader(Grader):
         by_id = {c.id: c for c in sample.rubric}
         if self.reference:
             convo = self.conversation(sample, answer)
-            return [
-                Ask(
+
+            def reference_ask(cid: str, c: Criterion) -> Ask:
+                return Ask(
                     (cid,),
-                    lambda _p, c=by_id[cid]: self._messages(self.reference_prompt(convo, c)),
+                    lambda _p: self._messages(self.reference_prompt(convo, c)),
                     parse_single_reference,
                 )
-                for cid in ids
-            ]
+
+            return [reference_ask(cid, by_id[cid]) for cid in ids]
         if self.mode == "per-criterion":
-            return [
-                Ask(
+
+            def single_ask(cid: str, c: Criterion) -> Ask:
+                return Ask(
                     (cid,),
-                    lambda _p, c=by_id[cid]: self._messages(
+                    lambda _p: self._messages(
                         self.template.format(
                             conversation=self.conversation(sample, answer, render_item(c)),
                             rubric_item=render_item(c),
@@ -275,8 +277,8 @@ class HealthBenchGrader(Grader):
                     ),
                     parse_single,
                 )
-                for cid in ids
-            ]
+
+            return [single_ask(cid, by_id[cid]) for cid in ids]
 
         def build(pending: Sequence[str]) -> tuple[Message, ...]:
             items = "\n".join(f"- id {cid}: {render_item(by_id[cid])}" for cid in pending)

@@ -84,6 +84,12 @@ class Reading:
 Parser = Callable[[str, Sequence[str]], Mapping[str, Any]]
 
 
+def fixed(messages: Sequence[Message]) -> Callable[[Sequence[str]], Sequence[Message]]:
+    """An :class:`Ask`'s ``build`` for a one-item prompt made beforehand: ``messages``, whatever is
+    pending."""
+    return lambda _pending: messages
+
+
 @dataclass(frozen=True)
 class Ask:
     """One judge prompt covering ``ids``.
@@ -257,12 +263,13 @@ def decide(
     item: str, votes: Sequence[Vote], rule: Callable[[Sequence[str]], str] = majority
 ) -> Verdict:
     """A verdict from votes by ``rule``; the explanation is the first deciding vote's."""
-    status = rule([v.status for v in votes])
-    if status not in ("met", "unmet"):
-        status = "unknown"
+    decided = rule([v.status for v in votes])
+    status: VerdictStatus = (
+        "met" if decided == "met" else "unmet" if decided == "unmet" else "unknown"
+    )
     chosen = [v for v in votes if v.status == status] if status != "unknown" else list(votes)
     explanation = next((v.explanation for v in chosen if v.explanation), "")
-    return Verdict(item, status, explanation, tuple(votes))  # type: ignore[arg-type]
+    return Verdict(item, status, explanation, tuple(votes))
 
 
 async def judge_criteria(

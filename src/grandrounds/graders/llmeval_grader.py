@@ -30,7 +30,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from grandrounds.core.errors import ConfigError
-from grandrounds.core.records import Grade, Message, Response, Sample, Vote
+from grandrounds.core.records import (
+    Grade,
+    GradeStatus,
+    Message,
+    Response,
+    Sample,
+    VerdictStatus,
+    Vote,
+)
 from grandrounds.core.textutil import normalize_width, strip_leading_reasoning, strip_reasoning
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judge_json import explanation_text, extract_json_object
@@ -120,8 +128,8 @@ def read_ours(text: str, pending: Sequence[str]) -> dict[str, Reading]:
     score = parse_score(text)
     if score is None:
         return {}
-    status = "met" if score >= USABLE_THRESHOLD else "unmet"
-    return {pending[0]: Reading(status, _basis(text), float(score))}  # type: ignore[arg-type]
+    status: VerdictStatus = "met" if score >= USABLE_THRESHOLD else "unmet"
+    return {pending[0]: Reading(status, _basis(text), float(score))}
 
 
 def read_official(text: str, pending: Sequence[str]) -> dict[str, Reading]:
@@ -134,8 +142,8 @@ def read_official(text: str, pending: Sequence[str]) -> dict[str, Reading]:
                 "no score in [0, 5] as [digits] in the reply (Evaluate.py/Aggregate.py: invalid)",
             )
         }
-    status = "met" if score >= USABLE_THRESHOLD else "unmet"
-    return {pending[0]: Reading(status, _basis(text), score)}  # type: ignore[arg-type]
+    status: VerdictStatus = "met" if score >= USABLE_THRESHOLD else "unmet"
+    return {pending[0]: Reading(status, _basis(text), score)}
 
 
 def judge_messages(template: str, sample: Sample, answer: str) -> tuple[Message, ...]:
@@ -287,7 +295,7 @@ class LLMEvalGrader(Grader):
             "runs": self.runs,
         }
         value = None if usable is None else float(usable)
-        status = "scored" if value is not None else "unreadable"
+        status: GradeStatus = "scored" if value is not None else "unreadable"
         error = None if value is not None else "no valid judge score in any run"
         return Grade(
             sample.id,

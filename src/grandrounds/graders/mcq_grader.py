@@ -37,14 +37,14 @@ from typing import Any
 
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import text_hash
-from grandrounds.core.records import Grade, Response, Sample
+from grandrounds.core.records import AnswerMode, Grade, Response, Sample
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.graders.choice_extract import cmb_letters, extract_choice, simple_evals_letter
 from grandrounds.graders.exam_readings import EXAM_READINGS
 from grandrounds.sources.upstream import CMB, SIMPLE_EVALS, python_value
 
 LETTERS = "ABCDEFGHIJ"
-MODES = ("generate", "letter-loglik", "text-loglik", "next-token")
+MODES: tuple[AnswerMode, ...] = ("generate", "letter-loglik", "text-loglik", "next-token")
 #: Earlier names of the answer modes, still accepted (stored runs, scripts, the CLI demo).
 MODE_ALIASES = {"letter": "next-token", "loglik": "text-loglik"}
 #: How a benchmark's official code reads a generated reply under the reference protocol.
@@ -295,17 +295,17 @@ class MCQGrader(Grader):
 
     def _read_both(
         self, shown: Sample, perm: str | None, text: str | None
-    ) -> tuple[tuple[str | None, float], tuple[str | None, float | None]]:
-        """((choice, value) under this grader's protocol, (choice, value) under the other one)."""
+    ) -> tuple[tuple[str | None, float | None], tuple[str | None, float | None]]:
+        """((choice, value) under this grader's protocol, (choice, value) under the other one); the
+        reference value is None where simple-evals' patterns cannot be read (offline)."""
         p: MCQParams = self.params
         multi = bool(shown.metadata.get("multi"))
         mine = extract_choice(text, list(shown.choices), shown.choices, multi)
         ours = (mine, 1.0 if mine == shown.target else 0.0)
         official: tuple[str | None, float | None]
         if p.reference_reading == "simple-evals":
-            pats = (
-                self._simple_evals_patterns()
-            )  # None offline: the reference figure is left unknown, not guessed
+            # None offline: the reference figure is left unknown, not guessed
+            pats = self._simple_evals_patterns()
             got = simple_evals_letter(text, pats) if pats is not None else None
             official = (
                 (got, 1.0 if got == shown.target else 0.0) if pats is not None else (None, None)
@@ -335,4 +335,4 @@ class MCQGrader(Grader):
                 ours = official
         else:
             official = ours
-        return (official, ours) if p.protocol == "reference" else (ours, official)  # type: ignore[return-value]
+        return (official, ours) if p.protocol == "reference" else (ours, official)

@@ -56,8 +56,8 @@ def parse_prediction(reply: str | None, text_id: str | None = None) -> Predictio
     m = next((m for m in _LINE.finditer(body) if text_id is None or m.group(1) == text_id), None)
     if m is None:
         return None
-    flag, sid = int(m.group(2)), int(m.group(3))
-    return Prediction(flag, sid, NA if flag == 0 else (_clean(m.group(4)) or NA))
+    error, line = int(m.group(2)), int(m.group(3))
+    return Prediction(error, line, NA if error == 0 else (_clean(m.group(4)) or NA))
 
 
 def _int(v: Any) -> int | None:

@@ -26,9 +26,9 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
-from grandrounds.core.records import Grade, Message, Response, Sample, Verdict
+from grandrounds.core.records import Grade, Message, Response, Sample, Verdict, VerdictStatus
 from grandrounds.core.textutil import normalize_width, strip_leading_reasoning, strip_reasoning
 from grandrounds.graders.base import GradeContext, Grader, load_templates
 from grandrounds.graders.judging import (
@@ -352,7 +352,9 @@ class MedEQGrader(Grader):
             items = sample_items(sample)
             counts, any_line = official_counts(grade.verdicts, items, statuses)
             return reference_question(items, counts).score if any_line else None
+        # a review decides an item met or unmet
         verdicts = [
-            replace(v, status=statuses.get(v.criterion_id, v.status)) for v in grade.verdicts
-        ]  # type: ignore[arg-type]
+            replace(v, status=cast(VerdictStatus, statuses.get(v.criterion_id, v.status)))
+            for v in grade.verdicts
+        ]
         return question_score(sample.rubric, verdicts).score

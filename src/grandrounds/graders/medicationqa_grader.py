@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from grandrounds.core.records import Grade, Message, Response, Sample
 from grandrounds.core.textutil import strip_reasoning
@@ -67,7 +67,7 @@ def dimension_scores(text: str) -> dict[str, float] | None:
                 for d in DIMENSIONS
             }
             if all(v is not None for v in got.values()):
-                return got  # type: ignore[return-value]
+                return {d: v for d, v in got.items() if v is not None}
     return None
 
 
@@ -92,7 +92,7 @@ class MedicationQAGrader(Grader):
     """Mean normalised judge score over the judges with a readable verdict."""
 
     name = "medicationqa"
-    Params = MedicationQAParams
+    Params: ClassVar[type] = MedicationQAParams  # MedDialog's grader has its own
     judged = True
 
     def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:

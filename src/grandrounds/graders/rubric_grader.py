@@ -82,11 +82,11 @@ class RubricGrader(Grader):
             convo = render_conversation(sample.messages, delimit_answer(answer, render_item(c)))
             return self.template.format(conversation=convo, criterion=render_item(c))
 
+        def one_ask(cid: str, c: Criterion) -> Ask:
+            return Ask((cid,), lambda _p: self._messages(prompt(c)), parse_single)
+
         def asks(_judge: int, ids: Sequence[str]) -> list[Ask]:
-            return [
-                Ask((cid,), lambda _p, c=by_id[cid]: self._messages(prompt(c)), parse_single)
-                for cid in ids
-            ]
+            return [one_ask(cid, by_id[cid]) for cid in ids]
 
         verdicts = await judge_criteria(list(by_id), asks, ctx)
         value = self.rescore(sample, Grade(sample.id, None, verdicts=verdicts), {})

@@ -85,7 +85,8 @@ class VQAGrader(Grader):
     Params = VQAParams
 
     @property
-    def judged(self) -> bool:  # type: ignore[override]  (a judge only where the spec asks for one)
+    # a judge only where the spec asks for one: read-only here, where Grader has a class attribute
+    def judged(self) -> bool:  # type: ignore[override]
         return bool(self.params.judge_open)
 
     def spec(self) -> Spec:

@@ -453,11 +453,12 @@ class EngineServer:
             if self.proc is not None and self.proc.returncode is not None
             else 0
         )
-        self.failed = EngineError(
+        err = EngineError(
             f"{self.name()} {_exit_text(code)} during the run; the answers so far are stored: "
             f"run the same command again to resume{self.output()}"
         )
-        return self.failed
+        self.failed = err
+        return err
 
     async def has_exited(self, wait: float = 0.3) -> bool:
         """Whether the process has exited (waiting a moment for its exit to be seen)."""
@@ -610,7 +611,7 @@ class EngineProvider(OpenAIProvider):
     default_concurrency = 64
 
     @classmethod
-    def options(cls, executable: str) -> tuple[Param, ...]:
+    def engine_options(cls, executable: str) -> tuple[Param, ...]:
         return (
             Param(
                 "executable",
@@ -847,7 +848,7 @@ class VLLMProvider(EngineProvider):
     key_env = "VLLM_API_KEY"
     default_executable = "vllm"
     version_query = ["--version"]
-    model_options = EngineProvider.options("vllm")
+    model_options = EngineProvider.engine_options("vllm")
     example = (
         "vllm/Qwen/Qwen2.5-7B-Instruct (starts `vllm serve`; --model-opt tensor_parallel_size=N)"
     )
@@ -872,7 +873,7 @@ class SGLangProvider(EngineProvider):
     engine = "sglang"
     default_executable = shlex.quote(sys.executable)
     version_query = ["-c", "import importlib.metadata as m; print(m.version('sglang'))"]
-    model_options = EngineProvider.options(shlex.quote(sys.executable))
+    model_options = EngineProvider.engine_options(shlex.quote(sys.executable))
     example = "sglang/Qwen/Qwen2.5-7B-Instruct (starts sglang.launch_server with executable=PYTHON; --model-opt tensor_parallel_size=N)"
 
     def command(self, model: str, host: str, port: int, tp: int, pp: int, dp: int) -> list[str]:

@@ -99,7 +99,9 @@ def env_proxy(url: str) -> tuple[str | None, dict[str, str] | None, tuple[str, .
     parts = urlsplit(url)
     proxies = urllib.request.getproxies_environment()
     proxy = proxies.get(parts.scheme) or proxies.get("all")
-    if not proxy or urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
+    # proxy_bypass_environment is public in urllib.request but missing from typeshed's stubs
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if not proxy or bypass(parts.hostname or "", proxies):
         return None, None, ()
     if "://" not in proxy:
         proxy = "http://" + proxy

@@ -61,6 +61,10 @@ def openai_content(message: Message) -> Any:
     for p in message.content:
         if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
+        elif not isinstance(p, ImagePart):
+            raise TypeError(
+                f"a {type(p).__name__} is not message content (tool turns have their own form)"
+            )
         else:
             url: dict[str, Any] = {"url": f"data:{p.media_type};base64,{encoded(p)}"}
             if p.detail:
@@ -81,6 +85,10 @@ def anthropic_content(message: Message) -> Any:
     for p in message.content:
         if isinstance(p, TextPart):
             out.append({"type": "text", "text": p.text})
+        elif not isinstance(p, ImagePart):
+            raise TypeError(
+                f"a {type(p).__name__} is not message content (tool turns have their own form)"
+            )
         else:
             out.append(
                 {

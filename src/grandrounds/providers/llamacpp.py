@@ -164,20 +164,21 @@ class LlamaCppProvider(Provider):
                 raise ConfigError(
                     "the llamacpp provider needs llama-cpp-python: pip install llama-cpp-python"
                 ) from e
-            handler = None
-            if (
-                self.mmproj is not None
-            ):  # needs llama-cpp-python built with its multimodal library (README, "Images")
+            extra: dict[str, Any] = {}
+            if self.mmproj is not None:
+                # needs llama-cpp-python built with its multimodal library (README, "Images")
                 from llama_cpp.llama_chat_format import MTMDChatHandler
 
-                handler = MTMDChatHandler(clip_model_path=str(self.mmproj), verbose=False)
+                extra["chat_handler"] = MTMDChatHandler(
+                    clip_model_path=str(self.mmproj), verbose=False
+                )
             self._llm = llama_cpp.Llama(
                 model_path=str(self.path),
                 n_ctx=self.n_ctx,
                 n_threads=self.n_threads,
                 verbose=False,
                 seed=0,
-                **({"chat_handler": handler} if handler is not None else {}),
+                **extra,
             )
         return self._llm
 

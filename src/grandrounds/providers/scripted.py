@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from grandrounds.core.params import Param
 from grandrounds.core.records import Request, Response, ToolCallPart, Usage
@@ -22,7 +22,7 @@ class ScriptedProvider(Provider):
     model_options = (
         Param(
             "script",
-            Callable,
+            cast(type, Callable),  # the ABC, which isinstance checks (a special form to mypy)
             None,
             'Python function request -> reply (tests; default: always "A")',
         ),

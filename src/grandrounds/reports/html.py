@@ -33,7 +33,7 @@ from grandrounds.analyses.leaderboard import (
 )
 from grandrounds.analyses.readings import target_words
 from grandrounds.core.display import BASE_CSS, episode_summary, fmt, fmt_ci
-from grandrounds.core.records import Grade, ImagePart, Message
+from grandrounds.core.records import Grade, ImagePart, Message, TextPart
 from grandrounds.reports.radar import COLOURS, radar_svg
 from grandrounds.run.costs import usage_cells
 from grandrounds.store.images import ImageStore
@@ -105,7 +105,7 @@ class ReportImages:
             size = None if got is None else _image_size(*got)
         except ImageRefused as e:
             got, size = None, f"image not shown: {e}"
-        if got is None or isinstance(size, str):
+        if got is None or size is None or isinstance(size, str):
             self.sizes[sha256] = size or f"image not in the store ({self.store.root.name})"
             return self.sizes[sha256]
         uri = f"data:{got[1]};base64,{base64.b64encode(got[0]).decode('ascii')}"
@@ -395,8 +395,10 @@ def _message(m: Message, parts: list[ImagePart]) -> str:
         if isinstance(p, ImagePart):
             parts.append(p)
             shown.append(f"<span class='imgref'>[image {len(parts)}]</span> ")
-        else:
+        elif isinstance(p, TextPart):
             shown.append(escape(p.text))
+        else:
+            raise TypeError(f"a {type(p).__name__} is not part of a question")
     return f"<div class='q'><b>{escape(m.role)}:</b> {''.join(shown)}</div>"
 
 

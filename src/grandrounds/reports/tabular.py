@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -62,9 +62,11 @@ def board_rows(boards: Sequence[Board]) -> list[dict[str, Any]]:
     return out
 
 
-def _usage_columns(extra: dict[str, Any]) -> dict[str, Any]:
+def _usage_columns(extra: Mapping[str, Any]) -> dict[str, Any]:
     """Tokens and cost of the calls behind a result (None where the result records no usage)."""
-    usage = extra.get("usage") if isinstance(extra.get("usage"), dict) else {}
+    usage = extra.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
     return {
         "prompt_tokens": usage.get("prompt_tokens"),
         "completion_tokens": usage.get("completion_tokens"),

@@ -141,7 +141,7 @@ def check_agent(bench: Benchmark, cfg: RunConfig, provider_options: Mapping[str,
     sends tools (never emulated), a simulated patient needs ``--simulator``, episodes are asked
     live (each step waits on the one before, which a batch API cannot do); other benchmarks
     refuse ``--simulator``."""
-    episodic = getattr(bench, "episodic", False)
+    episodic = bench.episodic
     if not episodic:
         if cfg.simulator:
             raise ConfigError(
@@ -154,11 +154,11 @@ def check_agent(bench: Benchmark, cfg: RunConfig, provider_options: Mapping[str,
             f"{cfg.model} cannot send tools, and --param actions=native asks for native tool calls "
             f"(use openai/, anthropic/, vllm/ or sglang/, or --param actions=text)"
         )
-    if getattr(bench, "needs_simulator", False) and not cfg.simulator:
+    if bench.needs_simulator and not cfg.simulator:
         raise ConfigError(
             f"{bench.name}'s patient is played by a model: pass --simulator PROVIDER/MODEL"
         )
-    if not getattr(bench, "needs_simulator", False) and cfg.simulator:
+    if not bench.needs_simulator and cfg.simulator:
         raise ConfigError(f"{bench.name} has no simulated participants: --simulator is not used")
     if cfg.batch is not None:
         raise ConfigError(

@@ -330,8 +330,8 @@ class Tally:
 
 def judge_of(judge: str | None, judges: Sequence[str]) -> str:
     """The judge a call is counted under: the vote's, else the only judge, else ``unattributed``."""
-    if judge in judges:
-        return judge  # type: ignore[return-value]
+    if judge is not None and judge in judges:
+        return judge
     return judges[0] if len(judges) == 1 else "unattributed"
 
 

@@ -259,7 +259,7 @@ def combine(sample: Sample, epochs: Sequence[dict[str, Any]]) -> Grade:
             if why is None:  # finished, but the grader could not say
                 why = "unreadable" if e.get("error") is None else "grader_error"
             reason = e.get("error") or f"episode {e['epoch']}: {e['status']}"
-            return replace(unscored(sample, why, reason), details=details)  # type: ignore[arg-type]
+            return replace(unscored(sample, why, reason), details=details)  # type: ignore[arg-type]  # why is a GradeStatus
     value = sum(e["value"] for e in epochs) / len(epochs)
     return Grade(
         sample_id=sample.id, value=value, extracted=epochs[-1].get("final"), details=details

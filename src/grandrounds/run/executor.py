@@ -284,9 +284,10 @@ class Executor(StoreFirst):
 
     def _congestion(self, sending: Sending, err: ProviderError) -> None:
         kind = getattr(err, "kind", None)
+        # read back with getattr: absent from errors that did not pass through a window
         err.at_server = sending.at_server  # type: ignore[attr-defined]
         if kind == "timeout" and self.window.queued(sending):
-            err.queued = (self.window.slots, sending.at_server)  # type: ignore[attr-defined]
+            err.queued = (self.window.slots, sending.at_server)  # type: ignore[attr-defined]  # as at_server
             self.stats.queued += 1
             self.stats.queued_slots = self.window.slots or 0
             self.stats.queued_most = max(self.stats.queued_most, sending.at_server)

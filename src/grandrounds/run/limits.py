@@ -398,7 +398,12 @@ class TokenRate:
         """Sleep ``delay`` seconds, or less if a correction frees room meanwhile."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        timer = loop.call_later(delay, lambda: fut.done() or fut.set_result(None))
+
+        def wake() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        timer = loop.call_later(delay, wake)
         ledger.waiting.append(fut)
         try:
             await fut

@@ -57,7 +57,7 @@ class PerTurn(Generic[T]):
         found = per_store.get(store)
         if found is None:
             found = per_store[store] = cls(store)
-        return found  # type: ignore[return-value]
+        return found  # type: ignore[return-value]  # the cache of cls holds instances of cls
 
 
 #: Per class, the instance of each open store.

@@ -365,7 +365,7 @@ async def _walk(
         known = True  # every earlier turn's answer is stored, so this turn's request can be built
         for turn, (_, sample) in enumerate(group):
             if known:
-                resp, _ = await _ask(s, cfg, exact_answers, sample, history)  # type: ignore[arg-type]
+                resp, _ = await _ask(s, cfg, exact_answers, sample, history)
                 answer_id = resp.key
                 if resp.ok:
                     history.append((sample, resp.text or ""))
@@ -378,7 +378,7 @@ async def _walk(
             else:  # the request includes earlier answers not yet known: measured with empty ones
                 later_turns += 1
                 before, earlier = probe_answers.new, [smp for _, smp in group[:turn]]
-                resp, _ = await _ask(s, cfg, probe_answers, sample, [(h, "") for h in earlier])  # type: ignore[arg-type]
+                resp, _ = await _ask(s, cfg, probe_answers, sample, [(h, "") for h in earlier])
                 answer_id = resp.key
                 if probe_answers.new > before:
                     answers.planned += 1
@@ -424,7 +424,7 @@ def _dry_judges(
     lines: list[Line],
     seen: set[str],
     probed: set[str],
-) -> tuple[list[RunJudge], list[RunJudge]]:
+) -> tuple[list[RunJudge[_DryExecutor]], list[RunJudge[_DryExecutor]]]:
     """A line per judge (appended to ``lines``) and two stand-ins for each judge of the run: one that
     answers from the store and counts the rest (``seen``), one that measures the requests made
     around placeholder answers (``probed``)."""
@@ -442,10 +442,10 @@ def _dry_judges(
         lines.append(line)
         exact_judges.append(
             RunJudge(_DryExecutor(store, provider, line, counters[j.spec], True, seen), j)
-        )  # type: ignore[arg-type]
+        )
         probe_judges.append(
             RunJudge(_DryExecutor(None, provider, line, counters[j.spec], False, probed), j)
-        )  # type: ignore[arg-type]
+        )
     return exact_judges, probe_judges
 
 
@@ -530,7 +530,7 @@ async def _plan_judges(
     sample: Sample,
     answer_id: str,
     lines: Sequence[Line],
-    probes: Sequence[RunJudge],
+    probes: Sequence[RunJudge[_DryExecutor]],
     ctx: GradeContext,
     notes: list[str],
 ) -> None:
@@ -542,15 +542,15 @@ async def _plan_judges(
     are counted (the run makes a repeated judge request once); otherwise the plan counts.
     """
     planned = grader.planned_judge_calls(sample, len(lines))
-    before = [(p.executor.calls, p.executor.new) for p in probes]  # type: ignore[attr-defined]
+    before = [(p.executor.calls, p.executor.new) for p in probes]
     try:
         await grader.grade(sample, Response(key="dry-run", text=f"(answer {answer_id[:16]})"), ctx)
     except Exception as e:
         notes.append(
             f"sample {sample.id}: its judge prompts could not be measured ({type(e).__name__}: {e})"
         )
-    asked = [p.executor.calls - b[0] for p, b in zip(probes, before)]  # type: ignore[attr-defined]
-    made = [p.executor.new - b[1] for p, b in zip(probes, before)]  # type: ignore[attr-defined]
+    asked = [p.executor.calls - b[0] for p, b in zip(probes, before)]
+    made = [p.executor.new - b[1] for p, b in zip(probes, before)]
     if planned is None:
         for line in lines:
             line.unknown += 1
@@ -567,7 +567,7 @@ async def _plan_judges(
         line.awaiting_answer += n
 
 
-def _add_answer_lengths(lines: Sequence[Line], probes: Sequence[RunJudge]) -> None:
+def _add_answer_lengths(lines: Sequence[Line], probes: Sequence[RunJudge[_DryExecutor]]) -> None:
     """Judge prompts measured without the answer get the answer's expected length; the probes'
     prompt and output measures are scaled to the planned calls."""
     answers = lines[0]
@@ -577,7 +577,7 @@ def _add_answer_lengths(lines: Sequence[Line], probes: Sequence[RunJudge]) -> No
         else (answers.output_bound / answers.to_make if answers.to_make else 0)
     )
     for line, probe in zip(lines[1:], probes):
-        ex = probe.executor  # type: ignore[attr-defined]
+        ex = probe.executor
         if line.planned and ex.new:
             line.prompt_tokens += round(ex.prompt_tokens / ex.new * line.planned)
             line.output_bound += round(ex.output_bound / ex.new * line.planned)
@@ -587,13 +587,9 @@ def _add_answer_lengths(lines: Sequence[Line], probes: Sequence[RunJudge]) -> No
 
 def _common_notes(s: Setup, cfg: RunConfig, lines: Sequence[Line], notes: list[str]) -> None:
     notes.extend(s.notes)
-    if getattr(s.bench, "episodic", False):
+    if s.bench.episodic:
         steps, epochs = int(s.bench.param("max_steps")), int(s.bench.param("epochs"))
-        sim = (
-            " and as many simulator calls (--simulator)"
-            if getattr(s.bench, "needs_simulator", False)
-            else ""
-        )
+        sim = " and as many simulator calls (--simulator)" if s.bench.needs_simulator else ""
         notes.insert(
             0,
             f"agent benchmark: each sample is {epochs} episode(s) of up to {steps} candidate calls{sim}, at most "

@@ -34,6 +34,7 @@ from rich.progress import (
     Progress,
     ProgressColumn,
     Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -77,7 +78,7 @@ class RichProgress:
             console=self.console,
             transient=False,
         )
-        self.task: int | None = None
+        self.task: TaskID | None = None
         #: Inside ``with``, and the bar shown (from the first task on).
         self._entered = self._started = False
         #: Plain lines instead of the bar (the console is not a terminal), and their timer thread.

@@ -181,7 +181,7 @@ def rebuild_grader(
 
 def regradable(bench: Any) -> Any:
     """``bench``, or a one-line error for an agent benchmark (graded as its episodes replay)."""
-    if getattr(bench, "episodic", False):
+    if bench.episodic:
         raise ConfigError(
             f"{bench.name} is an agent benchmark: its episodes are graded as they are replayed; run the same "
             "`grandrounds run` command again (every stored step is read back, no call is made)"

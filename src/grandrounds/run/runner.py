@@ -18,9 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import grandrounds
+from grandrounds.benchmarks.agents import AgentBenchmark
 from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.benchmarks.readers.decoding import DATA_ENCODING
 from grandrounds.core.hashing import canonical_json, content_hash, to_jsonable
@@ -72,10 +73,21 @@ class Progress(Protocol):
     def on_call(self, response: Response, *, retries: int) -> None: ...
 
 
-class RunJudge:
+class Caller(Protocol):
+    """What a judge asks through: the run's executor, or the dry run's stand-in."""
+
+    provider: Provider
+
+    async def __call__(self, request: Request, /) -> Response: ...
+
+
+C = TypeVar("C", bound=Caller)
+
+
+class RunJudge(Generic[C]):
     """A judge handed to graders: messages in, cached judge Response out."""
 
-    def __init__(self, executor: Executor, config: JudgeConfig) -> None:
+    def __init__(self, executor: C, config: JudgeConfig) -> None:
         self.executor = executor
         self.config = config
         self.name = config.spec
@@ -581,16 +593,18 @@ def episode_runner(
     endpoints: EndpointLimits,
 ) -> EpisodeRunner | None:
     """The episode runner of an agent benchmark (with its simulator's executor), None for others."""
-    if not getattr(s.bench, "episodic", False):
+    if not s.bench.episodic:
         return None
     simulator = None
-    if cfg.simulator and getattr(s.bench, "needs_simulator", False):
+    if cfg.simulator and s.bench.needs_simulator:
         provider = make_provider(cfg.simulator, **cfg.simulator_options)
         simulator = executor_for(None, "answers")(
             store, provider, cfg.concurrency, cfg.retry, cfg.options.seed, progress, endpoints
         )
-    gen = cfg.gen or s.bench.answer_params(cfg.options)  # type: ignore[attr-defined]
-    return EpisodeRunner(store, s.run.id, s.bench, s.provider, answers, gen, simulator)  # type: ignore[arg-type]
+    bench = s.bench
+    assert isinstance(bench, AgentBenchmark)  # the episodic benchmarks
+    gen = cfg.gen or bench.answer_params(cfg.options)
+    return EpisodeRunner(store, s.run.id, bench, s.provider, answers, gen, simulator)
 
 
 def _executors(
@@ -730,7 +744,7 @@ def settled_result(
 async def _ask(
     s: Setup,
     cfg: RunConfig,
-    answers: Executor,
+    answers: Caller,
     sample: Sample,
     history: Sequence[tuple[Sample, str]],
 ) -> tuple[Response, tuple[str, Any]]:
@@ -802,7 +816,7 @@ def _run_record(
 
 def simulator_identity(bench: Benchmark, cfg: RunConfig) -> dict[str, Any]:
     """``{"simulator": {model, endpoint, prompts}}`` for a run whose environment asks a simulator model, else {}."""
-    if not cfg.simulator or not getattr(bench, "needs_simulator", False):
+    if not cfg.simulator or not bench.needs_simulator:
         return {}
     sim = make_provider(cfg.simulator, **cfg.simulator_options)
     return {
@@ -898,7 +912,7 @@ class Collected:
                 )
             )
         answers = (
-            self.store.episode_usage(run_id) if getattr(self.bench, "episodic", False) else None
+            self.store.episode_usage(run_id) if self.bench.episodic else None
         )  # every step of every episode
         return answers or self.store.answer_usage(run_id), [
             replace(u, who=w) for w, u in by_judge.items()

@@ -195,7 +195,7 @@ def consecutive_groups(
             turns.append((position, smp))
             continue
         if turns:
-            over.add(turns[0][1].group)  # type: ignore[arg-type]
+            over.add(turns[0][1].group)  # type: ignore[arg-type]  # turns are of one group
             yield sorted(turns, key=lambda pair: pair[1].turn)
             turns = []
         if smp.group is None:

@@ -18,10 +18,13 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 LEVEL_POINTS: dict[str, int] = {"A1": 5, "A2": 3, "A3": 1, "S1": -1, "S2": -2, "S3": -3, "S4": -4}
-MET, UNMET, UNKNOWN, REVIEW = "met", "unmet", "unknown", "review_needed"
+MET: Final = "met"
+UNMET: Final = "unmet"
+UNKNOWN: Final = "unknown"
+REVIEW: Final = "review_needed"
 Strategy = Literal["conservative", "majority", "average"]
 STRATEGIES: tuple[str, ...] = ("conservative", "majority", "average")
 

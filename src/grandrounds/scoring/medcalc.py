@@ -82,8 +82,10 @@ def kind_of(calculator_id: int, output_type: str) -> Kind | None:
         return "date"
     if calculator_id in GESTATIONAL_CALCULATORS:
         return "gestational_age"
-    if output_type in ("integer", "decimal"):
-        return output_type  # type: ignore[return-value]
+    if output_type == "integer":
+        return "integer"
+    if output_type == "decimal":
+        return "decimal"
     return None
 
 

@@ -10,9 +10,23 @@ recall and F1 (scikit-learn's, ``pos_label="1"``, ``zero_division=0``) over the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 
-def detection_metrics(gold: Sequence[str], pred: Sequence[str | None]) -> dict[str, float | int]:
+class Figures(TypedDict):
+    """Counts, then the rates over the answers kept."""
+
+    total: int
+    kept: int
+    dropped_unsure: int
+    dropped_missing: int
+    accuracy: float
+    precision: float
+    recall: float
+    f1: float
+
+
+def detection_metrics(gold: Sequence[str], pred: Sequence[str | None]) -> Figures:
     """The figures of ``postprocess_medhallu`` for gold labels and predictions ("0", "1", "2" or anything else)."""
     kept = [(g, p) for g, p in zip(gold, pred) if p in ("0", "1")]
     unsure = sum(1 for p in pred if p == "2")

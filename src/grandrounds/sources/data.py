@@ -17,8 +17,11 @@ class HasData(Protocol):
     """What :func:`resolve` reads of a benchmark: its name and public files (and, optionally, a
     ``default_path()`` of packaged data)."""
 
-    name: str
-    remote_files: Sequence[RemoteFile]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def remote_files(self) -> Sequence[RemoteFile]: ...
 
 
 def resolve(bench: HasData, data: Path | None) -> Path:

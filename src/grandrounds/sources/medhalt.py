@@ -90,5 +90,5 @@ def refusal_terms() -> tuple[str, ...]:
                         isinstance(e, ast.Constant) and isinstance(e.value, str) for e in lst.elts
                     )
                 ):
-                    return tuple(e.value for e in lst.elts)  # type: ignore[attr-defined]
+                    return tuple(str(e.value) for e in lst.elts if isinstance(e, ast.Constant))
     raise DataError(EVAL_FULL.url, None, "no list of terms in reasoning_fake_eval")

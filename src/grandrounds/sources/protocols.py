@@ -123,7 +123,7 @@ def system_text(g: Generation) -> str | None:
 
 def ours(reference: Protocol, **changes: Any) -> Protocol:
     """The ``grandrounds`` preset beside ``reference``: our generation settings unless ``changes`` say otherwise."""
-    base = {
+    base: dict[str, Any] = {
         "answer": OUR_ANSWER,
         "judge": OUR_JUDGE,
         "judge_model": reference.judge_model,

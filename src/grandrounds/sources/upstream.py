@@ -327,9 +327,11 @@ def yaml_value(f: UpstreamFile, key: str) -> Any:
     class _Loader(yaml.SafeLoader):
         pass
 
-    _Loader.add_constructor(
-        "!function", lambda loader, node: {"!function": loader.construct_scalar(node)}
-    )
+    def hook(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
+        assert isinstance(node, yaml.ScalarNode)  # ``!function name``: a scalar
+        return {"!function": loader.construct_scalar(node)}
+
+    _Loader.add_constructor("!function", hook)
     data = yaml.load(_source(f), Loader=_Loader)  # noqa: S506  (SafeLoader subclass)
     if not isinstance(data, dict) or key not in data:
         raise DataError(f.url, None, f"no key {key!r} in the upstream YAML file")
@@ -448,7 +450,10 @@ def _format_parts(f: UpstreamFile, call: ast.Call) -> list[str | Field]:
     by the source of the argument it takes (positional ``{}``/``{0}`` or keyword ``{name}``)."""
     import string
 
-    literal = _merge(_string_parts(f, call.func.value))  # type: ignore[attr-defined]
+    assert isinstance(
+        call.func, ast.Attribute
+    )  # a ``<template>.format(...)`` call, as the caller checked
+    literal = _merge(_string_parts(f, call.func.value))
     if len(literal) != 1 or not isinstance(literal[0], str):
         raise DataError(
             f.url, call.lineno, ".format() on a template with placeholders is not supported"
@@ -491,7 +496,7 @@ def _named(tree: ast.AST, name: str, kinds: tuple[type, ...]) -> Any:
             (
                 n
                 for n in ast.walk(scope)
-                if n is not scope and isinstance(n, want) and n.name == part
+                if n is not scope and isinstance(n, want) and getattr(n, "name", None) == part
             ),
             None,
         )

@@ -59,7 +59,7 @@ class _Handed(NamedTuple):
     rows: list[tuple[str, tuple[Any, ...]]]
     last: dict[str, list[tuple[Any, ...]]]
     calls: dict[str, Response]
-    count: int
+    n: int
 
 
 #: Flushes handed to the writer and not yet known to have landed, at most (then the run waits).
@@ -367,7 +367,7 @@ class StoreBase:
                 self._handed.clear()
                 for later in reversed(failed):  # each waited for (skipped ones end at once)
                     later.done.exception()
-                    self._restore(later.rows, later.last, later.count)
+                    self._restore(later.rows, later.last, later.n)
                     self._new_calls = later.calls | self._new_calls
                 assert self._writer is not None
                 self._writer.broken = False

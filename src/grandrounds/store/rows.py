@@ -31,7 +31,8 @@ class StoredSample(NamedTuple):
 
     benchmark: str
     dataset_sha256: str
-    index: int
+    # shadows tuple.index on purpose: the field's name is read across the code base and tests
+    index: int  # type: ignore[assignment]
     sample: Sample
 
 

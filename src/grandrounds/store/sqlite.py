@@ -113,7 +113,7 @@ class StoreConnection(sqlite3.Connection):
             raise _translated(self.store_path, e) from None
 
 
-def connect(path: Path, name: str, readonly: bool) -> sqlite3.Connection:
+def connect(path: Path, name: str, readonly: bool) -> StoreConnection:
     """The store's connection to ``name`` (the path as given, or ``:memory:``), read-only
     (``mode=ro``, then ``immutable=1`` on read-only media) when asked; rows as :class:`sqlite3.Row`."""
     try:
@@ -123,17 +123,17 @@ def connect(path: Path, name: str, readonly: bool) -> sqlite3.Connection:
             db = _connect_readonly(path)
     except sqlite3.Error as e:
         raise (store_error(path, e) or StoreError(path, f"cannot open ({e})")) from None
-    db.store_path = str(path)  # type: ignore[attr-defined]
+    db.store_path = str(path)
     db.row_factory = sqlite3.Row
     return db
 
 
-def _connect_readonly(path: Path) -> sqlite3.Connection:
+def _connect_readonly(path: Path) -> StoreConnection:
     uri = path.resolve().as_uri()
     db = sqlite3.connect(
         f"{uri}?mode=ro", uri=True, isolation_level=None, timeout=30, factory=StoreConnection
     )
-    db.store_path = str(path)  # type: ignore[attr-defined]
+    db.store_path = str(path)
     try:
         sqlite3.Connection.execute(
             db, "SELECT COUNT(*) FROM sqlite_master"

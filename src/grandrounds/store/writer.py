@@ -116,7 +116,7 @@ class Writer:
             db = sqlite3.connect(
                 self.path, isolation_level=None, timeout=30, factory=StoreConnection
             )
-            db.store_path = self.path  # type: ignore[attr-defined]
+            db.store_path = self.path
             self.setup(db)
         except BaseException as e:
             self._ready.set_exception(e)

@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from grandrounds.testing import Fault, Reply, Rule, _chat_payload
+from grandrounds.testing import Fault, Raw, Reply, Rule, _chat_payload
 
 #: Fault kind -> (HTTP status, Anthropic error type).
 _FAULTS = {
@@ -192,7 +192,9 @@ class BatchServer:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        server = site._server
+        assert isinstance(server, asyncio.Server)  # a TCP site serves on an asyncio server
+        self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         await self._stop.wait()
         await runner.cleanup()
@@ -207,6 +209,8 @@ class BatchServer:
     def _answer(self, body: dict[str, Any]) -> Reply | Fault:
         try:
             out = self.rule(body)
+            if isinstance(out, Raw):
+                raise TypeError("the batch server sends replies, not Raw bodies")
         except (
             Exception
         ) as e:  # a broken rule is a test bug: an invalid-request error, visible in stats
@@ -468,7 +472,9 @@ class BatchServer:
             return web.json_response(
                 {"error": {"message": "purpose=batch and a file are required"}}, status=400
             )
-        data = form["file"].file.read()  # type: ignore[union-attr]
+        upload = form["file"]
+        assert isinstance(upload, web.FileField)  # it has a file (checked above)
+        data = upload.file.read()
         file_id = f"file-{next(self._ids):04d}"
         with self._lock:
             self._files[file_id] = data

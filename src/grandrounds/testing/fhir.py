@@ -207,14 +207,14 @@ def _labs(data: FhirData, mrn: str) -> None:
     mg = r.choice(("none", "old", 0.8, 1.2, 1.7, 1.9, 2.3))
     if mg != "none":
         _lab(data, mrn, "MG", 0, r.uniform(30, 400), round(r.uniform(1.6, 2.4), 1))
-        if mg != "old":
+        if isinstance(mg, float):  # "old": only the older value
             _lab(data, mrn, "MG", 1, r.uniform(1, 22), mg)
     for i in range(r.randint(0, 4)):  # glucose: 0-4 in the last 24 hours, and two older
         _lab(data, mrn, "GLU", i, r.uniform(0.5, 23.5), float(r.randint(70, 260)))
     for i in range(2):
         _lab(data, mrn, "GLU", 10 + i, r.uniform(26, 900), float(r.randint(70, 260)))
     k = r.choice(("none", 3.1, 3.4, 3.8, 4.4))
-    if k != "none":
+    if isinstance(k, float):
         _lab(data, mrn, "K", 0, r.uniform(100, 2000), 4.0)
         _lab(data, mrn, "K", 1, r.uniform(2, 90), k)
     a1c = r.choice(("none", "recent", "old"))

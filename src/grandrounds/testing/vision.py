@@ -50,7 +50,10 @@ _FAULTS = {
     "529": (529, "overloaded_error"),
     "400": (400, "invalid_request_error"),
 }
-_PATHS = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
+_PATHS: dict[str, Literal["openai", "anthropic"]] = {
+    "/v1/chat/completions": "openai",
+    "/v1/messages": "anthropic",
+}
 _DATA_URL = re.compile(r"data:([^;,]*)((?:;[^;,]*)*),(.*)", re.DOTALL)
 #: The image part's type on each wire.
 _IMAGE_PART = {"openai": "image_url", "anthropic": "image"}
@@ -147,6 +150,7 @@ class VisionServer(LoopbackServer):
         serial: bool = False,
         reject_mismatches: bool = False,
     ) -> None:
+        # the base server keeps the rule; this one calls it with a Seen, not the body
         super().__init__(rule, latency=latency, keep_bodies=keep_bodies, serial=serial)  # type: ignore[arg-type]
         self.vision_rule = rule
         self.expected = expected
@@ -191,7 +195,7 @@ class VisionServer(LoopbackServer):
         self._count(reading)
         if reading.problems:
             return self._reject(writer, wire, n, reading.problems)
-        seen = Seen(reading.texts, reading.images, body, wire, reading.text_places)  # type: ignore[arg-type]
+        seen = Seen(reading.texts, reading.images, body, wire, reading.text_places)
         misses = self._misses(seen)
         with self._lock:
             self.stats.request_images.append([im.sha256 for im in seen.images])

@@ -41,9 +41,9 @@ class RequestHandler(BaseHTTPRequestHandler):
         return ctx
 
     def setup(self) -> None:
-        self.timeout = (
-            self.ctx.idle_timeout
-        )  # socket timeout: an idle or half-sent request is dropped (408 when begun)
+        # socket timeout: an idle or half-sent request is dropped (408 when begun); per connection,
+        # as the viewer's context says, where socketserver declares a class attribute
+        self.timeout = self.ctx.idle_timeout  # type: ignore[misc]
         super().setup()
 
     def log_message(self, fmt: str, *args: Any) -> None:  # quiet by default

@@ -22,9 +22,10 @@ import hmac
 import ipaddress
 import secrets
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.cookies import CookieError, SimpleCookie
+from typing import Protocol
 from urllib.parse import urlsplit
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -175,7 +176,13 @@ class Guard:
         return self.token is None or same(self.token, given)
 
 
-def same_origin(headers: Mapping[str, str], host: str) -> bool:
+class Headers(Protocol):
+    """A request's headers as read here: a mapping, or the server's ``email.message.Message``."""
+
+    def get(self, name: str, /) -> str | None: ...
+
+
+def same_origin(headers: Headers, host: str) -> bool:
     """True when the request's Origin (or, lacking one, its Referer) is ``http://host``."""
     origin = headers.get("Origin")
     if origin is not None:

@@ -190,7 +190,9 @@ class MedAgentBenchEnvironment(Environment):
                     {"actor": "environment", "text": "invalid action: the reply calls no tool"}
                 ],
             )
-        results, events = [], []
+        results: list[ToolResultPart] = []
+        events: list[dict[str, Any]] = []
+        event: dict[str, Any]
         for call in reply.tool_calls:
             tool = self.native.get(call.name)
             try:
@@ -250,12 +252,12 @@ class MedAgentBenchEnvironment(Environment):
         """The official text for a GET of ``url`` and the transcript's event."""
         self.gets.append(url)
         if not self._allowed(url):
-            error = f"refused: {url!r} is not on the FHIR server {self.base}"
-            return self.replies.get_error(error), {
+            refused = f"refused: {url!r} is not on the FHIR server {self.base}"
+            return self.replies.get_error(refused), {
                 "actor": "fhir",
                 "method": "GET",
                 "url": url,
-                "error": error,
+                "error": refused,
             }
         status, data, error = await self._fetch(url)
         if error is not None:

@@ -76,7 +76,7 @@ class MedCalcToolsEnvironment(Environment):
     async def _run(self, name: str, arguments: str) -> tuple[str, dict[str, Any]]:
         try:
             args = json.loads(arguments or "{}")
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             return f"error: the arguments are not JSON ({e.msg})", {"error": "bad arguments"}
         if not isinstance(args, dict):
             return "error: the arguments must be a JSON object", {"error": "bad arguments"}

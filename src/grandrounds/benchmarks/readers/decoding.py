@@ -176,16 +176,15 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
                     text = decoder.decode(chunk)
                 except UnicodeDecodeError as e:
                     at = offset + e.start
-                    line = no + chunk[: e.start].count(b"\n")
+                    bad = no + chunk[: e.start].count(b"\n")
                     raise DataError(
                         path,
-                        line,
+                        bad,
                         f"cannot decode as {encoding} (byte 0x{chunk[e.start]:02x} at offset {at})",
                     ) from None
                 if offset == 0 and text.startswith("\ufeff"):
-                    text = text[
-                        1:
-                    ]  # a BOM the named codec keeps (utf-8): not part of the first record
+                    # a BOM the named codec keeps (utf-8): not part of the first record
+                    text = text[1:]
                 offset += len(chunk)
                 *lines, tail = text.split("\n")
                 if lines:

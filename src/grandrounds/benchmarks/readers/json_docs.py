@@ -52,6 +52,10 @@ def read_json(path: Path) -> Any:
 # (:class:`_SurrogateWatch`), and the document is then read by json too.
 
 
+#: The top level a document is read as: an array or an object.
+JsonKind = type[list[Any]] | type[dict[str, Any]]
+
+
 def iter_json_array(path: Path, expected: str) -> Iterator[tuple[int, Any]]:
     """(index, item) of each item of a JSON file whose top level is an array, read as asked for.
 
@@ -72,7 +76,7 @@ def iter_json_object(path: Path, expected: str) -> Iterator[tuple[str, Any]]:
     return _iter_json_file(path, dict, expected)
 
 
-def _iter_json_file(path: Path, kind: type, expected: str) -> Iterator[Any]:
+def _iter_json_file(path: Path, kind: JsonKind, expected: str) -> Iterator[Any]:
     require_file(path)
     encoding = DATA_ENCODING.get()
     if encoding is None and not is_utf8(path):
@@ -86,7 +90,7 @@ def stream_json(
     source: Callable[[], Any],
     whole: Callable[[], Any],
     path: Path | str,
-    kind: type,
+    kind: JsonKind,
     expected: str,
     encoding: str | None = None,
 ) -> Iterator[Any]:
@@ -247,11 +251,13 @@ class _SurrogateWatch:
         )
 
 
-def _items_of(data: Any, kind: type, path: Path | str, expected: str, skip: int) -> Iterator[Any]:
+def _items_of(
+    data: Any, kind: JsonKind, path: Path | str, expected: str, skip: int
+) -> Iterator[Any]:
     """What :func:`stream_json` yields, from a whole document, after the first ``skip``."""
     if not isinstance(data, kind):
         raise DataError(path, None, expected)
-    items = enumerate(data) if kind is list else iter(data.items())
+    items = enumerate(data) if isinstance(data, list) else iter(data.items())
     for n, item in enumerate(items):
         if n >= skip:
             yield item

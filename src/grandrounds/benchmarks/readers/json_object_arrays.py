@@ -65,7 +65,7 @@ class _JsonText:
     def peek(self) -> str:
         """The next character after whitespace (consumed), "" at the end of the document."""
         while True:
-            self.pos = _WHITESPACE.match(self.text, self.pos).end()  # type: ignore[union-attr]
+            self.pos = _WHITESPACE.match(self.text, self.pos).end()  # type: ignore[union-attr]  # \s* always matches
             if self.pos < len(self.text):
                 return self.text[self.pos]
             if not self.more():
@@ -92,7 +92,7 @@ class _JsonText:
                 if self.more():
                     continue
                 raise _Refused from None
-            after = _WHITESPACE.match(self.text, end).end()  # type: ignore[union-attr]
+            after = _WHITESPACE.match(self.text, end).end()  # type: ignore[union-attr]  # \s* always matches
             if after < len(self.text) and self.text[after] in then:
                 self.pos = after
                 return value

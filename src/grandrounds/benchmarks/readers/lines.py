@@ -41,7 +41,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise DataError(path, None, "no records (only blank lines)")
 
 
-class _Rows(csv.DictReader):  # type: ignore[type-arg]
+class _Rows(csv.DictReader):
     """A DictReader whose malformed rows (a cell over the CSV field limit, a bad quote) are DataErrors."""
 
     def __init__(self, text: str, path: Path) -> None:
@@ -74,7 +74,7 @@ def _csv_problem(e: csv.Error) -> str:
     return f"malformed CSV ({e})"
 
 
-def read_csv(path: Path, columns: Iterable[str]) -> csv.DictReader:  # type: ignore[type-arg]
+def read_csv(path: Path, columns: Iterable[str]) -> csv.DictReader[str]:
     """Rows of a CSV file with a header line; a DataError on line 1 names any of ``columns`` it lacks,
     and a malformed row (a cell over the CSV field limit, a bad quote) is a DataError naming its line."""
     reader = _Rows(read_text(path), path)

@@ -395,7 +395,7 @@ def _expected_internals() -> bool:
 def _lazy_reader_class() -> type:
     from openpyxl.reader.excel import SHARED_STRINGS, ExcelReader
 
-    class _LazyReader(ExcelReader):  # type: ignore[misc]
+    class _LazyReader(ExcelReader):
         """openpyxl's reader with the table left in the archive, read as cells ask for it."""
 
         def read_strings(self) -> None:

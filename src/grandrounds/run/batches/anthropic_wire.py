@@ -27,7 +27,7 @@ from grandrounds.providers.anthropic import (
 from grandrounds.providers.base import Provider, ProviderError, error_reason, redact
 from grandrounds.run.batches.http import BatchHttp
 from grandrounds.run.batches.settings import BatchSettings
-from grandrounds.run.batches.wire import Remote, Submission, Wire
+from grandrounds.run.batches.wire import Remote, Submission, Wire, object_at
 
 #: How far back (seconds before the first try, for clock skew) a batch may have been created to be
 #: the one whose creation reply was lost.
@@ -56,7 +56,7 @@ class AnthropicWire(Wire):
 
     def __init__(self, provider: AnthropicProvider, settings: BatchSettings) -> None:
         timeout = max(settings.transfer_timeout, provider.timeout)
-        self.client = lambda: cast(BatchHttp, provider.client(timeout, BatchHttp))  # type: ignore[method-assign]
+        self.client = lambda: cast(BatchHttp, provider.client(timeout, BatchHttp))
         self.base_url, self.secrets = provider.spec.base_url, provider.secrets
         self.endpoint = f"{provider.spec.base_url}/v1/messages"
 
@@ -83,12 +83,12 @@ class AnthropicWire(Wire):
     async def find(self, attempt: Submission, size: int) -> Remote | None:
         """The one batch (of the newest 100) created since shortly before the first try, unknown to
         the store, with ``size`` requests; None where there is none or more than one."""
-        page = await self._call(lambda http: http.get("/v1/messages/batches?limit=100"))
+        page = await self._call(lambda http: http.fetch("/v1/messages/batches?limit=100"))
         fits = []
         for b in page.get("data") or []:
             if not isinstance(b, dict) or b.get("id") in attempt.known:
                 continue
-            counts = b.get("request_counts") if isinstance(b.get("request_counts"), dict) else {}
+            counts = object_at(b, "request_counts")
             total = sum(
                 v for v in counts.values() if isinstance(v, int) and not isinstance(v, bool)
             )
@@ -98,7 +98,7 @@ class AnthropicWire(Wire):
 
     async def status(self, batch_id: str) -> Remote:
         return self._remote(
-            await self._call(lambda http: http.get(f"/v1/messages/batches/{batch_id}"))
+            await self._call(lambda http: http.fetch(f"/v1/messages/batches/{batch_id}"))
         )
 
     def _remote(self, out: dict[str, Any]) -> Remote:
@@ -108,7 +108,7 @@ class AnthropicWire(Wire):
                 "malformed response body: a message batch without id or processing_status",
                 retryable=True,
             )
-        counts = out.get("request_counts") if isinstance(out.get("request_counts"), dict) else {}
+        counts = object_at(out, "request_counts")
         return Remote(batch_id, state, state == "ended", counts, "", (out.get("results_url"),))
 
     def outcome(self, remote: Remote) -> str:

@@ -122,6 +122,8 @@ class BatchExecutor(StoreFirst):
     """The run's executor for batched calls (answers or one judge): store first, identical
     requests shared, then the endpoint's :class:`BatchHub`."""
 
+    stats: BatchStats
+
     def __init__(
         self,
         store: Store,

@@ -67,7 +67,8 @@ class BatchHttp(HttpClient):
                 self._redact(f"connection error: {type(err).__name__}: {err}"), retryable=True
             ) from None
 
-    async def get(self, where: str) -> HttpReply:
+    async def fetch(self, where: str) -> HttpReply:
+        """GET ``where`` on this client's endpoint."""
         return await self._send("GET", where)
 
     async def post_bytes(self, where: str, data: bytes) -> HttpReply:

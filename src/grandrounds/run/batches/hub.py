@@ -365,10 +365,10 @@ class BatchHub:
 
     async def _collect(self, b: _Open, remote: Remote) -> None:
         try:
-            async for key, outcome in self.wire.results(remote):
+            async for key, result in self.wire.results(remote):
                 if key in b.attempts and key not in b.landed:
                     b.landed.add(key)
-                    self._land(b, key, outcome)
+                    self._land(b, key, result)
         except ProviderError as err:
             self._poll_failed(
                 b, f"could not read the results of batch {b.stored.batch_id}: {err}", err.retryable

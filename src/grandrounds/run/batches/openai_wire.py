@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from secrets import token_hex
 from typing import Any, cast
 
@@ -27,7 +28,7 @@ from grandrounds.providers.openai_compat import (
 )
 from grandrounds.run.batches.http import BatchHttp
 from grandrounds.run.batches.settings import BatchSettings
-from grandrounds.run.batches.wire import Remote, Submission, Wire
+from grandrounds.run.batches.wire import Remote, Submission, Wire, object_at
 
 #: The metadata key of the marker each batch is created with.
 MARKER_KEY = "grandrounds_submission"
@@ -55,7 +56,7 @@ class OpenAIWire(Wire):
         timeout = max(settings.transfer_timeout, http.timeout)
         self.client = lambda: BatchHttp(
             http.base_url, headers, timeout, http.max_response_bytes, http.secrets
-        )  # type: ignore[method-assign]
+        )
         self.base_url, self.secrets = http.base_url, tuple(http.secrets)
         self.endpoint = f"{public_url(http.base_url)}/chat/completions"
         self.model = provider.spec.model
@@ -107,10 +108,10 @@ class OpenAIWire(Wire):
         after: str | None = None
         for _ in range(FIND_PAGES):
             where = "/batches?limit=100" + (f"&after={after}" if after else "")
-            page = await self._call(lambda http, where=where: http.get(where))
+            page = await self._call(partial(BatchHttp.fetch, where=where))
             data = [b for b in page.get("data") or [] if isinstance(b, dict)]
             for b in data:
-                meta = b.get("metadata") if isinstance(b.get("metadata"), dict) else {}
+                meta = object_at(b, "metadata")
                 if b.get("id") not in attempt.known and (
                     b.get("input_file_id") == attempt.file_id
                     or meta.get(MARKER_KEY) == attempt.marker
@@ -127,7 +128,7 @@ class OpenAIWire(Wire):
         return None
 
     async def status(self, batch_id: str) -> Remote:
-        return self._remote(await self._call(lambda http: http.get(f"/batches/{batch_id}")))
+        return self._remote(await self._call(lambda http: http.fetch(f"/batches/{batch_id}")))
 
     def _remote(self, out: dict[str, Any]) -> Remote:
         batch_id, state = out.get("id"), out.get("status")
@@ -145,7 +146,7 @@ class OpenAIWire(Wire):
             if isinstance(e, dict)
         )
         detail = " ".join(redact(detail, self.secrets).split())[:300]
-        counts = out.get("request_counts") if isinstance(out.get("request_counts"), dict) else {}
+        counts = object_at(out, "request_counts")
         return Remote(
             batch_id,
             state,

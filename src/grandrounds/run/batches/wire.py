@@ -42,6 +42,12 @@ class Submission:
     found: bool = False
 
 
+def object_at(body: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``body[key]`` where it is a JSON object, else an empty one."""
+    value = body.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 class Wire:
     """One provider's batch API: request lines, submission, status and results.
 
@@ -55,8 +61,8 @@ class Wire:
     base_url: str = ""
     secrets: tuple[str, ...] = ()
 
-    def client(self) -> BatchHttp:
-        raise NotImplementedError
+    #: A fresh client for one operation (each wire sets it from its provider's endpoint).
+    client: Callable[[], BatchHttp]
 
     async def _call(self, op: Callable[[BatchHttp], Any]) -> dict[str, Any]:
         """One request through a fresh client: its reply as a JSON object (ProviderError otherwise)."""
