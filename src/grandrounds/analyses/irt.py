@@ -695,9 +695,9 @@ def analyse(
         raise IrtError(
             f"on {resp.benchmark}, fewer than 2 respondents answered an item that someone got right and someone wrong"
         )
-    for i in np.flatnonzero(~rows):
+    for none in np.flatnonzero(~rows):
         notes.append(
-            f"{resp.respondents[i].label} answered no item that separates the respondents: no ability estimate"
+            f"{resp.respondents[none].label} answered no item that separates the respondents: no ability estimate"
         )
     fit = fit_2pl(y[np.ix_(rows, keep)], priors)
     if not fit.converged:
