@@ -21,7 +21,7 @@ import math
 import os
 import re
 import time
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import unquote
 
 import orjson
@@ -56,7 +56,7 @@ class OpenAIProvider(Provider):
     """``openai/MODEL``: chat, next-token and log-likelihood requests over HTTP (aiohttp)."""
 
     request_kinds = frozenset({"chat", "next_token", "loglikelihood"})
-    model_options = (
+    model_options: ClassVar[tuple[Param, ...]] = (
         Param(
             "timeout",
             float,
