@@ -93,3 +93,20 @@ def _command_source_options_end_with_the_test() -> Iterator[None]:
     from grandrounds.sources import mirrors
 
     mirrors.set_overrides({})
+
+
+def require_bwrap() -> None:
+    """Skip (or fail under CI, which installs bubblewrap) where bubblewrap cannot start a sandbox."""
+    from grandrounds.benchmarks.agent_envs.sandbox import SandboxUnavailable, check
+
+    try:
+        check()
+    except SandboxUnavailable as e:
+        _missing(f"the bubblewrap sandbox cannot start here: {e}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``bwrap`` run model code under bubblewrap: skipped, with the reason, where it
+    cannot start (failed under CI=true)."""
+    if item.get_closest_marker("bwrap"):
+        require_bwrap()

@@ -120,7 +120,18 @@ def _hook(event, args):
         _refuse(event, repr(args)[:200])
 
 
+def _no_new_processes():
+    """RLIMIT_NPROC 0 (binds users other than root), set here: bubblewrap itself forks first."""
+    import resource  # noqa: PLC0415  (before the hook, which refuses it to the model's code)
+
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    except (ValueError, OSError):
+        pass
+
+
 def main():
+    _no_new_processes()
     code = sys.stdin.read()
     sys.stdin = open(os.devnull)  # noqa: SIM115  (opened before the hook; the code reads nothing more)
     sys.addaudithook(_hook)
