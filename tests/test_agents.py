@@ -479,3 +479,56 @@ def test_resume_after_kill_9(tmp_path):
     print(
         f"kill -9 resume: {first} calls before the kill, {stored} stored, {partial} episodes mid-way, {second} on the re-run (24 in all)"
     )
+
+
+def _without_bubblewrap(monkeypatch) -> None:
+    from grandrounds.benchmarks.agent_envs import sandbox
+
+    monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-on-this-path")
+    sandbox._bubblewrap_state.cache_clear()  # and again after the test: see the finally blocks
+
+
+def test_no_sandbox_no_tool_stops_before_the_first_call(tmp_path, monkeypatch):
+    from grandrounds.benchmarks.agent_envs import sandbox
+
+    _without_bubblewrap(monkeypatch)
+    asked: list[Request] = []
+
+    class Bot(ScriptedProvider):
+        def __init__(self, spec, **options):
+            super().__init__(spec, script=lambda req: asked.append(req) or "1", **options)
+
+    try:
+        with PROVIDERS.registered("agentbot", Bot):
+            r = CliRunner().invoke(app, run_args(tmp_path, 2), env={"COLUMNS": "300"})
+    finally:
+        sandbox._bubblewrap_state.cache_clear()
+    assert r.exit_code != 0 and asked == []
+    lines = [x for x in r.output.splitlines() if "bubblewrap" in x]
+    assert len(lines) == 1, r.output
+    assert (
+        "the python tool cannot run: bubblewrap (bwrap-not-on-this-path) is not installed"
+        in lines[0]
+    )
+    assert "apt-get install bubblewrap" in lines[0] and "sandbox=unsafe-audit-hook-only" in lines[0]
+
+
+def test_unsafe_isolation_is_asked_by_name_and_recorded(tmp_path, monkeypatch):
+    from grandrounds.benchmarks.agent_envs import sandbox
+
+    _without_bubblewrap(monkeypatch)
+    rows = medcalc_rows(6)
+    try:
+        cli(run_args(tmp_path, 6, "--param", "sandbox=unsafe-audit-hook-only"), rule(rows))
+    finally:
+        sandbox._bubblewrap_state.cache_clear()
+    res = results(tmp_path)
+    assert res["extra"]["sandbox"] == "unsafe-audit-hook-only"
+    assert res["score"] == pytest.approx(sum(int(r["Row Number"]) % 2 == 0 for r in rows) / 6)
+    from grandrounds.store import Store
+
+    with Store(tmp_path / "s.db") as st:
+        (run_rec,) = st.runs()
+    assert (
+        run_rec.benchmark_spec == 'medcalc-bench-tools{"sandbox":"unsafe-audit-hook-only"}'
+    )  # its own run

@@ -185,14 +185,14 @@ def test_unknown_backend_is_refused_in_one_line():
 
 def test_missing_bubblewrap_refuses_the_tool_with_how_to_install(monkeypatch):
     sandbox._bubblewrap_state.cache_clear()
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    monkeypatch.setattr(sandbox, "BWRAP", "bwrap-not-on-this-path")
     try:
         with pytest.raises(SandboxUnavailable) as got:
             run_python("print(1)", FAST)
     finally:
         sandbox._bubblewrap_state.cache_clear()
     line = str(got.value)
-    assert "\n" not in line and "bubblewrap (bwrap) is not installed" in line
+    assert "\n" not in line and "bubblewrap (bwrap-not-on-this-path) is not installed" in line
     assert "apt-get install bubblewrap" in line and UNSAFE in line
 
 

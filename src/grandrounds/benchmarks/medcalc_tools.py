@@ -9,18 +9,28 @@ natively (``--param actions=native``, the only action protocol here, as tool-usi
 so a provider without native tool use is refused. The episode ends at the first reply that calls
 no tool; that reply is the answer. Ten replies per episode by default (``--param max_steps``).
 The environment is :mod:`grandrounds.benchmarks.agent_envs.medcalc_tools`.
+
+The Python tool runs model code under bubblewrap (:mod:`grandrounds.benchmarks.agent_envs.sandbox`).
+Where bubblewrap cannot start, the run stops before its first call with one line saying what is
+missing; ``--param sandbox=unsafe-audit-hook-only`` runs the code under the audit hook and
+resource limits only (not a sandbox): a setting of the run's spec, so such runs are recorded and
+ranked apart. Each result says which isolation ran (``extra.sandbox``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
+from grandrounds.benchmarks.agent_envs import sandbox
 from grandrounds.benchmarks.agent_envs.medcalc_tools import MedCalcToolsEnvironment
 from grandrounds.benchmarks.agents import AgentBenchmark, Environment
-from grandrounds.benchmarks.base import RunOptions
+from grandrounds.benchmarks.base import Aggregate, RunOptions
 from grandrounds.benchmarks.medcalc import MedCalcBench
+from grandrounds.core.errors import ConfigError
 from grandrounds.core.params import Param
-from grandrounds.core.records import Message, Sample
+from grandrounds.core.records import Grade, Message, Sample
 from grandrounds.sources.protocols import system_text
 
 
@@ -41,7 +51,23 @@ class MedCalcTools(AgentBenchmark, MedCalcBench):
         system = system_text(self.protocol(options).answer)
         if system is not None and (not opening or opening[0].role != "system"):
             opening.insert(0, Message("system", system))
-        return MedCalcToolsEnvironment(opening)
+        return MedCalcToolsEnvironment(opening, backend=str(self.param("sandbox")))
+
+    def preflight(self) -> dict[str, str]:
+        """The isolation the Python tool will run under; a one-line :class:`ConfigError` before
+        any call where it cannot start."""
+        try:
+            return sandbox.check(str(self.param("sandbox")))
+        except sandbox.SandboxUnavailable as e:
+            raise ConfigError(f"{self.name}: the python tool cannot run: {e}") from None
+
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
+        """MedCalc-Bench-with-tools' figures, with the isolation the Python tool ran under (a run
+        cannot start without it, see :meth:`preflight`)."""
+        agg = super().aggregate(samples, grades, options)
+        return replace(agg, extra={**agg.extra, "sandbox": str(self.param("sandbox"))})
 
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
         from grandrounds.benchmarks.agent_envs.medcalc_tools import CALCULATOR, PYTHON
@@ -52,4 +78,17 @@ class MedCalcTools(AgentBenchmark, MedCalcBench):
         }
 
 
-MedCalcTools.parameters = MedCalcBench.parameters + MedCalcTools.agent_parameters()
+MedCalcTools.parameters = (
+    MedCalcBench.parameters
+    + MedCalcTools.agent_parameters()
+    + (
+        Param(
+            "sandbox",
+            str,
+            sandbox.BUBBLEWRAP,
+            "what runs the python tool: bubblewrap, or the audit hook and limits only "
+            f"({sandbox.UNSAFE}: not a sandbox, recorded with the run)",
+            choices=sandbox.BACKENDS,
+        ),
+    )
+)

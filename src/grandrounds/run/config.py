@@ -139,8 +139,8 @@ def check_run(cfg: RunConfig) -> RunConfig:
 def check_agent(bench: Benchmark, cfg: RunConfig, provider_options: Mapping[str, Any]) -> None:
     """An agent benchmark's checks before anything runs: native tool calls need a provider that
     sends tools (never emulated), a simulated patient needs ``--simulator``, episodes are asked
-    live (each step waits on the one before, which a batch API cannot do); other benchmarks
-    refuse ``--simulator``."""
+    live (each step waits on the one before, which a batch API cannot do), a tool's sandbox must
+    start (``preflight``); other benchmarks refuse ``--simulator``."""
     episodic = bench.episodic
     if not episodic:
         if cfg.simulator:
@@ -164,6 +164,9 @@ def check_agent(bench: Benchmark, cfg: RunConfig, provider_options: Mapping[str,
         raise ConfigError(
             f"{bench.name} is an agent benchmark: its steps are asked one after another, not through --batch"
         )
+    preflight = getattr(bench, "preflight", None)
+    if preflight is not None:  # a tool's sandbox that cannot start: refused before any call
+        preflight()
     if cfg.simulator:
         check_model(
             cfg.simulator,

@@ -5,9 +5,9 @@ own rule under the run's protocol.
 - ``calculator``: one arithmetic expression (numbers, + - * / // % **, comparisons, ``math.*``,
   ``min``, ``round``, ``abs`` ...), evaluated by the restricted evaluator of
   :mod:`grandrounds.graders.medcalc_extract`; anything else is refused with the reason.
-- ``python``: a program run by :mod:`grandrounds.benchmarks.agent_envs.sandbox` (no network, no
-  new processes, no writes outside a temporary folder, CPU, memory and time limits); what it
-  prints is the result. MedCalc-Bench's own "code" setting runs model code inside the harness's
+- ``python``: a program run by :mod:`grandrounds.benchmarks.agent_envs.sandbox` (bubblewrap: only
+  the standard library and a small private tmpfs, no network, no new processes, CPU, memory,
+  output and time limits); what it prints is the result. MedCalc-Bench's own "code" setting runs model code inside the harness's
   process, unsandboxed: here it never is.
 """
 
@@ -17,7 +17,7 @@ import asyncio
 import json
 from typing import Any
 
-from grandrounds.benchmarks.agent_envs.sandbox import Limits, run_python
+from grandrounds.benchmarks.agent_envs.sandbox import BUBBLEWRAP, Limits, run_python
 from grandrounds.benchmarks.agents import Environment, Reaction, Simulate
 from grandrounds.core.records import Message, Response, ToolResultPart, ToolSpec
 from grandrounds.graders.medcalc_extract import evaluate_arithmetic
@@ -51,9 +51,12 @@ class MedCalcToolsEnvironment(Environment):
 
     tools = (CALCULATOR, PYTHON)
 
-    def __init__(self, opening: list[Message], limits: Limits = Limits()) -> None:
+    def __init__(
+        self, opening: list[Message], limits: Limits = Limits(), backend: str = BUBBLEWRAP
+    ) -> None:
         self.opening = opening
         self.limits = limits
+        self.backend = backend
         self.calls = 0
         self.refused: list[str] = []
 
@@ -86,16 +89,27 @@ class MedCalcToolsEnvironment(Environment):
             except (ValueError, RecursionError) as e:
                 return f"error: {e}", {"error": str(e)}
         if name == "python":
-            outcome = await asyncio.to_thread(run_python, str(args.get("code", "")), self.limits)
+            outcome = await asyncio.to_thread(
+                run_python, str(args.get("code", "")), self.limits, self.backend
+            )
             self.refused.extend(outcome.refused)
-            return outcome.text(), {
+            extra: dict[str, Any] = {
                 "refused": outcome.refused,
                 "exit_code": outcome.exit_code,
                 "timed_out": outcome.timed_out,
             }
+            if outcome.output_cut:
+                extra["output_cut"] = True
+            if outcome.cleanup_error:
+                extra["cleanup_error"] = outcome.cleanup_error
+            return outcome.text(), extra
         return f"error: no tool named {name!r} (tools: calculator, python)", {
             "error": "unknown tool"
         }
 
     def state(self) -> dict[str, Any]:
-        return {"tool_calls": self.calls, "sandbox_refused": list(self.refused)}
+        return {
+            "tool_calls": self.calls,
+            "sandbox_refused": list(self.refused),
+            "sandbox": self.backend,
+        }

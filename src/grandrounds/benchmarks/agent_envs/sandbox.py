@@ -54,6 +54,8 @@ from pathlib import Path
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 BUBBLEWRAP = "bubblewrap"
+#: The bubblewrap program, looked up on PATH.
+BWRAP = "bwrap"
 UNSAFE = "unsafe-audit-hook-only"
 BACKENDS = (BUBBLEWRAP, UNSAFE)
 #: The working folder inside the sandbox (a tmpfs of ``Limits.disk_mb``).
@@ -199,9 +201,9 @@ def bubblewrap_command(limits: Limits, bwrap: str = "bwrap") -> list[str]:
 @functools.cache
 def _bubblewrap_state() -> tuple[str | None, str]:
     """(None, "bubblewrap VERSION") where a sandbox starts here, else (the one-line reason, "")."""
-    bwrap = shutil.which("bwrap")
+    bwrap = shutil.which(BWRAP)
     if bwrap is None:
-        return f"bubblewrap (bwrap) is not installed: {INSTALL_HINT}", ""
+        return f"bubblewrap ({BWRAP}) is not installed: {INSTALL_HINT}", ""
     try:
         version = subprocess.run(
             [bwrap, "--version"], capture_output=True, text=True, timeout=30, check=False
@@ -322,7 +324,7 @@ def run_python(code: str, limits: Limits = Limits(), backend: str = BUBBLEWRAP) 
     check(backend)
     if backend == BUBBLEWRAP:
         proc = subprocess.Popen(
-            bubblewrap_command(limits, shutil.which("bwrap") or "bwrap"),
+            bubblewrap_command(limits, shutil.which(BWRAP) or BWRAP),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
