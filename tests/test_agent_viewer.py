@@ -23,6 +23,8 @@ from grandrounds.viewer.server import make_server
 from tests.conftest import shared_file
 from tests.test_agents import medcalc_rows, truth_of
 
+pytestmark = pytest.mark.bwrap  # the episodes run the python tool
+
 XSS = "<script>window.__pwned=1</script><img src=x onerror=window.__pwned=1>"
 
 

@@ -124,6 +124,7 @@ def episodes(db: Path) -> list[tuple]:
         con.close()
 
 
+@pytest.mark.bwrap
 def test_success_rate_equals_independent_count(tmp_path):
     rows = medcalc_rows(24)
     cli(run_args(tmp_path, 24), rule(rows))
@@ -146,6 +147,7 @@ def test_success_rate_equals_independent_count(tmp_path):
     )
 
 
+@pytest.mark.bwrap
 def test_rerun_makes_no_call_and_epochs_report_pass_k(tmp_path):
     rows = medcalc_rows(6)
     flaky_seen: dict[str, int] = {}
@@ -180,6 +182,7 @@ def test_rerun_makes_no_call_and_epochs_report_pass_k(tmp_path):
     assert len(episodes(tmp_path / "s.db")) == before == 12
 
 
+@pytest.mark.bwrap
 def test_unknowns_are_not_zeros(tmp_path):
     """A candidate whose call fails leaves its sample unscored (and asked again next time)."""
     rows = medcalc_rows(4)
@@ -269,6 +272,7 @@ def test_refusals(tmp_path):
     assert r.exit_code != 0 and "actions" in r.output
 
 
+@pytest.mark.bwrap
 def test_regrade_is_refused_with_the_way_to_regrade(tmp_path):
     rows = medcalc_rows(2)
     cli(run_args(tmp_path, 2), rule(rows))
@@ -408,6 +412,7 @@ def _serve_rule(rows):
     return serve
 
 
+@pytest.mark.bwrap
 def test_resume_after_kill_9(tmp_path):
     """A run killed mid-episode, then the same command again: the same transcripts, and the calls
     of the second run are exactly those the first had not stored."""
