@@ -400,6 +400,10 @@ def test_anthropic_wire_tools():
     )
 
 
+def _interrupted(step: dict) -> bool:
+    return any(ev.get("outcome") == "interrupted" for ev in step.get("events", ()))
+
+
 def _serve_rule(rows):
     def serve(body: dict) -> object:
         msgs = body["messages"]
@@ -414,8 +418,9 @@ def _serve_rule(rows):
 
 @pytest.mark.bwrap
 def test_resume_after_kill_9(tmp_path):
-    """A run killed mid-episode, then the same command again: the same transcripts, and the calls
-    of the second run are exactly those the first had not stored."""
+    """A run killed mid-episode, then the same command again: the same transcripts (but for a tool
+    call in flight at the kill, answered as stopped), and the calls of the second run are exactly
+    those the first had not stored."""
     rows = medcalc_rows(6)
     data = str(shared_file("medcalc-bench", "test_data.csv"))
     db = tmp_path / "s.db"
@@ -479,8 +484,19 @@ def test_resume_after_kill_9(tmp_path):
             check=True,
         )
     clean = episodes(fresh)
-    assert [(e[0], e[1], e[2], e[3]) for e in killed] == [(e[0], e[1], e[2], e[3]) for e in clean]
-    assert all(e[2] == "finished" for e in killed) and len(killed) == 6
+    # the same transcripts, but for a step whose tool was running at the kill: that call is
+    # answered as stopped, not run again (the steps before it are the same)
+    stopped = 0
+    for k, c in zip(killed, clean):
+        ks, cs = json.loads(k[3]), json.loads(c[3])
+        cut = next((i for i, st in enumerate(ks) if _interrupted(st)), None)
+        if cut is None:
+            assert k == c
+        else:
+            stopped += 1
+            assert ks[:cut] == cs[:cut] and ks[cut]["key"] == cs[cut]["key"]
+    assert stopped <= 2  # at most one step per episode in flight (--concurrency 2)
+    assert all(e[2] == "finished" for e in killed) and len(killed) == 6 == len(clean)
     print(
         f"kill -9 resume: {first} calls before the kill, {stored} stored, {partial} episodes mid-way, {second} on the re-run (24 in all)"
     )
@@ -537,3 +553,116 @@ def test_unsafe_isolation_is_asked_by_name_and_recorded(tmp_path, monkeypatch):
     assert (
         run_rec.benchmark_spec == 'medcalc-bench-tools{"sandbox":"unsafe-audit-hook-only"}'
     )  # its own run
+
+
+ENDLESS = json.dumps({"code": "while True:\n    pass"})
+
+
+@pytest.mark.bwrap
+def test_time_budget_holds_while_tools_run(tmp_path):
+    """A reply with three endless python calls: the episode ends at its time budget (plus the
+    time to kill the sandbox), not after the three calls' own limits (10 s each)."""
+    medcalc_rows(1)
+    start = time.monotonic()
+    cli(
+        run_args(tmp_path, 1, "--param", "max_seconds_per_episode=2"),
+        lambda req: [ToolCallPart(f"p{i}", "python", ENDLESS) for i in range(3)],
+    )
+    elapsed = time.monotonic() - start
+    res = results(tmp_path)
+    assert res["extra"]["episodes"] == {"step_limit": 1} and res["score"] == 0.0
+    (step,) = json.loads(episodes(tmp_path / "s.db")[0][3])
+    assert step["limit"].startswith("max_seconds_per_episode: 2 s ran out while the tools ran")
+    assert elapsed < 6.0, elapsed  # 2 s of budget, the kill, and the run's own start and end
+    print(f"three endless python calls, budget 2 s: the run took {elapsed:.2f} s")
+
+
+def test_tool_calls_per_reply_are_capped(tmp_path):
+    medcalc_rows(1)
+    calc = json.dumps({"expression": "1+1"})
+    start = time.monotonic()
+    cli(
+        run_args(tmp_path, 1),
+        lambda req: [ToolCallPart(f"c{i}", "calculator", calc) for i in range(20000)],
+    )
+    elapsed = time.monotonic() - start
+    (ep,) = episodes(tmp_path / "s.db")
+    (step,) = json.loads(ep[3])
+    assert ep[2] == "step_limit" and "events" not in step  # none of them ran
+    assert step["limit"] == "max_tool_calls_per_reply: 20000 tool calls in one reply, over 32"
+    assert len(step["tool_calls"]) == 32 and step["tool_calls_not_shown"] == 20000 - 32
+    print(f"20,000 tool calls in one reply: stopped at the cap in {elapsed:.2f} s")
+
+
+def test_tool_calls_per_episode_are_capped(tmp_path):
+    medcalc_rows(1)
+    calc = json.dumps({"expression": "1+1"})
+    cli(
+        run_args(tmp_path, 1, "--param", "max_tool_calls_per_episode=50"),
+        lambda req: [ToolCallPart(f"c{i}", "calculator", calc) for i in range(20)],
+    )
+    (ep,) = episodes(tmp_path / "s.db")
+    steps = json.loads(ep[3])
+    assert ep[2] == "step_limit" and len(steps) == 3
+    assert [len(s.get("events", ())) for s in steps] == [20, 20, 0]
+    assert steps[2]["limit"] == (
+        "max_tool_calls_per_episode: 60 tool calls in the episode, over 50"
+    )
+
+
+def _hang_then_answer(rows):
+    def serve(body: dict) -> object:
+        msgs = body["messages"]
+        row = truth_of("\n".join(str(m.get("content") or "") for m in msgs), rows)
+        if not any(m["role"] == "tool" for m in msgs):
+            return Reply("", tool_calls=(("python", {"code": "import time\ntime.sleep(60)"}),))
+        return json.dumps({"answer": row["Ground Truth Answer"]})
+
+    return serve
+
+
+@pytest.mark.bwrap
+def test_a_tool_call_that_stops_the_harness_is_not_run_again(tmp_path):
+    """The harness killed while a tool runs: the step was marked on disk before the tool ran, so
+    the next run answers that call as stopped instead of running it again (and again)."""
+    rows = medcalc_rows(1)
+    data = str(shared_file("medcalc-bench", "test_data.csv"))
+    db = tmp_path / "s.db"
+    cmd = [sys.executable, "-m", "grandrounds", "run", BENCH, "--data", data, "--limit", "1"]
+    cmd += ["-m", "openai/m", "--store", str(db), "--protocol", "grandrounds"]
+    env = {**os.environ, "OPENAI_API_KEY": "x", "COLUMNS": "200"}
+    with LoopbackServer(_hang_then_answer(rows)) as srv:
+        proc = subprocess.Popen(
+            [*cmd, "--base-url", srv.base_url],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 60
+        marked: list = []
+        while not marked and time.time() < deadline:
+            time.sleep(0.1)
+            if db.exists():
+                con = sqlite3.connect(db)
+                try:
+                    marked = con.execute(
+                        "SELECT steps_json FROM episodes WHERE status = 'running'"
+                    ).fetchall()
+                except sqlite3.OperationalError:
+                    marked = []
+                con.close()
+        time.sleep(0.5)  # the tool is running (it sleeps 60 s)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert marked and json.loads(marked[0][0])[-1]["acting"] is True
+        start = time.monotonic()
+        done = subprocess.run(
+            [*cmd, "--base-url", srv.base_url], env=env, capture_output=True, text=True, timeout=120
+        )
+        again = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    (ep,) = episodes(db)
+    steps = json.loads(ep[3])
+    assert ep[2] == "finished" and steps[0]["events"][0]["outcome"] == "interrupted"
+    assert "not run again" in steps[0]["events"][0]["text"] and "acting" not in steps[0]
+    assert again < 30, again  # the 60 s sleep did not run again

@@ -849,3 +849,34 @@ def test_server_error_status_is_told_to_the_agent(fhir):
         reaction.messages[0].text
         == f"Error in sending the GET request: 404 Client Error: Not Found for url: {fhir.base_url}Nothing?patient=S1&_format=json"
     )
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "%2e%2e/secret?x=1",
+        "%2E%2E/secret?x=1",
+        "%252e%252e/secret?x=1",
+        "Patient/%2e%2e/%2e%2e/secret?x=1",
+        "Patient/..;/..;/secret?x=1",
+        "Patient/../../secret?x=1",
+        "/Patient?x=1",  # a doubled slash after the base
+        "..%2fsecret?x=1",
+        "Patient%5c..%5c..%5csecret?x=1",
+    ],
+)
+def test_get_outside_the_base_path_is_refused_never_fetched(fhir, path):
+    case = next(t for t in tasks() if t["id"] == "task2_1")
+    after, status, _, _ = our_outcome(f"GET {fhir.base_url}{path}", case, fhir.base_url)
+    assert status is None and after.startswith("Error in sending the GET request: refused"), after
+
+
+def test_get_under_the_base_path_is_fetched_whatever_the_case_of_scheme_and_host(fhir):
+    case = next(t for t in tasks() if t["id"] == "task2_1")
+    shouting = fhir.base_url.replace("http://", "HTTP://")
+    for url in (f"{fhir.base_url}Patient?identifier=S1", f"{shouting}Patient?identifier=S1"):
+        after, status, _, _ = our_outcome(f"GET {url}", case, fhir.base_url)
+        assert status is None and "<<" in after, after  # fetched (by the stand-in fetch)
+    upper = fhir.base_url.replace("/fhir/", "/FHIR/")
+    after, _, _, _ = our_outcome(f"GET {upper}Patient?identifier=S1", case, fhir.base_url)
+    assert after.startswith("Error in sending the GET request: refused")

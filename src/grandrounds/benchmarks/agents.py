@@ -7,7 +7,8 @@ response), until the episode ends with a status:
 
 - ``finished``: the candidate gave its final answer (graded);
 - ``step_limit``: the benchmark's step budget (or ``--param max_tokens_per_episode`` /
-  ``max_seconds_per_episode``) ran out first;
+  ``max_seconds_per_episode`` / ``max_tool_calls_per_reply`` / ``max_tool_calls_per_episode``)
+  ran out first; the step that hit a budget names it (``limit``);
 - ``invalid_action``: the reply could not be read as an action where the benchmark's own loop
   stops on that (MedAgentBench);
 - ``context_limit``: the conversation no longer fits the candidate's context;
@@ -28,6 +29,12 @@ actions out of the reply's text with the benchmark's own parser, as the authors'
 so they are asked apart and cached apart); a sample's value is its share of successful epochs,
 and the result reports pass^k for k = 1..K beside the mean (tau-bench's estimator:
 C(c, k) / C(n, k) per task, averaged; Yao et al. 2024, arXiv:2406.12045).
+
+An environment that runs the candidate's code (``replays_safely = False``) has each step marked
+in the store before it acts on the reply; a step found marked but unfinished on the next run (the
+harness was killed or stopped while the tools ran) is not acted on again: its tool calls are
+answered as stopped (:meth:`Environment.interrupted`), so a tool call that kills the harness
+cannot repeat on every resume.
 """
 
 from __future__ import annotations
@@ -40,7 +47,16 @@ from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
 from grandrounds.core.params import Param
-from grandrounds.core.records import Cell, GenParams, Grade, Message, Response, Sample, ToolSpec
+from grandrounds.core.records import (
+    Cell,
+    GenParams,
+    Grade,
+    Message,
+    Response,
+    Sample,
+    ToolResultPart,
+    ToolSpec,
+)
 from grandrounds.scoring.cells import mean_cell
 
 #: How an episode ended (see the module's docstring).
@@ -52,8 +68,16 @@ EPISODE_STATUSES = (
     "environment_error",
     "answer_failed",
 )
+#: Default caps on the candidate's tool calls (``--param max_tool_calls_per_reply`` / ``..._per_episode``).
+MAX_TOOL_CALLS_PER_REPLY = 32
+MAX_TOOL_CALLS_PER_EPISODE = 128
 #: Episode statuses that are failures of the candidate (value 0); the others that did not finish are unknowns.
 FAILED_EPISODE = frozenset({"step_limit", "invalid_action", "context_limit"})
+
+#: The tool result of a call whose run stopped the harness (killed, hung and stopped), not run again.
+INTERRUPTED = (
+    "[not run again: the harness stopped while this call ran (killed, or stopped while it hung)]"
+)
 
 #: simulate(role, messages, params) -> the simulator model's reply (a cached call of its own).
 Simulate = Callable[[str, Sequence[Message], GenParams], Awaitable[Response]]
@@ -89,6 +113,8 @@ class Environment(ABC):
 
     #: The tools offered under the native action protocol (() where the environment has none).
     tools: tuple[ToolSpec, ...] = ()
+    #: False where acting on a reply runs the candidate's code (see the module's docstring).
+    replays_safely: ClassVar[bool] = True
 
     @abstractmethod
     def start(self) -> list[Message]:
@@ -97,6 +123,22 @@ class Environment(ABC):
     @abstractmethod
     async def react(self, reply: Response, simulate: Simulate) -> Reaction:
         """The environment's answer to the candidate's reply."""
+
+    def interrupted(self, reply: Response) -> Reaction:
+        """The reaction to a reply whose tool calls stopped the harness on an earlier run: each
+        call answered as stopped, none run again."""
+        results = tuple(ToolResultPart(c.id, INTERRUPTED, c.name) for c in reply.tool_calls)
+        events = [
+            {
+                "actor": "tool",
+                "tool": c.name,
+                "call_id": c.id,
+                "text": INTERRUPTED,
+                "outcome": "interrupted",
+            }
+            for c in reply.tool_calls
+        ]
+        return Reaction(messages=[Message("tool", results)] if results else [], events=events)
 
     def on_step_limit(self) -> Reaction | None:
         """What happens when the step budget runs out (None: the episode ends as ``step_limit``)."""
@@ -156,8 +198,23 @@ class AgentBenchmark(Benchmark):
                 "max_seconds_per_episode",
                 float,
                 0.0,
-                "stop an episode past this many seconds of calls (0: no limit)",
+                "stop an episode past this many seconds of calls and tool runs, tools stopped "
+                "where they run over (0: no limit)",
                 minimum=0.0,
+            ),
+            Param(
+                "max_tool_calls_per_reply",
+                int,
+                MAX_TOOL_CALLS_PER_REPLY,
+                "stop an episode at a reply with more tool calls than this (none of them run)",
+                minimum=1,
+            ),
+            Param(
+                "max_tool_calls_per_episode",
+                int,
+                MAX_TOOL_CALLS_PER_EPISODE,
+                "stop an episode at the reply that takes its tool calls past this",
+                minimum=1,
             ),
         )
 

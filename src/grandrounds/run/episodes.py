@@ -11,7 +11,9 @@ See :mod:`grandrounds.benchmarks.agents` for statuses, action protocols and epoc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,6 +72,7 @@ class EpisodeRunner:
         steps: list[dict[str, Any]] = []
         messages = list(env.start())
         budget = _Budget(self.bench)
+        earlier = self._unfinished_steps(sample.id, epoch, env)
         status, final, key = "step_limit", None, ""
         step: dict[str, Any] | None = None
         sim_keys: list[str] = []  # the simulator calls of the step being played, in the order asked
@@ -93,7 +96,22 @@ class EpisodeRunner:
                     )
                     break
                 messages.append(reply_message(resp))
-                reaction = await env.react(resp, self._simulate(epoch, sim_keys))
+                limit = budget.over_tool_calls(resp)
+                if limit is None:
+                    reaction, limit = await self._react(
+                        (sample.id, epoch),
+                        env,
+                        resp,
+                        step,
+                        steps,
+                        earlier,
+                        budget,
+                        self._simulate(epoch, sim_keys),
+                    )
+                if limit is not None or reaction is None:  # the step that hit a budget names it
+                    steps.append(_over_budget(step, limit, budget.per_reply))
+                    status = "step_limit"
+                    break
                 step["events"] = reaction.events
                 if sim_keys:  # counted with the run's usage (store.simulator_usage)
                     step["simulator_keys"] = list(sim_keys)
@@ -128,6 +146,50 @@ class EpisodeRunner:
         await env.close()
         self.store.put_episode(self.run_id, sample.id, epoch, status, steps)
         return {"status": status, "final": final, "steps": steps, "state": state, "key": key}
+
+    def _unfinished_steps(self, sample_id: str, epoch: int, env: Environment) -> list[Any]:
+        """The stored steps of an earlier, unfinished try of this episode (for an environment that
+        runs the candidate's code: its steps are marked before it acts)."""
+        if env.replays_safely:
+            return []
+        for e in self.store.episodes(self.run_id, sample_id):
+            if e["epoch"] == epoch and e["status"] == "running":
+                return list(e["steps"])
+        return []
+
+    async def _react(
+        self,
+        where: tuple[str, int],
+        env: Environment,
+        resp: Response,
+        step: dict[str, Any],
+        steps: list[dict[str, Any]],
+        earlier: list[Any],
+        budget: _Budget,
+        simulate: Any,
+    ) -> tuple[Reaction | None, str | None]:
+        """The environment's reaction to one reply within the episode's time budget (None and the
+        budget's name where it ran out while the tools ran); a reply whose tools stopped the
+        harness on an earlier try is answered as stopped, not acted on again."""
+        index = step["step"]
+        if (
+            index < len(earlier)
+            and earlier[index].get("acting")
+            and earlier[index].get("key") == step["key"]
+        ):
+            return env.interrupted(resp), None
+        if env.replays_safely:
+            return await budget.react(env.react(resp, simulate), resp.latency)
+        # marked, and on disk, before any tool runs; unmarked where the run is stopped in order
+        # (Ctrl-C, SIGTERM), so only a harness that died with the tool running skips it next time
+        marked = [*steps, step | {"acting": True}]
+        self.store.put_episode(self.run_id, where[0], where[1], "running", marked)
+        self.store.flush()
+        try:
+            return await budget.react(env.react(resp, simulate), resp.latency)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            self.store.put_episode(self.run_id, where[0], where[1], "running", steps)
+            raise
 
     def _request(self, messages: Sequence[Message], env: Environment, epoch: int) -> Request:
         native = self.bench.param("actions") == "native" and bool(env.tools)
@@ -267,12 +329,16 @@ def combine(sample: Sample, epochs: Sequence[dict[str, Any]]) -> Grade:
 
 
 class _Budget:
-    """The episode's token and time budgets (0: none), counted from the candidate's replies."""
+    """The episode's budgets (0: none): tokens and seconds counted from the candidate's replies,
+    seconds also while the environment acts (stopped where they run out), tool calls per reply
+    and per episode."""
 
     def __init__(self, bench: AgentBenchmark) -> None:
         self.max_tokens = int(bench.param("max_tokens_per_episode"))
         self.max_seconds = float(bench.param("max_seconds_per_episode"))
-        self.tokens, self.seconds = 0, 0.0
+        self.per_reply = int(bench.param("max_tool_calls_per_reply"))
+        self.per_episode = int(bench.param("max_tool_calls_per_episode"))
+        self.tokens, self.seconds, self.calls = 0, 0.0, 0
 
     def spent(self, resp: Response) -> bool:
         self.tokens += resp.usage.prompt_tokens + resp.usage.completion_tokens
@@ -280,6 +346,45 @@ class _Budget:
         return bool(self.max_tokens and self.tokens > self.max_tokens) or bool(
             self.max_seconds and self.seconds > self.max_seconds
         )
+
+    def over_tool_calls(self, resp: Response) -> str | None:
+        """The tool-call cap this reply goes past (none of its calls then run), else None."""
+        n = len(resp.tool_calls)
+        self.calls += n
+        if n > self.per_reply:
+            return f"max_tool_calls_per_reply: {n} tool calls in one reply, over {self.per_reply}"
+        if self.calls > self.per_episode:
+            return (
+                f"max_tool_calls_per_episode: {self.calls} tool calls in the episode, "
+                f"over {self.per_episode}"
+            )
+        return None
+
+    async def react(
+        self, acting: Awaitable[Reaction], latency: float
+    ) -> tuple[Reaction | None, str | None]:
+        """``acting`` run within the seconds left of the episode (and those it takes counted); where
+        they run out it is stopped (its tools killed), and the budget named."""
+        start = time.monotonic()
+        try:
+            if not self.max_seconds:
+                return await acting, None
+            left = max(self.max_seconds - self.seconds - latency, 0.0)
+            return await asyncio.wait_for(acting, left), None
+        except TimeoutError:
+            return (
+                None,
+                f"max_seconds_per_episode: {self.max_seconds:g} s ran out while the tools ran",
+            )
+        finally:
+            self.seconds += time.monotonic() - start
+
+
+def _over_budget(step: dict[str, Any], limit: str | None, shown: int) -> dict[str, Any]:
+    """The step that hit a budget, naming it; of a reply's tool calls, the first ``shown`` kept."""
+    calls = step["tool_calls"]
+    out = step | {"limit": limit, "tool_calls": calls[:shown]}
+    return out | ({"tool_calls_not_shown": len(calls) - shown} if len(calls) > shown else {})
 
 
 def _at_step_limit(

@@ -16,7 +16,8 @@ Under the native protocol the same semantics are offered as tools (the nine func
 ``funcs_v1.json`` and a ``finish`` tool); a reply that calls no tool is an invalid action.
 
 Two things differ from the official loop, both for safety: a GET is sent only to the configured
-server (any other URL is answered with an error text, never fetched), and a server that cannot be
+server, under its base path once the URL is normalised (any other URL, ``%2e%2e`` and ``//`` in
+its path included, is answered with an error text, never fetched), and a server that cannot be
 reached at all ends the episode as ``environment_error`` (an unknown, run again later) instead of
 an error text the agent reads. When the agent finishes, the environment fetches what the checks
 need (:func:`grandrounds.graders.medagentbench_grader.reference_query`) and keeps it in
@@ -29,7 +30,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit
 
 import aiohttp
 
@@ -240,12 +241,27 @@ class MedAgentBenchEnvironment(Environment):
 
     # ---- the record server -------------------------------------------------------------
     def _allowed(self, url: str) -> bool:
-        """Only the configured server, under its base path (no way out with '..')."""
+        """Only the configured server, under its base path. The path is read as a server may read
+        it (percent-decoded until it no longer changes, so ``%2e%2e`` and ``%252e`` are dots);
+        any ``.`` or ``..`` segment (``..;x`` too), doubled slash or backslash is refused, and
+        the base path is compared as written (``/FHIR/`` is not ``/fhir/``); scheme and host
+        are compared without case, and a user name in the address is refused."""
         got, base = urlsplit(url), urlsplit(self.base)
+        if (got.scheme.lower(), got.netloc.lower()) != (base.scheme.lower(), base.netloc.lower()):
+            return False
+        path = got.path
+        for _ in range(4):
+            path, before = unquote(path), path
+            if path == before:
+                break
+        else:
+            return False  # encoded more deeply than any client writes
+        segments = path.split("/")
         return (
-            (got.scheme, got.netloc) == (base.scheme, base.netloc)
-            and got.path.startswith(base.path)
-            and ".." not in got.path.split("/")
+            "\\" not in path
+            and "//" not in path
+            and not any(seg.split(";")[0] in (".", "..") for seg in segments)
+            and path.startswith(base.path)
         )
 
     async def _get(self, url: str) -> tuple[str, dict[str, Any]]:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+import threading
+from typing import Any, ClassVar
 
-from grandrounds.benchmarks.agent_envs.sandbox import BUBBLEWRAP, Limits, run_python
+from grandrounds.benchmarks.agent_envs.sandbox import BUBBLEWRAP, Limits, Outcome, run_python
 from grandrounds.benchmarks.agents import Environment, Reaction, Simulate
 from grandrounds.core.records import Message, Response, ToolResultPart, ToolSpec
 from grandrounds.graders.medcalc_extract import evaluate_arithmetic
@@ -50,6 +51,7 @@ class MedCalcToolsEnvironment(Environment):
     """One episode: the question as the run's protocol asks it, the two tools, the answer read at the end."""
 
     tools = (CALCULATOR, PYTHON)
+    replays_safely: ClassVar[bool] = False  # runs the candidate's code
 
     def __init__(
         self, opening: list[Message], limits: Limits = Limits(), backend: str = BUBBLEWRAP
@@ -89,9 +91,7 @@ class MedCalcToolsEnvironment(Environment):
             except (ValueError, RecursionError) as e:
                 return f"error: {e}", {"error": str(e)}
         if name == "python":
-            outcome = await asyncio.to_thread(
-                run_python, str(args.get("code", "")), self.limits, self.backend
-            )
+            outcome = await _stoppable(str(args.get("code", "")), self.limits, self.backend)
             self.refused.extend(outcome.refused)
             extra: dict[str, Any] = {
                 "refused": outcome.refused,
@@ -113,3 +113,16 @@ class MedCalcToolsEnvironment(Environment):
             "sandbox_refused": list(self.refused),
             "sandbox": self.backend,
         }
+
+
+async def _stoppable(code: str, limits: Limits, backend: str) -> Outcome:
+    """run_python in a thread; cancelled (the episode's time budget ran out), the sandbox is killed
+    before the cancellation goes on."""
+    stop = threading.Event()
+    running = asyncio.ensure_future(asyncio.to_thread(run_python, code, limits, backend, stop))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        stop.set()
+        await asyncio.wait([running])
+        raise

@@ -48,6 +48,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,9 +319,15 @@ def _exit_unless(ok: bool) -> None:  # pragma: no cover - runs in the child
         os._exit(3)
 
 
-def run_python(code: str, limits: Limits = Limits(), backend: str = BUBBLEWRAP) -> Outcome:
+def run_python(
+    code: str,
+    limits: Limits = Limits(),
+    backend: str = BUBBLEWRAP,
+    stop: threading.Event | None = None,
+) -> Outcome:
     """Run ``code`` in the sandbox and return what happened; nothing of it touches this process.
-    Raises :class:`SandboxUnavailable` where ``backend`` cannot start here."""
+    Setting ``stop`` (from another thread) kills the sandbox within a tenth of a second, as its
+    time limit would. Raises :class:`SandboxUnavailable` where ``backend`` cannot start here."""
     check(backend)
     if backend == BUBBLEWRAP:
         proc = subprocess.Popen(
@@ -332,7 +339,7 @@ def run_python(code: str, limits: Limits = Limits(), backend: str = BUBBLEWRAP) 
             start_new_session=True,
             preexec_fn=lambda: _set_limits(limits, nproc=False),  # NPROC: set by the child
         )
-        return _finish(proc, code, limits, None)
+        return _finish(proc, code, limits, None, stop)
     folder = tempfile.mkdtemp(prefix="grandrounds-sandbox-")
     proc = subprocess.Popen(
         [sys.executable, "-s", "-S", "-B", "-P", str(CHILD)],
@@ -343,14 +350,18 @@ def run_python(code: str, limits: Limits = Limits(), backend: str = BUBBLEWRAP) 
         env={"PYTHONHASHSEED": "0", "LANG": "C.UTF-8"},
         preexec_fn=lambda: _unsafe_child(limits),
     )
-    return _finish(proc, code, limits, folder)
+    return _finish(proc, code, limits, folder, stop)
 
 
 def _finish(
-    proc: subprocess.Popen[bytes], code: str, limits: Limits, folder: str | None
+    proc: subprocess.Popen[bytes],
+    code: str,
+    limits: Limits,
+    folder: str | None,
+    stop: threading.Event | None,
 ) -> Outcome:
     try:
-        out, err, timed_out, cut = _collect(proc, code.encode("utf-8", "replace"), limits)
+        out, err, timed_out, cut = _collect(proc, code.encode("utf-8", "replace"), limits, stop)
     finally:
         _kill_group(proc)
         proc.wait()
@@ -371,65 +382,56 @@ def _finish(
 
 
 def _collect(
-    proc: subprocess.Popen[bytes], data: bytes, limits: Limits
+    proc: subprocess.Popen[bytes], data: bytes, limits: Limits, stop: threading.Event | None
 ) -> tuple[bytes, bytes, bool, bool]:
-    """Feed the code, read both streams as they come; stop (killing the sandbox) at the wall-clock
-    limit or once a stream passes the output limit. Never holds more than the limit per stream."""
+    """Feed the code, read both streams as they come: (stdout, stderr, stopped at the wall-clock
+    limit or by ``stop``, cut at the output limit). Never holds more than the limit per stream."""
     cap = limits.output_chars * 4 + 4  # bytes: a character is at most 4 of them in UTF-8
     deadline = time.monotonic() + limits.seconds
-    got: dict[int, bytearray] = {}
     assert proc.stdin and proc.stdout and proc.stderr
+    out, err = bytearray(), bytearray()
+    got = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+
+    def stopped() -> bool:
+        return time.monotonic() >= deadline or (stop is not None and stop.is_set())
+
     with selectors.DefaultSelector() as sel:
         os.set_blocking(proc.stdin.fileno(), False)
         sel.register(proc.stdin, selectors.EVENT_WRITE)
         for pipe in (proc.stdout, proc.stderr):
-            got[pipe.fileno()] = bytearray()
             sel.register(pipe, selectors.EVENT_READ)
         view = memoryview(data)
         if not view:
             sel.unregister(proc.stdin)
             proc.stdin.close()
         while len(sel.get_map()):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return (
-                    bytes(got[proc.stdout.fileno()]),
-                    bytes(got[proc.stderr.fileno()]),
-                    True,
-                    False,
-                )
-            for key, _ in sel.select(left):
+            if stopped():
+                return bytes(out), bytes(err), True, False
+            for key, _ in sel.select(min(max(deadline - time.monotonic(), 0.0), 0.1)):
                 if key.fileobj is proc.stdin:
                     try:
                         view = view[os.write(proc.stdin.fileno(), view[:65536]) :]
-                    except (BrokenPipeError, BlockingIOError) as e:
-                        if isinstance(e, BlockingIOError):
-                            continue
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
                         view = view[:0]
                     if not view:
                         sel.unregister(proc.stdin)
                         proc.stdin.close()
                     continue
-                fd = key.fd
-                chunk = os.read(fd, 65536)
+                chunk = os.read(key.fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
                     continue
-                buf = got[fd]
+                buf = got[key.fd]
                 buf += chunk[: cap + 1 - len(buf)]
                 if len(buf) > cap:
-                    return (
-                        bytes(got[proc.stdout.fileno()]),
-                        bytes(got[proc.stderr.fileno()]),
-                        False,
-                        True,
-                    )
-        left = max(0.0, deadline - time.monotonic())
-        try:
-            proc.wait(left)
-        except subprocess.TimeoutExpired:
-            return bytes(got[proc.stdout.fileno()]), bytes(got[proc.stderr.fileno()]), True, False
-    return bytes(got[proc.stdout.fileno()]), bytes(got[proc.stderr.fileno()]), False, False
+                    return bytes(out), bytes(err), False, True
+    while proc.poll() is None:  # both streams closed: the program is ending
+        if stopped():
+            return bytes(out), bytes(err), True, False
+        time.sleep(0.01)
+    return bytes(out), bytes(err), False, False
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
