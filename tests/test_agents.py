@@ -666,3 +666,23 @@ def test_a_tool_call_that_stops_the_harness_is_not_run_again(tmp_path):
     assert ep[2] == "finished" and steps[0]["events"][0]["outcome"] == "interrupted"
     assert "not run again" in steps[0]["events"][0]["text"] and "acting" not in steps[0]
     assert again < 30, again  # the 60 s sleep did not run again
+
+
+def test_a_sandbox_gone_mid_run_is_an_unknown_not_a_zero(monkeypatch):
+    """bubblewrap checked before the run, then gone: the episode is an environment error
+    (unscored, run again), never a tool result the candidate is graded on."""
+    import asyncio
+
+    from grandrounds.benchmarks.agent_envs import sandbox
+    from grandrounds.benchmarks.agent_envs.medcalc_tools import MedCalcToolsEnvironment
+    from grandrounds.benchmarks.agents import EnvironmentFailure
+    from grandrounds.core.records import Response
+
+    _without_bubblewrap(monkeypatch)
+    env = MedCalcToolsEnvironment([Message("user", "q")])
+    reply = Response(key="k", tool_calls=(ToolCallPart("p", "python", '{"code": "print(1)"}'),))
+    try:
+        with pytest.raises(EnvironmentFailure, match="bubblewrap .* is not installed"):
+            asyncio.run(env.react(reply, None))  # type: ignore[arg-type]
+    finally:
+        sandbox._bubblewrap_state.cache_clear()

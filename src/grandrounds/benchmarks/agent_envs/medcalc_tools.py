@@ -18,8 +18,14 @@ import json
 import threading
 from typing import Any, ClassVar
 
-from grandrounds.benchmarks.agent_envs.sandbox import BUBBLEWRAP, Limits, Outcome, run_python
-from grandrounds.benchmarks.agents import Environment, Reaction, Simulate
+from grandrounds.benchmarks.agent_envs.sandbox import (
+    BUBBLEWRAP,
+    Limits,
+    Outcome,
+    SandboxUnavailable,
+    run_python,
+)
+from grandrounds.benchmarks.agents import Environment, EnvironmentFailure, Reaction, Simulate
 from grandrounds.core.records import Message, Response, ToolResultPart, ToolSpec
 from grandrounds.graders.medcalc_extract import evaluate_arithmetic
 
@@ -91,7 +97,10 @@ class MedCalcToolsEnvironment(Environment):
             except (ValueError, RecursionError) as e:
                 return f"error: {e}", {"error": str(e)}
         if name == "python":
-            outcome = await _stoppable(str(args.get("code", "")), self.limits, self.backend)
+            try:
+                outcome = await _stoppable(str(args.get("code", "")), self.limits, self.backend)
+            except SandboxUnavailable as e:  # checked before the run; gone since: an unknown
+                raise EnvironmentFailure(f"the python tool cannot run: {e}") from None
             self.refused.extend(outcome.refused)
             extra: dict[str, Any] = {
                 "refused": outcome.refused,
