@@ -415,7 +415,8 @@ class Moderator:
             3,
             [False],
         ),  # neither "yes" nor "no": re-asked, then unknown, never 0
-        ("reference", ["Maybe", "YES"], 1.0, 2, [True]),
+        # the official code reads only the first reply ("Maybe": wrong), never the re-ask's "YES"
+        ("reference", ["Maybe", "YES"], 1.0, 2, [False]),
         ("grandrounds", ["**Yes.**"], 1.0, 1, [False]),
         ("grandrounds", ["<think>the same disease</think>\nNo."], 0.0, 1, [False]),
     ],
@@ -438,6 +439,9 @@ def test_moderator_reading(protocol, replies, value, asked, official):
     assert grade.status == ("scored" if value is not None else "unreadable")
     assert len(judge.asked) == asked
     assert grade.details["official_correct"] == official
+    # the stored judge text is the first reply; the re-asks' replies are kept apart
+    assert grade.extracted == replies[0] and grade.details["moderator_first"] == [replies[0]]
+    assert grade.details["moderator_reasks"] == [replies[1:asked]]
     check = grade.details["checks"][0]
     assert (
         check["name"] == "diagnosis" and check["detail"] == "Myasthenia gravis vs Myasthenia gravis"
@@ -617,3 +621,105 @@ def test_methods_of_the_same_name_are_read_from_their_own_class(official_referen
         python_call_argument(AGENTCLINIC_PY, "query_model", 1, within="DoctorAgent.nowhere")
     with pytest.raises(DataError, match="no call of 'query_model' with an argument 5"):
         python_call_argument(AGENTCLINIC_PY, "query_model", 5, within="compare_results")
+
+
+# ---- the paper's figure: the official reading of the moderator's first reply -------------------
+
+
+def paper_moderator(system: str, user: str) -> str:
+    """A moderator that does not always say exactly yes: for the same disease "yes", "Yes." or
+    "yes, same disease" by the length of the diagnosis; "No" otherwise."""
+    stated = user.split("DIAGNOSIS READY:", 1)[1].split("\n", 1)[0].strip()
+    if user.count(stated) < 2:
+        return "No"
+    return ("yes", "Yes.", "yes, same disease")[len(stated) % 3]
+
+
+def test_the_official_figure_is_stored_and_printed_beside_the_headline(tmp_path, monkeypatch):
+    clinic = Clinic("medqa")
+
+    def rule(body: dict[str, Any]) -> str:
+        if body["model"] == "mod":
+            return paper_moderator(body["messages"][0]["content"], body["messages"][-1]["content"])
+        return clinic.rule(body)
+
+    out = tmp_path / "out"
+    with LoopbackServer(rule, keep_bodies=True) as srv:
+        args = [
+            "run",
+            "agentclinic",
+            "--data",
+            str(shared_file("agentclinic", FILES["medqa"])),
+            "--model",
+            "openai/doctor",
+            "--base-url",
+            srv.base_url,
+            "--simulator",
+            f"openai/sim@{srv.base_url}",
+            "--judge",
+            f"openai/mod@{srv.base_url}",
+            "--store",
+            str(tmp_path / "medqa.db"),
+            "--out",
+            str(out),
+            "--concurrency",
+            "8",
+        ]
+        r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+    assert r.exit_code in (0, 1), (
+        r.output,
+        r.exception,
+    )  # 1: some cases unscored (unread moderator)
+    result = json.loads((out / "results.json").read_text(encoding="utf-8"))["results"][0]
+    # counted here from the case files and the moderator's rule
+    said = {
+        k: (
+            None
+            if k % 5 == 4
+            else "No"
+            if k % 2
+            else ("yes", "Yes.", "yes, same disease")[len(correct_of(clinic.cases[k])) % 3]
+        )
+        for k in range(107)
+    }
+    official_right = sum(1 for v in said.values() if v == "yes")
+    read = sum(1 for v in said.values() if v in (None, "yes", "No"))  # what our reading scores
+    # the official loop on the same first replies: compare_results(...) == "yes", over every case presented
+    off = load_official("agentclinic/agentclinic.py", ["compare_results"])
+    got = []
+    for v in said.values():
+        if v is None:  # no diagnosis within the inferences: presented, not correct
+            got.append(False)
+            continue
+        off.compare_results.__globals__["query_model"] = lambda *a, _v=v, **kw: re.sub(
+            r"\s+", " ", _v
+        )
+        got.append(off.compare_results("DIAGNOSIS READY: x", "x", "mod", None) == "yes")
+    assert sum(got) == official_right
+    figure = result["extra"]["official"]
+    assert (figure["correct"], figure["n"], figure["unknown"]) == (official_right, 107, 0)
+    assert figure["score"] == pytest.approx(official_right / 107)
+    # the headline: over the replies our reading reads (the others unscored, never a zero)
+    assert (result["n"], result["n"] + result["n_unscored"]) == (read, 107)
+    printed = f"{official_right}/107 = {official_right / 107:.3f}"
+    assert "official AgentClinic's" in r.output and printed in " ".join(r.output.split())
+    # the judge text stored for an episode is the moderator's first reply; re-asks kept apart
+    lines = {
+        x["sample_id"]: x
+        for x in map(json.loads, (out / "samples.jsonl").read_text(encoding="utf-8").splitlines())
+    }
+    for k, v in said.items():
+        epoch = lines[str(k)]["details"]["epochs"][0]
+        if v is None:
+            assert "official" not in epoch and epoch["status"] == "step_limit"
+            continue
+        assert epoch["judge"] == v and epoch["official"] == (v == "yes")
+        assert epoch["judge_reasks"] == (
+            [] if v in ("yes", "No") else [v] * len(epoch["judge_reasks"])
+        )
+        if v not in ("yes", "No"):
+            assert epoch["judge_reasks"], k  # asked again, and the re-asks kept apart
+    print(
+        f"official {printed} beside headline {result['score']:.3f} over {read} read; "
+        f"before: 0 of 107 grades kept the official reading, after: {107 - figure['unknown']}"
+    )

@@ -154,6 +154,7 @@ class AgentClinic(AgentBenchmark):
     action_protocols: ClassVar[tuple[str, ...]] = ("text",)
     default_max_steps: ClassVar[int] = 20  # main's --total_inferences
     needs_simulator: ClassVar[bool] = True
+    official_reading: ClassVar[str] = "AgentClinic's (moderator's first reply exactly yes)"
     needs_judge = True
     protocols = {"reference": official.REFERENCE, "grandrounds": official.GRANDROUNDS}
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (DATASETS["medqa"].file,)

@@ -161,6 +161,9 @@ class AgentBenchmark(Benchmark):
     action_protocols: ClassVar[tuple[str, ...]] = ("text",)
     #: The step budget of the benchmark's own loop.
     default_max_steps: ClassVar[int] = 10
+    #: Where the benchmark's official code reads episodes its own way (AgentClinic's literal "yes"),
+    #: its name: the result then holds that figure beside the headline (``extra["official"]``).
+    official_reading: ClassVar[str] = ""
 
     @classmethod
     def agent_parameters(cls) -> tuple[Param, ...]:
@@ -259,7 +262,35 @@ class AgentBenchmark(Benchmark):
             "actions": self.param("actions"),
             "max_steps": int(self.param("max_steps")),
         }
+        if self.official_reading:
+            extra["official"] = official_figure(grades, self.official_reading)
         return Aggregate.of("success_rate", overall, breakdown, extra)
+
+
+def official_figure(grades: Sequence[Grade], reading: str) -> dict[str, Any]:
+    """The paper's figure: over every episode (each sample's epochs), the share the official code
+    counts correct. An episode the grader read has the official reading in ``official``; one that
+    ended without an answer by the candidate's doing (step limit, invalid action) counts wrong, as
+    the official loop counts it (presented, not correct); one whose call, environment or judge
+    failed is unknown: counted apart (``unknown``), never a zero."""
+    correct = wrong = unknown = 0
+    for g in grades:
+        for e in g.details.get("epochs", ()):
+            said = e.get("official")
+            if said is True:
+                correct += 1
+            elif said is False or ("official" not in e and e.get("status") in FAILED_EPISODE):
+                wrong += 1
+            else:
+                unknown += 1
+    n = correct + wrong
+    return {
+        "reading": reading,
+        "correct": correct,
+        "n": n,
+        "score": correct / n if n else None,
+        "unknown": unknown,
+    }
 
 
 def pass_hat_k(grades: Sequence[Grade]) -> dict[str, float | None]:

@@ -110,4 +110,32 @@ def episode_summary(extra: Any, sep: str = ", ") -> str:
     passk = extra.get("pass_k") or {}
     if isinstance(passk, Mapping) and len(passk) > 1:
         text += "; " + sep.join(f"pass^{k} {fmt(v)}" for k, v in passk.items() if v is not None)
+    return text + official_summary(extra.get("official"))
+
+
+def official_summary(official: Any) -> str:
+    """The paper's figure of an agent result, where its official code reads episodes its own way:
+    ``; official (AgentClinic's ...): 11/107 = 0.103``, with the episodes it could not count."""
+    if not isinstance(official, Mapping) or not isinstance(official.get("n"), int):
+        return ""
+    text = f"; official {official.get('reading', '')}: {int(official.get('correct') or 0)}/{official['n']}"
+    if official.get("score") is not None:
+        text += f" = {fmt(official['score'])}"
+    if official.get("unknown"):
+        text += f" ({int(official['unknown'])} episodes unknown)"
+    return text
+
+
+def fallback_summary(extra: Any) -> str:
+    """How many right answers of the reference figure came from its random fallback (an option
+    drawn for a reply it read no letter in): ``reference fallback: 12 replies read no letter, 3 right
+    by the draw``; "" where there were none."""
+    fb = extra.get("reference_fallback") if isinstance(extra, Mapping) else None
+    if not isinstance(fb, Mapping) or not fb.get("n"):
+        return ""
+    text = f"reference fallback: {int(fb['n'])} replies read no letter and were scored by a random option"
+    if fb.get("right") is not None:
+        text += f", {int(fb['right'])} of them right by the draw"
+    if fb.get("expected_right") is not None:
+        text += f", {fmt(float(fb['expected_right']))} right expected by chance (an unseeded draw)"
     return text

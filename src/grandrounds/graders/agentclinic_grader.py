@@ -7,7 +7,12 @@ whole "DIAGNOSIS READY" reply. Its reply is read as the official code reads it u
 a little more tolerantly under ``grandrounds`` (:func:`grandrounds.sources.agentclinic.moderator_reading`).
 A reply that says neither is asked again (``--max-reask``), then the judge's vote is unknown; with
 no known vote the case is unscored (``unreadable``), never a zero. The official code counts such a
-reply as wrong: ``details["official_correct"]`` keeps that literal reading for every judge.
+reply as wrong, and it reads only the moderator's first reply (it never asks again):
+``details["official_correct"]`` keeps that literal reading of each judge's FIRST reply, and
+``details["moderator_first"]`` that reply itself; the grade's ``extracted`` (the judge text stored and
+shown) is the first judge's first reply, and replies to re-asks are kept apart in
+``details["moderator_reasks"]``. The agents' runner turns the first judge's official reading into the
+paper's figure, stored and shown beside the headline (:func:`grandrounds.benchmarks.agents.official_figure`).
 A panel decides by majority (a tie is unknown).
 
 ``details["checks"]`` is ``[{"name": "diagnosis", "passed", "detail": "<doctor's diagnosis> vs <correct>"}]``.
@@ -86,15 +91,30 @@ class AgentClinicGrader(Grader):
         reply = response.text or ""
         system, user = official.moderator_prompts(reply, correct)
         msgs = (Message("system", system), Message("user", user))
-        (verdict,) = await judge_criteria(
-            [CHECK], lambda _j, _ids: [Ask((CHECK,), lambda _p: msgs, self.parse)], ctx
-        )
+        said: dict[int, list[str]] = {}  # per judge, its replies in the order they came
+
+        def asks(j: int, _ids: Sequence[str]) -> list[Ask]:
+            def parse(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+                said.setdefault(j, []).append(text)
+                return self.parse(text, pending)
+
+            return [Ask((CHECK,), lambda _p: msgs, parse)]
+
+        (verdict,) = await judge_criteria([CHECK], asks, ctx)
+        # a vote kept from an earlier grading, read at its first ask, holds that first reply
+        firsts = [
+            said[j][0] if said.get(j) else (v.raw if v.raw and v.attempts == 1 else None)
+            for j, v in enumerate(verdict.votes)
+        ]
         detail = f"{stated_diagnosis(reply)} vs {correct}"
         details = {
             "protocol": self.params.protocol,
+            # compare_results(...) == "yes" on the first reply, as the official loop reads it
             "official_correct": [
-                official.official_correct(v.raw) if v.raw else None for v in verdict.votes
+                None if first is None else official.official_correct(first) for first in firsts
             ],
+            "moderator_first": firsts,
+            "moderator_reasks": [said.get(j, [])[1:] for j in range(len(verdict.votes))],
             "checks": [
                 {
                     "name": CHECK,
@@ -125,17 +145,18 @@ class AgentClinicGrader(Grader):
             return Grade(
                 sample.id,
                 None,
-                extracted=verdict.raw,
+                extracted=firsts[0] if firsts and firsts[0] is not None else verdict.raw,
                 details=details,
                 judge_keys=keys,
                 status="unreadable",
                 verdicts=(verdict,),
             )
-        # extracted: the moderator's reply, as the episode's transcript shows it beside the checks
+        # extracted: the moderator's first reply (the one the official code reads), as the episode's
+        # transcript shows it beside the checks; the re-asks' replies are in details
         return Grade(
             sample.id,
             1.0 if verdict.status == "met" else 0.0,
-            extracted=verdict.raw,
+            extracted=firsts[0] if firsts and firsts[0] is not None else verdict.raw,
             details=details,
             judge_keys=keys,
             verdicts=(verdict,),

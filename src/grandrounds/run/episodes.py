@@ -257,6 +257,7 @@ class EpisodeRunner:
                     "judge": grade.extracted if grade else None,
                     "error": grade.error if grade else None,
                 }
+                | _official(grade)
             )
         # the judge calls behind each epoch's grade, linked to the sample's grade (their tokens and costs count)
         return last, replace(combine(sample, epochs), judge_keys=tuple(dict.fromkeys(judge_keys)))
@@ -295,6 +296,17 @@ def _checks(grade: Grade | None) -> list[dict[str, Any]]:
             "detail": f"read {grade.extracted!r}",
         }
     ]
+
+
+def _official(grade: Grade | None) -> dict[str, Any]:
+    """The official reading of the episode, where the grader keeps one (AgentClinic's
+    ``official_correct``, the first judge's first reply): ``{"official": bool | None}``, with the
+    judge's replies to re-asks kept apart from that first reply (``judge_reasks``)."""
+    said = grade.details.get("official_correct") if grade is not None else None
+    if grade is None or not isinstance(said, list) or not said:
+        return {}
+    reasks = grade.details.get("moderator_reasks") or [[]]
+    return {"official": said[0], "judge_reasks": list(reasks[0])}
 
 
 def ctx_options(ctx: GradeContext) -> Any:
