@@ -229,19 +229,22 @@ def test_turns_apart_in_the_stream_fall_back_to_holding_and_give_the_same_rows(t
     ]
 
 
-def test_a_limit_cutting_a_dialogue_counts_turns_as_before(tmp_path):
+def test_a_limit_counts_dialogues_not_turns(tmp_path):
     data = write_dialogues(tmp_path / "d.jsonl", CONTIGUOUS)
-    held, held_rows, _ = run_echo(tmp_path, DialoguesWhole, data, "held", limit=4)
-    streamed, rows, _ = run_echo(tmp_path, DialoguesStreamed, data, "streamed", limit=4)
-    assert held.setup.n == streamed.setup.n == 4 and rows == held_rows
-    # The limit keeps the first 4 turns read: d1 whole and d2's turn 2 alone, asked with no history.
-    assert sorted(r[1] for r in rows["samples"]) == ["d1/1", "d1/2", "d1/3", "d2/2"]
-    assert [g.value for g in streamed.grades] == [
-        1.0,
-        1.0,
-        1.0,
-        0.0,
-    ]  # d2/2 expected turn 1 before it
+    held, held_rows, _ = run_echo(tmp_path, DialoguesWhole, data, "held", limit=2)
+    streamed, rows, _ = run_echo(tmp_path, DialoguesStreamed, data, "streamed", limit=2)
+    # --limit 2: the first two dialogues whole (five turns), never a dialogue cut in two
+    assert held.setup.n == streamed.setup.n == 5 and rows == held_rows
+    assert sorted(r[1] for r in rows["samples"]) == ["d1/1", "d1/2", "d1/3", "d2/1", "d2/2"]
+    assert [g.value for g in streamed.grades] == [1.0] * 5
+    # --limit 4: four dialogues, eight turns
+    four, rows4, _ = run_echo(tmp_path, DialoguesStreamed, data, "four", limit=4)
+    assert four.setup.n == 8 and {r[1].split("/")[0] for r in rows4["samples"]} == {
+        "d1",
+        "d2",
+        "d3",
+        "d4",
+    }
 
 
 def test_a_rerun_of_a_checked_file_still_streams_and_resumes(tmp_path):

@@ -274,3 +274,29 @@ def test_our_reading_takes_letters_up_to_J() -> None:
         ("Answer: K", None),
     ]:
         assert extract_choice(reply, letters, choices) == want, reply
+
+
+def test_limit_counts_questions_not_turns(tmp_path: Path) -> None:
+    # before: --limit 200 kept 200 turns, so 100 questions (200 calls) and n 100; now 200 questions
+    r = gr(
+        "run",
+        "medxpertqa-text",
+        "--data",
+        str(folder()),
+        "--model",
+        "scripted/always-a",
+        "--limit",
+        "200",
+        "--store",
+        str(tmp_path / "s.db"),
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert r.returncode == 0, r.stderr
+    result = json.loads((tmp_path / "out" / "results.json").read_text())["results"][0]
+    lines = (tmp_path / "out" / "samples.jsonl").read_text().splitlines()
+    asked = [json.loads(x)["sample_id"] for x in lines]
+    first = [s.id for s in MedXpertQA().load(folder()) if not s.id.endswith(":reasoning")][:200]
+    assert result["n"] == 200 and len(asked) == 400
+    assert {a for a in asked if not a.endswith(":reasoning")} == set(first)
+    print(f"medxpertqa-text --limit 200: n {result['n']}, {len(asked)} turns asked")

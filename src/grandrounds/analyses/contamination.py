@@ -440,13 +440,12 @@ class ProbeConfig:
 async def run_probes(store: Store, cfg: ProbeConfig) -> tuple[list[ProbeResult], Any]:
     """Load the benchmark's items, ask each probe through the cached executor, store the results
     under a run of their own (``contamination:<benchmark>``); (the results, the executor's call stats)."""
-    from itertools import islice
-
     from grandrounds import __version__
     from grandrounds.core.hashing import content_hash
     from grandrounds.providers.base import check_model
     from grandrounds.run.config import build_benchmark, make_provider
     from grandrounds.run.executor import Executor
+    from grandrounds.run.samples import limited
     from grandrounds.sources.data import resolve
     from grandrounds.store import RunRecord
 
@@ -455,7 +454,7 @@ async def run_probes(store: Store, cfg: ProbeConfig) -> tuple[list[ProbeResult],
     provider = make_provider(cfg.model, cfg.base_url, **options)
     probes = check_probes(cfg.probes, frozenset(provider.request_kinds))
     root = resolve(bench, cfg.data)
-    samples = list(islice(bench.iter_samples(root), cfg.limit))
+    samples = list(limited(bench.iter_samples(root), cfg.limit))
     if not any(s.choices for s in samples) and "masked-option" in probes:
         raise ConfigError(
             f"{cfg.benchmark}: the masked-option probe needs multiple-choice items (this benchmark's have no options)"

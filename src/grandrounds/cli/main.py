@@ -41,7 +41,7 @@ from grandrounds.cli.common import (
 )
 from grandrounds.cli.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
 from grandrounds.core import eventloop
-from grandrounds.core.display import episode_summary, safe_text, styled
+from grandrounds.core.display import episode_summary, fallback_summary, safe_text, styled
 from grandrounds.core.errors import GrandroundsError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode
@@ -186,7 +186,10 @@ def run(
     ),
     encoding: str | None = EncodingOpt,
     limit: int | None = typer.Option(
-        None, "--limit", min=1, help="first N samples in source order"
+        None,
+        "--limit",
+        min=1,
+        help="first N questions (dialogues, cases) in source order; a question's turns count once",
     ),
     out: Path | None = typer.Option(
         None, "--out", help="write results.json and samples.jsonl here"
@@ -493,6 +496,8 @@ def _execute(
             err_console.print(f"  note: {note}", style="yellow")
         if episode_summary(o.result.extra):
             err_console.print(f"  {episode_summary(o.result.extra)}", style="dim")
+        if fallback_summary(o.result.extra):
+            err_console.print(f"  {fallback_summary(o.result.extra)}", style="dim")
     if out:
         # A run keeps no per-sample records in memory: each is read back from the store a chunk at
         # a time and written out as it comes, so the output of a large run is never held whole.

@@ -58,6 +58,7 @@ from grandrounds.run.samples import (
     DataWatch,
     consecutive_groups,
     group_samples,
+    limited,
     read_samples,
     store_images,
 )
@@ -388,7 +389,7 @@ class Setup:
         handed on only while the files are as they were hashed)."""
         if self.kept is not None:
             return iter(self.kept)
-        read = islice(self.bench.iter_samples(self.root), self.limit)
+        read = limited(self.bench.iter_samples(self.root), self.limit)
         return self.watch.watch(read) if self.watch is not None else read
 
     @property
@@ -426,7 +427,7 @@ def prepare(store: Store, cfg: RunConfig) -> Setup:
     ):  # every image checked against what the provider takes, and kept beside the store, before any call
         store_images(
             store,
-            kept if kept is not None else islice(bench.iter_samples(root), cfg.limit),
+            kept if kept is not None else limited(bench.iter_samples(root), cfg.limit),
             provider,
         )
     fp = grader_fingerprint(
@@ -758,15 +759,18 @@ async def _ask(
         and (not messages or messages[0].role != "system")
     ):
         messages = (Message("system", system), *messages)  # the protocol's system message
+    params = cfg.gen or GenParams()
     req = Request(
         provider=s.provider.spec.provider,
         model=s.provider.spec.model,
         messages=messages,
-        params=cfg.gen or GenParams(),
+        params=params,
         purpose="answer",
         kind=prompt.kind,
         continuations=prompt.continuations,
         base_url=s.provider.request_base_url(),
+        # sampled: each item its own draw (greedy requests of the same prompt share one reply)
+        item=sample.id if prompt.kind == "chat" and (params.temperature or 0) > 0 else "",
     )
     resp = await answers(req)
     return resp, (req.key(), prompt)

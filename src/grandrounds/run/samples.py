@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,24 @@ KEEP_SAMPLES = 1000
 RUBRIC_WARN = 1_000
 #: Rubric items in one sample past which a run refuses unless ``--max-rubric-items`` allows more.
 RUBRIC_MAX = 10_000
+
+
+def limited(samples: Iterable[Sample], limit: int | None) -> Iterator[Sample]:
+    """The samples of the first ``limit`` questions: ``--limit`` counts questions (dialogues,
+    cases), whatever the turns per question, so the turns of one ``group`` count once. Reading
+    stops at the first sample of a question past the limit (a dialogue's turns come together in
+    the data; any turn of a counted dialogue after that point is left out)."""
+    if limit is None:
+        yield from samples
+        return
+    seen: set[str] = set()
+    for smp in samples:
+        key = smp.group if smp.group is not None else "\x00" + smp.id
+        if key not in seen:
+            if len(seen) >= limit:
+                return
+            seen.add(key)
+        yield smp
 
 
 def check_rubric_size(smp: Sample, root: Path, max_items: int, notes: list[str]) -> None:
@@ -83,6 +100,7 @@ def read_samples(
             "benchmark": str(bench.spec()),
             "dataset": dataset,
             "limit": limit,
+            "limit_counts": "questions",
             "encoding": DATA_ENCODING.get(),
             "version": grandrounds.__version__,
         }
@@ -97,16 +115,14 @@ def read_samples(
     apart = False  # a dialogue's turns are not together: the run must hold every sample
     over: set[str] = set()  # dialogues whose turns have all gone by
     current: str | None = None
-    for smp in islice(
-        bench.iter_samples(root), limit
-    ):  # --limit counts samples (turns): it may cut a dialogue
+    for smp in limited(bench.iter_samples(root), limit):  # --limit counts questions, not turns
         if smp.group != current:
             if current is not None:
                 over.add(current)
             if smp.group in over:
                 apart = True
                 if held is None:  # let go already: read them all again
-                    held = list(islice(bench.iter_samples(root), limit))
+                    held = list(limited(bench.iter_samples(root), limit))
                     return len(held), held
             current = smp.group
         n += 1
