@@ -275,28 +275,120 @@ def test_cli_runs_count_the_scripted_answers_from_the_files(tmp_path: Path) -> N
     )  # ours reads the bare "A"
 
 
-def test_reference_without_the_validation_examples_stops_before_any_call(tmp_path: Path) -> None:
-    r = gr(
-        "run",
-        "mmlu-pro-health",
-        "--data",
-        str(shared_file("mmlu-pro-health", "test.jsonl")),
-        "--model",
-        "scripted/a",
-        "--store",
-        str(tmp_path / "s.db"),
-        "--limit",
-        "3",
+HF_VALIDATION = "/datasets/TIGER-Lab/MMLU-Pro/resolve/main/data/validation-00000-of-00001.parquet"
+
+
+def validation_parquet(tmp_path: Path) -> tuple[Path, list[dict]]:
+    """MMLU-Pro's validation split: the real file where the data folder holds it, else one built
+    here in its format (its columns and types) from :func:`validation_rows`."""
+    real = shared_file("mmlu-pro-health", "test.jsonl").parent / "validation-00000-of-00001.parquet"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if real.is_file():
+        return real, pq.read_table(real).to_pylist()
+    rows = [
+        {**r, "answer": "B", "answer_index": 1, "src": f"ori_mmlu-{r['category']}"}
+        for r in validation_rows()
+    ]
+    path = tmp_path / "validation-00000-of-00001.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path, rows
+
+
+def test_default_run_downloads_the_validation_split_through_hf_endpoint(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from grandrounds.cli.main import app
+    from grandrounds.testing import LoopbackServer
+    from tests.test_offline import MIRROR_VARS, Mirror, forget
+
+    for var in MIRROR_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "cache"))
+    forget()
+    parquet, val = validation_parquet(tmp_path)
+    rows = {
+        str(r["realidx"]): {
+            "question_id": r["realidx"],
+            "question": r["question"],
+            "options": list(r["options"].values()),
+            "category": r["category"],
+        }
+        for r in pro_rows()
+    }
+    with (
+        Mirror({HF_VALIDATION: parquet}) as m,
+        LoopbackServer(lambda body: "The answer is (A)", keep_bodies=True) as srv,
+    ):
+        monkeypatch.setenv("HF_ENDPOINT", m.url)
+        args = [
+            "run",
+            "mmlu-pro-health",
+            "--data",
+            str(shared_file("mmlu-pro-health", "test.jsonl")),
+        ]
+        args += ["--model", "openai/cand", "--base-url", srv.base_url, "--limit", "30"]
+        args += ["--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "out")]
+        r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        assert r.exit_code == 0, (r.output, r.exception)
+        assert m.hits == [HF_VALIDATION]  # downloaded once, through HF_ENDPOINT
+        bodies = list(srv.stats.bodies)
+        # fetch and bundle hold it too (the bundle from the cache the run filled: no new download)
+        r = CliRunner().invoke(
+            app,
+            [
+                "bundle",
+                "--out",
+                str(tmp_path / "b"),
+                "mmlu-pro-health",
+                "--data",
+                f"mmlu-pro-health={shared_file('mmlu-pro-health', 'test.jsonl')}",
+            ],
+        )
+        assert r.exit_code == 0, (r.output, r.exception)
+        assert m.hits == [HF_VALIDATION]
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    rel = "reference/mmlu-pro-hf/data/validation-00000-of-00001.parquet"
+    assert rel in manifest["files"] and (tmp_path / "b" / rel).read_bytes() == parquet.read_bytes()
+    result = json.loads((tmp_path / "out" / "results.json").read_text())["results"][0]
+    assert result["n"] == 30
+    sent = {b["messages"][0]["content"] for b in bodies}
+    want = {
+        official_prompt(PRO, row, val)
+        for row in [
+            rows[s["sample_id"]]
+            for s in map(json.loads, (tmp_path / "out" / "samples.jsonl").read_text().splitlines())
+        ]
+    }
+    assert len(want) == 30 and sent == want  # byte for byte the official single_request text
+    assert all(len(b["messages"]) == 1 for b in bodies)
+    print(
+        f"mmlu-pro-health default run: {len(sent)}/30 prompts byte-equal to evaluate_from_api.py's"
     )
-    assert r.returncode == 2 and "--param fewshot=PATH" in r.stderr and "shots=0" in r.stderr
+    # the grandrounds protocol stays zero-shot; M-ARC offers no letter-loglik
     sample = MMLUProHealth().load(shared_file("mmlu-pro-health", "test.jsonl"))[0]
-    with pytest.raises(ConfigError, match="fewshot=PATH"):
-        MMLUProHealth().prompt(sample, RunOptions())
-    assert (
-        MMLUProHealth().prompt(sample, RunOptions(protocol="grandrounds")).messages
-    )  # ours is zero-shot
+    assert MMLUProHealth().prompt(sample, RunOptions(protocol="grandrounds")).messages
     with pytest.raises(ConfigError, match="letter-loglik"):
         check_run(RunConfig("m-arc", "scripted/x", options=RunOptions(answer_mode="letter-loglik")))
+
+
+def test_a_failed_validation_download_is_one_error_naming_the_ways_out(tmp_path, monkeypatch):
+    from tests.test_offline import MIRROR_VARS, Mirror, forget
+
+    for var in MIRROR_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "cache"))
+    forget()
+    sample = MMLUProHealth().load(shared_file("mmlu-pro-health", "test.jsonl"))[0]
+    with Mirror({}) as m:
+        monkeypatch.setenv("HF_ENDPOINT", m.url)
+        with pytest.raises(DataError, match="HTTP Error 404") as e:
+            MMLUProHealth().prompt(sample, RunOptions())
+    assert "grandrounds fetch" in str(e.value) and "--protocol grandrounds" in str(e.value)
+    forget()
 
 
 def test_bad_records_are_one_line_errors(tmp_path: Path) -> None:
@@ -344,3 +436,72 @@ def test_log_prob_modes_score_up_to_ten_options(tmp_path: Path, mode: str) -> No
         )
     last = sum(r["answer_idx"] == list(r["options"])[-1] for r in rows)
     assert out.result.n == 818 and out.result.score == pytest.approx(last / 818)
+
+
+def _loopback_run(tmp_path: Path, bench: str, data: Path, reply: str, *extra: str):
+    from typer.testing import CliRunner
+
+    from grandrounds.cli.main import app
+    from grandrounds.testing import LoopbackServer
+
+    out = tmp_path / f"out-{bench}-{len(extra)}"
+    with LoopbackServer(lambda body: reply, keep_bodies=True) as srv:
+        args = ["run", bench, "--param", "shots=0", "--data", str(data), "--model", "openai/cand"]
+        args += ["--base-url", srv.base_url, "--store", str(tmp_path / "s.db"), "--out", str(out)]
+        r = CliRunner().invoke(app, [*args, *extra], env={"COLUMNS": "200"})
+        bodies = list(srv.stats.bodies)
+    assert r.exit_code == 0, (r.output, r.exception)
+    result = json.loads((out / "results.json").read_text())["results"][0]
+    return result, bodies, r.output
+
+
+def test_results_count_the_right_answers_from_the_random_fallback(tmp_path: Path) -> None:
+    # "not sure" holds no standalone capital letter: neither script reads a letter in it, and
+    # every item is scored by the option each draws (M-ARC: random.seed(12345) then randint)
+    ns = load_official(MARC_API, ["update_result"])
+    items = [
+        {
+            "category": "health",
+            "pred": None,
+            "options": json.loads(r["options"]),
+            "answer_index": int(r["answer_index"]),
+            "answer": r["answer"],
+        }
+        for r in marc_rows()
+    ]
+    path = tmp_path / "res.json"
+    path.write_text(json.dumps(items))
+    _, record = ns.update_result(str(path))
+    right = int(record["health"]["corr"])
+    result, _, output = _loopback_run(
+        tmp_path, "m-arc", shared_file("m-arc", "test_medARCv1.csv"), "not sure"
+    )
+    fb = result["extra"]["reference_fallback"]
+    assert (fb["n"], fb["right"]) == (100, right) and result["score"] == pytest.approx(right / 100)
+    chance = sum(1 / len(it["options"]) for it in items)
+    assert fb["expected_right"] == pytest.approx(chance, abs=1e-3)
+    assert (
+        f"100 replies read no letter and were scored by a random option, {right} of them right"
+        in output
+    )
+    # a model that answers: nothing drawn, nothing said
+    result, _, output = _loopback_run(
+        tmp_path, "m-arc", shared_file("m-arc", "test_medARCv1.csv"), "The answer is (D)"
+    )
+    assert "reference_fallback" not in result["extra"] and "reference fallback" not in output
+    print(
+        f"m-arc, no readable reply: {right}/100 right, all from the fallback (chance {chance:.1f})"
+    )
+
+
+def test_sampled_runs_ask_identical_prompts_of_different_items_apart(tmp_path: Path) -> None:
+    rows = pro_rows()
+    distinct = len({(r["question"], tuple(r["options"].values())) for r in rows})
+    data = shared_file("mmlu-pro-health", "test.jsonl")
+    _, greedy, _ = _loopback_run(tmp_path, "mmlu-pro-health", data, "The answer is (A)")
+    _, sampled, _ = _loopback_run(
+        tmp_path, "mmlu-pro-health", data, "The answer is (A)", "--temperature", "0.7"
+    )
+    # greedy: one call per distinct prompt (identical prompts share a reply); sampled: every item
+    assert len(greedy) == distinct < 818 and len(sampled) == 818
+    print(f"mmlu-pro-health: greedy {len(greedy)} calls ({818 - distinct} shared), sampled 818")

@@ -296,7 +296,7 @@ class MultipleChoiceBenchmark(Benchmark):
         out of exactly that file; nothing is downloaded to fingerprint it). The same for every
         protocol: the answer mode and protocol beside them in the fingerprint say which was sent."""
         ours_ = {name: text_hash(text)[:16] for name, text in self.templates.items()}
-        return ours_ | {f"{f.folder}/{f.path}": f.sha256 for f in self.upstream_files()}
+        return ours_ | {f"{f.folder}/{f.path}": f.sha256 or f.url for f in self.upstream_files()}
 
     def image_parts(
         self, text: str, images: tuple[ImagePart, ...]
@@ -473,6 +473,9 @@ class MultipleChoiceBenchmark(Benchmark):
         if forced:
             extra["n_generated_multi_answer"] = forced
         extra.update(self.extra_metrics(pairs, mine, options))
+        fallback = fallback_counts(pairs)
+        if fallback:
+            extra["reference_fallback"] = fallback
         others = protocol_values(pairs, other)
         kind = "generate" if mode == "generate" else "logprob"
         other_options = replace(options, protocol=other)
@@ -592,3 +595,22 @@ class OurPromptExam(MultipleChoiceBenchmark):
     def reference_prompt(self, sample: Sample) -> str:
         """No official or peer prompt: ours under both protocols."""
         return self.render(sample, "generate")
+
+
+def fallback_counts(pairs: Sequence[tuple[Sample, Grade]]) -> dict[str, Any]:
+    """How many of the reference figure's items were scored by its random fallback (a reply it read
+    no letter in): ``n``, ``right`` (right answers that came from the draw as made here; None
+    where the reference's draw is unseeded and left undrawn, CMMLU's) and ``expected_right`` (the
+    right answers chance alone gives those items: the draw's outcome is luck, whatever its seed).
+    Empty where the reference read a letter in every reply."""
+    drawn = [
+        g.details["reference_fallback"] for _, g in pairs if g.details.get("reference_fallback")
+    ]
+    if not drawn:
+        return {}
+    seeded = [d for d in drawn if d.get("option") is not None]
+    return {
+        "n": len(drawn),
+        "right": sum(1 for d in seeded if d.get("right")) if seeded else None,
+        "expected_right": round(sum(float(d.get("chance") or 0.0) for d in drawn), 3),
+    }

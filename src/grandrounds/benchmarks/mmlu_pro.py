@@ -26,11 +26,12 @@ as ``update_result`` does. M-ARC's script also jitters every age in the stem ("5
 "54.013 year-old", +0 to 0.04 years); here the draw is seeded by the run's ``--seed`` and the
 question id, so a prompt is the same on every run of the same seed.
 
-The five health examples of MMLU-Pro's validation split are not in any pinned GitHub file (they are
-on Hugging Face, TIGER-Lab/MMLU-Pro, split ``validation``): save that split (or its health rows) as
-JSON Lines or a JSON array with MMLU-Pro's fields (question, options, cot_content, category) and pass
-``--param fewshot=PATH``; ``--param shots=0`` asks the same prompt without examples, recorded as such
-in the spec. The ``grandrounds`` protocol asks zero-shot with our prompt and reading, temperature 0,
+The five health examples of MMLU-Pro's validation split are on Hugging Face only (TIGER-Lab/MMLU-Pro,
+``data/validation-00000-of-00001.parquet``): the reference protocol downloads that file like every
+other source (:data:`MMLU_PRO_VALIDATION`; ``fetch`` and ``bundle`` include it, ``HF_ENDPOINT`` and the
+mirror settings apply). ``--param fewshot=PATH`` reads a local copy instead (the parquet file, or JSON
+Lines or a JSON array with MMLU-Pro's fields: question, options, cot_content, category);
+``--param shots=0`` asks the same prompt without examples, recorded as such in the spec. The ``grandrounds`` protocol asks zero-shot with our prompt and reading, temperature 0,
 and leaves failed calls out. lm-eval's ``mmlu_pro`` task generates (no log-likelihood task), so
 ``letter-loglik`` is not offered; ``text-loglik`` and ``next-token`` are ours.
 """
@@ -51,12 +52,17 @@ from grandrounds.benchmarks.medbullets import read_rows
 from grandrounds.benchmarks.readers.decoding import read_text
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
-from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Sample
 from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile, python_appended_strings, python_string
+from grandrounds.sources.upstream import (
+    UpstreamFile,
+    local_path,
+    python_appended_strings,
+    python_string,
+)
 
 MMLU_PRO_API = UpstreamFile(
     "mmlu-pro",
@@ -71,6 +77,19 @@ M_ARC_API = UpstreamFile(
     "4e64daab5c884b0754f8cbd42fc8f22d05436369",
     "evaluate_from_api.py",
     "c2849456729e8fc4872b20d73a45f6952d446928888087185d5bfaded58d6d70",
+)
+#: MMLU-Pro's validation split (the five chain-of-thought examples per category the reference
+#: prompt shows), as its authors publish it on the Hugging Face hub. Downloaded like every other
+#: source (cache, HF_ENDPOINT and the mirror settings, bundles). Its sha256 could not be pinned
+#: ahead of a first download: that download's sha256 is recorded beside it and every later use is
+#: compared with it (a changed file warns, and the prompts it gives are other requests).
+MMLU_PRO_VALIDATION = UpstreamFile(
+    "mmlu-pro-hf",
+    "TIGER-Lab/MMLU-Pro",
+    "main",
+    "data/validation-00000-of-00001.parquet",
+    None,
+    hub="huggingface",
 )
 _PROMPTS = {
     "generate": "evaluate_from_api.py single_request: header + validation CoT examples + format_example",
@@ -111,18 +130,37 @@ def jitter_ages(text: str, rng: random.Random) -> str:
     return _AGE.sub(lambda m: f"{int(m.group(1)) + rng.uniform(0, 0.04):.3f} year-old", text)
 
 
+def _parquet_rows(path: Path) -> list[Any]:
+    """The rows of a parquet file as dicts (the split as Hugging Face publishes it)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(
+            path, None, "reading a parquet file needs pyarrow: pip install pyarrow"
+        ) from None
+    try:
+        return list(pq.read_table(path).to_pylist())
+    except Exception as e:  # pyarrow's errors are of many kinds; each is one line naming the file
+        raise DataError(
+            path, None, f"not a readable parquet file ({type(e).__name__}: {e})"
+        ) from None
+
+
 def read_fewshot(path: Path, category: str) -> list[dict[str, Any]]:
     """The validation examples of ``category`` in file order (MMLU-Pro's fields; "N/A" options dropped,
-    as ``preprocess`` does), from JSON Lines or a JSON array."""
-    text = read_text(path)
-    try:
-        rows = (
-            json.loads(text)
-            if text.lstrip().startswith("[")
-            else [rec for _, rec in iter_jsonl(path)]
-        )
-    except json.JSONDecodeError as e:
-        raise DataError(path, e.lineno, f"invalid JSON ({e.msg})") from None
+    as ``preprocess`` does), from the published parquet file, JSON Lines or a JSON array."""
+    if path.suffix == ".parquet":
+        rows = _parquet_rows(path)
+    else:
+        text = read_text(path)
+        try:
+            rows = (
+                json.loads(text)
+                if text.lstrip().startswith("[")
+                else [rec for _, rec in iter_jsonl(path)]
+            )
+        except json.JSONDecodeError as e:
+            raise DataError(path, e.lineno, f"invalid JSON ({e.msg})") from None
     out = []
     for no, rec in enumerate(rows, 1):
         if not isinstance(rec, dict):
@@ -162,7 +200,8 @@ class _MMLUProFormat(MultipleChoiceBenchmark):
             "fewshot",
             str,
             "",
-            "MMLU-Pro's validation split (HF TIGER-Lab/MMLU-Pro) as JSON Lines or a JSON array",
+            "a local copy of MMLU-Pro's validation split (parquet, JSON Lines or a JSON array); "
+            "default: downloaded from Hugging Face (TIGER-Lab/MMLU-Pro)",
         ),
     )
 
@@ -172,20 +211,20 @@ class _MMLUProFormat(MultipleChoiceBenchmark):
         self.fewshot: str = self.param("fewshot")
 
     def upstream_files(self) -> tuple[UpstreamFile, ...]:
-        return (self.official,)
+        """The scoring script, and the validation split where the examples are downloaded (a run
+        given ``fewshot`` or ``shots=0`` keeps the fingerprint it had before)."""
+        return (self.official,) + (
+            (MMLU_PRO_VALIDATION,) if self.shots and not self.fewshot else ()
+        )
 
     def examples(self) -> list[dict[str, Any]]:
-        """The validation examples the reference prompt shows; without ``fewshot`` (and ``shots`` > 0) a
-        one-line error saying how to get them, raised as the first prompt is built (before any call)."""
+        """The validation examples the reference prompt shows: from ``fewshot``, else MMLU-Pro's
+        validation split downloaded from Hugging Face (read as the first prompt is built, before
+        any call; a failed download is one error saying the ways round it)."""
         if not self.shots:
             return []
-        if not self.fewshot:
-            raise ConfigError(
-                f"{self.name}: the reference prompt is {self.shots}-shot with the health examples of MMLU-Pro's validation split, "
-                "which is on Hugging Face only (TIGER-Lab/MMLU-Pro, split validation): save it as JSON Lines and pass "
-                "--param fewshot=PATH, or pass --param shots=0 (the same prompt without examples)"
-            )
-        return cached(read_fewshot, Path(self.fewshot), "health")[: self.shots]
+        path = Path(self.fewshot) if self.fewshot else local_path(MMLU_PRO_VALIDATION)
+        return cached(read_fewshot, path, "health")[: self.shots]
 
     def format_example(self, question: str, options: Sequence[str], cot_content: str = "") -> str:
         """evaluate_from_api.py format_example, its text pieces read from the pinned file."""

@@ -255,7 +255,9 @@ def fetch_official(bench: Any) -> list[Item]:
                 item.source, item.status = str(local / f.folder / f.path), "local"
             else:
                 item.status = (
-                    "cached" if cached.is_file() and file_sha256(cached) == f.sha256 else "fetched"
+                    "cached"
+                    if cached.is_file() and (f.sha256 is None or file_sha256(cached) == f.sha256)
+                    else "fetched"
                 )
             item.path = upstream.local_path(f)
         except GrandroundsError as e:

@@ -246,7 +246,7 @@ class MCQGrader(Grader):
                 )[:16]
             }
         if p.reference_reading == "cmb":
-            return {"cmb/src/utils.py#match_choice": CMB_UTILS.sha256[:16]}
+            return {"cmb/src/utils.py#match_choice": (CMB_UTILS.sha256 or "")[:16]}
         if p.reference_reading in EXAM_READINGS:
             return {
                 f"exam_readings#{p.reference_reading}": EXAM_READINGS[p.reference_reading].source
@@ -267,6 +267,11 @@ class MCQGrader(Grader):
         if mode == "generate":
             (picked, value), other = self._read_both(shown, perm, response.text)
             details["other_extracted"], details["other_value"] = other
+            fallback = self._fallback(
+                shown, (picked, value) if p.protocol == "reference" else other
+            )
+            if fallback:
+                details["reference_fallback"] = fallback
         else:
             conts = option_continuations(shown.choices, mode, p.language, p.loglik_labels)
             if not any(c in response.scores for c in conts.values()):
@@ -292,6 +297,25 @@ class MCQGrader(Grader):
             details["unextracted"] = True
         details["extracted_original"] = to_original(picked or None, perm)
         return Grade(sample_id=sample.id, value=value, extracted=picked or None, details=details)
+
+    def _fallback(
+        self, shown: Sample, official: tuple[str | None, float | None]
+    ) -> dict[str, Any] | None:
+        """Where the reference scorer read no letter and draws an option at random instead: the
+        option drawn and whether it was right (M-ARC's and MMLU-Pro's seeded draw), or, for an
+        unseeded draw the reference leaves to chance (CMMLU's ``extract_choice``:
+        ``random.randint(0, 3)`` over A-D), the chance it is right; None where it read a letter."""
+        p: MCQParams = self.params
+        reading = EXAM_READINGS.get(p.reference_reading)
+        if reading is None or official[0] is not None or shown.target is None:
+            return None
+        if reading.guess is not None:
+            drawn = list(shown.choices)[reading.guess(len(shown.choices))]
+            chance = 1 / len(shown.choices)
+            return {"option": drawn, "right": drawn == shown.target, "chance": chance}
+        if p.reference_reading == "cmmlu":
+            return {"option": None, "chance": 0.25 if str(shown.target) in "ABCD" else 0.0}
+        return None
 
     def _read_both(
         self, shown: Sample, perm: str | None, text: str | None

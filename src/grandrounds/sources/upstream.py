@@ -10,9 +10,13 @@ Where the file comes from, first hit wins:
 1. ``$GRANDROUNDS_REFERENCE``: a directory laid out like the project's ``../shared/reference``
    (``<folder>/<path in the repository>``), for tests and air-gapped machines;
 2. the download cache (``<cache>/reference/<folder>/<path>``), filled from
-   ``https://raw.githubusercontent.com/<repository>/<commit>/<path>``.
+   ``https://raw.githubusercontent.com/<repository>/<commit>/<path>`` (a Hugging Face dataset's
+   file, ``hub="huggingface"``: ``https://huggingface.co/datasets/<repository>/resolve/<revision>/<path>``,
+   through ``HF_ENDPOINT``).
 
-Either way the file must hash to its pinned sha256, or the run stops with an error naming it.
+Either way the file must hash to its pinned sha256, or the run stops with an error naming it. A
+file whose sha256 could not be pinned (``sha256=None``) has the sha256 of its first download
+recorded beside it and every later use compared with that record (:mod:`grandrounds.sources.downloads`).
 A download that fails is remembered for the rest of the process (per URL): later reads of the
 file raise the same error at once instead of trying the network again for every grade.
 """
@@ -32,7 +36,7 @@ from typing import Any
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import file_sha256, text_hash
 from grandrounds.sources.downloads import RemoteFile, cache_dir, fetch
-from grandrounds.sources.mirrors import bundle_root, bundled_file
+from grandrounds.sources.mirrors import HUGGING_FACE, bundle_root, bundled_file
 
 #: Environment variable naming a local reference folder (``<folder>/<path>`` layout).
 REFERENCE_ENV = "GRANDROUNDS_REFERENCE"
@@ -49,15 +53,25 @@ class UpstreamFile:
     repo: str
     commit: str
     path: str
-    sha256: str
+    sha256: str | None
+    #: Where the repository lives: ``github`` (raw.githubusercontent.com) or ``huggingface`` (a
+    #: dataset repository on the Hugging Face hub).
+    hub: str = "github"
 
     @property
     def url(self) -> str:
+        if self.hub == "huggingface":
+            return f"{HUGGING_FACE}/datasets/{self.repo}/resolve/{self.commit}/{self.path}"
         return f"https://raw.githubusercontent.com/{self.repo}/{self.commit}/{self.path}"
 
     def describe(self) -> dict[str, str]:
-        """What a fingerprint records about the file."""
-        return {"repo": self.repo, "commit": self.commit, "path": self.path, "sha256": self.sha256}
+        """What a fingerprint records about the file (a sha256 not pinned: empty)."""
+        return {
+            "repo": self.repo,
+            "commit": self.commit,
+            "path": self.path,
+            "sha256": self.sha256 or "",
+        }
 
 
 @dataclass(frozen=True)
@@ -93,7 +107,7 @@ def local_path(f: UpstreamFile) -> Path:
         candidate = root / f.folder / f.path
         if candidate.is_file():
             got = file_sha256(candidate)
-            if got != f.sha256:
+            if f.sha256 is not None and got != f.sha256:
                 raise DataError(
                     candidate,
                     None,
@@ -110,7 +124,7 @@ def local_path(f: UpstreamFile) -> Path:
         if failed is not None:
             cached = dest / remote.filename
             if (
-                cached.is_file() and file_sha256(cached) == f.sha256
+                cached.is_file() and f.sha256 is not None and file_sha256(cached) == f.sha256
             ):  # put there since (another process)
                 return cached
             raise type(failed)(
