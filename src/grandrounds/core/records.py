@@ -194,6 +194,11 @@ class Request:
     #: what they were before tools existed.
     tools: tuple[ToolSpec, ...] = field(default=(), metadata=OMIT_EMPTY)
     tool_choice: str = field(default="", metadata=OMIT_EMPTY)
+    #: The item asked, where sampling (temperature > 0) makes each ask a draw of its own and an
+    #: earlier item has the same prompt: identical prompts of different items are then asked
+    #: separately, as the authors' loops ask every item. Empty (and left out of the key) otherwise:
+    #: greedy requests of one prompt share one reply.
+    item: str = field(default="", metadata=OMIT_EMPTY)
 
     def canonical(self) -> str:
         """Canonical JSON of the request, computed once (records are frozen, so it cannot go stale)."""

@@ -24,7 +24,13 @@ import grandrounds
 from grandrounds.benchmarks.agents import AgentBenchmark
 from grandrounds.benchmarks.base import Benchmark, RunOptions
 from grandrounds.benchmarks.readers.decoding import DATA_ENCODING
-from grandrounds.core.hashing import canonical_json, content_hash, to_jsonable
+from grandrounds.core.hashing import (
+    canonical_json,
+    content_hash,
+    dataclass_dict,
+    text_hash,
+    to_jsonable,
+)
 from grandrounds.core.records import (
     GenParams,
     Grade,
@@ -383,6 +389,7 @@ class Setup:
     watch: DataWatch | None = None
     #: What the run says before it starts (a very large rubric), printed with its summary.
     notes: list[str] = field(default_factory=list)
+    _repeats: frozenset[str] | None = field(default=None, repr=False)
 
     def samples(self) -> Iterator[Sample]:
         """The run's samples in order, read again from the data where they are not held (each
@@ -396,6 +403,24 @@ class Setup:
     def ids(self) -> list[str]:
         """The run's sample ids, in order."""
         return [smp.id for smp in self.samples()]
+
+    def repeats(self, cfg: RunConfig) -> frozenset[str]:
+        """The ids of the single-turn items whose prompt an earlier item in data order already has
+        (read once, on the first sampled ask). Under sampling each of them is asked apart (its id in
+        its request's key, as the authors' loops ask every item); the first item of each prompt
+        keeps the key it always had, so a sampled run's stored answers keep theirs."""
+        if self._repeats is None:
+            first: dict[str, str] = {}
+            out = set()
+            for smp in self.samples():
+                if smp.group is not None:
+                    continue  # a dialogue's turns differ by what was answered before
+                prompt = self.bench.prompt(smp, cfg.options, ())
+                text = text_hash(canonical_json([dataclass_dict(m) for m in prompt.messages]))
+                if first.setdefault(text, smp.id) != smp.id:
+                    out.add(smp.id)
+            self._repeats = frozenset(out)
+        return self._repeats
 
     def groups(self) -> Iterator[list[tuple[int, Sample]]]:
         """What one worker asks in order, each sample with its position: a sample alone, or the
@@ -760,6 +785,7 @@ async def _ask(
     ):
         messages = (Message("system", system), *messages)  # the protocol's system message
     params = cfg.gen or GenParams()
+    sampled = prompt.kind == "chat" and (params.temperature or 0) > 0
     req = Request(
         provider=s.provider.spec.provider,
         model=s.provider.spec.model,
@@ -769,8 +795,9 @@ async def _ask(
         kind=prompt.kind,
         continuations=prompt.continuations,
         base_url=s.provider.request_base_url(),
-        # sampled: each item its own draw (greedy requests of the same prompt share one reply)
-        item=sample.id if prompt.kind == "chat" and (params.temperature or 0) > 0 else "",
+        # sampled: an item whose prompt an earlier item has is a draw of its own (greedy
+        # requests of the same prompt share one reply)
+        item=sample.id if sampled and sample.id in s.repeats(cfg) else "",
     )
     resp = await answers(req)
     return resp, (req.key(), prompt)
