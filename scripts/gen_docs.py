@@ -256,6 +256,12 @@ def official_files(bench: Any) -> list[Any]:
     return sorted(found, key=lambda f: (f.folder, f.path))
 
 
+def _repo_url(f: Any) -> str:
+    if f.hub == "huggingface":
+        return f"https://huggingface.co/datasets/{f.repo}/tree/{f.commit}"
+    return f"https://github.com/{f.repo}/tree/{f.commit}"
+
+
 def _upstream(bench: Any) -> str:
     found = official_files(bench)
     if not found:
@@ -263,10 +269,12 @@ def _upstream(bench: Any) -> str:
     rows = [
         [
             code(f.folder),
-            f"[{text(f.repo)}](https://github.com/{f.repo}/tree/{f.commit})",
+            f"[{text(f.repo)}]({_repo_url(f)})",
             code(f.commit[:12]),
-            f"[{text(f.path)}](https://github.com/{f.repo}/blob/{f.commit}/{f.path})",
-            code(f.sha256[:16] + "…"),
+            f"[{text(f.path)}]({f.url})"
+            if f.hub != "github"
+            else f"[{text(f.path)}](https://github.com/{f.repo}/blob/{f.commit}/{f.path})",
+            code(f.sha256[:16] + "…") if f.sha256 else "recorded at the first download",
         ]
         for f in found
     ]
@@ -326,6 +334,8 @@ def _benchmark_section(name: str, cls: type) -> str:
     for pname, preset in cls.protocols.items():
         label = " (the default)" if pname == "reference" else ""
         out.append(f"### Protocol `{pname}`{label}\n\n{_protocol(cls, preset)}")
+    if cls.published_figures:
+        out.append(f"### Comparing with published figures\n\n{text(cls.published_figures)}\n")
     differences = getattr(cls, "protocol_differences", None)
     if differences:
         out.append(

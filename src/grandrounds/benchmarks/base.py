@@ -110,6 +110,10 @@ class Benchmark(ABC):
     #: Scoring options (``--scoring``, ``RunOptions.extra``), recorded in the grader fingerprint.
     scoring_options: ClassVar[tuple[Param, ...]] = ()
     answer_modes: ClassVar[tuple[AnswerMode, ...]] = ("generate",)
+    #: What a reader comparing results with the paper's published numbers should know (where those
+    #: numbers came from other reading code, and by how much it moves the authors' own replies):
+    #: shown on the benchmark's page.
+    published_figures: ClassVar[str] = ""
     #: True where ``--shuffle-options`` means something (multiple-choice exams).
     shuffles_options: ClassVar[bool] = False
     #: Judge modes (``--judge-mode``) the grader offers, the first being its default; () = none.

@@ -228,6 +228,12 @@ class CMMLUMedical(MultipleChoiceBenchmark):
     category_fields: ClassVar[tuple[str, ...]] = ("subject",)
     lm_eval = CMMLU_TASK
     reference_reading = "cmmlu"
+    published_figures: ClassVar[str] = (
+        "CMMLU's extract_choice scores a reply it reads no letter in by an unseeded random.randint(0, 3): "
+        "the paper's figures carry that luck, and no run can repeat it. grandrounds leaves such replies "
+        "unextracted (wrong under reference); the result's reference_fallback says how many there were and "
+        "how many right answers chance would have added (a quarter of them)."
+    )
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {
         "generate": "reference: the authors' prompt and extract_choice, failed calls wrong, mean over subjects; "

@@ -293,6 +293,18 @@ class MMLUProHealth(_MMLUProFormat):
     )
     reference_reading = "mmlu-pro"
     official = MMLU_PRO_API
+    published_figures: ClassVar[str] = (
+        "The paper's and leaderboard's numbers for the first models (gpt-4o, deepseek) were read by the authors' "
+        "2024 scripts (run_gpt4o.py, run_deepseek.py at TIGER-AI-Lab/MMLU-Pro@ff991b5), which read only "
+        "'answer is (X)' in the raw reply and scored every other reply by a random option; the pinned "
+        "evaluate_from_api.py (f418b11) removes '**' first and falls back to 'Answer: X' and the last letter. "
+        "On the authors' own published health replies: gpt-4o, 62 of 818 replies read as nothing in 2024 (583 "
+        "right before the random draws, 0.713; published 0.721), 0 under the pinned code (619 right, 0.757); "
+        "deepseek, 83 of 812 read as nothing in 2024 (466 right, 0.574), 0 under the pinned code (509 right, "
+        "0.627). grandrounds reads as the pinned code. Where a reply still reads no letter, the result's "
+        "reference_fallback says how many were scored by the random option and how many of those came out "
+        "right."
+    )
     protocols = _protocols(
         MMLU_PRO_API, 4000, "answer is (X), else Answer: X, else the last standalone letter", False
     )
@@ -362,6 +374,14 @@ class MARC(_MMLUProFormat):
     )
     reference_reading = "m-arc"
     official = M_ARC_API
+    published_figures: ClassVar[str] = (
+        "M-ARC's script scores a reply it reads no letter in by the option drawn right after "
+        "random.seed(12345), the same draw for every item of the same option count; that option is the key "
+        "of 33 of the 100 items, so a model whose replies are never readable scores 0.33. The result's "
+        "reference_fallback counts the replies scored by that draw and how many came out right (with the "
+        "number chance alone would give); read the headline beside it. The paper's figures were read by the "
+        "authors' code of that time; grandrounds reads as the pinned evaluate_from_api.py (4e64daa)."
+    )
     jitter = True
     protocols = _protocols(M_ARC_API, 8000, "its five patterns in order", True)
 

@@ -137,5 +137,5 @@ def fallback_summary(extra: Any) -> str:
     if fb.get("right") is not None:
         text += f", {int(fb['right'])} of them right by the draw"
     if fb.get("expected_right") is not None:
-        text += f", {fmt(float(fb['expected_right']))} right expected by chance (an unseeded draw)"
+        text += f" ({fmt(float(fb['expected_right']), 1)} right expected by chance)"
     return text
