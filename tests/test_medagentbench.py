@@ -38,6 +38,7 @@ from grandrounds.cli.main import app
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import Request, Response, ToolCallPart
 from grandrounds.core.registry import PROVIDERS
+from grandrounds.graders.medagentbench_grader import FINISH_POST, UNREADABLE_DATA
 from grandrounds.providers.scripted import ScriptedProvider
 from grandrounds.testing import LoopbackServer
 from grandrounds.testing.fhir import NOW, FhirServer, synthetic_records
@@ -880,3 +881,71 @@ def test_get_under_the_base_path_is_fetched_whatever_the_case_of_scheme_and_host
     upper = fhir.base_url.replace("/fhir/", "/FHIR/")
     after, _, _, _ = our_outcome(f"GET {upper}Patient?identifier=S1", case, fhir.base_url)
     assert after.startswith("Error in sending the GET request: refused")
+
+
+def test_failures_the_re_implementation_raises_on_count_as_it_counts_them(tmp_path):
+    """Two ways the re-implementation fails a task by raising: a finishing reply holding "POST" on
+    a task whose POSTs it reads (extract_posts looks past the last message), and record-server
+    data its task function cannot read (a lab without a value). Run through the CLI on all 300
+    tasks, our verdicts equal its verdicts on the same conversations and the same server."""
+    rows = tasks()
+    by_instruction = {t["instruction"]: t for t in rows}
+    data = synthetic_records(rows)
+    # a lab without its value, for one patient of each lab-reading category that fetches labs
+    broken = {}
+    for t in rows:
+        c, k = _num(t)
+        code = {4: "MG", 6: "GLU", 10: "A1C"}.get(c)
+        if code and k == 2:
+            lab = next(
+                o
+                for o in data.resources["Observation"]
+                if o["subject"]["reference"] == f"Patient/{t['eval_MRN']}"
+                and any(x["code"] == code for x in o["code"].get("coding", []))
+            )
+            del lab["valueQuantity"]
+            broken[t["id"]] = t["eval_MRN"]
+    finals: dict[str, list[dict[str, Any]]] = {}
+    posted = set()
+
+    def script(req: Request) -> object:
+        msgs = _wire(req.messages)
+        task = _case(msgs[0]["content"], by_instruction)
+        try:
+            reply = text_agent(msgs, by_instruction)
+        except KeyError:  # the rule reads every lab's value: on the broken lab it gives up
+            reply = "FINISH([-1])"
+        c, k = _num(task)
+        if reply.startswith("FINISH(") and c in (3, 8) and k % 5 == 2:
+            reply = 'FINISH(["POST placed as asked"])'  # passes every POST check, holds "POST"
+            posted.add(task["id"])
+        finals[task["id"]] = msgs + [{"role": "assistant", "content": reply}]
+        return reply
+
+    with FhirServer(data) as server:
+        cli(run_args(tmp_path, server.base_url), script)
+        verdicts = medmarks_verdicts(rows, finals, server)
+    g = grades(tmp_path / "s.db")
+    ours = {sid: gr["value"] == 1.0 for sid, gr in g.items()}
+    res = results(tmp_path)
+    checks = {
+        sid: {c["name"]: c["passed"] for e in gr["details"]["epochs"] for c in e["checks"]}
+        for sid, gr in g.items()
+    }
+    # what the earlier reading gave: the POST-holding finishes passed every other check, the
+    # unreadable labs were unscored; each is now a failure, as the re-implementation counts it
+    before = sum(
+        1 for sid in posted if all(ok for n, ok in checks[sid].items() if n != FINISH_POST)
+    ) + sum(1 for sid in g if UNREADABLE_DATA in checks[sid])
+    assert posted and all(checks[sid][FINISH_POST] is False for sid in posted)
+    unreadable = {sid for sid in g if UNREADABLE_DATA in checks[sid]}
+    assert unreadable and unreadable <= set(broken) | {
+        t["id"] for t in rows if t.get("eval_MRN") in broken.values()
+    }
+    assert res["n_unscored"] == 0 and res["extra"]["server_data_unreadable"]["n"] == len(unreadable)
+    disagree = sum(verdicts[i] != ours[i] for i in ours)
+    assert disagree == 0
+    print(
+        f"medagentbench: {len(posted)} POST-holding finishes, {len(unreadable)} tasks on unreadable "
+        f"data; verdicts differing from the re-implementation before {before}, after {disagree}/300"
+    )

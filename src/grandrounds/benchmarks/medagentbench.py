@@ -19,12 +19,21 @@ POSTs are recorded and checked field by field, never sent. Grading
 (:mod:`grandrounds.graders.medagentbench_grader`) follows the public re-implementation of the
 gated official checks. The headline is the success rate over all tasks: episodes that end at the
 step limit or on an invalid action count as failures; an unreachable server is an unknown.
+
+Where the re-implementation fails a task by raising, the task fails here too: a finishing reply
+holding the text "POST" on a task whose POSTs it reads (its ``extract_posts`` looks past the last
+message), and record-server data its checks cannot read (a lab without a value or a date, an answer
+that is not a Bundle). The latter says nothing of the agent, so the result counts those tasks beside
+the headline with the success rate without them (``extra["server_data_unreadable"]``), which is
+how our own reading would score the run.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,12 +43,19 @@ from grandrounds.benchmarks.agent_envs.medagentbench import (
     Replies,
 )
 from grandrounds.benchmarks.agents import AgentBenchmark, Environment
-from grandrounds.benchmarks.base import RemoteFile, RunOptions, read_text, resolve_file
+from grandrounds.benchmarks.base import (
+    Aggregate,
+    RemoteFile,
+    RunOptions,
+    read_text,
+    resolve_file,
+)
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import content_hash
 from grandrounds.core.params import Param
-from grandrounds.core.records import Message, Sample, ToolSpec
+from grandrounds.core.records import Grade, Message, Sample, ToolSpec
 from grandrounds.core.registry import Spec
+from grandrounds.graders.medagentbench_grader import UNREADABLE_DATA
 from grandrounds.sources.protocols import Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, python_message_contents, python_string
 
@@ -121,6 +137,33 @@ class MedAgentBench(AgentBenchmark):
                 f"medagentbench: --param fhir_base must be an http(s) URL ending in '/', not {base!r}"
             )
         self._funcs: list[dict[str, Any]] | None = None
+
+    def aggregate(
+        self, samples: Sequence[Sample], grades: Sequence[Grade], options: RunOptions
+    ) -> Aggregate:
+        """The agents' figures, and beside them the tasks failed because the record server's data
+        could not be read (the re-implementation fails them; our own reading would leave them
+        unscored): their count and the success rate without them."""
+        agg = super().aggregate(samples, grades, options)
+        hit = [
+            g
+            for g in grades
+            if any(
+                c.get("name") == UNREADABLE_DATA
+                for e in g.details.get("epochs", ())
+                for c in e.get("checks", ())
+            )
+        ]
+        if not hit:
+            return agg
+        apart = {id(g) for g in hit}
+        kept = [g.value for g in grades if g.status == "scored" and id(g) not in apart]
+        extra = dict(agg.extra)
+        extra["server_data_unreadable"] = {
+            "n": len(hit),
+            "success_rate_without": sum(v or 0.0 for v in kept) / len(kept) if kept else None,
+        }
+        return replace(agg, extra=extra)
 
     # ---- data ---------------------------------------------------------------------------
     def load(self, root: Path) -> list[Sample]:

@@ -110,6 +110,12 @@ def episode_summary(extra: Any, sep: str = ", ") -> str:
     passk = extra.get("pass_k") or {}
     if isinstance(passk, Mapping) and len(passk) > 1:
         text += "; " + sep.join(f"pass^{k} {fmt(v)}" for k, v in passk.items() if v is not None)
+    unreadable = extra.get("server_data_unreadable")
+    if isinstance(unreadable, Mapping) and unreadable.get("n"):
+        text += (
+            f"; {int(unreadable['n'])} failed on record-server data the checks cannot read, as the "
+            f"reference counts them (success rate without them {fmt(unreadable.get('success_rate_without'))})"
+        )
     return text + official_summary(extra.get("official"))
 
 

@@ -18,6 +18,19 @@ The official grader (``refsol.py``) is gated; these checks follow the public re-
 
 Every check of a task is evaluated (not only up to the first failure, as the asserts there stop);
 a task passes when all of them pass, which is the re-implementation's verdict.
+
+Two places where the re-implementation fails a task by raising, counted as it counts them:
+
+- a task whose POSTs are read (``extract_posts``: tasks 3 and 8, and 5, 9, 10 where an order is
+  due) fails when the agent's finishing reply holds the text ``POST``: ``extract_posts`` looks at
+  the message after every agent message holding ``POST``, and after the last one there is none
+  (an ``IndexError`` its ``eval`` turns into a failure). The check "FINISH reply holds no POST" says so;
+- record-server data the checks cannot read (a lab without a value, a date that does not parse, a
+  search answer that is not a Bundle) raises in the re-implementation's task function and fails the
+  task. It fails here too, with the one check "record server's data readable" naming what was
+  wrong; ``details["grandrounds"]`` says that our own reading would leave the task unscored (it
+  says nothing of the agent), and the result counts such tasks beside the headline
+  (``extra["server_data_unreadable"]``).
 """
 
 from __future__ import annotations
@@ -65,6 +78,12 @@ def reference_facts(task: str, bundle: Mapping[str, Any]) -> dict[str, Any]:
     entries = [e.get("resource", {}) for e in bundle.get("entry", []) or []]
     if task == "task2":
         return {"birthDate": entries[0].get("birthDate") if entries else None}
+    for r in entries:  # the re-implementation reads both of every entry, and raises without them
+        if "effectiveDateTime" not in r or "value" not in (r.get("valueQuantity") or {}):
+            return {
+                "unreadable": f"{r.get('resourceType', 'a resource')} {r.get('id', '?')} has no "
+                + ("effectiveDateTime" if "effectiveDateTime" not in r else "valueQuantity.value")
+            }
     return {
         "labs": [
             [r.get("effectiveDateTime"), (r.get("valueQuantity") or {}).get("value")]
@@ -150,11 +169,20 @@ def _no_post(state: Mapping[str, Any]) -> Check:
     return check("no POST", n == 0, f"{n} replies hold a POST" if n else "")
 
 
+#: The check a task fails where the record server's data cannot be read (see the module's notes).
+UNREADABLE_DATA = "record server's data readable"
+#: The check a task whose POSTs are read fails where the finishing reply holds "POST".
+FINISH_POST = "FINISH reply holds no POST"
+
+
 def _posts(state: Mapping[str, Any], count: int) -> tuple[list[Check], list[dict[str, Any]]]:
     posts = list(state.get("posts", []))
-    return [
-        check(f"POST count == {count}", len(posts) == count, f"{len(posts)} accepted POSTs")
-    ], posts
+    out = [check(f"POST count == {count}", len(posts) == count, f"{len(posts)} accepted POSTs")]
+    if state.get("finish_post"):  # extract_posts raises on it: the task fails there
+        out.append(
+            check(FINISH_POST, False, "the finishing reply holds 'POST' (extract_posts raises)")
+        )
+    return out, posts
 
 
 def _url(post: Mapping[str, Any], base: str, resource: str) -> Check:
@@ -454,15 +482,23 @@ class MedAgentBenchGrader(Grader):
                 "grader_error",
                 f"task {sample.id!r}: the environment kept no reference data from the record server",
             )
+        unreadable = state["reference"].get("unreadable") if "reference" in state else None
         try:
+            if unreadable:
+                raise ValueError(unreadable)
             checks = task_checks(sample.metadata, state, episode.get("final"))
         except (
             _ERRORS
         ) as e:  # the server's data is not what the checks read (a missing field, a bad date)
-            return unscored(
-                sample,
-                "grader_error",
-                f"task {sample.id!r}: the record server's data could not be read: {type(e).__name__}: {e}",
+            why = f"the record server's data could not be read: {type(e).__name__}: {e}"
+            return Grade(  # a failure, as the re-implementation counts it; ours said beside
+                sample_id=sample.id,
+                value=0.0,
+                extracted=episode.get("final"),
+                details={
+                    "checks": [check(UNREADABLE_DATA, False, why)],
+                    "grandrounds": f"unscored: {why}",
+                },
             )
         passed = all(c["passed"] for c in checks)
         return Grade(

@@ -98,6 +98,8 @@ class MedAgentBenchEnvironment(Environment):
         self.posts: list[dict[str, Any]] = []
         self.gets: list[str] = []
         self.post_replies = 0
+        #: The finishing reply holds "POST" (the re-implementation's extract_posts raises on it).
+        self.finish_post = False
         self.final: str | None = None
         self.reference: dict[str, Any] | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -144,6 +146,7 @@ class MedAgentBenchEnvironment(Environment):
                 ],
             )
         if r.startswith("FINISH("):
+            self.finish_post = "POST" in raw
             return await self._finish(r[len("FINISH(") : -1])
         return Reaction(
             done=True,
@@ -212,6 +215,7 @@ class MedAgentBenchEnvironment(Environment):
                         {"actor": "environment", "tool": call.name, "error": "unknown tool"},
                     )
                 elif tool.method == "FINISH":
+                    self.finish_post = "POST" in (reply.text or "")
                     return await self._finish(
                         json.dumps(args.get("answers"), ensure_ascii=False)
                         if "answers" in args
@@ -338,9 +342,9 @@ class MedAgentBenchEnvironment(Environment):
             bundle = json.loads(data)
             self.reference = reference_facts(str(self.case["category"]), bundle)
         except (ValueError, TypeError, AttributeError) as e:
-            raise EnvironmentFailure(
-                f"the FHIR server's answer to {url} is not a FHIR Bundle: {e}"
-            ) from None
+            # the re-implementation's task function raises on it and fails the task: the grader
+            # counts it so (and says our own reading would leave it unscored)
+            self.reference = {"unreadable": f"the answer to {url} is not a FHIR Bundle: {e}"}
 
     def state(self) -> dict[str, Any]:
         out = {
@@ -350,6 +354,8 @@ class MedAgentBenchEnvironment(Environment):
             "post_replies": self.post_replies,
             "final": self.final,
         }
+        if self.finish_post:
+            out["finish_post"] = True
         if self.reference is not None:
             out["reference"] = self.reference
         return out
