@@ -33,6 +33,7 @@ from grandrounds.run.runner import run
 from grandrounds.sources import vqa as vqa_source
 from grandrounds.store import Store
 from tests.conftest import reference_file, shared_file
+from tests.official import load_official
 
 #: Extras only a judged grading has.
 #: (``answer_markers``: every judged result says whether its judge saw the answer between markers.)
@@ -363,4 +364,100 @@ def test_through_the_command_with_our_prompt(tmp_path: Path) -> None:
     print(
         f"\nvqa-rad via the command (120 questions, grandrounds protocol): open judged {ex['open_judged_accuracy']:.4f} "
         f"over {want['n'] - want['unknown']} of {want['n']} open, unknown {ex['n_open_judge_unknown']}"
+    )
+
+
+def _slake_open() -> list:
+    folder = shared_file("slake", "test.json").parent
+    return [s for s in SLAKE(lang="all").load(folder) if s.metadata.get("closed") is False]
+
+
+def test_slake_judge_prompts_are_medevalkits_byte_for_byte() -> None:
+    """MedEvalKit's SLAKE scorer fills its compare prompt with the question, the response and the
+    answer as they are (its VQA-RAD and PathVQA scorers lower-case and strip them)."""
+    from grandrounds.graders.vqa_grader import VQAGrader, VQAParams
+
+    off = load_official("medevalkit/utils/utils.py", ["get_compare_messages"])
+    spec = SLAKE().judged_grader_spec(RunOptions())
+    slake = VQAGrader(VQAParams(**spec.args))
+    lowered = VQAGrader(VQAParams(protocol="reference", judge_open=True))
+    samples = _slake_open()
+    equal = before = 0
+    for i, s in enumerate(samples):
+        reply = [str(s.target), f"  {str(s.target).upper()} ", f"It is {s.target}."][i % 3]
+        want = off.get_compare_messages(s.metadata["question"], reply, str(s.target))[0]["content"]
+        equal += slake.judge_prompt(s, reply) == want
+        before += lowered.judge_prompt(s, reply) == want
+    assert len(samples) > 200 and equal == len(samples)
+    print(
+        f"slake judge prompts equal to MedEvalKit's: before {before}/{len(samples)}, after {equal}"
+    )
+    # VQA-RAD's scorer lower-cases and strips: unchanged there
+    s = samples[0]
+    vqa_rad_want = off.get_compare_messages(
+        s.metadata["question"], " X Y ".lower().strip(), str(s.target).lower().strip()
+    )[0]["content"]
+    assert lowered.judge_prompt(s, " X Y ") == vqa_rad_want
+
+
+def judge_shapes() -> list[str]:
+    """Judge replies of many shapes: tags one or several, agreeing or not, with space, case,
+    think blocks, unclosed tags, bare digits, prose."""
+    out = []
+    for a in ("0", "1", " 0 ", "0\n", "yes", "", "0/1", "{0}"):
+        out += [
+            f"<judge>{a}</judge>",
+            f"<think>same meaning</think>\n<judge>{a}</judge>",
+            f"<judge>{a}</judge><judge>0</judge>",
+            f"<judge>1</judge>\n<judge>{a}</judge>",
+            f"<JUDGE>{a}</JUDGE>",
+            f"<judge>{a}",
+            f"{a}",
+            f"Verdict: {a}",
+            f"<judge>{a}</judge> and later <judge>{a}</judge>",
+            f"<think>{a}</think>",
+            f"<judge></judge>{a}",
+            f"<judge>{a}</judge>\n\nSo the answer is <judge>1</judge>",
+            f"<judge>\n{a}\n</judge>",
+            f"prefix <judge>{a}</judge> suffix",
+            f"<judge>{a}</judge></judge>",
+            f"<judge><judge>{a}</judge>",
+            f"{a}\n<judge>0</judge>",
+            f"<judge>0</judge>{a}<judge>0</judge>",
+            f"<judge>{a}</judge>" * 3,
+            f"<think><judge>1</judge></think><judge>{a}</judge>",
+            f"  {a}  ",
+            f"<judge> {a}</judge>",
+            f"<Judge>{a}</Judge><judge>{a}</judge>",
+            f"<judge>{a}</judge>\n<judge></judge>",
+            f"<judge>0 {a}</judge>",
+            f"answer: <judge>{a}</judge>",
+            f"<judge>{a}</judge>.",
+        ]
+    return out
+
+
+def test_judge_verdicts_read_as_medevalkit_reads_them() -> None:
+    from grandrounds.graders.vqa_grader import _JUDGE_TAG, read_verdict
+
+    off = load_official("medevalkit/utils/utils.py", ["get_content_between_a_b", "extract"])
+    shapes = judge_shapes()
+    assert len(set(shapes)) >= 200
+    differ = unknown = before = 0
+    for reply in set(shapes):
+        theirs = off.extract(reply, "judge") == "0"  # what its VQA scorers do with the reply
+        ours = read_verdict(reply, "reference")
+        # the earlier reading: the last tag's text (any case), stripped; "0" / "1", else unknown
+        found = _JUDGE_TAG.findall(reply)
+        old = {"0": True, "1": False}.get(found[-1].strip().lower()) if found else None
+        before += (old is not None and old != theirs) or (old is None and theirs)
+        if ours is None:  # unknown here (asked again, counted apart); MedEvalKit: incorrect
+            unknown += 1
+            assert theirs is False and off.extract(reply, "judge") == reply  # no tag read there
+            continue
+        differ += ours != theirs
+    assert differ == 0
+    print(
+        f"{len(set(shapes))} judge reply shapes: verdicts differing from MedEvalKit's before {before}, "
+        f"after {differ} ({unknown} unknown here, incorrect there)"
     )

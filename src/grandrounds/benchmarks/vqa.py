@@ -417,6 +417,13 @@ class SLAKE(VQABenchmark):
         ),
     )
     question_file = "test.json"
+
+    def judged_grader_spec(self, options: RunOptions) -> Spec:
+        # MedEvalKit's SLAKE scorer puts the answers in its judge prompt as they are
+        return Spec(
+            "vqa", {"protocol": options.protocol, "judge_open": True, "judge_lowercase": False}
+        )
+
     parameters = (
         Param(
             "lang",

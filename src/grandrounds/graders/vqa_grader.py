@@ -11,7 +11,10 @@ reply that normalises to nothing is wrong, as the reference counts it, and flagg
 With ``judge_open`` (``--judge`` given to a benchmark that offers it), each OPEN question (by the
 dataset's label) is also put to the judge panel through the judge engine: does the answer, as the
 protocol reads it, mean the same as the reference? ``reference`` asks MedEvalKit's compare prompt,
-``grandrounds`` ours (:mod:`grandrounds.sources.vqa`). A reply is read from its last ``<judge>`` tag;
+``grandrounds`` ours (:mod:`grandrounds.sources.vqa`); under ``reference`` the prompt holds the
+answers lower-cased and stripped where MedEvalKit's scorer does so (VQA-RAD, PathVQA) and as they are
+for SLAKE. A reference reply is read as MedEvalKit reads it (its ``<judge>`` tags joined; a bare
+``0`` is correct), ours from its last ``<judge>`` tag (:func:`read_verdict`);
 one that cannot be read is re-asked (``--max-reask``) and then an unknown vote, as is a failed call;
 the panel decides by majority of known votes (a tie is unknown). The verdict goes to
 ``details["open_judge"]`` (``same`` / ``different`` / ``unknown``; ``closed`` for a closed question,
@@ -38,6 +41,7 @@ from grandrounds.sources.vqa import (
     OUR_OPEN_JUDGE,
     VERDICT_WORDS,
     compare_prompt,
+    medevalkit_judge_tags,
     our_prompt,
     reference_prompt,
 )
@@ -55,6 +59,9 @@ class VQAParams:
     protocol: str = "reference"
     #: Ask the judge panel about each open question's answer (reported apart from exact match).
     judge_open: bool = False
+    #: MedEvalKit's judge prompt holds the answers lower-cased and stripped (its VQA-RAD and
+    #: PathVQA scorers) or as they are (False: its SLAKE scorer).
+    judge_lowercase: bool = True
 
     def __post_init__(self) -> None:
         check_protocol(self.protocol)
@@ -70,7 +77,18 @@ def our_reading(reply: str) -> str:
 
 
 def read_verdict(reply: str, protocol: str) -> bool | None:
-    """The judge's verdict: the last ``<judge>`` tag's text, True (same meaning) / False, None when unreadable."""
+    """The judge's verdict, True (same meaning) / False, None when unreadable.
+
+    ``reference``: as MedEvalKit reads it (its VQA scorers: ``extract(result, "judge") == "0"``):
+    the ``<judge>`` tags' texts joined, else the whole reply; exactly ``0`` is correct, and a reply
+    with tags that join to anything else is incorrect (``0 0``, ``1``). A reply with no tag that is
+    not exactly ``0`` or ``1`` MedEvalKit counts incorrect; here it is unknown (re-asked, then
+    counted apart), never a zero. ``grandrounds``: the last tag's word (same / different)."""
+    if protocol == "reference":
+        tags = medevalkit_judge_tags(reply)
+        if tags:
+            return tags == "0"
+        return True if reply == "0" else False if reply == "1" else None
     found = _JUDGE_TAG.findall(reply)
     if not found:
         return None
@@ -90,13 +108,15 @@ class VQAGrader(Grader):
         return bool(self.params.judge_open)
 
     def spec(self) -> Spec:
-        """(name, params); ``judge_open`` only when set, so a grading without a judge keeps its spec and fingerprint."""
+        """(name, params); ``judge_open`` (and ``judge_lowercase``) only when set, so a grading
+        without a judge keeps its spec and fingerprint."""
         spec = super().spec()
-        return (
-            spec
-            if self.params.judge_open
-            else Spec(spec.name, {k: v for k, v in spec.args.items() if k != "judge_open"})
-        )
+        # judge_lowercase only where it is not the default: judged gradings of VQA-RAD and
+        # PathVQA keep the spec they had
+        drop = {"judge_lowercase"} if self.params.judge_lowercase else set()
+        if not self.params.judge_open:
+            drop |= {"judge_open", "judge_lowercase"}
+        return Spec(spec.name, {k: v for k, v in spec.args.items() if k not in drop})
 
     def template_hashes(self) -> dict[str, Any]:
         if not self.params.judge_open:
@@ -115,8 +135,12 @@ class VQAGrader(Grader):
 
     def judge_prompt(self, sample: Sample, answer: str) -> str:
         """The judge's prompt about ``answer`` (the protocol's reading of the reply) to ``sample``'s question."""
-        make = reference_prompt if self.params.protocol == "reference" else our_prompt
-        return make(str(sample.metadata.get("question") or ""), str(sample.target), answer)
+        question = str(sample.metadata.get("question") or "")
+        if self.params.protocol == "reference":
+            return reference_prompt(
+                question, str(sample.target), answer, lowercase=self.params.judge_lowercase
+            )
+        return our_prompt(question, str(sample.target), answer)
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         reply = response.text or ""

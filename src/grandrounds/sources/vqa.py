@@ -21,6 +21,7 @@ to be judged and never as instructions, removes the markers from the answer itse
 from __future__ import annotations
 
 import functools
+import re
 
 from grandrounds.core.errors import DataError
 from grandrounds.sources.upstream import UpstreamRepo, UpstreamText, python_string
@@ -34,7 +35,7 @@ MEDEVALKIT_UTILS = MEDEVALKIT.file(
 )
 #: The placeholders of MedEvalKit's compare prompt, in its order.
 COMPARE_FIELDS = ("question", "answer", "response")
-#: How each protocol's judge reply is read: the text inside the last ``<judge>`` tag -> same meaning or not.
+#: The verdict words of each protocol: the grandrounds one reads them inside the last ``<judge>`` tag; the reference one reads MedEvalKit's way (see ``vqa_grader.read_verdict``).
 VERDICT_WORDS = {
     "reference": {"0": True, "1": False},
     "grandrounds": {"same": True, "different": False},
@@ -78,8 +79,16 @@ def our_prompt(question: str, reference: str, answer: str) -> str:
     return OUR_OPEN_JUDGE.format(question=question, reference=reference, answer=answer.strip())
 
 
-def reference_prompt(question: str, reference: str, answer: str) -> str:
-    """MedEvalKit's prompt as its VQA scorers fill it: reference and response lower-cased and stripped."""
-    return compare_prompt().render(
-        question=question, answer=reference.lower().strip(), response=answer.lower().strip()
-    )
+def reference_prompt(question: str, reference: str, answer: str, lowercase: bool = True) -> str:
+    """MedEvalKit's prompt as its VQA scorers fill it: reference and response lower-cased and
+    stripped (VQA-RAD's and PathVQA's scorers), or as they are (``lowercase=False``: SLAKE's)."""
+    if lowercase:
+        reference, answer = reference.lower().strip(), answer.lower().strip()
+    return compare_prompt().render(question=question, answer=reference, response=answer)
+
+
+def medevalkit_judge_tags(reply: str) -> str:
+    """What MedEvalKit's ``extract(result, "judge")`` finds between tags: the text of every
+    ``<judge>...</judge>`` pair (tags as written, case and all), each followed by a space, the whole
+    stripped ("" where there is none; ``extract`` then gives the reply itself)."""
+    return "".join(part + " " for part in re.findall(r"<judge>(.*?)</judge>", reply, re.S)).strip()
