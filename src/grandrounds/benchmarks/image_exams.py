@@ -37,6 +37,7 @@ from grandrounds.benchmarks.images import (
     image_params,
     images_dataset_hash,
     prepare,
+    read_member,
 )
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
 from grandrounds.benchmarks.readers.decoding import read_text
@@ -44,6 +45,7 @@ from grandrounds.benchmarks.readers.lines import iter_csv
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.benchmarks.vqa import IMAGE_PROBES
 from grandrounds.core.errors import DataError
+from grandrounds.core.files import inside
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, ImagePart, Sample
 from grandrounds.graders.mcq_grader import LETTERS
@@ -241,7 +243,9 @@ class PMCVQA(ImageExam):
         """name -> the prepared figure: ``images/<name>`` extracted, else the member ``images/<name>`` of ``images.zip``."""
         zipped = folder / "images.zip"
         if (folder / "images").is_dir() or not zipped.is_file():
-            yield lambda name, where: self.images.part(folder / "images" / name, where)
+            yield lambda name, where: self.images.part(
+                inside(folder, f"images/{name}", folder / "images", where), where
+            )
             return
         try:
             opened = zipfile.ZipFile(zipped)
@@ -250,10 +254,7 @@ class PMCVQA(ImageExam):
         with opened as archive:
 
             def figure(name: str, where: str | int | None) -> ImagePart:
-                try:
-                    raw = archive.read(f"images/{name}")
-                except KeyError:
-                    raise DataError(zipped, where, f"no member images/{name}") from None
+                raw = read_member(archive, f"images/{name}", zipped, where)
                 return self.image_from_bytes(raw, zipped, where)
 
             yield figure
@@ -312,6 +313,10 @@ class OmniMedVQA(ImageExam):
                 rows = json.loads(read_text(path))
             except json.JSONDecodeError as e:
                 raise DataError(path, e.lineno, f"not JSON: {e.msg}") from None
+            except RecursionError:
+                raise DataError(
+                    path, None, "not JSON this program can read: nested too deep"
+                ) from None
             if not isinstance(rows, list):
                 raise DataError(path, None, "expected a JSON array of question records")
             for i, rec in enumerate(rows):
@@ -338,7 +343,9 @@ class OmniMedVQA(ImageExam):
             raise DataError(path, where, f"gt_answer {rec['gt_answer']!r} is none of the options")
         check_options(path, where, options, key)
         sid = seen.add(f"{path.stem}/{rec['question_id']}", where)
-        image = self.images.part(path.parents[2] / str(rec["image_path"]), where)
+        image = self.images.part(
+            inside(path.parents[2], str(rec["image_path"]), path, where), where
+        )
         return self.exam_sample(
             sid,
             str(rec["question"]).strip(),

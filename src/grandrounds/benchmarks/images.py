@@ -123,26 +123,89 @@ def _scale(size: tuple[int, int], prep: ImagePrep) -> float:
     return s
 
 
+#: Modes the PNG encoder writes as they are; any other is converted first (:func:`_png_ready`).
+_PNG_MODES = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16"})
+
+
+def _eight_bit(img: Any) -> Any:
+    """A greyscale image of more than 8 bits (16- or 32-bit integers, floats) as 8-bit greyscale,
+    its own darkest..brightest values spread over 0..255 (a constant image: black)."""
+    from PIL import Image
+
+    f = img.convert("F")
+    lo, hi = f.getextrema()
+    if not (hi > lo):  # also NaN
+        return Image.new("L", img.size, 0)
+    return f.point(lambda v: (v - lo) * 255.0 / (hi - lo)).convert("L")
+
+
+def _png_ready(img: Any) -> Any:
+    """``img`` in a mode PNG holds: CMYK and YCbCr as RGB, float greyscale (and integer layouts
+    PNG lacks) as 8-bit (:func:`_eight_bit`), anything else with transparency as RGBA, else RGB."""
+    if img.mode in _PNG_MODES:
+        return img
+    if img.mode in ("I", "F") or img.mode.startswith("I;"):
+        return _eight_bit(img)
+    if img.mode in ("PA", "RGBa", "La") or "A" in img.mode:
+        return img.convert("RGBA")
+    return img.convert("RGB")
+
+
+def _jpeg_ready(img: Any) -> Any:
+    """``img`` in a mode JPEG holds (RGB or L): deeper greyscale as 8-bit, the rest as RGB."""
+    if img.mode in ("RGB", "L"):
+        return img
+    if img.mode in ("I", "F") or img.mode.startswith("I;"):
+        return _eight_bit(img)
+    return img.convert("RGB")
+
+
+def _line(e: BaseException) -> str:
+    """An exception's text on one line (a library's message may hold line breaks)."""
+    return " ".join(str(e).split())
+
+
 def prepare(
     raw: bytes, prep: ImagePrep, where: Path, record: str | int | None
 ) -> tuple[bytes, str, int, int]:
-    """(bytes to send, media type, width, height) of one image file's bytes, as ``prep`` says."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    """(bytes to send, media type, width, height) of one image file's bytes, as ``prep`` says.
+
+    Whatever Pillow cannot decode, transform or encode is a one-line DataError naming ``where``
+    and ``record``. When the pixels are re-encoded, modes the target format cannot hold are
+    converted first: CMYK (after its EXIF rotation) to RGB, palette images with transparency to
+    RGBA, 16-bit greyscale kept as 16-bit PNG (8-bit for JPEG), 32-bit integer and float images
+    (a float TIFF) to 8-bit greyscale spread over their own range."""
+    from PIL import Image, UnidentifiedImageError
 
     try:
         img: Image.Image = Image.open(io.BytesIO(raw))
         img.load()
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
-        raise DataError(where, record, f"not a readable image ({type(e).__name__}: {e})") from None
+        raise DataError(
+            where, record, f"not a readable image ({type(e).__name__}: {_line(e)})"
+        ) from None
+    try:
+        return _prepared(img, raw, prep)
+    except (OSError, ValueError, TypeError, KeyError, SyntaxError, MemoryError) as e:
+        # Pillow's own errors on a mode, a depth or a tag it cannot handle: one line, never a traceback
+        raise DataError(
+            where,
+            record,
+            f"image could not be prepared ({img.mode}: {type(e).__name__}: {_line(e)})",
+        ) from None
+
+
+def _prepared(img: Any, raw: bytes, prep: ImagePrep) -> tuple[bytes, str, int, int]:
+    from PIL import Image, ImageOps
+
     fmt = img.format or ""
     changed = False
-    if prep.image_exif and img.getexif().get(0x0112, 1) not in (
-        1,
-        None,
-    ):  # 0x0112: EXIF Orientation
+    # 0x0112: EXIF Orientation
+    if prep.image_exif and img.getexif().get(0x0112, 1) not in (1, None):
         img, changed = ImageOps.exif_transpose(img), True
     if prep.image_colour != "keep" and img.mode != prep.image_colour:
-        img, changed = img.convert(prep.image_colour), True
+        src = _eight_bit(img) if img.mode in ("I", "F") or img.mode.startswith("I;") else img
+        img, changed = src.convert(prep.image_colour), True
     s = _scale(img.size, prep)
     if s < 1.0:
         img, changed = (
@@ -156,12 +219,52 @@ def prepare(
         return raw, _MEDIA[fmt], img.width, img.height
     out = io.BytesIO()
     if prep.image_format == "jpeg":
-        (img if img.mode in ("RGB", "L") else img.convert("RGB")).save(
-            out, "JPEG", quality=prep.image_quality
-        )
+        _jpeg_ready(img).save(out, "JPEG", quality=prep.image_quality)
         return out.getvalue(), "image/jpeg", img.width, img.height
-    img.save(out, "PNG")
+    _png_ready(img).save(out, "PNG")
     return out.getvalue(), "image/png", img.width, img.height
+
+
+#: The most bytes one image file (or archive member, once inflated) may hold; a larger one is
+#: refused before it is read whole. No API takes an image a tenth this size.
+MAX_IMAGE_BYTES = 256 * 1024 * 1024
+
+
+def read_member(archive: Any, name: str, where: Path, record: object) -> bytes:
+    """The member ``name`` of the open ``zipfile.ZipFile`` ``archive``, inflated a block at a time
+    with a running count: refused when its declared size, or what it actually inflates to, passes
+    :data:`MAX_IMAGE_BYTES` (a small archive whose member inflates to gigabytes stops at the bound).
+    Any failure is a one-line DataError naming ``where`` and ``record``."""
+    import zipfile
+    import zlib
+
+    try:
+        info = archive.getinfo(name)
+    except KeyError:
+        raise DataError(where, record, f"no member {name}") from None
+    if info.file_size > MAX_IMAGE_BYTES:
+        raise DataError(
+            where,
+            record,
+            f"member {name} declares {info.file_size:,} bytes, over the limit of {MAX_IMAGE_BYTES:,}; not inflated",
+        )
+    out = bytearray()
+    try:
+        with archive.open(info) as f:
+            while block := f.read(1 << 20):
+                out += block
+                if len(out) > MAX_IMAGE_BYTES or len(out) > info.file_size:
+                    raise DataError(
+                        where,
+                        record,
+                        f"member {name} inflates past {min(MAX_IMAGE_BYTES, info.file_size):,} bytes "
+                        f"(it declares {info.file_size:,}); stopped",
+                    )
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError) as e:
+        raise DataError(
+            where, record, f"member {name} unreadable ({type(e).__name__}: {_line(e)})"
+        ) from None
+    return bytes(out)
 
 
 def images_dataset_hash(
@@ -193,6 +296,13 @@ class ImageLoader:
         if hit is not None:
             return hit
         try:
+            size = path.stat().st_size
+            if size > MAX_IMAGE_BYTES:
+                raise DataError(
+                    path,
+                    record,
+                    f"image file of {size:,} bytes, over the limit of {MAX_IMAGE_BYTES:,}; not read",
+                )
             raw = path.read_bytes()
         except OSError as e:
             raise DataError(
@@ -234,36 +344,131 @@ class ImageLoader:
     def pdf_pages(
         self, path: Path, record: str | int | None, max_pages: int, scale: float
     ) -> list[ImagePart]:
-        """The first ``max_pages`` pages of a PDF rendered to PNG at ``scale`` x 72 dpi (PDFium),
-        then prepared like any image; each page once per run."""
-        import pypdfium2 as pdfium
-
+        """The first ``max_pages`` pages of a PDF rendered to PNG at ``scale`` x 72 dpi (PDFium, in a
+        child process: :func:`render_pdf`), then prepared like any image; each page once per run."""
         key = Path(f"{path}#pages={max_pages}@{scale}")
         hits = [self._parts[k] for k in self._parts if str(k).startswith(f"{key}/")]
         if hits:
             return hits
         try:
             raw = path.read_bytes()
-            doc = pdfium.PdfDocument(raw)
-        except (OSError, pdfium.PdfiumError) as e:
-            raise DataError(path, record, f"not a readable PDF ({type(e).__name__}: {e})") from None
+        except OSError as e:
+            raise DataError(
+                path, record, f"PDF not readable ({e.strerror or type(e).__name__})"
+            ) from None
         self.bytes_read += len(raw)
         out = []
-        try:
-            for i in range(min(len(doc), max_pages)):
-                buf = io.BytesIO()
-                doc[i].render(scale=scale).to_pil().save(buf, "PNG")
-                data, media, w, h = prepare(buf.getvalue(), self.prep, path, record)
-                part = ImagePart(
-                    hashlib.sha256(data).hexdigest(),
-                    media,
-                    detail=self.prep.image_detail,
-                    data=data,
-                    width=w,
-                    height=h,
+        for i, png in enumerate(render_pdf(raw, max_pages, scale, path, record)):
+            data, media, w, h = prepare(png, self.prep, path, f"{record}, page {i + 1}")
+            part = ImagePart(
+                hashlib.sha256(data).hexdigest(),
+                media,
+                detail=self.prep.image_detail,
+                data=data,
+                width=w,
+                height=h,
+            )
+            self._parts[Path(f"{key}/{i}")] = part
+            out.append(part)
+        return out
+
+
+#: A PDF page is rendered only if its size times the scale is at most this many pixels, read from
+#: the page's dimensions before anything is drawn (5,000 x 5,000; an A4 page at scale 2 is 2 M).
+PDF_MAX_PIXELS = 25_000_000
+#: Seconds one page may take to render (and the document to open) before the PDF is refused.
+PDF_PAGE_SECONDS = 20.0
+
+
+def render_pdf(
+    raw: bytes,
+    max_pages: int,
+    scale: float,
+    where: Path,
+    record: object,
+    max_pixels: int = PDF_MAX_PIXELS,
+    seconds: float = PDF_PAGE_SECONDS,
+) -> list[bytes]:
+    """The first ``max_pages`` pages of the PDF ``raw`` as PNG bytes, rendered by PDFium in a child
+    process (a page past its time is stopped by ending the process, which a thread cannot do; a
+    crash in PDFium ends only the child). Each page's size x ``scale`` is checked against
+    ``max_pixels`` before it is drawn. Any failure is a one-line DataError naming the file, the
+    record and the page."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    mine, theirs = ctx.Pipe(duplex=False)
+    child = ctx.Process(
+        target=_render_child,
+        args=(theirs, raw, max_pages, scale, max_pixels),
+        name="grandrounds-pdf",
+        daemon=True,
+    )
+    child.start()
+    theirs.close()
+    pages: list[bytes] = []
+    try:
+        while True:
+            # the first message waits for the child to start too (an interpreter and PDFium)
+            if not mine.poll(seconds + (5.0 if not pages else 0.0)):
+                raise DataError(
+                    where,
+                    record,
+                    f"PDF page {len(pages) + 1} took over {seconds:g} s to render; refused (pages rendered: {len(pages)})",
                 )
-                self._parts[Path(f"{key}/{i}")] = part
-                out.append(part)
+            try:
+                kind, value = mine.recv()
+            except (EOFError, OSError):
+                child.join(5)
+                raise DataError(
+                    where,
+                    record,
+                    f"PDF renderer ended without a result at page {len(pages) + 1} "
+                    f"(exit code {child.exitcode})",
+                ) from None
+            if kind == "page":
+                pages.append(value)
+            elif kind == "done":
+                return pages
+            else:
+                raise DataError(where, record, f"PDF page {len(pages) + 1}: {value}")
+    finally:
+        mine.close()
+        if child.is_alive():
+            child.kill()
+        child.join(5)
+
+
+def _render_child(conn: Any, raw: bytes, max_pages: int, scale: float, max_pixels: int) -> None:
+    """In the child: each page's size checked, then rendered and sent as PNG bytes; then "done"."""
+    import math
+
+    try:
+        import pypdfium2 as pdfium
+
+        doc = pdfium.PdfDocument(raw)
+        try:
+            n = min(len(doc), max_pages)
+            for i in range(n):
+                page = doc[i]
+                w, h = page.get_size()  # points, read from the page's boxes without drawing
+                px = w * scale * h * scale
+                if not math.isfinite(px) or px > max_pixels:
+                    conn.send(
+                        (
+                            "error",
+                            f"{w:g} x {h:g} pt at scale {scale:g} is {px:,.0f} pixels, over the "
+                            f"limit of {max_pixels:,}; refused before rendering",
+                        )
+                    )
+                    return
+                buf = io.BytesIO()
+                page.render(scale=scale).to_pil().save(buf, "PNG")
+                conn.send(("page", buf.getvalue()))
         finally:
             doc.close()
-        return out
+        conn.send(("done", None))
+    except Exception as e:  # noqa: BLE001  (PDFium's and Pillow's errors, as one line to the parent)
+        conn.send(("error", f"not a readable PDF ({type(e).__name__}: {_line(e)})"))
+    finally:
+        conn.close()

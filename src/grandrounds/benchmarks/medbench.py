@@ -19,6 +19,7 @@ from grandrounds.benchmarks.base import Aggregate, Benchmark, RunOptions
 from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.core.errors import DataError
+from grandrounds.core.files import inside
 from grandrounds.core.params import Param
 from grandrounds.core.records import Cell, Grade, ImagePart, Message, Sample, TextPart
 from grandrounds.core.registry import Spec
@@ -111,7 +112,7 @@ class MedBench(Benchmark):
                 )
         out: list[ImagePart] = []
         for name in names:
-            file = (path.parent / name).resolve()
+            file = inside(path.parent, name, path, f"line {lineno}")
             if not file.is_file():
                 raise DataError(path, lineno, f"image {name!r} not found (looked for {file})")
             if file.suffix.lower() == ".pdf":

@@ -35,6 +35,7 @@ from grandrounds.benchmarks.medxpertqa import ANSWER, REASONING, MedXpertQA
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
+from grandrounds.core.files import inside
 from grandrounds.core.params import Param
 from grandrounds.core.records import ImagePart, Sample, TextPart
 from grandrounds.graders.mcq_grader import LETTERS
@@ -162,11 +163,12 @@ class MedXpertQAMM(MedXpertQA):
 
     def _image(self, path: Path, no: int, name: str) -> ImagePart:
         """``images/<name>`` beside the file (or one folder up, as in the evaluation repository), else beside the file."""
+        where = f"record {no} ({name})"
         for folder in (path.parent / "images", path.parent.parent / "images", path.parent):
             if (folder / name).is_file():
-                return self.images.part(folder / name, f"record {no} ({name})")
+                return self.images.part(inside(folder, name, path, where), where)
         return self.images.part(
-            path.parent / "images" / name, f"record {no} ({name})"
+            inside(path.parent / "images", name, path, where), where
         )  # the DataError naming both
 
     def image_parts(

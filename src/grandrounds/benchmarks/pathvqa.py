@@ -32,6 +32,7 @@ from grandrounds.benchmarks.base import Aggregate, RunOptions
 from grandrounds.benchmarks.images import image_params
 from grandrounds.benchmarks.vqa import PROBE, VQABenchmark
 from grandrounds.core.errors import DataError
+from grandrounds.core.files import inside
 from grandrounds.core.params import Param
 from grandrounds.core.records import Grade, Sample
 from grandrounds.core.registry import Spec
@@ -57,7 +58,15 @@ def read_pickle(path: Path) -> Any:
             return _PlainUnpickler(f).load()
     except OSError as e:
         raise DataError(path, None, f"not readable ({e.strerror or type(e).__name__})") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError) as e:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        RecursionError,
+    ) as e:
         raise DataError(path, None, f"not a plain pickle of question records ({e})") from None
 
 
@@ -122,7 +131,7 @@ class PathVQA(VQABenchmark):
                 self.ask(
                     f"{split}-{i:05d}",
                     r["question"],
-                    images / name,
+                    inside(images, name, path, where),
                     answer,
                     where,
                     closed=closed,

@@ -51,6 +51,7 @@ from grandrounds.benchmarks.base import Aggregate, Benchmark, RemoteFile, RunOpt
 from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params, images_dataset_hash
 from grandrounds.benchmarks.readers.decoding import read_text
 from grandrounds.core.errors import DataError
+from grandrounds.core.files import inside
 from grandrounds.core.hashing import file_sha256
 from grandrounds.core.params import Param
 from grandrounds.core.records import Cell, Grade, Message, Sample, TextPart
@@ -141,6 +142,8 @@ class VQABenchmark(Benchmark):
             rows = json.loads(read_text(path))
         except json.JSONDecodeError as e:
             raise DataError(path, e.lineno, f"not JSON: {e.msg}") from None
+        except RecursionError:
+            raise DataError(path, None, "not JSON this program can read: nested too deep") from None
         if not isinstance(rows, list):
             raise DataError(path, None, "expected a JSON array of question records")
         return rows
@@ -309,10 +312,14 @@ def _cell(items: Sequence[Grade | None], mine: bool) -> Cell:
     return accuracy_cell(values, {"n_unextracted": unread})
 
 
-def _public_image(root: Path, folder: str, name: str, url: str, where: str | int | None) -> Path:
-    """``root/folder/name``; where ``root`` is the download cache and the image is not there yet,
-    fetched from its public copy (checksum recorded at the first download)."""
-    path = root / folder / name
+def _public_image(
+    root: Path, folder: str, name: str, url: str, where: str | int | None, source: Path
+) -> Path:
+    """``root/folder/name``, kept inside ``root`` (:func:`~grandrounds.core.files.inside`: a name
+    that leads out, through ``..``, an absolute path or a link, is refused naming ``source`` and the
+    record); where ``root`` is the download cache and the image is not there yet, fetched from its
+    public copy (checksum recorded at the first download)."""
+    path = inside(root, f"{folder}/{name}", source, where)
     if path.exists() or not root.resolve().is_relative_to(cache_dir().resolve()):
         return path
     try:
@@ -380,6 +387,7 @@ class VQARAD(VQABenchmark):
                 name,
                 f"{VQA_RAD_REPO}/VQA_RAD%20Image%20Folder/{name}",
                 where,
+                path,
             )
             answer = str(r["answer"]).strip()
             out.append(
@@ -456,7 +464,7 @@ class SLAKE(VQABenchmark):
             if lang != "all" and r["q_lang"] != lang:
                 continue
             name = str(r["img_name"])
-            image = _public_image(path.parent, "imgs", name, f"{SLAKE_IMAGES}/{name}", where)
+            image = _public_image(path.parent, "imgs", name, f"{SLAKE_IMAGES}/{name}", where, path)
             answer = str(r["answer"]).strip()
             out.append(
                 self.ask(

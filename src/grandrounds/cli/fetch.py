@@ -12,10 +12,8 @@ import ast
 import importlib
 import importlib.util
 import json
-import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +26,7 @@ import typer
 from grandrounds import __version__
 from grandrounds.cli.common import console, err_console, user_errors
 from grandrounds.core.errors import ConfigError, GrandroundsError
+from grandrounds.core.files import inner_dir, output_dir, staged, write_text
 from grandrounds.core.hashing import file_sha256
 from grandrounds.core.registry import BENCHMARKS, GRADERS
 from grandrounds.sources import downloads, mirrors, upstream
@@ -315,17 +314,11 @@ def fetch_command(
 
 
 def _copy(src: Path, out: Path, rel: str, source: str, files: dict[str, Any]) -> None:
-    """``src`` copied to ``out/rel`` (through a temporary name) and listed in ``files``."""
-    dest = out / rel
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".part-")
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """``src`` copied to ``out/rel`` and listed in ``files``, written as ``--out`` writes (through an
+    exclusive temporary name, renamed into place; never through a link planted in ``out``)."""
+    dest = inner_dir(out, Path(rel).parent) / Path(rel).name
+    with staged() as written, written.open(dest, "wb") as f, src.open("rb") as r:
+        shutil.copyfileobj(r, f)
     files[rel] = {"sha256": file_sha256(dest), "bytes": dest.stat().st_size, "source": source}
 
 
@@ -408,7 +401,7 @@ def bundle_command(
         use_sources(mirror, github_mirror, hf_endpoint)
         names = benchmarks_named(list(benchmarks or []), every)
         local = _parse_local(data)
-        out.mkdir(parents=True, exist_ok=True)
+        output_dir(out)
         manifest = _load_manifest(out)
         items: list[Item] = []
         for name in names:
@@ -416,9 +409,7 @@ def bundle_command(
         manifest["benchmarks"] = sorted(set(manifest["benchmarks"]) | set(names))
         manifest["grandrounds"] = __version__
         manifest["written_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-        tmp = out / (mirrors.MANIFEST + ".part")
-        tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(out / mirrors.MANIFEST)
+        write_text(out / mirrors.MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     _print_items(
         items,
         f"bundle: {out} ({len(manifest['files'])} files); run there with {mirrors.BUNDLE_ENV}={out} or --bundle {out}",

@@ -38,19 +38,21 @@ def fmt_ci(ci: Sequence[float] | None, digits: int = 3) -> str:
 # the command line prints on is a :class:`SafeConsole`.
 
 #: C0 controls but tab and newline, DEL, and C1 controls (ECMA-48: ESC starts CSI/OSC sequences,
-#: and a C1 byte such as U+009B is a CSI on its own on terminals that take 8-bit controls).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: and a C1 byte such as U+009B is a CSI on its own on terminals that take 8-bit controls); and lone
+#: UTF-16 surrogates (a reply's ``"yes\\ud800"``), which have no UTF-8 form to print or write.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def _escaped(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def safe_text(value: Any) -> str:
     """``value`` as text a terminal shows as written: each control character (C0 but tab and
     newline, DEL, C1: the start of every escape sequence that clears the screen, moves the cursor,
-    sets the title or the clipboard, or opens a link) is shown escaped, ``\\x1b`` for ESC. A
-    CR LF line end is a line end."""
+    sets the title or the clipboard, or opens a link) is shown escaped, ``\\x1b`` for ESC, and a
+    lone surrogate as ``\\ud800``. A CR LF line end is a line end."""
     text = value if isinstance(value, str) else str(value)
     if _CONTROL.search(text) is None:
         return text

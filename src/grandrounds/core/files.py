@@ -1,4 +1,5 @@
-"""Files a command writes for the user (``run --out``, ``plan.json``, reports and their side files).
+"""Files a command writes for the user (``run --out``, ``plan.json``, reports and their side files,
+bundles), and the files a data file names (:func:`inside`).
 
 Each file is written under a temporary name created exclusively in its own directory
 (:func:`tempfile.mkstemp`: ``O_CREAT | O_EXCL``, so a link planted at that name is never followed
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from grandrounds.core.errors import ConfigError
+from grandrounds.core.errors import ConfigError, DataError
 
 
 def _foreign(st: os.stat_result) -> bool:
@@ -47,6 +48,28 @@ def output_dir(directory: Path, create: bool = True) -> Path:
             "refusing to write there; choose a directory of your own"
         )
     return directory
+
+
+def inner_dir(root: Path, rel: Path | str) -> Path:
+    """``root/rel``, a folder made one level at a time inside ``root`` (itself checked as
+    :func:`output_dir`): a level that exists as a symbolic link, or as anything but a folder, is a
+    ConfigError, so nothing is ever written through a link planted inside ``root``."""
+    here = output_dir(root)
+    for part in Path(rel).parts:
+        if part in ("", ".", "..") or Path(part).is_absolute():
+            raise ConfigError(f"{root}: {str(rel)!r} is not a path inside it")
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            here.mkdir()
+            continue
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a folder"
+            raise ConfigError(
+                f"{here} is {what}: refusing to write through it; remove it or choose another folder"
+            )
+    return here
 
 
 def _umask() -> int:
@@ -117,3 +140,25 @@ def write_text(path: Path, text: str) -> None:
     """``text`` written to ``path`` as UTF-8, atomically and without following a planted link."""
     with staged() as files, files.open(path) as f:
         f.write(text)
+
+
+def inside(root: Path, name: str, source: Path | str, record: object) -> Path:
+    """The file a data file (``source``, at ``record``) names as ``name``, relative to ``root``:
+    resolved, symbolic links followed, and required to lie inside ``root`` (itself resolved).
+
+    An absolute name, one that climbs out with ``..``, or one that leads out through a link is a
+    one-line DataError naming the data file, the record and the name: a data file downloaded from
+    anywhere must not make a run read (and send, and store) a file of the user's elsewhere."""
+    try:
+        base = root.resolve()
+        path = (base / name).resolve()
+    except (OSError, RuntimeError, ValueError) as e:  # a link loop, a NUL byte in the name
+        raise DataError(source, record, f"path {name!r} cannot be resolved ({e})") from None
+    if not path.is_relative_to(base):
+        raise DataError(
+            source,
+            record,
+            f"path {name!r} leads outside the data folder {base} (to {str(path)!r}); "
+            "a file a data file names must stay inside its folder",
+        )
+    return path

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,24 @@ def canonical_json(obj: Any) -> str:
 
 
 def _stdlib_json(obj: Any) -> str:
-    return json.dumps(to_jsonable(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return escape_surrogates(
+        json.dumps(to_jsonable(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    )
+
+
+#: A UTF-16 surrogate code point: in a Python string only where text held a lone one (a reply's
+#: ``"yes\ud800"``), which has no UTF-8 form.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """JSON ``text`` with each lone surrogate written as its ``\\uXXXX`` escape: the same JSON
+    value (``json.loads`` gives back the same string), now with a UTF-8 form a store, a file and a
+    hash can take. Text without one (every ordinary text) is returned as it is, so no stored key
+    moves."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class _NotExact(Exception):

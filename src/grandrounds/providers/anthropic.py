@@ -58,7 +58,7 @@ from grandrounds.providers.base import (
     split_userinfo,
 )
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
-from grandrounds.providers.images import ANTHROPIC_LIMITS, anthropic_content
+from grandrounds.providers.images import anthropic_content, anthropic_limits
 from grandrounds.providers.openai_compat import context_message, context_overflow
 from grandrounds.providers.tools import (
     anthropic_tool_choice,
@@ -219,6 +219,20 @@ class AnthropicProvider(Provider):
             "largest reply accepted, in MB; a larger one fails the call (not retried)",
             minimum=0.001,
         ),
+        Param(
+            "max_images",
+            int,
+            100,
+            "most images one request may carry (Anthropic's published limit by default)",
+            minimum=1,
+        ),
+        Param(
+            "max_request_mb",
+            float,
+            32.0,
+            "most MB of images (base64) one request may carry (Anthropic's published limit by default)",
+            minimum=0.001,
+        ),
     )
     example = "anthropic/claude-sonnet-4-5 (Messages API; --base-url for a proxy or gateway)"
     default_concurrency = 16
@@ -229,8 +243,11 @@ class AnthropicProvider(Provider):
         timeout: float = 120.0,
         api_key_env: str = "ANTHROPIC_API_KEY",
         max_response_mb: float = DEFAULT_MAX_RESPONSE_BYTES / 2**20,
+        max_images: int = 100,
+        max_request_mb: float = 32.0,
         **options: Any,
     ) -> None:
+        self.image_request = (max_images, max_request_mb)
         base = anthropic_base(
             spec.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         )
@@ -271,7 +288,7 @@ class AnthropicProvider(Provider):
         )
 
     def image_limits(self) -> Any:
-        return ANTHROPIC_LIMITS
+        return anthropic_limits(*self.image_request)
 
     async def aclose(self) -> None:
         await self.http.aclose()

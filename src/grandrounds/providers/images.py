@@ -9,10 +9,13 @@ existed. A message of parts is sent as a list: OpenAI-compatible servers take
 
 Limits (:class:`ImageLimits`) are checked per sample before the first call, so a run never
 starts and then stops on the one oversized image: Anthropic's published limits (docs.anthropic.com,
-"Vision": JPEG, PNG, GIF and WebP; at most 8,000 px a side; 5 MB an image through the API; a request
-of at most 32 MB), and for OpenAI-compatible servers a cap the user sets (``--model-opt
-max_image_mb``; 20 MB by default, OpenAI's published per-image limit). OpenAI's ``detail`` is part of
-the image part (``--param image_detail``), so it is in every request's key.
+"Vision": JPEG, PNG, GIF and WebP; at most 8,000 px a side; 5 MB an image through the API; at most
+100 images and 32 MB a request), and for OpenAI-compatible servers OpenAI's published ones (20 MB an
+image, 500 images and 50 MB a request), each settable (``--model-opt max_image_mb``, ``max_images``,
+``max_request_mb``); elsewhere (llama.cpp) 100 images and 64 MB a request. Every copy of a repeated
+image counts toward a request's limits (each travels in full) and the refusal says how many are
+repeats; its base64 is made once. OpenAI's ``detail`` is part of the image part (``--param
+image_detail``), so it is in every request's key.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import base64
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from grandrounds.core.errors import ConfigError
@@ -99,21 +102,46 @@ def anthropic_content(message: Message) -> Any:
     return out
 
 
+#: Images one request may carry, and the bytes they may make (base64, as sent), where the API
+#: publishes no limit (llama.cpp, the scripted provider): a request past them is refused before any
+#: call, since every copy of an image travels in full (a row naming one 5 MB image 150 times makes
+#: a 1 GB request). ``--model-opt max_images=N`` / ``max_request_mb=M`` raise them where offered.
+DEFAULT_MAX_IMAGES = 100
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class ImageLimits:
-    """What an API accepts: media types, pixels a side, bytes an image and a request (None: no limit)."""
+    """What an API accepts: media types, pixels a side, bytes an image, images and bytes a request
+    (None: no limit). Every copy of a repeated image counts: each travels in the request."""
 
     media_types: frozenset[str] | None = None
     max_side: int | None = None
     max_image_bytes: int | None = None
-    max_request_bytes: int | None = None
+    max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES
+    max_images: int | None = DEFAULT_MAX_IMAGES
     #: what the refusal names as the limit's source
     source: str = ""
+    #: how to raise the request limits, where they can be raised (said in the refusal)
+    raise_with: str = ""
 
     def check(self, sample: Sample) -> None:
         """A one-line ConfigError naming the sample and the image that breaks a limit."""
         total = 0
-        for i, img in enumerate(im for m in sample.messages for im in m.images):
+        images = [im for m in sample.messages for im in m.images]
+        distinct = len({im.sha256 for im in images})
+        repeats = (
+            f" ({len(images) - distinct} of them repeats: {distinct} distinct)"
+            if distinct < len(images)
+            else ""
+        )
+        how = f"; {self.raise_with}" if self.raise_with else ""
+        if self.max_images is not None and len(images) > self.max_images:
+            raise ConfigError(
+                f"sample {sample.id}: {len(images)} images in one request{repeats}, over "
+                f"{self.source}'s {self.max_images:,}{how}"
+            )
+        for i, img in enumerate(images):
             where = f"sample {sample.id}, image {i + 1} ({img.sha256[:12]}, {img.media_type}, {img.width}x{img.height})"
             size = len(img.data) if img.data is not None else 0
             total += size
@@ -132,10 +160,12 @@ class ImageLimits:
                     f"{where}: {size:,} bytes, over {self.source}'s {self.max_image_bytes:,} an image; "
                     "re-encode or shrink it (--param image_format=jpeg, image_max_side=N)"
                 )
-        if self.max_request_bytes is not None and total * 4 // 3 > self.max_request_bytes:
-            raise ConfigError(
-                f"sample {sample.id}: its images make a request over {self.source}'s {self.max_request_bytes:,} bytes"
-            )
+            if self.max_request_bytes is not None and total * 4 // 3 > self.max_request_bytes:
+                # stopped at the image that passes the bound: a 300-copy row is not summed to the end
+                raise ConfigError(
+                    f"sample {sample.id}: its {len(images)} images{repeats} make a request over "
+                    f"{self.source}'s {self.max_request_bytes:,} bytes (base64){how}"
+                )
 
 
 ANTHROPIC_LIMITS = ImageLimits(
@@ -143,12 +173,38 @@ ANTHROPIC_LIMITS = ImageLimits(
     max_side=8000,
     max_image_bytes=5 * 1024 * 1024,
     max_request_bytes=32 * 1024 * 1024,
+    # docs.anthropic.com, "Vision": up to 100 images in one API request
+    max_images=100,
     source="Anthropic's API",
 )
 
 
-def openai_limits(max_image_mb: float) -> ImageLimits:
+def anthropic_limits(max_images: int = 100, max_request_mb: float = 32.0) -> ImageLimits:
+    """Anthropic's published limits, with the request's images and bytes raised where a proxy or a
+    newer API takes more (``--model-opt max_images``, ``max_request_mb``)."""
+    return replace(
+        ANTHROPIC_LIMITS,
+        max_images=max_images,
+        max_request_bytes=int(max_request_mb * 1024 * 1024),
+        raise_with="--model-opt max_images=N or max_request_mb=M raises the request's limits",
+    )
+
+
+#: OpenAI's published request limits (platform.openai.com, "Images and vision": up to 500 images
+#: and a 50 MB payload a request), the defaults for every OpenAI-compatible server.
+OPENAI_MAX_IMAGES = 500
+OPENAI_MAX_REQUEST_MB = 50.0
+
+
+def openai_limits(
+    max_image_mb: float,
+    max_images: int = OPENAI_MAX_IMAGES,
+    max_request_mb: float = OPENAI_MAX_REQUEST_MB,
+) -> ImageLimits:
     return ImageLimits(
         max_image_bytes=int(max_image_mb * 1024 * 1024),
-        source="the server (--model-opt max_image_mb)",
+        max_images=max_images,
+        max_request_bytes=int(max_request_mb * 1024 * 1024),
+        source="the server (--model-opt max_image_mb, max_images, max_request_mb)",
+        raise_with="--model-opt max_images=N or max_request_mb=M raises the request's limits",
     )

@@ -39,7 +39,7 @@ from grandrounds.providers.base import (
     split_userinfo,
 )
 from grandrounds.providers.http import DEFAULT_MAX_RESPONSE_BYTES, HttpClient, HttpReply
-from grandrounds.providers.images import openai_messages
+from grandrounds.providers.images import OPENAI_MAX_IMAGES, OPENAI_MAX_REQUEST_MB, openai_messages
 from grandrounds.providers.logprob_probe import probe, prompt_sum
 from grandrounds.providers.tools import (
     openai_tool_choice,
@@ -79,6 +79,20 @@ class OpenAIProvider(Provider):
             "largest image the server takes, in MB (checked before any call)",
             minimum=0.001,
         ),
+        Param(
+            "max_images",
+            int,
+            OPENAI_MAX_IMAGES,
+            "most images one request may carry (OpenAI's published limit by default)",
+            minimum=1,
+        ),
+        Param(
+            "max_request_mb",
+            float,
+            OPENAI_MAX_REQUEST_MB,
+            "most MB of images (base64) one request may carry (OpenAI's published limit by default)",
+            minimum=0.001,
+        ),
     )
     example = "openai/gpt-4o (any OpenAI-compatible server with --base-url)"
     #: Calls in flight when --concurrency is not given: as many as vllm/ and sglang/ keep, which
@@ -96,9 +110,13 @@ class OpenAIProvider(Provider):
         api_key_env: str = "OPENAI_API_KEY",
         max_response_mb: float = DEFAULT_MAX_RESPONSE_BYTES / 2**20,
         max_image_mb: float = 20.0,
+        max_images: int = OPENAI_MAX_IMAGES,
+        max_request_mb: float = OPENAI_MAX_REQUEST_MB,
         **options: Any,
     ) -> None:
         self.max_image_mb = max_image_mb
+        self.max_images = max_images
+        self.max_request_mb = max_request_mb
         base = (spec.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         url, user, password = split_userinfo(base)
         super().__init__(ModelSpec(spec.provider, spec.model, url), **options)
@@ -134,7 +152,7 @@ class OpenAIProvider(Provider):
     def image_limits(self) -> Any:
         from grandrounds.providers.images import openai_limits
 
-        return openai_limits(self.max_image_mb)
+        return openai_limits(self.max_image_mb, self.max_images, self.max_request_mb)
 
     async def call(self, request: Request) -> Response:
         start = time.perf_counter()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Mapping, Sequence
-from html import escape
+from html import escape as _escape
 from typing import TYPE_CHECKING, Any
 
 from grandrounds.analyses.collect import SHA256_HEX, ImageRefused, Item, Section, shown_image
@@ -33,6 +33,7 @@ from grandrounds.analyses.leaderboard import (
 )
 from grandrounds.analyses.readings import target_words
 from grandrounds.core.display import BASE_CSS, episode_summary, fmt, fmt_ci
+from grandrounds.core.hashing import escape_surrogates
 from grandrounds.core.records import Grade, ImagePart, Message, TextPart
 from grandrounds.reports.radar import COLOURS, radar_svg
 from grandrounds.run.costs import usage_cells
@@ -52,6 +53,13 @@ figure.fig{margin:0 0 .6em}svg.thumb{display:block;max-width:240px;height:auto;b
 input.zoom{display:none}input.zoom:checked+label svg.thumb{max-width:100%;cursor:zoom-out}.imgref{color:#666}
 """
 )
+
+
+def escape(value: str, quote: bool = True) -> str:
+    """:func:`html.escape`, with each lone surrogate (a reply's ``"yes\\ud800"``, which has no
+    UTF-8 form) shown as its ``\\uXXXX`` escape."""
+    return escape_surrogates(_escape(value, quote))
+
 
 #: Characters of embedded images (``data:`` URIs) a report holds at most: past it, images are named, not embedded.
 IMAGE_CAP = 50_000_000

@@ -316,7 +316,9 @@ def _xlsx(f: IO[bytes], sheets: dict[str, list[dict[str, Any]]]) -> None:
         for i, r in enumerate(rows, start=2):
             for j, v in enumerate(r.values(), start=1):
                 if isinstance(v, str):
-                    v = v[:32000]  # Excel's cell limit is 32,767 characters
+                    # Excel's cell limit is 32,767 characters; control characters and lone
+                    # surrogates (which a worksheet cannot hold) shown escaped
+                    v = safe_text(v[:32000])
                 cell = ws.cell(row=i, column=j, value=v)
                 if isinstance(v, str) and v.startswith("="):
                     cell.data_type = "s"  # model text is text, never a formula

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from grandrounds.core.errors import DataError
+from grandrounds.core.files import output_dir, write_text
 from grandrounds.core.hashing import file_sha256
 from grandrounds.sources.mirrors import BUNDLE_ENV, WAYS_OUT, bundle_root, mirrored, note_attempt
 
@@ -52,6 +53,28 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "grandrounds"
 
 
+#: The most bytes a download may bring when its file is not pinned with a known size (a file
+#: without a published sha256); ``$GRANDROUNDS_MAX_DOWNLOAD_MB`` sets another.
+DEFAULT_MAX_DOWNLOAD_BYTES = 2 * 1024**3
+MAX_DOWNLOAD_ENV = "GRANDROUNDS_MAX_DOWNLOAD_MB"
+
+
+def size_bound(rf: RemoteFile) -> tuple[int, str]:
+    """(most bytes ``rf``'s download may bring, why): the pinned file's own size where its sha256
+    is pinned and its size known (:mod:`grandrounds.sources.pinned_sizes`), else the default."""
+    from grandrounds.sources.pinned_sizes import PINNED_BYTES
+
+    if rf.sha256 is not None and rf.sha256 in PINNED_BYTES:
+        return PINNED_BYTES[rf.sha256], "the size of the file its sha256 pins"
+    env = os.environ.get(MAX_DOWNLOAD_ENV, "").strip()
+    try:
+        if env:
+            return int(float(env) * 1024 * 1024), f"${MAX_DOWNLOAD_ENV}"
+    except ValueError:
+        pass
+    return DEFAULT_MAX_DOWNLOAD_BYTES, f"the default bound (${MAX_DOWNLOAD_ENV} sets another)"
+
+
 def fetch(rf: RemoteFile, dest_dir: Path, timeout: float = 60.0) -> Path:
     """Download ``rf`` into ``dest_dir`` unless a copy with the right checksum is there.
 
@@ -78,17 +101,30 @@ def fetch(rf: RemoteFile, dest_dir: Path, timeout: float = 60.0) -> Path:
         )
     source = mirrored(rf.url)
     shown = rf.url if source == rf.url else f"{rf.url} (from {source})"
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    output_dir(dest_dir)  # made if missing; a folder of another user's is refused
     fd, tmp_name = tempfile.mkstemp(dir=dest_dir, prefix=".part-")
     tmp = Path(tmp_name)
     try:
         note_attempt(source)
+        bound, why = size_bound(rf)
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(source, timeout=timeout) as resp:  # noqa: S310
             expected = resp.headers.get("Content-Length")
+            if expected is not None and expected.isdigit() and int(expected) > bound:
+                raise DownloadError(
+                    shown,
+                    None,
+                    f"the server offers {int(expected):,} bytes, over {bound:,} ({why}); not downloaded",
+                )
             written = 0
-            while block := resp.read(1 << 20):
-                out.write(block)
+            while block := resp.read(min(1 << 20, bound + 1 - written)):
                 written += len(block)
+                if written > bound:  # stopped here: the rest is never read, nor written to disk
+                    raise DownloadError(
+                        shown,
+                        None,
+                        f"download passed {bound:,} bytes ({why}); stopped before checking its sha256",
+                    )
+                out.write(block)
         if expected is not None and expected.isdigit() and written != int(expected):
             raise DownloadError(
                 shown,
@@ -129,7 +165,7 @@ def recorded(dest: Path) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise DataError(
             path,
             None,
@@ -157,7 +193,7 @@ def check_recorded(rf: RemoteFile, dest: Path, sha256: str | None = None) -> str
             "bytes": dest.stat().st_size,
             "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        record_path(dest).write_text(json.dumps(entry, indent=1) + "\n", encoding="utf-8")
+        write_text(record_path(dest), json.dumps(entry, indent=1) + "\n")  # never through a link
     elif record["sha256"] != got:
         warnings.warn(
             f"{dest}: differs from the file first downloaded from {rf.url} on {record.get('recorded_at', '?')} "

@@ -107,6 +107,10 @@ def read_manifest(path: Path, remedy: str) -> dict[str, Any]:
     DataError naming it and saying ``remedy``."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:  # json nests by recursion: a manifest nested 100,000 deep
+        raise DataError(
+            path, None, f"unreadable bundle manifest (nested too deep); {remedy}"
+        ) from None
     except (OSError, ValueError) as e:
         raise DataError(path, None, f"unreadable bundle manifest ({e}); {remedy}") from None
     if not isinstance(data, dict) or not isinstance(data.get("files"), dict):

@@ -25,6 +25,7 @@ from grandrounds.core.errors import StoreError
 from grandrounds.core.records import Response
 from grandrounds.store.commits import commit_groups, group_writes, transaction
 from grandrounds.store.migrations import MIGRATIONS
+from grandrounds.store.rows import storable
 from grandrounds.store.sqlite import connect, store_error, wal_journal
 from grandrounds.store.writer import Checkpointer, Writer
 
@@ -409,6 +410,7 @@ class StoreBase:
         ``commutes``: the write's outcome does not depend on its order among the other buffered
         writes (no other buffered statement touches its rows), so a flush may run it after them.
         """
+        params = storable(params)
         if self._behind is None:
             self.db.execute(sql, params)
             return

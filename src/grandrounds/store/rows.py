@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict
@@ -151,11 +152,35 @@ class QueueRow(TypedDict):
     created_at: str
 
 
+#: A UTF-16 surrogate code point, in a Python string only where text held a lone one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(params: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A write's parameters with each text that has no UTF-8 form (a reply holding a lone
+    surrogate, ``"yes\\ud800"``) as its bytes with the surrogate kept (``surrogatepass``), which
+    SQLite stores as they are; :func:`text_of` reads them back as the same string. Ordinary text is
+    passed as it is (the check is a scan, no copy)."""
+    if not any(type(v) is str and not v.isascii() and _SURROGATE.search(v) for v in params):
+        return params
+    return tuple(
+        v.encode("utf-8", "surrogatepass")
+        if type(v) is str and _SURROGATE.search(v) is not None
+        else v
+        for v in params
+    )
+
+
+def text_of(value: Any) -> Any:
+    """A stored text as it was written (bytes written by :func:`storable` decoded back)."""
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
+
+
 def row_to_response(row: sqlite3.Row, cached: bool) -> Response:
     """A ``calls`` row as the Response it stored."""
     return Response(
         key=row["key"],
-        text=row["text"],
+        text=text_of(row["text"]),
         error=row["error"],
         scores=json.loads(row["scores_json"]) if row["scores_json"] else {},
         usage=Usage(row["prompt_tokens"], row["completion_tokens"]),

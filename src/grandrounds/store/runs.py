@@ -16,6 +16,7 @@ from grandrounds.store.rows import (
     StoredSample,
     row_to_response,
     row_to_run,
+    text_of,
 )
 
 _SAMPLE_INSERT = "INSERT OR IGNORE INTO samples VALUES (?,?,?,?,?)"
@@ -334,4 +335,4 @@ class RunTables(StoreBase):
         """(run, sample, answer text) for every answer row of every run (read lazily)."""
         q = "SELECT a.run_id, a.sample_id, c.text FROM answers a LEFT JOIN calls c INDEXED BY calls_usage ON c.key = a.request_key"
         for run_id, sid, text in self.db.execute(q):
-            yield AnswerText(run_id, sid, text)
+            yield AnswerText(run_id, sid, text_of(text))

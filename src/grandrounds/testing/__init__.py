@@ -80,6 +80,15 @@ def last_user_text(body: dict[str, Any]) -> str:
     return str(body.get("prompt", ""))
 
 
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as UTF-8 JSON; a text holding a lone surrogate (no UTF-8 form) is written with
+    ``\\uXXXX`` escapes, as a server in another language would send it."""
+    try:
+        return json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj).encode("ascii")
+
+
 class LoopbackServer:
     """``with LoopbackServer(rule, latency=0.05) as srv: srv.base_url`` -> ``http://127.0.0.1:PORT/v1``."""
 
@@ -228,7 +237,7 @@ class LoopbackServer:
         if self.latency:
             await asyncio.sleep(self.latency)
         if isinstance(out, Raw):
-            self._write(writer, 200, json.dumps(out.body, ensure_ascii=False).encode("utf-8"))
+            self._write(writer, 200, json_bytes(out.body))
             return True
         if isinstance(out, Fault):
             with self._lock:
@@ -270,7 +279,7 @@ class LoopbackServer:
             payload["system_fingerprint"] = out.system_fingerprint
         if isinstance(out, Reply) and out.model is not None:
             payload["model"] = out.model
-        self._write(writer, 200, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
+        self._write(writer, 200, json_bytes(payload))
         return True
 
     @staticmethod

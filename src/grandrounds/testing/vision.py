@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from PIL import Image
 
-from grandrounds.testing import Fault, LoopbackServer, Reply, ServerStats, _chat_payload
+from grandrounds.testing import Fault, LoopbackServer, Reply, ServerStats, _chat_payload, json_bytes
 
 #: The media types both APIs take for images.
 SUPPORTED = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -219,7 +219,7 @@ class VisionServer(LoopbackServer):
             if wire == "openai"
             else _anthropic_reply(body, seen, reply)
         )
-        self._write(writer, 200, json.dumps(payload, ensure_ascii=False).encode("utf-8"))
+        self._write(writer, 200, json_bytes(payload))
         return True
 
     def _count(self, reading: _Reading) -> None:
@@ -263,7 +263,7 @@ class VisionServer(LoopbackServer):
                     "code": "invalid_image",
                 }
             }
-        self._write(writer, status, json.dumps(err, ensure_ascii=False).encode("utf-8"))
+        self._write(writer, status, json_bytes(err))
         return True
 
     def _fault(self, writer: asyncio.StreamWriter, wire: str, out: Fault) -> bool:
