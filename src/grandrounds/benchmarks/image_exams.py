@@ -215,7 +215,7 @@ class PMCVQA(ImageExam):
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = self.data_files(root)[0]
-        with self._figures(path.parent) as figure:
+        with self._figures(path.parent, path) as figure:
             seen = IdSet(path)
             for line, row in iter_csv(path, self.COLUMNS):
                 where = f"line {line} ({row['Figure_path']})"
@@ -239,12 +239,12 @@ class PMCVQA(ImageExam):
             raise DataError(path, None, "no questions")
 
     @contextmanager
-    def _figures(self, folder: Path) -> Iterator[Any]:
+    def _figures(self, folder: Path, source: Path) -> Iterator[Any]:
         """name -> the prepared figure: ``images/<name>`` extracted, else the member ``images/<name>`` of ``images.zip``."""
         zipped = folder / "images.zip"
         if (folder / "images").is_dir() or not zipped.is_file():
             yield lambda name, where: self.images.part(
-                inside(folder, f"images/{name}", folder / "images", where), where
+                inside(folder / "images", name, source, where), where
             )
             return
         try:

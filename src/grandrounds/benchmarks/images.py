@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,7 +378,7 @@ class ImageLoader:
 #: the page's dimensions before anything is drawn (5,000 x 5,000; an A4 page at scale 2 is 2 M).
 PDF_MAX_PIXELS = 25_000_000
 #: Seconds one page may take to render (and the document to open) before the PDF is refused.
-PDF_PAGE_SECONDS = 20.0
+PDF_PAGE_SECONDS = 5.0
 
 
 def render_pdf(
@@ -390,85 +391,93 @@ def render_pdf(
     seconds: float = PDF_PAGE_SECONDS,
 ) -> list[bytes]:
     """The first ``max_pages`` pages of the PDF ``raw`` as PNG bytes, rendered by PDFium in a child
-    process (a page past its time is stopped by ending the process, which a thread cannot do; a
-    crash in PDFium ends only the child). Each page's size x ``scale`` is checked against
-    ``max_pixels`` before it is drawn. Any failure is a one-line DataError naming the file, the
-    record and the page."""
-    import multiprocessing
+    process (:mod:`grandrounds.benchmarks.pdf_child`, run by path with no secret in its
+    environment): a page past ``seconds`` is stopped by ending the process, which a thread could
+    not do, and a crash in PDFium ends only the child. Each page's size x ``scale`` is checked
+    against ``max_pixels`` before it is drawn. Any failure is a one-line DataError naming the file,
+    the record and the page."""
+    import queue
+    import subprocess
+    import sys
+    import threading
 
-    ctx = multiprocessing.get_context("spawn")
-    mine, theirs = ctx.Pipe(duplex=False)
-    child = ctx.Process(
-        target=_render_child,
-        args=(theirs, raw, max_pages, scale, max_pixels),
-        name="grandrounds-pdf",
-        daemon=True,
+    env = {"LANG": "C.UTF-8"} | {
+        k: os.environ[k] for k in ("PYTHONPATH", "PATH", "SYSTEMROOT") if k in os.environ
+    }
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-s",
+            "-B",
+            str(Path(__file__).with_name("pdf_child.py")),
+            str(max_pages),
+            repr(float(scale)),
+            str(max_pixels),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
-    child.start()
-    theirs.close()
+    frames: queue.Queue[tuple[bytes, bytes] | None] = queue.Queue()
+    reader = threading.Thread(target=_read_frames, args=(child, frames), daemon=True)
+    reader.start()
     pages: list[bytes] = []
     try:
+        try:
+            assert child.stdin is not None
+            child.stdin.write(raw)
+            child.stdin.close()
+        except OSError:
+            pass  # the child ended early: what it said (or its exit) is read below
         while True:
-            # the first message waits for the child to start too (an interpreter and PDFium)
-            if not mine.poll(seconds + (5.0 if not pages else 0.0)):
+            try:
+                # the first wait covers the child's start too (an interpreter and PDFium)
+                got = frames.get(timeout=seconds + (0.0 if pages else 5.0))
+            except queue.Empty:
                 raise DataError(
                     where,
                     record,
-                    f"PDF page {len(pages) + 1} took over {seconds:g} s to render; refused (pages rendered: {len(pages)})",
-                )
-            try:
-                kind, value = mine.recv()
-            except (EOFError, OSError):
-                child.join(5)
+                    f"PDF page {len(pages) + 1} took over {seconds:g} s to render; refused "
+                    f"(pages rendered: {len(pages)})",
+                ) from None
+            if got is None:
+                child.wait(5)
                 raise DataError(
                     where,
                     record,
                     f"PDF renderer ended without a result at page {len(pages) + 1} "
-                    f"(exit code {child.exitcode})",
-                ) from None
-            if kind == "page":
-                pages.append(value)
-            elif kind == "done":
+                    f"(exit code {child.returncode})",
+                )
+            kind, payload = got
+            if kind == b"P":
+                pages.append(payload)
+            elif kind == b"D":
                 return pages
             else:
-                raise DataError(where, record, f"PDF page {len(pages) + 1}: {value}")
+                text = payload.decode("utf-8", "replace")
+                raise DataError(where, record, f"PDF page {len(pages) + 1}: {text}")
     finally:
-        mine.close()
-        if child.is_alive():
+        if child.poll() is None:
             child.kill()
-        child.join(5)
+        child.wait(5)
+        if child.stdout is not None:
+            child.stdout.close()
 
 
-def _render_child(conn: Any, raw: bytes, max_pages: int, scale: float, max_pixels: int) -> None:
-    """In the child: each page's size checked, then rendered and sent as PNG bytes; then "done"."""
-    import math
-
+def _read_frames(child: Any, frames: Any) -> None:
+    """The child's frames onto ``frames`` (kind, payload), then None when its output ends."""
+    out = child.stdout
     try:
-        import pypdfium2 as pdfium
-
-        doc = pdfium.PdfDocument(raw)
-        try:
-            n = min(len(doc), max_pages)
-            for i in range(n):
-                page = doc[i]
-                w, h = page.get_size()  # points, read from the page's boxes without drawing
-                px = w * scale * h * scale
-                if not math.isfinite(px) or px > max_pixels:
-                    conn.send(
-                        (
-                            "error",
-                            f"{w:g} x {h:g} pt at scale {scale:g} is {px:,.0f} pixels, over the "
-                            f"limit of {max_pixels:,}; refused before rendering",
-                        )
-                    )
-                    return
-                buf = io.BytesIO()
-                page.render(scale=scale).to_pil().save(buf, "PNG")
-                conn.send(("page", buf.getvalue()))
-        finally:
-            doc.close()
-        conn.send(("done", None))
-    except Exception as e:  # noqa: BLE001  (PDFium's and Pillow's errors, as one line to the parent)
-        conn.send(("error", f"not a readable PDF ({type(e).__name__}: {_line(e)})"))
-    finally:
-        conn.close()
+        while True:
+            head = out.read(9)
+            if len(head) < 9:
+                break
+            n = int.from_bytes(head[1:], "big")
+            payload = out.read(n)
+            if len(payload) < n:
+                break
+            frames.put((head[:1], payload))
+    except (OSError, ValueError):
+        pass
+    frames.put(None)

@@ -315,11 +315,11 @@ def _cell(items: Sequence[Grade | None], mine: bool) -> Cell:
 def _public_image(
     root: Path, folder: str, name: str, url: str, where: str | int | None, source: Path
 ) -> Path:
-    """``root/folder/name``, kept inside ``root`` (:func:`~grandrounds.core.files.inside`: a name
+    """``root/folder/name``, kept inside ``root/folder`` (:func:`~grandrounds.core.files.inside`: a name
     that leads out, through ``..``, an absolute path or a link, is refused naming ``source`` and the
     record); where ``root`` is the download cache and the image is not there yet, fetched from its
     public copy (checksum recorded at the first download)."""
-    path = inside(root, f"{folder}/{name}", source, where)
+    path = inside(root / folder, name, source, where)
     if path.exists() or not root.resolve().is_relative_to(cache_dir().resolve()):
         return path
     try:

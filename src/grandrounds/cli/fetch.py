@@ -372,6 +372,8 @@ def _parse_local(values: list[str]) -> dict[str, Path]:
 def _load_manifest(out: Path) -> dict[str, Any]:
     """The manifest already in ``out`` (a bundle is added to, never emptied), or a new one."""
     path = out / mirrors.MANIFEST
+    if path.is_symlink():
+        raise ConfigError(f"{path} is a symbolic link: refusing to read or replace it")
     if not path.exists():
         return {"format": 1, "benchmarks": [], "data": {}, "files": {}}
     data = mirrors.read_manifest(path, "move it away or choose another --out")
