@@ -262,7 +262,9 @@ def test_one_image_named_150_times_is_refused_before_any_call(tmp_path) -> None:
     assert "150 images" in msg and "149 of them repeats: 1 distinct" in msg
     assert "max_request_mb" in msg
     openai_limits(20.0, max_request_mb=1000.0).check(sample)  # raised: taken
-    with pytest.raises(ConfigError, match="150 images in one request .* over Anthropic's API's 100"):
+    with pytest.raises(
+        ConfigError, match="150 images in one request .* over Anthropic's API's 100"
+    ):
         anthropic_limits().check(sample)
     with pytest.raises(ConfigError, match="over llama.cpp's 100"):
         ImageLimits(source="llama.cpp").check(sample)

@@ -379,6 +379,8 @@ class ImageLoader:
 PDF_MAX_PIXELS = 25_000_000
 #: Seconds one page may take to render (and the document to open) before the PDF is refused.
 PDF_PAGE_SECONDS = 5.0
+#: Seconds allowed on top for the renderer's process to start (an interpreter and PDFium).
+_START_SECONDS = 5.0
 
 
 def render_pdf(
@@ -423,6 +425,7 @@ def render_pdf(
     reader = threading.Thread(target=_read_frames, args=(child, frames), daemon=True)
     reader.start()
     pages: list[bytes] = []
+    opened = False
     try:
         try:
             assert child.stdin is not None
@@ -432,13 +435,14 @@ def render_pdf(
             pass  # the child ended early: what it said (or its exit) is read below
         while True:
             try:
-                # the first wait covers the child's start too (an interpreter and PDFium)
-                got = frames.get(timeout=seconds + (0.0 if pages else 5.0))
+                # until the document is open, the wait covers the child's start too
+                got = frames.get(timeout=seconds + (0.0 if opened else _START_SECONDS))
             except queue.Empty:
+                step = f"page {len(pages) + 1}" if opened else "document"
                 raise DataError(
                     where,
                     record,
-                    f"PDF page {len(pages) + 1} took over {seconds:g} s to render; refused "
+                    f"PDF {step} took over {seconds:g} s to render; refused "
                     f"(pages rendered: {len(pages)})",
                 ) from None
             if got is None:
@@ -450,7 +454,9 @@ def render_pdf(
                     f"(exit code {child.returncode})",
                 )
             kind, payload = got
-            if kind == b"P":
+            if kind == b"R":
+                opened = True
+            elif kind == b"P":
                 pages.append(payload)
             elif kind == b"D":
                 return pages

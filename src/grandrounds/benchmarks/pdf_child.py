@@ -2,7 +2,8 @@
 :func:`grandrounds.benchmarks.images.render_pdf`; imports only PDFium's and Pillow's bindings).
 
 Arguments: pages, scale, pixel limit. Standard input: the PDF's bytes. Standard output: frames of
-one kind byte (``P`` a page's PNG bytes, ``E`` a one-line error, ``D`` done), an 8-byte big-endian
+one kind byte (``R`` the document is open, ``P`` a page's PNG bytes, ``E`` a one-line error,
+``D`` done), an 8-byte big-endian
 length and the payload. Each page's size is read from its boxes and checked against the pixel limit
 before anything is drawn.
 """
@@ -28,7 +29,9 @@ def main() -> None:
 
         doc = pdfium.PdfDocument(raw)
         try:
-            for i in range(min(len(doc), max_pages)):
+            n = min(len(doc), max_pages)
+            frame(b"R", b"")  # opened: each page's time starts now
+            for i in range(n):
                 page = doc[i]
                 w, h = page.get_size()  # points, from the page's boxes: nothing drawn yet
                 px = w * scale * h * scale
