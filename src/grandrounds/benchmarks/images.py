@@ -231,7 +231,7 @@ def _prepared(img: Any, raw: bytes, prep: ImagePrep) -> tuple[bytes, str, int, i
 MAX_IMAGE_BYTES = 256 * 1024 * 1024
 
 
-def read_member(archive: Any, name: str, where: Path, record: object) -> bytes:
+def read_member(archive: Any, name: str, where: Path, record: str | int | None) -> bytes:
     """The member ``name`` of the open ``zipfile.ZipFile`` ``archive``, inflated a block at a time
     with a running count: refused when its declared size, or what it actually inflates to, passes
     :data:`MAX_IMAGE_BYTES` (a small archive whose member inflates to gigabytes stops at the bound).
@@ -352,6 +352,13 @@ class ImageLoader:
         if hits:
             return hits
         try:
+            size = path.stat().st_size
+            if size > MAX_IMAGE_BYTES:
+                raise DataError(
+                    path,
+                    record,
+                    f"PDF of {size:,} bytes, over the limit of {MAX_IMAGE_BYTES:,}; not read",
+                )
             raw = path.read_bytes()
         except OSError as e:
             raise DataError(
@@ -388,7 +395,7 @@ def render_pdf(
     max_pages: int,
     scale: float,
     where: Path,
-    record: object,
+    record: str | int | None,
     max_pixels: int = PDF_MAX_PIXELS,
     seconds: float = PDF_PAGE_SECONDS,
 ) -> list[bytes]:

@@ -142,7 +142,7 @@ def write_text(path: Path, text: str) -> None:
         f.write(text)
 
 
-def inside(root: Path, name: str, source: Path | str, record: object) -> Path:
+def inside(root: Path, name: str, source: Path | str, record: str | int | None) -> Path:
     """The file a data file (``source``, at ``record``) names as ``name``, relative to ``root``:
     resolved, symbolic links followed, and required to lie inside ``root`` (itself resolved).
 

@@ -40,6 +40,7 @@ from multidict import CIMultiDictProxy
 
 import grandrounds
 from grandrounds.core.errors import ConfigError
+from grandrounds.core.hashing import escape_surrogates
 from grandrounds.providers.base import ProviderError, redact, split_userinfo
 
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
@@ -202,10 +203,9 @@ class HttpClient:
         """POST ``body`` as JSON to ``base_url + path``; any status comes back, transport failures raise."""
         try:
             data = orjson.dumps(body)  # UTF-8, about ten times faster than json.dumps(...).encode()
-        except TypeError:
-            data = json.dumps(body, ensure_ascii=False).encode(
-                "utf-8"
-            )  # a value orjson does not know
+        except TypeError:  # a value orjson does not know, or text with a lone surrogate
+            # (a candidate's reply quoted to a judge): escaped, as JSON allows, never refused
+            data = escape_surrogates(json.dumps(body, ensure_ascii=False)).encode("utf-8")
         session = self._session()
         try:
             async with asyncio.timeout(self.timeout):
