@@ -467,3 +467,30 @@ def test_a_download_stops_at_the_pinned_size(tmp_path, monkeypatch) -> None:
     bound, why = downloads.size_bound(RemoteFile("http://x/y", "y", None))
     assert bound == 512 * 1024 and downloads.MAX_DOWNLOAD_ENV in why
     assert hashlib.sha256(b"").hexdigest() not in PINNED_BYTES
+
+
+def test_a_request_quoting_a_lone_surrogate_is_sent_escaped() -> None:
+    """A judge's request quotes the candidate's reply, lone surrogate and all: the body is sent
+    with the JSON escape (a server reads back the same text), never refused by the encoder."""
+    import asyncio
+
+    from grandrounds.providers.http import HttpClient
+    from grandrounds.testing import LoopbackServer
+
+    seen: list[str] = []
+
+    def rule(body: dict) -> str:
+        seen.append(body["messages"][0]["content"])
+        return "same"
+
+    async def post(url: str) -> int:
+        client = HttpClient(url, {})
+        try:
+            body = {"model": "judge", "messages": [{"role": "user", "content": "yes\ud800 é"}]}
+            return (await client.post("/chat/completions", body)).status
+        finally:
+            await client.aclose()
+
+    with LoopbackServer(rule) as srv:
+        assert asyncio.run(post(srv.base_url)) == 200
+    assert seen == ["yes\ud800 é"]
