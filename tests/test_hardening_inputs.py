@@ -377,6 +377,7 @@ def test_a_reply_with_a_lone_surrogate_or_nul_is_stored_losslessly_and_the_run_f
         if fmt in ("html", "md"):
             text = out.read_text(encoding="utf-8")
             assert "ud800" in text and "\ud800" not in text
+            assert "\x00" not in text and "x00" in text
 
 
 # ---- 5. bundles and downloads --------------------------------------------------------------------

@@ -57,8 +57,9 @@ input.zoom{display:none}input.zoom:checked+label svg.thumb{max-width:100%;cursor
 
 def escape(value: str, quote: bool = True) -> str:
     """:func:`html.escape`, with each lone surrogate (a reply's ``"yes\\ud800"``, which has no
-    UTF-8 form) shown as its ``\\uXXXX`` escape."""
-    return escape_surrogates(_escape(value, quote))
+    UTF-8 form) shown as its ``\\uXXXX`` escape and a NUL (which a browser drops or replaces) as
+    ``\\x00``."""
+    return escape_surrogates(_escape(value, quote)).replace("\x00", "\\x00")
 
 
 #: Characters of embedded images (``data:`` URIs) a report holds at most: past it, images are named, not embedded.
