@@ -263,10 +263,10 @@ def test_one_image_named_150_times_is_refused_before_any_call(tmp_path) -> None:
     assert "max_request_mb" in msg
     openai_limits(20.0, max_request_mb=1000.0).check(sample)  # raised: taken
     with pytest.raises(
-        ConfigError, match="150 images in one request .* over Anthropic's API's 100"
+        ConfigError, match=r"150 images in one request .* over the limit of 100 \(Anthropic's API\)"
     ):
         anthropic_limits().check(sample)
-    with pytest.raises(ConfigError, match="over llama.cpp's 100"):
+    with pytest.raises(ConfigError, match=r"over the limit of 100 \(llama.cpp\)"):
         ImageLimits(source="llama.cpp").check(sample)
 
 

@@ -138,8 +138,8 @@ class ImageLimits:
         how = f"; {self.raise_with}" if self.raise_with else ""
         if self.max_images is not None and len(images) > self.max_images:
             raise ConfigError(
-                f"sample {sample.id}: {len(images)} images in one request{repeats}, over "
-                f"{self.source}'s {self.max_images:,}{how}"
+                f"sample {sample.id}: {len(images)} images in one request{repeats}, over the "
+                f"limit of {self.max_images:,} ({self.source}){how}"
             )
         for i, img in enumerate(images):
             where = f"sample {sample.id}, image {i + 1} ({img.sha256[:12]}, {img.media_type}, {img.width}x{img.height})"
@@ -157,14 +157,15 @@ class ImageLimits:
                 )
             if self.max_image_bytes is not None and size > self.max_image_bytes:
                 raise ConfigError(
-                    f"{where}: {size:,} bytes, over {self.source}'s {self.max_image_bytes:,} an image; "
+                    f"{where}: {size:,} bytes, over the limit of {self.max_image_bytes:,} an image "
+                    f"({self.source}; --model-opt max_image_mb where offered); "
                     "re-encode or shrink it (--param image_format=jpeg, image_max_side=N)"
                 )
             if self.max_request_bytes is not None and total * 4 // 3 > self.max_request_bytes:
                 # stopped at the image that passes the bound: a 300-copy row is not summed to the end
                 raise ConfigError(
                     f"sample {sample.id}: its {len(images)} images{repeats} make a request over "
-                    f"{self.source}'s {self.max_request_bytes:,} bytes (base64){how}"
+                    f"the limit of {self.max_request_bytes:,} bytes of base64 ({self.source}){how}"
                 )
 
 
@@ -205,6 +206,6 @@ def openai_limits(
         max_image_bytes=int(max_image_mb * 1024 * 1024),
         max_images=max_images,
         max_request_bytes=int(max_request_mb * 1024 * 1024),
-        source="the server (--model-opt max_image_mb, max_images, max_request_mb)",
+        source="the server's, OpenAI's published ones unless set",
         raise_with="--model-opt max_images=N or max_request_mb=M raises the request's limits",
     )
