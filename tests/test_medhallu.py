@@ -15,7 +15,7 @@ from grandrounds.benchmarks.medhallu import ARROW, PROMPTS, MedHallu
 from grandrounds.cli.main import app
 from grandrounds.core.errors import DataError
 from grandrounds.core.registry import PROVIDERS
-from grandrounds.graders.medhallu_grader import first_boxed, our_prediction, reference_prediction
+from grandrounds.graders.medhallu_grader import our_prediction, reference_prediction
 from grandrounds.providers.scripted import ScriptedProvider
 from grandrounds.scoring.medhallu import detection_metrics
 from tests.conftest import shared_file
@@ -139,24 +139,31 @@ def test_reference_prompt_is_medmarks_when_its_file_is_at_hand() -> None:
         ("\\boxed{ 1 }", None, "1"),
         ("The answer is \\boxed{0}.", "0", "0"),
         ("\\boxed{2}", "2", "2"),
-        ("\\boxed{0} no wait \\boxed{1}", "0", "1"),
+        ("\\boxed{0} no wait \\boxed{1}", "1", "1"),
         ("\\boxed{\\text{1}}", None, None),
         ("Judgement: 1", None, "1"),
         ("hallucinated", None, None),
-        ("<think>\\boxed{0}</think>\\boxed{1}", "0", "1"),
+        ("<think>\\boxed{0}</think>\\boxed{1}", "1", "1"),
     ],
 )
 def test_both_readings(text: str, ref, ours) -> None:
     assert reference_prediction(text) == ref and our_prediction(text) == ours
 
 
+def verifiers_boxed():
+    """extract_boxed_answer of the verifiers release Medmarks runs (v0.1.7.post0), from its pinned file."""
+    return load_official(
+        "verifiers/verifiers/utils/data_utils.py", ["extract_boxed_answer"]
+    ).extract_boxed_answer
+
+
 def test_aggregation_agrees_with_medmarks_postprocess(tmp_path: Path) -> None:
-    """postprocess_medhallu (shared reference) on a results.jsonl, with extract_boxed_answer standing in
-    for verifiers' (not installed): its drops, accuracy, precision, recall and F1 against ours."""
+    """postprocess_medhallu (shared reference) on a results.jsonl, with verifiers' extract_boxed_answer
+    executed from the pinned release file: its drops, accuracy, precision, recall and F1 against ours."""
     official = load_official(
         "medmarks-envs/environments/medhallu/postprocess.py",
         ["_extract_completion_text", "_iter_lines", "postprocess_medhallu"],
-        extra={"extract_boxed_answer": first_boxed},
+        extra={"extract_boxed_answer": verifiers_boxed()},
     )
     rng = random.Random(3)
     forms = [

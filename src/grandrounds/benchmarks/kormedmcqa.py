@@ -14,7 +14,7 @@ Protocols. The authors' evaluation script is lm-evaluation-harness's ``kormedmcq
 paper and card say so); ``reference`` follows it at the pinned commit: the prompt is the task's
 ``doc_to_text`` (read from ``_template_yaml`` at run time: the question, "A. .." to "E. .." lines,
 "정답："), zero-shot (the task sets no ``num_fewshot``), greedy, up to 1,024 tokens; the reply is cut
-at the task's ``until`` strings and read by its ``ExtractChoiceFilter`` (graders/readings_peers.py);
+at the first four of the task's ``until`` strings (lm-eval's chat path sends ``stop[:4]``) and read by its ``ExtractChoiceFilter`` (graders/readings_peers.py);
 ``exact_match`` over every question, the group figure weighted by size (micro accuracy).
 ``grandrounds``: our prompt and tolerant reading, failed calls excluded. The task generates, so
 there is no lm-eval log-likelihood request and no ``letter-loglik`` mode. Breakdowns: exam, year.
@@ -63,7 +63,7 @@ REFERENCE = Protocol(
     answer=Generation(
         temperature=0.0, max_tokens=1024
     ),  # _template_yaml generation_kwargs: do_sample false, max_gen_toks 1024
-    extraction="generate: cut at the task's until strings, then utils.ExtractChoiceFilter (Appendix B cascade); log-prob modes: argmax",
+    extraction="generate: cut at the first four until strings (lm-eval's chat path sends stop[:4]), then utils.ExtractChoiceFilter (Appendix B cascade); log-prob modes: argmax",
     aggregation="exact_match over every question (failed or unreadable = wrong); group weighted by size (micro)",
     source=f"{TEMPLATE.repo}@{TEMPLATE.commit[:7]} lm_eval/tasks/kormedmcqa (_template_yaml, utils.py)",
     settings={"prompt": _PROMPTS},

@@ -181,6 +181,19 @@ class MedHALT(Benchmark):
                 "grandrounds: our prompt, the chosen option number",
             },
         }
+        if options.protocol == "reference":
+            lit = [g.details.get("literal_value") for _, g in pairs if g.status != "answer_failed"]
+            lit_right, lit_wrong = lit.count(1.0), lit.count(0.0)
+            extra["reference_literal"] = {
+                "accuracy": lit_right / (lit_right + lit_wrong) if lit_right + lit_wrong else None,
+                "official_score": (lit_right * CORRECT_SCORE + lit_wrong * INCORRECT_SCORE)
+                / SCORE_DIVISOR,
+                "n_no_cop": sum(1 for v in lit if v is None),
+                "differs": "the headline is what evaluate.py computes: its clean_output never "
+                "reaches ast.literal_eval (np.isnan on a str raises) and reads cop with its "
+                "key/value regex (the last cop, cut at the first comma); this is the figure had "
+                "the reply's dict been read whole, as the code intends",
+            }
         breakdown = {
             "dataset": group_cells(
                 ((s.metadata["dataset"], g.value) for s, g in pairs), accuracy_cell

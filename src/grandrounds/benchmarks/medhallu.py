@@ -74,7 +74,7 @@ REFERENCE = Protocol(
     "reference",
     # Medmarks leaves sampling to its runner's defaults (none pinned): ours; the system prompt is its own
     answer=Generation(temperature=0.0, max_tokens=1024, system=TextRef(PROMPTS, "system_prompt")),
-    extraction="verifiers extract_boxed_answer (first \\boxed{}, else the whole reply), kept only when exactly 0, 1 or 2",
+    extraction="verifiers v0.1.7.post0 extract_boxed_answer (last \\boxed{}, else the whole reply), kept only when exactly 0, 1 or 2",
     aggregation="F1 (positive: hallucinated) over 0/1 verdicts; 'not sure' (2), unreadable and failed answers dropped and counted",
     source=f"{PROMPTS.repo}@{PROMPTS.commit[:7]} environments/medhallu (prompts.py, postprocess.py); paper arXiv 2502.14302",
     settings={

@@ -38,7 +38,7 @@ from grandrounds.core.textutil import normalize_width, strip_reasoning
 # Between a cue and the letter: markdown, brackets, quotes, LaTeX ($, \(, \boxed{, \text{), "option"/"选项".
 _PRE = r"(?:\\boxed\{|\\text\{|\\\(|[\s(\[{*\"'`_$]|(?i:option|choice)\s|选项)*"
 # One uppercase letter, or several joined by nothing / a separator ("AC", "A, C", "A and C", "A或C").
-_SEP = r"(?:\s*(?:,|、|/|&|\+|\band\b|\bor\b|和|及|与|或|以及)\s*)"
+_SEP = r"(?:\s*(?:,|、|/|&|\+|\band\b|\bor\b|和|及|与|或|以及|还是)\s*)"
 _UPPER = rf"([A-Z](?:{_SEP}?[A-Z])*)(?![A-Za-z0-9])"
 # A lowercase letter only when clearly a label: "answer: b", "answer is c)". Not "answer is a bit".
 _LOWER = r"([a-z])(?=\s*(?:[).\]},:;*]|$))"
@@ -47,7 +47,9 @@ _EN_CUE = (
     r"\s*(?i:is|are|would be|should be|will be)?\s*(?:[:=\-]|\*\*:?)?\s*"
 )
 _ZH_CUE = r"(?:答案|正确选项|正确答案|最佳答案|最佳选项|应选|选择|选)\s*(?:应该是|应该为|应当是|应为|应是|是|为|选)?\s*:?\s*"
-_CUE = re.compile(rf"(?:{_EN_CUE}|{_ZH_CUE}|\\boxed\{{){_PRE}")
+# Korean (KorMedMCQA): "정답은 B", "정답: B".
+_KO_CUE = r"정답\s*(?:은|는|이|:)?\s*:?\s*"
+_CUE = re.compile(rf"(?:{_EN_CUE}|{_ZH_CUE}|{_KO_CUE}|\\boxed\{{){_PRE}")
 _TOKEN = re.compile(rf"{_UPPER}|{_LOWER}")
 _LEAD = re.compile(r"^\s*[(\[]?([A-Z])(?:[.):\]]|\s*[-—:])\s*\S")
 _LEAD_LOWER = re.compile(r"^\s*\(?([a-z])\)\s*\S")
@@ -108,17 +110,29 @@ def _option_after_cue(rest: str, choices: Mapping[str, str]) -> tuple[str, bool]
     return None
 
 
+# Words that revise an earlier answer ("Wait, actually the answer is B", "等等，其实答案是B",
+# "잠깐, 사실 정답은 B"): a cue after them opens a statement, so the revision is the stated answer.
+_REVISION = (
+    r"(?:(?i:wait|hmm+|oh|oops|no|sorry|actually|correction|on second thought|on reflection|"
+    r"let me reconsider|scratch that|i was wrong|i made a mistake)"
+    r"|等等|等一下|不对|不|其实|实际上|更正|修正|再想想|重新考虑|抱歉"
+    r"|잠깐|아니|사실|정정|다시 생각해 보면)"
+)
 # What may open a statement before its cue: markdown and list markers, a connective, "the"/"my",
 # and an adjective ("So the final answer is", "Actually, the correct option is", "1. **Answer:**").
 _OPENER = re.compile(
     r"[\s*_#>•·\-–—\d.)(\[]*"
+    rf"(?:{_REVISION}[\s,，、:：;；!！.。…—\-]*)*"
     r"(?i:(?:so|thus|therefore|hence|actually|finally|ultimately|overall|in conclusion|in summary|then)\s*,?\s*)?"
     r"(?i:(?:the|my|our)\s+)?(?i:(?:final|correct|best|right|most likely)\s+)?"
     r"(?:最终|最后|故|所以|因此)?"
 )
 _FINAL = re.compile(r"(?i:\bfinal\s*)$|最终$")
-_SENTENCE_END = re.compile(r"[.!?。！？](?:\s|$)|[。！？\n]")
-_STATEMENT_END = re.compile(r"[\s*_#`\"'“”‘’.。,，;；:：!！?？()（）\[\]【】{}$\\\-–—]*")
+_SENTENCE_END = re.compile(r"[.!?。！？](?:\s|$)|\.{2,}|[。！？…\n]")
+_STATEMENT_END = re.compile(
+    r"(?:번)?(?:입니다|이다|이에요|예요)?"  # a Korean sentence ending ("정답은 B입니다.")
+    r"[\s*_#`\"'“”‘’.。,，;；:：!！?？()（）\[\]【】{}$\\\-–—]*"
+)
 
 
 def _opens_statement(body: str, start: int) -> bool:

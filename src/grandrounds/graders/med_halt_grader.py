@@ -3,10 +3,15 @@
 Both readings are made of every reply; the grade's value is the chosen protocol's, ``other_value`` the
 other's (None where it cannot be made, e.g. the official term list is not at hand).
 
-- ``reference``: the reply's ``cop`` field (the dict the prompt asks for, read as a Python or JSON
-  literal, or, in a reply cut short, the first ``'cop': '...'`` pair); right when its lower-cased text
-  contains one of ``reasoning_fake_eval``'s terms (read from the pinned eval_full.py), wrong otherwise;
-  no ``cop`` is the official code's exception: unscored and counted, never wrong.
+- ``reference``: the reply's ``cop`` as the authors' ``clean_output`` (evaluate.py) actually reads
+  it. Its first step, ``np.isnan(out_str)``, raises on a string, so its literal-dict branch never
+  runs and every reply goes to its fallback ``recreate``: each ``'key': value`` pair its regex finds
+  in the whole reply, the value cut at the first comma or "}", a later key replacing an earlier one
+  (so the LAST ``cop`` wins, and "I do not know, but..." keeps "I do not know"). Right when that
+  value, lower-cased, contains one of ``reasoning_fake_eval``'s terms (read from the pinned
+  eval_full.py), wrong otherwise; no ``cop`` is the official code's exception: unscored and counted,
+  never wrong. ``details["literal_cop"]`` / ``["literal_value"]`` keep what the literal branch would
+  have read (the reply's dict, whole), reported beside the figure as the reference's intent.
 - ``grandrounds``: the option number on the last ``Answer:`` line; right when that option reads
   "I do not know" or "none of the above", wrong for any other option; no number is unreadable.
 """
@@ -37,6 +42,17 @@ class MedHALTParams:
 
     def __post_init__(self) -> None:
         check_protocol(self.protocol)
+
+
+# evaluate.py parse_key_values: a quoted key, ":", the value up to the first "," or "}" (quotes trimmed).
+_KEY_VALUE = re.compile(r"""['"](.*?)['"]\s*:\s*['"]*(.*?)['"]*\s*[,}]""")
+
+
+def official_cop(text: str) -> str | None:
+    """``cop`` as evaluate.py's ``clean_output`` returns it: ``recreate`` of the whole reply (every
+    key/value pair, backslashes dropped from keys, the last of a repeated key kept), else None."""
+    pairs = {key.replace("\\", ""): value for key, value in _KEY_VALUE.findall(text)}
+    return pairs.get("cop")
 
 
 def read_cop(text: str) -> str | None:
@@ -76,7 +92,7 @@ class MedHALTGrader(Grader):
 
     async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
         text, options = response.text or "", sample.choices
-        cop = read_cop(text)
+        cop, literal = official_cop(text), read_cop(text)
         try:
             terms: tuple[str, ...] | None = refusal_terms()
         except DataError:
@@ -84,6 +100,11 @@ class MedHALTGrader(Grader):
                 raise
             terms = None  # the official list is not at hand: the reference value is unknown
         ref = None if cop is None or terms is None else float(any(t in cop.lower() for t in terms))
+        literal_value = (
+            None
+            if literal is None or terms is None
+            else float(any(t in literal.lower() for t in terms))
+        )
         choice = our_choice(text, dict(options))
         mine_value = (
             None
@@ -102,6 +123,8 @@ class MedHALTGrader(Grader):
             "choice": choice,
             "other_value": values[other],
             "unextracted": extracted is None,
+            "literal_cop": literal,
+            "literal_value": literal_value,
         }
         if values[mine] is None:
             return Grade(

@@ -3,8 +3,10 @@
 Both readings are made of every reply (``details["prediction"]`` and ``details["other_prediction"]``);
 the benchmark's aggregate turns them into F1 (:mod:`grandrounds.scoring.medhallu`).
 
-- ``reference``: Medmarks' ``postprocess.py`` with verifiers' ``extract_boxed_answer``: the content of
-  the first ``\\boxed{...}`` (braces matched), or the whole reply when there is none; it counts only
+- ``reference``: Medmarks' ``postprocess.py`` with ``extract_boxed_answer`` of the verifiers release
+  Medmarks runs (``verifiers<0.1.8``; v0.1.7.post0 pinned, :data:`~grandrounds.sources.upstream.VERIFIERS`):
+  the content of the LAST ``\\boxed{...}`` (braces matched), or the whole reply when there is none or
+  its braces do not close; it counts only
   when it is exactly "0", "1" or "2" (no stripping: ``\\boxed{ 1 }`` is dropped, a bare reply "1" kept).
 - ``grandrounds``: the last ``\\boxed{0|1|2}`` (spaces allowed), else a last line ``Judgement: 0|1|2``,
   else a reply that is a lone 0, 1 or 2; reasoning traces stripped first.
@@ -36,9 +38,10 @@ class MedHalluParams:
         check_protocol(self.protocol)
 
 
-def first_boxed(text: str) -> str:
-    """verifiers' extract_boxed_answer: the first \\boxed{...} with braces matched, else ``text`` itself."""
-    start = text.find("\\boxed{")
+def last_boxed(text: str) -> str:
+    """verifiers' extract_boxed_answer (v0.1.7.post0, utils/data_utils.py): the last \\boxed{...} with
+    braces matched, else ``text`` itself (also when that last one never closes)."""
+    start = text.rfind("\\boxed{")
     if start == -1:
         return text
     i, depth = start + len("\\boxed{"), 1
@@ -49,7 +52,7 @@ def first_boxed(text: str) -> str:
 
 
 def reference_prediction(text: str) -> str | None:
-    pred = first_boxed(text)
+    pred = last_boxed(text)
     return pred if pred in ("0", "1", "2") else None
 
 

@@ -3,16 +3,23 @@
 One judge call per answer per judge (the engine, :mod:`grandrounds.graders.judging`). Under
 ``reference`` the prompt is Medmarks' ``JUDGE_TEMPLATE`` formatted with the question, the answer, the
 reference answer and ``JUDGE_OUTPUT_JSON`` (both read at run time from the pinned file); under
-``grandrounds`` ours. A reply is read when it holds a JSON object whose ``accuracy``,
-``completeness`` and ``clarity`` each carry a numeric ``score``; otherwise it is re-asked
-(``--max-reask``) and then the judge's vote is unknown. The answer's value is the mean over its
-judges with a known vote of Medmarks' ``_compute_normalized_reward`` (the three scores clamped to
-[0, 5], divided by 5, averaged); with no known vote it is unscored (status ``unreadable``), never 0.
-``details["medmarks_value"]`` is Medmarks' own figure, which counts an unreadable reply as 0.
+``grandrounds`` ours. A reply is read when its JSON object (``reference``: the one Medmarks'
+``JSONParser`` takes, the object that ends at the reply's LAST "}"; ``grandrounds``: the first object
+with all three) gives ``accuracy``, ``completeness`` and ``clarity`` each a numeric ``score``;
+otherwise it is re-asked (``--max-reask``) and then the judge's vote is unknown. The answer's value
+is the mean over its judges with a known vote of Medmarks' ``_compute_normalized_reward`` (the three
+scores clamped to [0, 5], divided by 5, averaged); with no known vote it is unscored (status
+``unreadable``), never 0.
+
+``details["medmarks_value"]`` is Medmarks' own figure, computed as its environment does from each
+judge's FIRST reply (Medmarks never re-asks): no object read is 0; a missing dimension adds 0; a
+dimension that is null or not an object makes its reward function raise, which verifiers' rubric
+scores 0; a boolean score counts as a number (``True`` is 1). A failed judge call is 0 there too.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -56,9 +63,11 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def dimension_scores(text: str) -> dict[str, float] | None:
-    """The three scores of the first JSON object in ``text`` that has all of them, else None."""
-    for value in json_values(text):
+def dimension_scores(text: str, last: bool = False) -> dict[str, float] | None:
+    """The three scores of the judge's JSON object, else None: with ``last``, the object Medmarks'
+    JSONParser reads (:func:`medmarks_object`); otherwise the first JSON object that has all three."""
+    values = [medmarks_object(text)] if last else json_values(text)
+    for value in values:
         if isinstance(value, Mapping):
             got = {
                 d: _number(value.get(d, {}).get("score"))
@@ -71,14 +80,66 @@ def dimension_scores(text: str) -> dict[str, float] | None:
     return None
 
 
+def medmarks_object(text: str) -> dict[str, Any] | None:
+    """The JSON object Medmarks' JSONParser (``_extract_json_object``, then its string strip) reads:
+    from the reply's last "}", the latest "{" before it whose span parses as a JSON object."""
+    close = text.rfind("}")
+    for start in reversed([i for i, ch in enumerate(text[: close + 1]) if ch == "{"]):
+        try:
+            value = json.loads(text[start : close + 1])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return _stripped(value)
+    return None
+
+
+def _stripped(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, dict):
+        return {k: _stripped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_stripped(v) for v in value]
+    return value
+
+
+def _medmarks_number(value: Any) -> float | None:
+    """Medmarks' _coerce_score: ints, floats (and so booleans) and number strings."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip():
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def medmarks_value(text: str | None) -> float:
+    """Medmarks' reward for one judge reply (``None``: a failed call, which its rubric scores 0)."""
+    obj = medmarks_object(text) if text is not None else None
+    if obj is None:
+        return 0.0
+    total = 0.0
+    for d in DIMENSIONS:
+        entry = obj.get(d, {})
+        if not isinstance(entry, dict):
+            return 0.0  # ``.get`` on null or a number raises there; the rubric scores the raise 0
+        score = _medmarks_number(entry.get("score"))
+        if score is not None:
+            total += max(0.0, min(5.0, score)) / 5.0
+    return max(0.0, min(1.0, total / len(DIMENSIONS)))
+
+
 def normalized(scores: Mapping[str, float | None]) -> float:
     """Medmarks' _compute_normalized_reward: mean of clamp(score, 0, 5) / 5 over the dimensions (a missing one adds 0)."""
     total = sum(max(0.0, min(5.0, s)) / 5.0 for d in DIMENSIONS if (s := scores.get(d)) is not None)
     return max(0.0, min(1.0, total / len(DIMENSIONS)))
 
 
-def parse(text: str, pending: Sequence[str]) -> dict[str, Reading]:
-    scores = dimension_scores(text)
+def parse(text: str, pending: Sequence[str], last: bool = False) -> dict[str, Reading]:
+    scores = dimension_scores(text, last)
     if scores is None:
         return {}
     return {
@@ -125,22 +186,35 @@ class MedicationQAGrader(Grader):
         msgs = (Message("user", self.judge_prompt(sample, response.text or "")),)
         prev = ctx.previous if ctx.only_unknown else None
         previous = {"answer": prev.votes} if prev is not None and prev.votes else None
-        votes = (
-            await panel(
-                ["answer"],
-                lambda _j, _ids: [Ask(("answer",), lambda _p: msgs, parse)],
-                ctx,
-                previous,
-            )
-        )["answer"]
+        last = self.params.protocol == "reference"
+        first_replies: dict[int, str] = {}  # judge index -> its first reply (what Medmarks reads)
+
+        def asks(judge: int, _ids: Sequence[str]) -> list[Ask]:
+            def read(text: str, pending: Sequence[str]) -> dict[str, Reading]:
+                first_replies.setdefault(judge, text)
+                return parse(text, pending, last)
+
+            return [Ask(("answer",), lambda _p: msgs, read)]
+
+        votes = (await panel(["answer"], asks, ctx, previous))["answer"]
+        earlier = prev.details.get("medmarks_values") if prev is not None else None
         known = [v.score for v in votes if v.status != "unknown" and v.score is not None]
         details = {
             "protocol": self.params.protocol,
             "coverage": {"known": len(known), "total": len(votes)},
             "n_unknown": len(votes) - len(known),
             "judge_values": [v.score for v in votes],
-            "medmarks_value": sum(v.score or 0.0 for v in votes) / len(votes) if votes else None,
         }
+        # Each judge's figure from its first reply: read in an earlier grading when there was one
+        # (a re-grade only re-asks), else now; a call that failed before any reply is 0 there.
+        figures = [
+            earlier[j]
+            if isinstance(earlier, list) and j < len(earlier) and earlier[j] is not None
+            else medmarks_value(first_replies.get(j, None if v.error else v.raw))
+            for j, v in enumerate(votes)
+        ]
+        details["medmarks_values"] = figures
+        details["medmarks_value"] = sum(figures) / len(figures) if figures else None
         if not known:
             return Grade(
                 sample.id,

@@ -124,12 +124,24 @@ def ceval_choice(text: str | None, few_shot: bool = False) -> str | None:
     return None
 
 
-# HEAD-QA numbered options: our reading of a number 1..n.
+# HEAD-QA numbered options: our reading of a number 1..n. A stated answer ("Answer: 2", "La respuesta
+# correcta es la 3", "\boxed{4}") outranks a mention of an option ("Option 2 is incorrect").
 _NUM_TAG = re.compile(r"<answer>\s*\(?\s*(\d+)\s*\)?\s*</answer>", re.I)
-_NUM_CUE = re.compile(
-    r"(?i:\b(?:final\s+)?answer(?:\s+(?:is|would be|should be))?|\brespuesta(?:\s+(?:correcta|final))?(?:\s+es)?"
-    r"|\b(?:correct\s+)?option(?:\s+is)?|\bopci[oó]n(?:\s+correcta)?(?:\s+es)?|\\boxed\{)"
-    r"[*_]*\s*[:=\-]?[*_]*\s*[*_(\[{$]*\s*(\d+)(?![\d.,]\d)"
+_NUM_TAIL = (
+    r"[*_]*\s*[:=\-]?[*_]*\s*(?i:(?:the|la|el)\s+)?(?i:(?:option|opci[oó]n|number|n[uú]mero)\s+)?"
+    r"[*_(\[{$]*\s*(\d+)(?![\d.,]\d)(?!\s*(?:(?i:or|o|and|y)\b|/|,)\s*\(?\d)"  # "1 or 2": none
+)
+_NUM_STATED = re.compile(
+    r"(?:(?i:\b(?:final\s+)?answer(?:\s+(?:is|would be|should be|will be))?"
+    r"|\brespuesta(?:\s+(?:correcta|final))?(?:\s+(?:es|ser[ií]a|debe ser))?"
+    r"|\b(?:correct|best|right)\s+(?:option|choice)(?:\s+is)?"
+    r"|\bopci[oó]n\s+correcta(?:\s+es)?)"
+    r"|\\boxed\{)" + _NUM_TAIL
+)
+_NUM_MENTION = re.compile(
+    r"(?i:\b(?:option|choice)(?:\s+is)?|\bopci[oó]n(?:\s+es)?)"
+    + _NUM_TAIL
+    + r"(?!\s*(?i:is|are|es)\s+(?i:not|no|incorrect|wrong|incorrecta|falsa))"
 )
 _NUM_ONLY = re.compile(r"[\s*_(\[{$]*(\d+)[\s*_)\]}$.:]*")
 _NUM_LEAD = re.compile(r"^\s*[*_(\[]*(\d+)\s*[.):\-]\s+\S")
@@ -137,14 +149,15 @@ _NUM_LEAD = re.compile(r"^\s*[*_(\[]*(\d+)\s*[.):\-]\s+\S")
 
 def numbered_choice(text: str | None, choices: Mapping[str, str]) -> str | None:
     """The option a reply names by its number (1 = the first option shown), as its letter; None if
-    it names none or a number out of range. The last ``<answer>`` tag wins, then the last answer
-    cue ("Answer: 2", "La respuesta correcta es la 3", "\\boxed{4}"), then a reply that is only a
-    number, then a reply opening with "2." or "(2)"."""
+    it names none or a number out of range. The last ``<answer>`` tag wins, then the last stated
+    answer ("Answer: 2", "La respuesta correcta es la 3", "\\boxed{4}"), then the last option named
+    and not rejected ("Option 3 is best"; "Option 2 is incorrect" names none), then a reply that is
+    only a number, then a reply opening with "2." or "(2)"."""
     if not text:
         return None
     body = normalize_width(strip_reasoning(text)).strip()
     letters = list(choices)
-    found = _NUM_TAG.findall(body) or _NUM_CUE.findall(body)
+    found = _NUM_TAG.findall(body) or _NUM_STATED.findall(body) or _NUM_MENTION.findall(body)
     if found:
         number = found[-1]
     else:

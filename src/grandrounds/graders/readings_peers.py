@@ -3,8 +3,10 @@ published sources; pure. Named in :data:`grandrounds.graders.exam_readings.EXAM_
 
 - :func:`kormedmcqa_choice`: lm-evaluation-harness's kormedmcqa task (lm_eval/tasks/kormedmcqa,
   contributed by the KorMedMCQA authors; ``_template_yaml`` and ``utils.py`` at the pinned commit).
-  The task generates until the first of its ``until`` strings, so the reply is first cut there (the
-  text a stop string ends is what lm-eval receives); then ``ExtractChoiceFilter``: the patterns of
+  The task generates until the first of its ``until`` strings, but lm-eval's chat-completions path
+  (models/openai_completions.py ``LocalChatCompletion._create_payload``) sends only the first four
+  (``stop[:4]``: "\\n\\n" is never sent) and does not cut the reply itself, so the reply is cut at
+  the first of those four (the text a stop string ends is what lm-eval receives); then ``ExtractChoiceFilter``: the patterns of
   the paper's Appendix B tried in order, case-insensitive, the last match of the first pattern that
   matches, upper-cased; no match reads nothing. ``exact_match`` (ignoring case, punctuation, spaces
   and newlines) of that letter against the key letter is then plain equality.
@@ -19,10 +21,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["KORMEDMCQA_STOPS", "cmexam_choice", "kormedmcqa_choice"]
+__all__ = ["KORMEDMCQA_CHAT_STOPS", "KORMEDMCQA_STOPS", "cmexam_choice", "kormedmcqa_choice"]
 
 #: kormedmcqa _template_yaml generation_kwargs.until (a fact of the task's configuration).
 KORMEDMCQA_STOPS = ("Q:", "</s>", "<|im_end|>", ".", "\n\n")
+#: What lm-eval's chat path sends of them: ``stop[:4]`` (openai_completions.py).
+KORMEDMCQA_CHAT_STOPS = KORMEDMCQA_STOPS[:4]
 
 # kormedmcqa utils.py CHOICE_PATTERNS (the paper's Appendix B cascade), in order.
 _KORMED_PATTERNS = tuple(
@@ -36,7 +40,7 @@ _KORMED_PATTERNS = tuple(
 )
 
 
-def cut_at_stops(text: str, stops: tuple[str, ...] = KORMEDMCQA_STOPS) -> str:
+def cut_at_stops(text: str, stops: tuple[str, ...] = KORMEDMCQA_CHAT_STOPS) -> str:
     """``text`` up to the earliest occurrence of any stop string (lm-eval's ``until``)."""
     cut = min((i for s in stops if (i := text.find(s)) >= 0), default=len(text))
     return text[:cut]

@@ -4,7 +4,10 @@ Both readings are made of every reply; the grade's value is the chosen protocol'
 the other's.
 
 - ``reference``: Medmarks' ``SCTParser.parse_answer`` (tmabraham/med-lm-envs, sctpublic.py), applied
-  to the reply text: the five characters after the first "Rating: ", every ``+2``, ``+1``, ``0``,
+  to what it is given: a chat completion is a list of messages, which has no ``content`` attribute,
+  so the parser reads ``str(completion)``, the list's printed form, in which the reply is quoted
+  with its escapes ("Rating: \\n\\n+1" shows a backslash and "n" where the newlines were, and reads
+  nothing). In that text: the five characters after the first "Rating: ", every ``+2``, ``+1``, ``0``,
   ``-1``, ``-2`` in them joined and read as a whole number, which must be -2..+2 (so "Rating: 1",
   without its sign, or "Rating: +1 (0)" are unreadable). An unreadable reply scores 0, as there.
 - ``grandrounds``: the last "Rating:" line (any case, markdown emphasis, a Unicode minus, a sign or
@@ -35,8 +38,10 @@ class SCTParams:
 
 
 def reference_rating(text: str) -> int | None:
-    """Medmarks' SCTParser reading of ``text`` (None where it fails)."""
-    parts = text.split("Rating: ")
+    """Medmarks' SCTParser reading of a reply (None where it fails), made on the printed form of the
+    one-message completion it receives (``str([{"role": "assistant", "content": text}])``)."""
+    printed = str([{"role": "assistant", "content": text}])
+    parts = printed.split("Rating: ")
     if len(parts) < 2:
         return None
     digits = "".join(_OFFICIAL.findall(parts[1][:5]))

@@ -31,8 +31,10 @@ REFERENCE = Protocol(
     "reference",
     # medhalt/models/model.py's argparse defaults: temperature 0.2, top_p 0.95, max_new_tokens 64 (stop "Stop Here")
     answer=Generation(temperature=0.2, max_tokens=64, top_p=0.95),
-    extraction="the 'cop' field of the reply's dict; right when it contains one of reasoning_fake_eval's terms "
-    "(eval_full.py); no 'cop' -> an exception, left out",
+    extraction="'cop' as evaluate.py clean_output reads it (its literal_eval branch is unreachable: its "
+    "key/value regex over the reply, the last 'cop', cut at the first comma); right when it contains one of "
+    "reasoning_fake_eval's terms (eval_full.py); no 'cop' -> an exception, left out; the whole-dict "
+    "reading reported beside",
     aggregation="accuracy = right / (right + wrong); score = (right - 0.25 wrong) / 100; exceptions and failed calls counted apart",
     source=f"{MEDHALT.repo}@{MEDHALT.commit[:7]} medhalt/prompts/utils.py (get_full_prompt 'fake', 2 shots, v0), eval/eval_full.py",
     settings={

@@ -91,6 +91,11 @@ class UpstreamRepo:
 SIMPLE_EVALS = UpstreamRepo(
     "simple-evals", "openai/simple-evals", "ee3b0318d8d1d9d72755a4120879be65f7c07e9e"
 )
+#: PrimeIntellect-ai/verifiers at its v0.1.7.post0 release: the newest that Medmarks' environments
+#: accept (``verifiers<0.1.8``); its boxed system prompt, ``extract_boxed_answer`` and XML parser.
+VERIFIERS = UpstreamRepo(
+    "verifiers", "PrimeIntellect-ai/verifiers", "e87964f92cdc72c6cf0eb3e1721077c7fa2f7ee3"
+)
 #: FreedomIntelligence/CMB at the commit its prompt, answer matching and scoring are read from.
 CMB = UpstreamRepo("cmb", "FreedomIntelligence/CMB", "6c8ece46097dae736c6805dd3b831e1a38c08971")
 
