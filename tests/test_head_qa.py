@@ -77,7 +77,11 @@ def test_scripted_model_accuracy_and_points_through_the_cli(tmp_path: Path, prot
             return RuntimeError("upstream 500")
         if unreadable in prompt:
             return "I cannot tell without the full exam."
-        return f"Reasoning...\nAnswer: {longest(numbered_options(prompt)) + 1}"
+        n = longest(numbered_options(prompt)) + 1
+        if protocol == "reference":  # Medmarks' XML answer format, as its system prompt asks
+            assert req.messages[0].role == "system" and "<answer>" in req.messages[0].content
+            return f"Reasoning...\n<answer>{n}</answer>"
+        return f"Reasoning...\nAnswer: {n}"
 
     res = cli_run(tmp_path, "head-qa", shared_file("head-qa"), reply, "--protocol", protocol)
     # Independently: the rule over each question's answers, against ra; the first two are a failed call and a blank.

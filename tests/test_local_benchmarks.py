@@ -9,7 +9,6 @@ grandrounds`` runs need no upstream file."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.benchmarks.careqa import ENV as CAREQA_ENV
 from grandrounds.benchmarks.careqa import CareQAMC
-from grandrounds.benchmarks.medmarks import MEDMARKS
+from grandrounds.benchmarks.medmarks import VERIFIERS_DATA_UTILS
 from grandrounds.benchmarks.medqa_taiwan import MedQATaiwan
 from grandrounds.benchmarks.metamedqa import ENV as METAMEDQA_ENV
 from grandrounds.benchmarks.metamedqa import MetaMedQA
@@ -25,9 +24,9 @@ from grandrounds.benchmarks.supergpqa import ENV as SUPERGPQA_ENV
 from grandrounds.benchmarks.supergpqa import SuperGPQAMedicine
 from grandrounds.core.errors import DataError
 from grandrounds.core.hashing import file_sha256
+from tests.conftest import SHARED_REFERENCE, reference_file
 from tests.exam_cli import cli_run
-
-MIRROR = Path("/work/.mirror/tmabraham+med-lm-envs/repo")
+from tests.official import load_official
 
 # ---- files in the published layouts ---------------------------------------------------------------
 
@@ -222,23 +221,11 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 @pytest.fixture()
 def medmarks_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A reference folder holding the three Medmarks environment files, from a local snapshot of the repository."""
-    if not (MIRROR / "HEAD").exists() and not (MIRROR / "objects").exists():
-        pytest.skip("no local snapshot of tmabraham/med-lm-envs")
-    root = tmp_path / "ref"
-    for f in (CAREQA_ENV, METAMEDQA_ENV, SUPERGPQA_ENV):
-        dest = root / f.folder / f.path
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(
-            subprocess.run(
-                ["git", "--git-dir", str(MIRROR), "show", f"{MEDMARKS.commit}:{f.path}"],
-                check=True,
-                capture_output=True,
-            ).stdout
-        )
-        assert file_sha256(dest) == f.sha256
-    monkeypatch.setenv("GRANDROUNDS_REFERENCE", str(root))
-    return root
+    """The reference folder holding the Medmarks environment files and the verifiers release's."""
+    for f in (CAREQA_ENV, METAMEDQA_ENV, SUPERGPQA_ENV, VERIFIERS_DATA_UTILS):
+        assert file_sha256(reference_file(f.folder, *f.path.split("/"))) == f.sha256
+    monkeypatch.setenv("GRANDROUNDS_REFERENCE", str(SHARED_REFERENCE))
+    return SHARED_REFERENCE
 
 
 # ---- loading -----------------------------------------------------------------------------------------
@@ -303,9 +290,13 @@ def test_reference_prompts_are_medmarks_texts(tmp_path: Path, medmarks_reference
     text = MetaMedQA().prompt(mm, RunOptions()).messages[0].content
     assert (
         text.startswith("You are a clinician.")
-        and "Options:\nA. Rest\nB. Surgery\nC. Antibiotics\nD. I don't know\n\n" in text
-    )
-    assert text.endswith("(A, B, C, D).")
+        and "Options:\nA. Rest\nB. Surgery\nC. Antibiotics\nD. I don't know\nE. None\nF. None\n\n"
+        in text
+    )  # the struct's empty letters printed as Medmarks prints them
+    official = load_official("medmarks-envs/environments/metamedqa/metamedqa.py", ["_build_prompt"])
+    row = metamedqa_rows()[1]
+    assert text == official._build_prompt(row["question"], row["options"])
+    assert text.endswith("(A, B, C, D, E, F).")
     sg = SuperGPQAMedicine().load(write_jsonl(tmp_path / "SuperGPQA-all.jsonl", supergpqa_rows()))[
         2
     ]
@@ -329,8 +320,8 @@ def _bot(unreadable: str, boxed: bool = False):
 
     def reply(req):
         prompt = req.messages[-1].content
-        if unreadable in prompt:
-            return "I cannot tell."
+        if unreadable in prompt:  # no lone letter: Medmarks would read "I" as option I
+            return "Cannot tell."
         return "Reasoning...\nAnswer: \\boxed{B}" if boxed else "Thinking it over.\nAnswer: B"
 
     return reply

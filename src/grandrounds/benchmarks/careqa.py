@@ -13,8 +13,9 @@ option or a ``cop`` outside 1-4 is a one-line DataError naming the file and reco
 Protocols. The authors evaluate with their own harness and publish no prompt for this file; the
 named peer is Medmarks' ``careqa`` environment (mode ``en``): ``reference`` sends its
 ``_build_mcq_prompt`` ("Question: ...", "Choices:", one ``{k}. {v}`` line per option, "Answer:"),
-read at run time from environments/careqa/careqa.py at the pinned commit, without the verifiers
-boxed system prompt and with our reading (see :mod:`grandrounds.benchmarks.medmarks`); accuracy over
+read at run time from environments/careqa/careqa.py at the pinned commit, with the boxed system
+prompt of the verifiers release Medmarks runs and Medmarks' reading (the last ``\\boxed{}``, then
+``multiple_choice_accuracy``; see :mod:`grandrounds.benchmarks.medmarks`); accuracy over
 every question. ``grandrounds``: our prompt and reading, failed calls excluded. Breakdowns: category
 and year. The open-ended set (``CareQA_en_open.json``) is ``careqa-open`` (:mod:`grandrounds.benchmarks.careqa_open`).
 """
@@ -69,8 +70,9 @@ class CareQAMC(MedmarksExam):
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (FILE,)
     category_fields: ClassVar[tuple[str, ...]] = ("category", "year")
-    protocols = medmarks_protocols(ENV.path, "_build_mcq_prompt")
+    protocols = medmarks_protocols(ENV.path, "_build_mcq_prompt", answer_format="boxed")
     env = ENV
+    answer_format = "boxed"
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, FILE.filename)

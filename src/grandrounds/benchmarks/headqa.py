@@ -19,9 +19,11 @@ unreadable reply counting as a blank; broken down by category, year, exam and im
 Protocols. The authors published no prompt for language models (their eval.py scores predicted
 answer ids). ``reference`` therefore takes the peers': for generated answers Medmarks' head_qa
 environment (tmabraham/med-lm-envs ``zero_shot_prompt``, read at run time: its instruction, the
-question and the options numbered by ``aid``), sent without the verifiers XML system prompt and
-read by our number reading (neither the system prompt nor verifiers' parser is among the pinned
-files; Medmarks itself runs the English text of the HF copy); for ``letter-loglik``
+question and the options numbered by ``aid``), sent with the environment's default answer format:
+Medmarks' ``XML_SYSTEM_PROMPT`` as the system message, the reply read as Medmarks reads it (the first
+``<answer>`` tag, then ``multiple_choice_accuracy`` against the key's number and text;
+:mod:`grandrounds.graders.readings_medmarks`; a reply without the tag is wrong; Medmarks itself runs
+the English text of the HF copy); for ``letter-loglik``
 lm-evaluation-harness's headqa_en / headqa_es (``Question: {qtext}\\nAnswer:`` read from
 headqa_en.yaml, which headqa_es includes, and the four answer texts as continuations, acc and
 acc_norm). ``grandrounds``: our prompt in the benchmark's language with the same numbered options,
@@ -43,6 +45,7 @@ from grandrounds.benchmarks.mcq import (
     jinja_doc_to_text,
     lm_eval_file,
 )
+from grandrounds.benchmarks.medmarks import FORMATS, MEDMARKS_PROMPTS
 from grandrounds.benchmarks.readers.json_docs import read_json
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
@@ -50,7 +53,7 @@ from grandrounds.core.params import Param
 from grandrounds.core.records import Grade, Sample
 from grandrounds.graders.mcq_grader import LETTERS, canonical_mode, option_continuations
 from grandrounds.scoring.headqa import exam_points
-from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
+from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, python_fstring, python_string, yaml_value
 
 REPO = "claudiaqw/head-qa-afi"
@@ -113,15 +116,18 @@ _SPANISH = {
 }
 
 _PROMPTS = {
-    "generate": "Medmarks head_qa zero_shot_prompt (options numbered by aid; no system prompt)",
+    "generate": "Medmarks head_qa zero_shot_prompt (options numbered by aid); system: Medmarks "
+    "REDACTED_verifiers/prompts.py XML_SYSTEM_PROMPT",
     "letter-loglik": "lm-eval headqa_en / headqa_es doc_to_text, the answer texts as choices",
     "text-loglik": "ours",
     "next-token": "ours",
 }
 REFERENCE = Protocol(
     "reference",
-    answer=OUR_ANSWER,  # Medmarks' environment fixes no sampling settings: greedy, 1,024 tokens (ours)
-    extraction="generate: the option's number, our reading (verifiers' XML parser is not pinned); log-prob modes: argmax",
+    # Medmarks' environment fixes no sampling settings: greedy, 1,024 tokens (ours); its XML answer format
+    answer=Generation(temperature=0.0, max_tokens=1024, system=FORMATS["xml"][0]),
+    extraction="generate: Medmarks' reading: the first <answer>...</answer> (verifiers XMLParser.parse_answer; "
+    "none: wrong), then multiple_choice_accuracy against the key's number and text; log-prob modes: argmax",
     aggregation="accuracy over every question (failed or unreadable = wrong); exam POINTS (+3/-1/0, blank = 0) beside it",
     source=(
         f"{MEDMARKS_HEADQA.repo}@{MEDMARKS_HEADQA.commit[:7]} {MEDMARKS_HEADQA.path} (peer prompt); "
@@ -147,12 +153,13 @@ class HeadQA(MultipleChoiceBenchmark):
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = tuple(FILES.values())
     category_fields: ClassVar[tuple[str, ...]] = ("category", "year", "exam", "image")
-    reference_reading = "numbered"
+    reference_reading = "medmarks-xml-numbered"
     loglik_labels = "texts"
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {
-        "generate": "reference: Medmarks' prompt and wording; grandrounds: ours in the question's language; both greedy, "
-        "both read the option number; reference counts a failed call wrong, grandrounds leaves it out",
+        "generate": "reference: Medmarks' system and user prompts and its reading (first <answer> tag, "
+        "multiple_choice_accuracy); grandrounds: ours in the question's language, our reading of the number; both "
+        "greedy; reference counts a failed call wrong, grandrounds leaves it out",
         "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
     }
     parameters: ClassVar[tuple[Param, ...]] = (
@@ -186,7 +193,9 @@ class HeadQA(MultipleChoiceBenchmark):
         }
 
     def upstream_files(self) -> tuple[UpstreamFile, ...]:
-        return (MEDMARKS_HEADQA, HEADQA_EN.yaml) + ((HEADQA_ES.yaml,) if self.lang == "es" else ())
+        return (MEDMARKS_HEADQA, MEDMARKS_PROMPTS, HEADQA_EN.yaml) + (
+            (HEADQA_ES.yaml,) if self.lang == "es" else ()
+        )
 
     # ---- data --------------------------------------------------------------------------
     def data_files(self, root: Path) -> list[Path]:

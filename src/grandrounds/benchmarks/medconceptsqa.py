@@ -15,8 +15,8 @@ Protocols. The authors evaluate base models with their own harness and publish n
 7ee0452): its instruction line, ``--param shots`` dev examples of the same vocabulary and level
 (default 4, as there) written with its XML answer line, the question with the option lines
 stripped from the stem and "A. .." lines added, and "Answer:", all read at run time from the pinned
-file; without the verifiers XML system prompt (not in that file) and read our way (see
-:mod:`grandrounds.benchmarks.medmarks`). ``grandrounds``: our prompt and reading, failed calls excluded.
+file; with Medmarks' ``XML_SYSTEM_PROMPT`` and read as Medmarks reads it (the first ``<answer>`` tag,
+then ``multiple_choice_accuracy``; see :mod:`grandrounds.benchmarks.medmarks`). ``grandrounds``: our prompt and reading, failed calls excluded.
 Breakdowns: vocabulary, level.
 """
 
@@ -119,9 +119,10 @@ class MedConceptsQA(MedmarksExam):
     )
     category_fields: ClassVar[tuple[str, ...]] = ("vocab", "level")
     protocols = medmarks_protocols(
-        ENV.path, "full_question (instruction, dev shots, question, 'Answer:')"
+        ENV.path, "full_question (instruction, dev shots, question, 'Answer:')", answer_format="xml"
     )
     env = ENV
+    answer_format = "xml"
     parameters: ClassVar[tuple[Param, ...]] = (
         Param("subset", str, "icd10cm_easy", "the vocabulary_level config to ask", SUBSETS),
         Param(

@@ -14,7 +14,8 @@ of them is a one-line DataError naming the file and row.
 Protocols. ``reference`` is the named peer's, Medmarks' ``metamedqa`` environment: its
 ``_build_prompt`` (the clinician instruction, "Question:", "Options:" with one ``{k}. {v}`` line
 each, "Answer with ONLY the letter (...)"), read at run time from environments/metamedqa/metamedqa.py
-at the pinned commit, with our reading (Medmarks' ``multiple_choice_accuracy`` is not in that file).
+at the pinned commit (every letter of the options struct, an empty one shown "E. None" as there),
+no system prompt, and Medmarks' reading (the whole reply, ``multiple_choice_accuracy``).
 Known difference: Medmarks keys an item by matching ``answer`` against the option texts and drops
 items where none matches; here the key is ``answer_idx`` and every item is kept (the items where
 the two disagree are flagged, ``answer_text_matches`` False in their metadata). ``grandrounds``: our prompt and
@@ -97,6 +98,7 @@ class MetaMedQA(MedmarksExam):
     category_fields: ClassVar[tuple[str, ...]] = ("kind",)
     protocols = medmarks_protocols(ENV.path, "_build_prompt")
     env = ENV
+    answer_format = "plain"
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, FILE.filename)
@@ -123,20 +125,25 @@ class MetaMedQA(MedmarksExam):
                 kind=str(row.get("kind") or "(none)"),
                 meta_info=str(row.get("meta_info") or ""),
                 answer_text_matches=matches,
+                # the struct's letters with no option, as Medmarks prints them ("E. None")
+                absent_options={k: str(v) for k, v in row["options"].items() if k not in choices},
             )
         if not n:
             raise DataError(path, None, "no questions in the file")
 
     def reference_prompt(self, sample: Sample) -> str:
         """Medmarks metamedqa ``_build_prompt`` read from the pinned file: its option line and its
-        prompt f-string; the letters line is the options' letters sorted and joined by ", " as there."""
+        prompt f-string; the letters line is the options' letters sorted and joined by ", " as there.
+        Every letter of the data's options struct is shown, an empty one as Python prints its value
+        ("E. None"), as Medmarks builds it from the dataset row."""
         template = cached(
             python_fstring, ENV, within="_build_prompt", fields=("question", "opts", "letters")
         )
         line = cached(python_fstring, ENV, within="_build_prompt", fields=("k", "v"))
-        opts = "\n".join(line.render(k=k, v=v) for k, v in sample.choices.items())
+        shown = {**sample.choices, **sample.metadata.get("absent_options", {})}
+        opts = "\n".join(line.render(k=k, v=v) for k, v in sorted(shown.items()))
         return template.render(
             question=sample.metadata["question"],
             opts=opts,
-            letters=", ".join(sorted(sample.choices)),
+            letters=", ".join(sorted(shown)),
         )

@@ -15,8 +15,8 @@ Protocols. ``reference`` is the named peer's, Medmarks' ``supergpqa_medicine`` e
 zero-shot: ``ZERO_SHOT_PROMPT_TEMPLATE`` filled (Python ``str.format``, as there) with
 ``_build_question``'s text (the question, then one ``{k}) {v}`` line per option), both read at run
 time from environments/supergpqa_medicine/supergpqa_medicine.py at the pinned commit; it is sent
-without the verifiers boxed system prompt and read our way (the template asks for
-``Answer: \\boxed{X}``, which our reading takes). Medmarks' optional age jitter and five-shot
+with the boxed system prompt of the verifiers release Medmarks runs and read as Medmarks reads it
+(the last ``\\boxed{}``, then ``multiple_choice_accuracy``; see :mod:`grandrounds.benchmarks.medmarks`). Medmarks' optional age jitter and five-shot
 physics examples are not used. ``grandrounds``: our prompt and reading, failed calls excluded.
 Breakdowns: field, subfield, difficulty.
 """
@@ -69,8 +69,11 @@ class SuperGPQAMedicine(MedmarksExam):
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (FILE,)
     category_fields: ClassVar[tuple[str, ...]] = ("field", "subfield", "difficulty")
-    protocols = medmarks_protocols(ENV.path, "ZERO_SHOT_PROMPT_TEMPLATE + _build_question")
+    protocols = medmarks_protocols(
+        ENV.path, "ZERO_SHOT_PROMPT_TEMPLATE + _build_question", answer_format="boxed"
+    )
     env = ENV
+    answer_format = "boxed"
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, FILE.filename)

@@ -5,8 +5,10 @@ The readings themselves live in ``readings_aj.py`` (MedXpertQA, MMLU-Pro, M-ARC)
 
 Each entry: ``read(text, choices) -> letter or None``; ``source`` (where the rule comes from, recorded
 in the grading's fingerprint); ``numbered`` (options shown by number under both protocols, so our reading
-is this one too); ``guess(n) -> index`` (the option an official scorer draws at random for a reply it
-read nothing from; None: such a reply is wrong).
+reads the number too); ``guess(n) -> index`` (the option an official scorer draws at random for a reply it
+read nothing from; None: such a reply is wrong); ``correct(text, choices, key) -> bool`` (a reference
+that grades "is this the key?" rather than reading one option, as Medmarks' does: the grade's value
+is its answer, ``read`` only names the option it credits).
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ from grandrounds.graders.readings_aj import (
     mmlu_pro_letter,
 )
 from grandrounds.graders.readings_cn import ceval_choice, cmmlu_choice, numbered_choice
+from grandrounds.graders.readings_medmarks import (
+    boxed_answer,
+    medmarks_choice,
+    medmarks_correct,
+    xml_answer,
+)
 from grandrounds.graders.readings_peers import cmexam_choice, kormedmcqa_choice
 
 __all__ = ["EXAM_READINGS", "ExamReading"]
@@ -32,6 +40,33 @@ class ExamReading:
     source: str
     numbered: bool = False
     guess: Callable[[int], int] | None = None
+    correct: Callable[[str | None, Mapping[str, str], str], bool] | None = None
+
+
+def _medmarks(parse: Callable[[str | None], str], numbered: bool, source: str) -> ExamReading:
+    """Medmarks' reading: ``parse`` takes the answer out of the reply, multiple_choice_accuracy grades it;
+    ``numbered`` options are labelled 1.. and their texts stripped (HEAD-QA's ``aid``/``atext.strip()``)."""
+
+    def labelled(choices: Mapping[str, str]) -> dict[str, str]:
+        if not numbered:
+            return dict(choices)
+        return {str(i): text.strip() for i, text in enumerate(choices.values(), 1)}
+
+    def read(text: str | None, choices: Mapping[str, str]) -> str | None:
+        got = medmarks_choice(parse(text), labelled(choices))
+        if got is None or not numbered:
+            return got
+        return list(choices)[int(got) - 1]
+
+    def correct(text: str | None, choices: Mapping[str, str], key: str) -> bool:
+        label = str(list(choices).index(key) + 1) if numbered else key
+        return medmarks_correct(parse(text), label, labelled(choices)[label])
+
+    return ExamReading(read, source, numbered=numbered, correct=correct)
+
+
+_MEDMARKS_MCA = "tmabraham/med-lm-envs@7ee0452 multiple_choice_accuracy"
+_VERIFIERS = "verifiers v0.1.7.post0"
 
 
 EXAM_READINGS: dict[str, ExamReading] = {
@@ -64,6 +99,19 @@ EXAM_READINGS: dict[str, ExamReading] = {
     ),
     "numbered": ExamReading(
         numbered_choice, "ours: the option's number (HEAD-QA aid)", numbered=True
+    ),
+    # Medmarks' environments (graders/readings_medmarks.py)
+    "medmarks-xml": _medmarks(
+        xml_answer, False, f"{_VERIFIERS} XMLParser.parse_answer (first <answer>), {_MEDMARKS_MCA}"
+    ),
+    "medmarks-xml-numbered": _medmarks(
+        xml_answer, True, f"{_VERIFIERS} XMLParser.parse_answer (first <answer>), {_MEDMARKS_MCA}"
+    ),
+    "medmarks-boxed": _medmarks(
+        boxed_answer, False, f"{_VERIFIERS} extract_boxed_answer (last), {_MEDMARKS_MCA}"
+    ),
+    "medmarks-plain": _medmarks(
+        lambda text: text or "", False, f"{_VERIFIERS} Parser (whole reply), {_MEDMARKS_MCA}"
     ),
     # KorMedMCQA, CMExam (graders/readings_peers.py)
     "kormedmcqa": ExamReading(

@@ -41,6 +41,7 @@ from grandrounds.core.records import AnswerMode, Grade, Response, Sample
 from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.graders.choice_extract import cmb_letters, extract_choice, simple_evals_letter
 from grandrounds.graders.exam_readings import EXAM_READINGS
+from grandrounds.graders.readings_cn import numbered_choice
 from grandrounds.sources.upstream import CMB, SIMPLE_EVALS, python_value
 
 LETTERS = "ABCDEFGHIJ"
@@ -344,6 +345,8 @@ class MCQGrader(Grader):
             reading = EXAM_READINGS[p.reference_reading]
             got = reading.read(text, shown.choices)
             official = (got, 1.0 if got == shown.target else 0.0)
+            if reading.correct is not None:  # the reference grades the reply against the key
+                official = (got, 1.0 if reading.correct(text, shown.choices, shown.target) else 0.0)
             if (
                 got is None and reading.guess is not None
             ):  # the official scorer draws an option for it
@@ -355,8 +358,9 @@ class MCQGrader(Grader):
                 )
             if (
                 reading.numbered
-            ):  # options shown by number under both protocols: ours reads the number too
-                ours = official
+            ):  # options shown by number under both protocols: ours reads the number
+                mine = numbered_choice(text, shown.choices)
+                ours = (mine, 1.0 if mine == shown.target else 0.0)
         else:
             official = ours
         return (official, ours) if p.protocol == "reference" else (ours, official)
