@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,7 +23,6 @@ from typer.testing import CliRunner
 
 from grandrounds.benchmarks.headqa import HeadQA
 from grandrounds.cli.main import app
-from grandrounds.core.records import Request
 from grandrounds.core.registry import PROVIDERS
 from grandrounds.providers.scripted import ScriptedProvider
 from tests.conftest import shared_file
@@ -39,9 +39,11 @@ def run_cli(
     replies: Sequence[str],
     *extra: str,
     judge: Sequence[str] | None = None,
+    codes: tuple[int, ...] = (0,),
 ) -> tuple[dict, list[dict]]:
     """``grandrounds run`` with a model giving ``replies`` in turn (and a judge giving ``judge`` in
-    turn): results.json's result and every line of samples.jsonl."""
+    turn): results.json's result and every line of samples.jsonl. ``codes``: the exit codes allowed
+    (3: a run most of whose answers are unscored, which the shapes may be on purpose)."""
     answers, verdicts = itertools.cycle(replies), itertools.cycle(judge or ["-"])
 
     class Bot(ScriptedProvider):
@@ -59,7 +61,7 @@ def run_cli(
         args += ["--judge", "fidjudge/j", "--max-reask", "0"]
     with PROVIDERS.registered("fidbot", Bot), PROVIDERS.registered("fidjudge", Judge):
         r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
-    assert r.exit_code == 0, (r.output, r.exception)
+    assert r.exit_code in codes, (r.output, r.exception)
     result = json.loads((out / "results.json").read_text(encoding="utf-8"))["results"][0]
     lines = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines() if x.strip()]
     return result, lines
@@ -403,3 +405,332 @@ def test_medmarks_letter_exams_read_as_medmarks_through_the_cli(
         if float(want) != ln["score"]:
             disagree.append((ln["response"], ln["score"], want))
     report(f"{bench} reference (Medmarks {fmt} + multiple_choice_accuracy)", n, disagree)
+
+
+# ---- MedHallu: the last \boxed{} (verifiers v0.1.7.post0 extract_boxed_answer) ---------------------
+
+MEDHALLU_SHAPES = (
+    "\\boxed{{{a}}}",
+    "\\boxed{{{a}}} no wait \\boxed{{{b}}}",
+    "<think>\\boxed{{{a}}}</think>\\boxed{{{b}}}",
+    "Judgement: {a}",
+    "{a}",
+    "\\boxed{{ {a} }}",
+    "The answer is \\boxed{{{a}}}.",
+    "\\boxed{{\\text{{{a}}}}}",
+    "First \\boxed{{{a}}}, then \\boxed{{{b}",
+    "\\boxed{{{a}}}\n\nHmm, \\boxed{{{b}}}?",
+    "I cannot tell ({a} or {b}).",
+    "\\boxed{{{a}{b}}}",
+)
+
+
+def test_medhallu_reads_the_last_boxed_through_the_cli(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    boxed = load_official(
+        "verifiers/verifiers/utils/data_utils.py", ["extract_boxed_answer"]
+    ).extract_boxed_answer
+    replies = list(
+        dict.fromkeys(
+            lead + t.format(a=a, b=b)
+            for lead in ("", "Reasoning first.\n")
+            for t in MEDHALLU_SHAPES
+            for a in "012"
+            for b in "012x"
+        )
+    )
+    folder = shared_file("medhallu", "MedHallu_pqa_labeled", "train").parent
+    _, lines = run_cli(
+        tmp_path,
+        "medhallu",
+        folder,
+        replies,
+        "--protocol",
+        "reference",
+        "--limit",
+        "400",
+        codes=(0, 3),
+    )
+    disagree = []
+    for ln in lines:
+        pred = boxed(ln["response"])  # postprocess.py keeps it only when it is exactly 0, 1 or 2
+        want = pred if pred in ("0", "1", "2") else None
+        if ln["details"]["prediction"] != want:
+            disagree.append((ln["response"], ln["details"]["prediction"], want))
+    report("MedHallu reference (last \\boxed{})", len(lines), disagree)
+
+
+# ---- Med-HALT: clean_output as it runs (its regex fallback), reasoning_fake_eval's rule -----------
+
+
+def test_med_halt_reads_cop_as_clean_output_does_through_the_cli(tmp_path: Path) -> None:
+    evaluate = load_whole("medhalt/evaluate.py", {"FullDataEval": object})
+    full = load_official("medhalt/medhalt/eval/eval_full.py", ["FullDataEval"], {"tqdm": list})
+    shapes = []
+    for cop in ("I do not know", "Fiction", "Aspirin", "none of the above", "2"):
+        for other in ("Acknowledge it", "Surgery", "I don't know"):
+            shapes += [
+                f"{{'cop': '{cop}', 'cop_index': 5, 'why_correct': 'x'}}",
+                f"{{'cop': '{cop}, but {other}', 'cop_index': 3}}",
+                f"{{'cop': '{other}'}} {{'cop': '{cop}'}}",
+                f"Here's my answer: {{'cop': '{cop}', 'cop_index': 1}}",
+                f'{{"cop": "{cop}", "cop_index": "4"}}',
+                f"{{'cop': '{cop}', 'cop_index': 2}} Stop Here {{'cop': '{other}'}}",
+                f"The answer is {cop}.",
+                f"{{'cop' : \"{cop}\" , 'why': '{other}'}}",
+                f"{{'cop': '{cop}'s {other}', 'cop_index': 0}}",
+                f"{{'cop_index': 5, 'cop': '{cop}'",
+                f"```\n{{'cop': '{cop}'}}\n```",
+                f"{{\\'cop\\': \\'{cop}\\', \\'cop_index\\': 1}}",
+                f"{{'why_correct': '{other}', 'cop': '{cop}'}}",
+                f"{{'cop': {cop!r}}}\n{{'cop': '{other}', 'cop_index': 9}}",
+            ]
+    replies = list(dict.fromkeys(lead + r for lead in ("", "Sure.\n") for r in shapes))
+    data = shared_file("med-halt", "reasoning_fake.csv").parent
+    _, lines = run_cli(
+        tmp_path, "med-halt", data, replies, "--protocol", "reference", "--limit", str(len(replies))
+    )
+
+    class Eval:  # FullDataEval's own reasoning_fake_eval over one sample
+        correct_score, incorrect_score = 1, -0.25
+        read_json = staticmethod(lambda samples: samples)
+        create_dataframe = full.FullDataEval.create_dataframe
+        handle_exceptions = full.FullDataEval.handle_exceptions
+        calculate_score = full.FullDataEval.calculate_score
+
+    disagree = []
+    for ln in lines:
+        sample = {"id": ln["sample_id"], "gpt_output": evaluate.clean_output(0, ln["response"])}
+        ev = Eval()
+        ev.all_files = {"fake": [sample]}  # type: ignore[attr-defined]
+        df = full.FullDataEval.reasoning_fake_eval(ev, "fake", "reasoning_fake")
+        want = 1.0 if int(df["correct"][0]) else 0.0 if int(df["wrong"][0]) else None
+        if ln["score"] != want:
+            disagree.append((ln["response"], ln["score"], want))
+    report("Med-HALT reference (clean_output, reasoning_fake_eval)", len(lines), disagree)
+
+
+# ---- SCT-Public: SCTParser on the chat completion it is given ------------------------------------
+
+
+def test_sct_public_reads_as_sctparser_through_the_cli(tmp_path: Path) -> None:
+    sct = load_official(
+        "medmarks-envs-23fa6c5/environments/sctpublic/sctpublic/sctpublic.py",
+        ["SCTParser"],
+        {"vf": SimpleNamespace(Parser=object)},
+    )
+    parser = sct.SCTParser()
+    shapes = []
+    for r in ("+2", "+1", "0", "-1", "-2", "1", "2", "−1"):
+        shapes += [
+            f"Rating: {r}",
+            f"Rating: \n\n{r}",
+            f"Reasoning.\nRating: {r}",
+            f"**Rating:** {r}",
+            f"rating: {r}",
+            f"Rating: {r} (I considered 0)",
+            f"Rating:{r}",
+            f"Rating: {r}\nRating: +1",
+            f"Rating:  {r}",
+            f"Rating: '{r}'",
+            f"Rating: \t{r}",
+            f'Rating: "{r}"',
+            f"Rating: {r}.",
+            f"The rating is {r}.",
+        ]
+    replies = list(
+        dict.fromkeys(lead + r for lead in ("", "Weighing the new finding.\n") for r in shapes)
+    )
+    data = shared_file("sct-public", "sct_cleaned_full.csv").parent
+    lines: list[dict] = []
+    for part in range(0, len(replies), 174):  # 174 items a run
+        d = tmp_path / f"part{part}"
+        d.mkdir()
+        lines += run_cli(
+            d, "sct-public", data, replies[part : part + 174], "--protocol", "reference"
+        )[1]
+    disagree = []
+    for ln in lines:
+        got = parser.parse_answer([{"role": "assistant", "content": ln["response"]}])
+        want = None if got is None else int(got)
+        if ln["details"]["rating"] != want:
+            disagree.append((ln["response"], ln["details"]["rating"], want))
+    report("SCT-Public reference (SCTParser)", len(lines), disagree)
+
+
+# ---- KorMedMCQA: lm-eval's chat path (stop[:4]) and ExtractChoiceFilter --------------------------
+
+
+def test_kormedmcqa_reads_as_lm_eval_chat_path_through_the_cli(tmp_path: Path) -> None:
+    pytest.importorskip("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    from tests.conftest import reference_file
+
+    utils = load_official(
+        "lm-eval/lm_eval/tasks/kormedmcqa/utils.py", ["CHOICE_PATTERNS", "extract_choice"]
+    )
+    mutils = load_official(
+        "lm-eval/lm_eval/models/utils.py", ["handle_stop_sequences", "postprocess_generated_text"]
+    )
+    api = load_official(
+        "lm-eval/lm_eval/models/openai_completions.py",
+        ["LocalChatCompletion"],
+        {
+            "LocalCompletionsAPI": object,
+            "handle_stop_sequences": mutils.handle_stop_sequences,
+            "register_model": lambda *names: lambda cls: cls,
+        },
+    )
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+    template = reference_file("lm-eval", "lm_eval", "tasks", "kormedmcqa", "_template_yaml")
+    until = yaml.load(template.read_text(encoding="utf-8"), Loader=Loader)["generation_kwargs"][
+        "until"
+    ]  # noqa: S506
+    payload = api.LocalChatCompletion._create_payload(
+        SimpleNamespace(model="m", _max_gen_toks=256),
+        [{"role": "user", "content": "q"}],
+        gen_kwargs={"until": list(until)},
+    )
+    shapes = []
+    for a, b in PAIRS:
+        la, lb = "ABCDE"[a], "ABCDE"[b + 1 if b + 1 != a else 4]
+        shapes += [
+            f"정답: {la}",
+            f"정답은 {la}입니다",
+            f"{la}\n\n정답: {lb}",
+            f"정답: {la}\n\n그러나 {lb}. 도 가능",
+            f"{la}. 설명 {lb}",
+            f"Q: {lb}\n정답: {la}",
+            f"{la}</s>{lb}",
+            f"{la}<|im_end|>정답: {lb}",
+            f"설명\n\n{lb}가 아니라 {la}",
+            f"정답은 {la}\n\n정답은 {lb}",
+            f"{lb} 말고 {la}\n\n",
+            f"답 {la}\n\n\n{lb}",
+            f"({la})\n\n({lb})",
+            f"정답 {la} 또는 {lb}",
+            f"{la}\n\n",
+            f"The answer is {la}\n\nnot {lb}",
+            f"정답：{la}",
+            f"{la} {lb}",
+        ]
+    replies = list(dict.fromkeys(lead + r for lead in ("", "풀이: ") for r in shapes))
+    per_exam = len(replies) // 4 + 1
+    for exam in ("doctor", "nurse", "pharm", "dentist"):
+        (tmp_path / "kor" / exam).mkdir(parents=True)
+        rows = [
+            {
+                "subject": exam,
+                "year": 2023,
+                "period": 1,
+                "q_number": i,
+                "question": f"{exam} 문제 {i}?",
+                **{k: f"{exam} 선택지 {k}{i}" for k in "ABCDE"},
+                "answer": 1 + i % 5,
+                "cot": "",
+            }
+            for i in range(per_exam)
+        ]
+        pq.write_table(
+            pa.Table.from_pylist(rows), tmp_path / "kor" / exam / "test-00000-of-00001.parquet"
+        )
+    _, lines = run_cli(tmp_path, "kormedmcqa", tmp_path / "kor", replies, "--protocol", "reference")
+    disagree = []
+    for ln in lines:
+        text = mutils.postprocess_generated_text(ln["response"], payload["stop"], None)
+        want = utils.extract_choice(text) or None
+        if ln["extracted"] != want:
+            disagree.append((ln["response"], ln["extracted"], want))
+    report("KorMedMCQA reference (stop[:4], ExtractChoiceFilter)", len(lines), disagree)
+
+
+# ---- MedicationQA / MedDialog: Medmarks' judge reading and figure ------------------------------------
+
+JUDGE_SHAPES = (
+    '{{"accuracy": {{"score": {a}}}, "completeness": {{"score": {b}}}, "clarity": {{"score": {c}}}}}',
+    'Draft: {{"accuracy": {{"score": 1}}, "completeness": {{"score": 1}}, "clarity": {{"score": 1}}}}\n'
+    'Final: {{"accuracy": {{"score": {a}}}, "completeness": {{"score": {b}}}, "clarity": {{"score": {c}}}}}',
+    '{{"accuracy": {{"score": {a}}}, "completeness": {{"score": {b}}}}}',
+    '{{"accuracy": null, "completeness": {{"score": {b}}}, "clarity": {{"score": {c}}}}}',
+    '{{"accuracy": {{"score": "{a}"}}, "completeness": {{"score": " {b} "}}, "clarity": {{"score": {c}}}}}',
+    '{{"accuracy": {a}, "completeness": {{"score": {b}}}, "clarity": {{"score": {c}}}}}',
+    '```json\n{{"accuracy": {{"score": {a}, "explanation": "ok"}}, "completeness": {{"score": {b}}}, '
+    '"clarity": {{"score": {c}}}}}\n```',
+    '{{"accuracy": {{"score": {a}}}, "completeness": {{"score": {b}}}, "clarity": {{"score": {c}}}}} '
+    "(scores in {{braces}})",
+    '{{"accuracy": {{"score": true}}, "completeness": {{"score": {b}}}, "clarity": {{"score": {c}}}}}',
+    "no JSON at all: {a}/{b}/{c}",
+)
+
+
+def test_medicationqa_judge_reading_and_medmarks_figure_through_the_cli(tmp_path: Path) -> None:
+    env = load_official(
+        "medmarks-envs/environments/medicationqa/medicationqa/medicationqa.py",
+        ["JUDGE_DIMENSIONS", "_coerce_score", "_compute_normalized_reward"],
+    )
+    base = load_official(
+        "verifiers/verifiers/parsers/parser.py", ["Parser"], {"Messages": Any, "ChatMessage": Any}
+    ).Parser
+    jp = load_whole(
+        "medmarks-envs/REDACTED_verifiers/parsers/json_parser.py",
+        {"Parser": base, "Messages": Any, "ChatMessage": Any},
+    )
+    parser = jp.JSONParser(fields=list(env.JUDGE_DIMENSIONS))
+
+    def medmarks(reply: str) -> float:
+        parsed = parser.parse(reply, strip=True)
+        if parsed is None:
+            parsed = {d: {"score": None} for d in env.JUDGE_DIMENSIONS}
+        try:
+            return env._compute_normalized_reward(parsed)
+        except Exception:  # verifiers' rubric scores a raising reward function 0
+            return 0.0
+
+    verdicts = list(
+        dict.fromkeys(
+            t.format(a=a, b=b, c=c)
+            for t in JUDGE_SHAPES
+            for a, b, c in (
+                (5, 4, 3),
+                (1, 2, 5),
+                (3, 3, 0),
+                (4, 4, 4),
+                (2, 5, 1),
+                (6, -1, 3),
+                (2.5, 3.5, 4.5),
+                (1, 1, 2),
+            )
+        )
+    )
+    verdicts = [v + suffix for suffix in ("", "\n", "\nThanks.") for v in verdicts]
+    data = shared_file("medicationqa", "MedInfo2019-QA-Medications.xlsx")
+    _, lines = run_cli(
+        tmp_path,
+        "medicationqa",
+        data,
+        ["Ask your pharmacist."],
+        "--protocol",
+        "reference",
+        "--limit",
+        str(len(verdicts) + 10),
+        judge=verdicts,
+        codes=(0, 3),
+    )
+    disagree, scored = [], 0
+    for ln in lines:
+        if not ln["votes"]:
+            continue  # no reference answer in the file: not judged
+        raw = ln["votes"][0]["raw"]
+        scored += 1
+        if ln["details"]["medmarks_value"] != pytest.approx(medmarks(raw)):
+            disagree.append((raw, ln["details"]["medmarks_value"], medmarks(raw)))
+    report(
+        "MedicationQA Medmarks figure (JSONParser, _compute_normalized_reward)", scored, disagree
+    )
