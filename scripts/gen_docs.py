@@ -334,6 +334,9 @@ def _benchmark_section(name: str, cls: type) -> str:
     for pname, preset in cls.protocols.items():
         label = " (the default)" if pname == "reference" else ""
         out.append(f"### Protocol `{pname}`{label}\n\n{_protocol(cls, preset)}")
+    fidelity = _fidelity(cls)
+    if fidelity:
+        out.append("### Against the reference\n\n" + fidelity)
     if cls.published_figures:
         out.append(f"### Comparing with published figures\n\n{text(cls.published_figures)}\n")
     differences = getattr(cls, "protocol_differences", None)
@@ -344,6 +347,39 @@ def _benchmark_section(name: str, cls: type) -> str:
             + "\n"
         )
     return "\n".join(out)
+
+
+#: The rows of a benchmark's "Against the reference" table (Benchmark.reference_fidelity's keys).
+FIDELITY_ROWS = (
+    ("reference", "reference"),
+    ("reader", "its reader"),
+    ("prompt", "prompt source"),
+    ("equal", "equal"),
+    ("differs", "differs, and why"),
+)
+#: The table of an exam read our way under both protocols (no official reader published).
+OURS_FIDELITY = {
+    "reference": "none published for language models: grandrounds' own reader is the reference",
+    "reader": "`choice_extract.extract_choice`: the strongest stated answer, the last of them "
+    '(a revision such as "Wait, actually the answer is B" or "等等，其实答案是B" wins); a cue '
+    "naming several options is left unread",
+    "prompt": "see the protocols above",
+    "equal": "both protocols read replies the same way",
+    "differs": "only in what the protocols state (prompt, failed calls)",
+}
+
+
+def _fidelity(cls: type) -> str:
+    """The "Against the reference" table: the class's own statement, else ours for exams read our way."""
+    rows = getattr(cls, "reference_fidelity", None) or (
+        OURS_FIDELITY if getattr(cls, "reference_reading", None) == "ours" else None
+    )
+    if not rows:
+        return ""
+    return table(
+        ["aspect", "against the reference"],
+        [[label, text(rows[key])] for key, label in FIDELITY_ROWS if key in rows],
+    )
 
 
 def family_page(module_name: str, members: list[tuple[str, type]]) -> str:

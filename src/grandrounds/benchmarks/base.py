@@ -135,6 +135,10 @@ class Benchmark(ABC):
     episodic: ClassVar[bool] = False
     #: True where the environment asks a simulator model (``--simulator``): AgentClinic's patient.
     needs_simulator: ClassVar[bool] = False
+    #: How the ``reference`` protocol stands against its reference, for the docs page: ``reference``
+    #: (whose code), ``reader`` (its reading of a reply), ``prompt`` (where the prompt comes from),
+    #: ``equal`` (what is checked equal) and ``differs`` (what differs, and why); empty: not stated.
+    reference_fidelity: ClassVar[Mapping[str, str]] = {}
     #: The protocol presets (``--protocol``), keyed by name: ``reference`` and ``grandrounds``.
     protocols: ClassVar[Mapping[str, Protocol]] = same_as_ours(
         "benchmark-specific", "benchmark-specific"

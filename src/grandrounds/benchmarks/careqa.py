@@ -28,7 +28,12 @@ from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import cached
-from grandrounds.benchmarks.medmarks import MEDMARKS, MedmarksExam, medmarks_protocols
+from grandrounds.benchmarks.medmarks import (
+    MEDMARKS,
+    MedmarksExam,
+    medmarks_fidelity,
+    medmarks_protocols,
+)
 from grandrounds.benchmarks.readers.decoding import iter_lines
 from grandrounds.benchmarks.readers.json_docs import iter_json_array
 from grandrounds.benchmarks.readers.lines import iter_jsonl
@@ -73,6 +78,7 @@ class CareQAMC(MedmarksExam):
     protocols = medmarks_protocols(ENV.path, "_build_mcq_prompt", answer_format="boxed")
     env = ENV
     answer_format = "boxed"
+    reference_fidelity = medmarks_fidelity(ENV.path, "_build_mcq_prompt", "boxed")
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, FILE.filename)

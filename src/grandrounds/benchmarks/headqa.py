@@ -45,7 +45,7 @@ from grandrounds.benchmarks.mcq import (
     jinja_doc_to_text,
     lm_eval_file,
 )
-from grandrounds.benchmarks.medmarks import FORMATS, MEDMARKS_PROMPTS
+from grandrounds.benchmarks.medmarks import FORMATS, MEDMARKS_PROMPTS, medmarks_fidelity
 from grandrounds.benchmarks.readers.json_docs import read_json
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
@@ -154,6 +154,18 @@ class HeadQA(MultipleChoiceBenchmark):
     remote_files: ClassVar[tuple[RemoteFile, ...]] = tuple(FILES.values())
     category_fields: ClassVar[tuple[str, ...]] = ("category", "year", "exam", "image")
     reference_reading = "medmarks-xml-numbered"
+    reference_fidelity = medmarks_fidelity(
+        MEDMARKS_HEADQA.path,
+        "zero_shot_prompt",
+        "xml",
+        reference="generate: Medmarks (tmabraham/med-lm-envs) `environments/head_qa/head_qa.py`, the "
+        "named peer; letter-loglik: lm-evaluation-harness headqa_en / headqa_es; the exam's points: "
+        "Vilares & Gómez-Rodríguez 2019",
+        differs="Medmarks runs the English text only; the Spanish file is asked with the same "
+        "prompt. grandrounds: our prompt in the question's language and our number reading (a "
+        'stated answer outranks a later mention of an option, "La respuesta correcta es la 3" reads '
+        '3, "1 or 2" reads nothing; 0 of 212 written shapes misread)',
+    )
     loglik_labels = "texts"
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     protocol_differences = {

@@ -117,6 +117,18 @@ class KorMedMCQA(MultipleChoiceBenchmark):
     category_fields: ClassVar[tuple[str, ...]] = ("exam", "year")
     reference_reading = "kormedmcqa"
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
+    reference_fidelity = {
+        "reference": "lm-evaluation-harness's `kormedmcqa` task (the authors' evaluation)",
+        "reader": "the reply cut at the first of the four stop strings lm-eval's chat path sends "
+        '(`stop[:4]`: "Q:", "</s>", "<|im_end|>", "."; "\\n\\n" is never sent), then '
+        "`ExtractChoiceFilter`",
+        "prompt": "`_template_yaml` `doc_to_text` (read at run time)",
+        "equal": "each reply's letter, checked against `_create_payload`'s stop list, "
+        "`postprocess_generated_text` and `extract_choice` executed from the pinned files through "
+        "the CLI on 316 written shapes (0 differ)",
+        "differs": "the stop strings are applied to the reply, not sent (the request stays the "
+        "same as before); a server stopping at them returns the same text",
+    }
     protocol_differences = {
         "generate": "reference: lm-eval's prompt, reply cut at its stop strings and read by its filter, failed calls wrong; "
         "grandrounds: our prompt and reading, failed calls excluded",

@@ -78,6 +78,18 @@ class MedHALT(Benchmark):
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (CSV,)
     protocols = PROTOCOLS
+    reference_fidelity = {
+        "reference": "the authors' `evaluate.py` (`clean_output`) and `eval_full.py` "
+        "(`reasoning_fake_eval`), medhalt/medhalt@3dfe1e4",
+        "reader": "`cop` as `clean_output` actually reads it: its `np.isnan` on a string raises, so "
+        "every reply goes to its key/value regex (the last `cop`, cut at the first comma)",
+        "prompt": "`get_full_prompt('fake', 2, 'v0')` from the pinned prompts.json and shots.json",
+        "equal": "each reply's grade, checked against `clean_output` and `reasoning_fake_eval` "
+        "executed from the pinned files through the CLI on 280 written shapes (0 differ)",
+        "differs": "the reference is broken: its literal-dict branch never runs. The figure had the "
+        "reply's dict been read whole, as the code intends, is reported beside the headline "
+        "(`reference_literal`); the two shot examples are drawn with a seed here (unseeded there)",
+    }
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
             "shots_seed",

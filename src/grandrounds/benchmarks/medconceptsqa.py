@@ -29,7 +29,12 @@ from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.mcq import cached
-from grandrounds.benchmarks.medmarks import MEDMARKS, MedmarksExam, medmarks_protocols
+from grandrounds.benchmarks.medmarks import (
+    MEDMARKS,
+    MedmarksExam,
+    medmarks_fidelity,
+    medmarks_protocols,
+)
 from grandrounds.benchmarks.metamedqa import iter_parquet_rows
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
@@ -123,6 +128,13 @@ class MedConceptsQA(MedmarksExam):
     )
     env = ENV
     answer_format = "xml"
+    reference_fidelity = medmarks_fidelity(
+        ENV.path,
+        "full_question",
+        "xml",
+        equal="the reading is the one checked for HEAD-QA and CareQA (the same parser and "
+        "multiple_choice_accuracy, executed from their pinned files through the CLI)",
+    )
     parameters: ClassVar[tuple[Param, ...]] = (
         Param("subset", str, "icd10cm_easy", "the vocabulary_level config to ask", SUBSETS),
         Param(

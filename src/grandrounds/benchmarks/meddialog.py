@@ -87,6 +87,15 @@ class MedDialog(Benchmark):
     remote_files: ClassVar[tuple[RemoteFile, ...]] = FILES
     needs_judge: ClassVar[bool] = True
     protocols = PROTOCOLS
+    reference_fidelity = {
+        "reference": "Medmarks' `med_dialog` environment (MedHELM's one-sentence summaries)",
+        "reader": "as MedicationQA: the judge's JSON object ending at the LAST \"}\" (Medmarks' "
+        "`JSONParser`), `_compute_normalized_reward` (the same code in both environments)",
+        "prompt": "Medmarks' `PROMPT` as system prompt and its `JUDGE_TEMPLATE` (read at run time)",
+        "equal": "Medmarks' figure per answer from the judge's first reply, computed as for "
+        "MedicationQA (checked there against the pinned functions, 0 of 249 differ)",
+        "differs": "unknown judge replies are reported and re-asked, never 0; Medmarks' figure beside",
+    }
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)

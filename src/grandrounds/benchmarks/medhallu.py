@@ -122,6 +122,17 @@ class MedHallu(Benchmark):
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (ARROW,)
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
+    reference_fidelity = {
+        "reference": "Medmarks' `medhallu` environment and `postprocess.py` (the named peer; the "
+        "authors publish no scoring script), with the verifiers release Medmarks runs (v0.1.7.post0)",
+        "reader": "`extract_boxed_answer`: the LAST `\\boxed{}` (braces matched), else the whole "
+        "reply; kept only when it is exactly 0, 1 or 2",
+        "prompt": "Medmarks `prompts.py` (system prompt and user prompt, read at run time)",
+        "equal": "each reply's verdict, checked against `extract_boxed_answer` executed from the pinned "
+        "verifiers file through the CLI on 400 written shapes (0 differ); F1 as `postprocess.py`",
+        "differs": "greedy here (Medmarks pins no sampling settings). Older verifiers releases took "
+        "the first `\\boxed{}`; the release pinned is the newest Medmarks accepts",
+    }
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
             "knowledge",

@@ -62,6 +62,19 @@ class MedicationQA(Benchmark):
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (XLSX,)
     needs_judge: ClassVar[bool] = True
     protocols = PROTOCOLS
+    reference_fidelity = {
+        "reference": "Medmarks' `medicationqa` environment (the named peer; the dataset's authors "
+        "publish no judge)",
+        "reader": "the judge's JSON object as Medmarks' `JSONParser` finds it (the one ending at the "
+        'LAST "}"), scored by `_compute_normalized_reward`',
+        "prompt": "Medmarks' system prompt and `JUDGE_TEMPLATE` (read at run time)",
+        "equal": "Medmarks' own figure (`medmarks_unknown_as_zero` beside the headline) per answer, "
+        "from the judge's first reply, checked against `JSONParser` and `_compute_normalized_reward` "
+        "executed from their pinned files through the CLI on 249 written judge replies (0 differ)",
+        "differs": "the headline counts an unreadable judge reply (or one without three numeric "
+        "scores) as unknown and re-asks it, where Medmarks scores 0 (a null dimension raises in its "
+        "reward function, which its rubric scores 0); Medmarks' figure is kept beside it",
+    }
 
     def load(self, root: Path) -> list[Sample]:
         return list(self.iter_samples(root))

@@ -100,6 +100,32 @@ def medmarks_protocols(
     return {"reference": reference, "grandrounds": grandrounds}
 
 
+def medmarks_fidelity(
+    env_path: str, user_prompt: str, answer_format: str, **more: str
+) -> dict[str, str]:
+    """The docs' "Against the reference" statement of a Medmarks-referenced exam (``more`` adds to or
+    replaces its entries)."""
+    system, _, parsed = FORMATS[answer_format]
+    system_text = (
+        f"`{system.name}` ({system.source.repo}@{system.source.commit[:7]} `{system.source.path}`)"
+        if system is not None
+        else "none"
+    )
+    return {
+        "reference": f"Medmarks (tmabraham/med-lm-envs@{MEDMARKS.commit[:7]}) `{env_path}`, the "
+        "named peer (the authors publish no reading for language models)",
+        "reader": f"{parsed}, then Medmarks' `multiple_choice_accuracy` against the key's label "
+        "and text (LaTeX rendered with pylatexenc as there); reimplemented in "
+        "`graders/readings_medmarks.py`",
+        "prompt": f"user: `{user_prompt}` read from the pinned file at run time; system: {system_text}",
+        "equal": "each reply's grade, checked against Medmarks' parser and `multiple_choice_accuracy` "
+        "executed from their pinned files, through the CLI on 300+ written reply shapes (0 differ)",
+        "differs": "Medmarks samples with its runner's settings; greedy here (none is pinned). "
+        "A failed call is wrong, as Medmarks' reward is 0",
+        **more,
+    }
+
+
 class MedmarksExam(MultipleChoiceBenchmark):
     """An exam whose ``reference`` prompt and reading are a Medmarks environment's (:attr:`env`,
     :attr:`answer_format`); no lm-eval task, so no ``letter-loglik``."""

@@ -30,7 +30,12 @@ from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import cached
-from grandrounds.benchmarks.medmarks import MEDMARKS, MedmarksExam, medmarks_protocols
+from grandrounds.benchmarks.medmarks import (
+    MEDMARKS,
+    MedmarksExam,
+    medmarks_fidelity,
+    medmarks_protocols,
+)
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.records import Sample
 from grandrounds.graders.mcq_grader import LETTERS
@@ -99,6 +104,17 @@ class MetaMedQA(MedmarksExam):
     protocols = medmarks_protocols(ENV.path, "_build_prompt")
     env = ENV
     answer_format = "plain"
+    reference_fidelity = medmarks_fidelity(
+        ENV.path,
+        "_build_prompt",
+        "plain",
+        prompt="`_build_prompt` read from the pinned file, every letter of the options struct shown "
+        '(an empty one as "E. None", as Medmarks prints it; equal to the official function on the '
+        "same row); no system prompt, as there",
+        differs="Medmarks keys an item by matching `answer` with an option's text and drops items "
+        "where none matches; here the key is `answer_idx` and every item is kept (flagged where the "
+        "two disagree); greedy; a failed call is wrong",
+    )
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, FILE.filename)

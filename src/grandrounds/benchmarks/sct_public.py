@@ -126,6 +126,16 @@ class SCTPublic(Benchmark):
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = tuple(FILES.values())
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
+    reference_fidelity = {
+        "reference": "Medmarks' `sctpublic` environment (tmabraham/med-lm-envs@23fa6c5)",
+        "reader": "`SCTParser.parse_answer` on what verifiers hands it, the chat completion's printed "
+        'form: the reply quoted with escapes, so "Rating: \\n\\n+1" reads nothing',
+        "prompt": "`guideline.md` (+ examples) and `testcase.md` from the pinned data folder",
+        "equal": "each reply's rating, checked against `SCTParser` executed from the pinned file on "
+        "the one-message completion, through the CLI on 348 written replies (0 differ)",
+        "differs": 'grandrounds reads the last "Rating:" line tolerantly and leaves an unreadable '
+        "reply unscored instead of 0",
+    }
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
             "reason",

@@ -29,7 +29,12 @@ from typing import ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import cached
-from grandrounds.benchmarks.medmarks import MEDMARKS, MedmarksExam, medmarks_protocols
+from grandrounds.benchmarks.medmarks import (
+    MEDMARKS,
+    MedmarksExam,
+    medmarks_fidelity,
+    medmarks_protocols,
+)
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
@@ -74,6 +79,13 @@ class SuperGPQAMedicine(MedmarksExam):
     )
     env = ENV
     answer_format = "boxed"
+    reference_fidelity = medmarks_fidelity(
+        ENV.path,
+        "ZERO_SHOT_PROMPT_TEMPLATE + _build_question",
+        "boxed",
+        differs="Medmarks' optional age jitter and five-shot physics examples are not used; greedy "
+        "here (no sampling settings are pinned); a failed call is wrong, as Medmarks' reward is 0",
+    )
 
     def records(self, root: Path) -> Iterator[Sample]:
         path = resolve_file(root, FILE.filename)
