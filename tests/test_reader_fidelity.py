@@ -734,3 +734,26 @@ def test_medicationqa_judge_reading_and_medmarks_figure_through_the_cli(tmp_path
     report(
         "MedicationQA Medmarks figure (JSONParser, _compute_normalized_reward)", scored, disagree
     )
+
+
+def test_metamedqa_reference_prompts_equal_medmarks_build_prompt(tmp_path: Path) -> None:
+    """Every item of a 300-row file, empty option letters included ("E. None"), against the official
+    ``_build_prompt`` on the same row."""
+    import pyarrow.parquet as pq
+
+    from grandrounds.benchmarks.base import RunOptions
+    from grandrounds.benchmarks.metamedqa import MetaMedQA
+
+    official = load_official("medmarks-envs/environments/metamedqa/metamedqa.py", ["_build_prompt"])
+    path = metamedqa_file(tmp_path, 300)
+    rows = pq.read_table(path).to_pylist()
+    bench = MetaMedQA()
+    samples = bench.load(path)
+    differ = [
+        s.id
+        for s, row in zip(samples, rows)
+        if bench.prompt(s, RunOptions()).messages[-1].content
+        != official._build_prompt(row["question"], row["options"])
+    ]
+    print(f"MetaMedQA: {len(samples) - len(differ)} of {len(samples)} prompts equal Medmarks'")
+    assert len(samples) == 300 and not differ
