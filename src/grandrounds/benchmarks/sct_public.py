@@ -79,7 +79,8 @@ TEMPLATE = (
 REFERENCE = Protocol(
     "reference",
     answer=OUR_ANSWER,  # Medmarks leaves sampling to its runner's defaults; none is pinned
-    extraction="Medmarks SCTParser: five characters after the first 'Rating: ', signed digits joined; unreadable scores 0",
+    extraction="Medmarks SCTParser on the completion's printed form (the reply quoted with escapes): five characters "
+    "after the first 'Rating: ', signed digits joined; unreadable scores 0",
     aggregation="mean panel credit (chosen rating's panel score / the panel's maximum) over every item",
     source=f"{REPO}@{COMMIT[:7]} environments/sctpublic (Medmarks, adapted from SCT-Bench/sctpublic)",
     settings={

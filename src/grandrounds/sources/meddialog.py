@@ -41,8 +41,9 @@ REFERENCE = Protocol(
         temperature=0.0, max_tokens=2048
     ),  # its judge sampling helper is not in the pinned files: ours
     judge_model="openai/gpt-4o-mini",  # load_environment(judge_model="gpt-4o-mini")
-    extraction="judge reply read as a JSON object with accuracy/completeness/clarity scores; unreadable -> re-asked "
-    "(--max-reask), then unknown (Medmarks scores it 0: reported beside, never folded in)",
+    extraction="the judge's JSON object as Medmarks' JSONParser finds it (the one ending at the last '}') with "
+    "accuracy/completeness/clarity scores; unreadable -> re-asked (--max-reask), then unknown (Medmarks' "
+    "figure, from the first reply with its 0s, reported beside, never folded in)",
     aggregation="answer = mean over the three dimensions of clamp(score, 0, 5) / 5 (_compute_normalized_reward), "
     "averaged over judges; benchmark = mean over answers with a known verdict; coverage and unknowns reported",
     source=f"{ENVIRONMENT.repo}@{ENVIRONMENT.commit[:7]} environments/med_dialog (med_dialog.py, judge_prompts.py)",

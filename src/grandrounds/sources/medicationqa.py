@@ -69,8 +69,9 @@ REFERENCE = Protocol(
     # load_environment(judge_model="gpt-4o-mini"); its judge sampling comes from a helper not published here: ours
     judge=Generation(temperature=0.0, max_tokens=2048),
     judge_model="openai/gpt-4o-mini",
-    extraction="judge reply read as a JSON object with accuracy/completeness/clarity scores; unreadable -> re-asked "
-    "(--max-reask), then unknown (Medmarks scores it 0: reported beside, never folded in)",
+    extraction="the judge's JSON object as Medmarks' JSONParser finds it (the one ending at the last '}') with "
+    "accuracy/completeness/clarity scores; unreadable -> re-asked (--max-reask), then unknown (Medmarks' "
+    "figure, from the first reply with its 0s, reported beside, never folded in)",
     aggregation="answer = mean over the three dimensions of clamp(score, 0, 5) / 5, averaged over the judges; "
     "benchmark = mean over answers with a known verdict; coverage and unknowns reported",
     source=f"{ENVIRONMENT.repo}@{ENVIRONMENT.commit[:7]} environments/medicationqa (judge_prompts.py, medicationqa.py)",
