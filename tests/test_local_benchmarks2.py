@@ -1,11 +1,10 @@
 """kormedmcqa, cmexam, medconceptsqa: no copy of their data in ../shared, so each is tested on small
 files written here in the dataset's published layout, run through the real CLI with a scripted model
-whose accuracy is counted independently, fed bad input, and (where the official or peer code is in a
-local snapshot of its repository) compared with that code's reading on a reply corpus.
+whose accuracy is counted independently, fed bad input, and compared with the official or peer
+code's reading on a reply corpus.
 
 The reference protocols read upstream files at run time (lm-evaluation-harness, CMExam, Medmarks):
-the tests take them from local snapshots of those repositories when present (skipped otherwise);
-``--protocol grandrounds`` runs need none."""
+the tests take them from the shared reference folder; ``--protocol grandrounds`` runs need none."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import ast
 import csv
 import io
 import re
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,6 +28,7 @@ from grandrounds.benchmarks.kormedmcqa import UTILS as KOR_UTILS
 from grandrounds.benchmarks.kormedmcqa import KorMedMCQA
 from grandrounds.benchmarks.medconceptsqa import ENV as MCQA_ENV
 from grandrounds.benchmarks.medconceptsqa import MedConceptsQA
+from grandrounds.benchmarks.medmarks import MEDMARKS_PROMPTS
 from grandrounds.core.errors import DataError
 from grandrounds.core.hashing import file_sha256
 from grandrounds.graders.readings_peers import (
@@ -38,31 +37,21 @@ from grandrounds.graders.readings_peers import (
     cut_at_stops,
     kormedmcqa_choice,
 )
+from tests.conftest import reference_file
 from tests.exam_cli import cli_run
 from tests.test_local_benchmarks import write_parquet
 
-MIRRORS = {
-    "EleutherAI/lm-evaluation-harness": Path("/work/.mirror/EleutherAI+lm-evaluation-harness/repo"),
-    "williamliujl/CMExam": Path("/work/.mirror/williamliujl+CMExam/repo"),
-    "tmabraham/med-lm-envs": Path("/work/.mirror/tmabraham+med-lm-envs/repo"),
-}
-UPSTREAM = (KOR_TEMPLATE, KOR_UTILS, CMEXAM_PROMPTS, CMEXAM_EVALUATE, MCQA_ENV)
+UPSTREAM = (KOR_TEMPLATE, KOR_UTILS, CMEXAM_PROMPTS, CMEXAM_EVALUATE, MCQA_ENV, MEDMARKS_PROMPTS)
 
 
 def upstream_bytes(f: Any) -> bytes:
-    mirror = MIRRORS[f.repo]
-    if not mirror.exists():
-        pytest.skip(f"no local snapshot of {f.repo}")
-    return subprocess.run(
-        ["git", "--git-dir", str(mirror), "show", f"{f.commit}:{f.path}"],
-        check=True,
-        capture_output=True,
-    ).stdout
+    """The pinned upstream file ``f`` from the shared reference folder (skipped without it, failed in CI)."""
+    return reference_file(f.folder, *f.path.split("/")).read_bytes()
 
 
 @pytest.fixture()
 def reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A reference folder holding the upstream files, from local snapshots of their repositories."""
+    """A reference folder holding the upstream files, copied from the shared reference folder."""
     root = tmp_path / "ref"
     for f in UPSTREAM:
         dest = root / f.folder / f.path
@@ -342,7 +331,8 @@ def test_cli_runs_score_the_independent_count(
         ),
         "medconceptsqa": (
             write_mcqa(tmp_path / "mcqa-data"),
-            "Answer: B",
+            # reference: Medmarks' XML answer format, which its system prompt asks for
+            "<answer>B</answer>" if protocol == "reference" else "Answer: B",
             "C03.3",
             [(r["answer_id"] == "B", r["question"]) for r in mcqa_rows("test")],
             "level",
@@ -452,7 +442,9 @@ def test_kormedmcqa_reading_matches_lm_eval(reference: Path) -> None:
     assert tuple(until) == KORMEDMCQA_STOPS
     agree = 0
     for reply in KOR_REPLIES:
-        theirs = official.extract_choice(cut_at_stops(reply, tuple(until))) or None
+        # lm-eval's chat path sends only stop[:4] (checked against the pinned _create_payload in
+        # tests/test_reader_fidelity.py)
+        theirs = official.extract_choice(cut_at_stops(reply, tuple(until)[:4])) or None
         ours = kormedmcqa_choice(reply)
         assert ours == theirs, reply
         agree += ours == theirs
