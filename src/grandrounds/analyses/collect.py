@@ -238,9 +238,7 @@ def _looks_like(data: bytes, media_type: str) -> bool:
     return media_type != "image/webp" or data[8:12] == b"WEBP"
 
 
-def shown_image(
-    images: ImageStore, sha256: str, max_bytes: int | None = None
-) -> tuple[bytes, str] | None:
+def shown_image(images: Any, sha256: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
     """(bytes, media type) of the stored image named ``sha256``, checked: a name of 64 lower-case
     hex digits (ValueError otherwise), a regular file inside the image folder, at most ``max_bytes``
     (default :data:`MAX_IMAGE_BYTES`), of a shown type (:data:`SHOWN_IMAGE_TYPES`, from its file
@@ -248,11 +246,21 @@ def shown_image(
     no such image; ImageRefused when it holds one that is not shown."""
     if not SHA256_HEX.fullmatch(sha256):
         raise ValueError("an image is named by its sha256: 64 lower-case hex digits")
+    max_bytes = MAX_IMAGE_BYTES if max_bytes is None else max_bytes
+    if not isinstance(images, ImageStore):  # a team store's images table
+        got = images.read(sha256, max_bytes)
+        if got is None:
+            return None
+        stored, media_type, size = got
+        if media_type not in SHOWN_IMAGE_TYPES:
+            raise ImageRefused(f"{media_type} is not shown")
+        if stored is None:
+            raise ImageRefused(f"larger than {max_bytes:,} bytes ({size:,})")
+        return _checked(stored, media_type, sha256, max_bytes)
     found = images.find(sha256)  # builds the path from the checked name only
     if found is None:
         return None
     path, media_type = found
-    max_bytes = MAX_IMAGE_BYTES if max_bytes is None else max_bytes
     if media_type not in SHOWN_IMAGE_TYPES:
         raise ImageRefused(f"{media_type} is not shown")
     try:
@@ -263,6 +271,11 @@ def shown_image(
             data = f.read(max_bytes + 1)
     except OSError:
         return None
+    return _checked(data, media_type, sha256, max_bytes)
+
+
+def _checked(data: bytes, media_type: str, sha256: str, max_bytes: int) -> tuple[bytes, str]:
+    """``(data, media_type)`` once the bytes pass: within the size, of their type, matching their hash."""
     if len(data) > max_bytes:
         raise ImageRefused(f"larger than {max_bytes:,} bytes")
     if not _looks_like(data, media_type):

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from grandrounds.cli import contamination, fetch, irt, judge_validation, reports, robustness
+from grandrounds.cli import contamination, fetch, irt, judge_validation, reports, robustness, team
 from grandrounds.cli.common import (
     JUDGE_RPM_HELP,
     JUDGE_TPM_HELP,
@@ -881,7 +881,7 @@ def submission(
 
 # The command groups that live in their own modules, after run's: reports and the viewer, judge
 # validation, robustness, item response theory (in that order in --help).
-for _group in (reports, judge_validation, robustness, contamination, irt, fetch):
+for _group in (reports, team, judge_validation, robustness, contamination, irt, fetch):
     _group.register(app, existing_store_path, StoreOpt)
 
 

@@ -17,6 +17,43 @@ console = SafeConsole()
 
 StorePath = Callable[[Path | None], Path]
 
+#: ``--store`` of the commands that read a team store too (text: a DSN is not a path).
+ReaderStoreOpt = typer.Option(
+    None,
+    "--store",
+    help="SQLite store (default $GRANDROUNDS_STORE or ./grandrounds.db), or a team store: postgresql://...",
+)
+
+
+def reader_store(store_path: StorePath, store: str | None) -> Any:
+    """The store a read command reads, read-only: the SQLite file, or the team store its DSN names
+    (``--store postgresql://...`` or ``$GRANDROUNDS_STORE``)."""
+    import os
+
+    from grandrounds.store.team.dsn import is_team_dsn
+
+    given = store or os.environ.get("GRANDROUNDS_STORE")
+    if is_team_dsn(given):
+        from grandrounds.store.team.connection import TeamStore
+
+        return TeamStore(str(given))
+    from grandrounds.store import Store
+
+    return Store(store_path(Path(store) if store else None), readonly=True)
+
+
+def viewer_store(store_path: StorePath, store: str | None) -> Path | str:
+    """What ``view`` serves: the SQLite file's path, or the team store's DSN."""
+    import os
+
+    from grandrounds.store.team.dsn import is_team_dsn
+
+    given = store or os.environ.get("GRANDROUNDS_STORE")
+    if is_team_dsn(given):
+        return str(given)
+    return store_path(Path(store) if store else None)
+
+
 #: Seeds as NumPy's generators take them (the bootstrap draws from ``default_rng(seed)``).
 SEED_MAX = 2**32 - 1
 
@@ -41,14 +78,13 @@ def _leaderboard_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., 
         breakdowns: bool = typer.Option(
             True, "--breakdowns/--no-breakdowns", help="per-dimension / subject / category tables"
         ),
-        store: Path | None = StoreOpt,
+        store: str | None = ReaderStoreOpt,
     ) -> None:
         """Models x benchmarks: score, 95% CI, n, coverage; tied models grouped; incomparable settings flagged."""
         from grandrounds.cli.contamination import print_stored
         from grandrounds.reports import boards
-        from grandrounds.store import Store
 
-        with Store(store_path(store), readonly=True) as st:
+        with reader_store(store_path, store) as st:
             found = boards(st, benchmark, seed)
             if not found:
                 console.print(
@@ -78,14 +114,13 @@ def _compare_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None
             0, "--seed", min=0, max=SEED_MAX, help="seed of the paired bootstrap"
         ),
         resamples: int = typer.Option(2000, "--resamples", min=1, help="bootstrap resamples"),
-        store: Path | None = StoreOpt,
+        store: str | None = ReaderStoreOpt,
     ) -> None:
         """A - B on the samples both answered: paired bootstrap CI (seeded), exact McNemar for 0/1 scores."""
         from grandrounds.core.errors import GrandroundsError
         from grandrounds.reports.compare import compare_models
-        from grandrounds.store import Store
 
-        with Store(store_path(store), readonly=True) as st:
+        with reader_store(store_path, store) as st:
             try:
                 rows = compare_models(st, model_a, model_b, benchmark, seed, resamples)
             except GrandroundsError as e:
@@ -181,15 +216,14 @@ def _report_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]
             "--run",
             help="only this run (id, or its first 6+ characters, as `grandrounds runs` shows); repeatable",
         ),
-        store: Path | None = StoreOpt,
+        store: str | None = ReaderStoreOpt,
     ) -> None:
         """Write the leaderboard and every answer to one file (HTML: self-contained, works offline)."""
         from grandrounds.cli.common import user_errors
         from grandrounds.reports import build_report
-        from grandrounds.store import Store
 
         try:
-            with Store(store_path(store), readonly=True) as st:
+            with reader_store(store_path, store) as st:
                 with user_errors():
                     run_ids = report_runs(st, run, benchmark) if run else None
                 paths = build_report(st, fmt, out, benchmark, seed, max_items, run_ids=run_ids)
@@ -240,13 +274,13 @@ def _view_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., None]:
             "--allow-host",
             help="another name the viewer may be reached by (Host header), e.g. a DNS name of this machine; repeatable",
         ),
-        store: Path | None = StoreOpt,
+        store: str | None = ReaderStoreOpt,
     ) -> None:
         """Serve the local web viewer over the store (browse, filter, search, review)."""
         from grandrounds.viewer.server import serve
 
         serve(
-            store_path(store),
+            viewer_store(store_path, store),
             host,
             port,
             log=lambda msg: console.print(msg, markup=False, highlight=False, soft_wrap=True),

@@ -40,7 +40,6 @@ def build_report(
     from grandrounds.analyses.contamination import probe_rows
     from grandrounds.analyses.judge_validation import agreement_by_result
     from grandrounds.reports import html, tabular
-    from grandrounds.store.images import ImageStore
 
     if fmt not in tabular.FORMATS:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(tabular.FORMATS)}")
@@ -52,9 +51,7 @@ def build_report(
     if fmt == "html":
         from grandrounds.core.files import staged
 
-        images = html.ReportImages(
-            ImageStore.beside(store.path)
-        )  # the images the runs sent, beside the store
+        images = html.ReportImages(store.image_store())  # the images the runs sent
         page = html.render(bs, sections, title, agreement_by_result(store, rows), images, probes)
         with (
             staged() as files,

@@ -18,6 +18,7 @@ from grandrounds.store.batches import BatchTables
 from grandrounds.store.connection import now
 from grandrounds.store.episodes import EpisodeTables
 from grandrounds.store.grades import GradeTables
+from grandrounds.store.images import ImageStore
 from grandrounds.store.leases import LeaseTables
 from grandrounds.store.reviews import ReviewTables
 from grandrounds.store.rows import (
@@ -55,6 +56,10 @@ class Store(
     LeaseTables, RunTables, GradeTables, ReviewTables, AgreementTables, BatchTables, EpisodeTables
 ):
     """A handle on one store file. Pass it explicitly; there is no global store."""
+
+    def image_store(self) -> ImageStore:
+        """Where the images the store's runs sent are kept (a folder beside the store file)."""
+        return ImageStore.beside(self.path)
 
     def change_stamp(self) -> str:
         """A value that changes whenever samples, answers, grades, results or the review queue

@@ -235,7 +235,8 @@ class GradeTables(StoreBase):
         ``grader_fp`` (counted in SQL, no grade parsed)."""
         if grader_fp is not None:
             newest = self.db.execute(
-                "SELECT grader_fp, MAX(created_at) FROM grades WHERE run_id = ? AND grader_fp = ?",
+                # MAX of the one fingerprint: standard SQL (the team store reads this too)
+                "SELECT MAX(grader_fp), MAX(created_at) FROM grades WHERE run_id = ? AND grader_fp = ?",
                 (run_id, grader_fp),
             ).fetchone()
             newest = newest if newest and newest[0] is not None else None

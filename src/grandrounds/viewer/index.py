@@ -44,6 +44,20 @@ def index_path(store_path: Path) -> Path:
     return store_path.with_name(store_path.name + ".viewer-index")
 
 
+def team_index_path(dsn: str) -> Path:
+    """Where the index of a team store lives: this user's cache folder, one file per server,
+    database and user (named by a hash of the DSN as shown, so never by its password)."""
+    import hashlib
+    import os
+
+    from grandrounds.store.team.dsn import shown
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grandrounds" / "team"
+    base.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(shown(dsn).encode("utf-8")).hexdigest()[:24]
+    return base / f"{name}.viewer-index"
+
+
 def connect_readonly(
     path: Path, like_bytes: int = 512, cache_kib: int = 16_000
 ) -> sqlite3.Connection:

@@ -21,7 +21,7 @@ from grandrounds.viewer.state import ViewerContext, ViewerState
 
 
 def make_server(
-    store_path: Path,
+    store_path: Path | str,
     host: str = "127.0.0.1",
     port: int = 8765,
     *,
@@ -58,7 +58,7 @@ def viewer_url(srv: ViewerServer, host: str) -> str:
 
 
 def serve(
-    store_path: Path,
+    store_path: Path | str,
     host: str = "127.0.0.1",
     port: int = 8765,
     log: Callable[[str], None] = print,

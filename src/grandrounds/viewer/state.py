@@ -12,6 +12,7 @@ from pathlib import Path
 from grandrounds.analyses.collect import shown_image
 from grandrounds.store import Store
 from grandrounds.store.images import ImageStore
+from grandrounds.store.team.dsn import is_team_dsn, shown
 from grandrounds.viewer import index, queries
 from grandrounds.viewer.security import Guard, HostPolicy
 
@@ -19,11 +20,21 @@ from grandrounds.viewer.security import Guard, HostPolicy
 class ViewerState:
     """The store path, the sidecar index and per-thread connections to both."""
 
-    def __init__(self, store_path: Path) -> None:
-        self.store_path = Path(store_path)
-        with Store(self.store_path):  # create / migrate before anything reads it
-            pass
-        self.index_path = index.index_path(self.store_path)
+    def __init__(self, store_path: Path | str) -> None:
+        self.team = is_team_dsn(store_path)
+        if (
+            self.team
+        ):  # a team store in PostgreSQL: read, reviews its only write; the index beside nothing
+            self.dsn = str(store_path)
+            self.store_path = Path(shown(self.dsn))
+            with self._open():  # reachable, and of a schema this code reads
+                pass
+            self.index_path = index.team_index_path(self.dsn)
+        else:
+            self.store_path = Path(store_path)
+            with Store(self.store_path):  # create / migrate before anything reads it
+                pass
+            self.index_path = index.index_path(self.store_path)
         self.images = ImageStore.beside(self.store_path)
         self.lock = threading.Lock()
         self.generation = 0
@@ -35,7 +46,7 @@ class ViewerState:
         """Rebuild the index if the store changed (checked at most every 2 s)."""
         if not force and time.monotonic() - self.checked < 2.0:
             return
-        with self.lock, Store(self.store_path) as st:
+        with self.lock, self._open() as st:
             if not index.is_current(self.index_path, st):
                 index.build(self.index_path, st)
                 self.generation += 1
@@ -56,14 +67,24 @@ class ViewerState:
     def image(self, sha256: str) -> tuple[bytes, str] | None:
         """(bytes, media type) of a stored image, checked by :func:`shown_image` (None when not stored;
         ValueError for a malformed name, ImageRefused for an image that is not shown)."""
+        if self.team:  # the images table, through this thread's connection
+            return shown_image(self.store().image_store(), sha256)
         return shown_image(self.images, sha256)
 
     def store(self) -> Store:
         """This thread's handle on the store (a connection cannot be shared across threads)."""
         s = getattr(self.local, "store", None)
         if s is None:
-            s = self.local.store = Store(self.store_path)
+            s = self.local.store = self._open()
         return s
+
+    def _open(self) -> Store:
+        """A handle on the store: the SQLite file, or the team store (reviews its only write)."""
+        if self.team:
+            from grandrounds.store.team.connection import TeamStore
+
+            return TeamStore(self.dsn, reviews=True)
+        return Store(self.store_path)
 
 
 @dataclass(frozen=True)
