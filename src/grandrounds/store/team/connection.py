@@ -39,7 +39,7 @@ class Row(tuple[Any, ...]):
         row._names = names
         return row
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             try:
                 return tuple.__getitem__(self, self._names.index(key))
@@ -170,7 +170,7 @@ class TeamImages:
     def read(self, sha256: str, max_bytes: int) -> tuple[bytes | None, str, int] | None:
         """(bytes, media type, size) of a stored image, the bytes None when it is larger than
         ``max_bytes`` (not read then); None when the store holds no such image."""
-        row = self.store.db.execute(
+        row = self.store.pg.execute(
             "SELECT media_type, octet_length(data), "
             "CASE WHEN octet_length(data) <= ? THEN data END FROM images WHERE sha256 = ?",
             (max_bytes, sha256),
@@ -198,10 +198,12 @@ class TeamStore(Store):
         self._pending_since = 0.0
         self.closed = False
         con = connect(dsn)
-        self.db = PgConnection(con, dsn)  # type: ignore[assignment]
+        self.pg = PgConnection(con, dsn)
+        #: The store's read methods query ``self.db``: here the PostgreSQL connection.
+        self.db = self.pg  # type: ignore[assignment]
         try:
             con.execute("SET default_transaction_read_only = on")
-            version = schema_version(self.db, dsn)
+            version = schema_version(self.pg, dsn)
             if version == 0:
                 raise team_error(
                     dsn,
@@ -258,9 +260,9 @@ class TeamStore(Store):
         created = now()
         r = review
         try:
-            with self.db.con.transaction():
-                self.db.con.execute("SET TRANSACTION READ WRITE")
-                row = self.db.execute(
+            with self.pg.con.transaction():
+                self.pg.con.execute("SET TRANSACTION READ WRITE")
+                row = self.pg.execute(
                     "INSERT INTO reviews (run_id, grader_fp, sample_id, criterion_id, reviewer, verdict, "
                     "score, reason, created_at, digest) VALUES (?,?,?,?,?,?,?,?,?,?) RETURNING id",
                     (

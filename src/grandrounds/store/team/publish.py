@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +179,7 @@ def publish(
         try:
             out.images_added = _publish_images(con, ImageStore.beside(store_path), dsn)
             for run_id in ids:
-                got = _with_retries(lambda run_id=run_id: _publish_run(con, src, run_id, dsn), dsn)
+                got = _with_retries(partial(_publish_run, con, src, run_id, dsn), dsn)
                 out.runs.append(got)
                 if log:
                     log(got)
