@@ -12,9 +12,12 @@ shows.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -350,3 +353,95 @@ def test_the_password_is_never_printed_stored_or_logged(team_db, pg_server, tmp_
                 f"SELECT COUNT(*) FROM {t} WHERE {t}::text LIKE %s", (f"%{secret}%",)
             ).fetchone()[0]
             assert hit == 0, t
+
+
+@pytest.mark.browser
+def test_viewer_on_the_team_store_in_chromium(team_db, pg_db, tmp_path, monkeypatch):
+    """``view --store postgresql://...``: a HealthBench item with its verdicts, a VQA-RAD item with
+    its image (from the images table), an AgentClinic transcript; a review made in the page lands in
+    PostgreSQL, attributed to its reviewer, and ``leaderboard --with-reviews`` reads it back."""
+    import urllib.request
+
+    from grandrounds.store.team.connection import TeamStore
+    from grandrounds.viewer.server import make_server
+    from tests.test_browser import launch_chromium
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    gr("publish", "--store", str(team_db), "--to", pg_db)
+    board_before = gr("leaderboard", "--with-reviews", "--store", pg_db).stdout
+    n_before = counts(pg_db)
+    srv = make_server(pg_db, port=0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}/"
+
+    def first_item(bench: str) -> str:
+        with urllib.request.urlopen(base + f"api/items?benchmark={bench}") as r:
+            return str(json.loads(r.read())["items"][0]["id"])
+
+    expect = pytest.importorskip("playwright.sync_api").expect
+    try:
+        with launch_chromium() as browser:
+            pg = browser.new_page()
+            dialogs: list[str] = []
+            pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            # HealthBench: the rubric with each criterion's verdict
+            pg.goto(base + "#/item/" + first_item("healthbench"))
+            pg.wait_for_selector("#rubric")
+            verdicts = pg.locator("#rubric span.verdict").all_text_contents()
+            assert len(verdicts) > 3 and set(verdicts) <= {"met", "unmet", "unknown"}
+            assert {"met", "unmet"} <= set(verdicts)
+            # a review of the first criterion, from the page, by a named reviewer
+            pg.fill("#reviewer", "Dr Team 团队")
+            form = pg.locator("#rubric form.rv").first
+            form.locator("select.rv-verdict").select_option("unmet")
+            form.locator("input.rv-reason").fill("checked on the team store")
+            form.locator("button.rv-submit").click()
+            expect(pg.locator("#status")).to_have_text("review saved")
+            pg.locator("#rubric").screenshot(path=str(tmp_path / "healthbench.png"))
+            # VQA-RAD: the question's image, served from the images table
+            pg.goto(base + "#/item/" + first_item("vqa-rad"))
+            pg.wait_for_selector("img.thumb")
+            img = pg.locator("img.thumb").first
+            expect(img).to_have_js_property("complete", True)
+            assert img.evaluate("i => i.naturalWidth") > 50
+            src = img.get_attribute("src")
+            with urllib.request.urlopen(base + src.lstrip("/")) as r:
+                data, ctype = r.read(), r.headers["Content-Type"]
+            assert (
+                ctype.startswith("image/")
+                and hashlib.sha256(data).hexdigest() == src.rsplit("/", 1)[1]
+            )
+            # AgentClinic: the episode as a transcript
+            pg.goto(base + "#/item/" + first_item("agentclinic"))
+            pg.wait_for_selector(".transcript")
+            text = pg.locator(".transcript").text_content()
+            assert "episode 1 · finished" in text and "DIAGNOSIS READY" in text
+            pg.locator(".transcript").screenshot(path=str(tmp_path / "transcript.png"))
+            assert dialogs == []
+            pg.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    after = counts(pg_db)
+    assert after["reviews"] == n_before["reviews"] + 1
+    assert {t: n for t, n in after.items() if t != "reviews"} == {
+        t: n for t, n in n_before.items() if t != "reviews"
+    }  # the review is the viewer's only write
+    with psycopg.connect(pg_db) as con:
+        row = con.execute(
+            "SELECT reviewer, verdict, reason FROM reviews ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+    assert row == ("Dr Team 团队", "unmet", "checked on the team store")
+    board = gr("leaderboard", "--with-reviews", "--store", pg_db).stdout
+    assert board != board_before
+    agreement = board[board.index("Judge vs clinician reviewers") :]
+    assert re.search(r"│\s*2\s*│", agreement), (
+        agreement
+    )  # two criteria rated by judge and reviewers
+    # read-only elsewhere: the leaderboard's connection refuses a write
+    st = TeamStore(pg_db)
+    try:
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            st.db.execute("DELETE FROM reviews")
+    finally:
+        st.close()

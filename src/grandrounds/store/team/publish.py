@@ -238,122 +238,111 @@ def _episode_keys(steps_json: str) -> set[str]:
     return keys
 
 
-def _publish_run(con: Any, src: Any, run_id: str, dsn: str) -> RunPublished:
-    """One run in one transaction (its advisory lock held till the end)."""
-    run = tuple(
-        src.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE id = ?", (run_id,)).fetchone()
-    )
-    bench, ds = run[1], run[5]
-    samples = [
-        tuple(r)
-        for r in src.execute(
-            "SELECT benchmark, dataset_sha256, sample_id, idx, sample_json FROM samples "
-            "WHERE benchmark = ? AND dataset_sha256 = ? ORDER BY sample_id",
-            (bench, ds),
-        )
+#: What a run's rows are read with, by table: (query by run id, ``ORDER BY``), in the order they are
+#: written (a run before what references it, graders before grades). Samples, graders and calls
+#: are read by what these rows name (:func:`_run_rows`).
+_RUN_READS: dict[str, tuple[str, str]] = {
+    "answers": (f"SELECT {', '.join(ANSWER_COLUMNS)} FROM answers", "sample_id"),
+    "grades": (f"SELECT {', '.join(GRADE_COLUMNS)} FROM grades", "grader_fp, sample_id"),
+    "grade_calls": ("SELECT run_id, grader_fp, sample_id, key, judge FROM grade_calls", "rowid"),
+    "results": (f"SELECT {', '.join(RESULT_COLUMNS)} FROM results", "grader_fp"),
+    "settled": (f"SELECT {', '.join(SETTLED_COLUMNS)} FROM settled", "grader_fp"),
+    "episodes": (f"SELECT {', '.join(EPISODE_COLUMNS)} FROM episodes", "sample_id, epoch"),
+    "reviews": (f"SELECT {', '.join(REVIEW_COLUMNS[:9])} FROM reviews", "id"),
+    "review_queue": (f"SELECT {', '.join(QUEUE_COLUMNS)} FROM review_queue", "id"),
+}
+#: How each table's rows are written (after ``runs``, ``samples``, ``calls``, ``answers``,
+#: ``graders`` and ``grades``, which :func:`_write_run` writes itself).
+_RUN_WRITES: dict[str, str] = {
+    "grade_calls": _insert_new(
+        "grade_calls", ("run_id", "grader_fp", "sample_id", "key", "judge"),
+        "run_id, grader_fp, sample_id, key",
+    ),
+    "results": _upsert_newer("results", "run_id, grader_fp", RESULT_COLUMNS, "created_at"),
+    "settled": _upsert_newer("settled", "run_id, grader_fp", SETTLED_COLUMNS, "settled_at"),
+    "episodes": _upsert_newer("episodes", "run_id, sample_id, epoch", EPISODE_COLUMNS, "updated_at"),
+    "reviews": _insert_new("reviews", REVIEW_COLUMNS, "digest"),
+    "review_queue": _insert_new(
+        "review_queue", QUEUE_COLUMNS, "run_id, grader_fp, sample_id, criterion_id"
+    ),
+}  # fmt: skip
+_SAMPLE_INSERT = _insert_new(
+    "samples", ("benchmark", "dataset_sha256", "sample_id", "idx", "sample_json"),
+    "benchmark, dataset_sha256, sample_id",
+)  # fmt: skip
+
+
+def _run_rows(src: Any, run_id: str, dsn: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of one run in the store, by table, each checked for what PostgreSQL cannot hold."""
+    rows: dict[str, list[tuple[Any, ...]]] = {
+        "runs": [tuple(src.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE id = ?", (run_id,)).fetchone())]
+    }  # fmt: skip
+    bench, ds = rows["runs"][0][1], rows["runs"][0][5]
+    rows["samples"] = [tuple(r) for r in src.execute(
+        "SELECT benchmark, dataset_sha256, sample_id, idx, sample_json FROM samples "
+        "WHERE benchmark = ? AND dataset_sha256 = ? ORDER BY sample_id", (bench, ds),
+    )]  # fmt: skip
+    for table, (select, order) in _RUN_READS.items():
+        rows[table] = [
+            tuple(r) for r in src.execute(f"{select} WHERE run_id = ? ORDER BY {order}", (run_id,))
+        ]
+    rows["reviews"] = [
+        (*r, review_digest(dict(zip(REVIEW_COLUMNS, r)), r[8])) for r in rows["reviews"]
     ]
-    answers = [tuple(r) for r in src.execute(
-        f"SELECT {', '.join(ANSWER_COLUMNS)} FROM answers WHERE run_id = ? ORDER BY sample_id", (run_id,)
-    )]  # fmt: skip
-    grades = [tuple(r) for r in src.execute(
-        f"SELECT {', '.join(GRADE_COLUMNS)} FROM grades WHERE run_id = ? ORDER BY grader_fp, sample_id", (run_id,)
-    )]  # fmt: skip
-    grade_calls = [tuple(r) for r in src.execute(
-        "SELECT run_id, grader_fp, sample_id, key, judge FROM grade_calls WHERE run_id = ? ORDER BY rowid", (run_id,)
-    )]  # fmt: skip
-    results = [tuple(r) for r in src.execute(
-        f"SELECT {', '.join(RESULT_COLUMNS)} FROM results WHERE run_id = ? ORDER BY grader_fp", (run_id,)
-    )]  # fmt: skip
-    settled = [tuple(r) for r in src.execute(
-        f"SELECT {', '.join(SETTLED_COLUMNS)} FROM settled WHERE run_id = ? ORDER BY grader_fp", (run_id,)
-    )]  # fmt: skip
-    episodes = [tuple(r) for r in src.execute(
-        f"SELECT {', '.join(EPISODE_COLUMNS)} FROM episodes WHERE run_id = ? ORDER BY sample_id, epoch", (run_id,)
-    )]  # fmt: skip
-    reviews = [
-        (*r[:9], review_digest(dict(zip(REVIEW_COLUMNS, r)), r[8]))
-        for r in (tuple(x) for x in src.execute(
-            f"SELECT {', '.join(REVIEW_COLUMNS[:9])} FROM reviews WHERE run_id = ? ORDER BY id", (run_id,)
-        ))
-    ]  # fmt: skip
-    queue = [tuple(r) for r in src.execute(
-        f"SELECT {', '.join(QUEUE_COLUMNS)} FROM review_queue WHERE run_id = ? ORDER BY id", (run_id,)
-    )]  # fmt: skip
-    fps = sorted({g[1] for g in grades} | {r[1] for r in results})
-    graders = _in(
+    fps = sorted({g[1] for g in rows["grades"]} | {r[1] for r in rows["results"]})
+    rows["graders"] = _in(
         src, "SELECT fingerprint, spec_json FROM graders WHERE fingerprint IN ({marks})", (), fps
     )
-    keys = {a[2] for a in answers} | {g[3] for g in grade_calls}
-    for e in episodes:
+    keys = {a[2] for a in rows["answers"]} | {g[3] for g in rows["grade_calls"]}
+    for e in rows["episodes"]:
         keys |= _episode_keys(e[4])
-    calls = _in(
-        src,
-        f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE key IN ({{marks}})",
-        (),
-        sorted(keys),
-    )
-    calls.sort(key=lambda c: c[0])
-    for what, rows in (
-        ("run", [run]), ("sample", samples), ("answer", answers), ("call", calls),
-        ("grader", graders), ("grade", grades), ("grade call", grade_calls), ("result", results),
-        ("settled", settled), ("episode", episodes), ("review", reviews), ("review queue", queue),
-    ):  # fmt: skip
-        _check_text(rows, what, run_id, dsn)
+    select_calls = f"SELECT {', '.join(CALL_COLUMNS)} FROM calls WHERE key IN ({{marks}})"
+    rows["calls"] = sorted(_in(src, select_calls, (), sorted(keys)), key=lambda c: c[0])
+    for table, got in rows.items():
+        _check_text(got, table, run_id, dsn)
+    return rows
 
-    out = RunPublished(run_id, bench, run[3])
-    w = out.written
+
+def _publish_run(con: Any, src: Any, run_id: str, dsn: str) -> RunPublished:
+    """One run in one transaction (its advisory lock held till the end)."""
+    rows = _run_rows(src, run_id, dsn)
+    run = rows["runs"][0]
+    out = RunPublished(run_id, run[1], run[3])
     with con.transaction(), con.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("grandrounds run " + run_id,))
-        cur.execute(_insert_new("runs", RUN_COLUMNS, "id"), run)
-        w["runs"] = cur.rowcount
-        w["samples"] = _many(
-            cur, _insert_new("samples", ("benchmark", "dataset_sha256", "sample_id", "idx", "sample_json"),
-                             "benchmark, dataset_sha256, sample_id"), samples,
-        )  # fmt: skip
-        w["calls"] = _many(cur, _CALL_UPSERT, calls)
-        w["answers"] = _many(cur, _ANSWER_UPSERT, answers)
-        w["graders"] = _many(
-            cur, _insert_new("graders", ("fingerprint", "spec_json"), "fingerprint"), graders
-        )
-        replaced: list[tuple[str, str]] = []
-        if grades:
-            cur.executemany(_GRADE_UPSERT, grades, returning=True)
-            n = 0
-            while True:
-                for fp, sid, updated in cur.fetchall():
-                    n += 1
-                    if updated:
-                        replaced.append((fp, sid))
-                if not cur.nextset():
-                    break
-            w["grades"] = n
-        if replaced:  # their judge calls are those of the grade that replaced them
-            cur.executemany(
-                "DELETE FROM grade_calls WHERE run_id = %s AND grader_fp = %s AND sample_id = %s",
-                [(run_id, fp, sid) for fp, sid in replaced],
-            )
-        w["grade_calls"] = _many(
-            cur, _insert_new("grade_calls", ("run_id", "grader_fp", "sample_id", "key", "judge"),
-                             "run_id, grader_fp, sample_id, key"), grade_calls,
-        )  # fmt: skip
-        w["results"] = _many(
-            cur,
-            _upsert_newer("results", "run_id, grader_fp", RESULT_COLUMNS, "created_at"),
-            results,
-        )
-        w["settled"] = _many(
-            cur,
-            _upsert_newer("settled", "run_id, grader_fp", SETTLED_COLUMNS, "settled_at"),
-            settled,
-        )
-        w["episodes"] = _many(
-            cur, _upsert_newer("episodes", "run_id, sample_id, epoch", EPISODE_COLUMNS, "updated_at"), episodes
-        )  # fmt: skip
-        w["reviews"] = _many(cur, _insert_new("reviews", REVIEW_COLUMNS, "digest"), reviews)
-        w["review_queue"] = _many(
-            cur, _insert_new("review_queue", QUEUE_COLUMNS, "run_id, grader_fp, sample_id, criterion_id"), queue
-        )  # fmt: skip
+        _write_run(cur, run_id, rows, out.written)
     return out
+
+
+def _write_run(
+    cur: Any, run_id: str, rows: dict[str, list[tuple[Any, ...]]], w: dict[str, int]
+) -> None:
+    w["runs"] = _many(cur, _insert_new("runs", RUN_COLUMNS, "id"), rows["runs"])
+    w["samples"] = _many(cur, _SAMPLE_INSERT, rows["samples"])
+    w["calls"] = _many(cur, _CALL_UPSERT, rows["calls"])
+    w["answers"] = _many(cur, _ANSWER_UPSERT, rows["answers"])
+    w["graders"] = _many(
+        cur, _insert_new("graders", ("fingerprint", "spec_json"), "fingerprint"), rows["graders"]
+    )
+    replaced: list[tuple[str, str]] = []
+    if rows["grades"]:
+        cur.executemany(_GRADE_UPSERT, rows["grades"], returning=True)
+        n = 0
+        while True:
+            for fp, sid, updated in cur.fetchall():
+                n += 1
+                if updated:
+                    replaced.append((fp, sid))
+            if not cur.nextset():
+                break
+        w["grades"] = n
+    if replaced:  # their judge calls are those of the grade that replaced them
+        cur.executemany(
+            "DELETE FROM grade_calls WHERE run_id = %s AND grader_fp = %s AND sample_id = %s",
+            [(run_id, fp, sid) for fp, sid in replaced],
+        )
+    for table, sql in _RUN_WRITES.items():
+        w[table] = _many(cur, sql, rows[table])
 
 
 def _many(cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> int:
