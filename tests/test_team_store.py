@@ -445,3 +445,52 @@ def test_viewer_on_the_team_store_in_chromium(team_db, pg_db, tmp_path, monkeypa
             st.db.execute("DELETE FROM reviews")
     finally:
         st.close()
+
+
+def test_read_only_roles_as_the_guide_grants_them(team_db, pg_server):
+    """The roles of docs/team.md: a reader reads everything and writes nothing; the viewer's role
+    adds reviews and nothing else."""
+    from grandrounds.core.errors import StoreError
+    from grandrounds.store import ReviewInput
+    from grandrounds.store.team.connection import TeamStore
+
+    db = f"roles{os.getpid()}"
+    pg_server.createdb(db)
+    for role in ("owner_r", "reader", "viewer"):
+        pg_server.psql(db, f"CREATE ROLE {role} LOGIN")
+    pg_server.psql(
+        db, f"ALTER DATABASE {db} OWNER TO owner_r; GRANT ALL ON SCHEMA public TO owner_r"
+    )
+    base = f"127.0.0.1:{pg_server.port}/{db}"
+    gr("publish", "--store", str(team_db), "--to", f"postgresql://owner_r@{base}")
+    guide = (ROOT / "docs" / "team.md").read_text(encoding="utf-8")
+    grants = guide.split("After the first publish has created the tables, as `publisher`:")[1]
+    grants = grants.split("```sql")[1].split("```")[0]
+    r = subprocess.run(
+        [*pg_server.run_as, str(pg_server.bin_dir / "psql"), "-h", "127.0.0.1", "-p",
+         str(pg_server.port), "-U", "owner_r", "-d", db, "-v", "ON_ERROR_STOP=1", "-X"],
+        input=grants, capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    owner = gr("leaderboard", "--store", f"postgresql://owner_r@{base}").stdout
+    assert gr("leaderboard", "--store", f"postgresql://reader@{base}").stdout == owner
+    target = ReviewInput("x", "y", "z", "Dr R", "why", "", None, 1.0)
+    st = TeamStore(f"postgresql://reader@{base}", reviews=True)
+    try:
+        with pytest.raises(StoreError, match="cannot add the review"):
+            st.put_review(target)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with st.pg.con.transaction():
+                st.pg.con.execute("SET TRANSACTION READ WRITE")
+                st.pg.con.execute("DELETE FROM runs")
+    finally:
+        st.close()
+    st = TeamStore(f"postgresql://viewer@{base}", reviews=True)
+    try:
+        assert st.put_review(target) > 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            with st.pg.con.transaction():
+                st.pg.con.execute("SET TRANSACTION READ WRITE")
+                st.pg.con.execute("UPDATE reviews SET reason = 'changed'")
+    finally:
+        st.close()

@@ -153,6 +153,7 @@ class ViewerHandler(RequestHandler):
     def _review(self, host: str) -> None:
         """Store one review: same origin, JSON, the session's CSRF token, validated input."""
         from grandrounds.analyses.reviews import ReviewError, add_review
+        from grandrounds.core.errors import StoreError
 
         body = self._review_body(host)
         if body is None:
@@ -178,6 +179,8 @@ class ViewerHandler(RequestHandler):
             )  # checks a whole-answer score against the benchmark's scale
         except (ReviewError, ValueError, TypeError) as e:
             return self._json({"error": str(e)}, 400)
+        except StoreError as e:  # a team store whose role may not add reviews
+            return self._json({"error": e.problem}, 403)
         self._json({"id": rid})
 
     def _review_refusal(self, host: str) -> tuple[int, str] | None:

@@ -14,6 +14,7 @@ is retried. The call cache stays in SQLite: only the calls behind published rows
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -326,16 +327,10 @@ def _write_run(
     )
     replaced: list[tuple[str, str]] = []
     if rows["grades"]:
-        cur.executemany(_GRADE_UPSERT, rows["grades"], returning=True)
-        n = 0
-        while True:
-            for fp, sid, updated in cur.fetchall():
-                n += 1
-                if updated:
-                    replaced.append((fp, sid))
-            if not cur.nextset():
-                break
-        w["grades"] = n
+        cur.execute(_staged(cur, _GRADE_UPSERT, rows["grades"]))
+        written = cur.fetchall()
+        replaced = [(fp, sid) for fp, sid, updated in written if updated]
+        w["grades"] = len(written)
     if replaced:  # their judge calls are those of the grade that replaced them
         cur.executemany(
             "DELETE FROM grade_calls WHERE run_id = %s AND grader_fp = %s AND sample_id = %s",
@@ -346,11 +341,38 @@ def _write_run(
 
 
 def _many(cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> int:
-    """Run ``sql`` for every row (pipelined by psycopg); how many rows it wrote."""
+    """Run ``sql`` (an ``INSERT ... VALUES (%s, ...) ON CONFLICT ...``) for every row; how many rows
+    it wrote. Many rows are first copied into a temporary table (COPY) and inserted from there in
+    one statement, several times faster than a statement per row."""
     if not rows:
         return 0
-    cur.executemany(sql, rows)
+    if len(rows) < STAGE_FROM:
+        cur.executemany(sql, rows)
+        return int(cur.rowcount)
+    cur.execute(_staged(cur, sql, rows))
     return int(cur.rowcount)
+
+
+def _staged(cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> str:
+    """Copy ``rows`` into a temporary table shaped as ``sql``'s columns (dropped at commit); ``sql``
+    reading from there instead of its ``VALUES``."""
+    m = _INSERT.match(sql)
+    assert m is not None, sql
+    table, cols = m.group(1), m.group(2)
+    stage = f"stage_{table}"
+    cur.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {stage} ON COMMIT DROP AS SELECT {cols} FROM {table} WITH NO DATA"
+    )
+    cur.execute(f"TRUNCATE {stage}")
+    with cur.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+    return sql[: m.start(3)] + f"SELECT {cols} FROM {stage}" + sql[m.end(3) :]
+
+
+#: Rows from which :func:`_many` copies into a temporary table rather than one statement each.
+STAGE_FROM = 50
+_INSERT = re.compile(r"INSERT INTO (\w+) \(([^)]*)\) (VALUES \((?:%s,?)+\))")
 
 
 def _publish_agreement(con: Any, src: Any) -> int:
