@@ -13,6 +13,7 @@ is retried. The call cache stays in SQLite: only the calls behind published rows
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -24,10 +25,11 @@ from typing import Any
 
 from grandrounds.core.errors import StoreError
 from grandrounds.store import Store
+from grandrounds.store.connection import now
 from grandrounds.store.images import MEDIA_TYPES, ImageStore
 from grandrounds.store.team.connection import PgConnection, connect, review_digest, schema_version
 from grandrounds.store.team.dsn import scrub, shown, team_error
-from grandrounds.store.team.schema import MIGRATIONS
+from grandrounds.store.team.schema import MIGRATIONS, SCHEMA_VERSION
 
 #: Times a run's transaction is tried when the server aborts it as a deadlock or serialization failure.
 TRIES = 5
@@ -304,14 +306,47 @@ def _run_rows(src: Any, run_id: str, dsn: str) -> dict[str, list[tuple[Any, ...]
     return rows
 
 
+#: What changes whenever a run's rows in the store change (counts and newest stamps of each of its
+#: tables, the calls its answers and grades name included), read without reading the rows.
+_SIGNATURE = (
+    "SELECT (SELECT COUNT(*) FROM samples s, runs r WHERE r.id = ?1 AND s.benchmark = r.benchmark "
+    "AND s.dataset_sha256 = r.dataset_sha256), "
+    "(SELECT COUNT(*) || ' ' || IFNULL(MAX(c.created_at), '') || ' ' || IFNULL(SUM(c.error IS NULL), '') "
+    "FROM answers a LEFT JOIN calls c ON c.key = a.request_key WHERE a.run_id = ?1), "
+    "(SELECT COUNT(*) || ' ' || IFNULL(MAX(c.created_at), '') FROM grade_calls g "
+    "LEFT JOIN calls c ON c.key = g.key WHERE g.run_id = ?1), "
+    "(SELECT COUNT(*) || ' ' || IFNULL(MAX(created_at), '') FROM grades WHERE run_id = ?1), "
+    "(SELECT COUNT(*) || ' ' || IFNULL(MAX(created_at), '') FROM results WHERE run_id = ?1), "
+    "(SELECT COUNT(*) || ' ' || IFNULL(MAX(settled_at), '') FROM settled WHERE run_id = ?1), "
+    "(SELECT COUNT(*) || ' ' || IFNULL(MAX(updated_at), '') FROM episodes WHERE run_id = ?1), "
+    "(SELECT COUNT(*) || ' ' || IFNULL(MAX(id), '') FROM reviews WHERE run_id = ?1), "
+    "(SELECT COUNT(*) || ' ' || IFNULL(MAX(id), '') FROM review_queue WHERE run_id = ?1)"
+)
+
+
+def run_signature(src: Any, run_id: str) -> str:
+    """A digest of the state of a run's rows in the store (see :data:`_SIGNATURE`)."""
+    row = src.execute(_SIGNATURE, (run_id,)).fetchone()
+    return hashlib.sha256(json.dumps([run_id, SCHEMA_VERSION, *row]).encode()).hexdigest()
+
+
 def _publish_run(con: Any, src: Any, run_id: str, dsn: str) -> RunPublished:
-    """One run in one transaction (its advisory lock held till the end)."""
+    """One run in one transaction (its advisory lock held till the end); nothing is read or sent
+    when this state of the run was published whole before."""
+    signature = run_signature(src, run_id)
+    run = src.execute("SELECT benchmark, model FROM runs WHERE id = ?", (run_id,)).fetchone()
+    out = RunPublished(run_id, run[0], run[1])
+    done = "SELECT 1 FROM published_runs WHERE run_id = %s AND signature = %s"
+    if con.execute(done, (run_id, signature)).fetchone():
+        return out
     rows = _run_rows(src, run_id, dsn)
-    run = rows["runs"][0]
-    out = RunPublished(run_id, run[1], run[3])
     with con.transaction(), con.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("grandrounds run " + run_id,))
         _write_run(cur, run_id, rows, out.written)
+        cur.execute(
+            "INSERT INTO published_runs VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            (run_id, signature, now()),
+        )
     return out
 
 

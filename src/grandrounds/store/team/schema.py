@@ -7,7 +7,9 @@ order, the JSON columns the same text), so the store's own read methods serve bo
 bytes), ``grade_calls`` keeps the order rows were published in (``seq``, in place of SQLite's
 rowid), ``reviews`` carries a ``digest`` of its content so publishing the same review twice adds
 it once, and images are a table of their bytes (``images``: one row per distinct image, the
-sha256 of its bytes as key), so one ``pg_dump`` holds everything. SQLite's ``json_valid``,
+sha256 of its bytes as key), so one ``pg_dump`` holds everything, and ``published_runs`` remembers
+each state of a run already published whole (a signature of its rows in the store), so publishing
+it again skips it without sending its rows. SQLite's ``json_valid``,
 ``json_extract``, ``json_array_length``, ``instr`` and a ``sum`` over booleans are defined as
 functions, so the store's SQL reads the same here. The call cache stays in SQLite: ``calls``
 holds only the calls behind published answers, grades and episodes.
@@ -182,6 +184,12 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             sha256 {_T} PRIMARY KEY,
             media_type {_T} NOT NULL,
             data bytea NOT NULL
+        );
+        CREATE TABLE published_runs (
+            run_id {_T} NOT NULL,
+            signature {_T} NOT NULL,
+            published_at {_T} NOT NULL,
+            PRIMARY KEY (run_id, signature)
         );
         CREATE INDEX grades_sample ON grades(sample_id);
         CREATE INDEX reviews_target ON reviews(run_id, sample_id);
