@@ -494,3 +494,45 @@ def test_read_only_roles_as_the_guide_grants_them(team_db, pg_server):
                 st.pg.con.execute("UPDATE reviews SET reason = 'changed'")
     finally:
         st.close()
+
+
+def test_sqlite_functions_in_the_team_schema_answer_as_sqlite_does(pg_db):
+    """json_valid, json_extract, json_array_length, instr and a sum of comparisons, as the store's
+    queries use them, on documents as the store holds them (NaN and Infinity from older versions
+    included), in SQLite and in the team schema."""
+    import sqlite3
+
+    from grandrounds.store.team.publish import migrate
+
+    migrate(pg_db)
+    docs = [
+        '{"status":"scored","verdicts":[{"a":1},{"b":2}],"x":"NaN in a string"}',
+        '{"status":"answer_failed","verdicts":[]}',
+        '{"status":"grader_error","value":NaN,"verdicts":[1]}',
+        '{"value":Infinity,"status":"scored"}',
+        '{"verdicts":null,"error":"judge call failed"}',
+        '{"error":"judge call failed","status":"not_asked","verdicts":{"k":1}}',
+        "[1,2,3]",
+    ]
+    queries = [
+        "SELECT json_valid(d) FROM t ORDER BY i",
+        "SELECT CASE WHEN json_valid(d) THEN json_extract(d, '$.status') END FROM t ORDER BY i",
+        "SELECT CASE WHEN json_valid(d) THEN json_array_length(d, '$.verdicts') END FROM t ORDER BY i",
+        'SELECT instr(d, \'"error":"judge call failed\') FROM t ORDER BY i',
+        "SELECT SUM(CASE WHEN json_valid(d) THEN json_extract(d, '$.status') END IN ('answer_failed', 'not_asked')), "
+        "SUM(instr(d, 'judge call failed') > 0), SUM(i > 100) FROM t",
+    ]
+    lite = sqlite3.connect(":memory:")
+    lite.execute("CREATE TABLE t (i INTEGER, d TEXT)")
+    lite.executemany("INSERT INTO t VALUES (?, ?)", list(enumerate(docs)))
+    with psycopg.connect(pg_db, autocommit=True) as con:
+        con.execute("CREATE TEMP TABLE t (i bigint, d text)")
+        with con.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s)", list(enumerate(docs)))
+        for q in queries:
+            want = [
+                tuple(bool(v) if "json_valid(d) FROM" in q else v for v in r)
+                for r in lite.execute(q)
+            ]
+            got = [tuple(r) for r in con.execute(q)]
+            assert got == want, q
