@@ -24,6 +24,16 @@ _UNSETTLE = "DELETE FROM settled WHERE run_id = ? AND grader_fp = ?"
 class GradeTables(StoreBase):
     """Reads and writes of ``graders``, ``grades`` and ``results``."""
 
+    # What is counted of a grade without parsing it in Python (the team store reads columns
+    # computed once instead). json_valid first: a grade an older version wrote with NaN or
+    # Infinity in it is not JSON to SQLite, and json_extract on it would fail the whole query.
+    _STATUS = "CASE WHEN json_valid(grade_json) THEN json_extract(grade_json, '$.status') END"
+    _N_VERDICTS = (
+        "CASE WHEN json_valid(grade_json) THEN json_array_length(grade_json, '$.verdicts') END"
+    )
+    #: a failed judge call leaves its error on the vote (graders.judging)
+    _JUDGE_FAILED = 'instr(grade_json, \'"error":"judge call failed\') > 0'
+
     # ---- graders ------------------------------------------------------------------------
     def put_grader(self, fingerprint: str, spec: dict[str, Any]) -> None:
         """Remember what a grader fingerprint stands for (kept if already there)."""
@@ -161,9 +171,7 @@ class GradeTables(StoreBase):
         """How many grades, criterion verdicts, unknown verdicts and unscored answers a (run,
         grader) has: the inputs of coverage, counted in SQL so no grade is parsed."""
         n, verdicts, unknown, unscored = self.db.execute(
-            # json_valid first: a grade an older version wrote with NaN or Infinity in it is not JSON to
-            # SQLite (json_array_length would fail the query); an infinite value counts as unscored
-            "SELECT COUNT(*), SUM(CASE WHEN json_valid(grade_json) THEN json_array_length(grade_json, '$.verdicts') END), "
+            f"SELECT COUNT(*), SUM({self._N_VERDICTS}), "
             "SUM(n_unknown), SUM(value IS NULL OR abs(value) > 1.7976931348623157e308) "
             "FROM grades WHERE run_id = ? AND grader_fp = ?",
             (run_id, grader_fp),
@@ -252,13 +260,8 @@ class GradeTables(StoreBase):
             "SELECT created_at FROM results WHERE run_id = ? AND grader_fp = ?", (run_id, fp)
         ).fetchone()
         n, failed, errors, judge = self.db.execute(
-            "SELECT COUNT(*), "
-            # json_valid first: a grade an older version wrote with NaN or Infinity in it is not
-            # JSON to SQLite, and json_extract on it would fail the whole query
-            "SUM(CASE WHEN json_valid(grade_json) THEN json_extract(grade_json, '$.status') END IN ('answer_failed', 'not_asked')), "
-            "SUM(CASE WHEN json_valid(grade_json) THEN json_extract(grade_json, '$.status') END = 'grader_error'), "
-            # a failed judge call leaves its error on the vote (graders.judging)
-            'SUM(instr(grade_json, \'"error":"judge call failed\') > 0) '
+            f"SELECT COUNT(*), SUM({self._STATUS} IN ('answer_failed', 'not_asked')), "
+            f"SUM({self._STATUS} = 'grader_error'), SUM({self._JUDGE_FAILED}) "
             "FROM grades WHERE run_id = ? AND grader_fp = ?",
             (run_id, fp),
         ).fetchone()

@@ -227,6 +227,12 @@ class TeamStore(Store):
         return TeamImages(self)
 
     # ---- what SQLite says in its own dialect --------------------------------------------
+    # a grade's status, verdict count and failed judge call: columns the server computed as the
+    # grade was published (team/schema.py), the same expressions as the store's
+    _STATUS = "status"
+    _N_VERDICTS = "n_verdicts"
+    _JUDGE_FAILED = "judge_failed"
+
     def review_counts(self) -> dict[str, int]:
         return dict(
             self.db.execute("SELECT run_id, COUNT(*) FROM reviews GROUP BY run_id ORDER BY run_id")

@@ -117,6 +117,16 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             n_unknown bigint NOT NULL DEFAULT 0,
             grade_json {_T} NOT NULL,
             created_at {_T} NOT NULL,
+            -- what the readers count of each grade, worked out once as it is written
+            status {_T} GENERATED ALWAYS AS (
+                CASE WHEN json_valid(grade_json) THEN json_extract(grade_json, '$.status') END
+            ) STORED,
+            n_verdicts bigint GENERATED ALWAYS AS (
+                CASE WHEN json_valid(grade_json) THEN json_array_length(grade_json, '$.verdicts') END
+            ) STORED,
+            judge_failed boolean GENERATED ALWAYS AS (
+                strpos(grade_json, '"error":"judge call failed') > 0
+            ) STORED,
             PRIMARY KEY (run_id, grader_fp, sample_id)
         );
         CREATE TABLE results (
