@@ -51,7 +51,8 @@ def password_of(dsn: str) -> str | None:
     from psycopg.conninfo import conninfo_to_dict
 
     try:
-        return conninfo_to_dict(dsn).get("password") or None
+        value = conninfo_to_dict(dsn).get("password")
+        return str(value) if value else None
     except Exception:
         m = re.match(r"^[a-z]+://[^:/@]*:([^@]*)@", dsn)
         return m.group(1) if m else None
