@@ -59,8 +59,17 @@ def test_modes() -> None:
         and {v.status for v in zero.verdicts} == {"unmet"}
         and zero.details["judged_value"] == 0.8
     )
-    unscored = Grade("s", None, status="unreadable")
-    assert apply_flagged(unscored, flags, "exclude").status == "unreadable"
+    # a grade left without a value by a failed call keeps its status (asked again on the next run)
+    failed = Grade("s", None, status="grader_error", error="judge call failed")
+    assert apply_flagged(failed, flags, "exclude").status == "grader_error"
+    assert apply_flagged(failed, flags, "score-zero").value is None
+    # one left unreadable (the judges' replies could not be read) counts as the mode says
+    unread = Grade("s", None, status="unreadable")
+    assert apply_flagged(unread, flags, "exclude").status == "flagged"
+    zeroed = apply_flagged(unread, flags, "score-zero")
+    assert (
+        zeroed.value == 0.0 and zeroed.status == "scored" and zeroed.details["judged_value"] is None
+    )
     with pytest.raises(ConfigError, match="--flagged 'drop'"):
         check_mode("drop")
 

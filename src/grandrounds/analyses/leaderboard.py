@@ -225,8 +225,25 @@ class Board:
     entries: tuple[Entry, ...]
 
 
+#: What a leaderboard ranks by: the headline, or its lower bound (every unscored answer wrong).
+RANK_BY = ("score", "lower-bound")
+
+
+def ranked_value(r: ResultRow, rank_by: str = "score") -> float | None:
+    """The figure ``r`` is ranked by: its score, or under ``lower-bound`` the bound stored beside
+    it where answers were left unscored (its score where none were)."""
+    if rank_by == "lower-bound" and r.score is not None:
+        bounds = r.extra.get("bounds") or {}
+        if bounds.get("lower") is not None:
+            return float(bounds["lower"])
+    return r.score
+
+
 def leaderboard(
-    rows: Sequence[ResultRow], values: Mapping[tuple[str, str], Values] | None = None, seed: int = 0
+    rows: Sequence[ResultRow],
+    values: Mapping[tuple[str, str], Values] | None = None,
+    seed: int = 0,
+    rank_by: str = "score",
 ) -> list[Board]:
     """Models x benchmarks, ranked within comparable settings, with tie groups and flags.
 
@@ -235,6 +252,8 @@ def leaderboard(
     ranks them in one column unawares. Within a setting, consecutive models whose paired
     CI against the group's leader holds 0 share a group ("tied"); without paired values
     (no common samples) overlapping 95% CIs are used instead and the flag says so.
+    ``rank_by="lower-bound"`` orders by each result's lower bound (every unscored answer wrong),
+    so unscored answers never lift a rank.
     """
     by_bench: dict[str, list[ResultRow]] = defaultdict(list)
     for r in rows:
@@ -256,7 +275,7 @@ def leaderboard(
                 else:
                     diff = ", ".join(fingerprint_diff(ref, group_rows[0].fingerprint))
                     flags.append(f"setting {i} of {len(ordered)}: differs from setting 1 in {diff}")
-            entries.extend(_rank(group_rows, i, flags, values or {}, seed))
+            entries.extend(_rank(group_rows, i, flags, values or {}, seed, rank_by))
         boards.append(Board(bench, ordered[0][0].metric, len(ordered), tuple(entries)))
     return boards
 
@@ -301,9 +320,11 @@ def _rank(
     flags: list[str],
     values: Mapping[tuple[str, str], Values],
     seed: int,
+    rank_by: str = "score",
 ) -> list[Entry]:
     scored = sorted(
-        (r for r in rows if r.score is not None), key=lambda r: (-float(r.score or 0), r.model)
+        (r for r in rows if r.score is not None),
+        key=lambda r: (-float(ranked_value(r, rank_by) or 0), r.model),
     )
     out: list[Entry] = []
     group, leader = 0, None
@@ -313,6 +334,8 @@ def _rank(
         ]
         if r.status != "complete":
             extra.append(r.status)
+        if rank_by == "lower-bound" and ranked_value(r, rank_by) != r.score:
+            extra.append(f"ranked by its lower bound {ranked_value(r, rank_by):.3f}")
         if leader is None or not _tied(leader, r, values, seed, extra):
             group, leader = group + 1, r
         out.append(Entry(r, setting, rank, group, tuple(flags + extra)))

@@ -173,7 +173,8 @@ def _list_declared() -> None:
 
 FLAGGED_HELP = (
     "answers that address the grader (a verdict of their own, the judge's markers, words to the grader): "
-    "keep (default) | exclude (unscored) | score-zero; counted in every result"
+    "keep (default) | exclude (unscored) | score-zero; counted in every result. Under exclude and "
+    "score-zero, an answer whose judges' replies stay unreadable after every re-ask counts as flagged too"
 )
 
 
@@ -550,16 +551,31 @@ def _execute(
 
 
 def flagged_count(result: Any) -> str:
-    """Answers that address the grader, and what ``--flagged`` made of them ("" for results made before they were counted)."""
+    """Answers that address the grader, and what ``--flagged`` made of them, each outcome counted
+    ("" for results made before they were counted): ``4 (scored 0)`` only where all four were."""
     n = result.extra.get("n_flagged")
     if n is None:
         return ""
-    mode = result.fingerprint.get("flagged", "keep")
-    return (
-        str(n)
-        if not n
-        else f"{n} ({'kept' if mode == 'keep' else 'excluded' if mode == 'exclude' else 'scored 0'})"
-    )
+    if not n:
+        return str(n)
+    outcomes = result.extra.get("flag_outcomes")
+    if not outcomes:  # results stored before outcomes were counted: the mode's word
+        mode = result.fingerprint.get("flagged", "keep")
+        return (
+            f"{n} ({'kept' if mode == 'keep' else 'excluded' if mode == 'exclude' else 'scored 0'})"
+        )
+    parts = [(k, int(v)) for k, v in outcomes.items() if v]
+    if len(parts) == 1 and parts[0][1] == n:
+        return f"{n} ({parts[0][0]})"
+    return f"{n} (" + ", ".join(f"{k} {v}" for k, v in parts) + ")"
+
+
+def bounds_text(result: Any) -> str:
+    """The headline's bounds with every unscored answer wrong / right ("" where none are stored)."""
+    b = result.extra.get("bounds")
+    if not b:
+        return ""
+    return f"{b['lower']:.3f}-{b['upper']:.3f}"
 
 
 def print_results(results: list[Any]) -> None:
@@ -593,11 +609,13 @@ def print_results(results: list[Any]) -> None:
                 "failed": str(failed),
                 "truncated": "" if truncated is None else str(truncated),
                 "flagged": flagged_count(r),
+                "bounds": bounds_text(r),
             }
         )
     optional = {
         "judge": lambda row: row["judge"],
         "unknown": lambda row: row["unknown"] not in ("", "0"),
+        "bounds": lambda row: bool(row["bounds"]),
     }
     cols = [
         c
@@ -611,6 +629,7 @@ def print_results(results: list[Any]) -> None:
             "95% CI",
             "n",
             "unscored",
+            "bounds",
             "coverage",
             "unread",
             "unknown",
@@ -639,7 +658,7 @@ def print_results(results: list[Any]) -> None:
         )
         counts = "  ".join(
             f"{c} {row[c]}"
-            for c in ("coverage", "unread", "unknown", "failed", "truncated", "flagged")
+            for c in ("bounds", "coverage", "unread", "unknown", "failed", "truncated", "flagged")
             if c in cols and row[c]
         )
         console.print(

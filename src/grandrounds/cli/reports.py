@@ -78,14 +78,26 @@ def _leaderboard_command(store_path: StorePath, StoreOpt: Any) -> Callable[..., 
         breakdowns: bool = typer.Option(
             True, "--breakdowns/--no-breakdowns", help="per-dimension / subject / category tables"
         ),
+        rank_by: str = typer.Option(
+            "score",
+            "--rank-by",
+            help="score | lower-bound (each headline with every unscored answer counted wrong)",
+        ),
         store: str | None = ReaderStoreOpt,
     ) -> None:
         """Models x benchmarks: score, 95% CI, n, coverage; tied models grouped; incomparable settings flagged."""
+        from grandrounds.analyses.leaderboard import RANK_BY
+
+        if rank_by not in RANK_BY:
+            console.print(
+                f"error: --rank-by {rank_by!r}: choose one of {', '.join(RANK_BY)}", markup=False
+            )
+            raise typer.Exit(2)
         from grandrounds.cli.contamination import print_stored
         from grandrounds.reports import boards
 
         with reader_store(store_path, store) as st:
-            found = boards(st, benchmark, seed)
+            found = boards(st, benchmark, seed, rank_by=rank_by)
             if not found:
                 console.print(
                     f"no results in {st.path}" + (f" for {benchmark}" if benchmark else "")

@@ -2,7 +2,9 @@
 
 The moderator (each ``--judge``) is asked with compare_results' own system and user prompts,
 read at run time out of the pinned agentclinic.py, holding the correct diagnosis and the doctor's
-whole "DIAGNOSIS READY" reply. Its reply is read as the official code reads it under
+whole "DIAGNOSIS READY" reply (under ``grandrounds``, between answer markers it cannot close, after a
+sentence telling the moderator it is data: :func:`grandrounds.graders.judging.delimit_answer`; under
+``reference``, as the official code puts it). Its reply is read as the official code reads it under
 ``reference`` (whitespace collapsed, lower-cased: exactly "yes" is correct, exactly "no" wrong) and
 a little more tolerantly under ``grandrounds`` (:func:`grandrounds.sources.agentclinic.moderator_reading`).
 A reply that says neither is asked again (``--max-reask``), then the judge's vote is unknown; with
@@ -28,7 +30,14 @@ from typing import Any
 from grandrounds.core.hashing import text_hash
 from grandrounds.core.records import Grade, Message, Response, Sample
 from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.judging import Ask, Reading, judge_criteria, judge_keys
+from grandrounds.graders.judging import (
+    ANSWER_MARKERS,
+    Ask,
+    Reading,
+    delimit_answer,
+    judge_criteria,
+    judge_keys,
+)
 from grandrounds.sources import agentclinic as official
 from grandrounds.sources.protocols import check_protocol
 
@@ -61,11 +70,17 @@ class AgentClinicGrader(Grader):
 
     def template_hashes(self) -> dict[str, Any]:
         t = official.texts()
+        ours = ANSWER_MARKERS if self.params.protocol == "grandrounds" else {}
         return {
             "moderator": text_hash(t["moderator_system"].text + "\x1f" + t["moderator_user"].text)[
                 :16
             ]
-        }
+        } | ours
+
+    def moderator_prompts(self, reply: str, correct: str) -> tuple[str, str]:
+        """compare_results' prompts; under ``grandrounds`` the doctor's reply between answer markers."""
+        shown = delimit_answer(reply, correct) if self.params.protocol == "grandrounds" else reply
+        return official.moderator_prompts(shown, correct)
 
     def parse(self, text: str, pending: Sequence[str]) -> dict[str, Reading]:
         said = official.moderator_reading(text, self.params.protocol)
@@ -89,7 +104,7 @@ class AgentClinicGrader(Grader):
                 protocol=self.params.protocol,
             )
         reply = response.text or ""
-        system, user = official.moderator_prompts(reply, correct)
+        system, user = self.moderator_prompts(reply, correct)
         msgs = (Message("system", system), Message("user", user))
         said: dict[int, list[str]] = {}  # per judge, its replies in the order they came
 

@@ -16,13 +16,16 @@ def boards(
     benchmark: str | None = None,
     seed: int = 0,
     run_ids: Collection[str] | None = None,
+    rank_by: str = "score",
 ) -> list[analysis.Board]:
     """The leaderboard with paired tie groups, from everything stored (or from the runs ``run_ids``)."""
     from grandrounds.analyses import collect
     from grandrounds.analyses import leaderboard as analysis
 
     rows = collect.result_rows(store, benchmark, run_ids)
-    return analysis.leaderboard(rows, collect.values(store, [r.key for r in rows]), seed=seed)
+    return analysis.leaderboard(
+        rows, collect.values(store, [r.key for r in rows]), seed=seed, rank_by=rank_by
+    )
 
 
 def build_report(

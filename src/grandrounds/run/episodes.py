@@ -37,6 +37,7 @@ from grandrounds.core.records import (
     ToolCallPart,
 )
 from grandrounds.graders.base import GradeContext, unscored
+from grandrounds.graders.flags import answer_flags, apply_flagged, flag_outcome
 from grandrounds.providers.base import Provider
 from grandrounds.run.executor import Executor
 from grandrounds.store import Store
@@ -66,6 +67,8 @@ class EpisodeRunner:
     answers: Executor
     gen: GenParams
     simulator: Executor | None = None
+    #: What a final answer that addresses the grader counts for (``--flagged``), as for any answer.
+    flagged: str = "keep"
 
     async def play(self, sample: Sample, epoch: int, env: Environment) -> dict[str, Any]:
         """One episode: ``{status, final, steps, state, key}`` (``key``: the last candidate call's)."""
@@ -256,6 +259,7 @@ class EpisodeRunner:
                     "checks": _checks(grade),
                     "judge": grade.extracted if grade else None,
                     "error": grade.error if grade else None,
+                    **_flag_details(grade),
                 }
                 | _official(grade)
             )
@@ -269,11 +273,12 @@ class EpisodeRunner:
         if episode["status"] != "finished":
             return None
         try:
-            return await grader.grade(
+            grade = await grader.grade(
                 sample,
                 Response(key=episode["key"], text=episode["final"] or ""),
                 replace(ctx, episode=episode),
             )
+            return apply_flagged(grade, answer_flags(episode["final"]), self.flagged)
         except (
             Exception
         ) as e:  # a grader bug on one episode is counted and shown, not fatal to the run
@@ -320,11 +325,33 @@ def _success(grade: Grade | None, status: str) -> bool | None:
     return grade.value >= 1.0
 
 
+def _flag_details(grade: Grade | None) -> dict[str, Any]:
+    """An epoch's flags (its final answer addresses the grader) and what ``--flagged`` made of them."""
+    if grade is None or not grade.details.get("flags"):
+        return {}
+    return {"flags": list(grade.details["flags"]), "flag_outcome": flag_outcome(grade)}
+
+
 def combine(sample: Sample, epochs: Sequence[dict[str, Any]]) -> Grade:
     """A sample's grade from its epochs: the share of successes where every epoch is known; an
     epoch that is unknown (a failed call, an environment or grader failure) leaves the sample
-    unscored, with that epoch's reason, so the next run plays it again."""
+    unscored, with that epoch's reason, so the next run plays it again. An epoch whose final answer
+    was flagged and excluded (``--flagged exclude``) excludes the sample (status ``flagged``); the
+    epochs' flags are the sample's."""
     details = details_of(epochs)
+    flags = sorted({f for e in epochs for f in e.get("flags") or ()})
+    if flags:
+        details["flags"] = flags
+        if any(e.get("flag_outcome") == "scored 0" for e in epochs):
+            details["flag_scored_zero"] = True
+        if any(e.get("flag_outcome") == "excluded" for e in epochs):
+            return Grade(
+                sample.id,
+                None,
+                details=details,
+                error=f"answer flagged ({', '.join(flags)}): excluded by --flagged exclude",
+                status="flagged",
+            )
     for e in epochs:
         if e["value"] is None:
             why = {"answer_failed": "answer_failed", "environment_error": "grader_error"}.get(

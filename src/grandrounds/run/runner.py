@@ -44,7 +44,7 @@ from grandrounds.core.records import (
     result_from_json,
 )
 from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.flags import answer_flags, apply_flagged
+from grandrounds.graders.flags import answer_flags, apply_flagged, flag_outcome
 from grandrounds.providers.base import Provider
 from grandrounds.run.batches.executor import BatchSettings, executor_for, pool_width
 from grandrounds.run.config import (
@@ -630,7 +630,9 @@ def episode_runner(
     bench = s.bench
     assert isinstance(bench, AgentBenchmark)  # the episodic benchmarks
     gen = cfg.gen or bench.answer_params(cfg.options)
-    return EpisodeRunner(store, s.run.id, bench, s.provider, answers, gen, simulator)
+    return EpisodeRunner(
+        store, s.run.id, bench, s.provider, answers, gen, simulator, flagged=cfg.flagged
+    )
 
 
 def _executors(
@@ -885,11 +887,16 @@ class Collected:
         self.truncated_votes = 0
         self.redo = 0  # grades a re-run would do again
         self.flagged = 0  # answers that address the grader (graders.flags)
+        self.flag_outcomes: Counter[str] = Counter()  # what --flagged made of them
+        self.values: dict[int, float | None] = {}  # each sample's value, for the headline's bounds
 
     def add(self, position: int, sample: Sample, grade: Grade) -> None:
         self.summaries[position] = self.bench.summarize(sample, grade, self.options)
         self.status[grade.status] += 1
         self.flagged += bool(grade.details.get("flags"))
+        if (outcome := flag_outcome(grade)) is not None:
+            self.flag_outcomes[outcome] += 1
+        self.values[position] = grade.value if grade.status == "scored" else None
         self.redo += needs_redo(grade)
         self.judge_failed += judge_call_failed(grade)
         self.truncated_votes += sum(
@@ -903,7 +910,7 @@ class Collected:
             [self.summaries[i] for i in sorted(self.summaries)], self.options
         )
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> dict[str, Any]:
         """Truncated replies, then what kept answers from a score, beside every headline: answers
         whose call failed (or turns never asked), answers that could not be read (no option
         extracted, no log-probabilities), grader errors, and answers with a failed judge call
@@ -917,6 +924,7 @@ class Collected:
             "n_grader_error": self.status["grader_error"],
             "n_judge_failed": self.judge_failed,
             "n_flagged": self.flagged,
+            "flag_outcomes": dict(sorted(self.flag_outcomes.items())),
         }
 
     def tally(self) -> dict[str, Any]:
@@ -965,6 +973,9 @@ def make_result(
     """
     agg = collected.aggregate()
     extra = dict(agg.extra) | collected.counts()
+    bounds = headline_bounds(agg.score, agg.metric, agg.n, agg.n_unscored, collected.values)
+    if bounds is not None:
+        extra["bounds"] = bounds
     served = collected.store.system_fingerprints(collected.run_id)
     if served:  # what the server said answered the run's calls (system_fingerprint, model version): value -> calls
         extra["system_fingerprints"] = served
@@ -983,6 +994,41 @@ def make_result(
         fingerprint=result_fingerprint(bench, options, run_rec, grader_fp),
         extra=extra,
     )
+
+
+def headline_bounds(
+    score: float | None,
+    metric: str,
+    n: int,
+    n_unscored: int,
+    values: Mapping[int, float | None],
+) -> dict[str, Any] | None:
+    """How far the unscored answers could move the headline: the score with every unscored answer
+    wrong (0) and with every one right (the scale's top: 100 for a 0-100 metric, else 1), over
+    scored and unscored answers together; the leaderboard can rank by the lower bound.
+
+    Given only where the headline is the mean of the per-answer values (clipped to the scale, as
+    HealthBench clips it) over the same answers; None where nothing is unscored, or the headline
+    is another statistic (an F1, a mean per dialogue)."""
+    known = [v for v in values.values() if v is not None]
+    unscored = len(values) - len(known)
+    if score is None or not n_unscored or not known or len(known) != n or unscored != n_unscored:
+        return None
+    top = 100.0 if "0-100" in metric else 1.0
+
+    def clip(x: float) -> float:
+        return min(top, max(0.0, x))
+
+    total = sum(known)
+    if abs(clip(total / len(known)) - score) > 1e-9 * max(1.0, top):
+        return None
+    everyone = len(known) + unscored
+    return {
+        "lower": clip(total / everyone),
+        "upper": clip((total + unscored * top) / everyone),
+        "n_unscored": unscored,
+        "meaning": "every unscored answer wrong / every one right",
+    }
 
 
 def result_fingerprint(
