@@ -425,6 +425,7 @@ def test_moderator_reading(protocol, replies, value, asked, official):
     import asyncio
 
     from grandrounds.graders.agentclinic_grader import AgentClinicGrader, AgentClinicParams
+    from grandrounds.graders.judging import delimit_answer, marked_answer
 
     grader = AgentClinicGrader(AgentClinicParams(protocol))
     judge = Moderator(*replies)
@@ -447,14 +448,17 @@ def test_moderator_reading(protocol, replies, value, asked, official):
         check["name"] == "diagnosis" and check["detail"] == "Myasthenia gravis vs Myasthenia gravis"
     )
     assert check["passed"] == (None if value is None else value == 1.0)
-    # compare_results' prompts, byte for byte
+    # compare_results' prompts, byte for byte; under grandrounds the doctor's reply is between
+    # answer markers (the official prompt around it unchanged)
     off = load_official("agentclinic/agentclinic.py", ["compare_results"])
     seen = []
     off.compare_results.__globals__["query_model"] = lambda m, prompt, system, **kw: (
         seen.append((system, prompt)) or "yes"
     )
-    off.compare_results(reply, "Myasthenia gravis", "mod", None)
+    shown = reply if protocol == "reference" else delimit_answer(reply, "Myasthenia gravis")
+    off.compare_results(shown, "Myasthenia gravis", "mod", None)
     assert [(m[0].content, m[1].content) for m in judge.asked[:1]] == seen
+    assert (marked_answer(judge.asked[0][1].content) == reply) == (protocol == "grandrounds")
 
 
 # ---- configuration ------------------------------------------------------------------------------
