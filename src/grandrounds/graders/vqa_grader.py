@@ -33,7 +33,14 @@ from grandrounds.core.records import Grade, Message, Response, Sample
 from grandrounds.core.registry import Spec
 from grandrounds.core.textutil import strip_reasoning
 from grandrounds.graders.base import GradeContext, Grader
-from grandrounds.graders.judging import Ask, Reading, judge_keys, majority, panel
+from grandrounds.graders.judging import (
+    ANSWER_MARKERS,
+    Ask,
+    Reading,
+    judge_keys,
+    majority,
+    panel,
+)
 from grandrounds.scoring.vqa import normalize, token_recall
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.sources.vqa import (
@@ -127,8 +134,8 @@ class VQAGrader(Grader):
                 "open_judge_source": f"{MEDEVALKIT_UTILS.repo}@"
                 f"{MEDEVALKIT_UTILS.commit[:7]} {MEDEVALKIT_UTILS.path} get_compare_messages",
             }
-        # our prompt shows the answer between fixed tags that are removed from the answer itself
-        return {"open_judge": text_hash(OUR_OPEN_JUDGE)[:16], "answer_markers": "fixed tags"}
+        # our prompt shows the answer between the answer markers of every grandrounds judge
+        return {"open_judge": text_hash(OUR_OPEN_JUDGE)[:16]} | ANSWER_MARKERS
 
     def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:
         return judges if self.params.judge_open and sample.metadata.get("closed") is False else 0
