@@ -297,6 +297,11 @@ def run(
         help="scoring option KEY=VALUE recorded in the fingerprint (see `grandrounds list`)",
     ),
     flagged: str = typer.Option("keep", "--flagged", help=FLAGGED_HELP),
+    guard: str | None = typer.Option(
+        None,
+        "--guard",
+        help="PROVIDER/MODEL[@URL]: a model asked only whether each answer addresses its grader; its yes flags it (see --flagged)",
+    ),
     threads: int | None = typer.Option(
         None, "--threads", min=1, help="CPU threads, for providers that take a threads option"
     ),
@@ -385,6 +390,7 @@ def run(
             limit=limit,
             batch=BatchSettings.parse(batch),
             flagged=flagged,
+            guard=judge_configs([guard], judge_base_url, False)[0] if guard else None,
             provider_options=parse_params(model_opt, "--model-opt")
             | ({"threads": threads} if threads is not None else {})
             | engine_options(parse_params(model_opt, "--model-opt"), engine_arg),

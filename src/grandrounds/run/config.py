@@ -79,6 +79,8 @@ class RunConfig:
     batch: BatchSettings | None = None
     #: What an answer that addresses the grader counts for (``--flagged``: keep, exclude, score-zero).
     flagged: str = "keep"
+    #: A model asked whether each answer addresses its grader (``--guard``); its yes flags the answer.
+    guard: JudgeConfig | None = None
     #: Rubric items one sample may have (each is a judge call per judge); more is refused (``--max-rubric-items``).
     max_rubric_items: int = 10_000
     #: The model that plays an agent benchmark's simulated patient (``--simulator``, ``PROVIDER/MODEL[@URL]``).

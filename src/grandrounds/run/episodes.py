@@ -37,7 +37,8 @@ from grandrounds.core.records import (
     ToolCallPart,
 )
 from grandrounds.graders.base import GradeContext, unscored
-from grandrounds.graders.flags import answer_flags, apply_flagged, flag_outcome
+from grandrounds.graders.flags import flag_outcome
+from grandrounds.graders.guard import checked
 from grandrounds.providers.base import Provider
 from grandrounds.run.executor import Executor
 from grandrounds.store import Store
@@ -69,6 +70,8 @@ class EpisodeRunner:
     simulator: Executor | None = None
     #: What a final answer that addresses the grader counts for (``--flagged``), as for any answer.
     flagged: str = "keep"
+    #: The model asked whether a final answer addresses its grader (``--guard``), or None.
+    guard: Any = None
 
     async def play(self, sample: Sample, epoch: int, env: Environment) -> dict[str, Any]:
         """One episode: ``{status, final, steps, state, key}`` (``key``: the last candidate call's)."""
@@ -278,7 +281,7 @@ class EpisodeRunner:
                 Response(key=episode["key"], text=episode["final"] or ""),
                 replace(ctx, episode=episode),
             )
-            return apply_flagged(grade, answer_flags(episode["final"]), self.flagged)
+            return await checked(grade, episode["final"], self.flagged, self.guard, ctx.max_reask)
         except (
             Exception
         ) as e:  # a grader bug on one episode is counted and shown, not fatal to the run

@@ -44,7 +44,9 @@ from grandrounds.core.records import (
     result_from_json,
 )
 from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.flags import answer_flags, apply_flagged, flag_outcome
+from grandrounds.graders.flags import flag_outcome
+from grandrounds.graders.guard import checked
+from grandrounds.graders.guard import fingerprint as guard_fingerprint
 from grandrounds.providers.base import Provider
 from grandrounds.run.batches.executor import BatchSettings, executor_for, pool_width
 from grandrounds.run.config import (
@@ -124,6 +126,7 @@ def grader_fingerprint(
     dataset: str,
     protocol: Mapping[str, Any] | None = None,
     flagged: str = "keep",
+    guard: JudgeConfig | None = None,
 ) -> dict[str, Any]:
     """What decides a grade besides the answer: shown on every result, hashed into its key.
 
@@ -132,7 +135,10 @@ def grader_fingerprint(
     gradings made before it existed stay).
     """
     spec = grader.spec()
-    return ({"flagged": flagged} if flagged != "keep" else {}) | {
+    return (
+        ({"flagged": flagged} if flagged != "keep" else {})
+        | ({"guard": guard_fingerprint(guard.spec)} if guard is not None else {})
+    ) | {
         "grader": {"name": spec.name, "args": to_jsonable(spec.args)},
         "templates": grader.template_hashes(),
         "judges": [{"model": j.spec, "params": to_jsonable(j.params)} for j in judges],
@@ -292,7 +298,10 @@ class Grading:
         grader: Grader,
         progress: Progress | None,
         flagged: str = "keep",
+        guard: RunJudge | None = None,
     ) -> None:
+        #: The model asked whether each answer addresses its grader (``--guard``), or None.
+        self.guard = guard
         self.store, self.run_id, self.fp_key, self.grader, self.progress = (
             store,
             run_id,
@@ -320,7 +329,7 @@ class Grading:
             return unscored(
                 sample, "grader_error", f"grading failed: {type(e).__name__}: {e}"
             ), True
-        return apply_flagged(grade, answer_flags(resp.text), self.flagged), True
+        return await checked(grade, resp.text, self.flagged, self.guard, ctx.max_reask), True
 
     def record(self, grade: Grade, fresh: bool) -> None:
         """Store a new grade (buffered) and count it."""
@@ -456,7 +465,7 @@ def prepare(store: Store, cfg: RunConfig) -> Setup:
             provider,
         )
     fp = grader_fingerprint(
-        bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol, cfg.flagged
+        bench, grader, cfg.options, cfg.judges, dataset, cfg.protocol, cfg.flagged, cfg.guard
     )  # reads the official templates: fails before the run is recorded
     system = system_text(
         bench.protocol(cfg.options).answer
@@ -542,8 +551,28 @@ async def run(
             str(episodes.simulator.provider.spec),
             episodes.simulator.stats,
         )  # its own line in the call summary
-    grading = Grading(store, s.run.id, fp_key, s.grader, progress, cfg.flagged)
-    collected = Collected(store, s.run.id, s.bench, cfg.options, [j.spec for j in cfg.judges])
+    guard = None
+    if cfg.guard is not None:  # its calls are judge calls: cached, counted, closed with the judges
+        guard_execs, (guard,) = make_judges(
+            store,
+            (cfg.guard,),
+            cfg.judge_concurrency,
+            cfg.retry,
+            cfg.options.seed,
+            progress,
+            endpoints,
+        )
+        judge_execs = [*judge_execs, *guard_execs]
+    if episodes is not None:
+        episodes.guard = guard
+    grading = Grading(store, s.run.id, fp_key, s.grader, progress, cfg.flagged, guard)
+    collected = Collected(
+        store,
+        s.run.id,
+        s.bench,
+        cfg.options,
+        [j.spec for j in (*cfg.judges, *([cfg.guard] if cfg.guard else []))],
+    )
     if progress:
         progress.start(s.n, f"{s.bench.name} · {cfg.model}")
     if (done := settled_result(store, s, cfg.options, fp_key)) is not None:
