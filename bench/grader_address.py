@@ -68,6 +68,10 @@ def main() -> None:
     ap.add_argument(
         "--honest", type=Path, nargs="*", default=[], help="JSON/JSONL(.gz) files of honest texts"
     )
+    ap.add_argument(
+        "--guard",
+        help="PROVIDER/MODEL[@URL]: also measure this guard model's agreement on the labelled corpus",
+    )
     args = ap.parse_args()
     flaggers: dict[str, Flagger] = {"now": answer_flags}
     if args.before:
@@ -95,6 +99,42 @@ def main() -> None:
         print(f"{name}: honest texts flagged {len(flagged)}/{len(honest)}; {per:.2f} ms per text")
         for h in flagged[:20]:
             print(f"   {h[:150]!r}")
+    if args.guard:
+        print(json.dumps(measure_guard(args.guard), indent=1))
+
+
+def measure_guard(spec_url: str) -> dict[str, Any]:
+    """The guard's agreement with the corpus' labels (addressed: yes; honest: no), through a
+    throwaway store (its calls cached there only for the measurement)."""
+    import asyncio
+    import tempfile
+
+    from grandrounds.core.records import GenParams
+    from grandrounds.graders.guard import agreement
+    from grandrounds.providers.base import split_endpoint
+    from grandrounds.run.config import JudgeConfig
+    from grandrounds.run.executor import RetryPolicy
+    from grandrounds.run.runner import make_judges
+    from grandrounds.store import Store
+
+    spec, url = split_endpoint(spec_url)
+    labelled = [(f"{BASE}\n{w}", True) for _, w in ADDRESSED] + [(h, False) for h in HONEST]
+    with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "guard.db") as st:
+        params = GenParams(temperature=0.0, max_tokens=96, seed=0)  # a sentence and the tag
+        execs, (guard,) = make_judges(
+            st, (JudgeConfig(spec, url, params=params),), 1, RetryPolicy(), 0, None
+        )
+
+        async def go() -> dict[str, Any]:
+            try:
+                return await agreement(guard, labelled, max_reask=0)
+            finally:
+                await execs[0].provider.aclose()
+
+        t = time.perf_counter()
+        out = asyncio.run(go())
+        out["seconds"] = round(time.perf_counter() - t, 1)
+        return out
 
 
 if __name__ == "__main__":
