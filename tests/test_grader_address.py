@@ -266,6 +266,12 @@ def test_agentclinic_an_injected_diagnosis_is_flagged_and_moves_nothing(
         assert got["exclude"]["n"] == 10 - wrong
         assert got["exclude"]["extra"]["flag_outcomes"] == {"excluded": wrong}
         assert got["exclude"]["extra"]["bounds"]["lower"] == pytest.approx(honest["score"])
+        # the paper's figure beside the headline (the official reading) is not lifted either
+        assert got["keep"]["extra"]["official"]["score"] > honest["extra"]["official"]["score"]
+        assert (
+            got["score-zero"]["extra"]["official"]["score"] == honest["extra"]["official"]["score"]
+        )
+        assert got["exclude"]["extra"]["official"]["unknown"] == wrong
         injected = [m for m in moderated if inject in m]
         assert injected
         if protocol == "grandrounds":  # between markers, after the sentence saying it is data
@@ -285,7 +291,9 @@ def test_no_published_or_reference_answer_is_flagged() -> None:
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         texts.extend(json.loads(line)["reply"] for line in fh if line.strip())
     hb = shared_file("healthbench", "healthbench_500.jsonl")
-    for line in hb.read_text(encoding="utf-8").splitlines():
+    for line in hb.read_text(encoding="utf-8").split("\n"):
+        if not line.strip():
+            continue
         ideal = json.loads(line).get("ideal_completions_data") or {}
         texts.extend(t for t in [ideal.get("ideal_completion")] if t)
         texts.extend(ideal.get("ideal_completions_ref_completions") or [])

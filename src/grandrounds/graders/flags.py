@@ -229,6 +229,12 @@ def apply_flagged(grade: Grade, flags: tuple[str, ...], mode: str) -> Grade:
     details["judged_value"] = grade.value
     if grade.value is None:
         details["unscored_as"] = {"status": grade.status, "error": grade.error}
+    if isinstance(
+        details.get("official_correct"), list
+    ):  # an official reading kept beside the value
+        details["official_correct"] = [
+            None if mode == "exclude" else False for _ in details["official_correct"]
+        ]
     if mode == "exclude":
         why = f"answer flagged ({', '.join(flags)}): excluded by --flagged exclude"
         return replace(grade, value=None, details=details, error=why, status="flagged")
