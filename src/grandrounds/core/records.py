@@ -548,10 +548,9 @@ def judge_calls(grade: Grade) -> list[tuple[str | None, str]]:
     for vote in (*grade.votes, *(v for verdict in grade.verdicts for v in verdict.votes)):
         for key in vote.keys:
             named.setdefault(key, vote.judge)
-    guard = (grade.details.get("guard") or {}).get(
-        "vote"
-    ) or {}  # --guard's reading (graders.guard)
+    # --guard's reading (graders.guard), kept in the details, not among the grader's votes
+    guard = (grade.details.get("guard") or {}).get("vote") or {}
     for key in guard.get("keys") or ():
-        named.setdefault(key, guard.get("judge"))
+        named.setdefault(key, str(guard.get("judge") or ""))
     keys = dict.fromkeys((*named, *grade.judge_keys))
     return [(named.get(k), k) for k in keys]
