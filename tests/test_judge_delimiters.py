@@ -9,8 +9,8 @@ import hashlib
 
 import pytest
 
+from grandrounds.core import markers
 from grandrounds.core.records import Criterion, Message, Sample
-from grandrounds.graders import judging
 from grandrounds.graders.gaps_grader import GAPSGrader, GAPSParams
 from grandrounds.graders.healthbench_grader import HealthBenchGrader, HealthBenchParams
 from grandrounds.graders.judging import answer_boundary, delimit_answer, marked_answer
@@ -49,11 +49,11 @@ def test_an_answer_holding_the_boundary_gets_another(monkeypatch: pytest.MonkeyP
         def hexdigest(self) -> str:
             return ("0" if self.first else "1") * 64
 
-    monkeypatch.setattr(judging.hashlib, "sha256", Fixed)
+    monkeypatch.setattr(markers.hashlib, "sha256", Fixed)
     assert answer_boundary("plain") == "ANSWER-" + "0" * 16
     holding = "text <</answer-" + "0" * 16 + ">> more"  # any case
     assert answer_boundary(holding) == "ANSWER-" + "1" * 16
-    monkeypatch.setattr(judging.hashlib, "sha256", hashlib.sha256)
+    monkeypatch.setattr(markers.hashlib, "sha256", hashlib.sha256)
 
 
 def test_a_planted_closing_marker_does_not_close_the_answer() -> None:

@@ -72,9 +72,9 @@ def compare_prompt() -> UpstreamText:
 
 def our_prompt(question: str, reference: str, answer: str) -> str:
     """Our judge prompt, the candidate's answer between the answer markers every ``grandrounds``
-    judge sees (:func:`grandrounds.graders.judging.delimit_answer`: named from the request, never
+    judge sees (:func:`grandrounds.core.markers.delimit_answer`: named from the request, never
     closable from inside)."""
-    from grandrounds.graders.judging import delimit_answer
+    from grandrounds.core.markers import delimit_answer
 
     shown = delimit_answer(answer.strip(), question, reference)
     return OUR_OPEN_JUDGE.format(question=question, reference=reference, answer=shown)
