@@ -1,6 +1,6 @@
 """HealthBench meta-evaluation: how well a judge agrees with physicians on HealthBench rubric items.
 
-The protocol is openai/simple-evals ``healthbench_meta_eval.py`` @ ee3b031 (PROTOCOLS.md section 4).
+The protocol is openai/simple-evals ``healthbench_meta_eval.py`` @ ee3b031.
 Each row of the public meta-eval file (``2025-05-07-06-14-12_oss_meta_eval.jsonl``, 29,511 rows)
 holds a conversation (``prompt``), a model's ``completion``, one rubric criterion (``rubric``, a
 string), its ``category`` (the criterion's cluster), and ``binary_labels``: one met/unmet label per
@@ -92,7 +92,7 @@ if (
     from grandrounds.run.runner import Progress
 
 SUITE = "healthbench-meta"
-#: The public meta-eval file (simple-evals ``INPUT_PATH``); size 136,224,466 bytes (PROTOCOLS.md section 4).
+#: The public meta-eval file (simple-evals ``INPUT_PATH``); size 136,224,466 bytes.
 META_FILE = RemoteFile(
     url=BASE_URL + "2025-05-07-06-14-12_oss_meta_eval.jsonl",
     filename="2025-05-07-06-14-12_oss_meta_eval.jsonl",

@@ -44,7 +44,7 @@ _RAW = f"https://raw.githubusercontent.com/{official.REPO}/{official.COMMIT}"
 
 @dataclass(frozen=True)
 class CaseSet:
-    """One published case file: where it is, its checksum (SOURCE.md), its size, its layout."""
+    """One published case file: where it is, its checksum, its size, its layout."""
 
     file: RemoteFile
     cases: int

@@ -1,6 +1,6 @@
 """GAPS (AQ-MedAI/MedicalAiBenchEval): NSCLC clinical questions scored on A1..S4 rubric points.
 
-Data (PROTOCOLS.md section 3, format quirk 5): ``GAPS-NSCLC-preview.xlsx`` sheet ``Sheet1``
+Data: ``GAPS-NSCLC-preview.xlsx`` sheet ``Sheet1``
 (index, question, 分类, rubrics, three reference-model answer columns; 92 questions, 1,691
 points) and ``community_contributions.xlsx`` sheet ``社区贡献数据`` (5 questions). The rubric
 is a JSON list in one cell, which Excel cuts at 32,767 characters: a cut list is repaired by

@@ -261,7 +261,7 @@ class HeadQA(MultipleChoiceBenchmark):
         ra = str(q["ra"]).strip()
         if not ra.isdigit() or not 1 <= int(ra) <= len(
             answers
-        ):  # ra is a string, aid an int (SOURCE.md quirk)
+        ):  # ra is a string, aid an int (as the file has them)
             raise DataError(
                 path,
                 where,

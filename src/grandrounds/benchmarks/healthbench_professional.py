@@ -1,7 +1,7 @@
 """HealthBench Professional (OpenAI): 525 real clinician chat tasks, rubric-graded, with a length adjustment.
 
 Data (``data/assets/README`` of medicalsphere/HealthBench @ 0f3b62d, the reference implementation
-named in PROTOCOLS.md): JSON Lines, one task per line: ``id``, ``conversation`` (the user and
+of the benchmark): JSON Lines, one task per line: ``id``, ``conversation`` (the user and
 assistant messages, ending with a user message; the reference code reads it as
 ``conversation["messages"]``, the data card as a list: both are read), ``rubric_items``
 (``criterion_text``, signed ``points``), ``use_case`` (consult, writing, research), ``type``

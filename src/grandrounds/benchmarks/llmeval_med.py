@@ -2,7 +2,7 @@
 
 Data: ``dataset.json``, a JSON object keyed by category, each a list of turns; multi-turn
 dialogues share ``groupCode`` within a category and are asked in ``round`` order with the
-model's own earlier answers as history (PROTOCOLS.md section 2 and format quirk 4). Score: the
+model's own earlier answers as history. Score: the
 usability rate (%), i.e. the share of answers whose mean judge score over the runs is >= 4.
 
 Protocols (``--protocol``):

@@ -92,7 +92,7 @@ LM_EVAL_COMMIT = "4e7e0d47f33bc71070c1d38394bafbb52b117163"
 
 
 def lm_eval_file(path: str, sha256: str) -> UpstreamFile:
-    """A file of lm-evaluation-harness at the pinned commit (SOURCES.tsv folder ``lm-eval``)."""
+    """A file of lm-evaluation-harness at the pinned commit (reference folder ``lm-eval``)."""
     return UpstreamFile("lm-eval", LM_EVAL_REPO, LM_EVAL_COMMIT, path, sha256)
 
 

@@ -1,6 +1,6 @@
 """MedBench (Shanghai AI Lab platform): questions as handed out, answers withheld, submission out.
 
-Format (PROTOCOLS.md section 5, quirk 12): JSON Lines ``{"question", "answer": "", "other":
+Format: JSON Lines ``{"question", "answer": "", "other":
 {"id", "source"}}`` (+ ``img_path`` for VLM, ``options`` in old sets). Multiple-choice sets repeat
 each ``other.id`` five times with shuffled options, so every row is kept: sample id is
 ``<source>/<id>/<row index>``. Scoring is server-side; :func:`write_submission` writes the same

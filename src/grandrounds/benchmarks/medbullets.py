@@ -23,7 +23,7 @@ scores them. 116 stems refer to a figure ("Figure A") the files do not include; 
 text, as the authors and MedHELM ask them.
 
 Protocols. No official harness prompt for MedBullets is among the pinned reference files
-(``../shared/reference``), and the project's protocol notes do not cover it. The authors' prompts
+(``$GRANDROUNDS_REFERENCE``). The authors' prompts
 live in their run scripts and MedHELM's in crfm-helm's run specs; neither is pinned here, so
 neither wording is reproduced, and none is invented in their name. ``reference`` fixes what those
 published evaluations share and what can be stated without their text: zero-shot, one option

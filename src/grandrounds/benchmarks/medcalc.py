@@ -4,7 +4,7 @@ Data (``--param version=...``; every version has the same columns, Python-litera
 Entities`` included, and is scored by the same official code):
 
 - ``v1.0`` (the default): ``dataset/test_data.csv`` from ncbi-nlp/MedCalc-Bench @ 5523b77, 1,047
-  rows, sha256 pinned (PROTOCOLS.md section 6). It stays the default so that results stored as
+  rows, sha256 pinned. It stays the default so that results stored as
   ``medcalc-bench`` keep meaning the data they were computed on.
 - ``v1.2``: ``datasets/test_data.csv`` of the same repository, 1,100 rows (the file moved there on
   2025-11-18; also published as ncbi/MedCalc-Bench-v1.2 on Hugging Face). No commit with it is
@@ -168,7 +168,7 @@ FORMAT_HINT = {
     "decimal": "The answer must be a single number.",
 }
 
-# The official scoring code at a pinned commit (../shared/reference/SOURCES.tsv, folder medcalc-bench).
+# The official scoring code at a pinned commit (reference folder medcalc-bench).
 _REPO, _CODE_COMMIT = "ncbi-nlp/MedCalc-Bench", "20b10f9d66a8c3b0356ae3138533f5ec91666b6a"
 RUN_PY = UpstreamFile(
     "medcalc-bench",

@@ -1,7 +1,7 @@
 """MEDEC (MEDIQA-CORR 2024, MS collection): find and correct the one medical error, if any.
 
 Data: ``MEDEC-MS-{Test,Validation}Set-with-GroundTruth-and-ErrorType.csv`` from abachaa/MEDEC @
-70268d2 (PROTOCOLS.md section 6, format quirk 10). The test file ends with 328 blank rows, which
+70268d2. The test file ends with 328 blank rows, which
 are dropped; Error Flag / Error Sentence ID are cast to int. Headline metric: Error-Flag
 accuracy; sentence-id accuracy and the composite ROUGE figures of corrections sit beside it.
 

@@ -1,6 +1,6 @@
 """What the exams whose ``reference`` protocol is a Medmarks environment share.
 
-Medmarks (tmabraham/med-lm-envs, at the commit ../shared/reference/SOURCES.tsv pins for
+Medmarks (tmabraham/med-lm-envs, at the commit pinned for the reference folder
 ``medmarks-envs``) builds each question's user prompt in its environment file; the benchmark reads
 that prompt's text out of the pinned file at run time (:mod:`grandrounds.sources.upstream`). The
 environment also fixes the answer format: its system prompt (``XML_SYSTEM_PROMPT`` of Medmarks'
@@ -21,7 +21,7 @@ from grandrounds.core.records import AnswerMode
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import VERIFIERS, TextRef, UpstreamFile, UpstreamRepo
 
-#: tmabraham/med-lm-envs at the commit every Medmarks environment is read from (as SOURCES.tsv's medmarks-envs).
+#: tmabraham/med-lm-envs at the commit every Medmarks environment is read from (reference folder ``medmarks-envs``).
 MEDMARKS = UpstreamRepo(
     "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
 )

@@ -1,6 +1,6 @@
 """MedMCQA dev split (4,183 questions), as vendored by MIRAGE.
 
-Format (PROTOCOLS.md section 6): ``dev.json`` is JSON Lines despite its name, with ``question,
+Format: ``dev.json`` is JSON Lines despite its name, with ``question,
 opa..opd, cop`` (1-based: 1 -> opa -> A), ``subject_name, topic_name, id`` (uuid, used as the
 sample id), ``choice_type`` (single|multi; scored as single-answer either way), ``exp``.
 Score: accuracy, broken down by subject and choice type.

@@ -1,6 +1,6 @@
 """MedQA-USMLE, US English, 4 options, test split (1,273 questions), as vendored by MIRAGE.
 
-Format (PROTOCOLS.md section 6): JSON Lines ``{"question", "answer": <text>, "options": {"A".."D"},
+Format: JSON Lines ``{"question", "answer": <text>, "options": {"A".."D"},
 "meta_info": "step1" | "step2&3", "answer_idx": "B", "metamap_phrases": [...]}``. Records carry no
 id, so a sample's id is its 0-based position among the file's records. Score: accuracy of the
 chosen letter against ``answer_idx``, broken down by ``meta_info``.

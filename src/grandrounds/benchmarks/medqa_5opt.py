@@ -2,7 +2,7 @@
 
 Data: carlwharris/cog-bias-med-LLMs @ bee2807 ``data_clean/questions/US/test.jsonl`` (the BiasMedQA
 authors' copy of MedQA's ``data_clean/questions/US/test.jsonl``; the MedAgentsBench and MedReason
-repositories hold byte-identical copies, SOURCE.md). JSON Lines ``{"question", "answer": <text>,
+repositories hold byte-identical copies). JSON Lines ``{"question", "answer": <text>,
 "options": {"A".."E"}, "meta_info": "step1" | "step2&3", "answer_idx"}``, read as MedQA's four-option
 file is (:func:`grandrounds.benchmarks.medqa.iter_medqa_format`): no ids, so a sample's id is its
 0-based position; the same 1,273 questions as ``medqa`` in the same order, each with the distractor

@@ -18,7 +18,7 @@ Data (``--param subset``):
   is recorded and later ones are checked against it.
 
 ``--data`` takes a folder holding the files under their cache names, their repositories' paths, or
-the ../shared/data layout, or one file of either layout.
+a mirror of the data folder, or one file of either layout.
 
 Protocol. The authors' zero-shot chain of thought (eval/main.py ``zero_shot_cot``) is two turns: the
 system message and "Q: {question}\\nA: Let's think step by step.", then, after the model's reasoning,
@@ -76,7 +76,7 @@ from grandrounds.sources.upstream import UpstreamFile
 _MAB = "https://raw.githubusercontent.com/xk-huang/medagents-benchmark/36ee14d7835142e346cb376ab7330246f86742cb/data"
 _OFFICIAL = f"https://raw.githubusercontent.com/{MEDXPERTQA.repo}/{MEDXPERTQA.commit}/eval/data"
 #: subset -> (kind of the file's questions or None when each record says, its public file, where it sits in
-#: its repository and in ../shared/data).
+#: its repository and in a data mirror).
 FILES: dict[str, tuple[tuple[str | None, RemoteFile, tuple[str, ...]], ...]] = {
     "full": (
         (

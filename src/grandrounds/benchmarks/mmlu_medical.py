@@ -1,6 +1,6 @@
 """MMLU's six medical subjects, test split (1,089 questions), as vendored by MIRAGE.
 
-Format (PROTOCOLS.md section 6): one headerless CSV per subject, ``<subject>_test.csv``, with six
+Format: one headerless CSV per subject, ``<subject>_test.csv``, with six
 columns: question, A, B, C, D, answer letter. Quoted cells may contain CRLF. Score: accuracy per
 subject; the headline is the micro average over all questions, the macro average (unweighted
 mean of the subject accuracies) is given in ``extra``.

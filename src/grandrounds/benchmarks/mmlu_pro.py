@@ -7,7 +7,7 @@ Hugging Face only): ``realidx`` (= MMLU-Pro's question_id), ``question``, ``opti
 padding already dropped), ``answer_idx``, ``answer`` (the key's text, checked), ``category``,
 ``src`` (the MMLU subject it came from: the breakdown). Against TIGER-Lab's July 2024 dump, 816 of
 818 items are identical; realidx 6047 and 6392 carry other questions there (a later revision of the
-dataset, per SOURCE.md).
+dataset).
 
 M-ARC (MedARC-QA v1). Data: dbernardo05/medARC-QA @ 4e64daa ``data_medARCv1/test_medARCv1.csv``
 in MMLU-Pro's layout: ``question_id, question, options`` (a JSON list written as a string, read as

@@ -1,6 +1,6 @@
 """PubMedQA PQA-L: yes/no/maybe questions on PubMed abstracts (500-item official test split).
 
-Format (PROTOCOLS.md section 6): ``ori_pqal.json`` maps PMID -> ``{QUESTION, CONTEXTS[], LABELS[],
+Format: ``ori_pqal.json`` maps PMID -> ``{QUESTION, CONTEXTS[], LABELS[],
 MESHES, YEAR, final_decision, LONG_ANSWER, ...}`` (1,000 items); ``test_ground_truth.json`` maps the
 500 test PMIDs -> "yes"/"no"/"maybe". The prompt gives the abstract's CONTEXTS (without its
 conclusion) and the question; options A=yes, B=no, C=maybe. Score: accuracy, plus macro-F1 over

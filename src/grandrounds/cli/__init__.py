@@ -1,1 +1,1 @@
-"""Layer 7, the `grandrounds` command: `main` builds the app, one module per command group."""
+"""Layer 9, the `grandrounds` command: `main` builds the app, one module per command group."""

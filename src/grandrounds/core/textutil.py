@@ -16,8 +16,7 @@ def strip_reasoning(text: str) -> str:
 
     Handles ``<think>…</think>`` (also an unopened ``…</think>`` prefix, and a block never closed
     because the reply was cut off while reasoning), ``<seed:think>``,
-    gpt-oss ``analysis…assistantfinal`` and hunyuan ``<answer>…</answer>`` wrappers
-    (PROTOCOLS.md, format quirk 13).
+    gpt-oss ``analysis…assistantfinal`` and hunyuan ``<answer>…</answer>`` wrappers.
     """
     if "<" not in text and "assistantfinal" not in text:
         return text.strip()  # no tag and no gpt-oss marker: nothing below would change it

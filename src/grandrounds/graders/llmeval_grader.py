@@ -1,6 +1,6 @@
 """LLMEval-Med judge: a holistic score per answer, averaged over several judge runs.
 
-Protocol (PROTOCOLS.md section 2; LLMEval-Med Evaluate.py and evaluate/Aggregate.py): one
+Protocol (LLMEval-Med Evaluate.py and evaluate/Aggregate.py): one
 Chinese prompt per category, the judge sees only the current turn (question, answer, reference
 ``sanswer`` and, for three categories, the checklist); the score is the first ``[n]`` in the
 reply. Over N runs, ``mean = mean(valid scores)`` and the answer is *usable* iff ``mean >= 4.0``.

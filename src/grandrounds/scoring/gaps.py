@@ -1,4 +1,4 @@
-"""GAPS arithmetic (AQ-MedAI/MedicalAiBenchEval @ 85e91cf; PROTOCOLS.md section 3), pure.
+"""GAPS arithmetic (AQ-MedAI/MedicalAiBenchEval @ 85e91cf), pure.
 
 - Points per level (config.yaml ``point``): A1=5, A2=3, A3=1, S1..S4=-1..-4. ``A4`` and any
   missing/unknown level score 0 and are left out of the maximum, as the reference does; they
@@ -105,7 +105,7 @@ def _normalize(earned: float, max_points: float) -> float | None:
 def combine_severity(levels: Sequence[int | None], strategy: str = "conservative") -> int:
     """One severity 1..4 for an irrelevant passage from several graders' S-levels.
 
-    PROTOCOLS.md section 3 (``--voting-strategy``): unparseable grades count as S1;
+    The official ``--voting-strategy``: unparseable grades count as S1;
     conservative = any S4 -> S4, else the mode, ties -> the more severe; majority = the mode,
     ties -> the upper median of all grades; average = round(mean) clamped to [1, 4] (Python
     round, half to even, as the reference's round()).

@@ -1,6 +1,6 @@
 """HEAD-QA's exam score ("POINTS", the Spanish exams' *netas*): +3 per right answer, -1 per wrong
-answer, 0 for a question left blank (Vilares & Gómez-Rodríguez, ACL 2019, section 4; the rule is
-stated in ../shared/data/head-qa/SOURCE.md from the paper and aghie/head-qa eval.py)."""
+answer, 0 for a question left blank (Vilares & Gómez-Rodríguez, ACL 2019, section 4, and
+aghie/head-qa eval.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """HealthBench arithmetic, as in openai/simple-evals healthbench_eval.py @ ee3b031.
 
-Reference rules (PROTOCOLS.md section 4):
+Reference rules:
 
 - example score = sum of points of met items / sum of positive points (negatives subtract;
   NOT clipped per example); ``None`` when there are no positive points;

@@ -1,7 +1,7 @@
 """MEDEC (MEDIQA-CORR 2024) scoring arithmetic, pure (predictions are read in graders.medec_extract).
 
 Official scorer: abachaa/MEDIQA-CORR-2024 ``evaluation/mediqa-corr-2024-eval-script-2-all-metrics.py``
-(PROTOCOLS.md section 6), as ``compute_accuracy``, ``get_nlg_eval_data`` and ``NLGMetrics`` do it:
+as ``compute_accuracy``, ``get_nlg_eval_data`` and ``NLGMetrics`` do it:
 
 - Error-Flag and Error-Sentence-ID accuracy: string equality with the reference, over all
   reference texts; a text without a prediction counts as wrong.

@@ -1,7 +1,7 @@
 """MedEQBench arithmetic: ours, and the reference's, as in AQ-MedAI/MedEQBench Health_EQBench @ 8a3a047.
 
 Reference (utils.py ``parse_rubric`` and ``calc_score_percent_one_query``, Health_EQBench.py's
-``Health_EQBenchEvaluator.score``; PROTOCOLS.md section 1):
+``Health_EQBenchEvaluator.score``):
 
     question score = round(sum(count x weight) / sum(weight of 加分项 items) x 100, 2)   (0 if that sum is 0; not clipped)
     tag score      = round(hit weights(tag) / positive 加分项 weights(tag) x 100, 2); NaN when the question has none

@@ -1,8 +1,8 @@
 """AgentClinic's official loop text and settings, shared by the benchmark and its grader.
 
 Everything said to the doctor, the patient, the measurement reader and the moderator is read at
-run time out of the pinned ``agentclinic.py`` (SamuelSchmidgall/AgentClinic @ b6570ed, as in
-../shared/reference/SOURCES.tsv), never copied here:
+run time out of the pinned ``agentclinic.py`` (SamuelSchmidgall/AgentClinic @ b6570ed), never
+copied here:
 
 - the doctor: ``DoctorAgent.system_prompt``'s ``base`` (the inference budget and the turn counter,
   "You have asked N questions so far"; no image request) and ``presentation`` (the case's objective),

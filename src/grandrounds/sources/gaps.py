@@ -10,7 +10,7 @@ from grandrounds.sources.upstream import UpstreamFile
 
 COMMIT = "85e91cf8bfe4926a5b778250836a10f3166ef868"
 _REPO = "AQ-MedAI/MedicalAiBenchEval"
-#: The official files (SOURCES.tsv): judge prompts, parse and vote; scoring; points and panel.
+#: The official files: judge prompts, parse and vote; scoring; points and panel.
 JUDGE_ENGINE = UpstreamFile(
     "gaps",
     _REPO,

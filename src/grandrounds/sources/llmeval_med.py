@@ -11,7 +11,7 @@ from grandrounds.sources.upstream import UpstreamFile
 
 COMMIT = "508516fafd288c896691442d657b4af619609535"
 _REPO = "llmeval/LLMEval-Med"
-#: The official scripts (SOURCES.tsv): judge prompts and score parse, aggregation, answering.
+#: The official scripts: judge prompts and score parse, aggregation, answering.
 EVALUATE = UpstreamFile(
     "llmeval-med",
     _REPO,

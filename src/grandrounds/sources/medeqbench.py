@@ -12,7 +12,7 @@ from grandrounds.sources.upstream import TextRef, UpstreamFile
 COMMIT = "8a3a047d48e6ab49e3a263cc06c07c3787d0fb87"
 REPOSITORY = "AQ-MedAI/MedEQBench"
 
-#: The official files (SOURCES.tsv): the judge prompt and evaluator; the line parser, arithmetic
+#: The official files: the judge prompt and evaluator; the line parser, arithmetic
 #: and judge call; the run configuration (candidate model and settings).
 EVALUATOR = UpstreamFile(
     "medeqbench",

@@ -7,8 +7,7 @@ and YAML for lm-evaluation-harness task files.
 
 Where the file comes from, first hit wins:
 
-1. ``$GRANDROUNDS_REFERENCE``: a directory laid out like the project's ``../shared/reference``
-   (``<folder>/<path in the repository>``), for tests and air-gapped machines;
+1. ``$GRANDROUNDS_REFERENCE``: a directory laid out as ``<folder>/<path in the repository>``, for tests and air-gapped machines;
 2. the download cache (``<cache>/reference/<folder>/<path>``), filled from
    ``https://raw.githubusercontent.com/<repository>/<commit>/<path>`` (a Hugging Face dataset's
    file, ``hub="huggingface"``: ``https://huggingface.co/datasets/<repository>/resolve/<revision>/<path>``,
@@ -46,7 +45,7 @@ REFERENCE_ENV = "GRANDROUNDS_REFERENCE"
 class UpstreamFile:
     """One file of a benchmark's official code at a pinned commit.
 
-    ``folder`` is its directory in a reference folder (the first column of SOURCES.tsv).
+    ``folder`` is its directory in a reference folder (``$GRANDROUNDS_REFERENCE``) and the cache.
     """
 
     folder: str
@@ -87,7 +86,7 @@ class UpstreamRepo:
 
 
 #: openai/simple-evals at the commit every simple-evals file is read from (HealthBench's grader
-#: and sampler, the multiple-choice prompt and answer regexes); as in ../shared/reference/SOURCES.tsv.
+#: and sampler, the multiple-choice prompt and answer regexes).
 SIMPLE_EVALS = UpstreamRepo(
     "simple-evals", "openai/simple-evals", "ee3b0318d8d1d9d72755a4120879be65f7c07e9e"
 )
