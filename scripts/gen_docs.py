@@ -4,7 +4,8 @@ command itself.
 
     .venv/bin/python scripts/gen_docs.py              # (re)write docs/benchmarks/*.md and docs/cli.md
     .venv/bin/python scripts/gen_docs.py --out DIR    # write them under DIR instead (tests compare)
-    .venv/bin/python scripts/gen_docs.py --check      # exit 1, naming the stale pages, if any differ
+    .venv/bin/python scripts/gen_docs.py --check      # exit 1, naming the stale pages, if any differ,
+                                                      # and any drift of the hand-written pages
 
 Nothing here depends on the terminal, the clock or the machine, so the same tree always writes the
 same bytes; ``tests/test_docs.py`` regenerates into a temporary folder and compares.
@@ -485,6 +486,209 @@ def cli_page() -> str:
     return "\n".join(out)
 
 
+# ---- the hand-written pages, checked ---------------------------------------------------------------
+
+#: Hand-written pages whose first table has a row for every registered benchmark (its first column
+#: names them, each in backticks).
+TABLE_PAGES = ("benchmarks-overview.md", "protocols.md")
+_ROW = re.compile(r"^\|([^|]*)\|", re.M)
+_NAME = re.compile(r"`([a-z0-9][a-z0-9-]*)`")
+
+
+def table_names(page: str) -> list[str]:
+    """The benchmark names in the first column of a page's first table (header row excluded)."""
+    rows = [m.group(1) for m in _ROW.finditer(page)]
+    return [n for cell in rows[2:] for n in _NAME.findall(cell)]
+
+
+def table_problems(docs: Path, names: Iterable[str]) -> list[str]:
+    """One line per registered benchmark a table leaves out, and per name it lists that nobody
+    registered (a renamed or removed benchmark)."""
+    known = set(names)
+    out = []
+    for page in TABLE_PAGES:
+        listed = table_names((docs / page).read_text(encoding="utf-8"))
+        out += [f"{page}: no row for benchmark `{n}`" for n in sorted(known - set(listed))]
+        out += [f"{page}: `{n}` is not a registered benchmark" for n in sorted(set(listed) - known)]
+        out += [
+            f"{page}: `{n}` has two rows"
+            for n in sorted({n for n in listed if listed.count(n) > 1})
+        ]
+    return out
+
+
+#: A document named in prose: Markdown pages and tables of sources.
+_DOC_FILE = re.compile(r"(?<![\w.+%/:-])((?:\.\./)*[\w.+%/-]*\w\.(?:md|tsv))\b")
+
+
+def _names_in_code(files: Iterable[Path]) -> set[str]:
+    """The documents the code itself names in its string values (upstream files it reads, data
+    files it expects), docstrings left out: those exist where the code looks for them."""
+    import ast
+
+    out: set[str] = set()
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docs
+            ):
+                out.update(Path(ref).name for ref in _DOC_FILE.findall(node.value))
+    return out
+
+
+def missing_references(root: Path, files: Iterable[Path]) -> list[str]:
+    """Markdown pages and TSV files named in ``files`` that exist neither in the project (beside the
+    naming file, under docs/, at the top) nor among the files the code reads (upstream files, data
+    files): a note the reader does not have, or a page since renamed."""
+    files = list(files)
+    read = _names_in_code(p for p in files if p.suffix == ".py")
+    out = []
+    for path in files:
+        for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            for ref in _DOC_FILE.findall(line):
+                here = [path.parent / ref, root / "docs" / ref, root / ref]
+                if Path(ref).name in read or any(p.exists() for p in here):
+                    continue
+                out.append(f"{path.relative_to(root)}:{no}: {ref} does not exist")
+    return out
+
+
+def prose_files(root: Path) -> list[Path]:
+    """The files whose prose a user reads: the package's sources, the docs, the README."""
+    return sorted(
+        [*(root / "src").rglob("*.py"), *(root / "docs").rglob("*.md"), root / "README.md"]
+    )
+
+
+# ---- the tree in ARCHITECTURE.md ---------------------------------------------------------------------
+
+PKG = ROOT / "src" / "grandrounds"
+TREE_START = "<!-- tree: written by scripts/gen_docs.py -->"
+TREE_END = "<!-- /tree -->"
+#: The folders in the order of their layers (docs/ARCHITECTURE.md); others after them.
+FOLDER_ORDER = (
+    "core",
+    "store",
+    "scoring",
+    "sources",
+    "providers",
+    "graders",
+    "benchmarks",
+    "run",
+    "analyses",
+    "reports",
+    "viewer",
+    "cli",
+    "testing",
+)
+#: How far a stated line count may drift from the tree's before the page counts as stale.
+TREE_TOLERANCE = 0.10
+
+
+def tree(pkg: Path = PKG) -> dict[str, tuple[int, list[str]]]:
+    """Folder (``core/``, ``benchmarks/readers/``) -> (lines of its modules, their names)."""
+    out: dict[str, tuple[int, list[str]]] = {}
+
+    def order(folder: Path) -> tuple[int, str]:
+        top = (folder.relative_to(pkg).parts or ("",))[0]
+        at = FOLDER_ORDER.index(top) if top in FOLDER_ORDER else len(FOLDER_ORDER)
+        return at, folder.as_posix()
+
+    for folder in sorted({p.parent for p in pkg.rglob("*.py")}, key=order):
+        if folder == pkg:
+            continue
+        mods = sorted(folder.glob("*.py"))
+        lines = sum(len(m.read_text(encoding="utf-8").splitlines()) for m in mods)
+        names = [m.stem for m in mods if m.stem != "__init__"]
+        out[folder.relative_to(pkg).as_posix() + "/"] = (lines, names)
+    return out
+
+
+def tree_block(pkg: Path = PKG) -> str:
+    """The tree as ARCHITECTURE.md shows it: each folder's lines of code and its modules."""
+    folders = tree(pkg)
+    total = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in pkg.rglob("*.py"))
+    out = [f"{'src/grandrounds/':<28}{total:>7,} lines in all"]
+    for folder, (lines, names) in folders.items():
+        depth = folder.count("/")
+        label = "  " * depth + folder.rsplit("/", 2)[-2] + "/"
+        head = f"{label:<20}{lines:>7,}   "
+        row = head
+        for name in names:
+            if len(row) + len(name) + 1 > 100 and row.strip() != head.strip():
+                out.append(row.rstrip())
+                row = " " * len(head)
+            row += name + " "
+        out.append(row.rstrip())
+    return "```\n" + "\n".join(out) + "\n```"
+
+
+def _parse_tree(block: str) -> dict[str, tuple[int, list[str]]]:
+    out: dict[str, tuple[int, list[str]]] = {}
+    stack: list[str] = []
+    last = ""
+    for line in block.splitlines():
+        m = re.match(r"^( *)([\w]+)/ +([\d,]+)   (.*)$", line)
+        if m:
+            depth = len(m.group(1)) // 2
+            stack[depth - 1 :] = [m.group(2)]
+            last = "/".join(stack) + "/"
+            out[last] = (int(m.group(3).replace(",", "")), m.group(4).split())
+        elif last and line.startswith(" ") and line.strip() and not line.startswith("```"):
+            out[last][1].extend(line.split())
+    return out
+
+
+def tree_problems(page: str, pkg: Path = PKG) -> list[str]:
+    """Where ARCHITECTURE.md's tree no longer matches the package: a folder or module missing or
+    gone, a line count off by more than :data:`TREE_TOLERANCE`."""
+    if TREE_START not in page or TREE_END not in page:
+        return [f"ARCHITECTURE.md: no tree between {TREE_START} and {TREE_END}"]
+    shown = _parse_tree(page.split(TREE_START, 1)[1].split(TREE_END, 1)[0])
+    real = tree(pkg)
+    out = [f"ARCHITECTURE.md: folder {f} is not in the tree" for f in real if f not in shown]
+    out += [f"ARCHITECTURE.md: folder {f} no longer exists" for f in shown if f not in real]
+    for f in real.keys() & shown.keys():
+        (lines, names), (said, listed) = real[f], shown[f]
+        if abs(said - lines) > TREE_TOLERANCE * lines:
+            out.append(f"ARCHITECTURE.md: {f} has {lines:,} lines, the tree says {said:,}")
+        out += [
+            f"ARCHITECTURE.md: module {f}{n} is not in the tree" for n in names if n not in listed
+        ]
+        out += [
+            f"ARCHITECTURE.md: module {f}{n} no longer exists" for n in listed if n not in names
+        ]
+    return out
+
+
+def with_tree(page: str, pkg: Path = PKG) -> str:
+    """ARCHITECTURE.md with its tree rewritten from the package."""
+    head, rest = page.split(TREE_START, 1)
+    return head + TREE_START + "\n" + tree_block(pkg) + "\n" + TREE_END + rest.split(TREE_END, 1)[1]
+
+
+def problems(root: Path = ROOT) -> list[str]:
+    """Every way the hand-written pages have drifted from the code (see the functions above)."""
+    from grandrounds.core.registry import BENCHMARKS
+
+    arch = (root / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    return (
+        table_problems(root / "docs", BENCHMARKS.names())
+        + tree_problems(arch, root / "src" / "grandrounds")
+        + missing_references(root, prose_files(root))
+    )
+
+
 # ---- writing -------------------------------------------------------------------------------------
 
 
@@ -533,7 +737,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"out of date: {args.out / rel} (run: .venv/bin/python scripts/gen_docs.py)",
                 file=sys.stderr,
             )
-        return 1 if behind else 0
+        drift = problems()
+        for line in drift:
+            print(f"drift: {line}", file=sys.stderr)
+        return 1 if behind or drift else 0
     for old in (
         sorted((args.out / "benchmarks").glob("*.md")) if (args.out / "benchmarks").is_dir() else []
     ):
@@ -543,6 +750,9 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content, encoding="utf-8")
+    arch = DOCS / "ARCHITECTURE.md"
+    if args.out == DOCS and TREE_START in (text_now := arch.read_text(encoding="utf-8")):
+        arch.write_text(with_tree(text_now), encoding="utf-8")
     print(f"wrote {len(generated)} pages under {args.out}")
     return 0
 
