@@ -1,7 +1,9 @@
 """One registry pattern for benchmarks, providers and graders.
 
-Built-in components are listed by import path and imported only when asked for, so
-``grandrounds list`` stays fast and nothing runs at import. Plugins register through the
+Built-in components are listed by import path in a table beside them (``benchmarks/table.py``,
+``graders/table.py``, ``providers/table.py``), read the first time a name is asked for, and each is
+imported only when asked for, so ``grandrounds list`` stays fast and nothing runs at import; this
+module names no component. Plugins register through the
 entry-point groups ``grandrounds.benchmarks``, ``grandrounds.providers`` and ``grandrounds.graders``, exactly like
 built-ins. A component is named by a :class:`Spec` (name + arguments) that is recorded in
 the store, so it can be rebuilt later.
@@ -43,12 +45,29 @@ class Spec:
 class Registry(Generic[T]):
     """Name -> component class, resolved lazily from ``module:attr`` strings or entry points."""
 
-    def __init__(self, kind: str, builtins: Mapping[str, str], group: str) -> None:
+    def __init__(self, kind: str, builtins: Mapping[str, str] | str, group: str) -> None:
+        """``builtins``: name -> ``module:attr``, or the name of a module holding that table as
+        ``BUILTINS`` (imported the first time a name is asked for)."""
         self.kind = kind
-        self._paths: dict[str, str] = dict(builtins)
+        self._table = builtins
+        self._builtins: dict[str, str] | None = (
+            None if isinstance(builtins, str) else dict(builtins)
+        )
         self._loaded: dict[str, type[T]] = {}
         self._group = group
         self._plugins_scanned = False
+
+    @property
+    def _paths(self) -> dict[str, str]:
+        """Name -> ``module:attr`` of the built-ins (and of plugins, once scanned)."""
+        if self._builtins is None:
+            assert isinstance(self._table, str)
+            self._builtins = dict(importlib.import_module(self._table).BUILTINS)
+        return self._builtins
+
+    @_paths.setter
+    def _paths(self, paths: dict[str, str]) -> None:
+        self._builtins = paths
 
     def register(self, name: str, cls: type[T]) -> None:
         self._loaded[name] = cls
@@ -99,103 +118,12 @@ class Registry(Generic[T]):
         return cls
 
 
+#: The registries: each reads its package's table of built-ins (``BUILTINS`` in the module named
+#: here) when first asked, and plugins from its entry-point group.
 BENCHMARKS: Registry[Any] = Registry(
-    "benchmark",
-    {
-        "demo": "grandrounds.benchmarks.demo:DemoExam",
-        "medqa": "grandrounds.benchmarks.medqa:MedQA",
-        "medmcqa": "grandrounds.benchmarks.medmcqa:MedMCQA",
-        "pubmedqa": "grandrounds.benchmarks.pubmedqa:PubMedQA",
-        "mmlu-medical": "grandrounds.benchmarks.mmlu_medical:MMLUMedical",
-        "cmb": "grandrounds.benchmarks.cmb:CMB",
-        "healthbench": "grandrounds.benchmarks.healthbench:HealthBench",
-        "healthbench-hard": "grandrounds.benchmarks.healthbench:HealthBenchHard",
-        "healthbench-consensus": "grandrounds.benchmarks.healthbench:HealthBenchConsensus",
-        "healthbench-professional": "grandrounds.benchmarks.healthbench_professional:HealthBenchProfessional",
-        "medeqbench": "grandrounds.benchmarks.medeqbench:MedEQBench",
-        "llmeval-med": "grandrounds.benchmarks.llmeval_med:LLMEvalMed",
-        "gaps": "grandrounds.benchmarks.gaps:GAPS",
-        "medcalc-bench": "grandrounds.benchmarks.medcalc:MedCalcBench",
-        "medcalc-bench-tools": "grandrounds.benchmarks.medcalc_tools:MedCalcTools",
-        "medagentbench": "grandrounds.benchmarks.medagentbench:MedAgentBench",
-        "agentclinic": "grandrounds.benchmarks.agentclinic:AgentClinic",
-        "medec": "grandrounds.benchmarks.medec:MEDEC",
-        "medbench": "grandrounds.benchmarks.medbench:MedBench",
-        "medbullets": "grandrounds.benchmarks.medbullets:MedBullets",
-        "medhallu": "grandrounds.benchmarks.medhallu:MedHallu",
-        "med-halt": "grandrounds.benchmarks.med_halt:MedHALT",
-        "sct-public": "grandrounds.benchmarks.sct_public:SCTPublic",
-        "medicationqa": "grandrounds.benchmarks.medicationqa:MedicationQA",
-        "mediqa-qa-2019": "grandrounds.benchmarks.mediqa_qa:MediqaQA",
-        "medxpertqa-text": "grandrounds.benchmarks.medxpertqa:MedXpertQA",
-        "mmlu-pro-health": "grandrounds.benchmarks.mmlu_pro:MMLUProHealth",
-        "m-arc": "grandrounds.benchmarks.mmlu_pro:MARC",
-        "medqa-usmle-5opt": "grandrounds.benchmarks.medqa_5opt:MedQA5",
-        "medqa-mcmle": "grandrounds.benchmarks.medqa_mcmle:MedQAMCMLE",
-        "medqa-taiwan": "grandrounds.benchmarks.medqa_taiwan:MedQATaiwan",
-        "careqa-mc": "grandrounds.benchmarks.careqa:CareQAMC",
-        "careqa-open": "grandrounds.benchmarks.careqa_open:CareQAOpen",
-        "meddialog": "grandrounds.benchmarks.meddialog:MedDialog",
-        "longhealth": "grandrounds.benchmarks.longhealth:LongHealth",
-        "metamedqa": "grandrounds.benchmarks.metamedqa:MetaMedQA",
-        "supergpqa-medicine": "grandrounds.benchmarks.supergpqa:SuperGPQAMedicine",
-        "kormedmcqa": "grandrounds.benchmarks.kormedmcqa:KorMedMCQA",
-        "cmexam": "grandrounds.benchmarks.cmexam:CMExam",
-        "medconceptsqa": "grandrounds.benchmarks.medconceptsqa:MedConceptsQA",
-        "vqa-rad": "grandrounds.benchmarks.vqa:VQARAD",
-        "slake": "grandrounds.benchmarks.vqa:SLAKE",
-        "pathvqa": "grandrounds.benchmarks.pathvqa:PathVQA",
-        "pmc-vqa": "grandrounds.benchmarks.image_exams:PMCVQA",
-        "omnimedvqa": "grandrounds.benchmarks.image_exams:OmniMedVQA",
-        "gmai-mmbench": "grandrounds.benchmarks.image_exams:GMAIMMBench",
-        "mmmu-health": "grandrounds.benchmarks.mmmu_health:MMMUHealth",
-        "medxpertqa-mm": "grandrounds.benchmarks.medxpertqa_mm:MedXpertQAMM",
-        "head-qa": "grandrounds.benchmarks.headqa:HeadQA",
-        "cmmlu-medical": "grandrounds.benchmarks.cmmlu:CMMLUMedical",
-        "ceval-medical": "grandrounds.benchmarks.ceval:CEvalMedical",
-        "medagentsbench": "grandrounds.benchmarks.medagentsbench:MedAgentsBench",
-        "medexqa": "grandrounds.benchmarks.medagentsbench:MedExQA",
-    },
-    "grandrounds.benchmarks",
+    "benchmark", "grandrounds.benchmarks.table", "grandrounds.benchmarks"
 )
-
 PROVIDERS: Registry[Any] = Registry(
-    "provider",
-    {
-        "openai": "grandrounds.providers.openai_compat:OpenAIProvider",
-        "anthropic": "grandrounds.providers.anthropic:AnthropicProvider",
-        "llamacpp": "grandrounds.providers.llamacpp:LlamaCppProvider",
-        "scripted": "grandrounds.providers.scripted:ScriptedProvider",
-        "vllm": "grandrounds.providers.engines:VLLMProvider",
-        "sglang": "grandrounds.providers.engines:SGLangProvider",
-    },
-    "grandrounds.providers",
+    "provider", "grandrounds.providers.table", "grandrounds.providers"
 )
-
-GRADERS: Registry[Any] = Registry(
-    "grader",
-    {
-        "mcq": "grandrounds.graders.mcq_grader:MCQGrader",
-        "medcalc": "grandrounds.graders.medcalc_grader:MedCalcGrader",
-        "medagentbench": "grandrounds.graders.medagentbench_grader:MedAgentBenchGrader",
-        "agentclinic": "grandrounds.graders.agentclinic_grader:AgentClinicGrader",
-        "medec": "grandrounds.graders.medec_grader:MEDECGrader",
-        "medbench": "grandrounds.graders.medbench_grader:MedBenchGrader",
-        "healthbench": "grandrounds.graders.healthbench_grader:HealthBenchGrader",
-        "healthbench-professional": "grandrounds.graders.healthbench_professional_grader:ProfessionalGrader",
-        "medeq": "grandrounds.graders.medeq_grader:MedEQGrader",
-        "gaps": "grandrounds.graders.gaps_grader:GAPSGrader",
-        "llmeval-med": "grandrounds.graders.llmeval_grader:LLMEvalGrader",
-        "rubric": "grandrounds.graders.rubric_grader:RubricGrader",
-        "medhallu": "grandrounds.graders.medhallu_grader:MedHalluGrader",
-        "med-halt": "grandrounds.graders.med_halt_grader:MedHALTGrader",
-        "sct": "grandrounds.graders.sct_grader:SCTGrader",
-        "medicationqa": "grandrounds.graders.medicationqa_grader:MedicationQAGrader",
-        "careqa-open": "grandrounds.graders.careqa_open_grader:CareQAOpenGrader",
-        "meddialog": "grandrounds.graders.meddialog_grader:MedDialogGrader",
-        "mediqa-qa": "grandrounds.graders.mediqa_grader:MediqaGrader",
-        "vqa": "grandrounds.graders.vqa_grader:VQAGrader",
-        "pathvqa": "grandrounds.graders.pathvqa_grader:PathVQAGrader",
-    },
-    "grandrounds.graders",
-)
+GRADERS: Registry[Any] = Registry("grader", "grandrounds.graders.table", "grandrounds.graders")
