@@ -1,0 +1,115 @@
+"""The registry is the mechanism only: each package keeps the table of its own built-ins, the core
+names no component of a higher layer, and scripts/house.py's drawing counts the arrows, the names
+imported at run time included."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grandrounds.core.registry import BENCHMARKS, GRADERS, PROVIDERS
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "src" / "grandrounds"
+
+
+@pytest.fixture(scope="module")
+def house():
+    spec = importlib.util.spec_from_file_location("house", ROOT / "scripts" / "house.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _strings(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]
+
+
+def test_core_registry_names_no_component() -> None:
+    """No ``module:Class`` path in core/registry.py; the only package modules it names are the
+    three tables."""
+    named = [s for s in _strings(PKG / "core" / "registry.py") if s.startswith("grandrounds.")]
+    assert not [s for s in named if ":" in s]
+    assert sorted(s for s in named if s.endswith(".table")) == [
+        "grandrounds.benchmarks.table",
+        "grandrounds.graders.table",
+        "grandrounds.providers.table",
+    ]
+
+
+@pytest.mark.parametrize(
+    "registry, package",
+    [(BENCHMARKS, "benchmarks"), (GRADERS, "graders"), (PROVIDERS, "providers")],
+    ids=["benchmarks", "graders", "providers"],
+)
+def test_each_table_lists_only_its_own_package(registry, package: str) -> None:
+    table = importlib.import_module(f"grandrounds.{package}.table").BUILTINS
+    assert table and all(p.startswith(f"grandrounds.{package}.") for p in table.values())
+    for name in table:
+        assert registry.get(name).__module__.startswith(f"grandrounds.{package}.")
+
+
+def test_the_tables_are_read_only_when_a_name_is_asked_for() -> None:
+    code = (
+        "import sys\n"
+        "from grandrounds.core.registry import BENCHMARKS, GRADERS, PROVIDERS\n"
+        "tables = [m for m in sys.modules if m.endswith('.table')]\n"
+        "assert tables == [], tables\n"
+        "assert 'medqa' in BENCHMARKS.names()\n"
+        "assert 'grandrounds.benchmarks.table' in sys.modules\n"
+        "assert 'grandrounds.benchmarks.medqa' not in sys.modules\n"
+        "assert 'grandrounds.graders.table' not in sys.modules\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(PKG.parent), "PATH": "/usr/bin:/bin"},
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_the_drawing_has_no_arrow_up_but_the_registry_reading_its_tables(house) -> None:
+    text, counts = house.drawing(PKG)
+    assert counts["arrows up by import"] == 0
+    assert counts["arrows up by name"] == 3
+    assert counts["loops of modules by import"] == counts["loops of folders by import"] == 0
+    assert "grandrounds.core.registry -> grandrounds.benchmarks.table (by name)" in text
+    assert text.splitlines()[-4:] == [
+        "arrows up:",
+        "    grandrounds.core.registry -> grandrounds.benchmarks.table (by name)",
+        "    grandrounds.core.registry -> grandrounds.graders.table (by name)",
+        "    grandrounds.core.registry -> grandrounds.providers.table (by name)",
+    ]
+
+
+def test_the_drawing_counts_an_import_up_and_a_class_named_up(house, tmp_path: Path) -> None:
+    """The drawing is not blind: an import from a lower floor up, and a ``module:Class`` string
+    naming a higher floor's class, are both arrows up, and the pair is a loop once names count."""
+    pkg = tmp_path / "grandrounds"
+    for rel, body in {
+        "__init__.py": "",
+        "core/__init__.py": "",
+        "core/low.py": '"""Low."""\nPATH = "grandrounds.benchmarks.high:High"\n',
+        "store/__init__.py": "",
+        "store/up.py": "from grandrounds.run.config import X\n",
+        "benchmarks/high.py": "from grandrounds.core.low import PATH\n\nclass High: ...\n",
+        "run/__init__.py": "",
+        "run/config.py": "X = 1\n",
+    }.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(body, encoding="utf-8")
+    text, counts = house.drawing(pkg)
+    assert counts["arrows up by import"] == 1 and counts["arrows up by name"] == 1
+    assert counts["loops of modules by import"] == 0
+    assert counts["loops of modules, names counted"] == 1
+    assert "grandrounds.store.up -> grandrounds.run.config (import)" in text
+    assert "grandrounds.core.low -> grandrounds.benchmarks.high (by name)" in text
