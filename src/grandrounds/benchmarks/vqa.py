@@ -126,6 +126,8 @@ class VQABenchmark(Benchmark):
     takes_judge: ClassVar[bool] = True
     answer_modes = ("generate",)
     protocols = PROTOCOLS
+    #: every set takes the image preparation and the image probes; a set adds its own before them
+    parameters: ClassVar[tuple[Param, ...]] = (*image_params(), PROBE)
     #: the question file's name in the cache / the dataset folder
     question_file: ClassVar[str]
     #: breakdown families: (family name, metadata key)
