@@ -387,3 +387,16 @@ def resolve_file(root: Path, filename: str) -> Path:
     if not root.exists():
         raise DataError(root, None, "file not found")
     return root
+
+
+def chosen_subjects(bench: Any, all_subjects: Sequence[str], name: str = "subjects") -> list[str]:
+    """The subjects (``--param name``) asked, in the benchmark's order; only a strict subset stays in the spec."""
+    chosen = [s for s in all_subjects if s in bench.param(name)]
+    if not chosen:
+        raise ConfigError(
+            f"{bench.name}: --param {name} is empty; choose from {', '.join(all_subjects)}"
+        )
+    bench.params.pop(name, None)
+    if chosen != list(all_subjects):
+        bench.params[name] = chosen
+    return chosen

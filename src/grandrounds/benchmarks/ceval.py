@@ -34,9 +34,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import Prompt, RemoteFile, RunOptions
+from grandrounds.benchmarks.base import Prompt, RemoteFile, RunOptions, chosen_subjects
 from grandrounds.benchmarks.cmmlu import (
-    chosen_subjects,
     find_split_file,
     read_exam_csv,
     subjects_param,

@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import RemoteFile, RunOptions
+from grandrounds.benchmarks.base import RemoteFile, RunOptions, chosen_subjects
 from grandrounds.benchmarks.mcq import (
     LmEvalTask,
     MultipleChoiceBenchmark,
@@ -44,7 +44,7 @@ from grandrounds.benchmarks.mcq import (
     macro_average,
 )
 from grandrounds.benchmarks.readers.lines import iter_csv
-from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import Cell, Grade, Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
@@ -159,19 +159,6 @@ def subjects_param(all_subjects: Sequence[str]) -> Param:
         "subjects to ask (default all)",
         tuple(all_subjects),
     )
-
-
-def chosen_subjects(bench: Any, all_subjects: Sequence[str], name: str = "subjects") -> list[str]:
-    """The subjects (``--param name``) asked, in the benchmark's order; only a strict subset stays in the spec."""
-    chosen = [s for s in all_subjects if s in bench.param(name)]
-    if not chosen:
-        raise ConfigError(
-            f"{bench.name}: --param {name} is empty; choose from {', '.join(all_subjects)}"
-        )
-    bench.params.pop(name, None)
-    if chosen != list(all_subjects):
-        bench.params[name] = chosen
-    return chosen
 
 
 def macro_headline(pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any]) -> Cell:

@@ -26,15 +26,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import RemoteFile
-from grandrounds.benchmarks.cmmlu import chosen_subjects
+from grandrounds.benchmarks.base import RemoteFile, chosen_subjects
 from grandrounds.benchmarks.mcq import (
     MultipleChoiceBenchmark,
     cached,
     jinja_doc_to_text,
     lm_eval_file,
 )
-from grandrounds.benchmarks.metamedqa import iter_parquet_rows
+from grandrounds.benchmarks.readers.parquet import iter_parquet_rows
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Sample

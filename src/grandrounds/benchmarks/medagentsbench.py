@@ -35,8 +35,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import Prompt, RemoteFile, RunOptions, resolve_file
-from grandrounds.benchmarks.cmmlu import chosen_subjects
+from grandrounds.benchmarks.base import (
+    Prompt,
+    RemoteFile,
+    RunOptions,
+    chosen_subjects,
+    resolve_file,
+)
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, cached, macro_average
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields

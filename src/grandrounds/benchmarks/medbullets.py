@@ -45,7 +45,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
-from grandrounds.benchmarks.readers.lines import iter_csv
+from grandrounds.benchmarks.readers.lines import read_rows
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
@@ -105,32 +105,6 @@ def question_id(link: str) -> str:
     if parts.netloc.lower() == "bit.ly" and code and "/" not in code:
         return f"bitly-{code}"
     return link
-
-
-def read_rows(
-    path: Path, columns: tuple[str, ...], refused: dict[str, str] | None = None
-) -> Iterator[tuple[int, dict[str, str]]]:
-    """(first line of the row, row) for each CSV row under its header, read as asked for
-    (:func:`~grandrounds.benchmarks.readers.lines.iter_csv`: a missing column or malformed quoting is a
-    DataError naming the line). A column in ``refused`` (name -> why) or a row with too few or too
-    many cells is one too."""
-    reader = iter_csv(path, columns)
-    header = list(reader.fieldnames or [])
-    for col, why in (refused or {}).items():
-        if col in header:
-            raise DataError(path, 1, f"unexpected column {col!r}: {why}")
-    for start, row in reader:
-        if None in row:
-            raise DataError(
-                path, start, f"{len(header) + len(row[None])} cells, the header has {len(header)}"
-            )
-        if any(v is None for v in row.values()):
-            raise DataError(
-                path,
-                start,
-                f"{sum(v is not None for v in row.values())} cells, the header has {len(header)}",
-            )
-        yield start, row
 
 
 class MedBullets(MultipleChoiceBenchmark):

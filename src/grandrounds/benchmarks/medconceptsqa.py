@@ -35,7 +35,7 @@ from grandrounds.benchmarks.medmarks import (
     medmarks_fidelity,
     medmarks_protocols,
 )
-from grandrounds.benchmarks.metamedqa import iter_parquet_rows
+from grandrounds.benchmarks.readers.parquet import iter_parquet_rows
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import Grade, Sample

@@ -28,9 +28,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import Aggregate, Benchmark, Prompt, RemoteFile, RunOptions
+from grandrounds.benchmarks.base import (
+    Aggregate,
+    Benchmark,
+    Prompt,
+    RemoteFile,
+    RunOptions,
+    chosen_subjects,
+)
 from grandrounds.benchmarks.careqa_open import judged_aggregate
-from grandrounds.benchmarks.cmmlu import chosen_subjects
 from grandrounds.benchmarks.readers.json_docs import read_json
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.core.errors import DataError

@@ -48,9 +48,8 @@ from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Prompt, RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
-from grandrounds.benchmarks.medbullets import read_rows
 from grandrounds.benchmarks.readers.decoding import read_text
-from grandrounds.benchmarks.readers.lines import iter_jsonl
+from grandrounds.benchmarks.readers.lines import iter_jsonl, read_rows
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param

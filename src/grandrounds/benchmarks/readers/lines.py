@@ -183,3 +183,29 @@ def iter_csv(path: Path, columns: Iterable[str]) -> CsvRecords:
     """(line the row starts on, row) for each row of a CSV file with a header line, read as they are
     asked for: :func:`read_csv`'s rows and errors without holding the file (:class:`CsvRecords`)."""
     return CsvRecords(path, columns)
+
+
+def read_rows(
+    path: Path, columns: tuple[str, ...], refused: dict[str, str] | None = None
+) -> Iterator[tuple[int, dict[str, str]]]:
+    """(first line of the row, row) for each CSV row under its header, read as asked for
+    (:func:`~grandrounds.benchmarks.readers.lines.iter_csv`: a missing column or malformed quoting is a
+    DataError naming the line). A column in ``refused`` (name -> why) or a row with too few or too
+    many cells is one too."""
+    reader = iter_csv(path, columns)
+    header = list(reader.fieldnames or [])
+    for col, why in (refused or {}).items():
+        if col in header:
+            raise DataError(path, 1, f"unexpected column {col!r}: {why}")
+    for start, row in reader:
+        if None in row:
+            raise DataError(
+                path, start, f"{len(header) + len(row[None])} cells, the header has {len(header)}"
+            )
+        if any(v is None for v in row.values()):
+            raise DataError(
+                path,
+                start,
+                f"{sum(v is not None for v in row.values())} cells, the header has {len(header)}",
+            )
+        yield start, row
