@@ -296,6 +296,14 @@ def _breakdowns(cls: type) -> str:
     return "**Breakdowns** declared: " + ", ".join(code(n) for n in dict.fromkeys(names)) + ".\n"
 
 
+def _files(cls: type) -> str:
+    """The files that define the benchmark (``grandrounds show NAME`` prints the same)."""
+    from grandrounds.cli.anatomy import defining_files
+
+    files = ", ".join(code(f"src/grandrounds/{f}") for f in defining_files(cls))
+    return f"**Defined in:** {files}.\n"
+
+
 def _benchmark_section(name: str, cls: type) -> str:
     from grandrounds.benchmarks.mcq import PROBE, MultipleChoiceBenchmark
     from grandrounds.cli.main import benchmark_kind
@@ -327,6 +335,7 @@ def _benchmark_section(name: str, cls: type) -> str:
                 ]
             ],
         ),
+        _files(cls),
         _data(cls),
         _options(cls, MultipleChoiceBenchmark, PROBE),
         _breakdowns(cls),

@@ -145,6 +145,23 @@ def list_cmd(
         _list_declared()
 
 
+@app.command()
+def show(
+    benchmark: str = typer.Argument(..., help="a registered benchmark, e.g. healthbench"),
+) -> None:
+    """Show a benchmark: what it is, the files that define it (its module, its grader, the family's
+    sources/ and scoring/ modules, the judge templates) and the options it accepts."""
+    cls = BENCHMARKS.get(benchmark)
+    from grandrounds.cli.anatomy import defining_files
+
+    console.print(styled(f"{benchmark}: {cls.description}", "bold"))
+    console.print("Defined in:")
+    for f in defining_files(cls):
+        console.print(styled(f"  src/grandrounds/{f}"))
+    print_declared(f"{benchmark} --param", cls.parameters)
+    print_declared(f"{benchmark} --scoring", cls.scoring_options)
+
+
 def _list_providers() -> None:
     p = Table(title="Providers")
     p.add_column("name")
