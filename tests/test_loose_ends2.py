@@ -36,8 +36,8 @@ from grandrounds.sources.upstream import UpstreamRepo
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file
-from tests.test_loose_ends import running_viewer
 from tests.test_rate_limits import Arrivals, most_in_window
+from tests.test_shared_definitions import running_viewer
 from tests.test_viewer import Client
 
 ROOT = Path(__file__).resolve().parents[1]

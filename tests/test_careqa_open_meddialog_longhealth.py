@@ -36,8 +36,8 @@ from grandrounds.sources.meddialog import ENVIRONMENT as MD_ENV
 from grandrounds.sources.meddialog import JUDGE_PROMPTS as MD_JUDGE
 from grandrounds.sources.protocols import system_text
 from tests.exam_cli import cli_run
-from tests.test_local_benchmarks import write_json, write_jsonl
-from tests.test_local_benchmarks2 import load_official, upstream_bytes
+from tests.test_careqa_metamedqa_supergpqa_taiwan import write_json, write_jsonl
+from tests.test_kormedmcqa_cmexam_medconceptsqa import load_official, upstream_bytes
 
 UPSTREAM = (CAREQA_ENV, MD_ENV, MD_JUDGE, LH_ENV)
 

@@ -39,7 +39,7 @@ from grandrounds.graders.readings_peers import (
 )
 from tests.conftest import reference_file
 from tests.exam_cli import cli_run
-from tests.test_local_benchmarks import write_parquet
+from tests.test_careqa_metamedqa_supergpqa_taiwan import write_parquet
 
 UPSTREAM = (KOR_TEMPLATE, KOR_UTILS, CMEXAM_PROMPTS, CMEXAM_EVALUATE, MCQA_ENV, MEDMARKS_PROMPTS)
 
