@@ -243,9 +243,7 @@ def official_files(bench: Any) -> list[Any]:
     """The upstream files a benchmark names: those it lists (``upstream_files``), its presets' system
     messages and settings, its module's, and those of the family modules in ``sources/`` it draws on."""
     found: dict[Any, None] = {}
-    listed = getattr(bench, "upstream_files", None)
-    if callable(listed):
-        _collect(found, tuple(listed()))
+    _collect(found, tuple(bench.upstream_files()))
     for preset in bench.protocols.values():
         _collect(found, (preset.answer.system, preset.judge.system, dict(preset.settings)))
     module = sys.modules[type(bench).__module__]

@@ -34,6 +34,7 @@ from grandrounds.core.records import (
 from grandrounds.core.registry import Spec
 from grandrounds.sources.downloads import RemoteFile
 from grandrounds.sources.protocols import DEFAULT_PROTOCOL, Protocol, same_as_ours
+from grandrounds.sources.upstream import UpstreamFile
 
 #: The request kind each answer mode sends: what a provider must serve for it.
 ANSWER_KINDS: Mapping[AnswerMode, RequestKind] = {
@@ -161,6 +162,15 @@ class Benchmark(ABC):
 
     def spec(self) -> Spec:
         return Spec(self.name, dict(self.params))
+
+    @classmethod
+    def default_path(cls) -> Path | None:
+        """Data packaged with grandrounds (read when no ``--data`` is given), None where there is none."""
+        return None
+
+    def upstream_files(self) -> tuple[UpstreamFile, ...]:
+        """Upstream files the benchmark reads besides those its presets and module name."""
+        return ()
 
     def simulator_templates(self) -> dict[str, Any]:
         """Hashes of the simulators' prompts, where :attr:`needs_simulator` (in the run's identity)."""

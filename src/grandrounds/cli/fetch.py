@@ -138,9 +138,7 @@ def upstream_files_of(bench: Any) -> list[UpstreamFile]:
     from grandrounds.benchmarks.base import RunOptions
 
     found: dict[UpstreamFile, None] = {}
-    listed = getattr(bench, "upstream_files", None)
-    if callable(listed):
-        _add_upstream(found, tuple(listed()))
+    _add_upstream(found, tuple(bench.upstream_files()))
     for preset in bench.protocols.values():
         _add_upstream(found, (preset.answer.system, preset.judge.system))
     _module_files(found, sys.modules.get(type(bench).__module__))
@@ -200,7 +198,7 @@ def _cached(rf: RemoteFile, dest: Path) -> bool:
 
 def fetch_data(bench: Any) -> list[Item]:
     """``bench``'s public data in the cache (downloading what is missing), one item per file."""
-    if callable(getattr(bench, "default_path", None)):
+    if bench.default_path() is not None:
         return [
             Item(
                 bench.name,

@@ -90,9 +90,9 @@ def benchmark_kind(cls: type[Benchmark]) -> str:
     """exam (multiple choice), judged (an LLM judge grades), images (asked with images), agents, other."""
     from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
 
-    if getattr(cls, "has_images", False):
+    if cls.has_images:
         return "images"
-    if getattr(cls, "episodic", False):
+    if cls.episodic:
         return "agents"
     if cls.needs_judge:
         return "judged"

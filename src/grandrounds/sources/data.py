@@ -23,6 +23,8 @@ class HasData(Protocol):
     @property
     def remote_files(self) -> Sequence[RemoteFile]: ...
 
+    def default_path(self) -> Path | None: ...
+
 
 def resolve(bench: HasData, data: Path | None) -> Path:
     """The path ``bench.load`` should read: ``data`` if given, else the packaged or cached public files."""
@@ -30,9 +32,9 @@ def resolve(bench: HasData, data: Path | None) -> Path:
         if not data.exists():
             raise DataError(data, None, "file or directory not found")
         return data
-    default = getattr(bench, "default_path", None)
-    if callable(default):
-        return Path(default())
+    default = bench.default_path()
+    if default is not None:
+        return Path(default)
     bundle = bundle_root()
     if bundle is not None:
         return _from_bundle(bench, bundle)
