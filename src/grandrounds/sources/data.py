@@ -23,8 +23,6 @@ class HasData(Protocol):
     @property
     def remote_files(self) -> Sequence[RemoteFile]: ...
 
-    def default_path(self) -> Path | None: ...
-
 
 def resolve(bench: HasData, data: Path | None) -> Path:
     """The path ``bench.load`` should read: ``data`` if given, else the packaged or cached public files."""
@@ -32,9 +30,11 @@ def resolve(bench: HasData, data: Path | None) -> Path:
         if not data.exists():
             raise DataError(data, None, "file or directory not found")
         return data
-    default = bench.default_path()
-    if default is not None:
-        return Path(default)
+    # a benchmark always has default_path (None unless data is packaged); other things with data may not
+    default = getattr(bench, "default_path", None)
+    packaged = default() if callable(default) else None
+    if packaged is not None:
+        return Path(packaged)
     bundle = bundle_root()
     if bundle is not None:
         return _from_bundle(bench, bundle)
