@@ -13,7 +13,16 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from grandrounds.cli import contamination, fetch, irt, judge_validation, reports, robustness, team
+from grandrounds.cli import (
+    cluster,
+    contamination,
+    fetch,
+    irt,
+    judge_validation,
+    reports,
+    robustness,
+    team,
+)
 from grandrounds.cli.common import (
     JUDGE_RPM_HELP,
     JUDGE_TPM_HELP,
@@ -42,7 +51,7 @@ from grandrounds.cli.common import (
 from grandrounds.cli.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
 from grandrounds.core import eventloop
 from grandrounds.core.display import episode_summary, fallback_summary, safe_text, styled
-from grandrounds.core.errors import GrandroundsError
+from grandrounds.core.errors import ConfigError, GrandroundsError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode
 from grandrounds.core.registry import BENCHMARKS, PROVIDERS, UnknownComponent
@@ -364,6 +373,19 @@ def run(
         min=1,
         help="agent benchmarks: episodes per sample; the result reports pass^k beside the mean (= --param epochs=K)",
     ),
+    shard: str | None = typer.Option(
+        None,
+        "--shard",
+        help="ask only shard I of N (0-based): I/N, auto (Slurm array, Kubernetes Indexed Job, SkyPilot) or auto/N; add :cost to balance by estimated calls",
+    ),
+    snapshot_to: Path | None = typer.Option(
+        None,
+        "--snapshot-to",
+        help="folder for consistent snapshots of the store (at exit, on SIGTERM, every --snapshot-every minutes); a missing store is restored from its snapshot",
+    ),
+    snapshot_every: float = typer.Option(
+        5.0, "--snapshot-every", min=0.0, help="minutes between snapshots (0: only at exit)"
+    ),
     bundle: Path | None = fetch.BundleOpt,
     mirror: str | None = fetch.MirrorOpt,
     github_mirror: str | None = fetch.GithubMirrorOpt,
@@ -427,7 +449,14 @@ def run(
                         "the exact prompts the run would send, which are built from it",
                     ) from None
                 return
-            _execute([cfg], store_path(store), out, prices)
+            cfg = cluster.apply_shard(cfg, shard)
+            if cfg.shard is not None and out is not None:
+                raise ConfigError(
+                    "--out with --shard: a shard is a part of the run; merge the shards' snapshots "
+                    "and run the same command without --shard to write the outputs"
+                )
+            with cluster.snapshots(store_path(store), snapshot_to, snapshot_every, cfg.shard):
+                _execute([cfg], store_path(store), out, prices)
 
 
 @app.command()
@@ -923,7 +952,7 @@ def submission(
 
 # The command groups that live in their own modules, after run's: reports and the viewer, judge
 # validation, robustness, item response theory (in that order in --help).
-for _group in (reports, team, judge_validation, robustness, contamination, irt, fetch):
+for _group in (reports, team, judge_validation, robustness, contamination, irt, fetch, cluster):
     _group.register(app, existing_store_path, StoreOpt)
 
 

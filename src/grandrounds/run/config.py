@@ -87,6 +87,8 @@ class RunConfig:
     simulator: str = ""
     #: Provider options of the simulator's provider (the run's ``--timeout`` lands here).
     simulator_options: Mapping[str, Any] = field(default_factory=dict)
+    #: The part of the run this worker asks (``--shard``; run.shards.Shard); never in the run id.
+    shard: Any = None
 
 
 def check_run(cfg: RunConfig) -> RunConfig:

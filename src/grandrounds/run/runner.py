@@ -573,9 +573,21 @@ async def run(
         cfg.options,
         [j.spec for j in (*cfg.judges, *([cfg.guard] if cfg.guard else []))],
     )
+    groups, n_asked = s.groups, s.n
+    if cfg.shard is not None:  # a part of the run: its groups only, recorded, never settled
+        from grandrounds.run.shards import shard_groups
+
+        groups, n_asked = shard_groups(
+            s.groups,
+            s.dataset,
+            cfg.shard,
+            len(cfg.judges),
+            int(s.bench.params.get("epochs", 1) or 1),
+        )
+        shard_row(store, s, fp_key, cfg.shard, n_asked, 0, "running")
     if progress:
-        progress.start(s.n, f"{s.bench.name} · {cfg.model}")
-    if (done := settled_result(store, s, cfg.options, fp_key)) is not None:
+        progress.start(n_asked, f"{s.bench.name} · {cfg.model}")
+    if cfg.shard is None and (done := settled_result(store, s, cfg.options, fp_key)) is not None:
         # This very command finished before and nothing it graded has changed since: its result
         # is read back instead of every grade (the answers all come from the store, no judge call).
         result, tally = done
@@ -602,14 +614,27 @@ async def run(
         store, s, cfg, fp_key, answers, ctx, grading, collected, graded, stored_samples, episodes
     )
     try:
-        await run_pool(store, s.groups(), ask, pool_width(answers, judge_execs))
+        await run_pool(store, groups(), ask, pool_width(answers, judge_execs))
     finally:
         await _close(s.provider, judge_execs)
     result = make_result(
         s.bench, cfg.options, collected, s.run, s.fingerprint, [j.spec for j in cfg.judges]
     )
-    store.put_result(s.run.id, fp_key, result)
-    store.settle(s.run.id, fp_key, collected.tally() | {"version": grandrounds.__version__})
+    if cfg.shard is not None:  # a part is not a result: the merged store's run settles the whole
+        tally = collected.tally()
+        shard_row(
+            store,
+            s,
+            fp_key,
+            cfg.shard,
+            n_asked,
+            tally["n"],
+            "done" if not tally["redo"] else "running",
+        )
+        result = replace(result, extra={**result.extra, "shard": str(cfg.shard), "n_run": s.n})
+    else:
+        store.put_result(s.run.id, fp_key, result)
+        store.settle(s.run.id, fp_key, collected.tally() | {"version": grandrounds.__version__})
     usage = collected.usage(s.run.id, fp_key)
     return RunOutcome(
         s,
@@ -622,6 +647,23 @@ async def run(
         collected.status,
         usage,
         sim_stats,
+    )
+
+
+def shard_row(
+    store: Store, s: Setup, fp_key: str, shard: Any, n: int, graded: int, state: str
+) -> None:
+    """Record this worker's shard of the run (``shards``): its samples, how many are graded, its state."""
+    store.put_shard(
+        s.run.id,
+        fp_key,
+        shard.index,
+        shard.count,
+        shard.assign,
+        n,
+        graded,
+        state,
+        grandrounds.__version__,
     )
 
 

@@ -34,6 +34,7 @@ from grandrounds.store.rows import (
     VerdictCounts,
 )
 from grandrounds.store.runs import RunTables
+from grandrounds.store.shards import ShardTables
 
 __all__ = [
     "AgreementRecord",
@@ -53,7 +54,14 @@ __all__ = [
 
 
 class Store(
-    LeaseTables, RunTables, GradeTables, ReviewTables, AgreementTables, BatchTables, EpisodeTables
+    LeaseTables,
+    RunTables,
+    GradeTables,
+    ReviewTables,
+    AgreementTables,
+    BatchTables,
+    EpisodeTables,
+    ShardTables,
 ):
     """A handle on one store file. Pass it explicitly; there is no global store."""
 

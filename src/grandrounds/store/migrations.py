@@ -242,4 +242,26 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         ALTER TABLE calls ADD COLUMN system_fingerprint TEXT
         """,
     ),
+    (
+        11,
+        # Shards: the parts of a run asked by separate workers (``--shard i/N``), recorded with the
+        # run and never in its id; a merge checks that every part of a run is there and finished.
+        """
+        CREATE TABLE shards (
+            run_id TEXT NOT NULL,
+            grader_fp TEXT NOT NULL,
+            shard INTEGER NOT NULL,
+            n_shards INTEGER NOT NULL,
+            assign TEXT NOT NULL,
+            n_samples INTEGER NOT NULL,
+            n_graded INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            host TEXT NOT NULL,
+            package_version TEXT NOT NULL,
+            started_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (run_id, grader_fp, shard, n_shards)
+        )
+        """,
+    ),
 )
