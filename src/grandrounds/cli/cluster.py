@@ -297,208 +297,213 @@ def _write_files(out_dir: Path, files: dict[str, str]) -> None:
 
 
 # ---- commands -------------------------------------------------------------------------------------
+def merge(
+    snapshots: list[Path] = typer.Argument(..., help="stores to merge (workers' snapshots)"),
+    into: Path = typer.Option(..., "--into", help="the store they are merged into"),
+    plan: Path | None = typer.Option(
+        None,
+        "--plan",
+        help="the manifest `grandrounds plan` wrote: refuses shards of another plan",
+    ),
+    allow_missing: bool = typer.Option(
+        False,
+        "--allow-missing",
+        help="merge although a shard is missing (its calls are asked when settling)",
+    ),
+    allow_open_batches: bool = typer.Option(
+        False, "--allow-open-batches", help="merge stores with batches not yet collected"
+    ),
+) -> None:
+    """Merge stores by content into one (calls by key, images by hash, reviews once; leases
+    never); refuses a missing shard, a shard of another plan, version or dataset, and open
+    batches. Then the ordinary `run` on the merged store settles the run."""
+    from grandrounds.store import Store
+    from grandrounds.store.merge import MergeReport, merge_into, refusals
+
+    with user_errors():
+        manifest = read_manifest(plan) if plan is not None else None
+        sources = [p for p in snapshots if p.resolve() != into.resolve()]
+        why = refusals(sources, manifest, allow_missing, allow_open_batches)
+        if why:
+            for line in why:
+                sys.stderr.write(f"refused: {safe_text(line)}\n")
+            raise typer.Exit(REFUSED)
+        report = MergeReport()
+        with Store(into) as st:
+            st.flush()
+        import sqlite3
+
+        db = sqlite3.connect(into, isolation_level=None, timeout=60)
+        try:
+            for src in sources:
+                merge_into(db, into, src, report)
+        finally:
+            db.close()
+    _print_merge(report, sources, into)
+
+
+def _print_merge(report: Any, sources: list[Path], into: Path) -> None:
+    """What a merge did, its conflicts, and the shards the merged store holds."""
+    from grandrounds.store import Store
+    from grandrounds.store.merge import describe
+
+    for line in describe(report, sources):
+        console.print(line, markup=False, highlight=False)
+    if report.conflicts:
+        console.print(
+            f"{len(report.conflicts)} key(s) with two different successes: the first merged is kept",
+            style="yellow",
+            markup=False,
+        )
+        for key, purpose, model in report.conflicts[:10]:
+            console.print(
+                f"  {key[:16]} {purpose} {safe_text(model)}", markup=False, highlight=False
+            )
+    with Store(into, readonly=True) as st:
+        rows = st.shard_rows()
+    for r in rows:
+        console.print(
+            f"  run {r.run_id} shard {r.shard}/{r.n_shards}: {r.n_graded}/{r.n_samples} graded, {r.state}",
+            markup=False,
+            highlight=False,
+        )
+
+
+def plan_command(
+    benchmarks: list[str] = typer.Argument(..., help="benchmark names"),
+    model: list[str] = typer.Option(..., "--model", "-m", help="PROVIDER/MODEL; repeatable"),
+    shards: int = typer.Option(
+        ..., "--shards", min=1, help="N: how many parts each run is cut into"
+    ),
+    out: Path = typer.Option(Path("plan.json"), "--out", help="the manifest written"),
+    data: Path | None = typer.Option(None, "--data", help="data file or folder (one benchmark)"),
+    limit: int | None = typer.Option(None, "--limit", min=1),
+    base_url: str = typer.Option("", "--base-url"),
+    judge: list[str] = typer.Option([], "--judge"),
+    simulator: str = typer.Option("", "--simulator"),
+    param: list[str] = typer.Option([], "--param"),
+    model_opt: list[str] = typer.Option([], "--model-opt"),
+    assign: str = typer.Option("hash", "--assign", help="hash | cost"),
+) -> None:
+    """The coordinator's manifest: each run's id, dataset hash, samples and planned calls, and
+    the number of shards; `merge --plan` checks shards against it."""
+    from grandrounds.cli.common import judge_configs, parse_params
+    from grandrounds.core.files import write_text
+    from grandrounds.run.config import RunConfig
+
+    with user_errors():
+        cfgs = [
+            RunConfig(
+                benchmark=b,
+                model=m,
+                data=data,
+                limit=limit,
+                base_url=base_url,
+                simulator=simulator,
+                judges=judge_configs(judge, "", False),
+                bench_params=parse_params(param),
+                provider_options=parse_params(model_opt, "--model-opt"),
+            )
+            for b in benchmarks
+            for m in model
+        ]
+        manifest = plan_runs(cfgs, shards, assign)
+        write_text(out, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    for r in manifest["runs"]:
+        console.print(
+            f"{r['benchmark']} · {r['model']}: run {r['run_id']}, {r['n_samples']:,} samples, "
+            f"{r['planned_calls']:,} calls planned, {shards} shards",
+            markup=False,
+            highlight=False,
+        )
+    console.print(f"wrote {out}", markup=False, highlight=False)
+
+
+def slurm(
+    ctx: typer.Context,
+    shards: int = typer.Option(..., "--shards", min=1),
+    parallel: int = typer.Option(0, "--parallel", min=0, help="tasks at once (%K; 0: all)"),
+    snapshot_to: str = typer.Option(..., "--snapshot-to", help="shared folder for snapshots"),
+    store: str = typer.Option("grandrounds.db", "--store", help="the merged store"),
+    out: str = typer.Option("results", "--out", help="the settled run's outputs"),
+    dest: Path = typer.Option(Path("slurm"), "--dest", help="folder the scripts are written to"),
+    partition: str | None = typer.Option(None, "--partition"),
+    time_limit: str | None = typer.Option(None, "--time"),
+) -> None:
+    """Write Slurm job-array scripts for the `run ...` given after `--`: shards.sbatch,
+    settle.sbatch, submit.sh."""
+    files = slurm_files(
+        list(ctx.args),
+        shards,
+        parallel or shards,
+        snapshot_to,
+        store,
+        out,
+        partition,
+        time_limit,
+    )
+    _write_files(dest, files)
+
+
+def kube(
+    ctx: typer.Context,
+    shards: int = typer.Option(..., "--shards", min=1),
+    parallel: int = typer.Option(0, "--parallel", min=0),
+    image: str = typer.Option(..., "--image"),
+    claim: str = typer.Option(..., "--claim", help="PersistentVolumeClaim for snapshots"),
+    name: str = typer.Option("grandrounds-shards", "--name"),
+    dest: Path = typer.Option(Path("job.yaml"), "--dest"),
+) -> None:
+    """Write a Kubernetes Indexed Job for the `run ...` given after `--`."""
+    import yaml
+
+    doc = kube_manifest(list(ctx.args), shards, parallel or shards, image, claim, name)
+    _write_files(dest.parent, {dest.name: yaml.safe_dump(doc, sort_keys=False)})
+
+
+def skypilot(
+    ctx: typer.Context,
+    shards: int = typer.Option(..., "--shards", min=1),
+    bucket: str = typer.Option(..., "--bucket", help="e.g. s3://team-evals/snapshots"),
+    accelerators: str | None = typer.Option(None, "--accelerators"),
+    dest: Path = typer.Option(Path("task.yaml"), "--dest"),
+) -> None:
+    """Write a SkyPilot task for the `run ...` given after `--`."""
+    import yaml
+
+    doc = skypilot_task(list(ctx.args), shards, bucket, accelerators)
+    _write_files(dest.parent, {dest.name: yaml.safe_dump(doc, sort_keys=False)})
+
+
+def ray_command(
+    ctx: typer.Context,
+    shards: int = typer.Option(..., "--shards", min=1),
+    snapshot_to: Path = typer.Option(..., "--snapshot-to"),
+    into: Path = typer.Option(..., "--into", help="the merged store"),
+    address: str | None = typer.Option(None, "--address", help="Ray cluster (default: ray.init's)"),
+) -> None:
+    """Run the `run ...` given after `--` as SHARDS tasks over a Ray cluster (each a
+    grandrounds process with its own store), then merge their snapshots into --into."""
+    from grandrounds.cli.ray_driver import run_shards
+
+    with user_errors():
+        codes = run_shards(list(ctx.args), shards, snapshot_to, address)
+    for i, code in enumerate(codes):
+        console.print(f"shard {i}/{shards}: exit {code}", markup=False, highlight=False)
+    if any(codes):
+        sys.stderr.write("some shards failed: run the same command again to redo them\n")
+        raise typer.Exit(1)
+    merge(sorted(snapshot_to.glob("*.db")), into, None, False, False)
+
+
+_PASS_ON = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
 def register(app: typer.Typer, store_path: Callable[[Path | None], Path], StoreOpt: Any) -> None:
     """Add ``plan``, ``merge``, ``slurm``, ``kube``, ``skypilot`` and ``ray`` to ``app``."""
-
-    @app.command("merge")
-    def merge(
-        snapshots: list[Path] = typer.Argument(..., help="stores to merge (workers' snapshots)"),
-        into: Path = typer.Option(..., "--into", help="the store they are merged into"),
-        plan: Path | None = typer.Option(
-            None,
-            "--plan",
-            help="the manifest `grandrounds plan` wrote: refuses shards of another plan",
-        ),
-        allow_missing: bool = typer.Option(
-            False,
-            "--allow-missing",
-            help="merge although a shard is missing (its calls are asked when settling)",
-        ),
-        allow_open_batches: bool = typer.Option(
-            False, "--allow-open-batches", help="merge stores with batches not yet collected"
-        ),
-    ) -> None:
-        """Merge stores by content into one (calls by key, images by hash, reviews once; leases
-        never); refuses a missing shard, a shard of another plan, version or dataset, and open
-        batches. Then the ordinary `run` on the merged store settles the run."""
-        from grandrounds.store import Store
-        from grandrounds.store.merge import MergeReport, describe, merge_into, refusals
-
-        with user_errors():
-            manifest = read_manifest(plan) if plan is not None else None
-            sources = [p for p in snapshots if p.resolve() != into.resolve()]
-            why = refusals(sources, manifest, allow_missing, allow_open_batches)
-            if why:
-                for line in why:
-                    sys.stderr.write(f"refused: {safe_text(line)}\n")
-                raise typer.Exit(REFUSED)
-            report = MergeReport()
-            with Store(into) as st:
-                st.flush()
-            import sqlite3
-
-            db = sqlite3.connect(into, isolation_level=None, timeout=60)
-            try:
-                for src in sources:
-                    merge_into(db, into, src, report)
-            finally:
-                db.close()
-        for line in describe(report, sources):
-            console.print(line, markup=False, highlight=False)
-        if report.conflicts:
-            console.print(
-                f"{len(report.conflicts)} key(s) with two different successes: the first merged is kept",
-                style="yellow",
-                markup=False,
-            )
-            for key, purpose, model in report.conflicts[:10]:
-                console.print(
-                    f"  {key[:16]} {purpose} {safe_text(model)}", markup=False, highlight=False
-                )
-        with Store(into, readonly=True) as st:
-            rows = st.shard_rows()
-        for r in rows:
-            console.print(
-                f"  run {r.run_id} shard {r.shard}/{r.n_shards}: {r.n_graded}/{r.n_samples} graded, {r.state}",
-                markup=False,
-                highlight=False,
-            )
-
-    @app.command("plan")
-    def plan_command(
-        benchmarks: list[str] = typer.Argument(..., help="benchmark names"),
-        model: list[str] = typer.Option(..., "--model", "-m", help="PROVIDER/MODEL; repeatable"),
-        shards: int = typer.Option(
-            ..., "--shards", min=1, help="N: how many parts each run is cut into"
-        ),
-        out: Path = typer.Option(Path("plan.json"), "--out", help="the manifest written"),
-        data: Path | None = typer.Option(
-            None, "--data", help="data file or folder (one benchmark)"
-        ),
-        limit: int | None = typer.Option(None, "--limit", min=1),
-        base_url: str = typer.Option("", "--base-url"),
-        judge: list[str] = typer.Option([], "--judge"),
-        simulator: str = typer.Option("", "--simulator"),
-        param: list[str] = typer.Option([], "--param"),
-        model_opt: list[str] = typer.Option([], "--model-opt"),
-        assign: str = typer.Option("hash", "--assign", help="hash | cost"),
-    ) -> None:
-        """The coordinator's manifest: each run's id, dataset hash, samples and planned calls, and
-        the number of shards; `merge --plan` checks shards against it."""
-        from grandrounds.cli.common import judge_configs, parse_params
-        from grandrounds.core.files import write_text
-        from grandrounds.run.config import RunConfig
-
-        with user_errors():
-            cfgs = [
-                RunConfig(
-                    benchmark=b,
-                    model=m,
-                    data=data,
-                    limit=limit,
-                    base_url=base_url,
-                    simulator=simulator,
-                    judges=judge_configs(judge, "", False),
-                    bench_params=parse_params(param),
-                    provider_options=parse_params(model_opt, "--model-opt"),
-                )
-                for b in benchmarks
-                for m in model
-            ]
-            manifest = plan_runs(cfgs, shards, assign)
-            write_text(out, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
-        for r in manifest["runs"]:
-            console.print(
-                f"{r['benchmark']} · {r['model']}: run {r['run_id']}, {r['n_samples']:,} samples, "
-                f"{r['planned_calls']:,} calls planned, {shards} shards",
-                markup=False,
-                highlight=False,
-            )
-        console.print(f"wrote {out}", markup=False, highlight=False)
-
-    @app.command(
-        "slurm", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-    )
-    def slurm(
-        ctx: typer.Context,
-        shards: int = typer.Option(..., "--shards", min=1),
-        parallel: int = typer.Option(0, "--parallel", min=0, help="tasks at once (%K; 0: all)"),
-        snapshot_to: str = typer.Option(..., "--snapshot-to", help="shared folder for snapshots"),
-        store: str = typer.Option("grandrounds.db", "--store", help="the merged store"),
-        out: str = typer.Option("results", "--out", help="the settled run's outputs"),
-        dest: Path = typer.Option(
-            Path("slurm"), "--dest", help="folder the scripts are written to"
-        ),
-        partition: str | None = typer.Option(None, "--partition"),
-        time_limit: str | None = typer.Option(None, "--time"),
-    ) -> None:
-        """Write Slurm job-array scripts for the `run ...` given after `--`: shards.sbatch,
-        settle.sbatch, submit.sh."""
-        files = slurm_files(
-            list(ctx.args),
-            shards,
-            parallel or shards,
-            snapshot_to,
-            store,
-            out,
-            partition,
-            time_limit,
-        )
-        _write_files(dest, files)
-
-    @app.command(
-        "kube", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-    )
-    def kube(
-        ctx: typer.Context,
-        shards: int = typer.Option(..., "--shards", min=1),
-        parallel: int = typer.Option(0, "--parallel", min=0),
-        image: str = typer.Option(..., "--image"),
-        claim: str = typer.Option(..., "--claim", help="PersistentVolumeClaim for snapshots"),
-        name: str = typer.Option("grandrounds-shards", "--name"),
-        dest: Path = typer.Option(Path("job.yaml"), "--dest"),
-    ) -> None:
-        """Write a Kubernetes Indexed Job for the `run ...` given after `--`."""
-        import yaml
-
-        doc = kube_manifest(list(ctx.args), shards, parallel or shards, image, claim, name)
-        _write_files(dest.parent, {dest.name: yaml.safe_dump(doc, sort_keys=False)})
-
-    @app.command(
-        "skypilot", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-    )
-    def skypilot(
-        ctx: typer.Context,
-        shards: int = typer.Option(..., "--shards", min=1),
-        bucket: str = typer.Option(..., "--bucket", help="e.g. s3://team-evals/snapshots"),
-        accelerators: str | None = typer.Option(None, "--accelerators"),
-        dest: Path = typer.Option(Path("task.yaml"), "--dest"),
-    ) -> None:
-        """Write a SkyPilot task for the `run ...` given after `--`."""
-        import yaml
-
-        doc = skypilot_task(list(ctx.args), shards, bucket, accelerators)
-        _write_files(dest.parent, {dest.name: yaml.safe_dump(doc, sort_keys=False)})
-
-    @app.command("ray", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def ray_command(
-        ctx: typer.Context,
-        shards: int = typer.Option(..., "--shards", min=1),
-        snapshot_to: Path = typer.Option(..., "--snapshot-to"),
-        into: Path = typer.Option(..., "--into", help="the merged store"),
-        address: str | None = typer.Option(
-            None, "--address", help="Ray cluster (default: ray.init's)"
-        ),
-    ) -> None:
-        """Run the `run ...` given after `--` as SHARDS tasks over a Ray cluster (each a
-        grandrounds process with its own store), then merge their snapshots into --into."""
-        from grandrounds.cli.ray_driver import run_shards
-
-        with user_errors():
-            codes = run_shards(list(ctx.args), shards, snapshot_to, address)
-        for i, code in enumerate(codes):
-            console.print(f"shard {i}/{shards}: exit {code}", markup=False, highlight=False)
-        if any(codes):
-            sys.stderr.write("some shards failed: run the same command again to redo them\n")
-            raise typer.Exit(1)
-        merge(sorted(snapshot_to.glob("*.db")), into, None, False, False)
+    app.command("merge")(merge)
+    app.command("plan")(plan_command)
+    app.command("slurm", context_settings=_PASS_ON)(slurm)
+    app.command("kube", context_settings=_PASS_ON)(kube)
+    app.command("skypilot", context_settings=_PASS_ON)(skypilot)
+    app.command("ray", context_settings=_PASS_ON)(ray_command)

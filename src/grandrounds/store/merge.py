@@ -328,34 +328,59 @@ def refusals(
                 f"{path}: {len(batches)} batch(es) not yet collected (first: {provider} {batch_id}, "
                 f"{state}): run the worker's command again to collect them, or pass --allow-open-batches"
             )
-    planned: dict[str, Mapping[str, Any]] = {}
+    planned = (
+        {str(r["run_id"]): r for r in manifest.get("runs", [])} if manifest is not None else {}
+    )
     if manifest is not None:
-        planned = {str(r["run_id"]): r for r in manifest.get("runs", [])}
-        n_plan = int(manifest.get("shards", 0))
-        version = str(manifest.get("package_version", ""))
-        for sh in found:
-            where = f"{sh.path}: shard {sh.shard}/{sh.n_shards} of run {sh.run_id} ({sh.benchmark} · {sh.model})"
-            if sh.run_id not in planned:
-                other = [
-                    r
-                    for r in planned.values()
-                    if r.get("benchmark") == sh.benchmark and r.get("model") == sh.model
-                ]
-                if other and all(r.get("dataset_sha256") != sh.dataset for r in other):
-                    out.append(
-                        f"{where}: another dataset ({sh.dataset[:12]}) than the plan's "
-                        f"({str(other[0].get('dataset_sha256', ''))[:12]})"
-                    )
-                else:
-                    out.append(f"{where}: a run the plan does not name (a shard of another plan)")
-            elif sh.n_shards != n_plan:
+        out += _against_plan(found, manifest, planned)
+    out += _completeness(found, planned, manifest, allow_missing)
+    return out
+
+
+def _against_plan(
+    found: Sequence[SourceShard],
+    manifest: Mapping[str, Any],
+    planned: Mapping[str, Mapping[str, Any]],
+) -> list[str]:
+    """Shards of runs the plan does not name, of another N or of another package version."""
+    out: list[str] = []
+    n_plan = int(manifest.get("shards", 0))
+    version = str(manifest.get("package_version", ""))
+    for sh in found:
+        where = f"{sh.path}: shard {sh.shard}/{sh.n_shards} of run {sh.run_id} ({sh.benchmark} · {sh.model})"
+        if sh.run_id not in planned:
+            other = [
+                r
+                for r in planned.values()
+                if r.get("benchmark") == sh.benchmark and r.get("model") == sh.model
+            ]
+            if other and all(r.get("dataset_sha256") != sh.dataset for r in other):
                 out.append(
-                    f"{where}: cut into {sh.n_shards} parts, the plan into {n_plan} (another plan)"
+                    f"{where}: another dataset ({sh.dataset[:12]}) than the plan's "
+                    f"({str(other[0].get('dataset_sha256', ''))[:12]})"
                 )
-            elif version and sh.package_version != version:
-                out.append(
-                    f"{where}: written by grandrounds {sh.package_version}, the plan by {version}"
-                )
+            else:
+                out.append(f"{where}: a run the plan does not name (a shard of another plan)")
+        elif sh.n_shards != n_plan:
+            out.append(
+                f"{where}: cut into {sh.n_shards} parts, the plan into {n_plan} (another plan)"
+            )
+        elif version and sh.package_version != version:
+            out.append(
+                f"{where}: written by grandrounds {sh.package_version}, the plan by {version}"
+            )
+    return out
+
+
+def _completeness(
+    found: Sequence[SourceShard],
+    planned: Mapping[str, Mapping[str, Any]],
+    manifest: Mapping[str, Any] | None,
+    allow_missing: bool,
+) -> list[str]:
+    """Per run: one N, one package version, and (unless ``allow_missing``) every shard present."""
+    out: list[str] = []
+    n_plan = int(manifest.get("shards", 0)) if manifest is not None else 0
     by_run: dict[str, list[SourceShard]] = {}
     for sh in found:
         by_run.setdefault(sh.run_id, []).append(sh)
@@ -375,14 +400,9 @@ def refusals(
             )
         if allow_missing:
             continue
-        if counts:
-            n = counts[0]
-        elif run_id in planned and manifest is not None:
-            n = int(manifest.get("shards", 0))
-        else:
-            continue
-        if run_id in planned and manifest is not None and n != int(manifest.get("shards", 0)):
-            continue  # already refused above
+        n = counts[0] if counts else n_plan
+        if n == 0 or (run_id in planned and n != n_plan):
+            continue  # nothing to count against, or refused against the plan already
         have = {sh.shard for sh in shards}
         for i in range(n):
             if i not in have:
