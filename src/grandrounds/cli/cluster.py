@@ -52,6 +52,15 @@ def apply_shard(cfg: Any, shard_text: str | None) -> Any:
     return replace(cfg, **changes)
 
 
+def with_options(judges: tuple[Any, ...], options: dict[str, Any]) -> tuple[Any, ...]:
+    """Judges with ``--judge-opt`` options added (checked against each judge's provider)."""
+    from grandrounds.providers.base import check_model
+
+    if not options:
+        return judges
+    return tuple(replace(j, options=check_model(j.spec, {**j.options, **options})) for j in judges)
+
+
 def snapshot_file(store_file: Path, snapshot_dir: Path, shard: Any) -> Path:
     """Where a worker's snapshots go: ``DIR/<store stem>[.shard-I-of-N].db``."""
     suffix = f".shard-{shard.index}-of-{shard.count}" if shard is not None else ""

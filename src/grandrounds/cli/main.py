@@ -336,6 +336,11 @@ def run(
         "--model-opt",
         help="provider option KEY=VALUE, e.g. max_response_mb=16 (see `grandrounds list`)",
     ),
+    judge_opt: list[str] = typer.Option(
+        [],
+        "--judge-opt",
+        help="provider option KEY=VALUE for every judge given with --judge, e.g. endpoint_id=judge-svc",
+    ),
     engine_arg: list[str] = typer.Option(
         [],
         "--engine-arg",
@@ -418,7 +423,10 @@ def run(
             ),
             gen_overrides={"temperature": temperature, "max_tokens": max_tokens},
             judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
-            judges=judge_configs(judge, judge_base_url, judge_json),
+            judges=cluster.with_options(
+                judge_configs(judge, judge_base_url, judge_json),
+                parse_params(judge_opt, "--judge-opt"),
+            ),
             concurrency=concurrency,
             judge_concurrency=judge_concurrency,
             rpm=rpm,

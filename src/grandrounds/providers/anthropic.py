@@ -49,6 +49,7 @@ from grandrounds.core.params import Param
 from grandrounds.core.records import Request, Response, Usage
 from grandrounds.providers.base import (
     CREDENTIALS_REQUIRED,
+    ENDPOINT_ID,
     ModelSpec,
     Provider,
     ProviderError,
@@ -233,6 +234,7 @@ class AnthropicProvider(Provider):
             "most MB of images (base64) one request may carry (Anthropic's published limit by default)",
             minimum=0.001,
         ),
+        ENDPOINT_ID,
     )
     example = "anthropic/claude-sonnet-4-5 (Messages API; --base-url for a proxy or gateway)"
     default_concurrency = 16

@@ -140,7 +140,8 @@ class Provider(ABC):
         """The base URL recorded in request keys (answers from different servers never mix),
         without credentials, and the account label where one is set: it reaches the store, the
         run id and the fingerprint."""
-        url = public_url(self.spec.base_url)
+        ident = self.options.get("endpoint_id")
+        url = f"endpoint:{ident}" if ident else public_url(self.spec.base_url)
         return f"{url}#account:{self.account}" if self.account else url
 
     @abstractmethod
@@ -165,6 +166,17 @@ class Provider(ABC):
 
     async def aclose(self) -> None:
         return None
+
+
+#: ``--model-opt endpoint_id=NAME``: the name of one service reached at several URLs (a Kubernetes
+#: Service, a vLLM data-parallel endpoint, a KubeRay RayService, one server as 127.0.0.1 and as
+#: localhost); it replaces the URL in request keys and run ids, so their answers are shared.
+ENDPOINT_ID = Param(
+    "endpoint_id",
+    str,
+    "",
+    "name of the service behind the URL, recorded in keys and run ids in place of the URL (one service at several URLs)",
+)
 
 
 def split_endpoint(spec_text: str, base_url: str = "") -> tuple[str, str]:

@@ -30,6 +30,7 @@ from grandrounds.core.errors import ConfigError
 from grandrounds.core.params import Param
 from grandrounds.core.records import Request, Response, ToolCallPart, Usage
 from grandrounds.providers.base import (
+    ENDPOINT_ID,
     ModelSpec,
     Provider,
     ProviderError,
@@ -93,6 +94,7 @@ class OpenAIProvider(Provider):
             "most MB of images (base64) one request may carry (OpenAI's published limit by default)",
             minimum=0.001,
         ),
+        ENDPOINT_ID,
     )
     example = "openai/gpt-4o (any OpenAI-compatible server with --base-url)"
     #: Calls in flight when --concurrency is not given: as many as vllm/ and sglang/ keep, which
