@@ -436,3 +436,34 @@ def test_killed_shard_resumes_from_its_snapshot_elsewhere(tmp_path):
         # what the snapshot held was not asked again: requests beyond the shard's are only calls
         # in flight when the first node died (sent, not yet stored)
         assert srv.stats.requests - asked_a == n_shard - saved
+
+
+def _calls_made(stderr: str) -> int:
+    line = next(x for x in stderr.splitlines() if "answers:" in x and "calls made" in x)
+    return int(line.split("answers:")[1].split("calls made")[0].strip().replace(",", ""))
+
+
+def test_two_processes_on_one_store_split_the_work(tmp_path):
+    from grandrounds.testing import LoopbackServer
+
+    data = shared_file(*MEDQA)
+    with LoopbackServer(answer, latency=0.1) as srv:
+        args = [
+            sys.executable, "-m", "grandrounds", "run", "medqa", "--data", str(data), "--limit", "80",
+            "--model", "openai/m", "--base-url", srv.base_url, "--store", str(tmp_path / "s.db"),
+            "--concurrency", "4",
+        ]  # fmt: skip
+        procs = [
+            subprocess.Popen(
+                args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(2)
+        ]
+        outs = [p.communicate(timeout=300) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+        made = [_calls_made(err) for _, err in outs]
+        assert srv.stats.requests == 80 == sum(made)  # nothing paid twice
+        assert min(made) >= 15, made  # both did a real share (before: 80 and 0)
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        assert db.execute("SELECT COUNT(DISTINCT key) FROM calls").fetchone()[0] == 80
+        assert db.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0

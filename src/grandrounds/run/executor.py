@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import random
 import re
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,18 @@ from grandrounds.run.costs import TokenCounter, token_counter
 from grandrounds.run.limits import AdaptiveSlots, EndpointLimits, Sending, request_tokens
 from grandrounds.run.per_turn import FinalFailures, LeaseQueue, StoreLookups
 from grandrounds.store import Store
+
+#: Set where a held call's caller has other work to do first (the run's pool, for a group's first
+#: call): the executor then raises :class:`HeldElsewhere` instead of waiting on another process.
+DEFER_HELD: contextvars.ContextVar[bool] = contextvars.ContextVar("defer_held", default=False)
+
+
+class HeldElsewhere(Exception):
+    """Another process on the store holds the lease on this call: come back to it later."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -178,7 +191,13 @@ class Executor(StoreFirst):
 
     async def __call__(self, request: Request) -> Response:
         key = request.key()
-        known = await self._known(key)
+        while True:
+            try:
+                known = await self._known(key)
+                break
+            except HeldElsewhere:  # the identical request this one waited on was left for later
+                if DEFER_HELD.get():
+                    raise
         if known is not None:
             return known
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
@@ -195,14 +214,27 @@ class Executor(StoreFirst):
             del self._inflight[key]
 
     async def _leased_call(self, request: Request, key: str) -> Response:
-        """The call, made only under this process's lease on its key: while another process holds
-        it, wait and take that process's answer from the store when it lands."""
+        """The call, made only under this process's lease on its key, taken once the call has its
+        concurrency slot (so a process holds no more leases than it has calls going, and another
+        process on the store finds the rest free). While another process holds the lease: raise
+        :class:`HeldElsewhere` where the caller moves on to other work (:data:`DEFER_HELD`), else
+        wait, out of the slot, and take that process's answer from the store when it lands."""
         leases = LeaseQueue.of(self.store)
         while True:
-            state = await leases.ask(key)
+            await self._probe()
+            async with self.limit, self.endpoint_limit:
+                state = await leases.ask(key)
+                if state == "ours":
+                    response = await self._call_with_retries(request, key)
             if state == "ours":
-                return await self._call_with_retries(request, key)
+                # Let the request waiting for the slot just freed go out before this answer is
+                # graded: otherwise, when many replies land together, every next request waits
+                # for all of their grading and bookkeeping.
+                await asyncio.sleep(0)
+                return response
             if state == "held":
+                if DEFER_HELD.get():
+                    raise HeldElsewhere(key)
                 await asyncio.sleep(self.lease_poll)
             stored = self.store.get_call(key)
             if stored is not None:
@@ -210,50 +242,42 @@ class Executor(StoreFirst):
                 return stored
 
     async def _call_with_retries(self, request: Request, key: str) -> Response:
-        await self._probe()
+        """The call and its retries, in the slot and under the lease :meth:`_leased_call` took."""
         retries = requeued = 0
-        async with self.limit, self.endpoint_limit:
-            sent, attempt = request, 0
-            while True:
-                try:
-                    response = await self._send(sent)
-                    break
-                except ProviderError as err:
-                    fitted = self._fit_context(sent, err)
-                    if fitted is not None:
-                        sent = fitted  # not an attempt: the same question with room to answer
-                        self.stats.shrunk += 1
-                        try:
-                            response = await self._send(sent)
-                            break
-                        except ProviderError as again:
-                            err = again
-                    if (
-                        getattr(err, "queued", None) is not None
-                        and requeued < self.retry.max_attempts
-                    ):
-                        requeued += (
-                            1  # it waited in the server's queue: not one of the model's attempts
-                        )
-                        retries += 1
-                        await asyncio.sleep(self.retry.delay(0, self.rng, None))
-                        continue
-                    last = attempt >= self.retry.max_attempts - 1
-                    if not err.retryable or last:
-                        response = self._failure(request, key, err, attempt)
+        sent, attempt = request, 0
+        while True:
+            try:
+                response = await self._send(sent)
+                break
+            except ProviderError as err:
+                fitted = self._fit_context(sent, err)
+                if fitted is not None:
+                    sent = fitted  # not an attempt: the same question with room to answer
+                    self.stats.shrunk += 1
+                    try:
+                        response = await self._send(sent)
                         break
+                    except ProviderError as again:
+                        err = again
+                if getattr(err, "queued", None) is not None and requeued < self.retry.max_attempts:
+                    requeued += (
+                        1  # it waited in the server's queue: not one of the model's attempts
+                    )
                     retries += 1
-                    await asyncio.sleep(self.retry.delay(attempt, self.rng, err.retry_after))
-                    attempt += 1
+                    await asyncio.sleep(self.retry.delay(0, self.rng, None))
+                    continue
+                last = attempt >= self.retry.max_attempts - 1
+                if not err.retryable or last:
+                    response = self._failure(request, key, err, attempt)
+                    break
+                retries += 1
+                await asyncio.sleep(self.retry.delay(attempt, self.rng, err.retry_after))
+                attempt += 1
         if sent is not request and response.ok:
             response = replace(response, key=key)
         self.store.put_call(request, response, attempts=retries + 1)
         self.store.release_lease(key)  # in the same transaction as the outcome
         self._count(response, retries)
-        # Let the request waiting for the slot just freed go out before this answer is graded:
-        # otherwise, when many replies land together, every next request waits for all of
-        # their grading and bookkeeping.
-        await asyncio.sleep(0)
         return response
 
     async def _probe(self) -> None:

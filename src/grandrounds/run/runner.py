@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -60,7 +60,7 @@ from grandrounds.run.config import (
 )
 from grandrounds.run.costs import judge_of
 from grandrounds.run.episodes import EpisodeRunner
-from grandrounds.run.executor import Executor, RetryPolicy
+from grandrounds.run.executor import DEFER_HELD, Executor, HeldElsewhere, RetryPolicy
 from grandrounds.run.limits import EndpointLimits
 from grandrounds.run.samples import (
     DataWatch,
@@ -356,10 +356,20 @@ async def run_pool(
     even while every worker waits on a slow call.
     """
     pending = iter(groups)
+    # Groups whose first call another process on the store holds: asked after the rest (by then
+    # that process has mostly answered them), so processes sharing a store share the work.
+    deferred: deque[Any] = deque()
 
     async def worker() -> None:
         for group in pending:
-            await do_group(group)
+            DEFER_HELD.set(True)
+            try:
+                await do_group(group)
+            except HeldElsewhere:
+                deferred.append(group)
+        DEFER_HELD.set(False)
+        while deferred:
+            await do_group(deferred.popleft())
 
     async def flusher() -> None:
         while True:
@@ -782,6 +792,8 @@ class AskGroup:
                 grading.record(stored, False)
                 collected.add(position, sample, stored)
                 continue
+            if self.episodes is not None or position != group[0][0]:
+                DEFER_HELD.set(False)  # only a group's first answer is left for later
             if (
                 self.episodes is not None
             ):  # an agent benchmark: the sample's episodes, played and graded
@@ -795,6 +807,7 @@ class AskGroup:
                     )
                 else:
                     resp, link = await _ask(s, self.cfg, self.answers, sample, history)
+                    DEFER_HELD.set(False)  # its judges wait on another process, never defer
                     if resp.ok:
                         history.append((sample, resp.text or ""))
                     else:
