@@ -308,9 +308,9 @@ def shards_then_settle_timed(srv: Any, run: list[str], tmp: Path) -> float:
 
 
 def scenario_merge5000(tmp: Path) -> None:
-    from healthbench_scale import serve, write_conversations  # bench/healthbench_scale.py
-
     import multiprocessing as mp
+
+    from healthbench_scale import serve, write_conversations  # bench/healthbench_scale.py
 
     data = tmp / "hb5000.jsonl"
     write_conversations(DATA / "healthbench" / "healthbench_500.jsonl", data, 5000)
