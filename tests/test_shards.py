@@ -467,3 +467,119 @@ def test_two_processes_on_one_store_split_the_work(tmp_path):
     with sqlite3.connect(tmp_path / "s.db") as db:
         assert db.execute("SELECT COUNT(DISTINCT key) FROM calls").fetchone()[0] == 80
         assert db.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
+
+
+def test_sigterm_snapshots_everything_and_a_requeued_shard_asks_only_the_rest(tmp_path):
+    from grandrounds.testing import LoopbackServer
+
+    data = shared_file(*MEDQA)
+    snaps = tmp_path / "snaps"
+    with LoopbackServer(answer, latency=0.1) as srv:
+        args = [
+            sys.executable, "-m", "grandrounds", "run", "medqa", "--data", str(data), "--limit", "40",
+            "--model", "openai/m", "--base-url", srv.base_url, "--shard", "1/2",
+            "--snapshot-to", str(snaps), "--snapshot-every", "0", "--concurrency", "2",
+        ]  # fmt: skip
+        proc = subprocess.Popen(
+            [*args, "--store", str(tmp_path / "a" / "l.db")],
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        while srv.stats.requests < 6 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not (snaps / "l.shard-1-of-2.db").exists()  # --snapshot-every 0: only at the end
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 143, err
+        snap = snaps / "l.shard-1-of-2.db"
+        with sqlite3.connect(snap) as db:
+            kept = db.execute("SELECT COUNT(*) FROM calls WHERE error IS NULL").fetchone()[0]
+            (state,) = db.execute("SELECT state FROM shards").fetchone()
+        assert state == "running" and kept > 0
+        asked = srv.stats.requests
+        r = subprocess.run(
+            [*args, "--store", str(tmp_path / "b" / "l.db")],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode == 0, r.stderr
+        with sqlite3.connect(snap) as db:
+            n = db.execute("SELECT n_samples FROM shards").fetchone()[0]
+            (state,) = db.execute("SELECT state FROM shards").fetchone()
+        assert state == "done"
+        # everything answered before SIGTERM was in the snapshot, so the requeued shard asked only
+        # the rest; asked twice: only the calls in flight when SIGTERM came (cancelled, never stored)
+        assert srv.stats.requests - asked == n - kept
+        assert 0 <= asked - kept <= 2
+
+
+def test_refusals_against_a_plan_name_the_dataset_and_the_plan(tmp_path):
+    from grandrounds.store import RunRecord, Store
+    from grandrounds.store.merge import refusals
+
+    def shard_store(path: Path, run_id: str, dataset: str, i: int, n: int) -> Path:
+        with Store(path) as st:
+            st.ensure_run(
+                RunRecord(run_id, "medqa", "medqa", "openai/m", {}, dataset, "1.0", {}, "/d")
+            )
+            st.put_shard(run_id, "fp", i, n, "hash", 10, 10, "done", "1.0")
+        return path
+
+    plan = {
+        "format": "grandrounds-plan/1",
+        "package_version": "1.0",
+        "shards": 2,
+        "runs": [
+            {"run_id": "r1", "benchmark": "medqa", "model": "openai/m", "dataset_sha256": "a" * 64}
+        ],
+    }
+    good = [shard_store(tmp_path / f"g{i}.db", "r1", "a" * 64, i, 2) for i in range(2)]
+    assert refusals(good, plan) == []
+    other_data = shard_store(tmp_path / "d.db", "r2", "b" * 64, 0, 2)
+    (line,) = [x for x in refusals([*good, other_data], plan) if "d.db" in x]
+    assert line.endswith(f"another dataset ({'b' * 12}) than the plan's ({'a' * 12})")
+    other_model = shard_store(tmp_path / "m.db", "r3", "a" * 64, 0, 2)
+    with Store(other_model) as st:
+        st.db.execute("UPDATE runs SET model = 'openai/other'")
+    assert any(
+        "a run the plan does not name (a shard of another plan)" in x
+        for x in refusals([*good, other_model], plan)
+    )
+    assert refusals([good[0]], plan) == [
+        "run r1 (medqa · openai/m): shard 1/2 is missing (no store given holds it); "
+        "pass --allow-missing to merge the rest and ask its calls when settling"
+    ]
+    assert refusals([tmp_path / "nowhere.db"], None) == [
+        f"{tmp_path / 'nowhere.db'}: no such store"
+    ]
+
+
+def test_snapshot_images_are_copied_by_hash_and_a_changed_file_is_refused(tmp_path):
+    import hashlib
+
+    from grandrounds.core.errors import StoreError
+    from grandrounds.store import Store
+    from grandrounds.store.images import ImageStore
+    from grandrounds.store.snapshot import snapshot
+
+    src = tmp_path / "a.db"
+    with Store(src):
+        pass
+    data = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
+    sha = hashlib.sha256(data).hexdigest()
+    ImageStore.beside(src).put(sha, "image/png", data)
+    snapshot(src, tmp_path / "snaps" / "a.db")
+    assert ImageStore.beside(tmp_path / "snaps" / "a.db").get(sha, "image/png") == data
+    bad = b"\x89PNG changed"
+    other = hashlib.sha256(b"original").hexdigest()
+    path = ImageStore.beside(src).path(other, "image/png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bad)  # a file whose bytes are not its name's
+    with pytest.raises(StoreError, match="does not match its hash"):
+        snapshot(src, tmp_path / "snaps2" / "a.db")
+    assert not (tmp_path / "snaps2" / "a.db").exists()

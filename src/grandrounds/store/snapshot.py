@@ -40,8 +40,9 @@ def snapshot(store_file: Path, dest: Path) -> Path:
             src.close()
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp, dest)
+        # the images first: a snapshot in place names no image its folder lacks
         copy_images(ImageStore.beside(store_file), ImageStore.beside(dest))
+        os.replace(tmp, dest)
     except (sqlite3.Error, OSError, ImageStoreError) as e:
         tmp.unlink(missing_ok=True)
         raise StoreError(store_file, f"snapshot to {dest} failed: {e}") from None
