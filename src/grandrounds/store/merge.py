@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grandrounds.store.connection import SCHEMA_VERSION
 from grandrounds.store.images import ImageStore
 from grandrounds.store.snapshot import copy_images
 
 #: Never merged (see the module's docstring).
-NEVER = frozenset({"settled", "leases", "schema_version", "sqlite_sequence"})
+NEVER = frozenset({"settled", "leases", "schema_migrations", "sqlite_sequence"})
 #: Merged by a rule of their own below.
 SPECIAL = frozenset(
     {"calls", "grades", "episodes", "reviews", "batches", "batch_requests", "shards"}
@@ -80,6 +81,19 @@ def _tables(db: sqlite3.Connection, schema: str) -> list[str]:
 
 def _changes(db: sqlite3.Connection) -> int:
     return int(db.execute("SELECT changes()").fetchone()[0])
+
+
+def schema_version(path: Path) -> int:
+    """The newest migration a store has applied (0: none, or not a grandrounds store)."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        if "schema_migrations" not in _tables(db, "main"):
+            raise sqlite3.DatabaseError("not a grandrounds store (no schema_migrations table)")
+        return int(
+            db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+        )
+    finally:
+        db.close()
 
 
 def open_batches(path: Path) -> list[tuple[str, str, str]]:
@@ -317,6 +331,13 @@ def refusals(
             out.append(f"{path}: no such store")
             continue
         try:
+            version = schema_version(path)
+            if version > SCHEMA_VERSION:
+                out.append(
+                    f"{path}: store schema version {version} is newer than this grandrounds "
+                    f"understands (version {SCHEMA_VERSION}): merge with the version that wrote it"
+                )
+                continue
             found.extend(source_shards(path))
             batches = open_batches(path)
         except sqlite3.DatabaseError as e:
