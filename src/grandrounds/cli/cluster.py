@@ -343,6 +343,9 @@ def merge(
         import sqlite3
 
         db = sqlite3.connect(into, isolation_level=None, timeout=60)
+        # a merge writes every row of every store: a large page cache keeps the indexes in memory
+        db.execute("PRAGMA cache_size = -262144")
+        db.execute("PRAGMA temp_store = MEMORY")
         try:
             for src in sources:
                 merge_into(db, into, src, report)
