@@ -583,3 +583,26 @@ def test_snapshot_images_are_copied_by_hash_and_a_changed_file_is_refused(tmp_pa
     with pytest.raises(StoreError, match="does not match its hash"):
         snapshot(src, tmp_path / "snaps2" / "a.db")
     assert not (tmp_path / "snaps2" / "a.db").exists()
+
+
+def test_a_merge_without_a_shard_settles_by_asking_only_that_shard(tmp_path):
+    from grandrounds.testing import LoopbackServer
+
+    data = shared_file(*MEDQA)
+    snaps = tmp_path / "snaps"
+    with LoopbackServer(answer) as srv:
+        for i in (0, 2):
+            r = _run(data, srv.base_url, tmp_path / f"w{i}.db", "--shard", f"{i}/3",
+                     "--snapshot-to", str(snaps))  # fmt: skip
+            assert r.returncode == 0, r.stderr
+        asked = srv.stats.requests
+        merged = tmp_path / "m.db"
+        m = gr(
+            "merge", *map(str, sorted(snaps.glob("*.db"))), "--into", str(merged), "--allow-missing"
+        )
+        assert m.returncode == 0, m.stderr
+        settle = _run(data, srv.base_url, merged)
+        assert settle.returncode == 0, settle.stderr
+        missing = srv.stats.requests - asked
+    assert asked + missing == 40 and missing > 0
+    assert f"answers: {missing} calls made, {asked} from the store" in settle.stderr
