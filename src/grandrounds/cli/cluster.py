@@ -126,7 +126,7 @@ def _dataset_of(cfg: Any) -> str:
 
     cfg = check_run(cfg)
     bench = build_benchmark(cfg.benchmark, cfg.bench_params)
-    return bench.dataset_hash(resolve(bench, cfg.data))  # type: ignore[arg-type]
+    return bench.dataset_hash(resolve(bench, cfg.data))
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
