@@ -211,6 +211,9 @@ def test_four_shards_merge_and_settle_as_one_run(tmp_path):
         outs = [p.communicate(timeout=300) for p in procs]
         assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
         assert "--rpm 4000 is shared by 4 shards: this one sends at most 1000" in outs[0][1]
+        for i, (stdout, err) in enumerate(outs):  # a part says its counts, never a score
+            assert f"shard {i}/4 asked " in err and "of the run's 40 samples (no score" in err
+            assert "accuracy" not in stdout + err
         shard_requests = srv.stats.requests - before
         assert shard_requests == 40  # each question asked by exactly one shard
         snapshots = sorted(snaps.glob("*.db"))

@@ -61,6 +61,16 @@ def with_options(judges: tuple[Any, ...], options: dict[str, Any]) -> tuple[Any,
     return tuple(replace(j, options=check_model(j.spec, {**j.options, **options})) for j in judges)
 
 
+def shard_line(result: Any) -> str:
+    """What a shard says at its end in place of a score (a part is not a result)."""
+    extra = result.extra
+    return (
+        f"{safe_text(result.benchmark)} · {safe_text(result.model)}: shard {extra['shard']} asked "
+        f"{int(extra.get('n_shard', 0)):,} of the run's {int(extra.get('n_run', 0)):,} samples "
+        "(no score: a part of the run; merge the shards and settle)"
+    )
+
+
 def snapshot_file(store_file: Path, snapshot_dir: Path, shard: Any) -> Path:
     """Where a worker's snapshots go: ``DIR/<store stem>[.shard-I-of-N].db``."""
     suffix = f".shard-{shard.index}-of-{shard.count}" if shard is not None else ""

@@ -542,7 +542,11 @@ def _execute(
         KeyboardInterrupt
     ):  # Ctrl-C or SIGTERM: leaving the block flushed what was answered before it
         raise interrupted(prog) from None
-    print_results([o.result for o in outcomes])
+    if wholes := [o.result for o in outcomes if "shard" not in o.result.extra]:
+        print_results(wholes)
+    for o in outcomes:  # a shard's part is not a result: its counts, not a score
+        if "shard" in o.result.extra:
+            err_console.print(cluster.shard_line(o.result), markup=False, highlight=False)
     for o in outcomes:
         err_console.print(f"{o.result.benchmark} · {o.result.model}: run {o.run.id}", style="dim")
         for line in call_summary(

@@ -641,7 +641,10 @@ async def run(
             tally["n"],
             "done" if not tally["redo"] else "running",
         )
-        result = replace(result, extra={**result.extra, "shard": str(cfg.shard), "n_run": s.n})
+        result = replace(
+            result,
+            extra={**result.extra, "shard": str(cfg.shard), "n_run": s.n, "n_shard": n_asked},
+        )
     else:
         store.put_result(s.run.id, fp_key, result)
         store.settle(s.run.id, fp_key, collected.tally() | {"version": grandrounds.__version__})
