@@ -170,6 +170,8 @@ class Executor(StoreFirst):
             store, provider, concurrency or provider.default_concurrency, retry, seed, observer
         )
         self.limit = asyncio.Semaphore(self.concurrency)
+        #: The calls of this executor holding a lease: in flight, or the few next in line for a slot.
+        self.lease_window = asyncio.Semaphore(self.concurrency + max(2, self.concurrency // 4))
         self.endpoints = endpoints or EndpointLimits()
         #: An explicit --concurrency wins: a fixed semaphore shared per endpoint, held for the whole
         #: call; otherwise the endpoint's adaptive window, taken for each attempt (so a window halved
@@ -214,18 +216,22 @@ class Executor(StoreFirst):
             del self._inflight[key]
 
     async def _leased_call(self, request: Request, key: str) -> Response:
-        """The call, made only under this process's lease on its key, taken once the call has its
-        concurrency slot (so a process holds no more leases than it has calls going, and another
-        process on the store finds the rest free). While another process holds the lease: raise
-        :class:`HeldElsewhere` where the caller moves on to other work (:data:`DEFER_HELD`), else
-        wait, out of the slot, and take that process's answer from the store when it lands."""
+        """The call, made only under this process's lease on its key. The lease is taken in a
+        window a quarter wider than the concurrency (at least 2 more), held until the call is
+        done: a process holds no more leases than its calls in flight and the few next in line
+        (another process on the store finds the rest free), and those few leases are taken while
+        the calls in flight are at the server (a lease taken in the slot itself would add its
+        transaction to every call's time in the slot). While another process holds the lease: raise :class:`HeldElsewhere` where the
+        caller moves on to other work (:data:`DEFER_HELD`), else wait, out of the window, and take
+        that process's answer from the store when it lands."""
         leases = LeaseQueue.of(self.store)
         while True:
-            await self._probe()
-            async with self.limit, self.endpoint_limit:
+            async with self.lease_window:
                 state = await leases.ask(key)
                 if state == "ours":
-                    response = await self._call_with_retries(request, key)
+                    await self._probe()
+                    async with self.limit, self.endpoint_limit:
+                        response = await self._call_with_retries(request, key)
             if state == "ours":
                 # Let the request waiting for the slot just freed go out before this answer is
                 # graded: otherwise, when many replies land together, every next request waits
