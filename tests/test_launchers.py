@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from grandrounds.cli.cluster import kube_manifest, skypilot_task, slurm_files
-from tests.conftest import shared_file
+from tests.conftest import _missing, shared_file
 from tests.test_resume_and_bad_input import ROOT
 from tests.test_shards import _env, _run_id, answer, gr
 
@@ -115,12 +115,8 @@ def _cannot_run_slurm() -> str | None:
 
 
 def _skip_or_fail(why: str) -> None:
-    if (
-        os.environ.get("CI", "").lower() == "true"
-        and os.environ.get("GRANDROUNDS_NO_ENGINES") != "1"
-    ):
-        pytest.fail(f"{why} (CI installs the engine: set GRANDROUNDS_NO_ENGINES=1 where it cannot)")
-    pytest.skip(why)
+    """Skip with the reason, or fail under CI=true (which installs the engines)."""
+    _missing(why)
 
 
 @pytest.fixture
