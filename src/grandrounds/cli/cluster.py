@@ -336,8 +336,7 @@ def merge(
     """Merge stores by content into one (calls by key, images by hash, reviews once; leases
     never); refuses a missing shard, a shard of another plan, version or dataset, and open
     batches. Then the ordinary `run` on the merged store settles the run."""
-    from grandrounds.store import Store
-    from grandrounds.store.merge import MergeReport, merge_into, refusals
+    from grandrounds.store.merge import merge_stores, refusals
 
     with user_errors():
         manifest = read_manifest(plan) if plan is not None else None
@@ -347,20 +346,7 @@ def merge(
             for line in why:
                 sys.stderr.write(f"refused: {safe_text(line)}\n")
             raise typer.Exit(REFUSED)
-        report = MergeReport()
-        with Store(into) as st:
-            st.flush()
-        import sqlite3
-
-        db = sqlite3.connect(into, isolation_level=None, timeout=60)
-        # a merge writes every row of every store: a large page cache keeps the indexes in memory
-        db.execute("PRAGMA cache_size = -262144")
-        db.execute("PRAGMA temp_store = MEMORY")
-        try:
-            for src in sources:
-                merge_into(db, into, src, report)
-        finally:
-            db.close()
+        report = merge_stores(into, sources)
     _print_merge(report, sources, into)
 
 

@@ -110,6 +110,26 @@ def open_batches(path: Path) -> list[tuple[str, str, str]]:
     return [(str(p), str(b), str(s)) for p, b, s in rows]
 
 
+def merge_stores(into: Path, sources: Sequence[Path]) -> MergeReport:
+    """Merge ``sources`` into the store ``into`` (created and migrated where it is new), each
+    source in one transaction; what was merged."""
+    from grandrounds.store import Store
+
+    with Store(into) as st:
+        st.flush()
+    report = MergeReport()
+    db = sqlite3.connect(into, isolation_level=None, timeout=60)
+    # a merge writes every row of every store: a large page cache keeps the indexes in memory
+    db.execute("PRAGMA cache_size = -262144")
+    db.execute("PRAGMA temp_store = MEMORY")
+    try:
+        for src in sources:
+            merge_into(db, into, src, report)
+    finally:
+        db.close()
+    return report
+
+
 def merge_into(db: sqlite3.Connection, target: Path, source: Path, report: MergeReport) -> None:
     """Merge the store ``source`` into the open target connection ``db`` (whose file is ``target``),
     in one transaction; the target's images folder gets the source's images."""
