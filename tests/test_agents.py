@@ -319,6 +319,9 @@ def test_openai_wire_sends_tools_and_reads_calls(tmp_path):
         if msgs[-1]["role"] != "tool":
             return Reply("", tool_calls=(("calculator", {"expression": "6*7"}),))
         assistant = msgs[-2]
+        assert (
+            assistant["content"] == ""
+        )  # never null beside tool calls (llama-cpp-python's server refuses it)
         assert assistant["tool_calls"][0]["function"] == {
             "name": "calculator",
             "arguments": '{"expression": "6*7"}',

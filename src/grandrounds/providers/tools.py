@@ -71,7 +71,9 @@ def openai_tool_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             continue
         wire: dict[str, Any] = {"role": m.role, "content": openai_content(_plain(m))}
         if m.tool_calls:
-            wire["content"] = m.text or None
+            # "" rather than null beside tool calls: llama-cpp-python's server (and some others)
+            # refuse a null content with HTTP 500; OpenAI and vLLM take either
+            wire["content"] = m.text or ""
             wire["tool_calls"] = [
                 {
                     "id": c.id,
