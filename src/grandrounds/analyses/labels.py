@@ -133,7 +133,10 @@ def run_facts(
         fingerprint={
             "model": model,
             "answer_mode": mode,
-            "protocol": fp.get("protocol"),
+            # a run with no result yet (interrupted) is labelled with the protocol it ran under,
+            # from its own record, not the default
+            "protocol": fp.get("protocol")
+            or ({"name": str(options["protocol"])} if options.get("protocol") else None),
             "limit": limit,
             "run_id": run_id,
         },

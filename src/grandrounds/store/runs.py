@@ -65,6 +65,17 @@ class RunTables(StoreBase):
                 out[row["key"]] = row_to_response(row, cached=True)
         return out
 
+    def request_sent(self, key: str) -> dict[str, Any] | None:
+        """The stored request of one call as it was asked (its canonical JSON, read back), or None."""
+        row = self.db.execute("SELECT request_json FROM calls WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        try:
+            got = json.loads(row[0])
+        except ValueError:
+            return None
+        return got if isinstance(got, dict) else None
+
     def put_call(self, request: Request, response: Response, attempts: int = 1) -> None:
         """Store a call. A success replaces anything; a failure never replaces a stored success
         (it only counts its attempts onto an earlier failure)."""

@@ -232,6 +232,12 @@ function messageView(m, figs) {
   }
   return div;
 }
+// one run's request: its messages as sent, and the continuations a log-probability call scored
+function sentView(sent, figs) {
+  const box = el('div', {className: 'sent-messages'}, ...(sent.messages || []).map(m => messageView(m, figs)));
+  if ((sent.continuations || []).length) box.append(el('div', {className: 'small'}, String(sent.kind) + ': scored continuations ' + sent.continuations.map(c => JSON.stringify(String(c))).join(', ')));
+  return box;
+}
 const SHOWN_TYPES = ['image/jpeg', 'image/png', 'image/gif', 'image/webp'];
 // one image: a thumbnail linking to the full-size image (served by /image/<sha256>)
 function figure(p, n) {
@@ -292,7 +298,18 @@ async function showItem(url) {
   const s = d.sample;
   main.append(el('h2', {}, d.benchmark + ' / ' + s.id));
   const figs = [];
-  const qa = el('div', {className: 'qa-main'}, ...(s.messages || []).map(m => messageView(m, figs)));
+  // what was sent: one block when every run on the page sent the same messages, else the question
+  // as stored and, under each answer, what its run sent
+  const sents = d.answers.map(a => a.sent).filter(x => x);
+  const same = sents.length === d.answers.length && sents.length > 0 && sents.every(x => JSON.stringify(x) === JSON.stringify(sents[0]));
+  const qa = el('div', {className: 'qa-main'});
+  if (same) {
+    qa.append(el('div', {className: 'small sent-label'}, 'Sent to the model' + (d.answers.length > 1 ? ' (the same in every run below)' : '') + ':'));
+    qa.append(sentView(sents[0], figs));
+  } else {
+    qa.append(el('div', {className: 'small sent-label'}, 'The question as stored' + (d.answers.length ? ' (what each run sent is under its answer)' : '') + ':'));
+    qa.append(...(s.messages || []).map(m => messageView(m, figs)));
+  }
   main.append(figs.length ? el('div', {className: 'with-images', id: 'qa'}, el('div', {className: 'figures', id: 'figures'}, ...figs.map((p, i) => figure(p, i + 1))), qa) : qa);
   if (s.target !== null && s.target !== undefined) qa.append(el('p', {}, 'Target: ' + (s.target_text !== undefined ? s.target_text : JSON.stringify(s.target))));
   const grid = el('div', {className: 'answers', id: 'answers'});
@@ -301,7 +318,8 @@ async function showItem(url) {
     const revs = a.reviews.filter(r => !r.criterion_id).map(r => el('div', {className: 'review'}, r.reviewer + ' scored ' + r.score + ': ' + r.reason + ' (' + r.created_at + ')'));
     const info = (a.judge ? 'judge ' + a.judge + ' · ' : '') + 'value ' + fmt(a.value) + ' · with reviews ' + fmt(a.reviewed_value)
       + (a.extracted ? ' · extracted ' + a.extracted : '') + (a.grade_error ? ' · ' + a.grade_error : '');
-    grid.append(el('div', {className: 'answer'}, el('b', {title: a.title}, a.label), el('div', {className: 'small'}, info),
+    const own = (!same && a.sent) ? [el('details', {className: 'sent'}, el('summary', {}, 'sent by this run'), sentView(a.sent, []))] : [];
+    grid.append(el('div', {className: 'answer'}, el('b', {title: a.title}, a.label), el('div', {className: 'small'}, info), ...own,
       ...(a.read ? [el('div', {className: 'read'}, 'Read: ' + a.read)] : []), ...integrityLines(a),
       (a.episodes || []).length ? transcript(a) : (a.options ? optionTable(a.options) : el('pre', {className: 'ans'}, a.text !== null ? a.text : '(no answer' + (a.error ? ': ' + a.error : '') + ')')),
       ...(a.votes || []).map(v => el('div', {className: 'small vote'}, v.judge + ' run ' + v.run + ': ' + (v.score === null ? v.status : v.score) + (v.explanation ? ' · ' + v.explanation : ''))),

@@ -301,6 +301,7 @@ def _answer(
         "title": column.get("title", model),
         "judge": result.get("judge") if result else None,
         "text": resp.text if resp else None,
+        "sent": sent_view(store.request_sent(answer[0])) if answer else None,
         "error": error,
         "options": (options := option_scores(store.grader_spec(fp), sample, grade, resp)),
         "read": option_words(options) if options is not None else None,  # what was read, in words
@@ -332,6 +333,24 @@ def _answer(
         "episodes": store.episodes(run_id, sid),
         "epochs": list(grade.details.get("epochs", ())) if grade else [],
     } | integrity(grade, sample, resp)
+
+
+def sent_view(request: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What one run sent for a question, read from its stored request: the messages exactly as
+    asked (its protocol's instruction, few-shot examples, answer markers included), the kind of
+    call and, for log-probability calls, the continuations scored. None where it is not stored."""
+    if not request:
+        return None
+    messages = [
+        {"role": str(m.get("role", "?")), "content": m.get("content", "")}
+        for m in request.get("messages") or ()
+        if isinstance(m, dict)
+    ]
+    return {
+        "kind": str(request.get("kind") or "chat"),
+        "messages": messages,
+        "continuations": [str(c) for c in request.get("continuations") or ()],
+    }
 
 
 def integrity(grade: Grade | None, sample: Sample | None, resp: Response | None) -> dict[str, Any]:
