@@ -19,7 +19,9 @@ from grandrounds.run import progress
 from grandrounds.testing import LoopbackServer
 
 LINE = re.compile(
-    r"^demo · openai/\S+: (\d+)/12 \((\d+)%\) · \d+\.\d calls/s · failed (\d+) · retries \d+ · unscored \d+ · "
+    r"^demo · openai/\S+: (\d+)/12 \((\d+)%\) · \d+\.\d calls/s"
+    r"(?: · calls (\d+) answered(?: \([^)]*\))?)?(?: · (\d+) in flight for \d+:\d\d:\d\d)?"
+    r" · failed (\d+) · retries \d+ · unscored \d+ · "
     r"elapsed \d+:\d\d:\d\d · ETA (-|\d+:\d\d:\d\d)$"
 )
 LONG_MODEL = "openai/" + "a-rather-long-model-name-of-a-local-server-instruct-q4_k_m-" * 2 + "gguf"
@@ -57,7 +59,7 @@ def test_a_run_logged_to_a_file_prints_plain_progress_lines_every_few_seconds(
     assert done == sorted(done) and done[-1] == 12 and done[0] < 12, (
         "counts move on, line by line, to the end"
     )
-    assert LINE.match(lines[-1]).group(2) == "100" and LINE.match(lines[-1]).group(4) == "0:00:00"
+    assert LINE.match(lines[-1]).group(2) == "100" and LINE.match(lines[-1]).group(6) == "0:00:00"
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", out), (
         "no control characters: no bar, no cursor moves, no colours"
     )
@@ -72,9 +74,11 @@ def test_progress_lines_come_while_every_call_is_waiting(
     with LoopbackServer(lambda body: "B", latency=1.2, serial=True) as srv:
         out = run_demo(srv, tmp_path / "s.db")
     waiting = [ln for ln in out.splitlines() if LINE.match(ln) and LINE.match(ln).group(1) == "0"]
-    assert len(waiting) >= 3 and all(LINE.match(ln).group(4) == "-" for ln in waiting), (
+    assert len(waiting) >= 3 and all(LINE.match(ln).group(6) == "-" for ln in waiting), (
         "no pace yet: ETA unknown, never 0"
     )
+    # the call inside the item is shown moving: sent and waiting, before any item is done
+    assert any(int(LINE.match(ln).group(4) or 0) >= 1 for ln in waiting), waiting
 
 
 def test_summary_lines_are_kept_whole_in_a_log_file(tmp_path: Path) -> None:

@@ -83,6 +83,9 @@ MAX_TOKENS_FLAG = {
 
 
 class CallObserver(Protocol):
+    """Told of every call's outcome (``on_call``); an observer that also has ``on_send(request)``
+    is told when each call goes out, to count the calls in flight (the run's progress does)."""
+
     def on_call(self, response: Response, *, retries: int) -> None: ...
 
 
@@ -129,6 +132,7 @@ class StoreFirst:
         self.retry = retry
         self.rng = random.Random(seed)
         self.observer = observer
+        self._on_send = getattr(observer, "on_send", None)  # optional (CallObserver)
         self.stats: CallStats = CallStats()
         self._inflight: dict[str, asyncio.Future[Response]] = {}
 
@@ -250,6 +254,8 @@ class Executor(StoreFirst):
     async def _call_with_retries(self, request: Request, key: str) -> Response:
         """The call and its retries, in the slot and under the lease :meth:`_leased_call` took."""
         retries = requeued = 0
+        if self._on_send is not None:
+            self._on_send(request)
         sent, attempt = request, 0
         while True:
             try:

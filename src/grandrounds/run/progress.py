@@ -41,7 +41,7 @@ from rich.progress import (
 from rich.text import Text
 
 from grandrounds.core.display import SafeConsole, styled
-from grandrounds.core.records import Grade, Response
+from grandrounds.core.records import Grade, Request, Response
 
 if TYPE_CHECKING:
     from grandrounds.run.batches.events import BatchEvent
@@ -70,6 +70,7 @@ class RichProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[rate]:.1f} calls/s"),
+            TextColumn("{task.fields[inner]}"),
             TextColumn("failed {task.fields[failed]}"),
             TextColumn("retries {task.fields[retries]}"),
             TextColumn("unscored {task.fields[unscored]}"),
@@ -91,6 +92,13 @@ class RichProgress:
 
     def _reset(self) -> None:
         self.calls = self.failed = self.retries = self.unscored = 0
+        # calls sent and not yet answered, calls sent by purpose, when the calls in flight started
+        # waiting (the first of them) and when the last answer came: a run whose items each take
+        # many calls (a judge panel, an agent's steps) shows them moving before an item is done
+        self.in_flight = 0
+        self.sent_by_purpose: Counter[str] = Counter()
+        self.oldest_sent: float | None = None
+        self.last_answer: float | None = None
         self.done = self.worked = 0  # items advanced; items among them that took work here
         self.total = 0
         self.t0 = time.perf_counter()
@@ -138,7 +146,7 @@ class RichProgress:
         self._reset()
         self.total, self.label = total, label
         self.task = self.bar.add_task(
-            label, total=total, rate=0.0, failed=0, retries=0, unscored=0, eta="-"
+            label, total=total, rate=0.0, inner="", failed=0, retries=0, unscored=0, eta="-"
         )
 
     def _tick(self) -> None:
@@ -156,6 +164,7 @@ class RichProgress:
         parts = [
             f"{self.label}: {self.done:,}/{self.total:,}{share}",
             f"{self.calls / max(1e-6, elapsed):.1f} calls/s",
+            *self.call_parts(),
             f"failed {self.failed}",
             f"retries {self.retries}",
             f"unscored {self.unscored}",
@@ -165,6 +174,25 @@ class RichProgress:
         if self.batches or self.batches_closed:
             parts.append(self.batch_text())
         self.console.print(styled(" · ".join(parts)), soft_wrap=True, highlight=False)
+
+    def call_parts(self) -> list[str]:
+        """The calls inside the items: answered so far, in flight and for how long, and the calls
+        sent by purpose where more than one kind is asked, e.g. ``calls 7 (answer 3, judge 4) ·
+        1 in flight for 0:02:10``."""
+        if not self.sent_by_purpose and not self.calls:
+            return []
+        kinds = ""
+        if len(self.sent_by_purpose) > 1:
+            kinds = (
+                " ("
+                + ", ".join(f"{p} {n}" for p, n in sorted(self.sent_by_purpose.items()))
+                + " sent)"
+            )
+        parts = [f"calls {self.calls:,} answered{kinds}"]
+        if self.in_flight:
+            waiting = time.perf_counter() - (self.oldest_sent or time.perf_counter())
+            parts.append(f"{self.in_flight} in flight for {timedelta(seconds=round(waiting))}")
+        return parts
 
     def eta(self) -> float | None:
         """Seconds left at the pace of the items that took work in this process (None: no pace yet)."""
@@ -199,6 +227,7 @@ class RichProgress:
             failed=self.failed,
             retries=self.retries,
             unscored=self.unscored,
+            inner=" · ".join(self.call_parts()),
             eta=eta,
         )
 
@@ -261,7 +290,19 @@ class RichProgress:
         back = self.closed_back + sum(n for _, _, n in self.batches.values())
         return f"batches: {shown} · {back:,}/{total:,} calls back"
 
+    def on_send(self, request: Request) -> None:
+        """A call went out: counted in flight, by its purpose (answer, judge, simulator...)."""
+        self.in_flight += 1
+        self.sent_by_purpose[request.purpose] += 1
+        if self.oldest_sent is None:
+            self.oldest_sent = time.perf_counter()
+        self._update()
+
     def on_call(self, response: Response, *, retries: int) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
+        if self.in_flight == 0:
+            self.oldest_sent = None
+        self.last_answer = time.perf_counter()
         self.calls += 1
         self.retries += retries
         self.failed += 0 if response.ok else 1
