@@ -109,8 +109,8 @@ def test_scripted_model_through_the_cli_equals_sklearn_f1(tmp_path: Path) -> Non
         f1_score([t for t, _ in hard], [p for _, p in hard], pos_label="1")
     )
     assert (
-        res["extra"]["other_protocol"]["score"] == 0.0
-    )  # Medmarks reads no \boxed{} and no bare digit here: all dropped
+        res["extra"]["other_protocol"]["score"] is None
+    )  # Medmarks reads no \boxed{} and no bare digit here: all dropped, an unknown (not an F1 of 0)
 
 
 def test_reference_prompt_is_medmarks_when_its_file_is_at_hand() -> None:

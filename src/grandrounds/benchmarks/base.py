@@ -71,6 +71,13 @@ class Aggregate:
     breakdown: Breakdown = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Nothing scored is an unknown, never a zero: a formula over no items (an F1 of nothing, a
+        # mean of an empty list) gives no headline and no interval, so nothing ranks it.
+        if self.n == 0:
+            object.__setattr__(self, "score", None)
+            object.__setattr__(self, "ci95", None)
+
     @classmethod
     def of(
         cls, metric: str, overall: Cell, breakdown: Breakdown, extra: Mapping[str, Any]

@@ -266,7 +266,10 @@ class MedHallu(Benchmark):
             "medmarks_reward_mean": sum(reward) / len(reward) if reward else None,
             "other_protocol": {
                 "protocol": other_name,
-                "score": detection_metrics([t for t, _ in other], [p for _, p in other])["f1"],
+                # nothing read the other way is an unknown, not an F1 of 0
+                "score": o["f1"]
+                if (o := detection_metrics([t for t, _ in other], [p for _, p in other]))["kept"]
+                else None,
                 "differs": "reference: Medmarks' prompt and boxed reading; grandrounds: our prompt, "
                 "temperature 0, tolerant reading (the other figure re-reads these same replies)",
             },
@@ -281,10 +284,10 @@ def _cell(items: Sequence[tuple[str, str | None]]) -> Cell:
         f["kept"],
         f["total"] - f["kept"],
         f1_ci(items),
-        {
-            "precision": f["precision"],
-            "recall": f["recall"],
-            "accuracy": f["accuracy"],
+        {  # rates over no kept item are unknowns, not zeros
+            "precision": f["precision"] if f["kept"] else None,
+            "recall": f["recall"] if f["kept"] else None,
+            "accuracy": f["accuracy"] if f["kept"] else None,
             "not_sure": f["dropped_unsure"],
         },
     )

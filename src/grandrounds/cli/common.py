@@ -202,6 +202,22 @@ def lost_share(extra: Mapping[str, Any]) -> float | None:
 NOTHING_SCORED = 3
 
 
+def rerun_advice(extra: Mapping[str, Any], failed: bool) -> str:
+    """What re-running the same command will and will not change for a run with unscored items:
+    failed calls are asked again; unreadable answers are stored replies, read the same way again."""
+    unreadable = int(extra.get("n_unreadable") or 0)
+    parts = []
+    if failed:
+        parts.append("re-running the same command retries every failed call")
+    if unreadable:
+        parts.append(
+            f"{unreadable} answer(s) could not be read, and re-running reads the same stored replies "
+            "the same way (`grandrounds view` shows them; another --protocol or model may answer in a "
+            "readable form)"
+        )
+    return "; ".join(parts) or "nothing failed and nothing was unreadable"
+
+
 def any_failed(outcome: Any) -> bool:
     """Whether any answer or judge call of the run failed (as opposed to a benchmark that scores
     nothing here by design, such as MedBench without its answer key)."""

@@ -28,8 +28,12 @@ def fmt(v: Any, digits: int = 3) -> str:
 
 
 def fmt_ci(ci: Sequence[float] | None, digits: int = 3) -> str:
-    """A 95% CI as "[lo, hi]", "n/a" when there is none."""
-    return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "n/a"
+    """A 95% CI as "[lo, hi]", "n/a" when there is none; an interval of no width (a few items, all
+    alike) is marked "(degenerate)": it says the sample was too small to show spread, not certainty."""
+    if not ci:
+        return "n/a"
+    shown = f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+    return shown + " (degenerate)" if ci[0] == ci[1] else shown
 
 
 # ---- text from outside, shown on a terminal ------------------------------------------------------

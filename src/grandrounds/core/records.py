@@ -351,6 +351,12 @@ class Cell:
     ci95: tuple[float, float] | None = None
     metrics: Mapping[str, float | None] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # a cell of no scored items has no score: an unknown, never a zero
+        if self.n == 0 and self.score is not None:
+            object.__setattr__(self, "score", None)
+            object.__setattr__(self, "ci95", None)
+
 
 #: family (subject, theme, axis, dimension, error_type, category, kind...) -> key -> cell.
 Breakdown = Mapping[str, Mapping[str, Cell]]
