@@ -190,7 +190,8 @@ def test_setup_says_what_it_builds_and_shows_time(tmp_path):
     python = venv_bin / "python"
     # a first install: llama_cpp not importable yet, and the editable install takes 2.5 s
     python.write_text(
-        "#!/bin/sh\ncase \"$*\" in *'import llama_cpp'*) exit 1;; *'-e .'*) sleep 2.5;; esac\nexit 0\n",
+        "#!/bin/sh\ncase \"$*\" in *'import llama_cpp'*) exit 1;;"
+        " *'-e .'*) echo \"$CMAKE_ARGS\" > cmake_args; echo '[57/140] Building CXX object'; sleep 2.5;; esac\nexit 0\n",
         encoding="utf-8",
     )
     python.chmod(0o755)
@@ -208,6 +209,9 @@ def test_setup_says_what_it_builds_and_shows_time(tmp_path):
     assert "llama.cpp" in out and "several minutes" in out
     assert re.search(r"still building .*: \d+:\d\d elapsed", out), out
     assert re.search(r"done: building .* in \d+:\d\d", out), out
+    assert "compiling step 57/140" in out, out  # the compiler's progress, read from the build log
+    # llama.cpp built portable: never for this processor only
+    assert "-DGGML_NATIVE=OFF" in (tmp_path / "repo" / "cmake_args").read_text()
 
 
 # ---- the demo's closing lines ------------------------------------------------------------------

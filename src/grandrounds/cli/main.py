@@ -16,6 +16,7 @@ from rich.text import Text
 from grandrounds.cli import (
     cluster,
     contamination,
+    doctor,
     fetch,
     irt,
     judge_validation,
@@ -44,6 +45,7 @@ from grandrounds.cli.common import (
     judge_configs,
     lost_share,
     parse_params,
+    rerun_advice,
     store_path,
     stored_run,
     user_errors,
@@ -604,9 +606,11 @@ def _execute(
     ]  # not answers withheld by design (MedBench)
     for o, share in mostly:
         err_console.print(
-            f"{o.result.benchmark} · {o.result.model}: {share:.0%} of the answers have no score "
-            f"(failed calls, unreadable answers, grader errors; more than {MAX_LOST_SHARE:.0%}): the headline "
-            "stands on the rest only; re-running the same command retries what failed",
+            f"{safe_text(o.result.benchmark)} · {safe_text(o.result.model)}: {share:.0%} of the answers "
+            f"have no score (more than {MAX_LOST_SHARE:.0%}): "
+            + ("nothing was scored" if not o.result.n else "the headline stands on the rest only")
+            + "; "
+            + rerun_advice(o.result.extra, any_failed(o)),
             style="red",
         )
     if mostly:
@@ -964,7 +968,17 @@ def submission(
 
 # The command groups that live in their own modules, after run's: reports and the viewer, judge
 # validation, robustness, item response theory (in that order in --help).
-for _group in (reports, team, judge_validation, robustness, contamination, irt, fetch, cluster):
+for _group in (
+    reports,
+    team,
+    judge_validation,
+    robustness,
+    contamination,
+    irt,
+    fetch,
+    cluster,
+    doctor,
+):
     _group.register(app, existing_store_path, StoreOpt)
 
 
