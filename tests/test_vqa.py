@@ -739,3 +739,91 @@ def test_a_probe_runs_items_are_stored_as_they_were_asked(tmp_path: Path) -> Non
         and stored.messages[0].content == out.samples[0].messages[0].content
     )
     assert isinstance(stored.messages[0].content, str)  # the question as asked: no image
+
+
+def test_a_bundle_made_from_a_folder_runs_offline_with_the_folder_gone(tmp_path: Path) -> None:
+    """``bundle --data vqa-rad=FOLDER``, the folder moved away, then a run from the bundle alone
+    (no reference folder, an empty cache): every image sent right and the score an independent
+    count gives; the manifest names no path of the machine it was made on."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from grandrounds.testing.vision import VisionServer
+    from tests.conftest import ROOT
+
+    source = vqa_rad()
+    rows_all = json.loads((source / "VQA_RAD Dataset Public.json").read_text(encoding="utf-8"))
+    images = sorted(
+        {r["image_name"] for r in rows_all if r["phrase_type"] in ("test_freeform", "test_para")}
+    )[:12]
+    folder = tmp_path / "maker" / "my-vqa-rad"
+    (folder / "VQA_RAD Image Folder").mkdir(parents=True)
+    kept = [r for r in rows_all if r["image_name"] in images]
+    (folder / "VQA_RAD Dataset Public.json").write_text(json.dumps(kept), encoding="utf-8")
+    for name in images:
+        shutil.copyfile(
+            source / "VQA_RAD Image Folder" / name, folder / "VQA_RAD Image Folder" / name
+        )
+    rows = [r for r in kept if r["phrase_type"] in ("test_freeform", "test_para")]
+    pairs = independent_pairs(
+        folder, rows, lambda r: folder / "VQA_RAD Image Folder" / r["image_name"]
+    )
+    assert any(sha[0] in "01234567" for _, sha in pairs) and any(
+        sha[0] not in "01234567" for _, sha in pairs
+    ), "a subset that scores between 0 and 1"
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GRANDROUNDS_")}
+    base |= {"PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
+
+    def grandrounds(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "grandrounds", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+
+    bundle = tmp_path / "carry"
+    maker = base | {"GRANDROUNDS_CACHE": str(tmp_path / "maker-cache")}
+    if "GRANDROUNDS_REFERENCE" in os.environ:
+        maker["GRANDROUNDS_REFERENCE"] = os.environ["GRANDROUNDS_REFERENCE"]
+    made = grandrounds(
+        "bundle", "--out", str(bundle), "vqa-rad", "--data", f"vqa-rad={folder}", env=maker
+    )
+    assert made.returncode == 0, made.stderr[-3000:] + made.stdout[-2000:]
+    text = (bundle / "manifest.json").read_text(encoding="utf-8")
+    manifest = json.loads(text)
+    assert manifest["data"]["vqa-rad"]["path"] == "data/vqa-rad/local/my-vqa-rad"
+    assert len([f for f in manifest["files"] if f.startswith("data/vqa-rad/local/")]) == 13
+    assert str(tmp_path) not in text and "/maker/" not in text, "no local path in the manifest"
+
+    shutil.move(str(tmp_path / "maker"), str(tmp_path / "moved-away"))
+    reader = base | {
+        "GRANDROUNDS_CACHE": str(tmp_path / "empty-cache"),
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    with VisionServer(
+        vision_rule(pairs), expected=expect_own_image(pairs), image_order="before"
+    ) as srv:
+        args = ["run", "vqa-rad", "--model", "openai/vlm", "--base-url", srv.base_url]
+        ran = grandrounds(
+            *args,
+            "--bundle",
+            str(bundle),
+            "--store",
+            str(tmp_path / "s.db"),
+            "--out",
+            str(tmp_path / "out"),
+            env=reader,
+        )
+        assert ran.returncode == 0, ran.stderr[-3000:] + ran.stdout[-2000:]
+        assert srv.stats.problems == [] and srv.stats.mismatches == 0
+        assert srv.stats.requests == len(rows) and len(srv.stats.distinct_images) == 12
+    result = json.loads((tmp_path / "out" / "results.json").read_text(encoding="utf-8"))
+    check_figures(result["results"][0], rows, pairs, lambda r: r["answer_type"].strip() == "CLOSED")
+    assert 0 < result["results"][0]["score"] < 1

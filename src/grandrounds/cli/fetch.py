@@ -330,8 +330,13 @@ def _bundle_local(name: str, given: Path, out: Path, manifest: dict[str, Any]) -
     sources = [given] if given.is_file() else sorted(p for p in given.rglob("*") if p.is_file())
     for src in sources:
         rel = base if given.is_file() else f"{base}/{src.relative_to(given).as_posix()}"
-        _copy(src, out, rel, f"local file {src}", manifest["files"])
-    manifest["data"][name] = {"path": base, "source": str(given)}
+        # recorded relative to what was given: a bundle says nothing of the maker's file system
+        where = (
+            given.name if given.is_file() else f"{given.name}/{src.relative_to(given).as_posix()}"
+        )
+        _copy(src, out, rel, f"local file {where}", manifest["files"])
+    kind = "file" if given.is_file() else "folder"
+    manifest["data"][name] = {"path": base, "source": f"local {kind} {given.name}", "kind": kind}
     return Item(name, "data", given.name, out / base, str(given), "local")
 
 
@@ -352,7 +357,9 @@ def bundle_one(
     official = fetch_official(bench)
     for it in official:
         if it.ok and it.path is not None:
-            _copy(it.path, out, it.bundle_rel, it.source, manifest["files"])
+            # a reference folder's file is recorded by its name there, never by a local path
+            source = it.source if it.status != "local" else f"reference folder {it.name}"
+            _copy(it.path, out, it.bundle_rel, source, manifest["files"])
     return data + official
 
 

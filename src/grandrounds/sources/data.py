@@ -8,7 +8,7 @@ from typing import Protocol
 
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.sources.downloads import RemoteFile, cache_dir, fetch
-from grandrounds.sources.mirrors import bundle_root, bundled_data, bundled_file
+from grandrounds.sources.mirrors import bundle_root, bundled_data, bundled_file, bundled_folder
 
 __all__ = ["RemoteFile", "cache_dir", "fetch", "resolve"]
 
@@ -57,7 +57,7 @@ def _from_bundle(bench: HasData, bundle: Path) -> Path:
                 bench.name,
                 f"data path {given!r} lies outside data/{bench.name}/",
             )
-        return bundled_file(bundle, given)
+        return bundled_folder(bundle, given)  # a file, or a folder of files, as it was given
     if not bench.remote_files:
         raise ConfigError(
             f"benchmark {bench.name!r} has no data in the bundle {bundle}; pass --data PATH, or write the "

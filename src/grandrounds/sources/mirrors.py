@@ -187,6 +187,18 @@ def bundled_file(root: Path, rel: str, pinned: str | None = None) -> Path:
     return path
 
 
+def bundled_folder(root: Path, rel: str) -> Path:
+    """The folder ``root/rel`` with every file the manifest lists under it checked as
+    :func:`bundled_file` checks one (a folder given with ``bundle --data NAME=FOLDER``)."""
+    prefix = rel.rstrip("/") + "/"
+    listed = [name for name in manifest(root)["files"] if name.startswith(prefix)]
+    if not listed:
+        return bundled_file(root, rel)  # names neither a file nor a folder: the one-line error
+    for name in listed:
+        bundled_file(root, name)
+    return root / rel
+
+
 def bundled_data(root: Path, benchmark: str) -> str | None:
     """The path (relative to the bundle) the manifest gives for ``benchmark``'s data, or None."""
     entry = manifest(root).get("data", {}).get(benchmark)
