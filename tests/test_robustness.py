@@ -538,7 +538,7 @@ def test_robustness_command_and_report_section(tmp_path):
         )  # NOTA keeps the key's letter
         assert len(got["rewrites"]) == 30 and got["rewrites"][0]["rewritten"].startswith("<script>")
 
-        again = invoke(
+        again_args = [
             "robustness",
             "medqa",
             "--data",
@@ -561,13 +561,24 @@ def test_robustness_command_and_report_section(tmp_path):
             str(db),
             "--json",
             str(out),
-        )
+        ]
+        again = invoke(*again_args)
         assert (
             again.exit_code == 0
             and "answers: 0 calls made" in again.output
             and "30 calls made" not in again.output
         )
         assert json.loads(out.read_text(encoding="utf-8")) == got
+        # written to a log (not a terminal, no COLUMNS): the tables are whole, not cut at 80 columns
+        logged = CliRunner().invoke(app, again_args, env={"COLUMNS": None})
+        assert logged.exit_code == 0, logged.output
+        assert "…" not in logged.output
+        for d in got["drops"]:
+            assert f"{d['drop']:+.3f}" in logged.output, d
+            if d["ci95"]:
+                lo, hi = d["ci95"]
+                assert f"[{lo:+.3f}, {hi:+.3f}]" in logged.output, d
+        assert max(len(line) for line in logged.output.splitlines()) > 80
 
         bad = invoke(
             "robustness",

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.segment import Segment
 from rich.text import Text
 
@@ -68,6 +69,10 @@ def styled(value: Any, style: str = "") -> Text:
     return Text(safe_text(value), style=style)
 
 
+#: The widest a table is laid out where the output is not a terminal (a log's reader wraps lines).
+LOG_WIDTH = 400
+
+
 class SafeConsole(Console):
     """A Rich console for text from outside: markup is off unless a call asks for it (a sample id
     ``[link=...]`` stays text, in a table cell as in a line), strings are passed through
@@ -86,14 +91,40 @@ class SafeConsole(Console):
     def print(self, *objects: Any, **kwargs: Any) -> None:
         """Lines of text printed where the output is not a terminal (a log file, a pipe) are kept
         whole, neither broken nor cut at the 80 columns Rich assumes there: the file's reader
-        wraps them. Tables are still laid out to the console's width."""
-        if (
-            kwargs.get("soft_wrap") is None
-            and not self.is_terminal
-            and all(isinstance(o, (str, Text)) for o in objects)
-        ):
+        wraps them. A table (any other renderable) is laid out there at its natural width, so no
+        figure is cut to ``+0.5…``; a width the user set (``COLUMNS``) is kept."""
+        texts = all(isinstance(o, (str, Text)) for o in objects)
+        if kwargs.get("soft_wrap") is None and not self.is_terminal and texts:
             kwargs["soft_wrap"] = True
-        super().print(*objects, **kwargs)
+        wide = 0 if texts or self.is_terminal or self._chosen_width() else self._natural(objects)
+        if wide <= self.size.width:
+            super().print(*objects, **kwargs)
+            return
+        kept = getattr(self, "_width", None)
+        self._width = wide
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            setattr(self, "_width", kept)  # noqa: B010 (None: the width Rich detects)
+
+    def _chosen_width(self) -> bool:
+        """Whether a width was chosen for this console (its ``width=`` or ``COLUMNS``)."""
+        return (
+            getattr(self, "_width", None) is not None
+            or self._environ.get("COLUMNS", "").strip().isdigit()
+        )
+
+    def _natural(self, objects: Sequence[Any]) -> int:
+        """The width ``objects`` take laid out with no wrapping (at most :data:`LOG_WIDTH`)."""
+        options = self.options.update_width(LOG_WIDTH)
+        return max(
+            (
+                Measurement.get(self, options, o).maximum
+                for o in objects
+                if not isinstance(o, (str, Text))
+            ),
+            default=0,
+        )
 
     def render(self, renderable: Any, options: Any = None) -> Iterable[Segment]:
         for seg in super().render(renderable, options):
