@@ -522,6 +522,7 @@ def engine_options(model_opts: dict[str, str], engine_args: list[str]) -> dict[s
 def _execute(
     cfgs: list[Any], store_file: Path, out: Path | None, prices: Path | None = None
 ) -> list[Any]:
+    from grandrounds.run import local_time
     from grandrounds.run.costs import load_prices, usage_line, with_usage
     from grandrounds.run.outputs import stored_lines, write_outputs
     from grandrounds.run.progress import RichProgress
@@ -534,6 +535,7 @@ def _execute(
     try:
         with Store(store_file) as st, RichProgress(err_console) as prog:
             for cfg in cfgs:
+                local_time.announce(cfg, st, lambda t: err_console.print(t, soft_wrap=True))
                 outcome = eventloop.run(run_async(st, cfg, prog))
                 assert outcome.usage is not None  # a finished run has counted its calls
                 outcome.result = with_usage(

@@ -134,6 +134,10 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     #: Token rates of the run, per model at an endpoint (``Provider.rate_key``), as the run sets them.
     tpm: dict[str, TokenRate] = field(default_factory=dict)
+    #: The candidate calls an agent episode may make, of which the plan counts the first (1 else).
+    episode_steps: int = 1
+    #: An agent benchmark's simulated patient (``--simulator``), "" for none.
+    simulator: str = ""
 
     @property
     def to_make(self) -> int:
@@ -413,6 +417,8 @@ async def _walk(
         cfg.options.max_reask,
         notes,
         tpm,
+        int(s.bench.param("max_steps")) if s.bench.episodic else 1,
+        cfg.simulator if s.bench.episodic else "",
     )
 
 
