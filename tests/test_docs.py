@@ -304,3 +304,32 @@ def test_demo_notes_place_a_score_against_chance():
         line.startswith("  protocol grandrounds*: our protocol")
         and "judge openai/j temperature 0.5 -> 0.0" in line
     )
+
+
+def test_home_page_shows_the_install_and_links_agents_trust_and_cpu():
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    install = home.split("## Install", 1)[1].split("## ", 1)[0]
+    assert "bash scripts/demo.sh" in install and "bash scripts/test.sh" in install
+    for page in ("agents.md", "trust.md", "cpu.md"):
+        assert f"]({page})" in home, page
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert "What runs on a CPU: cpu.md" in nav
+
+
+def test_user_docs_name_no_local_reference_folder():
+    """Users never have the project's ../shared folder: no user page points at it (the
+    development and architecture pages describe the project's own test set-up)."""
+    own = {"development.md", "ARCHITECTURE.md"}
+    pages = [p for p in (ROOT / "docs").rglob("*.md") if p.name not in own]
+    assert len(pages) > 40
+    assert [p.name for p in pages if "../shared" in p.read_text(encoding="utf-8")] == []
+
+
+def test_cpu_page_states_the_speeds_the_estimate_uses():
+    from grandrounds.run import local_time
+
+    page = (ROOT / "docs" / "cpu.md").read_text(encoding="utf-8")
+    assert f"**{local_time.PREFILL_TOKENS_PER_S:g} tokens/s**" in page
+    assert f"**{local_time.DECODE_TOKENS_PER_S:g}\ntokens/s**" in page or (
+        f"**{local_time.DECODE_TOKENS_PER_S:g} tokens/s**" in page
+    )
