@@ -39,8 +39,13 @@ def test_a_local_judge_is_announced_with_the_plans_calls_and_tokens() -> None:
     calls, each, prompt = (int(g.replace(",", "")) for g in m.groups())
     assert calls == judge[0].to_make and prompt == judge[0].prompt_tokens
     assert each == judge[0].largest_output
-    low = prompt / local_time.PREFILL_TOKENS_PER_S + judge[0].output_bound / 2 / 26.0
-    assert f"expect {local_time.fmt_span(low)} to " in line
+    lt = local_time
+    low = (
+        prompt / lt.QUICK_PREFILL_TOKENS_PER_S
+        + judge[0].output_bound * lt.QUICK_OUTPUT_SHARE / lt.QUICK_DECODE_TOKENS_PER_S
+    )
+    high = prompt / lt.PREFILL_TOKENS_PER_S + judge[0].output_bound / lt.DECODE_TOKENS_PER_S
+    assert f"expect {lt.fmt_span(low)} to {lt.fmt_span(high)} here" in line
     # the answers go to a remote model: only the judge's calls are the local model's
     assert p.lines[0].to_make == 3 and calls == p.to_make - 3
 
