@@ -4,12 +4,11 @@ A CPU model is slow enough that a judged or agent run of a few items can take ma
 line printed before such a run comes from the dry-run plan (:mod:`grandrounds.run.plan`: its
 calls, prompt tokens and output bound on each ``llamacpp/`` line) and the speeds measured for the
 default model in ``docs/cpu.md``. Reading a prompt (prefill) and writing a reply (decode) have
-their own speeds, and on a shared CPU the prefill dominates: a judge prompt of 1,500 tokens is a
-couple of minutes before the judge writes a word.
+their own speeds; a small model that rambles to its output bound (a judge writing 2,048 tokens
+instead of a short JSON verdict) spends most of its time writing.
 
-The range's low end reads and writes at the quick speeds measured and writes a tenth of each
-call's output bound; its high end reads and writes at the slow speeds and writes the whole bound. An agent benchmark's
-plan counts each episode's first call only: its high end takes every step of every episode (and
+The range's low end writes a tenth of each call's output bound at the quicker writing speed; its
+high end writes the whole bound at the slower one. An agent benchmark's plan counts each episode's first call only: its high end takes every step of every episode (and
 as many simulator calls), each at the first call's size, which is still short of a long episode.
 """
 
@@ -20,13 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Tokens per second of SmolLM2-135M-Instruct (Q4_1) through llama-cpp-python 0.3.36 on one
-#: thread of a 2-core x86-64 machine shared by other work (load average 5-12), as docs/cpu.md
-#: gives them: reading a 600-token prompt in one batch and writing 128 tokens, at the busiest
-#: (the slow end) and the 20-question exam's whole run (7,179 tokens in 252 s: the quick end).
-PREFILL_TOKENS_PER_S = 11.0
+#: thread of a 2-core x86-64 machine shared by other work (load average 5-12), from the runs in
+#: docs/cpu.md: writing, 13 tokens/s at the busiest (128 tokens alone) and 17 in a judged run (two
+#: judge replies of 2,048 tokens in 246 s); reading, 35 tokens/s (the 20-question exam: 5,535
+#: prompt tokens in the 252 s its 1,644 generated tokens at 17 tokens/s left).
+PREFILL_TOKENS_PER_S = 35.0
 DECODE_TOKENS_PER_S = 13.0
-QUICK_PREFILL_TOKENS_PER_S = 25.0
-QUICK_DECODE_TOKENS_PER_S = 26.0
+QUICK_PREFILL_TOKENS_PER_S = 35.0
+QUICK_DECODE_TOKENS_PER_S = 17.0
 #: The share of its output bound a call writes at the quick end (small models often stop early).
 QUICK_OUTPUT_SHARE = 0.1
 LOCAL_PREFIX = "llamacpp/"
@@ -98,7 +98,7 @@ def local_time_line(p: Any, steps: int = 1, simulator_local: bool = False) -> st
     return (
         f"local model on the CPU: about {cost.calls:,} calls{each}{agent}, "
         f"{cost.prompt_tokens:,} prompt tokens to read; expect {span} here "
-        f"(reading {PREFILL_TOKENS_PER_S:g}-{QUICK_PREFILL_TOKENS_PER_S:g} and writing "
+        f"(reading {PREFILL_TOKENS_PER_S:g} and writing "
         f"{DECODE_TOKENS_PER_S:g}-{QUICK_DECODE_TOKENS_PER_S:g} tokens/s, see docs/cpu.md)"
     )
 
