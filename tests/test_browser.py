@@ -222,3 +222,50 @@ def test_viewer_runs_as_columns_and_logprob_options(page: object, tmp_path: Path
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_viewer_shows_the_messages_each_run_sent(page: object, tmp_path: Path) -> None:
+    """MedQA answered under the reference protocol and as next-token log-probabilities: the page
+    shows, under each answer, exactly the messages its run's stored request holds, and not the
+    sample's own (grandrounds) prompt as if it had been sent."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.conftest import shared_file
+    from tests.test_viewer_sent import _runs
+
+    data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
+    db = tmp_path / "s.db"
+    with ThreadPoolExecutor(1) as pool:  # the runner's event loop cannot run inside Playwright's
+        runs = pool.submit(_runs, db, data).result()
+    st = Store(db)
+    try:
+        sent = {}
+        sid = runs["reference"].samples[0].id
+        for name, outcome in runs.items():
+            key = st.answer(outcome.run.id, sid)[0]
+            row = st.db.execute("SELECT request_json FROM calls WHERE key = ?", (key,)).fetchone()
+            sent[name] = [m["content"] for m in json.loads(row[0])["messages"]]
+    finally:
+        st.close()
+    srv = make_server(db, port=0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{srv.server_address[1]}/"
+    pg = page
+    try:
+        pg.goto(base + "#/items")
+        pg.wait_for_selector("#items")
+        pg.locator("a.item-link").first.click()
+        pg.wait_for_selector("#answers")
+        assert "The question as stored" in pg.locator(".sent-label").first.text_content()
+        for name, outcome in runs.items():
+            card = pg.locator(".answer", has=pg.locator("b", has_text=outcome.run.id[:8]))
+            card.locator("details.sent summary").click()
+            shown = [
+                t.split(": ", 1)[1] for t in card.locator("details.sent .q").all_text_contents()
+            ]
+            assert shown == sent[name], name
+        assert sent["reference"] != sent["logprob"]
+    finally:
+        srv.shutdown()
+        srv.server_close()
