@@ -385,12 +385,14 @@ def plan_command(
     ),
     out: Path = typer.Option(Path("plan.json"), "--out", help="the manifest written"),
     data: Path | None = typer.Option(None, "--data", help="data file or folder (one benchmark)"),
-    limit: int | None = typer.Option(None, "--limit", min=1),
-    base_url: str = typer.Option("", "--base-url"),
-    judge: list[str] = typer.Option([], "--judge"),
-    simulator: str = typer.Option("", "--simulator"),
-    param: list[str] = typer.Option([], "--param"),
-    model_opt: list[str] = typer.Option([], "--model-opt"),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="the first N questions"),
+    base_url: str = typer.Option("", "--base-url", help="the models' endpoint, as run takes it"),
+    judge: list[str] = typer.Option([], "--judge", help="a judge, as run takes it; repeatable"),
+    simulator: str = typer.Option(
+        "", "--simulator", help="the model playing an agent benchmark's patient"
+    ),
+    param: list[str] = typer.Option([], "--param", help="KEY=VALUE benchmark parameter"),
+    model_opt: list[str] = typer.Option([], "--model-opt", help="KEY=VALUE provider option"),
     assign: str = typer.Option("hash", "--assign", help="hash | cost"),
 ) -> None:
     """The coordinator's manifest: each run's id, dataset hash, samples and planned calls, and
@@ -429,14 +431,14 @@ def plan_command(
 
 def slurm(
     ctx: typer.Context,
-    shards: int = typer.Option(..., "--shards", min=1),
+    shards: int = typer.Option(..., "--shards", min=1, help="how many shards"),
     parallel: int = typer.Option(0, "--parallel", min=0, help="tasks at once (%K; 0: all)"),
     snapshot_to: str = typer.Option(..., "--snapshot-to", help="shared folder for snapshots"),
     store: str = typer.Option("grandrounds.db", "--store", help="the merged store"),
     out: str = typer.Option("results", "--out", help="the settled run's outputs"),
     dest: Path = typer.Option(Path("slurm"), "--dest", help="folder the scripts are written to"),
-    partition: str | None = typer.Option(None, "--partition"),
-    time_limit: str | None = typer.Option(None, "--time"),
+    partition: str | None = typer.Option(None, "--partition", help="Slurm partition"),
+    time_limit: str | None = typer.Option(None, "--time", help="Slurm time limit per task"),
 ) -> None:
     """Write Slurm job-array scripts for the `run ...` given after `--`: shards.sbatch,
     settle.sbatch, submit.sh."""
@@ -455,12 +457,12 @@ def slurm(
 
 def kube(
     ctx: typer.Context,
-    shards: int = typer.Option(..., "--shards", min=1),
-    parallel: int = typer.Option(0, "--parallel", min=0),
-    image: str = typer.Option(..., "--image"),
+    shards: int = typer.Option(..., "--shards", min=1, help="how many shards"),
+    parallel: int = typer.Option(0, "--parallel", min=0, help="pods at once (0: all)"),
+    image: str = typer.Option(..., "--image", help="container image with grandrounds"),
     claim: str = typer.Option(..., "--claim", help="PersistentVolumeClaim for snapshots"),
-    name: str = typer.Option("grandrounds-shards", "--name"),
-    dest: Path = typer.Option(Path("job.yaml"), "--dest"),
+    name: str = typer.Option("grandrounds-shards", "--name", help="the Job's name"),
+    dest: Path = typer.Option(Path("job.yaml"), "--dest", help="the manifest written"),
 ) -> None:
     """Write a Kubernetes Indexed Job for the `run ...` given after `--`."""
     import yaml
@@ -471,10 +473,12 @@ def kube(
 
 def skypilot(
     ctx: typer.Context,
-    shards: int = typer.Option(..., "--shards", min=1),
+    shards: int = typer.Option(..., "--shards", min=1, help="how many shards"),
     bucket: str = typer.Option(..., "--bucket", help="e.g. s3://team-evals/snapshots"),
-    accelerators: str | None = typer.Option(None, "--accelerators"),
-    dest: Path = typer.Option(Path("task.yaml"), "--dest"),
+    accelerators: str | None = typer.Option(
+        None, "--accelerators", help="SkyPilot accelerators, e.g. A100:1"
+    ),
+    dest: Path = typer.Option(Path("task.yaml"), "--dest", help="the task file written"),
 ) -> None:
     """Write a SkyPilot task for the `run ...` given after `--`."""
     import yaml
@@ -485,8 +489,8 @@ def skypilot(
 
 def ray_command(
     ctx: typer.Context,
-    shards: int = typer.Option(..., "--shards", min=1),
-    snapshot_to: Path = typer.Option(..., "--snapshot-to"),
+    shards: int = typer.Option(..., "--shards", min=1, help="how many shards"),
+    snapshot_to: Path = typer.Option(..., "--snapshot-to", help="shared folder for snapshots"),
     into: Path = typer.Option(..., "--into", help="the merged store"),
     address: str | None = typer.Option(None, "--address", help="Ray cluster (default: ray.init's)"),
 ) -> None:
