@@ -181,8 +181,8 @@ def test_request_key_is_sha256_of_independently_built_json():
         base_url="http://127.0.0.1:8000/v1",
     )
     plain = dataclasses.asdict(req)
-    # fields added after keys were first stored (tools, tool_choice) are left out while empty
-    assert plain.pop("tools") == () and plain.pop("tool_choice") == ""
+    # fields added after keys were first stored (tools, tool_choice, item) are left out while empty
+    assert plain.pop("tools") == () and plain.pop("tool_choice") == "" and plain.pop("item") == ""
     want = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert req.canonical() == want
     assert req.key() == sha(want) == content_hash(req)
@@ -191,6 +191,7 @@ def test_request_key_is_sha256_of_independently_built_json():
         req, tools=(ToolSpec("calculator", "adds", {"type": "object"}),), tool_choice="auto"
     )
     plain_t = dataclasses.asdict(tooled)
+    assert plain_t.pop("item") == ""
     assert tooled.canonical() == json.dumps(
         plain_t, sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )

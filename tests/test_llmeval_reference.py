@@ -406,7 +406,7 @@ def test_reference_run_sends_official_settings_and_prompt(tmp_path):
     from grandrounds.testing import LoopbackServer
 
     path = shared_file("llmeval-med", "dataset.json")
-    records = _raw_records(path)[:5]
+    records = _raw_records(path)[:7]  # --limit 5 counts dialogues: their 7 turns
 
     def rule(body):
         if body["model"] == "cand":
@@ -427,7 +427,7 @@ def test_reference_run_sends_official_settings_and_prompt(tmp_path):
         bodies = srv.stats.bodies
     cand = [b for b in bodies if b["model"] == "cand"]
     judge = [b for b in bodies if b["model"] == "judge"]
-    assert len(cand) == 5 and len(judge) == 5
+    assert len(cand) == 7 and len(judge) == 7
     assert all(b["temperature"] == 1.0 and b["max_tokens"] == 2048 for b in cand)
     assert all(
         b["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
@@ -438,5 +438,5 @@ def test_reference_run_sends_official_settings_and_prompt(tmp_path):
     want = sorted(official_prompt(k, rec, "候选回答：建议就医。") for k, rec in records)
     assert sent == want
     # [0] is a valid score officially: every answer is judged, none usable, none unscored.
-    assert out.result.score == 0.0 and out.result.n == 5 and out.result.n_unscored == 0
+    assert out.result.score == 0.0 and out.result.n == 7 and out.result.n_unscored == 0
     assert out.result.extra["other_protocol"]["score"] is None  # ours rejects [0]: nothing scored

@@ -88,7 +88,8 @@ def data(tmp_path: Path) -> Path:
 def test_the_benchmark_is_three_pieces():
     source = Path(TriageRubric.__module__.replace(".", "/") + ".py")
     lines = (Path(__file__).parents[1] / source).read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 50 and TEMPLATE.exists()
+    # counted without blank lines: the formatter's spacing is not more code
+    assert len([ln for ln in lines if ln.strip()]) <= 46 and TEMPLATE.exists()
     assert "triage-rubric" not in BENCHMARKS.names()
 
 

@@ -82,18 +82,18 @@ def run_through(
 
 
 def check_complete(
-    out: RunOutcome, cand: LoopbackServer, judge: LoopbackServer | None = None
+    out: RunOutcome, cand: LoopbackServer, judge: LoopbackServer | None = None, n: int = N
 ) -> float:
-    """A finished run of N samples: every answer ok, every sample scored, a finite numeric score."""
+    """A finished run of ``n`` samples: every answer ok, every sample scored, a finite numeric score."""
     for srv in (cand, judge):
         if srv is not None:
             assert srv.stats.rule_errors == [], srv.stats.rule_errors
-    assert len(out.samples) == N and len(out.grades) == N
-    assert cand.stats.requests == N, "one answer call per sample"
+    assert len(out.samples) == n and len(out.grades) == n
+    assert cand.stats.requests == n, "one answer call per sample"
     assert all(r.ok for r in out.responses.values())
     res = out.result
     assert isinstance(res.score, float) and math.isfinite(res.score)
-    assert res.n + res.n_unscored == N
+    assert res.n + res.n_unscored == n
     assert res.n_unscored == 0
     assert all(g.value is not None for g in out.grades)
     return res.score
@@ -128,8 +128,7 @@ def test_llmeval_med_20_through_runner(tmp_path):
     """Answer marks its problem's length mod 3; the judge scores [5], [4] or [2] by that mark."""
     path = shared_file("llmeval-med", "dataset.json")
     raw = json.loads(path.read_text(encoding="utf-8"))
-    first = [t for turns in raw.values() for t in turns][:N]  # load order: categories, then rows
-    marks = [len(t["problem"]) % 3 for t in first]
+    turns = [t for turns in raw.values() for t in turns]  # load order: categories, then rows
 
     def cand(body):
         assert body["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
@@ -146,15 +145,19 @@ def test_llmeval_med_20_through_runner(tmp_path):
         )
 
     out, c, j = run_through(tmp_path, "llmeval-med", path, cand, judge, ("judge",))
-    score = check_complete(out, c, j)
-    assert j.stats.requests == 3 * N, "three judge runs per answer (the paper's default)"
+    # --limit N counts dialogues: their turns are the samples
+    M = len(out.samples)
+    assert len({s.group for s in out.samples}) == N and M > N
+    marks = [len(t["problem"]) % 3 for t in turns[:M]]
+    score = check_complete(out, c, j, M)
+    assert j.stats.requests == 3 * M, "three judge runs per answer (the paper's default)"
     scores = [LLMEVAL_SCORE[m] for m in marks]
     usable = sum(s >= 4 for s in scores)
-    assert 0 < usable < N, "the rule must give both usable and unusable answers"
-    assert score == pytest.approx(100.0 * usable / N)
-    assert out.result.extra["mean_score"] == pytest.approx(sum(scores) / N)
+    assert 0 < usable < M, "the rule must give both usable and unusable answers"
+    assert score == pytest.approx(100.0 * usable / M)
+    assert out.result.extra["mean_score"] == pytest.approx(sum(scores) / M)
     assert out.result.extra["other_protocol"]["score"] == pytest.approx(
-        100.0 * usable / N
+        100.0 * usable / M
     )  # grandrounds reads them alike
     assert [g.details["run_scores"] for g in out.grades] == [[s] * 3 for s in scores]
     for g, s in zip(
@@ -169,10 +172,10 @@ def test_llmeval_med_20_through_runner(tmp_path):
     with Store(tmp_path / "llmeval-med.db") as st:
         (page,) = build_report(st, "html", tmp_path / "report.html")
     html = page.read_text(encoding="utf-8")
-    assert html.count("<ul class='votes'>") == N and html.count("openai/judge run 2: ") == N
+    assert html.count("<ul class='votes'>") == M and html.count("openai/judge run 2: ") == M
     assert f"标记{marks[0]}</small>" in html
     print(
-        f"\nllmeval-med run: usability {score:.1f}% ({usable}/{N}), mean score {sum(scores) / N:.2f}"
+        f"\nllmeval-med run: usability {score:.1f}% ({usable}/{M}), mean score {sum(scores) / M:.2f}"
     )
 
 
