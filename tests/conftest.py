@@ -75,6 +75,9 @@ def _offline_reference(tmp_path_factory):
 
     Session-wide, so module-scoped fixtures that run benchmarks see it too."""
     with pytest.MonkeyPatch.context() as monkeypatch:
+        # tests never leave the machine: a file that is not cached, bundled or at hand in the
+        # reference folder is refused at once (loopback mirrors still serve the download tests)
+        monkeypatch.setenv("GRANDROUNDS_OFFLINE", "1")
         if SHARED_REFERENCE.is_dir():
             monkeypatch.setenv("GRANDROUNDS_REFERENCE", str(SHARED_REFERENCE))
         else:
@@ -122,3 +125,25 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     cannot start (failed under CI=true)."""
     if item.get_closest_marker("bwrap"):
         require_bwrap()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
+    """Where ../shared/reference is absent (a user's own clone) and not under CI, a test that
+    failed only because a run wanted an official file it would have read there (and tests never
+    download) is reported skipped with that reason, not failed."""
+    outcome = yield
+    report = outcome.get_result()
+    if (
+        report.failed
+        and not SHARED_REFERENCE.is_dir()
+        and os.environ.get("CI", "").lower() != "true"
+        and "GRANDROUNDS_OFFLINE is set" in str(report.longrepr)
+    ):
+        report.outcome = "skipped"
+        report.longrepr = (
+            str(item.path),
+            item.location[1] or 0,
+            f"Skipped: needs official files from ../shared/reference ({SHARED_REFERENCE} is absent) "
+            "and tests never download",
+        )
