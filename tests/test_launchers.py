@@ -126,9 +126,13 @@ def slurm_cluster(tmp_path):
         _skip_or_fail(why)
     d = tmp_path / "slurm"
     script = ROOT / "scripts" / "ci" / "slurm.sh"
-    r = subprocess.run(
-        ["bash", str(script), "start", str(d)], capture_output=True, text=True, timeout=120
-    )
+    try:
+        r = subprocess.run(
+            ["bash", str(script), "start", str(d)], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        subprocess.run(["bash", str(script), "stop", str(d)], timeout=60)
+        _skip_or_fail("the local Slurm cluster did not start within 120 s")
     if r.returncode != 0:
         _skip_or_fail(f"the local Slurm cluster did not start: {r.stderr.strip()[-300:]}")
     try:

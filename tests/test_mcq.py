@@ -265,7 +265,7 @@ def test_failed_call_is_unscored_never_wrong():
     assert g.value is None and g.status == "answer_failed" and "HTTP 500" in g.error
 
 
-def test_chat_grading_right_wrong_and_unextracted():
+def test_chat_grading_right_wrong_and_unextracted(official_reference):  # simple-evals' reader
     bench, samples = _demo()
     s = samples[0]  # insulin -> B
     ours = RunOptions(protocol="grandrounds")

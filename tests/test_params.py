@@ -556,7 +556,7 @@ def test_letter_mode_on_a_chat_only_provider_is_refused_before_any_call(srv, tmp
         "--limit",
         "3",
     )
-    assert r.exit_code == 0 and srv.stats.requests == 3, "chat is what it serves"
+    assert r.exit_code == 0 and srv.stats.requests == 3, ("chat is what it serves", r.output)
 
 
 def test_letter_mode_on_a_provider_with_log_probs_runs(srv, tmp_path):

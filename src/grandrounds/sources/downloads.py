@@ -81,6 +81,11 @@ def size_bound(rf: RemoteFile) -> tuple[int, str]:
 OFFLINE_ENV = "GRANDROUNDS_OFFLINE"
 
 
+#: The URLs this process refused under OFFLINE_ENV (the test suite reads it to tell a test that
+#: needed a file it does not have from one that failed).
+OFFLINE_REFUSALS: list[str] = []
+
+
 def offline() -> bool:
     return os.environ.get(OFFLINE_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
@@ -129,6 +134,7 @@ def fetch(rf: RemoteFile, dest_dir: Path, timeout: float = 60.0) -> Path:
     source = mirrored(rf.url)
     shown = rf.url if source == rf.url else f"{rf.url} (from {source})"
     if offline() and not on_this_machine(source):
+        OFFLINE_REFUSALS.append(rf.url)
         raise DownloadError(
             shown,
             None,

@@ -131,6 +131,10 @@ def local_path(f: UpstreamFile) -> Path:
                 cached.is_file() and f.sha256 is not None and file_sha256(cached) == f.sha256
             ):  # put there since (another process)
                 return cached
+            if "GRANDROUNDS_OFFLINE is set" in failed.problem:
+                from grandrounds.sources.downloads import OFFLINE_REFUSALS
+
+                OFFLINE_REFUSALS.append(f.url)  # refused again, without asking
             raise type(failed)(
                 failed.path,
                 failed.where,
