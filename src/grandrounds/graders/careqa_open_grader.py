@@ -1,6 +1,8 @@
 """CareQA open-ended grading: a judge gives four true/false verdicts on the answer against the reference.
 
-One judge call per answer per judge (:mod:`grandrounds.graders.judging`). Under ``reference`` the
+The flow (one judge call per answer per judge, re-asks, unknown votes, the mean) is
+:mod:`grandrounds.graders.reference_judged`'s; this module holds the prompt, the reading and
+Medmarks' literal figure. Under ``reference`` the
 prompt is Medmarks' careqa ``JUDGE_TEMPLATE`` (read at run time) formatted with the question, the
 reference answer and the answer after Medmarks' ``extract_answer_section``; under ``grandrounds`` ours.
 A reply is read when it has all four tags (:data:`grandrounds.sources.careqa_open.TAGS`); the value
@@ -13,21 +15,14 @@ the answer is unscored (``unreadable``). ``details["medmarks_value"]`` is Medmar
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from grandrounds.core.records import Grade, Message, Response, Sample
+from grandrounds.core.records import Grade, Sample, Vote
 from grandrounds.core.textutil import strip_reasoning
-from grandrounds.graders.base import GradeContext, Grader, unscored
-from grandrounds.graders.judging import (
-    ANSWER_MARKERS,
-    Ask,
-    Reading,
-    delimit_answer,
-    judge_keys,
-    panel,
-)
+from grandrounds.graders.judging import Reading, delimit_answer
+from grandrounds.graders.reference_judged import ReferenceJudgedGrader
 from grandrounds.sources.careqa_open import ENV, OUR_JUDGE, TAGS, answer_section, parser_tags
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.sources.upstream import python_string
@@ -89,19 +84,11 @@ def medmarks_literal(text: str, tags_read: Iterable[str]) -> float:
     return total / len(TAGS)
 
 
-class CareQAOpenGrader(Grader):
+class CareQAOpenGrader(ReferenceJudgedGrader):
     """Mean four-verdict judge score over the judges with a readable verdict."""
 
     name = "careqa-open"
     Params = CareQAOpenParams
-    judged = True
-
-    def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:
-        return judges
-
-    def template_hashes(self) -> dict[str, Any]:
-        """Ours: the answer between markers (the official prompt shows it as it is)."""
-        return dict(ANSWER_MARKERS) if self.params.protocol == "grandrounds" else {}
 
     def judge_prompt(self, sample: Sample, answer: str) -> str:
         question = sample.metadata["question"]
@@ -116,60 +103,22 @@ class CareQAOpenGrader(Grader):
             response=delimit_answer(strip_reasoning(answer), question),
         )
 
-    def parse(self, text: str, pending: Sequence[str]) -> dict[str, Reading]:
+    def read(self, text: str) -> Reading | None:
         got = verdicts(text, self.params.protocol)
         if got is None:
-            return {}
-        return {
-            pending[0]: Reading(
-                "met", ", ".join(f"{t} {str(v).lower()}" for t, v in got.items()), combine(got)
-            )
-        }
+            return None
+        return Reading(
+            "met", ", ".join(f"{t} {str(v).lower()}" for t, v in got.items()), combine(got)
+        )
 
-    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        if not sample.target:
-            return unscored(
-                sample,
-                "grader_error",
-                "no reference answer in the file for this question",
-                protocol=self.params.protocol,
-            )
-        msgs = (Message("user", self.judge_prompt(sample, response.text or "")),)
-        prev = ctx.previous if ctx.only_unknown else None
-        previous = {"answer": prev.votes} if prev is not None and prev.votes else None
-        votes = (
-            await panel(
-                ["answer"],
-                lambda _j, _ids: [Ask(("answer",), lambda _p: msgs, self.parse)],
-                ctx,
-                previous,
-            )
-        )["answer"]
-        known = [v.score for v in votes if v.status != "unknown" and v.score is not None]
-        # Medmarks' literal figure (reference only: it needs its parser's tag list from the pinned file)
+    def own_figures(
+        self, votes: Sequence[Vote], first_replies: Mapping[int, str], previous: Grade | None
+    ) -> dict[str, Any]:
+        """Medmarks' literal figure over every vote's reply (reference only: it needs its parser's
+        tag list from the pinned file)."""
         literal = (
             [medmarks_literal(v.raw or "", parser_tags()) for v in votes]
             if self.params.protocol == "reference"
             else []
         )
-        details = {
-            "protocol": self.params.protocol,
-            "coverage": {"known": len(known), "total": len(votes)},
-            "n_unknown": len(votes) - len(known),
-            "judge_values": [v.score for v in votes],
-            "medmarks_value": sum(literal) / len(literal) if literal else None,
-        }
-        keys = judge_keys((), votes)
-        if not known:
-            return Grade(
-                sample.id,
-                None,
-                details=details,
-                error="no judge gave a readable verdict",
-                judge_keys=keys,
-                status="unreadable",
-                votes=tuple(votes),
-            )
-        return Grade(
-            sample.id, sum(known) / len(known), details=details, judge_keys=keys, votes=tuple(votes)
-        )
+        return {"medmarks_value": sum(literal) / len(literal) if literal else None}

@@ -1,7 +1,8 @@
 """MedDialog grading: a judge scores the summary against the reference summary on three dimensions.
 
-The reading and arithmetic are MedicationQA's (:mod:`grandrounds.graders.medicationqa_grader`: Medmarks
-uses the same ``_compute_normalized_reward`` in both environments); only the prompt differs. Under
+The flow is :mod:`grandrounds.graders.reference_judged`'s; the reading, the arithmetic and Medmarks'
+own figure are MedicationQA's (:mod:`grandrounds.graders.medicationqa_grader`: Medmarks uses the
+same ``_compute_normalized_reward`` in both environments); only the prompt differs. Under
 ``reference`` it is Medmarks' med_dialog ``JUDGE_TEMPLATE`` formatted with the conversation, the
 summary as the model wrote it, the reference summary and ``JUDGE_OUTPUT_JSON`` (read at run time);
 under ``grandrounds`` ours. An unreadable reply is re-asked, then unknown, never 0.

@@ -1,15 +1,16 @@
 """MedicationQA grading: a judge scores the answer against the reference answer on three dimensions.
 
-One judge call per answer per judge (the engine, :mod:`grandrounds.graders.judging`). Under
-``reference`` the prompt is Medmarks' ``JUDGE_TEMPLATE`` formatted with the question, the answer, the
-reference answer and ``JUDGE_OUTPUT_JSON`` (both read at run time from the pinned file); under
-``grandrounds`` ours. A reply is read when its JSON object (``reference``: the one Medmarks'
-``JSONParser`` takes, the object that ends at the reply's LAST "}"; ``grandrounds``: the first object
-with all three) gives ``accuracy``, ``completeness`` and ``clarity`` each a numeric ``score``;
-otherwise it is re-asked (``--max-reask``) and then the judge's vote is unknown. The answer's value
-is the mean over its judges with a known vote of Medmarks' ``_compute_normalized_reward`` (the three
-scores clamped to [0, 5], divided by 5, averaged); with no known vote it is unscored (status
-``unreadable``), never 0.
+The flow (one judge call per answer per judge, re-asks, unknown votes, the mean) is
+:mod:`grandrounds.graders.reference_judged`'s; this module holds the prompt, the reading and
+Medmarks' own figure (MedDialog's grader reuses the last two). Under ``reference`` the prompt is
+Medmarks' ``JUDGE_TEMPLATE`` formatted with the question, the answer, the reference answer and
+``JUDGE_OUTPUT_JSON`` (both read at run time from the pinned file); under ``grandrounds`` ours. A
+reply is read when its JSON object (``reference``: the one Medmarks' ``JSONParser`` takes, the
+object that ends at the reply's LAST "}"; ``grandrounds``: the first object with all three) gives
+``accuracy``, ``completeness`` and ``clarity`` each a numeric ``score``; otherwise it is re-asked
+(``--max-reask``) and then the judge's vote is unknown. The answer's value is the mean over its
+judges with a known vote of Medmarks' ``_compute_normalized_reward`` (the three scores clamped to
+[0, 5], divided by 5, averaged); with no known vote it is unscored (status ``unreadable``), never 0.
 
 ``details["medmarks_value"]`` is Medmarks' own figure, computed as its environment does from each
 judge's FIRST reply (Medmarks never re-asks): no object read is 0; a missing dimension adds 0; a
@@ -24,18 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from grandrounds.core.records import Grade, Message, Response, Sample
+from grandrounds.core.records import Grade, Sample, Vote
 from grandrounds.core.textutil import strip_reasoning
-from grandrounds.graders.base import GradeContext, Grader, unscored
 from grandrounds.graders.judge_json import json_values
-from grandrounds.graders.judging import (
-    ANSWER_MARKERS,
-    Ask,
-    Reading,
-    delimit_answer,
-    judge_keys,
-    panel,
-)
+from grandrounds.graders.judging import Reading, delimit_answer
+from grandrounds.graders.reference_judged import ReferenceJudgedGrader
 from grandrounds.sources.medicationqa import DIMENSIONS, JUDGE_PROMPTS, OUR_JUDGE
 from grandrounds.sources.protocols import check_protocol
 from grandrounds.sources.upstream import python_string
@@ -138,30 +132,11 @@ def normalized(scores: Mapping[str, float | None]) -> float:
     return max(0.0, min(1.0, total / len(DIMENSIONS)))
 
 
-def parse(text: str, pending: Sequence[str], last: bool = False) -> dict[str, Reading]:
-    scores = dimension_scores(text, last)
-    if scores is None:
-        return {}
-    return {
-        pending[0]: Reading(
-            "met", ", ".join(f"{d} {scores[d]:g}" for d in DIMENSIONS), normalized(scores)
-        )
-    }
-
-
-class MedicationQAGrader(Grader):
+class MedicationQAGrader(ReferenceJudgedGrader):
     """Mean normalised judge score over the judges with a readable verdict."""
 
     name = "medicationqa"
     Params: ClassVar[type] = MedicationQAParams  # MedDialog's grader has its own
-    judged = True
-
-    def planned_judge_calls(self, sample: Sample, judges: int = 1) -> int | None:
-        return judges
-
-    def template_hashes(self) -> dict[str, Any]:
-        """Ours: the answer between markers (the official prompt shows it as it is)."""
-        return dict(ANSWER_MARKERS) if self.params.protocol == "grandrounds" else {}
 
     def judge_prompt(self, sample: Sample, answer: str) -> str:
         question, gold = sample.metadata["question"], sample.target
@@ -175,60 +150,27 @@ class MedicationQAGrader(Grader):
             question=question, response=delimit_answer(strip_reasoning(answer), question), gold=gold
         )
 
-    async def grade(self, sample: Sample, response: Response, ctx: GradeContext) -> Grade:
-        if not sample.target:
-            return unscored(
-                sample,
-                "grader_error",
-                "no reference answer in the file for this question",
-                protocol=self.params.protocol,
-            )
-        msgs = (Message("user", self.judge_prompt(sample, response.text or "")),)
-        prev = ctx.previous if ctx.only_unknown else None
-        previous = {"answer": prev.votes} if prev is not None and prev.votes else None
-        last = self.params.protocol == "reference"
-        first_replies: dict[int, str] = {}  # judge index -> its first reply (what Medmarks reads)
+    def read(self, text: str) -> Reading | None:
+        scores = dimension_scores(text, last=self.params.protocol == "reference")
+        if scores is None:
+            return None
+        return Reading(
+            "met", ", ".join(f"{d} {scores[d]:g}" for d in DIMENSIONS), normalized(scores)
+        )
 
-        def asks(judge: int, _ids: Sequence[str]) -> list[Ask]:
-            def read(text: str, pending: Sequence[str]) -> dict[str, Reading]:
-                first_replies.setdefault(judge, text)
-                return parse(text, pending, last)
-
-            return [Ask(("answer",), lambda _p: msgs, read)]
-
-        votes = (await panel(["answer"], asks, ctx, previous))["answer"]
-        earlier = prev.details.get("medmarks_values") if prev is not None else None
-        known = [v.score for v in votes if v.status != "unknown" and v.score is not None]
-        details = {
-            "protocol": self.params.protocol,
-            "coverage": {"known": len(known), "total": len(votes)},
-            "n_unknown": len(votes) - len(known),
-            "judge_values": [v.score for v in votes],
-        }
-        # Each judge's figure from its first reply: read in an earlier grading when there was one
-        # (a re-grade only re-asks), else now; a call that failed before any reply is 0 there.
+    def own_figures(
+        self, votes: Sequence[Vote], first_replies: Mapping[int, str], previous: Grade | None
+    ) -> dict[str, Any]:
+        """Medmarks' figure per judge, from its first reply: read in an earlier grading when there
+        was one (a re-grade only re-asks), else now; a call that failed before any reply is 0 there."""
+        earlier = previous.details.get("medmarks_values") if previous is not None else None
         figures = [
             earlier[j]
             if isinstance(earlier, list) and j < len(earlier) and earlier[j] is not None
             else medmarks_value(first_replies.get(j, None if v.error else v.raw))
             for j, v in enumerate(votes)
         ]
-        details["medmarks_values"] = figures
-        details["medmarks_value"] = sum(figures) / len(figures) if figures else None
-        if not known:
-            return Grade(
-                sample.id,
-                None,
-                details=details,
-                error="no judge gave a readable verdict",
-                judge_keys=judge_keys((), votes),
-                status="unreadable",
-                votes=tuple(votes),
-            )
-        return Grade(
-            sample.id,
-            sum(known) / len(known),
-            details=details,
-            judge_keys=judge_keys((), votes),
-            votes=tuple(votes),
-        )
+        return {
+            "medmarks_values": figures,
+            "medmarks_value": sum(figures) / len(figures) if figures else None,
+        }
