@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import grandrounds.run.regrade as regrade_mod
 import grandrounds.store.runs as store_runs
-from grandrounds.cli import main as cli
+from grandrounds.cli import running as cli
 from grandrounds.cli.main import app
 from grandrounds.core.registry import BENCHMARKS
 from grandrounds.run import outputs
@@ -105,7 +105,7 @@ def test_run_out_writes_every_line_in_order_one_chunk_at_a_time(
     monkeypatch.setattr(runner_mod, "run", keep)
     reads = Reads(monkeypatch, ("grade_docs_for", "answers_for", "answer_prompts_for"))
     cfg = RunConfig("demo", "scripted/alpha", provider_options={"script": demo_script(ALPHA)})
-    cli._execute([cfg], db, out)
+    cli.run_configs([cfg], db, out)
 
     [o] = outcomes
     grade_reads, answer_reads, prompt_reads = (

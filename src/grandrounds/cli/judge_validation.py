@@ -11,6 +11,15 @@ import typer
 from rich.table import Table
 
 from grandrounds.cli.flags import TPM_METAVAR, tpm_option
+from grandrounds.cli.judge_flags import (
+    JudgeBaseUrlOpt,
+    JudgeConcurrencyOpt,
+    JudgeJsonOpt,
+    MaxReaskOpt,
+    judge_max_tokens_opt,
+    judge_temperature_opt,
+    seed_opt,
+)
 from grandrounds.core import eventloop
 from grandrounds.core.display import SafeConsole, fmt, fmt_ci
 from grandrounds.core.files import write_text
@@ -21,9 +30,6 @@ err_console = SafeConsole(stderr=True)
 StorePath = Callable[[Path | None], Path]
 #: Validation suites ``validate-judge`` knows.
 SUITES = ("healthbench-meta",)
-#: Bounds of the numeric flags, as ``run`` declares them (OpenAI's temperature range; NumPy's seeds).
-TEMPERATURE_MAX = 2.0
-SEED_MAX = 2**32 - 1
 #: Exit code when no row could be judged because the judge's calls failed (as ``run``).
 NOTHING_JUDGED = 3
 
@@ -37,11 +43,7 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
         judge: str | None = typer.Option(
             None, "--judge", help="judge PROVIDER/MODEL[@BASE_URL] (default: the protocol's judge)"
         ),
-        judge_base_url: str = typer.Option(
-            "",
-            "--judge-base-url",
-            help="OpenAI-compatible base URL of the judge (else @URL in --judge, or $OPENAI_BASE_URL)",
-        ),
+        judge_base_url: str = JudgeBaseUrlOpt,
         data: Path | None = typer.Option(
             None,
             "--data",
@@ -58,22 +60,10 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
             "--protocol",
             help="reference (the official grader prompt and settings) | grandrounds",
         ),
-        judge_temperature: float | None = typer.Option(
-            None,
-            "--judge-temperature",
-            min=0.0,
-            max=TEMPERATURE_MAX,
-            help="default: the protocol's",
-        ),
-        judge_max_tokens: int | None = typer.Option(
-            None, "--judge-max-tokens", min=1, help="default: the protocol's"
-        ),
-        judge_json: bool = typer.Option(
-            False, "--judge-json", help="ask the judge for a JSON object"
-        ),
-        judge_concurrency: int | None = typer.Option(
-            None, "--judge-concurrency", min=1, help="judge calls in flight"
-        ),
+        judge_temperature: float | None = judge_temperature_opt(),
+        judge_max_tokens: int | None = judge_max_tokens_opt(),
+        judge_json: bool = JudgeJsonOpt,
+        judge_concurrency: int | None = JudgeConcurrencyOpt,
         judge_rpm: int | None = typer.Option(
             None,
             "--judge-rpm",
@@ -87,12 +77,8 @@ def _validate_judge_command(StoreOpt: Any) -> Callable[..., None]:
             metavar=TPM_METAVAR,
             help="tokens of judge calls started per minute, retries included: N counts prompt + max tokens (corrected to reported usage); input=N,output=N sets separate limits, as Anthropic's (default: no limit)",
         ),
-        max_reask: int = typer.Option(
-            2, "--max-reask", min=0, help="re-asks of an unreadable judge reply"
-        ),
-        seed: int = typer.Option(
-            0, "--seed", min=0, max=SEED_MAX, help="seed of the bootstraps and of the judge's calls"
-        ),
+        max_reask: int = MaxReaskOpt,
+        seed: int = seed_opt("the bootstraps and of the judge's calls"),
         out: Path | None = typer.Option(
             None, "--out", help="write every figure as JSON to this file"
         ),

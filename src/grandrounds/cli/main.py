@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
@@ -25,17 +25,12 @@ from grandrounds.cli import (
     team,
 )
 from grandrounds.cli.common import (
-    JUDGE_RPM_HELP,
-    JUDGE_TPM_HELP,
-    MAX_LOST_SHARE,
-    NOTHING_SCORED,
     SEED_MAX,
     TEMPERATURE_MAX,
     EncodingOpt,
     StoreOpt,
     _Command,
     _Group,
-    any_failed,
     call_summary,
     console,
     err_console,
@@ -43,16 +38,28 @@ from grandrounds.cli.common import (
     handle_sigterm,
     interrupted,
     judge_configs,
-    lost_share,
     parse_params,
-    rerun_advice,
     store_path,
     stored_run,
     user_errors,
 )
 from grandrounds.cli.flags import RPM_HELP, TPM_HELP, TPM_METAVAR, tpm_option
+from grandrounds.cli.judge_flags import (
+    FlaggedOpt,
+    JudgeBaseUrlOpt,
+    JudgeConcurrencyOpt,
+    JudgeJsonOpt,
+    JudgeRpmOpt,
+    JudgeTpmOpt,
+    MaxReaskOpt,
+    OutOpt,
+    judge_max_tokens_opt,
+    judge_temperature_opt,
+)
+from grandrounds.cli.results import print_results
+from grandrounds.cli.running import engine_options, run_configs
 from grandrounds.core import eventloop
-from grandrounds.core.display import episode_summary, fallback_summary, safe_text, styled
+from grandrounds.core.display import safe_text, styled
 from grandrounds.core.errors import ConfigError, GrandroundsError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode
@@ -199,13 +206,6 @@ def _list_declared() -> None:
             print_declared(f"{name} --model-opt", PROVIDERS.get(name).model_options)
 
 
-FLAGGED_HELP = (
-    "answers that address the grader (a verdict of their own, the judge's markers, words to the grader): "
-    "keep (default) | exclude (unscored) | score-zero; counted in every result. Under exclude and "
-    "score-zero, an answer whose judges' replies stay unreadable after every re-ask counts as flagged too"
-)
-
-
 @app.command()
 def run(
     benchmark: str = typer.Argument(..., help="benchmark name (see `grandrounds list`)"),
@@ -220,9 +220,7 @@ def run(
         min=1,
         help="first N questions (dialogues, cases) in source order; a question's turns count once",
     ),
-    out: Path | None = typer.Option(
-        None, "--out", help="write results.json and samples.jsonl here"
-    ),
+    out: Path | None = OutOpt,
     store: Path | None = StoreOpt,
     base_url: str = typer.Option(
         "", "--base-url", help="OpenAI-compatible base URL (else $OPENAI_BASE_URL)"
@@ -230,17 +228,13 @@ def run(
     concurrency: int | None = typer.Option(
         None, "--concurrency", min=1, help="answer calls in flight per endpoint"
     ),
-    judge_concurrency: int | None = typer.Option(
-        None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"
-    ),
+    judge_concurrency: int | None = JudgeConcurrencyOpt,
     rpm: int | None = typer.Option(None, "--rpm", min=1, help=RPM_HELP),
-    judge_rpm: int | None = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
+    judge_rpm: int | None = JudgeRpmOpt,
     tpm: str | None = typer.Option(
         None, "--tpm", callback=tpm_option, metavar=TPM_METAVAR, help=TPM_HELP
     ),
-    judge_tpm: str | None = typer.Option(
-        None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP
-    ),
+    judge_tpm: str | None = JudgeTpmOpt,
     timeout: float | None = typer.Option(
         None,
         "--timeout",
@@ -280,26 +274,10 @@ def run(
         "--judge",
         help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel (default: the protocol's judge, where it names one)",
     ),
-    judge_base_url: str = typer.Option(
-        "",
-        "--judge-base-url",
-        help="base URL for judges given without @BASE_URL (else $OPENAI_BASE_URL)",
-    ),
-    judge_temperature: float | None = typer.Option(
-        None,
-        "--judge-temperature",
-        min=0.0,
-        max=TEMPERATURE_MAX,
-        help="judge temperature (default: the protocol's)",
-    ),
-    judge_max_tokens: int | None = typer.Option(
-        None, "--judge-max-tokens", min=1, help="judge max tokens (default: the protocol's)"
-    ),
-    judge_json: bool = typer.Option(
-        False,
-        "--judge-json",
-        help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)",
-    ),
+    judge_base_url: str = JudgeBaseUrlOpt,
+    judge_temperature: float | None = judge_temperature_opt(),
+    judge_max_tokens: int | None = judge_max_tokens_opt(),
+    judge_json: bool = JudgeJsonOpt,
     judge_mode: str = typer.Option(
         "default",
         "--judge-mode",
@@ -311,9 +289,7 @@ def run(
         min=1,
         help="judge runs per answer where the protocol averages runs (default: the benchmark's)",
     ),
-    max_reask: int = typer.Option(
-        2, "--max-reask", min=0, help="re-asks of an unparseable judge reply"
-    ),
+    max_reask: int = MaxReaskOpt,
     param: list[str] = typer.Option(
         [],
         "--param",
@@ -324,7 +300,7 @@ def run(
         "--scoring",
         help="scoring option KEY=VALUE recorded in the fingerprint (see `grandrounds list`)",
     ),
-    flagged: str = typer.Option("keep", "--flagged", help=FLAGGED_HELP),
+    flagged: str = FlaggedOpt,
     guard: str | None = typer.Option(
         None,
         "--guard",
@@ -466,15 +442,13 @@ def run(
                     "and run the same command without --shard to write the outputs"
                 )
             with cluster.snapshots(store_path(store), snapshot_to, snapshot_every, cfg.shard):
-                _execute([cfg], store_path(store), out, prices)
+                run_configs([cfg], store_path(store), out, prices)
 
 
 @app.command()
 def demo(
     store: Path | None = StoreOpt,
-    out: Path | None = typer.Option(
-        None, "--out", help="write results.json and samples.jsonl here"
-    ),
+    out: Path | None = OutOpt,
     threads: int | None = typer.Option(
         None, "--threads", min=1, help="CPU threads for the local model"
     ),
@@ -498,280 +472,12 @@ def demo(
         for mode in modes
     ]
     with user_errors():
-        outcomes = _execute(cfgs, store_path(store), out)
+        outcomes = run_configs(cfgs, store_path(store), out)
         option_counts = [len(s.choices) for s in BENCHMARKS.get("demo")().load()]
     from grandrounds.cli.demo_notes import demo_notes
 
     for line in demo_notes([o.result for o in outcomes], option_counts):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-
-def engine_options(model_opts: dict[str, str], engine_args: list[str]) -> dict[str, str]:
-    """``--engine-arg``s appended to ``--model-opt engine_args=...`` (one shell-quoted string)."""
-    import shlex
-
-    if not engine_args:
-        return {}
-    return {
-        "engine_args": " ".join(
-            x for x in (model_opts.get("engine_args", ""), shlex.join(engine_args)) if x
-        )
-    }
-
-
-def _execute(
-    cfgs: list[Any], store_file: Path, out: Path | None, prices: Path | None = None
-) -> list[Any]:
-    from grandrounds.run import local_time
-    from grandrounds.run.costs import load_prices, usage_line, with_usage
-    from grandrounds.run.outputs import stored_lines, write_outputs
-    from grandrounds.run.progress import RichProgress
-    from grandrounds.run.runner import run as run_async
-    from grandrounds.store import Store
-
-    table = load_prices(prices)  # a bad price file fails before any call
-    outcomes = []
-    prog = None
-    try:
-        with Store(store_file) as st, RichProgress(err_console) as prog:
-            for cfg in cfgs:
-                local_time.announce(cfg, st, lambda t: err_console.print(t, soft_wrap=True))
-                outcome = eventloop.run(run_async(st, cfg, prog))
-                assert outcome.usage is not None  # a finished run has counted its calls
-                outcome.result = with_usage(
-                    st, outcome.run.id, outcome.result, *outcome.usage, table, cfg.batch
-                )
-                outcomes.append(outcome)
-    except (
-        KeyboardInterrupt
-    ):  # Ctrl-C or SIGTERM: leaving the block flushed what was answered before it
-        raise interrupted(prog) from None
-    if wholes := [o.result for o in outcomes if "shard" not in o.result.extra]:
-        print_results(wholes)
-    for o in outcomes:  # a shard's part is not a result: its counts, not a score
-        if "shard" in o.result.extra:
-            err_console.print(cluster.shard_line(o.result), markup=False, highlight=False)
-    for o in outcomes:
-        err_console.print(f"{o.result.benchmark} · {o.result.model}: run {o.run.id}", style="dim")
-        for line in call_summary(
-            o.answer_stats,
-            [(j, st) for j, st in zip(o.judge_names, o.judge_stats)],
-            [o.simulator] if o.simulator else (),
-        ):
-            err_console.print(f"  {line}", style="dim")
-        if usage_line(o.result.extra):
-            err_console.print(f"  {usage_line(o.result.extra)}", style="dim")
-        for note in o.setup.notes:
-            err_console.print(f"  note: {note}", style="yellow")
-        if episode_summary(o.result.extra):
-            err_console.print(f"  {episode_summary(o.result.extra)}", style="dim")
-        if fallback_summary(o.result.extra):
-            err_console.print(f"  {fallback_summary(o.result.extra)}", style="dim")
-    if out:
-        # A run keeps no per-sample records in memory: each is read back from the store a chunk at
-        # a time and written out as it comes, so the output of a large run is never held whole.
-        # Read through an ordinary connection, not a read-only one: another process may be running
-        # on the same store, and a read-only connection can find its log locked while that process
-        # opens or closes it ("database is locked" with two runs on one store).
-        with Store(store_file) as rd:
-
-            def lines() -> Iterator[dict[str, Any]]:
-                for o in outcomes:
-                    yield from stored_lines(o, rd)
-
-            write_outputs(out, [o.result for o in outcomes], lines())
-        err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
-    empty = [
-        o
-        for o in outcomes
-        if sum(o.counts.values()) and not o.counts.get("scored") and any_failed(o)
-    ]
-    if any(any_failed(o) for o in outcomes) and not empty:
-        err_console.print(
-            "some calls failed: re-running the same command retries every failed call "
-            "(answers and judge calls; what succeeded comes from the store)",
-            style="yellow",
-        )
-    if empty:
-        err_console.print(
-            f"nothing could be scored in {len(empty)} run(s): see the failures above; "
-            "re-running the same command retries every failed call",
-            style="red",
-        )
-        raise typer.Exit(NOTHING_SCORED)
-    mostly = [
-        (o, share)
-        for o in outcomes
-        if (share := lost_share(o.result.extra)) is not None
-        and share > MAX_LOST_SHARE
-        and (any_failed(o) or o.result.extra.get("n_unreadable"))
-    ]  # not answers withheld by design (MedBench)
-    for o, share in mostly:
-        err_console.print(
-            f"{safe_text(o.result.benchmark)} · {safe_text(o.result.model)}: {share:.0%} of the answers "
-            f"have no score (more than {MAX_LOST_SHARE:.0%}): "
-            + ("nothing was scored" if not o.result.n else "the headline stands on the rest only")
-            + "; "
-            + rerun_advice(o.result.extra, any_failed(o)),
-            style="red",
-        )
-    if mostly:
-        raise typer.Exit(NOTHING_SCORED)
-    return outcomes
-
-
-def flagged_count(result: Any) -> str:
-    """Answers that address the grader, and what ``--flagged`` made of them, each outcome counted
-    ("" for results made before they were counted): ``4 (scored 0)`` only where all four were."""
-    n = result.extra.get("n_flagged")
-    if n is None:
-        return ""
-    if not n:
-        return str(n)
-    outcomes = result.extra.get("flag_outcomes")
-    if not outcomes:  # results stored before outcomes were counted: the mode's word
-        mode = result.fingerprint.get("flagged", "keep")
-        return (
-            f"{n} ({'kept' if mode == 'keep' else 'excluded' if mode == 'exclude' else 'scored 0'})"
-        )
-    parts = [(k, int(v)) for k, v in outcomes.items() if v]
-    if len(parts) == 1 and parts[0][1] == n:
-        return f"{n} ({parts[0][0]})"
-    return f"{n} (" + ", ".join(f"{k} {v}" for k, v in parts) + ")"
-
-
-def bounds_text(result: Any) -> str:
-    """The headline's bounds with every unscored answer wrong / right ("" where none are stored)."""
-    b = result.extra.get("bounds")
-    if not b:
-        return ""
-    return f"{b['lower']:.3f}-{b['upper']:.3f}"
-
-
-def print_results(results: list[Any]) -> None:
-    """The results: a table where the terminal is wide enough, else one block per result, so model,
-    mode, protocol and metric names are never cut off (80 columns)."""
-    from grandrounds.analyses.leaderboard import protocol_label, result_coverage, unread_count
-    from grandrounds.core.display import fmt_ci
-
-    rows = []
-    for r in results:
-        truncated = r.extra.get("n_truncated")
-        cov = result_coverage(r.extra)
-        failed = sum(
-            int(r.extra.get(k) or 0)
-            for k in ("n_answer_failed", "n_grader_error", "n_judge_failed")
-        )
-        rows.append(
-            {
-                "benchmark": r.benchmark,
-                "model": f"{r.model} ({r.fingerprint.get('answer_mode', '')})",
-                "protocol": protocol_label(r.fingerprint),
-                "judge": r.judge or "",
-                "metric": r.metric,
-                "score": "n/a" if r.score is None else f"{r.score:.3f}",
-                "95% CI": fmt_ci(r.ci95),
-                "n": str(r.n),
-                "unscored": str(r.n_unscored),
-                "coverage": "" if cov is None else f"{cov:.3f}",
-                "unread": "" if unread_count(r.extra) is None else str(unread_count(r.extra)),
-                "unknown": str(r.extra.get("n_unknown_verdicts", "")),
-                "failed": str(failed),
-                "truncated": "" if truncated is None else str(truncated),
-                "flagged": flagged_count(r),
-                "bounds": bounds_text(r),
-            }
-        )
-    optional = {
-        "judge": lambda row: row["judge"],
-        "unknown": lambda row: row["unknown"] not in ("", "0"),
-        "bounds": lambda row: bool(row["bounds"]),
-    }
-    cols = [
-        c
-        for c in (
-            "benchmark",
-            "model",
-            "protocol",
-            "judge",
-            "metric",
-            "score",
-            "95% CI",
-            "n",
-            "unscored",
-            "bounds",
-            "coverage",
-            "unread",
-            "unknown",
-            "failed",
-            "truncated",
-            "flagged",
-        )
-        if c not in optional or any(optional[c](row) for row in rows)
-    ]
-    needed = sum(max(len(c), *(len(row[c]) for row in rows)) + 3 for c in cols) if rows else 0
-    if needed <= console.width:
-        t = Table(title="Results")
-        for c in cols:
-            t.add_column(c)
-        for row in rows:
-            t.add_row(*(row[c] for c in cols))
-        console.print(t)
-        _protections_off(results)
-        return
-    console.print("Results", style="bold")
-    for row in rows:
-        judge = f" · judge {row['judge']}" if row["judge"] else ""
-        console.print(
-            f"{row['benchmark']} · {row['model']} · protocol {row['protocol']}{judge}",
-            soft_wrap=True,
-        )
-        counts = "  ".join(
-            f"{c} {row[c]}"
-            for c in ("bounds", "coverage", "unread", "unknown", "failed", "truncated", "flagged")
-            if c in cols and row[c]
-        )
-        console.print(
-            f"  {row['metric']} {row['score']}  95% CI {row['95% CI']}  n {row['n']}  unscored {row['unscored']}  {counts}",
-            soft_wrap=True,
-        )
-    _protections_off(results)
-
-
-def served_changed(result: Any) -> str:
-    """The line saying the server's ``system_fingerprint`` (or the model it named) changed within a
-    run ("" where it had one value or said nothing)."""
-    served = result.extra.get("system_fingerprints")
-    if not isinstance(served, dict) or len(served) < 2:
-        return ""
-    seen = ", ".join(f"{v}: {n}" for v, n in served.items())
-    return (
-        f"{result.benchmark} · {result.model}: the server's system_fingerprint changed within this run: {seen} "
-        "— the model behind the name may have changed"
-    )
-
-
-def _protections_off(results: list[Any]) -> None:
-    """Say where a judge saw the answer unmarked (the official prompt under ``reference``)."""
-    for r in results:
-        if served_changed(r):
-            console.print(
-                safe_text(f"warning: {served_changed(r)}"),
-                style="yellow",
-                soft_wrap=True,
-                markup=False,
-            )
-    off = sorted({r.benchmark for r in results if r.extra.get("answer_markers") == "off"})
-    if off:
-        console.print(
-            safe_text(
-                f"note: {', '.join(off)}: the judge saw the answer as the official prompt shows it, with no markers "
-                "around it (answer markers are off under --protocol reference)"
-            ),
-            style="dim",
-            soft_wrap=True,
-            markup=False,
-        )
 
 
 @app.command()
@@ -782,26 +488,10 @@ def regrade(
     judge: list[str] = typer.Option(
         [], "--judge", help="judge PROVIDER/MODEL[@BASE_URL]; repeat for a panel"
     ),
-    judge_base_url: str = typer.Option(
-        "",
-        "--judge-base-url",
-        help="base URL for judges given without @BASE_URL (else $OPENAI_BASE_URL)",
-    ),
-    judge_temperature: float | None = typer.Option(
-        None,
-        "--judge-temperature",
-        min=0.0,
-        max=TEMPERATURE_MAX,
-        help="judge temperature (default: the run's protocol's)",
-    ),
-    judge_max_tokens: int | None = typer.Option(
-        None, "--judge-max-tokens", min=1, help="default: the run's protocol's"
-    ),
-    judge_json: bool = typer.Option(
-        False,
-        "--judge-json",
-        help="ask judges for a JSON object (response_format / llama.cpp JSON grammar)",
-    ),
+    judge_base_url: str = JudgeBaseUrlOpt,
+    judge_temperature: float | None = judge_temperature_opt("the run's protocol's"),
+    judge_max_tokens: int | None = judge_max_tokens_opt("the run's protocol's"),
+    judge_json: bool = JudgeJsonOpt,
     judge_mode: str | None = typer.Option(
         None, "--judge-mode", help="default: as in the run's last grading"
     ),
@@ -811,20 +501,14 @@ def regrade(
         min=1,
         help="judge runs per answer (default: as in the run's last grading)",
     ),
-    max_reask: int = typer.Option(
-        2, "--max-reask", min=0, help="re-asks of an unparseable judge reply"
-    ),
+    max_reask: int = MaxReaskOpt,
     only_unknown: bool = typer.Option(
         False, "--only-unknown", help="keep known verdicts, re-ask unknown ones"
     ),
-    flagged: str = typer.Option("keep", "--flagged", help=FLAGGED_HELP),
-    judge_concurrency: int | None = typer.Option(
-        None, "--judge-concurrency", min=1, help="judge calls in flight per judge endpoint"
-    ),
-    judge_rpm: int | None = typer.Option(None, "--judge-rpm", min=1, help=JUDGE_RPM_HELP),
-    judge_tpm: str | None = typer.Option(
-        None, "--judge-tpm", callback=tpm_option, metavar=TPM_METAVAR, help=JUDGE_TPM_HELP
-    ),
+    flagged: str = FlaggedOpt,
+    judge_concurrency: int | None = JudgeConcurrencyOpt,
+    judge_rpm: int | None = JudgeRpmOpt,
+    judge_tpm: str | None = JudgeTpmOpt,
     timeout: float | None = typer.Option(
         None,
         "--timeout",
@@ -839,9 +523,7 @@ def regrade(
         "--batch",
         help="send the judge calls through the judge's batch API (openai/, anthropic/; half price, results within 24 h)",
     ),
-    out: Path | None = typer.Option(
-        None, "--out", help="write results.json and samples.jsonl here"
-    ),
+    out: Path | None = OutOpt,
     store: Path | None = StoreOpt,
 ) -> None:
     """Re-judge stored answers with another judge or template, without generating again."""
@@ -887,7 +569,10 @@ def regrade(
     if out:
         # Read back a chunk at a time and written as it comes (the re-grade holds no sample or grade),
         # the lines as `run --out` writes them.
-        with user_errors(), Store(existing_store_path(store)) as rd:  # not read-only: see _execute
+        with (
+            user_errors(),
+            Store(existing_store_path(store)) as rd,
+        ):  # not read-only: see running.run_configs
             write_outputs(out, [outcome.result], regraded_lines(outcome, rd))
         err_console.print(f"wrote {out / 'results.json'} and {out / 'samples.jsonl'}")
 
