@@ -15,7 +15,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from grandrounds.cli.main import app, call_summary
+from grandrounds.cli.common import call_summary
+from grandrounds.cli.main import app
 from grandrounds.core.records import GenParams, Message, Request, Response
 from grandrounds.core.registry import BENCHMARKS
 from grandrounds.run.batches.events import BatchEvent

@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from grandrounds.benchmarks.base import RunOptions
+from grandrounds.cli import common
 from grandrounds.cli import main as cli
 from grandrounds.cli.main import app
 from grandrounds.core.records import Request
@@ -527,7 +528,7 @@ def test_a_run_whose_every_call_fails_exits_3_with_a_truthful_summary(tmp_path: 
             str(tmp_path / "s.db"),
             env={"OPENAI_API_KEY": "sk-test"},
         )
-    assert r.exit_code == cli.NOTHING_SCORED == 3, r.output
+    assert r.exit_code == common.NOTHING_SCORED == 3, r.output
     assert "answers: 12 calls made, 0 from the store, 12 failed, 0 retries" in r.output
     assert "failures: HTTP 400: injected 400 x12" in r.output
     assert (
@@ -544,7 +545,7 @@ def test_a_benchmark_that_scores_nothing_by_design_is_not_a_failure(tmp_path: Pa
         out = asyncio.run(
             run(st, RunConfig("demo", "scripted/ok", provider_options={"script": lambda req: "A"}))
         )
-    assert not cli.any_failed(out)
+    assert not common.any_failed(out)
 
 
 def test_results_in_an_80_column_terminal_cut_no_name(tmp_path: Path) -> None:

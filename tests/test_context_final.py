@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from grandrounds.cli.main import NOTHING_SCORED
+from grandrounds.cli.common import NOTHING_SCORED
 from grandrounds.core.records import GenParams, Message, Request, Response
 from grandrounds.providers.base import ModelSpec, Provider, ProviderError
 from grandrounds.run.executor import Executor, RetryPolicy

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from grandrounds.cli.main import NOTHING_SCORED, app
+from grandrounds.cli.common import NOTHING_SCORED
+from grandrounds.cli.main import app
 from grandrounds.core.records import GenParams, Message, Request
 from grandrounds.core.registry import PROVIDERS
 from grandrounds.providers.base import ModelSpec
