@@ -25,6 +25,14 @@ def test_healthbench_is_its_benchmark_grader_scoring_sources_and_two_templates()
     ]
 
 
+def test_a_format_spec_in_an_f_string_names_no_template() -> None:
+    # medicationqa's grader writes f"{d} {score:g}": the "g" is no template prefix (gaps_*.txt)
+    files = defining_files(BENCHMARKS.get("medicationqa"))
+    assert "graders/medicationqa_grader.py" in files
+    assert not [f for f in files if f.startswith("templates/")]
+    assert [f for f in defining_files(BENCHMARKS.get("gaps")) if f.startswith("templates/gaps_")]
+
+
 def test_an_agent_benchmark_names_its_environment_and_an_exam_its_grader() -> None:
     assert defining_files(BENCHMARKS.get("agentclinic")) == [
         "benchmarks/agentclinic.py",

@@ -58,12 +58,17 @@ def _family_modules(path: Path) -> list[str]:
 def _templates(path: Path) -> list[str]:
     """Judge templates the module names (``grandrounds/templates/<name>.txt``)."""
     out = []
-    for node in ast.walk(_tree(path)):
+    tree = _tree(path)
+    specs = {  # the ":g" of f"{x:g}" is an f-string too, but names no template
+        id(n.format_spec) for n in ast.walk(tree) if isinstance(n, ast.FormattedValue)
+    }
+    for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             for name in (node.value, node.value.removesuffix(".txt")):
                 if name.isidentifier() and (PKG / "templates" / f"{name}.txt").is_file():
                     out.append(f"templates/{name}.txt")
-        elif isinstance(node, ast.JoinedStr) and node.values:  # f"gaps_{n}": each template so named
+        elif isinstance(node, ast.JoinedStr) and node.values and id(node) not in specs:
+            # f"gaps_{n}": each template so named
             head = node.values[0]
             if isinstance(head, ast.Constant) and isinstance(head.value, str):
                 prefix = head.value
