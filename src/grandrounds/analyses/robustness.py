@@ -50,10 +50,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from grandrounds.benchmarks.probes import KINDS, Probe, Rewrites, probe_dataset_hash
 from grandrounds.benchmarks.vqa import IMAGE_PROBES
+from grandrounds.core.choices import LETTERS
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.hashing import canonical_json, to_jsonable
 from grandrounds.core.records import GenParams, Grade, Message, Purpose, Request, Sample
-from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.scoring.stats import wilson_ci
 
 if TYPE_CHECKING:

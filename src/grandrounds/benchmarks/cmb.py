@@ -44,9 +44,10 @@ from grandrounds.benchmarks.base import Aggregate, RemoteFile, RunOptions
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, cached, macro_average
 from grandrounds.benchmarks.readers.json_docs import iter_json_array, stream_json
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
+from grandrounds.core.choices import LETTERS
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import AnswerMode, Cell, Grade, Sample
-from grandrounds.graders.mcq_grader import CMB_UTILS, LETTERS
+from grandrounds.graders.mcq_grader import CMB_UTILS
 from grandrounds.sources import upstream
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, python_returned_string

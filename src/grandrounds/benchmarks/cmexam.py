@@ -34,9 +34,9 @@ from typing import Any, ClassVar
 from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
 from grandrounds.benchmarks.readers.lines import iter_csv
+from grandrounds.core.choices import LETTERS
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import AnswerMode, Sample
-from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, UpstreamRepo, read_text
 

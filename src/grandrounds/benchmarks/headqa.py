@@ -48,10 +48,11 @@ from grandrounds.benchmarks.mcq import (
 from grandrounds.benchmarks.medmarks import FORMATS, MEDMARKS_PROMPTS, medmarks_fidelity
 from grandrounds.benchmarks.readers.json_docs import read_json
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
+from grandrounds.core.choices import LETTERS, lettered
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import Grade, Sample
-from grandrounds.graders.mcq_grader import LETTERS, canonical_mode, option_continuations
+from grandrounds.graders.mcq_grader import canonical_mode, option_continuations
 from grandrounds.scoring.headqa import exam_points
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, python_fstring, python_string, yaml_value
@@ -267,7 +268,7 @@ class HeadQA(MultipleChoiceBenchmark):
                 where,
                 f"right answer 'ra' {q['ra']!r} is not one of the answer ids 1..{len(answers)}",
             )
-        choices = {LETTERS[k]: a["atext"] for k, a in enumerate(answers)}
+        choices = lettered([a["atext"] for a in answers])
         image = q.get("image") or ""
         return self.make_sample(
             f"{exam_key}-{q['qid']}",

@@ -41,14 +41,15 @@ from grandrounds.benchmarks.images import (
 )
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
 from grandrounds.benchmarks.readers.decoding import read_text
+from grandrounds.benchmarks.readers.exam_options import check_options
 from grandrounds.benchmarks.readers.lines import iter_csv
 from grandrounds.benchmarks.readers.records import IdSet
 from grandrounds.benchmarks.vqa import IMAGE_PROBES
+from grandrounds.core.choices import LETTERS
 from grandrounds.core.errors import DataError
 from grandrounds.core.files import inside
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, ImagePart, Sample
-from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol
 
 
@@ -152,20 +153,6 @@ class ImageExam(MultipleChoiceBenchmark):
         return images_dataset_hash(
             super().dataset_hash(root), self.load(root), self.prep, probe=self.image_probe
         )
-
-
-def check_options(
-    path: Path, where: str | int | None, options: Mapping[str, str], key: str
-) -> None:
-    """Options lettered A.. in order, each non-empty, the key one of them."""
-    if len(options) < 2 or "".join(options) != LETTERS[: len(options)]:
-        raise DataError(
-            path, where, f"options must be lettered A.. in order (got {''.join(options)!r})"
-        )
-    if not all(isinstance(v, str) and v.strip() for v in options.values()):
-        raise DataError(path, where, "an option text is empty")
-    if key not in options:
-        raise DataError(path, where, f"key {key!r} is not one of the options {''.join(options)}")
 
 
 # ---- PMC-VQA -------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
 from grandrounds.benchmarks.medmarks import DIFFERENCES, MEDMARKS
 from grandrounds.benchmarks.readers.json_docs import read_json
+from grandrounds.core.choices import LETTERS
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Sample
@@ -62,7 +63,8 @@ FILE = RemoteFile(
     "benchmark_v5.json",
     None,
 )
-LETTERS = "ABCDE"
+#: The file's five answer fields, answer_a..answer_e.
+ANSWER_LETTERS = LETTERS[:5]
 #: Medmarks' rough characters-per-token rule (_simple_truncate_documents: tokens_per_char=0.25) and its
 #: "only cut a document if more than 500 characters remain" threshold.
 TOKENS_PER_CHAR, MIN_CUT = 0.25, 500
@@ -124,7 +126,7 @@ def select_documents(
 
 
 def _options(q: Mapping[str, Any]) -> dict[str, str]:
-    return {L: str(q[f"answer_{L.lower()}"]) for L in LETTERS}
+    return {L: str(q[f"answer_{L.lower()}"]) for L in ANSWER_LETTERS}
 
 
 def _answer_ids(q: Mapping[str, Any]) -> list[str]:
@@ -205,7 +207,7 @@ def check_patient(path: Path, pid: str, patient: Any) -> None:
             raise DataError(path, where, "not a JSON object")
         missing = [
             k
-            for k in ("question", "correct", *(f"answer_{L.lower()}" for L in LETTERS))
+            for k in ("question", "correct", *(f"answer_{L.lower()}" for L in ANSWER_LETTERS))
             if q.get(k) is None
         ]
         if missing:

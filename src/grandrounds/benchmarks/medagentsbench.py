@@ -43,12 +43,12 @@ from grandrounds.benchmarks.base import (
     resolve_file,
 )
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, accuracy_by, cached, macro_average
+from grandrounds.benchmarks.readers.exam_options import medqa_format_options
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Grade, Message, Sample
-from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamFile, python_fstring, python_message_contents
 
@@ -120,28 +120,12 @@ class _MedAgentsExam(MultipleChoiceBenchmark):
         seen = IdSet(path)
         for no, rec in iter_jsonl(path):
             require_fields(path, no, rec, ("realidx", "question", "options", "answer_idx"))
-            options = rec["options"]
-            if not isinstance(options, dict) or not 2 <= len(options) <= len(LETTERS):
-                raise DataError(
-                    path, no, "field 'options' must map 2 to 10 letters to option texts"
-                )
-            letters = "".join(sorted(options))
-            if letters != LETTERS[: len(options)] or not all(
-                isinstance(v, str) and v.strip() for v in options.values()
-            ):
-                raise DataError(
-                    path, no, f"options must be non-empty texts under letters A.. (got {letters!r})"
-                )
-            key = str(rec["answer_idx"]).strip()
-            if key not in options:
-                raise DataError(path, no, f"answer_idx {key!r} is not one of the options {letters}")
-            if "answer" in rec and rec["answer"] != options[key]:
-                raise DataError(path, no, f"answer text disagrees with option {key}")
+            choices, key = medqa_format_options(path, no, rec)
             sid = seen.add(f"{source}-{rec['realidx']}", no)
             yield self.make_sample(
                 sid,
                 rec["question"],
-                {k: options[k] for k in letters},
+                choices,
                 key,
                 **self.meta(source, rec, path, no),
             )

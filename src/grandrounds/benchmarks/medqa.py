@@ -26,11 +26,10 @@ from grandrounds.benchmarks.mcq import (
     exam_protocols,
     lm_eval_file,
 )
+from grandrounds.benchmarks.readers.exam_options import medqa_format_options
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import require_fields
-from grandrounds.core.errors import DataError
 from grandrounds.core.records import Sample
-from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.upstream import python_fstring, python_returned_string
 
 MIRAGE = "https://raw.githubusercontent.com/Teddy-XiongGZ/MIRAGE/392943af99cd94cafd50a0de2e7fca24bbf65494/rawdata"
@@ -69,25 +68,11 @@ def iter_medqa_format(bench: MultipleChoiceBenchmark, path: Path) -> Iterator[Sa
     """:func:`load_medqa_format`, one record at a time."""
     for index, (no, rec) in enumerate(iter_jsonl(path)):
         require_fields(path, no, rec, ("question", "options", "answer_idx"))
-        options = rec["options"]
-        if not isinstance(options, dict) or len(options) < 2:
-            raise DataError(path, no, "field 'options' must map letters to option texts")
-        letters = "".join(sorted(options))
-        if letters != LETTERS[: len(options)] or not all(
-            isinstance(v, str) and v.strip() for v in options.values()
-        ):
-            raise DataError(
-                path, no, f"options must be non-empty texts under letters A.. (got {letters!r})"
-            )
-        key = str(rec["answer_idx"]).strip()
-        if key not in options:
-            raise DataError(path, no, f"answer_idx {key!r} is not one of the options {letters}")
-        if "answer" in rec and rec["answer"] != options[key]:
-            raise DataError(path, no, f"answer text disagrees with answer_idx {key!r}")
+        choices, key = medqa_format_options(path, no, rec)
         yield bench.make_sample(
             str(index),
             rec["question"],
-            {k: options[k] for k in letters},
+            choices,
             key,
             meta_info=rec.get("meta_info", ""),
         )

@@ -28,6 +28,7 @@ from grandrounds.benchmarks.base import RemoteFile, resolve_file
 from grandrounds.benchmarks.mcq import OurPromptExam
 from grandrounds.benchmarks.medqa_5opt import GRANDROUNDS as _OURS
 from grandrounds.benchmarks.readers.json_docs import iter_json_array
+from grandrounds.core.choices import LETTERS
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol
@@ -65,7 +66,7 @@ def parse_options(path: Path, where: Any, text: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for line in text.split("\n"):
         m = _LINE.fullmatch(line)
-        if not m or m.group(1) != "ABCDEFGHIJ"[len(out)]:
+        if not m or m.group(1) != LETTERS[len(out) : len(out) + 1]:
             raise DataError(
                 path,
                 where,

@@ -55,12 +55,12 @@ from grandrounds.benchmarks.mcq import (
     pair_grades,
     protocol_values,
 )
+from grandrounds.benchmarks.readers.exam_options import check_options
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Grade, Message, Sample
-from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.scoring.cells import accuracy_cell
 from grandrounds.sources.medxpertqa import (
     MAIN,
@@ -250,20 +250,9 @@ class MedXpertQA(MultipleChoiceBenchmark):
             meta = {f: rec[f] for f in ("medical_task", "body_system") if rec.get(f)}
         if not isinstance(sid, str) or not sid.strip():
             raise DataError(path, no, f"id {sid!r} is not a non-empty string")
-        if (
-            not isinstance(options, dict)
-            or "".join(options) != LETTERS[: len(options)]
-            or len(options) < 2
-        ):
-            raise DataError(
-                path,
-                no,
-                f"options must be lettered A.. in order (got {''.join(map(str, options))!r})",
-            )
-        if not all(isinstance(v, str) and v.strip() for v in options.values()):
-            raise DataError(path, no, "an option text is empty")
-        if not isinstance(key, str) or key not in options:
-            raise DataError(path, no, f"key {key!r} is not one of the options {''.join(options)}")
+        if not isinstance(options, dict):
+            raise DataError(path, no, "field 'options' must map letters to option texts")
+        check_options(path, no, options, key)
         if kind not in _KINDS:
             raise DataError(path, no, f"question type {kind!r} is not Reasoning or Understanding")
         if not isinstance(rec["question"], str) or not rec["question"].strip():

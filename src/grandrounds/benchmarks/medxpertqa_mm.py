@@ -32,13 +32,13 @@ from typing import Any, ClassVar
 from grandrounds.benchmarks.images import ImageLoader, ImagePrep, image_params, images_dataset_hash
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
 from grandrounds.benchmarks.medxpertqa import ANSWER, REASONING, MedXpertQA
+from grandrounds.benchmarks.readers.exam_options import check_options
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
 from grandrounds.core.files import inside
 from grandrounds.core.params import Param
 from grandrounds.core.records import ImagePart, Sample, TextPart
-from grandrounds.graders.mcq_grader import LETTERS
 
 #: subset -> the file names it may have (the evaluation repository's, then the Hugging Face dataset's).
 FILES = {
@@ -131,18 +131,11 @@ class MedXpertQAMM(MedXpertQA):
             opts = {o["letter"]: o["content"] for o in opts}
         if isinstance(label, list) and len(label) == 1:
             label = label[0]
-        if not isinstance(opts, dict) or len(opts) < 2 or "".join(opts) != LETTERS[: len(opts)]:
+        if not isinstance(opts, dict):
             raise DataError(
-                path,
-                no,
-                "options must be lettered A.. in order ({letter, content} list or letter -> text)",
+                path, no, "field 'options' must be a {letter, content} list or map letters to texts"
             )
-        if not all(isinstance(v, str) and v.strip() for v in opts.values()):
-            raise DataError(path, no, "an option text is empty")
-        if not isinstance(label, str) or label not in opts:
-            raise DataError(
-                path, no, f"label {rec['label']!r} is not one of the options {''.join(opts)}"
-            )
+        check_options(path, no, opts, label, field="label")
         if rec["question_type"] not in ("Reasoning", "Understanding"):
             raise DataError(
                 path,

@@ -36,10 +36,10 @@ from grandrounds.benchmarks.medmarks import (
     medmarks_fidelity,
     medmarks_protocols,
 )
+from grandrounds.benchmarks.readers.exam_options import check_options
 from grandrounds.benchmarks.readers.parquet import iter_parquet_rows
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import Sample
-from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.upstream import python_fstring
 
 ENV = MEDMARKS.file(
@@ -56,16 +56,10 @@ COLUMNS = ("question", "options", "answer", "answer_idx", "kind")
 
 
 def kept_options(path: Path, where: str, options: Any) -> dict[str, str]:
+    """The struct's non-empty options (an unused letter is null or empty)."""
     if not isinstance(options, Mapping):
         raise DataError(path, where, "'options' is not a struct of letters")
-    kept = {k: str(v) for k, v in options.items() if v is not None and str(v).strip()}
-    if len(kept) < 2 or "".join(kept) != LETTERS[: len(kept)]:
-        raise DataError(
-            path,
-            where,
-            f"options must be at least two non-empty texts under A.. in order, got {''.join(kept)!r}",
-        )
-    return kept
+    return {k: str(v) for k, v in options.items() if v is not None and str(v).strip()}
 
 
 class MetaMedQA(MedmarksExam):
@@ -102,12 +96,7 @@ class MetaMedQA(MedmarksExam):
                 raise DataError(path, where, "empty 'question'")
             choices = kept_options(path, where, row["options"])
             key = str(row.get("answer_idx") or "").strip()
-            if key not in choices:
-                raise DataError(
-                    path,
-                    where,
-                    f"answer_idx {row.get('answer_idx')!r} is not one of the options {''.join(choices)}",
-                )
+            check_options(path, where, choices, key, field="answer_idx")
             matches = str(row.get("answer") or "").strip().lower() == choices[key].strip().lower()
             n += 1
             yield self.make_sample(

@@ -49,12 +49,13 @@ from typing import Any, ClassVar
 from grandrounds.benchmarks.base import Prompt, RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark, cached
 from grandrounds.benchmarks.readers.decoding import read_text
+from grandrounds.benchmarks.readers.exam_options import medqa_format_options, options_from_list
 from grandrounds.benchmarks.readers.lines import iter_jsonl, read_rows
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
+from grandrounds.core.choices import LETTERS
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Sample
-from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import (
     UpstreamFile,
@@ -315,23 +316,9 @@ class MMLUProHealth(_MMLUProFormat):
             require_fields(
                 path, no, rec, ("realidx", "question", "options", "answer_idx", "category", "src")
             )
-            options, key = rec["options"], rec["answer_idx"]
-            if (
-                not isinstance(options, dict)
-                or len(options) < 2
-                or "".join(options) != LETTERS[: len(options)]
-            ):
-                raise DataError(
-                    path, no, "field 'options' must map letters A.. in order to option texts"
-                )
-            if any(not isinstance(v, str) or not v.strip() or v == "N/A" for v in options.values()):
-                raise DataError(path, no, "an option text is empty or N/A")
-            if key not in options:
-                raise DataError(
-                    path, no, f"answer_idx {key!r} is not one of the options {''.join(options)}"
-                )
-            if "answer" in rec and rec["answer"] != options[key]:
-                raise DataError(path, no, f"answer text disagrees with answer_idx {key!r}")
+            options, key = medqa_format_options(path, no, rec)
+            if "N/A" in options.values():
+                raise DataError(path, no, "an option text is N/A (MMLU-Pro's padding)")
             sid = seen.add(str(rec["realidx"]), no)
             yield self.make_sample(
                 sid, rec["question"], options, key, category=rec["category"], src=rec["src"]
@@ -398,9 +385,7 @@ class MARC(_MMLUProFormat):
         seen = IdSet(path)
         for no, row in read_rows(path, columns):
             opts = parse_options(path, no, row["options"])
-            if len(opts) < 2 or len(opts) > len(LETTERS) or not all(o.strip() for o in opts):
-                raise DataError(path, no, f"{len(opts)} options (2 to 10 non-empty ones expected)")
-            choices = dict(zip(LETTERS, opts))
+            choices = options_from_list(path, no, opts)
             key = row["answer"].strip()
             if key not in choices or row["answer_index"].strip() != str(LETTERS.index(key)):
                 raise DataError(

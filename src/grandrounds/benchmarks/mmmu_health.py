@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import Aggregate, RunOptions
-from grandrounds.benchmarks.image_exams import ImageExam, check_options, image_exam_protocols
+from grandrounds.benchmarks.image_exams import ImageExam, image_exam_protocols
+from grandrounds.benchmarks.readers.exam_options import check_options
 from grandrounds.benchmarks.readers.records import IdSet
+from grandrounds.core.choices import LETTERS, lettered
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.records import Grade, ImagePart, Message, Sample, TextPart
-from grandrounds.graders.mcq_grader import LETTERS
 
 SUBJECTS = (
     "Basic_Medical_Science",
@@ -102,7 +103,7 @@ class MMMUHealth(ImageExam):
             raise DataError(path, where, "options is not a list literal") from None
         if not isinstance(texts, list) or len(texts) > len(LETTERS):
             raise DataError(path, where, "options is not a list of at most ten texts")
-        options = {LETTERS[k]: str(t) for k, t in enumerate(texts)}
+        options = lettered([str(t) for t in texts])
         key = str(row["answer"]).strip()
         check_options(path, where, options, key)
         images = self._images(path, where, row)

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from grandrounds.core.choices import LETTERS
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import canonical_json, content_hash
 from grandrounds.core.records import Message, Sample
-from grandrounds.graders.mcq_grader import LETTERS, shuffle_choices
+from grandrounds.graders.mcq_grader import shuffle_choices
 from grandrounds.sources.downloads import cache_dir
 
 KINDS = ("permute", "nota", "distractors", "rewrite")

@@ -35,11 +35,11 @@ from grandrounds.benchmarks.medmarks import (
     medmarks_fidelity,
     medmarks_protocols,
 )
+from grandrounds.benchmarks.readers.exam_options import options_from_list
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import Sample
-from grandrounds.graders.mcq_grader import LETTERS
 from grandrounds.sources.upstream import python_fstring, python_string
 
 ENV = MEDMARKS.file(
@@ -94,12 +94,7 @@ class SuperGPQAMedicine(MedmarksExam):
             if rec.get("discipline") != DISCIPLINE:
                 continue
             require_fields(path, no, rec, FIELDS)
-            options = rec["options"]
-            if not isinstance(options, list) or not 2 <= len(options) <= len(LETTERS):
-                raise DataError(path, no, "'options' must be a list of 2 to 10 texts")
-            if not all(isinstance(o, str) and o.strip() for o in options):
-                raise DataError(path, no, "an option is empty or not text")
-            choices = {LETTERS[i]: o for i, o in enumerate(options)}
+            choices = options_from_list(path, no, rec["options"])
             key = str(rec["answer_letter"]).strip().upper()
             if key not in choices:
                 raise DataError(

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from grandrounds.core.choices import LETTERS
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.hashing import text_hash
 from grandrounds.core.records import AnswerMode, Grade, Response, Sample
@@ -44,7 +45,6 @@ from grandrounds.graders.exam_readings import EXAM_READINGS
 from grandrounds.graders.readings_cn import numbered_choice
 from grandrounds.sources.upstream import CMB, SIMPLE_EVALS, python_value
 
-LETTERS = "ABCDEFGHIJ"
 MODES: tuple[AnswerMode, ...] = ("generate", "letter-loglik", "text-loglik", "next-token")
 #: Earlier names of the answer modes, still accepted (stored runs, scripts, the CLI demo).
 MODE_ALIASES = {"letter": "next-token", "loglik": "text-loglik"}

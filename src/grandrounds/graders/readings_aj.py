@@ -20,11 +20,10 @@ import random
 import re
 from collections.abc import Sequence
 
+from grandrounds.core.choices import LETTERS
 from grandrounds.sources.medxpertqa import template
 
 __all__ = ["m_arc_guess", "m_arc_letter", "medxpertqa_letter", "mmlu_pro_letter"]
-
-_TEN = "ABCDEFGHIJ"
 
 # MMLU-Pro evaluate_from_api.py: extract_answer, extract_again, extract_final (in this order).
 _PRO_STATED = re.compile(r"answer is \(?([A-J])\)?")
@@ -32,7 +31,7 @@ _PRO_COLON = re.compile(r".*[aA]nswer:\s*([A-J])")
 _PRO_LAST = re.compile(r"\b[A-J]\b(?!.*\b[A-J]\b)", re.DOTALL)
 
 
-def mmlu_pro_letter(text: str | None, letters: Sequence[str] = _TEN) -> str | None:
+def mmlu_pro_letter(text: str | None, letters: Sequence[str] = LETTERS) -> str | None:
     """MMLU-Pro's reading: after ``**`` is removed, "answer is (X)", else the "Answer: X" of the first
     line holding one (its last on that line), else the last standalone capital A-J anywhere."""
     if text is None:
@@ -58,7 +57,7 @@ _MARC_PATTERNS = tuple(
 )
 
 
-def m_arc_letter(text: str | None, letters: Sequence[str] = _TEN) -> str | None:
+def m_arc_letter(text: str | None, letters: Sequence[str] = LETTERS) -> str | None:
     """M-ARC's reading: after ``**`` is removed, the first of its five patterns that matches; None otherwise."""
     if text is None:
         return None
@@ -75,7 +74,7 @@ _MXQ_REMOVED = ("I understand", "A through J", "A through E", "A through D")
 
 
 def medxpertqa_letter(
-    text: str | None, letters: Sequence[str] = _TEN, trigger: str | None = None
+    text: str | None, letters: Sequence[str] = LETTERS, trigger: str | None = None
 ) -> str | None:
     """MedXpertQA's zero-shot reading of the reply to its answer trigger: the text after the trigger
     (after " answer is " when the trigger is absent; the whole reply when neither is there), stripped,
