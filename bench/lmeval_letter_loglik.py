@@ -106,7 +106,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-LETTERS = "ABCD"
+FOUR_LETTERS = "ABCD"
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared/data/medqa/phrases_no_exclude_test.jsonl"
 SOURCES = ROOT.parent / "shared/reference/SOURCES.tsv"
@@ -203,8 +203,8 @@ def prepare(workdir: Path, records: list[tuple[int, str]], lmeval_python: str) -
             doc = {
                 "id": i,
                 "sent1": r["question"],
-                **{f"ending{j}": r["options"][k] for j, k in enumerate(LETTERS)},
-                "label": LETTERS.index(r["answer_idx"]),
+                **{f"ending{j}": r["options"][k] for j, k in enumerate(FOUR_LETTERS)},
+                "label": FOUR_LETTERS.index(r["answer_idx"]),
             }
             fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
     pkg = Path(
@@ -381,8 +381,8 @@ def grandrounds_side(
             continue
         by_letter = {k.strip(): float(v) for k, v in resp.scores.items()}
         side[int(smp.id)] = {
-            "ll": [by_letter[k] for k in LETTERS],
-            "target": LETTERS.index(smp.target),
+            "ll": [by_letter[k] for k in FOUR_LETTERS],
+            "target": FOUR_LETTERS.index(smp.target),
             "grade": grade.value,
             "requests": requests,
         }
@@ -416,8 +416,8 @@ def compare(lm: dict[int, dict[str, Any]], gr: dict[int, dict[str, Any]], index:
         for j in range(4):
             maxdiff[j] = max(maxdiff[j], abs(a[j] - b[j]))
         pa, pb = argmax(a), argmax(b)
-        preds_lm[LETTERS[pa]] = preds_lm.get(LETTERS[pa], 0) + 1
-        preds_gr[LETTERS[pb]] = preds_gr.get(LETTERS[pb], 0) + 1
+        preds_lm[FOUR_LETTERS[pa]] = preds_lm.get(FOUR_LETTERS[pa], 0) + 1
+        preds_gr[FOUR_LETTERS[pb]] = preds_gr.get(FOUR_LETTERS[pb], 0) + 1
         top = sorted(a, reverse=True)
         margins.append(top[0] - top[1])
         acc_lm += pa == lm[i]["target"]
@@ -449,7 +449,7 @@ def compare(lm: dict[int, dict[str, Any]], gr: dict[int, dict[str, Any]], index:
     print(f"prediction agreement: {agree}/{n} = {agree / n:.4f}")
     print(
         "max |loglik difference| per option: "
-        + ", ".join(f"{k} {d:.3g}" for k, d in zip(LETTERS, maxdiff))
+        + ", ".join(f"{k} {d:.3g}" for k, d in zip(FOUR_LETTERS, maxdiff))
         + f"; overall {max(maxdiff):.3g}"
     )
     print(
@@ -465,10 +465,10 @@ def compare(lm: dict[int, dict[str, Any]], gr: dict[int, dict[str, Any]], index:
     print(f"disagreements: {len(disagreements)}")
     for i, pa, pb, a, b in disagreements:
         print(
-            f"  q{index[i]}: lm-eval {LETTERS[pa]} grandrounds {LETTERS[pb]} (key {LETTERS[lm[i]['target']]})"
+            f"  q{index[i]}: lm-eval {FOUR_LETTERS[pa]} grandrounds {FOUR_LETTERS[pb]} (key {FOUR_LETTERS[lm[i]['target']]})"
         )
-        print("     lm-eval     " + "  ".join(f"{k} {x:9.4f}" for k, x in zip(LETTERS, a)))
-        print("     grandrounds " + "  ".join(f"{k} {x:9.4f}" for k, x in zip(LETTERS, b)))
+        print("     lm-eval     " + "  ".join(f"{k} {x:9.4f}" for k, x in zip(FOUR_LETTERS, a)))
+        print("     grandrounds " + "  ".join(f"{k} {x:9.4f}" for k, x in zip(FOUR_LETTERS, b)))
 
 
 def main() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,3 +160,43 @@ def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
             f"Skipped: needs official files from ../shared/reference ({SHARED_REFERENCE} is absent) "
             "and tests never download",
         )
+
+
+def medqa_records(n: int) -> list[dict[str, Any]]:
+    """The first ``n`` records of the real MedQA test file."""
+    path = shared_file("medqa", "phrases_no_exclude_test.jsonl")
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(next(f)) for _ in range(n)]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]], encoding: str = "utf-8") -> Path:
+    """``rows`` as a JSON Lines file in ``encoding`` (folders made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode(encoding)
+    )
+    return path
+
+
+@pytest.fixture
+def medqa_store(tmp_path: Path) -> Path:
+    """A store holding one finished run of ``scripted/cand`` (always "Answer: A") on three real
+    MedQA questions."""
+    from grandrounds.run.config import RunConfig
+    from grandrounds.run.runner import run
+    from grandrounds.store import Store
+
+    data = write_jsonl(tmp_path / "mq" / "phrases_no_exclude_test.jsonl", medqa_records(3))
+    with Store(tmp_path / "s.db") as st:
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "medqa",
+                    "scripted/cand",
+                    data=data,
+                    provider_options={"script": lambda req: "Answer: A"},
+                ),
+            )
+        )
+    return tmp_path / "s.db"

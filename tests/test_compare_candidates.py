@@ -1,5 +1,7 @@
 """``compare A B`` when the two models' latest runs differ in their settings: it compares the latest
-runs that match, saying so, or lists every run of both with the settings in which they differ.
+runs that match, saying so, or lists every run of both with the settings in which they differ; and
+it names the engine (vLLM/SGLang and version) that served each side, with no engine column where
+none did.
 
 Stores are filled by the real runner with scripted models on the bundled demo exam; each model
 answers right on a known set of questions, so the compared means are known.
@@ -19,6 +21,7 @@ from grandrounds.core.records import Request
 from grandrounds.run.config import RunConfig
 from grandrounds.run.runner import run
 from grandrounds.store import Store
+from tests.conftest import medqa_records, shared_file, write_jsonl
 
 DEMO_FILE = Path(__file__).resolve().parents[1] / "src" / "grandrounds" / "data" / "demo_exam.jsonl"
 DEMO = [
@@ -93,3 +96,71 @@ def test_no_matching_runs_lists_the_candidates_with_their_settings(tmp_path: Pat
         == f'  {b_id[:12]}  scripted/beta  grader.args.protocol="grandrounds", protocol=grandrounds'
     )
     assert "run one model again with the settings of one of the other's runs" in r.output
+
+
+# ---- the engine that served each side ------------------------------------------------
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def test_compare_shows_the_engine_of_each_side(tmp_path: Path) -> None:
+    from tests.test_engines import gr, medqa
+
+    db = tmp_path / "s.db"
+    for version in ("0.9.1", "0.9.2"):
+        p = gr(*medqa(tmp_path, "vllm/fake-model", limit=4), FAKE_ENGINE_VERSION=version)
+        assert p.returncode == 0, p.stderr
+    with Store(db) as st:
+        ids = {
+            st.result(r.id, st.latest_grader_fp(r.id))["fingerprint"]["engine"]["version"]: r.id
+            for r in st.runs()
+        }
+    assert sorted(ids) == ["0.9.1", "0.9.2"]
+    r = _invoke("compare", ids["0.9.1"], ids["0.9.2"], "--store", str(db))
+    assert r.exit_code == 0, r.output
+    header = next(line for line in r.output.splitlines() if "benchmark" in line)
+    assert "A engine" in header and "B engine" in header
+    row = next(line for line in r.output.splitlines() if line.strip("│ ").startswith("medqa"))
+    assert row.index("vllm 0.9.1") < row.index("vllm 0.9.2")  # A's, then B's
+    assert "0.0000" in row  # the same answers on both versions: compared, not refused
+
+    # a model no engine served: its side is empty, the other still named
+    data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
+    r = _invoke(
+        "run",
+        "medqa",
+        "--data",
+        str(data),
+        "--limit",
+        "4",
+        "--model",
+        "scripted/plain",
+        "--store",
+        str(db),
+    )
+    assert r.exit_code == 0, r.output
+    r = _invoke("compare", "scripted/plain", ids["0.9.2"], "--store", str(db))
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if line.strip("│ ").startswith("medqa"))
+    assert [c.strip() for c in row.strip("│ ").split("│")][1:3] == ["", "vllm 0.9.2"]
+
+
+def test_compare_without_engines_has_no_engine_columns(medqa_store: Path, tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "mq2" / "phrases_no_exclude_test.jsonl", medqa_records(3))
+    with Store(medqa_store) as st:
+        asyncio.run(
+            run(
+                st,
+                RunConfig(
+                    "medqa",
+                    "scripted/other",
+                    data=data,
+                    provider_options={"script": lambda req: "Answer: B"},
+                ),
+            )
+        )
+    r = _invoke("compare", "scripted/cand", "scripted/other", "--store", str(medqa_store))
+    assert r.exit_code == 0, r.output
+    assert "engine" not in r.output and "medqa" in r.output

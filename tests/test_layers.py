@@ -176,3 +176,69 @@ def test_the_architecture_page_names_every_folder(name: str) -> None:
     """docs/ARCHITECTURE.md's layer table lists every folder (the tree reads like the page)."""
     table = ARCHITECTURE.read_text(encoding="utf-8").split("## Layers", 1)[1].split("\n## ", 1)[0]
     assert re.search(rf"`{name}/`", table), f"{name}/ is not in the layer table"
+
+
+#: The one module that defines the exam letters.
+LETTERS_HOME = "grandrounds.core.choices"
+
+
+def letters_elsewhere(sources: dict[str, str]) -> list[str]:
+    """Modules (name -> source) other than :data:`LETTERS_HOME` that define a module-level
+    ``LETTERS`` or take it from the MCQ grader (``from grandrounds.graders.mcq_grader import LETTERS``,
+    or ``mcq_grader.LETTERS``)."""
+    found = []
+    for name, text in sorted(sources.items()):
+        if name == LETTERS_HOME:
+            continue
+        tree = ast.parse(text)
+        for node in tree.body:
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+                else []
+            )
+            if any(isinstance(t, ast.Name) and t.id == "LETTERS" for t in targets):
+                found.append(f"{name}:{node.lineno}: defines LETTERS")
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "grandrounds.graders.mcq_grader"
+                and any(a.name == "LETTERS" for a in node.names)
+            ) or (
+                isinstance(node, ast.Attribute)
+                and node.attr == "LETTERS"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "mcq_grader"
+            ):
+                found.append(f"{name}:{node.lineno}: takes LETTERS from the MCQ grader")
+    return found
+
+
+def test_the_exam_letters_are_defined_once_below_their_users() -> None:
+    """Graders, benchmarks and analyses read the option letters from core/choices.py; no other
+    module of the package, the tests, the bench scripts or the scripts defines its own or takes them
+    from the MCQ grader (a neighbour of the benchmarks, not a floor below them)."""
+    root = PKG.parents[1]
+    sources = {m: p.read_text(encoding="utf-8") for m, p in module_files().items()}
+    for folder_name in ("tests", "bench", "scripts"):
+        for p in sorted((root / folder_name).rglob("*.py")):
+            sources[str(p.relative_to(root))] = p.read_text(encoding="utf-8")
+    assert LETTERS_HOME in sources and "LETTERS = " in sources[LETTERS_HOME]
+    assert letters_elsewhere(sources) == []
+
+
+def test_the_letters_check_sees_a_second_definition_and_an_import_from_the_grader() -> None:
+    planted = {
+        LETTERS_HOME: 'LETTERS = "ABCDEFGHIJ"\n',
+        "grandrounds.benchmarks.a": 'LETTERS: str = "ABCDE"\n',
+        "grandrounds.benchmarks.b": "from grandrounds.graders.mcq_grader import LETTERS, permutation\n",
+        "grandrounds.analyses.c": "from grandrounds.graders import mcq_grader\nX = mcq_grader.LETTERS\n",
+        "grandrounds.benchmarks.d": "def f():\n    LETTERS = 'AB'\n    return LETTERS\n",
+    }
+    assert letters_elsewhere(planted) == [
+        "grandrounds.analyses.c:2: takes LETTERS from the MCQ grader",
+        "grandrounds.benchmarks.a:1: defines LETTERS",
+        "grandrounds.benchmarks.b:1: takes LETTERS from the MCQ grader",
+    ]

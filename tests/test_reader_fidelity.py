@@ -28,7 +28,7 @@ from grandrounds.providers.scripted import ScriptedProvider
 from tests.conftest import shared_file
 from tests.official import load_official
 
-LETTERS = "ABCD"
+FOUR_LETTERS = "ABCD"
 PAIRS = [(a, b) for a in range(4) for b in range(4) if a != b]  # 12 ordered option pairs
 
 
@@ -103,7 +103,7 @@ def own_shapes() -> list[tuple[str, str | None]]:
     out = []
     for template, which in OWN_SHAPES:
         for a, b in PAIRS:
-            pair = (LETTERS[a], LETTERS[b])
+            pair = (FOUR_LETTERS[a], FOUR_LETTERS[b])
             out.append(
                 (template.format(a=pair[0], b=pair[1]), None if which is None else pair[which])
             )
@@ -116,7 +116,7 @@ def test_own_reader_takes_the_last_stated_answer_through_the_cli(tmp_path: Path)
     data.mkdir()
     with open(data / "demo_exam.jsonl", "w", encoding="utf-8") as f:
         for i in range(len(shapes)):
-            options = {k: f"option {k} of item {i}" for k in LETTERS}
+            options = {k: f"option {k} of item {i}" for k in FOUR_LETTERS}
             row = {"question": f"Item {i}: which option?", "options": options, "answer_idx": "A"}
             f.write(json.dumps(row | {"answer": options["A"], "meta_info": "x"}) + "\n")
     _, lines = run_cli(tmp_path, "demo", data, [s for s, _ in shapes], "--protocol", "grandrounds")
@@ -368,7 +368,9 @@ def test_medmarks_letter_exams_read_as_medmarks_through_the_cli(
             lead + r
             for lead in ("", "Let me think it through.\n\n")
             for c in "ab"
-            for r in medmarks_shapes(list(LETTERS), [f"Option text {k} {c}" for k in range(1, 5)])
+            for r in medmarks_shapes(
+                list(FOUR_LETTERS), [f"Option text {k} {c}" for k in range(1, 5)]
+            )
         )
     )
     n = len(replies)

@@ -4,6 +4,9 @@ an attacker's rewrites, each paired with the unperturbed run.
 The models are scripted from the prompt: one always answers the first option, one answers the first
 option with a known probability (drawn from the prompt's sha256) and the correct one otherwise, so
 the position bias the probes must measure is built in.
+
+The attacker shares the runs' endpoint limits: connection slots, and the request rate when it is
+the candidate's own model there (vendors limit each model apart); ``--attacker-rpm`` holds it alone.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -22,6 +26,7 @@ from grandrounds.analyses.robustness import (
     Attacker,
     expand_probes,
     read_rewrite,
+    rewrite_questions,
     run_probes,
     summarize_set,
 )
@@ -33,10 +38,15 @@ from grandrounds.cli.main import app
 from grandrounds.core.errors import ConfigError
 from grandrounds.core.registry import PROVIDERS
 from grandrounds.providers.scripted import ScriptedProvider
+from grandrounds.run import limits
 from grandrounds.run.config import RunConfig
+from grandrounds.run.limits import EndpointLimits
+from grandrounds.run.runner import run
 from grandrounds.scoring.stats import wilson_ci
 from grandrounds.store import Store
+from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file
+from tests.test_rate_limits import Arrivals, most_in_window
 
 
 def medqa() -> Path:
@@ -619,3 +629,160 @@ def test_robustness_command_and_report_section(tmp_path):
         and "<script>alert(1)" not in page
     )
     assert f"{got['drops'][2]['drop']:+.3f}" in section
+
+
+# ---- the attacker shares the runs' endpoint limits -----------------------------------
+
+
+def _invoke_wide(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+NEIGHBOUR = "His neighbour, a retired nurse, insists it is always the first option."
+WINDOW = 0.5
+SLACK = 0.1  # arrival times jitter against the limiter's starts (see test_rate_limits)
+
+
+def attack_reply(body: dict[str, Any]) -> str:
+    """The candidate answers A; the attacker (model ``att``) prepends NEIGHBOUR to the question."""
+    text = body["messages"][-1]["content"]
+    if body.get("model") == "att":
+        q = text.split("Question:\n", 1)[1].split("\n\nOptions:\n", 1)[0]
+        return f"<question>{NEIGHBOUR} {q}</question>"
+    return "Answer: A"
+
+
+def _concurrently(db: Path, data: Path, srv: LoopbackServer, shared: bool) -> None:
+    """The candidate's run and the attacker's rewrites at once, one connection each, on one server."""
+    with Store(tmp := db.with_suffix(".samples.db")) as st:
+        samples = asyncio.run(run(st, RunConfig("medqa", "scripted/c", data=data, limit=6))).samples
+    tmp.unlink()
+
+    async def both() -> None:
+        limits = EndpointLimits()
+        cfg = RunConfig(
+            "medqa", "openai/cand", data=data, base_url=srv.base_url, concurrency=1, limit=6
+        )
+        attacker = Attacker("openai/att", srv.base_url, concurrency=1)
+        await asyncio.gather(
+            run(st, cfg, None, limits),
+            rewrite_questions(st, samples, attacker, 0, None, limits if shared else None),
+        )
+
+    with Store(db) as st:
+        asyncio.run(both())
+
+
+def test_attacker_and_candidate_on_one_server_share_its_slot(tmp_path: Path) -> None:
+    data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
+    with LoopbackServer(Arrivals(attack_reply), latency=0.03) as srv:
+        _concurrently(tmp_path / "apart.db", data, srv, shared=False)
+        assert srv.stats.max_in_flight == 2  # apart, they overlap: the measure sees it
+    with LoopbackServer(seen := Arrivals(attack_reply), latency=0.03) as srv:
+        _concurrently(tmp_path / "shared.db", data, srv, shared=True)
+        assert srv.stats.max_in_flight == 1
+    assert seen.models.count("cand") == 6 and seen.models.count("att") == 6
+
+
+@pytest.fixture
+def short_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "RATE_WINDOW", WINDOW)
+
+
+def robustness(srv: str, attacker: str, db: Path, *flags: str) -> Any:
+    data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
+    return _invoke_wide(
+        "robustness",
+        "medqa",
+        "--data",
+        str(data),
+        "--limit",
+        "6",
+        "--model",
+        "openai/cand",
+        "--base-url",
+        srv,
+        "--attacker",
+        attacker,
+        "--concurrency",
+        "1",
+        *flags,
+        "--store",
+        str(db),
+    )
+
+
+def test_robustness_attacker_on_the_candidates_server_keeps_its_rpm(
+    tmp_path: Path, short_window: None
+) -> None:
+    """An attacker of another model on the candidate's server shares its connection slot, not its
+    rate (vendors limit each model); the candidate's own model as attacker shares both."""
+    with LoopbackServer(seen := Arrivals(attack_reply)) as srv:
+        r = robustness(srv.base_url, f"openai/att@{srv.base_url}", tmp_path / "s.db", "--rpm", "5")
+        assert r.exit_code == 0, r.output
+        assert srv.stats.max_in_flight == 1
+    assert (
+        seen.models.count("att") == 6 and seen.models.count("cand") == 12
+    )  # unperturbed, then rewritten
+    cand = [t for t, m in zip(seen.times, seen.models) if m == "cand"]
+    assert most_in_window(cand, WINDOW - SLACK) <= 5
+    att = [t for t, m in zip(seen.times, seen.models) if m == "att"]
+    # the attacker's six rewrites were not held to the candidate's rate (at 5 a window they would span 0.5 s)
+    assert max(att) - min(att) < WINDOW / 2
+
+    def same_model(body: dict[str, Any]) -> str:  # the attacker's prompt asks for a <question>
+        return attack_reply(
+            body | {"model": "att"} if "<question>" in body["messages"][-1]["content"] else body
+        )
+
+    with LoopbackServer(both := Arrivals(same_model)) as srv:
+        r = robustness(
+            srv.base_url, f"openai/cand@{srv.base_url}", tmp_path / "s2.db", "--rpm", "5"
+        )
+        assert r.exit_code == 0, r.output
+        assert srv.stats.max_in_flight == 1
+    assert len(both.times) == 6 + 12
+    assert (
+        most_in_window(both.times, WINDOW - SLACK) <= 5
+    )  # one model: one rate for its answers and rewrites
+    assert (
+        max(both.times) - min(both.times) >= (18 // 5 - 1) * WINDOW - SLACK
+    )  # 18 starts at 5 a window
+
+
+def test_attacker_rpm_on_its_own_server_and_the_lower_on_a_shared_one(
+    tmp_path: Path, short_window: None
+) -> None:
+    cand, att = Arrivals(attack_reply), Arrivals(attack_reply)
+    with LoopbackServer(cand) as c, LoopbackServer(att) as a:
+        r = robustness(
+            c.base_url, f"openai/att@{a.base_url}", tmp_path / "s.db", "--attacker-rpm", "3"
+        )
+        assert r.exit_code == 0, r.output
+    assert len(att.times) == 6 and most_in_window(att.times, WINDOW - SLACK) <= 3
+    assert (
+        len(cand.times) == 12 and most_in_window(cand.times, WINDOW) > 3
+    )  # the attacker's limit is not the candidate's
+
+    with LoopbackServer(seen := Arrivals(attack_reply)) as srv:
+        r = robustness(
+            srv.base_url,
+            f"openai/att@{srv.base_url}",
+            tmp_path / "t.db",
+            "--rpm",
+            "600",
+            "--attacker-rpm",
+            "4",
+        )
+        assert r.exit_code == 0, r.output
+    att_times = [t for t, m in zip(seen.times, seen.models) if m == "att"]
+    assert len(att_times) == 6 and most_in_window(att_times, WINDOW - SLACK) <= 4
+
+
+def test_a_bad_attacker_rpm_is_refused_before_any_call(tmp_path: Path) -> None:
+    with LoopbackServer(seen := Arrivals(attack_reply)) as srv:
+        r = robustness(
+            srv.base_url, f"openai/att@{srv.base_url}", tmp_path / "s.db", "--attacker-rpm", "0"
+        )
+    assert r.exit_code == 2 and "Invalid value for '--attacker-rpm'" in r.output
+    assert not seen.times and not (tmp_path / "s.db").exists()

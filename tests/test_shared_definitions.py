@@ -1,14 +1,18 @@
 """Parts that must agree because they share one definition:
 
 - a whole-answer review score is checked by :mod:`grandrounds.analyses.review_scales` whether it comes
-  through :func:`grandrounds.analyses.reviews.add_review` or the viewer's POST;
+  through :func:`grandrounds.analyses.reviews.add_review` or the viewer's POST, and the viewer answers
+  a bad score with 400 and the check's words;
 - the HTML report names each question as the viewer's list does (:mod:`grandrounds.analyses.labels`);
-- the simple-evals commit is pinned once (:data:`grandrounds.sources.upstream.SIMPLE_EVALS`);
+- the simple-evals commit is pinned once (:data:`grandrounds.sources.upstream.SIMPLE_EVALS`): the
+  MCQ protocol's and the meta-eval's ``source`` come from it, and no other string of the package
+  repeats it;
 - an upstream file whose download failed is not tried again for every grade.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import html
 import json
@@ -24,18 +28,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from grandrounds.analyses.collect import question_text
 from grandrounds.analyses.labels import question_of
 from grandrounds.analyses.review_scales import review_scale
 from grandrounds.analyses.reviews import ReviewError, ReviewInput, add_review
+from grandrounds.benchmarks import mcq
 from grandrounds.benchmarks.base import RunOptions
+from grandrounds.cli.main import app
 from grandrounds.core.errors import DataError
 from grandrounds.reports import build_report
 from grandrounds.run.config import JudgeConfig, RunConfig
 from grandrounds.run.runner import run
 from grandrounds.sources import upstream
+from grandrounds.sources.upstream import UpstreamRepo
 from grandrounds.store import Store
+from grandrounds.testing import LoopbackServer
 from grandrounds.viewer import index as viewer_index
 from grandrounds.viewer.queries import Filters, list_items
 from grandrounds.viewer.server import make_server
@@ -449,3 +458,122 @@ def test_offline_mcq_grading_tries_the_upstream_file_once(
         mcq_grader.simple_evals_patterns.cache_clear()
     assert out.result.n == 12 and out.result.score == pytest.approx(6 / 12)
     assert offline == [unreachable.url]
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+# ---- the viewer's review endpoint on an exam ----------------------------------------
+
+
+@pytest.fixture
+def exam_viewer(medqa_store: Path) -> Iterator[str]:
+    with running_viewer(medqa_store) as url:
+        yield url
+
+
+def test_the_viewer_answers_a_bad_score_as_before(medqa_store: Path, exam_viewer: str) -> None:
+    with Store(medqa_store) as st:
+        [(run_id, fp, _)] = list(st.results())
+    c = Client(exam_viewer)
+    c.open_page()
+    body = {
+        "run_id": run_id,
+        "grader_fp": fp,
+        "sample_id": "0",
+        "reviewer": "Dr A",
+        "reason": "key disputed",
+    }
+    cases = [
+        (5, 400, "score 5 is outside this benchmark's scale (0 to 1)"),
+        (-0.25, 400, "score -0.25 is outside this benchmark's scale (0 to 1)"),
+        (
+            float("inf"),
+            400,
+            "malformed review: a score must be a finite number",
+        ),  # refused as it is read
+        ("high", 400, "malformed review: a score must be a number"),
+    ]
+    for score, status, message in cases:
+        code, out = c.post_review(body | {"score": score})
+        assert (code, out) == (status, {"error": message}), score
+    code, out = c.post_review(body | {"score": 0})
+    assert code == 200 and isinstance(out["id"], int)
+    with Store(medqa_store) as st:
+        assert [r["score"] for r in st.reviews(run_id=run_id)] == [
+            0.0
+        ]  # the refused ones left nothing
+
+
+# ---- the simple-evals commit, written once ------------------------------------------
+
+
+def test_the_mcq_protocol_source_follows_the_pin(monkeypatch: pytest.MonkeyPatch) -> None:
+    pin = upstream.SIMPLE_EVALS
+    source = mcq.exam_protocols(None)["reference"].source
+    assert source.startswith(f"{pin.repo}@{pin.commit[:7]} mmlu_eval.py; ")
+    monkeypatch.setattr(
+        mcq,
+        "SIMPLE_EVALS",
+        UpstreamRepo(pin.folder, "someone/simple-evals", "0123456789abcdef" * 2 + "01234567"),
+    )
+    assert mcq.exam_protocols(None)["reference"].source.startswith(
+        "someone/simple-evals@0123456 mmlu_eval.py; "
+    )
+
+
+def test_the_meta_eval_fingerprint_names_the_pinned_commit(
+    tmp_path: Path, official_reference: Path
+) -> None:
+    from tests.test_healthbench_meta import http_rule, make_rows, write_rows
+
+    path = write_rows(tmp_path / "meta.jsonl", make_rows(6, 1))
+    with LoopbackServer(http_rule({})) as judge:
+        r = invoke(
+            "validate-judge",
+            "healthbench-meta",
+            "--judge",
+            f"openai/j@{judge.base_url}",
+            "--data",
+            str(path),
+            "--store",
+            str(tmp_path / "s.db"),
+        )
+        assert r.exit_code == 0, r.output
+    with Store(tmp_path / "s.db") as st:
+        [rec] = st.agreements(full=True)
+    pin = upstream.SIMPLE_EVALS
+    assert (
+        rec.metrics["fingerprint"]["source"]
+        == f"{pin.repo} healthbench_meta_eval.py @ {pin.commit[:7]}"
+    )
+
+
+def _code_strings(path: Path) -> Iterator[tuple[int, str]]:
+    """String constants of a module that are not docstrings (f-string parts included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {
+        id(n.body[0].value)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.body
+        and isinstance(n.body[0], ast.Expr)
+        and isinstance(n.body[0].value, ast.Constant)
+    }
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+            yield n.lineno, n.value
+
+
+def test_no_string_of_the_package_repeats_the_simple_evals_commit() -> None:
+    short = upstream.SIMPLE_EVALS.commit[:7]
+    found = [
+        f"{p.relative_to(ROOT)}:{line}"
+        for p in sorted((ROOT / "src" / "grandrounds").rglob("*.py"))
+        for line, text in _code_strings(p)
+        if short in text
+    ]
+    assert len(found) == 1 and found[0].startswith("src/grandrounds/sources/upstream.py:"), (
+        found
+    )  # SIMPLE_EVALS itself

@@ -4,6 +4,7 @@ One module per job: :mod:`.decoding` (text encodings, GB18030 detection, a file'
 the file checks), :mod:`.lines` (JSON Lines and CSV, whole or a record at a time),
 :mod:`.json_docs` (JSON documents, whole or an item at a time with ijson),
 :mod:`.json_object_arrays` (an object of arrays, an item at a time, decoded by json itself),
-:mod:`.records` (required fields, unique ids) and :mod:`.xlsx` (xlsx workbooks without their
+:mod:`.records` (required fields, unique ids), :mod:`.exam_options` (an exam record's options
+lettered A.. and its key among them) and :mod:`.xlsx` (xlsx workbooks without their
 shared-strings table in memory).
 """
