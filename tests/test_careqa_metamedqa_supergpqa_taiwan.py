@@ -392,7 +392,8 @@ def test_bad_records_are_one_line_errors(tmp_path: Path) -> None:
     bad = [dict(CAREQA[0]), {**CAREQA[1], "cop": 5}]
     (tmp_path / "CareQA_en.json").write_text(json.dumps(bad), encoding="utf-8")
     with pytest.raises(
-        DataError, match=r"CareQA_en\.json.*record 1.*'cop' must be 1, 2, 3 or 4, got 5"
+        DataError,
+        match=r"CareQA_en\.json.*record 1.*'cop' must name an option by its number 1 to 4, got 5",
     ) as e:
         CareQAMC().load(tmp_path)
     assert "\n" not in str(e.value)

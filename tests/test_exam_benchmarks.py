@@ -455,7 +455,7 @@ def test_missing_fields_name_the_record(tmp_path):
         "id": "u1",
         "choice_type": "single",
     }
-    with pytest.raises(DataError, match="cop must be 1..4"):
+    with pytest.raises(DataError, match=r"'cop' must name an option by its number 1 to 4, got 0"):
         MedMCQA().load(_jsonl(tmp_path / "dev.json", [row]))
     with pytest.raises(DataError, match="missing field 'opd'"):
         MedMCQA().load(

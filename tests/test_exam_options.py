@@ -18,6 +18,7 @@ from grandrounds.benchmarks.mmlu_pro import MMLUProHealth
 from grandrounds.benchmarks.readers.exam_options import (
     check_options,
     medqa_format_options,
+    numbered_key,
     options_from_list,
 )
 from grandrounds.core.choices import LETTERS, lettered, lettered_in_order
@@ -173,3 +174,16 @@ def test_options_from_list() -> None:
     ]:
         with pytest.raises(DataError, match=rf"^f, row 2: .*{words}"):
             options_from_list(Path("f"), "row 2", bad)
+
+
+def test_numbered_key() -> None:
+    """An option named by its 1-based number (MedMCQA's and CareQA's ``cop``, KorMedMCQA's
+    ``answer``): an integer or its digits, the letter returned."""
+    assert [numbered_key(Path("f"), 1, "cop", v, 4) for v in (1, "2", " 3 ", 4)] == list("ABCD")
+    assert numbered_key(Path("f"), 1, "answer", 5, 5) == "E"
+    for bad in (0, 5, "5", True, 2.0, "2.0", "", None, "B", -1):
+        with pytest.raises(DataError) as e:
+            numbered_key(Path("f"), "record 7", "cop", bad, 4)
+        assert str(e.value) == (
+            f"f, record 7: 'cop' must name an option by its number 1 to 4, got {bad!r}"
+        )

@@ -359,7 +359,8 @@ def test_bad_records_are_one_line_errors(tmp_path: Path) -> None:
     rows[1] = {**rows[1], "answer": 6}
     write_kor(tmp_path / "k", {"doctor": rows})
     with pytest.raises(
-        DataError, match=r"doctor/test-00000-of-00001\.parquet.*row 2.*'answer' must be 1-5, got 6"
+        DataError,
+        match=r"doctor/test-00000-of-00001\.parquet.*row 2.*'answer' must name an option by its number 1 to 5, got 6",
     ) as e:
         KorMedMCQA().load(tmp_path / "k")
     assert "\n" not in str(e.value)

@@ -35,6 +35,7 @@ from grandrounds.benchmarks.medmarks import (
     medmarks_protocols,
 )
 from grandrounds.benchmarks.readers.decoding import iter_lines
+from grandrounds.benchmarks.readers.exam_options import numbered_key
 from grandrounds.benchmarks.readers.json_docs import iter_json_array
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
@@ -87,16 +88,14 @@ class CareQAMC(MedmarksExam):
             if not isinstance(rec, dict):
                 raise DataError(path, where, "not a JSON object")
             require_fields(path, where, rec, FIELDS)
-            cop = str(rec["cop"]).strip()
-            if cop not in ("1", "2", "3", "4"):
-                raise DataError(path, where, f"'cop' must be 1, 2, 3 or 4, got {rec['cop']!r}")
+            key = numbered_key(path, where, "cop", rec["cop"], 4)
             sid = seen.add(str(rec.get("unique_id") or where.split()[-1]), where)
             choices = {letter: str(rec[f"op{i}"]) for i, letter in enumerate("ABCD", 1)}
             yield self.make_sample(
                 sid,
                 str(rec["question"]),
                 choices,
-                "ABCD"[int(cop) - 1],
+                key,
                 category=str(rec.get("category") or "(none)"),
                 year=str(rec.get("year") or "(none)"),
                 exam_id=str(rec.get("exam_id", "")),

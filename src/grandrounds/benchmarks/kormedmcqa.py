@@ -33,6 +33,7 @@ from grandrounds.benchmarks.mcq import (
     jinja_doc_to_text,
     lm_eval_file,
 )
+from grandrounds.benchmarks.readers.exam_options import numbered_key
 from grandrounds.benchmarks.readers.parquet import iter_parquet_rows
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
@@ -155,15 +156,13 @@ class KorMedMCQA(MultipleChoiceBenchmark):
                 for col in ("question", *"ABCDE"):
                     if not isinstance(row.get(col), str) or not row[col].strip():
                         raise DataError(path, where, f"empty or missing {col!r}")
-                answer = row.get("answer")
-                if isinstance(answer, bool) or answer not in (1, 2, 3, 4, 5):
-                    raise DataError(path, where, f"'answer' must be 1-5, got {answer!r}")
+                key = numbered_key(path, where, "answer", row.get("answer"), 5)
                 n += 1
                 yield self.make_sample(
                     f"{exam}-{no - 1}",
                     row["question"],
                     {k: row[k] for k in "ABCDE"},
-                    "ABCDE"[answer - 1],
+                    key,
                     exam=exam,
                     year=str(row.get("year", "(none)")),
                     subject=str(row.get("subject") or ""),

@@ -26,6 +26,7 @@ from grandrounds.benchmarks.mcq import (
     lm_eval_file,
 )
 from grandrounds.benchmarks.medqa import MIRAGE
+from grandrounds.benchmarks.readers.exam_options import numbered_key
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
@@ -94,11 +95,7 @@ class MedMCQA(MultipleChoiceBenchmark):
         seen = IdSet(path)
         for no, rec in iter_jsonl(path):
             require_fields(path, no, rec, ("id", "question", "cop", *_OPTION_FIELDS.values()))
-            cop = rec["cop"]
-            if isinstance(cop, str) and cop.strip().isdigit():
-                cop = int(cop)
-            if not isinstance(cop, int) or isinstance(cop, bool) or not 1 <= cop <= 4:
-                raise DataError(path, no, f"cop must be 1..4 (1-based), got {rec['cop']!r}")
+            key = numbered_key(path, no, "cop", rec["cop"], 4)
             choices = {k: str(rec[f]) for k, f in _OPTION_FIELDS.items()}
             meta: dict[str, Any] = {
                 "subject": rec.get("subject_name") or "",
@@ -106,4 +103,4 @@ class MedMCQA(MultipleChoiceBenchmark):
                 "choice_type": rec.get("choice_type") or "",
             }
             sid = seen.add(str(rec["id"]))
-            yield self.make_sample(sid, rec["question"], choices, "ABCD"[cop - 1], **meta)
+            yield self.make_sample(sid, rec["question"], choices, key, **meta)

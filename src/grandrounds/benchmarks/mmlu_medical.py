@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from grandrounds.benchmarks.base import RemoteFile, RunOptions
+from grandrounds.benchmarks.base import RemoteFile, RunOptions, chosen_subjects
 from grandrounds.benchmarks.mcq import (
     LmEvalTask,
     MultipleChoiceBenchmark,
@@ -33,7 +33,7 @@ from grandrounds.benchmarks.mcq import (
 )
 from grandrounds.benchmarks.medqa import MIRAGE
 from grandrounds.benchmarks.readers.lines import iter_csv_rows
-from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import Grade, Sample
 from grandrounds.sources.upstream import yaml_value
@@ -102,16 +102,7 @@ class MMLUMedical(MultipleChoiceBenchmark):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self.subjects = [
-            s for s in SUBJECTS if s in self.param("subjects")
-        ]  # the file order, whatever was typed
-        if not self.subjects:
-            raise ConfigError(
-                f"mmlu-medical: --param subjects is empty; choose from {', '.join(SUBJECTS)}"
-            )
-        self.params.pop("subjects", None)
-        if self.subjects != list(SUBJECTS):
-            self.params["subjects"] = self.subjects
+        self.subjects = chosen_subjects(self, SUBJECTS)  # the file order, whatever was typed
 
     def data_files(self, root: Path) -> list[Path]:
         if root.is_file():

@@ -1,5 +1,6 @@
 """Checks on a multiple-choice record's options, shared by the exams that read them: options lettered
-A.. (2 to 10 of them, each a non-empty text) and a key that is one of them. Each failure is a
+A.. (2 to 10 of them, each a non-empty text) and a key that is one of them, given as a letter or
+by the option's number. Each failure is a
 one-line DataError naming the file, the record and what was wrong."""
 
 from __future__ import annotations
@@ -40,6 +41,18 @@ def options_from_list(
     if not all(isinstance(t, str) and t.strip() for t in texts):
         raise DataError(path, where, "an option text is empty or not text")
     return lettered(texts)
+
+
+def numbered_key(path: Path, where: str | int | None, field: str, value: Any, n: int) -> str:
+    """The letter of the option a record's ``field`` names by its number, 1 to ``n`` (an integer, or
+    its digits in a string)."""
+    text = value.strip() if isinstance(value, str) else None
+    number = int(text) if text is not None and text.isdecimal() else value
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= n:
+        raise DataError(
+            path, where, f"{field!r} must name an option by its number 1 to {n}, got {value!r}"
+        )
+    return LETTERS[number - 1]
 
 
 def medqa_format_options(
