@@ -1,7 +1,7 @@
 """Checks on a multiple-choice record's options, shared by the exams that read them: options lettered
-A.. (2 to 10 of them, each a non-empty text) and a key that is one of them, given as a letter or
-by the option's number. Each failure is a
-one-line DataError naming the file, the record and what was wrong."""
+A.. (2 to 10 of them, each a non-empty text) and a key that is one of them, given as a letter or by
+the option's number. Each failure is a one-line DataError naming the file, the record and what was
+wrong."""
 
 from __future__ import annotations
 
