@@ -507,7 +507,7 @@ def test_python_returned_string_reads_the_first_returned_string(tmp_path, monkey
     anything but a string, keeps f-string placeholders, names the file when there is none."""
     from grandrounds.core.errors import DataError
     from grandrounds.core.hashing import file_sha256
-    from grandrounds.sources.upstream import REFERENCE_ENV, UpstreamFile, python_returned_string
+    from grandrounds.sources.upstream import REFERENCE_ENV, UpstreamRepo, python_returned_string
 
     folder = tmp_path / "ref" / "demo"
     folder.mkdir(parents=True)
@@ -517,7 +517,7 @@ def test_python_returned_string_reads_the_first_returned_string(tmp_path, monkey
     )
     (folder / "mod.py").write_text(src, encoding="utf-8")
     monkeypatch.setenv(REFERENCE_ENV, str(tmp_path / "ref"))
-    f = UpstreamFile("demo", "o/r", "c" * 40, "mod.py", file_sha256(folder / "mod.py"))
+    f = UpstreamRepo("demo", "o/r", "c" * 40).file("mod.py", file_sha256(folder / "mod.py"))
     t = python_returned_string(f, "build")
     assert (
         t.fields == ("q",)

@@ -43,7 +43,7 @@ from grandrounds.graders.mcq_grader import simple_evals_patterns
 from grandrounds.run.config import RunConfig
 from grandrounds.run.runner import run
 from grandrounds.sources.upstream import (
-    UpstreamFile,
+    UpstreamRepo,
     python_appended_strings,
     python_fstring,
     python_returned_string,
@@ -86,7 +86,7 @@ def test_upstream_reads_appended_strings_fstrings_format_calls_and_literals(tmp_
     path = tmp_path / "x" / "m.py"
     path.write_text(src, encoding="utf-8")
     monkeypatch.setenv("GRANDROUNDS_REFERENCE", str(tmp_path))
-    f = UpstreamFile("x", "o/r", "0" * 40, "m.py", file_sha256(path))
+    f = UpstreamRepo("x", "o/r", "0" * 40).file("m.py", file_sha256(path))
     assert python_string(f, "head", within="build").render({"doc['q']": "why?"}) == "Q: why?\n"
     line, tail = python_appended_strings(f, "head", within="build")
     assert line.fields == ("k", "v") and line.render(k="A", v="x") == "A) x\n" and tail.text == "A:"

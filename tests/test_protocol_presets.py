@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import ast
 import csv
 import json
 from dataclasses import replace
@@ -34,6 +33,7 @@ from grandrounds.sources.upstream import (
     REFERENCE_ENV,
     TextRef,
     UpstreamFile,
+    UpstreamRepo,
     python_dict_string,
     python_string,
     read_text,
@@ -55,7 +55,7 @@ def sources() -> dict[tuple[str, str], dict[str, str]]:
 
 def upstream(folder: str, path: str) -> UpstreamFile:
     row = sources()[(folder, path)]
-    return UpstreamFile(folder, row["repository"], row["commit"], path, row["sha256"])
+    return UpstreamRepo(folder, row["repository"], row["commit"]).file(path, row["sha256"])
 
 
 # ---- reading official text ------------------------------------------------------------------
@@ -84,7 +84,7 @@ def test_f_string_placeholders_are_named_by_their_expression(tmp_path, monkeypat
     monkeypatch.setenv(REFERENCE_ENV, str(tmp_path / "ref"))
     from grandrounds.core.hashing import file_sha256
 
-    f = UpstreamFile("demo", "o/r", "c" * 40, "mod.py", file_sha256(folder / "mod.py"))
+    f = UpstreamRepo("demo", "o/r", "c" * 40).file("mod.py", file_sha256(folder / "mod.py"))
     t = python_string(f, "prompt", within="build")
     assert t.fields == ("row['Note']", "q")
     assert t.render({"row['Note']": "N1", "q": "why"}) == "Note: N1\nAsk why?  done"
@@ -103,7 +103,7 @@ def test_dict_entries_and_yaml_keys(tmp_path, monkeypatch, official_reference):
     monkeypatch.setenv(REFERENCE_ENV, str(tmp_path / "ref"))
     from grandrounds.core.hashing import file_sha256
 
-    f = UpstreamFile("demo", "o/r", "c" * 40, "p.py", file_sha256(folder / "p.py"))
+    f = UpstreamRepo("demo", "o/r", "c" * 40).file("p.py", file_sha256(folder / "p.py"))
     assert python_dict_string(f, "PROMPTS", "b").text == "second"
     monkeypatch.setenv(REFERENCE_ENV, str(official_reference))
     y = upstream("lm-eval", "lm_eval/tasks/medqa/medqa.yaml")
@@ -143,25 +143,23 @@ def test_the_cache_serves_when_no_reference_folder_is_set(
 
 
 def test_every_pinned_upstream_file_in_the_source_matches_sources_tsv(official_reference):
-    """Each UpstreamFile the project declares names a SOURCES.tsv row: same repository, commit and sha256."""
+    """Each UpstreamFile the project declares, in a repository the reference folder holds, names a
+    SOURCES.tsv row: same repository, commit and sha256. (A Hugging Face file a reference protocol
+    needs, MMLU-Pro's validation split, is data, not reference code: it is checked by its first
+    download's sha256.)"""
+    from tests.test_pins import declared_files
+
     rows = sources()
-    declared = []
-    for path in (ROOT / "src" / "grandrounds").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (
-                isinstance(node, ast.Call)
-                and getattr(node.func, "id", None) == "UpstreamFile"
-                and len(node.args) == 5
-                # a Hugging Face file a reference protocol needs (MMLU-Pro's validation split) is
-                # data, not reference code: it is checked by its first download's sha256
-                and not any(k.arg == "hub" for k in node.keywords)
-            ):
-                if all(isinstance(a, ast.Constant) for a in node.args):
-                    declared.append((path.name, *(a.value for a in node.args)))
-    for name, folder, repo, commit, rel, sha in declared:
-        row = rows.get((folder, rel))
-        assert row is not None, f"{name}: {folder}/{rel} is not in SOURCES.tsv"
-        assert (row["repository"], row["commit"], row["sha256"]) == (repo, commit, sha), name
+    held = {folder for folder, _ in rows}
+    checked = 0
+    for f in declared_files():
+        if f.hub != "github" or f.folder not in held:
+            continue
+        row = rows.get((f.folder, f.path))
+        assert row is not None, f"{f.folder}/{f.path} is not in SOURCES.tsv"
+        assert (row["repository"], row["commit"], row["sha256"]) == (f.repo, f.commit, f.sha256)
+        checked += 1
+    assert checked >= 50
 
 
 def test_no_official_template_text_is_pasted_into_the_source(official_reference):
@@ -407,7 +405,7 @@ def test_scripted_provider_reports_a_finish_reason():
 def test_text_refs_read_nothing_until_loaded(monkeypatch, tmp_path):
     monkeypatch.setenv(REFERENCE_ENV, str(tmp_path / "nowhere"))
     monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "cache"))
-    ref = TextRef(UpstreamFile("x", "o/r", "e" * 40, "a.py", "0" * 64), "T")
+    ref = TextRef(UpstreamRepo("x", "o/r", "e" * 40).file("a.py", "0" * 64), "T")
     g = Generation(system=ref)
     from grandrounds.sources.protocols import Protocol as P
 

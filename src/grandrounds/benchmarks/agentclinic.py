@@ -39,8 +39,6 @@ from grandrounds.core.records import Grade, Sample
 from grandrounds.core.registry import Spec
 from grandrounds.sources import agentclinic as official
 
-_RAW = f"https://raw.githubusercontent.com/{official.REPO}/{official.COMMIT}"
-
 
 @dataclass(frozen=True)
 class CaseSet:
@@ -54,7 +52,7 @@ class CaseSet:
 DATASETS: dict[str, CaseSet] = {
     "medqa": CaseSet(
         RemoteFile(
-            f"{_RAW}/agentclinic_medqa.jsonl",
+            official.AGENTCLINIC.url("agentclinic_medqa.jsonl"),
             "agentclinic_medqa.jsonl",
             "d91038a2984f21bb1d43edd88c7958d090ef42ba80f5be487b22b903bf3a35ea",
         ),
@@ -63,7 +61,7 @@ DATASETS: dict[str, CaseSet] = {
     ),
     "medqa_extended": CaseSet(
         RemoteFile(
-            f"{_RAW}/agentclinic_medqa_extended.jsonl",
+            official.AGENTCLINIC.url("agentclinic_medqa_extended.jsonl"),
             "agentclinic_medqa_extended.jsonl",
             "54a024eb2705c6c55d1988766adf4ab02ea7bbe2a28f843107b740032200f232",
         ),
@@ -72,7 +70,7 @@ DATASETS: dict[str, CaseSet] = {
     ),
     "nejm_extended": CaseSet(
         RemoteFile(
-            f"{_RAW}/agentclinic_nejm_extended.jsonl",
+            official.AGENTCLINIC.url("agentclinic_nejm_extended.jsonl"),
             "agentclinic_nejm_extended.jsonl",
             "d945305ee17ee1456053fbfe2e9d9c5e8b27d14538bf48ab8ace7306dc437b85",
         ),

@@ -46,7 +46,6 @@ from grandrounds.benchmarks.mcq import (
     accuracy_by,
     cached,
     jinja_doc_to_text,
-    lm_eval_file,
     macro_average,
 )
 from grandrounds.core.errors import DataError
@@ -54,6 +53,8 @@ from grandrounds.core.params import Param
 from grandrounds.core.records import Grade, Message, Sample
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import (
+    CEVAL,
+    LM_EVAL,
     UpstreamFile,
     python_appended_strings,
     python_assigned_strings,
@@ -72,22 +73,17 @@ ZIP = RemoteFile(
     "ceval.zip",
     "68786deeea68ff089c56563ee48fab8160da857b77b913437bb504d681fd8e20",
 )
-_CEVAL = ("hkust-nlp/ceval", "cba65ae93bcf189149ced9f66ae0c958201faed9")
-CHATGPT = UpstreamFile(
-    "ceval",
-    *_CEVAL,
+CHATGPT = CEVAL.file(
     "code/evaluator_series/evaluators/chatgpt.py",
     "8d60eb1a3a8d7a138c537eff1d0233e113f392ba20bd504445fe1d768817c0bd",
 )
-EVAL = UpstreamFile(
-    "ceval",
-    *_CEVAL,
+EVAL = CEVAL.file(
     "code/evaluator_series/eval.py",
     "f4f162af7d6d06d339da09dcaec92e540978b7c744ac8be94821ddec83143a11",
 )
 CEVAL_TASK = LmEvalTask(
     "ceval-valid (default template)",
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/ceval/_default_ceval_yaml",
         "7b47db17de7063d13d771cd6004c1cda11bd5069c088bc020c1301c191a340ea",
     ),
@@ -106,7 +102,7 @@ REFERENCE = Protocol(
     ),  # chatgpt.py: temperature=0.; no max_tokens (1,024, ours)
     extraction="generate: chatgpt.py extract_ans, last match (zero-shot) or exact_match of the reply (few-shot); log-prob: argmax",
     aggregation="accuracy over every question (failed or unreadable = wrong); per-subject accuracy and their mean beside it",
-    source=f"{_CEVAL[0]}@{_CEVAL[1][:7]} code/evaluator_series (eval.py, evaluators/chatgpt.py); "
+    source=f"{CEVAL.repo}@{CEVAL.commit[:7]} code/evaluator_series (eval.py, evaluators/chatgpt.py); "
     f"EleutherAI/lm-evaluation-harness@{CEVAL_TASK.yaml.commit[:7]} ceval-valid",
     settings={"prompt": _PROMPTS},
 )

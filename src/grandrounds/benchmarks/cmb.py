@@ -57,17 +57,11 @@ KEY_FILE = "CMB-test-choice-answer.json"
 QUESTION_FILE = "CMB-test-choice-question-merge.json"
 ZIP_FILE = "CMB.zip"
 MULTI = "多项选择题"
-CMB_WORKER = UpstreamFile(
-    "cmb",
-    REPO,
-    COMMIT,
+CMB_WORKER = upstream.CMB.file(
     "workers/base.py",
     "3da24a0dd4fb88045902abe656280f1ee5fd350f56c8dc30095449bb0d31100e",
 )
-CMB_SCORE = UpstreamFile(
-    "cmb",
-    REPO,
-    COMMIT,
+CMB_SCORE = upstream.CMB.file(
     "score.py",
     "8ec5a4d998f1fce8f5dae93eff829387ad05d4a2d6e042c1869088cd404c91cf",
 )
@@ -191,7 +185,7 @@ class CMB(MultipleChoiceBenchmark):
     language: ClassVar[str] = "zh"
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (
         RemoteFile(
-            f"https://raw.githubusercontent.com/{REPO}/{COMMIT}/data/{KEY_FILE}",
+            upstream.CMB.url(f"data/{KEY_FILE}"),
             KEY_FILE,
             "42130b20f7660a83dd92f3c005eb6a8ef1221c98d9b27d3351204143944b532f",
         ),

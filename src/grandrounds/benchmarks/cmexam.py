@@ -38,9 +38,8 @@ from grandrounds.core.choices import LETTERS
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import AnswerMode, Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile, UpstreamRepo, read_text
+from grandrounds.sources.upstream import CMEXAM, UpstreamFile, read_text
 
-CMEXAM = UpstreamRepo("cmexam", "williamliujl/CMExam", "fadb22c89beb1b7115dc36460ba792eb96b7b972")
 PROMPTS = CMEXAM.file(
     "src/preprocess/prompt_templates.py",
     "58f0e67aff650a62a109d6f2437f29c7f1d09de92f3dd675e8577523613777a0",
@@ -50,7 +49,7 @@ EVALUATE = CMEXAM.file(
     "1a4d90188b0d457006b11b58a94fb33db0327ed656bd8f9854f19dc8a63c03c2",
 )
 FILE = RemoteFile(
-    f"https://raw.githubusercontent.com/{CMEXAM.repo}/{CMEXAM.commit}/data/test_with_annotations.csv",
+    CMEXAM.url("data/test_with_annotations.csv"),
     "test_with_annotations.csv",
     None,
 )

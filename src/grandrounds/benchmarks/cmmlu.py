@@ -40,7 +40,6 @@ from grandrounds.benchmarks.mcq import (
     accuracy_by,
     cached,
     jinja_doc_to_text,
-    lm_eval_file,
     macro_average,
 )
 from grandrounds.benchmarks.readers.lines import iter_csv
@@ -49,6 +48,8 @@ from grandrounds.core.params import Param
 from grandrounds.core.records import Cell, Grade, Sample
 from grandrounds.sources.protocols import OUR_ANSWER, Protocol, ours
 from grandrounds.sources.upstream import (
+    CMMLU,
+    LM_EVAL,
     UpstreamFile,
     python_appended_strings,
     python_assigned_strings,
@@ -56,8 +57,7 @@ from grandrounds.sources.upstream import (
     yaml_value,
 )
 
-REPO = "haonan-li/CMMLU"
-COMMIT = "d6e7b716d8ac694f38969a6c0407437d1fded799"
+REPO, COMMIT = CMMLU.repo, CMMLU.commit
 #: Subject -> its Chinese name (CMMLU src/categories.py ``name_en2zh``, a fact of the benchmark).
 SUBJECTS: dict[str, str] = {
     "anatomy": "解剖学",
@@ -99,16 +99,13 @@ _SHA = {
     ): "345875ca92e284db9a55cb697fdccce270efdd588d7f60d9276a125ea6ed366d",
     ("dev", "virology"): "049ffecfb092b2a6d3299e67737c3a0c468a2e21968adaabb29771e4d2f3197c",
 }
-MP_UTILS = UpstreamFile(
-    "cmmlu",
-    REPO,
-    COMMIT,
+MP_UTILS = CMMLU.file(
     "src/mp_utils.py",
     "8aa1fb28989c84770b1fc69cc9436645fc316d6f32b78db48a2b3f7f30d79faa",
 )
 CMMLU_TASK = LmEvalTask(
     "cmmlu (default template)",
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/cmmlu/_default_template_yaml",
         "6560a228576d111fc6a0204646db05dec8a2010327f85b7b02ebadd3e8ba90c5",
     ),
@@ -117,7 +114,7 @@ CMMLU_TASK = LmEvalTask(
 
 def remote(split: str, subject: str) -> RemoteFile:
     """A subject's CSV of ``split`` at the pinned commit, cached as ``<split>_<subject>.csv``."""
-    url = f"https://raw.githubusercontent.com/{REPO}/{COMMIT}/data/{split}/{subject}.csv"
+    url = CMMLU.url(f"data/{split}/{subject}.csv")
     return RemoteFile(url, f"{split}_{subject}.csv", _SHA[(split, subject)])
 
 

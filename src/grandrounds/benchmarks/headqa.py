@@ -43,7 +43,6 @@ from grandrounds.benchmarks.mcq import (
     MultipleChoiceBenchmark,
     cached,
     jinja_doc_to_text,
-    lm_eval_file,
 )
 from grandrounds.benchmarks.medmarks import FORMATS, MEDMARKS_PROMPTS, medmarks_fidelity
 from grandrounds.benchmarks.readers.json_docs import read_json
@@ -55,7 +54,14 @@ from grandrounds.core.records import Grade, Sample
 from grandrounds.graders.mcq_grader import canonical_mode, option_continuations
 from grandrounds.scoring.headqa import exam_points
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile, python_fstring, python_string, yaml_value
+from grandrounds.sources.upstream import (
+    LM_EVAL,
+    MEDMARKS,
+    UpstreamFile,
+    python_fstring,
+    python_string,
+    yaml_value,
+)
 
 REPO = "claudiaqw/head-qa-afi"
 COMMIT = "08b40747bf96ac40724210f9a2bae21b1332bc3a"
@@ -75,23 +81,20 @@ FILES: dict[str, RemoteFile] = {
 }
 FOLDERS = {"es": "HEAD", "en": "HEAD_EN"}
 
-MEDMARKS_HEADQA = UpstreamFile(
-    "medmarks-envs",
-    "tmabraham/med-lm-envs",
-    "7ee045209857f85e909670bcab4a5b7260eafe92",
+MEDMARKS_HEADQA = MEDMARKS.file(
     "environments/head_qa/head_qa.py",
     "53235d55da33ed069cd7c064d207a71d664ec1a32fa78a566236b288e670c34f",
 )
 HEADQA_EN = LmEvalTask(
     "headqa_en",
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/headqa/headqa_en.yaml",
         "abad869bf4a9c32fa00e300dd1bd8f3517af4363e8e8582f131315397be23cde",
     ),
 )
 HEADQA_ES = LmEvalTask(
     "headqa_es",
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/headqa/headqa_es.yaml",
         "48a2057a9450fea5fd7ae1c05a193483cb26dce6037da7a2dae414a467cf5aef",
     ),

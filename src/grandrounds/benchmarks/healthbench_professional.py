@@ -160,7 +160,7 @@ class HealthBenchProfessional(HealthBench):
     description = "OpenAI HealthBench Professional: clinician chat tasks, length-adjusted rubric score (LLM judge)"
     remote_files = (
         RemoteFile(
-            url=f"https://raw.githubusercontent.com/{PRO_REPOSITORY[1]}/{PRO_REPOSITORY[2]}/data/assets/{DATA_FILE}",
+            url=PRO_REPOSITORY.url(f"data/assets/{DATA_FILE}"),
             filename=DATA_FILE,
             sha256=None,
         ),

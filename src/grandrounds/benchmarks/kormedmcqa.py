@@ -31,7 +31,6 @@ from grandrounds.benchmarks.mcq import (
     MultipleChoiceBenchmark,
     cached,
     jinja_doc_to_text,
-    lm_eval_file,
 )
 from grandrounds.benchmarks.readers.exam_options import numbered_key
 from grandrounds.benchmarks.readers.parquet import iter_parquet_rows
@@ -39,14 +38,14 @@ from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Sample
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile, yaml_value
+from grandrounds.sources.upstream import LM_EVAL, UpstreamFile, yaml_value
 
 EXAMS = ("doctor", "nurse", "pharm", "dentist")
-TEMPLATE = lm_eval_file(
+TEMPLATE = LM_EVAL.file(
     "lm_eval/tasks/kormedmcqa/_template_yaml",
     "9216773c10b1164d0328b70d0793bba7b4d6b8264d691672d1c544b042bfbf63",
 )
-UTILS = lm_eval_file(
+UTILS = LM_EVAL.file(
     "lm_eval/tasks/kormedmcqa/utils.py",
     "127634ecbc81b5b95579d24dc9cbe3d11025a2eba294ce04e710d8b8793f233e",
 )

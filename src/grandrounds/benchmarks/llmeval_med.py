@@ -51,8 +51,8 @@ from grandrounds.scoring.cells import accuracy_cell, value_of
 from grandrounds.scoring.stats import mean_ci, wilson_ci
 from grandrounds.sources.llmeval_med import (
     CATEGORY_CODES,
-    COMMIT,
     DEFAULT_JUDGE_RUNS,
+    LLMEVAL_MED,
     PROTOCOLS,
     USABLE_THRESHOLD,
 )
@@ -103,7 +103,7 @@ class LLMEvalMed(Benchmark):
     )
     remote_files = (
         RemoteFile(
-            url=f"https://raw.githubusercontent.com/llmeval/LLMEval-Med/{COMMIT}/dataset/dataset.json",
+            url=LLMEVAL_MED.url("dataset/dataset.json"),
             filename="dataset.json",
             sha256="58b60a92c20be4c62644fd3e028670514b452d125152715e52f6a9268a68db90",
         ),

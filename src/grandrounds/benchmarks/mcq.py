@@ -44,7 +44,13 @@ from grandrounds.graders.mcq_grader import (
 )
 from grandrounds.scoring.cells import accuracy_cell, group_cells
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import SIMPLE_EVALS, UpstreamFile, python_string, yaml_value
+from grandrounds.sources.upstream import (
+    LM_EVAL,
+    SIMPLE_EVALS,
+    UpstreamFile,
+    python_string,
+    yaml_value,
+)
 
 __all__ = [
     "LmEvalTask",
@@ -86,14 +92,6 @@ TEMPLATES: dict[str, str] = {
     "loglik_zh": "问题：{question}\n答案：",
 }
 _TEMPLATE_STEM = {"generate": "generate", "next-token": "letter", "text-loglik": "loglik"}
-
-LM_EVAL_REPO = "EleutherAI/lm-evaluation-harness"
-LM_EVAL_COMMIT = "4e7e0d47f33bc71070c1d38394bafbb52b117163"
-
-
-def lm_eval_file(path: str, sha256: str) -> UpstreamFile:
-    """A file of lm-evaluation-harness at the pinned commit (reference folder ``lm-eval``)."""
-    return UpstreamFile("lm-eval", LM_EVAL_REPO, LM_EVAL_COMMIT, path, sha256)
 
 
 @dataclass(frozen=True)
@@ -151,7 +149,7 @@ def exam_protocols(task: LmEvalTask | None) -> dict[str, Protocol]:
             "MULTILINGUAL_ANSWER_REGEXES in list order, normalize_extracted_answer); log-prob modes: argmax"
         ),
         aggregation="accuracy over every item: a failed or unreadable answer counts wrong, as the official code scores every item",
-        source=f"{SIMPLE_EVALS.repo}@{SIMPLE_EVALS.commit[:7]} mmlu_eval.py; {LM_EVAL_REPO}@{LM_EVAL_COMMIT[:7]} {task.name if task else '-'}",
+        source=f"{SIMPLE_EVALS.repo}@{SIMPLE_EVALS.commit[:7]} mmlu_eval.py; {LM_EVAL.repo}@{LM_EVAL.commit[:7]} {task.name if task else '-'}",
         settings={
             "prompt": {
                 "generate": "simple-evals common.py QUERY_TEMPLATE_MULTICHOICE",

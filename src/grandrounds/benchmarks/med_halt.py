@@ -54,7 +54,7 @@ from grandrounds.sources.medhalt import (
 )
 
 CSV = RemoteFile(
-    f"https://raw.githubusercontent.com/{MEDHALT.repo}/{MEDHALT.commit}/medhalt/datasets/reasoning_fake.csv",
+    MEDHALT.url("medhalt/datasets/reasoning_fake.csv"),
     "reasoning_fake.csv",
     "dda54bf6dd053854af5878acd44ed3ff8ae57dcfa8b202c3164cf853ad0faefe",
 )
@@ -80,7 +80,7 @@ class MedHALT(Benchmark):
     protocols = PROTOCOLS
     reference_fidelity = {
         "reference": "the authors' `evaluate.py` (`clean_output`) and `eval_full.py` "
-        "(`reasoning_fake_eval`), medhalt/medhalt@3dfe1e4",
+        f"(`reasoning_fake_eval`), {MEDHALT.short}",
         "reader": "`cop` as `clean_output` actually reads it: its `np.isnan` on a string raises, so "
         "every reply goes to its key/value regex (the last `cop`, cut at the first comma)",
         "prompt": "`get_full_prompt('fake', 2, 'v0')` from the pinned prompts.json and shots.json",

@@ -57,10 +57,13 @@ from grandrounds.core.records import Grade, Message, Sample, ToolSpec
 from grandrounds.core.registry import Spec
 from grandrounds.graders.medagentbench_grader import UNREADABLE_DATA
 from grandrounds.sources.protocols import Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile, python_message_contents, python_string
+from grandrounds.sources.upstream import UpstreamRepo, python_message_contents, python_string
 
-_COMMIT = "99260117137b09f04837a8c18d18a1107efa55ae"
-_RAW = f"https://raw.githubusercontent.com/5amp12/ClineraMedAgent/{_COMMIT}/data/medagentbench"
+#: The MedAgentBench release the tasks, functions and task module are read from.
+CLINERA = UpstreamRepo(
+    "medagentbench", "5amp12/ClineraMedAgent", "99260117137b09f04837a8c18d18a1107efa55ae"
+)
+_RAW = CLINERA.url("data/medagentbench")
 TASKS = RemoteFile(
     f"{_RAW}/test_data_v2.json",
     "test_data_v2.json",
@@ -72,10 +75,7 @@ FUNCS = RemoteFile(
     "c977266db5eca75182c0d12cac1962b33ae6b5a54b9029ceb104e1a93b4c38c1",
 )
 #: The official task module: the prompt (``MedAgentBench_prompt``) and the loop's reply texts (``start_sample``).
-TASK_PY = UpstreamFile(
-    "medagentbench",
-    "5amp12/ClineraMedAgent",
-    _COMMIT,
+TASK_PY = CLINERA.file(
     "src/server/tasks/medagentbench/__init__.py",
     "d31253d5ea40c033d64e1b43599b4a258de55c3512aab79f66c623a488116668",
 )

@@ -50,11 +50,15 @@ from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Grade, Message, Sample
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile, python_fstring, python_message_contents
+from grandrounds.sources.upstream import (
+    MEDAGENTSBENCH,
+    MEDAGENTSBENCH_DATA,
+    UpstreamFile,
+    python_fstring,
+    python_message_contents,
+)
 
-REPO = "xk-huang/medagents-benchmark"
-COMMIT = "36ee14d7835142e346cb376ab7330246f86742cb"
-_BASE = f"https://raw.githubusercontent.com/{REPO}/{COMMIT}/data"
+_BASE = MEDAGENTSBENCH_DATA.url("data")
 #: Source -> sha256 of its test_hard.jsonl (in the paper's table order).
 SOURCES: dict[str, str] = {
     "medqa": "ba4680bc129139bf8b466d506f077bfce7ac978dfaf2a9367d484d3d91c454bb",
@@ -68,10 +72,7 @@ SOURCES: dict[str, str] = {
     "medxpertqa-r": "0100818865c1cbfb3e22effb740e1c447057e00b4e2282a0e1e52dd974e06cf1",
     "medxpertqa-u": "4d73686a46b2a5dfe908a8d32d409608d00af43dc59ee463271626c4a9ec867e",
 }
-COT = UpstreamFile(
-    "medagentsbench",
-    "gersteinlab/medagents-benchmark",
-    "f5e50b69be8ef617a6de613cc8035929448e2b3b",
+COT = MEDAGENTSBENCH.file(
     "baselines/MedPrompt/cot.py",
     "a9376813bf15d8aacf2474bc2bda7a9df6bd25a6b712aac24521690d33465fa5",
 )

@@ -87,7 +87,7 @@ from grandrounds.graders.medcalc_extract import parse_ground_truth
 from grandrounds.scoring import medcalc as mc
 from grandrounds.scoring.cells import accuracy_cell, group_cells
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import TextRef, UpstreamFile, UpstreamText
+from grandrounds.sources.upstream import TextRef, UpstreamRepo, UpstreamText
 
 COMMIT = "5523b7785c004912e76ca4db19efbd7367b23c40"
 VERIFIED_REPO, VERIFIED_COMMIT = (
@@ -169,25 +169,19 @@ FORMAT_HINT = {
 }
 
 # The official scoring code at a pinned commit (reference folder medcalc-bench).
-_REPO, _CODE_COMMIT = "ncbi-nlp/MedCalc-Bench", "20b10f9d66a8c3b0356ae3138533f5ec91666b6a"
-RUN_PY = UpstreamFile(
-    "medcalc-bench",
-    _REPO,
-    _CODE_COMMIT,
+MEDCALC_CODE = UpstreamRepo(
+    "medcalc-bench", "ncbi-nlp/MedCalc-Bench", "20b10f9d66a8c3b0356ae3138533f5ec91666b6a"
+)
+_REPO, _CODE_COMMIT = MEDCALC_CODE.repo, MEDCALC_CODE.commit
+RUN_PY = MEDCALC_CODE.file(
     "evaluation/run.py",
     "edc1725bceb993340a0ff7474173530e3988b356590d3fb8c97f04d83eedc9ac",
 )
-EVALUATE_PY = UpstreamFile(
-    "medcalc-bench",
-    _REPO,
-    _CODE_COMMIT,
+EVALUATE_PY = MEDCALC_CODE.file(
     "evaluation/evaluate.py",
     "e165e10cb1db77f7a1d97c6f386524547ce90d77ce56ae4d95f7544ad9320a1a",
 )
-LLM_INFERENCE_PY = UpstreamFile(
-    "medcalc-bench",
-    _REPO,
-    _CODE_COMMIT,
+LLM_INFERENCE_PY = MEDCALC_CODE.file(
     "evaluation/llm_inference.py",
     "a0f2c705218486664f3a15d47d24becb1323631896378432854726f0c018f271",
 )

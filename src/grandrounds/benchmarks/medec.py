@@ -62,7 +62,7 @@ from grandrounds.scoring import medec as sc
 from grandrounds.scoring.cells import accuracy_cell, group_cells, value_of
 from grandrounds.scoring.stats import wilson_ci
 from grandrounds.sources.protocols import Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile
+from grandrounds.sources.upstream import UpstreamRepo
 
 COMMIT = "70268d24e3ce0cd6d0e099ff7bfd4966f2bbcc28"
 _BASE = f"https://raw.githubusercontent.com/abachaa/MEDEC/{COMMIT}/MEDEC-MS"
@@ -94,10 +94,10 @@ INSTRUCTIONS = (
 )
 
 #: The shared task's scorer: the reference protocol's metrics are its metrics (not read at run time: it holds no prompt).
-SCORER = UpstreamFile(
-    "medec",
-    "abachaa/MEDIQA-CORR-2024",
-    "4b87cb01c34d22bdef2423206305b2bedb1fe893",
+MEDIQA_CORR = UpstreamRepo(
+    "medec", "abachaa/MEDIQA-CORR-2024", "4b87cb01c34d22bdef2423206305b2bedb1fe893"
+)
+SCORER = MEDIQA_CORR.file(
     "evaluation/mediqa-corr-2024-eval-script-2-all-metrics.py",
     "0fe35f884fdbf8347b4e7f412bb027069df19b6fa1a967f6d549349b72c7914b",
 )

@@ -85,9 +85,9 @@ from grandrounds.scoring.medeq import (
     sample_items,
 )
 from grandrounds.scoring.stats import bootstrap
-from grandrounds.sources.medeqbench import COMMIT, PROTOCOLS, REPOSITORY
+from grandrounds.sources.medeqbench import MEDEQBENCH, PROTOCOLS
 
-REPO = f"https://raw.githubusercontent.com/{REPOSITORY}/{COMMIT}/data/"
+REPO = MEDEQBENCH.url("data/")
 SUBSETS = ("med_eq", "examples")
 
 #: One line on what the two protocols do differently, shown beside the other protocol's figure.

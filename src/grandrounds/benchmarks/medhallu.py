@@ -32,7 +32,7 @@ from grandrounds.core.records import Cell, Grade, Message, Sample
 from grandrounds.core.registry import Spec
 from grandrounds.scoring.medhallu import detection_metrics
 from grandrounds.sources.protocols import OUR_ANSWER, Generation, Protocol, ours
-from grandrounds.sources.upstream import TextRef, UpstreamRepo, python_string
+from grandrounds.sources.upstream import MEDMARKS, TextRef, python_string
 
 REPO = "askerlee/MedHallu"
 COMMIT = "d05d4bafb2f54f17212be626da35bb0721565d55"
@@ -40,9 +40,6 @@ ARROW = RemoteFile(
     f"https://raw.githubusercontent.com/{REPO}/{COMMIT}/Detection/MedHallu_pqa_labeled/train/data-00000-of-00001.arrow",
     "data-00000-of-00001.arrow",
     "f5725cf91f540abf5c4ec06f42cba165f90b6a57df2d3141c17f5d633fb526e6",
-)
-MEDMARKS = UpstreamRepo(
-    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
 )
 PROMPTS = MEDMARKS.file(
     "environments/medhallu/medhallu/prompts.py",

@@ -19,12 +19,7 @@ from typing import Any, ClassVar
 from grandrounds.benchmarks.mcq import MultipleChoiceBenchmark
 from grandrounds.core.records import AnswerMode
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import VERIFIERS, TextRef, UpstreamFile, UpstreamRepo
-
-#: tmabraham/med-lm-envs at the commit every Medmarks environment is read from (reference folder ``medmarks-envs``).
-MEDMARKS = UpstreamRepo(
-    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
-)
+from grandrounds.sources.upstream import MEDMARKS, VERIFIERS, TextRef, UpstreamFile
 
 #: Medmarks' XML system prompt (HEAD-QA's and MedConceptsQA's default answer format).
 MEDMARKS_PROMPTS = MEDMARKS.file(

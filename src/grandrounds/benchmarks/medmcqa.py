@@ -23,7 +23,6 @@ from grandrounds.benchmarks.mcq import (
     MultipleChoiceBenchmark,
     cached,
     exam_protocols,
-    lm_eval_file,
 )
 from grandrounds.benchmarks.medqa import MIRAGE
 from grandrounds.benchmarks.readers.exam_options import numbered_key
@@ -31,17 +30,17 @@ from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
 from grandrounds.core.errors import DataError
 from grandrounds.core.records import Sample
-from grandrounds.sources.upstream import python_appended_strings, python_string
+from grandrounds.sources.upstream import LM_EVAL, python_appended_strings, python_string
 
 _OPTION_FIELDS = {"A": "opa", "B": "opb", "C": "opc", "D": "opd"}
 
 MEDMCQA_TASK = LmEvalTask(
     "medmcqa",
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/medmcqa/medmcqa.yaml",
         "fea85b5734521916178078ac5e1f7d250e235a69dc0e53e4f1b06c0e7273a319",
     ),
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/medmcqa/utils_medmcqa.py",
         "b9cbe33d51b95624b9317cab8ffb917b32c178aaa100fd9ce4aac0a9c467479b",
     ),

@@ -24,23 +24,22 @@ from grandrounds.benchmarks.mcq import (
     MultipleChoiceBenchmark,
     cached,
     exam_protocols,
-    lm_eval_file,
 )
 from grandrounds.benchmarks.readers.exam_options import medqa_format_options
 from grandrounds.benchmarks.readers.lines import iter_jsonl
 from grandrounds.benchmarks.readers.records import require_fields
 from grandrounds.core.records import Sample
-from grandrounds.sources.upstream import python_fstring, python_returned_string
+from grandrounds.sources.upstream import LM_EVAL, python_fstring, python_returned_string
 
 MIRAGE = "https://raw.githubusercontent.com/Teddy-XiongGZ/MIRAGE/392943af99cd94cafd50a0de2e7fca24bbf65494/rawdata"
 
 MEDQA_TASK = LmEvalTask(
     "medqa_4options",
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/medqa/medqa.yaml",
         "33943df2e79f6d96a2685e14680a2e479aa4c6f2fc44afa0ef0ae59c57c7c302",
     ),
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/medqa/preprocess_medqa.py",
         "06adc6ef5bda3259fe547355e6b064ca57c674b502fac749d0a0ccc8fee91787",
     ),

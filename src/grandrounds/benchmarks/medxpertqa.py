@@ -71,10 +71,10 @@ from grandrounds.sources.medxpertqa import (
     template,
 )
 from grandrounds.sources.protocols import Generation, Protocol
-from grandrounds.sources.upstream import UpstreamFile
+from grandrounds.sources.upstream import MEDAGENTSBENCH_DATA, UpstreamFile
 
-_MAB = "https://raw.githubusercontent.com/xk-huang/medagents-benchmark/36ee14d7835142e346cb376ab7330246f86742cb/data"
-_OFFICIAL = f"https://raw.githubusercontent.com/{MEDXPERTQA.repo}/{MEDXPERTQA.commit}/eval/data"
+_MAB = MEDAGENTSBENCH_DATA.url("data")
+_OFFICIAL = MEDXPERTQA.url("eval/data")
 #: subset -> (kind of the file's questions or None when each record says, its public file, where it sits in
 #: its repository and in a data mirror).
 FILES: dict[str, tuple[tuple[str | None, RemoteFile, tuple[str, ...]], ...]] = {

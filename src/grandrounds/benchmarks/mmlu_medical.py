@@ -28,7 +28,6 @@ from grandrounds.benchmarks.mcq import (
     cached,
     exam_protocols,
     jinja_doc_to_text,
-    lm_eval_file,
     macro_average,
 )
 from grandrounds.benchmarks.medqa import MIRAGE
@@ -36,7 +35,7 @@ from grandrounds.benchmarks.readers.lines import iter_csv_rows
 from grandrounds.core.errors import DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import Grade, Sample
-from grandrounds.sources.upstream import yaml_value
+from grandrounds.sources.upstream import LM_EVAL, yaml_value
 
 SUBJECTS = (
     "anatomy",
@@ -58,7 +57,7 @@ _SHA = {
 
 MMLU_TASK = LmEvalTask(
     "mmlu (default template)",
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/mmlu/default/_default_template_yaml",
         "a0997593bf94f52cc87eb1f9b621f52613a6c60f1fb48775b0926104fd385122",
     ),

@@ -58,23 +58,23 @@ from grandrounds.core.params import Param
 from grandrounds.core.records import AnswerMode, Sample
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import (
+    M_ARC,
+    MEDAGENTSBENCH,
+    MMLU_PRO,
     UpstreamFile,
+    UpstreamRepo,
     local_path,
     python_appended_strings,
     python_string,
 )
 
-MMLU_PRO_API = UpstreamFile(
-    "mmlu-pro",
-    "TIGER-AI-Lab/MMLU-Pro",
-    "f418b116db00b065c2aea046518d8fcf74d39872",
+#: MMLU-Pro's dataset on the Hugging Face hub, at its moving ``main`` revision (see below).
+MMLU_PRO_HF = UpstreamRepo("mmlu-pro-hf", "TIGER-Lab/MMLU-Pro", "main", hub="huggingface")
+MMLU_PRO_API = MMLU_PRO.file(
     "evaluate_from_api.py",
     "6e00c0d57ed307b9e707b712ea796fbd2286c6d21889cd63bb58090fa72c5a99",
 )
-M_ARC_API = UpstreamFile(
-    "m-arc",
-    "dbernardo05/medARC-QA",
-    "4e64daab5c884b0754f8cbd42fc8f22d05436369",
+M_ARC_API = M_ARC.file(
     "evaluate_from_api.py",
     "c2849456729e8fc4872b20d73a45f6952d446928888087185d5bfaded58d6d70",
 )
@@ -83,14 +83,7 @@ M_ARC_API = UpstreamFile(
 #: source (cache, HF_ENDPOINT and the mirror settings, bundles). Its sha256 could not be pinned
 #: ahead of a first download: that download's sha256 is recorded beside it and every later use is
 #: compared with it (a changed file warns, and the prompts it gives are other requests).
-MMLU_PRO_VALIDATION = UpstreamFile(
-    "mmlu-pro-hf",
-    "TIGER-Lab/MMLU-Pro",
-    "main",
-    "data/validation-00000-of-00001.parquet",
-    None,
-    hub="huggingface",
-)
+MMLU_PRO_VALIDATION = MMLU_PRO_HF.file("data/validation-00000-of-00001.parquet", None)
 _PROMPTS = {
     "generate": "evaluate_from_api.py single_request: header + validation CoT examples + format_example",
     "text-loglik": "ours",
@@ -273,7 +266,7 @@ class _MMLUProFormat(MultipleChoiceBenchmark):
         return super().prompt(sample, options, history)
 
 
-_MAB = "https://raw.githubusercontent.com/gersteinlab/medagents-benchmark/f5e50b69be8ef617a6de613cc8035929448e2b3b/data"
+_MAB = MEDAGENTSBENCH.url("data")
 
 
 class MMLUProHealth(_MMLUProFormat):
@@ -297,7 +290,7 @@ class MMLUProHealth(_MMLUProFormat):
         "The paper's and leaderboard's numbers for the first models (gpt-4o, deepseek) were read by the authors' "
         "2024 scripts (run_gpt4o.py, run_deepseek.py at TIGER-AI-Lab/MMLU-Pro@ff991b5), which read only "
         "'answer is (X)' in the raw reply and scored every other reply by a random option; the pinned "
-        "evaluate_from_api.py (f418b11) removes '**' first and falls back to 'Answer: X' and the last letter. "
+        f"evaluate_from_api.py ({MMLU_PRO.commit[:7]}) removes '**' first and falls back to 'Answer: X' and the last letter. "
         "On the authors' own published health replies: gpt-4o, 62 of 818 replies read as nothing in 2024 (583 "
         "right before the random draws, 0.713; published 0.721), 0 under the pinned code (619 right, 0.757); "
         "deepseek, 83 of 812 read as nothing in 2024 (466 right, 0.574), 0 under the pinned code (509 right, "
@@ -327,7 +320,7 @@ class MMLUProHealth(_MMLUProFormat):
             raise DataError(path, None, "no questions in the file")
 
 
-_MARC = "https://raw.githubusercontent.com/dbernardo05/medARC-QA/4e64daab5c884b0754f8cbd42fc8f22d05436369/data_medARCv1"
+_MARC = M_ARC.url("data_medARCv1")
 # evaluate_from_api.py fix_options_column: curly quotes made straight before the list is parsed.
 _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2019": "'", "\u2018": "'"})
 
@@ -366,7 +359,7 @@ class MARC(_MMLUProFormat):
         "of 33 of the 100 items, so a model whose replies are never readable scores 0.33. The result's "
         "reference_fallback counts the replies scored by that draw and how many came out right (with the "
         "number chance alone would give); read the headline beside it. The paper's figures were read by the "
-        "authors' code of that time; grandrounds reads as the pinned evaluate_from_api.py (4e64daa)."
+        f"authors' code of that time; grandrounds reads as the pinned evaluate_from_api.py ({M_ARC.commit[:7]})."
     )
     jitter = True
     protocols = _protocols(M_ARC_API, 8000, "its five patterns in order", True)

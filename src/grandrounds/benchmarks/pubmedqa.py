@@ -36,13 +36,10 @@ from typing import Any, ClassVar
 
 from grandrounds.benchmarks.base import RemoteFile, RunOptions, resolve_file
 from grandrounds.benchmarks.mcq import (
-    LM_EVAL_COMMIT,
-    LM_EVAL_REPO,
     LmEvalTask,
     MultipleChoiceBenchmark,
     cached,
     exam_protocols,
-    lm_eval_file,
 )
 from grandrounds.benchmarks.readers.json_docs import iter_json_object, read_json
 from grandrounds.benchmarks.readers.records import IdSet, require_fields
@@ -50,7 +47,7 @@ from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.params import Param
 from grandrounds.core.records import Grade, Sample
 from grandrounds.sources.protocols import OUR_ANSWER
-from grandrounds.sources.upstream import python_returned_string
+from grandrounds.sources.upstream import LM_EVAL, python_returned_string
 
 PUBMEDQA_COMMIT = "1cbae8e92f72f20c8d3747cbb3bf5bc53554d997"
 REPO = f"https://raw.githubusercontent.com/pubmedqa/pubmedqa/{PUBMEDQA_COMMIT}/data"
@@ -59,11 +56,11 @@ CHOICES = {"A": "yes", "B": "no", "C": "maybe"}
 
 PUBMEDQA_TASK = LmEvalTask(
     "pubmedqa",
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/pubmedqa/pubmedqa.yaml",
         "a22eff48be7807a869ca9fa8739d1861c5f62b78f44b357d56cb017c6a83af6e",
     ),
-    lm_eval_file(
+    LM_EVAL.file(
         "lm_eval/tasks/pubmedqa/preprocess_pubmedqa.py",
         "43528eee61666d94ae9ac3d58bcd3a0c38182a8898f996f536be9de1d3655740",
     ),
@@ -93,7 +90,7 @@ def _protocols() -> dict:
         answer=OUR_ANSWER,
         extraction="generate: ours (PubMedQA publishes no prompt or reading for language models); log-prob modes: argmax",
         aggregation="evaluation.py: accuracy and sklearn macro-F1 over every test PMID; a failed or unread answer is the prediction ''",
-        source=f"pubmedqa/pubmedqa@{PUBMEDQA_COMMIT[:7]} evaluation.py; {LM_EVAL_REPO}@{LM_EVAL_COMMIT[:7]} pubmedqa (letter-loglik)",
+        source=f"pubmedqa/pubmedqa@{PUBMEDQA_COMMIT[:7]} evaluation.py; {LM_EVAL.repo}@{LM_EVAL.commit[:7]} pubmedqa (letter-loglik)",
         settings={
             "prompt": {**base["reference"].settings["prompt"], "generate": "ours (none published)"}
         },

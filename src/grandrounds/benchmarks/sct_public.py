@@ -128,7 +128,7 @@ class SCTPublic(Benchmark):
     remote_files: ClassVar[tuple[RemoteFile, ...]] = tuple(FILES.values())
     protocols = {"reference": REFERENCE, "grandrounds": GRANDROUNDS}
     reference_fidelity = {
-        "reference": "Medmarks' `sctpublic` environment (tmabraham/med-lm-envs@23fa6c5)",
+        "reference": f"Medmarks' `sctpublic` environment ({REPO}@{COMMIT[:7]})",
         "reader": "`SCTParser.parse_answer` on what verifiers hands it, the chat completion's printed "
         'form: the reply quoted with escapes, so "Rating: \\n\\n+1" reads nothing',
         "prompt": "`guideline.md` (+ examples) and `testcase.md` from the pinned data folder",

@@ -60,16 +60,16 @@ from grandrounds.scoring.cells import accuracy_cell, group_cells, mean_cell
 from grandrounds.scoring.vqa import closed_by_label, closed_by_yes_no
 from grandrounds.sources.downloads import cache_dir, fetch
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile, yaml_value
+from grandrounds.sources.upstream import UpstreamRepo, yaml_value
 
-_LMMS = ("lmms-eval", "EvolvingLMMs-Lab/lmms-eval", "75571cfe0fa36ca5ec2e6aa2bb268f9d38295af3")
-LMMS_SLAKE_TEMPLATE = UpstreamFile(
-    *_LMMS,
+LMMS_EVAL = UpstreamRepo(
+    "lmms-eval", "EvolvingLMMs-Lab/lmms-eval", "75571cfe0fa36ca5ec2e6aa2bb268f9d38295af3"
+)
+LMMS_SLAKE_TEMPLATE = LMMS_EVAL.file(
     "lmms_eval/tasks/slake/_default_template_yaml",
     "d32b7b0ef7aab997efd11748cfa91134389b4dd161fbabb97b802600448fd9ba",
 )
-LMMS_SLAKE_UTILS = UpstreamFile(
-    *_LMMS,
+LMMS_SLAKE_UTILS = LMMS_EVAL.file(
     "lmms_eval/tasks/slake/utils.py",
     "0dd8976d5befb15c23ee9bd6957df0095a384288677e464685289ed9bca8afa2",
 )

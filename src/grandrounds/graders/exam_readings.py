@@ -30,6 +30,8 @@ from grandrounds.graders.readings_medmarks import (
     xml_answer,
 )
 from grandrounds.graders.readings_peers import cmexam_choice, kormedmcqa_choice
+from grandrounds.sources.medxpertqa import MEDXPERTQA
+from grandrounds.sources.upstream import CEVAL, CMEXAM, CMMLU, LM_EVAL, M_ARC, MEDMARKS, MMLU_PRO
 
 __all__ = ["EXAM_READINGS", "ExamReading"]
 
@@ -65,37 +67,37 @@ def _medmarks(parse: Callable[[str | None], str], numbered: bool, source: str) -
     return ExamReading(read, source, numbered=numbered, correct=correct)
 
 
-_MEDMARKS_MCA = "tmabraham/med-lm-envs@7ee0452 multiple_choice_accuracy"
+_MEDMARKS_MCA = f"{MEDMARKS.short} multiple_choice_accuracy"
 _VERIFIERS = "verifiers v0.1.7.post0"
 
 
 EXAM_READINGS: dict[str, ExamReading] = {
     "mmlu-pro": ExamReading(
         lambda text, choices: mmlu_pro_letter(text, list(choices)),
-        "TIGER-AI-Lab/MMLU-Pro@f418b11 evaluate_from_api.py extract_answer/extract_again/extract_final, random option if none",
+        f"{MMLU_PRO.short} evaluate_from_api.py extract_answer/extract_again/extract_final, random option if none",
         guess=m_arc_guess,
     ),
     "m-arc": ExamReading(
         lambda text, choices: m_arc_letter(text, list(choices)),
-        "dbernardo05/medARC-QA@4e64daa evaluate_from_api.py extract_answer, random option (seed 12345) if none",
+        f"{M_ARC.short} evaluate_from_api.py extract_answer, random option (seed 12345) if none",
         guess=m_arc_guess,
     ),
     "medxpertqa": ExamReading(
         lambda text, choices: medxpertqa_letter(text, list(choices)),
-        "TsinghuaC3I/MedXpertQA@f21247d eval/utils.py answer_cleansing (zero_shot), set_correctness",
+        f"{MEDXPERTQA.short} eval/utils.py answer_cleansing (zero_shot), set_correctness",
     ),
     # CMMLU, C-Eval, HEAD-QA (graders/readings_cn.py)
     "cmmlu": ExamReading(
         lambda text, choices: cmmlu_choice(text),
-        "haonan-li/CMMLU@d6e7b71 src/mp_utils.py extract_choice (its random fallback: unextracted)",
+        f"{CMMLU.short} src/mp_utils.py extract_choice (its random fallback: unextracted)",
     ),
     "ceval": ExamReading(
         lambda text, choices: ceval_choice(text),
-        "hkust-nlp/ceval@cba65ae evaluators/chatgpt.py extract_ans, last match (zero-shot)",
+        f"{CEVAL.short} evaluators/chatgpt.py extract_ans, last match (zero-shot)",
     ),
     "ceval-fewshot": ExamReading(
         lambda text, choices: ceval_choice(text, few_shot=True),
-        "hkust-nlp/ceval@cba65ae evaluators/chatgpt.py exact_match (few-shot)",
+        f"{CEVAL.short} evaluators/chatgpt.py exact_match (few-shot)",
     ),
     "numbered": ExamReading(
         numbered_choice, "ours: the option's number (HEAD-QA aid)", numbered=True
@@ -116,10 +118,10 @@ EXAM_READINGS: dict[str, ExamReading] = {
     # KorMedMCQA, CMExam (graders/readings_peers.py)
     "kormedmcqa": ExamReading(
         lambda text, choices: kormedmcqa_choice(text),
-        "EleutherAI/lm-evaluation-harness@4e7e0d4 kormedmcqa utils.ExtractChoiceFilter after until",
+        f"{LM_EVAL.short} kormedmcqa utils.ExtractChoiceFilter after until",
     ),
     "cmexam": ExamReading(
         lambda text, choices: cmexam_choice(text, choices),
-        "williamliujl/CMExam@fadb22c src/evaluation/evaluate_lora_result.py parse_options",
+        f"{CMEXAM.short} src/evaluation/evaluate_lora_result.py parse_options",
     ),
 }

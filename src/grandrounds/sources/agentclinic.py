@@ -31,6 +31,7 @@ from grandrounds.core.textutil import strip_leading_reasoning
 from grandrounds.sources.protocols import Generation, Protocol, ours
 from grandrounds.sources.upstream import (
     UpstreamFile,
+    UpstreamRepo,
     UpstreamText,
     python_appended_strings,
     python_call_argument,
@@ -38,11 +39,11 @@ from grandrounds.sources.upstream import (
     python_string,
 )
 
-REPO, COMMIT = "SamuelSchmidgall/AgentClinic", "b6570edefb940857a7c334350656b29f9d984f24"
-AGENTCLINIC_PY = UpstreamFile(
-    "agentclinic",
-    REPO,
-    COMMIT,
+AGENTCLINIC = UpstreamRepo(
+    "agentclinic", "SamuelSchmidgall/AgentClinic", "b6570edefb940857a7c334350656b29f9d984f24"
+)
+REPO, COMMIT = AGENTCLINIC.repo, AGENTCLINIC.commit
+AGENTCLINIC_PY = AGENTCLINIC.file(
     "agentclinic.py",
     "ee9cfb3020c7addf717ba8eb3510ba81b2b4b53071cba67d0663ad6c7c6ddbd3",
 )

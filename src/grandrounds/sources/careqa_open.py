@@ -19,11 +19,8 @@ import re
 
 from grandrounds.core.errors import DataError
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import UpstreamRepo, read_text
+from grandrounds.sources.upstream import MEDMARKS, read_text
 
-MEDMARKS = UpstreamRepo(
-    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
-)
 #: environments/careqa/careqa.py: JUDGE_TEMPLATE, the open mode's default system prompt, the judge's XMLParser tags.
 ENV = MEDMARKS.file(
     "environments/careqa/careqa.py",

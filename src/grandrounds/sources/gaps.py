@@ -6,29 +6,22 @@ from __future__ import annotations
 
 from grandrounds.scoring.gaps import LEVEL_POINTS
 from grandrounds.sources.protocols import OUR_ANSWER, Generation, Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile
+from grandrounds.sources.upstream import UpstreamRepo
 
-COMMIT = "85e91cf8bfe4926a5b778250836a10f3166ef868"
-_REPO = "AQ-MedAI/MedicalAiBenchEval"
+GAPS = UpstreamRepo(
+    "gaps", "AQ-MedAI/MedicalAiBenchEval", "85e91cf8bfe4926a5b778250836a10f3166ef868"
+)
+COMMIT, _REPO = GAPS.commit, GAPS.repo
 #: The official files: judge prompts, parse and vote; scoring; points and panel.
-JUDGE_ENGINE = UpstreamFile(
-    "gaps",
-    _REPO,
-    COMMIT,
+JUDGE_ENGINE = GAPS.file(
     "judge_engine.py",
     "08f09bdd168c00b2bc149bf23465e8adf23e5bea2678cb98906bcca7dbcdac00",
 )
-CALCULATOR = UpstreamFile(
-    "gaps",
-    _REPO,
-    COMMIT,
+CALCULATOR = GAPS.file(
     "clinical_scoring_calculator.py",
     "d75029533bc5449f7c609194c84eec7dc0d2606940e879dab561825c3b0b1dba",
 )
-CONFIG = UpstreamFile(
-    "gaps",
-    _REPO,
-    COMMIT,
+CONFIG = GAPS.file(
     "config.yaml",
     "ca5d2eca1567cd67fdaf78beb10938e1a76ffe07acf70829f6d262cf95853e9c",
 )

@@ -10,21 +10,19 @@ from dataclasses import replace
 from grandrounds.sources.healthbench import API_SYSTEM_MESSAGE
 from grandrounds.sources.healthbench import GRANDROUNDS as HB_GRANDROUNDS
 from grandrounds.sources.protocols import Generation, Protocol
-from grandrounds.sources.upstream import TextRef, UpstreamFile, python_value
+from grandrounds.sources.upstream import TextRef, UpstreamRepo, python_value
 
-#: (folder in the reference tree, repository, commit)
-PRO_REPOSITORY = (
+PRO_REPOSITORY = UpstreamRepo(
     "healthbench-professional",
     "medicalsphere/HealthBench",
     "0f3b62dc841fde6ba376b5ff1eb6c26fe87a5e65",
 )
-PRO_EVAL = UpstreamFile(
-    *PRO_REPOSITORY,
+PRO_EVAL = PRO_REPOSITORY.file(
     "healthbench/healthbench_eval.py",
     "114d9a790a2bc5063080f4a32682b1ffecade61577c3aa3e48841f3f0b699dec",
 )
-PRO_README = UpstreamFile(
-    *PRO_REPOSITORY, "README.md", "7da9f291791c71559cc8bb19b1c046675501563c497c1e66dd405f507ec68c9e"
+PRO_README = PRO_REPOSITORY.file(
+    "README.md", "7da9f291791c71559cc8bb19b1c046675501563c497c1e66dd405f507ec68c9e"
 )
 #: The reference's grader prompt, with ``<<conversation>>`` and ``<<rubric_item>>`` to replace.
 PRO_GRADER_TEMPLATE = TextRef(PRO_EVAL, "GRADER_TEMPLATE")

@@ -7,29 +7,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import UpstreamFile
+from grandrounds.sources.upstream import UpstreamRepo
 
-COMMIT = "508516fafd288c896691442d657b4af619609535"
-_REPO = "llmeval/LLMEval-Med"
+LLMEVAL_MED = UpstreamRepo(
+    "llmeval-med", "llmeval/LLMEval-Med", "508516fafd288c896691442d657b4af619609535"
+)
+COMMIT, _REPO = LLMEVAL_MED.commit, LLMEVAL_MED.repo
 #: The official scripts: judge prompts and score parse, aggregation, answering.
-EVALUATE = UpstreamFile(
-    "llmeval-med",
-    _REPO,
-    COMMIT,
+EVALUATE = LLMEVAL_MED.file(
     "evaluate/Evaluate.py",
     "3d5a3165940a5476ec56ef2989d570a3edec21414f23d5677f005bc3890002c9",
 )
-AGGREGATE = UpstreamFile(
-    "llmeval-med",
-    _REPO,
-    COMMIT,
+AGGREGATE = LLMEVAL_MED.file(
     "evaluate/Aggregate.py",
     "5a139fb5aac164ee8368b0e9c6b1753b848fde64deb04d87d13cf4e1bec69ead",
 )
-ANSWER = UpstreamFile(
-    "llmeval-med",
-    _REPO,
-    COMMIT,
+ANSWER = LLMEVAL_MED.file(
     "evaluate/Answer.py",
     "68ff385b61ad7a5f0e94a4f5dbde6264d5abdc7ccbf4c04b1c5f8241f0f54a7c",
 )

@@ -5,11 +5,8 @@ from HELM's MedDialog evaluation), our judge template, and the two presets."""
 from __future__ import annotations
 
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import TextRef, UpstreamRepo
+from grandrounds.sources.upstream import MEDMARKS, TextRef
 
-MEDMARKS = UpstreamRepo(
-    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
-)
 #: The environment: the candidate's system prompt (``PROMPT``), the data's BASE_URL, the reward arithmetic.
 ENVIRONMENT = MEDMARKS.file(
     "environments/med_dialog/med_dialog/med_dialog.py",

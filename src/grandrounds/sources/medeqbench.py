@@ -7,31 +7,24 @@ from __future__ import annotations
 from dataclasses import replace
 
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import TextRef, UpstreamFile
+from grandrounds.sources.upstream import TextRef, UpstreamRepo
 
-COMMIT = "8a3a047d48e6ab49e3a263cc06c07c3787d0fb87"
-REPOSITORY = "AQ-MedAI/MedEQBench"
+MEDEQBENCH = UpstreamRepo(
+    "medeqbench", "AQ-MedAI/MedEQBench", "8a3a047d48e6ab49e3a263cc06c07c3787d0fb87"
+)
+COMMIT, REPOSITORY = MEDEQBENCH.commit, MEDEQBENCH.repo
 
 #: The official files: the judge prompt and evaluator; the line parser, arithmetic
 #: and judge call; the run configuration (candidate model and settings).
-EVALUATOR = UpstreamFile(
-    "medeqbench",
-    REPOSITORY,
-    COMMIT,
+EVALUATOR = MEDEQBENCH.file(
     "Health_EQBench/Health_EQBench.py",
     "b85ec70eb4f6c0654b7577bb9788259240b48e014ab55ec2eb44ecda462478b2",
 )
-UTILS = UpstreamFile(
-    "medeqbench",
-    REPOSITORY,
-    COMMIT,
+UTILS = MEDEQBENCH.file(
     "Health_EQBench/utils.py",
     "7d1d9a095f936b183be5e75d1a7b33103c136ac75a38051fc6771bd9b8de6192",
 )
-CONFIG = UpstreamFile(
-    "medeqbench",
-    REPOSITORY,
-    COMMIT,
+CONFIG = MEDEQBENCH.file(
     "configs/examples_config.py",
     "b22a5e1e4882265026626ff09fb2702948e1875b99615f37d31e5d116078ce67",
 )

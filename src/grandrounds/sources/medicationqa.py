@@ -8,11 +8,8 @@ import ast
 
 from grandrounds.core.errors import DataError
 from grandrounds.sources.protocols import Generation, Protocol, ours
-from grandrounds.sources.upstream import UpstreamRepo, read_text
+from grandrounds.sources.upstream import MEDMARKS, read_text
 
-MEDMARKS = UpstreamRepo(
-    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
-)
 #: JUDGE_TEMPLATE (``.format(question=, response=, gold_response=, output_format=)``) and JUDGE_OUTPUT_JSON.
 JUDGE_PROMPTS = MEDMARKS.file(
     "environments/medicationqa/medicationqa/judge_prompts.py",

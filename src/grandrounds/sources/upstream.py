@@ -75,14 +75,32 @@ class UpstreamFile:
 
 @dataclass(frozen=True)
 class UpstreamRepo:
-    """A repository at one pinned commit, named once for every file read out of it."""
+    """A repository at one pinned commit (a Hugging Face dataset's: at one revision), named once
+    for every file read out of it: ``REPO.file(path, sha256)`` is the one way to pin an upstream
+    file, and ``REPO.url(path)`` the address of a data file of the same repository and commit.
+
+    ``folder`` is the repository's directory in a reference folder and the cache.
+    """
 
     folder: str
     repo: str
     commit: str
+    #: ``github`` or ``huggingface`` (see :attr:`UpstreamFile.hub`).
+    hub: str = "github"
 
-    def file(self, path: str, sha256: str) -> UpstreamFile:
-        return UpstreamFile(self.folder, self.repo, self.commit, path, sha256)
+    def file(self, path: str, sha256: str | None) -> UpstreamFile:
+        """The file at ``path`` in the repository, pinned by its sha256 (None: not known ahead of a
+        first download, whose sha256 is then recorded and held to)."""
+        return UpstreamFile(self.folder, self.repo, self.commit, path, sha256, self.hub)
+
+    def url(self, path: str) -> str:
+        """Where ``path`` is downloaded from at the pinned commit (what ``file(path, ...).url`` is)."""
+        return self.file(path, None).url
+
+    @property
+    def short(self) -> str:
+        """``owner/name@abcdef0``: the pin as a source line names it."""
+        return f"{self.repo}@{self.commit[:7]}"
 
 
 #: openai/simple-evals at the commit every simple-evals file is read from (HealthBench's grader
@@ -97,6 +115,39 @@ VERIFIERS = UpstreamRepo(
 )
 #: FreedomIntelligence/CMB at the commit its prompt, answer matching and scoring are read from.
 CMB = UpstreamRepo("cmb", "FreedomIntelligence/CMB", "6c8ece46097dae736c6805dd3b831e1a38c08971")
+#: Medmarks' environments (tmabraham/med-lm-envs) at the commit every benchmark that follows
+#: Medmarks reads its environment from (exams, MedHallu, CareQA open, MedicationQA, MedDialog).
+MEDMARKS = UpstreamRepo(
+    "medmarks-envs", "tmabraham/med-lm-envs", "7ee045209857f85e909670bcab4a5b7260eafe92"
+)
+#: lm-evaluation-harness at the commit every exam's task files are read from.
+LM_EVAL = UpstreamRepo(
+    "lm-eval", "EleutherAI/lm-evaluation-harness", "4e7e0d47f33bc71070c1d38394bafbb52b117163"
+)
+#: MMLU-Pro's evaluation script (its prompt and answer reading).
+MMLU_PRO = UpstreamRepo(
+    "mmlu-pro", "TIGER-AI-Lab/MMLU-Pro", "f418b116db00b065c2aea046518d8fcf74d39872"
+)
+#: M-ARC (MedARC-QA): its copy of MMLU-Pro's script, and its questions.
+M_ARC = UpstreamRepo("m-arc", "dbernardo05/medARC-QA", "4e64daab5c884b0754f8cbd42fc8f22d05436369")
+#: CMMLU: its answer extraction, and its subjects' questions.
+CMMLU = UpstreamRepo("cmmlu", "haonan-li/CMMLU", "d6e7b716d8ac694f38969a6c0407437d1fded799")
+#: C-Eval's evaluators (prompt and answer reading).
+CEVAL = UpstreamRepo("ceval", "hkust-nlp/ceval", "cba65ae93bcf189149ced9f66ae0c958201faed9")
+#: CMExam: its prompt templates, answer reading and questions.
+CMEXAM = UpstreamRepo("cmexam", "williamliujl/CMExam", "fadb22c89beb1b7115dc36460ba792eb96b7b972")
+#: MedAgentsBench, the authors' repository (gersteinlab/medagents-benchmark): its baseline code
+#: (MedAgentsBench's chain-of-thought prompt) and its copy of MMLU-Pro's health questions.
+MEDAGENTSBENCH = UpstreamRepo(
+    "medagentsbench", "gersteinlab/medagents-benchmark", "f5e50b69be8ef617a6de613cc8035929448e2b3b"
+)
+#: MedAgentsBench's data as its fork xk-huang/medagents-benchmark holds it (every subset's test
+#: file, MedXpertQA's among them): data only, no file of it is read as reference text.
+MEDAGENTSBENCH_DATA = UpstreamRepo(
+    "medagentsbench-data",
+    "xk-huang/medagents-benchmark",
+    "36ee14d7835142e346cb376ab7330246f86742cb",
+)
 
 
 def reference_root() -> Path | None:
