@@ -58,9 +58,9 @@ from grandrounds.core.records import Cell, Criterion, Grade, Message, Sample
 from grandrounds.core.registry import Spec
 from grandrounds.scoring.cells import group_cells, mean_cell, value_of
 from grandrounds.scoring.gaps import LEVEL_POINTS, STRATEGIES, level_points
-from grandrounds.sources.gaps import DIFFERS, GAPS, PROTOCOLS
+from grandrounds.sources.gaps import DIFFERS, MEDICAL_AI_BENCH_EVAL, PROTOCOLS
 
-_BASE = GAPS.url("data/input")
+_BASE = MEDICAL_AI_BENCH_EVAL.url("data/input")
 NSCLC = RemoteFile(
     f"{_BASE}/GAPS-NSCLC-preview.xlsx",
     "GAPS-NSCLC-preview.xlsx",

@@ -8,20 +8,20 @@ from grandrounds.scoring.gaps import LEVEL_POINTS
 from grandrounds.sources.protocols import OUR_ANSWER, Generation, Protocol, ours
 from grandrounds.sources.upstream import UpstreamRepo
 
-GAPS = UpstreamRepo(
+MEDICAL_AI_BENCH_EVAL = UpstreamRepo(
     "gaps", "AQ-MedAI/MedicalAiBenchEval", "85e91cf8bfe4926a5b778250836a10f3166ef868"
 )
-COMMIT, _REPO = GAPS.commit, GAPS.repo
+COMMIT, _REPO = MEDICAL_AI_BENCH_EVAL.commit, MEDICAL_AI_BENCH_EVAL.repo
 #: The official files: judge prompts, parse and vote; scoring; points and panel.
-JUDGE_ENGINE = GAPS.file(
+JUDGE_ENGINE = MEDICAL_AI_BENCH_EVAL.file(
     "judge_engine.py",
     "08f09bdd168c00b2bc149bf23465e8adf23e5bea2678cb98906bcca7dbcdac00",
 )
-CALCULATOR = GAPS.file(
+CALCULATOR = MEDICAL_AI_BENCH_EVAL.file(
     "clinical_scoring_calculator.py",
     "d75029533bc5449f7c609194c84eec7dc0d2606940e879dab561825c3b0b1dba",
 )
-CONFIG = GAPS.file(
+CONFIG = MEDICAL_AI_BENCH_EVAL.file(
     "config.yaml",
     "ca5d2eca1567cd67fdaf78beb10938e1a76ffe07acf70829f6d262cf95853e9c",
 )

@@ -5,6 +5,10 @@ template lives in (repository, commit, path, sha256), and the text is read out o
 a run needs it, with ``ast`` for Python sources (constants, implicit concatenations, f-strings)
 and YAML for lm-evaluation-harness task files.
 
+A file is pinned one way: its repository at one commit is declared once (:class:`UpstreamRepo`,
+here when several modules read it, else beside its only reader) and the file is
+``REPO.file(path, sha256)``.
+
 Where the file comes from, first hit wins:
 
 1. ``$GRANDROUNDS_REFERENCE``: a directory laid out as ``<folder>/<path in the repository>``, for tests and air-gapped machines;
