@@ -114,7 +114,7 @@ def measure_guard(spec_url: str) -> dict[str, Any]:
     from grandrounds.providers.base import split_endpoint
     from grandrounds.run.config import JudgeConfig
     from grandrounds.run.executor import RetryPolicy
-    from grandrounds.run.runner import make_judges
+    from grandrounds.run.pipeline import make_judges
     from grandrounds.store import Store
 
     spec, url = split_endpoint(spec_url)

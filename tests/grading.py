@@ -6,7 +6,7 @@ import asyncio
 
 from grandrounds.core.records import Grade, Response, Sample
 from grandrounds.graders.base import GradeContext, Grader
-from grandrounds.run.runner import Grading
+from grandrounds.run.pipeline import Grading
 
 
 def grade_answer(

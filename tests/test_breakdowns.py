@@ -46,7 +46,8 @@ from grandrounds.core.records import (
 from grandrounds.reports import boards, build_report
 from grandrounds.reports.radar import radar_svg
 from grandrounds.run.config import RunConfig
-from grandrounds.run.runner import RunOutcome, run
+from grandrounds.run.outcome import RunOutcome
+from grandrounds.run.runner import run
 from grandrounds.scoring.cells import accuracy_cell, group_cells, mean_cell
 from grandrounds.scoring.stats import mean_ci, wilson_ci
 from grandrounds.store import Store

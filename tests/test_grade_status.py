@@ -34,8 +34,9 @@ from grandrounds.core.records import (
 )
 from grandrounds.core.registry import BENCHMARKS
 from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.pipeline import failed_answer
 from grandrounds.run.regrade import RegradeRequest, regrade
-from grandrounds.run.runner import failed_answer, run
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer, last_user_text
 from tests.rubric_bench.triage import TriageRubric

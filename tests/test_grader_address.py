@@ -371,7 +371,7 @@ def test_a_guard_reads_what_the_words_miss_and_its_agreement_is_measured(tmp_pat
         )  # fmt: skip
         from grandrounds.run.config import JudgeConfig
         from grandrounds.run.executor import RetryPolicy
-        from grandrounds.run.runner import make_judges
+        from grandrounds.run.pipeline import make_judges
         from grandrounds.store import Store
 
         labelled = [(t, True) for t in sorted(addressed)] + [(h, False) for h in HONEST]

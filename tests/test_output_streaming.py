@@ -23,9 +23,10 @@ from grandrounds.cli.main import app
 from grandrounds.core.registry import BENCHMARKS
 from grandrounds.run import outputs
 from grandrounds.run.config import JudgeConfig, RunConfig
+from grandrounds.run.outcome import RunOutcome
 from grandrounds.run.outputs import sample_line, write_outputs
 from grandrounds.run.regrade import RegradeRequest, regrade
-from grandrounds.run.runner import RunOutcome, run
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.rubric_bench.triage import TriageRubric

@@ -32,7 +32,8 @@ from grandrounds.benchmarks.medbench import MedBench
 from grandrounds.benchmarks.medcalc import MedCalcBench
 from grandrounds.benchmarks.medec import MEDEC
 from grandrounds.run.config import JudgeConfig, RunConfig
-from grandrounds.run.runner import RunOutcome, run
+from grandrounds.run.outcome import RunOutcome
+from grandrounds.run.runner import run
 from grandrounds.store import Store
 from grandrounds.testing import LoopbackServer
 from tests.conftest import shared_file

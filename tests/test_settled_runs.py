@@ -20,7 +20,7 @@ import pytest
 import grandrounds
 from grandrounds.core.hashing import canonical_json
 from grandrounds.core.records import result_from_json
-from grandrounds.run import runner
+from grandrounds.run.aggregate import Collected
 from grandrounds.store import Store
 from grandrounds.testing import Fault, LoopbackServer
 from tests.conftest import shared_file
@@ -35,7 +35,7 @@ class Counting:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.added = self.read = 0
-        add, grade = runner.Collected.add, Store.grade
+        add, grade = Collected.add, Store.grade
 
         def counted_add(collected: Any, *args: Any) -> None:
             self.added += 1
@@ -45,7 +45,7 @@ class Counting:
             self.read += 1
             return grade(store, *args)
 
-        monkeypatch.setattr(runner.Collected, "add", counted_add)
+        monkeypatch.setattr(Collected, "add", counted_add)
         monkeypatch.setattr(Store, "grade", counted_grade)
 
     def reset(self) -> None:

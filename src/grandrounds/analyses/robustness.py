@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from grandrounds.run.config import RunConfig
     from grandrounds.run.executor import CallStats
     from grandrounds.run.limits import EndpointLimits, TokenLimits
-    from grandrounds.run.runner import Progress, RunOutcome
+    from grandrounds.run.outcome import RunOutcome
+    from grandrounds.run.pipeline import Progress
     from grandrounds.store import Store
 
 ATTACK_PURPOSE: Purpose = "attack"

@@ -55,7 +55,9 @@ from grandrounds.run.limits import (
     limit_text,
     request_tokens,
 )
-from grandrounds.run.runner import RunJudge, Setup, _ask, prepare
+from grandrounds.run.pipeline import RunJudge
+from grandrounds.run.prepare import Setup, prepare
+from grandrounds.run.runner import _ask
 from grandrounds.store import RunRecord, Store
 
 NOT_ASKED = "dry run: not asked"

@@ -19,6 +19,7 @@ from grandrounds.core.records import Grade, Response, Result, Sample
 from grandrounds.graders import stored_spec
 from grandrounds.graders.base import GradeContext, Grader, build
 from grandrounds.graders.flags import check_mode
+from grandrounds.run.aggregate import Collected, make_result
 from grandrounds.run.batches.settings import BatchSettings
 from grandrounds.run.config import (
     JudgeConfig,
@@ -30,16 +31,9 @@ from grandrounds.run.config import (
 )
 from grandrounds.run.executor import RetryPolicy
 from grandrounds.run.limits import EndpointLimits, TokenLimits, check_rpm, check_tpm
-from grandrounds.run.runner import (
-    Collected,
-    Grading,
-    Progress,
-    ReadBack,
-    grader_fingerprint,
-    make_judges,
-    make_result,
-    run_pool,
-)
+from grandrounds.run.outcome import ReadBack
+from grandrounds.run.pipeline import Grading, Progress, make_judges, run_pool
+from grandrounds.run.prepare import grader_fingerprint
 from grandrounds.store import RunRecord, Store
 
 #: Samples of a run read from the store at a time (their answers and previous grades with them).
@@ -49,7 +43,7 @@ READ_CHUNK = 250
 class RegradeOutcome(ReadBack):
     """What a re-grade gives back: the result and call statistics.
 
-    Like :class:`~grandrounds.run.runner.RunOutcome` it holds no sample or grade: ``samples`` and
+    Like :class:`~grandrounds.run.outcome.RunOutcome` it holds no sample or grade: ``samples`` and
     ``grades`` are read back from the store when asked for, in the run's order, and
     :meth:`read_back` hands them out a chunk at a time.
     """
