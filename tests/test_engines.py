@@ -375,7 +375,8 @@ def test_a_later_run_in_the_same_process_starts_the_server_afresh(tmp_path):
 
     from grandrounds.core.records import Message, Request
     from grandrounds.providers.base import ModelSpec
-    from grandrounds.providers.engines import EngineError, VLLMProvider
+    from grandrounds.providers.engine_server import EngineError
+    from grandrounds.providers.engines import VLLMProvider
 
     rec = tmp_path / "engine.json"
     options = {

@@ -238,7 +238,7 @@ def test_the_engine_refuses_calls_without_its_key(tmp_path):
 
 
 def test_engine_env_keeps_hugging_face_tokens_only(monkeypatch):
-    from grandrounds.providers.engines import engine_env
+    from grandrounds.providers.engine_server import engine_env
 
     for name in (
         "OPENAI_API_KEY",
