@@ -1,4 +1,4 @@
-"""How well the 2PL fit (grandrounds.analyses.irt) recovers known parameters, how honest its ability
+"""How well the 2PL fit (grandrounds.analyses.irt_fit) recovers known parameters, how honest its ability
 errors are, and how long it takes.
 
 For each design, responses are drawn from known abilities, difficulties and discriminations
@@ -28,7 +28,8 @@ import time
 
 import numpy as np
 
-from grandrounds.analyses.irt import Respondent, Responses, analyse, fit_2pl, informative
+from grandrounds.analyses.irt import Respondent, Responses, analyse
+from grandrounds.analyses.irt_fit import fit_2pl, informative
 
 DESIGNS = {
     # abilities spread like models on a leaderboard (30%-90% accuracy), items of varied quality

@@ -13,15 +13,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from grandrounds.analyses.irt import (
-    IrtError,
-    Respondent,
-    Responses,
-    analyse,
-    fit_2pl,
-    informative,
-    responses_from_values,
-)
+from grandrounds.analyses.irt import Respondent, Responses, analyse, responses_from_values
+from grandrounds.analyses.irt_fit import IrtError, fit_2pl, informative
 from grandrounds.benchmarks.base import RunOptions
 from grandrounds.cli.main import app
 from grandrounds.core.records import Request

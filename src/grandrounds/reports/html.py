@@ -573,12 +573,12 @@ def _irt_section(i: int, sec: Section) -> str:
     """The IRT block of the ``i``-th section; "" when it is not a right/wrong dataset with enough respondents."""
     from grandrounds.analyses.irt import (
         MIN_RESPONDENTS,
-        IrtError,
         Respondent,
         analyse,
         evidence,
         responses_from_section,
     )
+    from grandrounds.analyses.irt_fit import IrtError
 
     try:
         resp, graded = responses_from_section(sec)
