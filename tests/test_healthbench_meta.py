@@ -34,19 +34,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from grandrounds.analyses.judge_validation import (
-    META_FILE,
-    MetaPrompts,
-    ValidateConfig,
-    agreement_notes,
+from grandrounds.analyses.judge_agreement import (
     judge_interval,
     judge_metrics,
-    load_rows,
     physician_metrics,
     rater_metrics,
     reference_keys,
     reference_row_stats,
-    select_rows,
+)
+from grandrounds.analyses.judge_meta_rows import META_FILE, load_rows, select_rows
+from grandrounds.analyses.judge_validation import (
+    MetaPrompts,
+    ValidateConfig,
+    agreement_notes,
     validate,
 )
 from grandrounds.core.records import Request

@@ -12,32 +12,10 @@ temperature 0.5 and 2,048 tokens; ``grandrounds``: our template, temperature 0, 
 Calls go through the cached, retrying executor, so an interrupted validation resumes and a failed
 call is asked again the next time.
 
-Agreement (``compute_metrics_for_rater_by_class``, ``compute_f1_metric``,
-``compute_balanced_metric``, reproduced from their arithmetic): a rater (the judge, or one
-physician) is compared with the other raters of the same rows; every (rater label, other label)
-pair counts once.
-
-- ``precision_pos`` = share of agreeing pairs among pairs where the rater said met;
-  ``precision_neg`` the same where it said unmet;
-- ``recall_pos`` = share of agreeing pairs among pairs where the other rater said met;
-  ``recall_neg`` the same where the other said unmet;
-- ``f1_c`` = 2 p r / (p + r) (0 when both are 0), counted over n_p + n_r - p n_p pairs;
-- ``*_balanced`` = (pos + neg) / 2, for precision, recall and F1; ``f1_balanced`` (simple-evals'
-  ``pairwise_model_f1_balanced``) is the headline: the macro F1 over met and unmet.
-
-A figure exists only when it has pairs (an F1 only with its precision and recall, a balanced
-figure only with both classes), overall and per category, as in the reference. Physicians:
-each physician against the other physicians of the rows they labelled (leave one out), over
-every selected row.
-
-Bootstrap. The reference's only bootstrap is ``common.aggregate_results`` over per-row metrics
-(``num_physician_labels``, ``percent_physician_pos``, ``model_predicted_positive``, each also per
-category, and ``score``): mean, n_samples and the std of the mean over 1,000 resamples drawn from
-the unseeded ``np.random``; :func:`reference_row_stats` draws them from ``RandomState(seed)``, so
-with the same seed both agree. The agreement figures have no interval in the reference; ours
-(:func:`judge_interval`) is the 2.5/97.5 percentile of the judge's balanced F1 over 1,000
-resamples of conversations (rows sharing a conversation and completion are resampled together,
-since their labels are not independent).
+Agreement (simple-evals' pairwise precision, recall and F1 of a rater against the other raters
+of the same rows, and their balanced means) and the bootstraps are computed in
+:mod:`grandrounds.analyses.judge_agreement`, over the rows :mod:`grandrounds.analyses.judge_meta_rows`
+reads.
 
 Where this differs from the reference:
 
@@ -50,7 +28,7 @@ Where this differs from the reference:
 - The reference names per-category figures by string replacement in ``"<category>: pairwise_..."``
   keys ("precision" to "recall", "pos" to "neg"), which would mix categories whose names contain
   those words; here figures are keyed by (category, metric). No HealthBench cluster name contains
-  them, so the figures agree (:func:`reference_keys` gives the reference's names).
+  them, so the figures agree (:func:`~grandrounds.analyses.judge_agreement.reference_keys` gives the reference's names).
 - The physicians' summary (mean and median over physicians, how many the judge beats) is ours:
   the reference returns each physician's figures only.
 - The grader prompt is simple-evals' ``GRADER_TEMPLATE``, as its meta-evaluation imports it
@@ -60,23 +38,25 @@ Where this differs from the reference:
 
 from __future__ import annotations
 
-import random
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 import grandrounds
-from grandrounds.benchmarks.healthbench import BASE_URL
-from grandrounds.benchmarks.readers.lines import read_jsonl
-from grandrounds.core.errors import ConfigError, DataError
+from grandrounds.analyses.judge_agreement import (
+    Stat,
+    judge_interval,
+    judge_metrics,
+    physician_metrics,
+    physician_summary,
+    reference_row_stats,
+)
+from grandrounds.analyses.judge_meta_rows import SUITE, MetaRow, data_path, load_rows, select_rows
+from grandrounds.core.errors import ConfigError
 from grandrounds.core.hashing import content_hash, file_sha256, to_jsonable
 from grandrounds.core.records import Grade, Message
 from grandrounds.core.textutil import strip_reasoning
-from grandrounds.sources.downloads import RemoteFile, cache_dir, fetch
 from grandrounds.sources.healthbench import GRANDROUNDS as HB_GRANDROUNDS
 from grandrounds.sources.healthbench import REFERENCE as HB_REFERENCE
 from grandrounds.sources.protocols import PROTOCOL_NAMES, Protocol
@@ -89,15 +69,8 @@ if (
     from grandrounds.run.config import JudgeConfig
     from grandrounds.run.executor import CallStats, RetryPolicy
     from grandrounds.run.limits import TokenLimits
-    from grandrounds.run.runner import Progress
+    from grandrounds.run.pipeline import Progress
 
-SUITE = "healthbench-meta"
-#: The public meta-eval file (simple-evals ``INPUT_PATH``); size 136,224,466 bytes.
-META_FILE = RemoteFile(
-    url=BASE_URL + "2025-05-07-06-14-12_oss_meta_eval.jsonl",
-    filename="2025-05-07-06-14-12_oss_meta_eval.jsonl",
-    sha256="6a343ed3fcb6f28353c2c6c157ae30ddf2db874c947b27ba474ad54da9c5dbac",
-)
 #: The judge presets: HealthBench's (the meta-eval grades with the same grader and sampler).
 PROTOCOLS: Mapping[str, Protocol] = {"reference": HB_REFERENCE, "grandrounds": HB_GRANDROUNDS}
 #: Benchmarks whose scores are judged with HealthBench's grader prompt, so a measured agreement applies.
@@ -107,343 +80,6 @@ HEALTHBENCH_FAMILY = (
     "healthbench-consensus",
     "healthbench-professional",
 )
-#: Resamples of the reference's bootstrap (``_compute_stat``) and of ours.
-N_RESAMPLES = 1000
-
-Rater = Literal["model", "physician"]
-
-
-# ---- data ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MetaRow:
-    """One meta-eval row: a judged item with the physicians' labels of it."""
-
-    line: int
-    messages: tuple[Message, ...]
-    completion: str
-    rubric: str
-    category: str
-    labels: tuple[bool, ...]
-    physicians: tuple[str, ...]
-
-
-def parse_row(rec: Mapping[str, Any], path: Path, line: int) -> MetaRow:
-    """One JSONL record -> MetaRow; DataError naming the line for anything malformed."""
-    prompt = rec.get("prompt")
-    if not isinstance(prompt, list) or not prompt:
-        raise DataError(path, line, "prompt must be a non-empty list of messages")
-    messages = []
-    for m in prompt:
-        if (
-            not isinstance(m, dict)
-            or not isinstance(m.get("role"), str)
-            or not isinstance(m.get("content"), str)
-        ):
-            raise DataError(path, line, "each prompt message needs string role and content")
-        messages.append(Message(m["role"], m["content"]))
-    for name in ("completion", "rubric", "category"):
-        if not isinstance(rec.get(name), str):
-            raise DataError(path, line, f"{name} must be a string")
-    if not rec["rubric"].strip():
-        raise DataError(path, line, "rubric is empty")
-    labels = rec.get("binary_labels")
-    if not isinstance(labels, list) or not labels or not all(isinstance(x, bool) for x in labels):
-        raise DataError(path, line, "binary_labels must be a non-empty list of true/false")
-    ids = rec.get("anonymized_physician_ids")
-    if not isinstance(ids, list) or not all(
-        isinstance(x, (str, int)) and not isinstance(x, bool) for x in ids
-    ):
-        raise DataError(path, line, "anonymized_physician_ids must be a list of ids")
-    if len(ids) != len(labels):
-        raise DataError(
-            path, line, f"{len(labels)} binary_labels but {len(ids)} anonymized_physician_ids"
-        )
-    return MetaRow(
-        line,
-        tuple(messages),
-        rec["completion"],
-        rec["rubric"],
-        rec["category"],
-        tuple(labels),
-        tuple(str(x) for x in ids),
-    )
-
-
-def load_rows(path: Path) -> list[MetaRow]:
-    """Every row of a meta-eval file in the original format, in file order."""
-    return [parse_row(rec, path, n) for n, rec in read_jsonl(path)]
-
-
-def select_rows(rows: Sequence[MetaRow], limit: int | None) -> list[MetaRow]:
-    """The rows simple-evals evaluates with ``num_examples=limit``: all, or ``random.Random(0).sample``."""
-    if limit is not None and limit < 1:
-        raise ConfigError(f"--limit must be at least 1, not {limit}")
-    if limit is not None and len(rows) > limit:
-        return random.Random(0).sample(list(rows), limit)
-    return list(rows)
-
-
-def data_path(data: Path | None) -> Path:
-    """``data`` if given (it must exist), else the public file through the checksummed cache."""
-    if data is not None:
-        if not data.exists():
-            raise DataError(data, None, "file not found")
-        if data.is_dir():
-            data = data / META_FILE.filename
-            if not data.exists():
-                raise DataError(
-                    data, None, f"file not found (expected {META_FILE.filename} in the directory)"
-                )
-        return data
-    return fetch(META_FILE, cache_dir() / SUITE)
-
-
-# ---- agreement arithmetic -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stat:
-    """One agreement figure: its value (None: undefined) over ``n`` pairs (a float for F1, as in the reference)."""
-
-    n: float
-    value: float | None
-
-
-@dataclass(frozen=True)
-class RaterMetrics:
-    """A rater's figures overall and per category: name (``precision_pos``, ``f1_balanced``, ...) -> Stat."""
-
-    overall: Mapping[str, Stat]
-    by_category: Mapping[str, Mapping[str, Stat]]
-
-
-def _f1(p: Stat, r: Stat) -> Stat:
-    # compute_f1_metric in healthbench_meta_eval.py: the same operations in the same order, so the
-    # floats agree to the last bit; n = TP+FP + TP+FN - TP with TP = precision * n_precision.
-    if p.value is None or r.value is None:
-        return Stat(p.n + r.n, None)
-    tp = p.value * p.n
-    if p.value == 0 and r.value == 0:
-        return Stat(p.n + r.n - tp, 0.0)
-    return Stat(p.n + r.n - tp, 2 * (p.value * r.value) / (p.value + r.value))
-
-
-def _figures(counts: Mapping[str, list[int]]) -> dict[str, Stat]:
-    """Precision and recall per class from (agreeing, total) pair counts, then F1 and balanced figures."""
-    out = {name: Stat(n, agree / n) for name, (agree, n) in counts.items() if n}
-    for cls in ("pos", "neg"):
-        p, r = out.get(f"precision_{cls}"), out.get(f"recall_{cls}")
-        if p is not None and r is not None:
-            out[f"f1_{cls}"] = _f1(p, r)
-    for metric in ("precision", "recall", "f1"):
-        pos, neg = out.get(f"{metric}_pos"), out.get(f"{metric}_neg")
-        if pos is not None and neg is not None:
-            value = None if pos.value is None or neg.value is None else (pos.value + neg.value) / 2
-            out[f"{metric}_balanced"] = Stat(pos.n + neg.n, value)
-    return out
-
-
-def rater_metrics(
-    selves: Sequence[bool], others: Sequence[Sequence[bool]], categories: Sequence[str]
-) -> RaterMetrics:
-    """A rater's labels against the other raters' labels of the same rows, overall and per category.
-
-    Each (label, other label) pair adds to the rater's precision for the class the rater chose
-    and to its recall for the class the other rater chose, agreeing or not.
-    """
-    if not len(selves) == len(others) == len(categories):
-        raise ValueError("selves, others and categories differ in length")
-    overall: dict[str, list[int]] = {}
-    per: dict[str, dict[str, list[int]]] = {}
-    for mine, theirs, cat in zip(selves, others, categories):
-        scopes = (overall, per.setdefault(cat, {}))
-        for other in theirs:
-            agree = int(mine == other)
-            for name in (
-                "precision_pos" if mine else "precision_neg",
-                "recall_pos" if other else "recall_neg",
-            ):
-                for scope in scopes:
-                    c = scope.setdefault(name, [0, 0])
-                    c[0] += agree
-                    c[1] += 1
-    return RaterMetrics(_figures(overall), {cat: _figures(c) for cat, c in per.items() if c})
-
-
-def judge_metrics(rows: Sequence[MetaRow], verdicts: Sequence[bool | None]) -> RaterMetrics:
-    """The judge against every physician label of the rows it labelled (unknown rows left out)."""
-    kept = [(r, v) for r, v in zip(rows, verdicts, strict=True) if v is not None]
-    return rater_metrics(
-        [v for _, v in kept], [r.labels for r, _ in kept], [r.category for r, _ in kept]
-    )
-
-
-def physician_metrics(rows: Sequence[MetaRow]) -> dict[str, RaterMetrics]:
-    """Each physician (first-seen order) against the other physicians of every row they labelled."""
-    lists: dict[str, tuple[list[bool], list[tuple[bool, ...]], list[str]]] = {}
-    for row in rows:
-        for i, (pid, label) in enumerate(zip(row.physicians, row.labels)):
-            mine, theirs, cats = lists.setdefault(pid, ([], [], []))
-            mine.append(label)
-            theirs.append(row.labels[:i] + row.labels[i + 1 :])
-            cats.append(row.category)
-    return {pid: rater_metrics(*v) for pid, v in lists.items()}
-
-
-def reference_keys(m: RaterMetrics, rater: Rater) -> dict[str, dict[str, float | None]]:
-    """The figures under simple-evals' names: ``pairwise_{rater}_{metric}_{class}`` and
-    ``{category}: pairwise_...``, each ``{"n": ..., "value": ...}``."""
-    out = {f"pairwise_{rater}_{k}": {"n": s.n, "value": s.value} for k, s in m.overall.items()}
-    for cat, figs in m.by_category.items():
-        out.update(
-            {f"{cat}: pairwise_{rater}_{k}": {"n": s.n, "value": s.value} for k, s in figs.items()}
-        )
-    return out
-
-
-def physician_summary(per: Mapping[str, RaterMetrics]) -> dict[str, Any]:
-    """Mean and median of each figure over the physicians who have it, overall and per category (ours)."""
-
-    def summarise(figs: Sequence[Mapping[str, Stat]]) -> dict[str, dict[str, float | int]]:
-        values: dict[str, list[float]] = {}
-        for f in figs:
-            for name, s in f.items():
-                if s.value is not None:
-                    values.setdefault(name, []).append(s.value)
-        return {
-            k: {"mean": statistics.fmean(v), "median": statistics.median(v), "n_physicians": len(v)}
-            for k, v in values.items()
-        }
-
-    cats = sorted({c for m in per.values() for c in m.by_category})
-    return {
-        "n_physicians": len(per),
-        "overall": summarise([m.overall for m in per.values()]),
-        "by_category": {
-            c: summarise([m.by_category[c] for m in per.values() if c in m.by_category])
-            for c in cats
-        },
-    }
-
-
-# ---- bootstraps ---------------------------------------------------------------------------------
-
-
-def reference_row_stats(
-    rows: Sequence[MetaRow],
-    verdicts: Sequence[bool | None],
-    seed: int = 0,
-    n_resamples: int = N_RESAMPLES,
-) -> dict[str, dict[str, float]]:
-    """simple-evals' per-row metrics aggregated as ``common.aggregate_results`` does with
-    ``("mean", "n_samples", "bootstrap_std")``: names in the order it first sees them (each row's
-    metrics, then ``score``), each resampled 1,000 times with replacement.
-
-    ``np.random.choice(values, n)`` draws ``randint(0, n, n)``; drawing those from
-    ``RandomState(seed)`` in the same order (in blocks of rows, the same stream) gives the same
-    resamples as the reference with ``np.random.seed(seed)``.
-    """
-    name2values: dict[str, list[float]] = {}
-    for row, v in zip(rows, verdicts, strict=True):
-        if v is None:
-            continue
-        k = len(row.labels)
-        metrics: dict[str, float] = {
-            "num_physician_labels": k,
-            "percent_physician_pos": sum(row.labels) / k,
-            "model_predicted_positive": v,
-        }
-        metrics |= {f"{row.category}: {name}": value for name, value in metrics.items()}
-        for name, value in metrics.items():
-            name2values.setdefault(name, []).append(value)
-        name2values.setdefault("score", []).append(v)
-    rng = np.random.RandomState(seed)
-    out: dict[str, dict[str, float]] = {}
-    for name, values in name2values.items():
-        arr = np.asarray(values, dtype=float)
-        block = max(1, 2_000_000 // arr.size)
-        means = []
-        for start in range(0, n_resamples, block):
-            idx = rng.randint(0, arr.size, size=(min(block, n_resamples - start), arr.size))
-            means.append(arr[idx].mean(axis=1))
-        out[name] = {
-            "mean": float(np.mean(arr)),
-            "n_samples": len(values),
-            "bootstrap_std": float(np.std(np.concatenate(means))),
-        }
-    return out
-
-
-def _pair_counts(row: MetaRow, verdict: bool) -> tuple[int, ...]:
-    """A judged row's (agreeing, total) pair counts for precision_pos, precision_neg, recall_pos, recall_neg."""
-    k, p = len(row.labels), sum(row.labels)
-    if verdict:
-        return (p, k, 0, 0, p, p, 0, k - p)
-    return (0, 0, k - p, k, 0, p, k - p, k - p)
-
-
-def _balanced_f1(sums: np.ndarray) -> np.ndarray:
-    """Balanced F1 from summed pair counts (last axis: the 8 counts of :func:`_pair_counts`); NaN where undefined."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f1s = []
-        for base in (0, 2):  # pos, neg
-            p = sums[..., base] / sums[..., base + 1]
-            r = sums[..., base + 4] / sums[..., base + 5]
-            f1 = np.where((p == 0) & (r == 0), 0.0, 2 * p * r / (p + r))
-            f1s.append(f1)
-        return (f1s[0] + f1s[1]) / 2
-
-
-def judge_interval(
-    rows: Sequence[MetaRow],
-    verdicts: Sequence[bool | None],
-    seed: int = 0,
-    n_resamples: int = N_RESAMPLES,
-) -> dict[str, Any]:
-    """95% percentile interval of the judge's balanced F1, overall and per category (ours).
-
-    Conversations (rows with the same messages and completion) are resampled with replacement,
-    ``n_resamples`` times from ``default_rng(seed)``; a resample where a figure is undefined is
-    left out of that figure's interval.
-    """
-    judged = [(r, v) for r, v in zip(rows, verdicts, strict=True) if v is not None]
-    if not judged:
-        return {"overall": None, "by_category": {}}
-    cats = sorted({r.category for r, _ in judged})
-    cat_index = {c: i for i, c in enumerate(cats)}
-    clusters: dict[tuple[Any, ...], int] = {}
-    rows_counts = []
-    for r, v in judged:
-        cid = clusters.setdefault((r.messages, r.completion), len(clusters))
-        rows_counts.append((cid, cat_index[r.category], _pair_counts(r, v)))
-    counts = np.zeros((len(clusters), 1 + len(cats), 8))
-    for cid, ci, c in rows_counts:
-        counts[cid, 0] += c
-        counts[cid, 1 + ci] += c
-    flat = counts.reshape(len(clusters), -1)
-    rng = np.random.default_rng(seed)
-    n = len(clusters)
-    stats = []
-    block = max(1, 2_000_000 // n)
-    for start in range(0, n_resamples, block):
-        size = min(block, n_resamples - start)
-        draws = rng.integers(0, n, size=(size, n))
-        weights = np.stack([np.bincount(d, minlength=n) for d in draws]).astype(float)
-        stats.append(_balanced_f1((weights @ flat).reshape(size, 1 + len(cats), 8)))
-    f1 = np.concatenate(stats)  # (n_resamples, 1 + categories)
-
-    def interval(col: np.ndarray) -> list[float] | None:
-        ok = col[~np.isnan(col)]
-        return [float(x) for x in np.percentile(ok, [2.5, 97.5])] if ok.size else None
-
-    return {
-        "overall": interval(f1[:, 0]),
-        "by_category": {c: interval(f1[:, 1 + i]) for i, c in enumerate(cats)},
-        "n_conversations": n,
-        "n_resamples": n_resamples,
-    }
 
 
 # ---- the judge ----------------------------------------------------------------------------------
@@ -588,7 +224,7 @@ async def validate(
     from grandrounds.graders.judging import Ask, ask
     from grandrounds.run.executor import RetryPolicy
     from grandrounds.run.limits import EndpointLimits
-    from grandrounds.run.runner import make_judges, run_pool
+    from grandrounds.run.pipeline import make_judges, run_pool
 
     proto, judge_cfg, deviations = check_config(cfg)
     prompts = MetaPrompts(cfg.protocol)
