@@ -1,6 +1,6 @@
 """The registry is the mechanism only: each package keeps the table of its own built-ins, the core
 names no component of a higher layer, and scripts/house.py's drawing counts the arrows, the names
-imported at run time included."""
+imported at run time included. No module of the package grows past :data:`MAX_LINES` lines."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ from grandrounds.core.registry import BENCHMARKS, GRADERS, PROVIDERS
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "src" / "grandrounds"
+
+#: The most lines a module of the package may have: past it, it is split by what its parts do.
+MAX_LINES = 800
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +116,34 @@ def test_the_drawing_counts_an_import_up_and_a_class_named_up(house, tmp_path: P
     assert counts["loops of modules, names counted"] == 1
     assert "grandrounds.store.up -> grandrounds.run.config (import)" in text
     assert "grandrounds.core.low -> grandrounds.benchmarks.high (by name)" in text
+
+
+def long_modules(pkg: Path, limit: int = MAX_LINES) -> list[str]:
+    """Each module under ``pkg`` with more than ``limit`` lines, as ``path: N lines``, longest
+    first (the path from the package's parent folder)."""
+    found = []
+    for path in pkg.rglob("*.py"):
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > limit:
+            found.append((n, path.relative_to(pkg.parent).as_posix()))
+    return [f"{where}: {n} lines (at most {limit})" for n, where in sorted(found, reverse=True)]
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    assert long_modules(PKG) == []
+
+
+def test_the_line_limit_names_each_long_module_and_its_count(tmp_path: Path) -> None:
+    """801 lines fail, 800 pass; a module in a subfolder counts, and the longest is named first."""
+    pkg = tmp_path / "grandrounds"
+    for rel, n in {
+        "run/at_limit.py": 800,
+        "run/long.py": 801,
+        "benchmarks/readers/longer.py": 950,
+    }.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text("x = 1\n" * n, encoding="utf-8")
+    assert long_modules(pkg) == [
+        "grandrounds/benchmarks/readers/longer.py: 950 lines (at most 800)",
+        "grandrounds/run/long.py: 801 lines (at most 800)",
+    ]
