@@ -86,8 +86,9 @@ class Collected:
         }
 
     def tally(self) -> dict[str, Any]:
-        """What the grades hold, stored when the grading settles (:func:`settled_result`): how
-        many, how many a re-run would redo, how many by status."""
+        """What the grades hold, stored when the grading settles
+        (:func:`~grandrounds.run.runner.settled_result`): how many, how many a re-run would redo,
+        how many by status."""
         return {"n": sum(self.status.values()), "redo": self.redo, "status": dict(self.status)}
 
     def usage(self, run_id: str, grader_fp: str) -> tuple[CallUsage, list[CallUsage]]:

@@ -138,7 +138,7 @@ def chunk_lines(
 
 
 def stored_lines(outcome: Any, store: Store) -> Iterator[dict[str, Any]]:
-    """The ``samples.jsonl`` lines of a run (a ``runner.RunOutcome``) in its order, read back from
+    """The ``samples.jsonl`` lines of a run (a ``outcome.RunOutcome``) in its order, read back from
     ``store`` ``outcome.READ_CHUNK`` samples at a time: each sample's id and target from the
     store's copy of the run's dataset (the rest of the sample left unread), its grade, answer and
     prompt fetched by id; nothing of a chunk is kept once written, and the data file is not read.

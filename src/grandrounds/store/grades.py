@@ -181,7 +181,7 @@ class GradeTables(StoreBase):
     # ---- settled gradings ---------------------------------------------------------------
     def settle(self, run_id: str, grader_fp: str, tally: dict[str, Any]) -> None:
         """Remember that the grading of ``run_id`` by ``grader_fp`` finished, its result stored,
-        with ``tally`` (what its grades hold: :class:`runner.Collected` counts them). Any grade
+        with ``tally`` (what its grades hold: :class:`aggregate.Collected` counts them). Any grade
         written under the same run and grader afterwards forgets it (:meth:`put_grade`)."""
         self.flush()  # grades still buffered land first, so they cannot unsettle what follows them
         self.db.execute(
