@@ -13,6 +13,7 @@ import pytest
 from rich.table import Table
 from typer.testing import CliRunner
 
+import grandrounds
 from grandrounds.cli.main import app
 from grandrounds.core.display import SafeConsole, safe_text, styled
 from grandrounds.core.registry import BENCHMARKS
@@ -175,9 +176,15 @@ def test_hostile_ids_tags_and_error_bodies_print_inert_in_every_command(tmp_path
 
 def test_a_hostile_error_body_is_inert_on_a_colour_terminal(tmp_path, monkeypatch):
     """On a terminal Rich writes its own colours; the data still adds no sequence and no link."""
-    from grandrounds.cli import common, main, reports
+    from grandrounds.cli import common, main, reports, results, running
 
-    for mod in (common, main, reports):  # the commands' consoles, as on a colour terminal
+    for mod in (
+        common,
+        main,
+        reports,
+        results,
+        running,
+    ):  # the commands' consoles, as on a colour terminal
         for name in ("console", "err_console"):
             if hasattr(mod, name):
                 monkeypatch.setattr(
@@ -276,16 +283,12 @@ def test_hostile_batch_ids_print_inert(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "path",
-    [
-        "cli/main.py",
-        "cli/reports.py",
-        "cli/irt.py",
-        "cli/robustness.py",
-        "cli/judge_validation.py",
-        "cli/fetch.py",
-        "run/progress.py",
-        "run/plan.py",
-    ],
+    # every command module (a new one is checked the day it is added), and what prints for them
+    sorted(
+        str(p.relative_to(Path(grandrounds.__file__).parent))
+        for p in (Path(grandrounds.__file__).parent / "cli").glob("*.py")
+    )
+    + ["run/progress.py", "run/plan.py"],
 )
 def test_commands_print_only_through_safe_consoles(path):
     """No command module makes a plain Rich console or reads markup: a new print cannot forget."""
