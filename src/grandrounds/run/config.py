@@ -117,7 +117,7 @@ def check_run(cfg: RunConfig) -> RunConfig:
     judge_specs = cfg.judges
     if not judge_specs and bench.needs_judge and proto.judge_models:
         judge_specs = tuple(
-            JudgeConfig(*split_endpoint(m)) for m in proto.judge_models
+            JudgeConfig(spec=s, base_url=u) for s, u in map(split_endpoint, proto.judge_models)
         )  # the judge(s) the official protocol names
     judge_specs = with_timeout(judge_specs, cfg.timeout)
     judges, judge_deviations = resolve_judges(proto, judge_specs, cfg.judge_overrides, options.seed)

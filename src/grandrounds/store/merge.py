@@ -328,7 +328,17 @@ def source_shards(path: Path) -> list[SourceShard]:
         ).fetchall()
     finally:
         db.close()
-    return [SourceShard(path, *row) for row in rows]
+    names = (
+        "run_id",
+        "benchmark",
+        "model",
+        "dataset",
+        "shard",
+        "n_shards",
+        "state",
+        "package_version",
+    )
+    return [SourceShard(path=path, **dict(zip(names, row, strict=True))) for row in rows]
 
 
 def refusals(

@@ -72,4 +72,7 @@ class ShardTables(StoreBase):
         self.flush()
         q = "SELECT * FROM shards" + (" WHERE run_id = ?" if run_id else "")
         q += " ORDER BY run_id, grader_fp, n_shards, shard"
-        return [ShardRow(*tuple(r)) for r in self.db.execute(q, (run_id,) if run_id else ())]
+        return [
+            ShardRow(**{k: r[k] for k in r.keys()})
+            for r in self.db.execute(q, (run_id,) if run_id else ())
+        ]
