@@ -73,6 +73,6 @@ class ShardTables(StoreBase):
         q = "SELECT * FROM shards" + (" WHERE run_id = ?" if run_id else "")
         q += " ORDER BY run_id, grader_fp, n_shards, shard"
         return [
-            ShardRow(**{k: r[k] for k in r.keys()})
+            ShardRow(**{k: r[k] for k in r.keys()})  # noqa: SIM118 (a sqlite3.Row: iterating reads values)
             for r in self.db.execute(q, (run_id,) if run_id else ())
         ]
