@@ -54,7 +54,7 @@ def once(
         base_url=cand.openai_url,
         limit=limit,
         options=RunOptions(protocol="reference"),
-        judges=(JudgeConfig("anthropic/judge", judge.anthropic_url),),
+        judges=(JudgeConfig(spec="anthropic/judge", base_url=judge.anthropic_url),),
         batch=settings,
     )
     before = (

@@ -122,7 +122,7 @@ def measure_guard(spec_url: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "guard.db") as st:
         params = GenParams(temperature=0.0, max_tokens=96, seed=0)  # a sentence and the tag
         execs, (guard,) = make_judges(
-            st, (JudgeConfig(spec, url, params=params),), 1, RetryPolicy(), 0, None
+            st, (JudgeConfig(spec=spec, base_url=url, params=params),), 1, RetryPolicy(), 0, None
         )
 
         async def go() -> dict[str, Any]:

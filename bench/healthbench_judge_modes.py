@@ -80,9 +80,9 @@ def main() -> None:
 
     store = Store(args.store or Path(tempfile.mkdtemp()) / "modes.db")
     judge = JudgeConfig(
-        args.judge,
-        args.judge_base_url,
-        GenParams(
+        spec=args.judge,
+        base_url=args.judge_base_url,
+        params=GenParams(
             temperature=0.0, max_tokens=args.judge_max_tokens, seed=0, json_object=args.judge_json
         ),
     )
@@ -90,8 +90,8 @@ def main() -> None:
     with LoopbackServer(answer) as srv:
         for mode in ("per-criterion", "batched"):
             cfg = RunConfig(
-                "healthbench",
-                "openai/ideal-completions",
+                benchmark="healthbench",
+                model="openai/ideal-completions",
                 data=data,
                 base_url=srv.base_url,
                 options=RunOptions(judge_mode=mode, max_reask=1),

@@ -155,13 +155,20 @@ def wrong_keys(seeds: int) -> None:
         )  # an a=1.5, b=0 item, key inverted
         res = analyse(
             Responses(
-                "sim",
-                "d",
-                tuple(
-                    Respondent(f"m{i}", "generate", "grandrounds", str(i), "") for i in range(20)
+                benchmark="sim",
+                dataset="d",
+                respondents=tuple(
+                    Respondent(
+                        model=f"m{i}",
+                        answer_mode="generate",
+                        protocol="grandrounds",
+                        run_id=str(i),
+                        grader_fp="",
+                    )
+                    for i in range(20)
                 ),
-                tuple(str(k) for k in range(500)),
-                y,
+                items=tuple(str(k) for k in range(500)),
+                y=y,
             )
         )
         flagged = {it.id: it for it in res.negative}

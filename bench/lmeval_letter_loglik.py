@@ -354,8 +354,8 @@ def grandrounds_side(
     db = workdir / "grandrounds.db"
     db.unlink(missing_ok=True)
     cfg = RunConfig(
-        "medqa",
-        f"llamacpp/{gguf}",
+        benchmark="medqa",
+        model=f"llamacpp/{gguf}",
         data=data,
         limit=n,
         options=RunOptions(answer_mode="letter-loglik"),

@@ -41,8 +41,8 @@ def main() -> None:
     for mode in args.modes.split(","):
         with tempfile.TemporaryDirectory() as d:
             cfg = RunConfig(
-                "medqa",
-                "llamacpp/smollm2",
+                benchmark="medqa",
+                model="llamacpp/smollm2",
                 data=args.data,
                 limit=args.n,
                 options=RunOptions(answer_mode=mode),

@@ -42,10 +42,10 @@ async def ask(base_url: str, db: Path, n: int, timeout: float) -> tuple[float, i
         ex = Executor(st, provider, None, RetryPolicy(), endpoints=EndpointLimits())
         reqs = [
             Request(
-                "openai",
-                "local",
-                (Message("user", f"question {i}"),),
-                GenParams(max_tokens=8),
+                provider="openai",
+                model="local",
+                messages=(Message("user", f"question {i}"),),
+                params=GenParams(max_tokens=8),
                 base_url=base_url,
             )
             for i in range(n)

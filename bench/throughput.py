@@ -159,8 +159,8 @@ def measure(base_url: str, data: Path, concurrency: int) -> tuple[int, float, fl
     with tempfile.TemporaryDirectory() as d:
         store = Store(Path(d) / "bench.db")
         cfg = RunConfig(
-            "medqa",
-            "openai/bench",
+            benchmark="medqa",
+            model="openai/bench",
             data=data,
             base_url=base_url,
             concurrency=concurrency,

@@ -192,8 +192,8 @@ def medqa_store(tmp_path: Path) -> Path:
             run(
                 st,
                 RunConfig(
-                    "medqa",
-                    "scripted/cand",
+                    benchmark="medqa",
+                    model="scripted/cand",
                     data=data,
                     provider_options={"script": lambda req: "Answer: A"},
                 ),

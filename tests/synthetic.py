@@ -90,9 +90,9 @@ def make_samples(spec: SynthSpec) -> list[Sample]:
         )
         out.append(
             Sample(
-                f"s{i}",
-                spec.benchmark,
-                (Message("user", q),),
+                id=f"s{i}",
+                benchmark=spec.benchmark,
+                messages=(Message("user", q),),
                 rubric=rubric,
                 metadata={"theme": THEMES[i % len(THEMES)]},
             )
@@ -126,15 +126,15 @@ def build_store(path: Path | str, spec: SynthSpec = SynthSpec()) -> Store:
     for m in range(spec.n_models):
         run = store.ensure_run(
             RunRecord(
-                f"run{m:02d}",
-                spec.benchmark,
-                spec.benchmark,
-                model_name(m),
-                {"answer_mode": "generate"},
-                dataset,
-                "0.1.0",
-                {},
-                "synthetic",
+                id=f"run{m:02d}",
+                benchmark=spec.benchmark,
+                benchmark_spec=spec.benchmark,
+                model=model_name(m),
+                options={"answer_mode": "generate"},
+                dataset_sha256=dataset,
+                package_version="0.1.0",
+                gen_params={},
+                data_source="synthetic",
             )
         )
         rate = 0.35 + 0.05 * m
@@ -144,7 +144,13 @@ def build_store(path: Path | str, spec: SynthSpec = SynthSpec()) -> Store:
             text = f"Model {m} answer to {s.id}. " + _text(rng, spec.answer_words, i % 7 == 3)
             if spec.xss and m == 0 and i == 0:
                 text = "Answer with markup " + XSS
-            req = Request("scripted", f"model-{m:02d}", s.messages, GenParams(), "answer")
+            req = Request(
+                provider="scripted",
+                model=f"model-{m:02d}",
+                messages=s.messages,
+                params=GenParams(),
+                purpose="answer",
+            )
             key = content_hash([run.id, s.id])
             store.put_call(req, Response(key=key, text=text))
             store.put_answer(
@@ -167,7 +173,10 @@ def build_store(path: Path | str, spec: SynthSpec = SynthSpec()) -> Store:
                     expl = "Judge says " + XSS
                 verdicts.append(
                     Verdict(
-                        c.id, status, expl, votes=tuple(Vote(j, v) for j, v in zip(judges, votes))
+                        c.id,
+                        status,
+                        expl,
+                        votes=tuple(Vote(judge=j, status=v) for j, v in zip(judges, votes)),
                     )
                 )  # type: ignore[arg-type]
             known = [(c, v) for c, v in zip(s.rubric, verdicts) if v.status != "unknown"]
@@ -179,7 +188,9 @@ def build_store(path: Path | str, spec: SynthSpec = SynthSpec()) -> Store:
             )
             if value is not None:
                 values.append(value)
-            store.put_grade(run.id, fp, Grade(s.id, value, verdicts=tuple(verdicts)))
+            store.put_grade(
+                run.id, fp, Grade(sample_id=s.id, value=value, verdicts=tuple(verdicts))
+            )
         db.execute("COMMIT")
         store.put_result(run.id, fp, _result(spec, samples, run, m, values, fp_spec))
     return store
@@ -246,8 +257,8 @@ def scripted_mcq_runs(
             run(
                 store,
                 RunConfig(
-                    "medqa",
-                    f"scripted/{name}",
+                    benchmark="medqa",
+                    model=f"scripted/{name}",
                     data=data,
                     limit=limit,
                     provider_options={"script": script},

@@ -53,10 +53,10 @@ def ask(
             ex = Executor(st, provider, concurrency, retry, endpoints=EndpointLimits())
             reqs = [
                 Request(
-                    "openai",
-                    "local",
-                    (Message("user", f"question {i}"),),
-                    GenParams(max_tokens=8),
+                    provider="openai",
+                    model="local",
+                    messages=(Message("user", f"question {i}"),),
+                    params=GenParams(max_tokens=8),
                     base_url=srv.base_url,
                 )
                 for i in range(n)
@@ -245,10 +245,10 @@ def test_every_executor_on_an_endpoint_counts_its_calls_at_the_server(
                 ex = Executor(st, provider, concurrency, RETRY, endpoints=limits)
                 reqs = [
                     Request(
-                        "openai",
-                        "m",
-                        (Message("user", f"q{i}"),),
-                        GenParams(),
+                        provider="openai",
+                        model="m",
+                        messages=(Message("user", f"q{i}"),),
+                        params=GenParams(),
                         base_url=srv.base_url,
                     )
                     for i in range(6)

@@ -285,21 +285,21 @@ def test_regrade_is_refused_with_the_way_to_regrade(tmp_path):
 
 
 def test_tool_keys_leave_plain_requests_unchanged():
-    plain = Request("openai", "m", (Message("user", "hi"),))
+    plain = Request(provider="openai", model="m", messages=(Message("user", "hi"),))
     assert "tools" not in plain.canonical() and "tool_choice" not in plain.canonical()
     tooled = Request(
-        "openai",
-        "m",
-        (Message("user", "hi"),),
+        provider="openai",
+        model="m",
+        messages=(Message("user", "hi"),),
         tools=(ToolSpec("calc", "d", {"type": "object"}),),
         tool_choice="auto",
     )
     assert tooled.key() != plain.key()
     assert (
         Request(
-            "openai",
-            "m",
-            (Message("user", "hi"),),
+            provider="openai",
+            model="m",
+            messages=(Message("user", "hi"),),
             tools=(ToolSpec("calc", "other", {"type": "object"}),),
             tool_choice="auto",
         ).key()
@@ -317,7 +317,7 @@ def test_openai_wire_sends_tools_and_reads_calls(tmp_path):
             body["tools"][0]["function"]["name"] == "calculator" and body["tool_choice"] == "auto"
         )
         if msgs[-1]["role"] != "tool":
-            return Reply("", tool_calls=(("calculator", {"expression": "6*7"}),))
+            return Reply(text="", tool_calls=(("calculator", {"expression": "6*7"}),))
         assistant = msgs[-2]
         assert (
             assistant["content"] == ""
@@ -361,9 +361,9 @@ def test_openai_wire_sends_tools_and_reads_calls(tmp_path):
 
 def test_anthropic_wire_tools():
     req = Request(
-        "anthropic",
-        "claude",
-        (
+        provider="anthropic",
+        model="claude",
+        messages=(
             Message("system", "s"),
             Message("user", "q"),
             Message("assistant", (ToolCallPart("tu_1", "calculator", '{"expression": "1+1"}'),)),
@@ -413,7 +413,7 @@ def _serve_rule(rows):
         row = truth_of("\n".join(str(m.get("content") or "") for m in msgs), rows)
         tools_done = sum(1 for m in msgs if m["role"] == "tool")
         if tools_done < 3:  # three python steps, then the answer
-            return Reply("", tool_calls=(("python", {"code": f"print({tools_done} + 1)"}),))
+            return Reply(text="", tool_calls=(("python", {"code": f"print({tools_done} + 1)"}),))
         return json.dumps({"answer": row["Ground Truth Answer"]})
 
     return serve
@@ -618,7 +618,7 @@ def _hang_then_answer(rows):
         msgs = body["messages"]
         row = truth_of("\n".join(str(m.get("content") or "") for m in msgs), rows)
         if not any(m["role"] == "tool" for m in msgs):
-            return Reply("", tool_calls=(("python", {"code": "import time\ntime.sleep(60)"}),))
+            return Reply(text="", tool_calls=(("python", {"code": "import time\ntime.sleep(60)"}),))
         return json.dumps({"answer": row["Ground Truth Answer"]})
 
     return serve

@@ -30,16 +30,16 @@ FP = {
 
 def row(model: str, score: float, ci: tuple[float, float] | None = None, **fp: object) -> ResultRow:
     return ResultRow(
-        f"run-{model}",
-        "fp",
-        "medqa",
-        model,
-        "accuracy",
-        score,
-        ci,
-        100,
-        0,
-        1.0,
+        run_id=f"run-{model}",
+        grader_fp="fp",
+        benchmark="medqa",
+        model=model,
+        metric="accuracy",
+        score=score,
+        ci95=ci,
+        n=100,
+        n_unscored=0,
+        coverage=1.0,
         fingerprint=FP | fp,
     )
 
@@ -120,7 +120,19 @@ def test_tie_without_pairs_uses_ci_overlap_and_says_so() -> None:
 def test_unscored_result_is_listed_unranked() -> None:
     rows = [
         row("a", 0.7),
-        ResultRow("r", "fp", "medqa", "z", "accuracy", None, None, 0, 5, None, fingerprint=FP),
+        ResultRow(
+            run_id="r",
+            grader_fp="fp",
+            benchmark="medqa",
+            model="z",
+            metric="accuracy",
+            score=None,
+            ci95=None,
+            n=0,
+            n_unscored=5,
+            coverage=None,
+            fingerprint=FP,
+        ),
     ]
     [board] = leaderboard(rows, {})
     z = next(e for e in board.entries if e.row.model == "z")

@@ -56,8 +56,8 @@ def db(tmp_path: Path) -> Path:
             run(
                 st,
                 RunConfig(
-                    "demo",
-                    "scripted/lp",
+                    benchmark="demo",
+                    model="scripted/lp",
                     options=RunOptions(answer_mode="letter-loglik", protocol="grandrounds"),
                     provider_options={"script": loglik},
                 ),
@@ -67,8 +67,8 @@ def db(tmp_path: Path) -> Path:
             run(
                 st,
                 RunConfig(
-                    "medcalc-bench",
-                    "scripted/calc",
+                    benchmark="medcalc-bench",
+                    model="scripted/calc",
                     data=shared_file("medcalc-bench", "test_data.csv"),
                     limit=2,
                     options=RunOptions(protocol="grandrounds"),

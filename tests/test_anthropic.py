@@ -52,9 +52,9 @@ def call(p: AnthropicProvider, request: Request):
 
 def req(p: AnthropicProvider, messages=MSGS, **params) -> Request:
     return Request(
-        "anthropic",
-        "claude-test",
-        messages,
+        provider="anthropic",
+        model="claude-test",
+        messages=messages,
         params=GenParams(**params),
         base_url=p.request_base_url(),
     )
@@ -99,7 +99,9 @@ def test_request_shape_system_top_level_headers_and_params(monkeypatch):
 
 def test_no_system_field_without_system_messages_and_no_top_p_unless_set(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    body = message_body("m", Request("anthropic", "m", (Message("user", "hi"),)))
+    body = message_body(
+        "m", Request(provider="anthropic", model="m", messages=(Message("user", "hi"),))
+    )
     assert "system" not in body and "top_p" not in body and "stop_sequences" not in body
     assert body == {
         "model": "m",
@@ -124,7 +126,7 @@ def test_stop_reasons_map_to_finish_reason_and_truncation(
     monkeypatch, stop_reason, finish, truncated
 ):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    with BatchServer(lambda b: Reply("cut off mid", stop_reason)) as srv:
+    with BatchServer(lambda b: Reply(text="cut off mid", finish_reason=stop_reason)) as srv:
         p = provider(srv.anthropic_url)
         out = call(p, req(p))
     assert out.finish_reason == finish and out.truncated is truncated
@@ -234,9 +236,9 @@ def test_a_judge_that_overflows_is_asked_again_with_max_tokens_that_fit(monkeypa
             try:
                 return await ex(
                     Request(
-                        "anthropic",
-                        "claude-test",
-                        MSGS,
+                        provider="anthropic",
+                        model="claude-test",
+                        messages=MSGS,
                         params=GenParams(max_tokens=2000),
                         purpose="judge",
                     )
@@ -330,7 +332,11 @@ def test_demo_exam_through_the_cli_with_an_anthropic_model(tmp_path):
     def rule(body):
         assert "system" not in body or isinstance(body["system"], str)
         text = last_user_text(body)
-        return Reply("Answer: A", "max_tokens") if "heart" in text.lower() else "Answer: A"
+        return (
+            Reply(text="Answer: A", finish_reason="max_tokens")
+            if "heart" in text.lower()
+            else "Answer: A"
+        )
 
     db = tmp_path / "s.db"
     env = {

@@ -122,41 +122,57 @@ def test_batch_text_counts_states_and_requests_processed_over_both_wire_formats(
     prog.start(1000, "x")
     prog.on_batch(
         BatchEvent(
-            "openai",
-            "b1",
-            "in_progress",
-            400,
-            {"total": 400, "completed": 180, "failed": 20},
+            provider="openai",
+            batch_id="b1",
+            what="in_progress",
+            size=400,
+            counts={"total": 400, "completed": 180, "failed": 20},
             state="in_progress",
         )
     )
     prog.on_batch(
         BatchEvent(
-            "openai",
-            "b2",
-            "in_progress",
-            400,
-            {"total": 400, "completed": 100, "failed": 0},
+            provider="openai",
+            batch_id="b2",
+            what="in_progress",
+            size=400,
+            counts={"total": 400, "completed": 100, "failed": 0},
             state="in_progress",
         )
     )
     prog.on_batch(
         BatchEvent(
-            "anthropic",
-            "b3",
-            "canceling",
-            200,
-            {"processing": 160, "succeeded": 30, "errored": 5, "canceled": 5, "expired": 0},
+            provider="anthropic",
+            batch_id="b3",
+            what="canceling",
+            size=200,
+            counts={"processing": 160, "succeeded": 30, "errored": 5, "canceled": 5, "expired": 0},
             state="finalizing",
         )
     )
     assert prog.texts[-1] == "batches: 2 in_progress, 1 finalizing · 340/1,000 calls back"
     prog.on_batch(
-        BatchEvent("openai", "b1", "collected (completed)", 400, {}, state="completed", closed=True)
+        BatchEvent(
+            provider="openai",
+            batch_id="b1",
+            what="collected (completed)",
+            size=400,
+            counts={},
+            state="completed",
+            closed=True,
+        )
     )
     assert prog.texts[-1] == "batches: 1 finalizing, 1 in_progress · 540/1,000 calls back"
     prog.on_batch(
-        BatchEvent("openai", "b2", "not reachable", 400, {}, state="in_progress", closed=True)
+        BatchEvent(
+            provider="openai",
+            batch_id="b2",
+            what="not reachable",
+            size=400,
+            counts={},
+            state="in_progress",
+            closed=True,
+        )
     )
     assert prog.texts[-1] == "batches: 1 finalizing · 540/1,000 calls back", (
         "an unreachable batch counts what was seen of it"
@@ -376,9 +392,9 @@ def context_rule(wire: str, prompts: dict[str, int], limit: int = 4096):
 def judge_requests(p, n: int, max_tokens: int = 2000) -> list[Request]:
     return [
         Request(
-            p.spec.provider,
-            "m",
-            (Message("user", f"question {i}"),),
+            provider=p.spec.provider,
+            model="m",
+            messages=(Message("user", f"question {i}"),),
             params=GenParams(max_tokens=max_tokens),
             purpose="judge",
             base_url=p.request_base_url(),
@@ -487,9 +503,9 @@ def test_an_answer_over_the_context_is_not_shrunk(tmp_path):
     ):
         p = make_provider("openai", srv)
         req = Request(
-            "openai",
-            "m",
-            (Message("user", "question 0"),),
+            provider="openai",
+            model="m",
+            messages=(Message("user", "question 0"),),
             params=GenParams(max_tokens=2000),
             base_url=p.request_base_url(),
         )

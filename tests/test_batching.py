@@ -51,9 +51,9 @@ def make_provider(wire: str, srv: BatchServer):
 def requests_for(p, n: int, start: int = 0) -> list[Request]:
     return [
         Request(
-            p.spec.provider,
-            "m",
-            (Message("system", "Be brief."), Message("user", f"question {i}")),
+            provider=p.spec.provider,
+            model="m",
+            messages=(Message("system", "Be brief."), Message("user", f"question {i}")),
             base_url=p.request_base_url(),
         )
         for i in range(start, start + n)
@@ -629,9 +629,9 @@ def test_log_probability_requests_are_asked_live(tmp_path):
     with BatchServer(lambda b: "C") as srv, Store(tmp_path / "s.db") as st:
         p = make_provider("openai", srv)
         req = Request(
-            "openai",
-            "m",
-            (Message("user", "Pick one"),),
+            provider="openai",
+            model="m",
+            messages=(Message("user", "Pick one"),),
             kind="next_token",
             continuations=("A", "B", "C"),
             base_url=p.request_base_url(),
@@ -654,9 +654,9 @@ def test_request_lines_carry_the_live_body(tmp_path):
         for wire in WIRES:
             p = make_provider(wire, srv)
             req = Request(
-                p.spec.provider,
-                "m",
-                (Message("system", "S"), Message("user", "U")),
+                provider=p.spec.provider,
+                model="m",
+                messages=(Message("system", "S"), Message("user", "U")),
                 base_url=p.request_base_url(),
                 params=GenParams(
                     temperature=0.3, max_tokens=17, top_p=0.9, stop=("\n",), json_object=True

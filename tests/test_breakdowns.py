@@ -82,13 +82,19 @@ def test_mean_cell_and_group_cells_order() -> None:
     rows = [("b", 1.0), ("a", 0.0), ("b", None), ("c", 1.0)]
     assert list(group_cells(rows, accuracy_cell)) == ["a", "b", "c"]
     assert list(group_cells(rows, accuracy_cell, sort=False)) == ["b", "a", "c"]
-    assert group_cells(rows, accuracy_cell)["b"] == Cell(1.0, 1, 1, wilson_ci(1, 1))
+    assert group_cells(rows, accuracy_cell)["b"] == Cell(
+        score=1.0, n=1, n_unscored=1, ci95=wilson_ci(1, 1)
+    )
 
 
 def test_cells_survive_json_and_legacy_shapes_are_left_out_not_guessed() -> None:
     bd = {
-        "kind": {"date": Cell(0.5, 2, 1, (0.1, 0.9), {"n_unextractable": 1})},
-        "category": {"lab": Cell(None, 0, 3)},
+        "kind": {
+            "date": Cell(
+                score=0.5, n=2, n_unscored=1, ci95=(0.1, 0.9), metrics={"n_unextractable": 1}
+            )
+        },
+        "category": {"lab": Cell(score=None, n=0, n_unscored=3)},
     }
     assert breakdown_from_json(json.loads(json.dumps(to_jsonable(bd)))) == bd
     legacy = {
@@ -103,12 +109,35 @@ def test_cells_survive_json_and_legacy_shapes_are_left_out_not_guessed() -> None
 def test_breakdown_tables_align_results_keys_and_metrics() -> None:
     def row(model: str, bd: dict) -> ResultRow:
         return ResultRow(
-            "r-" + model, "fp", "b", model, "accuracy", 0.5, None, 2, 0, None, breakdown=bd
+            run_id="r-" + model,
+            grader_fp="fp",
+            benchmark="b",
+            model=model,
+            metric="accuracy",
+            score=0.5,
+            ci95=None,
+            n=2,
+            n_unscored=0,
+            coverage=None,
+            breakdown=bd,
         )
 
-    a = row("a", {"kind": {"x": Cell(1.0, 1), "y": Cell(0.0, 1, metrics={"m1": 0.5})}})
-    b = row("b", {"kind": {"z": Cell(0.5, 2, metrics={"m2": 1})}, "split": {"test": Cell(0.5, 2)}})
-    board = Board("b", "accuracy", 1, (Entry(a, 1, 1, 1), Entry(b, 1, 2, 2)))
+    a = row(
+        "a", {"kind": {"x": Cell(score=1.0, n=1), "y": Cell(score=0.0, n=1, metrics={"m1": 0.5})}}
+    )
+    b = row(
+        "b",
+        {
+            "kind": {"z": Cell(score=0.5, n=2, metrics={"m2": 1})},
+            "split": {"test": Cell(score=0.5, n=2)},
+        },
+    )
+    board = Board(
+        "b",
+        "accuracy",
+        1,
+        (Entry(row=a, setting=1, rank=1, group=1), Entry(row=b, setting=1, rank=2, group=2)),
+    )
     kind, split = breakdown_tables(board)
     assert (kind.family, kind.keys, kind.metrics) == ("kind", ("x", "y", "z"), ("m1", "m2"))
     assert [(k, e.row.model, c.score) for k, e, c in kind.rows()] == [
@@ -123,7 +152,14 @@ def test_breakdown_tables_align_results_keys_and_metrics() -> None:
 
 
 def _s(sid: str, bench: str, target: Any = None, rubric: tuple = (), **meta: Any) -> Sample:
-    return Sample(sid, bench, (Message("user", sid),), target=target, rubric=rubric, metadata=meta)
+    return Sample(
+        id=sid,
+        benchmark=bench,
+        messages=(Message("user", sid),),
+        target=target,
+        rubric=rubric,
+        metadata=meta,
+    )
 
 
 def test_medcalc_category_and_kind_are_two_families() -> None:
@@ -140,21 +176,29 @@ def test_medcalc_category_and_kind_are_two_families() -> None:
         )
     ]
     grades = [
-        Grade("0", 1.0),
-        Grade("1", 0.0, details={"unextractable": True}),
-        Grade("2", 1.0),
-        Grade("3", None),
+        Grade(sample_id="0", value=1.0),
+        Grade(sample_id="1", value=0.0, details={"unextractable": True}),
+        Grade(sample_id="2", value=1.0),
+        Grade(sample_id="3", value=None),
     ]
     agg = MedCalcBench().aggregate(samples, grades, RunOptions())
     assert set(agg.breakdown) == {"category", "kind"}
     assert agg.breakdown["category"] == {
-        "date": Cell(1.0, 1, 1, wilson_ci(1, 1), {"n_unextractable": 0}),
-        "lab": Cell(0.5, 2, 0, wilson_ci(1, 2), {"n_unextractable": 1}),
-        "risk": Cell(None, 0, 1, None, {"n_unextractable": 0}),  # no grade at all: unscored
+        "date": Cell(
+            score=1.0, n=1, n_unscored=1, ci95=wilson_ci(1, 1), metrics={"n_unextractable": 0}
+        ),
+        "lab": Cell(
+            score=0.5, n=2, n_unscored=0, ci95=wilson_ci(1, 2), metrics={"n_unextractable": 1}
+        ),
+        "risk": Cell(
+            score=None, n=0, n_unscored=1, ci95=None, metrics={"n_unextractable": 0}
+        ),  # no grade at all: unscored
     }
-    assert agg.breakdown["kind"]["date"] == Cell(1.0, 1, 1, wilson_ci(1, 1), {"n_unextractable": 0})
+    assert agg.breakdown["kind"]["date"] == Cell(
+        score=1.0, n=1, n_unscored=1, ci95=wilson_ci(1, 1), metrics={"n_unextractable": 0}
+    )
     assert agg.breakdown["kind"]["integer"] == Cell(
-        0.0, 1, 1, wilson_ci(0, 1), {"n_unextractable": 1}
+        score=0.0, n=1, n_unscored=1, ci95=wilson_ci(0, 1), metrics={"n_unextractable": 1}
     )
     for fam in agg.breakdown.values():  # every sample lands in exactly one cell of each family
         assert (
@@ -171,14 +215,18 @@ def test_medec_error_type_and_split_cells_carry_sentence_accuracy_and_r1fc() -> 
         _s("d", "medec", error_type="NA", split="validation"),
     ]
     grades = [
-        Grade("a", 1.0, details={"sentence_correct": True, "correction_score": 0.5}),
         Grade(
-            "b",
-            0.0,
+            sample_id="a", value=1.0, details={"sentence_correct": True, "correction_score": 0.5}
+        ),
+        Grade(
+            sample_id="b",
+            value=0.0,
             details={"unparseable": True, "sentence_correct": False, "correction_score": 0.0},
         ),
-        Grade("c", 1.0, details={"sentence_correct": False, "correction_score": 0.25}),
-        Grade("d", None),
+        Grade(
+            sample_id="c", value=1.0, details={"sentence_correct": False, "correction_score": 0.25}
+        ),
+        Grade(sample_id="d", value=None),
     ]
     agg = MEDEC().aggregate(
         samples, grades, RunOptions(protocol="grandrounds")
@@ -209,9 +257,17 @@ def test_llmeval_gaps_and_medbench_families() -> None:
     cats = ["医疗知识", "医疗知识", "医疗推理"]
     ll = [_s(f"l{i}", "llmeval-med", category=c) for i, c in enumerate(cats)]
     lg = [
-        Grade("l0", 1.0, details={"run_scores": [4.5], "mean_score": 4.5, "other_value": 1.0}),
-        Grade("l1", None, details={"run_scores": [None], "other_value": None}),
-        Grade("l2", 0.0, details={"run_scores": [2.0], "mean_score": 2.0, "other_value": 0.0}),
+        Grade(
+            sample_id="l0",
+            value=1.0,
+            details={"run_scores": [4.5], "mean_score": 4.5, "other_value": 1.0},
+        ),
+        Grade(sample_id="l1", value=None, details={"run_scores": [None], "other_value": None}),
+        Grade(
+            sample_id="l2",
+            value=0.0,
+            details={"run_scores": [2.0], "mean_score": 2.0, "other_value": 0.0},
+        ),
     ]
     mk = (
         LLMEvalMed()
@@ -232,8 +288,8 @@ def test_llmeval_gaps_and_medbench_families() -> None:
     ]
     gg = [
         Grade(
-            "g0",
-            0.4,
+            sample_id="g0",
+            value=0.4,
             details={
                 "reference_value": 0.3,
                 "other_value": 0.3,
@@ -242,8 +298,8 @@ def test_llmeval_gaps_and_medbench_families() -> None:
             },
         ),
         Grade(
-            "g1",
-            0.8,
+            sample_id="g1",
+            value=0.8,
             details={
                 "reference_value": 0.5,
                 "other_value": 0.5,
@@ -264,11 +320,16 @@ def test_llmeval_gaps_and_medbench_families() -> None:
         _s("m0", "medbench", "A", source="MedExam_V4"),
         _s("m1", "medbench", None, source="MedOpen"),
     ]
-    mg = [Grade("m0", 1.0), Grade("m1", None, error="answer withheld")]
+    mg = [
+        Grade(sample_id="m0", value=1.0),
+        Grade(sample_id="m1", value=None, error="answer withheld"),
+    ]
     src = MedBench().aggregate(ms, mg, RunOptions()).breakdown["source"]
     assert src == {
-        "MedExam_V4": Cell(1.0, 1, 0, wilson_ci(1, 1), {"n_withheld": 0}),
-        "MedOpen": Cell(None, 0, 1, None, {"n_withheld": 1}),
+        "MedExam_V4": Cell(
+            score=1.0, n=1, n_unscored=0, ci95=wilson_ci(1, 1), metrics={"n_withheld": 0}
+        ),
+        "MedOpen": Cell(score=None, n=0, n_unscored=1, ci95=None, metrics={"n_withheld": 1}),
     }
 
 
@@ -283,9 +344,9 @@ def test_healthbench_tag_families_and_medeq_dimension_count_unscored() -> None:
     ]
     met = (Verdict("0", "met"), Verdict("1", "unmet"))
     hg = [
-        Grade("h0", 0.5, verdicts=met),
-        Grade("h1", None, error="x"),
-        Grade("h2", 0.5, verdicts=met),
+        Grade(sample_id="h0", value=0.5, verdicts=met),
+        Grade(sample_id="h1", value=None, error="x"),
+        Grade(sample_id="h2", value=0.5, verdicts=met),
     ]
     bd = HealthBench().aggregate(hs, hg, RunOptions()).breakdown
     assert list(bd) == ["theme", "axis"]  # families with no tag (level, cluster) are left out
@@ -307,21 +368,28 @@ def test_healthbench_tag_families_and_medeq_dimension_count_unscored() -> None:
     )
     es = [_s("e0", "medeqbench", rubric=eq), _s("e1", "medeqbench", rubric=eq)]
     eg = [
-        Grade("e0", 50.0, verdicts=(Verdict("加分项_1", "met"), Verdict("加分项_2", "unmet"))),
-        Grade("e1", None),
+        Grade(
+            sample_id="e0",
+            value=50.0,
+            verdicts=(Verdict("加分项_1", "met"), Verdict("加分项_2", "unmet")),
+        ),
+        Grade(sample_id="e1", value=None),
     ]
     dims = MedEQBench().aggregate(es, eg, RunOptions()).breakdown["dimension"]
     assert (
-        dims["混合情绪"] == Cell(100.0, 1, 1)
-        and dims["内容结构"] == Cell(0.0, 1, 1)
-        and dims["情绪转换"] == Cell(None, 0, 0)
+        dims["混合情绪"] == Cell(score=100.0, n=1, n_unscored=1)
+        and dims["内容结构"] == Cell(score=0.0, n=1, n_unscored=1)
+        and dims["情绪转换"] == Cell(score=None, n=0, n_unscored=0)
     )
 
 
 def test_exam_families_are_the_category_fields() -> None:
     bench = DemoExam()
     samples = bench.load()
-    grades = [Grade(s.id, None if i % 5 == 0 else float(i % 2)) for i, s in enumerate(samples)]
+    grades = [
+        Grade(sample_id=s.id, value=None if i % 5 == 0 else float(i % 2))
+        for i, s in enumerate(samples)
+    ]
     agg = bench.aggregate(samples, grades, RunOptions())
     assert list(agg.breakdown) == list(DemoExam.category_fields)
     topics = agg.breakdown["meta_info"]
@@ -420,15 +488,15 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[RunOutcom
     for k, model in enumerate(MODELS):
         cfgs = [
             RunConfig(
-                "medec",
-                model,
-                {"split": "both"},
+                benchmark="medec",
+                model=model,
+                bench_params={"split": "both"},
                 data=medec_dir,
                 provider_options={"script": _medec_script(medec_samples, k)},
             ),
             RunConfig(
-                "medcalc-bench",
-                model,
+                benchmark="medcalc-bench",
+                model=model,
                 data=medcalc,
                 provider_options={"script": _medcalc_script(medcalc_samples, k)},
             ),
@@ -466,11 +534,11 @@ def _medcalc_cell(gs: list[Grade | None]) -> Cell:
     ok = _scored(gs)
     right = len([g for g in ok if g.value == 1.0])
     return Cell(
-        right / len(ok) if ok else None,
-        len(ok),
-        len(gs) - len(ok),
-        wilson_ci(right, len(ok)),
-        {"n_unextractable": len([g for g in ok if g.details["unextractable"]])},
+        score=right / len(ok) if ok else None,
+        n=len(ok),
+        n_unscored=len(gs) - len(ok),
+        ci95=wilson_ci(right, len(ok)),
+        metrics={"n_unextractable": len([g for g in ok if g.details["unextractable"]])},
     )
 
 
@@ -486,7 +554,13 @@ def _medec_cell(gs: list[Grade | None]) -> Cell:
         "n_unparseable": len([g for g in ok if g.details.get("unparseable")]),
         "n_no_answer": total - len(ok),
     }
-    return Cell(right / total, total, total - len(ok), wilson_ci(right, total), metrics)
+    return Cell(
+        score=right / total,
+        n=total,
+        n_unscored=total - len(ok),
+        ci95=wilson_ci(right, total),
+        metrics=metrics,
+    )
 
 
 def _same(got: Breakdown, want: Breakdown) -> None:

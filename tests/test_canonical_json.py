@@ -134,11 +134,11 @@ def test_every_code_point_is_escaped_alike() -> None:
 
 def test_requests_and_records_take_the_fast_path_and_keep_their_keys() -> None:
     request = Request(
-        "openai",
-        "gpt-4.1",
-        (Message("system", "你是医生。"), Message("user", "Chest pain, 3 days?")),
-        GenParams(temperature=0.7, max_tokens=2048, top_p=0.95, seed=0, stop=("\n\n",)),
-        "judge",
+        provider="openai",
+        model="gpt-4.1",
+        messages=(Message("system", "你是医生。"), Message("user", "Chest pain, 3 days?")),
+        params=GenParams(temperature=0.7, max_tokens=2048, top_p=0.95, seed=0, stop=("\n\n",)),
+        purpose="judge",
         base_url="http://127.0.0.1:8000/v1",
         attempt=1,
     )
@@ -151,16 +151,16 @@ def test_requests_and_records_take_the_fast_path_and_keep_their_keys() -> None:
     expected = __import__("hashlib").sha256(_stdlib_json(request).encode("utf-8")).hexdigest()
     assert request.key() == expected
     sample = Sample(
-        "q1",
-        "medqa",
-        (Message("user", "Which drug?"),),
+        id="q1",
+        benchmark="medqa",
+        messages=(Message("user", "Which drug?"),),
         target="B",
         choices={"A": "x", "B": "y"},
         rubric=(Criterion("c1", "Mentions dose", -3.5, ("axis:accuracy",)),),
         metadata={"year": 2024, "w": 1e-9},
     )
     response = Response(
-        "k", text="B", scores={"A": -1.25e-06, "B": -0.5}, usage=Usage(10, 2), latency=0.001234
+        key="k", text="B", scores={"A": -1.25e-06, "B": -0.5}, usage=Usage(10, 2), latency=0.001234
     )
     for record in (sample, response):
         assert canonical_json(record) == _stdlib_json(record)
@@ -171,7 +171,7 @@ def test_requests_and_records_take_the_fast_path_and_keep_their_keys() -> None:
 
 
 def test_cached_attributes_of_a_request_are_not_written() -> None:
-    request = Request("openai", "m", (Message("user", "hi"),))
+    request = Request(provider="openai", model="m", messages=(Message("user", "hi"),))
     first = request.canonical()
     request.key()  # caches _canonical and _key in the instance's __dict__
     assert canonical_json(request) == first == _stdlib_json(request)
@@ -215,11 +215,11 @@ def test_a_requests_own_text_is_the_standard_librarys_for_any_request() -> None:
             for _ in range(rng.randint(0, 4))
         )
         request = Request(
-            "openai",
-            random_text(rng),
-            messages,
-            params,
-            rng.choice(["answer", "judge"]),
+            provider="openai",
+            model=random_text(rng),
+            messages=messages,
+            params=params,
+            purpose=rng.choice(["answer", "judge"]),
             kind=rng.choice(["chat", "next_token", "loglikelihood"]),
             continuations=tuple(random_text(rng) for _ in range(rng.randint(0, 3))),
             base_url=random_text(rng),

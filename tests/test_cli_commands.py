@@ -83,7 +83,9 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 run(
                     st,
                     RunConfig(
-                        "demo", f"scripted/{name}", provider_options={"script": demo_script(right)}
+                        benchmark="demo",
+                        model=f"scripted/{name}",
+                        provider_options={"script": demo_script(right)},
                     ),
                 )
             )
@@ -105,7 +107,9 @@ def test_runs_lists_each_run_with_model_mode_and_dataset(tmp_path: Path) -> None
             run(
                 st,
                 RunConfig(
-                    "demo", "scripted/alpha", provider_options={"script": demo_script(ALPHA)}
+                    benchmark="demo",
+                    model="scripted/alpha",
+                    provider_options={"script": demo_script(ALPHA)},
                 ),
             )
         )
@@ -113,8 +117,8 @@ def test_runs_lists_each_run_with_model_mode_and_dataset(tmp_path: Path) -> None
             run(
                 st,
                 RunConfig(
-                    "demo",
-                    "scripted/lp",
+                    benchmark="demo",
+                    model="scripted/lp",
                     options=RunOptions(answer_mode="letter"),
                     provider_options={"script": letter_script},
                 ),
@@ -297,8 +301,8 @@ def test_submission_writes_stored_answers_and_names_the_missing(tmp_path: Path) 
             run(
                 st,
                 RunConfig(
-                    "medbench",
-                    "scripted/zh",
+                    benchmark="medbench",
+                    model="scripted/zh",
                     data=data,
                     provider_options={"script": medbench_script},
                 ),
@@ -484,7 +488,9 @@ def test_compare_all_right_against_all_wrong_is_decided(tmp_path: Path) -> None:
             run(
                 st,
                 RunConfig(
-                    "demo", "scripted/top", provider_options={"script": demo_script(set(range(12)))}
+                    benchmark="demo",
+                    model="scripted/top",
+                    provider_options={"script": demo_script(set(range(12)))},
                 ),
             )
         )
@@ -492,7 +498,9 @@ def test_compare_all_right_against_all_wrong_is_decided(tmp_path: Path) -> None:
             run(
                 st,
                 RunConfig(
-                    "demo", "scripted/bottom", provider_options={"script": demo_script(set())}
+                    benchmark="demo",
+                    model="scripted/bottom",
+                    provider_options={"script": demo_script(set())},
                 ),
             )
         )
@@ -543,7 +551,14 @@ def test_a_benchmark_that_scores_nothing_by_design_is_not_a_failure(tmp_path: Pa
     """A run whose grades are unscored without any failed call (no answer key here) exits 0."""
     with Store(tmp_path / "s.db") as st:
         out = asyncio.run(
-            run(st, RunConfig("demo", "scripted/ok", provider_options={"script": lambda req: "A"}))
+            run(
+                st,
+                RunConfig(
+                    benchmark="demo",
+                    model="scripted/ok",
+                    provider_options={"script": lambda req: "A"},
+                ),
+            )
         )
     assert not common.any_failed(out)
 
@@ -577,7 +592,9 @@ def test_two_runs_of_one_model_are_compared_by_run_id_never_with_themselves(tmp_
             run(
                 st,
                 RunConfig(
-                    "demo", "scripted/m", provider_options={"script": demo_script(set(range(12)))}
+                    benchmark="demo",
+                    model="scripted/m",
+                    provider_options={"script": demo_script(set(range(12)))},
                 ),
             )
         )
@@ -585,8 +602,8 @@ def test_two_runs_of_one_model_are_compared_by_run_id_never_with_themselves(tmp_
             run(
                 st,
                 RunConfig(
-                    "demo",
-                    "scripted/m",
+                    benchmark="demo",
+                    model="scripted/m",
                     limit=6,
                     provider_options={"script": demo_script(set(range(12)))},
                 ),

@@ -41,8 +41,8 @@ def right_on(right: set[int]):
 
 def add_run(st: Store, model: str, right: set[int], protocol: str) -> str:
     cfg = RunConfig(
-        "demo",
-        f"scripted/{model}",
+        benchmark="demo",
+        model=f"scripted/{model}",
         options=RunOptions(protocol=protocol),
         provider_options={"script": right_on(right)},
     )
@@ -154,8 +154,8 @@ def test_compare_without_engines_has_no_engine_columns(medqa_store: Path, tmp_pa
             run(
                 st,
                 RunConfig(
-                    "medqa",
-                    "scripted/other",
+                    benchmark="medqa",
+                    model="scripted/other",
                     data=data,
                     provider_options={"script": lambda req: "Answer: B"},
                 ),

@@ -91,7 +91,13 @@ def probed(tmp_path_factory):
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     tmp = tmp_path_factory.mktemp("contam")
     bot = Memoriser(data)
-    cfg = ProbeConfig("medqa", "scripted/memo", data, limit=LIMIT, provider_options={"script": bot})
+    cfg = ProbeConfig(
+        benchmark="medqa",
+        model="scripted/memo",
+        data=data,
+        limit=LIMIT,
+        provider_options={"script": bot},
+    )
     with Store(tmp / "s.db") as st:
         results, _ = asyncio.run(run_probes(st, cfg))
         first_calls = bot.calls

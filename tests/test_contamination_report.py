@@ -33,7 +33,11 @@ def store_path(tmp_path_factory):
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     tmp = tmp_path_factory.mktemp("contam-report")
     cfg = ProbeConfig(
-        "medqa", MODEL, data, limit=LIMIT, provider_options={"script": Memoriser(data)}
+        benchmark="medqa",
+        model=MODEL,
+        data=data,
+        limit=LIMIT,
+        provider_options={"script": Memoriser(data)},
     )
     with Store(tmp / "s.db") as st:
         results, _ = asyncio.run(run_probes(st, cfg))

@@ -120,10 +120,10 @@ def test_a_log_likelihood_request_over_the_context_is_final_without_numbers(tmp_
     """A log-likelihood request generates nothing: only its prompt can overflow, whatever the server says."""
     provider = Overflowing()
     req = Request(
-        "fake",
-        "m",
-        (Message("user", "long context"),),
-        GenParams(),
+        provider="fake",
+        model="m",
+        messages=(Message("user", "long context"),),
+        params=GenParams(),
         kind="loglikelihood",
         continuations=(" A", " B"),
     )

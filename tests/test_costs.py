@@ -398,5 +398,5 @@ def test_usage_cells_never_show_an_unknown_as_zero():
 
 
 def test_price_table_lookup_without_entries():
-    t = PriceTable({})
+    t = PriceTable(models={})
     assert t.price("openai/gpt-4o") is None and not t.is_local("vllm/x")

@@ -51,7 +51,11 @@ class EchoGrader(Grader):
     name = "dialogue-echo"
 
     async def grade(self, sample: Sample, response: Response, ctx: Any) -> Grade:
-        return Grade(sample.id, float(response.text == sample.target), extracted=response.text)
+        return Grade(
+            sample_id=sample.id,
+            value=float(response.text == sample.target),
+            extracted=response.text,
+        )
 
 
 class DialoguesWhole(Benchmark):
@@ -126,8 +130,8 @@ def run_echo(tmp_path: Path, cls: type, data: Path, label: str, limit: int | Non
 
     store_path = tmp_path / f"{label}.db"
     cfg = RunConfig(
-        "dialogue-echo",
-        "scripted/echo",
+        benchmark="dialogue-echo",
+        model="scripted/echo",
         data=data,
         limit=limit,
         concurrency=1,
@@ -427,11 +431,11 @@ def test_llmeval_med_run_streams_dialogues_with_earlier_answers(tmp_path):
 
     with LoopbackServer(rule, keep_bodies=True) as srv:
         cfg = RunConfig(
-            "llmeval-med",
-            "openai/cand",
+            benchmark="llmeval-med",
+            model="openai/cand",
             data=data,
             base_url=srv.base_url,
-            judges=(JudgeConfig("openai/judge", srv.base_url),),
+            judges=(JudgeConfig(spec="openai/judge", base_url=srv.base_url),),
             bench_params={"judge_runs": 1},
         )
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))

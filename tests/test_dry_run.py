@@ -361,10 +361,10 @@ def test_graders_without_a_judge_plan_none_and_unknown_graders_say_so():
         judged = True
 
         async def grade(self, sample, response, ctx):
-            return Grade(sample.id, 1.0)
+            return Grade(sample_id=sample.id, value=1.0)
 
     bench = BENCHMARKS.get("medqa")()
     grader = bench.grader(bench.check_options(RunOptions()))
-    sample = Sample("s", "medqa", (Message("user", "q"),))
+    sample = Sample(id="s", benchmark="medqa", messages=(Message("user", "q"),))
     assert grader.planned_judge_calls(sample, 2) == 0
     assert Judged().planned_judge_calls(sample, 2) is None

@@ -383,7 +383,7 @@ def test_a_later_run_in_the_same_process_starts_the_server_afresh(tmp_path):
         "executable": EXE.split("=", 1)[1],
         "engine_args": f"--fake-crash-after=1 --fake-record={rec}",
     }
-    req = Request("vllm", "fake-model", (Message("user", "hello"),))
+    req = Request(provider="vllm", model="fake-model", messages=(Message("user", "hello"),))
 
     async def one_run() -> tuple[str | None, str]:
         p = VLLMProvider(ModelSpec("vllm", "fake-model"), **options)

@@ -28,7 +28,17 @@ def row(
 ) -> ResultRow:
     fp = SETTING | {"model": model, "run_id": run_id} | ({"engine": engine} if engine else {})
     return ResultRow(
-        run_id, "g" + run_id, "medqa", model, "accuracy", score, ci, 50, 0, 1.0, fingerprint=fp
+        run_id=run_id,
+        grader_fp="g" + run_id,
+        benchmark="medqa",
+        model=model,
+        metric="accuracy",
+        score=score,
+        ci95=ci,
+        n=50,
+        n_unscored=0,
+        coverage=1.0,
+        fingerprint=fp,
     )
 
 

@@ -63,8 +63,8 @@ def test_a_run_gives_the_same_result_on_either_loop(tmp_path, monkeypatch, choic
     monkeypatch.setenv(eventloop.ENV, choice)
     with LoopbackServer(lambda body: "The answer is A.", latency=0.001) as srv:
         cfg = RunConfig(
-            "demo",
-            "openai/loop-test",
+            benchmark="demo",
+            model="openai/loop-test",
             base_url=srv.base_url,
             options=RunOptions(protocol="grandrounds"),
         )

@@ -149,8 +149,8 @@ def test_pubmedqa_macro_f1_from_grades(shared_data):
     # the model answers "yes" to everything: accuracy = 276/500, F1(yes) = 2*276/(2*276+224), others 0
     grades = [
         Grade(
-            s.id,
-            1.0 if s.target == "A" else 0.0,
+            sample_id=s.id,
+            value=1.0 if s.target == "A" else 0.0,
             extracted="A",
             details={"answer_mode": "generate", "extracted_original": "A"},
         )
@@ -209,8 +209,8 @@ def test_mmlu_micro_headline_and_macro_extra(shared_data):
     # all anatomy right (135), all genetics wrong (100): micro 135/235, macro 0.5
     grades = [
         Grade(
-            s.id,
-            1.0 if s.metadata["subject"] == "anatomy" else 0.0,
+            sample_id=s.id,
+            value=1.0 if s.metadata["subject"] == "anatomy" else 0.0,
             details={"answer_mode": "generate"},
         )
         for s in samples

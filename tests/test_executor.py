@@ -71,7 +71,7 @@ class Observer:
 
 
 def req(text: str = "Which organ pumps blood?", **kw) -> Request:
-    return Request("fake", "m", (Message("user", text),), **kw)
+    return Request(provider="fake", model="m", messages=(Message("user", text),), **kw)
 
 
 @pytest.fixture

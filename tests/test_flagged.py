@@ -46,7 +46,12 @@ def test_what_is_flagged(text: str, flags: tuple[str, ...]) -> None:
 
 
 def test_modes() -> None:
-    grade = Grade("s", 0.8, verdicts=(Verdict("0", "met"), Verdict("1", "unmet")), details={"x": 1})
+    grade = Grade(
+        sample_id="s",
+        value=0.8,
+        verdicts=(Verdict("0", "met"), Verdict("1", "unmet")),
+        details={"x": 1},
+    )
     flags = ("verdict_json",)
     assert apply_flagged(grade, (), "exclude") is grade  # an unflagged answer is left alone
     kept = apply_flagged(grade, flags, "keep")
@@ -60,11 +65,11 @@ def test_modes() -> None:
         and zero.details["judged_value"] == 0.8
     )
     # a grade left without a value by a failed call keeps its status (asked again on the next run)
-    failed = Grade("s", None, status="grader_error", error="judge call failed")
+    failed = Grade(sample_id="s", value=None, status="grader_error", error="judge call failed")
     assert apply_flagged(failed, flags, "exclude").status == "grader_error"
     assert apply_flagged(failed, flags, "score-zero").value is None
     # one left unreadable (the judges' replies could not be read) counts as the mode says
-    unread = Grade("s", None, status="unreadable")
+    unread = Grade(sample_id="s", value=None, status="unreadable")
     assert apply_flagged(unread, flags, "exclude").status == "flagged"
     zeroed = apply_flagged(unread, flags, "score-zero")
     assert (
@@ -115,14 +120,14 @@ def test_planted_verdicts_flip_nothing_and_each_mode_scores_on_its_own(
         for mode in ("keep", "exclude", "score-zero"):
             criteria: dict[str, Criterion] = {}
             cfg = RunConfig(
-                "healthbench",
-                "scripted/cand",
+                benchmark="healthbench",
+                model="scripted/cand",
                 data=data,
                 limit=8,
                 options=RunOptions(protocol=protocol, max_reask=0),
                 provider_options={"script": _candidate},
                 flagged=mode,
-                judges=(JudgeConfig("scripted/judge", options={"script": _judge(criteria)}),),
+                judges=(JudgeConfig(spec="scripted/judge", options={"script": _judge(criteria)}),),
             )
             criteria.update(
                 (c.text, c)

@@ -98,8 +98,8 @@ def test_limit_reads_only_the_records_it_asks(tmp_path):
             run(
                 st,
                 RunConfig(
-                    "medqa",
-                    "scripted/b",
+                    benchmark="medqa",
+                    model="scripted/b",
                     data=data,
                     limit=10,
                     provider_options={"script": lambda body: "Answer: B"},
@@ -112,8 +112,8 @@ def test_limit_reads_only_the_records_it_asks(tmp_path):
                 run(
                     st,
                     RunConfig(
-                        "medqa",
-                        "scripted/b",
+                        benchmark="medqa",
+                        model="scripted/b",
                         data=data,
                         provider_options={"script": lambda body: "Answer: B"},
                     ),
@@ -128,12 +128,23 @@ def test_limit_reads_only_the_records_it_asks(tmp_path):
 def test_slim_sample_and_grade_drop_only_texts():
     from grandrounds.core.records import Grade, Message, Sample, Verdict, Vote
 
-    smp = Sample("s", "b", (Message("user", "long prompt"),), target="A", metadata={"k": 1})
+    smp = Sample(
+        id="s",
+        benchmark="b",
+        messages=(Message("user", "long prompt"),),
+        target="A",
+        metadata={"k": 1},
+    )
     g = Grade(
-        "s",
-        1.0,
+        sample_id="s",
+        value=1.0,
         verdicts=(
-            Verdict("c", "met", "why", (Vote("j", "met", explanation="e", raw="r", keys=("k1",)),)),
+            Verdict(
+                "c",
+                "met",
+                "why",
+                (Vote(judge="j", status="met", explanation="e", raw="r", keys=("k1",)),),
+            ),
         ),
     )
     assert slim_sample(smp).messages == () and slim_sample(smp).metadata == {"k": 1}
@@ -152,12 +163,12 @@ def test_healthbench_result_equals_the_aggregate_of_full_samples_and_grades(tmp_
     data = shared_file("healthbench", "healthbench_500.jsonl")
     with LoopbackServer(one_server()) as srv, Store(tmp_path / "s.db") as st:
         cfg = RunConfig(
-            "healthbench",
-            "openai/cand",
+            benchmark="healthbench",
+            model="openai/cand",
             data=data,
             base_url=srv.base_url,
             limit=8,
-            judges=(JudgeConfig("openai/judge", srv.base_url),),
+            judges=(JudgeConfig(spec="openai/judge", base_url=srv.base_url),),
             options=_grandrounds(),
         )
         out = asyncio.run(run(st, cfg))
@@ -187,8 +198,8 @@ def test_default_summaries_give_the_same_aggregate_on_an_exam(tmp_path):
             run(
                 st,
                 RunConfig(
-                    "medqa",
-                    "scripted/mix",
+                    benchmark="medqa",
+                    model="scripted/mix",
                     data=data,
                     limit=40,
                     provider_options={"script": lambda body: "Answer: B"},
@@ -198,7 +209,9 @@ def test_default_summaries_give_the_same_aggregate_on_an_exam(tmp_path):
         bench = out.setup.bench
         assert type(bench).summarize is Benchmark.summarize
         full = bench.aggregate(
-            out.samples, out.grades, bench.check_options(RunConfig("medqa", "x").options)
+            out.samples,
+            out.grades,
+            bench.check_options(RunConfig(benchmark="medqa", model="x").options),
         )
     assert (out.result.score, out.result.ci95, out.result.n) == (full.score, full.ci95, full.n)
     assert out.result.extra["n_items"] == 40
@@ -209,12 +222,12 @@ def test_usage_counts_each_judge_call_once_from_the_store(tmp_path):
     data = shared_file("healthbench", "healthbench_500.jsonl")
     with LoopbackServer(one_server()) as srv, Store(tmp_path / "s.db") as st:
         cfg = RunConfig(
-            "healthbench",
-            "openai/cand",
+            benchmark="healthbench",
+            model="openai/cand",
             data=data,
             base_url=srv.base_url,
             limit=5,
-            judges=(JudgeConfig("openai/judge", srv.base_url),),
+            judges=(JudgeConfig(spec="openai/judge", base_url=srv.base_url),),
             options=_grandrounds(),
         )
         out = asyncio.run(run(st, cfg))
@@ -248,7 +261,10 @@ def test_data_checked_once_is_read_once_on_a_rerun(tmp_path, monkeypatch):
     data = medqa_file(tmp_path / "q.jsonl", 20)
     reads = count_medqa_reads(monkeypatch)
     cfg = RunConfig(
-        "medqa", "scripted/b", data=data, provider_options={"script": lambda body: "Answer: B"}
+        benchmark="medqa",
+        model="scripted/b",
+        data=data,
+        provider_options={"script": lambda body: "Answer: B"},
     )
     with Store(tmp_path / "s.db") as st:
         asyncio.run(run(st, cfg))
@@ -286,7 +302,10 @@ def test_a_small_file_is_read_once_and_held_a_large_one_streams(tmp_path, monkey
                 run(
                     st,
                     RunConfig(
-                        "medqa", "scripted/b", data=data, provider_options={"script": script}
+                        benchmark="medqa",
+                        model="scripted/b",
+                        data=data,
+                        provider_options={"script": script},
                     ),
                 )
             )
@@ -308,12 +327,12 @@ def test_migration_fills_the_judge_calls_of_grades_stored_before_it(tmp_path):
     db = tmp_path / "s.db"
     with LoopbackServer(one_server()) as srv, Store(db) as st:
         cfg = RunConfig(
-            "healthbench",
-            "openai/cand",
+            benchmark="healthbench",
+            model="openai/cand",
             data=data,
             base_url=srv.base_url,
             limit=3,
-            judges=(JudgeConfig("openai/judge", srv.base_url),),
+            judges=(JudgeConfig(spec="openai/judge", base_url=srv.base_url),),
             options=_grandrounds(),
         )
         out = asyncio.run(run(st, cfg))
@@ -337,10 +356,12 @@ def test_write_behind_keeps_a_replaced_grades_calls_in_order(tmp_path):
 
     def grade(sid: str, n: int) -> Grade:
         return Grade(
-            sid,
-            1.0,
+            sample_id=sid,
+            value=1.0,
             verdicts=tuple(
-                Verdict(f"c{i}", "met", votes=(Vote("j", "met", keys=(f"{sid}-k{i}",)),))
+                Verdict(
+                    f"c{i}", "met", votes=(Vote(judge="j", status="met", keys=(f"{sid}-k{i}",)),)
+                )
                 for i in range(n)
             ),
         )

@@ -122,8 +122,8 @@ def test_single_judge_needs_min_valid_one(nsclc):
     )
     one = (RuleJudge("a", lambda p, a: fenced(is_positive(p))),)
     with pytest.raises(ConfigError, match="at least 2 judges"):  # refused before any call
-        check_judges(GAPS(), GAPSGrader(), [JudgeConfig("openai/a")])
-    check_judges(GAPS(), GAPSGrader(min_valid=1), [JudgeConfig("openai/a")])
+        check_judges(GAPS(), GAPSGrader(), [JudgeConfig(spec="openai/a")])
+    check_judges(GAPS(), GAPSGrader(min_valid=1), [JudgeConfig(spec="openai/a")])
     g1 = asyncio.run(
         GAPSGrader(min_valid=1).grade(
             nsclc[0], Response(key="x", text="答"), GradeContext(judges=one)
@@ -345,8 +345,8 @@ def test_aggregate_counts_unscored(nsclc):
     s1, s2, s3 = nsclc[:3]
     grades = [
         Grade(
-            s1.id,
-            0.5,
+            sample_id=s1.id,
+            value=0.5,
             details={
                 "reference_value": 0.4,
                 "other_value": 0.4,
@@ -355,8 +355,8 @@ def test_aggregate_counts_unscored(nsclc):
             },
         ),
         Grade(
-            s2.id,
-            None,
+            sample_id=s2.id,
+            value=None,
             details={
                 "reference_value": 0.0,
                 "other_value": 0.0,
@@ -364,7 +364,7 @@ def test_aggregate_counts_unscored(nsclc):
                 "n_review_needed": 5,
             },
         ),
-        Grade(s3.id, None, error="answer call failed"),
+        Grade(sample_id=s3.id, value=None, error="answer call failed"),
     ]
     agg = GAPS().aggregate([s1, s2, s3], grades, RunOptions(protocol="grandrounds"))
     assert agg.score == 0.5 and agg.n == 1 and agg.n_unscored == 2
@@ -374,9 +374,9 @@ def test_aggregate_counts_unscored(nsclc):
     assert agg.extra["n_review_needed"] == 5
     # Under the reference protocol an answer without a value scores 0, inside n.
     ref = [
-        Grade(s1.id, 0.4, details={"other_value": 0.5}),
-        Grade(s2.id, 0.0, details={"other_value": None}),
-        Grade(s3.id, None, error="answer call failed"),
+        Grade(sample_id=s1.id, value=0.4, details={"other_value": 0.5}),
+        Grade(sample_id=s2.id, value=0.0, details={"other_value": None}),
+        Grade(sample_id=s3.id, value=None, error="answer call failed"),
     ]
     agg = GAPS().aggregate([s1, s2, s3], ref, RunOptions())
     assert agg.score == pytest.approx(0.4 / 3) and agg.n == 3 and agg.n_unscored == 1
@@ -407,10 +407,12 @@ def test_end_to_end_panel_through_runner(tmp_path, shared_data):
         return fenced(is_positive(user))  # positives met, negatives (defects) absent
 
     with LoopbackServer(rule) as srv:
-        judges = tuple(JudgeConfig(f"openai/{j}", srv.base_url) for j in ("j1", "j2", "j3"))
+        judges = tuple(
+            JudgeConfig(spec=f"openai/{j}", base_url=srv.base_url) for j in ("j1", "j2", "j3")
+        )
         cfg = RunConfig(
-            "gaps",
-            "openai/cand",
+            benchmark="gaps",
+            model="openai/cand",
             data=shared_data("gaps", "GAPS-NSCLC-preview.xlsx"),
             base_url=srv.base_url,
             judges=judges,

@@ -472,10 +472,12 @@ def test_reference_run_sends_official_prompts_and_judge_settings(tmp_path):
         return fenced(True)
 
     with LoopbackServer(rule, keep_bodies=True) as srv:
-        judges = tuple(JudgeConfig(f"openai/{j}", srv.base_url) for j in ("m1", "m2", "m3"))
+        judges = tuple(
+            JudgeConfig(spec=f"openai/{j}", base_url=srv.base_url) for j in ("m1", "m2", "m3")
+        )
         cfg = RunConfig(
-            "gaps",
-            "openai/cand",
+            benchmark="gaps",
+            model="openai/cand",
             data=shared_file("gaps", "GAPS-NSCLC-preview.xlsx"),
             base_url=srv.base_url,
             judges=judges,

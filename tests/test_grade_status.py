@@ -111,7 +111,7 @@ def test_failed_answer_is_answer_failed_never_judged_and_redone_next_run(
 
 
 def test_failed_answer_helper_tells_not_asked_from_failed():
-    s = Sample("x", "b", (Message("user", "q"),))
+    s = Sample(id="x", benchmark="b", messages=(Message("user", "q"),))
     failed = failed_answer(s, Response(key="k1", error="HTTP 503: busy"))
     assert (failed.status, failed.error, failed.value, failed.sample_id) == (
         "answer_failed",
@@ -187,9 +187,9 @@ class DialogueTriage(TriageRubric):
                 )
                 out.append(
                     Sample(
-                        f"{rec['id']}-{t}",
-                        self.name,
-                        (Message("user", turn["question"]),),
+                        id=f"{rec['id']}-{t}",
+                        benchmark=self.name,
+                        messages=(Message("user", turn["question"]),),
                         rubric=rubric,
                         metadata={"urgency": rec["urgency"]},
                         group=rec["id"],
@@ -217,11 +217,11 @@ def test_turns_after_a_failed_turn_are_not_asked_and_are_asked_next_run(tmp_path
 
     def run_dialogues(st: Store, cand: LoopbackServer, judge: LoopbackServer):
         cfg = RunConfig(
-            "dialogue-triage",
-            "openai/cand",
+            benchmark="dialogue-triage",
+            model="openai/cand",
             data=data,
             base_url=cand.base_url,
-            judges=(JudgeConfig("openai/judge-a", judge.base_url),),
+            judges=(JudgeConfig(spec="openai/judge-a", base_url=judge.base_url),),
             retry=FAST,
         )
         return asyncio.run(run(st, cfg))
@@ -296,10 +296,10 @@ def test_regrade_with_the_same_judge_reproduces_the_run_result_with_not_asked_tu
         LoopbackServer(cand_rule) as cand,
         LoopbackServer(judge_rule()) as judge,
     ):
-        judges = (JudgeConfig("openai/judge-a", judge.base_url),)
+        judges = (JudgeConfig(spec="openai/judge-a", base_url=judge.base_url),)
         cfg = RunConfig(
-            "dialogue-triage",
-            "openai/cand",
+            benchmark="dialogue-triage",
+            model="openai/cand",
             data=data,
             base_url=cand.base_url,
             judges=judges,
@@ -307,7 +307,7 @@ def test_regrade_with_the_same_judge_reproduces_the_run_result_with_not_asked_tu
         )
         out = asyncio.run(run(st, cfg))
         assert (out.result.n, out.result.n_unscored) == (2, 3)
-        got = asyncio.run(regrade(st, RegradeRequest(out.run, judges, retry=FAST)))
+        got = asyncio.run(regrade(st, RegradeRequest(run=out.run, judges=judges, retry=FAST)))
         assert [g.sample_id for g in got.grades] == [g.sample_id for g in out.grades]
         assert (got.result.n, got.result.n_unscored) == (out.result.n, out.result.n_unscored)
 
@@ -360,8 +360,8 @@ def test_unreadable_judge_replies_make_an_unreadable_grade_kept_on_rerun(triage,
         assert {g.sample_id: g.status for g in again.grades}["r2"] == "unreadable"
 
         req = RegradeRequest(
-            out.run,
-            (JudgeConfig("openai/judge-a", judge.base_url),),
+            run=out.run,
+            judges=(JudgeConfig(spec="openai/judge-a", base_url=judge.base_url),),
             max_reask=1,
             only_unknown=True,
             retry=FAST,
@@ -439,9 +439,10 @@ def test_legacy_votes_stored_as_bare_statuses():
             "verdicts": [{"criterion_id": "0", "status": "met", "votes": ["met", "unknown"]}],
         }
     )
-    assert g.verdicts[0].votes == (Vote("", "met"), Vote("", "unknown")) and g.verdicts[
-        0
-    ].statuses == ("met", "unknown")
+    assert g.verdicts[0].votes == (
+        Vote(judge="", status="met"),
+        Vote(judge="", status="unknown"),
+    ) and g.verdicts[0].statuses == ("met", "unknown")
 
 
 def _legacy(grade: Grade, **override: Any) -> dict[str, Any]:

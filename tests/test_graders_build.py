@@ -35,7 +35,7 @@ class PanelGrader(Grader):
     Params = PanelParams
 
     async def grade(self, sample, response, ctx):  # pragma: no cover - never graded here
-        return Grade(sample.id, None)
+        return Grade(sample_id=sample.id, value=None)
 
 
 # ---- unknown grader and unknown parameters ---------------------------------------------------
@@ -271,8 +271,8 @@ def test_the_grader_stored_by_a_real_run_is_rebuilt_from_the_store(tmp_path: Pat
             run(
                 st,
                 RunConfig(
-                    "demo",
-                    "scripted/lp",
+                    benchmark="demo",
+                    model="scripted/lp",
                     options=opts,
                     limit=3,
                     provider_options={

@@ -162,7 +162,7 @@ def test_dataclass_subclass_includes_inherited_fields():
 
 
 def test_dataclass_non_field_attributes_are_not_hashed():
-    req = Request("openai", "m", (Message("user", "hi"),))
+    req = Request(provider="openai", model="m", messages=(Message("user", "hi"),))
     before = content_hash(req)
     req.key()  # caches _canonical and _key in __dict__
     assert "_key" in req.__dict__
@@ -172,9 +172,9 @@ def test_dataclass_non_field_attributes_are_not_hashed():
 
 def test_request_key_is_sha256_of_independently_built_json():
     req = Request(
-        "openai",
-        "gpt-x",
-        (Message("system", "Be brief."), Message("user", "Which organ pumps blood?")),
+        provider="openai",
+        model="gpt-x",
+        messages=(Message("system", "Be brief."), Message("user", "Which organ pumps blood?")),
         params=GenParams(temperature=0.2, max_tokens=64, stop=("\n\n",)),
         kind="next_token",
         continuations=("A", "B"),
@@ -216,13 +216,25 @@ def test_request_key_is_sha256_of_independently_built_json():
     ],
 )
 def test_every_request_field_changes_the_cache_key(change):
-    base = Request("openai", "m", (Message("user", "Which organ pumps blood?"),))
+    base = Request(
+        provider="openai", model="m", messages=(Message("user", "Which organ pumps blood?"),)
+    )
     assert dataclasses.replace(base, **change).key() != base.key()
 
 
 def test_equal_requests_built_separately_share_a_key():
-    a = Request("openai", "m", (Message("user", "q"),), params=GenParams(stop=("x",)))
-    b = Request("openai", "m", (Message("user", "q"),), params=GenParams(stop=("x",)))
+    a = Request(
+        provider="openai",
+        model="m",
+        messages=(Message("user", "q"),),
+        params=GenParams(stop=("x",)),
+    )
+    b = Request(
+        provider="openai",
+        model="m",
+        messages=(Message("user", "q"),),
+        params=GenParams(stop=("x",)),
+    )
     assert a is not b and a.key() == b.key()
 
 

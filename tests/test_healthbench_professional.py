@@ -272,10 +272,10 @@ def run_ours(
 ) -> Any:
     SENT.clear()
     cfg = RunConfig(
-        "healthbench-professional",
-        "scripted/cand",
+        benchmark="healthbench-professional",
+        model="scripted/cand",
         data=path,
-        judges=(JudgeConfig(judge),),
+        judges=(JudgeConfig(spec=judge),),
         options=RunOptions(seed=SEED, protocol=protocol, **kw),
         provider_options={
             "script": lambda req: answer_for(

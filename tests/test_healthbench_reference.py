@@ -584,11 +584,11 @@ def test_a_run_sends_the_official_candidate_and_judge_requests(tmp_path, officia
 
     with LoopbackServer(cand) as c, LoopbackServer(judge) as j:
         cfg = RunConfig(
-            "healthbench",
-            "openai/cand",
+            benchmark="healthbench",
+            model="openai/cand",
             data=data,
             base_url=c.base_url,
-            judges=(JudgeConfig("openai/gpt-4.1-2025-04-14", j.base_url),),
+            judges=(JudgeConfig(spec="openai/gpt-4.1-2025-04-14", base_url=j.base_url),),
         )
         out = asyncio.run(run(Store(tmp_path / "hb.db"), cfg))
     # What simple-evals would send for the same rows and answers.

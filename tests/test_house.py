@@ -5,7 +5,10 @@ imported at run time included. No module of the package grows past :data:`MAX_LI
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 import importlib.util
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +150,63 @@ def test_the_line_limit_names_each_long_module_and_its_count(tmp_path: Path) -> 
         "grandrounds/benchmarks/readers/longer.py: 950 lines (at most 800)",
         "grandrounds/run/long.py: 801 lines (at most 800)",
     ]
+
+
+def _positional_fields(cls: type) -> list[str]:
+    """The fields a dataclass takes by position when it is built."""
+    return [f.name for f in dataclasses.fields(cls) if f.init and not f.kw_only]
+
+
+def _wide_positional_records() -> list[str]:
+    """Every dataclass of the package with more than four fields that takes any by position."""
+    import grandrounds
+
+    found = []
+    for info in pkgutil.walk_packages(grandrounds.__path__, "grandrounds."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (
+                isinstance(obj, type)
+                and dataclasses.is_dataclass(obj)
+                and obj.__module__ == info.name
+                and obj.__qualname__ == name
+                and len([f for f in dataclasses.fields(obj) if f.init]) > WIDE
+                and _positional_fields(obj)
+            ):
+                found.append(f"{info.name}.{name}: {', '.join(_positional_fields(obj))}")
+    return found
+
+
+#: A record with more fields than this is built by name only (``Grade(sample_id=..., value=...)``):
+#: a call that names its fields cannot put a value in the wrong one when a field is added.
+WIDE = 4
+
+
+def test_records_with_more_than_four_fields_are_built_by_name() -> None:
+    assert _wide_positional_records() == []
+
+
+def test_the_record_check_sees_a_wide_positional_record() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Wide:
+        a: int
+        b: int
+        c: int
+        d: int
+        e: int = 0
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class WideByName:
+        a: int
+        b: int
+        c: int
+        d: int
+        e: int = 0
+
+    assert _positional_fields(Wide) == ["a", "b", "c", "d", "e"]
+    assert _positional_fields(WideByName) == []
+    from grandrounds.core.records import Grade, Sample
+
+    assert _positional_fields(Grade) == _positional_fields(Sample) == []

@@ -40,7 +40,13 @@ def simulate(n: int, j: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 def respondents(n: int) -> tuple[Respondent, ...]:
     return tuple(
-        Respondent(f"scripted/m{i:02d}", "generate", "grandrounds", f"run{i:02d}", "fp")
+        Respondent(
+            model=f"scripted/m{i:02d}",
+            answer_mode="generate",
+            protocol="grandrounds",
+            run_id=f"run{i:02d}",
+            grader_fp="fp",
+        )
         for i in range(n)
     )
 
@@ -87,7 +93,15 @@ def test_planted_wrong_key_is_flagged_and_uninformative_items_listed() -> None:
     y[:, 7] = 1.0  # everybody right
     y[:, 8] = 0.0  # nobody right
     y[1:, 9] = np.nan  # answered once
-    res = analyse(Responses("sim", "d", respondents(20), tuple(f"q{k}" for k in range(500)), y))
+    res = analyse(
+        Responses(
+            benchmark="sim",
+            dataset="d",
+            respondents=respondents(20),
+            items=tuple(f"q{k}" for k in range(500)),
+            y=y,
+        )
+    )
     by_id = {it.id: it for it in res.items}
     flagged = [it.id for it in res.negative]
     assert "q42" in flagged and by_id["q42"].negative_95
@@ -110,13 +124,27 @@ def test_planted_wrong_key_is_flagged_and_uninformative_items_listed() -> None:
 
 def test_missing_responses_are_left_out_not_counted_wrong() -> None:
     theta, a, b, y = simulate(20, 500, seed=14)
-    full = analyse(Responses("sim", "d", respondents(20), tuple(f"q{k}" for k in range(500)), y))
+    full = analyse(
+        Responses(
+            benchmark="sim",
+            dataset="d",
+            respondents=respondents(20),
+            items=tuple(f"q{k}" for k in range(500)),
+            y=y,
+        )
+    )
     holes = y.copy()
     rng = np.random.default_rng(3)
     holes[rng.random(y.shape) < 0.3] = np.nan  # 30% unscored at random
     holes[0, 250:] = np.nan  # one respondent answered half the items
     part = analyse(
-        Responses("sim", "d", respondents(20), tuple(f"q{k}" for k in range(500)), holes)
+        Responses(
+            benchmark="sim",
+            dataset="d",
+            respondents=respondents(20),
+            items=tuple(f"q{k}" for k in range(500)),
+            y=holes,
+        )
     )
     assert part.abilities[0].n == int((~np.isnan(holes[0])).sum()) < 250
     th_full = np.array([x.theta for x in full.abilities])
@@ -129,7 +157,13 @@ def test_missing_responses_are_left_out_not_counted_wrong() -> None:
     # the same holes filled with zeros (counted wrong) pull abilities down: missing is not wrong
     zeros = np.where(np.isnan(holes), 0.0, holes)
     wrong = analyse(
-        Responses("sim", "d", respondents(20), tuple(f"q{k}" for k in range(500)), zeros)
+        Responses(
+            benchmark="sim",
+            dataset="d",
+            respondents=respondents(20),
+            items=tuple(f"q{k}" for k in range(500)),
+            y=zeros,
+        )
     )
     assert wrong.abilities[0].theta < part.abilities[0].theta - 2 * part.abilities[0].se
     fitted = {it.id: it for it in part.items if it.status == "fitted"}
@@ -241,8 +275,8 @@ def exam_store(tmp_path: Path) -> Path:
                     run(
                         st,
                         RunConfig(
-                            "demo",
-                            f"scripted/{name}",
+                            benchmark="demo",
+                            model=f"scripted/{name}",
                             data=tmp_path,
                             limit=10,
                             options=RunOptions(protocol="grandrounds"),
@@ -254,8 +288,8 @@ def exam_store(tmp_path: Path) -> Path:
                 run(
                     st,
                     RunConfig(
-                        "demo",
-                        f"scripted/{name}",
+                        benchmark="demo",
+                        model=f"scripted/{name}",
                         data=tmp_path,
                         options=RunOptions(protocol="grandrounds"),
                         provider_options=opts,
@@ -267,8 +301,8 @@ def exam_store(tmp_path: Path) -> Path:
             run(
                 st,
                 RunConfig(
-                    "demo",
-                    "scripted/m7",
+                    benchmark="demo",
+                    model="scripted/m7",
                     data=tmp_path,
                     options=RunOptions(protocol="reference"),
                     provider_options={"script": scripted("m7", keys)},

@@ -187,23 +187,31 @@ def test_votes_accumulate_attempts_and_keys_across_gradings():
         keys=("k3", "k4"),
     )
     prior = {
-        "a": Vote("j", "unknown", attempts=3, keys=("k0", "k1", "k2")),
-        "b": Vote("j", "unknown", attempts=1, keys=("q0",)),
+        "a": Vote(judge="j", status="unknown", attempts=3, keys=("k0", "k1", "k2")),
+        "b": Vote(judge="j", status="unknown", attempts=1, keys=("q0",)),
     }
     votes = votes_of("j", a, reply, prior, run=2)
     assert votes["a"] == Vote(
-        "j", "met", 0.5, "why a", "raw-a", 5, ("k0", "k1", "k2", "k3", "k4"), None, 2
+        judge="j",
+        status="met",
+        score=0.5,
+        explanation="why a",
+        raw="raw-a",
+        attempts=5,
+        keys=("k0", "k1", "k2", "k3", "k4"),
+        error=None,
+        run=2,
     )
     assert votes["b"] == Vote(
-        "j",
-        "unknown",
-        None,
-        "judge reply could not be read",
-        "raw-last",
-        3,
-        ("q0", "k3", "k4"),
-        None,
-        2,
+        judge="j",
+        status="unknown",
+        score=None,
+        explanation="judge reply could not be read",
+        raw="raw-last",
+        attempts=3,
+        keys=("q0", "k3", "k4"),
+        error=None,
+        run=2,
     )
     assert (
         votes["c"].attempts == 2
@@ -267,7 +275,7 @@ def test_majority_table(statuses, want):
 
 
 def _v(status: str, expl: str = "", judge: str = "j") -> Vote:
-    return Vote(judge, status, explanation=expl)  # type: ignore[arg-type]
+    return Vote(judge=judge, status=status, explanation=expl)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -348,10 +356,12 @@ def test_panel_asks_every_judge_and_keeps_panel_order():
 def test_panel_with_previous_asks_a_judge_only_about_its_missing_or_unknown_votes():
     previous = {
         "a": (
-            Vote("j1", "met", attempts=1, keys=("old-a1",)),
-            Vote("j2", "unknown", attempts=3, keys=("x", "y", "z")),
+            Vote(judge="j1", status="met", attempts=1, keys=("old-a1",)),
+            Vote(judge="j2", status="unknown", attempts=3, keys=("x", "y", "z")),
         ),
-        "b": (Vote("j1", "unmet", attempts=1, keys=("old-b1",)),),  # j2's vote on b is missing
+        "b": (
+            Vote(judge="j1", status="unmet", attempts=1, keys=("old-b1",)),
+        ),  # j2's vote on b is missing
     }
     j1 = FnJudge("j1", table({}, default="met"))
     j2 = FnJudge("j2", table({"a": "unmet", "b": "met"}))
@@ -371,7 +381,10 @@ def test_panel_with_previous_asks_a_judge_only_about_its_missing_or_unknown_vote
 
 
 def test_panel_batched_ask_starts_after_the_most_attempts_of_its_items():
-    previous = {"a": (Vote("j", "unknown", attempts=1),), "b": (Vote("j", "unknown", attempts=4),)}
+    previous = {
+        "a": (Vote(judge="j", status="unknown", attempts=1),),
+        "b": (Vote(judge="j", status="unknown", attempts=4),),
+    }
     judge = FnJudge("j", table({}, default="a=met;b=unmet"))
     votes = run(
         panel(
@@ -383,7 +396,7 @@ def test_panel_batched_ask_starts_after_the_most_attempts_of_its_items():
 
 
 def test_panel_respects_first_attempt_over_previous_attempts():
-    previous = {"r": (Vote("j", "unknown", attempts=2, keys=("k0", "k1")),)}
+    previous = {"r": (Vote(judge="j", status="unknown", attempts=2, keys=("k0", "k1")),)}
     judge = FnJudge("j", table({("r", 10): "garbage", ("r", 11): "met"}))
     asks = lambda _j, ids: [
         Ask(("r",), lambda _p: (Message("user", "r"),), read_single, first_attempt=10)
@@ -408,7 +421,7 @@ def test_panel_marks_an_item_no_ask_covers_as_not_asked():
         )
     )
     assert votes["a"][0].status == "met"
-    assert votes["b"] == (Vote("j", "unknown", explanation="not asked"),)
+    assert votes["b"] == (Vote(judge="j", status="unknown", explanation="not asked"),)
 
 
 # ---- judge_criteria ----------------------------------------------------------------------------
@@ -436,7 +449,10 @@ def test_judge_criteria_with_gaps_vote_keeps_known_verdicts_and_known_votes_on_r
         {"x": ("unmet",) * 3, "y": ("unmet", "met", "unmet"), "z": ("met", "met", "unmet")}
     )
     ctx2 = GradeContext(
-        judges=again, previous=Grade("s", None, verdicts=verdicts), only_unknown=True, max_reask=0
+        judges=again,
+        previous=Grade(sample_id="s", value=None, verdicts=verdicts),
+        only_unknown=True,
+        max_reask=0,
     )
     regraded = run(judge_criteria(["x", "y", "z"], single_asks, ctx2, gaps_rule))
     assert again[0].calls == [], "j0 had a known vote on every unknown verdict"
@@ -450,7 +466,11 @@ def test_judge_criteria_with_gaps_vote_keeps_known_verdicts_and_known_votes_on_r
 
 
 def test_judge_criteria_ignores_previous_unless_only_unknown():
-    prev = Grade("s", 1.0, verdicts=(Verdict("a", "met", votes=(Vote("j", "met", attempts=1),)),))
+    prev = Grade(
+        sample_id="s",
+        value=1.0,
+        verdicts=(Verdict("a", "met", votes=(Vote(judge="j", status="met", attempts=1),)),),
+    )
     judge = FnJudge("j", table({"a": "unmet"}))
     (v,) = run(judge_criteria(["a"], single_asks, GradeContext(judges=(judge,), previous=prev)))
     assert judge.calls == [("a", 0)] and v.status == "unmet" and v.votes[0].attempts == 1
@@ -460,7 +480,9 @@ def test_judge_criteria_with_nothing_unknown_asks_nobody_and_keeps_order():
     verdicts = (Verdict("b", "unmet"), Verdict("a", "met"))
     judge = FnJudge("j", table({}))
     ctx = GradeContext(
-        judges=(judge,), previous=Grade("s", 0.5, verdicts=verdicts), only_unknown=True
+        judges=(judge,),
+        previous=Grade(sample_id="s", value=0.5, verdicts=verdicts),
+        only_unknown=True,
     )
     got = run(judge_criteria(["a", "b"], single_asks, ctx))
     assert judge.calls == [] and got == (verdicts[1], verdicts[0])
@@ -498,17 +520,25 @@ def test_judge_keys_in_first_use_order_without_repeats():
         Verdict(
             "a",
             "met",
-            votes=(Vote("j1", "met", keys=("k1", "k2")), Vote("j2", "met", keys=("k3",))),
+            votes=(
+                Vote(judge="j1", status="met", keys=("k1", "k2")),
+                Vote(judge="j2", status="met", keys=("k3",)),
+            ),
         ),
-        Verdict("b", "unmet", votes=(Vote("j1", "unmet", keys=("k2", "k4")),)),
+        Verdict("b", "unmet", votes=(Vote(judge="j1", status="unmet", keys=("k2", "k4")),)),
     )
-    votes = (Vote("j1", "met", keys=("k5", "k1")), Vote("j2", "met", keys=("k6",)))
+    votes = (
+        Vote(judge="j1", status="met", keys=("k5", "k1")),
+        Vote(judge="j2", status="met", keys=("k6",)),
+    )
     assert judge_keys(verdicts, votes) == ("k1", "k2", "k3", "k4", "k5", "k6")
     assert judge_keys(()) == ()
 
 
 def _g(sid: str, statuses: dict[str, str]) -> Grade:
-    return Grade(sid, None, verdicts=tuple(Verdict(c, s) for c, s in statuses.items()))  # type: ignore[arg-type]
+    return Grade(
+        sample_id=sid, value=None, verdicts=tuple(Verdict(c, s) for c, s in statuses.items())
+    )  # type: ignore[arg-type]
 
 
 def test_compare_modes_matches_by_ids_not_positions():

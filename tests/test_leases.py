@@ -21,7 +21,13 @@ from tests.test_resume_and_bad_input import ROOT
 
 
 def req(base_url: str, text: str = "q") -> Request:
-    return Request("openai", "m", (Message("user", text),), GenParams(), base_url=base_url)
+    return Request(
+        provider="openai",
+        model="m",
+        messages=(Message("user", text),),
+        params=GenParams(),
+        base_url=base_url,
+    )
 
 
 def test_a_lease_held_by_one_handle_is_refused_to_another_until_the_outcome_lands(

@@ -60,11 +60,21 @@ def test_chat_next_token_and_loglikelihood(provider):
         ),
     )
     chat = asyncio.run(
-        provider.call(Request("llamacpp", "smollm2", q, params=GenParams(max_tokens=8)))
+        provider.call(
+            Request(
+                provider="llamacpp", model="smollm2", messages=q, params=GenParams(max_tokens=8)
+            )
+        )
     )
     assert chat.ok and isinstance(chat.text, str) and chat.usage.completion_tokens > 0
 
-    req = Request("llamacpp", "smollm2", q, kind="next_token", continuations=("A", "B", "C", "D"))
+    req = Request(
+        provider="llamacpp",
+        model="smollm2",
+        messages=q,
+        kind="next_token",
+        continuations=("A", "B", "C", "D"),
+    )
     a = asyncio.run(provider.call(req)).scores
     b = asyncio.run(provider.call(req)).scores
     assert set(a) == {"A", "B", "C", "D"} and a == b, "deterministic"
@@ -74,7 +84,13 @@ def test_chat_next_token_and_loglikelihood(provider):
     conts = (" the heart", " the liver", " a lung")
     got = asyncio.run(
         provider.call(
-            Request("llamacpp", "smollm2", ctx, kind="loglikelihood", continuations=conts)
+            Request(
+                provider="llamacpp",
+                model="smollm2",
+                messages=ctx,
+                kind="loglikelihood",
+                continuations=conts,
+            )
         )
     ).scores
     want = _reference_loglik(provider.path, ctx[0].content, conts)
@@ -107,8 +123,8 @@ def _reference_loglik(path, context: str, conts) -> dict[str, float]:
 def test_demo_on_the_local_model_then_cached(tmp_path, provider):
     store = Store(tmp_path / "s.db")
     cfg = RunConfig(
-        "demo",
-        "llamacpp/smollm2",
+        benchmark="demo",
+        model="llamacpp/smollm2",
         options=RunOptions(answer_mode="letter"),
         provider_options={"n_threads": 1},
     )
@@ -127,13 +143,18 @@ def test_a_cancelled_generation_stops_at_its_next_token_and_the_model_answers_ag
     import time
 
     short = Request(
-        "llamacpp", "smollm2", (Message("user", "Name one organ."),), params=GenParams(max_tokens=8)
+        provider="llamacpp",
+        model="smollm2",
+        messages=(Message("user", "Name one organ."),),
+        params=GenParams(max_tokens=8),
     )
     before = asyncio.run(provider.call(short)).text
     long = Request(
-        "llamacpp",
-        "smollm2",
-        (Message("user", "Write a very long story about a hospital, at least 3000 words."),),
+        provider="llamacpp",
+        model="smollm2",
+        messages=(
+            Message("user", "Write a very long story about a hospital, at least 3000 words."),
+        ),
         params=GenParams(max_tokens=400),
     )
 

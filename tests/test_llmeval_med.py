@@ -200,7 +200,9 @@ def test_aggregate_usability_percent_under_both_protocols(samples):
 
     def g(s, value, mean, other):
         return Grade(
-            s.id, value, details={"run_scores": [mean], "mean_score": mean, "other_value": other}
+            sample_id=s.id,
+            value=value,
+            details={"run_scores": [mean], "mean_score": mean, "other_value": other},
         )
 
     grades = [
@@ -209,7 +211,7 @@ def test_aggregate_usability_percent_under_both_protocols(samples):
         g(mk[2], None, None, 0.0),
         g(mk[3], 1.0, 5.0, None),
         g(mr[0], 0.0, 2.0, 0.0),
-        Grade(mr[1].id, None, error="answer call failed"),
+        Grade(sample_id=mr[1].id, value=None, error="answer call failed"),
     ]
     # grandrounds: usable among answers with a valid score; the reference reading (other_value) counts
     # every question, those with no value unusable.
@@ -294,11 +296,11 @@ def test_end_to_end_through_runner_and_loopback_server(tmp_path, shared_data):
 
     with LoopbackServer(rule, keep_bodies=True) as srv:
         cfg = RunConfig(
-            "llmeval-med",
-            "openai/cand",
+            benchmark="llmeval-med",
+            model="openai/cand",
             data=data,
             base_url=srv.base_url,
-            judges=(JudgeConfig("openai/judge", srv.base_url),),
+            judges=(JudgeConfig(spec="openai/judge", base_url=srv.base_url),),
         )
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
         bodies = srv.stats.bodies

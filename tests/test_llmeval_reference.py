@@ -415,12 +415,12 @@ def test_reference_run_sends_official_settings_and_prompt(tmp_path):
 
     with LoopbackServer(rule, keep_bodies=True) as srv:
         cfg = RunConfig(
-            "llmeval-med",
-            "openai/cand",
+            benchmark="llmeval-med",
+            model="openai/cand",
             data=path,
             base_url=srv.base_url,
             limit=5,
-            judges=(JudgeConfig("openai/judge", srv.base_url),),
+            judges=(JudgeConfig(spec="openai/judge", base_url=srv.base_url),),
             bench_params={"judge_runs": 1},
         )
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))

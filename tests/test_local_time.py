@@ -18,12 +18,12 @@ from tests.conftest import shared_file
 
 def healthbench_cfg(model: str, judge: str) -> RunConfig:
     return RunConfig(
-        "healthbench",
-        model,
+        benchmark="healthbench",
+        model=model,
         data=shared_file("healthbench", "healthbench_500.jsonl"),
         limit=3,
         options=RunOptions(protocol="grandrounds"),
-        judges=(JudgeConfig(judge),),
+        judges=(JudgeConfig(spec=judge),),
     )
 
 

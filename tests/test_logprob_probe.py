@@ -96,10 +96,10 @@ async def _scores(
 ) -> dict[str, float]:
     try:
         req = Request(
-            "openai",
-            "standin",
-            (Message("user", context),),
-            GenParams(),
+            provider="openai",
+            model="standin",
+            messages=(Message("user", context),),
+            params=GenParams(),
             kind="loglikelihood",
             continuations=conts,
         )
@@ -161,8 +161,8 @@ def test_a_next_token_run_on_a_server_without_echo_is_not_checked_but_a_loglik_r
 def test_the_run_is_refused_before_any_answer(tmp_path: Path) -> None:
     with LoopbackServer(stand_in(frozenset({"shift"}))) as srv, Store(tmp_path / "s.db") as st:
         cfg = RunConfig(
-            "demo",
-            "openai/standin",
+            benchmark="demo",
+            model="openai/standin",
             base_url=srv.base_url,
             options=RunOptions(answer_mode="letter-loglik"),
         )

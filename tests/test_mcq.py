@@ -165,7 +165,12 @@ def test_shuffle_remaps_target_and_keeps_option_texts():
 
 def test_shuffle_remaps_multi_answer_target():
     s = Sample(
-        "q9", "x", (), target="AC", choices=dict(zip("ABCDE", "vwxyz")), metadata={"multi": True}
+        id="q9",
+        benchmark="x",
+        messages=(),
+        target="AC",
+        choices=dict(zip("ABCDE", "vwxyz")),
+        metadata={"multi": True},
     )
     shown, perm = shuffle_choices(s, seed=1)
     assert sorted(shown.choices[ch] for ch in shown.target) == ["v", "x"]
@@ -365,15 +370,28 @@ def test_aggregate_accuracy_ci_breakdown_and_counts():
     grades = []
     for i, s in enumerate(samples):
         if i < 2:
-            grades.append(Grade(s.id, None, error="timeout"))
+            grades.append(Grade(sample_id=s.id, value=None, error="timeout"))
         elif i < 9:
-            grades.append(Grade(s.id, 1.0, extracted=s.target, details={"answer_mode": "generate"}))
+            grades.append(
+                Grade(
+                    sample_id=s.id,
+                    value=1.0,
+                    extracted=s.target,
+                    details={"answer_mode": "generate"},
+                )
+            )
         elif i < 11:
             grades.append(
-                Grade(s.id, 0.0, details={"answer_mode": "generate", "unextracted": True})
+                Grade(
+                    sample_id=s.id,
+                    value=0.0,
+                    details={"answer_mode": "generate", "unextracted": True},
+                )
             )
         else:
-            grades.append(Grade(s.id, 0.0, extracted="A", details={"answer_mode": "generate"}))
+            grades.append(
+                Grade(sample_id=s.id, value=0.0, extracted="A", details={"answer_mode": "generate"})
+            )
     agg = bench.aggregate(samples, grades, RunOptions(protocol="grandrounds"))
     assert agg.metric == "accuracy"
     assert agg.n == 10 and agg.n_unscored == 2
@@ -393,26 +411,26 @@ def test_aggregate_accuracy_ci_breakdown_and_counts():
 def test_aggregate_reports_acc_norm_and_rejects_unknown_ids():
     bench, samples = _demo()
     grades = [
-        Grade(s.id, 1.0, details={"answer_mode": "text-loglik", "acc_norm": 0.0})
+        Grade(sample_id=s.id, value=1.0, details={"answer_mode": "text-loglik", "acc_norm": 0.0})
         for s in samples[:4]
     ]
     agg = bench.aggregate(samples, grades, RunOptions(answer_mode="loglik", protocol="grandrounds"))
     assert agg.score == 1.0 and agg.extra["acc_norm"] == 0.0 and agg.n == 4
     with pytest.raises(ValueError):
-        bench.aggregate(samples, [Grade("nope", 1.0)], RunOptions())
+        bench.aggregate(samples, [Grade(sample_id="nope", value=1.0)], RunOptions())
     empty = bench.aggregate(samples, [], RunOptions())
     assert empty.score is None and empty.ci95 is None and empty.n == 0
 
 
 def test_aggregate_under_both_protocols_counts_failures_its_own_way():
     bench, samples = _demo()
-    grades = [Grade(samples[0].id, None, status="answer_failed", error="timeout")]
+    grades = [Grade(sample_id=samples[0].id, value=None, status="answer_failed", error="timeout")]
     for i, s in enumerate(samples[1:], 1):
         # the reference reading is right on 1..8, ours on 1..10
         grades.append(
             Grade(
-                s.id,
-                1.0 if i <= 8 else 0.0,
+                sample_id=s.id,
+                value=1.0 if i <= 8 else 0.0,
                 details={"protocol": "reference", "other_value": 1.0 if i <= 10 else 0.0},
             )
         )
@@ -431,7 +449,7 @@ def test_aggregate_under_both_protocols_counts_failures_its_own_way():
     assert ours.score == pytest.approx(10 / 11) and ours.n == 11 and ours.n_unscored == 1
     assert ours.extra["other_protocol"]["score"] == pytest.approx(8 / 12)
     # grades made before the other reading existed: the other figure is unknown, never guessed
-    old = [Grade(s.id, 1.0) for s in samples]
+    old = [Grade(sample_id=s.id, value=1.0) for s in samples]
     assert (
         bench.aggregate(samples, old, RunOptions(protocol="grandrounds")).extra["other_protocol"][
             "score"

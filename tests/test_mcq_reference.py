@@ -311,7 +311,15 @@ def test_the_reference_run_sends_simple_evals_prompt_and_settings(tmp_path):
 
     with Store(tmp_path / "s.db") as st:
         out = asyncio.run(
-            run(st, RunConfig("demo", "scripted/m", limit=3, provider_options={"script": script}))
+            run(
+                st,
+                RunConfig(
+                    benchmark="demo",
+                    model="scripted/m",
+                    limit=3,
+                    provider_options={"script": script},
+                ),
+            )
         )
     common = load_official(
         "simple-evals/common.py", ["QUERY_TEMPLATE_MULTICHOICE", "format_multichoice_question"]
@@ -345,8 +353,8 @@ def test_failed_calls_count_wrong_under_reference_and_are_excluded_under_ours(tm
     for proto in ("reference", "grandrounds"):
         with Store(tmp_path / f"{proto}.db") as st:
             cfg = RunConfig(
-                "demo",
-                "scripted/m",
+                benchmark="demo",
+                model="scripted/m",
                 options=RunOptions(protocol=proto),
                 provider_options={"script": script},
             )
@@ -426,7 +434,8 @@ def test_pubmedqa_reference_figures_equal_evaluation_py(
     for proto in ("reference", "grandrounds"):
         graded = _grade_all(bench.grader(RunOptions(protocol=proto)), pairs)
         grades = {g.sample_id: g for g in graded} | {
-            sid: Grade(sid, None, status="answer_failed", error="HTTP 500") for sid in failed
+            sid: Grade(sample_id=sid, value=None, status="answer_failed", error="HTTP 500")
+            for sid in failed
         }
         by_id[proto] = [grades[s.id] for s in samples]
         for s, g in zip(
@@ -776,8 +785,8 @@ def test_letter_loglik_run_sends_the_raw_context_without_a_system_message(tmp_pa
             run(
                 st,
                 RunConfig(
-                    "demo",
-                    "scripted/lp",
+                    benchmark="demo",
+                    model="scripted/lp",
                     options=RunOptions(answer_mode="letter-loglik"),
                     limit=4,
                     provider_options={"script": script},

@@ -120,8 +120,8 @@ def test_scripted_model_accuracy_equals_the_one_computed_from_the_csv(
 
     with Store(tmp_path / "s.db") as st:
         cfg = RunConfig(
-            "medbullets",
-            "scripted/longest",
+            benchmark="medbullets",
+            model="scripted/longest",
             bench_params={"options": n},
             data=path,
             provider_options={"script": script},
@@ -165,7 +165,11 @@ def test_protocols_share_the_prompt_and_differ_in_aggregation() -> None:
     assert bench.upstream_files() == ()  # nothing official is read: none is pinned for MedBullets
     with pytest.raises(ConfigError, match="letter-loglik"):
         check_run(
-            RunConfig("medbullets", "scripted/x", options=RunOptions(answer_mode="letter-loglik"))
+            RunConfig(
+                benchmark="medbullets",
+                model="scripted/x",
+                options=RunOptions(answer_mode="letter-loglik"),
+            )
         )
 
 

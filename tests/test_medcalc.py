@@ -408,8 +408,8 @@ def answering(right: set[int], rows: list[dict[str, str]]):
 def run_medcalc(store: Store, model: str, script, version: str | None, data: Path | None):
     params = {"version": version} if version else {}
     cfg = RunConfig(
-        "medcalc-bench",
-        f"scripted/{model}",
+        benchmark="medcalc-bench",
+        model=f"scripted/{model}",
         bench_params=params,
         data=data,
         options=RunOptions(protocol="grandrounds"),

@@ -325,8 +325,8 @@ def test_aggregate_headline_and_other_protocol_equal_the_official_mean():
 def _as_grandrounds(g: Grade) -> Grade:
     d = g.details
     return Grade(
-        g.sample_id,
-        d["other_value"],
+        sample_id=g.sample_id,
+        value=d["other_value"],
         details=d
         | {
             "protocol": "grandrounds",
@@ -393,7 +393,11 @@ def test_templates_hash_to_sources_tsv_and_a_run_sends_the_official_messages(tmp
         return '{"step_by_step_thinking": "a\nb", "answer": "1"}'
 
     cfg = RunConfig(
-        "medcalc-bench", "scripted/m", data=path, limit=3, provider_options={"script": script}
+        benchmark="medcalc-bench",
+        model="scripted/m",
+        data=path,
+        limit=3,
+        provider_options={"script": script},
     )
     out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
     assert len(sent) == 3
@@ -417,8 +421,8 @@ def test_grandrounds_run_sends_our_prompt(tmp_path):
         return '{"step_by_step_thinking": "a", "answer": "1"}'
 
     cfg = RunConfig(
-        "medcalc-bench",
-        "scripted/m",
+        benchmark="medcalc-bench",
+        model="scripted/m",
         data=path,
         limit=1,
         provider_options={"script": script},

@@ -318,7 +318,7 @@ def test_clinician_reviews_rescore_the_question(samples, protocol):
 
     s = samples[0]
     verdicts = tuple(Verdict(c.id, "met" if c.points > 0 else "unmet") for c in s.rubric)
-    grade = Grade(s.id, 100.0, verdicts=verdicts)
+    grade = Grade(sample_id=s.id, value=100.0, verdicts=verdicts)
     grader = MedEQGrader(MedEQParams(protocol))
     assert grader.rescore(s, grade, {}) == 100.0
     first = next(c for c in s.rubric if c.points > 0)

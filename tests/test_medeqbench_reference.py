@@ -617,12 +617,12 @@ def test_a_run_sends_the_official_prompt_and_settings(tmp_path):
 
     with LoopbackServer(cand) as c, LoopbackServer(judge) as j:
         cfg = RunConfig(
-            "medeqbench",
-            "openai/cand",
+            benchmark="medeqbench",
+            model="openai/cand",
             data=shared_file("medeqbench", "med_eq.csv"),
             base_url=c.base_url,
             limit=3,
-            judges=(JudgeConfig("openai/gpt-4.1", j.base_url),),
+            judges=(JudgeConfig(spec="openai/gpt-4.1", base_url=j.base_url),),
         )
         out = asyncio.run(run(Store(tmp_path / "s.db"), cfg))
     assert sorted(b["messages"][0]["content"] for b in seen["cand"]) == sorted(

@@ -149,7 +149,10 @@ def test_reference_judge_prompt_when_medmarks_files_are_at_hand() -> None:
         )
     grader = MedicationQAGrader(MedicationQAParams("reference"))
     prompt = grader.judge_prompt(
-        Sample("1", "medicationqa", (), target="REF", metadata={"question": "Q?"}), "ANS"
+        Sample(
+            id="1", benchmark="medicationqa", messages=(), target="REF", metadata={"question": "Q?"}
+        ),
+        "ANS",
     )
     assert (
         "<medication_question>\nQ?\n</medication_question>" in prompt

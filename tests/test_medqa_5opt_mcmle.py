@@ -114,5 +114,9 @@ def test_no_lm_eval_task_so_no_letter_loglik() -> None:
     for name in ("medqa-usmle-5opt", "medqa-mcmle"):
         with pytest.raises(ConfigError, match="letter-loglik"):
             check_run(
-                RunConfig(name, "scripted/x", options=RunOptions(answer_mode="letter-loglik"))
+                RunConfig(
+                    benchmark=name,
+                    model="scripted/x",
+                    options=RunOptions(answer_mode="letter-loglik"),
+                )
             )

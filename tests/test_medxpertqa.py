@@ -213,8 +213,8 @@ def test_runner_asks_two_turns_and_reads_the_second(tmp_path: Path) -> None:
             run(
                 st,
                 RunConfig(
-                    "medxpertqa-text",
-                    "scripted/two",
+                    benchmark="medxpertqa-text",
+                    model="scripted/two",
                     bench_params={"subset": "sampled"},
                     data=folder(),
                     provider_options={"script": script},

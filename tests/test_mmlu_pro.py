@@ -372,7 +372,13 @@ def test_default_run_downloads_the_validation_split_through_hf_endpoint(
     sample = MMLUProHealth().load(shared_file("mmlu-pro-health", "test.jsonl"))[0]
     assert MMLUProHealth().prompt(sample, RunOptions(protocol="grandrounds")).messages
     with pytest.raises(ConfigError, match="letter-loglik"):
-        check_run(RunConfig("m-arc", "scripted/x", options=RunOptions(answer_mode="letter-loglik")))
+        check_run(
+            RunConfig(
+                benchmark="m-arc",
+                model="scripted/x",
+                options=RunOptions(answer_mode="letter-loglik"),
+            )
+        )
 
 
 def test_a_failed_validation_download_is_one_error_naming_the_ways_out(tmp_path, monkeypatch):
@@ -425,8 +431,8 @@ def test_log_prob_modes_score_up_to_ten_options(tmp_path: Path, mode: str) -> No
             run(
                 st,
                 RunConfig(
-                    "mmlu-pro-health",
-                    "scripted/last",
+                    benchmark="mmlu-pro-health",
+                    model="scripted/last",
                     bench_params={"shots": 0},
                     data=shared_file("mmlu-pro-health", "test.jsonl"),
                     options=RunOptions(answer_mode=mode),

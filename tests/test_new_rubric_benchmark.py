@@ -162,11 +162,11 @@ def test_new_rubric_benchmark_runs_regrades_and_takes_reviews(data, tmp_path):
         add_review(
             st,
             ReviewInput(
-                run_id,
-                fp_key,
-                "t2",
-                "dr. a",
-                "red flags were listed",
+                run_id=run_id,
+                grader_fp=fp_key,
+                sample_id="t2",
+                reviewer="dr. a",
+                reason="red flags were listed",
                 criterion_id="1",
                 verdict="met",
             ),

@@ -185,7 +185,7 @@ def one(provider: OpenAIProvider, request: Request | None = None):
 
 
 def chat(**kw) -> Request:
-    return Request("openai", "m", MSGS, **kw)
+    return Request(provider="openai", model="m", messages=MSGS, **kw)
 
 
 def provider_for(url: str, **kw) -> OpenAIProvider:
@@ -582,7 +582,7 @@ def test_seed_none_is_not_sent_and_json_object_is():
 def test_non_ascii_messages_arrive_intact():
     msgs = (Message("user", "患者，男，45岁，发热３天。诊断？"),)
     with ScriptServer(lambda s: Reply(200, chat_body("肺炎"))) as srv:
-        out = one(provider_for(srv.url()), Request("openai", "m", msgs))
+        out = one(provider_for(srv.url()), Request(provider="openai", model="m", messages=msgs))
         body = srv.seen[0].body
     assert body["messages"] == [{"role": "user", "content": msgs[0].content}]
     assert out.text == "肺炎"
@@ -622,7 +622,14 @@ def test_api_key_never_reaches_the_store(tmp_path, monkeypatch):
 
         async def go():
             try:
-                return await ex(Request("openai", "m", MSGS, base_url=provider.request_base_url()))
+                return await ex(
+                    Request(
+                        provider="openai",
+                        model="m",
+                        messages=MSGS,
+                        base_url=provider.request_base_url(),
+                    )
+                )
             finally:
                 await provider.aclose()
 
@@ -798,7 +805,11 @@ def test_loglikelihood_sums_continuation_tokens_after_the_context():
 
     with ScriptServer(script) as srv:
         req = Request(
-            "openai", "m", msgs, kind="loglikelihood", continuations=(" protamine", " vitamin K")
+            provider="openai",
+            model="m",
+            messages=msgs,
+            kind="loglikelihood",
+            continuations=(" protamine", " vitamin K"),
         )
         out = one(provider_for(srv.url()), req)
         seen = list(srv.seen)
@@ -917,7 +928,12 @@ def test_many_concurrent_calls_on_one_provider():
     async def go(p):
         try:
             return await asyncio.gather(
-                *(p.call(Request("openai", "m", (Message("user", f"q{i}"),))) for i in range(24))
+                *(
+                    p.call(
+                        Request(provider="openai", model="m", messages=(Message("user", f"q{i}"),))
+                    )
+                    for i in range(24)
+                )
             )
         finally:
             await p.aclose()

@@ -105,7 +105,9 @@ def test_run_out_writes_every_line_in_order_one_chunk_at_a_time(
 
     monkeypatch.setattr(runner_mod, "run", keep)
     reads = Reads(monkeypatch, ("grade_docs_for", "answers_for", "answer_prompts_for"))
-    cfg = RunConfig("demo", "scripted/alpha", provider_options={"script": demo_script(ALPHA)})
+    cfg = RunConfig(
+        benchmark="demo", model="scripted/alpha", provider_options={"script": demo_script(ALPHA)}
+    )
     cli.run_configs([cfg], db, out)
 
     [o] = outcomes
@@ -148,7 +150,9 @@ def test_run_outcome_read_back_is_lazy(tmp_path, monkeypatch, small_chunks):
             run(
                 st,
                 RunConfig(
-                    "demo", "scripted/alpha", provider_options={"script": demo_script(ALPHA)}
+                    benchmark="demo",
+                    model="scripted/alpha",
+                    provider_options={"script": demo_script(ALPHA)},
                 ),
             )
         )
@@ -193,7 +197,11 @@ def test_regrade_across_chunks_gives_the_judges_values_in_order_and_reads_chunk_
     ):
         out = run_triage(st, triage7, cand.base_url, judge.base_url)
         reads = Reads(monkeypatch, ("samples_by_id", "answers_for", "grades_for"))
-        req = RegradeRequest(out.run, (JudgeConfig("openai/judge-b", judge.base_url),), retry=FAST)
+        req = RegradeRequest(
+            run=out.run,
+            judges=(JudgeConfig(spec="openai/judge-b", base_url=judge.base_url),),
+            retry=FAST,
+        )
         got = asyncio.run(regrade(st, req))
         ids = [r["id"] for r in MORE_ROWS]
         assert [ids_ for ids_, _ in reads.of("samples_by_id")] == [ids[0:3], ids[3:6], ids[6:7]]
@@ -234,8 +242,8 @@ def test_regrade_only_unknown_across_chunks_asks_only_the_unknown_items(
         state["garble"] = False
         reads = Reads(monkeypatch, ("grades_for",))
         req = RegradeRequest(
-            out.run,
-            (JudgeConfig("openai/judge-a", judge.base_url),),
+            run=out.run,
+            judges=(JudgeConfig(spec="openai/judge-a", base_url=judge.base_url),),
             max_reask=0,
             only_unknown=True,
             retry=FAST,
@@ -270,13 +278,13 @@ def test_regrade_across_chunks_keeps_turns_graded_without_an_answer(
         LoopbackServer(cand_rule) as cand,
         LoopbackServer(judge_rule()) as judge,
     ):
-        judges = (JudgeConfig("openai/judge-a", judge.base_url),)
+        judges = (JudgeConfig(spec="openai/judge-a", base_url=judge.base_url),)
         out = asyncio.run(
             run(
                 st,
                 RunConfig(
-                    "dialogue-triage",
-                    "openai/cand",
+                    benchmark="dialogue-triage",
+                    model="openai/cand",
                     data=data,
                     base_url=cand.base_url,
                     judges=judges,
@@ -284,7 +292,7 @@ def test_regrade_across_chunks_keeps_turns_graded_without_an_answer(
                 ),
             )
         )
-        got = asyncio.run(regrade(st, RegradeRequest(out.run, judges, retry=FAST)))
+        got = asyncio.run(regrade(st, RegradeRequest(run=out.run, judges=judges, retry=FAST)))
         assert (
             [g.sample_id for g in got.grades]
             == [g.sample_id for g in out.grades]

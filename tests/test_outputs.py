@@ -67,8 +67,8 @@ def a_result(**kw) -> Result:
         n_unscored=2,
         breakdown={
             "meta_info": {
-                "step1": Cell(0.8, 20, 1, (0.58, 0.92)),
-                "step2&3": Cell(0.7, 20, 1, None, {"f1": 0.5}),
+                "step1": Cell(score=0.8, n=20, n_unscored=1, ci95=(0.58, 0.92)),
+                "step2&3": Cell(score=0.7, n=20, n_unscored=1, ci95=None, metrics={"f1": 0.5}),
             }
         },
         fingerprint={"grader": "mcq", "answer_mode": "generate"},
@@ -133,7 +133,7 @@ def test_result_json_nan_becomes_null():
 
 def test_sample_line_for_a_chat_answer():
     resp = Response(key="k1", text="The answer is B.", usage=Usage(12, 5))
-    grade = Grade("q-17", 1.0, extracted="B", details={"unextracted": False})
+    grade = Grade(sample_id="q-17", value=1.0, extracted="B", details={"unextracted": False})
     prompt = [{"role": "user", "content": "Which drug reverses heparin?"}]
     line = sample_line(a_result(), SAMPLE, prompt, resp, grade)
     assert list(line) == LINE_KEYS
@@ -157,14 +157,21 @@ def test_sample_line_for_a_chat_answer():
 
 def test_sample_line_for_a_log_prob_answer_shows_scores():
     resp = Response(key="k", scores={"A": -2.5, "B": -0.1})
-    line = sample_line(a_result(), SAMPLE, None, resp, Grade("q-17", 1.0, extracted="B"))
+    line = sample_line(
+        a_result(), SAMPLE, None, resp, Grade(sample_id="q-17", value=1.0, extracted="B")
+    )
     assert line["response"] == {"A": -2.5, "B": -0.1}
     assert line["prompt"] is None
 
 
 def test_sample_line_for_a_failed_call():
     resp = Response(key="k", error="HTTP 503: overloaded (gave up after 6 attempts)")
-    grade = Grade("q-17", None, error="answer failed: HTTP 503: overloaded", status="answer_failed")
+    grade = Grade(
+        sample_id="q-17",
+        value=None,
+        error="answer failed: HTTP 503: overloaded",
+        status="answer_failed",
+    )
     line = sample_line(a_result(), SAMPLE, None, resp, grade)
     assert line["response"] is None
     assert line["error"] == "HTTP 503: overloaded (gave up after 6 attempts)"
@@ -177,14 +184,20 @@ def test_sample_line_for_a_failed_call():
 
 def test_sample_line_without_any_response():
     line = sample_line(
-        a_result(), SAMPLE, None, None, Grade("q-17", None, error="not asked", status="not_asked")
+        a_result(),
+        SAMPLE,
+        None,
+        None,
+        Grade(sample_id="q-17", value=None, error="not asked", status="not_asked"),
     )
     assert line["response"] is None and line["error"] is None and line["grade_error"] == "not asked"
     assert line["grade_status"] == "not_asked"
 
 
 def test_sample_line_empty_text_is_kept_not_replaced_by_scores():
-    line = sample_line(a_result(), SAMPLE, None, Response(key="k", text=""), Grade("q-17", 0.0))
+    line = sample_line(
+        a_result(), SAMPLE, None, Response(key="k", text=""), Grade(sample_id="q-17", value=0.0)
+    )
     assert line["response"] == ""
 
 
@@ -200,8 +213,8 @@ def test_sample_line_structured_target_prompt_and_verdicts():
         judge="openai/judge", status="met", raw='{"criteria_met": true}', attempts=1, keys=("jk1",)
     )
     grade = Grade(
-        "hb-1",
-        0.5,
+        sample_id="hb-1",
+        value=0.5,
         verdicts=(Verdict("c1", "met", "dosing given", (vote,)),),
         details={"points": (5.0, 10.0), "ratio": float("nan")},
     )
@@ -252,7 +265,12 @@ def test_sample_line_unknown_verdict_shows_every_reply_and_whole_answer_votes():
         Vote(judge="j1", status="met", score=4.0, run=0),
         Vote(judge="j1", status="met", score=5.0, run=1),
     )
-    grade = Grade("s", 0.9, verdicts=(Verdict("c1", "unknown", "split panel", votes),), votes=runs)
+    grade = Grade(
+        sample_id="s",
+        value=0.9,
+        verdicts=(Verdict("c1", "unknown", "split panel", votes),),
+        votes=runs,
+    )
     line = sample_line(a_result(), SAMPLE, None, Response(key="k", text="x"), grade)
     assert line["verdicts"][0]["raw"] == "yes\n---\nno\n---\n???"
     assert [v["status"] for v in line["verdicts"][0]["votes"]] == ["met", "unmet", "unknown"]
@@ -265,7 +283,7 @@ def test_sample_line_verdict_raw_is_the_reply_of_a_judge_that_voted_for_the_deci
         Vote(judge="j2", status="met", raw="met: dosing"),
         Vote(judge="j3", status="met", raw="met too"),
     )
-    grade = Grade("s", 1.0, verdicts=(Verdict("c1", "met", "", votes),))
+    grade = Grade(sample_id="s", value=1.0, verdicts=(Verdict("c1", "met", "", votes),))
     line = sample_line(a_result(), SAMPLE, None, Response(key="k", text="x"), grade)
     assert line["verdicts"][0]["raw"] == "met: dosing"
 
@@ -283,7 +301,7 @@ def lines_for(n: int) -> list[dict]:
                 SAMPLE,
                 None,
                 resp,
-                Grade(SAMPLE.id, float(i % 2), extracted="AB"[i % 2]),
+                Grade(sample_id=SAMPLE.id, value=float(i % 2), extracted="AB"[i % 2]),
             )
         )
     return out
@@ -366,10 +384,10 @@ def test_progress_counts_calls_failures_retries_and_unscored():
         p.on_call(Response(key="c", error="HTTP 400: bad"), retries=0)
         p.on_call(Response(key="d", error="timeout (gave up)"), retries=3)
         for g in (
-            Grade("1", 1.0),
-            Grade("2", None),
-            Grade("3", 0.0),
-            Grade("4", None, status="answer_failed"),
+            Grade(sample_id="1", value=1.0),
+            Grade(sample_id="2", value=None),
+            Grade(sample_id="3", value=0.0),
+            Grade(sample_id="4", value=None, status="answer_failed"),
         ):
             p.advance(g)
     assert p.calls == 4
@@ -390,11 +408,11 @@ def test_eta_after_a_resume_is_paced_by_the_work_done_here_not_by_stored_items()
     p, _ = make_progress()
     p.start(100, "x")
     for i in range(50):  # half the run read back from the store: instant
-        p.advance(Grade(str(i), 1.0), fresh=False)
+        p.advance(Grade(sample_id=str(i), value=1.0), fresh=False)
     assert p.eta() is None, "no pace before any item took work"
     p.t_work = p.t0 = time.perf_counter() - 10.0
     for i in range(50, 60):  # ten items took 10 s: 1 s each
-        p.advance(Grade(str(i), 1.0))
+        p.advance(Grade(sample_id=str(i), value=1.0))
     # 40 items left at 1 s each; counting the stored items too would give 40 * 10/60 = 6.7 s
     assert p.eta() == pytest.approx(40.0, rel=0.05)
     p.draw()  # the bar is handed the counts at most every DRAW_EVERY seconds
@@ -404,8 +422,8 @@ def test_eta_after_a_resume_is_paced_by_the_work_done_here_not_by_stored_items()
 def test_progress_score_zero_is_not_unscored():
     p, _ = make_progress()
     p.start(2, "x")
-    p.advance(Grade("1", 0.0))
-    p.advance(Grade("2", 0.0))
+    p.advance(Grade(sample_id="1", value=0.0))
+    p.advance(Grade(sample_id="2", value=0.0))
     assert p.unscored == 0
     assert p.bar.tasks[0].completed == 2
 
@@ -427,7 +445,7 @@ def test_progress_bar_is_updated_at_most_every_draw_interval_and_for_the_last_it
     p.start(1000, "x")
     for i in range(999):
         p.on_call(Response(key="k", text="A"), retries=0)
-        p.advance(Grade(str(i), 1.0))
+        p.advance(Grade(sample_id=str(i), value=1.0))
     shown = p.bar.tasks[0].completed
     assert shown < 999, "thousands of updates a second are not each handed to the bar"
     p._drawn -= progress.DRAW_EVERY  # time passes
@@ -435,7 +453,7 @@ def test_progress_bar_is_updated_at_most_every_draw_interval_and_for_the_last_it
     assert p.bar.tasks[0].completed == 999, (
         "once the interval has passed the bar shows every item advanced"
     )
-    p.advance(Grade("999", 1.0))
+    p.advance(Grade(sample_id="999", value=1.0))
     assert p.bar.tasks[0].completed == 1000, "the last item is shown at once"
 
 
@@ -443,7 +461,7 @@ def test_progress_start_resets_counters_for_the_next_run():
     p, _ = make_progress()
     p.start(3, "first")
     p.on_call(Response(key="a", error="x"), retries=1)
-    p.advance(Grade("1", None))
+    p.advance(Grade(sample_id="1", value=None))
     p.start(7, "second")
     assert (p.calls, p.failed, p.retries, p.unscored) == (0, 0, 0, 0)
     p.on_call(Response(key="b", text="ok"), retries=0)
@@ -456,7 +474,7 @@ def test_progress_start_resets_counters_for_the_next_run():
 def test_progress_events_before_start_are_counted_without_a_bar():
     p, _ = make_progress()
     p.on_call(Response(key="a", error="x"), retries=1)
-    p.advance(Grade("1", None))
+    p.advance(Grade(sample_id="1", value=None))
     assert (p.calls, p.failed, p.retries, p.unscored) == (1, 1, 1, 1)
     assert p.bar.tasks == []
 
@@ -493,7 +511,7 @@ def test_progress_as_executor_observer(tmp_path):
 
     async def go():
         for q in ("fine", "flaky", "broken", "fine"):
-            await ex(Request("scripted", "x", (Message("user", q),)))
+            await ex(Request(provider="scripted", model="x", messages=(Message("user", q),)))
 
     p.start(4, "x")
     asyncio.run(go())

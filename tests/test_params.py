@@ -303,19 +303,19 @@ def test_unused_options_at_their_default_are_reset_not_refused():
 @pytest.mark.parametrize(
     "param, raw, want",
     [
-        (Param("n", int, 1), "3", 3),
-        (Param("n", int, 1), " 7 ", 7),
-        (Param("n", int, 1), 4, 4),
-        (Param("x", float, 1.0), "0.25", 0.25),
-        (Param("x", float, 1.0), 2, 2.0),
-        (Param("b", bool, True), "false", False),
-        (Param("b", bool, True), "Yes", True),
-        (Param("b", bool, True), "0", False),
-        (Param("s", str, "a"), "text", "text"),
-        (Param("l", list[str], ()), "a, b,,c", ["a", "b", "c"]),
-        (Param("l", list[str], ()), '["a", "b"]', ["a", "b"]),
-        (Param("l", list[str], ()), ("a",), ["a"]),
-        (Param("o", int, None), None, None),
+        (Param(name="n", type=int, default=1), "3", 3),
+        (Param(name="n", type=int, default=1), " 7 ", 7),
+        (Param(name="n", type=int, default=1), 4, 4),
+        (Param(name="x", type=float, default=1.0), "0.25", 0.25),
+        (Param(name="x", type=float, default=1.0), 2, 2.0),
+        (Param(name="b", type=bool, default=True), "false", False),
+        (Param(name="b", type=bool, default=True), "Yes", True),
+        (Param(name="b", type=bool, default=True), "0", False),
+        (Param(name="s", type=str, default="a"), "text", "text"),
+        (Param(name="l", type=list[str], default=()), "a, b,,c", ["a", "b", "c"]),
+        (Param(name="l", type=list[str], default=()), '["a", "b"]', ["a", "b"]),
+        (Param(name="l", type=list[str], default=()), ("a",), ["a"]),
+        (Param(name="o", type=int, default=None), None, None),
     ],
 )
 def test_values_are_coerced_to_the_declared_type(param, raw, want):
@@ -326,17 +326,17 @@ def test_values_are_coerced_to_the_declared_type(param, raw, want):
 @pytest.mark.parametrize(
     "param, raw",
     [
-        (Param("n", int, 1), "3.5"),
-        (Param("n", int, 1), True),  # a bool is not a number here
-        (Param("n", int, 1), None),  # None only where the default is None
-        (Param("x", float, 1.0), "fast"),
-        (Param("b", bool, True), "maybe"),
-        (Param("b", bool, True), 1),
-        (Param("s", str, "a"), 5),
-        (Param("l", list[str], ()), '["a", 1]'),
-        (Param("l", list[str], ()), "[broken"),
-        (Param("c", str, "a", choices=("a", "b")), "c"),
-        (Param("m", int, 2, minimum=1), "0"),
+        (Param(name="n", type=int, default=1), "3.5"),
+        (Param(name="n", type=int, default=1), True),  # a bool is not a number here
+        (Param(name="n", type=int, default=1), None),  # None only where the default is None
+        (Param(name="x", type=float, default=1.0), "fast"),
+        (Param(name="b", type=bool, default=True), "maybe"),
+        (Param(name="b", type=bool, default=True), 1),
+        (Param(name="s", type=str, default="a"), 5),
+        (Param(name="l", type=list[str], default=()), '["a", 1]'),
+        (Param(name="l", type=list[str], default=()), "[broken"),
+        (Param(name="c", type=str, default="a", choices=("a", "b")), "c"),
+        (Param(name="m", type=int, default=2, minimum=1), "0"),
     ],
 )
 def test_ill_typed_values_are_one_line_config_errors(param, raw):
@@ -346,13 +346,18 @@ def test_ill_typed_values_are_one_line_config_errors(param, raw):
 
 
 def test_check_values_coerces_only_what_was_given_and_defaults_drop_out():
-    declared = (Param("split", str, "test", choices=("test", "all")), Param("contexts", bool, True))
+    declared = (
+        Param(name="split", type=str, default="test", choices=("test", "all")),
+        Param(name="contexts", type=bool, default=True),
+    )
     assert check_values(declared, {}, "b", "--param") == {}
     got = check_values(declared, {"split": "all", "contexts": "true"}, "b", "--param")
     assert got == {"split": "all", "contexts": True}
     assert without_defaults(declared, got) == {"split": "all"}
-    assert is_default(Param("l", list[str], ("a", "b")), ["a", "b"])
-    assert not is_default(Param("n", int, 1), True), "True is not the integer default 1"
+    assert is_default(Param(name="l", type=list[str], default=("a", "b")), ["a", "b"])
+    assert not is_default(Param(name="n", type=int, default=1), True), (
+        "True is not the integer default 1"
+    )
 
 
 def test_benchmark_params_are_coerced_and_defaults_do_not_change_the_spec():
@@ -444,8 +449,8 @@ def test_the_runner_checks_and_records_normalised_params_before_calling(tmp_path
         return "Answer: B"
 
     bad = RunConfig(
-        "pubmedqa",
-        "scripted/s",
+        benchmark="pubmedqa",
+        model="scripted/s",
         bench_params={"contexts": "nope"},
         data=folder,
         provider_options={"script": script},
@@ -454,8 +459,8 @@ def test_the_runner_checks_and_records_normalised_params_before_calling(tmp_path
         asyncio.run(run(Store(tmp_path / "s.db"), bad))
     assert calls == []
     good = RunConfig(
-        "pubmedqa",
-        "scripted/s",
+        benchmark="pubmedqa",
+        model="scripted/s",
         bench_params={"contexts": "false", "split": "test"},
         data=folder,
         provider_options={"script": script},
@@ -470,8 +475,8 @@ def test_the_runner_checks_and_records_normalised_params_before_calling(tmp_path
 
 def test_check_run_returns_the_config_it_was_given_normalised():
     cfg = RunConfig(
-        "llmeval-med",
-        "openai/m",
+        benchmark="llmeval-med",
+        model="openai/m",
         bench_params={"judge_runs": "2"},
         options=RunOptions(extra={}),
         provider_options={"timeout": "30"},

@@ -47,14 +47,14 @@ def test_a_quoted_answer_never_flips_or_hides_a_verdict(
 ) -> None:
     data = shared_file("healthbench", "healthbench_500.jsonl")
     cfg = RunConfig(
-        "healthbench",
-        "scripted/cand",
+        benchmark="healthbench",
+        model="scripted/cand",
         data=data,
         limit=6,
         options=RunOptions(protocol=protocol, max_reask=1),
         provider_options={"script": lambda req: answer},
         judges=(
-            JudgeConfig("scripted/judge", options={"script": quoting_judge(answer, protocol)}),
+            JudgeConfig(spec="scripted/judge", options={"script": quoting_judge(answer, protocol)}),
         ),
     )
     with Store(tmp_path / "s.db") as st:
@@ -99,8 +99,12 @@ def test_a_judge_named_twice_is_refused_not_counted_as_two_votes(tmp_path: Path)
     from grandrounds.core.errors import ConfigError
 
     data = shared_file("healthbench", "healthbench_500.jsonl")
-    judge = JudgeConfig("scripted/judge", options={"script": quoting_judge("x", "grandrounds")})
-    cfg = RunConfig("healthbench", "scripted/cand", data=data, limit=1, judges=(judge, judge))
+    judge = JudgeConfig(
+        spec="scripted/judge", options={"script": quoting_judge("x", "grandrounds")}
+    )
+    cfg = RunConfig(
+        benchmark="healthbench", model="scripted/cand", data=data, limit=1, judges=(judge, judge)
+    )
     with Store(tmp_path / "s.db") as st, pytest.raises(ConfigError, match="named twice"):
         asyncio.run(run(st, cfg))
 

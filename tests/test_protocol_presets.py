@@ -196,14 +196,14 @@ class PresetTriage(TriageRubric):
     name = "preset-triage"
     protocols: ClassVar = {
         "reference": Protocol(
-            "reference",
+            name="reference",
             answer=Generation(
                 temperature=0.5, max_tokens=2048, system="You are a careful triage nurse."
             ),
             judge=Generation(temperature=0.5, max_tokens=512),
             source="test",
         ),
-        "grandrounds": Protocol("grandrounds"),
+        "grandrounds": Protocol(name="grandrounds"),
     }
 
 
@@ -223,11 +223,11 @@ def _run(store_path: Path, data: Path, cand: LoopbackServer, judge: LoopbackServ
     import asyncio
 
     cfg = RunConfig(
-        "preset-triage",
-        "openai/cand",
+        benchmark="preset-triage",
+        model="openai/cand",
         data=data,
         base_url=cand.base_url,
-        judges=(JudgeConfig("openai/judge", judge.base_url),),
+        judges=(JudgeConfig(spec="openai/judge", base_url=judge.base_url),),
         **kw,
     )
     with Store(store_path) as st:
@@ -343,7 +343,7 @@ def test_the_protocols_judge_is_the_default_judge(tmp_path, triage_data, monkeyp
                     PresetTriage.protocols["reference"],
                     judge_model=f"openai/official-judge@{judge.base_url}",
                 ),
-                "grandrounds": Protocol("grandrounds"),
+                "grandrounds": Protocol(name="grandrounds"),
             }
 
         import asyncio
@@ -353,7 +353,10 @@ def test_the_protocols_judge_is_the_default_judge(tmp_path, triage_data, monkeyp
                 run(
                     st,
                     RunConfig(
-                        "preset-triage", "openai/cand", data=triage_data, base_url=cand.base_url
+                        benchmark="preset-triage",
+                        model="openai/cand",
+                        data=triage_data,
+                        base_url=cand.base_url,
                     ),
                 )
             )
@@ -368,11 +371,13 @@ def test_truncated_answers_and_judge_replies_are_counted_and_survive_resume(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
 
     def cut_judge(body: dict) -> Reply:
-        return Reply(json.dumps({"explanation": "ok", "criteria_met": True}), "length")
+        return Reply(
+            text=json.dumps({"explanation": "ok", "criteria_met": True}), finish_reason="length"
+        )
 
     with (
         BENCHMARKS.registered("preset-triage", PresetTriage),
-        LoopbackServer(lambda b: Reply("Call 9", "length")) as cand,
+        LoopbackServer(lambda b: Reply(text="Call 9", finish_reason="length")) as cand,
         LoopbackServer(cut_judge) as judge,
     ):
         first = _run(tmp_path / "s.db", triage_data, cand, judge)
@@ -396,10 +401,14 @@ def test_scripted_provider_reports_a_finish_reason():
     from grandrounds.providers.scripted import ScriptedProvider
 
     p = ScriptedProvider(ModelSpec.parse("scripted/x"), script=lambda r: ("cut", "length"))
-    resp = asyncio.run(p.call(Request("scripted", "x", (Message("user", "q"),))))
+    resp = asyncio.run(
+        p.call(Request(provider="scripted", model="x", messages=(Message("user", "q"),)))
+    )
     assert resp.text == "cut" and resp.truncated
     p2 = ScriptedProvider(ModelSpec.parse("scripted/x"))
-    assert not asyncio.run(p2.call(Request("scripted", "x", (Message("user", "q"),)))).truncated
+    assert not asyncio.run(
+        p2.call(Request(provider="scripted", model="x", messages=(Message("user", "q"),)))
+    ).truncated
 
 
 def test_text_refs_read_nothing_until_loaded(monkeypatch, tmp_path):
@@ -410,5 +419,5 @@ def test_text_refs_read_nothing_until_loaded(monkeypatch, tmp_path):
     from grandrounds.sources.protocols import Protocol as P
 
     assert (
-        P("reference", answer=g).describe()["answer"]["system"]["name"] == "T"
+        P(name="reference", answer=g).describe()["answer"]["system"]["name"] == "T"
     )  # described without reading

@@ -59,8 +59,8 @@ def run_through(
     with LoopbackServer(cand_rule) as cand:
         if judge_rule is None:
             cfg = RunConfig(
-                benchmark,
-                "openai/cand",
+                benchmark=benchmark,
+                model="openai/cand",
                 data=data,
                 base_url=cand.base_url,
                 limit=N,
@@ -68,10 +68,12 @@ def run_through(
             )
             return asyncio.run(run(Store(tmp_path / f"{benchmark}.db"), cfg)), cand, None
         with LoopbackServer(judge_rule) as judge:
-            judges = tuple(JudgeConfig(f"openai/{m}", judge.base_url) for m in judge_models)
+            judges = tuple(
+                JudgeConfig(spec=f"openai/{m}", base_url=judge.base_url) for m in judge_models
+            )
             cfg = RunConfig(
-                benchmark,
-                "openai/cand",
+                benchmark=benchmark,
+                model="openai/cand",
                 data=data,
                 base_url=cand.base_url,
                 limit=N,

@@ -36,7 +36,12 @@ def test_chat_body_params_and_json_mode():
         params = GenParams(
             temperature=0.3, max_tokens=17, seed=5, top_p=0.9, stop=("\n",), json_object=True
         )
-        out = call(p, Request("openai", "m", MSGS, params=params, base_url=srv.base_url))
+        out = call(
+            p,
+            Request(
+                provider="openai", model="m", messages=MSGS, params=params, base_url=srv.base_url
+            ),
+        )
         body = srv.stats.bodies[0]
     assert out.ok and out.text == "B" and out.usage.completion_tokens == 1
     assert body["messages"] == [
@@ -55,15 +60,23 @@ def test_chat_body_params_and_json_mode():
 
 
 def test_json_mode_is_part_of_the_cache_key():
-    a = Request("openai", "m", MSGS)
-    b = Request("openai", "m", MSGS, params=GenParams(json_object=True))
-    assert a.key() != b.key() and a.key() == Request("openai", "m", MSGS).key()
+    a = Request(provider="openai", model="m", messages=MSGS)
+    b = Request(provider="openai", model="m", messages=MSGS, params=GenParams(json_object=True))
+    assert (
+        a.key() != b.key() and a.key() == Request(provider="openai", model="m", messages=MSGS).key()
+    )
 
 
 def test_next_token_scores_from_top_logprobs():
     with LoopbackServer(lambda b: "C", keep_bodies=True) as srv:
         p = OpenAIProvider(ModelSpec("openai", "m", srv.base_url))
-        req = Request("openai", "m", MSGS, kind="next_token", continuations=("A", "B", "C", "D"))
+        req = Request(
+            provider="openai",
+            model="m",
+            messages=MSGS,
+            kind="next_token",
+            continuations=("A", "B", "C", "D"),
+        )
         out = call(p, req)
         body = srv.stats.bodies[0]
     assert body["logprobs"] is True and body["top_logprobs"] == 20 and body["max_tokens"] == 1
@@ -77,7 +90,7 @@ def test_faults_are_classified(kind, retryable):
     with LoopbackServer(lambda b: Fault(kind, retry_after=2.5)) as srv:
         p = OpenAIProvider(ModelSpec("openai", "m", srv.base_url), timeout=5)
         with pytest.raises(ProviderError) as err:
-            call(p, Request("openai", "m", MSGS))
+            call(p, Request(provider="openai", model="m", messages=MSGS))
     assert err.value.retryable is retryable
     if kind == "429":
         assert err.value.retry_after == 2.5
@@ -90,5 +103,5 @@ def test_client_error_is_final():
     with LoopbackServer(rule) as srv:
         p = OpenAIProvider(ModelSpec("openai", "m", srv.base_url))
         with pytest.raises(ProviderError) as err:
-            call(p, Request("openai", "m", MSGS))
+            call(p, Request(provider="openai", model="m", messages=MSGS))
     assert err.value.retryable is False and "400" in str(err.value)

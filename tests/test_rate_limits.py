@@ -431,7 +431,12 @@ def test_a_bad_rate_in_a_run_config_is_a_one_line_error_before_anything(
     seen = Arrivals(lambda b: "A")
     with LoopbackServer(seen) as srv, Store(tmp_path / "s.db") as st:
         cfg = RunConfig(
-            "medqa", "openai/m", data=medqa(), base_url=srv.base_url, limit=2, **{field: value}
+            benchmark="medqa",
+            model="openai/m",
+            data=medqa(),
+            base_url=srv.base_url,
+            limit=2,
+            **{field: value},
         )
         with pytest.raises(ConfigError) as err:
             asyncio.run(run(st, cfg))

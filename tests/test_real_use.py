@@ -172,7 +172,11 @@ def test_endpoint_limit_is_shared_by_every_executor_on_one_server(tmp_path: Path
 
             def req(model: str, i: int) -> Request:
                 return Request(
-                    "openai", model, (Message("user", f"q{i}"),), GenParams(), base_url=srv.base_url
+                    provider="openai",
+                    model=model,
+                    messages=(Message("user", f"q{i}"),),
+                    params=GenParams(),
+                    base_url=srv.base_url,
                 )
 
             out = await asyncio.gather(

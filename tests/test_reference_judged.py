@@ -97,7 +97,11 @@ class TableJudge:
         self.calls.append((tuple(messages), attempt))
         text = self.replies[min(attempt, len(self.replies) - 1)]
         key = f"{self.name}#{attempt}"
-        return Response(key=key, error="HTTP 503: down") if text is None else Response(key, text)
+        return (
+            Response(key=key, error="HTTP 503: down")
+            if text is None
+            else Response(key=key, text=text)
+        )
 
 
 def grade(
@@ -109,7 +113,7 @@ def grade(
 ) -> Grade:
     grader = build(Spec(family, {"protocol": protocol}))
     context = GradeContext(judges=tuple(judges), **ctx)
-    return asyncio.run(grader.grade(sample, Response("answer-key", ANSWER), context))
+    return asyncio.run(grader.grade(sample, Response(key="answer-key", text=ANSWER), context))
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +140,7 @@ def test_the_three_share_the_base_and_keep_their_fingerprint(family: str, protoc
     grader = build(Spec(family, {"protocol": protocol}))
     assert isinstance(grader, ReferenceJudgedGrader) and "grade" not in vars(type(grader))
     assert grader.judged and grader.min_judges == 1
-    sample = Sample("1", family, (), target="ref", metadata={})
+    sample = Sample(id="1", benchmark=family, messages=(), target="ref", metadata={})
     assert grader.planned_judge_calls(sample, 3) == 3
     # what a grading's fingerprint holds of the grader: its spec and its template hashes
     assert grader.spec() == Spec(family, {"protocol": protocol})

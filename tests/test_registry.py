@@ -66,7 +66,7 @@ class FakeGrader(Grader):
     name = "fake"
 
     async def grade(self, sample, response, ctx):  # pragma: no cover - never graded here
-        return Grade(sample.id, 1.0)
+        return Grade(sample_id=sample.id, value=1.0)
 
 
 class OtherFakeGrader(FakeGrader):
@@ -422,7 +422,7 @@ PLUGIN_MODULE = """
 
         async def grade(self, sample, response, ctx):
             text = (response.text or "").lower()
-            return Grade(sample.id, float(any(w in text for w in self.params.words)))
+            return Grade(sample_id=sample.id, value=float(any(w in text for w in self.params.words)))
 """
 
 
@@ -483,7 +483,7 @@ def test_a_plugin_grader_builds_grades_and_round_trips_through_the_global_regist
     assert "keyword-plugin" in GRADERS.names()
     spec = Spec("keyword-plugin", {"words": ("fever", "rash")})
     grader = graders_base.build(spec)
-    sample = Sample("s1", "x", (Message("user", "q"),))
+    sample = Sample(id="s1", benchmark="x", messages=(Message("user", "q"),))
     hit = asyncio.run(
         grader.grade(sample, Response(key="k", text="Watch the FEVER."), GradeContext())
     )

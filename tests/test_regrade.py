@@ -142,11 +142,11 @@ def run_triage(
 ):
     max_reask = kw.pop("max_reask", 2)
     cfg = RunConfig(
-        "triage-rubric",
-        "openai/cand",
+        benchmark="triage-rubric",
+        model="openai/cand",
         data=data,
         base_url=cand_url,
-        judges=(JudgeConfig(judge, judge_url),),
+        judges=(JudgeConfig(spec=judge, base_url=judge_url),),
         options=RunOptions(max_reask=max_reask),
         retry=FAST,
         **kw,
@@ -174,7 +174,11 @@ def test_regrade_with_another_judge_asks_no_answer_and_stores_a_new_grading(tria
         want_a = {r["id"]: expected(r, by_model("judge-a")) for r in ROWS}
         assert values(out.grades) == pytest.approx(want_a)
 
-        req = RegradeRequest(out.run, (JudgeConfig("openai/judge-b", judge.base_url),), retry=FAST)
+        req = RegradeRequest(
+            run=out.run,
+            judges=(JudgeConfig(spec="openai/judge-b", base_url=judge.base_url),),
+            retry=FAST,
+        )
         got = asyncio.run(regrade(st, req))
         assert cand.stats.requests == len(ROWS), "no answer is generated again"
         assert judge.stats.requests == 2 * N_CRITERIA
@@ -222,9 +226,9 @@ def test_regrade_rebuilds_the_grader_from_the_stored_spec_not_from_the_benchmark
         last = last_grading(st, out.run)
         with BENCHMARKS.registered("triage-rubric", SystemTriage):
             bench = build_benchmark("triage-rubric", {})
-            grader, _ = rebuild_grader(bench, RegradeRequest(out.run, ()), last)
+            grader, _ = rebuild_grader(bench, RegradeRequest(run=out.run, judges=()), last)
             assert isinstance(grader, RubricGrader) and grader.params.system == ""
-            fresh, _ = rebuild_grader(bench, RegradeRequest(out.run, ()), {})
+            fresh, _ = rebuild_grader(bench, RegradeRequest(run=out.run, judges=()), {})
             assert fresh.params.system == "You are strict.", (
                 "never graded: the benchmark's own grader"
             )
@@ -234,7 +238,9 @@ def test_regrade_rebuilds_the_grader_from_the_stored_spec_not_from_the_benchmark
                 regrade(
                     st,
                     RegradeRequest(
-                        out.run, (JudgeConfig("openai/judge-b", judge.base_url),), retry=FAST
+                        run=out.run,
+                        judges=(JudgeConfig(spec="openai/judge-b", base_url=judge.base_url),),
+                        retry=FAST,
                     ),
                 )
             )
@@ -246,8 +252,8 @@ def test_regrade_rebuilds_the_grader_from_the_stored_spec_not_from_the_benchmark
             # an explicit judge mode rebuilds from the benchmark instead, which now adds the system message
             judge.stats.bodies.clear()
             req = RegradeRequest(
-                out.run,
-                (JudgeConfig("openai/judge-c", judge.base_url),),
+                run=out.run,
+                judges=(JudgeConfig(spec="openai/judge-c", base_url=judge.base_url),),
                 judge_mode="default",
                 retry=FAST,
             )
@@ -297,8 +303,8 @@ def test_regrade_only_unknown_asks_exactly_the_unknown_items_with_fresh_attempts
         judge.stats.bodies.clear()
         monkeypatch.setattr(RubricGrader, "grade", counting)
         req = RegradeRequest(
-            out.run,
-            (JudgeConfig("openai/judge-a", judge.base_url),),
+            run=out.run,
+            judges=(JudgeConfig(spec="openai/judge-a", base_url=judge.base_url),),
             max_reask=1,
             only_unknown=True,
             retry=FAST,
@@ -355,7 +361,11 @@ def test_a_grader_crash_during_regrade_is_one_grader_error_and_is_redone_later(
     ):
         out = run_triage(st, triage, cand.base_url, judge.base_url)
         monkeypatch.setattr(RubricGrader, "grade", crashy)
-        req = RegradeRequest(out.run, (JudgeConfig("openai/judge-b", judge.base_url),), retry=FAST)
+        req = RegradeRequest(
+            run=out.run,
+            judges=(JudgeConfig(spec="openai/judge-b", base_url=judge.base_url),),
+            retry=FAST,
+        )
         got = asyncio.run(regrade(st, req))
         by = {g.sample_id: g for g in got.grades}
         assert (by["r2"].value, by["r2"].status, by["r2"].error) == (
@@ -375,7 +385,9 @@ def test_a_grader_crash_during_regrade_is_one_grader_error_and_is_redone_later(
 
         monkeypatch.setattr(RubricGrader, "grade", real)
         fixed = asyncio.run(
-            regrade(st, RegradeRequest(out.run, req.judges, only_unknown=True, retry=FAST))
+            regrade(
+                st, RegradeRequest(run=out.run, judges=req.judges, only_unknown=True, retry=FAST)
+            )
         )
         assert judge.stats.requests == 2 * N_CRITERIA, "only the crashed answer is judged"
         assert values(fixed.grades) == pytest.approx(want_b)
@@ -483,11 +495,11 @@ def test_judge_mode_batched_override_changes_the_grader_spec_and_agrees(tmp_path
         LoopbackServer(lambda b: "See a doctor.") as cand,
         LoopbackServer(hb_judge) as judge,
     ):
-        judges = (JudgeConfig("openai/judge", judge.base_url),)
+        judges = (JudgeConfig(spec="openai/judge", base_url=judge.base_url),)
         # batched judging is grandrounds' own mode, so the run is under that protocol
         cfg = RunConfig(
-            "healthbench",
-            "openai/cand",
+            benchmark="healthbench",
+            model="openai/cand",
             data=data,
             base_url=cand.base_url,
             judges=judges,
@@ -504,7 +516,9 @@ def test_judge_mode_batched_override_changes_the_grader_spec_and_agrees(tmp_path
         fp_run = st.latest_grader_fp(out.run.id)
 
         got = asyncio.run(
-            regrade(st, RegradeRequest(out.run, judges, judge_mode="batched", retry=FAST))
+            regrade(
+                st, RegradeRequest(run=out.run, judges=judges, judge_mode="batched", retry=FAST)
+            )
         )
         assert judge.stats.requests == HB_CRITERIA + len(HB_ROWS), "one batched call per answer"
         assert cand.stats.requests == len(HB_ROWS)
@@ -534,7 +548,7 @@ def test_judge_mode_batched_override_changes_the_grader_spec_and_agrees(tmp_path
         )
 
         # with no override, a re-grade follows the last grading (now batched): every call is cached
-        again = asyncio.run(regrade(st, RegradeRequest(out.run, judges, retry=FAST)))
+        again = asyncio.run(regrade(st, RegradeRequest(run=out.run, judges=judges, retry=FAST)))
         assert again.result.fingerprint["grader"]["args"] == {
             "mode": "batched",
             "protocol": "grandrounds",
@@ -546,30 +560,39 @@ def test_judge_mode_batched_override_changes_the_grader_spec_and_agrees(tmp_path
             ({"judge_mode": "bacthed"}, "unknown --judge-mode 'bacthed'"),
         ]:
             with pytest.raises(ConfigError, match=match):
-                asyncio.run(regrade(st, RegradeRequest(out.run, judges, retry=FAST, **bad)))
+                asyncio.run(
+                    regrade(st, RegradeRequest(run=out.run, judges=judges, retry=FAST, **bad))
+                )
         assert judge.stats.requests == HB_CRITERIA + len(HB_ROWS)
 
 
 def test_regrade_overrides_a_benchmark_does_not_use_are_refused(tmp_path):
     with Store(tmp_path / "s.db") as st:
         cfg = RunConfig(
-            "demo", "scripted/a", provider_options={"script": lambda req: "Answer: A"}, limit=3
+            benchmark="demo",
+            model="scripted/a",
+            provider_options={"script": lambda req: "Answer: A"},
+            limit=3,
         )
         out = asyncio.run(run(st, cfg))
         n_results = len(list(st.results()))
         with pytest.raises(ConfigError, match="demo does not use --judge-mode"):
-            asyncio.run(regrade(st, RegradeRequest(out.run, (), judge_mode="batched")))
+            asyncio.run(regrade(st, RegradeRequest(run=out.run, judges=(), judge_mode="batched")))
         with pytest.raises(ConfigError, match="demo does not use --judge-runs"):
-            asyncio.run(regrade(st, RegradeRequest(out.run, (), judge_runs=2)))
+            asyncio.run(regrade(st, RegradeRequest(run=out.run, judges=(), judge_runs=2)))
         with pytest.raises(ConfigError, match="not graded by an LLM judge"):
             asyncio.run(
                 regrade(
-                    st, RegradeRequest(out.run, (JudgeConfig("openai/j", "http://127.0.0.1:9/v1"),))
+                    st,
+                    RegradeRequest(
+                        run=out.run,
+                        judges=(JudgeConfig(spec="openai/j", base_url="http://127.0.0.1:9/v1"),),
+                    ),
                 )
             )
         assert len(list(st.results())) == n_results, "a refused re-grade stores nothing"
         # without overrides, the demo exam re-grades from its stored answers
-        got = asyncio.run(regrade(st, RegradeRequest(out.run, ())))
+        got = asyncio.run(regrade(st, RegradeRequest(run=out.run, judges=())))
         assert [g.value for g in got.grades] == [g.value for g in out.grades]
 
 
@@ -606,8 +629,8 @@ def test_judge_concurrency_is_bounded_in_run_and_regrade(triage, tmp_path):
             regrade(
                 st,
                 RegradeRequest(
-                    out.run,
-                    (JudgeConfig("openai/judge-b", judge.base_url),),
+                    run=out.run,
+                    judges=(JudgeConfig(spec="openai/judge-b", base_url=judge.base_url),),
                     concurrency=2,
                     retry=FAST,
                 ),
@@ -622,7 +645,9 @@ def test_judge_concurrency_is_bounded_in_run_and_regrade(triage, tmp_path):
             regrade(
                 st,
                 RegradeRequest(
-                    out.run, (JudgeConfig("openai/judge-c", judge.base_url),), retry=FAST
+                    run=out.run,
+                    judges=(JudgeConfig(spec="openai/judge-c", base_url=judge.base_url),),
+                    retry=FAST,
                 ),
             )
         )

@@ -161,11 +161,11 @@ def test_reviews_are_beside_judge_verdicts(store: Store) -> None:
     add_review(
         store,
         ReviewInput(
-            "run00",
-            fp,
-            "s1",
-            "Dr Li 李医生",
-            "guideline says so",
+            run_id="run00",
+            grader_fp=fp,
+            sample_id="s1",
+            reviewer="Dr Li 李医生",
+            reason="guideline says so",
             criterion_id="c0",
             verdict=flipped,
         ),
@@ -183,7 +183,17 @@ def test_reviews_are_beside_judge_verdicts(store: Store) -> None:
     )
     with_rev = reviewed_values(store, "run00", fp, "healthbench", store.runs()[0].dataset_sha256)
     assert with_rev["s2"] == judge_only["s2"] and with_rev["s1"] != judge_only["s1"]
-    add_review(store, ReviewInput("run00", fp, "s2", "Dr A", "whole answer unsafe", score=0.0))
+    add_review(
+        store,
+        ReviewInput(
+            run_id="run00",
+            grader_fp=fp,
+            sample_id="s2",
+            reviewer="Dr A",
+            reason="whole answer unsafe",
+            score=0.0,
+        ),
+    )
     assert (
         reviewed_values(store, "run00", fp, "healthbench", store.runs()[0].dataset_sha256)["s2"]
         == 0.0
@@ -238,11 +248,11 @@ def test_review_queue_unknown_disagreement_and_seeded_share(store: Store) -> Non
     add_review(
         store,
         ReviewInput(
-            first[0]["run_id"],
-            fp,
-            first[0]["sample_id"],
-            "Dr A",
-            "checked",
+            run_id=first[0]["run_id"],
+            grader_fp=fp,
+            sample_id=first[0]["sample_id"],
+            reviewer="Dr A",
+            reason="checked",
             criterion_id=first[0]["criterion_id"],
             verdict="met",
         ),

@@ -174,7 +174,14 @@ class HB:
         return add_review(
             self.st,
             ReviewInput(
-                self.run_id, self.fp, sample_id, reviewer, reason, criterion_id, verdict, score
+                run_id=self.run_id,
+                grader_fp=self.fp,
+                sample_id=sample_id,
+                reviewer=reviewer,
+                reason=reason,
+                criterion_id=criterion_id,
+                verdict=verdict,
+                score=score,
             ),
         )
 
@@ -195,12 +202,12 @@ def hb_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One HealthBench run through the real runner; each test works on its own copy of the store."""
     folder = tmp_path_factory.mktemp("hb")
     data = write_healthbench(folder / "hb.jsonl")
-    judges = tuple(JudgeConfig(f"judgebot/{j}") for j in "abc")
+    judges = tuple(JudgeConfig(spec=f"judgebot/{j}") for j in "abc")
     # grandrounds: examples are scored over their known criteria (hb_value), a criterion the judges
     # garble stays unknown instead of leaving its example unscored as the reference protocol does
     cfg = RunConfig(
-        "healthbench",
-        "scripted/cand",
+        benchmark="healthbench",
+        model="scripted/cand",
         data=data,
         judges=judges,
         options=RunOptions(protocol="grandrounds"),
@@ -282,7 +289,18 @@ def test_a_review_of_an_answer_that_was_not_graded_is_refused(hb: HB, where: str
     else:
         sid = "hb9"
     with pytest.raises(ReviewError, match="no grade for run"):
-        add_review(hb.st, ReviewInput(run_id, fp, sid, "Dr A", "r", "0", "met"))
+        add_review(
+            hb.st,
+            ReviewInput(
+                run_id=run_id,
+                grader_fp=fp,
+                sample_id=sid,
+                reviewer="Dr A",
+                reason="r",
+                criterion_id="0",
+                verdict="met",
+            ),
+        )
     assert reviews_for(hb.st) == []
 
 
@@ -435,7 +453,9 @@ def demo_store(tmp_path: Path):
         run(
             st,
             RunConfig(
-                "demo", "scripted/exam", provider_options={"script": demo_script({0, 1, 2, 5, 8})}
+                benchmark="demo",
+                model="scripted/exam",
+                provider_options={"script": demo_script({0, 1, 2, 5, 8})},
             ),
         )
     )
@@ -450,8 +470,29 @@ def test_mcq_answers_take_whole_answer_scores_but_no_criterion_reviews(demo_stor
     judge_only = st.grade_values(run_id, fp)
     assert judge_only == {str(i): (1.0 if i in {0, 1, 2, 5, 8} else 0.0) for i in range(12)}
     with pytest.raises(ReviewError, match="answer has no criterion"):
-        add_review(st, ReviewInput(run_id, fp, "3", "Dr A", "r", "0", "met"))
-    add_review(st, ReviewInput(run_id, fp, "3", "Dr A", "the key is disputed", score=1.0))
+        add_review(
+            st,
+            ReviewInput(
+                run_id=run_id,
+                grader_fp=fp,
+                sample_id="3",
+                reviewer="Dr A",
+                reason="r",
+                criterion_id="0",
+                verdict="met",
+            ),
+        )
+    add_review(
+        st,
+        ReviewInput(
+            run_id=run_id,
+            grader_fp=fp,
+            sample_id="3",
+            reviewer="Dr A",
+            reason="the key is disputed",
+            score=1.0,
+        ),
+    )
     vals = reviewed_values(st, run_id, fp, "demo", dataset)
     assert vals == judge_only | {"3": 1.0}
 
@@ -495,9 +536,9 @@ def test_gaps_criterion_reviews_are_rescored() -> None:
             )
 
     sample = Sample(
-        "q",
-        "gaps",
-        (Message("user", "问题"),),
+        id="q",
+        benchmark="gaps",
+        messages=(Message("user", "问题"),),
         rubric=(
             Criterion("1", "提到肺癌", 5.0, ("level:A1",)),
             Criterion("2", "提到化疗", 3.0, ("level:A2",)),
@@ -585,11 +626,11 @@ def test_a_share_outside_zero_one_is_refused(hb: HB, share: float) -> None:
 
 def test_queue_reasons_read_typed_votes() -> None:
     def vote(judge: str, status: str) -> Vote:
-        return Vote(judge, status)  # type: ignore[arg-type]
+        return Vote(judge=judge, status=status)  # type: ignore[arg-type]
 
     grade = Grade(
-        "s",
-        0.5,
+        sample_id="s",
+        value=0.5,
         verdicts=(
             Verdict("agree", "met", votes=(vote("a", "met"), vote("b", "met"), vote("c", "met"))),
             Verdict("split", "met", votes=(vote("a", "met"), vote("b", "unmet"), vote("c", "met"))),
@@ -626,9 +667,12 @@ def test_queue_reasons_read_typed_votes() -> None:
 
 
 def test_whole_answers_are_drawn_only_when_scored() -> None:
-    assert queue_reasons(Grade("s", 1.0), 1.0, 0, "r", "f") == [("", "random 1")]
-    assert queue_reasons(Grade("s", None, status="answer_failed"), 1.0, 0, "r", "f") == []
-    assert queue_reasons(Grade("s", 1.0), 0.0, 0, "r", "f") == []
+    assert queue_reasons(Grade(sample_id="s", value=1.0), 1.0, 0, "r", "f") == [("", "random 1")]
+    assert (
+        queue_reasons(Grade(sample_id="s", value=None, status="answer_failed"), 1.0, 0, "r", "f")
+        == []
+    )
+    assert queue_reasons(Grade(sample_id="s", value=1.0), 0.0, 0, "r", "f") == []
 
 
 def test_mcq_answers_are_queued_whole_by_the_random_share(demo_store) -> None:

@@ -91,8 +91,8 @@ def positional(path: Path, p: float):
 
 def probe_set(db: Path, data: Path, probes, script, limit, attacker=None, protocol="grandrounds"):
     cfg = RunConfig(
-        "medqa",
-        "scripted/positional",
+        benchmark="medqa",
+        model="scripted/positional",
         data=data,
         limit=limit,
         options=RunOptions(protocol=protocol),
@@ -234,7 +234,9 @@ def test_permuted_cmb_items_reletter_the_key_its_official_reading_compares(
         rid = re.search(r"第(\d+)题", req.messages[-1].content).group(1)
         return "".join(shown[ch + rid] for ch in written[rid])
 
-    cfg = RunConfig("cmb", "scripted/x", data=tmp_path, provider_options={"script": as_written})
+    cfg = RunConfig(
+        benchmark="cmb", model="scripted/x", data=tmp_path, provider_options={"script": as_written}
+    )
     with Store(tmp_path / "s.db") as st:
         ps = asyncio.run(run_probes(st, cfg, ["permute:1"]))
     ((_, out),) = ps.probes
@@ -404,7 +406,7 @@ def test_attacker_rewrites_keep_the_key_are_stored_and_resume(tmp_path):
     data = medqa()
     raw = records(data)[:12]
     script, seen = attacker_script(refuse=raw[4]["question"])
-    attacker = Attacker("scripted/attacker", options={"script": script})
+    attacker = Attacker(spec="scripted/attacker", options={"script": script})
     db = tmp_path / "s.db"
     ps = probe_set(db, data, ["rewrite"], swayed(data), 12, attacker)
 
@@ -655,15 +657,22 @@ def attack_reply(body: dict[str, Any]) -> str:
 def _concurrently(db: Path, data: Path, srv: LoopbackServer, shared: bool) -> None:
     """The candidate's run and the attacker's rewrites at once, one connection each, on one server."""
     with Store(tmp := db.with_suffix(".samples.db")) as st:
-        samples = asyncio.run(run(st, RunConfig("medqa", "scripted/c", data=data, limit=6))).samples
+        samples = asyncio.run(
+            run(st, RunConfig(benchmark="medqa", model="scripted/c", data=data, limit=6))
+        ).samples
     tmp.unlink()
 
     async def both() -> None:
         limits = EndpointLimits()
         cfg = RunConfig(
-            "medqa", "openai/cand", data=data, base_url=srv.base_url, concurrency=1, limit=6
+            benchmark="medqa",
+            model="openai/cand",
+            data=data,
+            base_url=srv.base_url,
+            concurrency=1,
+            limit=6,
         )
-        attacker = Attacker("openai/att", srv.base_url, concurrency=1)
+        attacker = Attacker(spec="openai/att", base_url=srv.base_url, concurrency=1)
         await asyncio.gather(
             run(st, cfg, None, limits),
             rewrite_questions(st, samples, attacker, 0, None, limits if shared else None),

@@ -140,7 +140,7 @@ def test_regrade_only_unknown_keeps_known_and_continues_attempts():
     verdicts = run(judge_rubric(["a", "b"], per_criterion, ctx))
     assert [v.status for v in verdicts] == ["met", "unknown"]
     assert verdicts[1].attempts == 2
-    previous = Grade("s", 1.0, verdicts=verdicts)
+    previous = Grade(sample_id="s", value=1.0, verdicts=verdicts)
 
     second = ScriptedJudge("j", {"a": NO, "b": NO})
     ctx2 = GradeContext(judges=(second,), previous=previous, only_unknown=True, max_reask=1)
@@ -153,13 +153,15 @@ def test_regrade_only_unknown_keeps_known_and_continues_attempts():
 
 def test_regrade_panel_reasks_only_the_judge_whose_vote_was_unknown():
     votes = (
-        Vote("j1", "met", attempts=1, keys=("k1",)),
-        Vote("j2", "unknown", attempts=1, keys=("k2",)),
+        Vote(judge="j1", status="met", attempts=1, keys=("k1",)),
+        Vote(judge="j2", status="unknown", attempts=1, keys=("k2",)),
     )
     prev = Verdict("a", "unknown", votes=votes)
     j1, j2 = ScriptedJudge("j1", {"a": NO}), ScriptedJudge("j2", {"a": YES})
     ctx = GradeContext(
-        judges=(j1, j2), previous=Grade("s", None, verdicts=(prev,)), only_unknown=True
+        judges=(j1, j2),
+        previous=Grade(sample_id="s", value=None, verdicts=(prev,)),
+        only_unknown=True,
     )
     (v,) = run(judge_rubric(["a"], per_criterion, ctx))
     assert j1.calls == [] and j2.calls == [("a", 1)]
@@ -260,7 +262,9 @@ def test_medeq_reply_ignores_unreadable_values_and_think_blocks():
 
 
 def _grade(sid, statuses):
-    return Grade(sid, 0.5, verdicts=tuple(Verdict(str(i), s) for i, s in enumerate(statuses)))
+    return Grade(
+        sample_id=sid, value=0.5, verdicts=tuple(Verdict(str(i), s) for i, s in enumerate(statuses))
+    )
 
 
 def test_compare_modes_counts_only_criteria_known_in_both():

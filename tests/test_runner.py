@@ -29,8 +29,8 @@ def test_grader_crash_is_counted_unscored_and_redone_later(tmp_path, monkeypatch
     monkeypatch.setattr(MCQGrader, "grade", crashy)
     store = Store(tmp_path / "s.db")
     cfg = RunConfig(
-        "demo",
-        "scripted/a",
+        benchmark="demo",
+        model="scripted/a",
         options=RunOptions(protocol="grandrounds"),
         provider_options={"script": lambda req: "Answer: A"},
     )
@@ -57,8 +57,8 @@ def test_non_retryable_failure_is_not_retried_and_unscored(tmp_path):
         return ProviderError("HTTP 400: bad request", retryable=False)
 
     cfg = RunConfig(
-        "demo",
-        "scripted/bad",
+        benchmark="demo",
+        model="scripted/bad",
         limit=3,
         options=RunOptions(protocol="grandrounds"),
         provider_options={"script": script},
@@ -78,8 +78,8 @@ def test_retryable_failure_gives_up_after_the_bound(tmp_path):
         return ProviderError("HTTP 503: overloaded", retryable=True)
 
     cfg = RunConfig(
-        "demo",
-        "scripted/down",
+        benchmark="demo",
+        model="scripted/down",
         limit=2,
         options=RunOptions(protocol="grandrounds"),
         provider_options={"script": script},
@@ -124,8 +124,8 @@ def _reversed_order(tmp_path):
     store = Store(tmp_path / "s.db")
     bench = DemoExam()
     cfg = RunConfig(
-        "demo",
-        "reversed/a",
+        benchmark="demo",
+        model="reversed/a",
         limit=7,
         options=RunOptions(protocol="grandrounds"),
         provider_options={"script": lambda req: "Answer: A"},
@@ -142,8 +142,8 @@ def _reversed_order(tmp_path):
         run(
             store,
             RunConfig(
-                "demo",
-                "reversed/a",
+                benchmark="demo",
+                model="reversed/a",
                 options=RunOptions(protocol="grandrounds"),
                 provider_options={"script": lambda req: "Answer: A"},
             ),

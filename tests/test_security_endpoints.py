@@ -51,7 +51,7 @@ def provider(url: str, **kw) -> OpenAIProvider:
 
 
 def request(**kw) -> Request:
-    return Request("openai", "m", MSGS, **kw)
+    return Request(provider="openai", model="m", messages=MSGS, **kw)
 
 
 def one(p: OpenAIProvider, req: Request | None = None):
@@ -299,9 +299,14 @@ def test_credentials_in_the_base_url_are_used_but_never_stored(tmp_path):
     db = tmp_path / "s.db"
     with HostileServer("ok") as srv:
         url = f"http://alice:s3cret-pass@127.0.0.1:{srv.port}/v1"
-        first = asyncio.run(run(Store(db), RunConfig("demo", "openai/m", base_url=url, limit=2)))
+        first = asyncio.run(
+            run(Store(db), RunConfig(benchmark="demo", model="openai/m", base_url=url, limit=2))
+        )
         again = asyncio.run(
-            run(Store(db), RunConfig("demo", "openai/m", base_url=srv.base_url, limit=2))
+            run(
+                Store(db),
+                RunConfig(benchmark="demo", model="openai/m", base_url=srv.base_url, limit=2),
+            )
         )
         auths = srv.stats.authorizations
         requests = srv.stats.requests
@@ -339,8 +344,8 @@ def test_a_base_url_password_echoed_back_is_redacted(tmp_path):
 def test_a_run_against_an_endless_stream_ends_with_every_call_failed_once(tmp_path):
     with HostileServer("endless") as srv:
         cfg = RunConfig(
-            "demo",
-            "openai/m",
+            benchmark="demo",
+            model="openai/m",
             base_url=srv.base_url,
             limit=3,
             provider_options={"max_response_mb": 1},

@@ -97,7 +97,7 @@ def medqa_line(question: str, answer: str = "A") -> str:
 def scripted_store(path: Path) -> Path:
     """A store holding one real run (the bundled demo exam, answered by a scripted model)."""
     with Store(path) as st:
-        asyncio.run(run(st, RunConfig("demo", "scripted/always-a")))
+        asyncio.run(run(st, RunConfig(benchmark="demo", model="scripted/always-a")))
     return path
 
 
@@ -158,7 +158,10 @@ def hostile_store(tmp_path: Path) -> Store:
         run(
             st,
             RunConfig(
-                "medmcqa", "scripted/model-x", data=data, provider_options={"script": script}
+                benchmark="medmcqa",
+                model="scripted/model-x",
+                data=data,
+                provider_options={"script": script},
             ),
         )
     )

@@ -285,12 +285,12 @@ def test_run_returns_the_same_result_read_back_as_aggregated(
         Store(tmp_path / "s.db") as st,
     ):
         cfg = RunConfig(
-            "healthbench",
-            "openai/cand",
+            benchmark="healthbench",
+            model="openai/cand",
             data=data,
             base_url=cand.base_url,
             limit=5,
-            judges=(JudgeConfig("openai/judge", judge.base_url),),
+            judges=(JudgeConfig(spec="openai/judge", base_url=judge.base_url),),
         )
         counting = Counting(monkeypatch)
         first = asyncio.run(run(st, cfg))

@@ -528,7 +528,17 @@ def test_refusals_against_a_plan_name_the_dataset_and_the_plan(tmp_path):
     def shard_store(path: Path, run_id: str, dataset: str, i: int, n: int) -> Path:
         with Store(path) as st:
             st.ensure_run(
-                RunRecord(run_id, "medqa", "medqa", "openai/m", {}, dataset, "1.0", {}, "/d")
+                RunRecord(
+                    id=run_id,
+                    benchmark="medqa",
+                    benchmark_spec="medqa",
+                    model="openai/m",
+                    options={},
+                    dataset_sha256=dataset,
+                    package_version="1.0",
+                    gen_params={},
+                    data_source="/d",
+                )
             )
             st.put_shard(run_id, "fp", i, n, "hash", 10, 10, "done", "1.0")
         return path

@@ -135,14 +135,14 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("loose")
     hb = _jsonl(folder / "healthbench.jsonl", HEALTHBENCH_ROWS)
     mq = _jsonl(folder / "phrases_no_exclude_test.jsonl", MEDQA_ROWS)
-    judge = JudgeConfig("scripted/judge", options={"script": _judge})
+    judge = JudgeConfig(spec="scripted/judge", options={"script": _judge})
     with Store(folder / "s.db") as st:
         asyncio.run(
             run(
                 st,
                 RunConfig(
-                    "healthbench",
-                    "scripted/cand",
+                    benchmark="healthbench",
+                    model="scripted/cand",
                     data=hb,
                     judges=(judge,),
                     options=RunOptions(protocol="grandrounds"),
@@ -156,8 +156,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
             run(
                 st,
                 RunConfig(
-                    "medqa",
-                    "scripted/cand",
+                    benchmark="medqa",
+                    model="scripted/cand",
                     data=mq,
                     provider_options={"script": lambda req: "Answer: A"},
                 ),
@@ -203,7 +203,13 @@ def test_the_api_and_the_viewer_accept_and_refuse_the_same_scores(
 ) -> None:
     with Store(store_path) as st:
         run_id, fp = _healthbench_run(st)
-        base = ReviewInput(run_id, fp, "conv-1", "Dr A", "checked the chart")
+        base = ReviewInput(
+            run_id=run_id,
+            grader_fp=fp,
+            sample_id="conv-1",
+            reviewer="Dr A",
+            reason="checked the chart",
+        )
         lo, hi = review_scale(st, replace(base, score=0.0))
     # conv-1: +5 and -6 points, so the worst case is (0 - 6) / 5 and the best 5 / 5
     assert (lo, hi) == (pytest.approx(-6 / 5), 1.0)
@@ -273,7 +279,9 @@ def test_an_exam_review_is_on_zero_to_one(store_path: Path) -> None:
     with Store(store_path) as st:
         [(run_id, fp)] = [(r, fp) for r, fp, rj in st.results() if rj.get("benchmark") == "medqa"]
         sid = st.samples(st.get_run(run_id).benchmark, st.get_run(run_id).dataset_sha256)[0].id
-        base = ReviewInput(run_id, fp, sid, "Dr B", "key disputed")
+        base = ReviewInput(
+            run_id=run_id, grader_fp=fp, sample_id=sid, reviewer="Dr B", reason="key disputed"
+        )
         for bad in (2.0, -0.5):
             with pytest.raises(ReviewError, match=r"outside this benchmark's scale \(0 to 1\)"):
                 add_review(st, replace(base, score=bad))
@@ -393,7 +401,13 @@ def test_an_unreachable_file_is_tried_once_and_named_every_time(
     from grandrounds.core.hashing import file_sha256
 
     (tmp_path / "probe.py").write_bytes(content)
-    f = _Loopback("demo", "o/r", "a" * 40, "pkg/common.py", file_sha256(tmp_path / "probe.py"))
+    f = _Loopback(
+        folder="demo",
+        repo="o/r",
+        commit="a" * 40,
+        path="pkg/common.py",
+        sha256=file_sha256(tmp_path / "probe.py"),
+    )
     other = replace(f, path="pkg/other.py")
     messages = []
     for _ in range(5):
@@ -428,10 +442,10 @@ def test_offline_mcq_grading_tries_the_upstream_file_once(
     from grandrounds.graders import mcq_grader
 
     unreachable = _Loopback(
-        *(
-            getattr(mcq_grader.SIMPLE_EVALS_COMMON, k)
+        **{
+            k: getattr(mcq_grader.SIMPLE_EVALS_COMMON, k)
             for k in ("folder", "repo", "commit", "path", "sha256")
-        )
+        }
     )
     monkeypatch.setattr(mcq_grader, "SIMPLE_EVALS_COMMON", unreachable)
     mcq_grader.simple_evals_patterns.cache_clear()
@@ -446,8 +460,8 @@ def test_offline_mcq_grading_tries_the_upstream_file_once(
                 run(
                     st,
                     RunConfig(
-                        "medqa",
-                        "scripted/cand",
+                        benchmark="medqa",
+                        model="scripted/cand",
                         data=data,
                         options=RunOptions(protocol="grandrounds"),
                         provider_options={"script": lambda req: "Answer: A"},

@@ -145,8 +145,8 @@ def test_the_same_command_again_counts_the_same_simulator_calls_from_the_store(t
 
 
 def test_usage_without_a_simulator_keeps_its_keys_and_an_unpriced_simulator_is_not_shown_as_free():
-    table = PriceTable({"openai/doctor": (1.0, 4.0)})
-    answers = CallUsage("answers", 3, 100, 10, 0)
+    table = PriceTable(models={"openai/doctor": (1.0, 4.0)})
+    answers = CallUsage(who="answers", calls=3, prompt_tokens=100, completion_tokens=10, no_usage=0)
     plain = run_usage("openai/doctor", answers, [], [], table)
     assert set(plain) == {
         "answers",
@@ -163,7 +163,10 @@ def test_usage_without_a_simulator_keeps_its_keys_and_an_unpriced_simulator_is_n
         [],
         [],
         table,
-        simulator=("openai/sim", CallUsage("simulator", 4, 50, 5, 0)),
+        simulator=(
+            "openai/sim",
+            CallUsage(who="simulator", calls=4, prompt_tokens=50, completion_tokens=5, no_usage=0),
+        ),
     )
     assert with_sim["simulators"][0]["cost_usd"] is None  # no price: unknown, not $0
     assert with_sim["cost_complete"] is False
@@ -175,6 +178,9 @@ def test_usage_without_a_simulator_keeps_its_keys_and_an_unpriced_simulator_is_n
         [],
         [],
         table,
-        simulator=("openai/sim", CallUsage("simulator", 2, 0, 0, 2)),
+        simulator=(
+            "openai/sim",
+            CallUsage(who="simulator", calls=2, prompt_tokens=0, completion_tokens=0, no_usage=2),
+        ),
     )
     assert "(2 calls reported no usage)" in usage_line({"usage": missing})

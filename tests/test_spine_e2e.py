@@ -85,8 +85,8 @@ FAST = RetryPolicy(max_attempts=6, base_delay=0.01, max_delay=0.05)
 
 def _cfg(data: Path, url: str) -> RunConfig:
     return RunConfig(
-        "medqa",
-        "openai/loopback-rule",
+        benchmark="medqa",
+        model="openai/loopback-rule",
         data=data,
         base_url=url,
         concurrency=32,
@@ -147,8 +147,8 @@ def test_failed_calls_are_unscored_not_wrong_and_retried_later(tmp_path):
         return rule_answer(question, answer)
 
     cfg = RunConfig(
-        "medqa",
-        "openai/x",
+        benchmark="medqa",
+        model="openai/x",
         data=data,
         limit=200,
         concurrency=16,
@@ -183,8 +183,8 @@ def test_non_retryable_error_is_not_retried(tmp_path):
     data = shared_file("medqa", "phrases_no_exclude_test.jsonl")
     with LoopbackServer(lambda body: Fault("400")) as srv:
         cfg = RunConfig(
-            "medqa",
-            "openai/m",
+            benchmark="medqa",
+            model="openai/m",
             data=data,
             limit=3,
             base_url=srv.base_url,
@@ -210,7 +210,7 @@ def test_unknown_provider_fails_before_any_call(tmp_path):
 
     store = Store(tmp_path / "s.db")
     with pytest.raises(UnknownComponent, match="did you mean openai"):
-        asyncio.run(run(store, RunConfig("medqa", "opena/x", data=data, limit=2)))
+        asyncio.run(run(store, RunConfig(benchmark="medqa", model="opena/x", data=data, limit=2)))
     assert store.runs() == [], "nothing stored for a run that could not start"
 
 
@@ -232,8 +232,8 @@ def test_answer_modes_and_shuffle_are_recorded(tmp_path):
         store = Store(tmp_path / "s.db")
         for mode in ("generate", "next-token"):
             cfg = RunConfig(
-                "medqa",
-                "openai/oracle",
+                benchmark="medqa",
+                model="openai/oracle",
                 data=data,
                 base_url=srv.base_url,
                 limit=40,

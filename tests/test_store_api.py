@@ -47,9 +47,9 @@ def sample(i: int, benchmark: str = BENCH) -> Sample:
         Criterion("c1", "is harmful", -3.0, ("axis:safety",)),
     )
     return Sample(
-        f"s{i}",
-        benchmark,
-        (Message("user", f"Question {i}?"),),
+        id=f"s{i}",
+        benchmark=benchmark,
+        messages=(Message("user", f"Question {i}?"),),
         rubric=rubric,
         metadata={"theme": "hedging"},
     )
@@ -57,28 +57,35 @@ def sample(i: int, benchmark: str = BENCH) -> Sample:
 
 def run_record(run_id: str = "r1", model: str = "scripted/a", dataset: str = DS) -> RunRecord:
     return RunRecord(
-        run_id,
-        BENCH,
-        BENCH,
-        model,
-        {"answer_mode": "generate"},
-        dataset,
-        "0.1.0",
-        {"temperature": 0.0},
-        "test",
+        id=run_id,
+        benchmark=BENCH,
+        benchmark_spec=BENCH,
+        model=model,
+        options={"answer_mode": "generate"},
+        dataset_sha256=dataset,
+        package_version="0.1.0",
+        gen_params={"temperature": 0.0},
+        data_source="test",
     )
 
 
 def grade(sid: str, value: float | None, *statuses: str) -> Grade:
     verdicts = tuple(
-        Verdict(f"c{j}", s, f"why {j}", votes=(Vote("judge-a", s), Vote("judge-b", s)))
+        Verdict(
+            f"c{j}",
+            s,
+            f"why {j}",
+            votes=(Vote(judge="judge-a", status=s), Vote(judge="judge-b", status=s)),
+        )
         for j, s in enumerate(statuses)
     )  # type: ignore[arg-type]
-    return Grade(sid, value, verdicts=verdicts)
+    return Grade(sample_id=sid, value=value, verdicts=verdicts)
 
 
 def request(text: str, purpose: str = "answer") -> Request:
-    return Request("scripted", "a", (Message("user", text),), purpose=purpose)  # type: ignore[arg-type]
+    return Request(
+        provider="scripted", model="a", messages=(Message("user", text),), purpose=purpose
+    )  # type: ignore[arg-type]
 
 
 def rows_on_disk(path: Path, table: str) -> int:
@@ -220,7 +227,7 @@ def test_samples_one_dataset_one_sample_and_all(st: Store) -> None:
 
 def test_put_samples_keeps_existing_rows_and_joins_an_open_batch(st: Store) -> None:
     st.put_samples(BENCH, DS, [sample(0)])
-    changed = Sample("s0", BENCH, (Message("user", "changed"),))
+    changed = Sample(id="s0", benchmark=BENCH, messages=(Message("user", "changed"),))
     with st.batch():
         st.put_samples(BENCH, DS, [changed, sample(1)])
     assert st.sample(BENCH, DS, "s0") == sample(0)
@@ -266,7 +273,7 @@ def test_grades_one_all_values_and_iteration(st: Store) -> None:
     st.put_grader(FP2, {"grader": {"name": "mcq", "args": {}}})
     st.put_grade("r1", FP, grade("s0", 0.5, "met", "unknown"))
     st.put_grade("r1", FP, grade("s1", None, "unknown", "unknown"))
-    st.put_grade("r1", FP2, Grade("s0", 1.0, extracted="B"))
+    st.put_grade("r1", FP2, Grade(sample_id="s0", value=1.0, extracted="B"))
     g = st.grade("r1", FP, "s0")
     assert g is not None and g.value == 0.5 and [v.status for v in g.verdicts] == ["met", "unknown"]
     assert g.verdicts[0].statuses == ("met", "met") and g.verdicts[0].votes[1].judge == "judge-b"
@@ -280,7 +287,9 @@ def test_grades_one_all_values_and_iteration(st: Store) -> None:
         ("r1", FP, "s0"),
         ("r1", FP, "s1"),
     ]
-    assert isinstance(got[0], StoredGrade) and got[0].grade == Grade("s0", 1.0, extracted="B")
+    assert isinstance(got[0], StoredGrade) and got[0].grade == Grade(
+        sample_id="s0", value=1.0, extracted="B"
+    )
 
 
 def test_a_new_grade_replaces_the_old_one(st: Store) -> None:
@@ -325,11 +334,31 @@ def test_results_one_all_and_the_latest_grader(st: Store) -> None:
 def test_reviews_are_appended_and_filtered(st: Store) -> None:
     st.ensure_run(run_record("r2"))
     a = st.put_review(
-        ReviewInput("r1", FP, "s0", "Dr A", "guideline", criterion_id="c0", verdict="unmet")
+        ReviewInput(
+            run_id="r1",
+            grader_fp=FP,
+            sample_id="s0",
+            reviewer="Dr A",
+            reason="guideline",
+            criterion_id="c0",
+            verdict="unmet",
+        )
     )
-    b = st.put_review(ReviewInput("r1", FP, "s1", "Dr B", "unsafe", score=0.25))
+    b = st.put_review(
+        ReviewInput(
+            run_id="r1", grader_fp=FP, sample_id="s1", reviewer="Dr B", reason="unsafe", score=0.25
+        )
+    )
     c = st.put_review(
-        ReviewInput("r2", FP2, "s0", "Dr A", "fine", criterion_id="c1", verdict="met")
+        ReviewInput(
+            run_id="r2",
+            grader_fp=FP2,
+            sample_id="s0",
+            reviewer="Dr A",
+            reason="fine",
+            criterion_id="c1",
+            verdict="met",
+        )
     )
     assert 0 < a < b < c
     every = st.reviews()
@@ -388,9 +417,27 @@ def test_queue_adds_only_new_items_and_lists_the_unreviewed(st: Store) -> None:
         ("s2", "c0", "unknown verdict", 8),
     ]
     assert [q["id"] for q in open_items] == sorted(q["id"] for q in open_items)
-    st.put_review(ReviewInput("r1", FP, "s0", "Dr A", "checked", criterion_id="c0", verdict="met"))
     st.put_review(
-        ReviewInput("r1", FP2, "s0", "Dr A", "other grader", criterion_id="c1", verdict="met")
+        ReviewInput(
+            run_id="r1",
+            grader_fp=FP,
+            sample_id="s0",
+            reviewer="Dr A",
+            reason="checked",
+            criterion_id="c0",
+            verdict="met",
+        )
+    )
+    st.put_review(
+        ReviewInput(
+            run_id="r1",
+            grader_fp=FP2,
+            sample_id="s0",
+            reviewer="Dr A",
+            reason="other grader",
+            criterion_id="c1",
+            verdict="met",
+        )
     )  # not this item
     assert [(q["sample_id"], q["criterion_id"]) for q in st.unreviewed_queue(limit=2)] == [
         ("s0", "c1"),
@@ -437,7 +484,17 @@ def test_change_stamp_follows_what_derived_data_depends_on(st: Store) -> None:
     assert changed()
     st.enqueue_reviews([QueueEntry("r1", FP, "s0", "c0", "unknown verdict")])
     assert changed()
-    st.put_review(ReviewInput("r1", FP, "s0", "Dr A", "r", criterion_id="c0", verdict="met"))
+    st.put_review(
+        ReviewInput(
+            run_id="r1",
+            grader_fp=FP,
+            sample_id="s0",
+            reviewer="Dr A",
+            reason="r",
+            criterion_id="c0",
+            verdict="met",
+        )
+    )
     assert not changed()  # reviews are read live, nothing is derived from them
 
 

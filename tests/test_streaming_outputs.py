@@ -61,13 +61,13 @@ def judged_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
 
     with LoopbackServer(rule) as srv:
         cfg = RunConfig(
-            "healthbench",
-            "openai/m",
+            benchmark="healthbench",
+            model="openai/m",
             data=data,
             base_url=srv.base_url,
             limit=4,
             options=RunOptions(protocol="grandrounds"),
-            judges=(JudgeConfig("openai/j", srv.base_url),),
+            judges=(JudgeConfig(spec="openai/j", base_url=srv.base_url),),
         )
         with Store(db) as st:
             outcome = asyncio.run(run_async(st, cfg))
@@ -144,9 +144,9 @@ def test_json_line_is_the_standard_librarys_json() -> None:
 
 def test_a_verdicts_raw_reply_is_the_records_own() -> None:
     votes = (
-        Vote("j1", "met", raw="yes 1"),
-        Vote("j2", "unmet", raw="no"),
-        Vote("j3", "met", raw="yes 3"),
+        Vote(judge="j1", status="met", raw="yes 1"),
+        Vote(judge="j2", status="unmet", raw="no"),
+        Vote(judge="j3", status="met", raw="yes 3"),
     )
     for status in ("met", "unmet", "unknown"):
         v = Verdict("c1", status, votes=votes)
@@ -155,9 +155,20 @@ def test_a_verdicts_raw_reply_is_the_records_own() -> None:
 
 
 def test_a_non_finite_stored_value_is_written_as_no_score() -> None:
-    result = Result("b", "m", None, "accuracy", 0.5, None, 1, 0)
-    doc = to_jsonable(Grade("s1", 1.0, status="scored")) | {"value": float("inf")}
-    line = graded_line(result, Sample("s1", "b", ()), Response(key="k", text="A"), doc)
+    result = Result(
+        benchmark="b",
+        model="m",
+        judge=None,
+        metric="accuracy",
+        score=0.5,
+        ci95=None,
+        n=1,
+        n_unscored=0,
+    )
+    doc = to_jsonable(Grade(sample_id="s1", value=1.0, status="scored")) | {"value": float("inf")}
+    line = graded_line(
+        result, Sample(id="s1", benchmark="b", messages=()), Response(key="k", text="A"), doc
+    )
     assert line["score"] is None and line["grade_status"] == "scored"
 
 
@@ -194,7 +205,12 @@ def test_targets_read_from_the_store_only_where_they_read_back_as_the_data_gives
     def stored(targets: list[Any]) -> Store:
         st = Store(tmp_path / f"t{len(list(tmp_path.iterdir()))}.db")
         st.put_samples(
-            "b", "ds", [Sample(f"s{i}", "b", (), target=t) for i, t in enumerate(targets)]
+            "b",
+            "ds",
+            [
+                Sample(id=f"s{i}", benchmark="b", messages=(), target=t)
+                for i, t in enumerate(targets)
+            ],
         )
         return st
 

@@ -63,7 +63,7 @@ def test_two_fingerprints_are_counted_and_the_change_is_said(tmp_path):
         text = last_user_text(body)
         with lock:
             seen[text] = _fp_of(text)
-        return Reply("Answer: A", system_fingerprint=_fp_of(text))
+        return Reply(text="Answer: A", system_fingerprint=_fp_of(text))
 
     with LoopbackServer(rule) as srv:
         r, res = _run(tmp_path, srv)
@@ -93,7 +93,7 @@ def test_two_fingerprints_are_counted_and_the_change_is_said(tmp_path):
 
 def test_one_fingerprint_and_a_dated_model_are_recorded_without_a_warning(tmp_path):
     with LoopbackServer(
-        lambda body: Reply("Answer: B", system_fingerprint="fp_same", model="m-2025-01-01")
+        lambda body: Reply(text="Answer: B", system_fingerprint="fp_same", model="m-2025-01-01")
     ) as srv:
         r, res = _run(tmp_path, srv)
     assert res["extra"]["system_fingerprints"] == {"fp_same; model m-2025-01-01": LIMIT}

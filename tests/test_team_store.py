@@ -129,7 +129,18 @@ def add_review_to(db: Path, reviewer: str, verdict: str, reason: str) -> int:
 
     with Store(db) as st:
         run_id, fp, sid, crit = hb_target(st)
-        return add_review(st, ReviewInput(run_id, fp, sid, reviewer, reason, crit, verdict))
+        return add_review(
+            st,
+            ReviewInput(
+                run_id=run_id,
+                grader_fp=fp,
+                sample_id=sid,
+                reviewer=reviewer,
+                reason=reason,
+                criterion_id=crit,
+                verdict=verdict,
+            ),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -474,7 +485,16 @@ def test_read_only_roles_as_the_guide_grants_them(team_db, pg_server):
     assert r.returncode == 0, r.stderr
     owner = gr("leaderboard", "--store", f"postgresql://owner_r@{base}").stdout
     assert gr("leaderboard", "--store", f"postgresql://reader@{base}").stdout == owner
-    target = ReviewInput("x", "y", "z", "Dr R", "why", "", None, 1.0)
+    target = ReviewInput(
+        run_id="x",
+        grader_fp="y",
+        sample_id="z",
+        reviewer="Dr R",
+        reason="why",
+        criterion_id="",
+        verdict=None,
+        score=1.0,
+    )
     st = TeamStore(f"postgresql://reader@{base}", reviews=True)
     try:
         with pytest.raises(StoreError, match="cannot add the review"):

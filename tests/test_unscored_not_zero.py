@@ -19,9 +19,9 @@ from tests.conftest import shared_file
 
 
 def test_an_aggregate_over_no_items_has_no_score() -> None:
-    agg = Aggregate.of("f1", Cell(0.0, 0, 5, (0.0, 0.0)), {}, {})
+    agg = Aggregate.of("f1", Cell(score=0.0, n=0, n_unscored=5, ci95=(0.0, 0.0)), {}, {})
     assert agg.score is None and agg.ci95 is None and agg.n_unscored == 5
-    kept = Aggregate.of("accuracy", Cell(0.0, 3, 0, (0.0, 0.5)), {}, {})
+    kept = Aggregate.of("accuracy", Cell(score=0.0, n=3, n_unscored=0, ci95=(0.0, 0.5)), {}, {})
     assert kept.score == 0.0 and kept.ci95 == (0.0, 0.5)  # a real zero stays a zero
 
 

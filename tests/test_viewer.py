@@ -273,8 +273,8 @@ def _demo_store(db: Path) -> dict[str, Any]:
             run(
                 st,
                 RunConfig(
-                    "demo",
-                    "scripted/a",
+                    benchmark="demo",
+                    model="scripted/a",
                     limit=limit,
                     options=opts,
                     provider_options={"script": script},
@@ -394,7 +394,7 @@ def test_every_judge_of_a_run_gets_a_column(tmp_path: Path) -> None:
     fp2 = content_hash(spec)
     st.put_grader(fp2, spec)
     for sid in (f"s{i}" for i in range(20)):  # run00 re-judged by another judge: every answer 1.0
-        st.put_grade("run00", fp2, Grade(sid, 1.0))
+        st.put_grade("run00", fp2, Grade(sample_id=sid, value=1.0))
     st.put_result(
         "run00",
         fp2,
@@ -450,15 +450,15 @@ def test_shared_instruction_lines_are_left_out_of_the_list(tmp_path: Path) -> No
     ]  # only whole lines
     assert strip_shared_lines([intro + "x", intro + "x"]) == [intro + "x", intro + "x"]
     pub = Sample(
-        "1",
-        "pubmedqa",
-        (Message("user", "prompt"),),
+        id="1",
+        benchmark="pubmedqa",
+        messages=(Message("user", "prompt"),),
         metadata={"question": "Context: long\n\nQuestion: Q?", "pubmed_question": "Q?"},
     )
     calc = Sample(
-        "2",
-        "medcalc-bench",
-        (Message("system", "s"), Message("user", "u")),
+        id="2",
+        benchmark="medcalc-bench",
+        messages=(Message("system", "s"), Message("user", "u")),
         metadata={"question": "What is the score?", "note": "A 70-year-old."},
     )
     assert question_of(pub) == ("Q?", True) and question_of(calc) == (
@@ -470,7 +470,10 @@ def test_shared_instruction_lines_are_left_out_of_the_list(tmp_path: Path) -> No
     st.put_samples(
         "medec",
         "d" * 64,
-        [Sample(f"t{i}", "medec", (Message("user", t),)) for i, t in enumerate(texts)],
+        [
+            Sample(id=f"t{i}", benchmark="medec", messages=(Message("user", t),))
+            for i, t in enumerate(texts)
+        ],
     )
     st.close()
     srv = make_server(db, port=0)

@@ -51,8 +51,8 @@ def _store(db: Path) -> tuple[str, dict[str, str], dict[str, Any]]:
         run(
             st,
             RunConfig(
-                "demo",
-                "scripted/a",
+                benchmark="demo",
+                model="scripted/a",
                 options=RunOptions(protocol="reference"),
                 provider_options={"script": script},
             ),
@@ -130,14 +130,16 @@ def test_an_unreadable_reply_shows_what_the_other_reading_found(served) -> None:
 
 def test_a_grade_stored_without_the_other_reading_has_it_rebuilt() -> None:
     sample = Sample(
-        "s1",
-        "demo",
-        (Message("user", "q"),),
+        id="s1",
+        benchmark="demo",
+        messages=(Message("user", "q"),),
         target="C",
         choices={"A": "one", "B": "two", "C": "three"},
     )
     grade = Grade(
-        "s1", 0.0, details={"protocol": "reference", "answer_mode": "generate", "unextracted": True}
+        sample_id="s1",
+        value=0.0,
+        details={"protocol": "reference", "answer_mode": "generate", "unextracted": True},
     )
     got = integrity(grade, sample, Response(key="k", text="The correct option is (C)"))
     assert got["unread"] and got["other_reading"] == {
@@ -149,7 +151,10 @@ def test_a_grade_stored_without_the_other_reading_has_it_rebuilt() -> None:
     assert nothing["other_reading"] == {"protocol": "grandrounds", "extracted": None, "value": None}
     read = integrity(
         Grade(
-            "s1", 1.0, extracted="C", details={"protocol": "reference", "answer_mode": "generate"}
+            sample_id="s1",
+            value=1.0,
+            extracted="C",
+            details={"protocol": "reference", "answer_mode": "generate"},
         ),
         sample,
         None,

@@ -330,9 +330,17 @@ def test_review_scores_must_be_on_the_scale(
 def test_score_range_of_exams_and_unknown_graders() -> None:
     from grandrounds.core.records import Grade, Message, Sample
 
-    s = Sample("1", "demo", (Message("user", "q"),), target="A", choices={"A": "x", "B": "y"})
-    assert score_range(None, s, Grade("1", 1.0)) == (0.0, 1.0)
-    assert score_range(None, s, Grade("1", 3.0), observed=[1.0, 5.0, float("nan"), None]) == (
+    s = Sample(
+        id="1",
+        benchmark="demo",
+        messages=(Message("user", "q"),),
+        target="A",
+        choices={"A": "x", "B": "y"},
+    )
+    assert score_range(None, s, Grade(sample_id="1", value=1.0)) == (0.0, 1.0)
+    assert score_range(
+        None, s, Grade(sample_id="1", value=3.0), observed=[1.0, 5.0, float("nan"), None]
+    ) == (
         0.0,
         5.0,
     )  # a grading's own values stay allowed

@@ -38,8 +38,8 @@ def _runs(db: Path, data: Path) -> dict[str, Any]:
             run(
                 st,
                 RunConfig(
-                    "medqa",
-                    "scripted/a",
+                    benchmark="medqa",
+                    model="scripted/a",
                     data=data,
                     limit=3,
                     options=opts,

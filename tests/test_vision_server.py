@@ -418,7 +418,7 @@ def test_malformed_image_parts_are_problems(images: list[Path]) -> None:
 
 @pytest.mark.parametrize("wire", WIRES)
 def test_faults_and_finish_reasons_come_in_the_wire_format(wire: str, images: list[Path]) -> None:
-    replies = iter([Fault("429", retry_after=2), Reply("Liver", "length")])
+    replies = iter([Fault("429", retry_after=2), Reply(text="Liver", finish_reason="length")])
     with VisionServer(lambda s: next(replies)) as srv:
         status, out, headers = ask(
             srv, wire, image_part(wire, images[2].read_bytes()), text_part(Q2)

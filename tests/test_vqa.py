@@ -75,22 +75,38 @@ def test_slake_halves_have_the_counts_of_its_source(
 
 def test_an_image_request_key_holds_the_hash_never_the_bytes() -> None:
     data = b"\xff\xd8" + b"x" * 1000
-    part = ImagePart(hashlib.sha256(data).hexdigest(), "image/jpeg", data=data, width=10, height=10)
-    req = Request("openai", "m", (Message("user", (part, TextPart("q"))),))
+    part = ImagePart(
+        sha256=hashlib.sha256(data).hexdigest(),
+        media_type="image/jpeg",
+        data=data,
+        width=10,
+        height=10,
+    )
+    req = Request(provider="openai", model="m", messages=(Message("user", (part, TextPart("q"))),))
     assert (
         part.sha256 in req.canonical()
         and "eHh4" not in req.canonical()
         and "xxx" not in req.canonical()
     )
     same = Request(
-        "openai", "m", (Message("user", (ImagePart(part.sha256, "image/jpeg"), TextPart("q"))),)
+        provider="openai",
+        model="m",
+        messages=(
+            Message(
+                "user", (ImagePart(sha256=part.sha256, media_type="image/jpeg"), TextPart("q"))
+            ),
+        ),
     )
     assert same.key() == req.key()  # the bytes travel beside the key
     other = Request(
-        "openai", "m", (Message("user", (ImagePart("0" * 64, "image/jpeg"), TextPart("q"))),)
+        provider="openai",
+        model="m",
+        messages=(
+            Message("user", (ImagePart(sha256="0" * 64, media_type="image/jpeg"), TextPart("q"))),
+        ),
     )
     assert other.key() != req.key()
-    text_only = Request("openai", "m", (Message("user", "q"),))
+    text_only = Request(provider="openai", model="m", messages=(Message("user", "q"),))
     assert '"content":"q"' in text_only.canonical()  # a text message stays a string
 
 
@@ -211,8 +227,8 @@ def test_vqa_rad_run_scores_what_an_independent_count_gives_and_stores_each_imag
     answers = {h: first[h] for h in right}
     db = tmp_path / "s.db"
     cfg = RunConfig(
-        "vqa-rad",
-        "scripted/vision",
+        benchmark="vqa-rad",
+        model="scripted/vision",
         data=vqa_rad(),
         options=RunOptions(),
         provider_options={"script": script_by_image(answers)},
@@ -260,7 +276,9 @@ def test_vqa_rad_run_scores_what_an_independent_count_gives_and_stores_each_imag
 
 
 def test_a_provider_that_cannot_send_images_is_refused_before_any_call(tmp_path: Path) -> None:
-    cfg = RunConfig("vqa-rad", "llamacpp/m", data=vqa_rad(), limit=3, options=RunOptions())
+    cfg = RunConfig(
+        benchmark="vqa-rad", model="llamacpp/m", data=vqa_rad(), limit=3, options=RunOptions()
+    )
     with Store(tmp_path / "s.db") as st, pytest.raises(ConfigError, match="cannot send images"):
         asyncio.run(run(st, cfg))
 
@@ -280,8 +298,8 @@ def test_image_preparation_is_part_of_the_run_and_changes_what_is_sent(tmp_path:
             run(
                 st,
                 RunConfig(
-                    "vqa-rad",
-                    "scripted/v",
+                    benchmark="vqa-rad",
+                    model="scripted/v",
                     data=vqa_rad(),
                     limit=5,
                     provider_options={"script": spy("keep")},
@@ -292,8 +310,8 @@ def test_image_preparation_is_part_of_the_run_and_changes_what_is_sent(tmp_path:
             run(
                 st,
                 RunConfig(
-                    "vqa-rad",
-                    "scripted/v",
+                    benchmark="vqa-rad",
+                    model="scripted/v",
                     data=vqa_rad(),
                     limit=5,
                     bench_params={"image_format": "png", "image_max_side": 128},
@@ -316,8 +334,8 @@ def test_blind_and_blank_probes_measure_whether_the_answer_needs_the_image(tmp_p
     script = script_by_image(answers)
     right = [normalize(answers[s.metadata["image_sha256"]]) == normalize(s.target) for s in samples]
     cfg = RunConfig(
-        "vqa-rad",
-        "scripted/vision",
+        benchmark="vqa-rad",
+        model="scripted/vision",
         data=vqa_rad(),
         limit=60,
         options=RunOptions(),
@@ -348,11 +366,13 @@ def test_exam_probes_are_refused_on_image_benchmarks_and_image_probes_on_exams(
         with pytest.raises(ConfigError, match="blind, blank"):
             asyncio.run(
                 run_probes(
-                    st, RunConfig("vqa-rad", "scripted/a", data=vqa_rad(), limit=2), ["permute:1"]
+                    st,
+                    RunConfig(benchmark="vqa-rad", model="scripted/a", data=vqa_rad(), limit=2),
+                    ["permute:1"],
                 )
             )
         with pytest.raises(ConfigError, match="blind, blank"):
-            asyncio.run(run_probes(st, RunConfig("demo", "scripted/a"), ["blind"]))
+            asyncio.run(run_probes(st, RunConfig(benchmark="demo", model="scripted/a"), ["blind"]))
 
 
 def test_a_missing_image_is_a_one_line_error_naming_file_and_record(tmp_path: Path) -> None:
@@ -563,9 +583,9 @@ def test_aggregate_counts_each_answer_once_over_every_question_of_its_split() ->
 
     def sample(i: int, closed: bool, answer: str) -> Sample:
         return Sample(
-            str(i),
-            "vqa-rad",
-            (),
+            id=str(i),
+            benchmark="vqa-rad",
+            messages=(),
             target=answer,
             metadata={
                 "closed": closed,
@@ -588,7 +608,11 @@ def test_aggregate_counts_each_answer_once_over_every_question_of_its_split() ->
     ]
     right = {0: 1.0, 1: 0.0, 2: 1.0, 3: 0.0, 4: 1.0, 5: 1.0, 6: 1.0, 7: 0.0}
     grades = [
-        Grade(str(i), v, details={"token_recall": v, "unreadable": i == 3, "other_value": v})
+        Grade(
+            sample_id=str(i),
+            value=v,
+            details={"token_recall": v, "unreadable": i == 3, "other_value": v},
+        )
         for i, v in right.items()
     ]
     agg = VQARAD().aggregate(samples, grades, RunOptions())
@@ -690,13 +714,20 @@ def test_a_gguf_vision_model_gets_its_projector_and_the_images(tmp_path: Path, m
     gguf.write_bytes(b"GGUF"), proj.write_bytes(b"GGUF")
     with Store(tmp_path / "s.db") as st:
         with pytest.raises(ConfigError, match="mmproj"):
-            asyncio.run(run(st, RunConfig("vqa-rad", f"llamacpp/{gguf}", data=vqa_rad(), limit=3)))
+            asyncio.run(
+                run(
+                    st,
+                    RunConfig(
+                        benchmark="vqa-rad", model=f"llamacpp/{gguf}", data=vqa_rad(), limit=3
+                    ),
+                )
+            )
         out = asyncio.run(
             run(
                 st,
                 RunConfig(
-                    "vqa-rad",
-                    f"llamacpp/{gguf}",
+                    benchmark="vqa-rad",
+                    model=f"llamacpp/{gguf}",
                     data=vqa_rad(),
                     limit=3,
                     provider_options={"mmproj": str(proj)},
@@ -723,8 +754,8 @@ def test_a_probe_runs_items_are_stored_as_they_were_asked(tmp_path: Path) -> Non
     plain, blind = VQARAD(), VQARAD(probe="blind")
     assert plain.dataset_hash(vqa_rad()) != blind.dataset_hash(vqa_rad())
     cfg = RunConfig(
-        "vqa-rad",
-        "scripted/vision",
+        benchmark="vqa-rad",
+        model="scripted/vision",
         data=vqa_rad(),
         limit=3,
         provider_options={"script": lambda req: "yes"},

@@ -138,10 +138,13 @@ def test_open_answers_judged_apart_and_exact_match_unchanged_on_the_same_replies
     script, first = candidate(samples)
     seen: list[tuple] = []
     judges = (
-        JudgeConfig("scripted/judge", options={"script": judge(MEDEVALKIT, ("0", "1"), seen)}),
+        JudgeConfig(spec="scripted/judge", options={"script": judge(MEDEVALKIT, ("0", "1"), seen)}),
     )
     plain = RunConfig(
-        "vqa-rad", "scripted/vision", data=vqa_rad(), provider_options={"script": script}
+        benchmark="vqa-rad",
+        model="scripted/vision",
+        data=vqa_rad(),
+        provider_options={"script": script},
     )
     with Store(tmp_path / "s.db") as st:
         without = asyncio.run(run(st, plain))
@@ -149,8 +152,8 @@ def test_open_answers_judged_apart_and_exact_match_unchanged_on_the_same_replies
             run(
                 st,
                 RunConfig(
-                    "vqa-rad",
-                    "scripted/vision",
+                    benchmark="vqa-rad",
+                    model="scripted/vision",
                     data=vqa_rad(),
                     provider_options={"script": script},
                     judges=judges,
@@ -160,7 +163,7 @@ def test_open_answers_judged_apart_and_exact_match_unchanged_on_the_same_replies
         grades_without = {g.sample_id: g for g in without.grades}
         grades_judged = {g.sample_id: g for g in judged.grades}
         again = asyncio.run(
-            regrade(st, RegradeRequest(without.run, judges))
+            regrade(st, RegradeRequest(run=without.run, judges=judges))
         )  # re-grading the stored answers with the judge
     a, b = without.result, judged.result
     want = expected(samples, first)
@@ -230,8 +233,8 @@ def test_a_run_without_a_judge_keeps_the_run_id_and_grader_fingerprint_it_had(
 ) -> None:
     """Pinned from the code before the judge was offered: VQA-RAD, first 30 questions, a model that always says yes."""
     cfg = RunConfig(
-        "vqa-rad",
-        "scripted/v",
+        benchmark="vqa-rad",
+        model="scripted/v",
         data=vqa_rad(),
         limit=30,
         provider_options={"script": lambda req: "yes"},
@@ -255,10 +258,10 @@ PINNED_GRADER_FP = "09fa58ccb677cc8129cd6b97a6024953068b1297ef38bbafe85cfc615a96
 
 
 def test_judge_refused_where_a_benchmark_neither_needs_nor_takes_one(tmp_path: Path) -> None:
-    judges = (JudgeConfig("scripted/j"),)
+    judges = (JudgeConfig(spec="scripted/j"),)
     with Store(tmp_path / "s.db") as st:
         with pytest.raises(ConfigError, match="not graded by an LLM judge: --judge is not used"):
-            asyncio.run(run(st, RunConfig("demo", "scripted/a", judges=judges)))
+            asyncio.run(run(st, RunConfig(benchmark="demo", model="scripted/a", judges=judges)))
     assert VQARAD.takes_judge and SLAKE.takes_judge and not VQARAD.needs_judge
     assert not PathVQA.takes_judge  # its grader asks no judge
     assert (

@@ -67,8 +67,8 @@ def images_of(req: Request) -> list[str]:
 
 def run_with(tmp: Path, bench: str, data: Path, script, **kw):
     cfg = RunConfig(
-        bench,
-        "scripted/vision",
+        benchmark=bench,
+        model="scripted/vision",
         data=data,
         options=RunOptions(**kw.pop("options", {})),
         provider_options={"script": script},

@@ -58,8 +58,8 @@ def _runs(db: Path, data: Path) -> None:
             run(
                 st,
                 RunConfig(
-                    "vqa-rad",
-                    "scripted/a",
+                    benchmark="vqa-rad",
+                    model="scripted/a",
                     data=data,
                     limit=N_JPEG,
                     options=RunOptions(),
@@ -71,8 +71,8 @@ def _runs(db: Path, data: Path) -> None:
             run(
                 st,
                 RunConfig(
-                    "vqa-rad",
-                    "scripted/a",
+                    benchmark="vqa-rad",
+                    model="scripted/a",
                     data=data,
                     limit=N_PNG,
                     options=RunOptions(),

@@ -118,7 +118,7 @@ def values(
     return {(run_id, fp): store.grade_values(run_id, fp) for run_id, fp in keys}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Answer:
     row: ResultRow
     text: str | None
@@ -177,12 +177,12 @@ def drilldown(
             )
             item.answers.append(
                 Answer(
-                    row,
-                    resp.text if resp else None,
-                    resp.error if resp else "not answered",
-                    grade,
-                    episodes,
-                    read,
+                    row=row,
+                    text=resp.text if resp else None,
+                    error=resp.error if resp else "not answered",
+                    grade=grade,
+                    episodes=episodes,
+                    read=read,
                 )
             )
     return list(sections.values())

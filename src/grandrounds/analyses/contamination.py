@@ -182,7 +182,7 @@ class ItemPair:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProbeResult:
     """A probe's paired comparison over the items where both figures are known."""
 
@@ -237,18 +237,18 @@ def summarize(
     b = [float(y) for _, y in pairs]
     diff, ci = paired_bootstrap(a, b, resamples, seed) if pairs else (None, None)
     return ProbeResult(
-        probe,
-        benchmark,
-        model,
-        len(items),
-        len(pairs),
-        sum(a) / len(a) if a else None,
-        sum(b) / len(b) if b else None,
-        diff,
-        ci,
-        unit,
-        sum(1 for i in items if i.original is None or i.control is None),
-        list(items),
+        probe=probe,
+        benchmark=benchmark,
+        model=model,
+        n_items=len(items),
+        n_paired=len(pairs),
+        original=sum(a) / len(a) if a else None,
+        control=sum(b) / len(b) if b else None,
+        difference=diff,
+        ci95=ci,
+        unit=unit,
+        n_failed=sum(1 for i in items if i.original is None or i.control is None),
+        items=list(items),
     )
 
 
@@ -421,7 +421,7 @@ def probe_rows(
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProbeConfig:
     """What ``grandrounds contamination`` was asked: the benchmark, the model and where its data is."""
 

@@ -43,7 +43,7 @@ Z95 = 1.959963984540054
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Respondent:
     """One setting of one model on a benchmark: the grades of one stored result stand for it."""
 
@@ -58,7 +58,7 @@ class Respondent:
         return f"{self.model} · {self.answer_mode} · {self.protocol}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Responses:
     """Right (1) / wrong (0) / missing (NaN) answers: respondents x items (sample ids) of one dataset."""
 
@@ -112,11 +112,17 @@ def responses_from_values(
             if v is not None:
                 y[i, col[sid]] = float(v >= threshold) if threshold is not None else float(v)
     return Responses(
-        benchmark, dataset, tuple(r for r, _ in kept), items, y, threshold, tuple(notes)
+        benchmark=benchmark,
+        dataset=dataset,
+        respondents=tuple(r for r, _ in kept),
+        items=items,
+        y=y,
+        threshold=threshold,
+        notes=tuple(notes),
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ItemFit:
     """One item: its responses, and its parameters when it was fitted.
 
@@ -160,7 +166,7 @@ class ItemFit:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Ability:
     """A respondent's ability (theta) with its standard error and 95% interval."""
 
@@ -194,7 +200,7 @@ class Ability:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IrtAnalysis:
     """A benchmark's 2PL fit read for people: abilities, item parameters, flagged items."""
 
@@ -293,14 +299,14 @@ def analyse(
         if keep[j]:
             items.append(
                 ItemFit(
-                    sid,
-                    int(n_obs[j]),
-                    int(n_right[j]),
-                    "fitted",
-                    float(fit.b[k]),
-                    float(fit.b_se[k]),
-                    float(fit.a[k]),
-                    float(fit.a_se[k]),
+                    id=sid,
+                    n=int(n_obs[j]),
+                    n_right=int(n_right[j]),
+                    status="fitted",
+                    difficulty=float(fit.b[k]),
+                    difficulty_se=float(fit.b_se[k]),
+                    discrimination=float(fit.a[k]),
+                    discrimination_se=float(fit.a_se[k]),
                 )
             )
             k += 1
@@ -310,26 +316,32 @@ def analyse(
                 if n_obs[j] < 2
                 else ("all_right" if n_right[j] == n_obs[j] else "all_wrong")
             )
-            items.append(ItemFit(sid, int(n_obs[j]), int(n_right[j]), status))
+            items.append(ItemFit(id=sid, n=int(n_obs[j]), n_right=int(n_right[j]), status=status))
     abilities = []
     at = 0  # the respondent's row in the fit
     for i, who in enumerate(resp.respondents):
         n_i, right_i = int(observed[i].sum()), int(np.nansum(y[i]))
         if rows[i]:
             abilities.append(
-                Ability(who, n_i, right_i, float(fit.theta[at]), float(fit.theta_se[at]))
+                Ability(
+                    respondent=who,
+                    n=n_i,
+                    n_right=right_i,
+                    theta=float(fit.theta[at]),
+                    se=float(fit.theta_se[at]),
+                )
             )
             at += 1
         else:
-            abilities.append(Ability(who, n_i, right_i, None, None))
+            abilities.append(Ability(respondent=who, n=n_i, n_right=right_i, theta=None, se=None))
     return IrtAnalysis(
-        resp.benchmark,
-        resp.dataset,
-        resp.threshold,
-        tuple(abilities),
-        tuple(items),
-        fit,
-        tuple(notes),
+        benchmark=resp.benchmark,
+        dataset=resp.dataset,
+        threshold=resp.threshold,
+        abilities=tuple(abilities),
+        items=tuple(items),
+        fit=fit,
+        notes=tuple(notes),
     )
 
 
@@ -353,7 +365,11 @@ def respondent_of(run_id: str, grader_fp: str, result: Mapping[str, Any], model:
 
     fp = result.get("fingerprint") or {}
     return Respondent(
-        model, str(fp.get("answer_mode") or "generate"), protocol_label(fp), run_id, grader_fp
+        model=model,
+        answer_mode=str(fp.get("answer_mode") or "generate"),
+        protocol=protocol_label(fp),
+        run_id=run_id,
+        grader_fp=grader_fp,
     )
 
 

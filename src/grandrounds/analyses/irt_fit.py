@@ -49,7 +49,7 @@ class Priors:
     b_sd: float = 2.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fit2PL:
     """Estimates and standard errors of a 2PL fit; respondents and items in the input's order."""
 
@@ -106,17 +106,17 @@ def fit_2pl(
     theta_se, a_se, b_se = _standard_errors(theta, a, b, yy, mask, priors)
     lp = _log_posterior(theta, a, b, yy, mask, priors)
     return Fit2PL(
-        theta,
-        theta_se,
-        a,
-        a_se,
-        b,
-        b_se,
-        lp,
-        iterations,
-        converged,
-        time.perf_counter() - start,
-        priors,
+        theta=theta,
+        theta_se=theta_se,
+        a=a,
+        a_se=a_se,
+        b=b,
+        b_se=b_se,
+        log_posterior=lp,
+        iterations=iterations,
+        converged=converged,
+        seconds=time.perf_counter() - start,
+        priors=priors,
     )
 
 

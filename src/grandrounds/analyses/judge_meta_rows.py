@@ -27,7 +27,7 @@ META_FILE = RemoteFile(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MetaRow:
     """One meta-eval row: a judged item with the physicians' labels of it."""
 
@@ -72,13 +72,13 @@ def parse_row(rec: Mapping[str, Any], path: Path, line: int) -> MetaRow:
             path, line, f"{len(labels)} binary_labels but {len(ids)} anonymized_physician_ids"
         )
     return MetaRow(
-        line,
-        tuple(messages),
-        rec["completion"],
-        rec["rubric"],
-        rec["category"],
-        tuple(labels),
-        tuple(str(x) for x in ids),
+        line=line,
+        messages=tuple(messages),
+        completion=rec["completion"],
+        rubric=rec["rubric"],
+        category=rec["category"],
+        labels=tuple(labels),
+        physicians=tuple(str(x) for x in ids),
     )
 
 

@@ -153,7 +153,7 @@ class RowVerdict:
     attempts: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ValidateConfig:
     """A judge validation: which judge, on which rows, under which protocol."""
 
@@ -175,7 +175,7 @@ class ValidateConfig:
     retry: RetryPolicy | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Validation:
     """A finished validation: rows, the judge's verdicts, the figures, the stored record and call counts."""
 
@@ -212,7 +212,10 @@ def check_config(cfg: ValidateConfig) -> tuple[Protocol, JudgeConfig, dict[str, 
         url = cfg.base_url
     check_model(spec, {}, "chat")
     judges, deviations = resolve_judges(
-        proto, [JudgeConfig(spec, url, json_object=cfg.json_object)], cfg.judge_overrides, cfg.seed
+        proto,
+        [JudgeConfig(spec=spec, base_url=url, json_object=cfg.json_object)],
+        cfg.judge_overrides,
+        cfg.seed,
     )
     return proto, judges[0], deviations.get(spec, {})
 
@@ -261,7 +264,9 @@ async def validate(
                 "unknown", "", reply.error or "judge reply could not be read", len(reply.keys)
             )
         if progress:
-            progress.advance(Grade(f"line {row.line}", 1.0 if got is not None else None))
+            progress.advance(
+                Grade(sample_id=f"line {row.line}", value=1.0 if got is not None else None)
+            )
 
     async def do_group(group: list[int]) -> None:
         await one(group[0])
@@ -279,7 +284,9 @@ async def validate(
         rows, done, judge_cfg, cfg, prompts, dataset, templates, deviations, proto
     )
     store.put_agreement(record)
-    return Validation(rows, done, record, execs[0].stats, judge_cfg)
+    return Validation(
+        rows=rows, verdicts=done, record=record, judge_stats=execs[0].stats, judge=judge_cfg
+    )
 
 
 def agreement_record(
@@ -390,7 +397,7 @@ def agreement_metrics(
 # ---- agreement beside scores --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AgreementNote:
     """A judge's measured agreement as shown beside a score it judged."""
 
@@ -452,12 +459,12 @@ def agreement_notes(
             why.append("other judge prompt")
         notes.append(
             AgreementNote(
-                model,
-                best.summary.get("f1_balanced"),
-                best.summary.get("physician_f1_balanced_mean"),
-                int(best.summary.get("n_judged", 0)),
-                not why,
-                ", ".join(why),
+                judge=model,
+                f1_balanced=best.summary.get("f1_balanced"),
+                physicians=best.summary.get("physician_f1_balanced_mean"),
+                n_judged=int(best.summary.get("n_judged", 0)),
+                exact=not why,
+                why_not_exact=", ".join(why),
             )
         )
     return notes

@@ -82,7 +82,7 @@ def strip_shared_lines(texts: Sequence[str]) -> list[str]:
     return [t[cut:].strip() or t for t in texts]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunFacts:
     """What tells one grading of one run from another: the fields of its fingerprint that
     :func:`grandrounds.analyses.leaderboard.run_label` reads (model, answer mode, protocol, limit, run id)

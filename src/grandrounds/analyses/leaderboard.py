@@ -39,7 +39,7 @@ COMPARABLE_FIELDS: tuple[str, ...] = (
 Values = Mapping[str, "float | None"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ResultRow:
     """One stored Result (run x grader) with the coverage of its verdicts."""
 
@@ -172,7 +172,7 @@ def latest_comparable_pair(
     return None if best is None else (best[1], best[2])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     """A paired comparison of A and B on the samples both answered (diff = A - B)."""
 
@@ -194,17 +194,28 @@ def paired_compare(a: Values, b: Values, seed: int = 0, n_resamples: int = 2000)
     """
     ids = sorted(sid for sid in a.keys() & b.keys() if a[sid] is not None and b[sid] is not None)
     if not ids:
-        return Comparison(0, None, None, None, None, True, None, seed)
+        return Comparison(
+            n=0, mean_a=None, mean_b=None, diff=None, ci95=None, tied=True, mcnemar=None, seed=seed
+        )
     xa = [float(v) for s in ids if (v := a[s]) is not None]  # (none is: ids has both known)
     xb = [float(v) for s in ids if (v := b[s]) is not None]
     diff, ci = paired_bootstrap(xa, xb, n_resamples=n_resamples, seed=seed)
     exact = all(v in (0.0, 1.0) for v in xa + xb)
     mc = mcnemar_exact([v == 1.0 for v in xa], [v == 1.0 for v in xb]) if exact else None
     tied = ci[0] <= 0.0 <= ci[1]
-    return Comparison(len(ids), sum(xa) / len(xa), sum(xb) / len(xb), diff, ci, tied, mc, seed)
+    return Comparison(
+        n=len(ids),
+        mean_a=sum(xa) / len(xa),
+        mean_b=sum(xb) / len(xb),
+        diff=diff,
+        ci95=ci,
+        tied=tied,
+        mcnemar=mc,
+        seed=seed,
+    )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Entry:
     """A result placed on a leaderboard: its setting (column), rank, tie group and flags."""
 
@@ -338,14 +349,18 @@ def _rank(
             extra.append(f"ranked by its lower bound {ranked_value(r, rank_by):.3f}")
         if leader is None or not _tied(leader, r, values, seed, extra):
             group, leader = group + 1, r
-        out.append(Entry(r, setting, rank, group, tuple(flags + extra)))
+        out.append(
+            Entry(row=r, setting=setting, rank=rank, group=group, flags=tuple(flags + extra))
+        )
     out.extend(
         Entry(
-            r,
-            setting,
-            None,
-            None,
-            tuple(flags + [r.extra[k] for k in ("engine_note",) if r.extra.get(k)] + ["no score"]),
+            row=r,
+            setting=setting,
+            rank=None,
+            group=None,
+            flags=tuple(
+                flags + [r.extra[k] for k in ("engine_note",) if r.extra.get(k)] + ["no score"]
+            ),
         )
         for r in rows
         if r.score is None
@@ -371,7 +386,7 @@ def _tied(
     return leader.ci95[0] <= r.ci95[1] and r.ci95[0] <= leader.ci95[1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FamilyTable:
     """One breakdown family of a board, aligned over its entries: keys down, results across.
 
@@ -406,7 +421,9 @@ def breakdown_tables(board: Board) -> list[FamilyTable]:
         metrics = tuple(
             dict.fromkeys(m for c in cells for cell in c.values() for m in cell.metrics)
         )
-        out.append(FamilyTable(fam, keys, metrics, board.entries, cells))
+        out.append(
+            FamilyTable(family=fam, keys=keys, metrics=metrics, entries=board.entries, cells=cells)
+        )
     return out
 
 
@@ -420,7 +437,7 @@ class AgreementPair:
     reviewer: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AgreementStat:
     n: int
     kappa: float | None
@@ -452,8 +469,14 @@ def _agree(pairs: Sequence[AgreementPair]) -> AgreementStat:
     known = [p for p in pairs if p.judge in ("met", "unmet") and p.reviewer in ("met", "unmet")]
     unknown = sum(1 for p in pairs if p.judge not in ("met", "unmet"))
     if not known:
-        return AgreementStat(0, None, None, None, unknown)
+        return AgreementStat(n=0, kappa=None, macro_f1=None, agree=None, n_judge_unknown=unknown)
     j = [p.judge for p in known]
     r = [p.reviewer for p in known]
     agree = sum(1 for x, y in zip(j, r) if x == y) / len(known)
-    return AgreementStat(len(known), cohen_kappa(r, j), macro_f1(r, j), agree, unknown)
+    return AgreementStat(
+        n=len(known),
+        kappa=cohen_kappa(r, j),
+        macro_f1=macro_f1(r, j),
+        agree=agree,
+        n_judge_unknown=unknown,
+    )

@@ -86,7 +86,7 @@ ATTACK_TEMPLATE = (
 _REWRITE = re.compile(r"<question>\s*(.*?)\s*</question>", re.DOTALL | re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Attacker:
     """The model that rewrites questions: ``PROVIDER/MODEL[@BASE_URL]``, its provider options and
     generation settings, and how often an unreadable rewrite is asked again."""
@@ -186,7 +186,7 @@ async def rewrite_questions(
             if text is not None:
                 break
         if progress:
-            progress.advance(Grade(sample.id, 1.0 if text is not None else None))
+            progress.advance(Grade(sample_id=sample.id, value=1.0 if text is not None else None))
         return sample.id, text, problem
 
     try:
@@ -353,7 +353,7 @@ class ProbeRun:
         return {sid: (g.value if g is not None else None) for sid, (_, g) in self.items.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Drop:
     """A probe's accuracy against the unperturbed run's, on the items both scored."""
 
@@ -373,7 +373,7 @@ class Drop:
     mcnemar: tuple[int, int, float] | None  # (right -> wrong, wrong -> right, p)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Consistency:
     n_orders: int  # the unperturbed order and each permutation
     n: int
@@ -383,7 +383,7 @@ class Consistency:
     n_left_out: int  # items without a readable choice in some order (or missing from a run)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Position:
     position: str
     n_answers: int  # readable single-choice answers to items that have this position
@@ -406,7 +406,7 @@ class PositionBias:
     positions: tuple[Position, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Rewrite:
     sample_id: str
     original: str
@@ -415,7 +415,7 @@ class Rewrite:
     probed: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Summary:
     benchmark: str
     model: str
@@ -443,18 +443,18 @@ def paired_drop(base: ProbeRun, probe: ProbeRun, seed: int = 0, n_resamples: int
     common = bv.keys() & pv.keys()
     c = paired_compare(bv, pv, seed=seed, n_resamples=n_resamples)
     return Drop(
-        probe.probe,
-        probe.run_id,
-        probe.dataset,
-        len(pv),
-        c.n,
-        len(common) - c.n,
-        len(bv.keys() - pv.keys()),
-        c.mean_a,
-        c.mean_b,
-        c.diff,
-        c.ci95,
-        c.mcnemar,
+        probe=probe.probe,
+        run_id=probe.run_id,
+        dataset=probe.dataset,
+        n_items=len(pv),
+        n_paired=c.n,
+        n_left_out=len(common) - c.n,
+        n_not_applicable=len(bv.keys() - pv.keys()),
+        baseline=c.mean_a,
+        probed=c.mean_b,
+        drop=c.diff,
+        ci95=c.ci95,
+        mcnemar=c.mcnemar,
     )
 
 
@@ -466,7 +466,7 @@ def mean_of(runs: Sequence[ProbeRun], label: str) -> ProbeRun:
     for sid in sorted(ids):
         got = [v[sid] for v in vals]
         mean = None if any(x is None for x in got) else sum(cast(float, x) for x in got) / len(got)
-        items[sid] = (runs[0].items[sid][0], Grade(sid, mean))
+        items[sid] = (runs[0].items[sid][0], Grade(sample_id=sid, value=mean))
     return ProbeRun(label, "", items)
 
 
@@ -490,7 +490,12 @@ def consistency(runs: Sequence[ProbeRun]) -> Consistency:
         n += 1
         agree += len(set(picks)) == 1
     return Consistency(
-        len(runs), n, agree, agree / n if n else None, wilson_ci(agree, n), len(ids) - n
+        n_orders=len(runs),
+        n=n,
+        n_consistent=agree,
+        rate=agree / n if n else None,
+        ci95=wilson_ci(agree, n),
+        n_left_out=len(ids) - n,
     )
 
 
@@ -524,17 +529,17 @@ def position_bias(runs: Sequence[ProbeRun]) -> PositionBias:
         right = sum(1 for p in keyed if p == k)
         positions.append(
             Position(
-                k,
-                n,
-                n_keyed / n if n else None,
-                chosen / n if n else None,
-                (chosen - n_keyed) / n if n else None,
-                n_else,
-                attracted / n_else if n_else else None,
-                wilson_ci(attracted, n_else),
-                n_keyed,
-                right / n_keyed if n_keyed else None,
-                wilson_ci(right, n_keyed),
+                position=k,
+                n_answers=n,
+                keyed=n_keyed / n if n else None,
+                chosen=chosen / n if n else None,
+                excess=(chosen - n_keyed) / n if n else None,
+                n_key_elsewhere=n_else,
+                attraction=attracted / n_else if n_else else None,
+                attraction_ci95=wilson_ci(attracted, n_else),
+                n_keyed=n_keyed,
+                accuracy_keyed=right / n_keyed if n_keyed else None,
+                accuracy_keyed_ci95=wilson_ci(right, n_keyed),
             )
         )
     return PositionBias(
@@ -549,11 +554,11 @@ def rewrites_shown(base: ProbeRun, probe: ProbeRun) -> list[Rewrite]:
         info = sample.metadata.get("probe") or {}
         out.append(
             Rewrite(
-                sid,
-                str(info.get("original_question", "")),
-                str(sample.metadata.get("question", "")),
-                bv.get(sid),
-                grade.value if grade is not None else None,
+                sample_id=sid,
+                original=str(info.get("original_question", "")),
+                rewritten=str(sample.metadata.get("question", "")),
+                baseline=bv.get(sid),
+                probed=grade.value if grade is not None else None,
             )
         )
     return out
@@ -582,19 +587,19 @@ def summarize(
     bv = [v for v in base.values().values() if v is not None]
     rewrites = [r for p in probes if p.kind == "rewrite" for r in rewrites_shown(base, p)]
     return Summary(
-        benchmark,
-        model,
-        label or model,
-        base.run_id,
-        sum(bv) / len(bv) if bv else None,
-        len(bv),
-        tuple(drops),
-        consistency([base, *perms]) if perms else None,
-        position_bias([base, *perms]),
-        tuple(rewrites),
-        dict(attacker_failures or {}),
-        complete,
-        seed,
+        benchmark=benchmark,
+        model=model,
+        label=label or model,
+        baseline_run=base.run_id,
+        baseline_accuracy=sum(bv) / len(bv) if bv else None,
+        baseline_n=len(bv),
+        drops=tuple(drops),
+        consistency=consistency([base, *perms]) if perms else None,
+        position_bias=position_bias([base, *perms]),
+        rewrites=tuple(rewrites),
+        attacker_failures=dict(attacker_failures or {}),
+        complete=complete,
+        seed=seed,
     )
 
 

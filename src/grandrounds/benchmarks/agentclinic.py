@@ -223,10 +223,10 @@ class AgentClinic(AgentBenchmark):
 
 AgentClinic.parameters = (
     Param(
-        "dataset",
-        str,
-        "medqa",
-        "case file: medqa (107 cases), medqa_extended (214), nejm_extended (120, text only)",
-        tuple(DATASETS),
+        name="dataset",
+        type=str,
+        default="medqa",
+        help="case file: medqa (107 cases), medqa_extended (214), nejm_extended (120, text only)",
+        choices=tuple(DATASETS),
     ),
 ) + AgentClinic.agent_parameters()

@@ -96,7 +96,7 @@ _PROMPTS = {
     "next-token": "ours",
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=Generation(
         temperature=0.0, max_tokens=1024
     ),  # chatgpt.py: temperature=0.; no max_tokens (1,024, ours)
@@ -135,11 +135,11 @@ class CEvalMedical(MultipleChoiceBenchmark):
     parameters: ClassVar[tuple[Param, ...]] = (
         subjects_param(tuple(SUBJECTS)),
         Param(
-            "shots",
-            int,
-            0,
-            "dev examples before each question (eval.py: 0, or 5 with --few_shot)",
-            (0, 1, 2, 3, 4, 5),
+            name="shots",
+            type=int,
+            default=0,
+            help="dev examples before each question (eval.py: 0, or 5 with --few_shot)",
+            choices=(0, 1, 2, 3, 4, 5),
         ),
     )
 

@@ -67,7 +67,7 @@ CMB_SCORE = upstream.CMB.file(
 )
 
 _REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # README / configs/model_config.yaml: greedy decoding (do_sample False), max_new_tokens 512
     answer=Generation(temperature=0.0, max_tokens=512),
     extraction="src/utils.py match_choice (first letter kept for a single answer); exact match with the key string",

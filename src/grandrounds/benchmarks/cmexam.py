@@ -73,7 +73,7 @@ _PROMPTS = {
     "letter-loglik": "not offered (no lm-eval task)",
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=OUR_ANSWER,  # the per-question code fixes no sampling settings: greedy, 1,024 tokens (ours)
     extraction="generate: evaluate_lora_result.py parse_options (letter or first word of an option anywhere in the reply); "
     "exact match of the letters with the key; log-prob modes: argmax",

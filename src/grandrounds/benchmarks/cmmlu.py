@@ -150,11 +150,11 @@ def read_exam_csv(
 
 def subjects_param(all_subjects: Sequence[str]) -> Param:
     return Param(
-        "subjects",
-        list[str],
-        tuple(all_subjects),
-        "subjects to ask (default all)",
-        tuple(all_subjects),
+        name="subjects",
+        type=list[str],
+        default=tuple(all_subjects),
+        help="subjects to ask (default all)",
+        choices=tuple(all_subjects),
     )
 
 
@@ -168,11 +168,11 @@ def macro_headline(pairs: Sequence[tuple[Sample, Grade]], values: Sequence[Any])
 
 
 SHOTS = Param(
-    "shots",
-    int,
-    0,
-    "dev examples before each question (the authors' 0- or 5-shot)",
-    (0, 1, 2, 3, 4, 5),
+    name="shots",
+    type=int,
+    default=0,
+    help="dev examples before each question (the authors' 0- or 5-shot)",
+    choices=(0, 1, 2, 3, 4, 5),
 )
 
 _PROMPTS = {
@@ -182,7 +182,7 @@ _PROMPTS = {
     "next-token": "ours",
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=OUR_ANSWER,  # the pinned file fixes no sampling settings: greedy, 1,024 tokens (ours)
     extraction="generate: mp_utils.extract_choice (its random-letter fallback counted unextracted); log-prob modes: argmax",
     aggregation="get_results: accuracy per subject (every question; failed = wrong), headline their unweighted mean",

@@ -182,28 +182,33 @@ class GAPS(Benchmark):
     protocols = PROTOCOLS
     parameters = (
         Param(
-            "subset",
-            str,
-            "nsclc",
-            "which workbook(s) a data directory is read from",
-            tuple(SUBSETS),
+            name="subset",
+            type=str,
+            default="nsclc",
+            help="which workbook(s) a data directory is read from",
+            choices=tuple(SUBSETS),
         ),
-        Param("rubric_column", str, "rubrics", "the sheet column holding the rubric JSON"),
+        Param(
+            name="rubric_column",
+            type=str,
+            default="rubrics",
+            help="the sheet column holding the rubric JSON",
+        ),
     )
     scoring_options = (
         Param(
-            "gaps_min_valid",
-            int,
-            2,
-            "valid judge votes a point needs, else review_needed",
+            name="gaps_min_valid",
+            type=int,
+            default=2,
+            help="valid judge votes a point needs, else review_needed",
             minimum=1,
         ),
         Param(
-            "gaps_irrelevant",
-            str,
-            None,
-            "also deduct for irrelevant content, votes combined this way",
-            STRATEGIES,
+            name="gaps_irrelevant",
+            type=str,
+            default=None,
+            help="also deduct for irrelevant content, votes combined this way",
+            choices=STRATEGIES,
         ),
     )
 
@@ -367,7 +372,13 @@ def _score_cell(
     if protocol != "reference":
         return mean_cell(values, metrics)
     cell = mean_cell([0.0 if v is None else v for v in values], metrics)
-    return Cell(cell.score, cell.n, sum(1 for v in values if v is None), cell.ci95, cell.metrics)
+    return Cell(
+        score=cell.score,
+        n=cell.n,
+        n_unscored=sum(1 for v in values if v is None),
+        ci95=cell.ci95,
+        metrics=cell.metrics,
+    )
 
 
 def _cell(grades: Sequence[Grade | None], protocol: str) -> Cell:

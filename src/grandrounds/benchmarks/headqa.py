@@ -127,7 +127,7 @@ _PROMPTS = {
     "next-token": "ours",
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # Medmarks' environment fixes no sampling settings: greedy, 1,024 tokens (ours); its XML answer format
     answer=Generation(temperature=0.0, max_tokens=1024, system=FORMATS["xml"][0]),
     extraction="generate: Medmarks' reading: the first <answer>...</answer> (verifiers XMLParser.parse_answer; "
@@ -180,18 +180,18 @@ class HeadQA(MultipleChoiceBenchmark):
     }
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "language",
-            str,
-            "en",
-            "en: the English machine translation (test_HEAD_EN.json); es: the Spanish original",
-            ("en", "es"),
+            name="language",
+            type=str,
+            default="en",
+            help="en: the English machine translation (test_HEAD_EN.json); es: the Spanish original",
+            choices=("en", "es"),
         ),
         Param(
-            "images",
-            str,
-            "keep",
-            "keep: ask the 67 questions that refer to an image as text; skip: leave them out",
-            ("keep", "skip"),
+            name="images",
+            type=str,
+            default="keep",
+            help="keep: ask the 67 questions that refer to an image as text; skip: leave them out",
+            choices=("keep", "skip"),
         ),
     )
 

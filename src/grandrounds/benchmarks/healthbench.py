@@ -136,7 +136,9 @@ def parse_record(rec: Any, path: Path, line: int, benchmark: str) -> Sample:
     ideal = rec.get("ideal_completions_data")
     if isinstance(ideal, dict) and ideal.get("ideal_completions_group"):
         meta["ideal_completions_group"] = ideal["ideal_completions_group"]
-    return Sample(pid, benchmark, tuple(messages), rubric=tuple(rubric), metadata=meta)
+    return Sample(
+        id=pid, benchmark=benchmark, messages=tuple(messages), rubric=tuple(rubric), metadata=meta
+    )
 
 
 class HealthBench(Benchmark):

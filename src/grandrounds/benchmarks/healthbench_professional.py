@@ -147,7 +147,9 @@ def parse_task(rec: Mapping[str, Any], path: Path, line: int, benchmark: str) ->
     if physician is not None and not isinstance(physician, str):
         raise DataError(path, line, f"{tid}: physician_response must be a string")
     meta["physician_response"] = physician
-    return Sample(tid, benchmark, messages, rubric=tuple(rubric), metadata=meta)
+    return Sample(
+        id=tid, benchmark=benchmark, messages=messages, rubric=tuple(rubric), metadata=meta
+    )
 
 
 # ---- the benchmark ------------------------------------------------------------------------------

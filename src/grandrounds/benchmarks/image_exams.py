@@ -59,7 +59,7 @@ def image_exam_protocols(peer: str) -> dict[str, Protocol]:
         "generate": "ours (images, then the question and lettered options; no official prompt to read)"
     }
     ref = Protocol(
-        "reference",
+        name="reference",
         answer=OUR_ANSWER,
         extraction="our reading of the option letter (choice_extract.py); no official reading published",
         aggregation="accuracy over every item: a failed or unreadable answer counts wrong",
@@ -109,8 +109,8 @@ class ImageExam(MultipleChoiceBenchmark):
             self.images.bytes_read += len(raw)
             data, media, w, h = prepare(raw, self.prep, where, record)
             hit = self._from_bytes[key] = ImagePart(
-                hashlib.sha256(data).hexdigest(),
-                media,
+                sha256=hashlib.sha256(data).hexdigest(),
+                media_type=media,
                 detail=self.prep.image_detail,
                 data=data,
                 width=w,
@@ -176,10 +176,10 @@ class PMCVQA(ImageExam):
     protocols = image_exam_protocols("evalscope pmc_vqa adapter @ fde259d")
     parameters = (
         Param(
-            "split",
-            str,
-            "test_clean",
-            "test_clean (2,000, the authors' cleaned set) | test",
+            name="split",
+            type=str,
+            default="test_clean",
+            help="test_clean (2,000, the authors' cleaned set) | test",
             choices=("test_clean", "test"),
         ),
         *image_params(),
@@ -267,10 +267,10 @@ class OmniMedVQA(ImageExam):
     protocols = image_exam_protocols("MedEvalKit OmniMedVQA")
     parameters = (
         Param(
-            "access",
-            str,
-            "open",
-            "open (Open-access, public) | all (with Restricted-access)",
+            name="access",
+            type=str,
+            default="open",
+            help="open (Open-access, public) | all (with Restricted-access)",
             choices=("open", "all"),
         ),
         *image_params(),

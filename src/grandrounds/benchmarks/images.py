@@ -75,40 +75,51 @@ def image_params(defaults: ImagePrep = ImagePrep()) -> tuple[Param, ...]:
     d = defaults
     return (
         Param(
-            "image_format",
-            str,
-            d.image_format,
-            "keep (the file's bytes) | png | jpeg: how images are sent",
+            name="image_format",
+            type=str,
+            default=d.image_format,
+            help="keep (the file's bytes) | png | jpeg: how images are sent",
             choices=FORMATS,
         ),
         Param(
-            "image_quality",
-            int,
-            d.image_quality,
-            "JPEG quality when image_format=jpeg (1-100)",
+            name="image_quality",
+            type=int,
+            default=d.image_quality,
+            help="JPEG quality when image_format=jpeg (1-100)",
             minimum=1,
         ),
         Param(
-            "image_max_side",
-            int,
-            d.image_max_side,
-            "shrink images to at most this many pixels on the long side (0: no limit)",
+            name="image_max_side",
+            type=int,
+            default=d.image_max_side,
+            help="shrink images to at most this many pixels on the long side (0: no limit)",
             minimum=0,
         ),
         Param(
-            "image_max_pixels",
-            int,
-            d.image_max_pixels,
-            "shrink images to at most this many pixels in all (0: no limit)",
+            name="image_max_pixels",
+            type=int,
+            default=d.image_max_pixels,
+            help="shrink images to at most this many pixels in all (0: no limit)",
             minimum=0,
         ),
-        Param("image_exif", bool, d.image_exif, "apply the EXIF orientation before sending"),
-        Param("image_colour", str, d.image_colour, "keep | RGB | L (greyscale)", choices=COLOURS),
         Param(
-            "image_detail",
-            str,
-            d.image_detail,
-            "OpenAI's detail sent with each image: low | high | auto (empty: not sent)",
+            name="image_exif",
+            type=bool,
+            default=d.image_exif,
+            help="apply the EXIF orientation before sending",
+        ),
+        Param(
+            name="image_colour",
+            type=str,
+            default=d.image_colour,
+            help="keep | RGB | L (greyscale)",
+            choices=COLOURS,
+        ),
+        Param(
+            name="image_detail",
+            type=str,
+            default=d.image_detail,
+            help="OpenAI's detail sent with each image: low | high | auto (empty: not sent)",
             choices=DETAILS,
         ),
     )
@@ -312,8 +323,8 @@ class ImageLoader:
         self.bytes_read += len(raw)
         data, media, w, h = prepare(raw, self.prep, path, record)
         part = ImagePart(
-            hashlib.sha256(data).hexdigest(),
-            media,
+            sha256=hashlib.sha256(data).hexdigest(),
+            media_type=media,
             detail=self.prep.image_detail,
             data=data,
             width=w,
@@ -333,8 +344,8 @@ class ImageLoader:
             Image.new("RGB", (max(1, width), max(1, height)), "white").save(out, "PNG")
             data = out.getvalue()
             hit = self._parts[key] = ImagePart(
-                hashlib.sha256(data).hexdigest(),
-                "image/png",
+                sha256=hashlib.sha256(data).hexdigest(),
+                media_type="image/png",
                 detail=self.prep.image_detail,
                 data=data,
                 width=width,
@@ -369,8 +380,8 @@ class ImageLoader:
         for i, png in enumerate(render_pdf(raw, max_pages, scale, path, record)):
             data, media, w, h = prepare(png, self.prep, path, f"{record}, page {i + 1}")
             part = ImagePart(
-                hashlib.sha256(data).hexdigest(),
-                media,
+                sha256=hashlib.sha256(data).hexdigest(),
+                media_type=media,
                 detail=self.prep.image_detail,
                 data=data,
                 width=w,

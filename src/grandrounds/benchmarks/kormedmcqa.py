@@ -58,7 +58,7 @@ _PROMPTS = {
     "letter-loglik": "not offered (the lm-eval task generates)",
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=Generation(
         temperature=0.0, max_tokens=1024
     ),  # _template_yaml generation_kwargs: do_sample false, max_gen_toks 1024
@@ -134,7 +134,13 @@ class KorMedMCQA(MultipleChoiceBenchmark):
         "logprob": "same prompt and argmax; reference counts failed or unreadable answers wrong, grandrounds excludes them",
     }
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("exams", list[str], EXAMS, "exams to ask (default all)", EXAMS),
+        Param(
+            name="exams",
+            type=list[str],
+            default=EXAMS,
+            help="exams to ask (default all)",
+            choices=EXAMS,
+        ),
     )
 
     def __init__(self, **params: Any) -> None:

@@ -94,10 +94,10 @@ class LLMEvalMed(Benchmark):
     protocols = PROTOCOLS
     parameters = (
         Param(
-            "judge_runs",
-            int,
-            DEFAULT_JUDGE_RUNS,
-            "judge runs averaged per answer (--judge-runs overrides)",
+            name="judge_runs",
+            type=int,
+            default=DEFAULT_JUDGE_RUNS,
+            help="judge runs averaged per answer (--judge-runs overrides)",
             minimum=1,
         ),
     )
@@ -221,7 +221,7 @@ class LLMEvalMed(Benchmark):
                 messages=(),
                 metadata={"category": sample.metadata["category"]},
             ),
-            Grade(grade.sample_id, grade.value, details=kept, status=grade.status),
+            Grade(sample_id=grade.sample_id, value=grade.value, details=kept, status=grade.status),
         )
 
     def aggregate(

@@ -79,7 +79,7 @@ _PROMPTS = {
     "letter-loglik": "not offered (no lm-eval task)",
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=Generation(
         temperature=0.0, max_tokens=1024, system=TextRef(ENV, "LONGHEALTH_SYSTEM_PROMPT")
     ),
@@ -231,25 +231,30 @@ class LongHealth(MultipleChoiceBenchmark):
     )
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "task",
-            str,
-            "task1",
-            "task1 (extraction), task2 (negation + identification) or all",
-            ("task1", "task2", "all"),
+            name="task",
+            type=str,
+            default="task1",
+            help="task1 (extraction), task2 (negation + identification) or all",
+            choices=("task1", "task2", "all"),
         ),
         Param(
-            "max_context_tokens",
-            int,
-            16000,
-            "document budget in tokens (characters = tokens / 0.25, Medmarks' rule)",
+            name="max_context_tokens",
+            type=int,
+            default=16000,
+            help="document budget in tokens (characters = tokens / 0.25, Medmarks' rule)",
             minimum=1,
         ),
-        Param("shuffle_docs", bool, True, "shuffle the documents' order (Medmarks' default)"),
         Param(
-            "doc_seed",
-            int,
-            2718,
-            "seed of each patient's document draws (Medmarks' configs: 2718)",
+            name="shuffle_docs",
+            type=bool,
+            default=True,
+            help="shuffle the documents' order (Medmarks' default)",
+        ),
+        Param(
+            name="doc_seed",
+            type=int,
+            default=2718,
+            help="seed of each patient's document draws (Medmarks' configs: 2718)",
             minimum=0,
         ),
     )

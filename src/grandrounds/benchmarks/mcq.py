@@ -140,7 +140,7 @@ def simple_evals_prompt(question: str, choices: Mapping[str, str]) -> str:
 def exam_protocols(task: LmEvalTask | None) -> dict[str, Protocol]:
     """Presets of an English four-option exam: simple-evals for generated answers, lm-eval for letter-loglik."""
     reference = Protocol(
-        "reference",
+        name="reference",
         # simple-evals sampler/chat_completion_sampler.py ChatCompletionSampler defaults:
         # temperature 0.5, max_tokens 1024, system_message None
         answer=Generation(temperature=0.5, max_tokens=1024),
@@ -178,10 +178,10 @@ def exam_protocols(task: LmEvalTask | None) -> dict[str, Protocol]:
 #: items are stored under their own dataset key. Handled by the base class rather than declared in
 #: each benchmark's ``parameters``.
 PROBE = Param(
-    "probe",
-    str,
-    "",
-    "robustness probe applied to every item after loading: permute:SEED, nota, distractors:N:SEED "
+    name="probe",
+    type=str,
+    default="",
+    help="robustness probe applied to every item after loading: permute:SEED, nota, distractors:N:SEED "
     "or rewrite:ATTACKER:ID (see `grandrounds robustness`)",
 )
 

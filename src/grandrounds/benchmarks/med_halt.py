@@ -92,17 +92,17 @@ class MedHALT(Benchmark):
     }
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "shots_seed",
-            int,
-            0,
-            "seed drawing the reference prompt's two examples (the authors draw them unseeded)",
+            name="shots_seed",
+            type=int,
+            default=0,
+            help="seed drawing the reference prompt's two examples (the authors draw them unseeded)",
         ),
         Param(
-            "prompt_version",
-            str,
-            "v0",
-            "the authors' prompt version (prompts.json; their runs use v0)",
-            ("v0", "v1", "v2"),
+            name="prompt_version",
+            type=str,
+            default="v0",
+            help="the authors' prompt version (prompts.json; their runs use v0)",
+            choices=("v0", "v1", "v2"),
         ),
     )
 

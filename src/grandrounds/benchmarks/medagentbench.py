@@ -107,7 +107,7 @@ FINISH_TOOL = ToolSpec(
 )
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     extraction="the official reply parsing: GET / POST / FINISH(...), anything else ends the episode as an invalid action",
     aggregation="success rate over all tasks; step limit and invalid actions count as failures; checks of the public re-implementation",
     source=TASK_PY.url,
@@ -254,12 +254,18 @@ class MedAgentBench(AgentBenchmark):
 
 MedAgentBench.parameters = (
     Param(
-        "fhir_base",
-        str,
-        DEFAULT_FHIR_BASE,
-        "the FHIR server's base URL, ending in '/' (the authors' Docker image jyxsu6/medagentbench serves http://localhost:8080/fhir/)",
+        name="fhir_base",
+        type=str,
+        default=DEFAULT_FHIR_BASE,
+        help="the FHIR server's base URL, ending in '/' (the authors' Docker image jyxsu6/medagentbench serves http://localhost:8080/fhir/)",
     ),
-    Param("timeout", float, 60.0, "seconds a request to the FHIR server may take", minimum=1.0),
+    Param(
+        name="timeout",
+        type=float,
+        default=60.0,
+        help="seconds a request to the FHIR server may take",
+        minimum=1.0,
+    ),
 ) + MedAgentBench.agent_parameters()
 
 

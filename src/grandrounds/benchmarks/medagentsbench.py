@@ -84,7 +84,7 @@ _PROMPTS = {
     "letter-loglik": "not offered (no lm-evaluation-harness task)",
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # cot.py: temperature=0.0 (and seed=42); max_tokens 4096 as its Claude branch (the OpenAI branch sets none)
     answer=Generation(temperature=0.0, max_tokens=4096),
     extraction="generate: our deterministic reading; the authors' gpt-4o-mini JSON-schema extraction call is not reproduced; "
@@ -171,7 +171,11 @@ class MedAgentsBench(_MedAgentsExam):
     category_fields: ClassVar[tuple[str, ...]] = ("source",)
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "sources", list[str], tuple(SOURCES), "sources to ask (default all ten)", tuple(SOURCES)
+            name="sources",
+            type=list[str],
+            default=tuple(SOURCES),
+            help="sources to ask (default all ten)",
+            choices=tuple(SOURCES),
         ),
     )
 

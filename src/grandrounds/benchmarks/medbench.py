@@ -70,18 +70,24 @@ class MedBench(Benchmark):
         *image_params(),
         # the MedBench runner (yy-hh/LlmMedEval main.py pdf_to_images): max_pages=5, zoom 2.0
         Param(
-            "pdf_pages",
-            int,
-            5,
-            "pages of a PDF named in img_path that are rendered and sent",
+            name="pdf_pages",
+            type=int,
+            default=5,
+            help="pages of a PDF named in img_path that are rendered and sent",
             minimum=1,
         ),
-        Param("pdf_scale", float, 2.0, "PDF pages rendered at this many times 72 dpi", minimum=0.1),
         Param(
-            "track",
-            str,
-            "all",
-            "MedBench v4 track to run: llm, agent (the 14 Agent task sets, 420 rows), vlm (rows with images), or all",
+            name="pdf_scale",
+            type=float,
+            default=2.0,
+            help="PDF pages rendered at this many times 72 dpi",
+            minimum=0.1,
+        ),
+        Param(
+            name="track",
+            type=str,
+            default="all",
+            help="MedBench v4 track to run: llm, agent (the 14 Agent task sets, 420 rows), vlm (rows with images), or all",
             choices=TRACKS,
         ),
     )

@@ -77,7 +77,7 @@ _PROMPTS = {
     "letter-loglik": "not offered (no lm-evaluation-harness task)",
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=OUR_ANSWER,  # temperature 0 as MedHELM's multiple-choice adapter; 1,024 tokens of room
     extraction="generate: ours (no official reading is pinned); log-prob modes: argmax",
     aggregation="accuracy over every question: a failed or unreadable answer counts wrong "
@@ -126,11 +126,11 @@ class MedBullets(MultipleChoiceBenchmark):
     }
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "options",
-            int,
-            5,
-            "5: medbullets_op5.csv, options A-E (as MedHELM runs it); 4: medbullets_op4.csv, A-D",
-            (4, 5),
+            name="options",
+            type=int,
+            default=5,
+            help="5: medbullets_op5.csv, options A-E (as MedHELM runs it); 4: medbullets_op4.csv, A-D",
+            choices=(4, 5),
         ),
     )
 

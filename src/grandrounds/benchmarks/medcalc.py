@@ -190,7 +190,7 @@ OFFICIAL_SYSTEM = TextRef(RUN_PY, "system_msg", within="zero_shot")
 OFFICIAL_USER = TextRef(RUN_PY, "user_temp", within="zero_shot")
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # llm_inference.py generate(): do_sample=False, temperature=0.0, max_length = prompt + 4096 (open models)
     answer=Generation(temperature=0.0, max_tokens=4096, system=OFFICIAL_SYSTEM),
     extraction="run.py extract_answer on the reply with whitespace collapsed (llm_inference.py answer): the last "
@@ -228,12 +228,12 @@ class MedCalcBench(Benchmark):
     remote_files: ClassVar[tuple[RemoteFile, ...]] = (VERSIONS["v1.0"].file,)
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "version",
-            str,
-            "v1.0",
-            "dataset version: v1.0 (1,047 rows, pinned), v1.2 or verified (1,100 rows; "
+            name="version",
+            type=str,
+            default="v1.0",
+            help="dataset version: v1.0 (1,047 rows, pinned), v1.2 or verified (1,100 rows; "
             "checksum recorded at first download)",
-            tuple(VERSIONS),
+            choices=tuple(VERSIONS),
         ),
     )
 

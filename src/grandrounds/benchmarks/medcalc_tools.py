@@ -83,10 +83,10 @@ MedCalcTools.parameters = (
     + MedCalcTools.agent_parameters()
     + (
         Param(
-            "sandbox",
-            str,
-            sandbox.BUBBLEWRAP,
-            "what runs the python tool: bubblewrap, or the audit hook and limits only "
+            name="sandbox",
+            type=str,
+            default=sandbox.BUBBLEWRAP,
+            help="what runs the python tool: bubblewrap, or the audit hook and limits only "
             f"({sandbox.UNSAFE}: not a sandbox, recorded with the run)",
             choices=sandbox.BACKENDS,
         ),

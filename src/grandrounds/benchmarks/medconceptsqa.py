@@ -136,13 +136,19 @@ class MedConceptsQA(MedmarksExam):
         "multiple_choice_accuracy, executed from their pinned files through the CLI)",
     )
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("subset", str, "icd10cm_easy", "the vocabulary_level config to ask", SUBSETS),
         Param(
-            "shots",
-            int,
-            4,
-            "dev examples of the same vocabulary and level before each question (Medmarks: 4)",
-            (0, 1, 2, 3, 4),
+            name="subset",
+            type=str,
+            default="icd10cm_easy",
+            help="the vocabulary_level config to ask",
+            choices=SUBSETS,
+        ),
+        Param(
+            name="shots",
+            type=int,
+            default=4,
+            help="dev examples of the same vocabulary and level before each question (Medmarks: 4)",
+            choices=(0, 1, 2, 3, 4),
         ),
     )
 

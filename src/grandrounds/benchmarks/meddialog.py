@@ -88,7 +88,13 @@ class MedDialog(Benchmark):
         "A repackaging of web consultations; no licence stated"
     )
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("subsets", list[str], SUBSETS, "subsets to ask (default both)", SUBSETS),
+        Param(
+            name="subsets",
+            type=list[str],
+            default=SUBSETS,
+            help="subsets to ask (default both)",
+            choices=SUBSETS,
+        ),
     )
     remote_files: ClassVar[tuple[RemoteFile, ...]] = FILES
     needs_judge: ClassVar[bool] = True

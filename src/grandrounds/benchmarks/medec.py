@@ -102,7 +102,7 @@ SCORER = MEDIQA_CORR.file(
     "0fe35f884fdbf8347b4e7f412bb027069df19b6fa1a967f6d549349b72c7914b",
 )
 _REFERENCE = Protocol(
-    "reference",
+    name="reference",
     extraction="the reply as a submission line '<text id> <flag> <sentence id> <correction>' (JSON written as one), "
     "read as the official parse_run_submission_file reads it; fields compared as strings",
     aggregation="official: flag and sentence-id accuracy over all texts (missing = wrong); R1FC/R2FC/RLFC with the "
@@ -151,11 +151,11 @@ class MEDEC(Benchmark):
     remote_files = (TEST, VALIDATION)
     parameters = (
         Param(
-            "split",
-            str,
-            "test",
-            "which MEDEC-MS file(s) a data directory is read from",
-            tuple(SPLITS),
+            name="split",
+            type=str,
+            default="test",
+            help="which MEDEC-MS file(s) a data directory is read from",
+            choices=tuple(SPLITS),
         ),
     )
     protocols = PROTOCOLS

@@ -224,11 +224,11 @@ class MedEQBench(Benchmark):
 
     parameters = (
         Param(
-            "subset",
-            str,
-            "med_eq",
-            "med_eq: the 413 questions; examples: the 5-row sample file",
-            SUBSETS,
+            name="subset",
+            type=str,
+            default="med_eq",
+            help="med_eq: the 413 questions; examples: the 5-row sample file",
+            choices=SUBSETS,
         ),
     )
 
@@ -270,9 +270,9 @@ class MedEQBench(Benchmark):
             ),
         }
         return Sample(
-            row,
-            self.name,
-            (Message("user", rec["question"].strip()),),
+            id=row,
+            benchmark=self.name,
+            messages=(Message("user", rec["question"].strip()),),
             rubric=tuple(rubric),
             metadata=meta,
         )

@@ -68,7 +68,7 @@ TEMPLATE = (
 )
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # Medmarks leaves sampling to its runner's defaults (none pinned): ours; the system prompt is its own
     answer=Generation(temperature=0.0, max_tokens=1024, system=TextRef(PROMPTS, "system_prompt")),
     extraction="verifiers v0.1.7.post0 extract_boxed_answer (last \\boxed{}, else the whole reply), kept only when exactly 0, 1 or 2",
@@ -132,10 +132,10 @@ class MedHallu(Benchmark):
     }
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "knowledge",
-            bool,
-            False,
-            "show the row's PubMed passages (Medmarks use_knowledge; off by default there)",
+            name="knowledge",
+            type=bool,
+            default=False,
+            help="show the row's PubMed passages (Medmarks use_knowledge; off by default there)",
         ),
     )
 
@@ -236,11 +236,11 @@ class MedHallu(Benchmark):
         other = [(s.target, g.details.get("other_prediction")) for s, g in pairs]
         figures = detection_metrics([t for t, _ in mine], [p for _, p in mine])
         overall = Cell(
-            figures["f1"],
-            figures["kept"],
-            figures["total"] - figures["kept"],
-            f1_ci(mine),
-            {k: figures[k] for k in ("precision", "recall", "accuracy")},
+            score=figures["f1"],
+            n=figures["kept"],
+            n_unscored=figures["total"] - figures["kept"],
+            ci95=f1_ci(mine),
+            metrics={k: figures[k] for k in ("precision", "recall", "accuracy")},
         )
         breakdown = {
             "difficulty": {
@@ -277,11 +277,11 @@ class MedHallu(Benchmark):
 def _cell(items: Sequence[tuple[str, str | None]]) -> Cell:
     f = detection_metrics([t for t, _ in items], [p for _, p in items])
     return Cell(
-        f["f1"],
-        f["kept"],
-        f["total"] - f["kept"],
-        f1_ci(items),
-        {  # rates over no kept item are unknowns, not zeros
+        score=f["f1"],
+        n=f["kept"],
+        n_unscored=f["total"] - f["kept"],
+        ci95=f1_ci(items),
+        metrics={  # rates over no kept item are unknowns, not zeros
             "precision": f["precision"] if f["kept"] else None,
             "recall": f["recall"] if f["kept"] else None,
             "accuracy": f["accuracy"] if f["kept"] else None,

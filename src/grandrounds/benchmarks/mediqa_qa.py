@@ -68,7 +68,7 @@ TEMPLATE = (
 )
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=OUR_ANSWER,
     extraction="ours (no official reading for language models): the last 'Correct:' line; unreadable replies counted",
     aggregation="the official evaluator's accuracy (headline), Spearman's rho, MRR and precision over every gold row; "
@@ -261,11 +261,11 @@ class MediqaQA(Benchmark):
             if key in groups:
                 f = self.figures(groups[key], by_id, protocol)
                 out[key] = Cell(
-                    f["accuracy"],
-                    f["n_questions"],
-                    len(groups[key]) - f["n_questions"],
-                    wilson_ci(f["n_matched_rows"], f["n_gold_rows"]),
-                    {k: f[k] for k in ("spearman", "mrr", "precision")},
+                    score=f["accuracy"],
+                    n=f["n_questions"],
+                    n_unscored=len(groups[key]) - f["n_questions"],
+                    ci95=wilson_ci(f["n_matched_rows"], f["n_gold_rows"]),
+                    metrics={k: f[k] for k in ("spearman", "mrr", "precision")},
                 )
         return out
 

@@ -77,7 +77,7 @@ def medmarks_protocols(
         **(extra_prompts or {}),
     }
     reference = Protocol(
-        "reference",
+        name="reference",
         # Medmarks fixes no sampling settings in the environment: greedy, 1,024 tokens (ours)
         answer=Generation(temperature=0.0, max_tokens=1024, system=system),
         extraction=f"generate: Medmarks' reading: {parsed}, then multiple_choice_accuracy against the "

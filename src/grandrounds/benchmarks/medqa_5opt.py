@@ -37,7 +37,7 @@ _PROMPTS = {
     "letter-loglik": "not offered (lm-eval defines the four-option task only)",
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=OUR_ANSWER,
     extraction="generate: ours (no official reading); log-prob modes: argmax",
     aggregation="accuracy over every question: a failed or unreadable answer counts wrong (Jin et al.'s accuracy; "

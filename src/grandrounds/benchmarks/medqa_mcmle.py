@@ -41,7 +41,7 @@ _PROMPTS = {
     "letter-loglik": "not offered (no lm-evaluation-harness task)",
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=OUR_ANSWER,
     extraction="generate: ours (no peer reading is pinned); log-prob modes: argmax",
     aggregation="accuracy over every question: a failed or unreadable answer counts wrong",
@@ -50,7 +50,7 @@ REFERENCE = Protocol(
     settings={"prompt": _PROMPTS},
 )
 GRANDROUNDS = Protocol(
-    "grandrounds",
+    name="grandrounds",
     answer=OUR_ANSWER,
     extraction=REFERENCE.extraction,
     aggregation=_OURS.aggregation,

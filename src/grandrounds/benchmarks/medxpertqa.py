@@ -138,7 +138,7 @@ _PROMPTS = {
     "generate": "MedXpertQA eval/config/prompt_templates.py zero-shot CoT (two turns, eval/main.py zero_shot_cot)"
 }
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # eval/model/api_agent.py: temperature 0 (main.py's default), max_tokens 2048, seed 0
     answer=Generation(temperature=0.0, max_tokens=2048, system=system_ref()),
     extraction="eval/utils.py answer_cleansing (zero_shot) on the answer turn: text after the trigger or ' answer is ', "
@@ -148,7 +148,7 @@ REFERENCE = Protocol(
     settings={"prompt": _PROMPTS, "turns": 2},
 )
 GRANDROUNDS = Protocol(
-    "grandrounds",
+    name="grandrounds",
     answer=REFERENCE.answer,
     extraction="our tolerant reading (choice_extract.py) of the answer turn",
     aggregation="accuracy over answered questions: failed calls excluded and counted",
@@ -181,12 +181,12 @@ class MedXpertQA(MultipleChoiceBenchmark):
     }
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "subset",
-            str,
-            "full",
-            "full: 2,450 (MedAgentsBench's copy, pinned); sampled: the authors' 244; "
+            name="subset",
+            type=str,
+            default="full",
+            help="full: 2,450 (MedAgentsBench's copy, pinned); sampled: the authors' 244; "
             "official: the authors' full file (no pinned sha256)",
-            tuple(FILES),
+            choices=tuple(FILES),
         ),
     )
 

@@ -67,11 +67,11 @@ class MedXpertQAMM(MedXpertQA):
     remote_files = ()
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "subset",
-            str,
-            "full",
-            "full: the 2,000 MM questions; sampled: the authors' sample",
-            tuple(FILES),
+            name="subset",
+            type=str,
+            default="full",
+            help="full: the 2,000 MM questions; sampled: the authors' sample",
+            choices=tuple(FILES),
         ),
         *image_params(),
     )

@@ -91,11 +91,11 @@ class MMLUMedical(MultipleChoiceBenchmark):
 
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "subjects",
-            list[str],
-            SUBJECTS,
-            "subjects to ask, e.g. anatomy,medical_genetics (default all six)",
-            SUBJECTS,
+            name="subjects",
+            type=list[str],
+            default=SUBJECTS,
+            help="subjects to ask, e.g. anatomy,medical_genetics (default all six)",
+            choices=SUBJECTS,
         ),
     )
 

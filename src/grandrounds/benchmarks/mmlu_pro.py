@@ -97,7 +97,7 @@ def _protocols(
     source: UpstreamFile, max_tokens: int, reading: str, jitter: bool
 ) -> dict[str, Protocol]:
     reference = Protocol(
-        "reference",
+        name="reference",
         answer=Generation(temperature=0.0, max_tokens=max_tokens, top_p=1.0),
         extraction=f"evaluate_from_api.py extract_answer on the reply without '**' ({reading}); no letter: a random option is scored",
         aggregation="accuracy over every question (a failed call counts wrong)",
@@ -183,17 +183,17 @@ class _MMLUProFormat(MultipleChoiceBenchmark):
     }
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "shots",
-            int,
-            5,
-            "validation examples in the reference prompt (MMLU-Pro's script: all 5 of the category; 0: none)",
-            (0, 1, 2, 3, 4, 5),
+            name="shots",
+            type=int,
+            default=5,
+            help="validation examples in the reference prompt (MMLU-Pro's script: all 5 of the category; 0: none)",
+            choices=(0, 1, 2, 3, 4, 5),
         ),
         Param(
-            "fewshot",
-            str,
-            "",
-            "a local copy of MMLU-Pro's validation split (parquet, JSON Lines or a JSON array); "
+            name="fewshot",
+            type=str,
+            default="",
+            help="a local copy of MMLU-Pro's validation split (parquet, JSON Lines or a JSON array); "
             "default: downloaded from Hugging Face (TIGER-Lab/MMLU-Pro)",
         ),
     )

@@ -83,7 +83,11 @@ class PathVQA(VQABenchmark):
     takes_judge: ClassVar[bool] = False
     parameters = (
         Param(
-            "split", str, "test", "test | val | train: which file of qas/ is asked", choices=SPLITS
+            name="split",
+            type=str,
+            default="test",
+            help="test | val | train: which file of qas/ is asked",
+            choices=SPLITS,
         ),
         *image_params(),
         PROBE,

@@ -160,17 +160,17 @@ class PubMedQA(MultipleChoiceBenchmark):
 
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "split",
-            str,
-            "test",
-            "test: the 500 official test PMIDs; all: the 1,000 labelled ones",
-            ("test", "all"),
+            name="split",
+            type=str,
+            default="test",
+            help="test: the 500 official test PMIDs; all: the 1,000 labelled ones",
+            choices=("test", "all"),
         ),
         Param(
-            "contexts",
-            bool,
-            True,
-            "give the abstract's contexts (false: MIRAGE's PubMedQA* setting)",
+            name="contexts",
+            type=bool,
+            default=True,
+            help="give the abstract's contexts (false: MIRAGE's PubMedQA* setting)",
         ),
     )
 

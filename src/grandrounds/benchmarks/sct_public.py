@@ -77,7 +77,7 @@ TEMPLATE = (
 )
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=OUR_ANSWER,  # Medmarks leaves sampling to its runner's defaults; none is pinned
     extraction="Medmarks SCTParser on the completion's printed form (the reply quoted with escapes): five characters "
     "after the first 'Rating: ', signed digits joined; unreadable scores 0",
@@ -139,12 +139,17 @@ class SCTPublic(Benchmark):
     }
     parameters: ClassVar[tuple[Param, ...]] = (
         Param(
-            "reason",
-            bool,
-            False,
-            "ask for a brief explanation with the rating (Medmarks reason=True)",
+            name="reason",
+            type=bool,
+            default=False,
+            help="ask for a brief explanation with the rating (Medmarks reason=True)",
         ),
-        Param("few_shot", bool, False, "add the five worked examples (Medmarks few_shot=True)"),
+        Param(
+            name="few_shot",
+            type=bool,
+            default=False,
+            help="add the five worked examples (Medmarks few_shot=True)",
+        ),
     )
 
     def data_files(self, root: Path) -> list[Path]:

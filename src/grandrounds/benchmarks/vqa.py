@@ -75,7 +75,7 @@ LMMS_SLAKE_UTILS = LMMS_EVAL.file(
 )
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # _default_template_yaml generation_kwargs: max_new_tokens 32, temperature 0, do_sample false
     answer=Generation(temperature=0.0, max_tokens=32),
     extraction="lmms-eval slake_process_results: the whole reply normalised (lower-case, parentheses and punctuation "
@@ -109,10 +109,10 @@ def post_prompt() -> str:
 #: ``--param probe`` of image benchmarks (``grandrounds robustness --probe blind|blank``): does the answer need the image?
 IMAGE_PROBES = ("blind", "blank")
 PROBE = Param(
-    "probe",
-    str,
-    "",
-    "blind (each question without its image) | blank (with a blank white image of the same size): "
+    name="probe",
+    type=str,
+    default="",
+    help="blind (each question without its image) | blank (with a blank white image of the same size): "
     "robustness probes, see `grandrounds robustness`",
     choices=("", *IMAGE_PROBES),
 )
@@ -173,9 +173,9 @@ class VQABenchmark(Benchmark):
         probe = self.param("probe")
         if probe == "blind":
             return Sample(
-                sid,
-                self.name,
-                (Message("user", text),),
+                id=sid,
+                benchmark=self.name,
+                messages=(Message("user", text),),
                 target=answer,
                 metadata=meta | {"probe": probe},
             )
@@ -183,7 +183,11 @@ class VQABenchmark(Benchmark):
             part = self.images.blank(part.width, part.height)
             meta |= {"probe": probe}
         return Sample(
-            sid, self.name, (Message("user", (part, TextPart(text))),), target=answer, metadata=meta
+            id=sid,
+            benchmark=self.name,
+            messages=(Message("user", (part, TextPart(text))),),
+            target=answer,
+            metadata=meta,
         )
 
     def data_files(self, root: Path) -> list[Path]:
@@ -350,10 +354,10 @@ class VQARAD(VQABenchmark):
     question_file = "VQA_RAD Dataset Public.json"
     parameters = (
         Param(
-            "split",
-            str,
-            "test",
-            "test (test_freeform + test_para) | train (freeform + para) | all",
+            name="split",
+            type=str,
+            default="test",
+            help="test (test_freeform + test_para) | train (freeform + para) | all",
             choices=("test", "train", "all"),
         ),
         *image_params(),
@@ -436,10 +440,10 @@ class SLAKE(VQABenchmark):
 
     parameters = (
         Param(
-            "lang",
-            str,
-            "en",
-            "en | zh | all: which half of the bilingual test file",
+            name="lang",
+            type=str,
+            default="en",
+            help="en | zh | all: which half of the bilingual test file",
             choices=("en", "zh", "all"),
         ),
         *image_params(),

@@ -177,7 +177,7 @@ def judge_configs(specs: list[str], base_url: str, json_object: bool) -> tuple[A
     out = []
     for text in specs:
         spec, url = split_endpoint(text)
-        out.append(JudgeConfig(spec, url or base_url, json_object=json_object))
+        out.append(JudgeConfig(spec=spec, base_url=url or base_url, json_object=json_object))
     return tuple(out)
 
 

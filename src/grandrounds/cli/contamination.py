@@ -108,16 +108,16 @@ def contamination(
 
     with cli.user_errors():
         cfg = ProbeConfig(
-            benchmark,
-            model,
-            data,
-            base_url,
-            limit,
-            tuple(probe),
-            seed,
-            cli.parse_params(model_opt, "--model-opt"),
-            concurrency,
-            resamples,
+            benchmark=benchmark,
+            model=model,
+            data=data,
+            base_url=base_url,
+            limit=limit,
+            probes=tuple(probe),
+            seed=seed,
+            provider_options=cli.parse_params(model_opt, "--model-opt"),
+            concurrency=concurrency,
+            resamples=resamples,
         )
         with Store(cli.store_path(store)) as st:
             results, stats = eventloop.run(run_probes(st, cfg))

@@ -169,7 +169,7 @@ def benchmarks_named(names: list[str], every: bool) -> list[str]:
 # ---- fetching -----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Item:
     """One file made ready: whose, which, where it is now, and where it came from."""
 
@@ -201,28 +201,30 @@ def fetch_data(bench: Any) -> list[Item]:
     if bench.default_path() is not None:
         return [
             Item(
-                bench.name,
-                "data",
-                "(packaged with grandrounds)",
-                Path(bench.default_path()),
-                "package",
-                "local",
+                benchmark=bench.name,
+                kind="data",
+                name="(packaged with grandrounds)",
+                path=Path(bench.default_path()),
+                source="package",
+                status="local",
             )
         ]
     files = data_files_of(bench)
     if not files:
         return [
             Item(
-                bench.name,
-                "data",
-                "-",
+                benchmark=bench.name,
+                kind="data",
+                name="-",
                 status="skipped: no public download; pass --data PATH when running",
             )
         ]
     out = []
     root = downloads.cache_dir() / bench.name
     for rf in files:
-        item = Item(bench.name, "data", rf.filename, source=mirrors.mirrored(rf.url))
+        item = Item(
+            benchmark=bench.name, kind="data", name=rf.filename, source=mirrors.mirrored(rf.url)
+        )
         try:
             before = _cached(rf, root / rf.filename)
             item.path = downloads.fetch(rf, root)
@@ -239,9 +241,9 @@ def fetch_official(bench: Any) -> list[Item]:
     out = []
     for f in upstream_files_of(bench):
         item = Item(
-            bench.name,
-            "official",
-            f"{f.folder}/{f.path}",
+            benchmark=bench.name,
+            kind="official",
+            name=f"{f.folder}/{f.path}",
             source=mirrors.mirrored(f.url),
             bundle_rel=upstream.bundle_path(f),
         )
@@ -324,7 +326,10 @@ def _bundle_local(name: str, given: Path, out: Path, manifest: dict[str, Any]) -
     """A local data file (or folder) given with ``--data NAME=PATH``, copied into the bundle."""
     if not given.exists():
         return Item(
-            name, "data", str(given), status=f"failed: {given}: file or directory not found"
+            benchmark=name,
+            kind="data",
+            name=str(given),
+            status=f"failed: {given}: file or directory not found",
         )
     base = f"data/{name}/local/{given.name}"
     sources = [given] if given.is_file() else sorted(p for p in given.rglob("*") if p.is_file())
@@ -337,7 +342,14 @@ def _bundle_local(name: str, given: Path, out: Path, manifest: dict[str, Any]) -
         _copy(src, out, rel, f"local file {where}", manifest["files"])
     kind = "file" if given.is_file() else "folder"
     manifest["data"][name] = {"path": base, "source": f"local {kind} {given.name}", "kind": kind}
-    return Item(name, "data", given.name, out / base, str(given), "local")
+    return Item(
+        benchmark=name,
+        kind="data",
+        name=given.name,
+        path=out / base,
+        source=str(given),
+        status="local",
+    )
 
 
 def bundle_one(

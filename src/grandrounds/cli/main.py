@@ -463,8 +463,8 @@ def demo(
     modes: tuple[AnswerMode, ...] = ("next-token", "generate")
     cfgs = [
         RunConfig(
-            "demo",
-            "llamacpp/smollm2",
+            benchmark="demo",
+            model="llamacpp/smollm2",
             options=RunOptions(answer_mode=mode, protocol="grandrounds"),
             gen_overrides={"max_tokens": 64},
             provider_options=popts,
@@ -538,15 +538,15 @@ def regrade(
         run_rec = stored_run(st, run_id)
         judges = judge_configs(judge, judge_base_url, judge_json)
         req = RegradeRequest(
-            run_rec,
-            judges,
-            judge_mode,
-            judge_runs,
-            max_reask,
-            seed,
-            only_unknown,
-            judge_concurrency,
-            timeout,
+            run=run_rec,
+            judges=judges,
+            judge_mode=judge_mode,
+            judge_runs=judge_runs,
+            max_reask=max_reask,
+            seed=seed,
+            only_unknown=only_unknown,
+            concurrency=judge_concurrency,
+            timeout=timeout,
             judge_overrides={"temperature": judge_temperature, "max_tokens": judge_max_tokens},
             batch=BatchSettings.parse("judges" if batch else None),
             rpm=judge_rpm,

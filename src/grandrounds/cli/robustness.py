@@ -243,15 +243,15 @@ def robustness(
         if attacker:
             spec, url = split_endpoint(attacker)
             att = Attacker(
-                spec,
-                url or base_url,
-                cli.parse_params(attacker_opt, "--attacker-opt"),
-                attacker_temperature,
-                attacker_max_tokens,
-                attacker_reask,
-                concurrency,
-                attacker_rpm,
-                attacker_tpm,
+                spec=spec,
+                base_url=url or base_url,
+                options=cli.parse_params(attacker_opt, "--attacker-opt"),
+                temperature=attacker_temperature,
+                max_tokens=attacker_max_tokens,
+                max_reask=attacker_reask,
+                concurrency=concurrency,
+                rpm=attacker_rpm,
+                tpm=attacker_tpm,
             )
         prog = None
         try:  # this command writes runs: the store is created when missing, as by `run`

@@ -46,7 +46,7 @@ NOT_IN_JSON: Mapping[str, Any] = {"json": False}
 OMIT_EMPTY: Mapping[str, Any] = {"omit_empty": True}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImagePart:
     """An image inside a message, named by the sha256 of the bytes that are sent and their media
     type: that is what a request's key holds, never the bytes. ``data`` (the bytes, as prepared)
@@ -137,7 +137,7 @@ class Criterion:
     tags: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sample:
     """One benchmark item.
 
@@ -158,7 +158,7 @@ class Sample:
     turn: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GenParams:
     temperature: float = 0.0
     max_tokens: int = 1024
@@ -170,7 +170,7 @@ class GenParams:
     json_object: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Request:
     """One model call. Its :meth:`key` is the cache key: everything that changes the output.
 
@@ -236,7 +236,7 @@ class Usage:
     completion_tokens: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Response:
     """The outcome of a call. A failed call carries ``error`` and no text; it is never graded."""
 
@@ -268,7 +268,7 @@ class Response:
         return self.finish_reason in TRUNCATED_REASONS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Vote:
     """One judge's say on one criterion, or on a whole answer (one run of a judge that scores).
 
@@ -322,7 +322,7 @@ class Verdict:
         return tuple(dict.fromkeys(k for v in self.votes for k in v.keys))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Grade:
     """The grading of one answer. ``value`` None means unscored; ``status`` says why.
 
@@ -341,7 +341,7 @@ class Grade:
     votes: tuple[Vote, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Cell:
     """One row of a breakdown: a score with its sample size, unscored count, CI and extra metrics."""
 
@@ -362,7 +362,7 @@ class Cell:
 Breakdown = Mapping[str, Mapping[str, Cell]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Result:
     """benchmark x model x grader: the headline number, how sure it is, and what it is made of."""
 

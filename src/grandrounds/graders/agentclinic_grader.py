@@ -145,8 +145,8 @@ class AgentClinicGrader(Grader):
                 verdict.votes
             ):  # no moderator answered: asked again on the next run
                 return Grade(
-                    sample.id,
-                    None,
+                    sample_id=sample.id,
+                    value=None,
                     details=details,
                     error=failed[0],
                     judge_keys=keys,
@@ -158,8 +158,8 @@ class AgentClinicGrader(Grader):
                 "the moderator said neither yes nor no",
             )
             return Grade(
-                sample.id,
-                None,
+                sample_id=sample.id,
+                value=None,
                 extracted=firsts[0] if firsts and firsts[0] is not None else verdict.raw,
                 details=details,
                 judge_keys=keys,
@@ -169,8 +169,8 @@ class AgentClinicGrader(Grader):
         # extracted: the moderator's first reply (the one the official code reads), as the episode's
         # transcript shows it beside the checks; the re-asks' replies are in details
         return Grade(
-            sample.id,
-            1.0 if verdict.status == "met" else 0.0,
+            sample_id=sample.id,
+            value=1.0 if verdict.status == "met" else 0.0,
             extracted=firsts[0] if firsts and firsts[0] is not None else verdict.raw,
             details=details,
             judge_keys=keys,

@@ -33,7 +33,7 @@ class Judge(Protocol):
     async def __call__(self, messages: Sequence[Message], *, attempt: int = 0) -> Response: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GradeContext:
     """What a grader may use besides the sample and the answer.
 
@@ -118,7 +118,7 @@ def build(spec: Spec) -> Grader:
         # bool); text and optional values are checked by the Params themselves (choices, non-empty)
         if f.name in args and isinstance(f.default, (bool, int, float)):
             args[f.name] = coerce(
-                Param(f.name, type(f.default), f.default),
+                Param(name=f.name, type=type(f.default), default=f.default),
                 args[f.name],
                 f"grader {spec.name!r}: {f.name}",
             )

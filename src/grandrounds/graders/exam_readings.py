@@ -36,7 +36,7 @@ from grandrounds.sources.upstream import CEVAL, CMEXAM, CMMLU, LM_EVAL, M_ARC, M
 __all__ = ["EXAM_READINGS", "ExamReading"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExamReading:
     read: Callable[[str | None, Mapping[str, str]], str | None]
     source: str
@@ -64,7 +64,7 @@ def _medmarks(parse: Callable[[str | None], str], numbered: bool, source: str) -
         label = str(list(choices).index(key) + 1) if numbered else key
         return medmarks_correct(parse(text), label, labelled(choices)[label])
 
-    return ExamReading(read, source, numbered=numbered, correct=correct)
+    return ExamReading(read=read, source=source, numbered=numbered, correct=correct)
 
 
 _MEDMARKS_MCA = f"{MEDMARKS.short} multiple_choice_accuracy"
@@ -73,34 +73,34 @@ _VERIFIERS = "verifiers v0.1.7.post0"
 
 EXAM_READINGS: dict[str, ExamReading] = {
     "mmlu-pro": ExamReading(
-        lambda text, choices: mmlu_pro_letter(text, list(choices)),
-        f"{MMLU_PRO.short} evaluate_from_api.py extract_answer/extract_again/extract_final, random option if none",
+        read=lambda text, choices: mmlu_pro_letter(text, list(choices)),
+        source=f"{MMLU_PRO.short} evaluate_from_api.py extract_answer/extract_again/extract_final, random option if none",
         guess=m_arc_guess,
     ),
     "m-arc": ExamReading(
-        lambda text, choices: m_arc_letter(text, list(choices)),
-        f"{M_ARC.short} evaluate_from_api.py extract_answer, random option (seed 12345) if none",
+        read=lambda text, choices: m_arc_letter(text, list(choices)),
+        source=f"{M_ARC.short} evaluate_from_api.py extract_answer, random option (seed 12345) if none",
         guess=m_arc_guess,
     ),
     "medxpertqa": ExamReading(
-        lambda text, choices: medxpertqa_letter(text, list(choices)),
-        f"{MEDXPERTQA.short} eval/utils.py answer_cleansing (zero_shot), set_correctness",
+        read=lambda text, choices: medxpertqa_letter(text, list(choices)),
+        source=f"{MEDXPERTQA.short} eval/utils.py answer_cleansing (zero_shot), set_correctness",
     ),
     # CMMLU, C-Eval, HEAD-QA (graders/readings_cn.py)
     "cmmlu": ExamReading(
-        lambda text, choices: cmmlu_choice(text),
-        f"{CMMLU.short} src/mp_utils.py extract_choice (its random fallback: unextracted)",
+        read=lambda text, choices: cmmlu_choice(text),
+        source=f"{CMMLU.short} src/mp_utils.py extract_choice (its random fallback: unextracted)",
     ),
     "ceval": ExamReading(
-        lambda text, choices: ceval_choice(text),
-        f"{CEVAL.short} evaluators/chatgpt.py extract_ans, last match (zero-shot)",
+        read=lambda text, choices: ceval_choice(text),
+        source=f"{CEVAL.short} evaluators/chatgpt.py extract_ans, last match (zero-shot)",
     ),
     "ceval-fewshot": ExamReading(
-        lambda text, choices: ceval_choice(text, few_shot=True),
-        f"{CEVAL.short} evaluators/chatgpt.py exact_match (few-shot)",
+        read=lambda text, choices: ceval_choice(text, few_shot=True),
+        source=f"{CEVAL.short} evaluators/chatgpt.py exact_match (few-shot)",
     ),
     "numbered": ExamReading(
-        numbered_choice, "ours: the option's number (HEAD-QA aid)", numbered=True
+        read=numbered_choice, source="ours: the option's number (HEAD-QA aid)", numbered=True
     ),
     # Medmarks' environments (graders/readings_medmarks.py)
     "medmarks-xml": _medmarks(
@@ -117,11 +117,11 @@ EXAM_READINGS: dict[str, ExamReading] = {
     ),
     # KorMedMCQA, CMExam (graders/readings_peers.py)
     "kormedmcqa": ExamReading(
-        lambda text, choices: kormedmcqa_choice(text),
-        f"{LM_EVAL.short} kormedmcqa utils.ExtractChoiceFilter after until",
+        read=lambda text, choices: kormedmcqa_choice(text),
+        source=f"{LM_EVAL.short} kormedmcqa utils.ExtractChoiceFilter after until",
     ),
     "cmexam": ExamReading(
-        lambda text, choices: cmexam_choice(text, choices),
-        f"{CMEXAM.short} src/evaluation/evaluate_lora_result.py parse_options",
+        read=lambda text, choices: cmexam_choice(text, choices),
+        source=f"{CMEXAM.short} src/evaluation/evaluate_lora_result.py parse_options",
     ),
 }

@@ -275,16 +275,24 @@ class GAPSGrader(Grader):
         value = self._value(qs, self.protocol)
         if value is None:
             return Grade(
-                sample.id,
-                None,
-                None,
-                verdicts,
-                details,
-                "no positive rubric point could be decided",
-                keys,
-                "unreadable",
+                sample_id=sample.id,
+                value=None,
+                extracted=None,
+                verdicts=verdicts,
+                details=details,
+                error="no positive rubric point could be decided",
+                judge_keys=keys,
+                status="unreadable",
             )
-        return Grade(sample.id, value, None, verdicts, details, None, keys)
+        return Grade(
+            sample_id=sample.id,
+            value=value,
+            extracted=None,
+            verdicts=verdicts,
+            details=details,
+            error=None,
+            judge_keys=keys,
+        )
 
     def _reread(self, verdict: Verdict, protocol: str) -> str:
         """The decision ``protocol`` reaches on the replies behind ``verdict`` (each vote's raw reply read its way)."""

@@ -334,8 +334,25 @@ class HealthBenchGrader(Grader):
                 if self.reference
                 else "no criterion with positive points has a known verdict"
             )
-            return Grade(sample.id, None, None, verdicts, details, why, keys, "unreadable")
-        return Grade(sample.id, value, None, verdicts, details, None, keys)
+            return Grade(
+                sample_id=sample.id,
+                value=None,
+                extracted=None,
+                verdicts=verdicts,
+                details=details,
+                error=why,
+                judge_keys=keys,
+                status="unreadable",
+            )
+        return Grade(
+            sample_id=sample.id,
+            value=value,
+            extracted=None,
+            verdicts=verdicts,
+            details=details,
+            error=None,
+            judge_keys=keys,
+        )
 
     def other_value(self, sample: Sample, verdicts: Sequence[Verdict]) -> float | None:
         """The example's value under the other protocol's reading and scoring of the same replies.

@@ -82,7 +82,7 @@ class Ask:
     first_attempt: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Reply:
     """One ask with its re-asks: per id the value read and the reply it was read from."""
 
@@ -109,12 +109,12 @@ async def ask(judge: Judge, a: Ask, first_attempt: int, max_reask: int) -> Reply
         attempt += 1
         if not resp.ok or resp.text is None:
             return Reply(
-                read,
-                raw,
-                attempt,
-                tuple(keys),
-                f"judge call failed: {resp.error or 'no text'}",
-                truncated,
+                read=read,
+                raw=raw,
+                next_attempt=attempt,
+                keys=tuple(keys),
+                error=f"judge call failed: {resp.error or 'no text'}",
+                truncated=truncated,
             )
         raw = resp.text
         truncated = truncated or resp.truncated
@@ -122,7 +122,9 @@ async def ask(judge: Judge, a: Ask, first_attempt: int, max_reask: int) -> Reply
             if item in pending and value is not None:
                 read[item] = (value, resp.text)
         pending = [i for i in pending if i not in read]
-    return Reply(read, raw, attempt, tuple(keys), None, truncated)
+    return Reply(
+        read=read, raw=raw, next_attempt=attempt, keys=tuple(keys), error=None, truncated=truncated
+    )
 
 
 def votes_of(
@@ -144,22 +146,31 @@ def votes_of(
                     f"a judge vote needs a Reading, the parser gave {type(value).__name__}"
                 )
             out[item] = Vote(
-                judge,
-                value.status,
-                value.score,
-                value.explanation,
-                raw,
-                attempts,
-                keys,
-                None,
-                run,
-                reply.truncated,
+                judge=judge,
+                status=value.status,
+                score=value.score,
+                explanation=value.explanation,
+                raw=raw,
+                attempts=attempts,
+                keys=keys,
+                error=None,
+                run=run,
+                truncated=reply.truncated,
             )
         else:
             why = reply.error or "judge reply could not be read"
             raw = "" if reply.error else reply.raw
             out[item] = Vote(
-                judge, "unknown", None, why, raw, attempts, keys, reply.error, run, reply.truncated
+                judge=judge,
+                status="unknown",
+                score=None,
+                explanation=why,
+                raw=raw,
+                attempts=attempts,
+                keys=keys,
+                error=reply.error,
+                run=run,
+                truncated=reply.truncated,
             )
     return out
 
@@ -229,7 +240,9 @@ async def panel(
         for j, judge in enumerate(ctx.judges):
             vote = fresh[j].get(item) or prior(j, item)
             row.append(
-                vote if vote is not None else Vote(judge.name, "unknown", explanation="not asked")
+                vote
+                if vote is not None
+                else Vote(judge=judge.name, status="unknown", explanation="not asked")
             )
         out[item] = tuple(row)
     return out

@@ -298,8 +298,8 @@ class LLMEvalGrader(Grader):
         status: GradeStatus = "scored" if value is not None else "unreadable"
         error = None if value is not None else "no valid judge score in any run"
         return Grade(
-            sample.id,
-            value,
+            sample_id=sample.id,
+            value=value,
             details=details,
             error=error,
             judge_keys=judge_keys((), ordered),

@@ -183,7 +183,7 @@ def argmax_option(
     return max(conts, key=value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MCQParams:
     answer_mode: str = "generate"
     shuffle_options: bool = False

@@ -128,12 +128,12 @@ class MedHALTGrader(Grader):
         }
         if values[mine] is None:
             return Grade(
-                sample.id,
-                None,
+                sample_id=sample.id,
+                value=None,
                 details=details,
                 status="unreadable",
                 error="no 'cop' field in the reply"
                 if mine == "reference"
                 else "no 'Answer:' option number",
             )
-        return Grade(sample.id, values[mine], extracted=extracted, details=details)
+        return Grade(sample_id=sample.id, value=values[mine], extracted=extracted, details=details)

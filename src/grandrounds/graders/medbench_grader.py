@@ -25,15 +25,15 @@ class MedBenchGrader(Grader):
         if gold is not None and len(sample.target.strip()) <= 20:
             pred = mcq_letters(response.text)
             return Grade(
-                sample.id,
-                float(pred == gold),
+                sample_id=sample.id,
+                value=float(pred == gold),
                 extracted=pred,
                 details={"kind": "mcq", "gold": gold},
             )
         text = strip_reasoning(response.text or "").strip()
         return Grade(
-            sample.id,
-            float(text == sample.target.strip()),
+            sample_id=sample.id,
+            value=float(text == sample.target.strip()),
             extracted=text[:200],
             details={"kind": "exact"},
         )

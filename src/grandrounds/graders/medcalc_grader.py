@@ -73,8 +73,8 @@ class MedCalcGrader(Grader):
         mine = readings[self.params.protocol]
         other = readings["grandrounds" if self.params.protocol == "reference" else "reference"]
         return Grade(
-            sample.id,
-            mine["value"],
+            sample_id=sample.id,
+            value=mine["value"],
             extracted=mine["extracted"],
             details={
                 "protocol": self.params.protocol,

@@ -44,7 +44,12 @@ class MEDECGrader(Grader):
         other = next(v for k, v in readings.items() if k != self.params.protocol)
         details = own | {"other": other, "other_value": float(other["flag_correct"])}
         extracted = None if own.get("unparseable") else str(own["predicted"]["flag"])
-        return Grade(sample.id, float(own["flag_correct"]), extracted=extracted, details=details)
+        return Grade(
+            sample_id=sample.id,
+            value=float(own["flag_correct"]),
+            extracted=extracted,
+            details=details,
+        )
 
 
 def reference_reading(sample: Sample, reply: str | None) -> dict[str, Any]:

@@ -319,32 +319,48 @@ class MedEQGrader(Grader):
                     or "no line the official parser reads"
                 )
                 return Grade(
-                    sample.id,
-                    None,
-                    None,
-                    tuple(verdicts),
-                    details,
-                    f"{why}; the official evaluator counts this answer 0",
-                    keys,
-                    "unreadable",
+                    sample_id=sample.id,
+                    value=None,
+                    extracted=None,
+                    verdicts=tuple(verdicts),
+                    details=details,
+                    error=f"{why}; the official evaluator counts this answer 0",
+                    judge_keys=keys,
+                    status="unreadable",
                 )
-            return Grade(sample.id, ref.score, None, tuple(verdicts), details, None, keys)
+            return Grade(
+                sample_id=sample.id,
+                value=ref.score,
+                extracted=None,
+                verdicts=tuple(verdicts),
+                details=details,
+                error=None,
+                judge_keys=keys,
+            )
         details |= {
             "dimension_scores": dict(ours.dimensions),
             "other_value": ref.score if ref else None,
         }
         if ours.score is None:
             return Grade(
-                sample.id,
-                None,
-                None,
-                tuple(verdicts),
-                details,
-                "no positive item has a known verdict",
-                keys,
-                "unreadable",
+                sample_id=sample.id,
+                value=None,
+                extracted=None,
+                verdicts=tuple(verdicts),
+                details=details,
+                error="no positive item has a known verdict",
+                judge_keys=keys,
+                status="unreadable",
             )
-        return Grade(sample.id, ours.score, None, tuple(verdicts), details, None, keys)
+        return Grade(
+            sample_id=sample.id,
+            value=ours.score,
+            extracted=None,
+            verdicts=tuple(verdicts),
+            details=details,
+            error=None,
+            judge_keys=keys,
+        )
 
     def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
         """The question score with reviewed items decided as the reviewer says (the protocol's arithmetic)."""

@@ -89,11 +89,11 @@ class MedHalluGrader(Grader):
         }
         if pred is None:
             return Grade(
-                sample.id,
-                None,
+                sample_id=sample.id,
+                value=None,
                 details=details,
                 error="no verdict 0, 1 or 2 in the reply",
                 status="unreadable",
             )
         value = None if pred == "2" else float(pred == sample.target)
-        return Grade(sample.id, value, extracted=pred, details=details)
+        return Grade(sample_id=sample.id, value=value, extracted=pred, details=details)

@@ -86,8 +86,8 @@ class MediqaGrader(Grader):
         labels = dict(gold)
         right = sum(1 for a, lab in rows if labels.get(a) == lab)
         return Grade(
-            sample.id,
-            right / len(rows),
+            sample_id=sample.id,
+            value=right / len(rows),
             extracted=",".join(str(i) for i in chosen) or "none",
             details={"protocol": self.params.protocol, "rows": [list(r) for r in rows]},
         )

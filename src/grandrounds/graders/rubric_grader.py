@@ -89,7 +89,7 @@ class RubricGrader(Grader):
             return [one_ask(cid, by_id[cid]) for cid in ids]
 
         verdicts = await judge_criteria(list(by_id), asks, ctx)
-        value = self.rescore(sample, Grade(sample.id, None, verdicts=verdicts), {})
+        value = self.rescore(sample, Grade(sample_id=sample.id, value=None, verdicts=verdicts), {})
         known = sum(1 for v in verdicts if v.status != "unknown")
         details = {
             "coverage": {"known": known, "total": len(verdicts)},
@@ -97,16 +97,24 @@ class RubricGrader(Grader):
         }
         if value is None:
             return Grade(
-                sample.id,
-                None,
-                None,
-                verdicts,
-                details,
-                "no criterion with positive points has a known verdict",
-                judge_keys(verdicts),
-                "unreadable",
+                sample_id=sample.id,
+                value=None,
+                extracted=None,
+                verdicts=verdicts,
+                details=details,
+                error="no criterion with positive points has a known verdict",
+                judge_keys=judge_keys(verdicts),
+                status="unreadable",
             )
-        return Grade(sample.id, value, None, verdicts, details, None, judge_keys(verdicts))
+        return Grade(
+            sample_id=sample.id,
+            value=value,
+            extracted=None,
+            verdicts=verdicts,
+            details=details,
+            error=None,
+            judge_keys=judge_keys(verdicts),
+        )
 
     def rescore(self, sample: Sample, grade: Grade, statuses: Mapping[str, str]) -> float | None:
         """Met positive points over possible positive points, over criteria with a known verdict."""

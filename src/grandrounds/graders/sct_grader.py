@@ -94,15 +94,15 @@ class SCTGrader(Grader):
         }
         if values[mine] is None:
             return Grade(
-                sample.id,
-                None,
+                sample_id=sample.id,
+                value=None,
                 details=details,
                 error="no 'Rating:' with -2..+2 in the reply",
                 status="unreadable",
             )
         return Grade(
-            sample.id,
-            values[mine],
+            sample_id=sample.id,
+            value=values[mine],
             extracted=None if rating is None else f"{rating:+d}" if rating else "0",
             details=details,
         )

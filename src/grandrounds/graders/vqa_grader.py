@@ -166,8 +166,8 @@ class VQAGrader(Grader):
         read = readings[mine]
         shown = normalize(read)
         return Grade(
-            sample.id,
-            float(shown == normalize(reference)),
+            sample_id=sample.id,
+            value=float(shown == normalize(reference)),
             extracted=shown,
             details={
                 "protocol": mine,

@@ -172,10 +172,10 @@ class Provider(ABC):
 #: Service, a vLLM data-parallel endpoint, a KubeRay RayService, one server as 127.0.0.1 and as
 #: localhost); it replaces the URL in request keys and run ids, so their answers are shared.
 ENDPOINT_ID = Param(
-    "endpoint_id",
-    str,
-    "",
-    "name of the service behind the URL, recorded in keys and run ids in place of the URL (one service at several URLs)",
+    name="endpoint_id",
+    type=str,
+    default="",
+    help="name of the service behind the URL, recorded in keys and run ids in place of the URL (one service at several URLs)",
 )
 
 

@@ -110,7 +110,7 @@ DEFAULT_MAX_IMAGES = 100
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ImageLimits:
     """What an API accepts: media types, pixels a side, bytes an image, images and bytes a request
     (None: no limit). Every copy of a repeated image counts: each travels in the request."""

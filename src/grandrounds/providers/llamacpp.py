@@ -101,21 +101,28 @@ class LlamaCppProvider(Provider):
     request_kinds = frozenset({"chat", "next_token", "loglikelihood"})
     model_options = (
         Param(
-            "threads",
-            int,
-            None,
-            "CPU threads (default $GRANDROUNDS_THREADS, else all cores)",
+            name="threads",
+            type=int,
+            default=None,
+            help="CPU threads (default $GRANDROUNDS_THREADS, else all cores)",
             minimum=1,
         ),
-        Param("n_threads", int, None, "llama.cpp's name for threads", minimum=1),
-        Param("n_ctx", int, 4096, "context window in tokens", minimum=1),
         Param(
-            "mmproj",
-            str,
-            "",
-            "a vision model's projector GGUF (llama.cpp's mtmd): with it the model is sent images",
+            name="n_threads", type=int, default=None, help="llama.cpp's name for threads", minimum=1
         ),
-        Param("verbose", bool, False, "show llama.cpp's own logs (model and projector loading)"),
+        Param(name="n_ctx", type=int, default=4096, help="context window in tokens", minimum=1),
+        Param(
+            name="mmproj",
+            type=str,
+            default="",
+            help="a vision model's projector GGUF (llama.cpp's mtmd): with it the model is sent images",
+        ),
+        Param(
+            name="verbose",
+            type=bool,
+            default=False,
+            help="show llama.cpp's own logs (model and projector loading)",
+        ),
     )
     example = "llamacpp/smollm2 or llamacpp/path/model.gguf"
     default_concurrency = 1

@@ -21,10 +21,10 @@ class ScriptedProvider(Provider):
     request_kinds = frozenset({"chat", "next_token", "loglikelihood"})
     model_options = (
         Param(
-            "script",
-            cast(type, Callable),  # the ABC, which isinstance checks (a special form to mypy)
-            None,
-            'Python function request -> reply (tests; default: always "A")',
+            name="script",
+            type=cast(type, Callable),  # the ABC, which isinstance checks (a special form to mypy)
+            default=None,
+            help='Python function request -> reply (tests; default: always "A")',
         ),
     )
     example = "scripted/NAME (tests)"

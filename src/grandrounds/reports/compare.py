@@ -21,7 +21,7 @@ from grandrounds.core.hashing import canonical_json
 from grandrounds.store import Store
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelComparison:
     benchmark: str
     a: ResultRow
@@ -112,7 +112,14 @@ def compare_models(
             pair = latest_comparable_pair(ra, rb)
             if pair is None:
                 out.append(
-                    ModelComparison(bench, a, b, None, tuple(diff), candidates=tuple(ra + rb))
+                    ModelComparison(
+                        benchmark=bench,
+                        a=a,
+                        b=b,
+                        result=None,
+                        not_comparable=tuple(diff),
+                        candidates=tuple(ra + rb),
+                    )
                 )
                 continue
             note = (
@@ -123,10 +130,10 @@ def compare_models(
         vals = values(store, [a.key, b.key])
         out.append(
             ModelComparison(
-                bench,
-                a,
-                b,
-                paired_compare(vals[a.key], vals[b.key], seed=seed, n_resamples=n_resamples),
+                benchmark=bench,
+                a=a,
+                b=b,
+                result=paired_compare(vals[a.key], vals[b.key], seed=seed, n_resamples=n_resamples),
                 note=note,
             )
         )

@@ -102,11 +102,11 @@ class Collected:
                 u
                 if was is None
                 else CallUsage(
-                    who,
-                    was.calls + u.calls,
-                    was.prompt_tokens + u.prompt_tokens,
-                    was.completion_tokens + u.completion_tokens,
-                    was.no_usage + u.no_usage,
+                    who=who,
+                    calls=was.calls + u.calls,
+                    prompt_tokens=was.prompt_tokens + u.prompt_tokens,
+                    completion_tokens=was.completion_tokens + u.completion_tokens,
+                    no_usage=was.no_usage + u.no_usage,
                 )
             )
         answers = (

@@ -26,7 +26,7 @@ from grandrounds.sources.protocols import Protocol as Preset
 from grandrounds.sources.protocols import resolve_generation
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JudgeConfig:
     """A judge: its model spec, endpoint and generation parameters.
 
@@ -42,7 +42,7 @@ class JudgeConfig:
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunConfig:
     """Everything a run needs; the parts that change outputs go into run id and fingerprint."""
 

@@ -53,7 +53,7 @@ class Price:
         return usd * (1.0 - self.batch_discount) if batch else usd
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PriceTable:
     models: Mapping[str, tuple[float, float]]
     batch_discount: Mapping[str, float] = field(default_factory=dict)
@@ -144,14 +144,16 @@ def _merge(table: PriceTable, raw: Mapping[str, Any], path: Path | str, origin: 
             )
         local = frozenset(providers)
     as_of = raw.get("as_of", table.as_of)
-    return PriceTable(models, discounts, local, str(as_of), origin)
+    return PriceTable(
+        models=models, batch_discount=discounts, local=local, as_of=str(as_of), origin=origin
+    )
 
 
 @lru_cache(maxsize=1)
 def _packaged() -> PriceTable:
     text = (files("grandrounds") / "data" / "prices.toml").read_text(encoding="utf-8")
     return _merge(
-        PriceTable({}),
+        PriceTable(models={}),
         _read_toml("(packaged) prices.toml", text),
         "(packaged) prices.toml",
         "packaged price table",
@@ -292,7 +294,7 @@ def token_counter(spec: str) -> TokenCounter:
 # ---- what a run cost ----------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Tally:
     """Calls, tokens and cost of one model's calls behind a result."""
 
@@ -363,12 +365,16 @@ def run_usage(
 
     def tally(name: str, counted: Any) -> Tally:
         if counted is None:
-            return Tally(name)
+            return Tally(model=name)
         return Tally(
-            name, counted.calls, counted.prompt_tokens, counted.completion_tokens, counted.no_usage
+            model=name,
+            calls=counted.calls,
+            prompt_tokens=counted.prompt_tokens,
+            completion_tokens=counted.completion_tokens,
+            no_usage=counted.no_usage,
         )
 
-    by_judge = {j: Tally(j) for j in judges}
+    by_judge = {j: Tally(model=j) for j in judges}
     for counted in judge_calls:
         by_judge[counted.who] = tally(counted.who, counted)
     batched = {

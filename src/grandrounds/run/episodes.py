@@ -57,7 +57,7 @@ def _calls_json(calls: Sequence[ToolCallPart]) -> list[dict[str, str]]:
     return [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EpisodeRunner:
     """Plays the episodes of one run: the candidate's executor, the simulator's, the store."""
 
@@ -349,8 +349,8 @@ def combine(sample: Sample, epochs: Sequence[dict[str, Any]]) -> Grade:
             details["flag_scored_zero"] = True
         if any(e.get("flag_outcome") == "excluded" for e in epochs):
             return Grade(
-                sample.id,
-                None,
+                sample_id=sample.id,
+                value=None,
                 details=details,
                 error=f"answer flagged ({', '.join(flags)}): excluded by --flagged exclude",
                 status="flagged",

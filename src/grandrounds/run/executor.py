@@ -89,7 +89,7 @@ class CallObserver(Protocol):
     def on_call(self, response: Response, *, retries: int) -> None: ...
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CallStats:
     made: int = 0
     cached: int = 0

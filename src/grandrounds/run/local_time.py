@@ -32,7 +32,7 @@ QUICK_OUTPUT_SHARE = 0.1
 LOCAL_PREFIX = "llamacpp/"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalCost:
     """The local model's share of a planned run."""
 
@@ -72,7 +72,14 @@ def local_cost(p: Any, steps: int = 1, simulator_local: bool = False) -> LocalCo
         extra_calls = (answers.to_make if answers is not None else 0) * (steps - 1)
         high += per_call * (steps - 1) * (2 if simulator_local else 1)
         calls += extra_calls * (2 if simulator_local else 1)
-    return LocalCost(calls, prompt, bound, largest, low, high)
+    return LocalCost(
+        calls=calls,
+        prompt_tokens=prompt,
+        output_bound=bound,
+        max_tokens=largest,
+        low_s=low,
+        high_s=high,
+    )
 
 
 def fmt_span(seconds: float) -> str:

@@ -127,7 +127,7 @@ def chunk_lines(
         else:  # a grade an older version stored: read as records, which fill in its status
             line = sample_line(
                 result,
-                Sample(sid, result.benchmark, (), target=target),
+                Sample(id=sid, benchmark=result.benchmark, messages=(), target=target),
                 None,
                 resp,
                 grade_from_json(doc),

@@ -63,7 +63,7 @@ from grandrounds.store import RunRecord, Store
 NOT_ASKED = "dry run: not asked"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Line:
     """The calls of one executor of the run: the answers, or one judge."""
 
@@ -121,7 +121,7 @@ class Line:
         return ", ".join(parts) or "-"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Plan:
     benchmark: str
     model: str
@@ -344,8 +344,8 @@ async def _walk(
     counters = {model: token_counter(model)}
     batch = getattr(cfg, "batch", None)
     answers = Line(
-        "answers",
-        model,
+        role="answers",
+        model=model,
         batch=bool(batch and batch.covers("answers")),
         endpoint=s.provider.endpoint,
         rate_key=s.provider.rate_key,
@@ -408,19 +408,19 @@ async def _walk(
     tpm = _token_rates(cfg, lines)
     _over_tpm_notes(lines, tpm, notes)
     return Plan(
-        s.bench.name,
-        model,
-        s.run.id,
-        s.n,
-        n_graded,
-        lines,
-        counters,
-        prices,
-        cfg.options.max_reask,
-        notes,
-        tpm,
-        int(s.bench.param("max_steps")) if s.bench.episodic else 1,
-        cfg.simulator if s.bench.episodic else "",
+        benchmark=s.bench.name,
+        model=model,
+        run_id=s.run.id,
+        n_samples=s.n,
+        n_graded=n_graded,
+        lines=lines,
+        counters=counters,
+        prices=prices,
+        max_reask=cfg.options.max_reask,
+        notes=notes,
+        tpm=tpm,
+        episode_steps=int(s.bench.param("max_steps")) if s.bench.episodic else 1,
+        simulator=cfg.simulator if s.bench.episodic else "",
     )
 
 
@@ -441,8 +441,8 @@ def _dry_judges(
     for j, provider in zip(cfg.judges, judge_providers):
         counters.setdefault(j.spec, token_counter(j.spec))
         line = Line(
-            "judge",
-            j.spec,
+            role="judge",
+            model=j.spec,
             batch=bool(batch and batch.covers("judges")),
             endpoint=provider.endpoint,
             rate_key=provider.rate_key,

@@ -78,7 +78,7 @@ def grader_fingerprint(
     }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Setup:
     """A run's parts, resolved and checked before the first call."""
 
@@ -176,19 +176,19 @@ def prepare(store: Store, cfg: RunConfig) -> Setup:
     )  # read before the run is recorded, like the templates
     run_rec = store.ensure_run(_run_record(bench, cfg, provider, dataset, root))
     return Setup(
-        bench,
-        root,
-        cfg.limit,
-        n,
-        kept,
-        dataset,
-        provider,
-        grader,
-        fp,
-        run_rec,
-        system,
-        watch,
-        notes,
+        bench=bench,
+        root=root,
+        limit=cfg.limit,
+        n=n,
+        kept=kept,
+        dataset=dataset,
+        provider=provider,
+        grader=grader,
+        fingerprint=fp,
+        run=run_rec,
+        system=system,
+        watch=watch,
+        notes=notes,
     )
 
 

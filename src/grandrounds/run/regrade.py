@@ -120,7 +120,7 @@ def options_of(run: RunRecord, **override: Any) -> RunOptions:
     return replace(base, **override)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RegradeRequest:
     """What to re-grade and how: the run, the judges, and what to override of the last grading."""
 

@@ -138,7 +138,17 @@ async def run(
     # The samples this grading graded before (one query, not one per sample: on a first run none).
     graded = set(store.grade_values(s.run.id, fp_key))
     ask = AskGroup(
-        store, s, cfg, fp_key, answers, ctx, grading, collected, graded, stored_samples, episodes
+        store=store,
+        s=s,
+        cfg=cfg,
+        fp_key=fp_key,
+        answers=answers,
+        ctx=ctx,
+        grading=grading,
+        collected=collected,
+        graded=graded,
+        stored_samples=stored_samples,
+        episodes=episodes,
     )
     try:
         await run_pool(store, groups(), ask, pool_width(answers, judge_execs))
@@ -232,7 +242,14 @@ def episode_runner(
     assert isinstance(bench, AgentBenchmark)  # the episodic benchmarks
     gen = cfg.gen or bench.answer_params(cfg.options)
     return EpisodeRunner(
-        store, s.run.id, bench, s.provider, answers, gen, simulator, flagged=cfg.flagged
+        store=store,
+        run_id=s.run.id,
+        bench=bench,
+        provider=s.provider,
+        answers=answers,
+        gen=gen,
+        simulator=simulator,
+        flagged=cfg.flagged,
     )
 
 
@@ -271,7 +288,7 @@ async def _close(provider: Provider, judge_execs: Sequence[Executor]) -> None:
         await e.provider.aclose()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AskGroup:
     """What a worker of the run's pool does with one group (a sample alone, or the turns of one
     dialogue in order): each sample asked (a turn after a failed one is not), graded, and stored

@@ -52,7 +52,7 @@ def vote(labels: Sequence[str], min_valid: int = 2) -> str:
     return top
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QuestionScore:
     """Both conventions for one answer, plus what they are made of."""
 

@@ -56,7 +56,7 @@ REQUEST_TEST = "REQUEST TEST"
 HISTORY_SEPARATOR = "\n\n"
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=OFFICIAL_GENERATION,
     judge=OFFICIAL_GENERATION,
     judge_model="openai/gpt-4-turbo-preview",  # query_model's "gpt4" (the default --moderator_llm)

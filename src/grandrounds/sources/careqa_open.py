@@ -105,7 +105,7 @@ def answer_section(text: str) -> str:
 
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # Medmarks fixes no candidate sampling (its runner's): greedy, 1,024 tokens (ours); system prompt read at run time.
     answer=Generation(temperature=0.0, max_tokens=1024),
     judge=Generation(

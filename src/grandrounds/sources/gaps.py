@@ -34,7 +34,7 @@ JUDGE_PANEL = (
 )
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     answer=OUR_ANSWER,  # no official candidate setup: the answers are columns of the input sheet
     # config_model.yaml m1..m3: temperature 0, max_tokens 32678 (sic), sent through LangChain ChatOpenAI
     judge=Generation(temperature=0.0, max_tokens=32678),

@@ -26,7 +26,7 @@ API_SYSTEM_MESSAGE = TextRef(CHAT_SAMPLER, "OPENAI_SYSTEM_MESSAGE_API")
 OUR_JUDGE_SYSTEM = "You are a helpful assistant."
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # ChatCompletionSampler(system_message=OPENAI_SYSTEM_MESSAGE_API, max_tokens=2048), temperature
     # left at the sampler's default 0.5: the gpt-4.1 entry of simple_evals.py's model table.
     answer=Generation(temperature=0.5, max_tokens=2048, system=API_SYSTEM_MESSAGE),

@@ -31,7 +31,7 @@ JUDGE_MODEL = "gpt-5.4-2026-03-05"
 JUDGE_REASONING_EFFORT = "low"
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # the candidate as HealthBench's reference: simple-evals' chat sampler for e.g. gpt-4.1
     answer=Generation(temperature=0.5, max_tokens=2048, system=API_SYSTEM_MESSAGE),
     # ResponsesSampler(model, reasoning_model=True, reasoning_effort="low"): no system message, no

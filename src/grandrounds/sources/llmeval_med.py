@@ -42,7 +42,7 @@ SYSTEM_PROMPT = (
 )
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # Answer.py: pipeline(..., max_new_tokens=2048, do_sample=True) with no temperature or top_p, so
     # the model's own generation config decides; 1.0 is the default of transformers and of the
     # OpenAI API (transformers' default top_k=50 has no OpenAI-API counterpart).

@@ -31,7 +31,7 @@ OUR_JUDGE = (
 )
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # SingleTurnEnv(system_prompt=PROMPT): the conversation is the user message; sampling is its runner's (none pinned): ours
     answer=Generation(temperature=0.0, max_tokens=1024, system=TextRef(ENVIRONMENT, "PROMPT")),
     judge=Generation(

@@ -32,7 +32,7 @@ CONFIG = MEDEQBENCH.file(
 EVALUATE_PROMPT = TextRef(EVALUATOR, "evaluate_prompt")
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # configs/examples_config.py: models=[dict(type=OpenAI, path='gpt-4.1', max_out_len=16384, temperature=0.7)]
     # and the inferencer's max_out_len=1024 * 16; the prompt is the bare question as one HUMAN turn
     # (no system message); no top_p is set.

@@ -28,7 +28,7 @@ EVAL_FULL = MEDHALT.file(
 CORRECT_SCORE, INCORRECT_SCORE, SCORE_DIVISOR = 1.0, -0.25, 100.0
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # medhalt/models/model.py's argparse defaults: temperature 0.2, top_p 0.95, max_new_tokens 64 (stop "Stop Here")
     answer=Generation(temperature=0.2, max_tokens=64, top_p=0.95),
     extraction="'cop' as evaluate.py clean_output reads it (its literal_eval branch is unreachable: its "

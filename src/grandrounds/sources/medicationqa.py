@@ -60,7 +60,7 @@ def candidate_system() -> str:
 
 
 REFERENCE = Protocol(
-    "reference",
+    name="reference",
     # The candidate: Medmarks' system prompt (read at run time); sampling left to its runner (none pinned): ours.
     answer=Generation(temperature=0.0, max_tokens=1024),
     # load_environment(judge_model="gpt-4o-mini"); its judge sampling comes from a helper not published here: ours

@@ -62,7 +62,7 @@ OUR_ANSWER = Generation(temperature=0.0, max_tokens=1024)
 OUR_JUDGE = Generation(temperature=0.0, max_tokens=2048)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Protocol:
     """One named preset. ``source`` says where the reference is defined (a URL, or ``ours``)."""
 
@@ -138,7 +138,7 @@ def same_as_ours(
 ) -> dict[str, Protocol]:
     """Presets for a benchmark whose authors publish no prompt or settings: both are ours, and say so."""
     ref = Protocol(
-        "reference", extraction=extraction, aggregation=aggregation, source=f"ours ({note})"
+        name="reference", extraction=extraction, aggregation=aggregation, source=f"ours ({note})"
     )
     return {"reference": ref, "grandrounds": replace(ref, name="grandrounds", source="ours")}
 

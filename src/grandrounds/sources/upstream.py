@@ -45,7 +45,7 @@ from grandrounds.sources.mirrors import HUGGING_FACE, bundle_root, bundled_file
 REFERENCE_ENV = "GRANDROUNDS_REFERENCE"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UpstreamFile:
     """One file of a benchmark's official code at a pinned commit.
 
@@ -95,7 +95,14 @@ class UpstreamRepo:
     def file(self, path: str, sha256: str | None) -> UpstreamFile:
         """The file at ``path`` in the repository, pinned by its sha256 (None: not known ahead of a
         first download, whose sha256 is then recorded and held to)."""
-        return UpstreamFile(self.folder, self.repo, self.commit, path, sha256, self.hub)
+        return UpstreamFile(
+            folder=self.folder,
+            repo=self.repo,
+            commit=self.commit,
+            path=path,
+            sha256=sha256,
+            hub=self.hub,
+        )
 
     def url(self, path: str) -> str:
         """Where ``path`` is downloaded from at the pinned commit (what ``file(path, ...).url`` is)."""

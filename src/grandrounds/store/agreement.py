@@ -18,7 +18,7 @@ from grandrounds.core.hashing import canonical_json
 from grandrounds.store.connection import StoreBase, now
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AgreementRecord:
     """One measured agreement of a judge with physicians.
 

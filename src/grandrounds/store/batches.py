@@ -20,7 +20,7 @@ from typing import Any
 from grandrounds.store.connection import StoreBase, now
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StoredBatch:
     """One row of ``batches``."""
 
@@ -68,7 +68,17 @@ class BatchTables(StoreBase):
                 [(row, i.key, i.attempt, i.request_json) for i in items],
             )
         return StoredBatch(
-            row, provider, endpoint, batch_id, state, tuple(keys), {}, "", t, t, None
+            row=row,
+            provider=provider,
+            endpoint=endpoint,
+            batch_id=batch_id,
+            state=state,
+            keys=tuple(keys),
+            counts={},
+            detail="",
+            created_at=t,
+            updated_at=t,
+            collected_at=None,
         )
 
     def open_batches(self, provider: str, endpoint: str) -> list[StoredBatch]:

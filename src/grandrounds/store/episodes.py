@@ -96,4 +96,10 @@ class EpisodeTables(StoreBase):
                 completion + int(row[2] or 0),
                 no_usage + int(row[3] or 0),
             )
-        return CallUsage(who, calls, prompt, completion, no_usage)
+        return CallUsage(
+            who=who,
+            calls=calls,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            no_usage=no_usage,
+        )

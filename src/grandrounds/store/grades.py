@@ -84,7 +84,13 @@ class GradeTables(StoreBase):
         )
         rows = self.db.execute(q, (run_id, grader_fp))
         return [
-            CallUsage(judge, n, int(p or 0), int(c or 0), int(nu or 0))
+            CallUsage(
+                who=judge,
+                calls=n,
+                prompt_tokens=int(p or 0),
+                completion_tokens=int(c or 0),
+                no_usage=int(nu or 0),
+            )
             for judge, n, p, c, nu in rows
         ]
 

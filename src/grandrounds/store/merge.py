@@ -47,7 +47,7 @@ CLOSED_BATCH_STATES = frozenset(
 REDO_STATUSES = ("answer_failed", "grader_error")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class MergeReport:
     """What one merge did, table by table, and what it kept aside."""
 
@@ -300,7 +300,7 @@ def describe(report: MergeReport, sources: Sequence[Path]) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SourceShard:
     """A shard row of a source store, with the run it belongs to."""
 

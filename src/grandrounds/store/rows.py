@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, TypedDict
 from grandrounds.core.records import Grade, Response, Sample, ToolCallPart, Usage
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunRecord:
     """One run: a benchmark's dataset answered by one model with fixed options."""
 
@@ -98,7 +98,7 @@ class VerdictCounts(NamedTuple):
     n_unscored: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReviewInput:
     """A clinician review to append: a verdict on one criterion, or a score on a whole answer
     (``criterion_id`` empty). Checked by :func:`grandrounds.analyses.reviews.add_review` before storing."""
@@ -221,7 +221,7 @@ def row_to_run(row: sqlite3.Row) -> RunRecord:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CallUsage:
     """Calls and tokens of one part of a result (its answers, or one judge's calls)."""
 

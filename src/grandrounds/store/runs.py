@@ -139,7 +139,13 @@ class RunTables(StoreBase):
             "FROM (SELECT DISTINCT request_key FROM answers WHERE run_id = ?) a JOIN calls c INDEXED BY calls_usage ON c.key = a.request_key"
         )
         n, p, c, nu = self.db.execute(q, (run_id,)).fetchone()
-        return CallUsage("answers", int(n), int(p or 0), int(c or 0), int(nu or 0))
+        return CallUsage(
+            who="answers",
+            calls=int(n),
+            prompt_tokens=int(p or 0),
+            completion_tokens=int(c or 0),
+            no_usage=int(nu or 0),
+        )
 
     def system_fingerprints(self, run_id: str) -> dict[str, int]:
         """What the server said answered a run's distinct answer calls: value -> calls, most first

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from grandrounds.store.connection import StoreBase, now
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardRow:
     """One shard of one run under one grading, as a worker recorded it."""
 

@@ -24,7 +24,7 @@ _READER: contextvars.ContextVar[asyncio.StreamReader] = contextvars.ContextVar("
 Rule = Callable[[dict[str, Any]], "str | Reply | Raw | Fault"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Reply:
     """A rule's reply with its finish reason, e.g. ``Reply("...", "length")`` for a cut-off answer."""
 
@@ -54,7 +54,7 @@ class Fault:
     body: dict[str, Any] | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ServerStats:
     requests: int = 0
     faults: dict[str, int] = field(default_factory=dict)

@@ -44,7 +44,7 @@ _FAULTS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """How one batch goes: ``polls`` looks in progress, then ``end`` (completed | expired |
     cancelled | failed) with the first ``processed`` requests answered (None = all)."""
@@ -71,7 +71,7 @@ class Submission:
     bodies: list[dict[str, Any]]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BatchServerStats:
     submissions: list[Submission] = field(default_factory=list)
     #: custom_id -> times it was submitted in a batch
@@ -86,7 +86,7 @@ class BatchServerStats:
     rule_errors: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Batch:
     wire: str
     id: str
@@ -217,7 +217,7 @@ class BatchServer:
             with self._lock:
                 self.stats.rule_errors.append(repr(e))
             return Fault("400", body={"error": {"message": f"rule failed: {e!r}"}})
-        return out if isinstance(out, (Reply, Fault)) else Reply(out)
+        return out if isinstance(out, (Reply, Fault)) else Reply(text=out)
 
     @staticmethod
     def _message(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
@@ -350,12 +350,12 @@ class BatchServer:
         with self._lock:
             number = len(self.stats.submissions) + 1
             batch = _Batch(
-                wire,
-                f"{prefix}{n:04d}",
-                custom_ids,
-                bodies,
-                self.plan(number, list(custom_ids)),
-                int(time.time()),
+                wire=wire,
+                id=f"{prefix}{n:04d}",
+                custom_ids=custom_ids,
+                bodies=bodies,
+                plan=self.plan(number, list(custom_ids)),
+                created=int(time.time()),
             )
             self._batches[batch.id] = batch
             self.stats.submissions.append(Submission(wire, batch.id, list(custom_ids), bodies))

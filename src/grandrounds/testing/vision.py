@@ -59,7 +59,7 @@ _DATA_URL = re.compile(r"data:([^;,]*)((?:;[^;,]*)*),(.*)", re.DOTALL)
 _IMAGE_PART = {"openai": "image_url", "anthropic": "image"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SeenImage:
     sha256: str  #: of the decoded bytes
     media_type: str  #: what the bytes are (Pillow's format as a MIME type), e.g. "image/jpeg"
@@ -71,7 +71,7 @@ class SeenImage:
     part: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Seen:
     """One request as the rule sees it. ``texts`` are every text in order (Anthropic's ``system``
     first, at message -1; a string content is one text at part 0); ``text_places`` gives each
@@ -89,7 +89,7 @@ VisionRule = Callable[[Seen], "str | Reply | Fault"]
 Expect = Callable[[Seen], "str | None"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class VisionStats(ServerStats):
     """ServerStats (requests, faults, bodies, rule_errors, in_flight, max_in_flight, ...) and the images."""
 
@@ -109,7 +109,7 @@ class VisionStats(ServerStats):
     wires: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Reading:
     """What one request body holds: its texts and images, the problems found, the body to keep."""
 
@@ -195,7 +195,13 @@ class VisionServer(LoopbackServer):
         self._count(reading)
         if reading.problems:
             return self._reject(writer, wire, n, reading.problems)
-        seen = Seen(reading.texts, reading.images, body, wire, reading.text_places)
+        seen = Seen(
+            texts=reading.texts,
+            images=reading.images,
+            body=body,
+            wire=wire,
+            text_places=reading.text_places,
+        )
         misses = self._misses(seen)
         with self._lock:
             self.stats.request_images.append([im.sha256 for im in seen.images])
@@ -213,7 +219,7 @@ class VisionServer(LoopbackServer):
             await asyncio.sleep(self.latency)
         if isinstance(out, Fault):
             return self._fault(writer, wire, out)
-        reply = out if isinstance(out, Reply) else Reply(out)
+        reply = out if isinstance(out, Reply) else Reply(text=out)
         payload = (
             _openai_reply(body, seen, reply)
             if wire == "openai"
@@ -460,7 +466,9 @@ def _open_image(
     actual = Image.MIME.get(fmt, f"image/{fmt.lower()}")
     if actual != declared:
         return None, f"media type {declared} but the data is {fmt} ({actual})"
-    return SeenImage(sha, actual, size[0], size[1], mode, i, j), ""
+    return SeenImage(
+        sha256=sha, media_type=actual, width=size[0], height=size[1], mode=mode, message=i, part=j
+    ), ""
 
 
 def _replace_data(kept: Any, wire: str, declared: str, mark: str) -> None:

@@ -171,7 +171,7 @@ def _flush_questions(
         out.questions[iid] = shown + ("\n" + options if options else "")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Answers:
     """What the item flags are computed from, gathered while answers are added."""
 

@@ -45,7 +45,7 @@ class QueryTooSlow(Exception):
     """A query ran past its time budget and was interrupted."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Filters:
     benchmark: str = ""
     model: str = ""

@@ -67,7 +67,7 @@ class AnthropicWire(Wire):
         return json.dumps({"custom_id": key, "params": body}, ensure_ascii=False).encode("utf-8")
 
     async def submit(self, lines: list[bytes], attempt: Submission | None = None) -> Remote:
-        attempt = attempt or Submission(token_hex(16), time.time())
+        attempt = attempt or Submission(marker=token_hex(16), started=time.time())
         if attempt.sent:
             found = await self.find(attempt, len(lines))
             if found is not None:
@@ -109,7 +109,14 @@ class AnthropicWire(Wire):
                 retryable=True,
             )
         counts = object_at(out, "request_counts")
-        return Remote(batch_id, state, state == "ended", counts, "", (out.get("results_url"),))
+        return Remote(
+            batch_id=batch_id,
+            state=state,
+            done=state == "ended",
+            counts=counts,
+            detail="",
+            results=(out.get("results_url"),),
+        )
 
     def outcome(self, remote: Remote) -> str:
         """A message batch only "ends": it was cancelled or expired when some of its requests were."""

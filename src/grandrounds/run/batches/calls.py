@@ -21,7 +21,7 @@ def marked_request(request: Request) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MarkedRequest:
     """What ``Store.put_call`` reads of a request, from the JSON kept with a batch."""
 
@@ -41,17 +41,21 @@ class MarkedRequest:
     def of(cls, key: str, request_json: str) -> MarkedRequest:
         data = json.loads(request_json)
         return cls(
-            str(data.get("provider", "")),
-            str(data.get("model", "")),
-            str(data.get("purpose", "answer")),
-            request_json,
-            key,
+            provider=str(data.get("provider", "")),
+            model=str(data.get("model", "")),
+            purpose=str(data.get("purpose", "answer")),
+            json_text=request_json,
+            key_text=key,
         )
 
     @classmethod
     def from_request(cls, request: Request) -> MarkedRequest:
         return cls(
-            request.provider, request.model, request.purpose, marked_request(request), request.key()
+            provider=request.provider,
+            model=request.model,
+            purpose=request.purpose,
+            json_text=marked_request(request),
+            key_text=request.key(),
         )
 
 

@@ -20,7 +20,7 @@ RESENT = {
 }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BatchStats(CallStats):
     """CallStats of a batch executor, plus what went through batches: requests submitted (a
     request sent again after an expiry counts again), requests picked up from batches an earlier
@@ -57,7 +57,7 @@ class BatchStats(CallStats):
         )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HubStats:
     """Per endpoint: batches submitted and picked up, polls, failed looks and submissions (each
     tried again), how each batch ended (completed, expired, cancelled, failed), the largest batch,
@@ -94,7 +94,7 @@ class HubStats:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchEvent:
     """One change seen on a batch: ``what`` is submitted, resumed, a provider state (validating,
     in_progress, finalizing, completed, expired, cancelling, cancelled, failed; in_progress,

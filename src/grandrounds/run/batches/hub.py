@@ -45,7 +45,7 @@ class BatchOwner(Protocol):
     def count(self, response: Response, retries: int) -> None: ...
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Waiter:
     request: Request
     future: asyncio.Future[Response]
@@ -59,7 +59,7 @@ class _Waiter:
     refit: bool = False
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Open:
     """A batch being watched: its stored row, the attempt number of each of its keys, its state,
     the keys whose results landed, and failed looks in a row."""
@@ -147,7 +147,7 @@ class BatchHub:
         if have is not None:
             return have.future
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        waiter = self.waiting[key] = _Waiter(request, fut, owner)
+        waiter = self.waiting[key] = _Waiter(request=request, future=fut, owner=owner)
         row = self.in_batch.get(key)
         if row is not None:
             waiter.attempt = self.open[row].attempts.get(key, 1)
@@ -212,9 +212,9 @@ class BatchHub:
     async def _submit_one(self, lines: list[tuple[str, bytes]]) -> None:
         # one submission across its tries: a try after a lost reply looks for the batch it may have created
         tries = Submission(
-            token_hex(16),
-            time.time(),
-            frozenset(b.batch_id for b in self.store.batches(self.wire.name)),
+            marker=token_hex(16),
+            started=time.time(),
+            known=frozenset(b.batch_id for b in self.store.batches(self.wire.name)),
         )
         for attempt in range(self.retry.max_attempts):
             try:
@@ -253,11 +253,11 @@ class BatchHub:
                 owner.stats.batches += 1
         self._event(
             BatchEvent(
-                self.wire.name,
-                remote.batch_id,
-                "submitted",
-                len(items),
-                remote.counts,
+                provider=self.wire.name,
+                batch_id=remote.batch_id,
+                what="submitted",
+                size=len(items),
+                counts=remote.counts,
                 state=remote.state,
             )
         )
@@ -273,11 +273,11 @@ class BatchHub:
                 self.stats.resumed_batches += 1
                 self._event(
                     BatchEvent(
-                        self.wire.name,
-                        b.batch_id,
-                        f"resumed ({b.state})",
-                        len(b.keys),
-                        b.counts,
+                        provider=self.wire.name,
+                        batch_id=b.batch_id,
+                        what=f"resumed ({b.state})",
+                        size=len(b.keys),
+                        counts=b.counts,
                         state=b.state,
                     )
                 )
@@ -289,7 +289,9 @@ class BatchHub:
         state: str,
         counts: Mapping[str, Any] | None = None,
     ) -> None:
-        self.open[stored.row] = _Open(stored, attempts, state, dict(counts or {}))
+        self.open[stored.row] = _Open(
+            stored=stored, attempts=attempts, state=state, counts=dict(counts or {})
+        )
         for key in stored.keys:
             self.in_batch[key] = stored.row
 
@@ -322,11 +324,11 @@ class BatchHub:
             self.store.update_batch(b.stored.row, remote.state, remote.counts, remote.detail)
             self._event(
                 BatchEvent(
-                    self.wire.name,
-                    b.stored.batch_id,
-                    remote.state,
-                    len(b.stored.keys),
-                    remote.counts,
+                    provider=self.wire.name,
+                    batch_id=b.stored.batch_id,
+                    what=remote.state,
+                    size=len(b.stored.keys),
+                    counts=remote.counts,
                     state=remote.state,
                 )
             )
@@ -353,11 +355,11 @@ class BatchHub:
             owner.stats.ended["not reachable"] = owner.stats.ended.get("not reachable", 0) + 1
         self._event(
             BatchEvent(
-                self.wire.name,
-                b.stored.batch_id,
-                "not reachable",
-                len(b.stored.keys),
-                b.counts,
+                provider=self.wire.name,
+                batch_id=b.stored.batch_id,
+                what="not reachable",
+                size=len(b.stored.keys),
+                counts=b.counts,
                 state=b.state,
                 closed=True,
             )
@@ -391,11 +393,11 @@ class BatchHub:
             owner.stats.ended[outcome] = owner.stats.ended.get(outcome, 0) + 1
         self._event(
             BatchEvent(
-                self.wire.name,
-                b.stored.batch_id,
-                f"collected ({remote.state})",
-                len(b.stored.keys),
-                remote.counts,
+                provider=self.wire.name,
+                batch_id=b.stored.batch_id,
+                what=f"collected ({remote.state})",
+                size=len(b.stored.keys),
+                counts=remote.counts,
                 summary=self.stats.line(self.wire.endpoint),
                 state=remote.state,
                 closed=True,

@@ -75,7 +75,7 @@ class OpenAIWire(Wire):
         )
 
     async def submit(self, lines: list[bytes], attempt: Submission | None = None) -> Remote:
-        attempt = attempt or Submission(token_hex(16), time.time())
+        attempt = attempt or Submission(marker=token_hex(16), started=time.time())
         if attempt.file_id is None:
             up = await self._call(
                 lambda http: http.post_file(
@@ -148,12 +148,12 @@ class OpenAIWire(Wire):
         detail = " ".join(redact(detail, self.secrets).split())[:300]
         counts = object_at(out, "request_counts")
         return Remote(
-            batch_id,
-            state,
-            state in _OPENAI_DONE,
-            counts,
-            detail,
-            (out.get("output_file_id"), out.get("error_file_id")),
+            batch_id=batch_id,
+            state=state,
+            done=state in _OPENAI_DONE,
+            counts=counts,
+            detail=detail,
+            results=(out.get("output_file_id"), out.get("error_file_id")),
         )
 
     async def results(self, remote: Remote) -> AsyncIterator[tuple[str, Response | ProviderError]]:

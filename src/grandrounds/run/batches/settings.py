@@ -13,7 +13,7 @@ from grandrounds.core.errors import ConfigError
 Role = Literal["answers", "judges"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchSettings:
     """Which calls go through batch APIs, and how batches are formed and watched.
 

@@ -13,7 +13,7 @@ from grandrounds.providers.base import Provider, ProviderError
 from grandrounds.run.batches.http import BatchHttp, json_object
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Remote:
     """A batch as its provider last described it."""
 
@@ -27,7 +27,7 @@ class Remote:
     results: tuple[str | None, ...] = ()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Submission:
     """One batch's submission across its tries: a marker of ours sent with it (where the API
     keeps one), the uploaded input file (OpenAI), when it was first tried, whether a try was sent
