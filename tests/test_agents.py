@@ -134,6 +134,8 @@ def test_success_rate_equals_independent_count(tmp_path):
     assert res["score"] == pytest.approx(expected)
     assert res["n"] == 24 and res["n_unscored"] == 0
     assert res["extra"]["episodes"] == {"finished": 24}
+    assert res["extra"]["sandbox"] == "bubblewrap"
+    assert res["extra"]["seccomp"].startswith("on: ")  # the filter inside the sandbox
     eps = episodes(tmp_path / "s.db")
     assert len(eps) == 24 and all(e[2] == "finished" for e in eps)
     # Every step is stored: the tool calls with their arguments and what the tools answered.

@@ -171,7 +171,11 @@ def test_isolation_reports_its_layers():
     layers = isolation()
     assert layers["backend"] == "bubblewrap" and layers["available"]
     assert layers["mount_namespace"] and layers["pid_namespace"] and layers["network_namespace"]
-    assert sandbox.check() == {"sandbox": "bubblewrap", "engine": layers_engine()}
+    assert sandbox.check() == {
+        "sandbox": "bubblewrap",
+        "engine": layers_engine(),
+        "seccomp": sandbox.seccomp_state(),
+    }
 
 
 def layers_engine() -> str:
@@ -329,6 +333,7 @@ def _probe(wrapper: list[str], backend: str = "bubblewrap") -> tuple[list[dict],
     module = work / "sandbox.py"
     shutil.copy(sandbox.__file__, module)
     shutil.copy(sandbox.CHILD, work / "sandbox_child.py")
+    shutil.copy(Path(sandbox.__file__).with_name("seccomp_filter.py"), work / "seccomp_filter.py")
     for p in work.iterdir():
         if p.is_file():
             os.chmod(p, 0o644)
@@ -336,6 +341,11 @@ def _probe(wrapper: list[str], backend: str = "bubblewrap") -> tuple[list[dict],
     if exe is None:
         pytest.fail(f"no Python interpreter whose sandbox {' '.join(wrapper)} can start")
     victim = _victim(exe)
+    import pyseccomp  # the harness's binding of libseccomp, installed as the package installs it
+
+    for packages in victim.glob("lib/python*/site-packages"):
+        shutil.copy(pyseccomp.__file__, packages / "pyseccomp.py")
+        os.chmod(packages / "pyseccomp.py", 0o644)
     extension = _extension(work, victim / "native.txt")
     if extension:
         os.chmod(extension, 0o644)
@@ -388,7 +398,9 @@ def _held(lines: list[dict], victim: Path, code: int, leftovers: list) -> dict[s
 
 @bwrap
 def test_escapes_fail_for_this_user():
-    _check_held(*_probe([]))
+    lines, *rest = _probe([])
+    _check_held(lines, *rest)
+    assert lines[0]["check"]["seccomp"].startswith("on: "), lines[0]  # the filter was loaded too
 
 
 @bwrap
@@ -417,3 +429,84 @@ def test_without_user_namespaces_the_tool_is_refused_with_its_line():
     line = lines[0]["unavailable"]
     assert line.startswith("bubblewrap cannot start a sandbox here")
     assert "apt-get install bubblewrap" in line and UNSAFE in line and "\n" not in line
+
+
+# ---- the seccomp filter ------------------------------------------------------------------------
+#: Asks the kernel for what the filter refuses, past the audit hook (ctypes straight to libc; the
+#: program runs as the sandbox's program, not the child): each line "name result".
+KERNEL_PROBE = """
+import ctypes, errno, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+numbers = dict(arg.split("=") for arg in sys.argv[1:])
+def said(r):
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+print("ptrace", said(libc.ptrace(0, 0, None, None)))  # PTRACE_TRACEME
+for name in ("keyctl", "bpf", "io_uring_setup", "perf_event_open", "userfaultfd"):
+    print(name, said(libc.syscall(int(numbers[name]), 0, 0, 0, 0, 0)))
+for family, name in ((16, "netlink"), (1, "unix")):
+    try:
+        socket.socket(family, socket.SOCK_RAW if family == 16 else socket.SOCK_STREAM).close()
+        print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, "?"))
+print("sum", sum(range(10)))
+"""
+
+
+def _kernel_probe(with_filter: bool) -> dict[str, str]:
+    import pyseccomp
+
+    from grandrounds.benchmarks.agent_envs import seccomp_filter
+
+    arch = pyseccomp.system_arch()
+    names = ("keyctl", "bpf", "io_uring_setup", "perf_event_open", "userfaultfd")
+    argv = " ".join(f"{n}={pyseccomp.resolve_syscall(arch, n)}" for n in names)
+    program = f"import sys; sys.argv[1:] = {argv.split()!r}\n" + KERNEL_PROBE
+    popen = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if with_filter:
+        proc = sandbox.start_bubblewrap(FAST, program=program, **popen)
+    else:
+        cmd = sandbox.bubblewrap_command(FAST, shutil.which("bwrap") or "bwrap", None, program)
+        proc = subprocess.Popen(cmd, **popen)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert seccomp_filter.program()  # compiled here, so the filter case really had one
+    return dict(line.split(" ", 1) for line in out.decode().splitlines())
+
+
+@bwrap
+def test_the_seccomp_filter_refuses_the_kernel_surface_and_leaves_ordinary_code_alone():
+    seen = _kernel_probe(with_filter=True)
+    assert seen == {
+        "ptrace": "EPERM",
+        "keyctl": "EPERM",
+        "bpf": "EPERM",
+        "io_uring_setup": "EPERM",
+        "perf_event_open": "EPERM",
+        "userfaultfd": "EPERM",
+        "netlink": "EAFNOSUPPORT",
+        "unix": "ok",
+        "sum": "45",
+    }
+
+
+@bwrap
+def test_without_the_filter_the_same_calls_reach_the_kernel():
+    """The probe can tell: with namespaces alone, ptrace on itself and a netlink socket succeed."""
+    seen = _kernel_probe(with_filter=False)
+    assert seen["ptrace"] == "ok" and seen["netlink"] == "ok" and seen["sum"] == "45"
+
+
+@bwrap
+def test_the_run_records_the_filter_and_says_when_it_is_off(monkeypatch: pytest.MonkeyPatch):
+    from grandrounds.benchmarks.agent_envs import seccomp_filter
+
+    assert sandbox.check()["seccomp"].startswith("on: ")
+
+    def missing() -> bytes:
+        raise seccomp_filter.FilterUnavailable("libseccomp cannot be loaded (test)")
+
+    monkeypatch.setattr(seccomp_filter, "program", missing)
+    assert sandbox.check()["seccomp"] == "off: libseccomp cannot be loaded (test)"
+    out = run_python("print(6 * 7)", FAST)  # the namespaces still hold without it
+    assert out.stdout == "42\n" and out.exit_code == 0

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The engines the tests start on loopback, from Debian's packages: bubblewrap (the sandbox for
+# The engines the tests start on loopback, from Debian's packages: bubblewrap and libseccomp2 (the sandbox for
 # model-written code), PostgreSQL (a team's store), Slurm with munge (a single-node cluster) and
 # chromium (browser tests). As root only; elsewhere, tests that need a missing engine skip with
 # the reason.
 set -euo pipefail
-pkgs=(bubblewrap postgresql slurm-wlm munge chromium)
+pkgs=(bubblewrap libseccomp2 postgresql slurm-wlm munge chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

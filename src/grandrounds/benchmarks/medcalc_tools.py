@@ -67,7 +67,10 @@ class MedCalcTools(AgentBenchmark, MedCalcBench):
         """MedCalc-Bench-with-tools' figures, with the isolation the Python tool ran under (a run
         cannot start without it, see :meth:`preflight`)."""
         agg = super().aggregate(samples, grades, options)
-        return replace(agg, extra={**agg.extra, "sandbox": str(self.param("sandbox"))})
+        extra = {**agg.extra, "sandbox": str(self.param("sandbox"))}
+        if extra["sandbox"] == sandbox.BUBBLEWRAP:  # the seccomp filter inside it, on this machine
+            extra["seccomp"] = sandbox.seccomp_state()
+        return replace(agg, extra=extra)
 
     def template_hashes(self, options: RunOptions | None = None) -> dict[str, Any]:
         from grandrounds.benchmarks.agent_envs.medcalc_tools import CALCULATOR, PYTHON

@@ -30,7 +30,12 @@ bubblewrap is missing or cannot start (user namespaces refused), :func:`check` r
 :class:`SandboxUnavailable` with one line saying what is missing and how to install it; the
 Python tool is then refused before its first call.
 
-This module uses the standard library only.
+Inside, bubblewrap loads a seccomp filter before the program starts
+(:mod:`grandrounds.benchmarks.agent_envs.seccomp_filter`): the kernel calls a sandbox escape would
+need (new namespaces, keyrings, BPF, io_uring, ptrace, ...) return an error. Where libseccomp
+cannot be loaded the namespaces still hold and the run records the filter as off (:func:`check`).
+
+This module uses the standard library only (the filter's module loads libseccomp's binding).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 BUBBLEWRAP = "bubblewrap"
@@ -137,8 +143,12 @@ def _library_binds() -> list[str]:
     return [*args, "--ro-bind", usr, usr]
 
 
-def bubblewrap_command(limits: Limits, bwrap: str = "bwrap") -> list[str]:
-    """The ``bwrap`` command line that runs the sandbox's child program under ``limits``."""
+def bubblewrap_command(
+    limits: Limits, bwrap: str = "bwrap", seccomp_fd: int | None = None, program: str | None = None
+) -> list[str]:
+    """The ``bwrap`` command line that runs the sandbox's child program under ``limits``, with the
+    seccomp filter read from ``seccomp_fd`` where given. ``program`` replaces the child (with its
+    audit hook) by other Python code: the tests of the operating system's layers alone use it."""
     exe, stdlib = _interpreter(), _stdlib()
     args = [
         bwrap,
@@ -187,6 +197,7 @@ def bubblewrap_command(limits: Limits, bwrap: str = "bwrap") -> list[str]:
         WORKDIR,
         "--chdir",
         WORKDIR,
+        *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
         "--",
         exe,
         "-s",  # no user site, no site packages, no bytecode, not the working folder on the path;
@@ -194,9 +205,66 @@ def bubblewrap_command(limits: Limits, bwrap: str = "bwrap") -> list[str]:
         "-B",
         "-P",
         "-c",
-        CHILD.read_text(encoding="utf-8"),
+        CHILD.read_text(encoding="utf-8") if program is None else program,
     ]
     return args
+
+
+def _seccomp() -> Any:
+    """The seccomp filter's module; where this file runs on its own (copied with its siblings,
+    as the escape tests run it), the sibling file."""
+    try:
+        from grandrounds.benchmarks.agent_envs import seccomp_filter
+    except ImportError:
+        import importlib.util
+
+        name = "grandrounds_seccomp_filter"
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(
+                name, Path(__file__).with_name("seccomp_filter.py")
+            )
+            assert spec is not None and spec.loader is not None
+            module = sys.modules[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        return sys.modules[name]
+    return seccomp_filter
+
+
+def seccomp_state() -> str:
+    """``on: ...`` (what the filter refuses) or ``off: why`` (libseccomp cannot be loaded here)."""
+    return str(_seccomp().describe())
+
+
+def _filter_fd() -> int | None:
+    """A pipe's read end holding the compiled seccomp filter for one sandbox (None where libseccomp
+    is not here: the namespaces still hold, and the run records that the filter was off)."""
+    seccomp_filter = _seccomp()
+    try:
+        bpf = seccomp_filter.program()
+    except seccomp_filter.FilterUnavailable:
+        return None
+    read, write = os.pipe()
+    try:
+        os.write(write, bpf)  # a few KB: well inside a pipe's buffer, so this never blocks
+    finally:
+        os.close(write)
+    return read
+
+
+def start_bubblewrap(
+    limits: Limits, program: str | None = None, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """Start ``bwrap`` with the sandbox's command line, its seccomp filter passed on a pipe."""
+    fd = _filter_fd()
+    try:
+        return subprocess.Popen(
+            bubblewrap_command(limits, shutil.which(BWRAP) or BWRAP, fd, program),
+            pass_fds=() if fd is None else (fd,),
+            **popen,
+        )
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 @functools.cache
@@ -209,13 +277,16 @@ def _bubblewrap_state() -> tuple[str | None, str]:
         version = subprocess.run(
             [bwrap, "--version"], capture_output=True, text=True, timeout=30, check=False
         ).stdout.strip()
-        probe = subprocess.run(
-            bubblewrap_command(Limits(), bwrap),
-            input=b"print(6 * 7)",
-            capture_output=True,
-            timeout=60,
-            check=False,
+        started = start_bubblewrap(
+            Limits(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
+        try:
+            out, err = started.communicate(b"print(6 * 7)", timeout=60)
+        except subprocess.TimeoutExpired:
+            started.kill()
+            started.communicate()
+            raise
+        probe = subprocess.CompletedProcess(started.args, started.returncode, out, err)
     except (OSError, subprocess.SubprocessError) as e:
         return f"bubblewrap cannot start ({type(e).__name__}: {e}): {INSTALL_HINT}", ""
     if probe.returncode != 0 or probe.stdout.strip() != b"42":
@@ -238,7 +309,7 @@ def check(backend: str = BUBBLEWRAP) -> dict[str, str]:
     reason, version = _bubblewrap_state()
     if reason is not None:
         raise SandboxUnavailable(reason)
-    return {"sandbox": BUBBLEWRAP, "engine": version}
+    return {"sandbox": BUBBLEWRAP, "engine": version, "seccomp": seccomp_state()}
 
 
 def isolation(backend: str = BUBBLEWRAP) -> dict[str, bool | str]:
@@ -330,8 +401,8 @@ def run_python(
     time limit would. Raises :class:`SandboxUnavailable` where ``backend`` cannot start here."""
     check(backend)
     if backend == BUBBLEWRAP:
-        proc = subprocess.Popen(
-            bubblewrap_command(limits, shutil.which(BWRAP) or BWRAP),
+        proc = start_bubblewrap(
+            limits,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
