@@ -210,3 +210,49 @@ def test_the_record_check_sees_a_wide_positional_record() -> None:
     from grandrounds.core.records import Grade, Sample
 
     assert _positional_fields(Grade) == _positional_fields(Sample) == []
+
+
+#: Names under which the package holds a component (a benchmark, grader, provider or environment).
+COMPONENT_NAMES = {"bench", "benchmark", "grader", "provider", "env", "environment", "cls"}
+
+
+def _capabilities_read_by_string(tree: ast.AST) -> list[str]:
+    """``getattr(bench, "episodic", ...)``-style reads of a component's attribute by its name."""
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            target = node.args[0]
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            if name in COMPONENT_NAMES:
+                found.append(f"{node.func.id}({name}, {node.args[1].value!r}) line {node.lineno}")
+    return found
+
+
+def test_components_declare_their_capabilities_and_are_read_by_attribute() -> None:
+    """A capability (episodic, preflight, check_logprobs, default_path, ...) is declared on the
+    component's base class with its default, so every reader writes ``bench.episodic``."""
+    offenders = {
+        str(p.relative_to(PKG)): got
+        for p in sorted(PKG.rglob("*.py"))
+        if (got := _capabilities_read_by_string(ast.parse(p.read_text(encoding="utf-8"))))
+    }
+    assert offenders == {}
+
+
+def test_the_capability_check_sees_a_read_by_string() -> None:
+    planted = ast.parse(
+        "a = getattr(bench, 'episodic', False)\n"
+        "b = hasattr(self.provider, 'check_logprobs')\n"
+        "c = getattr(row, 'score', None)\n"  # not a component: allowed
+    )
+    assert _capabilities_read_by_string(planted) == [
+        "getattr(bench, 'episodic') line 1",
+        "hasattr(provider, 'check_logprobs') line 2",
+    ]

@@ -621,6 +621,7 @@ def test_resolve_downloads_every_remote_file_into_the_cache(tmp_path, monkeypatc
     bench = SimpleNamespace(
         name="pubmedqa",
         remote_files=(RemoteFile(url1, "dev.jsonl", sha1), RemoteFile(url2, "test.jsonl", sha2)),
+        default_path=lambda: None,  # no packaged data
     )
     root = resolve(bench, None)
     assert root == tmp_path / "cache" / "pubmedqa"
@@ -630,6 +631,6 @@ def test_resolve_downloads_every_remote_file_into_the_cache(tmp_path, monkeypatc
 
 def test_resolve_without_any_source_is_a_config_error(tmp_path, monkeypatch):
     monkeypatch.setenv("GRANDROUNDS_CACHE", str(tmp_path / "cache"))
-    bench = SimpleNamespace(name="private-exam", remote_files=())
+    bench = SimpleNamespace(name="private-exam", remote_files=(), default_path=lambda: None)
     with pytest.raises(ConfigError, match="--data PATH"):
         resolve(bench, None)

@@ -485,10 +485,8 @@ async def run_probes(store: Store, cfg: ProbeConfig) -> tuple[list[ProbeResult],
     executor = Executor(store, provider, cfg.concurrency, seed=cfg.seed)
     out = []
     try:
-        if "min-k" in probes and (check := getattr(provider, "check_logprobs", None)) is not None:
-            await check(
-                "loglikelihood"
-            )  # a server whose log-probs are not right is refused (providers.logprob_probe)
+        if "min-k" in probes:  # a server whose log-probs are not right is refused (logprob_probe)
+            await provider.check_logprobs("loglikelihood")
         for probe in probes:
             items = await (
                 masked_option(executor, samples, cfg.seed)

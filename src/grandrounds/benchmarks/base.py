@@ -263,6 +263,11 @@ class Benchmark(ABC):
         """The kind of answer request ``options`` make the benchmark send (a provider must serve it)."""
         return ANSWER_KINDS[options.answer_mode]
 
+    def preflight(self) -> dict[str, str]:
+        """What must hold on this machine before the first call (a tool's sandbox, say), and what
+        holds; a one-line ConfigError where it does not. Most benchmarks need nothing."""
+        return {}
+
     # ---- data -------------------------------------------------------------------------
     def data_files(self, root: Path) -> list[Path]:
         """The files ``load`` reads under ``root`` (a directory) or ``[root]`` for a file."""

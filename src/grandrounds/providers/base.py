@@ -164,6 +164,12 @@ class Provider(ABC):
         per endpoint before the first call when no ``--concurrency`` is given."""
         return None
 
+    async def check_logprobs(self, kind: str) -> bool:
+        """Probe the endpoint's log-probabilities before a log-probability run of ``kind``; a
+        ConfigError where they are not right, False where they could not be checked. A provider
+        that computes them itself (or serves none) has nothing to probe: True."""
+        return True
+
     async def aclose(self) -> None:
         return None
 

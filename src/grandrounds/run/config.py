@@ -168,9 +168,7 @@ def check_agent(bench: Benchmark, cfg: RunConfig, provider_options: Mapping[str,
         raise ConfigError(
             f"{bench.name} is an agent benchmark: its steps are asked one after another, not through --batch"
         )
-    preflight = getattr(bench, "preflight", None)
-    if preflight is not None:  # a tool's sandbox that cannot start: refused before any call
-        preflight()
+    bench.preflight()  # a tool's sandbox that cannot start: refused before any call
     if cfg.simulator:
         check_model(
             cfg.simulator,

@@ -211,11 +211,10 @@ async def check_logprobs(s: Setup, options: RunOptions) -> None:
     """Before a log-probability run on a server, its log-probabilities are probed
     (:mod:`grandrounds.providers.logprob_probe`); a server that fails is refused before any answer."""
     kind = s.bench.request_kind(options)
-    check = getattr(s.provider, "check_logprobs", None)
-    if kind not in ("loglikelihood", "next_token") or check is None:
+    if kind not in ("loglikelihood", "next_token"):
         return
     try:
-        await check(kind)
+        await s.provider.check_logprobs(kind)
     except BaseException:
         await _close(s.provider, [])
         raise

@@ -14,14 +14,16 @@ __all__ = ["RemoteFile", "cache_dir", "fetch", "resolve"]
 
 
 class HasData(Protocol):
-    """What :func:`resolve` reads of a benchmark: its name and public files (and, optionally, a
-    ``default_path()`` of packaged data)."""
+    """What :func:`resolve` reads of a benchmark: its name, public files and ``default_path()``
+    (its packaged data, None where it has none)."""
 
     @property
     def name(self) -> str: ...
 
     @property
     def remote_files(self) -> Sequence[RemoteFile]: ...
+
+    def default_path(self) -> Path | None: ...
 
 
 def resolve(bench: HasData, data: Path | None) -> Path:
@@ -30,9 +32,7 @@ def resolve(bench: HasData, data: Path | None) -> Path:
         if not data.exists():
             raise DataError(data, None, "file or directory not found")
         return data
-    # a benchmark always has default_path (None unless data is packaged); other things with data may not
-    default = getattr(bench, "default_path", None)
-    packaged = default() if callable(default) else None
+    packaged = bench.default_path()
     if packaged is not None:
         return Path(packaged)
     bundle = bundle_root()
