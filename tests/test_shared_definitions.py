@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import html
 import json
@@ -564,23 +563,9 @@ def test_the_meta_eval_fingerprint_names_the_pinned_commit(
     )
 
 
-def _code_strings(path: Path) -> Iterator[tuple[int, str]]:
-    """String constants of a module that are not docstrings (f-string parts included)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    docs = {
-        id(n.body[0].value)
-        for n in ast.walk(tree)
-        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        and n.body
-        and isinstance(n.body[0], ast.Expr)
-        and isinstance(n.body[0].value, ast.Constant)
-    }
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
-            yield n.lineno, n.value
-
-
 def test_no_string_of_the_package_repeats_the_simple_evals_commit() -> None:
+    from tests.test_pins import _code_strings
+
     short = upstream.SIMPLE_EVALS.commit[:7]
     found = [
         f"{p.relative_to(ROOT)}:{line}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grandrounds.benchmarks.healthbench import BASE_URL
+from grandrounds.benchmarks.healthbench import BASE_URL, prompt_messages
 from grandrounds.benchmarks.readers.lines import read_jsonl
 from grandrounds.core.errors import ConfigError, DataError
 from grandrounds.core.records import Message
@@ -42,18 +42,7 @@ class MetaRow:
 
 def parse_row(rec: Mapping[str, Any], path: Path, line: int) -> MetaRow:
     """One JSONL record -> MetaRow; DataError naming the line for anything malformed."""
-    prompt = rec.get("prompt")
-    if not isinstance(prompt, list) or not prompt:
-        raise DataError(path, line, "prompt must be a non-empty list of messages")
-    messages = []
-    for m in prompt:
-        if (
-            not isinstance(m, dict)
-            or not isinstance(m.get("role"), str)
-            or not isinstance(m.get("content"), str)
-        ):
-            raise DataError(path, line, "each prompt message needs string role and content")
-        messages.append(Message(m["role"], m["content"]))
+    messages = prompt_messages(rec.get("prompt"), path, line)
     for name in ("completion", "rubric", "category"):
         if not isinstance(rec.get(name), str):
             raise DataError(path, line, f"{name} must be a string")

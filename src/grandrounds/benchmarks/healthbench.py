@@ -81,16 +81,11 @@ def _str_list(value: Any, path: Path, where: int, field: str) -> list[str]:
     return value
 
 
-def parse_record(rec: Any, path: Path, line: int, benchmark: str) -> Sample:
-    """One JSONL record -> Sample; DataError naming the line for anything malformed."""
-    if not isinstance(rec, dict):
-        raise DataError(path, line, "record is not a JSON object")
-    pid = rec.get("prompt_id")
-    if not isinstance(pid, str) or not pid:
-        raise DataError(path, line, "missing prompt_id")
-    prompt = rec.get("prompt")
+def prompt_messages(prompt: Any, path: Path, line: int, who: str = "") -> list[Message]:
+    """A HealthBench ``prompt`` (a non-empty list of {role, content}) -> messages; a DataError
+    naming the line (and ``who``, the record's id, where it has one) for anything malformed."""
     if not isinstance(prompt, list) or not prompt:
-        raise DataError(path, line, f"{pid}: prompt must be a non-empty list of messages")
+        raise DataError(path, line, f"{who}prompt must be a non-empty list of messages")
     messages = []
     for m in prompt:
         if (
@@ -98,8 +93,19 @@ def parse_record(rec: Any, path: Path, line: int, benchmark: str) -> Sample:
             or not isinstance(m.get("role"), str)
             or not isinstance(m.get("content"), str)
         ):
-            raise DataError(path, line, f"{pid}: each prompt message needs string role and content")
+            raise DataError(path, line, f"{who}each prompt message needs string role and content")
         messages.append(Message(m["role"], m["content"]))
+    return messages
+
+
+def parse_record(rec: Any, path: Path, line: int, benchmark: str) -> Sample:
+    """One JSONL record -> Sample; DataError naming the line for anything malformed."""
+    if not isinstance(rec, dict):
+        raise DataError(path, line, "record is not a JSON object")
+    pid = rec.get("prompt_id")
+    if not isinstance(pid, str) or not pid:
+        raise DataError(path, line, "missing prompt_id")
+    messages = prompt_messages(rec.get("prompt"), path, line, f"{pid}: ")
     rubrics = rec.get("rubrics")
     if not isinstance(rubrics, list) or not rubrics:
         raise DataError(path, line, f"{pid}: rubrics must be a non-empty list")
