@@ -64,7 +64,7 @@ MODELS = ("scripted/alpha", "scripted/beta")
 def test_accuracy_cell_counts_scored_and_unscored_with_wilson_ci() -> None:
     c = accuracy_cell([1.0, 0.0, None, 1.0, 1.0, None], {"n_x": 3})
     assert c == Cell(score=0.75, n=4, n_unscored=2, ci95=wilson_ci(3, 4), metrics={"n_x": 3})
-    assert accuracy_cell([None, None]) == Cell(score=None, n=0, n_unscored=2, ci95=None)
+    assert accuracy_cell([None, None]) == Cell(score=None, n=0, n_unscored=2)
     assert accuracy_cell([]) == Cell(score=None, n=0)
 
 
@@ -191,7 +191,7 @@ def test_medcalc_category_and_kind_are_two_families() -> None:
             score=0.5, n=2, n_unscored=0, ci95=wilson_ci(1, 2), metrics={"n_unextractable": 1}
         ),
         "risk": Cell(
-            score=None, n=0, n_unscored=1, ci95=None, metrics={"n_unextractable": 0}
+            score=None, n=0, n_unscored=1, metrics={"n_unextractable": 0}
         ),  # no grade at all: unscored
     }
     assert agg.breakdown["kind"]["date"] == Cell(
@@ -329,7 +329,7 @@ def test_llmeval_gaps_and_medbench_families() -> None:
         "MedExam_V4": Cell(
             score=1.0, n=1, n_unscored=0, ci95=wilson_ci(1, 1), metrics={"n_withheld": 0}
         ),
-        "MedOpen": Cell(score=None, n=0, n_unscored=1, ci95=None, metrics={"n_withheld": 1}),
+        "MedOpen": Cell(score=None, n=0, n_unscored=1, metrics={"n_withheld": 1}),
     }
 
 

@@ -199,18 +199,15 @@ def test_votes_accumulate_attempts_and_keys_across_gradings():
         raw="raw-a",
         attempts=5,
         keys=("k0", "k1", "k2", "k3", "k4"),
-        error=None,
         run=2,
     )
     assert votes["b"] == Vote(
         judge="j",
         status="unknown",
-        score=None,
         explanation="judge reply could not be read",
         raw="raw-last",
         attempts=3,
         keys=("q0", "k3", "k4"),
-        error=None,
         run=2,
     )
     assert (

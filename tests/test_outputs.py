@@ -68,7 +68,7 @@ def a_result(**kw) -> Result:
         breakdown={
             "meta_info": {
                 "step1": Cell(score=0.8, n=20, n_unscored=1, ci95=(0.58, 0.92)),
-                "step2&3": Cell(score=0.7, n=20, n_unscored=1, ci95=None, metrics={"f1": 0.5}),
+                "step2&3": Cell(score=0.7, n=20, n_unscored=1, metrics={"f1": 0.5}),
             }
         },
         fingerprint={"grader": "mcq", "answer_mode": "generate"},
@@ -259,7 +259,7 @@ def test_sample_line_unknown_verdict_shows_every_reply_and_whole_answer_votes():
     votes = (
         Vote(judge="j1", status="met", raw="yes"),
         Vote(judge="j2", status="unmet", raw="no"),
-        Vote(judge="j3", status="unknown", raw="???", error=None),
+        Vote(judge="j3", status="unknown", raw="???"),
     )
     runs = (
         Vote(judge="j1", status="met", score=4.0, run=0),

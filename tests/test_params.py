@@ -315,7 +315,7 @@ def test_unused_options_at_their_default_are_reset_not_refused():
         (Param(name="l", type=list[str], default=()), "a, b,,c", ["a", "b", "c"]),
         (Param(name="l", type=list[str], default=()), '["a", "b"]', ["a", "b"]),
         (Param(name="l", type=list[str], default=()), ("a",), ["a"]),
-        (Param(name="o", type=int, default=None), None, None),
+        (Param(name="o", type=int), None, None),
     ],
 )
 def test_values_are_coerced_to_the_declared_type(param, raw, want):

@@ -492,7 +492,6 @@ def test_read_only_roles_as_the_guide_grants_them(team_db, pg_server):
         reviewer="Dr R",
         reason="why",
         criterion_id="",
-        verdict=None,
         score=1.0,
     )
     st = TeamStore(f"postgresql://reader@{base}", reviews=True)

@@ -194,9 +194,7 @@ def paired_compare(a: Values, b: Values, seed: int = 0, n_resamples: int = 2000)
     """
     ids = sorted(sid for sid in a.keys() & b.keys() if a[sid] is not None and b[sid] is not None)
     if not ids:
-        return Comparison(
-            n=0, mean_a=None, mean_b=None, diff=None, ci95=None, tied=True, mcnemar=None, seed=seed
-        )
+        return Comparison(n=0, mean_a=None, mean_b=None, diff=None, ci95=None, tied=True, seed=seed)
     xa = [float(v) for s in ids if (v := a[s]) is not None]  # (none is: ids has both known)
     xb = [float(v) for s in ids if (v := b[s]) is not None]
     diff, ci = paired_bootstrap(xa, xb, n_resamples=n_resamples, seed=seed)

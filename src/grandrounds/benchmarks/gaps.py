@@ -206,7 +206,6 @@ class GAPS(Benchmark):
         Param(
             name="gaps_irrelevant",
             type=str,
-            default=None,
             help="also deduct for irrelevant content, votes combined this way",
             choices=STRATEGIES,
         ),

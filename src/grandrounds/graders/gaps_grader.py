@@ -277,7 +277,6 @@ class GAPSGrader(Grader):
             return Grade(
                 sample_id=sample.id,
                 value=None,
-                extracted=None,
                 verdicts=verdicts,
                 details=details,
                 error="no positive rubric point could be decided",
@@ -287,10 +286,8 @@ class GAPSGrader(Grader):
         return Grade(
             sample_id=sample.id,
             value=value,
-            extracted=None,
             verdicts=verdicts,
             details=details,
-            error=None,
             judge_keys=keys,
         )
 

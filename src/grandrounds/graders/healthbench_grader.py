@@ -337,7 +337,6 @@ class HealthBenchGrader(Grader):
             return Grade(
                 sample_id=sample.id,
                 value=None,
-                extracted=None,
                 verdicts=verdicts,
                 details=details,
                 error=why,
@@ -347,10 +346,8 @@ class HealthBenchGrader(Grader):
         return Grade(
             sample_id=sample.id,
             value=value,
-            extracted=None,
             verdicts=verdicts,
             details=details,
-            error=None,
             judge_keys=keys,
         )
 

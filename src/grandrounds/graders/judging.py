@@ -122,9 +122,7 @@ async def ask(judge: Judge, a: Ask, first_attempt: int, max_reask: int) -> Reply
             if item in pending and value is not None:
                 read[item] = (value, resp.text)
         pending = [i for i in pending if i not in read]
-    return Reply(
-        read=read, raw=raw, next_attempt=attempt, keys=tuple(keys), error=None, truncated=truncated
-    )
+    return Reply(read=read, raw=raw, next_attempt=attempt, keys=tuple(keys), truncated=truncated)
 
 
 def votes_of(
@@ -153,7 +151,6 @@ def votes_of(
                 raw=raw,
                 attempts=attempts,
                 keys=keys,
-                error=None,
                 run=run,
                 truncated=reply.truncated,
             )
@@ -163,7 +160,6 @@ def votes_of(
             out[item] = Vote(
                 judge=judge,
                 status="unknown",
-                score=None,
                 explanation=why,
                 raw=raw,
                 attempts=attempts,

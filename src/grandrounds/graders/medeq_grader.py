@@ -321,7 +321,6 @@ class MedEQGrader(Grader):
                 return Grade(
                     sample_id=sample.id,
                     value=None,
-                    extracted=None,
                     verdicts=tuple(verdicts),
                     details=details,
                     error=f"{why}; the official evaluator counts this answer 0",
@@ -331,10 +330,8 @@ class MedEQGrader(Grader):
             return Grade(
                 sample_id=sample.id,
                 value=ref.score,
-                extracted=None,
                 verdicts=tuple(verdicts),
                 details=details,
-                error=None,
                 judge_keys=keys,
             )
         details |= {
@@ -345,7 +342,6 @@ class MedEQGrader(Grader):
             return Grade(
                 sample_id=sample.id,
                 value=None,
-                extracted=None,
                 verdicts=tuple(verdicts),
                 details=details,
                 error="no positive item has a known verdict",
@@ -355,10 +351,8 @@ class MedEQGrader(Grader):
         return Grade(
             sample_id=sample.id,
             value=ours.score,
-            extracted=None,
             verdicts=tuple(verdicts),
             details=details,
-            error=None,
             judge_keys=keys,
         )
 

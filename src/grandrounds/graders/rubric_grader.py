@@ -99,7 +99,6 @@ class RubricGrader(Grader):
             return Grade(
                 sample_id=sample.id,
                 value=None,
-                extracted=None,
                 verdicts=verdicts,
                 details=details,
                 error="no criterion with positive points has a known verdict",
@@ -109,10 +108,8 @@ class RubricGrader(Grader):
         return Grade(
             sample_id=sample.id,
             value=value,
-            extracted=None,
             verdicts=verdicts,
             details=details,
-            error=None,
             judge_keys=judge_keys(verdicts),
         )
 

@@ -103,13 +103,10 @@ class LlamaCppProvider(Provider):
         Param(
             name="threads",
             type=int,
-            default=None,
             help="CPU threads (default $GRANDROUNDS_THREADS, else all cores)",
             minimum=1,
         ),
-        Param(
-            name="n_threads", type=int, default=None, help="llama.cpp's name for threads", minimum=1
-        ),
+        Param(name="n_threads", type=int, help="llama.cpp's name for threads", minimum=1),
         Param(name="n_ctx", type=int, default=4096, help="context window in tokens", minimum=1),
         Param(
             name="mmproj",

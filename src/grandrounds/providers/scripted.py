@@ -23,7 +23,6 @@ class ScriptedProvider(Provider):
         Param(
             name="script",
             type=cast(type, Callable),  # the ABC, which isinstance checks (a special form to mypy)
-            default=None,
             help='Python function request -> reply (tests; default: always "A")',
         ),
     )

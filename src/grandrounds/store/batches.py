@@ -78,7 +78,6 @@ class BatchTables(StoreBase):
             detail="",
             created_at=t,
             updated_at=t,
-            collected_at=None,
         )
 
     def open_batches(self, provider: str, endpoint: str) -> list[StoredBatch]:
