@@ -13,7 +13,6 @@ import pytest
 from rich.table import Table
 from typer.testing import CliRunner
 
-import grandrounds
 from grandrounds.cli.main import app
 from grandrounds.core.display import SafeConsole, safe_text, styled
 from grandrounds.core.registry import BENCHMARKS
@@ -21,6 +20,8 @@ from grandrounds.reports.tabular import csv_cell, md_cell
 from grandrounds.testing import Fault, LoopbackServer, last_user_text
 from grandrounds.testing.batch import BatchServer
 from tests.rubric_bench.triage import TriageRubric
+
+PKG = Path(__file__).resolve().parents[1] / "src" / "grandrounds"
 
 CLEAR, TITLE = "\x1b[2J\x1b[H", "\x1b]0;owned\x07"
 CLIPBOARD = "\x1b]52;c;ZWNobyBvd25lZA==\x07"
@@ -284,14 +285,11 @@ def test_hostile_batch_ids_print_inert(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "path",
     # every command module (a new one is checked the day it is added), and what prints for them
-    sorted(
-        str(p.relative_to(Path(grandrounds.__file__).parent))
-        for p in (Path(grandrounds.__file__).parent / "cli").glob("*.py")
-    )
+    sorted(str(p.relative_to(PKG)) for p in (PKG / "cli").glob("*.py"))
     + ["run/progress.py", "run/plan.py"],
 )
 def test_commands_print_only_through_safe_consoles(path):
     """No command module makes a plain Rich console or reads markup: a new print cannot forget."""
-    src = (Path(__file__).parents[1] / "src" / "grandrounds" / path).read_text(encoding="utf-8")
+    src = (PKG / path).read_text(encoding="utf-8")
     assert not re.search(r"(?<!Safe)Console\(", src), f"{path} makes a console that reads markup"
     assert "markup=True" not in src and "from_markup" not in src

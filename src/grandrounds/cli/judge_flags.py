@@ -64,24 +64,3 @@ def judge_max_tokens_opt(default: str = "the protocol's") -> Any:
 
 def seed_opt(what: str) -> Any:
     return typer.Option(0, "--seed", min=0, max=SEED_MAX, help=f"seed of {what}")
-
-
-def out_file_opt(help: str) -> Any:  # noqa: A002 (typer's own word)
-    return typer.Option(None, "--out", help=help)
-
-
-__all__ = [
-    "FLAGGED_HELP",
-    "FlaggedOpt",
-    "JudgeBaseUrlOpt",
-    "JudgeConcurrencyOpt",
-    "JudgeJsonOpt",
-    "JudgeRpmOpt",
-    "JudgeTpmOpt",
-    "MaxReaskOpt",
-    "OutOpt",
-    "judge_max_tokens_opt",
-    "judge_temperature_opt",
-    "out_file_opt",
-    "seed_opt",
-]

@@ -55,6 +55,7 @@ from grandrounds.cli.judge_flags import (
     OutOpt,
     judge_max_tokens_opt,
     judge_temperature_opt,
+    seed_opt,
 )
 from grandrounds.cli.results import print_results
 from grandrounds.cli.running import engine_options, run_configs
@@ -515,9 +516,7 @@ def regrade(
         min=0.001,
         help="seconds a call may take once sent, judges (HTTP providers; default 120)",
     ),
-    seed: int = typer.Option(
-        0, "--seed", min=0, max=SEED_MAX, help="seed of the judges' calls and of bootstrap CIs"
-    ),
+    seed: int = seed_opt("the judges' calls and of bootstrap CIs"),
     batch: bool = typer.Option(
         False,
         "--batch",
